@@ -1,0 +1,1 @@
+//! NBD server (being built; see issue 4).

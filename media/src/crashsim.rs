@@ -1,0 +1,1 @@
+//! Crash simulator (being written).

@@ -1,0 +1,139 @@
+//! pmkit's media layer: the one place that touches persistent memory.
+//!
+//! Every system above (the block device, persistent objects, ...) is written against [`Media`],
+//! a small interface of copy-in/copy-out, cache-line flushes, fences and atomic words. Two
+//! implementations exist: [`Region`] (a real mapping: DAX file, device-dax, plain file or
+//! anonymous memory) and [`crashsim::CrashSim`] (records every store, flush and fence and yields
+//! every post-crash image). Systems take `M: Media` as a generic, so production code pays nothing
+//! for the indirection and every layer runs unchanged on the crash simulator in tests.
+
+pub mod cpu;
+pub mod crashsim;
+pub mod emulate;
+pub mod error;
+pub mod persist;
+pub mod protect;
+pub mod raw;
+pub mod region;
+
+pub use cpu::{features, CpuFeatures};
+pub use error::{MediaError, Result};
+pub use persist::{Persister, WriteScheme};
+pub use raw::{Fence, Flush, LINE};
+pub use region::{DaxMode, Domain, Region, RegionKind, RegionOptions};
+
+/// Byte-addressable persistent media. Offsets are bytes from the start of the media; an access
+/// outside `0..len()` is a bug in the caller and panics (systems validate requests first).
+///
+/// Durability model (what the crash simulator enforces): bytes stored with [`Media::write`] reach
+/// the media when their cache line is flushed and a fence follows (or, unflushed, at any moment:
+/// a crash may or may not keep them); bytes stored with [`Media::write_nt`] are durable after the
+/// next fence; aligned 8-byte stores are atomic.
+pub trait Media: Send + Sync {
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether caches are inside the persistence domain.
+    fn domain(&self) -> Domain;
+    /// Copy `dst.len()` bytes out of the media at `off`.
+    fn read(&self, off: usize, dst: &mut [u8]);
+    /// Store `src` at `off` with ordinary write-back stores.
+    fn write(&self, off: usize, src: &[u8]);
+    /// Store `src` at `off` with non-temporal stores (partial lines are stored and flushed).
+    fn write_nt(&self, off: usize, src: &[u8]);
+    /// Write back the cache lines covering `[off, off+len)`; durable after the next fence.
+    fn flush(&self, off: usize, len: usize, how: Flush);
+    /// Complete earlier flushes and non-temporal stores.
+    fn fence(&self, kind: Fence);
+    /// Page-granular durability (`msync`) for media whose durability point is the page cache.
+    fn sync_pages(&self, off: usize, len: usize) -> Result<()>;
+    /// Atomic aligned 8-byte load.
+    fn load_u64(&self, off: usize) -> u64;
+    /// Atomic aligned 8-byte store (not flushed).
+    fn store_u64(&self, off: usize, v: u64);
+    /// Atomic aligned 8-byte compare-and-swap: `Ok(previous)` or `Err(actual)`.
+    fn cas_u64(&self, off: usize, current: u64, new: u64) -> std::result::Result<u64, u64>;
+    /// Atomic 16-byte-aligned compare-and-swap (cmpxchg16b).
+    fn cas_u128(&self, off: usize, current: u128, new: u128) -> std::result::Result<u128, u128>;
+
+    /// Atomic 16-byte load (a CAS that swaps the value with itself).
+    fn load_u128(&self, off: usize) -> u128 {
+        match self.cas_u128(off, 0, 0) {
+            Ok(v) | Err(v) => v,
+        }
+    }
+    /// Atomic 16-byte store (not flushed).
+    fn store_u128(&self, off: usize, v: u128) {
+        let mut cur = self.load_u128(off);
+        while let Err(actual) = self.cas_u128(off, cur, v) {
+            cur = actual;
+        }
+    }
+    /// Store an 8-byte word atomically and make it durable (flush + sfence), for metadata.
+    fn persist_u64(&self, off: usize, v: u64) {
+        self.store_u64(off, v);
+        if self.domain() == Domain::Adr {
+            self.flush(off, 8, Flush::best());
+        }
+        self.fence(Fence::Sfence);
+    }
+    /// Store a 16-byte word atomically and make it durable.
+    fn persist_u128(&self, off: usize, v: u128) {
+        self.store_u128(off, v);
+        if self.domain() == Domain::Adr {
+            self.flush(off, 16, Flush::best());
+        }
+        self.fence(Fence::Sfence);
+    }
+    /// Store zeroes over `[off, off+len)` (write-back stores, not flushed).
+    fn zero(&self, off: usize, len: usize) {
+        const Z: [u8; 4096] = [0; 4096];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(Z.len());
+            self.write(off + done, &Z[..n]);
+            done += n;
+        }
+    }
+}
+
+impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn domain(&self) -> Domain {
+        (**self).domain()
+    }
+    fn read(&self, off: usize, dst: &mut [u8]) {
+        (**self).read(off, dst)
+    }
+    fn write(&self, off: usize, src: &[u8]) {
+        (**self).write(off, src)
+    }
+    fn write_nt(&self, off: usize, src: &[u8]) {
+        (**self).write_nt(off, src)
+    }
+    fn flush(&self, off: usize, len: usize, how: Flush) {
+        (**self).flush(off, len, how)
+    }
+    fn fence(&self, kind: Fence) {
+        (**self).fence(kind)
+    }
+    fn sync_pages(&self, off: usize, len: usize) -> Result<()> {
+        (**self).sync_pages(off, len)
+    }
+    fn load_u64(&self, off: usize) -> u64 {
+        (**self).load_u64(off)
+    }
+    fn store_u64(&self, off: usize, v: u64) {
+        (**self).store_u64(off, v)
+    }
+    fn cas_u64(&self, off: usize, current: u64, new: u64) -> std::result::Result<u64, u64> {
+        (**self).cas_u64(off, current, new)
+    }
+    fn cas_u128(&self, off: usize, current: u128, new: u128) -> std::result::Result<u128, u128> {
+        (**self).cas_u128(off, current, new)
+    }
+}

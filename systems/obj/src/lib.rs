@@ -1,0 +1,1 @@
+//! PMO: persistent memory objects (being built; see issue 8).
