@@ -47,7 +47,11 @@ fn detect() -> CpuFeatures {
     let (l1, l7) = {
         let max = __cpuid(0).eax;
         let l1 = __cpuid(1);
-        let l7 = if max >= 7 { Some(__cpuid_count(7, 0)) } else { None };
+        let l7 = if max >= 7 {
+            Some(__cpuid_count(7, 0))
+        } else {
+            None
+        };
         (l1, l7)
     };
     let ebx7 = l7.map_or(0, |r| r.ebx);

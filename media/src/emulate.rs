@@ -24,7 +24,14 @@ pub struct EmulationSpec {
 
 impl Default for EmulationSpec {
     fn default() -> Self {
-        EmulationSpec { rdsx: 1, wrsx: 1, rdlat_ns: 0, wrlat_ns: 0, rdbw_mbs: 0, wrbw_mbs: 0 }
+        EmulationSpec {
+            rdsx: 1,
+            wrsx: 1,
+            rdlat_ns: 0,
+            wrlat_ns: 0,
+            rdbw_mbs: 0,
+            wrbw_mbs: 0,
+        }
     }
 }
 
@@ -43,10 +50,17 @@ impl std::str::FromStr for EmulationSpec {
             return Ok(e);
         }
         for part in s.split(',') {
-            let (k, v) = part.split_once('=').ok_or_else(|| format!("{part:?}: expected key=value"))?;
-            let n: u64 = v.trim().parse().map_err(|_| format!("{part:?}: value is not a number"))?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: expected key=value"))?;
+            let n: u64 = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("{part:?}: value is not a number"))?;
             match k.trim() {
-                "rdsx" | "wrsx" if n == 0 || n > 1000 => return Err(format!("{k} must be 1..=1000")),
+                "rdsx" | "wrsx" if n == 0 || n > 1000 => {
+                    return Err(format!("{k} must be 1..=1000"))
+                }
                 "rdsx" => e.rdsx = n as u32,
                 "wrsx" => e.wrsx = n as u32,
                 "rdlat" => e.rdlat_ns = n,
@@ -54,7 +68,9 @@ impl std::str::FromStr for EmulationSpec {
                 "rdbw" => e.rdbw_mbs = n,
                 "wrbw" => e.wrbw_mbs = n,
                 other => {
-                    return Err(format!("unknown emulation key {other:?} (rdsx, wrsx, rdlat, wrlat, rdbw, wrbw)"))
+                    return Err(format!(
+                        "unknown emulation key {other:?} (rdsx, wrsx, rdlat, wrlat, rdbw, wrbw)"
+                    ))
                 }
             }
         }
@@ -71,7 +87,10 @@ struct Bucket {
 
 impl Bucket {
     fn new(mbs: u64) -> Option<Bucket> {
-        (mbs > 0).then(|| Bucket { next_free_ns: AtomicU64::new(0), ns_per_byte_x1024: 1024 * 1000 / mbs })
+        (mbs > 0).then(|| Bucket {
+            next_free_ns: AtomicU64::new(0),
+            ns_per_byte_x1024: 1024 * 1000 / mbs,
+        })
     }
 
     /// Reserve `bytes` and return the time (ns since origin) when they may complete.
@@ -80,7 +99,12 @@ impl Bucket {
         let mut cur = self.next_free_ns.load(Ordering::Relaxed);
         loop {
             let start = cur.max(now_ns);
-            match self.next_free_ns.compare_exchange_weak(cur, start + cost, Ordering::AcqRel, Ordering::Relaxed) {
+            match self.next_free_ns.compare_exchange_weak(
+                cur,
+                start + cost,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return start + cost,
                 Err(a) => cur = a,
             }
@@ -98,7 +122,12 @@ pub struct Emulator {
 
 impl Emulator {
     pub fn new(spec: EmulationSpec) -> Emulator {
-        Emulator { spec, origin: Instant::now(), rd: Bucket::new(spec.rdbw_mbs), wr: Bucket::new(spec.wrbw_mbs) }
+        Emulator {
+            spec,
+            origin: Instant::now(),
+            rd: Bucket::new(spec.rdbw_mbs),
+            wr: Bucket::new(spec.wrbw_mbs),
+        }
     }
 
     pub fn spec(&self) -> &EmulationSpec {
@@ -111,7 +140,13 @@ impl Emulator {
         if self.spec.is_off() {
             return f();
         }
-        self.run(bytes, self.spec.rdsx, self.spec.rdlat_ns, self.rd.as_ref(), f)
+        self.run(
+            bytes,
+            self.spec.rdsx,
+            self.spec.rdlat_ns,
+            self.rd.as_ref(),
+            f,
+        )
     }
 
     /// Run the write copy `f` of `bytes` bytes at emulated speed.
@@ -120,10 +155,23 @@ impl Emulator {
         if self.spec.is_off() {
             return f();
         }
-        self.run(bytes, self.spec.wrsx, self.spec.wrlat_ns, self.wr.as_ref(), f)
+        self.run(
+            bytes,
+            self.spec.wrsx,
+            self.spec.wrlat_ns,
+            self.wr.as_ref(),
+            f,
+        )
     }
 
-    fn run<R>(&self, bytes: usize, sx: u32, lat_ns: u64, bucket: Option<&Bucket>, f: impl FnOnce() -> R) -> R {
+    fn run<R>(
+        &self,
+        bytes: usize,
+        sx: u32,
+        lat_ns: u64,
+        bucket: Option<&Bucket>,
+        f: impl FnOnce() -> R,
+    ) -> R {
         let t0 = Instant::now();
         let c0 = cycles();
         let r = f();
@@ -137,7 +185,8 @@ impl Emulator {
         }
         let mut deadline_ns = t0.duration_since(self.origin).as_nanos() as u64 + lat_ns;
         if let Some(b) = bucket {
-            deadline_ns = deadline_ns.max(b.reserve(t0.duration_since(self.origin).as_nanos() as u64, bytes));
+            deadline_ns =
+                deadline_ns.max(b.reserve(t0.duration_since(self.origin).as_nanos() as u64, bytes));
         }
         spin_until(self.origin, deadline_ns);
         r
@@ -169,7 +218,10 @@ pub fn cycles() -> u64 {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        std::time::UNIX_EPOCH.elapsed().map(|d| d.as_nanos() as u64).unwrap_or(0)
+        std::time::UNIX_EPOCH
+            .elapsed()
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
     }
 }
 
@@ -191,6 +243,9 @@ mod tests {
         let e = Emulator::new("wrlat=2000000".parse().unwrap());
         let t = Instant::now();
         e.write(8, || ());
-        assert!(t.elapsed().as_nanos() >= 2_000_000, "a 2 ms floor must hold");
+        assert!(
+            t.elapsed().as_nanos() >= 2_000_000,
+            "a 2 ms floor must hold"
+        );
     }
 }

@@ -12,10 +12,16 @@ pub enum MediaError {
         source: std::io::Error,
     },
     #[error("{path}: size {size} is invalid: {why}")]
-    BadSize { path: PathBuf, size: u64, why: String },
+    BadSize {
+        path: PathBuf,
+        size: u64,
+        why: String,
+    },
     #[error("{path}: does not exist; pass a size (e.g. --size 1G) to create it")]
     Missing { path: PathBuf },
-    #[error("{path}: is not a device-dax character device ({why}); use a file path for file-backed PM")]
+    #[error(
+        "{path}: is not a device-dax character device ({why}); use a file path for file-backed PM"
+    )]
     NotDevDax { path: PathBuf, why: String },
     #[error("{path}: {why}")]
     Unsupported { path: PathBuf, why: String },
@@ -32,6 +38,10 @@ pub type Result<T, E = MediaError> = std::result::Result<T, E>;
 
 impl MediaError {
     pub(crate) fn io(path: impl Into<PathBuf>, what: &'static str, source: std::io::Error) -> Self {
-        MediaError::Io { path: path.into(), what, source }
+        MediaError::Io {
+            path: path.into(),
+            what,
+            source,
+        }
     }
 }

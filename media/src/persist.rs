@@ -99,8 +99,18 @@ pub struct Persister {
 impl Persister {
     pub fn new(scheme: WriteScheme, media_len: usize, domain: Domain) -> Persister {
         let pages = media_len.div_ceil(DIRTY_PAGE);
-        let dirty = if scheme.deferred() { (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() } else { vec![] };
-        Persister { scheme, eadr: domain == Domain::Eadr, dirty, media_len, nt_width: crate::features().nt_width() }
+        let dirty = if scheme.deferred() {
+            (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
+        } else {
+            vec![]
+        };
+        Persister {
+            scheme,
+            eadr: domain == Domain::Eadr,
+            dirty,
+            media_len,
+            nt_width: crate::features().nt_width(),
+        }
     }
 
     pub fn scheme(&self) -> WriteScheme {

@@ -42,7 +42,11 @@ impl Region {
         // aliasing because no references into PM exist.
         let r = unsafe { libc::mprotect(p.cast(), n.min(self.len() - start), access.prot()) };
         if r != 0 {
-            return Err(MediaError::io(self.path(), "mprotect failed", std::io::Error::last_os_error()));
+            return Err(MediaError::io(
+                self.path(),
+                "mprotect failed",
+                std::io::Error::last_os_error(),
+            ));
         }
         Ok(())
     }
@@ -51,10 +55,20 @@ impl Region {
     pub fn set_pkey(&self, key: &Pkey, access: Access) -> Result<()> {
         // SAFETY: as for `set_access`.
         let r = unsafe {
-            libc::syscall(libc::SYS_pkey_mprotect, self.base(), self.len(), access.prot(), key.0 as libc::c_long)
+            libc::syscall(
+                libc::SYS_pkey_mprotect,
+                self.base(),
+                self.len(),
+                access.prot(),
+                key.0 as libc::c_long,
+            )
         };
         if r != 0 {
-            return Err(MediaError::io(self.path(), "pkey_mprotect failed", std::io::Error::last_os_error()));
+            return Err(MediaError::io(
+                self.path(),
+                "pkey_mprotect failed",
+                std::io::Error::last_os_error(),
+            ));
         }
         Ok(())
     }
@@ -71,13 +85,27 @@ impl Region {
         assert!(start + n <= self.len(), "window {off}+{len} outside region");
         // SAFETY: a fresh mapping of our own file; nothing Rust owns aliases it.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), n, access.prot(), libc::MAP_SHARED, file.as_raw_fd(), start as libc::off_t)
+            libc::mmap(
+                std::ptr::null_mut(),
+                n,
+                access.prot(),
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                start as libc::off_t,
+            )
         };
         if p == libc::MAP_FAILED {
-            return Err(MediaError::io(self.path(), "cannot map private window", std::io::Error::last_os_error()));
+            return Err(MediaError::io(
+                self.path(),
+                "cannot map private window",
+                std::io::Error::last_os_error(),
+            ));
         }
         let region = Region::from_raw_window(p.cast(), n, self.domain(), self.path().to_path_buf());
-        Ok(FileWindow { region, base: start })
+        Ok(FileWindow {
+            region,
+            base: start,
+        })
     }
 }
 
@@ -99,7 +127,12 @@ impl FileWindow {
 }
 
 impl Region {
-    pub(crate) fn from_raw_window(ptr: *mut u8, len: usize, domain: Domain, path: PathBuf) -> Region {
+    pub(crate) fn from_raw_window(
+        ptr: *mut u8,
+        len: usize,
+        domain: Domain,
+        path: PathBuf,
+    ) -> Region {
         Region::from_parts(ptr, len, RegionKind::File, domain, path)
     }
 }
@@ -127,9 +160,15 @@ impl Pkey {
             });
         }
         // SAFETY: plain syscall; flags 0, initial rights access-disabled.
-        let k = unsafe { libc::syscall(libc::SYS_pkey_alloc, 0, 1 /* PKEY_DISABLE_ACCESS */) } as i32;
+        let k = unsafe {
+            libc::syscall(libc::SYS_pkey_alloc, 0, 1 /* PKEY_DISABLE_ACCESS */)
+        } as i32;
         if k < 0 {
-            return Err(MediaError::io("<pkey>", "pkey_alloc failed", std::io::Error::last_os_error()));
+            return Err(MediaError::io(
+                "<pkey>",
+                "pkey_alloc failed",
+                std::io::Error::last_os_error(),
+            ));
         }
         Ok(Pkey(k))
     }
@@ -188,7 +227,9 @@ impl Drop for PkeyWindow {
 fn rdpkru() -> u32 {
     let v: u32;
     // SAFETY: RDPKRU reads this thread's PKRU; only called when the CPU has pku (Pkey::alloc).
-    unsafe { std::arch::asm!("rdpkru", in("ecx") 0, out("eax") v, out("edx") _, options(nomem, nostack, preserves_flags)) };
+    unsafe {
+        std::arch::asm!("rdpkru", in("ecx") 0, out("eax") v, out("edx") _, options(nomem, nostack, preserves_flags))
+    };
     v
 }
 
@@ -196,5 +237,7 @@ fn rdpkru() -> u32 {
 fn wrpkru(v: u32) {
     // SAFETY: WRPKRU changes only this thread's access rights to pages with protection keys; it
     // is serializing for later memory accesses, which is what the window needs.
-    unsafe { std::arch::asm!("wrpkru", in("eax") v, in("ecx") 0, in("edx") 0, options(nostack, preserves_flags)) };
+    unsafe {
+        std::arch::asm!("wrpkru", in("eax") v, in("ecx") 0, in("edx") 0, options(nostack, preserves_flags))
+    };
 }

@@ -98,7 +98,9 @@ pub unsafe fn flush(p: *const u8, len: usize, how: Flush) {
 unsafe fn flush_line(p: *const u8, how: Flush) {
     #[cfg(target_arch = "x86_64")]
     match how {
-        Flush::Clflush => std::arch::asm!("clflush [{0}]", in(reg) p, options(nostack, preserves_flags)),
+        Flush::Clflush => {
+            std::arch::asm!("clflush [{0}]", in(reg) p, options(nostack, preserves_flags))
+        }
         Flush::Clflushopt => {
             std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
         }

@@ -102,7 +102,8 @@ impl Region {
             .open(path)
             .map_err(|e| MediaError::io(path, "cannot create", e))?;
         let made = (|| {
-            fallocate(&file, size).map_err(|e| MediaError::io(path, "cannot allocate space (fallocate)", e))?;
+            fallocate(&file, size)
+                .map_err(|e| MediaError::io(path, "cannot allocate space (fallocate)", e))?;
             Self::map_file(path, file, size, opts)
         })();
         if made.is_err() {
@@ -147,7 +148,14 @@ impl Region {
     pub fn anonymous(len: usize) -> Result<Region> {
         let path = PathBuf::from("<anonymous>");
         check_size(&path, len as u64, PAGE)?;
-        let ptr = mmap(&path, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)?;
+        let ptr = mmap(
+            &path,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )?;
         Ok(Region {
             ptr,
             len,
@@ -174,13 +182,21 @@ impl Region {
         let ptr = if opts.dax == DaxMode::Off {
             mmap(path, len, prot, libc::MAP_SHARED | populate, fd, 0)?
         } else {
-            match mmap(path, len, prot, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | populate, fd, 0) {
+            match mmap(
+                path,
+                len,
+                prot,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC | populate,
+                fd,
+                0,
+            ) {
                 Ok(p) => {
                     kind = RegionKind::Dax;
                     p
                 }
                 Err(MediaError::Io { source, .. })
-                    if source.raw_os_error() == Some(libc::EOPNOTSUPP) && opts.dax == DaxMode::Auto =>
+                    if source.raw_os_error() == Some(libc::EOPNOTSUPP)
+                        && opts.dax == DaxMode::Auto =>
                 {
                     notes.push(format!(
                         "{}: file system is not DAX (MAP_SYNC refused); mapped MAP_SHARED as emulated PM",
@@ -188,7 +204,9 @@ impl Region {
                     ));
                     mmap(path, len, prot, libc::MAP_SHARED | populate, fd, 0)?
                 }
-                Err(MediaError::Io { source, .. }) if source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                Err(MediaError::Io { source, .. })
+                    if source.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+                {
                     return Err(MediaError::Unsupported {
                         path: path.into(),
                         why: "DAX required but the file system does not support MAP_SYNC".into(),
@@ -205,7 +223,16 @@ impl Region {
                 path.display()
             ));
         }
-        Ok(Region { ptr, len, kind, domain, path: path.into(), file: Some(file), on_tmpfs, notes })
+        Ok(Region {
+            ptr,
+            len,
+            kind,
+            domain,
+            path: path.into(),
+            file: Some(file),
+            on_tmpfs,
+            notes,
+        })
     }
 
     fn open_devdax(path: &Path, rdev: u64, opts: &RegionOptions) -> Result<Region> {
@@ -223,7 +250,11 @@ impl Region {
             });
         }
         let read_num = |name: &str| -> Option<u64> {
-            std::fs::read_to_string(sys.join(name)).ok()?.trim().parse().ok()
+            std::fs::read_to_string(sys.join(name))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
         };
         let size = read_num("size").ok_or_else(|| MediaError::NotDevDax {
             path: path.into(),
@@ -281,8 +312,23 @@ impl Region {
         self.kind == RegionKind::File && !self.on_tmpfs
     }
 
-    pub(crate) fn from_parts(ptr: *mut u8, len: usize, kind: RegionKind, domain: Domain, path: PathBuf) -> Region {
-        Region { ptr, len, kind, domain, path, file: None, on_tmpfs: true, notes: vec![] }
+    pub(crate) fn from_parts(
+        ptr: *mut u8,
+        len: usize,
+        kind: RegionKind,
+        domain: Domain,
+        path: PathBuf,
+    ) -> Region {
+        Region {
+            ptr,
+            len,
+            kind,
+            domain,
+            path,
+            file: None,
+            on_tmpfs: true,
+            notes: vec![],
+        }
     }
 
     /// Base address of the mapping, for the protection module and the raw copy functions.
@@ -313,7 +359,11 @@ impl Region {
         // SAFETY: the range is inside our mapping.
         let r = unsafe { libc::msync(p.cast(), end - start, libc::MS_SYNC) };
         if r != 0 {
-            return Err(MediaError::Sync { offset: start, end, source: std::io::Error::last_os_error() });
+            return Err(MediaError::Sync {
+                offset: start,
+                end,
+                source: std::io::Error::last_os_error(),
+            });
         }
         Ok(())
     }
@@ -363,7 +413,14 @@ impl crate::Media for Region {
     fn write_nt(&self, off: usize, src: &[u8]) {
         let p = self.at(off, src.len());
         // SAFETY: as for `write`.
-        unsafe { raw::copy_in_nt(p, src.as_ptr(), src.len(), crate::cpu::features().nt_width()) }
+        unsafe {
+            raw::copy_in_nt(
+                p,
+                src.as_ptr(),
+                src.len(),
+                crate::cpu::features().nt_width(),
+            )
+        }
     }
     #[inline]
     fn flush(&self, off: usize, len: usize, how: raw::Flush) {
@@ -405,11 +462,18 @@ fn check_size(path: &Path, size: u64, align: u64) -> Result<()> {
         return Err(MediaError::BadSize {
             path: path.into(),
             size,
-            why: format!("smaller than the minimum of {} bytes", MIN_REGION.max(align)),
+            why: format!(
+                "smaller than the minimum of {} bytes",
+                MIN_REGION.max(align)
+            ),
         });
     }
     if size % align != 0 {
-        return Err(MediaError::BadSize { path: path.into(), size, why: format!("not a multiple of {align} bytes") });
+        return Err(MediaError::BadSize {
+            path: path.into(),
+            size,
+            why: format!("not a multiple of {align} bytes"),
+        });
     }
     Ok(())
 }
@@ -435,7 +499,11 @@ fn mmap(path: &Path, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> Re
     // SAFETY: a fresh mapping chosen by the kernel; it aliases nothing Rust owns.
     let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, off) };
     if p == libc::MAP_FAILED {
-        return Err(MediaError::io(path, "cannot mmap", std::io::Error::last_os_error()));
+        return Err(MediaError::io(
+            path,
+            "cannot mmap",
+            std::io::Error::last_os_error(),
+        ));
     }
     Ok(p.cast())
 }
@@ -457,8 +525,14 @@ pub fn platform_domain() -> Option<Domain> {
         if !e.file_name().to_string_lossy().starts_with("region") {
             continue;
         }
-        let Ok(s) = std::fs::read_to_string(e.path().join("persistence_domain")) else { continue };
-        let d = if s.trim() == "cpu_cache" { Domain::Eadr } else { Domain::Adr };
+        let Ok(s) = std::fs::read_to_string(e.path().join("persistence_domain")) else {
+            continue;
+        };
+        let d = if s.trim() == "cpu_cache" {
+            Domain::Eadr
+        } else {
+            Domain::Adr
+        };
         seen = Some(match (seen, d) {
             (Some(Domain::Adr), _) | (_, Domain::Adr) => Domain::Adr,
             _ => Domain::Eadr,
