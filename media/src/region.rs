@@ -348,6 +348,13 @@ impl Region {
         unsafe { self.ptr.add(off) }
     }
 
+    /// Address of byte `off` after checking that `[off, off+len)` lies inside the region, for
+    /// layers that hand raw pointers to C callers (the object store's C ABI) or install page
+    /// rights. Dereferencing it is the caller's `unsafe`, with the same rules as `raw.rs`.
+    pub fn ptr_at(&self, off: usize, len: usize) -> *mut u8 {
+        self.at(off, len)
+    }
+
     /// `msync(MS_SYNC)` the pages covering `[off, off+len)`.
     pub fn msync(&self, off: usize, len: usize) -> Result<()> {
         if len == 0 {
