@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up and run pmkit's main job on the embedded default (no PM hardware needed).
+# Idempotent: re-running skips installed packages and reuses the build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+install_packages scripts/build-packages.txt
+require_cargo
+cargo build --release --locked -p pmkit
+exec ./target/release/pmkit probe "$@"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Install everything the tests use and run all of them. Idempotent. CI runs this (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+install_packages scripts/build-packages.txt scripts/test-packages.txt
+require_cargo
+# Tests are built with optimisation (profile.test opt-level=1) and run on 2 cores.
+cargo test --workspace --locked --no-fail-fast "$@"
