@@ -1,0 +1,56 @@
+//! Typed errors of the block device. Each says what failed, where, and what to do.
+
+use pmkit_media::MediaError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BlkError {
+    #[error("request at byte {off} of {len} bytes is not aligned to the {block_size}-byte block size")]
+    Misaligned { off: u64, len: u64, block_size: u32 },
+    #[error("request at byte {off} of {len} bytes ends past the device capacity of {capacity} bytes")]
+    OutOfRange { off: u64, len: u64, capacity: u64 },
+    #[error("zero-length request at byte {off}")]
+    ZeroLength { off: u64 },
+    #[error("request of {len} bytes is larger than the limit of {max} bytes; split it")]
+    TooLarge { len: u64, max: u64 },
+    #[error("block {block} (byte {off}): checksum mismatch (stored {stored:#010x}, computed {computed:#010x}); the block's data is corrupt")]
+    Checksum { block: u64, off: u64, stored: u32, computed: u32 },
+    #[error("block {block}: data read back after the write differs from what was written (--write-verify)")]
+    VerifyFailed { block: u64 },
+    #[error("not a pmkit block device: wrong magic {found:02x?} in both superblock copies (create one with `pmkit create`)")]
+    BadMagic { found: [u8; 8] },
+    #[error("superblock version {found} is not supported (this pmkit reads version {supported})")]
+    BadVersion { found: u32, supported: u32 },
+    #[error("both superblock copies are corrupt ({why}); the device cannot be opened")]
+    BadSuperblock { why: String },
+    #[error("the superblock describes {expected} bytes of media but the region has {actual}; was the file truncated or resized?")]
+    SizeMismatch { expected: u64, actual: u64 },
+    #[error("invalid option: {0}")]
+    BadOption(String),
+    #[error("media of {len} bytes is too small for a device with {block_size}-byte blocks (need at least {min} bytes)")]
+    TooSmall { len: u64, block_size: u32, min: u64 },
+    #[error("protection `{mode}` is not available: {why}")]
+    ProtectUnavailable { mode: &'static str, why: String },
+    #[error("write scheme `{0}` is not available on this CPU")]
+    SchemeUnavailable(&'static str),
+    #[error("{path}: the device is open in another process; stop that process first")]
+    Busy { path: std::path::PathBuf },
+    #[error("the device is closed")]
+    Closed,
+    #[error(transparent)]
+    Media(#[from] MediaError),
+}
+
+pub type Result<T, E = BlkError> = std::result::Result<T, E>;
+
+impl BlkError {
+    /// The `errno` a front end (NBD, FUSE) should report for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            BlkError::Misaligned { .. } | BlkError::ZeroLength { .. } | BlkError::BadOption(_) => libc::EINVAL,
+            BlkError::OutOfRange { .. } => libc::ENOSPC,
+            BlkError::TooLarge { .. } => libc::EOVERFLOW,
+            BlkError::Closed => libc::ESHUTDOWN,
+            _ => libc::EIO,
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Access windows: how the engine gets the right to touch PM for one access, per protection
+//! mode. Everything else in the data path is one piece of code that runs inside a window and
+//! sees the media through a [`View`]:
+//!
+//! | mode              | outside a window            | opening a write window                      |
+//! |-------------------|-----------------------------|---------------------------------------------|
+//! | none              | read-write                  | nothing                                     |
+//! | pt, pt-batch      | read-only (`mprotect`)      | `mprotect` the pages read-write, and back   |
+//! | private           | no access (`PROT_NONE`)     | `mmap` the range of the file, `munmap` after |
+//! | pkey              | key access-disabled (PKRU)  | WRPKRU to enable, WRPKRU to restore         |
+
+use crate::error::Result;
+use crate::stripes::Stripes;
+use pmkit_media::protect::{Access, Pkey};
+use pmkit_media::{Domain, Fence, Flush, Media, MediaError, Region};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Media the block device runs on: anything implementing [`Media`], plus access to the real
+/// mapping when there is one (protection modes other than `none` need it).
+pub trait BlkMedia: Media + 'static {
+    /// The mapping behind this media; `None` for simulators.
+    fn region(&self) -> Option<&Region> {
+        None
+    }
+}
+
+impl BlkMedia for Region {
+    fn region(&self) -> Option<&Region> {
+        Some(self)
+    }
+}
+
+impl BlkMedia for Arc<Region> {
+    fn region(&self) -> Option<&Region> {
+        Some(self)
+    }
+}
+
+/// The media as seen from inside a window. Offsets are always media offsets.
+pub enum View<'a, M> {
+    /// The media itself.
+    Main(&'a M),
+    /// A private window: media offset `off` is window offset `off - base`.
+    Window { win: &'a Region, base: usize },
+    /// For a `private` barrier: flushes map a short window of their own; nothing else allowed.
+    Lazy { region: &'a Region, err: &'a Mutex<Option<MediaError>> },
+}
+
+impl<M: Media> Media for View<'_, M> {
+    fn len(&self) -> usize {
+        match self {
+            View::Main(m) => m.len(),
+            View::Window { win, base } => win.len() + base,
+            View::Lazy { region, .. } => region.len(),
+        }
+    }
+    fn domain(&self) -> Domain {
+        match self {
+            View::Main(m) => m.domain(),
+            View::Window { win, .. } => win.domain(),
+            View::Lazy { region, .. } => region.domain(),
+        }
+    }
+    #[inline]
+    fn read(&self, off: usize, dst: &mut [u8]) {
+        match self {
+            View::Main(m) => m.read(off, dst),
+            View::Window { win, base } => win.read(off - base, dst),
+            View::Lazy { .. } => lazy_misuse(),
+        }
+    }
+    #[inline]
+    fn write(&self, off: usize, src: &[u8]) {
+        match self {
+            View::Main(m) => m.write(off, src),
+            View::Window { win, base } => win.write(off - base, src),
+            View::Lazy { .. } => lazy_misuse(),
+        }
+    }
+    #[inline]
+    fn write_nt(&self, off: usize, src: &[u8]) {
+        match self {
+            View::Main(m) => m.write_nt(off, src),
+            View::Window { win, base } => win.write_nt(off - base, src),
+            View::Lazy { .. } => lazy_misuse(),
+        }
+    }
+    #[inline]
+    fn flush(&self, off: usize, len: usize, how: Flush) {
+        match self {
+            View::Main(m) => m.flush(off, len, how),
+            View::Window { win, base } => win.flush(off - base, len, how),
+            View::Lazy { region, err } => match region.window(off, len, Access::Read) {
+                // Cache lines are tagged by physical address: flushing through a new mapping
+                // of the same file page writes back what the earlier window stored.
+                Ok(w) => w.media().flush(w.offset_of(off), len, how),
+                Err(e) => {
+                    err.lock().get_or_insert(e);
+                }
+            },
+        }
+    }
+    #[inline]
+    fn fence(&self, kind: Fence) {
+        match self {
+            View::Main(m) => m.fence(kind),
+            View::Window { win, .. } => win.fence(kind),
+            View::Lazy { region, .. } => region.fence(kind),
+        }
+    }
+    fn sync_pages(&self, off: usize, len: usize) -> pmkit_media::Result<()> {
+        match self {
+            View::Main(m) => m.sync_pages(off, len),
+            View::Window { win, base } => win.sync_pages(off - base, len),
+            // msync writes back the file's pages whatever the rights of this mapping.
+            View::Lazy { region, .. } => region.msync(off, len),
+        }
+    }
+    fn load_u64(&self, off: usize) -> u64 {
+        match self {
+            View::Main(m) => m.load_u64(off),
+            View::Window { win, base } => win.load_u64(off - base),
+            View::Lazy { .. } => lazy_misuse(),
+        }
+    }
+    fn store_u64(&self, off: usize, v: u64) {
+        match self {
+            View::Main(m) => m.store_u64(off, v),
+            View::Window { win, base } => win.store_u64(off - base, v),
+            View::Lazy { .. } => lazy_misuse(),
+        }
+    }
+    fn cas_u64(&self, off: usize, current: u64, new: u64) -> std::result::Result<u64, u64> {
+        match self {
+            View::Main(m) => m.cas_u64(off, current, new),
+            View::Window { win, base } => win.cas_u64(off - base, current, new),
+            View::Lazy { .. } => lazy_misuse(),
+        }
+    }
+    fn cas_u128(&self, off: usize, current: u128, new: u128) -> std::result::Result<u128, u128> {
+        match self {
+            View::Main(m) => m.cas_u128(off, current, new),
+            View::Window { win, base } => win.cas_u128(off - base, current, new),
+            View::Lazy { .. } => lazy_misuse(),
+        }
+    }
+}
+
+fn lazy_misuse() -> ! {
+    panic!("a barrier view only flushes and syncs; data access must open a window")
+}
+
+/// The protection mode's way of opening windows.
+pub enum Gate {
+    /// `none`.
+    Open,
+    /// `pt` and `pt-batch`: the region is read-only; a write window makes its pages writable.
+    /// Windows over one page are serialized (a closing window must not revoke another's rights).
+    Pages { locks: Stripes },
+    /// `private`: the region's own mapping has no access; each access maps the file range.
+    Private,
+    /// `pkey`: the region carries this key, access-disabled in every thread outside a window.
+    Pkey(Pkey),
+}
+
+/// Counts of windows opened (protection-mode cost, for the statistics).
+#[derive(Default)]
+pub struct WindowCount {
+    pub opened: AtomicU64,
+}
+
+impl Gate {
+    /// Put `region` under this gate's protection (at open).
+    pub fn protect(&self, region: Option<&Region>) -> Result<()> {
+        match (self, region) {
+            (Gate::Open, _) => {}
+            (Gate::Pages { .. }, Some(r)) => r.set_access(0, r.len(), Access::Read)?,
+            (Gate::Private, Some(r)) => r.set_access(0, r.len(), Access::None)?,
+            (Gate::Pkey(k), Some(r)) => {
+                r.set_pkey(k, Access::ReadWrite)?;
+                k.deny_this_thread();
+            }
+            (_, None) => unreachable!("protection modes are refused on media without a region"),
+        }
+        Ok(())
+    }
+
+    /// Give the region back its ordinary rights (at close), so a caller holding the mapping
+    /// can use it again. Best-effort for pkey: the pages keep their key.
+    pub fn unprotect(&self, region: Option<&Region>) -> Result<()> {
+        if let (Gate::Pages { .. } | Gate::Private, Some(r)) = (self, region) {
+            r.set_access(0, r.len(), Access::ReadWrite)?;
+        }
+        Ok(())
+    }
+
+    /// Run `f` with write (and read) rights to media bytes `[off, off+len)`.
+    #[inline]
+    pub fn write<M: BlkMedia, R>(
+        &self,
+        m: &M,
+        off: usize,
+        len: usize,
+        count: &WindowCount,
+        f: impl FnOnce(&View<'_, M>) -> R,
+    ) -> Result<R> {
+        match self {
+            Gate::Open => Ok(f(&View::Main(m))),
+            Gate::Pkey(k) => {
+                let _w = k.open_write();
+                Ok(f(&View::Main(m)))
+            }
+            Gate::Pages { locks } => {
+                let r = m.region().expect("pt needs a region");
+                let _g = locks.lock(off, len, true);
+                count.opened.fetch_add(1, Ordering::Relaxed);
+                r.set_access(off, len, Access::ReadWrite)?;
+                let out = f(&View::Main(m));
+                r.set_access(off, len, Access::Read)?;
+                Ok(out)
+            }
+            Gate::Private => {
+                let r = m.region().expect("private needs a region");
+                count.opened.fetch_add(1, Ordering::Relaxed);
+                let w = r.window(off, len, Access::ReadWrite)?;
+                let out = f(&View::Window { win: w.media(), base: off - w.offset_of(off) });
+                drop(w);
+                Ok(out)
+            }
+        }
+    }
+
+    /// Run `f` with read rights to media bytes `[off, off+len)`.
+    #[inline]
+    pub fn read<M: BlkMedia, R>(
+        &self,
+        m: &M,
+        off: usize,
+        len: usize,
+        count: &WindowCount,
+        f: impl FnOnce(&View<'_, M>) -> R,
+    ) -> Result<R> {
+        match self {
+            Gate::Open | Gate::Pages { .. } => Ok(f(&View::Main(m))),
+            Gate::Pkey(k) => {
+                let _w = k.open_read();
+                Ok(f(&View::Main(m)))
+            }
+            Gate::Private => {
+                let r = m.region().expect("private needs a region");
+                count.opened.fetch_add(1, Ordering::Relaxed);
+                let w = r.window(off, len, Access::Read)?;
+                Ok(f(&View::Window { win: w.media(), base: off - w.offset_of(off) }))
+            }
+        }
+    }
+
+    /// Run `f` (a write barrier: flushes and syncs over any part of the media) with the rights
+    /// it needs.
+    pub fn barrier<M: BlkMedia, R>(&self, m: &M, f: impl FnOnce(&View<'_, M>) -> R) -> Result<R> {
+        match self {
+            Gate::Open | Gate::Pages { .. } => Ok(f(&View::Main(m))),
+            Gate::Pkey(k) => {
+                let _w = k.open_read();
+                Ok(f(&View::Main(m)))
+            }
+            Gate::Private => {
+                let region = m.region().expect("private needs a region");
+                let err = Mutex::new(None);
+                let out = f(&View::Lazy { region, err: &err });
+                match err.into_inner() {
+                    Some(e) => Err(e.into()),
+                    None => Ok(out),
+                }
+            }
+        }
+    }
+}

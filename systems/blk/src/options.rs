@@ -1,0 +1,199 @@
+//! Options of the engine, free of any command-line parser so every front end (the CLI, `pmkit
+//! serve`, FUSE) fills the same struct and gets the same behaviour.
+
+use crate::error::{BlkError, Result};
+use pmkit_media::emulate::EmulationSpec;
+use pmkit_media::WriteScheme;
+use serde::Serialize;
+
+/// Largest request the engine takes in one call (front ends split bigger ones).
+pub const MAX_REQUEST_LIMIT: usize = 64 << 20;
+/// Limits on the pt-batch staging buffers.
+pub const MAX_BUFFERS: usize = 64;
+pub const MAX_BUFFER_BYTES: usize = 1 << 30;
+
+/// Protection from stray writes (seed 000 §IV.B, plus memory protection keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protect {
+    /// PM mapped read-write all the time.
+    None,
+    /// PM mapped read-only; pages made writable with `mprotect` around each write (PT-naive).
+    Pt,
+    /// Writes staged in DRAM buffers; syncer threads write sorted contiguous runs, one
+    /// `mprotect` window per run (Optimizations 1 and 2).
+    PtBatch,
+    /// PM mapped with no access; each access maps a window of the backing file for its duration.
+    Private,
+    /// PM tagged with a protection key whose access is disabled in every thread; an access
+    /// opens a per-thread window with WRPKRU. Protects reads and writes.
+    Pkey,
+}
+
+impl Protect {
+    pub const ALL: [Protect; 5] = [Protect::None, Protect::Pt, Protect::PtBatch, Protect::Private, Protect::Pkey];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protect::None => "none",
+            Protect::Pt => "pt",
+            Protect::PtBatch => "pt-batch",
+            Protect::Private => "private",
+            Protect::Pkey => "pkey",
+        }
+    }
+
+    /// Whether this mode needs a real mapping (a `Region`), not the crash simulator.
+    pub fn needs_region(self) -> bool {
+        self != Protect::None
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        Protect::ALL.iter().position(|p| *p == self).unwrap() as u8
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Protect> {
+        Protect::ALL.get(c as usize).copied()
+    }
+}
+
+impl std::fmt::Display for Protect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Protect {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Protect::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown protection {s:?} (expected one of none, pt, pt-batch, private, pkey)"))
+    }
+}
+
+/// Settings of the pt-batch staging buffers (the original driver's bufsize/bufnum/batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BatchOptions {
+    /// Number of buffers, each with its own syncer thread (1 = Optimization 1, more = 2).
+    pub buffers: usize,
+    /// Bytes of DRAM per buffer.
+    pub buffer_bytes: usize,
+    /// Most blocks one syncer pass writes before letting writers in again.
+    pub batch_blocks: usize,
+    /// Consecutive blocks that go to the same buffer (so contiguous runs stay together).
+    pub stride_blocks: u64,
+    /// A syncer starts draining at this percentage of its buffer dirty ...
+    pub high_pct: u8,
+    /// ... and stops at this one. After `idle_ms` without writes it drains down to it too.
+    pub low_pct: u8,
+    pub idle_ms: u64,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            buffers: 1,
+            buffer_bytes: 16 << 20,
+            batch_blocks: 1024,
+            stride_blocks: 256,
+            high_pct: 70,
+            low_pct: 10,
+            idle_ms: 2,
+        }
+    }
+}
+
+impl BatchOptions {
+    pub fn validate(&self, block_size: u32) -> Result<()> {
+        let bad = |s: String| Err(BlkError::BadOption(s));
+        if self.buffers == 0 || self.buffers > MAX_BUFFERS {
+            return bad(format!("--buffers must be 1..={MAX_BUFFERS}, got {}", self.buffers));
+        }
+        if self.buffer_bytes < block_size as usize * 4 || self.buffer_bytes > MAX_BUFFER_BYTES {
+            return bad(format!(
+                "--buffer-size must hold at least 4 blocks and at most {MAX_BUFFER_BYTES} bytes, got {}",
+                self.buffer_bytes
+            ));
+        }
+        if self.batch_blocks == 0 {
+            return bad("--batch must be at least 1 block".into());
+        }
+        if self.stride_blocks == 0 {
+            return bad("--buffer-stride must be at least 1 block".into());
+        }
+        if self.low_pct >= self.high_pct || self.high_pct > 100 {
+            return bad(format!(
+                "watermarks must satisfy low < high <= 100, got low {} high {}",
+                self.low_pct, self.high_pct
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Everything that decides how an opened device behaves (nothing here is stored on media
+/// except, for information, the protection and write scheme last used).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EngineOptions {
+    /// `None`: `pkey` where the CPU has memory protection keys, else `private` (file-backed
+    /// regions) or `pt`, with a note saying so.
+    pub protect: Option<Protect>,
+    /// What to use when `pkey` was asked for explicitly and is missing; `None` refuses.
+    pub pkey_fallback: Option<Protect>,
+    pub write: WriteScheme,
+    pub batch: BatchOptions,
+    /// Write only the 64-byte lines of a block that changed.
+    pub subpage: bool,
+    /// Read every write back and compare.
+    pub write_verify: bool,
+    pub emulate: EmulationSpec,
+    /// Largest request accepted, in bytes.
+    pub max_request: usize,
+    /// Fault every page in when mapping a region from a path.
+    pub populate: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            protect: None,
+            pkey_fallback: None,
+            write: WriteScheme::Nt,
+            batch: BatchOptions::default(),
+            subpage: false,
+            write_verify: false,
+            emulate: EmulationSpec::default(),
+            max_request: 32 << 20,
+            populate: false,
+        }
+    }
+}
+
+/// What is fixed when a device is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CreateOptions {
+    /// 512 or 4096.
+    pub block_size: u32,
+    /// Keep a CRC32C per block in PM and verify it on every read.
+    pub checksum: bool,
+    /// Zero the data area (needed unless the media is known to read as zeroes, e.g. a freshly
+    /// `fallocate`d file).
+    pub zero_data: bool,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions { block_size: 4096, checksum: false, zero_data: true }
+    }
+}
+
+impl CreateOptions {
+    pub fn validate(&self) -> Result<()> {
+        if self.block_size != 512 && self.block_size != 4096 {
+            return Err(BlkError::BadOption(format!("block size must be 512 or 4096, got {}", self.block_size)));
+        }
+        Ok(())
+    }
+}

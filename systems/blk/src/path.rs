@@ -1,0 +1,88 @@
+//! Devices by path: map a region (file, DAX file or device-dax) and create, open, inspect or
+//! check the device on it. A read-write open holds an exclusive `flock` on the file, `check`
+//! and `info` a shared one, so two processes never drive one device at once.
+
+use crate::check::{self, CheckReport};
+use crate::device::Device;
+use crate::error::{BlkError, Result};
+use crate::options::{CreateOptions, EngineOptions};
+use crate::superblock::{self, Found};
+use pmkit_media::{Region, RegionOptions};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+fn region_opts(populate: bool) -> RegionOptions {
+    RegionOptions { populate, ..Default::default() }
+}
+
+fn lock(region: &Region, exclusive: bool) -> Result<()> {
+    let Some(f) = region.file() else { return Ok(()) };
+    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(BlkError::Busy { path: region.path().into() });
+        }
+        return Err(BlkError::Media(pmkit_media::MediaError::Io {
+            path: region.path().into(),
+            what: "cannot lock (flock)",
+            source: e,
+        }));
+    }
+    Ok(())
+}
+
+/// Create a device at `path`. With `size`, a new file of that many bytes (fails if the path
+/// exists); without, an existing file or device-dax device is formatted (its data zeroed).
+pub fn create_path(
+    path: &Path,
+    size: Option<u64>,
+    create: &CreateOptions,
+    engine: &EngineOptions,
+) -> Result<Device<Region>> {
+    create.validate()?;
+    let (region, fresh) = match size {
+        Some(n) => {
+            if path.exists() {
+                return Err(BlkError::BadOption(format!(
+                    "{} already exists; remove it first, or omit --size to format it in place",
+                    path.display()
+                )));
+            }
+            (Region::create(path, n, &region_opts(engine.populate))?, true)
+        }
+        None => (Region::open(path, &region_opts(engine.populate))?, false),
+    };
+    lock(&region, true)?;
+    // A freshly fallocate'd file reads as zeroes already.
+    let create = CreateOptions { zero_data: create.zero_data && !fresh, ..*create };
+    let made = Device::create(region, &create, engine);
+    if made.is_err() && fresh {
+        let _ = std::fs::remove_file(path);
+    }
+    made
+}
+
+/// Open the device at `path` read-write with every engine option.
+pub fn open_path(path: &Path, engine: &EngineOptions) -> Result<Device<Region>> {
+    let region = Region::open(path, &region_opts(engine.populate))?;
+    lock(&region, true)?;
+    Device::open(region, engine)
+}
+
+/// Read the superblock at `path` without changing anything. `in_use` says whether another
+/// process has the device open.
+pub fn inspect_path(path: &Path) -> Result<(Found, bool)> {
+    let region = Region::open(path, &RegionOptions::default())?;
+    let in_use = matches!(lock(&region, false), Err(BlkError::Busy { .. }));
+    Ok((superblock::read(&region)?, in_use))
+}
+
+/// Check the device at `path` (superblock, and every block's checksum when they are on).
+/// With `mark_clean`, a device whose only finding is an unclean shutdown is marked clean.
+pub fn check_path(path: &Path, mark_clean: bool) -> Result<CheckReport> {
+    let region = Region::open(path, &RegionOptions::default())?;
+    lock(&region, mark_clean)?;
+    check::check(&region, mark_clean)
+}

@@ -1,0 +1,326 @@
+//! The on-media superblock and the device layout it describes.
+//!
+//! ```text
+//! byte 0        superblock slot A (128 bytes)
+//! byte 2048     superblock slot B (128 bytes)
+//! byte 4096     CRC32C table, 4 bytes per block, rounded up to 4 KiB  (only with --checksum)
+//! data_off      blocks 0..nblocks, block_size bytes each              (data_off is 4 KiB aligned)
+//! ```
+//!
+//! Crash safety: an update never overwrites the slot holding the current superblock. It writes
+//! the other slot with `seq + 1`, flushes and fences it; a reader takes the valid slot (magic,
+//! version, CRC32C) with the higher `seq`. A crash mid-update leaves the torn slot invalid and
+//! the older one in force.
+
+use crate::error::{BlkError, Result};
+use crate::options::Protect;
+use pmkit_media::{Domain, Fence, Flush, Media, WriteScheme};
+use serde::Serialize;
+
+pub const MAGIC: [u8; 8] = *b"PMKITBLK";
+pub const VERSION: u32 = 1;
+pub const PAGE: u64 = 4096;
+/// Bytes of one encoded slot (two cache lines).
+pub const SLOT_LEN: usize = 128;
+pub const SLOT_OFF: [u64; 2] = [0, 2048];
+/// Smallest device: this many blocks.
+pub const MIN_BLOCKS: u64 = 8;
+
+const FEATURE_CHECKSUM: u64 = 1;
+const CRC_AT: usize = SLOT_LEN - 4;
+
+/// Where things are on the media.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Layout {
+    pub block_size: u32,
+    pub nblocks: u64,
+    /// Offset of the CRC table (0 when checksums are off).
+    pub csum_off: u64,
+    pub data_off: u64,
+    pub region_len: u64,
+}
+
+impl Layout {
+    /// The largest device that fits in `region_len` bytes.
+    pub fn compute(region_len: u64, block_size: u32, checksum: bool) -> Result<Layout> {
+        let bs = block_size as u64;
+        let min = PAGE + if checksum { PAGE } else { 0 } + MIN_BLOCKS * bs;
+        if region_len < min {
+            return Err(BlkError::TooSmall { len: region_len, block_size, min });
+        }
+        let avail = region_len - PAGE;
+        let (mut n, table) = if checksum {
+            let mut n = avail / (bs + 4);
+            // The table is rounded up to a page, which may cost a few blocks.
+            while PAGE + (n * 4).div_ceil(PAGE) * PAGE + n * bs > region_len {
+                n -= 1;
+            }
+            (n, (n * 4).div_ceil(PAGE) * PAGE)
+        } else {
+            (avail / bs, 0)
+        };
+        let data_off = PAGE + table;
+        n = n.min((region_len - data_off) / bs);
+        assert!(n >= MIN_BLOCKS && data_off + n * bs <= region_len);
+        Ok(Layout { block_size, nblocks: n, csum_off: if checksum { PAGE } else { 0 }, data_off, region_len })
+    }
+
+    pub fn checksum(&self) -> bool {
+        self.csum_off != 0
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.nblocks * self.block_size as u64
+    }
+
+    /// Media offset of block `b`.
+    #[inline]
+    pub fn block_off(&self, b: u64) -> usize {
+        debug_assert!(b < self.nblocks);
+        (self.data_off + b * self.block_size as u64) as usize
+    }
+
+    /// Media offset of block `b`'s CRC.
+    #[inline]
+    pub fn crc_off(&self, b: u64) -> usize {
+        debug_assert!(self.checksum() && b < self.nblocks);
+        (self.csum_off + 4 * b) as usize
+    }
+}
+
+/// The decoded superblock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Superblock {
+    pub version: u32,
+    #[serde(serialize_with = "ser_uuid")]
+    pub uuid: [u8; 16],
+    pub layout: Layout,
+    /// Generation: bumped by every update.
+    pub seq: u64,
+    /// Set by a clean close, cleared while the device is open.
+    pub clean: bool,
+    /// Protection and write scheme of the last open (information only).
+    pub last_protect: Option<Protect>,
+    pub last_write: Option<WriteScheme>,
+    pub created_unix: u64,
+    /// How many times the device has been opened read-write.
+    pub opens: u64,
+}
+
+fn ser_uuid<S: serde::Serializer>(u: &[u8; 16], s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&uuid::Uuid::from_bytes(*u).to_string())
+}
+
+impl Superblock {
+    pub fn new(layout: Layout) -> Superblock {
+        let created_unix =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        Superblock {
+            version: VERSION,
+            uuid: *uuid::Uuid::new_v4().as_bytes(),
+            layout,
+            seq: 1,
+            clean: true,
+            last_protect: None,
+            last_write: None,
+            created_unix,
+            opens: 0,
+        }
+    }
+
+    pub fn uuid_string(&self) -> String {
+        uuid::Uuid::from_bytes(self.uuid).to_string()
+    }
+
+    pub fn encode(&self) -> [u8; SLOT_LEN] {
+        let mut b = [0u8; SLOT_LEN];
+        let l = &self.layout;
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
+        b[12..16].copy_from_slice(&l.block_size.to_le_bytes());
+        b[16..32].copy_from_slice(&self.uuid);
+        b[32..40].copy_from_slice(&l.region_len.to_le_bytes());
+        b[40..48].copy_from_slice(&l.nblocks.to_le_bytes());
+        b[48..56].copy_from_slice(&l.data_off.to_le_bytes());
+        b[56..64].copy_from_slice(&l.csum_off.to_le_bytes());
+        let features = if l.checksum() { FEATURE_CHECKSUM } else { 0 };
+        b[64..72].copy_from_slice(&features.to_le_bytes());
+        b[72..80].copy_from_slice(&self.seq.to_le_bytes());
+        b[80..84].copy_from_slice(&(self.clean as u32).to_le_bytes());
+        b[84] = self.last_protect.map_or(0xff, |p| p.code());
+        b[85] = self.last_write.map_or(0xff, |w| WriteScheme::ALL.iter().position(|x| *x == w).unwrap() as u8);
+        b[88..96].copy_from_slice(&self.created_unix.to_le_bytes());
+        b[96..104].copy_from_slice(&self.opens.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..CRC_AT]);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode one slot, checking magic, version, checksum and the layout's internal consistency.
+    pub fn decode(b: &[u8; SLOT_LEN]) -> std::result::Result<Superblock, SlotError> {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        if b[0..8] != MAGIC {
+            return Err(SlotError::Magic(b[0..8].try_into().unwrap()));
+        }
+        let stored = u32_at(CRC_AT);
+        let computed = crc32c::crc32c(&b[..CRC_AT]);
+        if stored != computed {
+            return Err(SlotError::Crc { stored, computed });
+        }
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(SlotError::Version(version));
+        }
+        let features = u64_at(64);
+        let layout = Layout {
+            block_size: u32_at(12),
+            region_len: u64_at(32),
+            nblocks: u64_at(40),
+            data_off: u64_at(48),
+            csum_off: u64_at(56),
+        };
+        let expect = Layout::compute(layout.region_len, layout.block_size, features & FEATURE_CHECKSUM != 0)
+            .map_err(|e| SlotError::Layout(e.to_string()))?;
+        if expect != layout || features & !FEATURE_CHECKSUM != 0 {
+            return Err(SlotError::Layout(format!(
+                "fields disagree with each other: {layout:?}, features {features:#x}"
+            )));
+        }
+        Ok(Superblock {
+            version,
+            uuid: b[16..32].try_into().unwrap(),
+            layout,
+            seq: u64_at(72),
+            clean: u32_at(80) == 1,
+            last_protect: Protect::from_code(b[84]),
+            last_write: WriteScheme::ALL.get(b[85] as usize).copied(),
+            created_unix: u64_at(88),
+            opens: u64_at(96),
+        })
+    }
+}
+
+/// Why one superblock slot is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum SlotError {
+    Magic([u8; 8]),
+    Crc { stored: u32, computed: u32 },
+    Version(u32),
+    Layout(String),
+}
+
+impl std::fmt::Display for SlotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotError::Magic(m) => write!(f, "wrong magic {m:02x?}"),
+            SlotError::Crc { stored, computed } => {
+                write!(f, "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")
+            }
+            SlotError::Version(v) => write!(f, "unsupported version {v}"),
+            SlotError::Layout(s) => write!(f, "inconsistent layout: {s}"),
+        }
+    }
+}
+
+/// Both slots as found on media, and the one in force.
+#[derive(Debug, Clone, Serialize)]
+pub struct Found {
+    pub current: Superblock,
+    /// Index (0 = A, 1 = B) of the slot in force.
+    pub slot: usize,
+    /// What was wrong with each slot, if anything.
+    pub slot_errors: [Option<SlotError>; 2],
+}
+
+/// Read both slots from `m` and pick the valid one with the higher generation.
+pub fn read<M: Media>(m: &M) -> Result<Found> {
+    if (m.len() as u64) < PAGE {
+        return Err(BlkError::TooSmall { len: m.len() as u64, block_size: 0, min: PAGE });
+    }
+    let mut found: [Option<Superblock>; 2] = [None, None];
+    let mut errs: [Option<SlotError>; 2] = [None, None];
+    for i in 0..2 {
+        let mut b = [0u8; SLOT_LEN];
+        m.read(SLOT_OFF[i] as usize, &mut b);
+        match Superblock::decode(&b) {
+            Ok(s) => found[i] = Some(s),
+            Err(e) => errs[i] = Some(e),
+        }
+    }
+    let slot = match (&found[0], &found[1]) {
+        (Some(a), Some(b)) => {
+            if a.seq >= b.seq {
+                0
+            } else {
+                1
+            }
+        }
+        (Some(_), None) => 0,
+        (None, Some(_)) => 1,
+        (None, None) => {
+            let (e0, e1) = (errs[0].clone().unwrap(), errs[1].clone().unwrap());
+            return Err(match (&e0, &e1) {
+                (SlotError::Magic(m), SlotError::Magic(_)) => BlkError::BadMagic { found: *m },
+                (SlotError::Version(v), _) | (_, SlotError::Version(v)) => {
+                    BlkError::BadVersion { found: *v, supported: VERSION }
+                }
+                _ => BlkError::BadSuperblock { why: format!("slot A: {e0}; slot B: {e1}") },
+            });
+        }
+    };
+    let current = found[slot].take().unwrap();
+    if current.layout.region_len != m.len() as u64 {
+        return Err(BlkError::SizeMismatch { expected: current.layout.region_len, actual: m.len() as u64 });
+    }
+    Ok(Found { current, slot, slot_errors: errs })
+}
+
+/// Write `sb` into slot `slot` and make it durable (write, flush, fence). The caller opens
+/// whatever write window the protection mode needs around this.
+pub fn write_slot<M: Media>(m: &M, slot: usize, sb: &Superblock) {
+    let off = SLOT_OFF[slot] as usize;
+    m.write(off, &sb.encode());
+    if m.domain() == Domain::Adr {
+        m.flush(off, SLOT_LEN, Flush::best());
+    }
+    m.fence(Fence::Sfence);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_fit_their_region() {
+        for len in [64 << 10, (1 << 20) + 4096, 1 << 30, 3 << 20] {
+            for bs in [512, 4096] {
+                for ck in [false, true] {
+                    let l = Layout::compute(len, bs, ck).unwrap();
+                    assert!(l.data_off + l.capacity() <= len);
+                    assert_eq!(l.data_off % PAGE, 0);
+                    if ck {
+                        assert!(l.csum_off + 4 * l.nblocks <= l.data_off);
+                    }
+                    // Not wasteful: one more block would not fit.
+                    let more = Layout { nblocks: l.nblocks + 1, ..l };
+                    let table = if ck { (more.nblocks * 4).div_ceil(PAGE) * PAGE } else { 0 };
+                    assert!(PAGE + table + more.capacity() > len, "{len} {bs} {ck}");
+                }
+            }
+        }
+        assert!(matches!(Layout::compute(8192, 4096, false), Err(BlkError::TooSmall { .. })));
+    }
+
+    #[test]
+    fn encode_decode_round_trip_and_corruption_is_caught() {
+        let sb = Superblock::new(Layout::compute(1 << 20, 512, true).unwrap());
+        let enc = sb.encode();
+        assert_eq!(Superblock::decode(&enc).unwrap(), sb);
+        for i in [0usize, 9, 40, 72, 100, 125] {
+            let mut bad = enc;
+            bad[i] ^= 0x10;
+            assert!(Superblock::decode(&bad).is_err(), "flip at {i} must be caught");
+        }
+    }
+}
