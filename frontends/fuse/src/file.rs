@@ -1,0 +1,360 @@
+//! The FUSE file system: a root directory with one regular file, `disk`, the size of the device.
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, Request, WriteFlags,
+};
+use parking_lot::Mutex;
+use std::ffi::OsStr;
+use std::time::{Duration, SystemTime};
+
+/// Name of the device file inside the FUSE mount.
+pub const DISK_NAME: &str = "disk";
+const DISK_INO: u64 = 2;
+/// Largest FUSE request we accept; the kernel splits bigger I/O.
+const MAX_IO: u32 = 1 << 20;
+/// Stripes of the lock that serializes read-modify-write of partial blocks.
+const RMW_STRIPES: usize = 64;
+
+/// A failure of the device, reported to the kernel as `errno`.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct DiskError {
+    pub errno: i32,
+    pub message: String,
+}
+
+/// What the FUSE file needs from a block device. Offsets and lengths passed to `read`, `write`,
+/// `discard` and `zero` are multiples of `block_size()` and inside `size()`.
+pub trait Disk: Send + Sync + 'static {
+    fn size(&self) -> u64;
+    fn block_size(&self) -> u32;
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), DiskError>;
+    /// Durable on return when `fua`.
+    fn write(&self, off: u64, data: &[u8], fua: bool) -> Result<(), DiskError>;
+    /// Make every completed write durable.
+    fn flush(&self) -> Result<(), DiskError>;
+    /// Forget `[off, off+len)`; it reads back as zeroes.
+    fn discard(&self, off: u64, len: u64) -> Result<(), DiskError>;
+    /// Make `[off, off+len)` read as zeroes.
+    fn zero(&self, off: u64, len: u64) -> Result<(), DiskError>;
+}
+
+/// The FUSE file system over a [`Disk`].
+pub struct DiskFile<D: Disk> {
+    disk: D,
+    uid: u32,
+    gid: u32,
+    created: SystemTime,
+    rmw: Vec<Mutex<()>>,
+}
+
+impl<D: Disk> DiskFile<D> {
+    pub fn new(disk: D) -> Self {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        DiskFile {
+            disk,
+            uid,
+            gid,
+            created: SystemTime::now(),
+            rmw: (0..RMW_STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    pub fn disk(&self) -> &D {
+        &self.disk
+    }
+
+    fn attr(&self, ino: u64) -> FileAttr {
+        let (kind, perm, size, nlink) = if ino == DISK_INO {
+            (FileType::RegularFile, 0o600, self.disk.size(), 1)
+        } else {
+            (FileType::Directory, 0o700, 0, 2)
+        };
+        FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size / 512,
+            atime: self.created,
+            mtime: self.created,
+            ctime: self.created,
+            crtime: self.created,
+            kind,
+            perm,
+            nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            flags: 0,
+            blksize: self.disk.block_size(),
+        }
+    }
+
+    /// Clamp `[off, off+len)` to the device; `None` when it starts at or past the end.
+    fn clamp(&self, off: u64, len: u64) -> Option<u64> {
+        let size = self.disk.size();
+        (off < size).then(|| len.min(size - off))
+    }
+
+    fn read_at(&self, off: u64, len: usize) -> Result<Vec<u8>, DiskError> {
+        let bs = self.disk.block_size() as u64;
+        let start = off / bs * bs;
+        let end = (off + len as u64).div_ceil(bs) * bs;
+        let mut buf = vec![0u8; (end - start) as usize];
+        self.disk.read(start, &mut buf)?;
+        let skip = (off - start) as usize;
+        buf.drain(..skip);
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    fn write_at(&self, off: u64, data: &[u8], fua: bool) -> Result<(), DiskError> {
+        let bs = self.disk.block_size() as u64;
+        let end = off + data.len() as u64;
+        if off % bs == 0 && end % bs == 0 {
+            return self.disk.write(off, data, fua);
+        }
+        // Partial blocks (a direct user of the file; the loop device always sends whole sectors):
+        // read-modify-write under a stripe lock so two partial writes to one block do not race.
+        let start = off / bs * bs;
+        let aligned_end = end.div_ceil(bs) * bs;
+        let _g = self.rmw[((start / bs) as usize) % RMW_STRIPES].lock();
+        let mut buf = vec![0u8; (aligned_end - start) as usize];
+        self.disk.read(start, &mut buf)?;
+        buf[(off - start) as usize..(end - start) as usize].copy_from_slice(data);
+        self.disk.write(start, &buf, fua)
+    }
+}
+
+fn errno(e: &DiskError) -> Errno {
+    tracing::warn!("device error: {}", e.message);
+    Errno::from_i32(e.errno)
+}
+
+const TTL: Duration = Duration::from_secs(60);
+
+impl<D: Disk> Filesystem for DiskFile<D> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_IO);
+        let _ = config.set_max_readahead(MAX_IO);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if u64::from(parent) == 1 && name == DISK_NAME {
+            reply.entry(&TTL, &self.attr(DISK_INO), fuser::Generation(0));
+        } else {
+            reply.error(Errno::ENOENT);
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match u64::from(ino) {
+            1 | DISK_INO => reply.attr(&TTL, &self.attr(ino.into())),
+            _ => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        _mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // A device has a fixed size: allow only "truncate" to the same size (O_TRUNC-free tools).
+        if size.is_some_and(|s| s != self.disk.size()) {
+            return reply.error(Errno::EPERM);
+        }
+        reply.attr(&TTL, &self.attr(ino.into()))
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if u64::from(ino) != DISK_INO {
+            return reply.error(Errno::EISDIR);
+        }
+        // No page cache for the device file: every read and write reaches the device, so a
+        // completed write is in PM (and fsync is the only barrier needed).
+        reply.opened(
+            FileHandle(0),
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
+        );
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let Some(len) = self.clamp(offset, size as u64) else {
+            return reply.data(&[]);
+        };
+        match self.read_at(offset, len as usize) {
+            Ok(b) => reply.data(&b),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let Some(len) = self.clamp(offset, data.len() as u64) else {
+            return reply.error(Errno::ENOSPC);
+        };
+        if len == 0 {
+            return reply.written(0);
+        }
+        // O_SYNC/O_DSYNC writers get FUA.
+        let fua = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
+        match self.write_at(offset, &data[..len as usize], fua) {
+            Ok(()) => reply.written(len as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.disk.flush() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(): nothing buffered here; durability is fsync's job.
+        reply.ok()
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let bs = self.disk.block_size() as u64;
+        let Some(len) = self.clamp(offset, length) else {
+            return reply.error(Errno::EINVAL);
+        };
+        // Only whole blocks can be discarded or zeroed in place; partial edges are zero-written.
+        let start = offset.div_ceil(bs) * bs;
+        let end = ((offset + len) / bs * bs).max(start);
+        let r = if mode == 0 {
+            Ok(()) // plain allocate: every byte of the device already exists
+        } else if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
+            self.zero_edges(offset, len, start, end).and_then(|_| {
+                if end > start {
+                    self.disk.discard(start, end - start)
+                } else {
+                    Ok(())
+                }
+            })
+        } else if mode & libc::FALLOC_FL_ZERO_RANGE != 0 {
+            self.zero_edges(offset, len, start, end).and_then(|_| {
+                if end > start {
+                    self.disk.zero(start, end - start)
+                } else {
+                    Ok(())
+                }
+            })
+        } else {
+            return reply.error(Errno::EOPNOTSUPP);
+        };
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        if u64::from(ino) != 1 {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let entries = [
+            (1, FileType::Directory, "."),
+            (1, FileType::Directory, ".."),
+            (DISK_INO, FileType::RegularFile, DISK_NAME),
+        ];
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let bs = self.disk.block_size() as u64;
+        let blocks = self.disk.size() / bs;
+        reply.statfs(blocks, 0, 0, 2, 0, bs as u32, 255, bs as u32);
+    }
+}
+
+impl<D: Disk> DiskFile<D> {
+    fn zero_edges(&self, off: u64, len: u64, start: u64, end: u64) -> Result<(), DiskError> {
+        let head = start.min(off + len) - off;
+        if head > 0 {
+            self.write_at(off, &vec![0; head as usize], false)?;
+        }
+        let tail_start = end.max(off + head);
+        if off + len > tail_start {
+            self.write_at(
+                tail_start,
+                &vec![0; (off + len - tail_start) as usize],
+                false,
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,13 @@
+//! The block device as one file on a FUSE mount.
+//!
+//! The kernel here has neither the nbd nor the ublk driver, but it has FUSE and loop devices: a
+//! FUSE file system holding one file, `disk`, whose reads and writes go straight (no page cache:
+//! `FOPEN_DIRECT_IO`) to the device in this process, and `losetup` makes that file a real block
+//! device that ext4, xfs and databases use unmodified. `fsync` on the file is the device's FLUSH
+//! (the loop driver turns a block-layer flush into `fsync`), and `fallocate(PUNCH_HOLE)` is its
+//! discard (what the loop driver sends for a block-layer discard).
+
+pub mod attach;
+mod file;
+
+pub use file::{Disk, DiskError, DiskFile, DISK_NAME};
