@@ -1,0 +1,59 @@
+//! Typed errors of the object store. Each says which object or structure, what failed, and what
+//! to do about it.
+
+use pmkit_media::MediaError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ObjError {
+    #[error(transparent)]
+    Media(#[from] MediaError),
+    #[error("not a PMO pool: {0}")]
+    NotAPool(String),
+    #[error("corrupt pool: {0}; nothing was changed (run `pmkit obj check` for a full report)")]
+    Corrupt(String),
+    #[error("invalid argument: {0}")]
+    BadArgument(String),
+    #[error("object name {name:?} is invalid: {why}")]
+    BadName { name: String, why: String },
+    #[error("object name {name:?} is {len} bytes long; the limit is {max}")]
+    NameTooLong {
+        name: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("object {name:?} already exists; delete it first or pick another name")]
+    Exists { name: String },
+    #[error("no object named {name:?} in this pool (see `pmkit obj list`)")]
+    NotFound { name: String },
+    #[error("pool full: object {name:?} needs {need} bytes (two slots) but the largest free extent is {largest} bytes")]
+    PoolFull {
+        name: String,
+        need: u64,
+        largest: u64,
+    },
+    #[error(
+        "object table full: {max} objects exist; delete one or create a pool with more entries"
+    )]
+    TableFull { max: u32 },
+    #[error("object {name:?} is busy: {why}")]
+    Busy { name: String, why: &'static str },
+    #[error("handle {handle} is not attached (detached, or from another pool)")]
+    NotAttached { handle: u64 },
+    #[error("object {name:?} is attached read-only: {what} needs a read-write attach")]
+    ReadOnly { name: String, what: &'static str },
+    #[error("access {off}+{len} is outside object {name:?} of {size} bytes")]
+    OutOfBounds {
+        name: String,
+        off: u64,
+        len: u64,
+        size: u64,
+    },
+    #[error("one sync can publish at most {max} objects atomically, {n} were given")]
+    TooMany { n: usize, max: usize },
+    #[error("object {name:?} appears twice in one sync")]
+    Duplicate { name: String },
+    #[error("too many attachments: at most {max} handles may be attached at once")]
+    TooManyHandles { max: usize },
+}
+
+pub type Result<T, E = ObjError> = std::result::Result<T, E>;

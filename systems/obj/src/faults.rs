@@ -1,0 +1,139 @@
+//! Write-fault dirty tracking: an attached shadow is mapped read-only; the first store to each
+//! page faults, this handler records the page in the attachment's dirty set and makes the page
+//! writable, and the store is retried. One fault per page per sync, no work per store, and it
+//! works for raw pointers handed to C, which an explicit dirty API cannot guarantee.
+//!
+//! The handler runs in signal context: it touches only a fixed table of atomics and calls
+//! `mprotect` (a plain syscall). A fault outside every registered range goes to the handler
+//! that was installed before ours (Rust's stack-overflow guard) or, if none, to the default
+//! action, so genuine protection faults (a write to a read-only or detached object) still kill.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Most shadows tracked at once in the process.
+pub const MAX_TRACKED: usize = 1024;
+const PAGE: usize = 4096;
+
+struct Slot {
+    claimed: AtomicBool,
+    start: AtomicUsize,
+    len: AtomicUsize,
+    words: AtomicPtr<AtomicU64>,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Slot = Slot {
+    claimed: AtomicBool::new(false),
+    start: AtomicUsize::new(0),
+    len: AtomicUsize::new(0),
+    words: AtomicPtr::new(std::ptr::null_mut()),
+};
+static TABLE: [Slot; MAX_TRACKED] = [EMPTY; MAX_TRACKED];
+/// The SIGSEGV action in place before ours (leaked once, read by the handler).
+static OLD: OnceLock<usize> = OnceLock::new();
+
+fn install() -> std::io::Result<()> {
+    let mut err = None;
+    OLD.get_or_init(|| {
+        // SAFETY: sigaction with a zeroed struct and our handler; the old action is kept.
+        unsafe {
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = handler as *const () as usize;
+            new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            libc::sigemptyset(&mut new.sa_mask);
+            let old: &'static mut libc::sigaction = Box::leak(Box::new(std::mem::zeroed()));
+            if libc::sigaction(libc::SIGSEGV, &new, old) != 0 {
+                err = Some(std::io::Error::last_os_error());
+            }
+            old as *mut libc::sigaction as usize
+        }
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Track write faults in `[start, start+len)` (page aligned) into the bitset at `words`, which
+/// must stay alive until [`unregister`]. `None` when [`MAX_TRACKED`] ranges are tracked already.
+pub fn register(
+    start: *mut u8,
+    len: usize,
+    words: *const AtomicU64,
+) -> std::io::Result<Option<usize>> {
+    assert!((start as usize).is_multiple_of(PAGE) && len.is_multiple_of(PAGE) && len > 0);
+    install()?;
+    for (i, s) in TABLE.iter().enumerate() {
+        if s.claimed
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            s.len.store(len, Ordering::Relaxed);
+            s.words.store(words as *mut AtomicU64, Ordering::Relaxed);
+            s.start.store(start as usize, Ordering::Release);
+            return Ok(Some(i));
+        }
+    }
+    Ok(None)
+}
+
+/// Stop tracking slot `i`. The caller changes the range's rights only after this returns.
+pub fn unregister(i: usize) {
+    let s = &TABLE[i];
+    s.start.store(0, Ordering::Release);
+    s.words.store(std::ptr::null_mut(), Ordering::Relaxed);
+    s.claimed.store(false, Ordering::Release);
+}
+
+extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    for s in TABLE.iter() {
+        let start = s.start.load(Ordering::Acquire);
+        if start != 0 && addr >= start && addr < start + s.len.load(Ordering::Relaxed) {
+            let words = s.words.load(Ordering::Relaxed);
+            if words.is_null() {
+                break;
+            }
+            let page = (addr - start) / PAGE;
+            // SAFETY: `words` covers every page of the range (register's contract) and the
+            // page is inside our own mapping.
+            unsafe {
+                (*words.add(page / 64)).fetch_or(1 << (page % 64), Ordering::Relaxed);
+                let p = (start + page * PAGE) as *mut libc::c_void;
+                if libc::mprotect(p, PAGE, libc::PROT_READ | libc::PROT_WRITE) == 0 {
+                    return;
+                }
+            }
+            break;
+        }
+    }
+    chain(sig, info, ctx);
+}
+
+/// Not ours: hand the fault to the previous action.
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let old = OLD.get().copied().unwrap_or(0) as *const libc::sigaction;
+    // SAFETY: `old` was filled by sigaction at install and is never freed.
+    unsafe {
+        if !old.is_null()
+            && (*old).sa_sigaction != libc::SIG_DFL
+            && (*old).sa_sigaction != libc::SIG_IGN
+        {
+            if (*old).sa_flags & libc::SA_SIGINFO != 0 {
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                    std::mem::transmute((*old).sa_sigaction);
+                f(sig, info, ctx);
+            } else {
+                let f: extern "C" fn(libc::c_int) = std::mem::transmute((*old).sa_sigaction);
+                f(sig);
+            }
+            return;
+        }
+        // Default action: restore it and return; the faulting access repeats and kills us.
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
+    }
+}

@@ -1,0 +1,1096 @@
+//! The pool: format/open with recovery, object create/delete/list, attach/detach with page
+//! rights, and PMO Sync (shadow flush + one fence + one persisted 8-byte publication, or a
+//! committed intent in the Sync Table for several objects).
+
+use crate::alloc::Extents;
+use crate::bits::PageSet;
+use crate::error::{ObjError, Result};
+use crate::faults;
+use crate::layout::{
+    self, Descriptor, Geometry, Intent, ENTRY, HEADER_LEN, LIVE, MAX_SYNC, PAGE, SYNC_LEN,
+};
+use crate::media::ObjMedia;
+use parking_lot::Mutex;
+use pmkit_media::protect::Access as Rights;
+use pmkit_media::{Domain, Fence, Flush};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Most handles attached at once in one pool.
+pub const MAX_HANDLES: usize = 4096;
+/// Bytes copied per step when bringing a shadow up to date.
+const COPY_CHUNK: usize = 64 * 1024;
+
+/// How an object is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Access {
+    /// Reads see the last published contents; the pages are mapped read-only.
+    Read,
+    /// Reads and writes go to the shadow; `sync` publishes it.
+    ReadWrite,
+}
+
+/// How a read-write attachment learns which pages were written (only those are flushed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Tracking {
+    /// Write faults on a read-only-mapped shadow where the media has addresses (a `Region`),
+    /// else `Explicit`.
+    Auto,
+    /// Pages written through [`Handle::write`] or declared with [`Handle::mark_dirty`].
+    Explicit,
+    /// The first store to each page faults once and is recorded (needs a `Region`).
+    Faults,
+    /// Every page of the object is flushed at sync (the thesis's behaviour; no tracking cost).
+    Whole,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct PoolOptions {
+    /// Object Table entries (the most objects the pool holds). Used by `format` only.
+    pub max_objects: u32,
+    /// Keep detached objects inaccessible and read-only attachments read-only with page rights.
+    /// Needs media with page tables; ignored by the crash simulator.
+    pub protect: bool,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            max_objects: 4096,
+            protect: true,
+        }
+    }
+}
+
+/// One object as `list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ObjInfo {
+    pub name: String,
+    pub index: usize,
+    pub size: u64,
+    pub capacity: u64,
+    pub offset: u64,
+    pub slot: u8,
+    pub generation: u64,
+    pub flags: u32,
+    pub attached: Option<Access>,
+}
+
+/// Counters of work done on the media (for benchmarks and tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    pub syncs: u64,
+    pub published: u64,
+    pub intents: u64,
+    pub bytes_flushed: u64,
+    pub bytes_copied: u64,
+    pub fences: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    syncs: AtomicU64,
+    published: AtomicU64,
+    intents: AtomicU64,
+    bytes_flushed: AtomicU64,
+    bytes_copied: AtomicU64,
+    fences: AtomicU64,
+}
+
+struct Obj {
+    desc: Descriptor,
+    state: u64,
+    /// Pages where the non-current slot differs from the current one (DRAM only; all pages
+    /// after open, none after create).
+    stale: PageSet,
+    readers: u32,
+    writer: Option<u64>,
+}
+
+impl Obj {
+    fn pages(&self) -> usize {
+        self.desc.cap as usize / PAGE
+    }
+    fn active(&self) -> u8 {
+        layout::state_slot(self.state)
+    }
+}
+
+struct Att {
+    obj: usize,
+    access: Access,
+    tracking: Tracking,
+    /// Slot that reads and writes go to (the shadow for ReadWrite, the current slot for Read).
+    slot: u8,
+    dirty: PageSet,
+    /// The shadow equals the current contents plus this attachment's writes (caught up).
+    fresh: bool,
+    fault_slot: Option<usize>,
+}
+
+struct Inner {
+    objs: Vec<Option<Obj>>,
+    names: HashMap<String, usize>,
+    free_entries: Vec<usize>,
+    extents: Extents,
+    atts: HashMap<u64, Att>,
+    next_handle: u64,
+    seq: u64,
+}
+
+/// A PMO pool on media `M`.
+pub struct Pool<M: ObjMedia> {
+    m: M,
+    g: Geometry,
+    protect: bool,
+    inner: Mutex<Inner>,
+    ctr: Counters,
+}
+
+/// What `open` had to do to make the pool consistent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Recovery {
+    /// A committed multi-object sync was rolled forward: (entry, word) applied.
+    pub rolled_forward: Vec<(u64, u64)>,
+    /// Live objects found.
+    pub objects: usize,
+}
+
+/// Result of a read-only consistency check.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CheckReport {
+    pub geometry: Option<Geometry>,
+    pub objects: usize,
+    pub bytes_used: u64,
+    /// A committed multi-object sync that `open` would roll forward.
+    pub pending_intent: Option<Vec<(u64, u64)>>,
+    pub errors: Vec<String>,
+}
+
+impl CheckReport {
+    pub fn is_clean(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// What a table scan found.
+struct Scan {
+    found: Vec<(usize, u64, Descriptor)>,
+    extents: Extents,
+    intent: Option<Intent>,
+    seq: u64,
+    errors: Vec<String>,
+}
+
+fn scan<M: ObjMedia>(m: &M, g: &Geometry) -> Scan {
+    let mut s = Scan {
+        found: vec![],
+        extents: Extents::new(g.area_off, g.area_len),
+        intent: None,
+        seq: 0,
+        errors: vec![],
+    };
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut e = [0u8; ENTRY];
+    for i in 0..g.max_objects as usize {
+        let off = g.entry_off(i);
+        let state = m.load_u64(off);
+        if state == 0 {
+            continue;
+        }
+        if state & LIVE == 0 || layout::state_generation(state) == 0 {
+            s.errors.push(format!(
+                "object table entry {i}: invalid published word {state:#018x}"
+            ));
+            continue;
+        }
+        m.read(off, &mut e);
+        let d = match Descriptor::decode(i, &e, g) {
+            Ok(d) => d,
+            Err(err) => {
+                s.errors.push(err.to_string().replace("corrupt pool: ", ""));
+                continue;
+            }
+        };
+        if let Some(j) = names.insert(d.name.clone(), i) {
+            s.errors.push(format!(
+                "object table entries {j} and {i} have the same name {:?}",
+                d.name
+            ));
+            continue;
+        }
+        if !s.extents.take(d.offset, 2 * d.cap) {
+            s.errors.push(format!(
+                "object table entry {i} ({:?}): extent {:#x}+{} overlaps another object",
+                d.name,
+                d.offset,
+                2 * d.cap
+            ));
+            continue;
+        }
+        s.found.push((i, state, d));
+    }
+    let mut page = vec![0u8; SYNC_LEN];
+    m.read(g.sync_off as usize, &mut page);
+    s.seq = layout::intent_seq(&page);
+    let commit = m.load_u64(g.sync_off as usize);
+    if commit != 0 {
+        match Intent::decode(&page) {
+            Ok(i) if i.seq != commit => s.errors.push(format!(
+                "PMO Sync Table: commit word {commit} does not match the intent record's sequence {}",
+                i.seq
+            )),
+            Ok(i) => {
+                for &(entry, word) in &i.items {
+                    let known = s.found.iter().any(|(j, _, _)| *j as u64 == entry);
+                    if !known || word & LIVE == 0 {
+                        s.errors.push(format!(
+                            "PMO Sync Table: committed intent names entry {entry} (word {word:#x}), which is not a live object"
+                        ));
+                    }
+                }
+                s.intent = Some(i);
+            }
+            Err(err) => s.errors.push(err.to_string().replace("corrupt pool: ", "")),
+        }
+    }
+    s
+}
+
+fn read_geometry<M: ObjMedia>(m: &M) -> Result<Geometry> {
+    if m.len() < HEADER_LEN {
+        return Err(ObjError::NotAPool(format!(
+            "media of {} bytes is too small for a pool header",
+            m.len()
+        )));
+    }
+    let mut h = [0u8; HEADER_LEN];
+    m.read(0, &mut h);
+    Geometry::decode(&h, m.len())
+}
+
+fn pool_id() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    (t as u64) ^ ((std::process::id() as u64) << 40) | 1
+}
+
+impl<M: ObjMedia> Pool<M> {
+    /// Format `m` as an empty pool. The magic is written last, so a crash leaves either the old
+    /// contents' magic cleared or a complete pool.
+    pub fn format(m: M, opts: &PoolOptions) -> Result<Pool<M>> {
+        let g = Geometry::new(m.len(), opts.max_objects, pool_id())?;
+        m.persist_u64(layout::H_MAGIC, 0);
+        let meta = g.area_off as usize - g.table_off as usize;
+        m.zero(g.table_off as usize, meta);
+        let h = g.encode();
+        m.write(8, &h[8..]);
+        if m.domain() == Domain::Adr {
+            m.flush(g.table_off as usize, meta, Flush::best());
+            m.flush(8, HEADER_LEN - 8, Flush::best());
+        }
+        m.fence(Fence::Sfence);
+        m.persist_u64(layout::H_MAGIC, layout::MAGIC);
+        let pool = Pool::assemble(
+            m,
+            g,
+            opts.protect,
+            Scan {
+                found: vec![],
+                extents: Extents::new(g.area_off, g.area_len),
+                intent: None,
+                seq: 0,
+                errors: vec![],
+            },
+        );
+        pool.rest_area()?;
+        Ok(pool)
+    }
+
+    /// Open a pool and recover: a committed multi-object sync is rolled forward, an uncommitted
+    /// one (and any single-object sync a crash interrupted) is simply not visible, because
+    /// objects are only ever published by one 8-byte store. A corrupt structure is reported and
+    /// nothing is written.
+    pub fn open(m: M, opts: &PoolOptions) -> Result<(Pool<M>, Recovery)> {
+        let g = read_geometry(&m)?;
+        let s = scan(&m, &g);
+        if let Some(first) = s.errors.first() {
+            let more = if s.errors.len() > 1 {
+                format!(" (and {} more problems)", s.errors.len() - 1)
+            } else {
+                String::new()
+            };
+            return Err(ObjError::Corrupt(format!("{first}{more}")));
+        }
+        let mut rec = Recovery {
+            rolled_forward: vec![],
+            objects: s.found.len(),
+        };
+        let mut s = s;
+        if let Some(intent) = s.intent.take() {
+            // Roll forward: idempotent, so a crash here is recovered by the next open.
+            for &(entry, word) in &intent.items {
+                let off = g.entry_off(entry as usize);
+                m.store_u64(off, word);
+                if m.domain() == Domain::Adr {
+                    m.flush(off, 8, Flush::best());
+                }
+                if let Some(f) = s.found.iter_mut().find(|f| f.0 as u64 == entry) {
+                    f.1 = word;
+                }
+            }
+            m.fence(Fence::Sfence);
+            m.persist_u64(g.sync_off as usize, 0);
+            rec.rolled_forward = intent.items;
+        }
+        let pool = Pool::assemble(m, g, opts.protect, s);
+        pool.rest_area()?;
+        Ok((pool, rec))
+    }
+
+    /// Check a pool without changing it.
+    pub fn check(m: &M) -> CheckReport {
+        let g = match read_geometry(m) {
+            Ok(g) => g,
+            Err(e) => {
+                return CheckReport {
+                    errors: vec![e.to_string()],
+                    ..Default::default()
+                }
+            }
+        };
+        let s = scan(m, &g);
+        CheckReport {
+            geometry: Some(g),
+            objects: s.found.len(),
+            bytes_used: g.area_len - s.extents.free_bytes(),
+            pending_intent: s.intent.map(|i| i.items),
+            errors: s.errors,
+        }
+    }
+
+    fn assemble(m: M, g: Geometry, protect: bool, s: Scan) -> Pool<M> {
+        let mut objs: Vec<Option<Obj>> = (0..g.max_objects).map(|_| None).collect();
+        let mut names = HashMap::new();
+        for (i, state, desc) in s.found {
+            let pages = desc.cap as usize / PAGE;
+            names.insert(desc.name.clone(), i);
+            // The other slot's contents are unknown after a restart: all pages stale.
+            objs[i] = Some(Obj {
+                desc,
+                state,
+                stale: PageSet::full(pages),
+                readers: 0,
+                writer: None,
+            });
+        }
+        let free_entries = (0..g.max_objects as usize)
+            .rev()
+            .filter(|&i| objs[i].is_none())
+            .collect();
+        Pool {
+            m,
+            g,
+            protect,
+            inner: Mutex::new(Inner {
+                objs,
+                names,
+                free_entries,
+                extents: s.extents,
+                atts: HashMap::new(),
+                next_handle: 1,
+                seq: s.seq,
+            }),
+            ctr: Counters::default(),
+        }
+    }
+
+    /// Give the media back (every handle must be gone: they borrow the pool).
+    pub fn into_media(self) -> M {
+        self.m
+    }
+    pub fn media(&self) -> &M {
+        &self.m
+    }
+    pub fn geometry(&self) -> Geometry {
+        self.g
+    }
+    pub fn stats(&self) -> Stats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            syncs: l(&self.ctr.syncs),
+            published: l(&self.ctr.published),
+            intents: l(&self.ctr.intents),
+            bytes_flushed: l(&self.ctr.bytes_flushed),
+            bytes_copied: l(&self.ctr.bytes_copied),
+            fences: l(&self.ctr.fences),
+        }
+    }
+    /// Free bytes in the object area and the largest free extent.
+    pub fn free_space(&self) -> (u64, u64) {
+        let i = self.inner.lock();
+        (i.extents.free_bytes(), i.extents.largest())
+    }
+
+    /// Rights of object pages nobody has attached.
+    fn rest(&self) -> Rights {
+        if self.protect {
+            Rights::None
+        } else {
+            Rights::ReadWrite
+        }
+    }
+    fn rest_area(&self) -> Result<()> {
+        if self.protect {
+            self.m.set_rights(
+                self.g.area_off as usize,
+                self.g.area_len as usize,
+                Rights::None,
+            )?;
+        }
+        Ok(())
+    }
+    fn rights(&self, off: usize, len: usize, r: Rights) -> Result<()> {
+        Ok(self.m.set_rights(off, len, r)?)
+    }
+    fn fence(&self) {
+        self.m.fence(Fence::Sfence);
+        self.ctr.fences.fetch_add(1, Ordering::Relaxed);
+    }
+    fn flush(&self, off: usize, len: usize) {
+        if self.m.domain() == Domain::Adr {
+            self.m.flush(off, len, Flush::best());
+        }
+    }
+    fn persist_word(&self, off: usize, v: u64) {
+        self.m.persist_u64(off, v);
+        self.ctr.fences.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Create object `name` of `size` bytes, zero-filled. Durable when this returns.
+    pub fn create(&self, name: &str, size: u64) -> Result<()> {
+        layout::check_name(name)?;
+        if size == 0 || size > self.g.area_len / 2 {
+            return Err(ObjError::BadArgument(format!(
+                "object size {size} must be 1..={} bytes in this pool",
+                self.g.area_len / 2
+            )));
+        }
+        let mut inner = self.inner.lock();
+        if inner.names.contains_key(name) {
+            return Err(ObjError::Exists { name: name.into() });
+        }
+        let Some(&index) = inner.free_entries.last() else {
+            return Err(ObjError::TableFull {
+                max: self.g.max_objects,
+            });
+        };
+        let cap = size.next_multiple_of(PAGE as u64);
+        let Some(offset) = inner.extents.alloc(2 * cap) else {
+            return Err(ObjError::PoolFull {
+                name: name.into(),
+                need: 2 * cap,
+                largest: inner.extents.largest(),
+            });
+        };
+        inner.free_entries.pop();
+        let desc = Descriptor {
+            offset,
+            size,
+            cap,
+            flags: 0,
+            name: name.into(),
+        };
+        let made = (|| {
+            let (off, len) = (offset as usize, 2 * cap as usize);
+            if self.protect {
+                self.rights(off, len, Rights::ReadWrite)?;
+            }
+            // Both slots start equal (zero), so the first attach copies nothing.
+            const Z: [u8; PAGE] = [0; PAGE];
+            for p in (0..len).step_by(PAGE) {
+                self.m.write_nt(off + p, &Z);
+            }
+            if self.protect {
+                self.rights(off, len, Rights::None)?;
+            }
+            let eoff = self.g.entry_off(index);
+            self.m.write(eoff + 8, &desc.encode());
+            self.flush(eoff + 8, ENTRY - 8);
+            self.fence();
+            // The allocation and the object exist from this one store on.
+            self.persist_word(eoff, layout::state_word(1, 0));
+            Ok(())
+        })();
+        if let Err(e) = made {
+            inner.extents.release(offset, 2 * cap);
+            inner.free_entries.push(index);
+            return Err(e);
+        }
+        let pages = cap as usize / PAGE;
+        inner.names.insert(name.into(), index);
+        inner.objs[index] = Some(Obj {
+            desc,
+            state: layout::state_word(1, 0),
+            stale: PageSet::new(pages),
+            readers: 0,
+            writer: None,
+        });
+        Ok(())
+    }
+
+    /// Delete object `name` (it must not be attached). Durable when this returns.
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let mut inner = self.inner.lock();
+        let index = *inner
+            .names
+            .get(name)
+            .ok_or_else(|| ObjError::NotFound { name: name.into() })?;
+        let o = inner.objs[index].as_ref().expect("named object exists");
+        if o.writer.is_some() || o.readers > 0 {
+            return Err(ObjError::Busy {
+                name: name.into(),
+                why: "it is attached; detach every handle first",
+            });
+        }
+        let (off, cap) = (o.desc.offset, o.desc.cap);
+        self.persist_word(self.g.entry_off(index), 0);
+        inner.objs[index] = None;
+        inner.names.remove(name);
+        inner.free_entries.push(index);
+        inner.extents.release(off, 2 * cap);
+        Ok(())
+    }
+
+    /// Every object, in table order.
+    pub fn list(&self) -> Vec<ObjInfo> {
+        let inner = self.inner.lock();
+        inner
+            .objs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| {
+                let o = o.as_ref()?;
+                Some(ObjInfo {
+                    name: o.desc.name.clone(),
+                    index: i,
+                    size: o.desc.size,
+                    capacity: o.desc.cap,
+                    offset: o.desc.offset,
+                    slot: o.active(),
+                    generation: layout::state_generation(o.state),
+                    flags: o.desc.flags,
+                    attached: if o.writer.is_some() {
+                        Some(Access::ReadWrite)
+                    } else if o.readers > 0 {
+                        Some(Access::Read)
+                    } else {
+                        None
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// The last published contents of `name` (what `dump` prints).
+    pub fn read_published(&self, name: &str) -> Result<Vec<u8>> {
+        let inner = self.inner.lock();
+        let index = *inner
+            .names
+            .get(name)
+            .ok_or_else(|| ObjError::NotFound { name: name.into() })?;
+        let o = inner.objs[index].as_ref().expect("named object exists");
+        let off = o.desc.slot_off(o.active());
+        let mut buf = vec![0u8; o.desc.size as usize];
+        if self.protect && o.readers == 0 {
+            self.rights(off, o.desc.cap as usize, Rights::Read)?;
+        }
+        self.m.read(off, &mut buf);
+        if self.protect && o.readers == 0 {
+            self.rights(off, o.desc.cap as usize, Rights::None)?;
+        }
+        Ok(buf)
+    }
+
+    /// Attach `name`; see [`Tracking::Auto`] for how writes are tracked.
+    pub fn attach(&self, name: &str, access: Access) -> Result<Handle<'_, M>> {
+        self.attach_with(name, access, Tracking::Auto)
+    }
+
+    /// Attach `name` with a chosen dirty-tracking method. One read-write attachment or any
+    /// number of read-only ones at a time.
+    pub fn attach_with(
+        &self,
+        name: &str,
+        access: Access,
+        tracking: Tracking,
+    ) -> Result<Handle<'_, M>> {
+        let id = self.attach_id(name, access, tracking)?;
+        Ok(Handle { pool: self, id })
+    }
+
+    /// Id-based API (the C ABI's handles are ids): every call with a stale id fails with
+    /// [`ObjError::NotAttached`].
+    pub fn attach_id(&self, name: &str, access: Access, tracking: Tracking) -> Result<u64> {
+        let mut inner = self.inner.lock();
+        let index = *inner
+            .names
+            .get(name)
+            .ok_or_else(|| ObjError::NotFound { name: name.into() })?;
+        if inner.atts.len() >= MAX_HANDLES {
+            return Err(ObjError::TooManyHandles { max: MAX_HANDLES });
+        }
+        let has_addr = self.m.addr(0, 1).is_some();
+        let tracking = match tracking {
+            Tracking::Auto if has_addr => Tracking::Faults,
+            Tracking::Auto => Tracking::Explicit,
+            Tracking::Faults if !has_addr => {
+                return Err(ObjError::BadArgument(
+                    "fault tracking needs media with addresses (a Region)".into(),
+                ))
+            }
+            t => t,
+        };
+        let id = inner.next_handle;
+        let o = inner.objs[index].as_mut().expect("named object exists");
+        let slot = match access {
+            Access::ReadWrite => {
+                if o.writer.is_some() {
+                    return Err(ObjError::Busy {
+                        name: name.into(),
+                        why: "it is already attached read-write; detach that handle first",
+                    });
+                }
+                if o.readers > 0 {
+                    return Err(ObjError::Busy {
+                        name: name.into(),
+                        why: "it is attached read-only by other handles",
+                    });
+                }
+                o.writer = Some(id);
+                o.active() ^ 1
+            }
+            Access::Read => {
+                if o.writer.is_some() {
+                    return Err(ObjError::Busy {
+                        name: name.into(),
+                        why: "it is attached read-write",
+                    });
+                }
+                if o.readers == 0 && self.protect {
+                    let (off, cap) = (o.desc.slot_off(o.active()), o.desc.cap as usize);
+                    self.rights(off, cap, Rights::Read)?;
+                }
+                o.readers += 1;
+                o.active()
+            }
+        };
+        let pages = o.pages();
+        inner.next_handle += 1;
+        inner.atts.insert(
+            id,
+            Att {
+                obj: index,
+                access,
+                tracking,
+                slot,
+                dirty: PageSet::new(pages),
+                fresh: access == Access::Read,
+                fault_slot: None,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Bring a read-write attachment's shadow up to date: copy the stale pages from the current
+    /// slot (non-temporal stores, then one fence), then open the shadow for writing.
+    fn freshen(&self, inner: &mut Inner, id: u64) -> Result<()> {
+        let att = inner
+            .atts
+            .get(&id)
+            .ok_or(ObjError::NotAttached { handle: id })?;
+        if att.fresh {
+            return Ok(());
+        }
+        let (index, slot, tracking) = (att.obj, att.slot, att.tracking);
+        let o = inner.objs[index].as_mut().expect("attached object exists");
+        let (shadow, cur, cap) = (
+            o.desc.slot_off(slot),
+            o.desc.slot_off(o.active()),
+            o.desc.cap as usize,
+        );
+        if self.protect || tracking == Tracking::Faults {
+            self.rights(shadow, cap, Rights::ReadWrite)?;
+        }
+        let runs = o.stale.runs();
+        if !runs.is_empty() {
+            if self.protect {
+                self.rights(cur, cap, Rights::Read)?;
+            }
+            let mut buf = vec![0u8; COPY_CHUNK];
+            for (first, n) in runs {
+                let (mut at, end) = (first * PAGE, (first + n) * PAGE);
+                while at < end {
+                    let k = (end - at).min(COPY_CHUNK);
+                    self.m.read(cur + at, &mut buf[..k]);
+                    self.m.write_nt(shadow + at, &buf[..k]);
+                    self.ctr.bytes_copied.fetch_add(k as u64, Ordering::Relaxed);
+                    at += k;
+                }
+            }
+            // Orders the streaming copies before the attachment's own stores to the same lines.
+            self.fence();
+            if self.protect {
+                self.rights(cur, cap, Rights::None)?;
+            }
+            o.stale.clear();
+        }
+        let att = inner.atts.get_mut(&id).expect("checked above");
+        if tracking == Tracking::Faults {
+            self.rights(shadow, cap, Rights::Read)?;
+            let start = self
+                .m
+                .addr(shadow, cap)
+                .expect("fault tracking needs addresses");
+            let slot = faults::register(start, cap, att.dirty.words_ptr())
+                .map_err(|e| {
+                    ObjError::BadArgument(format!("cannot install the write-fault handler: {e}"))
+                })?
+                .ok_or(ObjError::TooManyHandles {
+                    max: faults::MAX_TRACKED,
+                })?;
+            att.fault_slot = Some(slot);
+        }
+        att.fresh = true;
+        Ok(())
+    }
+
+    /// Stop fault tracking and close the shadow (after sync or detach).
+    fn close_shadow(&self, att: &mut Att, o: &Obj) -> Result<()> {
+        if let Some(s) = att.fault_slot.take() {
+            faults::unregister(s);
+        }
+        if att.access == Access::ReadWrite && (self.protect || att.tracking == Tracking::Faults) {
+            self.rights(o.desc.slot_off(att.slot), o.desc.cap as usize, self.rest())?;
+        }
+        Ok(())
+    }
+
+    fn check_range(o: &Obj, off: u64, len: usize) -> Result<()> {
+        if off
+            .checked_add(len as u64)
+            .is_none_or(|end| end > o.desc.size)
+        {
+            return Err(ObjError::OutOfBounds {
+                name: o.desc.name.clone(),
+                off,
+                len: len as u64,
+                size: o.desc.size,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn read_id(&self, id: u64, off: u64, dst: &mut [u8]) -> Result<()> {
+        let mut inner = self.inner.lock();
+        self.freshen(&mut inner, id)?;
+        let att = &inner.atts[&id];
+        let o = inner.objs[att.obj]
+            .as_ref()
+            .expect("attached object exists");
+        Self::check_range(o, off, dst.len())?;
+        self.m.read(o.desc.slot_off(att.slot) + off as usize, dst);
+        Ok(())
+    }
+
+    pub fn write_id(&self, id: u64, off: u64, src: &[u8]) -> Result<()> {
+        let mut inner = self.inner.lock();
+        let att = inner
+            .atts
+            .get(&id)
+            .ok_or(ObjError::NotAttached { handle: id })?;
+        let o = inner.objs[att.obj]
+            .as_ref()
+            .expect("attached object exists");
+        if att.access != Access::ReadWrite {
+            return Err(ObjError::ReadOnly {
+                name: o.desc.name.clone(),
+                what: "write",
+            });
+        }
+        Self::check_range(o, off, src.len())?;
+        self.freshen(&mut inner, id)?;
+        let att = &inner.atts[&id];
+        let o = inner.objs[att.obj]
+            .as_ref()
+            .expect("attached object exists");
+        if !src.is_empty() {
+            let first = off as usize / PAGE;
+            let last = (off as usize + src.len() - 1) / PAGE;
+            let newly = (first..=last).any(|p| !att.dirty.contains(p));
+            // Recorded before the store so a fault-tracked write does not need to fault.
+            att.dirty.set_range(first, last - first + 1);
+            if att.tracking == Tracking::Faults && newly {
+                self.rights(
+                    o.desc.slot_off(att.slot) + first * PAGE,
+                    (last - first + 1) * PAGE,
+                    Rights::ReadWrite,
+                )?;
+            }
+        }
+        self.m.write(o.desc.slot_off(att.slot) + off as usize, src);
+        Ok(())
+    }
+
+    pub fn mark_dirty_id(&self, id: u64, off: u64, len: u64) -> Result<()> {
+        let mut inner = self.inner.lock();
+        let att = inner
+            .atts
+            .get(&id)
+            .ok_or(ObjError::NotAttached { handle: id })?;
+        let o = inner.objs[att.obj]
+            .as_ref()
+            .expect("attached object exists");
+        if att.access != Access::ReadWrite {
+            return Err(ObjError::ReadOnly {
+                name: o.desc.name.clone(),
+                what: "mark_dirty",
+            });
+        }
+        Self::check_range(o, off, len as usize)?;
+        self.freshen(&mut inner, id)?;
+        if len > 0 {
+            let first = off as usize / PAGE;
+            let last = (off + len - 1) as usize / PAGE;
+            inner.atts[&id].dirty.set_range(first, last - first + 1);
+        }
+        Ok(())
+    }
+
+    /// Address of the attachment's view (the shadow for read-write), valid until the next
+    /// `sync` or `detach` of this handle.
+    pub fn ptr_id(&self, id: u64) -> Result<Option<*mut u8>> {
+        let mut inner = self.inner.lock();
+        self.freshen(&mut inner, id)?;
+        let att = &inner.atts[&id];
+        let o = inner.objs[att.obj]
+            .as_ref()
+            .expect("attached object exists");
+        Ok(self.m.addr(o.desc.slot_off(att.slot), o.desc.cap as usize))
+    }
+
+    pub fn info_id(&self, id: u64) -> Result<(String, u64, Access)> {
+        let inner = self.inner.lock();
+        let att = inner
+            .atts
+            .get(&id)
+            .ok_or(ObjError::NotAttached { handle: id })?;
+        let o = inner.objs[att.obj]
+            .as_ref()
+            .expect("attached object exists");
+        Ok((o.desc.name.clone(), o.desc.size, att.access))
+    }
+
+    pub fn detach_id(&self, id: u64) -> Result<()> {
+        let mut inner = self.inner.lock();
+        let mut att = inner
+            .atts
+            .remove(&id)
+            .ok_or(ObjError::NotAttached { handle: id })?;
+        let o = inner.objs[att.obj]
+            .as_mut()
+            .expect("attached object exists");
+        match att.access {
+            Access::ReadWrite => {
+                // Unsynced writes are dropped: those shadow pages now differ from the current slot.
+                if att.fresh {
+                    o.stale.union(&att.dirty);
+                }
+                o.writer = None;
+                self.close_shadow(&mut att, o)?;
+            }
+            Access::Read => {
+                o.readers -= 1;
+                if o.readers == 0 && self.protect {
+                    self.rights(
+                        o.desc.slot_off(o.active()),
+                        o.desc.cap as usize,
+                        Rights::None,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// PMO Sync: publish the writes of every handle in `ids` atomically, as one.
+    pub fn sync_ids(&self, ids: &[u64]) -> Result<()> {
+        if ids.len() > MAX_SYNC {
+            return Err(ObjError::TooMany {
+                n: ids.len(),
+                max: MAX_SYNC,
+            });
+        }
+        let mut inner = self.inner.lock();
+        let mut seen = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let att = inner
+                .atts
+                .get(&id)
+                .ok_or(ObjError::NotAttached { handle: id })?;
+            let name = &inner.objs[att.obj].as_ref().expect("attached").desc.name;
+            if att.access != Access::ReadWrite {
+                return Err(ObjError::ReadOnly {
+                    name: name.clone(),
+                    what: "sync",
+                });
+            }
+            if seen.contains(&att.obj) {
+                return Err(ObjError::Duplicate { name: name.clone() });
+            }
+            seen.push(att.obj);
+        }
+        // 1. Persist each changed shadow: write back its dirty pages (relaxed persistency: no
+        //    fence per line or per object).
+        let mut changed = vec![];
+        for &id in ids {
+            let att = &inner.atts[&id];
+            if !att.fresh {
+                continue; // nothing was written since the last sync: nothing to publish
+            }
+            let o = inner.objs[att.obj].as_ref().expect("attached");
+            if att.tracking == Tracking::Whole {
+                att.dirty.set_range(0, o.pages());
+            }
+            let runs = att.dirty.runs();
+            if runs.is_empty() {
+                continue;
+            }
+            let base = o.desc.slot_off(att.slot);
+            for (first, n) in runs {
+                self.flush(base + first * PAGE, n * PAGE);
+                self.ctr
+                    .bytes_flushed
+                    .fetch_add((n * PAGE) as u64, Ordering::Relaxed);
+            }
+            let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
+            changed.push((id, att.obj, word));
+        }
+        if changed.is_empty() {
+            return Ok(());
+        }
+        // 2. Publish.
+        if let [(_, index, word)] = changed[..] {
+            self.fence();
+            self.persist_word(self.g.entry_off(index), word);
+        } else {
+            let seq = inner.seq + 1;
+            let intent = Intent {
+                seq,
+                items: changed.iter().map(|&(_, i, w)| (i as u64, w)).collect(),
+            };
+            let body = intent.encode();
+            let so = self.g.sync_off as usize;
+            self.m.write(so + 8, &body);
+            self.flush(so + 8, body.len());
+            self.fence(); // shadows and intent durable
+            self.persist_word(so, seq); // commit point
+            for &(_, index, word) in &changed {
+                let eo = self.g.entry_off(index);
+                self.m.store_u64(eo, word);
+                self.flush(eo, 8);
+            }
+            self.fence();
+            self.persist_word(so, 0); // retire the intent before any later publication
+            inner.seq = seq;
+            self.ctr.intents.fetch_add(1, Ordering::Relaxed);
+        }
+        // 3. The old current slot is the next shadow; it differs on exactly the synced pages.
+        for &(id, index, word) in &changed {
+            let inner = &mut *inner;
+            let att = inner.atts.get_mut(&id).expect("validated");
+            let o = inner.objs[index].as_mut().expect("attached");
+            self.close_shadow(att, o)?;
+            o.state = word;
+            o.stale.clear();
+            o.stale.union(&att.dirty);
+            att.dirty.clear();
+            att.slot = o.active() ^ 1;
+            att.fresh = false;
+        }
+        self.ctr.syncs.fetch_add(1, Ordering::Relaxed);
+        self.ctr
+            .published
+            .fetch_add(changed.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Publish several handles' writes atomically (one sync).
+    pub fn sync(&self, handles: &[&Handle<'_, M>]) -> Result<()> {
+        let ids: Vec<u64> = handles.iter().map(|h| h.id).collect();
+        self.sync_ids(&ids)
+    }
+
+    /// Detach a handle (unsynced writes are discarded).
+    pub fn detach(&self, h: Handle<'_, M>) -> Result<()> {
+        h.detach()
+    }
+}
+
+/// An attached object. Reads and writes are bounds-checked copies; nothing hands out a Rust
+/// reference into PM. Dropping a handle detaches it (unsynced writes are discarded).
+pub struct Handle<'p, M: ObjMedia> {
+    pool: &'p Pool<M>,
+    id: u64,
+}
+
+impl<M: ObjMedia> Handle<'_, M> {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    pub fn name(&self) -> Result<String> {
+        Ok(self.pool.info_id(self.id)?.0)
+    }
+    pub fn size(&self) -> Result<u64> {
+        Ok(self.pool.info_id(self.id)?.1)
+    }
+    pub fn access(&self) -> Result<Access> {
+        Ok(self.pool.info_id(self.id)?.2)
+    }
+    /// Copy `dst.len()` bytes at `off` out of the object (the shadow for a read-write handle).
+    pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<()> {
+        self.pool.read_id(self.id, off, dst)
+    }
+    /// Copy `src` into the shadow at `off`; visible to other attachments only after `sync`.
+    pub fn write(&self, off: u64, src: &[u8]) -> Result<()> {
+        self.pool.write_id(self.id, off, src)
+    }
+    /// Declare `[off, off+len)` written through the raw pointer ([`Tracking::Explicit`]).
+    pub fn mark_dirty(&self, off: u64, len: u64) -> Result<()> {
+        self.pool.mark_dirty_id(self.id, off, len)
+    }
+    /// The attachment's view as a raw pointer (for C callers), valid until this handle's next
+    /// `sync` or `detach`; `None` on media without addresses. Writing through it is `unsafe`
+    /// for the caller; with page protection a read-only view faults on a write.
+    pub fn as_ptr(&self) -> Result<Option<*mut u8>> {
+        self.pool.ptr_id(self.id)
+    }
+    /// Publish this handle's writes.
+    pub fn sync(&self) -> Result<()> {
+        self.pool.sync_ids(&[self.id])
+    }
+    pub fn detach(mut self) -> Result<()> {
+        let id = std::mem::replace(&mut self.id, 0);
+        self.pool.detach_id(id)
+    }
+}
+
+impl<M: ObjMedia> Drop for Handle<'_, M> {
+    fn drop(&mut self) {
+        if self.id != 0 {
+            let _ = self.pool.detach_id(self.id);
+        }
+    }
+}
