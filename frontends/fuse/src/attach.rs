@@ -117,8 +117,13 @@ impl AttachState {
     }
     /// Whether the attaching process is still alive.
     pub fn alive(&self) -> bool {
-        // SAFETY: signal 0 only checks for existence.
-        unsafe { libc::kill(self.pid as i32, 0) == 0 }
+        // A zombie (exited, not yet reaped by its parent) has finished: field 3 of stat is 'Z'.
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+            Err(_) => false,
+        }
     }
 }
 
@@ -259,7 +264,7 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
                 c.arg("-o").arg(o);
             }
             run(c.arg(&dev).arg(mp)).map_err(|e| step("mount", e))?;
-            a.state.mountpoint = Some(mp.clone());
+            a.state.mountpoint = Some(std::fs::canonicalize(mp).unwrap_or(mp.clone()));
             a.state.save()?;
         }
         Ok(())
