@@ -1,1 +1,287 @@
-//! Crash simulator (being written).
+//! Crash simulator: a [`Media`] for tests that records every store, flush and fence per 64-byte
+//! cache line and yields the images a power failure could leave.
+//!
+//! Model (ADR; the full statement and its reasons are in docs/crashsim.md):
+//! - A *store* is the part of one `write`/`write_nt` call that falls in one line (or, with
+//!   [`CrashSim::with_word_stores`], in one aligned 8-byte word); `store_u64`, a successful
+//!   `cas_u64` and a successful `cas_u128` are one store each, never torn.
+//! - Stores to one line persist in program order: a crash keeps any prefix of a line's pending
+//!   stores, independently per line.
+//! - `flush` marks the stores a line has so far to become durable at the next fence; a
+//!   non-temporal store marks itself and the line's earlier stores the same way. Stores after
+//!   the flush stay pending.
+//! - eADR: every visible store is persistent, in program order: a crash keeps a prefix of all
+//!   stores since the last fence.
+//!
+//! [`CrashSim::crash_point`] detaches what a crash now could leave; its [`CrashPoint::images`]
+//! enumerates every distinct image while at most [`CrashOpts::k`] lines are pending and a seeded
+//! sample beyond. [`check_every_fence`] crashes a workload at every fence and checks each image.
+
+mod driver;
+mod point;
+mod state;
+
+pub use driver::{check_every_fence, check_every_fence_from, replay, replay_from, CrashReport};
+pub use point::{CrashImages, CrashKey, CrashOpts, CrashPoint, KeyParseError, ReplayError};
+pub use state::MAX_LINE_STORES;
+
+use crate::{Domain, Fence, Flush, Media, Result, LINE};
+use parking_lot::Mutex;
+use state::State;
+use std::ptr::NonNull;
+
+/// Page granularity of [`Media::sync_pages`] (msync writes back whole pages).
+const PAGE: usize = 4096;
+
+/// Simulated persistent media. All state sits behind one mutex, so it is `Send + Sync` like a
+/// real region; crash points are reproducible only if one thread issues the fences.
+pub struct CrashSim {
+    state: Mutex<State>,
+    /// The crash hook of a running driver, called at every fence before it takes effect. Held
+    /// locked while it runs, so fences from several threads take their crash points one by one.
+    hook: Mutex<Option<Hook>>,
+}
+
+impl CrashSim {
+    /// All-zero media of `len` bytes, ADR domain.
+    pub fn new(len: usize) -> CrashSim {
+        Self::from_image(vec![0; len])
+    }
+
+    /// Media whose content (volatile and durable) is `img`: a post-crash image, to run recovery.
+    pub fn from_image(img: Vec<u8>) -> CrashSim {
+        CrashSim {
+            state: Mutex::new(State::new(img)),
+            hook: Mutex::new(None),
+        }
+    }
+
+    /// Persistence domain. Under [`Domain::Eadr`] every visible store is persistent in program
+    /// order; flushes do nothing and a fence only marks a crash point. Switching domains makes
+    /// pending stores durable first (meant for set-up, before a workload runs).
+    pub fn with_domain(self, d: Domain) -> CrashSim {
+        self.state.lock().set_domain(d);
+        self
+    }
+
+    /// Record write-back and non-temporal stores per aligned 8-byte word instead of per line
+    /// piece, so a crash can tear a write at every word (slower; for small tests).
+    pub fn with_word_stores(self, on: bool) -> CrashSim {
+        self.state.lock().word_stores = on;
+        self
+    }
+
+    /// Fences issued so far (including `sync_pages` calls).
+    pub fn fences(&self) -> u64 {
+        self.state.lock().fences
+    }
+
+    /// Stores recorded so far.
+    pub fn stores(&self) -> u64 {
+        self.state.lock().stores
+    }
+
+    /// Lines with stores that may or may not survive a crash.
+    pub fn pending_lines(&self) -> usize {
+        self.state.lock().pending_lines()
+    }
+
+    /// Snapshots dropped because a line had more than [`MAX_LINE_STORES`] pending stores.
+    pub fn coarsened(&self) -> u64 {
+        self.state.lock().coarsened
+    }
+
+    /// What reads return now.
+    pub fn image(&self) -> Vec<u8> {
+        self.state.lock().volatile.clone()
+    }
+
+    /// Bytes certainly persistent now (under eADR, the same as [`CrashSim::image`]).
+    pub fn durable_image(&self) -> Vec<u8> {
+        self.state.lock().durable()
+    }
+
+    /// What a crash now (or at any moment since the last fence) could leave, detached from the
+    /// simulator; build images with [`CrashPoint::images`] or replay one with
+    /// [`CrashPoint::image`].
+    pub fn crash_point(&self) -> CrashPoint {
+        self.state.lock().crash_point()
+    }
+
+    /// Every image a crash now could leave, with its key. Holds all images in memory at once:
+    /// prefer `crash_point().images(opts)` for large media.
+    pub fn crash_images(&self, opts: &CrashOpts) -> Vec<(CrashKey, Vec<u8>)> {
+        self.crash_point().images(opts).collect()
+    }
+
+    fn check_range(&self, st: &State, off: usize, len: usize) {
+        assert!(
+            off <= st.len() && len <= st.len() - off,
+            "crashsim: access {off}+{len} outside media of {} bytes",
+            st.len()
+        );
+    }
+
+    /// One atomic store of `src` (8 or 16 bytes, aligned to its size).
+    fn store_atomic(&self, st: &mut State, off: usize, src: &[u8]) {
+        self.check_range(st, off, src.len());
+        assert_eq!(
+            off % src.len(),
+            0,
+            "crashsim: {}-byte atomic access at {off} is not aligned",
+            src.len()
+        );
+        st.store_unit(off, src, false);
+    }
+
+    fn load<const N: usize>(&self, st: &State, off: usize) -> [u8; N] {
+        self.check_range(st, off, N);
+        assert_eq!(
+            off % N,
+            0,
+            "crashsim: {N}-byte atomic access at {off} is not aligned"
+        );
+        st.volatile[off..off + N].try_into().expect("N bytes")
+    }
+
+    /// Install `f` as the crash hook for the lifetime of the returned guard.
+    fn install_hook<'a>(&'a self, f: &'a mut (dyn FnMut(&CrashSim) + Send + 'a)) -> HookGuard<'a> {
+        let p: NonNull<dyn FnMut(&CrashSim) + Send + 'a> = NonNull::from(f);
+        // SAFETY: only the lifetime bound of the trait object changes (same layout). The guard
+        // borrows `f` for 'a and empties the slot when dropped, and the slot is only read under
+        // its lock by `fence` while the guard lives, so the pointer is never used after 'a.
+        let p: NonNull<dyn FnMut(&CrashSim) + Send + 'static> = unsafe { std::mem::transmute(p) };
+        let mut slot = self.hook.lock();
+        assert!(
+            slot.is_none(),
+            "crashsim: a crash driver is already running on this media"
+        );
+        *slot = Some(Hook(p));
+        HookGuard {
+            sim: self,
+            _f: std::marker::PhantomData,
+        }
+    }
+}
+
+/// Lifetime-erased pointer to a driver's crash hook (see [`CrashSim::install_hook`]).
+struct Hook(NonNull<dyn FnMut(&CrashSim) + Send + 'static>);
+
+// SAFETY: the pointee is `Send`, and calls are serialized by the `hook` mutex.
+unsafe impl Send for Hook {}
+
+struct HookGuard<'a> {
+    sim: &'a CrashSim,
+    _f: std::marker::PhantomData<&'a mut ()>,
+}
+
+impl Drop for HookGuard<'_> {
+    fn drop(&mut self) {
+        *self.sim.hook.lock() = None;
+    }
+}
+
+impl std::fmt::Debug for CrashSim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.state.lock();
+        f.debug_struct("CrashSim")
+            .field("len", &st.len())
+            .field("domain", &st.domain)
+            .field("fences", &st.fences)
+            .field("pending_lines", &st.pending_lines())
+            .finish()
+    }
+}
+
+impl Media for CrashSim {
+    fn len(&self) -> usize {
+        self.state.lock().len()
+    }
+
+    fn domain(&self) -> Domain {
+        self.state.lock().domain
+    }
+
+    fn read(&self, off: usize, dst: &mut [u8]) {
+        let st = self.state.lock();
+        self.check_range(&st, off, dst.len());
+        dst.copy_from_slice(&st.volatile[off..off + dst.len()]);
+    }
+
+    fn write(&self, off: usize, src: &[u8]) {
+        let mut st = self.state.lock();
+        self.check_range(&st, off, src.len());
+        st.store(off, src, false);
+    }
+
+    fn write_nt(&self, off: usize, src: &[u8]) {
+        let mut st = self.state.lock();
+        self.check_range(&st, off, src.len());
+        st.store(off, src, true);
+    }
+
+    fn flush(&self, off: usize, len: usize, _how: Flush) {
+        let mut st = self.state.lock();
+        self.check_range(&st, off, len);
+        st.flush(off, len);
+    }
+
+    /// The crash point of a running driver is taken here, before the fence takes effect.
+    fn fence(&self, _kind: Fence) {
+        let mut hook = self.hook.lock();
+        if let Some(Hook(f)) = hook.as_mut() {
+            // SAFETY: the pointee lives while the slot is set (HookGuard), and holding the lock
+            // makes this the only call in progress. The hook reads this media through `&self`
+            // methods, which take `state` (not held here).
+            unsafe { f.as_mut()(self) };
+        }
+        self.state.lock().fence();
+    }
+
+    /// Flush the pages covering the range, then fence.
+    fn sync_pages(&self, off: usize, len: usize) -> Result<()> {
+        {
+            let mut st = self.state.lock();
+            self.check_range(&st, off, len);
+            if len > 0 {
+                let start = off / PAGE * PAGE;
+                let end = (off + len).div_ceil(PAGE) * PAGE;
+                let end = end.min(st.len());
+                st.flush(start, end - start);
+            }
+        }
+        self.fence(Fence::Sfence);
+        Ok(())
+    }
+
+    fn load_u64(&self, off: usize) -> u64 {
+        u64::from_le_bytes(self.load::<8>(&self.state.lock(), off))
+    }
+
+    fn store_u64(&self, off: usize, v: u64) {
+        let mut st = self.state.lock();
+        self.store_atomic(&mut st, off, &v.to_le_bytes());
+    }
+
+    fn cas_u64(&self, off: usize, current: u64, new: u64) -> std::result::Result<u64, u64> {
+        let mut st = self.state.lock();
+        let actual = u64::from_le_bytes(self.load::<8>(&st, off));
+        if actual != current {
+            return Err(actual);
+        }
+        self.store_atomic(&mut st, off, &new.to_le_bytes());
+        Ok(actual)
+    }
+
+    fn cas_u128(&self, off: usize, current: u128, new: u128) -> std::result::Result<u128, u128> {
+        let mut st = self.state.lock();
+        let actual = u128::from_le_bytes(self.load::<16>(&st, off));
+        if actual != current {
+            return Err(actual);
+        }
+        self.store_atomic(&mut st, off, &new.to_le_bytes());
+        Ok(actual)
+    }
+}
+
+const _: () = assert!(LINE & 15 == 0, "16-byte atomics must not straddle a line");
