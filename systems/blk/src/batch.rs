@@ -85,7 +85,15 @@ impl Batch {
             .collect();
         let high = (slots * o.high_pct as usize / 100).clamp(1, slots);
         let low = (slots * o.low_pct as usize / 100).min(high - 1);
-        Batch { bufs, opts: *o, bs, high, low, stop: AtomicBool::new(false), ctr: Counters::default() }
+        Batch {
+            bufs,
+            opts: *o,
+            bs,
+            high,
+            low,
+            stop: AtomicBool::new(false),
+            ctr: Counters::default(),
+        }
     }
 
     #[inline]
@@ -159,6 +167,14 @@ impl Batch {
 
     /// Read blocks `b0..`, from the buffers where they are staged, else from PM.
     pub fn read<M: BlkMedia>(&self, dev: &Inner<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
+        let r = self.read_blocks(dev, b0, dst);
+        if r.is_err() {
+            dst.fill(0); // never hand out part of a request that failed
+        }
+        r
+    }
+
+    fn read_blocks<M: BlkMedia>(&self, dev: &Inner<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
         for (k, chunk) in dst.chunks_mut(self.bs).enumerate() {
             let block = b0 + k as u64;
             let st = self.buf_of(block).st.lock();
@@ -186,7 +202,12 @@ impl Batch {
 
     /// Write the oldest dirty blocks to PM until at most `target` remain: sorted by block, in
     /// batches of `batch_blocks`, one write window per contiguous run.
-    fn drain<M: BlkMedia>(&self, dev: &Inner<M>, st: &mut MutexGuard<'_, State>, target: usize) -> Result<()> {
+    fn drain<M: BlkMedia>(
+        &self,
+        dev: &Inner<M>,
+        st: &mut MutexGuard<'_, State>,
+        target: usize,
+    ) -> Result<()> {
         if st.map.len() <= target {
             return Ok(());
         }
@@ -209,7 +230,12 @@ impl Batch {
         result
     }
 
-    fn write_runs<M: BlkMedia>(&self, dev: &Inner<M>, st: &mut MutexGuard<'_, State>, picked: &[(u64, u64)]) -> Result<()> {
+    fn write_runs<M: BlkMedia>(
+        &self,
+        dev: &Inner<M>,
+        st: &mut MutexGuard<'_, State>,
+        picked: &[(u64, u64)],
+    ) -> Result<()> {
         let run_cap = st.run.len() / self.bs;
         for batch in picked.chunks(self.opts.batch_blocks) {
             let mut i = 0;
@@ -219,7 +245,9 @@ impl Batch {
                 let start = batch[i].0;
                 let mut n = 0usize;
                 while i < batch.len() && batch[i].0 == start + n as u64 && n < run_cap {
-                    let Some(&(slot, _)) = st.map.get(&batch[i].0) else { break };
+                    let Some(&(slot, _)) = st.map.get(&batch[i].0) else {
+                        break;
+                    };
                     let (from, to) = (slot as usize * self.bs, n * self.bs);
                     let State { data, run, .. } = &mut **st;
                     run[to..to + self.bs].copy_from_slice(&data[from..from + self.bs]);
@@ -232,7 +260,10 @@ impl Batch {
                 }
                 dev.write_pm(start, &st.run[..n * self.bs], false)?;
                 for b in start..start + n as u64 {
-                    let (slot, _) = st.map.remove(&b).expect("buffered block vanished under the lock");
+                    let (slot, _) = st
+                        .map
+                        .remove(&b)
+                        .expect("buffered block vanished under the lock");
                     st.free.push(slot);
                 }
                 self.ctr.runs.fetch_add(1, Ordering::Relaxed);

@@ -42,7 +42,10 @@ impl CheckReport {
     }
 
     fn error(&mut self, what: String) {
-        self.findings.push(Finding { severity: Severity::Error, what });
+        self.findings.push(Finding {
+            severity: Severity::Error,
+            what,
+        });
     }
 }
 
@@ -60,11 +63,13 @@ pub fn check<M: Media>(m: &M, mark_clean: bool) -> Result<CheckReport> {
     };
     let found = match superblock::read(m) {
         Ok(f) => f,
-        Err(e @ (BlkError::BadMagic { .. }
-        | BlkError::BadVersion { .. }
-        | BlkError::BadSuperblock { .. }
-        | BlkError::SizeMismatch { .. }
-        | BlkError::TooSmall { .. })) => {
+        Err(
+            e @ (BlkError::BadMagic { .. }
+            | BlkError::BadVersion { .. }
+            | BlkError::BadSuperblock { .. }
+            | BlkError::SizeMismatch { .. }
+            | BlkError::TooSmall { .. }),
+        ) => {
             r.error(e.to_string());
             return Ok(r);
         }
@@ -75,7 +80,9 @@ pub fn check<M: Media>(m: &M, mark_clean: bool) -> Result<CheckReport> {
     if let Some(e) = &found.slot_errors[1 - found.slot] {
         r.findings.push(Finding {
             severity: Severity::Warning,
-            what: format!("spare superblock slot is unusable ({e}); an interrupted update leaves this"),
+            what: format!(
+                "spare superblock slot is unusable ({e}); an interrupted update leaves this"
+            ),
         });
     }
     let l = sb.layout;

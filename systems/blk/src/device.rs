@@ -89,7 +89,10 @@ impl<M: BlkMedia> Device<M> {
         }
         let found = superblock::read(&media)?;
         let layout = found.current.layout;
-        let mut notes: Vec<String> = media.region().map(|r| r.notes().to_vec()).unwrap_or_default();
+        let mut notes: Vec<String> = media
+            .region()
+            .map(|r| r.notes().to_vec())
+            .unwrap_or_default();
         if let Some(e) = &found.slot_errors[1 - found.slot] {
             notes.push(format!(
                 "superblock slot {} is unusable ({e}); slot {} is in force (an interrupted update leaves this)",
@@ -111,7 +114,8 @@ impl<M: BlkMedia> Device<M> {
             engine.batch.validate(layout.block_size)?;
         }
         let persister = Persister::new(engine.write, media.len(), media.domain());
-        let batch = (protect == Protect::PtBatch).then(|| Batch::new(&engine.batch, layout.block_size));
+        let batch =
+            (protect == Protect::PtBatch).then(|| Batch::new(&engine.batch, layout.block_size));
         gate.protect(media.region())?;
         let zero_crc = crc32c::crc32c(&ZEROES[..layout.block_size as usize]);
         let inner = Arc::new(Inner {
@@ -134,7 +138,10 @@ impl<M: BlkMedia> Device<M> {
             was_clean,
             zero_crc,
         });
-        let dev = Device { inner, syncers: Mutex::new(vec![]) };
+        let dev = Device {
+            inner,
+            syncers: Mutex::new(vec![]),
+        };
         // Mark the device in use before the first write can reach it.
         dev.inner.update_superblock(|sb| {
             sb.clean = false;
@@ -283,6 +290,9 @@ impl<M: BlkMedia> Device<M> {
         i.flush_all()?;
         i.update_superblock(|sb| sb.clean = true)?;
         i.gate.unprotect(i.media.region())?;
+        if let Some(r) = i.media.region() {
+            crate::path::unlock(r);
+        }
         Ok(())
     }
 
@@ -301,7 +311,9 @@ impl<M: BlkMedia> Drop for Device<M> {
         if !self.inner.closed.load(Ordering::SeqCst) {
             // Not closed: keep acknowledged data (drain and flush) but leave the device marked
             // unclean, as a crash would.
-            tracing::warn!("block device dropped without close(); it stays marked not cleanly shut down");
+            tracing::warn!(
+                "block device dropped without close(); it stays marked not cleanly shut down"
+            );
             self.inner.closed.store(true, Ordering::SeqCst);
             self.stop_syncers();
             if let Err(e) = self.inner.flush_all() {
@@ -357,7 +369,11 @@ fn format<M: Media>(m: &M, layout: Layout, zero_data: bool, scheme: WriteScheme)
 }
 
 /// Pick the protection mode and build its gate, applying the user's fallback for pkey.
-fn resolve_protect<M: BlkMedia>(m: &M, o: &EngineOptions, notes: &mut Vec<String>) -> Result<(Protect, Gate)> {
+fn resolve_protect<M: BlkMedia>(
+    m: &M,
+    o: &EngineOptions,
+    notes: &mut Vec<String>,
+) -> Result<(Protect, Gate)> {
     let region = m.region();
     let file_backed = region.is_some_and(|r| r.file().is_some() && r.kind() != RegionKind::DevDax);
     let pku = pmkit_media::features().pku;
@@ -383,28 +399,42 @@ fn resolve_protect<M: BlkMedia>(m: &M, o: &EngineOptions, notes: &mut Vec<String
             } else {
                 Protect::None
             };
-            notes.push(format!("default protection pkey is not available here; using {p}"));
+            notes.push(format!(
+                "default protection pkey is not available here; using {p}"
+            ));
             p
         }
     };
     let build = |p: Protect| -> Result<Gate> {
         if let Some(why) = why_not(p) {
-            return Err(BlkError::ProtectUnavailable { mode: p.name(), why });
+            return Err(BlkError::ProtectUnavailable {
+                mode: p.name(),
+                why,
+            });
         }
         Ok(match p {
             Protect::None => Gate::Open,
-            Protect::Pt | Protect::PtBatch => Gate::Pages { locks: Stripes::default() },
+            Protect::Pt | Protect::PtBatch => Gate::Pages {
+                locks: Stripes::default(),
+            },
             Protect::Private => Gate::Private,
             Protect::Pkey => Gate::Pkey(pmkit_media::protect::Pkey::alloc().map_err(|e| {
-                BlkError::ProtectUnavailable { mode: "pkey", why: format!("cannot allocate a protection key: {e}") }
+                BlkError::ProtectUnavailable {
+                    mode: "pkey",
+                    why: format!("cannot allocate a protection key: {e}"),
+                }
             })?),
         })
     };
     match build(want) {
         Ok(g) => Ok((want, g)),
-        Err(BlkError::ProtectUnavailable { why, .. }) if want == Protect::Pkey && o.pkey_fallback.is_some() => {
+        Err(BlkError::ProtectUnavailable { why, .. })
+            if want == Protect::Pkey && o.pkey_fallback.is_some() =>
+        {
             let fb = o.pkey_fallback.unwrap();
-            notes.push(format!("pkey protection is not available ({why}); falling back to {fb} as asked"));
+            notes.push(format!(
+                "pkey protection is not available ({why}); falling back to {fb} as asked"
+            ));
             Ok((fb, build(fb)?))
         }
         Err(BlkError::ProtectUnavailable { mode, why }) => Err(BlkError::ProtectUnavailable {
@@ -432,14 +462,25 @@ impl<M: BlkMedia> Inner<M> {
             return Err(BlkError::ZeroLength { off });
         }
         if len > self.max_request as u64 {
-            return Err(BlkError::TooLarge { len, max: self.max_request as u64 });
+            return Err(BlkError::TooLarge {
+                len,
+                max: self.max_request as u64,
+            });
         }
         if off % bs as u64 != 0 || len % bs as u64 != 0 {
-            return Err(BlkError::Misaligned { off, len, block_size: bs });
+            return Err(BlkError::Misaligned {
+                off,
+                len,
+                block_size: bs,
+            });
         }
         let cap = self.layout.capacity();
         if off.checked_add(len).is_none_or(|end| end > cap) {
-            return Err(BlkError::OutOfRange { off, len, capacity: cap });
+            return Err(BlkError::OutOfRange {
+                off,
+                len,
+                capacity: cap,
+            });
         }
         Ok(off / bs as u64)
     }
@@ -471,17 +512,27 @@ impl<M: BlkMedia> Inner<M> {
         let end = off.checked_add(len);
         if off % bs != 0 || len % bs != 0 {
             self.stats.add(Ctr::Rejected, 1);
-            return Err(BlkError::Misaligned { off, len, block_size: bs as u32 });
+            return Err(BlkError::Misaligned {
+                off,
+                len,
+                block_size: bs as u32,
+            });
         }
         if end.is_none_or(|e| e > self.layout.capacity()) {
             self.stats.add(Ctr::Rejected, 1);
-            return Err(BlkError::OutOfRange { off, len, capacity: self.layout.capacity() });
+            return Err(BlkError::OutOfRange {
+                off,
+                len,
+                capacity: self.layout.capacity(),
+            });
         }
         let mut pos = off;
         while pos < off + len {
             let n = (off + len - pos).min(ZEROES.len() as u64);
             let b0 = pos / bs;
-            let _g = self.stripes.lock(self.layout.block_off(b0), n as usize, true);
+            let _g = self
+                .stripes
+                .lock(self.layout.block_off(b0), n as usize, true);
             self.check_open()?;
             self.write_locked(b0, &ZEROES[..n as usize], fua)?;
             pos += n;
@@ -496,21 +547,22 @@ impl<M: BlkMedia> Inner<M> {
         let len = src.len();
         let p = &self.persister;
         let deferred = p.scheme().deferred();
-        self.gate.write(&self.media, moff, len, &self.windows, |v| {
-            self.emu.write(len, || {
-                if self.subpage {
-                    self.store_changed_lines(v, moff, src);
-                } else {
-                    p.write(v, moff, src);
-                }
-                p.fence(v);
-                if fua && deferred {
-                    p.persist_now(v, moff, len)
-                } else {
-                    Ok(())
-                }
-            })
-        })??;
+        self.gate
+            .write(&self.media, moff, len, &self.windows, |v| {
+                self.emu.write(len, || {
+                    if self.subpage {
+                        self.store_changed_lines(v, moff, src);
+                    } else {
+                        p.write(v, moff, src);
+                    }
+                    p.fence(v);
+                    if fua && deferred {
+                        p.persist_now(v, moff, len)
+                    } else {
+                        Ok(())
+                    }
+                })
+            })??;
         if self.layout.checksum() {
             self.write_crcs(b0, src, fua)?;
         }
@@ -542,7 +594,8 @@ impl<M: BlkMedia> Inner<M> {
                     line += LINE;
                 }
                 written += ((line - start) / LINE) as u64;
-                self.persister.write(v, moff + done + start, &src[done + start..done + line]);
+                self.persister
+                    .write(v, moff + done + start, &src[done + start..done + line]);
             }
             done += n;
         }
@@ -568,15 +621,16 @@ impl<M: BlkMedia> Inner<M> {
             }
             let coff = self.layout.crc_off(b0 + i as u64);
             let p = &self.persister;
-            self.gate.write(&self.media, coff, n * 4, &self.windows, |v| {
-                p.write(v, coff, &buf[..n * 4]);
-                p.fence(v);
-                if fua && p.scheme().deferred() {
-                    p.persist_now(v, coff, n * 4)
-                } else {
-                    Ok(())
-                }
-            })??;
+            self.gate
+                .write(&self.media, coff, n * 4, &self.windows, |v| {
+                    p.write(v, coff, &buf[..n * 4]);
+                    p.fence(v);
+                    if fua && p.scheme().deferred() {
+                        p.persist_now(v, coff, n * 4)
+                    } else {
+                        Ok(())
+                    }
+                })??;
             i += n;
         }
         Ok(())
@@ -587,10 +641,14 @@ impl<M: BlkMedia> Inner<M> {
         let mut back = [0u8; MAX_BLOCK];
         for (k, blk) in src.chunks(bs).enumerate() {
             let off = self.layout.block_off(b0 + k as u64);
-            self.gate.read(&self.media, off, bs, &self.windows, |v| v.read(off, &mut back[..bs]))?;
+            self.gate.read(&self.media, off, bs, &self.windows, |v| {
+                v.read(off, &mut back[..bs])
+            })?;
             if back[..bs] != *blk {
                 self.stats.add(Ctr::VerifyFailures, 1);
-                return Err(BlkError::VerifyFailed { block: b0 + k as u64 });
+                return Err(BlkError::VerifyFailed {
+                    block: b0 + k as u64,
+                });
             }
         }
         Ok(())
@@ -601,7 +659,9 @@ impl<M: BlkMedia> Inner<M> {
     pub(crate) fn read_pm(&self, b0: u64, dst: &mut [u8]) -> Result<()> {
         let moff = self.layout.block_off(b0);
         let len = dst.len();
-        self.gate.read(&self.media, moff, len, &self.windows, |v| self.emu.read(len, || v.read(moff, dst)))?;
+        self.gate.read(&self.media, moff, len, &self.windows, |v| {
+            self.emu.read(len, || v.read(moff, dst))
+        })?;
         if self.layout.checksum() {
             if let Err(e) = self.check_crcs(b0, dst) {
                 dst.fill(0);
@@ -620,13 +680,21 @@ impl<M: BlkMedia> Inner<M> {
         while i < nblocks {
             let n = (nblocks - i).min(CRC_CHUNK);
             let coff = self.layout.crc_off(b0 + i as u64);
-            self.gate.read(&self.media, coff, n * 4, &self.windows, |v| v.read(coff, &mut buf[..n * 4]))?;
+            self.gate
+                .read(&self.media, coff, n * 4, &self.windows, |v| {
+                    v.read(coff, &mut buf[..n * 4])
+                })?;
             for k in 0..n {
                 let stored = u32::from_le_bytes(buf[k * 4..k * 4 + 4].try_into().unwrap());
                 let computed = crc32c::crc32c(&data[(i + k) * bs..(i + k + 1) * bs]);
                 if stored != computed {
                     let block = b0 + (i + k) as u64;
-                    return Err(BlkError::Checksum { block, off: block * bs as u64, stored, computed });
+                    return Err(BlkError::Checksum {
+                        block,
+                        off: block * bs as u64,
+                        stored,
+                        computed,
+                    });
                 }
             }
             i += n;
@@ -642,7 +710,8 @@ impl<M: BlkMedia> Inner<M> {
         if let Some(b) = &self.batch {
             b.drain_all(self)?;
         }
-        self.gate.barrier(&self.media, |v| self.persister.barrier(v))??;
+        self.gate
+            .barrier(&self.media, |v| self.persister.barrier(v))??;
         Ok(())
     }
 
@@ -654,7 +723,10 @@ impl<M: BlkMedia> Inner<M> {
         next.seq = g.0.seq + 1;
         let slot = 1 - g.1;
         let off = superblock::SLOT_OFF[slot] as usize;
-        self.gate.write(&self.media, off, SLOT_LEN, &self.windows, |v| superblock::write_slot(v, slot, &next))?;
+        self.gate
+            .write(&self.media, off, SLOT_LEN, &self.windows, |v| {
+                superblock::write_slot(v, slot, &next)
+            })?;
         *g = (next, slot);
         Ok(())
     }

@@ -4,16 +4,25 @@ use pmkit_media::MediaError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BlkError {
-    #[error("request at byte {off} of {len} bytes is not aligned to the {block_size}-byte block size")]
+    #[error(
+        "request at byte {off} of {len} bytes is not aligned to the {block_size}-byte block size"
+    )]
     Misaligned { off: u64, len: u64, block_size: u32 },
-    #[error("request at byte {off} of {len} bytes ends past the device capacity of {capacity} bytes")]
+    #[error(
+        "request at byte {off} of {len} bytes ends past the device capacity of {capacity} bytes"
+    )]
     OutOfRange { off: u64, len: u64, capacity: u64 },
     #[error("zero-length request at byte {off}")]
     ZeroLength { off: u64 },
     #[error("request of {len} bytes is larger than the limit of {max} bytes; split it")]
     TooLarge { len: u64, max: u64 },
     #[error("block {block} (byte {off}): checksum mismatch (stored {stored:#010x}, computed {computed:#010x}); the block's data is corrupt")]
-    Checksum { block: u64, off: u64, stored: u32, computed: u32 },
+    Checksum {
+        block: u64,
+        off: u64,
+        stored: u32,
+        computed: u32,
+    },
     #[error("block {block}: data read back after the write differs from what was written (--write-verify)")]
     VerifyFailed { block: u64 },
     #[error("not a pmkit block device: wrong magic {found:02x?} in both superblock copies (create one with `pmkit create`)")]
@@ -46,7 +55,9 @@ impl BlkError {
     /// The `errno` a front end (NBD, FUSE) should report for this error.
     pub fn errno(&self) -> i32 {
         match self {
-            BlkError::Misaligned { .. } | BlkError::ZeroLength { .. } | BlkError::BadOption(_) => libc::EINVAL,
+            BlkError::Misaligned { .. } | BlkError::ZeroLength { .. } | BlkError::BadOption(_) => {
+                libc::EINVAL
+            }
             BlkError::OutOfRange { .. } => libc::ENOSPC,
             BlkError::TooLarge { .. } => libc::EOVERFLOW,
             BlkError::Closed => libc::ESHUTDOWN,

@@ -11,9 +11,9 @@
 
 use crate::error::Result;
 use crate::stripes::Stripes;
+use parking_lot::Mutex;
 use pmkit_media::protect::{Access, Pkey};
 use pmkit_media::{Domain, Fence, Flush, Media, MediaError, Region};
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -45,7 +45,10 @@ pub enum View<'a, M> {
     /// A private window: media offset `off` is window offset `off - base`.
     Window { win: &'a Region, base: usize },
     /// For a `private` barrier: flushes map a short window of their own; nothing else allowed.
-    Lazy { region: &'a Region, err: &'a Mutex<Option<MediaError>> },
+    Lazy {
+        region: &'a Region,
+        err: &'a Mutex<Option<MediaError>>,
+    },
 }
 
 impl<M: Media> Media for View<'_, M> {
@@ -225,7 +228,10 @@ impl Gate {
                 let r = m.region().expect("private needs a region");
                 count.opened.fetch_add(1, Ordering::Relaxed);
                 let w = r.window(off, len, Access::ReadWrite)?;
-                let out = f(&View::Window { win: w.media(), base: off - w.offset_of(off) });
+                let out = f(&View::Window {
+                    win: w.media(),
+                    base: off - w.offset_of(off),
+                });
                 drop(w);
                 Ok(out)
             }
@@ -252,7 +258,10 @@ impl Gate {
                 let r = m.region().expect("private needs a region");
                 count.opened.fetch_add(1, Ordering::Relaxed);
                 let w = r.window(off, len, Access::Read)?;
-                Ok(f(&View::Window { win: w.media(), base: off - w.offset_of(off) }))
+                Ok(f(&View::Window {
+                    win: w.media(),
+                    base: off - w.offset_of(off),
+                }))
             }
         }
     }

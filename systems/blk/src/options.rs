@@ -31,7 +31,13 @@ pub enum Protect {
 }
 
 impl Protect {
-    pub const ALL: [Protect; 5] = [Protect::None, Protect::Pt, Protect::PtBatch, Protect::Private, Protect::Pkey];
+    pub const ALL: [Protect; 5] = [
+        Protect::None,
+        Protect::Pt,
+        Protect::PtBatch,
+        Protect::Private,
+        Protect::Pkey,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -69,7 +75,11 @@ impl std::str::FromStr for Protect {
         Protect::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown protection {s:?} (expected one of none, pt, pt-batch, private, pkey)"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown protection {s:?} (expected one of none, pt, pt-batch, private, pkey)"
+                )
+            })
     }
 }
 
@@ -109,7 +119,10 @@ impl BatchOptions {
     pub fn validate(&self, block_size: u32) -> Result<()> {
         let bad = |s: String| Err(BlkError::BadOption(s));
         if self.buffers == 0 || self.buffers > MAX_BUFFERS {
-            return bad(format!("--buffers must be 1..={MAX_BUFFERS}, got {}", self.buffers));
+            return bad(format!(
+                "--buffers must be 1..={MAX_BUFFERS}, got {}",
+                self.buffers
+            ));
         }
         if self.buffer_bytes < block_size as usize * 4 || self.buffer_bytes > MAX_BUFFER_BYTES {
             return bad(format!(
@@ -185,14 +198,21 @@ pub struct CreateOptions {
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { block_size: 4096, checksum: false, zero_data: true }
+        CreateOptions {
+            block_size: 4096,
+            checksum: false,
+            zero_data: true,
+        }
     }
 }
 
 impl CreateOptions {
     pub fn validate(&self) -> Result<()> {
         if self.block_size != 512 && self.block_size != 4096 {
-            return Err(BlkError::BadOption(format!("block size must be 512 or 4096, got {}", self.block_size)));
+            return Err(BlkError::BadOption(format!(
+                "block size must be 512 or 4096, got {}",
+                self.block_size
+            )));
         }
         Ok(())
     }

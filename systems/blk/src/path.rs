@@ -12,17 +12,28 @@ use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
 fn region_opts(populate: bool) -> RegionOptions {
-    RegionOptions { populate, ..Default::default() }
+    RegionOptions {
+        populate,
+        ..Default::default()
+    }
 }
 
 fn lock(region: &Region, exclusive: bool) -> Result<()> {
-    let Some(f) = region.file() else { return Ok(()) };
-    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+    let Some(f) = region.file() else {
+        return Ok(());
+    };
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
     // SAFETY: flock on a file descriptor we own.
     if unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(BlkError::Busy { path: region.path().into() });
+            return Err(BlkError::Busy {
+                path: region.path().into(),
+            });
         }
         return Err(BlkError::Media(pmkit_media::MediaError::Io {
             path: region.path().into(),
@@ -31,6 +42,14 @@ fn lock(region: &Region, exclusive: bool) -> Result<()> {
         }));
     }
     Ok(())
+}
+
+/// Release the lock [`open_path`] took (at close: the device is done with the file).
+pub(crate) fn unlock(region: &Region) {
+    if let Some(f) = region.file() {
+        // SAFETY: flock on a file descriptor the region owns; unlocking an unlocked file is a no-op.
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+    }
 }
 
 /// Create a device at `path`. With `size`, a new file of that many bytes (fails if the path
@@ -50,13 +69,19 @@ pub fn create_path(
                     path.display()
                 )));
             }
-            (Region::create(path, n, &region_opts(engine.populate))?, true)
+            (
+                Region::create(path, n, &region_opts(engine.populate))?,
+                true,
+            )
         }
         None => (Region::open(path, &region_opts(engine.populate))?, false),
     };
     lock(&region, true)?;
     // A freshly fallocate'd file reads as zeroes already.
-    let create = CreateOptions { zero_data: create.zero_data && !fresh, ..*create };
+    let create = CreateOptions {
+        zero_data: create.zero_data && !fresh,
+        ..*create
+    };
     let made = Device::create(region, &create, engine);
     if made.is_err() && fresh {
         let _ = std::fs::remove_file(path);

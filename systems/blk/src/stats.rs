@@ -65,7 +65,11 @@ impl Default for Recorder {
         let shards = (0..SHARDS)
             .map(|_| Shard {
                 ctr: std::array::from_fn(|_| AtomicU64::new(0)),
-                hist: Mutex::new(Hists { read: hist(), write: hist(), flush: hist() }),
+                hist: Mutex::new(Hists {
+                    read: hist(),
+                    write: hist(),
+                    flush: hist(),
+                }),
             })
             .collect();
         Recorder { shards }
@@ -103,7 +107,10 @@ impl Recorder {
     }
 
     fn total(&self, c: Ctr) -> u64 {
-        self.shards.iter().map(|s| s.ctr[c as usize].load(Ordering::Relaxed)).sum()
+        self.shards
+            .iter()
+            .map(|s| s.ctr[c as usize].load(Ordering::Relaxed))
+            .sum()
     }
 
     pub fn snapshot(&self, windows_opened: u64, batch: Option<BatchStats>) -> Stats {
@@ -217,7 +224,10 @@ pub fn ns_per_cycle() -> f64 {
     *K.get_or_init(|| {
         let (t0, c0) = (std::time::Instant::now(), pmkit_media::emulate::cycles());
         std::thread::sleep(std::time::Duration::from_millis(5));
-        let (ns, c) = (t0.elapsed().as_nanos() as f64, pmkit_media::emulate::cycles().wrapping_sub(c0));
+        let (ns, c) = (
+            t0.elapsed().as_nanos() as f64,
+            pmkit_media::emulate::cycles().wrapping_sub(c0),
+        );
         if c == 0 {
             1.0
         } else {

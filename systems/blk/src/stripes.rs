@@ -21,7 +21,9 @@ pub struct Stripes {
 
 impl Default for Stripes {
     fn default() -> Self {
-        Stripes { locks: (0..STRIPES).map(|_| Padded(RawRwLock::INIT)).collect() }
+        Stripes {
+            locks: (0..STRIPES).map(|_| Padded(RawRwLock::INIT)).collect(),
+        }
     }
 }
 
@@ -52,7 +54,11 @@ impl Stripes {
                 }
             }
         }
-        StripeGuard { stripes: self, set, exclusive }
+        StripeGuard {
+            stripes: self,
+            set,
+            exclusive,
+        }
     }
 
     /// Wait until every request that holds a stripe now has finished (the write barrier's
@@ -109,9 +115,17 @@ mod tests {
                 sc.spawn(move || {
                     for i in 0..2000usize {
                         // Requests of 1..3 pages that all touch page 5 (directly or by wrap-around).
-                        let off = if (i + t) % 2 == 0 { 5 * UNIT } else { (5 + STRIPES) * UNIT - UNIT };
+                        let off = if (i + t) % 2 == 0 {
+                            5 * UNIT
+                        } else {
+                            (5 + STRIPES) * UNIT - UNIT
+                        };
                         let _g = s.lock(off, UNIT * (1 + i % 3), true);
-                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders of one stripe");
+                        assert_eq!(
+                            inside.fetch_add(1, Ordering::SeqCst),
+                            0,
+                            "two holders of one stripe"
+                        );
                         inside.fetch_sub(1, Ordering::SeqCst);
                     }
                 });

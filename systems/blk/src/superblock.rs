@@ -46,7 +46,11 @@ impl Layout {
         let bs = block_size as u64;
         let min = PAGE + if checksum { PAGE } else { 0 } + MIN_BLOCKS * bs;
         if region_len < min {
-            return Err(BlkError::TooSmall { len: region_len, block_size, min });
+            return Err(BlkError::TooSmall {
+                len: region_len,
+                block_size,
+                min,
+            });
         }
         let avail = region_len - PAGE;
         let (mut n, table) = if checksum {
@@ -62,7 +66,13 @@ impl Layout {
         let data_off = PAGE + table;
         n = n.min((region_len - data_off) / bs);
         assert!(n >= MIN_BLOCKS && data_off + n * bs <= region_len);
-        Ok(Layout { block_size, nblocks: n, csum_off: if checksum { PAGE } else { 0 }, data_off, region_len })
+        Ok(Layout {
+            block_size,
+            nblocks: n,
+            csum_off: if checksum { PAGE } else { 0 },
+            data_off,
+            region_len,
+        })
     }
 
     pub fn checksum(&self) -> bool {
@@ -113,8 +123,10 @@ fn ser_uuid<S: serde::Serializer>(u: &[u8; 16], s: S) -> std::result::Result<S::
 
 impl Superblock {
     pub fn new(layout: Layout) -> Superblock {
-        let created_unix =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let created_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         Superblock {
             version: VERSION,
             uuid: *uuid::Uuid::new_v4().as_bytes(),
@@ -148,7 +160,9 @@ impl Superblock {
         b[72..80].copy_from_slice(&self.seq.to_le_bytes());
         b[80..84].copy_from_slice(&(self.clean as u32).to_le_bytes());
         b[84] = self.last_protect.map_or(0xff, |p| p.code());
-        b[85] = self.last_write.map_or(0xff, |w| WriteScheme::ALL.iter().position(|x| *x == w).unwrap() as u8);
+        b[85] = self.last_write.map_or(0xff, |w| {
+            WriteScheme::ALL.iter().position(|x| *x == w).unwrap() as u8
+        });
         b[88..96].copy_from_slice(&self.created_unix.to_le_bytes());
         b[96..104].copy_from_slice(&self.opens.to_le_bytes());
         let crc = crc32c::crc32c(&b[..CRC_AT]);
@@ -180,8 +194,12 @@ impl Superblock {
             data_off: u64_at(48),
             csum_off: u64_at(56),
         };
-        let expect = Layout::compute(layout.region_len, layout.block_size, features & FEATURE_CHECKSUM != 0)
-            .map_err(|e| SlotError::Layout(e.to_string()))?;
+        let expect = Layout::compute(
+            layout.region_len,
+            layout.block_size,
+            features & FEATURE_CHECKSUM != 0,
+        )
+        .map_err(|e| SlotError::Layout(e.to_string()))?;
         if expect != layout || features & !FEATURE_CHECKSUM != 0 {
             return Err(SlotError::Layout(format!(
                 "fields disagree with each other: {layout:?}, features {features:#x}"
@@ -215,7 +233,10 @@ impl std::fmt::Display for SlotError {
         match self {
             SlotError::Magic(m) => write!(f, "wrong magic {m:02x?}"),
             SlotError::Crc { stored, computed } => {
-                write!(f, "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")
+                write!(
+                    f,
+                    "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+                )
             }
             SlotError::Version(v) => write!(f, "unsupported version {v}"),
             SlotError::Layout(s) => write!(f, "inconsistent layout: {s}"),
@@ -236,7 +257,11 @@ pub struct Found {
 /// Read both slots from `m` and pick the valid one with the higher generation.
 pub fn read<M: Media>(m: &M) -> Result<Found> {
     if (m.len() as u64) < PAGE {
-        return Err(BlkError::TooSmall { len: m.len() as u64, block_size: 0, min: PAGE });
+        return Err(BlkError::TooSmall {
+            len: m.len() as u64,
+            block_size: 0,
+            min: PAGE,
+        });
     }
     let mut found: [Option<Superblock>; 2] = [None, None];
     let mut errs: [Option<SlotError>; 2] = [None, None];
@@ -262,18 +287,28 @@ pub fn read<M: Media>(m: &M) -> Result<Found> {
             let (e0, e1) = (errs[0].clone().unwrap(), errs[1].clone().unwrap());
             return Err(match (&e0, &e1) {
                 (SlotError::Magic(m), SlotError::Magic(_)) => BlkError::BadMagic { found: *m },
-                (SlotError::Version(v), _) | (_, SlotError::Version(v)) => {
-                    BlkError::BadVersion { found: *v, supported: VERSION }
-                }
-                _ => BlkError::BadSuperblock { why: format!("slot A: {e0}; slot B: {e1}") },
+                (SlotError::Version(v), _) | (_, SlotError::Version(v)) => BlkError::BadVersion {
+                    found: *v,
+                    supported: VERSION,
+                },
+                _ => BlkError::BadSuperblock {
+                    why: format!("slot A: {e0}; slot B: {e1}"),
+                },
             });
         }
     };
     let current = found[slot].take().unwrap();
     if current.layout.region_len != m.len() as u64 {
-        return Err(BlkError::SizeMismatch { expected: current.layout.region_len, actual: m.len() as u64 });
+        return Err(BlkError::SizeMismatch {
+            expected: current.layout.region_len,
+            actual: m.len() as u64,
+        });
     }
-    Ok(Found { current, slot, slot_errors: errs })
+    Ok(Found {
+        current,
+        slot,
+        slot_errors: errs,
+    })
 }
 
 /// Write `sb` into slot `slot` and make it durable (write, flush, fence). The caller opens
@@ -303,13 +338,23 @@ mod tests {
                         assert!(l.csum_off + 4 * l.nblocks <= l.data_off);
                     }
                     // Not wasteful: one more block would not fit.
-                    let more = Layout { nblocks: l.nblocks + 1, ..l };
-                    let table = if ck { (more.nblocks * 4).div_ceil(PAGE) * PAGE } else { 0 };
+                    let more = Layout {
+                        nblocks: l.nblocks + 1,
+                        ..l
+                    };
+                    let table = if ck {
+                        (more.nblocks * 4).div_ceil(PAGE) * PAGE
+                    } else {
+                        0
+                    };
                     assert!(PAGE + table + more.capacity() > len, "{len} {bs} {ck}");
                 }
             }
         }
-        assert!(matches!(Layout::compute(8192, 4096, false), Err(BlkError::TooSmall { .. })));
+        assert!(matches!(
+            Layout::compute(8192, 4096, false),
+            Err(BlkError::TooSmall { .. })
+        ));
     }
 
     #[test]
@@ -320,7 +365,10 @@ mod tests {
         for i in [0usize, 9, 40, 72, 100, 125] {
             let mut bad = enc;
             bad[i] ^= 0x10;
-            assert!(Superblock::decode(&bad).is_err(), "flip at {i} must be caught");
+            assert!(
+                Superblock::decode(&bad).is_err(),
+                "flip at {i} must be caught"
+            );
         }
     }
 }

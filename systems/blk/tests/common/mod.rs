@@ -1,0 +1,68 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use pmkit_blk::{CreateOptions, Device, EngineOptions, Protect, WriteScheme};
+use pmkit_media::Region;
+use std::path::PathBuf;
+
+/// A scratch directory on tmpfs (emulated PM), removed on drop.
+pub fn shm_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("pmkit-blk-test")
+        .tempdir_in("/dev/shm")
+        .expect("cannot create a dir in /dev/shm")
+}
+
+/// Every protection mode this machine can run (pkey only with pku).
+pub fn modes() -> Vec<Protect> {
+    Protect::ALL
+        .into_iter()
+        .filter(|p| *p != Protect::Pkey || pmkit_media::features().pku)
+        .collect()
+}
+
+/// Every write scheme this CPU can run.
+pub fn schemes() -> Vec<WriteScheme> {
+    WriteScheme::ALL
+        .into_iter()
+        .filter(|w| w.available())
+        .collect()
+}
+
+pub fn engine(protect: Protect, write: WriteScheme) -> EngineOptions {
+    let mut e = EngineOptions {
+        protect: Some(protect),
+        write,
+        ..Default::default()
+    };
+    // Small buffers so pt-batch drains (and writer drains) happen within short tests.
+    e.batch.buffer_bytes = 64 << 10;
+    e.batch.batch_blocks = 8;
+    e.batch.stride_blocks = 4;
+    e.batch.buffers = 2;
+    e
+}
+
+/// A new device of `size` bytes in `dir`.
+pub fn new_device(
+    dir: &tempfile::TempDir,
+    name: &str,
+    size: u64,
+    create: &CreateOptions,
+    engine: &EngineOptions,
+) -> (PathBuf, Device<Region>) {
+    let path = dir.path().join(name);
+    let dev = pmkit_blk::create_path(&path, Some(size), create, engine)
+        .unwrap_or_else(|e| panic!("create {} with {engine:?}: {e}", path.display()));
+    (path, dev)
+}
+
+/// A block-sized pattern unique to (tag, block).
+pub fn pattern(tag: u64, block: u64, bs: usize) -> Vec<u8> {
+    let mut v = vec![0u8; bs];
+    for (i, c) in v.chunks_mut(8).enumerate() {
+        let x = tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ block.rotate_left(17) ^ i as u64;
+        c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+    }
+    v
+}
