@@ -38,6 +38,10 @@ impl BlkMedia for Arc<Region> {
     }
 }
 
+/// The crash simulator: only protection `none` applies.
+impl BlkMedia for pmkit_media::crashsim::CrashSim {}
+impl BlkMedia for Arc<pmkit_media::crashsim::CrashSim> {}
+
 /// The media as seen from inside a window. Offsets are always media offsets.
 pub enum View<'a, M> {
     /// The media itself.
