@@ -1,6 +1,7 @@
 //! `pmkit`: the command-line front end. Each subcommand lives in its own module; this file only
 //! parses arguments and dispatches.
 
+mod obj;
 mod probe;
 
 use clap::{Parser, Subcommand};
@@ -14,6 +15,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Persistent memory objects (PMO): create, list, inspect, dump and check pools.
+    Obj(obj::Args),
     /// Show this machine's PM-relevant CPU features and measure each persistence primitive and
     /// protection window.
     Probe(probe::Args),
@@ -29,6 +32,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Probe(a) => probe::run(a),
+        Cmd::Obj(a) => obj::run(a),
     };
     match r {
         Ok(code) => code,

@@ -208,7 +208,7 @@ fn scan<M: ObjMedia>(m: &M, g: &Geometry) -> Scan {
         let d = match Descriptor::decode(i, &e, g) {
             Ok(d) => d,
             Err(err) => {
-                s.errors.push(err.to_string().replace("corrupt pool: ", ""));
+                s.errors.push(problem(err));
                 continue;
             }
         };
@@ -251,10 +251,18 @@ fn scan<M: ObjMedia>(m: &M, g: &Geometry) -> Scan {
                 }
                 s.intent = Some(i);
             }
-            Err(err) => s.errors.push(err.to_string().replace("corrupt pool: ", "")),
+            Err(err) => s.errors.push(problem(err)),
         }
     }
     s
+}
+
+/// The bare description of a structural problem (without the "corrupt pool" advice).
+fn problem(e: ObjError) -> String {
+    match e {
+        ObjError::Corrupt(msg) => msg,
+        e => e.to_string(),
+    }
 }
 
 fn read_geometry<M: ObjMedia>(m: &M) -> Result<Geometry> {

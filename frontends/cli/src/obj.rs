@@ -1,0 +1,285 @@
+//! `pmkit obj ...`: create, inspect, dump and check PMO pools (persistent memory objects).
+
+use anyhow::{bail, Context, Result};
+use clap::{Args as ClapArgs, Subcommand};
+use pmkit_media::{Region, RegionOptions};
+use pmkit_obj::{Pool, PoolOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(ClapArgs)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create a pool file (or format a device-dax device) of SIZE bytes.
+    Create {
+        pool: PathBuf,
+        /// Pool size, e.g. 64M, 1G (ignored for an existing device-dax device).
+        #[arg(long)]
+        size: String,
+        /// Object Table entries: the most objects the pool can hold.
+        #[arg(long, default_value_t = 4096)]
+        max_objects: u32,
+    },
+    /// List the objects of a pool.
+    List {
+        pool: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a pool's geometry and usage.
+    Info {
+        pool: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write an object's last published contents to stdout (raw bytes, or a hex dump with --hex).
+    Dump {
+        pool: PathBuf,
+        name: String,
+        #[arg(long)]
+        hex: bool,
+    },
+    /// Check a pool without changing it; exit status 1 if it has problems.
+    Check {
+        pool: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create an object of SIZE bytes (zero-filled).
+    New {
+        pool: PathBuf,
+        name: String,
+        #[arg(long)]
+        size: String,
+    },
+    /// Write FILE (or stdin) into an object at OFFSET and publish it with one PMO Sync.
+    Put {
+        pool: PathBuf,
+        name: String,
+        #[arg(long, default_value = "0")]
+        offset: String,
+        /// Input file; stdin when absent.
+        #[arg(long)]
+        from: Option<PathBuf>,
+    },
+    /// Delete an object.
+    Delete { pool: PathBuf, name: String },
+}
+
+/// "64M", "1G", "4096", "2KiB" -> bytes.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().with_context(|| {
+        format!("size {s:?}: expected a number with an optional K/M/G/T suffix")
+    })?;
+    let mul: u64 = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        u => bail!("size {s:?}: unknown unit {u:?} (use K, M, G or T)"),
+    };
+    n.checked_mul(mul)
+        .with_context(|| format!("size {s:?} overflows"))
+}
+
+fn open(path: &Path) -> Result<Pool<Region>> {
+    let region = Region::open(path, &RegionOptions::default())
+        .with_context(|| format!("{}: cannot open", path.display()))?;
+    let (pool, rec) = Pool::open(region, &PoolOptions::default())
+        .with_context(|| format!("{}", path.display()))?;
+    if !rec.rolled_forward.is_empty() {
+        eprintln!(
+            "{}: recovery rolled forward an interrupted sync of {} objects",
+            path.display(),
+            rec.rolled_forward.len()
+        );
+    }
+    Ok(pool)
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    match a.cmd {
+        Cmd::Create {
+            pool,
+            size,
+            max_objects,
+        } => {
+            let size = parse_size(&size)?;
+            let opts = PoolOptions {
+                max_objects,
+                ..PoolOptions::default()
+            };
+            let region = Region::open_or_create(&pool, size, &RegionOptions::default())
+                .with_context(|| format!("{}: cannot create", pool.display()))?;
+            for n in region.notes() {
+                eprintln!("note: {n}");
+            }
+            let p = Pool::format(region, &opts).with_context(|| format!("{}", pool.display()))?;
+            let g = p.geometry();
+            println!(
+                "{}: PMO pool of {} bytes, {} object entries, object area {} bytes",
+                pool.display(),
+                g.pool_len,
+                g.max_objects,
+                g.area_len
+            );
+        }
+        Cmd::List { pool, json } => {
+            let p = open(&pool)?;
+            let list = p.list();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                println!(
+                    "{:<24} {:>12} {:>12} {:>14} {:>4} {:>10}",
+                    "NAME", "SIZE", "CAPACITY", "OFFSET", "SLOT", "GENERATION"
+                );
+                for o in list {
+                    println!(
+                        "{:<24} {:>12} {:>12} {:>#14x} {:>4} {:>10}",
+                        o.name, o.size, o.capacity, o.offset, o.slot, o.generation
+                    );
+                }
+            }
+        }
+        Cmd::Info { pool, json } => {
+            let p = open(&pool)?;
+            let g = p.geometry();
+            let (free, largest) = p.free_space();
+            let objects = p.list().len();
+            if json {
+                let v = serde_json::json!({"geometry": g, "objects": objects, "free_bytes": free, "largest_free": largest,
+                    "domain": p.media().domain(), "kind": p.media().kind()});
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("pool:           {}", pool.display());
+                println!(
+                    "media:          {:?}, {}",
+                    p.media().kind(),
+                    p.media().domain()
+                );
+                println!("size:           {} bytes", g.pool_len);
+                println!(
+                    "object table:   {} entries at {:#x}",
+                    g.max_objects, g.table_off
+                );
+                println!("sync table:     at {:#x}", g.sync_off);
+                println!("object area:    {} bytes at {:#x}", g.area_len, g.area_off);
+                println!("objects:        {objects}");
+                println!("free:           {free} bytes (largest extent {largest})");
+            }
+        }
+        Cmd::Dump { pool, name, hex } => {
+            let p = open(&pool)?;
+            let data = p.read_published(&name)?;
+            let mut out = std::io::stdout().lock();
+            if hex {
+                for (i, chunk) in data.chunks(16).enumerate() {
+                    let hexs: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+                    let text: String = chunk
+                        .iter()
+                        .map(|&b| {
+                            if b.is_ascii_graphic() || b == b' ' {
+                                b as char
+                            } else {
+                                '.'
+                            }
+                        })
+                        .collect();
+                    writeln!(out, "{:08x}  {:<47}  |{}|", i * 16, hexs.join(" "), text)?;
+                }
+            } else {
+                out.write_all(&data)?;
+            }
+        }
+        Cmd::Check { pool, json } => {
+            let region = Region::open(&pool, &RegionOptions::default())
+                .with_context(|| format!("{}: cannot open", pool.display()))?;
+            let r = Pool::check(&region);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{}: {} objects, {} bytes of object area used{}",
+                    pool.display(),
+                    r.objects,
+                    r.bytes_used,
+                    match &r.pending_intent {
+                        Some(i) => format!(
+                            "; a committed sync of {} objects will be rolled forward on open",
+                            i.len()
+                        ),
+                        None => String::new(),
+                    }
+                );
+                for e in &r.errors {
+                    println!("problem: {e}");
+                }
+                println!("{}", if r.is_clean() { "clean" } else { "NOT clean" });
+            }
+            return Ok(if r.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+        Cmd::New { pool, name, size } => {
+            let p = open(&pool)?;
+            p.create(&name, parse_size(&size)?)?;
+        }
+        Cmd::Put {
+            pool,
+            name,
+            offset,
+            from,
+        } => {
+            let data = match from {
+                Some(f) => {
+                    std::fs::read(&f).with_context(|| format!("{}: cannot read", f.display()))?
+                }
+                None => {
+                    let mut v = vec![];
+                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut v)?;
+                    v
+                }
+            };
+            let p = open(&pool)?;
+            let h = p.attach(&name, pmkit_obj::Access::ReadWrite)?;
+            h.write(parse_size(&offset)?, &data)?;
+            h.sync()?;
+            h.detach()?;
+        }
+        Cmd::Delete { pool, name } => {
+            let p = open(&pool)?;
+            p.delete(&name)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes() {
+        assert_eq!(super::parse_size("4096").unwrap(), 4096);
+        assert_eq!(super::parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(super::parse_size("2KiB").unwrap(), 2048);
+        assert!(super::parse_size("1X").is_err());
+        assert!(super::parse_size("M").is_err());
+    }
+}
