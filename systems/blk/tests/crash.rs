@@ -6,10 +6,10 @@
 
 mod common;
 
+use parking_lot::Mutex;
 use pmkit_blk::{BlkError, BlkMedia, CreateOptions, Device, EngineOptions, Protect, WriteScheme};
 use pmkit_media::crashsim::{check_every_fence, CrashOpts, CrashSim};
 use pmkit_media::{Domain, Fence, Flush, Media, LINE};
-use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -80,7 +80,10 @@ struct Acked {
 
 fn check_image(after: &CrashSim, acked: &Acked, bs: usize, checksum: bool) -> Result<(), String> {
     let media = CrashSim::from_image(after.image()).with_domain(after.domain());
-    let eng = EngineOptions { protect: Some(Protect::None), ..Default::default() };
+    let eng = EngineOptions {
+        protect: Some(Protect::None),
+        ..Default::default()
+    };
     let dev = match Device::open(media, &eng) {
         Ok(d) => d,
         Err(e) if !acked.created => {
@@ -107,7 +110,9 @@ fn check_image(after: &CrashSim, acked: &Acked, bs: usize, checksum: bool) -> Re
             Ok(()) => {
                 for l in 0..bs / LINE {
                     let r = l * LINE..(l + 1) * LINE;
-                    if buf[r.clone()] != sure[r.clone()] && !later.iter().any(|w| buf[r.clone()] == w[r.clone()]) {
+                    if buf[r.clone()] != sure[r.clone()]
+                        && !later.iter().any(|w| buf[r.clone()] == w[r.clone()])
+                    {
                         return Err(format!("block {b} line {l}: holds data no write put there"));
                     }
                 }
@@ -126,15 +131,29 @@ fn run(seed: u64, write: WriteScheme, bs: u32, checksum: bool, domain: Domain) {
     let table = if checksum { 4096 } else { 0 };
     let len = 4096 + table + nblocks * bsz;
     let acked = Arc::new(Mutex::new(Acked::default()));
-    let opts = CrashOpts { k: 8, random_images: 48, domain, seed, ..Default::default() };
+    let opts = CrashOpts {
+        k: 8,
+        random_images: 48,
+        domain,
+        seed,
+        ..Default::default()
+    };
     let a2 = Arc::clone(&acked);
     let report = check_every_fence(
         len,
         &opts,
         |sim| {
             let mut rng = SmallRng::seed_from_u64(seed);
-            let eng = EngineOptions { protect: Some(Protect::None), write, ..Default::default() };
-            let create = CreateOptions { block_size: bs, checksum, zero_data: true };
+            let eng = EngineOptions {
+                protect: Some(Protect::None),
+                write,
+                ..Default::default()
+            };
+            let create = CreateOptions {
+                block_size: bs,
+                checksum,
+                zero_data: true,
+            };
             let dev = Device::create(SimRef(sim), &create, &eng).expect("create on the simulator");
             assert_eq!(dev.capacity() as usize, nblocks * bsz, "test sizing");
             {
@@ -163,8 +182,15 @@ fn run(seed: u64, write: WriteScheme, bs: u32, checksum: bool, domain: Domain) {
                 }
                 let fua = rng.gen_bool(0.25);
                 let zero = pick >= 85;
-                let data: Vec<Vec<u8>> =
-                    (0..n).map(|k| if zero { vec![0u8; bsz] } else { common::pattern(op + 1, (b0 + k) as u64, bsz) }).collect();
+                let data: Vec<Vec<u8>> = (0..n)
+                    .map(|k| {
+                        if zero {
+                            vec![0u8; bsz]
+                        } else {
+                            common::pattern(op + 1, (b0 + k) as u64, bsz)
+                        }
+                    })
+                    .collect();
                 {
                     let mut a = a2.lock();
                     for (k, d) in data.iter().enumerate() {
@@ -223,9 +249,17 @@ fn the_crash_check_catches_a_missing_flush() {
     let a2 = Arc::clone(&acked);
     let report = check_every_fence(
         len,
-        &CrashOpts { k: 6, random_images: 16, ..Default::default() },
+        &CrashOpts {
+            k: 6,
+            random_images: 16,
+            ..Default::default()
+        },
         |sim| {
-            let eng = EngineOptions { protect: Some(Protect::None), write: WriteScheme::Wb, ..Default::default() };
+            let eng = EngineOptions {
+                protect: Some(Protect::None),
+                write: WriteScheme::Wb,
+                ..Default::default()
+            };
             let dev = Device::create(SimRef(sim), &CreateOptions::default(), &eng).unwrap();
             {
                 let mut a = a2.lock();
@@ -236,10 +270,13 @@ fn the_crash_check_catches_a_missing_flush() {
             let d = common::pattern(1, 2, bsz);
             dev.write(2 * bsz as u64, &d, false).unwrap();
             a2.lock().sure[2] = d; // wrong: not flushed
-            // Fences happen later (superblock update at close) with the data still unflushed.
+                                   // Fences happen later (superblock update at close) with the data still unflushed.
             dev.close().unwrap();
         },
         |after| check_image(after, &acked.lock(), bsz, false),
     );
-    assert!(!report.is_clean(), "unflushed wb data must be lost in some image: {report}");
+    assert!(
+        !report.is_clean(),
+        "unflushed wb data must be lost in some image: {report}"
+    );
 }
