@@ -459,6 +459,29 @@ fn many_stores_to_one_line_are_coarsened_not_lost() {
 }
 
 #[test]
+fn coarsening_keeps_the_flushed_store() {
+    let m = CrashSim::new(4096);
+    m.store_u64(0, 1);
+    m.flush(0, 8, Flush::Clwb);
+    for i in 0..100u64 {
+        m.store_u64(8, i + 1);
+    }
+    assert!(m.coarsened() > 0);
+    m.fence(Fence::Sfence);
+    let d = m.durable_image();
+    assert_eq!(
+        u64::from_le_bytes(d[..8].try_into().unwrap()),
+        1,
+        "the flushed store is durable"
+    );
+    assert_eq!(
+        u64::from_le_bytes(d[8..16].try_into().unwrap()),
+        0,
+        "later stores are not"
+    );
+}
+
+#[test]
 #[should_panic(expected = "outside media of 4096 bytes")]
 fn read_out_of_range_panics() {
     CrashSim::new(4096).read(4090, &mut [0; 8]);

@@ -1,10 +1,12 @@
-//! The recorder behind [`super::CrashSim`]: the volatile view, the durable base, and per cache line
-//! the stores that may or may not have reached the media.
+//! The recorder behind [`super::CrashSim`]: the volatile view and, per cache line, the stores
+//! that may or may not have reached the media.
 //!
-//! A pending line is kept as the line's content after each of its pending stores (a "snapshot"),
-//! oldest first: keeping a prefix of `p` stores at a crash leaves snapshot `p-1` in the line
-//! (`p == 0` leaves the base). Snapshots make every crash image a matter of copying 64-byte lines
-//! over a clone of the base, and let a store that changes nothing be dropped at once.
+//! A line with no pending stores is durable as it is in the volatile view, so the durable media
+//! is never kept whole: a pending line keeps its durable content (its "base") and its content
+//! after each pending store (a "snapshot"), oldest first. Keeping a prefix of `p` stores at a
+//! crash leaves snapshot `p-1` in the line (`p == 0` leaves the base). So a crash image is a clone
+//! of the volatile view with the pending lines overwritten, one copy of the media per image, and
+//! a store that changes nothing is dropped at once.
 
 use super::point::{CrashPoint, PendingLine};
 use crate::{Domain, LINE};
@@ -18,6 +20,8 @@ pub const MAX_LINE_STORES: usize = 64;
 
 /// Pending stores of one line.
 pub(super) struct Line {
+    /// Durable content of the line.
+    base: [u8; LINE],
     /// Line content after each pending store, oldest first; never two equal neighbours, and the
     /// first differs from the base.
     snaps: Vec<[u8; LINE]>,
@@ -30,8 +34,6 @@ pub(super) struct State {
     len: usize,
     /// What loads return.
     pub(super) volatile: Vec<u8>,
-    /// What survives any crash: the media as of the last fence plus what that fence committed.
-    base: Vec<u8>,
     pending: BTreeMap<usize, Line>,
     /// Lines whose `commit > 0`, so a fence touches only them.
     committing: Vec<usize>,
@@ -55,7 +57,6 @@ impl State {
         );
         State {
             len: image.len(),
-            base: image.clone(),
             volatile: image,
             pending: BTreeMap::new(),
             committing: vec![],
@@ -85,9 +86,9 @@ impl State {
     /// Bytes certainly persistent now.
     pub(super) fn durable(&self) -> Vec<u8> {
         match self.domain {
-            // Every visible store is persistent: the base only lags until the next fence.
+            // Every visible store is persistent: the bases only lag until the next fence.
             Domain::Eadr => self.volatile.clone(),
-            Domain::Adr => self.base.clone(),
+            Domain::Adr => self.base_image(),
         }
     }
 
@@ -117,9 +118,14 @@ impl State {
     pub(super) fn store_unit(&mut self, off: usize, src: &[u8], nt: bool) {
         debug_assert!(src.is_empty() || off / LINE == (off + src.len() - 1) / LINE);
         self.stores += 1;
-        self.volatile[off..off + src.len()].copy_from_slice(src);
         let line = off / LINE;
         let (s, e) = self.span(line);
+        let mut base = [0u8; LINE];
+        if !self.pending.contains_key(&line) {
+            // Not pending: the line was durable as it stood before this store.
+            base[..e - s].copy_from_slice(&self.volatile[s..e]);
+        }
+        self.volatile[off..off + src.len()].copy_from_slice(src);
         let mut snap = [0u8; LINE];
         snap[..e - s].copy_from_slice(&self.volatile[s..e]);
         let pushed = match self.pending.entry(line) {
@@ -132,9 +138,10 @@ impl State {
                 changed
             }
             Entry::Vacant(v) => {
-                let changed = snap[..e - s] != self.base[s..e];
+                let changed = snap != base;
                 if changed {
                     v.insert(Line {
+                        base,
                         snaps: vec![snap],
                         commit: 0,
                     });
@@ -200,9 +207,13 @@ impl State {
             return;
         }
         let (first, last) = (off / LINE, (off + len - 1) / LINE);
-        let lines: Vec<usize> = self.pending.range(first..=last).map(|(&l, _)| l).collect();
-        for line in lines {
-            self.commit_line(line);
+        for (&line, l) in self.pending.range_mut(first..=last) {
+            if l.commit < l.snaps.len() {
+                if l.commit == 0 {
+                    self.committing.push(line);
+                }
+                l.commit = l.snaps.len();
+            }
         }
     }
 
@@ -214,13 +225,12 @@ impl State {
             return;
         }
         for line in std::mem::take(&mut self.committing) {
-            let (s, e) = self.span(line);
             let l = self
                 .pending
                 .get_mut(&line)
                 .expect("committing lines are pending");
             assert!(l.commit > 0 && l.commit <= l.snaps.len());
-            self.base[s..e].copy_from_slice(&l.snaps[l.commit - 1][..e - s]);
+            l.base = l.snaps[l.commit - 1];
             l.snaps.drain(..l.commit);
             l.commit = 0;
             if l.snaps.is_empty() {
@@ -229,13 +239,8 @@ impl State {
         }
     }
 
-    /// Make every pending store durable.
+    /// Make every pending store durable (the volatile view already holds them).
     fn settle_all(&mut self) {
-        for (&line, l) in &self.pending {
-            let (s, e) = (line * LINE, (line * LINE + LINE).min(self.len));
-            let last = l.snaps.last().expect("pending lines have a snapshot");
-            self.base[s..e].copy_from_slice(&last[..e - s]);
-        }
         self.pending.clear();
         self.committing.clear();
         self.order.clear();
@@ -248,7 +253,7 @@ impl State {
             .iter()
             .map(|(&line, l)| {
                 let (s, e) = self.span(line);
-                PendingLine::new(line, &self.base[s..e], l.snaps.clone())
+                PendingLine::new(line, &l.base[..e - s], l.snaps.clone())
             })
             .collect();
         let order = (self.domain == Domain::Eadr).then(|| {
@@ -261,6 +266,17 @@ impl State {
                 })
                 .collect()
         });
-        CrashPoint::new(self.fences, self.base.clone(), lines, order)
+        CrashPoint::new(self.fences, self.base_image(), lines, order)
+    }
+
+    /// The volatile view with every pending line at its base: what survives if no pending
+    /// store does.
+    fn base_image(&self) -> Vec<u8> {
+        let mut img = self.volatile.clone();
+        for (&line, l) in &self.pending {
+            let (s, e) = self.span(line);
+            img[s..e].copy_from_slice(&l.base[..e - s]);
+        }
+        img
     }
 }
