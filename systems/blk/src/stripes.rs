@@ -114,13 +114,14 @@ mod tests {
                 let (s, inside) = (&s, &inside);
                 sc.spawn(move || {
                     for i in 0..2000usize {
-                        // Requests of 1..3 pages that all touch page 5 (directly or by wrap-around).
-                        let off = if (i + t) % 2 == 0 {
-                            5 * UNIT
-                        } else {
-                            (5 + STRIPES) * UNIT - UNIT
+                        // Requests of 1..3 pages that all map to stripe 5 (directly, by
+                        // wrap-around, or starting one page before it).
+                        let (off, pages) = match (i + t) % 3 {
+                            0 => (5 * UNIT, 1 + i % 3),
+                            1 => ((5 + STRIPES) * UNIT, 1 + i % 3),
+                            _ => (4 * UNIT, 2 + i % 2),
                         };
-                        let _g = s.lock(off, UNIT * (1 + i % 3), true);
+                        let _g = s.lock(off, UNIT * pages, true);
                         assert_eq!(
                             inside.fetch_add(1, Ordering::SeqCst),
                             0,
