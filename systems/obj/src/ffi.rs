@@ -1,1 +1,336 @@
-//! C ABI (being written).
+//! The C ABI (`include/pmo.h`): a pool on a file or device-dax device, objects by name, handles
+//! as numbers. Every function returns 0 or a negative `PMO_E*` code and leaves a message for
+//! `pmo_errmsg()`; a stale handle gives `PMO_EBADF`, never undefined behaviour. Panics are
+//! caught at the boundary (they become `PMO_EINTERNAL`).
+
+use crate::error::ObjError;
+use crate::pool::{Access, Pool, PoolOptions, Tracking};
+use pmkit_media::{Region, RegionOptions};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+pub const PMO_OK: c_int = 0;
+pub const PMO_EINVAL: c_int = -1;
+pub const PMO_ENAMETOOLONG: c_int = -2;
+pub const PMO_EEXIST: c_int = -3;
+pub const PMO_ENOENT: c_int = -4;
+pub const PMO_ENOSPC: c_int = -5;
+pub const PMO_EBUSY: c_int = -6;
+pub const PMO_EBADF: c_int = -7;
+pub const PMO_EROFS: c_int = -8;
+pub const PMO_ECORRUPT: c_int = -9;
+pub const PMO_ENOTPOOL: c_int = -10;
+pub const PMO_EIO: c_int = -11;
+pub const PMO_EINTERNAL: c_int = -12;
+
+pub const PMO_READ: c_int = 1;
+pub const PMO_RDWR: c_int = 2;
+
+/// Opaque to C.
+pub struct PmoPool {
+    pool: Pool<Region>,
+}
+
+thread_local! {
+    static LAST: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_msg(msg: String) {
+    let c = CString::new(msg.replace('\0', " ")).expect("NULs replaced");
+    LAST.with(|l| *l.borrow_mut() = c);
+}
+
+fn code(e: &ObjError) -> c_int {
+    match e {
+        ObjError::Media(_) => PMO_EIO,
+        ObjError::NotAPool(_) => PMO_ENOTPOOL,
+        ObjError::Corrupt(_) => PMO_ECORRUPT,
+        ObjError::BadArgument(_)
+        | ObjError::BadName { .. }
+        | ObjError::OutOfBounds { .. }
+        | ObjError::TooMany { .. }
+        | ObjError::Duplicate { .. } => PMO_EINVAL,
+        ObjError::NameTooLong { .. } => PMO_ENAMETOOLONG,
+        ObjError::Exists { .. } => PMO_EEXIST,
+        ObjError::NotFound { .. } => PMO_ENOENT,
+        ObjError::PoolFull { .. }
+        | ObjError::TableFull { .. }
+        | ObjError::TooManyHandles { .. } => PMO_ENOSPC,
+        ObjError::Busy { .. } => PMO_EBUSY,
+        ObjError::NotAttached { .. } => PMO_EBADF,
+        ObjError::ReadOnly { .. } => PMO_EROFS,
+    }
+}
+
+/// Run `f` at the boundary: errors become codes + message, panics become `PMO_EINTERNAL`.
+fn guard(f: impl FnOnce() -> Result<(), (c_int, String)>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => PMO_OK,
+        Ok(Err((c, msg))) => {
+            set_msg(msg);
+            c
+        }
+        Err(_) => {
+            set_msg("internal error (a bug in pmkit-obj: it panicked)".into());
+            PMO_EINTERNAL
+        }
+    }
+}
+
+fn obj(e: ObjError) -> (c_int, String) {
+    (code(&e), e.to_string())
+}
+
+fn inval(msg: &str) -> (c_int, String) {
+    (PMO_EINVAL, msg.to_string())
+}
+
+/// # Safety
+/// `s` must be NULL or a NUL-terminated string.
+unsafe fn cstr<'a>(s: *const c_char, what: &str) -> Result<&'a str, (c_int, String)> {
+    if s.is_null() {
+        return Err(inval(&format!("{what} is NULL")));
+    }
+    CStr::from_ptr(s)
+        .to_str()
+        .map_err(|_| inval(&format!("{what} is not UTF-8")))
+}
+
+/// # Safety
+/// `p` must be NULL or a pool from `pmo_pool_create`/`pmo_pool_open` not yet closed.
+unsafe fn pool<'a>(p: *mut PmoPool) -> Result<&'a Pool<Region>, (c_int, String)> {
+    if p.is_null() {
+        return Err(inval("pool is NULL"));
+    }
+    Ok(&(*p).pool)
+}
+
+/// The message of the calling thread's last error (valid until its next failing call).
+#[no_mangle]
+pub extern "C" fn pmo_errmsg() -> *const c_char {
+    LAST.with(|l| l.borrow().as_ptr())
+}
+
+fn open_pool(path: *const c_char, create: Option<(u64, u32)>, out: *mut *mut PmoPool) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(inval("out is NULL"));
+        }
+        // SAFETY: the C caller passes a NUL-terminated path (checked for NULL).
+        let path = Path::new(unsafe { cstr(path, "path")? });
+        let ro = RegionOptions::default();
+        let pool = match create {
+            Some((size, max_objects)) => {
+                let region = Region::open_or_create(path, size, &ro)
+                    .map_err(|e| (PMO_EIO, format!("{}: {e}", path.display())))?;
+                let opts = PoolOptions {
+                    max_objects,
+                    ..PoolOptions::default()
+                };
+                Pool::format(region, &opts).map_err(obj)?
+            }
+            None => {
+                let region = Region::open(path, &ro)
+                    .map_err(|e| (PMO_EIO, format!("{}: {e}", path.display())))?;
+                Pool::open(region, &PoolOptions::default()).map_err(obj)?.0
+            }
+        };
+        // SAFETY: out checked for NULL above.
+        unsafe { *out = Box::into_raw(Box::new(PmoPool { pool })) };
+        Ok(())
+    })
+}
+
+/// Create (format) a pool of `size` bytes at `path` with room for `max_objects` objects.
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `out` points to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_pool_create(
+    path: *const c_char,
+    size: u64,
+    max_objects: u32,
+    out: *mut *mut PmoPool,
+) -> c_int {
+    open_pool(path, Some((size, max_objects)), out)
+}
+
+/// Open a pool (running recovery).
+///
+/// # Safety
+/// As for [`pmo_pool_create`].
+#[no_mangle]
+pub unsafe extern "C" fn pmo_pool_open(path: *const c_char, out: *mut *mut PmoPool) -> c_int {
+    open_pool(path, None, out)
+}
+
+/// Close a pool; attached handles are detached (unsynced writes dropped).
+///
+/// # Safety
+/// `p` is NULL or an open pool; it must not be used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_pool_close(p: *mut PmoPool) {
+    if !p.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(p))));
+    }
+}
+
+/// # Safety
+/// `p` an open pool, `name` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_create(p: *mut PmoPool, name: *const c_char, size: u64) -> c_int {
+    guard(|| pool(p)?.create(cstr(name, "name")?, size).map_err(obj))
+}
+
+/// # Safety
+/// As for [`pmo_create`].
+#[no_mangle]
+pub unsafe extern "C" fn pmo_delete(p: *mut PmoPool, name: *const c_char) -> c_int {
+    guard(|| pool(p)?.delete(cstr(name, "name")?).map_err(obj))
+}
+
+/// Attach `name` with `mode` `PMO_READ` or `PMO_RDWR`; the handle goes to `*out`. Writes
+/// through `pmo_ptr` are tracked by page faults (no need to declare them).
+///
+/// # Safety
+/// `p` an open pool, `name` a NUL-terminated string, `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_attach(
+    p: *mut PmoPool,
+    name: *const c_char,
+    mode: c_int,
+    out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let access = match mode {
+            PMO_READ => Access::Read,
+            PMO_RDWR => Access::ReadWrite,
+            m => {
+                return Err(inval(&format!(
+                    "mode {m} is neither PMO_READ (1) nor PMO_RDWR (2)"
+                )))
+            }
+        };
+        if out.is_null() {
+            return Err(inval("out is NULL"));
+        }
+        let id = pool(p)?
+            .attach_id(cstr(name, "name")?, access, Tracking::Auto)
+            .map_err(obj)?;
+        *out = id;
+        Ok(())
+    })
+}
+
+/// Address of the handle's view (the shadow for `PMO_RDWR`), valid until the handle's next
+/// `pmo_sync` or `pmo_detach`; NULL on error.
+///
+/// # Safety
+/// `p` an open pool.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_ptr(p: *mut PmoPool, h: u64) -> *mut c_void {
+    let mut r = std::ptr::null_mut();
+    guard(|| {
+        r = pool(p)?
+            .ptr_id(h)
+            .map_err(obj)?
+            .ok_or_else(|| inval("media has no addresses"))?
+            .cast();
+        Ok(())
+    });
+    r
+}
+
+/// Size in bytes of the attached object (0 on error).
+///
+/// # Safety
+/// `p` an open pool.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_size(p: *mut PmoPool, h: u64) -> u64 {
+    let mut n = 0;
+    guard(|| {
+        n = pool(p)?.info_id(h).map_err(obj)?.1;
+        Ok(())
+    });
+    n
+}
+
+/// Copy out of the handle's view.
+///
+/// # Safety
+/// `p` an open pool; `buf` valid for `len` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_read(
+    p: *mut PmoPool,
+    h: u64,
+    off: u64,
+    buf: *mut c_void,
+    len: usize,
+) -> c_int {
+    guard(|| {
+        if buf.is_null() && len > 0 {
+            return Err(inval("buf is NULL"));
+        }
+        let dst = if len == 0 {
+            &mut [][..]
+        } else {
+            std::slice::from_raw_parts_mut(buf.cast::<u8>(), len)
+        };
+        pool(p)?.read_id(h, off, dst).map_err(obj)
+    })
+}
+
+/// Copy into the handle's shadow.
+///
+/// # Safety
+/// `p` an open pool; `buf` valid for `len` bytes of reads.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_write(
+    p: *mut PmoPool,
+    h: u64,
+    off: u64,
+    buf: *const c_void,
+    len: usize,
+) -> c_int {
+    guard(|| {
+        if buf.is_null() && len > 0 {
+            return Err(inval("buf is NULL"));
+        }
+        let src = if len == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(buf.cast::<u8>(), len)
+        };
+        pool(p)?.write_id(h, off, src).map_err(obj)
+    })
+}
+
+/// Publish the writes of `n` handles atomically.
+///
+/// # Safety
+/// `p` an open pool; `hs` valid for `n` handles.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_sync(p: *mut PmoPool, hs: *const u64, n: usize) -> c_int {
+    guard(|| {
+        if hs.is_null() && n > 0 {
+            return Err(inval("handles is NULL"));
+        }
+        let ids = if n == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(hs, n)
+        };
+        pool(p)?.sync_ids(ids).map_err(obj)
+    })
+}
+
+/// Detach (unsynced writes are dropped; the view becomes inaccessible).
+///
+/// # Safety
+/// `p` an open pool.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_detach(p: *mut PmoPool, h: u64) -> c_int {
+    guard(|| pool(p)?.detach_id(h).map_err(obj))
+}

@@ -416,8 +416,23 @@ impl<M: ObjMedia> Pool<M> {
     }
 
     /// Give the media back (every handle must be gone: they borrow the pool).
-    pub fn into_media(self) -> M {
-        self.m
+    pub fn into_media(mut self) -> M {
+        self.release_faults();
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; each owned field is moved out once.
+        unsafe {
+            drop(std::ptr::read(&this.inner));
+            std::ptr::read(&this.m)
+        }
+    }
+
+    /// Stop fault tracking of every attachment (handles from the C ABI may still be attached).
+    fn release_faults(&mut self) {
+        for att in self.inner.get_mut().atts.values_mut() {
+            if let Some(s) = att.fault_slot.take() {
+                faults::unregister(s);
+            }
+        }
     }
     pub fn media(&self) -> &M {
         &self.m
@@ -1044,6 +1059,13 @@ impl<M: ObjMedia> Pool<M> {
     /// Detach a handle (unsynced writes are discarded).
     pub fn detach(&self, h: Handle<'_, M>) -> Result<()> {
         h.detach()
+    }
+}
+
+impl<M: ObjMedia> Drop for Pool<M> {
+    fn drop(&mut self) {
+        // Before the bitsets the fault handler writes go away.
+        self.release_faults();
     }
 }
 

@@ -12,8 +12,17 @@ const CHILD: &str = "PMO_CHILD";
 /// The child side: runs only when `PMO_CHILD` is set.
 #[test]
 fn child_entry() {
-    let Ok(case) = std::env::var(CHILD) else { return };
-    let pool = Pool::format(Region::anonymous(1 << 20).unwrap(), &PoolOptions { max_objects: 4, protect: true }).unwrap();
+    let Ok(case) = std::env::var(CHILD) else {
+        return;
+    };
+    let pool = Pool::format(
+        Region::anonymous(1 << 20).unwrap(),
+        &PoolOptions {
+            max_objects: 4,
+            protect: true,
+        },
+    )
+    .unwrap();
     pool.create("o", 8192).unwrap();
     // SAFETY (all cases): the accesses are deliberately forbidden ones; the point is that the
     // page rights stop them with a fault before they touch the object.
@@ -75,8 +84,17 @@ fn read_write_attach_is_writable() {
 
 #[test]
 fn protection_faults() {
-    for case in ["read-only-write", "detached-read", "stale-pointer-after-sync", "never-attached"] {
+    for case in [
+        "read-only-write",
+        "detached-read",
+        "stale-pointer-after-sync",
+        "never-attached",
+    ] {
         let st = run_child(case);
-        assert_eq!(st.signal(), Some(libc::SIGSEGV), "{case}: expected death by SIGSEGV, got {st:?}");
+        assert_eq!(
+            st.signal(),
+            Some(libc::SIGSEGV),
+            "{case}: expected death by SIGSEGV, got {st:?}"
+        );
     }
 }

@@ -1,0 +1,66 @@
+/* pmo.h: C interface of pmkit's persistent memory objects (PMO) with atomic PMO Sync.
+ *
+ * A pool lives in a file (emulated PM, e.g. on /dev/shm), a DAX file or a device-dax device.
+ * Objects are named. Attach one read-write and write it through pmo_ptr() (or pmo_write()):
+ * the writes go to a shadow copy; pmo_sync() makes them durable and publishes them atomically,
+ * several objects at once if you pass several handles. A crash leaves every object equal to its
+ * last completed sync. Detached objects are not mapped accessible; read-only ones fault on write.
+ *
+ * Every int-returning function returns PMO_OK (0) or a negative PMO_E* code, and
+ * pmo_errmsg() then says what failed. Link with -lpmkit_obj.
+ */
+#ifndef PMKIT_PMO_H
+#define PMKIT_PMO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct PmoPool pmo_pool;
+typedef uint64_t pmo_handle;
+
+enum {
+    PMO_OK = 0,
+    PMO_EINVAL = -1,       /* bad argument, name, range, or a handle twice in one sync */
+    PMO_ENAMETOOLONG = -2, /* name longer than PMO_MAX_NAME bytes */
+    PMO_EEXIST = -3,       /* an object of that name exists */
+    PMO_ENOENT = -4,       /* no object of that name */
+    PMO_ENOSPC = -5,       /* pool, object table or handle table full */
+    PMO_EBUSY = -6,        /* attached elsewhere (one writer or many readers) */
+    PMO_EBADF = -7,        /* handle not attached (detached, or never was) */
+    PMO_EROFS = -8,        /* write or sync on a read-only handle */
+    PMO_ECORRUPT = -9,     /* pool structures fail their checks; nothing was changed */
+    PMO_ENOTPOOL = -10,    /* not a PMO pool */
+    PMO_EIO = -11,         /* cannot open, create or map the media */
+    PMO_EINTERNAL = -12    /* a bug in pmkit */
+};
+
+enum { PMO_READ = 1, PMO_RDWR = 2 };
+#define PMO_MAX_NAME 80
+#define PMO_MAX_SYNC 254
+
+const char *pmo_errmsg(void);
+
+int pmo_pool_create(const char *path, uint64_t size, uint32_t max_objects, pmo_pool **out);
+int pmo_pool_open(const char *path, pmo_pool **out);
+void pmo_pool_close(pmo_pool *pool);
+
+int pmo_create(pmo_pool *pool, const char *name, uint64_t size);
+int pmo_delete(pmo_pool *pool, const char *name);
+
+int pmo_attach(pmo_pool *pool, const char *name, int mode, pmo_handle *out);
+/* Valid until this handle's next pmo_sync or pmo_detach: call it again after a sync. */
+void *pmo_ptr(pmo_pool *pool, pmo_handle h);
+uint64_t pmo_size(pmo_pool *pool, pmo_handle h);
+int pmo_read(pmo_pool *pool, pmo_handle h, uint64_t off, void *buf, size_t len);
+int pmo_write(pmo_pool *pool, pmo_handle h, uint64_t off, const void *buf, size_t len);
+int pmo_sync(pmo_pool *pool, const pmo_handle *handles, size_t n);
+int pmo_detach(pmo_pool *pool, pmo_handle h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
