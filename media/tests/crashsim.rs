@@ -441,21 +441,37 @@ fn cas_u128_is_one_atomic_store() {
 
 #[test]
 fn many_stores_to_one_line_are_coarsened_not_lost() {
-    let m = CrashSim::new(4096);
-    for i in 0..200u64 {
-        m.store_u64(0, i + 1);
+    for domain in [Domain::Adr, Domain::Eadr] {
+        let m = CrashSim::new(4096).with_domain(domain);
+        m.store_u64(64, 9);
+        for i in 0..200u64 {
+            m.store_u64(0, i + 1);
+        }
+        assert_eq!(
+            m.coarsened(),
+            200 - pmkit_media::crashsim::MAX_LINE_STORES as u64
+        );
+        let imgs = m.crash_images(&CrashOpts::default());
+        let word = |i: &[u8], at: usize| u64::from_le_bytes(i[at..at + 8].try_into().unwrap());
+        let words: HashSet<(u64, u64)> = imgs
+            .iter()
+            .map(|(_, i)| (word(i, 0), word(i, 64)))
+            .collect();
+        assert_eq!(words.len(), imgs.len());
+        assert!(
+            words.contains(&(0, 0)) && words.contains(&(200, 9)),
+            "none and all are kept"
+        );
+        match domain {
+            // Line 0 keeps 65 prefixes, line 1 two, independently.
+            Domain::Adr => assert_eq!(imgs.len(), 2 * (pmkit_media::crashsim::MAX_LINE_STORES + 1)),
+            // One global order: line 1's store comes first.
+            Domain::Eadr => {
+                assert_eq!(imgs.len(), pmkit_media::crashsim::MAX_LINE_STORES + 2);
+                assert!(words.iter().all(|&(w0, w1)| w0 == 0 || w1 == 9));
+            }
+        }
     }
-    assert!(m.coarsened() > 0);
-    let imgs = m.crash_images(&CrashOpts::default());
-    assert_eq!(imgs.len(), pmkit_media::crashsim::MAX_LINE_STORES + 1);
-    let words: HashSet<u64> = imgs
-        .iter()
-        .map(|(_, i)| u64::from_le_bytes(i[..8].try_into().unwrap()))
-        .collect();
-    assert!(
-        words.contains(&0) && words.contains(&200),
-        "none and the newest are always kept"
-    );
 }
 
 #[test]
