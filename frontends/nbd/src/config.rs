@@ -1,0 +1,153 @@
+//! Server configuration and limits, and the export description derived from it and the backend.
+
+use crate::backend::{BlockBackend, BlockSizes};
+use crate::proto;
+use std::time::Duration;
+
+/// How a connection's requests are executed (see docs/nbd.md for the measurements behind the
+/// default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoModel {
+    /// One thread per connection reads a request, executes it, and queues the reply; replies are
+    /// sent in one write just before the thread would block reading. No hand-offs.
+    Inline,
+    /// Per connection, one thread reads and parses requests (with their payloads) and `workers`
+    /// threads execute them and send replies. `workers == 1` is a two-stage pipeline.
+    Threaded { workers: usize },
+}
+
+/// Most worker threads per connection in [`IoModel::Threaded`].
+pub const MAX_WORKERS: usize = 64;
+/// Largest payload the server ever accepts (the spec says lengths below 32 MiB should not be
+/// treated as denial of service; we allow up to twice that as an explicit opt-in).
+pub const MAX_PAYLOAD_LIMIT: u32 = 64 << 20;
+/// Largest option payload accepted during the handshake; longer options are a protocol abuse
+/// (every legitimate option is a few strings of at most 4 KiB) and the client is disconnected.
+pub const MAX_OPTION_LEN: u32 = 16 << 10;
+/// Most options one connection may send before transmission; a client looping forever in the
+/// handshake is disconnected.
+pub const MAX_OPTIONS: u32 = 1024;
+/// Most extents in one BLOCK_STATUS reply.
+pub const MAX_EXTENTS: usize = 1024;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Name clients ask for; the empty name (the default export) is always accepted too.
+    pub export_name: String,
+    /// Shown by `nbdinfo` (NBD_INFO_DESCRIPTION) and in NBD_OPT_LIST.
+    pub description: String,
+    /// Export read-only even when the backend is writable.
+    pub read_only: bool,
+    /// Advertised maximum block size: READ/WRITE/CACHE (and WRITE_ZEROES without FAST_ZERO)
+    /// longer than this fail with EINVAL.
+    pub max_payload: u32,
+    /// Concurrent connections; more are accepted and closed at once.
+    pub max_connections: usize,
+    /// Requests read ahead of execution per connection (threaded model); the reader stops reading
+    /// the socket when this many are queued.
+    pub max_inflight: usize,
+    /// A client must finish the handshake within this time.
+    pub handshake_timeout: Duration,
+    /// A reply that cannot be sent within this time (client not reading) drops the connection.
+    pub send_timeout: Duration,
+    /// On shutdown, how long connections get to finish requests already received before their
+    /// sockets are closed under them.
+    pub shutdown_grace: Duration,
+    pub io_model: IoModel,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            export_name: String::new(),
+            description: "pmkit persistent-memory block device".into(),
+            read_only: false,
+            max_payload: 32 << 20,
+            max_connections: 16,
+            max_inflight: 64,
+            handshake_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(10),
+            io_model: IoModel::Inline,
+        }
+    }
+}
+
+/// Everything the protocol code needs to know about the export, computed once.
+#[derive(Debug, Clone)]
+pub struct Export {
+    pub name: String,
+    pub description: String,
+    pub size: u64,
+    pub sizes: BlockSizes,
+    pub max_payload: u32,
+    pub read_only: bool,
+    pub fast_zero: bool,
+}
+
+impl Export {
+    pub fn new<B: BlockBackend>(backend: &B, cfg: &ServerConfig) -> Result<Self, String> {
+        let sizes = backend.block_sizes();
+        sizes.validate()?;
+        let size = backend.size();
+        if size % sizes.minimum as u64 != 0 {
+            return Err(format!(
+                "device size {size} is not a multiple of its block size {}",
+                sizes.minimum
+            ));
+        }
+        let mp = cfg.max_payload;
+        if mp == 0 || mp > MAX_PAYLOAD_LIMIT || mp % sizes.minimum != 0 || mp < sizes.preferred {
+            return Err(format!(
+                "max payload {mp} must be a multiple of the block size {}, at least the preferred size {}, \
+                 and at most {MAX_PAYLOAD_LIMIT}",
+                sizes.minimum, sizes.preferred
+            ));
+        }
+        if cfg.export_name.len() > proto::MAX_STRING || cfg.description.len() > proto::MAX_STRING {
+            return Err("export name and description must be at most 4096 bytes".into());
+        }
+        if cfg.max_connections == 0 || cfg.max_inflight == 0 {
+            return Err("max connections and max in-flight requests must be at least 1".into());
+        }
+        if let IoModel::Threaded { workers } = cfg.io_model {
+            if workers == 0 || workers > MAX_WORKERS {
+                return Err(format!("workers per connection must be 1..={MAX_WORKERS}"));
+            }
+        }
+        Ok(Export {
+            name: cfg.export_name.clone(),
+            description: cfg.description.clone(),
+            size,
+            sizes,
+            max_payload: mp,
+            read_only: cfg.read_only || backend.is_read_only(),
+            fast_zero: backend.fast_zero(),
+        })
+    }
+
+    /// Whether a client-supplied name selects this export ("" is the default export).
+    pub fn matches(&self, name: &str) -> bool {
+        name.is_empty() || name == self.name
+    }
+
+    /// Transmission flags; `NBD_FLAG_SEND_DF` only once structured replies are negotiated.
+    pub fn transmission_flags(&self, structured: bool) -> u16 {
+        use proto::*;
+        let mut f = TF_HAS_FLAGS | TF_SEND_FLUSH | TF_SEND_CACHE | TF_CAN_MULTI_CONN;
+        if self.read_only {
+            f |= TF_READ_ONLY;
+        } else {
+            f |= TF_SEND_FUA | TF_SEND_TRIM | TF_SEND_WRITE_ZEROES | TF_SEND_FAST_ZERO;
+        }
+        if structured {
+            f |= TF_SEND_DF;
+        }
+        f
+    }
+
+    /// The `NBD_INFO_BLOCK_SIZE` triple.
+    pub fn block_size_info(&self) -> (u32, u32, u32) {
+        (self.sizes.minimum, self.sizes.preferred, self.max_payload)
+    }
+}

@@ -1,0 +1,461 @@
+//! Listening, accepting, connection limits and orderly shutdown.
+//!
+//! One thread accepts; each connection gets its own thread (plus workers in the threaded model).
+//! Shutdown: stop accepting, make every connection's next read return end-of-file (requests
+//! already received are finished and answered), wait up to the grace period, cut off whatever
+//! is still running, flush the backend, return.
+
+use crate::backend::BlockBackend;
+use crate::config::{Export, IoModel, ServerConfig};
+use crate::conn::{serve_inline, serve_threaded, ConnError, Transport};
+use crate::exec::ConnStats;
+use crate::handshake::{handshake, HandshakeError, Outcome};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where to listen.
+#[derive(Debug, Clone)]
+pub enum Listen {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("cannot listen on {what}: {source}")]
+    Listen { what: String, source: io::Error },
+    #[error("{0} exists and is not a socket; choose another --socket path or remove it")]
+    NotASocket(PathBuf),
+    #[error("another server is already listening on {0}")]
+    InUse(PathBuf),
+    #[error("accept/poll failed: {0}")]
+    Accept(io::Error),
+    #[error("final flush of the device failed: {0}")]
+    Flush(String),
+}
+
+enum Listener {
+    Unix(UnixListener, PathBuf),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    fn fd(&self) -> RawFd {
+        match self {
+            Listener::Unix(l, _) => l.as_raw_fd(),
+            Listener::Tcp(l) => l.as_raw_fd(),
+        }
+    }
+}
+
+/// Totals over the server's life.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ServerStats {
+    pub connections: u64,
+    pub refused: u64,
+    pub requests: u64,
+    pub errors: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+type Closer = Box<dyn Fn(Shutdown) + Send>;
+
+struct Shared {
+    stopping: AtomicBool,
+    /// Written once at shutdown; the accept loop polls the read end.
+    wake_rd: OwnedFd,
+    wake_wr: OwnedFd,
+    conns: Mutex<HashMap<u64, Closer>>,
+    conns_cv: Condvar,
+    stats: Mutex<ServerStats>,
+    next_id: AtomicU64,
+}
+
+/// Stops a running server from any thread (a signal-handling thread, a test).
+#[derive(Clone)]
+pub struct ShutdownHandle(Arc<Shared>);
+
+impl ShutdownHandle {
+    pub fn shutdown(&self) {
+        let sh = &self.0;
+        if sh.stopping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // SAFETY: writing one byte from a valid buffer to a pipe fd we own.
+        let _ = unsafe { libc::write(sh.wake_wr.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+        // Blocked reads return end-of-file; data already queued is still read first.
+        for close in sh.conns.lock().values() {
+            close(Shutdown::Read);
+        }
+    }
+    pub fn is_stopping(&self) -> bool {
+        self.0.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// An NBD server for one export.
+pub struct Server<B: BlockBackend> {
+    listener: Listener,
+    backend: Arc<B>,
+    export: Arc<Export>,
+    cfg: ServerConfig,
+    shared: Arc<Shared>,
+}
+
+impl<B: BlockBackend> Server<B> {
+    /// Validate the configuration against the backend and bind the listening socket.
+    pub fn bind(listen: &Listen, backend: Arc<B>, cfg: ServerConfig) -> Result<Self, ServerError> {
+        let export = Export::new(&*backend, &cfg).map_err(ServerError::Config)?;
+        let listener = match listen {
+            Listen::Unix(p) => {
+                prepare_socket_path(p)?;
+                let l = UnixListener::bind(p).map_err(|e| ServerError::Listen {
+                    what: p.display().to_string(),
+                    source: e,
+                })?;
+                Listener::Unix(l, p.clone())
+            }
+            Listen::Tcp(a) => {
+                let l = TcpListener::bind(a).map_err(|e| ServerError::Listen {
+                    what: a.to_string(),
+                    source: e,
+                })?;
+                Listener::Tcp(l)
+            }
+        };
+        match &listener {
+            Listener::Unix(l, _) => l.set_nonblocking(true),
+            Listener::Tcp(l) => l.set_nonblocking(true),
+        }
+        .map_err(ServerError::Accept)?;
+        let (rd, wr) = pipe().map_err(ServerError::Accept)?;
+        Ok(Server {
+            listener,
+            backend,
+            export: Arc::new(export),
+            cfg,
+            shared: Arc::new(Shared {
+                stopping: AtomicBool::new(false),
+                wake_rd: rd,
+                wake_wr: wr,
+                conns: Mutex::new(HashMap::new()),
+                conns_cv: Condvar::new(),
+                stats: Mutex::new(ServerStats::default()),
+                next_id: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.shared.clone())
+    }
+
+    pub fn export(&self) -> &Export {
+        &self.export
+    }
+
+    /// The NBD URI clients use (`nbd+unix:///NAME?socket=PATH` or `nbd://HOST:PORT/NAME`).
+    pub fn uri(&self) -> String {
+        let name = uri_escape(&self.export.name);
+        match &self.listener {
+            Listener::Unix(_, p) => format!(
+                "nbd+unix:///{name}?socket={}",
+                uri_escape(&p.display().to_string())
+            ),
+            Listener::Tcp(l) => match l.local_addr() {
+                Ok(SocketAddr::V6(a)) => format!("nbd://[{}]:{}/{name}", a.ip(), a.port()),
+                Ok(a) => format!("nbd://{a}/{name}"),
+                Err(_) => "nbd://?".into(),
+            },
+        }
+    }
+
+    /// The bound TCP address (useful with port 0), if listening on TCP.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match &self.listener {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix(..) => None,
+        }
+    }
+
+    /// Serve until [`ShutdownHandle::shutdown`]; then finish, flush the backend and return totals.
+    pub fn run(self) -> Result<ServerStats, ServerError> {
+        let mut threads = Vec::new();
+        let res = self.accept_loop(&mut threads);
+        // Stop (also when the accept loop failed), then give connections the grace period.
+        self.shutdown_handle().shutdown();
+        if let Listener::Unix(_, p) = &self.listener {
+            let _ = std::fs::remove_file(p);
+        }
+        let deadline = Instant::now() + self.cfg.shutdown_grace;
+        {
+            let mut conns = self.shared.conns.lock();
+            while !conns.is_empty() && Instant::now() < deadline {
+                self.shared.conns_cv.wait_until(&mut conns, deadline);
+            }
+            if !conns.is_empty() {
+                tracing::warn!(
+                    n = conns.len(),
+                    "nbd: connections still busy after the grace period; closing them"
+                );
+                for close in conns.values() {
+                    close(Shutdown::Both);
+                }
+            }
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        res?;
+        self.backend
+            .flush()
+            .map_err(|e| ServerError::Flush(e.to_string()))?;
+        Ok(*self.shared.stats.lock())
+    }
+
+    fn accept_loop(
+        &self,
+        threads: &mut Vec<std::thread::JoinHandle<()>>,
+    ) -> Result<(), ServerError> {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.listener.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.shared.wake_rd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        loop {
+            if self.shared.stopping.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            // SAFETY: `fds` is a valid array of two pollfd structs for the duration of the call.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(ServerError::Accept(e));
+            }
+            if fds[1].revents != 0 {
+                return Ok(());
+            }
+            // Reap finished connection threads so the handle list stays bounded.
+            threads.retain(|t| !t.is_finished());
+            loop {
+                let accepted = match &self.listener {
+                    Listener::Unix(l, _) => l.accept().map(|(s, _)| Conn::Unix(s)),
+                    Listener::Tcp(l) => l.accept().map(|(s, _)| Conn::Tcp(s)),
+                };
+                match accepted {
+                    Ok(c) => {
+                        if let Some(t) = self.start(c) {
+                            threads.push(t);
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // Out of fds or similar: log and back off rather than spin or die.
+                        tracing::warn!(error = %e, "nbd: accept failed");
+                        std::thread::sleep(Duration::from_millis(50));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn start(&self, c: Conn) -> Option<std::thread::JoinHandle<()>> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut conns = self.shared.conns.lock();
+            if conns.len() >= self.cfg.max_connections {
+                self.shared.stats.lock().refused += 1;
+                tracing::warn!(
+                    max = self.cfg.max_connections,
+                    "nbd: connection limit reached; refusing a client"
+                );
+                return None; // dropping `c` closes it
+            }
+            let closer: Closer = match c.clone_closer() {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::warn!(error = %e, "nbd: cannot set up connection");
+                    return None;
+                }
+            };
+            conns.insert(id, closer);
+            self.shared.stats.lock().connections += 1;
+        }
+        let (backend, export, cfg, shared) = (
+            self.backend.clone(),
+            self.export.clone(),
+            self.cfg.clone(),
+            self.shared.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("nbd-conn-{id}"))
+            .spawn(move || {
+                let r = match c {
+                    // (Linux does not pass the listener's O_NONBLOCK on to accepted sockets; be explicit.)
+                    Conn::Unix(mut s) => {
+                        let _ = s.set_nonblocking(false);
+                        connection(&mut s, &*backend, &export, &cfg, &shared)
+                    }
+                    Conn::Tcp(mut s) => {
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_nodelay(true);
+                        connection(&mut s, &*backend, &export, &cfg, &shared)
+                    }
+                };
+                match r {
+                    Ok(st) => {
+                        let mut t = shared.stats.lock();
+                        t.requests += st.requests;
+                        t.errors += st.errors;
+                        t.bytes_read += st.bytes_read;
+                        t.bytes_written += st.bytes_written;
+                    }
+                    Err(e) => tracing::info!(conn = id, error = %e, "nbd: connection closed"),
+                }
+                let mut conns = shared.conns.lock();
+                conns.remove(&id);
+                shared.conns_cv.notify_all();
+            });
+        match spawned {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(error = %e, "nbd: cannot spawn a connection thread");
+                self.shared.conns.lock().remove(&id);
+                None
+            }
+        }
+    }
+}
+
+enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Conn {
+    fn clone_closer(&self) -> io::Result<Closer> {
+        Ok(match self {
+            Conn::Unix(s) => {
+                let c = s.try_clone()?;
+                Box::new(move |how| {
+                    let _ = c.shutdown(how);
+                })
+            }
+            Conn::Tcp(s) => {
+                let c = s.try_clone()?;
+                Box::new(move |how| {
+                    let _ = c.shutdown(how);
+                })
+            }
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("handshake: {0}")]
+    Handshake(#[from] HandshakeError),
+    #[error("transmission: {0}")]
+    Transmission(#[from] ConnError),
+    #[error("socket setup: {0}")]
+    Setup(#[from] io::Error),
+}
+
+fn connection<T: Transport, B: BlockBackend>(
+    s: &mut T,
+    backend: &B,
+    export: &Export,
+    cfg: &ServerConfig,
+    shared: &Shared,
+) -> Result<ConnStats, ConnectionError> {
+    s.set_read_timeout(Some(cfg.handshake_timeout))?;
+    s.set_write_timeout(Some(cfg.send_timeout))?;
+    let stopping = || shared.stopping.load(Ordering::Acquire);
+    let session = match handshake(s, export, &stopping)? {
+        Outcome::Transmission(sess) => sess,
+        Outcome::Closed => return Ok(ConnStats::default()),
+    };
+    tracing::debug!(?session, "nbd: transmission phase");
+    // Idle clients (a mounted file system) may be quiet for hours: no read timeout from here on.
+    s.set_read_timeout(None)?;
+    let st = match cfg.io_model {
+        IoModel::Inline => serve_inline(s, backend, export, session, &shared.stopping)?,
+        IoModel::Threaded { workers } => serve_threaded(
+            s,
+            backend,
+            export,
+            session,
+            &shared.stopping,
+            workers,
+            cfg.max_inflight,
+        )?,
+    };
+    Ok(st)
+}
+
+fn prepare_socket_path(p: &Path) -> Result<(), ServerError> {
+    match std::fs::symlink_metadata(p) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ServerError::Listen {
+            what: p.display().to_string(),
+            source: e,
+        }),
+        Ok(m) if !m.file_type().is_socket() => Err(ServerError::NotASocket(p.to_path_buf())),
+        Ok(_) => match UnixStream::connect(p) {
+            Ok(_) => Err(ServerError::InUse(p.to_path_buf())),
+            // Nobody listening: a stale socket from a server that was killed.
+            Err(_) => std::fs::remove_file(p).map_err(|e| ServerError::Listen {
+                what: p.display().to_string(),
+                source: e,
+            }),
+        },
+    }
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid 2-element array; on success both fds are new and owned by us.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both are open fds nobody else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Percent-encode everything but RFC 3986 unreserved characters and '/'.
+fn uri_escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            o.push(b as char);
+        } else {
+            o.push_str(&format!("%{b:02X}"));
+        }
+    }
+    o
+}
