@@ -1,0 +1,177 @@
+//! `pmkit attach` / `pmkit detach`: the device as a kernel block device through a FUSE file and
+//! a loop device, optionally with a file system made and mounted on it.
+
+use crate::blk::EngineArgs;
+use anyhow::{Context, Result};
+use pmkit_blk::{BlkError, Device};
+use pmkit_fuse::attach::{self, AttachOptions, Mkfs};
+use pmkit_fuse::{Disk, DiskError};
+use pmkit_media::Region;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct AttachArgs {
+    /// The PM device file (made by `pmkit create`, or created here with --size).
+    path: PathBuf,
+    /// Mount the file system here (without it, attach stops at the loop device).
+    #[arg(long)]
+    mountpoint: Option<PathBuf>,
+    /// Make this file system on the device first (destroys its contents).
+    #[arg(long, value_name = "ext4|ext2|xfs")]
+    mkfs: Option<Mkfs>,
+    /// Create the device with this size if PATH does not exist (e.g. 1G).
+    #[arg(long, value_parser = crate::blk::parse_size)]
+    size: Option<u64>,
+    /// FUSE worker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Options for mounting the file system (mount -o).
+    #[arg(long, short = 'o')]
+    mount_options: Option<String>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(clap::Args)]
+pub struct DetachArgs {
+    /// The mountpoint, loop device or PM file of the attachment.
+    target: PathBuf,
+    /// Seconds to wait for the attaching process to finish.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+}
+
+/// The PMBD device as the FUSE file's disk.
+pub struct BlkDisk(pub Arc<Device<Region>>);
+
+fn disk_err(e: BlkError) -> DiskError {
+    DiskError { errno: e.errno(), message: e.to_string() }
+}
+
+impl Disk for BlkDisk {
+    fn size(&self) -> u64 {
+        self.0.capacity()
+    }
+    fn block_size(&self) -> u32 {
+        self.0.block_size()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        self.0.read(off, buf).map_err(disk_err)
+    }
+    fn write(&self, off: u64, data: &[u8], fua: bool) -> Result<(), DiskError> {
+        self.0.write(off, data, fua).map_err(disk_err)
+    }
+    fn flush(&self) -> Result<(), DiskError> {
+        self.0.flush().map_err(disk_err)
+    }
+    fn discard(&self, off: u64, len: u64) -> Result<(), DiskError> {
+        self.0.trim(off, len).map_err(disk_err)
+    }
+    fn zero(&self, off: u64, len: u64) -> Result<(), DiskError> {
+        self.0.write_zeroes(off, len, false).map_err(disk_err)
+    }
+}
+
+/// Block SIGINT and SIGTERM in this thread and every thread it starts, so they can be taken
+/// synchronously with `sigwait` once the attachment is up.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-mask calls on a set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
+    let set = block_signals();
+    let opts = AttachOptions {
+        pm_path: a.path.clone(),
+        mountpoint: a.mountpoint.clone(),
+        mkfs: a.mkfs,
+        threads: a.threads,
+        mount_options: a.mount_options.clone(),
+    };
+    // Check root, /dev/fuse, tools and the mountpoint before opening (or creating) anything.
+    attach::preflight(&opts)?;
+    let engine = a.engine.to_options();
+    let dev = if !a.path.exists() && a.size.is_some() {
+        pmkit_blk::create_path(&a.path, a.size, &Default::default(), &engine)
+    } else {
+        pmkit_blk::open_path(&a.path, &engine)
+    }
+    .with_context(|| format!("opening {}", a.path.display()))?;
+    let dev = Arc::new(dev);
+    let mut att = match attach::attach(BlkDisk(dev.clone()), &opts) {
+        Ok(att) => att,
+        Err(e) => {
+            let _ = dev.close();
+            return Err(e).with_context(|| format!("attaching {}", a.path.display()));
+        }
+    };
+    let s = &att.state;
+    let loopdev = s.loop_dev.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+    println!("attached {}", a.path.display());
+    println!("  block device: {loopdev} (direct I/O {})", if s.direct_io { "on" } else { "off" });
+    if let Some(m) = &s.mountpoint {
+        println!("  mounted on:   {}", m.display());
+    }
+    println!("  FUSE file:    {}", s.fuse_dir.join(pmkit_fuse::DISK_NAME).display());
+    let target = s.mountpoint.as_deref().map(|p| p.display().to_string()).unwrap_or(loopdev);
+    println!("detach with `pmkit detach {target}` or Ctrl-C here");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+
+    let mut sig = 0;
+    // SAFETY: waits for one of the blocked signals.
+    unsafe { libc::sigwait(&set, &mut sig) };
+    eprintln!("pmkit: signal {sig}: detaching");
+    let torn = att.detach();
+    let closed = dev.close();
+    torn.context("detaching")?;
+    closed.context("closing the device")?;
+    println!("detached {}; device closed cleanly", a.path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_detach(a: DetachArgs) -> Result<ExitCode> {
+    let Some(state) = attach::find(&a.target) else {
+        anyhow::bail!(
+            "{}: no pmkit attachment found (looked in {}); `mount` and `losetup -l` show what is attached",
+            a.target.display(),
+            attach::STATE_DIR
+        );
+    };
+    if state.alive() {
+        // The attaching process owns the device: ask it to detach and close cleanly.
+        // SAFETY: sending a signal to a process id we recorded.
+        unsafe { libc::kill(state.pid as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(a.timeout);
+        while state.alive() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "pmkit process {} did not finish detaching within {} s",
+                state.pid,
+                a.timeout
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        println!("detached {}", a.target.display());
+    } else {
+        // The attaching process died (kill -9, crash): clean up after it.
+        attach::teardown(&state, true).context("cleaning up a stale attachment")?;
+        println!(
+            "cleaned up a stale attachment of {} (process {} had died); the device was not shut down \
+             cleanly: the next open reports it",
+            state.pm_path.display(),
+            state.pid
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
