@@ -467,7 +467,9 @@ impl<M: BlkMedia> Inner<M> {
                 max: self.max_request as u64,
             });
         }
-        if off % bs as u64 != 0 || len % bs as u64 != 0 {
+        // Block sizes are powers of two (512 or 4096).
+        let mask = bs as u64 - 1;
+        if off & mask != 0 || len & mask != 0 {
             return Err(BlkError::Misaligned {
                 off,
                 len,
@@ -510,7 +512,7 @@ impl<M: BlkMedia> Inner<M> {
             return Err(BlkError::ZeroLength { off });
         }
         let end = off.checked_add(len);
-        if off % bs != 0 || len % bs != 0 {
+        if off & (bs - 1) != 0 || len & (bs - 1) != 0 {
             self.stats.add(Ctr::Rejected, 1);
             return Err(BlkError::Misaligned {
                 off,

@@ -43,6 +43,11 @@ pub struct Layout {
 impl Layout {
     /// The largest device that fits in `region_len` bytes.
     pub fn compute(region_len: u64, block_size: u32, checksum: bool) -> Result<Layout> {
+        if block_size != 512 && block_size != 4096 {
+            return Err(BlkError::BadOption(format!(
+                "block size must be 512 or 4096, got {block_size}"
+            )));
+        }
         let bs = block_size as u64;
         let min = PAGE + if checksum { PAGE } else { 0 } + MIN_BLOCKS * bs;
         if region_len < min {

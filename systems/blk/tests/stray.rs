@@ -67,7 +67,7 @@ fn stray_accesses_fault_in_every_protected_mode_and_data_survives() {
         let (found, _) = pmkit_blk::inspect_path(&path).unwrap();
         let (base, len) = mapping_of(&path);
         assert_eq!(len, 1 << 20, "{protect}: the region's own mapping");
-        let target = base + found.current.layout.block_off(0) as usize + 128;
+        let target = base + found.current.layout.block_off(0) + 128;
         let sig = stray_access(target, true);
         let mut back = vec![0u8; 4096];
         dev.read(0, &mut back).unwrap();
