@@ -2,11 +2,13 @@
 //! parses arguments and dispatches.
 
 mod attach;
+mod bench_nbd;
 mod bench_blk;
 mod blk;
 mod obj;
 mod plot;
 mod probe;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -39,6 +41,9 @@ enum Cmd {
     Attach(attach::AttachArgs),
     /// Undo `pmkit attach`: unmount, remove the loop device, unmount FUSE, close the device.
     Detach(attach::DetachArgs),
+    /// Export a block device over NBD (unix socket or TCP); with no PATH, a 1 GiB emulated PM
+    /// device in /dev/shm. Runs until SIGINT/SIGTERM, then finishes requests and closes cleanly.
+    Serve(serve::ServeArgs),
     /// Benchmarks (each prints a table, --json for machines, --plot FILE for people).
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -54,6 +59,8 @@ enum BenchCmd {
     Overview(bench_blk::FigArgs),
     /// A small-file workload on ext4 (through attach) as emulated PM slows down (paper Fig. 15).
     Emulation(bench_blk::FigArgs),
+    /// fio's nbd engine against `pmkit serve` and `nbdkit memory`, side by side.
+    Nbd(bench_nbd::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -77,8 +84,10 @@ fn main() -> std::process::ExitCode {
             BenchCmd::WriteScheme(a) => bench_blk::write_scheme(a),
             BenchCmd::Overview(a) => bench_blk::overview(a),
             BenchCmd::Emulation(a) => bench_blk::emulation(a),
+            BenchCmd::Nbd(a) => bench_nbd::run(a),
         },
         Cmd::Obj(a) => obj::run(a),
+        Cmd::Serve(a) => serve::run(a),
     };
     match r {
         Ok(code) => code,

@@ -1,0 +1,404 @@
+//! `pmkit bench nbd`: fio's `nbd` engine against `pmkit serve` and against `nbdkit memory` of the
+//! same size, in the same run, workload by workload (so both see the same machine noise).
+//! Prints IOPS, bandwidth, mean latency and server CPU per I/O, and the pmkit/nbdkit ratios.
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Short runs on a small device (a smoke test of the benchmark, not a measurement)
+    #[arg(long)]
+    pub quick: bool,
+    /// Device size for both servers [default: 1G, 256M with --quick]
+    #[arg(long, value_parser = crate::blk::parse_size)]
+    pub size: Option<u64>,
+    /// Seconds per fio run [default: 5, 2 with --quick]
+    #[arg(long)]
+    pub runtime: Option<u64>,
+    /// pmkit execution models to measure, comma-separated (`inline`, `threaded:N`)
+    #[arg(long, default_value = "inline", value_delimiter = ',')]
+    pub models: Vec<String>,
+    /// Extra arguments for `pmkit serve` (engine options), e.g. "--protect none"
+    #[arg(
+        long,
+        value_name = "ARGS",
+        allow_hyphen_values = true,
+        default_value = ""
+    )]
+    pub serve_args: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Workload {
+    name: &'static str,
+    rw: &'static str,
+    bs: u32,
+    iodepth: u32,
+}
+
+const WORKLOADS: &[Workload] = &[
+    Workload {
+        name: "4k-randwrite-qd8",
+        rw: "randwrite",
+        bs: 4096,
+        iodepth: 8,
+    },
+    Workload {
+        name: "4k-randwrite-qd32",
+        rw: "randwrite",
+        bs: 4096,
+        iodepth: 32,
+    },
+    Workload {
+        name: "4k-randread-qd8",
+        rw: "randread",
+        bs: 4096,
+        iodepth: 8,
+    },
+    Workload {
+        name: "4k-randread-qd32",
+        rw: "randread",
+        bs: 4096,
+        iodepth: 32,
+    },
+    Workload {
+        name: "256k-seqread",
+        rw: "read",
+        bs: 256 << 10,
+        iodepth: 4,
+    },
+    Workload {
+        name: "256k-seqwrite",
+        rw: "write",
+        bs: 256 << 10,
+        iodepth: 4,
+    },
+];
+
+#[derive(Debug, Clone, Serialize)]
+struct Measure {
+    iops: f64,
+    mib_s: f64,
+    mean_lat_us: f64,
+    /// Server process CPU time (user + system) per I/O, in microseconds.
+    server_cpu_us_per_io: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    workload: Workload,
+    /// One entry per pmkit model, in `--models` order.
+    pmkit: Vec<(String, Measure)>,
+    nbdkit: Measure,
+    /// pmkit IOPS / nbdkit IOPS, per model.
+    ratio: Vec<(String, f64)>,
+}
+
+/// A private directory for the sockets, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<Self> {
+        let p = std::env::temp_dir().join(format!("pmkit-bench-nbd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir(&p).with_context(|| format!("cannot create {}", p.display()))?;
+        Ok(TempDir(p))
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A server process killed on drop, with a temp dir for its socket.
+struct Served {
+    child: Child,
+    uri: String,
+    name: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // SAFETY: signalling a child we started and have not yet reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_for_socket(p: &Path, child: &mut Child, what: &str) -> Result<()> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) {
+        if std::os::unix::net::UnixStream::connect(p).is_ok() {
+            return Ok(());
+        }
+        if let Some(st) = child.try_wait()? {
+            bail!("{what} exited before listening ({st})");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!(
+        "{what} did not start listening on {} within 30 s",
+        p.display()
+    )
+}
+
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = &s[s.rfind(')').context("bad /proc stat")? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
+}
+
+fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
+fn need(tool: &str) -> Result<()> {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        bail!("`{tool}` is not installed (Debian: apt-get install fio nbdkit libnbd-bin)");
+    }
+    Ok(())
+}
+
+fn start_pmkit(dir: &Path, size: u64, model: &str, extra: &str) -> Result<Served> {
+    let exe = std::env::current_exe().context("cannot find the pmkit binary")?;
+    let dev = PathBuf::from(format!(
+        "/dev/shm/pmkit-bench-nbd-{}.pmbd",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&dev);
+    let sock = dir.join(format!("pmkit-{}.sock", model.replace(':', "-")));
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
+        .arg(&dev)
+        .arg("--size")
+        .arg(size.to_string())
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--io-model")
+        .arg(model)
+        .args(extra.split_whitespace())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let mut child = cmd.spawn().context("cannot start pmkit serve")?;
+    let r = wait_for_socket(&sock, &mut child, "pmkit serve");
+    // The device file can go now: the server holds its mapping until it exits.
+    let _ = std::fs::remove_file(&dev);
+    let served = Served {
+        child,
+        uri: format!("nbd+unix:///?socket={}", sock.display()),
+        name: model.into(),
+    };
+    r?;
+    Ok(served)
+}
+
+fn start_nbdkit(dir: &Path, size: u64) -> Result<Served> {
+    let sock = dir.join("nbdkit.sock");
+    let mut child = Command::new("nbdkit")
+        .args(["--foreground", "--exit-with-parent", "-U"])
+        .arg(&sock)
+        .arg("memory")
+        .arg(format!("size={size}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("cannot start nbdkit")?;
+    let r = wait_for_socket(&sock, &mut child, "nbdkit");
+    let served = Served {
+        child,
+        uri: format!("nbd+unix:///?socket={}", sock.display()),
+        name: "nbdkit".into(),
+    };
+    r?;
+    Ok(served)
+}
+
+fn fio(
+    uri: &str,
+    rw: &str,
+    bs: u32,
+    iodepth: u32,
+    size: u64,
+    runtime: Option<u64>,
+) -> Result<serde_json::Value> {
+    let mut cmd = Command::new("fio");
+    cmd.args([
+        "--output-format=json",
+        "--ioengine=nbd",
+        "--name=bench",
+        "--numjobs=1",
+    ])
+    .arg(format!("--uri={uri}"))
+    .arg(format!("--rw={rw}"))
+    .arg(format!("--bs={bs}"))
+    .arg(format!("--iodepth={iodepth}"))
+    .arg(format!("--size={size}"));
+    if let Some(t) = runtime {
+        cmd.args(["--time_based", &format!("--runtime={t}")]);
+    }
+    let out = cmd.output().context("cannot run fio")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "fio failed ({}): {}{}",
+            out.status,
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The nbd engine prints a line before the JSON document.
+    let start = text.find('{').context("fio printed no JSON")?;
+    serde_json::from_str(&text[start..]).context("cannot parse fio's JSON output")
+}
+
+fn measure(s: &Served, w: &Workload, size: u64, runtime: u64) -> Result<Measure> {
+    let pid = s.child.id();
+    let t0 = cpu_ticks(pid)?;
+    let j = fio(&s.uri, w.rw, w.bs, w.iodepth, size, Some(runtime))?;
+    let t1 = cpu_ticks(pid)?;
+    let job = &j["jobs"][0];
+    let dir = if w.rw.contains("read") {
+        &job["read"]
+    } else {
+        &job["write"]
+    };
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+    let ios = f(&dir["total_ios"]).max(1.0);
+    if f(&job["error"]) != 0.0 {
+        bail!("fio reported error {} against {}", job["error"], s.name);
+    }
+    Ok(Measure {
+        iops: f(&dir["iops"]),
+        mib_s: f(&dir["bw"]) / 1024.0,
+        mean_lat_us: f(&dir["clat_ns"]["mean"]) / 1000.0,
+        server_cpu_us_per_io: (t1 - t0) as f64 / ticks_per_sec() * 1e6 / ios,
+    })
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    need("fio")?;
+    need("nbdkit")?;
+    let size = a.size.unwrap_or(if a.quick { 256 << 20 } else { 1 << 30 });
+    let runtime = a.runtime.unwrap_or(if a.quick { 2 } else { 5 });
+    for m in &a.models {
+        crate::serve::parse_io_model(m).map_err(anyhow::Error::msg)?;
+    }
+    let dir = TempDir::new()?;
+    let nbdkit = start_nbdkit(dir.path(), size)?;
+    let mut pmkit = Vec::new();
+    for m in &a.models {
+        pmkit.push(start_pmkit(dir.path(), size, m, &a.serve_args)?);
+    }
+    // Fill both devices first, so reads copy real data on both (nbdkit's memory plugin is
+    // sparse and would otherwise answer reads of never-written blocks without copying).
+    for s in pmkit.iter().chain([&nbdkit]) {
+        fio(&s.uri, "write", 1 << 20, 8, size, None)
+            .with_context(|| format!("filling {}", s.name))?;
+    }
+    let mut rows = Vec::new();
+    for w in WORKLOADS {
+        if !a.json {
+            eprint!("{:<20}", w.name);
+        }
+        let k = measure(&nbdkit, w, size, runtime)?;
+        let mut p = Vec::new();
+        for s in &pmkit {
+            p.push((s.name.clone(), measure(s, w, size, runtime)?));
+        }
+        let ratio = p
+            .iter()
+            .map(|(n, m)| (n.clone(), m.iops / k.iops.max(1e-9)))
+            .collect();
+        rows.push(Row {
+            workload: w.clone(),
+            pmkit: p,
+            nbdkit: k,
+            ratio,
+        });
+        if !a.json {
+            eprintln!(" done");
+        }
+    }
+    drop(pmkit);
+    drop(nbdkit);
+    let goal = rows[0].ratio.first().map(|r| r.1).unwrap_or(0.0);
+    if a.json {
+        let doc = serde_json::json!({
+            "benchmark": "nbd",
+            "size": size,
+            "runtime_s": runtime,
+            "models": a.models,
+            "serve_args": a.serve_args,
+            "results": rows,
+            "goal": { "workload": "4k-randwrite-qd8", "ratio": goal, "target": 1.5, "met": goal >= 1.5 },
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "fio nbd engine, {} device, {runtime} s per run, 1 job; pmkit serve {} vs nbdkit memory",
+        crate::serve::human_size(size),
+        if a.serve_args.is_empty() {
+            "(defaults)".to_string()
+        } else {
+            a.serve_args.clone()
+        }
+    );
+    println!(
+        "{:<20} {:<12} {:>10} {:>9} {:>9} {:>9} {:>7}",
+        "workload", "server", "IOPS", "MiB/s", "lat us", "cpu us/io", "ratio"
+    );
+    for r in &rows {
+        let k = &r.nbdkit;
+        println!(
+            "{:<20} {:<12} {:>10.0} {:>9.1} {:>9.1} {:>9.2} {:>7}",
+            r.workload.name, "nbdkit", k.iops, k.mib_s, k.mean_lat_us, k.server_cpu_us_per_io, ""
+        );
+        for ((n, m), (_, ratio)) in r.pmkit.iter().zip(&r.ratio) {
+            println!(
+                "{:<20} {:<12} {:>10.0} {:>9.1} {:>9.1} {:>9.2} {:>6.2}x",
+                "",
+                format!("pmkit/{n}"),
+                m.iops,
+                m.mib_s,
+                m.mean_lat_us,
+                m.server_cpu_us_per_io,
+                ratio
+            );
+        }
+    }
+    println!(
+        "goal: 4k-randwrite-qd8 pmkit/nbdkit >= 1.5: {goal:.2}x ({})",
+        if goal >= 1.5 { "met" } else { "not met" }
+    );
+    Ok(ExitCode::SUCCESS)
+}

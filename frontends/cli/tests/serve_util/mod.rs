@@ -1,0 +1,243 @@
+//! Shared helpers for the `pmkit serve` integration tests: start the real binary on a unix
+//! socket in a temp dir with a small device in /dev/shm, run client tools with timeouts, and
+//! clean everything up, whatever the test does.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const PMKIT: &str = env!("CARGO_BIN_EXE_pmkit");
+
+/// True when every tool is installed. Missing tools fail the test in CI (CI set) and skip it,
+/// with a note, elsewhere.
+pub fn have(tools: &[&str]) -> bool {
+    for t in tools {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .stdout(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !found {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "`{t}` is required by this test in CI; it is installed from scripts/test-packages.txt"
+            );
+            eprintln!("skipping: `{t}` is not installed");
+            return false;
+        }
+    }
+    true
+}
+
+/// Root, /dev/fuse and a free loop device: needed for nbdfuse + losetup.
+pub fn have_fuse_and_loop() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let ok = unsafe { libc::geteuid() } == 0
+        && Path::new("/dev/fuse").exists()
+        && Path::new("/dev/loop-control").exists();
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the nbdfuse test as root with /dev/fuse and loop devices"
+        );
+        eprintln!("skipping: needs root, /dev/fuse and loop devices");
+    }
+    ok
+}
+
+/// Run a command with a time limit (coreutils `timeout`, so a hung client cannot hang the test).
+pub fn run(secs: u64, cmd: &[&str]) -> Output {
+    Command::new("timeout")
+        .args(["-k", "5", &secs.to_string()])
+        .args(cmd)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// Like [`run`], but the command must succeed; returns its stdout.
+pub fn ok(secs: u64, cmd: &[&str]) -> String {
+    let o = run(secs, cmd);
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed ({}):\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A device file in /dev/shm, removed on drop.
+pub struct DevFile(pub PathBuf);
+
+impl DevFile {
+    pub fn new(name: &str) -> Self {
+        let p = PathBuf::from(format!(
+            "/dev/shm/pmkit-test-{}-{name}.pmbd",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&p);
+        DevFile(p)
+    }
+    pub fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for DevFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A running `pmkit serve`.
+pub struct Serve {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub sock: PathBuf,
+    pub uri: String,
+    pub banner: String,
+}
+
+impl Serve {
+    /// Start `pmkit serve DEV --socket <tmp>/nbd.sock EXTRA...` and wait until it accepts.
+    pub fn start(dev: &str, extra: &[&str]) -> Serve {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("nbd.sock");
+        Self::start_in(dir, sock, dev, extra)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, sock: PathBuf, dev: &str, extra: &[&str]) -> Serve {
+        let mut args: Vec<&str> = vec!["serve"];
+        if !dev.is_empty() {
+            args.push(dev);
+        }
+        let s = sock.to_str().unwrap();
+        // With --listen ADDR the server is on TCP and the socket path is unused.
+        let tcp = extra
+            .iter()
+            .position(|a| *a == "--listen")
+            .map(|i| extra[i + 1].to_string());
+        if tcp.is_none() {
+            args.extend(["--socket", s]);
+        }
+        args.extend(extra);
+        // stderr to a file: a pipe nobody reads could fill up and stall the server.
+        let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+        let mut child = Command::new(PMKIT)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("start pmkit serve");
+        let t = Instant::now();
+        loop {
+            let up = match &tcp {
+                Some(a) => std::net::TcpStream::connect(a).is_ok(),
+                None => UnixStream::connect(&sock).is_ok(),
+            };
+            if up {
+                break;
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                let e = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+                panic!("pmkit serve {args:?} exited early ({st}): {e}");
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "pmkit serve did not listen within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The banner ends with the "stop with" line; it may still be on its way.
+        let mut banner = String::new();
+        {
+            let out = child.stdout.as_mut().unwrap();
+            let mut buf = [0u8; 8192];
+            let fd = std::os::fd::AsRawFd::as_raw_fd(out);
+            // SAFETY: setting O_NONBLOCK on a pipe fd we own, to poll it without blocking.
+            unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+            let t = Instant::now();
+            while !banner.contains("stop with") && t.elapsed() < Duration::from_secs(10) {
+                match out.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => banner.push_str(&String::from_utf8_lossy(&buf[..n])),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        }
+        Serve {
+            child: Some(child),
+            dir,
+            uri: format!("nbd+unix:///?socket={s}"),
+            sock,
+            banner,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// SIGTERM, then wait (bounded); returns the exit status and stderr.
+    pub fn stop(mut self) -> (ExitStatus, String) {
+        let mut c = self.child.take().unwrap();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let st = wait_bounded(&mut c, Duration::from_secs(60));
+        (st, self.stderr())
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill9(mut self) {
+        let mut c = self.child.take().unwrap();
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+fn wait_bounded(c: &mut Child, limit: Duration) -> ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            return st;
+        }
+        if t.elapsed() > limit {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("pmkit serve did not exit within {limit:?} of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), fast enough for hundreds of MiB.
+pub fn fill_random(buf: &mut [u8], seed: u64) {
+    let mut x = seed | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
