@@ -37,7 +37,7 @@ pub fn bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel], cols: 
     let areas = body.split_evenly((rows, cols));
     for (panel, area) in panels.iter().zip(areas) {
         let n = panel.series.len().max(1);
-        let ymax = panel.series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0f64, f64::max).max(1e-9) * 1.15;
+        let ymax = panel.series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0f64, f64::max).max(1e-9) * 1.5; // headroom for the legend
         let mut chart = ChartBuilder::on(&area)
             .caption(&panel.title, ("sans-serif", 16))
             .margin(8)
@@ -59,6 +59,7 @@ pub fn bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel], cols: 
                 }
             })
             .y_desc(y_label)
+            .y_label_formatter(&|v| format!("{v:.0}"))
             .draw()
             .map_err(err)?;
         let w = 0.8 / n as f64;
