@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 install_packages scripts/build-packages.txt
 require_cargo
 cargo build --release --locked -p pmkit
-exec ./target/release/pmkit probe "$@"
+# The main job: serve the embedded default device (1 GiB of emulated PM in /dev/shm) over NBD.
+exec ./target/release/pmkit serve "$@"

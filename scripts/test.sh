@@ -5,5 +5,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 install_packages scripts/build-packages.txt scripts/test-packages.txt
 require_cargo
+# `cargo test` does not emit cdylibs; the C ABI test links libpmkit_obj.so, so build it first.
+cargo build --workspace --locked
 # Tests are built with optimisation (profile.test opt-level=1) and run on 2 cores.
 cargo test --workspace --locked --no-fail-fast "$@"
