@@ -1,0 +1,551 @@
+//! `pmkit bench pmo`: the PMO Sync benchmark of seed 004 (Wahiduddin 2021, Fig. 4.1 and
+//! Table 4.2), with libpmemobj beside it, in one process run.
+//!
+//! Workload (thesis §"Microbenchmark", Fig. 3.19): N sequential 4-byte int stores, element i
+//! getting the value 2i, into N/1024 (rounded up) contiguous 4 KiB objects of 1024 ints each.
+//! Object o receives stores 1024·o .. 1024·o+1023 (the last object may get fewer); its
+//! transaction opens at its first store (PMO: `attach`) and ends with one sync after its last
+//! store (PMO: `sync`, then `detach`). One *store* is one 4-byte store instruction of the new
+//! value; one *sync* is the point after which that object's stores are durable (and, for the
+//! atomic variants, durable all together or not at all).
+//!
+//! Every variant runs on a fresh file of the same size in `--dir` (/dev/shm: emulated PM) with
+//! the same primitives (stores, clwb, sfence, non-temporal copies); see docs/obj.md "Benchmark".
+
+mod baselines;
+mod counted;
+mod pmemobj;
+
+use crate::plot;
+use anyhow::{bail, Context, Result};
+use baselines::Layout;
+use counted::Counted;
+use indicatif::{ProgressBar, ProgressStyle};
+use pmkit_media::{Region, RegionOptions};
+use pmkit_obj::{Access, Pool, PoolOptions, Tracking};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Ints per 4 KiB object.
+const INTS: usize = 1024;
+/// The thesis's store counts (1, 2, 4, 8, 16 million).
+const FULL_NS: [usize; 5] = [1_000_000, 2_000_000, 4_000_000, 8_000_000, 16_000_000];
+/// Stores of the untimed warm-up run of each variant.
+const WARMUP_N: usize = 100_000;
+/// Largest N accepted (64 MiB of data, 128 MiB pools).
+const MAX_N: usize = 64_000_000;
+
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    /// Smoke run: N = 1M only (or --max-n), one round.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print JSON instead of a table (hides the progress bar).
+    #[arg(long)]
+    pub json: bool,
+    /// Draw time against N for every variant to this SVG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Where the pools live (emulated PM).
+    #[arg(long, default_value = "/dev/shm")]
+    pub dir: PathBuf,
+    /// Rounds per (N, variant); the median is reported (default: 5, quick: 1).
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Leave out store counts above this; if none is left, run N = max-n alone.
+    #[arg(long)]
+    pub max_n: Option<usize>,
+}
+
+impl Args {
+    fn rounds(&self) -> usize {
+        self.rounds
+            .unwrap_or(if self.quick { 1 } else { 5 })
+            .clamp(1, 100)
+    }
+    fn ns(&self) -> Result<Vec<usize>> {
+        let cap = self
+            .max_n
+            .unwrap_or(if self.quick { 1_000_000 } else { MAX_N });
+        if cap == 0 || cap > MAX_N {
+            bail!("--max-n must be 1..={MAX_N}");
+        }
+        let ns: Vec<usize> = FULL_NS.into_iter().filter(|&n| n <= cap).collect();
+        Ok(if self.quick {
+            vec![*ns.last().unwrap_or(&cap)]
+        } else if ns.is_empty() {
+            vec![cap]
+        } else {
+            ns
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Variant {
+    PersistBarrier,
+    UndoLog,
+    FullShadow,
+    PmoWrite,
+    PmoPtr,
+    PmoFaults,
+    PmoUnprotected,
+    Libpmemobj,
+}
+
+impl Variant {
+    const ALL: [Variant; 8] = [
+        Variant::PersistBarrier,
+        Variant::UndoLog,
+        Variant::FullShadow,
+        Variant::PmoWrite,
+        Variant::PmoPtr,
+        Variant::PmoFaults,
+        Variant::PmoUnprotected,
+        Variant::Libpmemobj,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            Variant::PersistBarrier => "persist-barrier",
+            Variant::UndoLog => "undo-log",
+            Variant::FullShadow => "full-shadow",
+            Variant::PmoWrite => "pmo-write",
+            Variant::PmoPtr => "pmo-ptr",
+            Variant::PmoFaults => "pmo-faults",
+            Variant::PmoUnprotected => "pmo-unprotected",
+            Variant::Libpmemobj => "libpmemobj",
+        }
+    }
+    fn about(self) -> &'static str {
+        match self {
+            Variant::PersistBarrier => "stores in place, clwb + sfence per object (NOT atomic)",
+            Variant::UndoLog => "per-store undo entry, clwb + sfence per store (thesis Fig. 3.9)",
+            Variant::FullShadow => "copy to shadow, store, persist, mark, copy back (Fig. 3.10)",
+            Variant::PmoWrite => "PMO Sync, Handle::write per int (Explicit tracking)",
+            Variant::PmoPtr => "PMO Sync, pointer stores + one mark_dirty (Explicit)",
+            Variant::PmoFaults => "PMO Sync, pointer stores, write-fault tracking (C default)",
+            Variant::PmoUnprotected => "pmo-ptr with page protection off (protect: false)",
+            Variant::Libpmemobj => "pmemobj_tx_add_range of the object in a transaction",
+        }
+    }
+    fn atomic(self) -> bool {
+        self != Variant::PersistBarrier
+    }
+}
+
+/// One timed run.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Sample {
+    secs: f64,
+    /// Bytes written back to PM (lines flushed + non-temporal bytes); None: not measured.
+    pm_bytes: Option<u64>,
+    fences: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Row {
+    n: usize,
+    objects: usize,
+    variant: Variant,
+    atomic: bool,
+    median_secs: f64,
+    rounds_secs: Vec<f64>,
+    us_per_object: f64,
+    /// libpmemobj's median time divided by this variant's (> 1: faster than libpmemobj).
+    speedup_vs_libpmemobj: Option<f64>,
+    pm_bytes: Option<u64>,
+    pm_bytes_per_object: Option<f64>,
+    fences_per_object: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    benchmark: &'static str,
+    workload: &'static str,
+    dir: PathBuf,
+    pool_bytes: Vec<(usize, usize)>,
+    rounds: usize,
+    ns: Vec<usize>,
+    variants: Vec<(Variant, &'static str)>,
+    libpmemobj: String,
+    libpmemobj_pm_bytes_per_object_at_least: u64,
+    notes: Vec<String>,
+    rows: Vec<Row>,
+}
+
+/// Bytes of every variant's file for `objs` objects: what the PMO pool needs (header, table of
+/// `objs` entries, sync page, two 4 KiB slots per object), plus 16 MiB so that libpmemobj fits
+/// its lanes (about 3 MiB), heap metadata and undo-log extensions beside a root object of the
+/// same data (at 8 MiB for 1M stores its `tx_add_range` runs out of space).
+fn pool_bytes(objs: usize) -> usize {
+    let table = (4096 + objs * 128).next_multiple_of(4096);
+    table + 4096 + 2 * 4096 * objs + 4096 + (16 << 20)
+}
+
+/// A file in the pool directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(dir: &Path, v: Variant) -> Result<Scratch> {
+        let p = dir.join(format!(
+            "pmkit-bench-pmo-{}-{}",
+            std::process::id(),
+            v.name()
+        ));
+        let _ = std::fs::remove_file(&p);
+        Ok(Scratch(p))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn region(path: &Path, size: usize) -> Result<Counted<Region>> {
+    let opts = RegionOptions {
+        populate: true,
+        ..RegionOptions::default()
+    };
+    let r = Region::create(path, size as u64, &opts)
+        .with_context(|| format!("creating {}", path.display()))?;
+    Ok(Counted::new(r))
+}
+
+fn run_one(v: Variant, n: usize, dir: &Path, lib: Option<&pmemobj::Lib>) -> Result<Sample> {
+    let objs = Layout::objs_for(n, INTS);
+    let size = pool_bytes(objs);
+    let file = Scratch::new(dir, v)?;
+    match v {
+        Variant::PersistBarrier | Variant::UndoLog | Variant::FullShadow => {
+            let l = Layout::new(objs, INTS);
+            assert!(l.len() <= size, "baseline layout fits the common pool size");
+            let m = region(&file.0, size)?;
+            let seq = baselines::undo_next_seq(&m, &l);
+            let (w0, f0) = m.counts();
+            let t = Instant::now();
+            match v {
+                Variant::PersistBarrier => baselines::persist_barrier(&m, &l, n, |_| {}),
+                Variant::UndoLog => baselines::undo_log(&m, &l, n, seq, |_| {}),
+                _ => baselines::full_shadow(&m, &l, n, |_| {}),
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let (w1, f1) = m.counts();
+            baselines::verify(&m, &l, n).map_err(|e| anyhow::anyhow!("{}: {e}", v.name()))?;
+            Ok(Sample {
+                secs,
+                pm_bytes: Some(w1 - w0),
+                fences: Some(f1 - f0),
+            })
+        }
+        Variant::PmoWrite | Variant::PmoPtr | Variant::PmoFaults | Variant::PmoUnprotected => {
+            let m = region(&file.0, size)?;
+            let opts = PoolOptions {
+                max_objects: objs as u32,
+                protect: v != Variant::PmoUnprotected,
+            };
+            let pool = Pool::format(m, &opts).context("formatting the PMO pool")?;
+            let names: Vec<String> = (0..objs).map(|o| format!("o{o}")).collect();
+            for name in &names {
+                pool.create(name, 4096)?;
+            }
+            let (w0, f0) = pool.media().counts();
+            let t = Instant::now();
+            pmo_workload(&pool, &names, n, v)?;
+            let secs = t.elapsed().as_secs_f64();
+            let (w1, f1) = pool.media().counts();
+            for (o, name) in names.iter().enumerate() {
+                let data = pool.read_published(name)?;
+                let end = n.min((o + 1) * INTS);
+                for i in o * INTS..end {
+                    let k = 4 * (i - o * INTS);
+                    let got = u32::from_le_bytes(data[k..k + 4].try_into().expect("4 bytes"));
+                    if got != baselines::value(i) {
+                        bail!("{}: object {o} int {}: found {got}", v.name(), i - o * INTS);
+                    }
+                }
+            }
+            Ok(Sample {
+                secs,
+                pm_bytes: Some(w1 - w0),
+                fences: Some(f1 - f0),
+            })
+        }
+        Variant::Libpmemobj => {
+            let lib = lib.expect("only run when loaded");
+            let mut pool = pmemobj::ObjPool::create(lib, &file.0, size, objs)?;
+            let t = Instant::now();
+            pool.run(n, INTS)?;
+            let secs = t.elapsed().as_secs_f64();
+            pool.verify(n, INTS).map_err(|e| anyhow::anyhow!(e))?;
+            Ok(Sample {
+                secs,
+                pm_bytes: None,
+                fences: None,
+            })
+        }
+    }
+}
+
+/// The PMO side of the workload: per object attach, the stores, sync, detach.
+fn pmo_workload(
+    pool: &Pool<Counted<Region>>,
+    names: &[String],
+    n: usize,
+    v: Variant,
+) -> Result<()> {
+    let tracking = match v {
+        Variant::PmoFaults => Tracking::Faults,
+        _ => Tracking::Explicit,
+    };
+    for (o, name) in names.iter().enumerate() {
+        let (first, end) = (o * INTS, n.min((o + 1) * INTS));
+        let h = pool.attach_with(name, Access::ReadWrite, tracking)?;
+        if v == Variant::PmoWrite {
+            for i in first..end {
+                h.write((4 * (i - first)) as u64, &baselines::value(i).to_le_bytes())?;
+            }
+        } else {
+            let p = h.as_ptr()?.context("a Region has addresses")?.cast::<u32>();
+            for i in first..end {
+                // SAFETY: p is the page-aligned shadow of this read-write handle (4096 bytes,
+                // writable or fault-tracked), valid until the sync below; i - first < 1024.
+                unsafe { p.add(i - first).write_volatile(baselines::value(i)) };
+            }
+            if tracking == Tracking::Explicit {
+                h.mark_dirty(0, (4 * (end - first)) as u64)?;
+            }
+        }
+        h.sync()?;
+        h.detach()?;
+    }
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let k = v.len();
+    if k % 2 == 1 {
+        v[k / 2]
+    } else {
+        (v[k / 2 - 1] + v[k / 2]) / 2.0
+    }
+}
+
+fn progress(hidden: bool, n: u64) -> ProgressBar {
+    if hidden || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(n);
+    b.set_style(
+        ProgressStyle::with_template("{spinner} {msg:28} [{bar:30}] {pos}/{len} {eta}")
+            .expect("valid template"),
+    );
+    b
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let ns = a.ns()?;
+    let rounds = a.rounds();
+    if !a.dir.is_dir() {
+        bail!("--dir {} is not a directory", a.dir.display());
+    }
+    // Before libpmem loads (it reads this once) and before any other thread exists.
+    std::env::set_var("PMEM_IS_PMEM_FORCE", "1");
+    let lib = pmemobj::Lib::load();
+    let lib_status = match &lib {
+        Ok(_) => format!("{} loaded with PMEM_IS_PMEM_FORCE=1", pmemobj::SONAME),
+        Err(e) => e.clone(),
+    };
+    let lib = lib.ok();
+    if lib.is_none() && !a.json {
+        eprintln!("pmkit: {lib_status}: skipping the libpmemobj column");
+    }
+    let variants: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|&v| v != Variant::Libpmemobj || lib.is_some())
+        .collect();
+    let bar = progress(a.json, (rounds * ns.len() * variants.len()) as u64);
+    // samples[ni][vi] = one Sample per round
+    // One untimed pass of every variant first: faults in the code, the library's lazily set-up
+    // state and the CPU's frequency, which otherwise land on whichever variant runs first.
+    bar.set_message("warm-up");
+    for &v in &variants {
+        run_one(v, ns[0].min(WARMUP_N), &a.dir, lib.as_ref())
+            .with_context(|| format!("{} (warm-up)", v.name()))?;
+    }
+    let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![vec![]; variants.len()]; ns.len()];
+    for r in 0..rounds {
+        for (ni, &n) in ns.iter().enumerate() {
+            // Rotate the order per round and per N, so drift on a shared machine hits all alike.
+            for k in 0..variants.len() {
+                let vi = (k + r + ni) % variants.len();
+                let v = variants[vi];
+                bar.set_message(format!("N={} {}", n_label(n), v.name()));
+                let s = run_one(v, n, &a.dir, lib.as_ref())
+                    .with_context(|| format!("{} at N={n}", v.name()))?;
+                samples[ni][vi].push(s);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+
+    let mut rows = vec![];
+    for (ni, &n) in ns.iter().enumerate() {
+        let objs = Layout::objs_for(n, INTS);
+        let med: Vec<f64> = samples[ni]
+            .iter()
+            .map(|s| median(s.iter().map(|x| x.secs).collect()))
+            .collect();
+        let lib_med = variants
+            .iter()
+            .position(|&v| v == Variant::Libpmemobj)
+            .map(|i| med[i]);
+        for (vi, &v) in variants.iter().enumerate() {
+            let first = samples[ni][vi][0];
+            rows.push(Row {
+                n,
+                objects: objs,
+                variant: v,
+                atomic: v.atomic(),
+                median_secs: med[vi],
+                rounds_secs: samples[ni][vi].iter().map(|x| x.secs).collect(),
+                us_per_object: med[vi] * 1e6 / objs as f64,
+                speedup_vs_libpmemobj: lib_med.map(|l| l / med[vi]),
+                pm_bytes: first.pm_bytes,
+                pm_bytes_per_object: first.pm_bytes.map(|b| b as f64 / objs as f64),
+                fences_per_object: first.fences.map(|f| f as f64 / objs as f64),
+            });
+        }
+    }
+    let report = Report {
+        benchmark: "pmo (seed 004, Fig. 4.1 / Table 4.2)",
+        workload: "N sequential int stores (element i = 2i) into ceil(N/1024) contiguous 4 KiB \
+                   objects; per object: open at its first store, one sync after its last",
+        dir: a.dir.clone(),
+        pool_bytes: ns
+            .iter()
+            .map(|&n| (n, pool_bytes(Layout::objs_for(n, INTS))))
+            .collect(),
+        rounds,
+        ns: ns.clone(),
+        variants: variants.iter().map(|&v| (v, v.about())).collect(),
+        libpmemobj: lib_status,
+        libpmemobj_pm_bytes_per_object_at_least: 2 * 4096,
+        notes: vec![
+            "pm_bytes: cache lines written back (64 B each) + non-temporal bytes, counted by a \
+             Media wrapper; the same for every pmkit variant"
+                .into(),
+            "libpmemobj's PM traffic is not measured: at least the 4 KiB undo snapshot plus the \
+             4 KiB object per transaction, plus log metadata lines"
+                .into(),
+            "times are medians over rounds of one process run; the machine may be shared".into(),
+        ],
+        rows,
+    };
+    if let Some(p) = &a.plot {
+        draw(p, &report)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn n_label(n: usize) -> String {
+    if n.is_multiple_of(1_000_000) {
+        format!("{}M", n / 1_000_000)
+    } else if n.is_multiple_of(1000) {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+fn print_report(r: &Report) {
+    println!(
+        "PMO Sync benchmark ({}), {} round(s), median; pools in {}",
+        r.benchmark,
+        r.rounds,
+        r.dir.display()
+    );
+    println!("workload: {}", r.workload);
+    println!("{}", r.libpmemobj);
+    println!();
+    for (v, about) in &r.variants {
+        println!("  {:<16} {about}", v.name());
+    }
+    println!();
+    println!(
+        "{:>5} {:>6}  {:<16} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}",
+        "N", "objs", "variant", "ms", "us/object", "vs pmemobj", "PM MiB", "PM B/obj", "fence/obj"
+    );
+    for row in &r.rows {
+        let fences = row
+            .fences_per_object
+            .map_or("-".into(), |f| format!("{f:.1}"));
+        let speedup = row
+            .speedup_vs_libpmemobj
+            .map_or("n/a".into(), |x| format!("{x:.2}x"));
+        let pm = match (row.variant, row.pm_bytes) {
+            (_, Some(b)) => format!("{:.1}", b as f64 / (1 << 20) as f64),
+            (Variant::Libpmemobj, None) => format!(
+                ">={:.1}",
+                (r.libpmemobj_pm_bytes_per_object_at_least * row.objects as u64) as f64
+                    / (1 << 20) as f64
+            ),
+            _ => "-".into(),
+        };
+        let per = match (row.variant, row.pm_bytes_per_object) {
+            (_, Some(b)) => format!("{b:.0}"),
+            (Variant::Libpmemobj, None) => {
+                format!(">={}", r.libpmemobj_pm_bytes_per_object_at_least)
+            }
+            _ => "-".into(),
+        };
+        println!(
+            "{:>5} {:>6}  {:<16} {:>10.1} {:>10.2} {:>10} {:>12} {:>10} {:>9}",
+            n_label(row.n),
+            row.objects,
+            row.variant.name(),
+            row.median_secs * 1e3,
+            row.us_per_object,
+            speedup,
+            pm,
+            per,
+            fences,
+        );
+    }
+    println!();
+    println!("vs pmemobj: libpmemobj's time / the variant's (2.00x = twice as fast). persist-barrier is not atomic.");
+    for note in &r.notes {
+        println!("note: {note}");
+    }
+}
+
+fn draw(path: &Path, r: &Report) -> Result<()> {
+    let mut series = vec![];
+    for (v, _) in &r.variants {
+        let pts: Vec<(f64, f64)> = r
+            .rows
+            .iter()
+            .filter(|row| row.variant == *v)
+            .map(|row| (row.n as f64 / 1e6, row.median_secs * 1e3))
+            .collect();
+        series.push((v.name().to_string(), pts));
+    }
+    plot::lines(
+        path,
+        "PMO Sync vs undo log, shadow copy, libpmemobj (seed 004 Fig. 4.1)",
+        "stores (millions)",
+        "time (ms, median)",
+        &series,
+    )
+}

@@ -1,0 +1,222 @@
+//! libpmemobj (PMDK), loaded at run time with `dlopen("libpmemobj.so.1")`, so the pmkit binary
+//! neither links nor needs it: without the library the benchmark reports "libpmemobj not
+//! installed" and skips that column.
+//!
+//! Why dlopen and not a C helper compiled at bench time: no compiler or headers are needed where
+//! the benchmark runs (only the runtime package), the workload loop is the same Rust code as the
+//! other variants' (same store instructions, same timer), and the transaction API is callable
+//! without its setjmp macros: `pmemobj_tx_begin(pop, NULL, TX_PARAM_NONE)` with a NULL jmp_buf
+//! makes failures return error codes instead of longjmp'ing (signatures from PMDK 1.12's
+//! libpmemobj/tx_base.h and pool_base.h).
+//!
+//! libpmem decides at load time whether the mapping is PM; `PMEM_IS_PMEM_FORCE=1` must be in
+//! the environment before [`Lib::load`] so that a /dev/shm pool is flushed with clwb + sfence
+//! (and snapshots copied with non-temporal stores) like real PM, instead of msync.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::Path;
+
+/// `PMEMoid` (libpmemobj/base.h): passed and returned by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Oid {
+    pool_uuid_lo: u64,
+    off: u64,
+}
+
+/// `TX_PARAM_NONE` of `enum pobj_tx_param`: ends pmemobj_tx_begin's variadic parameter list.
+const TX_PARAM_NONE: c_int = 0;
+
+type CreateFn =
+    unsafe extern "C" fn(*const c_char, *const c_char, usize, libc::mode_t) -> *mut c_void;
+type RootFn = unsafe extern "C" fn(*mut c_void, usize) -> Oid;
+type DirectFn = unsafe extern "C" fn(Oid) -> *mut c_void;
+type CloseFn = unsafe extern "C" fn(*mut c_void);
+type ErrFn = unsafe extern "C" fn() -> *const c_char;
+type TxBeginFn = unsafe extern "C" fn(*mut c_void, *mut c_void, ...) -> c_int;
+type TxAddRangeFn = unsafe extern "C" fn(Oid, u64, usize) -> c_int;
+type TxCommitFn = unsafe extern "C" fn();
+type TxEndFn = unsafe extern "C" fn() -> c_int;
+
+/// The library's entry points the benchmark uses.
+pub struct Lib {
+    create: CreateFn,
+    root: RootFn,
+    direct: DirectFn,
+    close: CloseFn,
+    errormsg: ErrFn,
+    tx_begin: TxBeginFn,
+    tx_add_range: TxAddRangeFn,
+    tx_commit: TxCommitFn,
+    tx_end: TxEndFn,
+}
+
+pub const SONAME: &str = "libpmemobj.so.1";
+
+impl Lib {
+    /// Load the library, or say why it cannot be used.
+    pub fn load() -> Result<Lib, String> {
+        let name = CString::new(SONAME).expect("no NUL");
+        // SAFETY: dlopen with a valid C string; the handle is never closed (the library stays
+        // loaded for the life of the process, as its lane state requires).
+        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            // SAFETY: dlerror returns a valid C string or NULL.
+            let e = unsafe { libc::dlerror() };
+            let why = if e.is_null() {
+                String::new()
+            } else {
+                // SAFETY: non-NULL dlerror result is a NUL-terminated string.
+                unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+            };
+            return Err(format!(
+                "libpmemobj not installed ({why}); install the packages in scripts/bench-packages.txt"
+            ));
+        }
+        let sym = |s: &str| -> Result<*mut c_void, String> {
+            let c = CString::new(s).expect("no NUL");
+            // SAFETY: valid handle and C string.
+            let p = unsafe { libc::dlsym(h, c.as_ptr()) };
+            if p.is_null() {
+                Err(format!("{SONAME} has no symbol {s}"))
+            } else {
+                Ok(p)
+            }
+        };
+        // SAFETY: each symbol is the PMDK function of that name, whose C signature the type
+        // spells (checked against the PMDK 1.12 headers; the ABI version is fixed by the soname).
+        unsafe {
+            Ok(Lib {
+                create: std::mem::transmute::<*mut c_void, CreateFn>(sym("pmemobj_create")?),
+                root: std::mem::transmute::<*mut c_void, RootFn>(sym("pmemobj_root")?),
+                direct: std::mem::transmute::<*mut c_void, DirectFn>(sym("pmemobj_direct")?),
+                close: std::mem::transmute::<*mut c_void, CloseFn>(sym("pmemobj_close")?),
+                errormsg: std::mem::transmute::<*mut c_void, ErrFn>(sym("pmemobj_errormsg")?),
+                tx_begin: std::mem::transmute::<*mut c_void, TxBeginFn>(sym("pmemobj_tx_begin")?),
+                tx_add_range: std::mem::transmute::<*mut c_void, TxAddRangeFn>(sym(
+                    "pmemobj_tx_add_range",
+                )?),
+                tx_commit: std::mem::transmute::<*mut c_void, TxCommitFn>(sym(
+                    "pmemobj_tx_commit",
+                )?),
+                tx_end: std::mem::transmute::<*mut c_void, TxEndFn>(sym("pmemobj_tx_end")?),
+            })
+        }
+    }
+
+    fn error(&self, what: &str) -> anyhow::Error {
+        // SAFETY: pmemobj_errormsg returns the thread's last message (never NULL).
+        let msg = unsafe { CStr::from_ptr((self.errormsg)()) }
+            .to_string_lossy()
+            .into_owned();
+        anyhow!("libpmemobj: {what}: {msg}")
+    }
+}
+
+/// A pool with a root object of `objs` 4 KiB objects back to back (contiguous, as in the thesis).
+pub struct ObjPool<'l> {
+    lib: &'l Lib,
+    pop: *mut c_void,
+    root: Oid,
+    base: *mut u32,
+    objs: usize,
+}
+
+impl<'l> ObjPool<'l> {
+    /// Create the pool file `path` of `size` bytes (must not exist) with the root object.
+    pub fn create(lib: &'l Lib, path: &Path, size: usize, objs: usize) -> Result<ObjPool<'l>> {
+        let p = CString::new(path.as_os_str().as_encoded_bytes()).context("pool path")?;
+        let layout = CString::new("pmkit-bench-pmo").expect("no NUL");
+        // SAFETY: valid C strings; the library creates and maps the file.
+        let pop = unsafe { (lib.create)(p.as_ptr(), layout.as_ptr(), size, 0o600) };
+        if pop.is_null() {
+            return Err(lib.error(&format!(
+                "cannot create pool {} of {size} bytes",
+                path.display()
+            )));
+        }
+        // SAFETY: pop is an open pool; the root object is allocated zeroed (this touches every
+        // page of it, so the timed loop takes no first-touch faults).
+        let root = unsafe { (lib.root)(pop, objs * 4096) };
+        if root.off == 0 {
+            let e = lib.error(&format!(
+                "cannot allocate a root object of {} bytes",
+                objs * 4096
+            ));
+            // SAFETY: pop is open and closed once.
+            unsafe { (lib.close)(pop) };
+            return Err(e);
+        }
+        // SAFETY: root is a valid oid of this pool.
+        let base = unsafe { (lib.direct)(root) }.cast::<u32>();
+        Ok(ObjPool {
+            lib,
+            pop,
+            root,
+            base,
+            objs,
+        })
+    }
+
+    /// The workload: for each object, one transaction: begin, `pmemobj_tx_add_range` of the
+    /// whole object (undo snapshot), the int stores in place, commit, end.
+    pub fn run(&mut self, n: usize, ints: usize) -> Result<()> {
+        let lib = self.lib;
+        assert!(n.div_ceil(ints) <= self.objs && ints * 4 <= 4096);
+        for o in 0..n.div_ceil(ints) {
+            let (first, end) = (o * ints, n.min((o + 1) * ints));
+            // SAFETY: FFI into libpmemobj on an open pool from this one thread; NULL jmp_buf
+            // (errors are returned), parameter list ended by TX_PARAM_NONE.
+            let r = unsafe { (lib.tx_begin)(self.pop, std::ptr::null_mut(), TX_PARAM_NONE) };
+            if r != 0 {
+                // SAFETY: tx_end must follow every tx_begin, even a failed one.
+                unsafe { (lib.tx_end)() };
+                bail!(lib.error(&format!("pmemobj_tx_begin for object {o}")));
+            }
+            // SAFETY: inside a transaction; the range is inside the root object.
+            let r = unsafe { (lib.tx_add_range)(self.root, (o * 4096) as u64, 4096) };
+            if r != 0 {
+                // SAFETY: a failed add_range aborted the transaction (stage ONABORT): end it.
+                unsafe { (lib.tx_end)() };
+                bail!(lib.error(&format!("pmemobj_tx_add_range for object {o}")));
+            }
+            for i in first..end {
+                // SAFETY: element i of the root object (objs * 1024 ints), snapshotted above.
+                unsafe {
+                    self.base
+                        .add(o * 1024 + (i - first))
+                        .write_volatile(super::baselines::value(i))
+                };
+            }
+            // SAFETY: in stage WORK; commit then end, as the TX_BEGIN macro does.
+            unsafe { (lib.tx_commit)() };
+            // SAFETY: after commit.
+            let r = unsafe { (lib.tx_end)() };
+            if r != 0 {
+                bail!(lib.error(&format!("transaction of object {o} ended with {r}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Check the stores are in place.
+    pub fn verify(&self, n: usize, ints: usize) -> Result<(), String> {
+        for i in 0..n {
+            let (o, k) = (i / ints, i % ints);
+            // SAFETY: inside the root object; no transaction runs.
+            let got = unsafe { self.base.add(o * 1024 + k).read_volatile() };
+            if got != super::baselines::value(i) {
+                return Err(format!("libpmemobj object {o} int {k}: found {got}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ObjPool<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the pool is open and closed once; no pointer into it outlives self.
+        unsafe { (self.lib.close)(self.pop) };
+    }
+}
