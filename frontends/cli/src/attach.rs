@@ -48,7 +48,10 @@ pub struct DetachArgs {
 pub struct BlkDisk(pub Arc<Device<Region>>);
 
 fn disk_err(e: BlkError) -> DiskError {
-    DiskError { errno: e.errno(), message: e.to_string() }
+    DiskError {
+        errno: e.errno(),
+        message: e.to_string(),
+    }
 }
 
 impl Disk for BlkDisk {
@@ -116,14 +119,28 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         }
     };
     let s = &att.state;
-    let loopdev = s.loop_dev.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+    let loopdev = s
+        .loop_dev
+        .as_deref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     println!("attached {}", a.path.display());
-    println!("  block device: {loopdev} (direct I/O {})", if s.direct_io { "on" } else { "off" });
+    println!(
+        "  block device: {loopdev} (direct I/O {})",
+        if s.direct_io { "on" } else { "off" }
+    );
     if let Some(m) = &s.mountpoint {
         println!("  mounted on:   {}", m.display());
     }
-    println!("  FUSE file:    {}", s.fuse_dir.join(pmkit_fuse::DISK_NAME).display());
-    let target = s.mountpoint.as_deref().map(|p| p.display().to_string()).unwrap_or(loopdev);
+    println!(
+        "  FUSE file:    {}",
+        s.fuse_dir.join(pmkit_fuse::DISK_NAME).display()
+    );
+    let target = s
+        .mountpoint
+        .as_deref()
+        .map(|p| p.display().to_string())
+        .unwrap_or(loopdev);
     println!("detach with `pmkit detach {target}` or Ctrl-C here");
     use std::io::Write;
     let _ = std::io::stdout().flush();

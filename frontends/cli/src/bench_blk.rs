@@ -54,10 +54,15 @@ impl FigArgs {
         self.rounds.unwrap_or(if self.quick { 1 } else { 3 }).max(1)
     }
     fn threads(&self) -> usize {
-        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).clamp(1, 64)
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+            .clamp(1, 64)
     }
     fn size(&self) -> u64 {
-        self.size_mib.unwrap_or(if self.quick { 128 } else { 1024 }).max(16) << 20
+        self.size_mib
+            .unwrap_or(if self.quick { 128 } else { 1024 })
+            .max(16)
+            << 20
     }
 }
 
@@ -89,7 +94,11 @@ pub struct Cell {
 impl Cell {
     fn label(&self) -> String {
         let rw = if self.rw == Rw::Read { "RD" } else { "WR" };
-        let p = if self.pattern == Pattern::Seq { "SEQ" } else { "RND" };
+        let p = if self.pattern == Pattern::Seq {
+            "SEQ"
+        } else {
+            "RND"
+        };
         format!("{rw}-{p} {} x{}", size_label(self.size), self.threads)
     }
 }
@@ -153,11 +162,16 @@ impl Drop for BenchDev {
 fn make_devices(a: &FigArgs, configs: &[Config]) -> Result<Vec<BenchDev>> {
     let mut out = vec![];
     for (i, c) in configs.iter().enumerate() {
-        let path = a.dir.join(format!("pmkit-bench-{}-{i}.pm", std::process::id()));
+        let path = a
+            .dir
+            .join(format!("pmkit-bench-{}-{i}.pm", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let mut engine = c.engine.clone();
         engine.populate = true;
-        let create = CreateOptions { zero_data: false, ..Default::default() };
+        let create = CreateOptions {
+            zero_data: false,
+            ..Default::default()
+        };
         let dev = pmkit_blk::create_path(&path, Some(a.size()), &create, &engine)
             .with_context(|| format!("creating bench device {} ({})", path.display(), c.name))?;
         out.push(BenchDev { dev, path });
@@ -170,7 +184,11 @@ fn run_cell(dev: &Device<Region>, cell: &Cell, dur: Duration, seed: u64) -> Resu
     let cap = dev.capacity();
     let size = cell.size as u64;
     let slots = cap / size;
-    anyhow::ensure!(slots >= cell.threads as u64 * 2, "device too small for {} requests", size_label(cell.size));
+    anyhow::ensure!(
+        slots >= cell.threads as u64 * 2,
+        "device too small for {} requests",
+        size_label(cell.size)
+    );
     let stop = AtomicBool::new(false);
     let t0 = Instant::now();
     let bytes: Vec<Result<u64>> = std::thread::scope(|s| {
@@ -190,7 +208,11 @@ fn run_cell(dev: &Device<Region>, cell: &Cell, dur: Duration, seed: u64) -> Resu
                                 Pattern::Rnd => rng.gen_range(0..slots),
                                 Pattern::Seq => {
                                     let s = next;
-                                    next = if next + 1 >= per * (t as u64 + 1) { per * t as u64 } else { next + 1 };
+                                    next = if next + 1 >= per * (t as u64 + 1) {
+                                        per * t as u64
+                                    } else {
+                                        next + 1
+                                    };
                                     s
                                 }
                             };
@@ -200,7 +222,8 @@ fn run_cell(dev: &Device<Region>, cell: &Cell, dur: Duration, seed: u64) -> Resu
                                     buf[0] = buf[0].wrapping_add(1);
                                     dev.write(slot * size, &buf, false)?;
                                     since_barrier += size;
-                                    if cell.barrier_every > 0 && since_barrier >= cell.barrier_every {
+                                    if cell.barrier_every > 0 && since_barrier >= cell.barrier_every
+                                    {
                                         dev.flush()?;
                                         since_barrier = 0;
                                     }
@@ -215,7 +238,9 @@ fn run_cell(dev: &Device<Region>, cell: &Cell, dur: Duration, seed: u64) -> Resu
             .collect();
         std::thread::sleep(dur);
         stop.store(true, Ordering::Relaxed);
-        hs.into_iter().map(|h| h.join().expect("bench thread panicked")).collect()
+        hs.into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .collect()
     });
     let secs = t0.elapsed().as_secs_f64();
     let mut total = 0;
@@ -250,13 +275,24 @@ fn run_figure(
                 bar.inc(1);
             }
         }
-        let med: Vec<f64> = (0..configs.len()).map(|i| median(per_round.iter().map(|r| r[i]).collect())).collect();
+        let med: Vec<f64> = (0..configs.len())
+            .map(|i| median(per_round.iter().map(|r| r[i]).collect()))
+            .collect();
         let ratio = med.iter().map(|m| m / med[0].max(1e-9)).collect();
-        results.push(CellResult { cell: *cell, label: cell.label(), mb_per_s: med, rounds: per_round, ratio_to_baseline: ratio });
+        results.push(CellResult {
+            cell: *cell,
+            label: cell.label(),
+            mb_per_s: med,
+            rounds: per_round,
+            ratio_to_baseline: ratio,
+        });
     }
     bar.finish_and_clear();
     if a.quick {
-        notes.push("quick mode: short runs on small devices; use the full mode for figures to compare".into());
+        notes.push(
+            "quick mode: short runs on small devices; use the full mode for figures to compare"
+                .into(),
+        );
     }
     let report = FigureReport {
         figure,
@@ -292,7 +328,9 @@ fn progress(hidden: bool, n: u64) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let b = ProgressBar::new(n);
-    b.set_style(ProgressStyle::with_template("{spinner} {msg:36} [{bar:30}] {pos}/{len} {eta}").unwrap());
+    b.set_style(
+        ProgressStyle::with_template("{spinner} {msg:36} [{bar:30}] {pos}/{len} {eta}").unwrap(),
+    );
     b
 }
 
@@ -373,7 +411,13 @@ fn matrix(a: &FigArgs, sizes: &[usize], barrier_every: u64) -> Vec<Cell> {
         for pattern in [Pattern::Seq, Pattern::Rnd] {
             for &size in sizes {
                 for &threads in &thread_counts {
-                    cells.push(Cell { rw, pattern, size, threads, barrier_every });
+                    cells.push(Cell {
+                        rw,
+                        pattern,
+                        size,
+                        threads,
+                        barrier_every,
+                    });
                 }
             }
         }
@@ -382,8 +426,19 @@ fn matrix(a: &FigArgs, sizes: &[usize], barrier_every: u64) -> Vec<Cell> {
 }
 
 fn cfg(name: &str, protect: Protect, write: WriteScheme, buffers: usize) -> Config {
-    let batch = BatchOptions { buffers, ..Default::default() };
-    Config { name: name.into(), engine: EngineOptions { protect: Some(protect), write, batch, ..Default::default() } }
+    let batch = BatchOptions {
+        buffers,
+        ..Default::default()
+    };
+    Config {
+        name: name.into(),
+        engine: EngineOptions {
+            protect: Some(protect),
+            write,
+            batch,
+            ..Default::default()
+        },
+    }
 }
 
 /// Fig. 3, 5, 6, 8: every protection mode, nt stores.
@@ -395,7 +450,8 @@ pub fn protection(a: FigArgs) -> Result<ExitCode> {
         cfg("pt-batch/16", Protect::PtBatch, WriteScheme::Nt, 16),
         cfg("private", Protect::Private, WriteScheme::Nt, 1),
     ];
-    let mut notes = vec!["write scheme nt for every mode; baseline: none (no protection)".to_string()];
+    let mut notes =
+        vec!["write scheme nt for every mode; baseline: none (no protection)".to_string()];
     if pmkit_media::features().pku {
         configs.push(cfg("pkey", Protect::Pkey, WriteScheme::Nt, 1));
     } else {
@@ -407,15 +463,24 @@ pub fn protection(a: FigArgs) -> Result<ExitCode> {
 
 /// Fig. 9: every write scheme, with barriers, protection off to isolate the scheme.
 pub fn write_scheme(a: FigArgs) -> Result<ExitCode> {
-    let configs: Vec<Config> = [WriteScheme::Nt, WriteScheme::Clwb, WriteScheme::Clflushopt, WriteScheme::Clflush, WriteScheme::Wb]
-        .into_iter()
-        .filter(|s| s.available())
-        .map(|s| cfg(s.name(), Protect::None, s, 1))
-        .collect();
+    let configs: Vec<Config> = [
+        WriteScheme::Nt,
+        WriteScheme::Clwb,
+        WriteScheme::Clflushopt,
+        WriteScheme::Clflush,
+        WriteScheme::Wb,
+    ]
+    .into_iter()
+    .filter(|s| s.available())
+    .map(|s| cfg(s.name(), Protect::None, s, 1))
+    .collect();
     let every = 16 << 20;
     let notes = vec![
         "protection none (to isolate the write scheme); baseline: nt".to_string(),
-        format!("writers issue a FLUSH (write barrier) every {} MiB per thread, for every scheme", every >> 20),
+        format!(
+            "writers issue a FLUSH (write barrier) every {} MiB per thread, for every scheme",
+            every >> 20
+        ),
     ];
     let cells = matrix(&a, &[4096, 256 << 10], every);
     run_figure(&a, "write-scheme", "Fig. 9", configs, cells, notes)
@@ -425,10 +490,20 @@ pub fn write_scheme(a: FigArgs) -> Result<ExitCode> {
 pub fn overview(a: FigArgs) -> Result<ExitCode> {
     let default = EngineOptions::default();
     let configs = vec![
-        Config { name: "peak (none+wb)".into(), engine: cfg("", Protect::None, WriteScheme::Wb, 1).engine },
-        Config { name: "default".into(), engine: default },
+        Config {
+            name: "peak (none+wb)".into(),
+            engine: cfg("", Protect::None, WriteScheme::Wb, 1).engine,
+        },
+        Config {
+            name: "default".into(),
+            engine: default,
+        },
     ];
-    let sizes: &[usize] = if a.quick { &[4096, 256 << 10] } else { &[4096, 16 << 10, 64 << 10, 256 << 10] };
+    let sizes: &[usize] = if a.quick {
+        &[4096, 256 << 10]
+    } else {
+        &[4096, 16 << 10, 64 << 10, 256 << 10]
+    };
     let notes = vec![
         "default = pmkit's defaults (pkey protection where the CPU has it, nt stores); baseline: the peak, \
          unprotected plain write-back stores with no flushes"
@@ -467,24 +542,41 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
         unsafe { libc::geteuid() } == 0,
         "bench emulation runs ext4 on the device through attach (FUSE + loop) and needs root"
     );
-    let (rd, wr, files): (&[u32], &[u32], usize) =
-        if a.quick { (&[1, 5, 10], &[1, 10, 50], 150) } else { (&[1, 2, 4, 6, 8, 10], &[1, 5, 10, 20, 30, 40, 50], 1000) };
+    let (rd, wr, files): (&[u32], &[u32], usize) = if a.quick {
+        (&[1, 5, 10], &[1, 10, 50], 150)
+    } else {
+        (&[1, 2, 4, 6, 8, 10], &[1, 5, 10, 20, 30, 40, 50], 1000)
+    };
     let rounds = a.rounds();
-    let path = a.dir.join(format!("pmkit-bench-emu-{}.pm", std::process::id()));
+    let path = a
+        .dir
+        .join(format!("pmkit-bench-emu-{}.pm", std::process::id()));
     let mnt = tempfile_dir()?;
     let _cleanup = RemoveOnDrop(path.clone());
     // Make the file system once, at full speed.
     {
-        let dev = pmkit_blk::create_path(&path, Some(a.size().max(64 << 20)), &CreateOptions::default(), &EngineOptions::default())?;
+        let dev = pmkit_blk::create_path(
+            &path,
+            Some(a.size().max(64 << 20)),
+            &CreateOptions::default(),
+            &EngineOptions::default(),
+        )?;
         let dev = std::sync::Arc::new(dev);
-        let mut att = pmkit_fuse::attach::attach(crate::attach::BlkDisk(dev.clone()), &attach_opts(&path, Some(&mnt), true))?;
+        let mut att = pmkit_fuse::attach::attach(
+            crate::attach::BlkDisk(dev.clone()),
+            &attach_opts(&path, Some(&mnt), true),
+        )?;
         // One warm-up pass so the first measured point does not pay first-mount costs.
         let warm = small_files(&mnt, files);
         att.detach()?;
         warm?;
         dev.close()?;
     }
-    let points: Vec<(u32, u32)> = rd.iter().map(|&r| (r, 1)).chain(wr.iter().skip(1).map(|&w| (1, w))).collect();
+    let points: Vec<(u32, u32)> = rd
+        .iter()
+        .map(|&r| (r, 1))
+        .chain(wr.iter().skip(1).map(|&w| (1, w)))
+        .collect();
     let bar = progress(a.json, (points.len() * rounds) as u64);
     let mut per: Vec<Vec<f64>> = vec![vec![]; points.len()];
     for r in 0..rounds {
@@ -492,10 +584,18 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
             let i = (k + r) % points.len();
             let (rdsx, wrsx) = points[i];
             bar.set_message(format!("rdsx={rdsx} wrsx={wrsx}"));
-            let spec = format!("rdsx={rdsx},wrsx={wrsx}").parse().map_err(anyhow::Error::msg)?;
-            let engine = EngineOptions { emulate: spec, ..Default::default() };
+            let spec = format!("rdsx={rdsx},wrsx={wrsx}")
+                .parse()
+                .map_err(anyhow::Error::msg)?;
+            let engine = EngineOptions {
+                emulate: spec,
+                ..Default::default()
+            };
             let dev = std::sync::Arc::new(pmkit_blk::open_path(&path, &engine)?);
-            let mut att = pmkit_fuse::attach::attach(crate::attach::BlkDisk(dev.clone()), &attach_opts(&path, Some(&mnt), false))?;
+            let mut att = pmkit_fuse::attach::attach(
+                crate::attach::BlkDisk(dev.clone()),
+                &attach_opts(&path, Some(&mnt), false),
+            )?;
             // Unmeasured warm-up: the first operations after a mount load bitmaps and tables.
             let res = small_files(&mnt, files / 5).and_then(|_| small_files(&mnt, files));
             att.detach()?;
@@ -510,10 +610,19 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
     let mk = |i: usize| {
         let (rdsx, wrsx) = points[i];
         let m = median(per[i].clone());
-        EmulationPoint { rdsx, wrsx, files_per_s: m, rounds: per[i].clone(), relative: m / base }
+        EmulationPoint {
+            rdsx,
+            wrsx,
+            files_per_s: m,
+            rounds: per[i].clone(),
+            relative: m / base,
+        }
     };
     let read_sweep: Vec<_> = (0..rd.len()).map(mk).collect();
-    let write_sweep: Vec<_> = std::iter::once(0).chain(rd.len()..points.len()).map(mk).collect();
+    let write_sweep: Vec<_> = std::iter::once(0)
+        .chain(rd.len()..points.len())
+        .map(mk)
+        .collect();
     let report = EmulationReport {
         figure: "emulation",
         paper_figure: "Fig. 15",
@@ -526,7 +635,9 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
         write_sweep,
     };
     if let Some(p) = &a.plot {
-        let line = |v: &[EmulationPoint], x: fn(&EmulationPoint) -> u32| v.iter().map(|e| (x(e) as f64, e.relative)).collect();
+        let line = |v: &[EmulationPoint], x: fn(&EmulationPoint) -> u32| {
+            v.iter().map(|e| (x(e) as f64, e.relative)).collect()
+        };
         plot::lines(
             p,
             "pmkit bench emulation (paper Fig. 15): relative throughput vs slowdown",
@@ -534,7 +645,10 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
             "files/s relative to no slowdown",
             &[
                 ("rdsx (wrsx=1)".into(), line(&report.read_sweep, |e| e.rdsx)),
-                ("wrsx (rdsx=1)".into(), line(&report.write_sweep, |e| e.wrsx)),
+                (
+                    "wrsx (rdsx=1)".into(),
+                    line(&report.write_sweep, |e| e.wrsx),
+                ),
             ],
         )?;
     }
@@ -542,9 +656,19 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("emulation (paper Fig. 15): {}", report.workload);
-        println!("{:>6} {:>6} {:>10} {:>9}", "rdsx", "wrsx", "files/s", "relative");
-        for e in report.read_sweep.iter().chain(report.write_sweep.iter().skip(1)) {
-            println!("{:>6} {:>6} {:>10.0} {:>9.2}", e.rdsx, e.wrsx, e.files_per_s, e.relative);
+        println!(
+            "{:>6} {:>6} {:>10} {:>9}",
+            "rdsx", "wrsx", "files/s", "relative"
+        );
+        for e in report
+            .read_sweep
+            .iter()
+            .chain(report.write_sweep.iter().skip(1))
+        {
+            println!(
+                "{:>6} {:>6} {:>10.0} {:>9.2}",
+                e.rdsx, e.wrsx, e.files_per_s, e.relative
+            );
         }
         if let Some(p) = &a.plot {
             println!("plot: {}", p.display());
@@ -593,7 +717,10 @@ fn small_files(dir: &Path, n: usize) -> Result<f64> {
         f.sync_all()?;
     }
     for i in 0..n {
-        let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(work.join(format!("f{i}")))?;
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(work.join(format!("f{i}")))?;
         f.read_exact(rbuf.as_mut())?;
         anyhow::ensure!(rbuf.as_mut()[FILE - 1] == 0xC3, "file f{i} read back wrong");
     }

@@ -3,6 +3,7 @@
 
 mod attach;
 mod bench_nbd;
+mod bench_attach;
 mod bench_blk;
 mod bench_pmo;
 mod blk;
@@ -60,6 +61,9 @@ enum BenchCmd {
     Overview(bench_blk::FigArgs),
     /// A small-file workload on ext4 (through attach) as emulated PM slows down (paper Fig. 15).
     Emulation(bench_blk::FigArgs),
+    /// PostgreSQL pgbench and fio file workloads on ext4 over `pmkit attach` vs over a /dev/shm
+    /// loop device (the RAM-disk baseline), in the same run.
+    Attach(bench_attach::Args),
     /// fio's nbd engine against `pmkit serve` and `nbdkit memory`, side by side.
     Nbd(bench_nbd::Args),
     /// PMO Sync against persist+barrier, undo log, full shadow copy and libpmemobj: N int
@@ -88,6 +92,7 @@ fn main() -> std::process::ExitCode {
             BenchCmd::WriteScheme(a) => bench_blk::write_scheme(a),
             BenchCmd::Overview(a) => bench_blk::overview(a),
             BenchCmd::Emulation(a) => bench_blk::emulation(a),
+            BenchCmd::Attach(a) => bench_attach::run(a),
             BenchCmd::Nbd(a) => bench_nbd::run(a),
             BenchCmd::Pmo(a) => bench_pmo::run(a),
         },

@@ -28,16 +28,29 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 }
 
 /// Panels of grouped bars in a grid of `cols` columns, with a shared legend in each panel.
-pub fn bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel], cols: usize) -> Result<()> {
+pub fn bars(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    panels: &[BarPanel],
+    cols: usize,
+) -> Result<()> {
     let rows = panels.len().div_ceil(cols);
-    let root = SVGBackend::new(path, (560 * cols as u32, 380 * rows as u32 + 40)).into_drawing_area();
+    let root =
+        SVGBackend::new(path, (560 * cols as u32, 380 * rows as u32 + 40)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let (top, body) = root.split_vertically(40);
     top.titled(title, ("sans-serif", 22)).map_err(err)?;
     let areas = body.split_evenly((rows, cols));
     for (panel, area) in panels.iter().zip(areas) {
         let n = panel.series.len().max(1);
-        let ymax = panel.series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0f64, f64::max).max(1e-9) * 1.5; // headroom for the legend
+        let ymax = panel
+            .series
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .fold(0.0f64, f64::max)
+            .max(1e-9)
+            * 1.5; // headroom for the legend
         let mut chart = ChartBuilder::on(&area)
             .caption(&panel.title, ("sans-serif", 16))
             .margin(8)
@@ -72,7 +85,9 @@ pub fn bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel], cols: 
                 }))
                 .map_err(err)?
                 .label(name.as_str())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
         }
         chart
             .configure_series_labels()
@@ -88,7 +103,13 @@ pub fn bars(path: &Path, title: &str, y_label: &str, panels: &[BarPanel], cols: 
 }
 
 /// One line chart: x values shared by every series.
-pub fn lines(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[(String, Vec<(f64, f64)>)]) -> Result<()> {
+pub fn lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<()> {
     let root = SVGBackend::new(path, (720, 460)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let pts = series.iter().flat_map(|(_, v)| v.iter().copied());
@@ -100,15 +121,24 @@ pub fn lines(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[(
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..xmax * 1.05, 0f64..ymax * 1.15)
         .map_err(err)?;
-    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(err)?;
     for (si, (name, pts)) in series.iter().enumerate() {
         let color = COLORS[si % COLORS.len()];
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(err)?
             .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(err)?;
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(err)?;
     }
     chart
         .configure_series_labels()

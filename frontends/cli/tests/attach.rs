@@ -17,7 +17,10 @@ fn can_run() -> bool {
         && Path::new("/dev/fuse").exists()
         && Command::new("mkfs.ext4").arg("-V").output().is_ok();
     if !ok {
-        assert!(std::env::var_os("CI").is_none(), "CI must run attach tests as root with /dev/fuse and e2fsprogs");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run attach tests as root with /dev/fuse and e2fsprogs"
+        );
         eprintln!("skipping: needs root, /dev/fuse and e2fsprogs");
     }
     ok
@@ -29,7 +32,12 @@ fn pmkit(args: &[&str]) -> std::process::Output {
 
 fn ok(args: &[&str]) -> String {
     let o = pmkit(args);
-    assert!(o.status.success(), "pmkit {args:?} failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "pmkit {args:?} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).to_string()
 }
 
@@ -65,14 +73,21 @@ fn attach(pm: &Path, extra: &[&str]) -> Attached {
         Err(_) => {
             let _ = child.kill();
             let o = child.wait_with_output().unwrap();
-            panic!("pmkit attach did not come up: {}", String::from_utf8_lossy(&o.stderr));
+            panic!(
+                "pmkit attach did not come up: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
     }
 }
 
 impl Attached {
     fn loop_dev(&self) -> String {
-        let l = self.out.lines().find(|l| l.contains("block device:")).expect("loop device line");
+        let l = self
+            .out
+            .lines()
+            .find(|l| l.contains("block device:"))
+            .expect("loop device line");
         l.split_whitespace().nth(2).unwrap().to_string()
     }
     fn detach(mut self, target: &str) {
@@ -96,8 +111,16 @@ fn wait_timeout(c: &mut Child, d: Duration) -> std::process::ExitStatus {
 fn fsck_clean(pm: &Path) {
     let a = attach(pm, &[]);
     let dev = a.loop_dev();
-    let o = Command::new("fsck.ext4").arg("-fn").arg(&dev).output().unwrap();
-    assert!(o.status.success(), "fsck.ext4 -fn {dev}: {}", String::from_utf8_lossy(&o.stdout));
+    let o = Command::new("fsck.ext4")
+        .arg("-fn")
+        .arg(&dev)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "fsck.ext4 -fn {dev}: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     a.detach(&dev);
 }
 
@@ -108,7 +131,10 @@ struct Scratch {
 }
 
 fn scratch(size: &str) -> Scratch {
-    let dir = tempfile::Builder::new().prefix("pmkit-attach").tempdir_in("/dev/shm").unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("pmkit-attach")
+        .tempdir_in("/dev/shm")
+        .unwrap();
     let pm = dir.path().join("dev.pm");
     let mnt = tempfile::tempdir().unwrap().keep();
     ok(&["create", pm.to_str().unwrap(), "--size", size]);
@@ -116,7 +142,14 @@ fn scratch(size: &str) -> Scratch {
 }
 
 fn tree() -> Vec<(String, Vec<u8>)> {
-    (0..40).map(|i| (format!("d{}/f{i}", i % 5), (0..(i * 997 + 13)).map(|j| (i * 7 + j) as u8).collect())).collect()
+    (0..40)
+        .map(|i| {
+            (
+                format!("d{}/f{i}", i % 5),
+                (0..(i * 997 + 13)).map(|j| (i * 7 + j) as u8).collect(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -134,7 +167,10 @@ fn ext4_tree_survives_detach_and_reattach() {
     }
     a.detach(mnt);
     let info = ok(&["info", s.pm.to_str().unwrap()]);
-    assert!(info.to_lowercase().contains("clean"), "after detach the device must be clean: {info}");
+    assert!(
+        info.to_lowercase().contains("clean"),
+        "after detach the device must be clean: {info}"
+    );
 
     let a = attach(&s.pm, &["--mountpoint", mnt]);
     for (name, data) in tree() {
@@ -150,40 +186,81 @@ fn bad_attach_requests_fail_clearly_and_undo() {
         return;
     }
     let s = scratch("64M");
-    let o = pmkit(&["attach", s.pm.to_str().unwrap(), "--mountpoint", "/nonexistent/pmkit"]);
+    let o = pmkit(&[
+        "attach",
+        s.pm.to_str().unwrap(),
+        "--mountpoint",
+        "/nonexistent/pmkit",
+    ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("/nonexistent/pmkit") && err.contains("missing"), "{err}");
+    assert!(
+        err.contains("/nonexistent/pmkit") && err.contains("missing"),
+        "{err}"
+    );
     // Busy mountpoint: something mounted there already.
     let busy = tempfile::tempdir().unwrap();
-    let m = Command::new("mount").args(["-t", "tmpfs", "none"]).arg(busy.path()).status().unwrap();
+    let m = Command::new("mount")
+        .args(["-t", "tmpfs", "none"])
+        .arg(busy.path())
+        .status()
+        .unwrap();
     assert!(m.success());
-    let o = pmkit(&["attach", s.pm.to_str().unwrap(), "--mountpoint", busy.path().to_str().unwrap()]);
+    let o = pmkit(&[
+        "attach",
+        s.pm.to_str().unwrap(),
+        "--mountpoint",
+        busy.path().to_str().unwrap(),
+    ]);
     let _ = Command::new("umount").arg(busy.path()).status();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("busy"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("busy"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // A second attach of the same device is refused while the first is up.
     let a = attach(&s.pm, &[]);
     let o = pmkit(&["attach", s.pm.to_str().unwrap()]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("already attached"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already attached"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let dev = a.loop_dev();
     a.detach(&dev);
     // A failing mkfs step (unknown file system is refused by the parser; use a mount failure):
     // mounting an unformatted device fails and every earlier step is undone.
-    let z = tempfile::Builder::new().prefix("pmkit-attach").tempdir_in("/dev/shm").unwrap();
+    let z = tempfile::Builder::new()
+        .prefix("pmkit-attach")
+        .tempdir_in("/dev/shm")
+        .unwrap();
     let pm2 = z.path().join("blank.pm");
     ok(&["create", pm2.to_str().unwrap(), "--size", "64M"]);
-    let o = pmkit(&["attach", pm2.to_str().unwrap(), "--mountpoint", s.mnt.to_str().unwrap()]);
+    let o = pmkit(&[
+        "attach",
+        pm2.to_str().unwrap(),
+        "--mountpoint",
+        s.mnt.to_str().unwrap(),
+    ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("mount"), "{err}");
     // Every loop device over a pmkit FUSE file belongs to a live attachment (other tests may
     // run at the same time); the failed attach left none behind.
-    let loops = String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout).to_string();
-    for id in loops.split("/run/pmkit/fuse/").skip(1).filter_map(|r| r.split('/').next()) {
+    let loops =
+        String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout)
+            .to_string();
+    for id in loops
+        .split("/run/pmkit/fuse/")
+        .skip(1)
+        .filter_map(|r| r.split('/').next())
+    {
         assert!(
-            Path::new("/run/pmkit/attach").join(format!("{id}.json")).exists(),
+            Path::new("/run/pmkit/attach")
+                .join(format!("{id}.json"))
+                .exists(),
             "loop device left behind by a failed attach: {loops}"
         );
     }
@@ -198,7 +275,10 @@ fn kill9_keeps_every_fsynced_record() {
     if !can_run() {
         return;
     }
-    let trials: usize = std::env::var("PMKIT_ATTACH_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let trials: usize = std::env::var("PMKIT_ATTACH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
     let s = scratch("128M");
     let mnt = s.mnt.to_str().unwrap().to_string();
     let a = attach(&s.pm, &["--mountpoint", &mnt, "--mkfs", "ext4"]);
@@ -207,12 +287,18 @@ fn kill9_keeps_every_fsynced_record() {
     for trial in 0..trials {
         let mut a = attach(&s.pm, &["--mountpoint", &mnt]);
         let log = s.mnt.join("log");
-        let start: u64 = std::fs::read_to_string(&log).map(|t| t.lines().count() as u64).unwrap_or(0);
+        let start: u64 = std::fs::read_to_string(&log)
+            .map(|t| t.lines().count() as u64)
+            .unwrap_or(0);
         let writer = {
             let log = log.clone();
             std::thread::spawn(move || {
                 let mut acked = vec![];
-                let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log) else {
+                let Ok(mut f) = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                else {
                     return acked;
                 };
                 for n in start.. {
@@ -229,7 +315,10 @@ fn kill9_keeps_every_fsynced_record() {
         a.child.kill().unwrap(); // SIGKILL
         a.child.wait().unwrap();
         let acked = writer.join().unwrap();
-        assert!(!acked.is_empty(), "trial {trial}: the writer acknowledged nothing");
+        assert!(
+            !acked.is_empty(),
+            "trial {trial}: the writer acknowledged nothing"
+        );
         total_acked += acked.len() as u64;
         let out = ok(&["detach", &mnt]);
         assert!(out.contains("stale"), "{out}");
@@ -238,13 +327,25 @@ fn kill9_keeps_every_fsynced_record() {
         let text = std::fs::read_to_string(&log).unwrap();
         let have: Vec<u64> = text
             .lines()
-            .filter_map(|l| l.strip_prefix("record ").and_then(|r| r.get(..10)).and_then(|n| n.parse().ok()))
+            .filter_map(|l| {
+                l.strip_prefix("record ")
+                    .and_then(|r| r.get(..10))
+                    .and_then(|n| n.parse().ok())
+            })
             .collect();
         for n in &acked {
-            assert!(have.binary_search(n).is_ok(), "trial {trial}: acknowledged record {n} lost ({} present)", have.len());
+            assert!(
+                have.binary_search(n).is_ok(),
+                "trial {trial}: acknowledged record {n} lost ({} present)",
+                have.len()
+            );
         }
         // Keep only whole records so the next trial appends after a clean line.
-        let whole: String = text.lines().filter(|l| l.len() == 58).map(|l| format!("{l}\n")).collect();
+        let whole: String = text
+            .lines()
+            .filter(|l| l.len() == 58)
+            .map(|l| format!("{l}\n"))
+            .collect();
         std::fs::write(&log, whole).unwrap();
         a.detach(&mnt);
         fsck_clean(&s.pm);

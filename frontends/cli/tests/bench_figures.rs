@@ -16,10 +16,17 @@ fn run(fig: &str, extra: &[&str]) -> (serde_json::Value, String) {
         .args(extra)
         .output()
         .expect("run pmkit bench");
-    assert!(o.status.success(), "bench {fig}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "bench {fig}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("bench --json prints JSON");
     let plot = std::fs::read_to_string(&svg).expect("--plot writes the SVG");
-    assert!(plot.starts_with("<svg") || plot.contains("<svg"), "not an SVG");
+    assert!(
+        plot.starts_with("<svg") || plot.contains("<svg"),
+        "not an SVG"
+    );
     (v, plot)
 }
 
@@ -34,13 +41,23 @@ fn check_matrix(fig: &str, min_configs: usize) {
         assert_eq!(vals.len(), configs.len());
         for (cfg, x) in configs.iter().zip(vals) {
             let x = x.as_f64().unwrap();
-            assert!(x.is_finite() && x > 0.0, "{fig} {} {cfg}: {x} MB/s", c["label"]);
+            assert!(
+                x.is_finite() && x > 0.0,
+                "{fig} {} {cfg}: {x} MB/s",
+                c["label"]
+            );
         }
         let r0 = c["ratio_to_baseline"][0].as_f64().unwrap();
-        assert!((r0 - 1.0).abs() < 1e-9, "the baseline's ratio to itself is 1");
+        assert!(
+            (r0 - 1.0).abs() < 1e-9,
+            "the baseline's ratio to itself is 1"
+        );
     }
     for cfg in configs {
-        assert!(plot.contains(cfg.as_str().unwrap()), "{fig}: plot lacks a legend entry for {cfg}");
+        assert!(
+            plot.contains(cfg.as_str().unwrap()),
+            "{fig}: plot lacks a legend entry for {cfg}"
+        );
     }
 }
 
@@ -63,7 +80,10 @@ fn overview_figure() {
 fn emulation_figure() {
     let root = unsafe { libc::geteuid() } == 0 && Path::new("/dev/fuse").exists();
     if !root {
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root with /dev/fuse");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root with /dev/fuse"
+        );
         eprintln!("skipping: bench emulation needs root and /dev/fuse");
         return;
     }

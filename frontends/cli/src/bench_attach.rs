@@ -1,0 +1,415 @@
+//! `pmkit bench attach`: real applications on ext4 over the PM device (`pmkit attach`, in this
+//! process) against ext4 over a loop device on a plain /dev/shm file (the RAM-disk baseline, like
+//! the paper's tmpfs/ramfs comparison), in the same run: PostgreSQL's pgbench, and fio file
+//! workloads (4 KiB random writes with fsync, 256 KiB sequential writes).
+//!
+//! Each round formats both targets afresh and runs every workload on each, in rotated order.
+//! Needs root, /dev/fuse, e2fsprogs, fio and PostgreSQL (scripts/bench-attach.sh installs them).
+
+use crate::attach::BlkDisk;
+use anyhow::{bail, Context, Result};
+use pmkit_blk::{CreateOptions, EngineOptions};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Short run: small scale, few transactions, short fio jobs.
+    #[arg(long)]
+    quick: bool,
+    #[arg(long)]
+    json: bool,
+    /// Draw the results (ratios pmkit / RAM disk) to this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Rounds (default 2, quick 1).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// pgbench scale factor (default 10, quick 2).
+    #[arg(long)]
+    scale: Option<u32>,
+    /// pgbench transactions per client (default 2000, quick 200).
+    #[arg(long)]
+    transactions: Option<u32>,
+    /// pgbench clients (threads: 2).
+    #[arg(long, default_value_t = 4)]
+    clients: u32,
+    /// Seconds per fio job (default 10, quick 2).
+    #[arg(long)]
+    fio_seconds: Option<u32>,
+    /// Size of each device in MiB.
+    #[arg(long, default_value_t = 2048)]
+    size_mib: u64,
+    /// Skip PostgreSQL (fio only).
+    #[arg(long)]
+    no_pgbench: bool,
+    #[command(flatten)]
+    engine: crate::blk::EngineArgs,
+}
+
+#[derive(Serialize, Clone)]
+struct Sample {
+    target: &'static str,
+    workload: &'static str,
+    /// pgbench: transactions/s; fio randwrite: IOPS; fio seqwrite: MB/s.
+    value: f64,
+    unit: &'static str,
+}
+
+#[derive(Serialize)]
+struct Report {
+    targets: [&'static str; 2],
+    rounds: usize,
+    pgbench: Option<String>,
+    fio: String,
+    engine: String,
+    samples: Vec<Sample>,
+    /// workload -> (pmkit median, ramdisk median, ratio)
+    summary: Vec<(String, f64, f64, f64, &'static str)>,
+}
+
+const PMKIT: &str = "pmkit-attach";
+const RAMDISK: &str = "shm-loop";
+
+/// A mounted ext4 on one of the two targets.
+enum Mounted {
+    Pmkit {
+        dev: Arc<pmkit_blk::Device<pmkit_media::Region>>,
+        att: pmkit_fuse::attach::Attachment,
+    },
+    Loop {
+        dev: String,
+    },
+}
+
+fn sh(c: &mut Command) -> Result<String> {
+    let what = format!("{c:?}");
+    let o = c.output().with_context(|| format!("running {what}"))?;
+    if !o.status.success() {
+        bail!(
+            "{what} failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn mount_target(
+    which: &'static str,
+    file: &Path,
+    mnt: &Path,
+    size: u64,
+    engine: &EngineOptions,
+) -> Result<Mounted> {
+    let _ = std::fs::remove_file(file);
+    if which == PMKIT {
+        let dev = Arc::new(pmkit_blk::create_path(
+            file,
+            Some(size),
+            &CreateOptions {
+                zero_data: false,
+                ..Default::default()
+            },
+            engine,
+        )?);
+        let opts = pmkit_fuse::attach::AttachOptions {
+            pm_path: file.into(),
+            mountpoint: Some(mnt.into()),
+            mkfs: Some(pmkit_fuse::attach::Mkfs::Ext4),
+            threads: 2,
+            mount_options: None,
+        };
+        let att = pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)?;
+        Ok(Mounted::Pmkit { dev, att })
+    } else {
+        let f = std::fs::File::create(file)?;
+        f.set_len(size)?;
+        drop(f);
+        let dev = sh(Command::new("losetup").args(["--find", "--show"]).arg(file))?
+            .trim()
+            .to_string();
+        let r = sh(Command::new("mkfs.ext4")
+            .args(["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+            .arg(&dev))
+        .and_then(|_| sh(Command::new("mount").arg(&dev).arg(mnt)));
+        if let Err(e) = r {
+            let _ = sh(Command::new("losetup").arg("-d").arg(&dev));
+            return Err(e);
+        }
+        Ok(Mounted::Loop { dev })
+    }
+}
+
+fn unmount_target(m: Mounted, mnt: &Path, file: &Path) -> Result<()> {
+    match m {
+        Mounted::Pmkit { dev, mut att } => {
+            att.detach()?;
+            dev.close()?;
+        }
+        Mounted::Loop { dev } => {
+            sh(Command::new("umount").arg(mnt))?;
+            sh(Command::new("losetup").arg("-d").arg(&dev))?;
+        }
+    }
+    let _ = std::fs::remove_file(file);
+    Ok(())
+}
+
+fn pg_bin(tool: &str) -> Result<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path().join("bin").join(tool))
+                .filter(|p| p.exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.pop().with_context(|| {
+        format!("PostgreSQL's {tool} not found under /usr/lib/postgresql: install postgresql")
+    })
+}
+
+/// initdb + start + pgbench -i + pgbench run + stop, as user postgres, data on `mnt`. TPS.
+fn pgbench(mnt: &Path, scale: u32, clients: u32, tx: u32) -> Result<f64> {
+    let data = mnt.join("pg");
+    let sock = mnt.join("sock");
+    std::fs::create_dir_all(&data)?;
+    std::fs::create_dir_all(&sock)?;
+    sh(Command::new("chown")
+        .args(["-R", "postgres:postgres"])
+        .arg(mnt))?;
+    let as_pg = |tool: &str| -> Result<Command> {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(pg_bin(tool)?);
+        Ok(c)
+    };
+    sh(as_pg("initdb")?
+        .arg("-D")
+        .arg(&data)
+        .args(["-A", "trust", "--no-sync"]))?;
+    let opts = format!(
+        "-k {} -c listen_addresses='' -p 5499 -c shared_buffers=128MB -c max_wal_size=1GB",
+        sock.display()
+    );
+    sh(as_pg("pg_ctl")?
+        .arg("-D")
+        .arg(&data)
+        .args(["-o", &opts, "-w", "-l"])
+        .arg(mnt.join("pg.log"))
+        .arg("start"))?;
+    let run = (|| -> Result<f64> {
+        let host = sock.display().to_string();
+        sh(as_pg("pgbench")?.args([
+            "-h",
+            &host,
+            "-p",
+            "5499",
+            "-i",
+            "-q",
+            "-s",
+            &scale.to_string(),
+            "postgres",
+        ]))?;
+        let out = sh(as_pg("pgbench")?.args([
+            "-h",
+            &host,
+            "-p",
+            "5499",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            "2",
+            "-t",
+            &tx.to_string(),
+            "postgres",
+        ]))?;
+        out.lines()
+            .find(|l| l.starts_with("tps = "))
+            .and_then(|l| l[6..].split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no tps in pgbench output: {out}"))
+    })();
+    let _ = sh(as_pg("pg_ctl")?
+        .arg("-D")
+        .arg(&data)
+        .args(["-m", "fast", "-w", "stop"]));
+    run
+}
+
+/// One fio job on a file in `mnt`; returns (IOPS, MB/s) of the writes.
+fn fio(mnt: &Path, name: &str, args: &[&str], secs: u32) -> Result<(f64, f64)> {
+    let out = sh(Command::new("fio")
+        .arg(format!("--name={name}"))
+        .arg(format!("--directory={}", mnt.display()))
+        .args([
+            "--size=256M",
+            "--ioengine=psync",
+            "--time_based",
+            "--output-format=json",
+        ])
+        .arg(format!("--runtime={secs}"))
+        .args(args))?;
+    let v: serde_json::Value = serde_json::from_str(&out).context("parsing fio's JSON")?;
+    let w = &v["jobs"][0]["write"];
+    let _ = std::fs::remove_file(mnt.join(format!("{name}.0.0")));
+    Ok((
+        w["iops"].as_f64().unwrap_or(0.0),
+        w["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+    ))
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    // SAFETY: geteuid cannot fail.
+    anyhow::ensure!(
+        unsafe { libc::geteuid() } == 0,
+        "bench attach mounts file systems and needs root"
+    );
+    for tool in ["fio", "mkfs.ext4", "losetup", "runuser"] {
+        anyhow::ensure!(
+            Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output()?.status.success(),
+            "{tool} not found: run scripts/bench-attach.sh, which installs what this benchmark needs"
+        );
+    }
+    let pg = !a.no_pgbench;
+    if pg {
+        pg_bin("pgbench")?;
+    }
+    let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 2 }).max(1);
+    let scale = a.scale.unwrap_or(if a.quick { 2 } else { 10 });
+    let tx = a.transactions.unwrap_or(if a.quick { 200 } else { 2000 });
+    let secs = a.fio_seconds.unwrap_or(if a.quick { 2 } else { 10 });
+    let engine = a.engine.to_options();
+    let size = a.size_mib.max(512) << 20;
+    let base = std::env::temp_dir().join(format!("pmkit-bench-attach-{}", std::process::id()));
+    let mnt = base.join("mnt");
+    std::fs::create_dir_all(&mnt)?;
+    let targets = [PMKIT, RAMDISK];
+    let mut samples = vec![];
+    for r in 0..rounds {
+        for k in 0..2 {
+            let t = targets[(k + r) % 2];
+            let file = Path::new("/dev/shm")
+                .join(format!("pmkit-bench-attach-{}-{t}", std::process::id()));
+            eprintln!("round {}/{rounds}: {t}", r + 1);
+            let m = mount_target(t, &file, &mnt, size, &engine)
+                .with_context(|| format!("setting up {t}"))?;
+            let res = (|| -> Result<()> {
+                if pg {
+                    let tps = pgbench(&mnt, scale, a.clients, tx)?;
+                    samples.push(Sample {
+                        target: t,
+                        workload: "pgbench",
+                        value: tps,
+                        unit: "tps",
+                    });
+                }
+                let (iops, _) = fio(
+                    &mnt,
+                    "randwrite-fsync",
+                    &["--rw=randwrite", "--bs=4k", "--fsync=1"],
+                    secs,
+                )?;
+                samples.push(Sample {
+                    target: t,
+                    workload: "fio 4k randwrite+fsync",
+                    value: iops,
+                    unit: "IOPS",
+                });
+                let (_, mbs) = fio(
+                    &mnt,
+                    "seqwrite",
+                    &["--rw=write", "--bs=256k", "--end_fsync=1"],
+                    secs,
+                )?;
+                samples.push(Sample {
+                    target: t,
+                    workload: "fio 256k seqwrite",
+                    value: mbs,
+                    unit: "MB/s",
+                });
+                Ok(())
+            })();
+            let un = unmount_target(m, &mnt, &file);
+            res.with_context(|| format!("workload on {t}"))?;
+            un?;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    let mut summary = vec![];
+    let mut workloads: Vec<(&str, &str)> = samples.iter().map(|s| (s.workload, s.unit)).collect();
+    workloads.dedup();
+    workloads.sort();
+    workloads.dedup();
+    for (w, unit) in workloads {
+        let med = |t: &str| {
+            let mut v: Vec<f64> = samples
+                .iter()
+                .filter(|s| s.workload == w && s.target == t)
+                .map(|s| s.value)
+                .collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
+        let (p, b) = (med(PMKIT), med(RAMDISK));
+        summary.push((w.to_string(), p, b, p / b.max(1e-9), unit));
+    }
+    let report = Report {
+        targets,
+        rounds,
+        pgbench: pg.then(|| {
+            format!(
+                "scale {scale}, {} clients, 2 threads, {tx} transactions per client",
+                a.clients
+            )
+        }),
+        fio: format!("psync, 256 MiB file, {secs} s per job"),
+        engine: format!(
+            "protect {}, write {}",
+            engine
+                .protect
+                .map_or("default (pkey where the CPU has it)".to_string(), |p| p
+                    .to_string()),
+            engine.write
+        ),
+        samples,
+        summary,
+    };
+    if let Some(p) = &a.plot {
+        let panel = crate::plot::BarPanel {
+            title: "pmkit attach / RAM disk (higher is better)".into(),
+            groups: report.summary.iter().map(|s| s.0.clone()).collect(),
+            series: vec![("ratio".into(), report.summary.iter().map(|s| s.3).collect())],
+        };
+        crate::plot::bars(
+            p,
+            "ext4 on pmkit attach vs ext4 on a /dev/shm loop device",
+            "ratio",
+            &[panel],
+            1,
+        )?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("ext4 on pmkit attach (FUSE + loop over PM) vs ext4 on a loop device over a /dev/shm file; median of {rounds} round(s)");
+        if let Some(p) = &report.pgbench {
+            println!("pgbench: {p}");
+        }
+        println!("fio: {}", report.fio);
+        println!(
+            "{:<26} {:>14} {:>14} {:>8}",
+            "workload", PMKIT, RAMDISK, "ratio"
+        );
+        for (w, p, b, r, unit) in &report.summary {
+            println!(
+                "{:<26} {:>9.0} {:<4} {:>9.0} {:<4} {:>8.2}",
+                w, p, unit, b, unit, r
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
