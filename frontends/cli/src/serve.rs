@@ -293,6 +293,7 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
         block_size: a.block_size,
         checksum: a.checksum,
         zero_data: true,
+        ..CreateOptions::default()
     };
     let dev = pmkit_blk::create_path(&path, Some(size), &create, &engine)
         .with_context(|| format!("cannot create a {size}-byte device at {}", path.display()))?;

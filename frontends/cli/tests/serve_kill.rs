@@ -15,7 +15,6 @@ mod serve_util;
 use serve_util::*;
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,8 +25,6 @@ const CONNS: u64 = 2;
 const QD: usize = 8;
 const FLUSH_EVERY: u64 = 40;
 
-const REQ_MAGIC: u32 = 0x2560_9513;
-const SIMPLE_MAGIC: u32 = 0x6744_6698;
 const FLUSH_BIT: u64 = 1 << 63;
 
 /// Global order of events across connections.
@@ -68,64 +65,12 @@ fn identify(block: u64, d: &[u8]) -> Option<u64> {
     (b == block && block_data(block, seq) == d).then_some(seq)
 }
 
-fn connect(sock: &Path) -> std::io::Result<UnixStream> {
-    let mut s = UnixStream::connect(sock)?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))?;
-    let mut g = [0u8; 18];
-    s.read_exact(&mut g)?;
-    s.write_all(&3u32.to_be_bytes())?; // FIXED_NEWSTYLE | NO_ZEROES
-    let mut opt = Vec::new();
-    opt.extend_from_slice(&0x4948_4156_454f_5054u64.to_be_bytes());
-    opt.extend_from_slice(&7u32.to_be_bytes()); // GO
-    opt.extend_from_slice(&8u32.to_be_bytes());
-    opt.extend_from_slice(&0u32.to_be_bytes()); // default export
-    opt.extend_from_slice(&1u16.to_be_bytes());
-    opt.extend_from_slice(&3u16.to_be_bytes()); // NBD_INFO_BLOCK_SIZE
-    s.write_all(&opt)?;
-    loop {
-        let mut h = [0u8; 20];
-        s.read_exact(&mut h)?;
-        let typ = u32::from_be_bytes(h[12..16].try_into().unwrap());
-        let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
-        let mut d = vec![0u8; len as usize];
-        s.read_exact(&mut d)?;
-        match typ {
-            1 => return Ok(s), // ACK: transmission
-            3 => {}            // INFO
-            t => return Err(std::io::Error::other(format!("GO failed: reply {t:#x}"))),
-        }
-    }
-}
-
-fn request(typ: u16, handle: u64, off: u64, len: u32) -> Vec<u8> {
-    let mut b = Vec::with_capacity(28);
-    b.extend_from_slice(&REQ_MAGIC.to_be_bytes());
-    b.extend_from_slice(&0u16.to_be_bytes());
-    b.extend_from_slice(&typ.to_be_bytes());
-    b.extend_from_slice(&handle.to_be_bytes());
-    b.extend_from_slice(&off.to_be_bytes());
-    b.extend_from_slice(&len.to_be_bytes());
-    b
-}
-
-/// (error, handle)
-fn reply(s: &mut UnixStream) -> std::io::Result<(u32, u64)> {
-    let mut h = [0u8; 16];
-    s.read_exact(&mut h)?;
-    assert_eq!(
-        u32::from_be_bytes(h[0..4].try_into().unwrap()),
-        SIMPLE_MAGIC
-    );
-    Ok((
-        u32::from_be_bytes(h[4..8].try_into().unwrap()),
-        u64::from_be_bytes(h[8..16].try_into().unwrap()),
-    ))
-}
-
 /// Write until the connection dies; returns what happened.
 fn writer(sock: &Path, conn: u64, blocks: u64, seqs: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> Log {
     let mut log = Log::default();
-    let Ok(mut s) = connect(sock) else { return log };
+    let Ok(mut s) = nbd_connect(sock) else {
+        return log;
+    };
     let mut rng = 0x1234_5678u64 ^ conn;
     let mut inflight: HashMap<u64, usize> = HashMap::new(); // seq -> index in log.writes
     let mut busy_blocks = std::collections::HashSet::new();
@@ -146,7 +91,7 @@ fn writer(sock: &Path, conn: u64, blocks: u64, seqs: Arc<AtomicU64>, stop: Arc<A
                     }
                 };
                 let seq = seqs.fetch_add(1, Ordering::Relaxed);
-                let mut msg = request(1, seq, block * BS as u64, BS as u32);
+                let mut msg = nbd_request(1, seq, block * BS as u64, BS as u32);
                 msg.extend_from_slice(&block_data(block, seq));
                 s.write_all(&msg)?;
                 log.writes.push(WriteRec {
@@ -160,11 +105,11 @@ fn writer(sock: &Path, conn: u64, blocks: u64, seqs: Arc<AtomicU64>, stop: Arc<A
                 if n.is_multiple_of(FLUSH_EVERY) && pending_flush.is_none() {
                     let h = FLUSH_BIT | n;
                     let sent = now();
-                    s.write_all(&request(3, h, 0, 0))?;
+                    s.write_all(&nbd_request(3, h, 0, 0))?;
                     pending_flush = Some((h, sent));
                 }
             }
-            let (err, h) = reply(&mut s)?;
+            let (err, h) = nbd_reply(&mut s)?;
             assert_eq!(err, 0, "request {h:#x} failed with {err}");
             let t = now();
             if h & FLUSH_BIT != 0 {
@@ -185,17 +130,17 @@ fn writer(sock: &Path, conn: u64, blocks: u64, seqs: Arc<AtomicU64>, stop: Arc<A
 }
 
 fn read_all(sock: &Path, blocks: u64) -> Vec<Vec<u8>> {
-    let mut s = connect(sock).expect("connect to the restarted server");
+    let mut s = nbd_connect(sock).expect("connect to the restarted server");
     let mut out = vec![Vec::new(); blocks as usize];
     let mut next = 0u64;
     let mut got = 0u64;
     while got < blocks {
         while next < blocks && next - got < 32 {
-            s.write_all(&request(0, next, next * BS as u64, BS as u32))
+            s.write_all(&nbd_request(0, next, next * BS as u64, BS as u32))
                 .unwrap();
             next += 1;
         }
-        let (err, h) = reply(&mut s).unwrap();
+        let (err, h) = nbd_reply(&mut s).unwrap();
         assert_eq!(err, 0);
         let mut d = vec![0u8; BS];
         s.read_exact(&mut d).unwrap();

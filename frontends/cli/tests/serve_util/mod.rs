@@ -3,7 +3,7 @@
 //! clean everything up, whatever the test does.
 #![allow(dead_code)]
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -240,4 +240,64 @@ pub fn fill_random(buf: &mut [u8], seed: u64) {
         let b = x.to_le_bytes();
         chunk.copy_from_slice(&b[..chunk.len()]);
     }
+}
+
+// A minimal NBD client (simple replies) for tests that need exact control over requests.
+
+pub const REQ_MAGIC: u32 = 0x2560_9513;
+pub const SIMPLE_MAGIC: u32 = 0x6744_6698;
+
+/// Connect and finish the handshake with GO (asking for block size info), no structured replies.
+pub fn nbd_connect(sock: &Path) -> std::io::Result<UnixStream> {
+    let mut s = UnixStream::connect(sock)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g)?;
+    s.write_all(&3u32.to_be_bytes())?; // FIXED_NEWSTYLE | NO_ZEROES
+    let mut opt = Vec::new();
+    opt.extend_from_slice(&0x4948_4156_454f_5054u64.to_be_bytes());
+    opt.extend_from_slice(&7u32.to_be_bytes()); // GO
+    opt.extend_from_slice(&8u32.to_be_bytes());
+    opt.extend_from_slice(&0u32.to_be_bytes()); // default export
+    opt.extend_from_slice(&1u16.to_be_bytes());
+    opt.extend_from_slice(&3u16.to_be_bytes()); // NBD_INFO_BLOCK_SIZE
+    s.write_all(&opt)?;
+    loop {
+        let mut h = [0u8; 20];
+        s.read_exact(&mut h)?;
+        let typ = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+        let mut d = vec![0u8; len as usize];
+        s.read_exact(&mut d)?;
+        match typ {
+            1 => return Ok(s), // ACK: transmission
+            3 => {}            // INFO
+            t => return Err(std::io::Error::other(format!("GO failed: reply {t:#x}"))),
+        }
+    }
+}
+
+pub fn nbd_request(typ: u16, handle: u64, off: u64, len: u32) -> Vec<u8> {
+    let mut b = Vec::with_capacity(28);
+    b.extend_from_slice(&REQ_MAGIC.to_be_bytes());
+    b.extend_from_slice(&0u16.to_be_bytes());
+    b.extend_from_slice(&typ.to_be_bytes());
+    b.extend_from_slice(&handle.to_be_bytes());
+    b.extend_from_slice(&off.to_be_bytes());
+    b.extend_from_slice(&len.to_be_bytes());
+    b
+}
+
+/// Read a simple reply header: (error, handle).
+pub fn nbd_reply(s: &mut UnixStream) -> std::io::Result<(u32, u64)> {
+    let mut h = [0u8; 16];
+    s.read_exact(&mut h)?;
+    assert_eq!(
+        u32::from_be_bytes(h[0..4].try_into().unwrap()),
+        SIMPLE_MAGIC
+    );
+    Ok((
+        u32::from_be_bytes(h[4..8].try_into().unwrap()),
+        u64::from_be_bytes(h[8..16].try_into().unwrap()),
+    ))
 }
