@@ -202,7 +202,8 @@ fn run_cell(dev: &Device<Region>, cell: &Cell, dur: Duration, seed: u64) -> Resu
                     let per = slots / cell.threads as u64;
                     let mut next = per * t as u64;
                     let (mut done, mut since_barrier) = (0u64, 0u64);
-                    while !stop.load(Ordering::Relaxed) {
+                    // At least one batch per thread, even if it starts after the deadline.
+                    loop {
                         for _ in 0..8 {
                             let slot = match cell.pattern {
                                 Pattern::Rnd => rng.gen_range(0..slots),
@@ -230,6 +231,9 @@ fn run_cell(dev: &Device<Region>, cell: &Cell, dur: Duration, seed: u64) -> Resu
                                 }
                             }
                             done += size;
+                        }
+                        if stop.load(Ordering::Relaxed) {
+                            break;
                         }
                     }
                     Ok(done)
