@@ -38,9 +38,11 @@ fn quick_json_has_every_variant_and_pmo_writes_less_than_shadow_copy() {
         .tempdir_in("/dev/shm")
         .unwrap();
     let d = dir.path().to_str().unwrap();
+    let svg = tempfile::Builder::new().suffix(".svg").tempfile().unwrap();
+    let s = svg.path().to_str().unwrap();
     // 20 objects (the last one partly written), one round.
     let (v, err) = run(&[
-        "bench", "pmo", "--quick", "--json", "--max-n", "20000", "--dir", d,
+        "bench", "pmo", "--quick", "--json", "--max-n", "20000", "--dir", d, "--plot", s,
     ]);
     assert!(err.is_empty(), "--json prints nothing on stderr: {err}");
     assert_eq!(v["ns"], serde_json::json!([20000]));
@@ -91,6 +93,11 @@ fn quick_json_has_every_variant_and_pmo_writes_less_than_shadow_copy() {
             );
         }
     }
+    let drawn = std::fs::read_to_string(svg.path()).unwrap();
+    assert!(
+        drawn.contains("<svg") && drawn.contains("pmo-unprotected"),
+        "plot drawn"
+    );
     // Nothing is left in the pool directory.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
