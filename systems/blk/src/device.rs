@@ -1,6 +1,7 @@
 //! The device: request checking, locking, and the one data path every protection mode and
 //! write scheme shares.
 
+use crate::atomic::{self, Lanes};
 use crate::batch::Batch;
 use crate::error::{BlkError, Result};
 use crate::gate::{BlkMedia, Gate, View, WindowCount};
@@ -20,7 +21,13 @@ use std::thread::JoinHandle;
 static ZEROES: [u8; 64 << 10] = [0; 64 << 10];
 /// Blocks whose CRCs are handled in one stack buffer.
 const CRC_CHUNK: usize = 256;
-const MAX_BLOCK: usize = 4096;
+pub(crate) const MAX_BLOCK: usize = 4096;
+
+/// Whether `s` lies in the static zero buffer (its CRC is known without computing it).
+#[inline]
+pub(crate) fn is_zeroes(s: &[u8]) -> bool {
+    ZEROES.as_ptr_range().contains(&s.as_ptr())
+}
 
 /// A PMBD block device on media `M`. All methods take `&self` and are safe to call from many
 /// threads at once; each request runs to completion in the calling thread.
@@ -37,9 +44,11 @@ pub(crate) struct Inner<M: BlkMedia> {
     pub(crate) persister: Persister,
     pub(crate) protect: Protect,
     stripes: Stripes,
-    emu: Emulator,
+    pub(crate) emu: Emulator,
     subpage: bool,
-    write_verify: bool,
+    pub(crate) write_verify: bool,
+    /// Free physical blocks of an atomic device (rebuilt from the map at open).
+    pub(crate) lanes: Option<Lanes>,
     max_request: usize,
     pub(crate) stats: Recorder,
     pub(crate) windows: WindowCount,
@@ -49,7 +58,7 @@ pub(crate) struct Inner<M: BlkMedia> {
     closed: AtomicBool,
     notes: Vec<String>,
     was_clean: bool,
-    zero_crc: u32,
+    pub(crate) zero_crc: u32,
 }
 
 /// What a front end shows about an open device.
@@ -59,6 +68,11 @@ pub struct DeviceInfo {
     pub block_size: u32,
     pub capacity: u64,
     pub checksum: bool,
+    /// Every block write is all-or-nothing (map + free blocks, `--atomic`).
+    pub atomic: bool,
+    /// Atomic devices: lanes (free lists) and the free physical blocks they hold now.
+    pub lanes: usize,
+    pub free_blocks: u64,
     pub protect: Protect,
     pub write: WriteScheme,
     /// Whether the previous user of the device closed it cleanly.
@@ -71,7 +85,12 @@ impl<M: BlkMedia> Device<M> {
     pub fn create(media: M, create: &CreateOptions, engine: &EngineOptions) -> Result<Device<M>> {
         create.validate()?;
         check_scheme(engine.write)?;
-        let layout = Layout::compute(media.len() as u64, create.block_size, create.checksum)?;
+        let layout = Layout::compute(
+            media.len() as u64,
+            create.block_size,
+            create.checksum,
+            create.atomic,
+        )?;
         format(&media, layout, create.zero_data, engine.write)?;
         Device::open(media, engine)
     }
@@ -101,7 +120,37 @@ impl<M: BlkMedia> Device<M> {
             ));
         }
         let was_clean = found.current.clean;
-        if !was_clean {
+        if layout.atomic() && engine.subpage {
+            return Err(BlkError::BadOption(
+                "--subpage does not apply to an atomic device: every write goes to a fresh block, \
+                 so there is no old content to compare with"
+                    .into(),
+            ));
+        }
+        // Recovery of an atomic device: the free blocks are those no map entry names. Read
+        // only; an interrupted write whose map store did not persist is thereby discarded.
+        let lanes = if layout.atomic() {
+            let scan = atomic::scan_map(&media, &layout);
+            if scan.problems > 0 {
+                return Err(BlkError::MapCorrupt {
+                    why: format!(
+                        "{} problem(s), first: {}",
+                        scan.problems,
+                        scan.examples.first().map_or("", |s| s.as_str())
+                    ),
+                });
+            }
+            Some(Lanes::new(&scan.free))
+        } else {
+            None
+        };
+        if !was_clean && layout.atomic() {
+            notes.push(
+                "the device was not shut down cleanly; it is atomic, so every block holds one whole \
+                 write (writes interrupted before their map update were discarded)"
+                    .into(),
+            );
+        } else if !was_clean {
             notes.push(
                 "the device was not shut down cleanly: writes in flight at the crash may be torn \
                  (detected as checksum errors with --checksum, undetected without)"
@@ -128,6 +177,7 @@ impl<M: BlkMedia> Device<M> {
             emu: Emulator::new(engine.emulate),
             subpage: engine.subpage,
             write_verify: engine.write_verify,
+            lanes,
             max_request: engine.max_request,
             stats: Recorder::default(),
             windows: WindowCount::default(),
@@ -160,7 +210,7 @@ impl<M: BlkMedia> Device<M> {
         let i = &*self.inner;
         let t0 = cycles();
         let b0 = i.check(off, dst.len())?;
-        let _g = i.stripes.lock(i.layout.block_off(b0), dst.len(), false);
+        let _g = i.stripes.lock(i.layout.lock_off(b0), dst.len(), false);
         i.check_open()?;
         match &i.batch {
             Some(b) => b.read(i, b0, dst)?,
@@ -178,7 +228,7 @@ impl<M: BlkMedia> Device<M> {
         let i = &*self.inner;
         let t0 = cycles();
         let b0 = i.check(off, src.len())?;
-        let _g = i.stripes.lock(i.layout.block_off(b0), src.len(), true);
+        let _g = i.stripes.lock(i.layout.lock_off(b0), src.len(), true);
         i.check_open()?;
         i.write_locked(b0, src, fua)?;
         i.stats.add(Ctr::Writes, 1);
@@ -256,6 +306,9 @@ impl<M: BlkMedia> Device<M> {
             block_size: i.layout.block_size,
             capacity: i.layout.capacity(),
             checksum: i.layout.checksum(),
+            atomic: i.layout.atomic(),
+            lanes: i.lanes.as_ref().map_or(0, |l| l.count()),
+            free_blocks: i.lanes.as_ref().map_or(0, |l| l.free_blocks().len() as u64),
             protect: i.protect,
             write: i.persister.scheme(),
             was_clean: i.was_clean,
@@ -269,6 +322,15 @@ impl<M: BlkMedia> Device<M> {
             i.windows.opened.load(Ordering::Relaxed),
             i.batch.as_ref().map(|b| b.stats()),
         )
+    }
+
+    /// Atomic devices: every free physical block now, sorted (empty on a plain device). With
+    /// no write in flight, these are exactly the blocks no map entry names.
+    pub fn free_blocks(&self) -> Vec<u32> {
+        self.inner
+            .lanes
+            .as_ref()
+            .map_or(vec![], |l| l.free_blocks())
     }
 
     /// The media under the device (for tests and tools; never write through it).
@@ -342,10 +404,12 @@ fn format<M: Media>(m: &M, layout: Layout, zero_data: bool, scheme: WriteScheme)
     // Old superblocks first, so a crash mid-format never leaves a valid-looking device.
     p.zero(m, 0, PAGE as usize);
     p.barrier(m)?;
-    if zero_data {
+    if layout.atomic() {
+        format_map(m, &p, layout, zero_data);
+    } else if zero_data {
         p.zero(m, layout.data_off as usize, layout.capacity() as usize);
     }
-    if layout.checksum() {
+    if layout.checksum() && !layout.atomic() {
         let crc = crc32c::crc32c(&ZEROES[..layout.block_size as usize]).to_le_bytes();
         let mut page = [0u8; PAGE as usize];
         for c in page.chunks_mut(4) {
@@ -366,6 +430,31 @@ fn format<M: Media>(m: &M, layout: Layout, zero_data: bool, scheme: WriteScheme)
     sb.seq += 1;
     superblock::write_slot(m, 0, &sb);
     Ok(())
+}
+
+/// Atomic layout: logical block `i` starts on physical block `i` (zeroed if asked, with the
+/// zero block's CRC when checksums are on); blocks `nblocks..` are the spares.
+fn format_map<M: Media>(m: &M, p: &Persister, layout: Layout, zero_data: bool) {
+    if zero_data {
+        p.zero(m, layout.data_off as usize, layout.capacity() as usize);
+    }
+    let crc = if layout.checksum() {
+        crc32c::crc32c(&ZEROES[..layout.block_size as usize])
+    } else {
+        0
+    };
+    let mut page = [0u8; PAGE as usize];
+    let per_page = PAGE / superblock::MAP_ENTRY;
+    let mut b = 0u64;
+    while b < layout.nblocks {
+        let n = (layout.nblocks - b).min(per_page);
+        for k in 0..n {
+            let e = atomic::entry(b + k, crc);
+            page[k as usize * 8..k as usize * 8 + 8].copy_from_slice(&e.to_le_bytes());
+        }
+        p.write(m, layout.map_entry_off(b), &page[..n as usize * 8]);
+        b += n;
+    }
 }
 
 /// Pick the protection mode and build its gate, applying the user's fallback for pkey.
@@ -534,7 +623,7 @@ impl<M: BlkMedia> Inner<M> {
             let b0 = pos / bs;
             let _g = self
                 .stripes
-                .lock(self.layout.block_off(b0), n as usize, true);
+                .lock(self.layout.lock_off(b0), n as usize, true);
             self.check_open()?;
             self.write_locked(b0, &ZEROES[..n as usize], fua)?;
             pos += n;
@@ -545,6 +634,9 @@ impl<M: BlkMedia> Inner<M> {
     /// Write blocks `b0..` straight to PM: one window for the data, one for their CRCs. The
     /// caller holds the blocks' stripes (or, in pt-batch, the blocks' buffer).
     pub(crate) fn write_pm(&self, b0: u64, src: &[u8], fua: bool) -> Result<()> {
+        if self.lanes.is_some() {
+            return self.atomic_write(b0, src); // durable on return, FUA or not
+        }
         let moff = self.layout.block_off(b0);
         let len = src.len();
         let p = &self.persister;
@@ -614,7 +706,7 @@ impl<M: BlkMedia> Inner<M> {
             let n = (nblocks - i).min(CRC_CHUNK);
             for k in 0..n {
                 let blk = &src[(i + k) * bs..(i + k + 1) * bs];
-                let crc = if std::ptr::eq(src.as_ptr(), ZEROES.as_ptr()) {
+                let crc = if is_zeroes(src) {
                     self.zero_crc
                 } else {
                     crc32c::crc32c(blk)
@@ -659,6 +751,9 @@ impl<M: BlkMedia> Inner<M> {
     /// Read blocks `b0..` from PM and check their CRCs. On a mismatch `dst` is zeroed (never
     /// hand out corrupt data) and the first bad block is named.
     pub(crate) fn read_pm(&self, b0: u64, dst: &mut [u8]) -> Result<()> {
+        if self.lanes.is_some() {
+            return self.atomic_read(b0, dst);
+        }
         let moff = self.layout.block_off(b0);
         let len = dst.len();
         self.gate.read(&self.media, moff, len, &self.windows, |v| {

@@ -29,6 +29,14 @@ pub enum BlkError {
     BadMagic { found: [u8; 8] },
     #[error("superblock version {found} is not supported (this pmkit reads version {supported})")]
     BadVersion { found: u32, supported: u32 },
+    #[error("the superblock uses feature bits {unknown:#x} (all: {found:#x}) that this pmkit does not know (it knows {known:#x}): the device was made by a newer pmkit; open it with that version")]
+    UnknownFeatures {
+        found: u64,
+        unknown: u64,
+        known: u64,
+    },
+    #[error("the block map of this atomic device is inconsistent ({why}); run `pmkit check` on it for the full list")]
+    MapCorrupt { why: String },
     #[error("both superblock copies are corrupt ({why}); the device cannot be opened")]
     BadSuperblock { why: String },
     #[error("the superblock describes {expected} bytes of media but the region has {actual}; was the file truncated or resized?")]

@@ -39,6 +39,7 @@
 //!
 //! The on-media layout, the guarantees and what a crash can leave are in `docs/blk.md`.
 
+pub mod atomic;
 mod batch;
 pub mod check;
 mod device;
@@ -50,6 +51,7 @@ pub mod stats;
 mod stripes;
 pub mod superblock;
 
+pub use atomic::MapScan;
 pub use check::{check, CheckReport, Finding, Severity};
 pub use device::{Device, DeviceInfo};
 pub use error::{BlkError, Result};

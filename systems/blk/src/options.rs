@@ -194,6 +194,9 @@ pub struct CreateOptions {
     /// Zero the data area (needed unless the media is known to read as zeroes, e.g. a freshly
     /// `fallocate`d file).
     pub zero_data: bool,
+    /// Atomic block writes (BTT-class): every block write is all-or-nothing across a crash,
+    /// through a map of logical to physical blocks and a pool of spare blocks.
+    pub atomic: bool,
 }
 
 impl Default for CreateOptions {
@@ -202,6 +205,7 @@ impl Default for CreateOptions {
             block_size: 4096,
             checksum: false,
             zero_data: true,
+            atomic: false,
         }
     }
 }

@@ -29,8 +29,9 @@ pub enum Ctr {
     SubpageLinesWritten,
     SubpageLinesSkipped,
     Rejected,
+    AtomicBlocks,
 }
-const NCTR: usize = Ctr::Rejected as usize + 1;
+const NCTR: usize = Ctr::AtomicBlocks as usize + 1;
 
 #[derive(Debug, Clone, Copy)]
 pub enum Op {
@@ -48,7 +49,9 @@ struct Hists {
 #[repr(align(128))]
 struct Shard {
     ctr: [AtomicU64; NCTR],
-    hist: Mutex<Hists>,
+    /// Allocated at the shard's first sample: three histograms are ~130 KiB, and a device
+    /// opened for a short check (crash tests open thousands) should not pay for 16 shards.
+    hist: Mutex<Option<Box<Hists>>>,
 }
 
 pub struct Recorder {
@@ -65,11 +68,7 @@ impl Default for Recorder {
         let shards = (0..SHARDS)
             .map(|_| Shard {
                 ctr: std::array::from_fn(|_| AtomicU64::new(0)),
-                hist: Mutex::new(Hists {
-                    read: hist(),
-                    write: hist(),
-                    flush: hist(),
-                }),
+                hist: Mutex::new(None),
             })
             .collect();
         Recorder { shards }
@@ -97,6 +96,13 @@ impl Recorder {
     #[inline]
     pub fn latency(&self, op: Op, cycles: u64) {
         if let Some(mut h) = self.shards[shard_index()].hist.try_lock() {
+            let h = h.get_or_insert_with(|| {
+                Box::new(Hists {
+                    read: hist(),
+                    write: hist(),
+                    flush: hist(),
+                })
+            });
             let h = match op {
                 Op::Read => &mut h.read,
                 Op::Write => &mut h.write,
@@ -116,10 +122,11 @@ impl Recorder {
     pub fn snapshot(&self, windows_opened: u64, batch: Option<BatchStats>) -> Stats {
         let (mut r, mut w, mut f) = (hist(), hist(), hist());
         for s in self.shards.iter() {
-            let h = s.hist.lock();
-            r.add(&h.read).expect("same bounds");
-            w.add(&h.write).expect("same bounds");
-            f.add(&h.flush).expect("same bounds");
+            if let Some(h) = &*s.hist.lock() {
+                r.add(&h.read).expect("same bounds");
+                w.add(&h.write).expect("same bounds");
+                f.add(&h.flush).expect("same bounds");
+            }
         }
         let t = |c| self.total(c);
         Stats {
@@ -138,6 +145,7 @@ impl Recorder {
             subpage_lines_written: t(Ctr::SubpageLinesWritten),
             subpage_lines_skipped: t(Ctr::SubpageLinesSkipped),
             rejected: t(Ctr::Rejected),
+            atomic_blocks: t(Ctr::AtomicBlocks),
             windows_opened,
             read_latency: Latency::of(&r),
             write_latency: Latency::of(&w),
@@ -166,6 +174,8 @@ pub struct Stats {
     pub subpage_lines_skipped: u64,
     /// Requests refused as invalid (misaligned, out of range, ...).
     pub rejected: u64,
+    /// Blocks written through the map of an atomic device (each published by one map store).
+    pub atomic_blocks: u64,
     /// Protection windows that cost a system call (pt, pt-batch, private).
     pub windows_opened: u64,
     pub read_latency: Latency,

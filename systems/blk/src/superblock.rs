@@ -7,6 +7,14 @@
 //! data_off      blocks 0..nblocks, block_size bytes each              (data_off is 4 KiB aligned)
 //! ```
 //!
+//! The atomic layout (`--atomic`, feature bit 2; see atomic.rs) replaces the CRC table with a
+//! block map and adds spare physical blocks:
+//!
+//! ```text
+//! byte 4096     map: one 8-byte entry per logical block, rounded up to 4 KiB
+//! data_off      physical blocks 0..nblocks+spare
+//! ```
+//!
 //! Crash safety: an update never overwrites the slot holding the current superblock. It writes
 //! the other slot with `seq + 1`, flushes and fences it; a reader takes the valid slot (magic,
 //! version, CRC32C) with the higher `seq`. A crash mid-update leaves the torn slot invalid and
@@ -26,8 +34,19 @@ pub const SLOT_OFF: [u64; 2] = [0, 2048];
 /// Smallest device: this many blocks.
 pub const MIN_BLOCKS: u64 = 8;
 
-const FEATURE_CHECKSUM: u64 = 1;
+pub const FEATURE_CHECKSUM: u64 = 1;
+/// Logical blocks reach physical blocks through a map; every block write is all-or-nothing.
+pub const FEATURE_ATOMIC: u64 = 2;
+/// Every feature bit this version understands; open refuses a superblock with others.
+pub const KNOWN_FEATURES: u64 = FEATURE_CHECKSUM | FEATURE_ATOMIC;
 const CRC_AT: usize = SLOT_LEN - 4;
+/// Atomic layout: spare physical blocks are 1/32 of the device, within these bounds.
+pub const MIN_SPARE: u64 = 8;
+pub const MAX_SPARE: u64 = 256;
+/// Atomic layout: bytes per map entry, and the most physical blocks an entry can name (its
+/// low 32 bits are the physical block number; see atomic.rs).
+pub const MAP_ENTRY: u64 = 8;
+pub const MAX_PHYS_BLOCKS: u64 = u32::MAX as u64;
 
 /// Where things are on the media.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -38,11 +57,29 @@ pub struct Layout {
     pub csum_off: u64,
     pub data_off: u64,
     pub region_len: u64,
+    /// Feature bits ([`FEATURE_CHECKSUM`], [`FEATURE_ATOMIC`]).
+    pub features: u64,
+    /// Atomic layout: offset of the block map (0 on a plain device).
+    pub map_off: u64,
+    /// Atomic layout: physical blocks beyond `nblocks`, the free pool (0 on a plain device).
+    pub spare: u64,
 }
 
 impl Layout {
-    /// The largest device that fits in `region_len` bytes.
-    pub fn compute(region_len: u64, block_size: u32, checksum: bool) -> Result<Layout> {
+    /// The largest device that fits in `region_len` bytes, plain or atomic.
+    pub fn compute(
+        region_len: u64,
+        block_size: u32,
+        checksum: bool,
+        atomic: bool,
+    ) -> Result<Layout> {
+        if atomic {
+            return Self::compute_atomic(region_len, block_size, checksum);
+        }
+        Self::compute_plain(region_len, block_size, checksum)
+    }
+
+    fn compute_plain(region_len: u64, block_size: u32, checksum: bool) -> Result<Layout> {
         if block_size != 512 && block_size != 4096 {
             return Err(BlkError::BadOption(format!(
                 "block size must be 512 or 4096, got {block_size}"
@@ -77,21 +114,113 @@ impl Layout {
             csum_off: if checksum { PAGE } else { 0 },
             data_off,
             region_len,
+            features: if checksum { FEATURE_CHECKSUM } else { 0 },
+            map_off: 0,
+            spare: 0,
+        })
+    }
+
+    /// Atomic layout: superblock page, map (8 bytes per logical block, page-rounded), then
+    /// `nblocks + spare` physical blocks. CRCs (with checksums on) live in the map entries.
+    fn compute_atomic(region_len: u64, block_size: u32, checksum: bool) -> Result<Layout> {
+        if block_size != 512 && block_size != 4096 {
+            return Err(BlkError::BadOption(format!(
+                "block size must be 512 or 4096, got {block_size}"
+            )));
+        }
+        let bs = block_size as u64;
+        let min = 2 * PAGE + (MIN_BLOCKS + MIN_SPARE) * bs;
+        if region_len < min {
+            return Err(BlkError::TooSmall {
+                len: region_len,
+                block_size,
+                min,
+            });
+        }
+        let avail = region_len - PAGE;
+        // Depends on the region and block size only, so decode can recompute it.
+        let spare = (avail / bs / 32).clamp(MIN_SPARE, MAX_SPARE);
+        let mut n = (avail - spare * bs) / (bs + MAP_ENTRY);
+        let map_bytes = |n: u64| (n * MAP_ENTRY).div_ceil(PAGE) * PAGE;
+        while n > 0 && PAGE + map_bytes(n) + (n + spare) * bs > region_len {
+            n -= 1;
+        }
+        if n < MIN_BLOCKS {
+            return Err(BlkError::TooSmall {
+                len: region_len,
+                block_size,
+                min,
+            });
+        }
+        if n + spare > MAX_PHYS_BLOCKS {
+            return Err(BlkError::BadOption(format!(
+                "an atomic device holds at most {MAX_PHYS_BLOCKS} physical blocks of {block_size} bytes; \
+                 {region_len} bytes would need {}: use a smaller size or larger blocks",
+                n + spare
+            )));
+        }
+        let data_off = PAGE + map_bytes(n);
+        assert!(data_off + (n + spare) * bs <= region_len);
+        Ok(Layout {
+            block_size,
+            nblocks: n,
+            csum_off: 0,
+            data_off,
+            region_len,
+            features: FEATURE_ATOMIC | if checksum { FEATURE_CHECKSUM } else { 0 },
+            map_off: PAGE,
+            spare,
         })
     }
 
     pub fn checksum(&self) -> bool {
-        self.csum_off != 0
+        self.features & FEATURE_CHECKSUM != 0
+    }
+
+    /// Whether blocks are reached through the map (atomic block writes).
+    #[inline]
+    pub fn atomic(&self) -> bool {
+        self.features & FEATURE_ATOMIC != 0
+    }
+
+    /// Physical blocks (logical blocks plus spares; equal to `nblocks` on a plain device).
+    pub fn phys_blocks(&self) -> u64 {
+        self.nblocks + self.spare
+    }
+
+    /// Media offset of physical block `p` (atomic layout).
+    #[inline]
+    pub fn phys_off(&self, p: u64) -> usize {
+        debug_assert!(self.atomic() && p < self.phys_blocks());
+        (self.data_off + p * self.block_size as u64) as usize
+    }
+
+    /// Media offset of logical block `b`'s map entry (atomic layout).
+    #[inline]
+    pub fn map_entry_off(&self, b: u64) -> usize {
+        debug_assert!(self.atomic() && b < self.nblocks);
+        (self.map_off + b * MAP_ENTRY) as usize
+    }
+
+    /// Offset the striped request locks are keyed by: where the block lives on a plain device,
+    /// its logical offset on an atomic one (it has no fixed place there).
+    #[inline]
+    pub fn lock_off(&self, b: u64) -> usize {
+        if self.atomic() {
+            (b * self.block_size as u64) as usize
+        } else {
+            self.block_off(b)
+        }
     }
 
     pub fn capacity(&self) -> u64 {
         self.nblocks * self.block_size as u64
     }
 
-    /// Media offset of block `b`.
+    /// Media offset of block `b` (plain layout).
     #[inline]
     pub fn block_off(&self, b: u64) -> usize {
-        debug_assert!(b < self.nblocks);
+        debug_assert!(!self.atomic() && b < self.nblocks);
         (self.data_off + b * self.block_size as u64) as usize
     }
 
@@ -160,8 +289,7 @@ impl Superblock {
         b[40..48].copy_from_slice(&l.nblocks.to_le_bytes());
         b[48..56].copy_from_slice(&l.data_off.to_le_bytes());
         b[56..64].copy_from_slice(&l.csum_off.to_le_bytes());
-        let features = if l.checksum() { FEATURE_CHECKSUM } else { 0 };
-        b[64..72].copy_from_slice(&features.to_le_bytes());
+        b[64..72].copy_from_slice(&l.features.to_le_bytes());
         b[72..80].copy_from_slice(&self.seq.to_le_bytes());
         b[80..84].copy_from_slice(&(self.clean as u32).to_le_bytes());
         b[84] = self.last_protect.map_or(0xff, |p| p.code());
@@ -170,6 +298,8 @@ impl Superblock {
         });
         b[88..96].copy_from_slice(&self.created_unix.to_le_bytes());
         b[96..104].copy_from_slice(&self.opens.to_le_bytes());
+        b[104..112].copy_from_slice(&l.map_off.to_le_bytes());
+        b[112..120].copy_from_slice(&l.spare.to_le_bytes());
         let crc = crc32c::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -192,20 +322,27 @@ impl Superblock {
             return Err(SlotError::Version(version));
         }
         let features = u64_at(64);
+        if features & !KNOWN_FEATURES != 0 {
+            return Err(SlotError::Features(features));
+        }
         let layout = Layout {
             block_size: u32_at(12),
             region_len: u64_at(32),
             nblocks: u64_at(40),
             data_off: u64_at(48),
             csum_off: u64_at(56),
+            features,
+            map_off: u64_at(104),
+            spare: u64_at(112),
         };
         let expect = Layout::compute(
             layout.region_len,
             layout.block_size,
             features & FEATURE_CHECKSUM != 0,
+            features & FEATURE_ATOMIC != 0,
         )
         .map_err(|e| SlotError::Layout(e.to_string()))?;
-        if expect != layout || features & !FEATURE_CHECKSUM != 0 {
+        if expect != layout {
             return Err(SlotError::Layout(format!(
                 "fields disagree with each other: {layout:?}, features {features:#x}"
             )));
@@ -228,8 +365,13 @@ impl Superblock {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum SlotError {
     Magic([u8; 8]),
-    Crc { stored: u32, computed: u32 },
+    Crc {
+        stored: u32,
+        computed: u32,
+    },
     Version(u32),
+    /// Feature bits this version does not know (a device made by a newer pmkit).
+    Features(u64),
     Layout(String),
 }
 
@@ -244,6 +386,11 @@ impl std::fmt::Display for SlotError {
                 )
             }
             SlotError::Version(v) => write!(f, "unsupported version {v}"),
+            SlotError::Features(x) => write!(
+                f,
+                "unknown feature bits {:#x} (this pmkit knows {KNOWN_FEATURES:#x})",
+                x & !KNOWN_FEATURES
+            ),
             SlotError::Layout(s) => write!(f, "inconsistent layout: {s}"),
         }
     }
@@ -275,6 +422,15 @@ pub fn read<M: Media>(m: &M) -> Result<Found> {
         m.read(SLOT_OFF[i] as usize, &mut b);
         match Superblock::decode(&b) {
             Ok(s) => found[i] = Some(s),
+            // Never fall back to the other slot past a feature we do not understand: the
+            // device's format may have changed under it.
+            Err(SlotError::Features(f)) => {
+                return Err(BlkError::UnknownFeatures {
+                    found: f,
+                    unknown: f & !KNOWN_FEATURES,
+                    known: KNOWN_FEATURES,
+                })
+            }
             Err(e) => errs[i] = Some(e),
         }
     }
@@ -336,7 +492,7 @@ mod tests {
         for len in [64 << 10, (1 << 20) + 4096, 1 << 30, 3 << 20] {
             for bs in [512, 4096] {
                 for ck in [false, true] {
-                    let l = Layout::compute(len, bs, ck).unwrap();
+                    let l = Layout::compute(len, bs, ck, false).unwrap();
                     assert!(l.data_off + l.capacity() <= len);
                     assert_eq!(l.data_off % PAGE, 0);
                     if ck {
@@ -357,14 +513,14 @@ mod tests {
             }
         }
         assert!(matches!(
-            Layout::compute(8192, 4096, false),
+            Layout::compute(8192, 4096, false, false),
             Err(BlkError::TooSmall { .. })
         ));
     }
 
     #[test]
     fn encode_decode_round_trip_and_corruption_is_caught() {
-        let sb = Superblock::new(Layout::compute(1 << 20, 512, true).unwrap());
+        let sb = Superblock::new(Layout::compute(1 << 20, 512, true, false).unwrap());
         let enc = sb.encode();
         assert_eq!(Superblock::decode(&enc).unwrap(), sb);
         for i in [0usize, 9, 40, 72, 100, 125] {
@@ -375,5 +531,54 @@ mod tests {
                 "flip at {i} must be caught"
             );
         }
+    }
+
+    #[test]
+    fn atomic_layouts_fit_and_round_trip() {
+        for len in [28 << 10, 64 << 10, (1 << 20) + 4096, 1 << 30, 3 << 20] {
+            for bs in [512u32, 4096] {
+                for ck in [false, true] {
+                    let Ok(l) = Layout::compute(len, bs, ck, true) else {
+                        let min = 2 * PAGE + (MIN_BLOCKS + MIN_SPARE) * bs as u64;
+                        assert!(len < min, "{len} {bs}");
+                        continue;
+                    };
+                    let b = bs as u64;
+                    assert!(l.atomic() && l.checksum() == ck && l.csum_off == 0);
+                    assert!((MIN_SPARE..=MAX_SPARE).contains(&l.spare));
+                    assert!(l.map_off + l.nblocks * MAP_ENTRY <= l.data_off);
+                    assert_eq!(l.data_off % PAGE, 0);
+                    assert!(l.data_off + l.phys_blocks() * b <= len);
+                    // Not wasteful: one more logical block (and its map entry) would not fit.
+                    let more = l.nblocks + 1;
+                    assert!(
+                        PAGE + (more * MAP_ENTRY).div_ceil(PAGE) * PAGE + (more + l.spare) * b
+                            > len,
+                        "{len} {bs} {ck}"
+                    );
+                    let sb = Superblock::new(l);
+                    assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_feature_bits_are_refused() {
+        let mut sb = Superblock::new(Layout::compute(1 << 20, 4096, false, true).unwrap());
+        sb.layout.features |= 1 << 9;
+        let enc = sb.encode();
+        assert_eq!(
+            Superblock::decode(&enc),
+            Err(SlotError::Features(FEATURE_ATOMIC | 1 << 9))
+        );
+        let m = pmkit_media::crashsim::CrashSim::new(1 << 20);
+        m.write(0, &enc);
+        let e = read(&m).unwrap_err();
+        assert!(
+            matches!(e, BlkError::UnknownFeatures { unknown: 0x200, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("newer pmkit"), "{e}");
     }
 }

@@ -153,6 +153,7 @@ fn run(seed: u64, write: WriteScheme, bs: u32, checksum: bool, domain: Domain) {
                 block_size: bs,
                 checksum,
                 zero_data: true,
+                atomic: false,
             };
             let dev = Device::create(SimRef(sim), &create, &eng).expect("create on the simulator");
             assert_eq!(dev.capacity() as usize, nblocks * bsz, "test sizing");

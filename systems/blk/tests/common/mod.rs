@@ -66,3 +66,101 @@ pub fn pattern(tag: u64, block: u64, bs: usize) -> Vec<u8> {
     }
     v
 }
+
+/// Block `block` as written by write number `seq` (0: the zeroed block of a fresh device):
+/// every 8-byte word carries (block, seq, word index), so a block mixing two writes (or
+/// holding a block written elsewhere) is detected by [`unstamp`].
+pub fn stamp(block: u64, seq: u64, bs: usize) -> Vec<u8> {
+    let mut v = vec![0u8; bs];
+    if seq == 0 {
+        return v;
+    }
+    assert!(block < 1 << 20 && seq < 1 << 28 && bs / 8 <= 1 << 16);
+    for (i, c) in v.chunks_mut(8).enumerate() {
+        c.copy_from_slice(&(block << 44 | seq << 16 | i as u64).to_le_bytes());
+    }
+    v
+}
+
+/// The write number a block read back holds, or a description of why it holds no single
+/// write to this block (a mix of two, or a foreign block).
+pub fn unstamp(block: u64, data: &[u8]) -> Result<u64, String> {
+    if data.iter().all(|&b| b == 0) {
+        return Ok(0);
+    }
+    let word = |i: usize| u64::from_le_bytes(data[i * 8..i * 8 + 8].try_into().unwrap());
+    let first = word(0);
+    let seq = (first >> 16) & ((1 << 28) - 1);
+    let want = stamp(block, seq, data.len());
+    if seq != 0 && data == want.as_slice() {
+        return Ok(seq);
+    }
+    let seqs: std::collections::BTreeSet<String> = (0..data.len() / 8)
+        .map(|i| {
+            let w = word(i);
+            if w == 0 {
+                "zero".to_string()
+            } else {
+                format!("b{}:s{}", w >> 44, (w >> 16) & ((1 << 28) - 1))
+            }
+        })
+        .collect();
+    Err(format!(
+        "block {block} is a mix of {} writes: {:?}",
+        seqs.len(),
+        seqs.iter().take(6).collect::<Vec<_>>()
+    ))
+}
+
+/// The crash driver hands the workload `&CrashSim`; the device owns its media (`M: 'static`).
+/// This wrapper bridges the two for a workload only: the device built on it is dropped before
+/// the workload returns, while the borrow is live.
+pub struct SimRef(pub *const pmkit_media::crashsim::CrashSim);
+// SAFETY: CrashSim is Send + Sync; the pointee outlives every use (see above).
+unsafe impl Send for SimRef {}
+unsafe impl Sync for SimRef {}
+impl SimRef {
+    fn sim(&self) -> &pmkit_media::crashsim::CrashSim {
+        // SAFETY: see the type's comment.
+        unsafe { &*self.0 }
+    }
+}
+impl pmkit_media::Media for SimRef {
+    fn len(&self) -> usize {
+        self.sim().len()
+    }
+    fn domain(&self) -> pmkit_media::Domain {
+        self.sim().domain()
+    }
+    fn read(&self, off: usize, dst: &mut [u8]) {
+        self.sim().read(off, dst)
+    }
+    fn write(&self, off: usize, src: &[u8]) {
+        self.sim().write(off, src)
+    }
+    fn write_nt(&self, off: usize, src: &[u8]) {
+        self.sim().write_nt(off, src)
+    }
+    fn flush(&self, off: usize, len: usize, how: pmkit_media::Flush) {
+        self.sim().flush(off, len, how)
+    }
+    fn fence(&self, kind: pmkit_media::Fence) {
+        self.sim().fence(kind)
+    }
+    fn sync_pages(&self, off: usize, len: usize) -> pmkit_media::Result<()> {
+        self.sim().sync_pages(off, len)
+    }
+    fn load_u64(&self, off: usize) -> u64 {
+        self.sim().load_u64(off)
+    }
+    fn store_u64(&self, off: usize, v: u64) {
+        self.sim().store_u64(off, v)
+    }
+    fn cas_u64(&self, off: usize, c: u64, n: u64) -> Result<u64, u64> {
+        self.sim().cas_u64(off, c, n)
+    }
+    fn cas_u128(&self, off: usize, c: u128, n: u128) -> Result<u128, u128> {
+        self.sim().cas_u128(off, c, n)
+    }
+}
+impl pmkit_blk::BlkMedia for SimRef {}

@@ -1,0 +1,438 @@
+//! Atomic block writes (`--atomic`, BTT-class): a logical block reaches its data through a map
+//! entry in PM, a write lands in a free physical block and is published by one persisted 8-byte
+//! map store. A crash leaves each block's map entry either old or new, never between, so every
+//! block holds one whole write.
+//!
+//! **Map entry** (8 bytes, little-endian): bits 0..32 the physical block number, bits 32..64 the
+//! CRC32C of the block's data with `--checksum` (else zero). Data and CRC change together in the
+//! one atomic store, so checksums cost no extra persisted line.
+//!
+//! **No log.** The map is the only persistent metadata. The free physical blocks are exactly
+//! those no map entry names; `open` rebuilds them by one scan of the map (8 bytes per block,
+//! read-only). A write interrupted before its map store persisted is discarded (its block was
+//! free and stays free); one whose map store persisted is complete (its data was durable
+//! before the store was issued). So recovery writes nothing and a crash during recovery is
+//! harmless. BTT's flog buys an O(lanes) open for one more persisted line and fence per write;
+//! this design spends O(map) at open instead (docs/blk.md has the numbers).
+//!
+//! **Ordering of a write** of blocks `b..b+k` (one lane held): pop `k` free blocks; copy the
+//! data into them and make it durable (the write scheme's stores + fence; persist now for the
+//! deferred schemes); load the old entries, store the new ones, flush their lines, fence; only
+//! then push the old physical blocks onto the lane's free list. A block is never reused before
+//! the map store that unmapped it is durable, so a crash can never expose a reused block.
+//!
+//! **Readers never see a block reused under them.** A reader holds its logical blocks' stripe
+//! locks shared (as on a plain device) from the map load to the end of the copy; a writer to
+//! the same logical block holds them exclusively, and only a writer to that logical block can
+//! unmap (and so free) the physical block the reader is copying. The pt-batch drain, which
+//! does not take stripes, holds the block's buffer mutex, which its readers hold too.
+//!
+//! **Lanes**: free physical blocks are split over up to [`MAX_LANES`] lanes of a few blocks
+//! each. A thread uses its own lane (round-robin by thread), or any free one, and holds it for
+//! one request; a write pops and pushes as many blocks, so a lane never runs dry.
+
+use crate::device::Inner;
+use crate::error::{BlkError, Result};
+use crate::gate::BlkMedia;
+use crate::stats::Ctr;
+use crate::superblock::{Layout, MAP_ENTRY};
+use parking_lot::{Mutex, MutexGuard};
+use pmkit_media::{Domain, Fence, Flush, Media, WriteScheme};
+use serde::Serialize;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Most lanes (free lists) of a device.
+pub const MAX_LANES: usize = 64;
+/// Free blocks a lane gets (the spares are split evenly; a lane has at least one).
+pub const FREE_PER_LANE: usize = 4;
+/// Blocks of one request published together (one fence for their data, one for their map
+/// entries); bounded by the lane's free blocks.
+const MAX_CHUNK: usize = 8;
+/// Map entries read at once by a read request or a scan.
+const READ_CHUNK: usize = 64;
+const SCAN_CHUNK: usize = 4096;
+/// Problems a scan describes in words (all are counted).
+const MAX_EXAMPLES: usize = 10;
+
+#[inline]
+pub fn entry(pba: u64, crc: u32) -> u64 {
+    debug_assert!(pba <= u32::MAX as u64);
+    pba | (crc as u64) << 32
+}
+
+#[inline]
+pub fn entry_pba(e: u64) -> u64 {
+    e & u32::MAX as u64
+}
+
+#[inline]
+pub fn entry_crc(e: u64) -> u32 {
+    (e >> 32) as u32
+}
+
+/// What a scan of the map found: the free blocks (unmapped) and any inconsistency.
+#[derive(Debug, Clone, Serialize)]
+pub struct MapScan {
+    /// Map entries read (= logical blocks).
+    pub entries: u64,
+    /// Physical blocks named by no entry. Complete and exact when `problems == 0`: then it
+    /// holds exactly `spare` blocks.
+    #[serde(skip)]
+    pub free: Vec<u32>,
+    pub free_blocks: u64,
+    /// Entries naming a block past the end, a block another entry names too, or (without
+    /// checksums) with CRC bits set.
+    pub problems: u64,
+    pub examples: Vec<String>,
+}
+
+impl MapScan {
+    fn problem(&mut self, what: String) {
+        self.problems += 1;
+        if self.examples.len() < MAX_EXAMPLES {
+            self.examples.push(what);
+        }
+    }
+}
+
+/// Read the whole map and derive the free blocks. Read-only. Used by open (recovery) and check.
+pub fn scan_map<M: Media>(m: &M, l: &Layout) -> MapScan {
+    assert!(l.atomic());
+    let nphys = l.phys_blocks();
+    // The logical block naming each physical one (u32::MAX: none yet).
+    let mut owner = vec![u32::MAX; nphys as usize];
+    let mut s = MapScan {
+        entries: 0,
+        free: vec![],
+        free_blocks: 0,
+        problems: 0,
+        examples: vec![],
+    };
+    let mut buf = vec![0u8; SCAN_CHUNK * MAP_ENTRY as usize];
+    let mut b = 0u64;
+    while b < l.nblocks {
+        let n = ((l.nblocks - b) as usize).min(SCAN_CHUNK);
+        m.read(l.map_entry_off(b), &mut buf[..n * 8]);
+        for k in 0..n {
+            let e = u64::from_le_bytes(buf[k * 8..k * 8 + 8].try_into().unwrap());
+            let lb = b + k as u64;
+            let p = entry_pba(e);
+            if p >= nphys {
+                s.problem(format!(
+                    "block {lb}: map entry {e:#018x} names physical block {p}, past the last ({})",
+                    nphys - 1
+                ));
+                continue;
+            }
+            if !l.checksum() && entry_crc(e) != 0 {
+                s.problem(format!(
+                    "block {lb}: map entry {e:#018x} has CRC bits set on a device without checksums"
+                ));
+            }
+            let o = &mut owner[p as usize];
+            if *o != u32::MAX {
+                let first = *o;
+                s.problem(format!(
+                    "physical block {p} is mapped twice: by blocks {first} and {lb}"
+                ));
+            } else {
+                *o = lb as u32;
+            }
+        }
+        s.entries += n as u64;
+        b += n as u64;
+    }
+    s.free = (0..nphys as u32)
+        .filter(|&p| owner[p as usize] == u32::MAX)
+        .collect();
+    s.free_blocks = s.free.len() as u64;
+    if s.problems == 0 {
+        // n distinct in-range entries leave exactly the spares.
+        assert_eq!(s.free_blocks, l.spare, "map scan arithmetic");
+    }
+    s
+}
+
+/// The free physical blocks, split over lanes.
+pub(crate) struct Lanes {
+    lanes: Box<[Lane]>,
+}
+
+#[repr(align(128))]
+struct Lane {
+    free: Mutex<Vec<u32>>,
+}
+
+fn thread_hint() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    HINT.with(|h| {
+        if h.get() == usize::MAX {
+            h.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        h.get()
+    })
+}
+
+impl Lanes {
+    pub fn new(free: &[u32]) -> Lanes {
+        assert!(!free.is_empty(), "an atomic device has spare blocks");
+        let n = (free.len() / FREE_PER_LANE).clamp(1, MAX_LANES);
+        let mut lists: Vec<Vec<u32>> = (0..n)
+            .map(|_| Vec::with_capacity(free.len().div_ceil(n)))
+            .collect();
+        for (i, &p) in free.iter().enumerate() {
+            lists[i % n].push(p);
+        }
+        Lanes {
+            lanes: lists
+                .into_iter()
+                .map(|l| Lane {
+                    free: Mutex::new(l),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// This thread's lane if it is free, else any free lane, else wait for this thread's.
+    #[inline]
+    fn acquire(&self) -> MutexGuard<'_, Vec<u32>> {
+        let n = self.lanes.len();
+        let mine = thread_hint() % n;
+        for i in 0..n {
+            if let Some(g) = self.lanes[(mine + i) % n].free.try_lock() {
+                return g;
+            }
+        }
+        self.lanes[mine].free.lock()
+    }
+
+    /// Every free block, sorted (for tests and `check` of a live device).
+    pub fn free_blocks(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .lanes
+            .iter()
+            .flat_map(|l| l.free.lock().clone())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+impl<M: BlkMedia> Inner<M> {
+    /// Write blocks `b0..` atomically each. The caller holds their stripes exclusively (or,
+    /// in pt-batch, their buffer mutexes). Every block is durable when this returns.
+    pub(crate) fn atomic_write(&self, b0: u64, src: &[u8]) -> Result<()> {
+        let bs = self.layout.block_size as usize;
+        let lanes = self.lanes.as_ref().expect("atomic device has lanes");
+        let mut lane = lanes.acquire();
+        assert!(!lane.is_empty(), "a lane never runs dry");
+        let n = src.len() / bs;
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(lane.len()).min(MAX_CHUNK);
+            let mut new = [0u64; MAX_CHUNK];
+            for slot in new.iter_mut().take(k) {
+                *slot = lane.pop().expect("k <= free blocks") as u64;
+            }
+            let b = b0 + done as u64;
+            let data = &src[done * bs..(done + k) * bs];
+            let olds = self
+                .stage(&new[..k], data)
+                .and_then(|entries| self.publish(b, &entries[..k]));
+            match olds {
+                Ok(olds) => lane.extend(olds[..k].iter().map(|&p| p as u32)),
+                Err(e) => {
+                    // Nothing was published: the blocks are still free.
+                    lane.extend(new[..k].iter().map(|&p| p as u32));
+                    return Err(e);
+                }
+            }
+            self.stats.add(Ctr::AtomicBlocks, k as u64);
+            done += k;
+        }
+        Ok(())
+    }
+
+    /// Copy `data` into the free physical blocks `pbas` and make it durable; returns the map
+    /// entries that will publish them.
+    fn stage(&self, pbas: &[u64], data: &[u8]) -> Result<[u64; MAX_CHUNK]> {
+        let bs = self.layout.block_size as usize;
+        let p = &self.persister;
+        let deferred = p.scheme().deferred();
+        let mut entries = [0u64; MAX_CHUNK];
+        for (j, (&pba, blk)) in pbas.iter().zip(data.chunks(bs)).enumerate() {
+            let off = self.layout.phys_off(pba);
+            let last = j + 1 == pbas.len();
+            self.gate.write(&self.media, off, bs, &self.windows, |v| {
+                self.emu.write(bs, || {
+                    if deferred {
+                        // The map store must not become durable before the data: persist
+                        // now instead of at the next barrier.
+                        v.write(off, blk);
+                        p.persist_now(v, off, bs)
+                    } else {
+                        p.write(v, off, blk);
+                        if last {
+                            p.fence(v); // one fence for the chunk's data
+                        }
+                        Ok(())
+                    }
+                })
+            })??;
+            let crc = if !self.layout.checksum() {
+                0
+            } else if crate::device::is_zeroes(blk) {
+                self.zero_crc
+            } else {
+                crc32c::crc32c(blk)
+            };
+            entries[j] = entry(pba, crc);
+        }
+        if self.write_verify {
+            let mut back = [0u8; crate::device::MAX_BLOCK];
+            for (j, &pba) in pbas.iter().enumerate() {
+                let off = self.layout.phys_off(pba);
+                self.gate.read(&self.media, off, bs, &self.windows, |v| {
+                    v.read(off, &mut back[..bs])
+                })?;
+                if back[..bs] != data[j * bs..(j + 1) * bs] {
+                    self.stats.add(Ctr::VerifyFailures, 1);
+                    return Err(BlkError::VerifyFailed {
+                        block: pba, // physical; the logical block keeps its old data
+                    });
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Swap the map entries of blocks `b..b+k` to `entries` and persist them (one flush of
+    /// their lines, one fence). Returns the physical blocks they named before.
+    fn publish(&self, b: u64, entries: &[u64]) -> Result<[u64; MAX_CHUNK]> {
+        let k = entries.len();
+        let off = self.layout.map_entry_off(b);
+        let len = k * MAP_ENTRY as usize;
+        let nphys = self.layout.phys_blocks();
+        let msync = self.persister.scheme() == WriteScheme::Msync;
+        let mut olds = [0u64; MAX_CHUNK];
+        self.gate
+            .write(&self.media, off, len, &self.windows, |v| {
+                for (j, old) in olds.iter_mut().take(k).enumerate() {
+                    let e = v.load_u64(off + j * 8);
+                    if entry_pba(e) >= nphys {
+                        // A stray write hit the map: never free a bogus block.
+                        return Err(BlkError::MapCorrupt {
+                            why: format!("block {}: entry {e:#018x} out of range", b + j as u64),
+                        });
+                    }
+                    *old = entry_pba(e);
+                }
+                for (j, &e) in entries.iter().enumerate() {
+                    v.store_u64(off + j * 8, e);
+                }
+                if msync {
+                    v.sync_pages(off, len)?;
+                } else {
+                    if v.domain() == Domain::Adr {
+                        v.flush(off, len, Flush::best());
+                    }
+                    v.fence(Fence::Sfence);
+                }
+                Ok(())
+            })??;
+        Ok(olds)
+    }
+
+    /// Read blocks `b0..` through the map. The caller holds their stripes shared (or their
+    /// buffer mutexes), so no writer can free the physical blocks during the copy.
+    pub(crate) fn atomic_read(&self, b0: u64, dst: &mut [u8]) -> Result<()> {
+        let r = self.atomic_read_blocks(b0, dst);
+        if r.is_err() {
+            dst.fill(0); // never hand out part of a failed read
+        }
+        r
+    }
+
+    fn atomic_read_blocks(&self, b0: u64, dst: &mut [u8]) -> Result<()> {
+        let bs = self.layout.block_size as usize;
+        let nphys = self.layout.phys_blocks();
+        let n = dst.len() / bs;
+        let mut entries = [0u64; READ_CHUNK];
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(READ_CHUNK);
+            let b = b0 + done as u64;
+            let moff = self.layout.map_entry_off(b);
+            self.gate
+                .read(&self.media, moff, k * 8, &self.windows, |v| {
+                    for (j, e) in entries.iter_mut().take(k).enumerate() {
+                        *e = v.load_u64(moff + j * 8);
+                    }
+                })?;
+            for (j, &e) in entries.iter().take(k).enumerate() {
+                let pba = entry_pba(e);
+                if pba >= nphys {
+                    return Err(BlkError::MapCorrupt {
+                        why: format!("block {}: entry {e:#018x} out of range", b + j as u64),
+                    });
+                }
+                let off = self.layout.phys_off(pba);
+                let out = &mut dst[(done + j) * bs..(done + j + 1) * bs];
+                self.gate.read(&self.media, off, bs, &self.windows, |v| {
+                    self.emu.read(bs, || v.read(off, out))
+                })?;
+                if self.layout.checksum() {
+                    let computed = crc32c::crc32c(out);
+                    if computed != entry_crc(e) {
+                        self.stats.add(Ctr::ChecksumErrors, 1);
+                        let block = b + j as u64;
+                        return Err(BlkError::Checksum {
+                            block,
+                            off: block * bs as u64,
+                            stored: entry_crc(e),
+                            computed,
+                        });
+                    }
+                }
+            }
+            done += k;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip() {
+        let e = entry(0xdead_beef, 0x1234_5678);
+        assert_eq!((entry_pba(e), entry_crc(e)), (0xdead_beef, 0x1234_5678));
+        assert_eq!(entry(7, 0), 7);
+    }
+
+    #[test]
+    fn lanes_split_the_free_blocks_and_hand_out_distinct_lanes() {
+        let free: Vec<u32> = (100..110).collect();
+        let lanes = Lanes::new(&free);
+        assert_eq!(lanes.count(), 2);
+        assert_eq!(lanes.free_blocks(), free);
+        let a = lanes.acquire();
+        let b = lanes.acquire(); // the other lane: try_lock skips the held one
+        assert_eq!(a.len() + b.len(), 10);
+        drop((a, b));
+        let one = Lanes::new(&[5]);
+        assert_eq!(one.count(), 1);
+        let big: Vec<u32> = (0..1000).collect();
+        assert_eq!(Lanes::new(&big).count(), MAX_LANES);
+    }
+}
