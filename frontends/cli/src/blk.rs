@@ -110,6 +110,10 @@ pub struct CreateArgs {
     /// Keep a CRC32C per block in PM and verify it on every read
     #[arg(long)]
     pub checksum: bool,
+    /// Atomic block writes (BTT-class): every block write is all-or-nothing across a power
+    /// failure (a block map plus spare blocks; multi-block requests are atomic per block)
+    #[arg(long)]
+    pub atomic: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Print JSON
@@ -137,7 +141,7 @@ pub struct CheckArgs {
 }
 
 pub fn create(a: CreateArgs) -> Result<ExitCode> {
-    let create = CreateOptions { block_size: a.block_size, checksum: a.checksum, zero_data: true };
+    let create = CreateOptions { block_size: a.block_size, checksum: a.checksum, zero_data: true, atomic: a.atomic };
     let dev = pmkit_blk::create_path(&a.path, a.size, &create, &a.engine.to_options())
         .with_context(|| format!("cannot create a block device at {}", a.path.display()))?;
     let info = dev.info();
@@ -149,12 +153,17 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
             eprintln!("note: {n}");
         }
         println!(
-            "created {}: {} blocks of {} bytes ({} bytes), checksums {}, uuid {}",
+            "created {}: {} blocks of {} bytes ({} bytes), checksums {}, {}, uuid {}",
             a.path.display(),
             info.capacity / info.block_size as u64,
             info.block_size,
             info.capacity,
             if info.checksum { "on" } else { "off" },
+            if info.atomic {
+                format!("atomic block writes ({} spare blocks in {} lanes)", info.superblock.layout.spare, info.lanes)
+            } else {
+                "plain (no block atomicity)".to_string()
+            },
             info.superblock.uuid_string()
         );
     }
@@ -182,17 +191,39 @@ fn print_info(path: &std::path::Path, f: &Found, in_use: bool) {
     row("version", sb.version.to_string());
     row("block size", l.block_size.to_string());
     row("capacity", format!("{} bytes ({} blocks)", l.capacity(), l.nblocks));
-    row("checksums", if l.checksum() { "on (CRC32C per block, in PM)".into() } else { "off".into() });
-    row(
-        "layout",
-        format!(
-            "superblock 0..4096, {}data {}..{} of {} bytes",
-            if l.checksum() { format!("CRC table {}..{}, ", l.csum_off, l.data_off) } else { String::new() },
-            l.data_off,
-            l.data_off + l.capacity(),
-            l.region_len
-        ),
-    );
+    if l.atomic() {
+        row("checksums", if l.checksum() { "on (CRC32C per block, in its map entry)".into() } else { "off".into() });
+        row("atomic", "yes: each block write is all-or-nothing (map + spare blocks; per block in multi-block requests)".into());
+        let map_end = l.map_off + l.nblocks * pmkit_blk::superblock::MAP_ENTRY;
+        row(
+            "layout",
+            format!(
+                "superblock 0..4096, map {}..{} ({} entries of 8 bytes), physical blocks {}..{} ({} = {} + {} spare) of {} bytes",
+                l.map_off,
+                map_end,
+                l.nblocks,
+                l.data_off,
+                l.data_off + l.phys_blocks() * l.block_size as u64,
+                l.phys_blocks(),
+                l.nblocks,
+                l.spare,
+                l.region_len
+            ),
+        );
+    } else {
+        row("checksums", if l.checksum() { "on (CRC32C per block, in PM)".into() } else { "off".into() });
+        row("atomic", "no (a block being written at a crash may be torn)".into());
+        row(
+            "layout",
+            format!(
+                "superblock 0..4096, {}data {}..{} of {} bytes",
+                if l.checksum() { format!("CRC table {}..{}, ", l.csum_off, l.data_off) } else { String::new() },
+                l.data_off,
+                l.data_off + l.capacity(),
+                l.region_len
+            ),
+        );
+    }
     let state = match (in_use, sb.clean) {
         (true, _) => "in use by another process".to_string(),
         (false, true) => "clean".to_string(),
@@ -235,6 +266,12 @@ fn print_check(path: &std::path::Path, r: &CheckReport) {
             sb.layout.nblocks,
             sb.layout.block_size
         );
+        if let Some(m) = &r.map {
+            println!(
+                "map: {} entries, {} problems; free blocks {} (spares {})",
+                m.entries, m.problems, m.free_blocks, sb.layout.spare
+            );
+        }
         if sb.layout.checksum() {
             println!("checksums: {} blocks checked, {} bad", r.blocks_checked, r.bad_blocks);
         }
