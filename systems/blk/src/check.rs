@@ -72,6 +72,7 @@ pub fn check<M: Media>(m: &M, mark_clean: bool) -> Result<CheckReport> {
             | BlkError::BadVersion { .. }
             | BlkError::BadSuperblock { .. }
             | BlkError::SizeMismatch { .. }
+            | BlkError::UnknownFeatures { .. }
             | BlkError::TooSmall { .. }),
         ) => {
             r.error(e.to_string());
