@@ -27,6 +27,11 @@
 //! unmap (and so free) the physical block the reader is copying. The pt-batch drain, which
 //! does not take stripes, holds the block's buffer mutex, which its readers hold too.
 //!
+//! **DRAM copy of the map**: the map is also kept in DRAM (8 bytes per block, 0.2 % of the
+//! capacity at 4 KiB blocks), read and updated under the same locks as the PM map, so a read
+//! finds its physical block and a write its old one without a PM load (a cache miss each on a
+//! random access). PM stays the truth: open rebuilds the copy from it.
+//!
 //! **Lanes**: free physical blocks are split over up to [`MAX_LANES`] lanes of a few blocks
 //! each. A thread uses its own lane (round-robin by thread), or any free one, and holds it for
 //! one request; a write pops and pushes as many blocks, so a lane never runs dry.
@@ -40,7 +45,7 @@ use parking_lot::{Mutex, MutexGuard};
 use pmkit_media::{Domain, Fence, Flush, Media, WriteScheme};
 use serde::Serialize;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Most lanes (free lists) of a device.
 pub const MAX_LANES: usize = 64;
@@ -49,8 +54,7 @@ pub const FREE_PER_LANE: usize = 4;
 /// Blocks of one request published together (one fence for their data, one for their map
 /// entries); bounded by the lane's free blocks.
 const MAX_CHUNK: usize = 8;
-/// Map entries read at once by a read request or a scan.
-const READ_CHUNK: usize = 64;
+/// Map entries read at once by a scan.
 const SCAN_CHUNK: usize = 4096;
 /// Problems a scan describes in words (all are counted).
 const MAX_EXAMPLES: usize = 10;
@@ -80,6 +84,9 @@ pub struct MapScan {
     /// holds exactly `spare` blocks.
     #[serde(skip)]
     pub free: Vec<u32>,
+    /// Every entry as read (for the DRAM copy of the map).
+    #[serde(skip)]
+    pub map: Vec<u64>,
     pub free_blocks: u64,
     /// Entries naming a block past the end, a block another entry names too, or (without
     /// checksums) with CRC bits set.
@@ -105,6 +112,7 @@ pub fn scan_map<M: Media>(m: &M, l: &Layout) -> MapScan {
     let mut s = MapScan {
         entries: 0,
         free: vec![],
+        map: Vec::with_capacity(l.nblocks as usize),
         free_blocks: 0,
         problems: 0,
         examples: vec![],
@@ -116,6 +124,7 @@ pub fn scan_map<M: Media>(m: &M, l: &Layout) -> MapScan {
         m.read(l.map_entry_off(b), &mut buf[..n * 8]);
         for k in 0..n {
             let e = u64::from_le_bytes(buf[k * 8..k * 8 + 8].try_into().unwrap());
+            s.map.push(e);
             let lb = b + k as u64;
             let p = entry_pba(e);
             if p >= nphys {
@@ -152,6 +161,30 @@ pub fn scan_map<M: Media>(m: &M, l: &Layout) -> MapScan {
         assert_eq!(s.free_blocks, l.spare, "map scan arithmetic");
     }
     s
+}
+
+/// The DRAM copy of the map. Entry `b` is read and written only under block `b`'s stripe
+/// (shared / exclusive) or, in pt-batch, its buffer mutex, so `Relaxed` suffices.
+pub(crate) struct MapCache {
+    map: Box<[AtomicU64]>,
+}
+
+impl MapCache {
+    pub fn new(entries: &[u64]) -> MapCache {
+        MapCache {
+            map: entries.iter().map(|&e| AtomicU64::new(e)).collect(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, b: u64) -> u64 {
+        self.map[b as usize].load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn set(&self, b: u64, e: u64) {
+        self.map[b as usize].store(e, Ordering::Relaxed)
+    }
 }
 
 /// The free physical blocks, split over lanes.
@@ -322,19 +355,17 @@ impl<M: BlkMedia> Inner<M> {
         let len = k * MAP_ENTRY as usize;
         let nphys = self.layout.phys_blocks();
         let msync = self.persister.scheme() == WriteScheme::Msync;
+        let cache = self
+            .map_cache
+            .as_ref()
+            .expect("atomic device has a map cache");
         let mut olds = [0u64; MAX_CHUNK];
+        for (j, old) in olds.iter_mut().take(k).enumerate() {
+            *old = entry_pba(cache.get(b + j as u64));
+            assert!(*old < nphys, "the DRAM map holds only in-range entries");
+        }
         self.gate
             .write(&self.media, off, len, &self.windows, |v| {
-                for (j, old) in olds.iter_mut().take(k).enumerate() {
-                    let e = v.load_u64(off + j * 8);
-                    if entry_pba(e) >= nphys {
-                        // A stray write hit the map: never free a bogus block.
-                        return Err(BlkError::MapCorrupt {
-                            why: format!("block {}: entry {e:#018x} out of range", b + j as u64),
-                        });
-                    }
-                    *old = entry_pba(e);
-                }
                 for (j, &e) in entries.iter().enumerate() {
                     v.store_u64(off + j * 8, e);
                 }
@@ -346,8 +377,11 @@ impl<M: BlkMedia> Inner<M> {
                     }
                     v.fence(Fence::Sfence);
                 }
-                Ok(())
+                Ok::<_, BlkError>(())
             })??;
+        for (j, &e) in entries.iter().enumerate() {
+            cache.set(b + j as u64, e);
+        }
         Ok(olds)
     }
 
@@ -364,46 +398,31 @@ impl<M: BlkMedia> Inner<M> {
     fn atomic_read_blocks(&self, b0: u64, dst: &mut [u8]) -> Result<()> {
         let bs = self.layout.block_size as usize;
         let nphys = self.layout.phys_blocks();
-        let n = dst.len() / bs;
-        let mut entries = [0u64; READ_CHUNK];
-        let mut done = 0;
-        while done < n {
-            let k = (n - done).min(READ_CHUNK);
-            let b = b0 + done as u64;
-            let moff = self.layout.map_entry_off(b);
-            self.gate
-                .read(&self.media, moff, k * 8, &self.windows, |v| {
-                    for (j, e) in entries.iter_mut().take(k).enumerate() {
-                        *e = v.load_u64(moff + j * 8);
-                    }
-                })?;
-            for (j, &e) in entries.iter().take(k).enumerate() {
-                let pba = entry_pba(e);
-                if pba >= nphys {
-                    return Err(BlkError::MapCorrupt {
-                        why: format!("block {}: entry {e:#018x} out of range", b + j as u64),
+        let cache = self
+            .map_cache
+            .as_ref()
+            .expect("atomic device has a map cache");
+        for (j, out) in dst.chunks_mut(bs).enumerate() {
+            let block = b0 + j as u64;
+            let e = cache.get(block);
+            let pba = entry_pba(e);
+            assert!(pba < nphys, "the DRAM map holds only in-range entries");
+            let off = self.layout.phys_off(pba);
+            self.gate.read(&self.media, off, bs, &self.windows, |v| {
+                self.emu.read(bs, || v.read(off, out))
+            })?;
+            if self.layout.checksum() {
+                let computed = crc32c::crc32c(out);
+                if computed != entry_crc(e) {
+                    self.stats.add(Ctr::ChecksumErrors, 1);
+                    return Err(BlkError::Checksum {
+                        block,
+                        off: block * bs as u64,
+                        stored: entry_crc(e),
+                        computed,
                     });
                 }
-                let off = self.layout.phys_off(pba);
-                let out = &mut dst[(done + j) * bs..(done + j + 1) * bs];
-                self.gate.read(&self.media, off, bs, &self.windows, |v| {
-                    self.emu.read(bs, || v.read(off, out))
-                })?;
-                if self.layout.checksum() {
-                    let computed = crc32c::crc32c(out);
-                    if computed != entry_crc(e) {
-                        self.stats.add(Ctr::ChecksumErrors, 1);
-                        let block = b + j as u64;
-                        return Err(BlkError::Checksum {
-                            block,
-                            off: block * bs as u64,
-                            stored: entry_crc(e),
-                            computed,
-                        });
-                    }
-                }
             }
-            done += k;
         }
         Ok(())
     }

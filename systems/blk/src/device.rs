@@ -1,7 +1,7 @@
 //! The device: request checking, locking, and the one data path every protection mode and
 //! write scheme shares.
 
-use crate::atomic::{self, Lanes};
+use crate::atomic::{self, Lanes, MapCache};
 use crate::batch::Batch;
 use crate::error::{BlkError, Result};
 use crate::gate::{BlkMedia, Gate, View, WindowCount};
@@ -49,6 +49,8 @@ pub(crate) struct Inner<M: BlkMedia> {
     pub(crate) write_verify: bool,
     /// Free physical blocks of an atomic device (rebuilt from the map at open).
     pub(crate) lanes: Option<Lanes>,
+    /// DRAM copy of an atomic device's map.
+    pub(crate) map_cache: Option<MapCache>,
     max_request: usize,
     pub(crate) stats: Recorder,
     pub(crate) windows: WindowCount,
@@ -129,7 +131,7 @@ impl<M: BlkMedia> Device<M> {
         }
         // Recovery of an atomic device: the free blocks are those no map entry names. Read
         // only; an interrupted write whose map store did not persist is thereby discarded.
-        let lanes = if layout.atomic() {
+        let (lanes, map_cache) = if layout.atomic() {
             let scan = atomic::scan_map(&media, &layout);
             if scan.problems > 0 {
                 return Err(BlkError::MapCorrupt {
@@ -140,9 +142,9 @@ impl<M: BlkMedia> Device<M> {
                     ),
                 });
             }
-            Some(Lanes::new(&scan.free))
+            (Some(Lanes::new(&scan.free)), Some(MapCache::new(&scan.map)))
         } else {
-            None
+            (None, None)
         };
         if !was_clean && layout.atomic() {
             notes.push(
@@ -178,6 +180,7 @@ impl<M: BlkMedia> Device<M> {
             subpage: engine.subpage,
             write_verify: engine.write_verify,
             lanes,
+            map_cache,
             max_request: engine.max_request,
             stats: Recorder::default(),
             windows: WindowCount::default(),
