@@ -517,15 +517,21 @@ pub fn overview(a: FigArgs) -> Result<ExitCode> {
     run_figure(&a, "overview", "Fig. 11", configs, cells, notes)
 }
 
+/// One emulation setting's result. Two phases of one small-file workload: a write-heavy phase
+/// (create, write, fsync each file; like the paper's tpcc, sensitive to write speed) and a
+/// read-heavy one (read every file back with O_DIRECT, several passes; like tpch).
 #[derive(Serialize)]
 struct EmulationPoint {
     rdsx: u32,
     wrsx: u32,
-    /// Median files per second (each file: written + fsync'ed, then read back with O_DIRECT).
-    files_per_s: f64,
-    rounds: Vec<f64>,
-    /// Relative to rdsx=1, wrsx=1.
-    relative: f64,
+    /// Median files per second of the write phase and of the read phase.
+    write_files_per_s: f64,
+    read_files_per_s: f64,
+    write_rounds: Vec<f64>,
+    read_rounds: Vec<f64>,
+    /// Medians relative to rdsx=1, wrsx=1.
+    write_relative: f64,
+    read_relative: f64,
 }
 
 #[derive(Serialize)]
@@ -537,6 +543,9 @@ struct EmulationReport {
     read_sweep: Vec<EmulationPoint>,
     write_sweep: Vec<EmulationPoint>,
 }
+
+/// Passes over the file set in the read phase.
+const READ_PASSES: usize = 4;
 
 /// Fig. 15: a small-file workload on ext4 through `pmkit attach` (FUSE + loop, in this process)
 /// as the emulated read and write slowdowns grow.
@@ -557,7 +566,7 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
         .join(format!("pmkit-bench-emu-{}.pm", std::process::id()));
     let mnt = tempfile_dir()?;
     let _cleanup = RemoveOnDrop(path.clone());
-    // Make the file system once, at full speed.
+    // Make the file system once, at full speed, with one unmeasured pass.
     {
         let dev = pmkit_blk::create_path(
             &path,
@@ -570,7 +579,6 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
             crate::attach::BlkDisk(dev.clone()),
             &attach_opts(&path, Some(&mnt), true),
         )?;
-        // One warm-up pass so the first measured point does not pay first-mount costs.
         let warm = small_files(&mnt, files);
         att.detach()?;
         warm?;
@@ -582,7 +590,7 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
         .chain(wr.iter().skip(1).map(|&w| (1, w)))
         .collect();
     let bar = progress(a.json, (points.len() * rounds) as u64);
-    let mut per: Vec<Vec<f64>> = vec![vec![]; points.len()];
+    let mut per: Vec<Vec<(f64, f64)>> = vec![vec![]; points.len()];
     for r in 0..rounds {
         for k in 0..points.len() {
             let i = (k + r) % points.len();
@@ -610,16 +618,25 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
     }
     bar.finish_and_clear();
     let _ = std::fs::remove_dir(&mnt);
-    let base = median(per[0].clone()).max(1e-9);
+    let col = |i: usize, w: bool| -> Vec<f64> {
+        per[i].iter().map(|p| if w { p.0 } else { p.1 }).collect()
+    };
+    let (base_w, base_r) = (
+        median(col(0, true)).max(1e-9),
+        median(col(0, false)).max(1e-9),
+    );
     let mk = |i: usize| {
         let (rdsx, wrsx) = points[i];
-        let m = median(per[i].clone());
+        let (w, r) = (median(col(i, true)), median(col(i, false)));
         EmulationPoint {
             rdsx,
             wrsx,
-            files_per_s: m,
-            rounds: per[i].clone(),
-            relative: m / base,
+            write_files_per_s: w,
+            read_files_per_s: r,
+            write_rounds: col(i, true),
+            read_rounds: col(i, false),
+            write_relative: w / base_w,
+            read_relative: r / base_r,
         }
     };
     let read_sweep: Vec<_> = (0..rd.len()).map(mk).collect();
@@ -631,27 +648,32 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
         figure: "emulation",
         paper_figure: "Fig. 15",
         workload: format!(
-            "ext4 on the device through pmkit attach (FUSE + loop, in process): {files} files of 16 KiB, each \
-             written and fsync'ed, then read back with O_DIRECT, then deleted"
+            "ext4 on the device through pmkit attach (FUSE + loop, in process), {files} files of 16 KiB: write \
+             phase = create, write and fsync each file; read phase = {READ_PASSES} passes reading every file with O_DIRECT"
         ),
         rounds,
         read_sweep,
         write_sweep,
     };
     if let Some(p) = &a.plot {
-        let line = |v: &[EmulationPoint], x: fn(&EmulationPoint) -> u32| {
-            v.iter().map(|e| (x(e) as f64, e.relative)).collect()
-        };
+        type Pick = fn(&EmulationPoint) -> (f64, f64);
+        let line = |v: &[EmulationPoint], f: Pick| v.iter().map(f).collect::<Vec<_>>();
+        let rd_w: Pick = |e| (e.rdsx as f64, e.write_relative);
+        let rd_r: Pick = |e| (e.rdsx as f64, e.read_relative);
+        let wr_w: Pick = |e| (e.wrsx as f64, e.write_relative);
+        let wr_r: Pick = |e| (e.wrsx as f64, e.read_relative);
         plot::lines(
             p,
-            "pmkit bench emulation (paper Fig. 15): relative throughput vs slowdown",
-            "slowdown factor (rdsx or wrsx)",
+            "pmkit bench emulation (paper Fig. 15): throughput vs PM slowdown",
+            "slowdown factor (rdsx 1-10 or wrsx 1-50)",
             "files/s relative to no slowdown",
             &[
-                ("rdsx (wrsx=1)".into(), line(&report.read_sweep, |e| e.rdsx)),
+                ("read phase vs rdsx".into(), line(&report.read_sweep, rd_r)),
+                ("write phase vs rdsx".into(), line(&report.read_sweep, rd_w)),
+                ("read phase vs wrsx".into(), line(&report.write_sweep, wr_r)),
                 (
-                    "wrsx (rdsx=1)".into(),
-                    line(&report.write_sweep, |e| e.wrsx),
+                    "write phase vs wrsx".into(),
+                    line(&report.write_sweep, wr_w),
                 ),
             ],
         )?;
@@ -659,10 +681,13 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("emulation (paper Fig. 15): {}", report.workload);
         println!(
-            "{:>6} {:>6} {:>10} {:>9}",
-            "rdsx", "wrsx", "files/s", "relative"
+            "emulation (paper Fig. 15): {}; median of {rounds} round(s)",
+            report.workload
+        );
+        println!(
+            "{:>6} {:>6} {:>14} {:>9} {:>14} {:>9}",
+            "rdsx", "wrsx", "write files/s", "relative", "read files/s", "relative"
         );
         for e in report
             .read_sweep
@@ -670,8 +695,13 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
             .chain(report.write_sweep.iter().skip(1))
         {
             println!(
-                "{:>6} {:>6} {:>10.0} {:>9.2}",
-                e.rdsx, e.wrsx, e.files_per_s, e.relative
+                "{:>6} {:>6} {:>14.0} {:>9.2} {:>14.0} {:>9.2}",
+                e.rdsx,
+                e.wrsx,
+                e.write_files_per_s,
+                e.write_relative,
+                e.read_files_per_s,
+                e.read_relative
             );
         }
         if let Some(p) = &a.plot {
@@ -704,8 +734,9 @@ fn attach_opts(pm: &Path, mnt: Option<&Path>, mkfs: bool) -> pmkit_fuse::attach:
     }
 }
 
-/// Write `n` 16 KiB files with fsync each, read them back with O_DIRECT, delete them: files/s.
-fn small_files(dir: &Path, n: usize) -> Result<f64> {
+/// The small-file workload: write `n` 16 KiB files with fsync each (write phase), then read them
+/// all back with O_DIRECT [`READ_PASSES`] times (read phase), then delete them. Files/s of each.
+fn small_files(dir: &Path, n: usize) -> Result<(f64, f64)> {
     use std::io::{Read, Write};
     use std::os::unix::fs::OpenOptionsExt;
     const FILE: usize = 16 << 10;
@@ -720,17 +751,21 @@ fn small_files(dir: &Path, n: usize) -> Result<f64> {
         f.write_all(&data)?;
         f.sync_all()?;
     }
-    for i in 0..n {
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(work.join(format!("f{i}")))?;
-        f.read_exact(rbuf.as_mut())?;
-        anyhow::ensure!(rbuf.as_mut()[FILE - 1] == 0xC3, "file f{i} read back wrong");
+    let write_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    for _ in 0..READ_PASSES {
+        for i in 0..n {
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(work.join(format!("f{i}")))?;
+            f.read_exact(rbuf.as_mut())?;
+            anyhow::ensure!(rbuf.as_mut()[FILE - 1] == 0xC3, "file f{i} read back wrong");
+        }
     }
-    let secs = t0.elapsed().as_secs_f64();
+    let read_s = t1.elapsed().as_secs_f64();
     std::fs::remove_dir_all(&work)?;
-    Ok(n as f64 / secs)
+    Ok((n as f64 / write_s, (n * READ_PASSES) as f64 / read_s))
 }
 
 /// A heap buffer aligned to 4 KiB for O_DIRECT.

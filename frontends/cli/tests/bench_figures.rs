@@ -94,6 +94,7 @@ fn emulation_figure() {
     assert_eq!(rd[0]["rdsx"], 1);
     assert_eq!(wr.last().unwrap()["wrsx"], 50);
     for p in rd.iter().chain(wr) {
-        assert!(p["files_per_s"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["write_files_per_s"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["read_files_per_s"].as_f64().unwrap() > 0.0, "{p}");
     }
 }
