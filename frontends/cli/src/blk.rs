@@ -3,8 +3,10 @@
 //! (protection, write scheme, buffers, ...) that every command opening a device flattens in.
 
 use anyhow::{Context, Result};
+use pmkit_blk::{
+    BatchOptions, CheckReport, CreateOptions, EngineOptions, Found, Protect, Severity, WriteScheme,
+};
 use pmkit_media::emulate::EmulationSpec;
-use pmkit_blk::{BatchOptions, CheckReport, CreateOptions, EngineOptions, Found, Protect, Severity, WriteScheme};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -85,7 +87,10 @@ impl EngineArgs {
 /// `4096`, `64K`, `16M`, `1G`, `2T` (binary multiples; a trailing `B` or `iB` is allowed).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
     let (num, shift) = match t.chars().last() {
         Some('K' | 'k') => (&t[..t.len() - 1], 10),
         Some('M' | 'm') => (&t[..t.len() - 1], 20),
@@ -93,8 +98,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some('T' | 't') => (&t[..t.len() - 1], 40),
         _ => (t, 0),
     };
-    let n: u64 = num.trim().parse().map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 16M, 1G)"))?;
-    n.checked_mul(1 << shift).ok_or_else(|| format!("{s:?} is too large"))
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 16M, 1G)"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 #[derive(clap::Args)]
@@ -141,13 +150,21 @@ pub struct CheckArgs {
 }
 
 pub fn create(a: CreateArgs) -> Result<ExitCode> {
-    let create = CreateOptions { block_size: a.block_size, checksum: a.checksum, zero_data: true, atomic: a.atomic };
+    let create = CreateOptions {
+        block_size: a.block_size,
+        checksum: a.checksum,
+        zero_data: true,
+        atomic: a.atomic,
+    };
     let dev = pmkit_blk::create_path(&a.path, a.size, &create, &a.engine.to_options())
         .with_context(|| format!("cannot create a block device at {}", a.path.display()))?;
     let info = dev.info();
     dev.close().context("cannot close the new device")?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "path": a.path, "device": info }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "path": a.path, "device": info }))?
+        );
     } else {
         for n in &info.notes {
             eprintln!("note: {n}");
@@ -160,7 +177,10 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
             info.capacity,
             if info.checksum { "on" } else { "off" },
             if info.atomic {
-                format!("atomic block writes ({} spare blocks in {} lanes)", info.superblock.layout.spare, info.lanes)
+                format!(
+                    "atomic block writes ({} spare blocks in {} lanes)",
+                    info.superblock.layout.spare, info.lanes
+                )
             } else {
                 "plain (no block atomicity)".to_string()
             },
@@ -171,8 +191,8 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
 }
 
 pub fn info(a: InfoArgs) -> Result<ExitCode> {
-    let (found, in_use) =
-        pmkit_blk::inspect_path(&a.path).with_context(|| format!("cannot read the device at {}", a.path.display()))?;
+    let (found, in_use) = pmkit_blk::inspect_path(&a.path)
+        .with_context(|| format!("cannot read the device at {}", a.path.display()))?;
     if a.json {
         let v = serde_json::json!({ "path": a.path, "in_use": in_use, "found": found });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -190,9 +210,19 @@ fn print_info(path: &std::path::Path, f: &Found, in_use: bool) {
     row("uuid", sb.uuid_string());
     row("version", sb.version.to_string());
     row("block size", l.block_size.to_string());
-    row("capacity", format!("{} bytes ({} blocks)", l.capacity(), l.nblocks));
+    row(
+        "capacity",
+        format!("{} bytes ({} blocks)", l.capacity(), l.nblocks),
+    );
     if l.atomic() {
-        row("checksums", if l.checksum() { "on (CRC32C per block, in its map entry)".into() } else { "off".into() });
+        row(
+            "checksums",
+            if l.checksum() {
+                "on (CRC32C per block, in its map entry)".into()
+            } else {
+                "off".into()
+            },
+        );
         row("atomic", "yes: each block write is all-or-nothing (map + spare blocks; per block in multi-block requests)".into());
         let map_end = l.map_off + l.nblocks * pmkit_blk::superblock::MAP_ENTRY;
         row(
@@ -211,13 +241,27 @@ fn print_info(path: &std::path::Path, f: &Found, in_use: bool) {
             ),
         );
     } else {
-        row("checksums", if l.checksum() { "on (CRC32C per block, in PM)".into() } else { "off".into() });
-        row("atomic", "no (a block being written at a crash may be torn)".into());
+        row(
+            "checksums",
+            if l.checksum() {
+                "on (CRC32C per block, in PM)".into()
+            } else {
+                "off".into()
+            },
+        );
+        row(
+            "atomic",
+            "no (a block being written at a crash may be torn)".into(),
+        );
         row(
             "layout",
             format!(
                 "superblock 0..4096, {}data {}..{} of {} bytes",
-                if l.checksum() { format!("CRC table {}..{}, ", l.csum_off, l.data_off) } else { String::new() },
+                if l.checksum() {
+                    format!("CRC table {}..{}, ", l.csum_off, l.data_off)
+                } else {
+                    String::new()
+                },
                 l.data_off,
                 l.data_off + l.capacity(),
                 l.region_len
@@ -241,7 +285,13 @@ fn print_info(path: &std::path::Path, f: &Found, in_use: bool) {
         None => "valid".to_string(),
         Some(e) => format!("unusable: {e}"),
     };
-    row("superblock", format!("slot {slot} in force (generation {}); spare slot {spare}", sb.seq));
+    row(
+        "superblock",
+        format!(
+            "slot {slot} in force (generation {}); spare slot {spare}",
+            sb.seq
+        ),
+    );
 }
 
 pub fn check(a: CheckArgs) -> Result<ExitCode> {
@@ -253,7 +303,11 @@ pub fn check(a: CheckArgs) -> Result<ExitCode> {
     } else {
         print_check(&a.path, &report);
     }
-    Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn print_check(path: &std::path::Path, r: &CheckReport) {
@@ -273,7 +327,10 @@ fn print_check(path: &std::path::Path, r: &CheckReport) {
             );
         }
         if sb.layout.checksum() {
-            println!("checksums: {} blocks checked, {} bad", r.blocks_checked, r.bad_blocks);
+            println!(
+                "checksums: {} blocks checked, {} bad",
+                r.blocks_checked, r.bad_blocks
+            );
         }
     }
     for f in &r.findings {
@@ -310,8 +367,18 @@ mod tests {
             e: EngineArgs,
         }
         let t = T::try_parse_from([
-            "t", "--protect", "pt-batch", "--write", "clwb", "--buffers", "4", "--buffer-size", "1M", "--subpage",
-            "--emulate", "wrsx=3",
+            "t",
+            "--protect",
+            "pt-batch",
+            "--write",
+            "clwb",
+            "--buffers",
+            "4",
+            "--buffer-size",
+            "1M",
+            "--subpage",
+            "--emulate",
+            "wrsx=3",
         ])
         .unwrap();
         let o = t.e.to_options();
@@ -321,7 +388,11 @@ mod tests {
         assert!(o.subpage && !o.write_verify);
         assert_eq!(o.emulate.wrsx, 3);
         let d = T::try_parse_from(["t"]).unwrap().e.to_options();
-        assert_eq!(d, EngineOptions::default(), "flag defaults are the engine's defaults");
+        assert_eq!(
+            d,
+            EngineOptions::default(),
+            "flag defaults are the engine's defaults"
+        );
         assert!(T::try_parse_from(["t", "--protect", "bogus"]).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! parses arguments and dispatches.
 
 mod attach;
+mod bench_atomic;
 mod bench_nbd;
 mod bench_attach;
 mod bench_blk;
@@ -69,6 +70,9 @@ enum BenchCmd {
     /// PMO Sync against persist+barrier, undo log, full shadow copy and libpmemobj: N int
     /// stores into 4 KiB objects, one sync per object (PMO thesis Fig. 4.1, Table 4.2).
     Pmo(bench_pmo::Args),
+    /// Atomic PMBD against plain PMBD and libpmemblk: 4 KiB random writes and reads, 1 and 2
+    /// threads, same run.
+    Atomic(bench_atomic::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -95,6 +99,7 @@ fn main() -> std::process::ExitCode {
             BenchCmd::Attach(a) => bench_attach::run(a),
             BenchCmd::Nbd(a) => bench_nbd::run(a),
             BenchCmd::Pmo(a) => bench_pmo::run(a),
+            BenchCmd::Atomic(a) => bench_atomic::run(a),
         },
         Cmd::Obj(a) => obj::run(a),
         Cmd::Serve(a) => serve::run(a),
