@@ -30,6 +30,9 @@ pub struct Args {
     /// Milliseconds spent measuring each item.
     #[arg(long, default_value_t = 300)]
     ms: u64,
+    /// Measure without the second spinning thread (shows what TLB shootdowns cost: compare).
+    #[arg(long)]
+    alone: bool,
 }
 
 #[derive(Serialize)]
@@ -96,7 +99,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .unwrap(),
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(a.alone));
     let spinner = {
         let stop = stop.clone();
         std::thread::spawn(move || {
@@ -215,7 +218,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             size >> 20,
             a.dir.display()
         ),
-        second_thread_running: true,
+        second_thread_running: !a.alone,
         measurements: ms,
     };
     if a.json {
