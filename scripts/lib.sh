@@ -27,7 +27,7 @@ require_cargo() {
         [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
     fi
     command -v cargo >/dev/null 2>&1 || {
-        echo "pmkit: cargo not found. Install Rust (https://rustup.rs, stable >= 1.85) and re-run." >&2
+        echo "pmkit: cargo not found. Install Rust (https://rustup.rs, stable >= 1.89) and re-run." >&2
         exit 1
     }
 }

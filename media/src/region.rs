@@ -475,7 +475,7 @@ fn check_size(path: &Path, size: u64, align: u64) -> Result<()> {
             ),
         });
     }
-    if size % align != 0 {
+    if !size.is_multiple_of(align) {
         return Err(MediaError::BadSize {
             path: path.into(),
             size,

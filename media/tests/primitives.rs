@@ -48,7 +48,9 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+        .collect()
 }
 
 fn check_scheme(scheme: WriteScheme, ops: &[Op]) -> Result<(), TestCaseError> {
@@ -87,7 +89,12 @@ fn check_scheme(scheme: WriteScheme, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut got = vec![0u8; LEN];
     reg.read(0, &mut got);
     if let Some(i) = got.iter().zip(&model).position(|(a, b)| a != b) {
-        prop_assert!(false, "{scheme}: first difference at byte {i}: got {:#x}, model {:#x}", got[i], model[i]);
+        prop_assert!(
+            false,
+            "{scheme}: first difference at byte {i}: got {:#x}, model {:#x}",
+            got[i],
+            model[i]
+        );
     }
     Ok(())
 }

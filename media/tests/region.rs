@@ -5,7 +5,10 @@ use pmkit_media::{DaxMode, Media, MediaError, Region, RegionKind, RegionOptions}
 use std::path::Path;
 
 fn shm_dir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("pmkit-media-test").tempdir_in("/dev/shm").unwrap()
+    tempfile::Builder::new()
+        .prefix("pmkit-media-test")
+        .tempdir_in("/dev/shm")
+        .unwrap()
 }
 
 #[test]
@@ -15,8 +18,16 @@ fn create_write_reopen() {
     {
         let r = Region::create(&p, 1 << 20, &RegionOptions::default()).unwrap();
         assert_eq!(r.len(), 1 << 20);
-        assert_eq!(r.kind(), RegionKind::File, "tmpfs is not DAX: must fall back");
-        assert!(r.notes().iter().any(|n| n.contains("not DAX")), "fallback must be reported: {:?}", r.notes());
+        assert_eq!(
+            r.kind(),
+            RegionKind::File,
+            "tmpfs is not DAX: must fall back"
+        );
+        assert!(
+            r.notes().iter().any(|n| n.contains("not DAX")),
+            "fallback must be reported: {:?}",
+            r.notes()
+        );
         r.write(12345, b"hello");
     }
     let r = Region::open(&p, &RegionOptions::default()).unwrap();
@@ -39,7 +50,15 @@ fn create_refuses_existing_file() {
 fn dax_required_on_tmpfs_is_an_error() {
     let d = shm_dir();
     let p = d.path().join("pm");
-    let e = Region::create(&p, 8192, &RegionOptions { dax: DaxMode::Require, ..Default::default() }).unwrap_err();
+    let e = Region::create(
+        &p,
+        8192,
+        &RegionOptions {
+            dax: DaxMode::Require,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert!(matches!(e, MediaError::Unsupported { .. }), "{e}");
     assert!(e.to_string().contains("DAX"), "{e}");
     assert!(!p.exists(), "a failed create must leave nothing behind");
@@ -47,10 +66,17 @@ fn dax_required_on_tmpfs_is_an_error() {
 
 #[test]
 fn missing_path_names_the_path_and_says_what_to_do() {
-    let e = Region::open(Path::new("/dev/shm/pmkit-no-such-file"), &RegionOptions::default()).unwrap_err();
+    let e = Region::open(
+        Path::new("/dev/shm/pmkit-no-such-file"),
+        &RegionOptions::default(),
+    )
+    .unwrap_err();
     assert!(matches!(e, MediaError::Missing { .. }));
     let s = e.to_string();
-    assert!(s.contains("/dev/shm/pmkit-no-such-file") && s.contains("--size"), "{s}");
+    assert!(
+        s.contains("/dev/shm/pmkit-no-such-file") && s.contains("--size"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -58,7 +84,10 @@ fn unwritable_path_is_a_clear_error() {
     let p = Path::new("/proc/pmkit-cannot-create-here");
     let e = Region::create(p, 8192, &RegionOptions::default()).unwrap_err();
     let s = e.to_string();
-    assert!(s.contains("/proc/pmkit-cannot-create-here") && s.contains("cannot create"), "{s}");
+    assert!(
+        s.contains("/proc/pmkit-cannot-create-here") && s.contains("cannot create"),
+        "{s}"
+    );
 }
 
 #[test]

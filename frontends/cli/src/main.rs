@@ -3,9 +3,9 @@
 
 mod attach;
 mod bench_atomic;
-mod bench_nbd;
 mod bench_attach;
 mod bench_blk;
+mod bench_nbd;
 mod bench_pmo;
 mod blk;
 mod obj;

@@ -4,11 +4,18 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn pmkit(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pmkit")).args(args).output().expect("run pmkit")
+    Command::new(env!("CARGO_BIN_EXE_pmkit"))
+        .args(args)
+        .output()
+        .expect("run pmkit")
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 fn info_json(p: &Path) -> serde_json::Value {
@@ -19,10 +26,23 @@ fn info_json(p: &Path) -> serde_json::Value {
 
 #[test]
 fn create_info_check_and_the_problems_check_reports() {
-    let dir = tempfile::Builder::new().prefix("pmkit-cli-blk").tempdir_in("/dev/shm").unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("pmkit-cli-blk")
+        .tempdir_in("/dev/shm")
+        .unwrap();
     let p = dir.path().join("dev");
     let ps = p.to_str().unwrap();
-    let o = pmkit(&["create", ps, "--size", "4M", "--block-size", "512", "--checksum", "--protect", "pt"]);
+    let o = pmkit(&[
+        "create",
+        ps,
+        "--size",
+        "4M",
+        "--block-size",
+        "512",
+        "--checksum",
+        "--protect",
+        "pt",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("blocks of 512 bytes"), "{}", text(&o));
 
@@ -59,8 +79,16 @@ fn create_info_check_and_the_problems_check_reports() {
     // An open that never closed: info and check say so; --mark-clean accepts it.
     let dev = pmkit_blk::open_path(&p, &pmkit_blk::EngineOptions::default()).unwrap();
     let o = pmkit(&["info", ps]);
-    assert!(text(&o).contains("in use by another process"), "{}", text(&o));
-    assert_eq!(pmkit(&["check", ps]).status.code(), Some(2), "check refuses a device in use");
+    assert!(
+        text(&o).contains("in use by another process"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        pmkit(&["check", ps]).status.code(),
+        Some(2),
+        "check refuses a device in use"
+    );
     drop(dev);
     let o = pmkit(&["check", ps]);
     assert_eq!(o.status.code(), Some(1));
@@ -73,8 +101,16 @@ fn create_info_check_and_the_problems_check_reports() {
     std::fs::write(&junk, vec![7u8; 1 << 16]).unwrap();
     let o = pmkit(&["check", junk.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).contains("not a pmkit block device"), "{}", text(&o));
+    assert!(
+        text(&o).contains("not a pmkit block device"),
+        "{}",
+        text(&o)
+    );
     let o = pmkit(&["info", junk.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).contains("not a pmkit block device"), "{}", text(&o));
+    assert!(
+        text(&o).contains("not a pmkit block device"),
+        "{}",
+        text(&o)
+    );
 }

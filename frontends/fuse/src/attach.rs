@@ -43,7 +43,10 @@ impl Mkfs {
         match self {
             // Initialize inode tables and the journal now: on PM that is cheap, and it keeps a
             // background ext4lazyinit thread from writing behind the user's back after mount.
-            Mkfs::Ext4 => ("mkfs.ext4", &["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"]),
+            Mkfs::Ext4 => (
+                "mkfs.ext4",
+                &["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"],
+            ),
             Mkfs::Ext2 => ("mkfs.ext2", &["-F", "-q", "-E", "lazy_itable_init=0"]),
             Mkfs::Xfs => ("mkfs.xfs", &["-f", "-q"]),
         }

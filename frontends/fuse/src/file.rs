@@ -113,7 +113,7 @@ impl<D: Disk> DiskFile<D> {
     fn write_at(&self, off: u64, data: &[u8], fua: bool) -> Result<(), DiskError> {
         let bs = self.disk.block_size() as u64;
         let end = off + data.len() as u64;
-        if off % bs == 0 && end % bs == 0 {
+        if off.is_multiple_of(bs) && end.is_multiple_of(bs) {
             return self.disk.write(off, data, fua);
         }
         // Partial blocks (a direct user of the file; the loop device always sends whole sectors):

@@ -8,11 +8,20 @@ use pmkit_obj::{Access, Pool, PoolOptions, Tracking};
 use std::time::Instant;
 
 fn main() {
-    let path = std::env::args().nth(1).unwrap_or_else(|| format!("/dev/shm/pmo-track-{}", std::process::id()));
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| format!("/dev/shm/pmo-track-{}", std::process::id()));
     let path = std::path::Path::new(&path);
     let _ = std::fs::remove_file(path);
     let region = Region::create(path, 64 << 20, &RegionOptions::default()).unwrap();
-    let pool = Pool::format(region, &PoolOptions { max_objects: 4096, protect: true }).unwrap();
+    let pool = Pool::format(
+        region,
+        &PoolOptions {
+            max_objects: 4096,
+            protect: true,
+        },
+    )
+    .unwrap();
     pool.create("big", 64 * 4096).unwrap();
     const ROUNDS: u32 = 2000;
     for k in [1usize, 8, 64] {
