@@ -31,6 +31,10 @@ pub struct AttachArgs {
     /// Options for mounting the file system (mount -o).
     #[arg(long, short = 'o')]
     mount_options: Option<String>,
+    /// Write the device's statistics (counts, bytes, latency histograms) as JSON to this file,
+    /// every second while attached and once more at exit.
+    #[arg(long, value_name = "FILE")]
+    stats: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -145,12 +149,24 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
+    let stats_writer = match &a.stats {
+        Some(p) => {
+            let d = dev.clone();
+            Some(crate::blk::StatsWriter::spawn(p.clone(), move || {
+                d.stats()
+            })?)
+        }
+        None => None,
+    };
     let mut sig = 0;
     // SAFETY: waits for one of the blocked signals.
     unsafe { libc::sigwait(&set, &mut sig) };
     eprintln!("pmkit: signal {sig}: detaching");
     let torn = att.detach();
     let closed = dev.close();
+    if let Some(w) = stats_writer {
+        w.finish(&dev.stats())?;
+    }
     torn.context("detaching")?;
     closed.context("closing the device")?;
     println!("detached {}; device closed cleanly", a.path.display());

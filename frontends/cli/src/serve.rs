@@ -61,6 +61,10 @@ pub struct ServeArgs {
     /// (a reader thread and N workers per connection); see docs/nbd.md
     #[arg(long, value_name = "MODEL", default_value = "inline", value_parser = parse_io_model)]
     pub io_model: IoModel,
+    /// Write the device's statistics (counts, bytes, latency histograms) as JSON to this file,
+    /// every second while serving and once more at exit.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -357,6 +361,15 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     };
     let uri = server.uri();
     print_banner(&path, created, &info, &a, &uri, max_payload, &listen);
+    let stats_writer = match &a.stats {
+        Some(p) => {
+            let b = backend.clone();
+            Some(crate::blk::StatsWriter::spawn(p.clone(), move || {
+                b.dev.stats()
+            })?)
+        }
+        None => None,
+    };
 
     let stop = server.shutdown_handle();
     std::thread::Builder::new()
@@ -373,6 +386,9 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     let served = server.run();
     // Mark clean only after every connection is done (run() joined them) and the flush passed.
     let closed = backend.dev.close();
+    if let Some(w) = stats_writer {
+        w.finish(&backend.dev.stats())?;
+    }
     let stats = served.context("NBD server failed")?;
     closed.context("closing the device")?;
     eprintln!(
