@@ -291,7 +291,12 @@ fn sigterm_flushes_and_marks_clean_then_data_survives_restart() {
         return;
     }
     let dev = DevFile::new("term");
-    let s = Serve::start(dev.path(), &["--size", "16M"]);
+    let stats_dir = tempfile::tempdir().unwrap();
+    let stats = stats_dir.path().join("stats.json");
+    let s = Serve::start(
+        dev.path(),
+        &["--size", "16M", "--stats", stats.to_str().unwrap()],
+    );
     ok(
         30,
         &["qemu-io", "-f", "raw", "-c", "write -P 0x77 8k 16k", &s.uri],
@@ -299,6 +304,12 @@ fn sigterm_flushes_and_marks_clean_then_data_survives_restart() {
     let (st, err) = s.stop();
     assert!(st.success(), "exit {st}: {err}");
     assert!(err.contains("closed cleanly"), "{err}");
+    // --stats: the device's statistics as JSON, written again after close.
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert!(j["writes"].as_u64().unwrap() >= 1, "{j}");
+    assert!(j["write_bytes"].as_u64().unwrap() >= 16 << 10, "{j}");
+    assert!(j["flushes"].as_u64().unwrap() >= 1, "close flushes: {j}");
+    assert!(j["write_latency"].is_object(), "{j}");
     let info = ok(30, &[PMKIT, "info", dev.path(), "--json"]);
     let j: serde_json::Value = serde_json::from_str(&info).unwrap();
     assert_eq!(j["found"]["current"]["clean"], true, "{info}");
