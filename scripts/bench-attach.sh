@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 install_packages scripts/build-packages.txt scripts/test-packages.txt scripts/bench-packages.txt
 require_cargo
 cargo build --release --locked -p pmkit
-exec ./target/release/pmkit bench attach "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/pmkit" bench attach "$@"

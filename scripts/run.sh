@@ -8,4 +8,4 @@ install_packages scripts/build-packages.txt
 require_cargo
 cargo build --release --locked -p pmkit
 # The main job: serve the embedded default device (1 GiB of emulated PM in /dev/shm) over NBD.
-exec ./target/release/pmkit serve "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/pmkit" serve "$@"
