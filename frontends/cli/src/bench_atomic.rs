@@ -560,32 +560,8 @@ mod pmemblk {
 
     impl Lib {
         pub fn load() -> Result<Lib, String> {
-            let name = CString::new(SONAME).expect("no NUL");
-            // SAFETY: dlopen with a valid C string; the handle stays open for the process.
-            let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-            if h.is_null() {
-                // SAFETY: dlerror returns NULL or a NUL-terminated string.
-                let e = unsafe { libc::dlerror() };
-                let why = if e.is_null() {
-                    String::new()
-                } else {
-                    // SAFETY: non-NULL dlerror result.
-                    unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-                };
-                return Err(format!(
-                    "libpmemblk not installed ({why}); install the packages in scripts/bench-packages.txt"
-                ));
-            }
-            let sym = |s: &str| -> Result<*mut c_void, String> {
-                let c = CString::new(s).expect("no NUL");
-                // SAFETY: valid handle and C string.
-                let p = unsafe { libc::dlsym(h, c.as_ptr()) };
-                if p.is_null() {
-                    Err(format!("{SONAME} has no symbol {s}"))
-                } else {
-                    Ok(p)
-                }
-            };
+            let lib = crate::dl::Library::open(SONAME)?;
+            let sym = |s: &str| lib.sym(s);
             // SAFETY: each symbol is the PMDK function of that name with the C signature its
             // type spells (libpmemblk.h, ABI fixed by the soname).
             unsafe {

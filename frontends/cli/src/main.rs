@@ -8,6 +8,7 @@ mod bench_blk;
 mod bench_nbd;
 mod bench_pmo;
 mod blk;
+mod dl;
 mod obj;
 mod plot;
 mod probe;

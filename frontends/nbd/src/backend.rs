@@ -197,7 +197,7 @@ impl MemBackend {
     pub fn new(size: u64, sizes: BlockSizes, read_only: bool) -> Self {
         sizes.validate().expect("valid block sizes");
         assert!(
-            size % sizes.minimum as u64 == 0,
+            size.is_multiple_of(sizes.minimum as u64),
             "size must be a multiple of the minimum block size"
         );
         let blocks = (size / sizes.minimum as u64) as usize;

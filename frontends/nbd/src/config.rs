@@ -90,14 +90,18 @@ impl Export {
         let sizes = backend.block_sizes();
         sizes.validate()?;
         let size = backend.size();
-        if size % sizes.minimum as u64 != 0 {
+        if !size.is_multiple_of(sizes.minimum as u64) {
             return Err(format!(
                 "device size {size} is not a multiple of its block size {}",
                 sizes.minimum
             ));
         }
         let mp = cfg.max_payload;
-        if mp == 0 || mp > MAX_PAYLOAD_LIMIT || mp % sizes.minimum != 0 || mp < sizes.preferred {
+        if mp == 0
+            || mp > MAX_PAYLOAD_LIMIT
+            || !mp.is_multiple_of(sizes.minimum)
+            || mp < sizes.preferred
+        {
             return Err(format!(
                 "max payload {mp} must be a multiple of the block size {}, at least the preferred size {}, \
                  and at most {MAX_PAYLOAD_LIMIT}",

@@ -118,7 +118,7 @@ fn check(req: &Request, ex: &Export, s: &Session) -> Result<(), Reject> {
         ));
     }
     let m = ex.sizes.minimum as u64;
-    if req.offset % m != 0 || len % m != 0 {
+    if !req.offset.is_multiple_of(m) || !len.is_multiple_of(m) {
         return Err(reject(
             EINVAL,
             format!(

@@ -57,33 +57,8 @@ pub const SONAME: &str = "libpmemobj.so.1";
 impl Lib {
     /// Load the library, or say why it cannot be used.
     pub fn load() -> Result<Lib, String> {
-        let name = CString::new(SONAME).expect("no NUL");
-        // SAFETY: dlopen with a valid C string; the handle is never closed (the library stays
-        // loaded for the life of the process, as its lane state requires).
-        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if h.is_null() {
-            // SAFETY: dlerror returns a valid C string or NULL.
-            let e = unsafe { libc::dlerror() };
-            let why = if e.is_null() {
-                String::new()
-            } else {
-                // SAFETY: non-NULL dlerror result is a NUL-terminated string.
-                unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-            };
-            return Err(format!(
-                "libpmemobj not installed ({why}); install the packages in scripts/bench-packages.txt"
-            ));
-        }
-        let sym = |s: &str| -> Result<*mut c_void, String> {
-            let c = CString::new(s).expect("no NUL");
-            // SAFETY: valid handle and C string.
-            let p = unsafe { libc::dlsym(h, c.as_ptr()) };
-            if p.is_null() {
-                Err(format!("{SONAME} has no symbol {s}"))
-            } else {
-                Ok(p)
-            }
-        };
+        let lib = crate::dl::Library::open(SONAME)?;
+        let sym = |s: &str| lib.sym(s);
         // SAFETY: each symbol is the PMDK function of that name, whose C signature the type
         // spells (checked against the PMDK 1.12 headers; the ABI version is fixed by the soname).
         unsafe {

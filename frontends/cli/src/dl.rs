@@ -1,0 +1,46 @@
+//! Loading a C library at run time (the PMDK libraries the benchmarks compare against), so the
+//! `pmkit` binary neither links them nor needs them installed to run.
+
+use std::ffi::{c_void, CStr, CString};
+
+/// A library opened with `dlopen`; it stays loaded for the life of the process (PMDK keeps
+/// per-process state that must not be unloaded).
+pub struct Library {
+    handle: *mut c_void,
+    soname: &'static str,
+}
+
+impl Library {
+    /// Open `soname`, or say that it is not installed and where to get it.
+    pub fn open(soname: &'static str) -> Result<Library, String> {
+        let name = CString::new(soname).expect("soname has no NUL");
+        // SAFETY: dlopen with a valid C string.
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            // SAFETY: dlerror returns NULL or a NUL-terminated string.
+            let e = unsafe { libc::dlerror() };
+            let why = if e.is_null() {
+                String::new()
+            } else {
+                // SAFETY: a non-NULL dlerror result is a NUL-terminated string.
+                unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+            };
+            return Err(format!(
+                "{soname} not installed ({why}); install the packages in scripts/bench-packages.txt"
+            ));
+        }
+        Ok(Library { handle, soname })
+    }
+
+    /// The address of symbol `name`.
+    pub fn sym(&self, name: &str) -> Result<*mut c_void, String> {
+        let c = CString::new(name).expect("symbol has no NUL");
+        // SAFETY: a valid handle and C string.
+        let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
+        if p.is_null() {
+            Err(format!("{} has no symbol {name}", self.soname))
+        } else {
+            Ok(p)
+        }
+    }
+}
