@@ -177,16 +177,21 @@ impl Batch {
     fn read_blocks<M: BlkMedia>(&self, dev: &Inner<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
         for (k, chunk) in dst.chunks_mut(self.bs).enumerate() {
             let block = b0 + k as u64;
-            let st = self.buf_of(block).st.lock();
-            match st.map.get(&block) {
-                Some(&(slot, _)) => {
+            {
+                let st = self.buf_of(block).st.lock();
+                if let Some(&(slot, _)) = st.map.get(&block) {
                     let at = slot as usize * self.bs;
                     chunk.copy_from_slice(&st.data[at..at + self.bs]);
                     self.ctr.reads_from_buffer.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 }
-                // Under the buffer lock: no drain can be writing this block now.
-                None => dev.read_pm(block, chunk)?,
             }
+            // Not buffered. The caller holds this block's stripe shared, so no writer can buffer
+            // it until we are done, and drains write only buffered blocks (removing them from the
+            // map under the lock after their PM write): PM holds the block's latest data and
+            // nobody writes it now. Read it without the buffer lock, so readers do not
+            // serialize on the buffer.
+            dev.read_pm(block, chunk)?;
         }
         Ok(())
     }
