@@ -159,13 +159,28 @@ fn ext4_tree_survives_detach_and_reattach() {
     }
     let s = scratch("128M");
     let mnt = s.mnt.to_str().unwrap();
-    let a = attach(&s.pm, &["--mountpoint", mnt, "--mkfs", "ext4"]);
+    let stats = s.pm.with_extension("stats.json");
+    let a = attach(
+        &s.pm,
+        &[
+            "--mountpoint",
+            mnt,
+            "--mkfs",
+            "ext4",
+            "--stats",
+            stats.to_str().unwrap(),
+        ],
+    );
     for (name, data) in tree() {
         let p = s.mnt.join(&name);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, &data).unwrap();
     }
     a.detach(mnt);
+    // --stats: the device's statistics after close (mkfs, the files and the journal wrote).
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert!(j["write_bytes"].as_u64().unwrap() > 400_000, "{j}");
+    assert!(j["flushes"].as_u64().unwrap() >= 1, "{j}");
     let info = ok(&["info", s.pm.to_str().unwrap()]);
     assert!(
         info.to_lowercase().contains("clean"),
