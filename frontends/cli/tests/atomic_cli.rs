@@ -3,26 +3,6 @@
 mod serve_util;
 
 use serve_util::*;
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn pmkit(args: &[&str]) -> Output {
-    Command::new(PMKIT).args(args).output().expect("run pmkit")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn info_json(p: &Path) -> serde_json::Value {
-    let o = pmkit(&["info", p.to_str().unwrap(), "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).expect("info --json prints JSON")
-}
 
 #[test]
 fn create_atomic_info_shows_the_layout_and_check_verifies_the_map() {

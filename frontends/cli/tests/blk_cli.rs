@@ -1,28 +1,8 @@
 //! `pmkit create`, `info`, `check` as a user runs them.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod serve_util;
 
-fn pmkit(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pmkit"))
-        .args(args)
-        .output()
-        .expect("run pmkit")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn info_json(p: &Path) -> serde_json::Value {
-    let o = pmkit(&["info", p.to_str().unwrap(), "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).expect("info --json prints JSON")
-}
+use serve_util::*;
 
 #[test]
 fn create_info_check_and_the_problems_check_reports() {

@@ -6,66 +6,15 @@
 
 mod common;
 
+use common::SimRef;
+
 use parking_lot::Mutex;
-use pmkit_blk::{BlkError, BlkMedia, CreateOptions, Device, EngineOptions, Protect, WriteScheme};
+use pmkit_blk::{BlkError, CreateOptions, Device, EngineOptions, Protect, WriteScheme};
 use pmkit_media::crashsim::{check_every_fence, CrashOpts, CrashSim};
-use pmkit_media::{Domain, Fence, Flush, Media, LINE};
+use pmkit_media::{Domain, Media, LINE};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
-
-/// The driver hands the workload `&CrashSim`; the device owns its media (`M: 'static`, so
-/// pt-batch syncers can hold it). This pointer wrapper bridges the two for the workload only:
-/// the device built on it is dropped before the workload returns, while the borrow is live.
-struct SimRef(*const CrashSim);
-// SAFETY: CrashSim is Send + Sync; the pointee outlives every use (see above).
-unsafe impl Send for SimRef {}
-unsafe impl Sync for SimRef {}
-impl SimRef {
-    fn sim(&self) -> &CrashSim {
-        // SAFETY: see the type's comment.
-        unsafe { &*self.0 }
-    }
-}
-impl Media for SimRef {
-    fn len(&self) -> usize {
-        self.sim().len()
-    }
-    fn domain(&self) -> Domain {
-        self.sim().domain()
-    }
-    fn read(&self, off: usize, dst: &mut [u8]) {
-        self.sim().read(off, dst)
-    }
-    fn write(&self, off: usize, src: &[u8]) {
-        self.sim().write(off, src)
-    }
-    fn write_nt(&self, off: usize, src: &[u8]) {
-        self.sim().write_nt(off, src)
-    }
-    fn flush(&self, off: usize, len: usize, how: Flush) {
-        self.sim().flush(off, len, how)
-    }
-    fn fence(&self, kind: Fence) {
-        self.sim().fence(kind)
-    }
-    fn sync_pages(&self, off: usize, len: usize) -> pmkit_media::Result<()> {
-        self.sim().sync_pages(off, len)
-    }
-    fn load_u64(&self, off: usize) -> u64 {
-        self.sim().load_u64(off)
-    }
-    fn store_u64(&self, off: usize, v: u64) {
-        self.sim().store_u64(off, v)
-    }
-    fn cas_u64(&self, off: usize, c: u64, n: u64) -> Result<u64, u64> {
-        self.sim().cas_u64(off, c, n)
-    }
-    fn cas_u128(&self, off: usize, c: u128, n: u128) -> Result<u128, u128> {
-        self.sim().cas_u128(off, c, n)
-    }
-}
-impl BlkMedia for SimRef {}
 
 /// What the workload has been told, as of the crash point.
 #[derive(Default)]

@@ -301,3 +301,24 @@ pub fn nbd_reply(s: &mut UnixStream) -> std::io::Result<(u32, u64)> {
         u64::from_be_bytes(h[8..16].try_into().unwrap()),
     ))
 }
+
+/// Run `pmkit ARGS` and return its output.
+pub fn pmkit(args: &[&str]) -> Output {
+    Command::new(PMKIT).args(args).output().expect("run pmkit")
+}
+
+/// stdout and stderr of a command, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `pmkit info PATH --json`, parsed.
+pub fn info_json(p: &std::path::Path) -> serde_json::Value {
+    let o = pmkit(&["info", p.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).expect("info --json prints JSON")
+}
