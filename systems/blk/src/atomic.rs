@@ -17,9 +17,19 @@
 //!
 //! **Ordering of a write** of blocks `b..b+k` (one lane held): pop `k` free blocks; copy the
 //! data into them and make it durable (the write scheme's stores + fence; persist now for the
-//! deferred schemes); load the old entries, store the new ones, flush their lines, fence; only
-//! then push the old physical blocks onto the lane's free list. A block is never reused before
-//! the map store that unmapped it is durable, so a crash can never expose a reused block.
+//! deferred schemes); store the new map entries. Then either
+//! - *now* (FUA, the deferred schemes `wb`/`msync`, or a lane with no free block left): flush the
+//!   entries' lines, fence, and push the old physical blocks onto the lane's free list; or
+//! - *lazily* (the common case): leave the entries' lines and the old blocks *pending* on the
+//!   lane. The lane's next write flushes those lines before its own data fence, so one fence
+//!   makes its data and the previous write's map entries durable; only then are the previous
+//!   old blocks pushed. A FLUSH settles every lane's pending entries the same way.
+//!
+//! Either way a physical block is reused only after the map store that unmapped it is durable,
+//! so a crash can never expose a reused block; and a map store is issued only after its data is
+//! durable, so a crash leaves each entry naming a whole old or a whole new block. A write without
+//! FUA is durable at the next FLUSH (or earlier), as on any block device; it costs one fence, like
+//! a plain write, instead of two.
 //!
 //! **Readers never see a block reused under them.** A reader holds its logical blocks' stripe
 //! locks shared (as on a plain device) from the map load to the end of the copy; a writer to
@@ -194,7 +204,34 @@ pub(crate) struct Lanes {
 
 #[repr(align(128))]
 struct Lane {
-    free: Mutex<Vec<u32>>,
+    state: Mutex<LaneState>,
+}
+
+/// A lane's blocks: free ones, and the old blocks of its last lazily published write, which
+/// become free once that write's map entries are durable.
+pub(crate) struct LaneState {
+    free: Vec<u32>,
+    pending: Option<Pending>,
+}
+
+/// The last lazily published write of a lane: its map entries are stored but maybe not durable.
+#[derive(Clone, Copy)]
+struct Pending {
+    /// Media range of the map entries (within one chunk: contiguous).
+    map_off: usize,
+    map_len: usize,
+    olds: [u32; MAX_CHUNK],
+    k: usize,
+}
+
+impl LaneState {
+    fn blocks(&self) -> impl Iterator<Item = u32> + '_ {
+        let pend = self
+            .pending
+            .iter()
+            .flat_map(|p| p.olds[..p.k].iter().copied());
+        self.free.iter().copied().chain(pend)
+    }
 }
 
 fn thread_hint() -> usize {
@@ -224,7 +261,10 @@ impl Lanes {
             lanes: lists
                 .into_iter()
                 .map(|l| Lane {
-                    free: Mutex::new(l),
+                    state: Mutex::new(LaneState {
+                        free: l,
+                        pending: None,
+                    }),
                 })
                 .collect(),
         }
@@ -236,23 +276,24 @@ impl Lanes {
 
     /// This thread's lane if it is free, else any free lane, else wait for this thread's.
     #[inline]
-    fn acquire(&self) -> MutexGuard<'_, Vec<u32>> {
+    fn acquire(&self) -> MutexGuard<'_, LaneState> {
         let n = self.lanes.len();
         let mine = thread_hint() % n;
         for i in 0..n {
-            if let Some(g) = self.lanes[(mine + i) % n].free.try_lock() {
+            if let Some(g) = self.lanes[(mine + i) % n].state.try_lock() {
                 return g;
             }
         }
-        self.lanes[mine].free.lock()
+        self.lanes[mine].state.lock()
     }
 
-    /// Every free block, sorted (for tests and `check` of a live device).
+    /// Every physical block no DRAM map entry names (free, or pending until the map entries
+    /// that unmapped it are durable), sorted (for tests and `check` of a live device).
     pub fn free_blocks(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self
             .lanes
             .iter()
-            .flat_map(|l| l.free.lock().clone())
+            .flat_map(|l| l.state.lock().blocks().collect::<Vec<_>>())
             .collect();
         v.sort_unstable();
         v
@@ -261,30 +302,69 @@ impl Lanes {
 
 impl<M: BlkMedia> Inner<M> {
     /// Write blocks `b0..` atomically each. The caller holds their stripes exclusively (or,
-    /// in pt-batch, their buffer mutexes). Every block is durable when this returns.
-    pub(crate) fn atomic_write(&self, b0: u64, src: &[u8]) -> Result<()> {
+    /// in pt-batch, their buffer mutexes). With `fua` every block is durable when this returns;
+    /// without, at the next FLUSH (see the module comment: lazy publish).
+    pub(crate) fn atomic_write(&self, b0: u64, src: &[u8], fua: bool) -> Result<()> {
         let bs = self.layout.block_size as usize;
         let lanes = self.lanes.as_ref().expect("atomic device has lanes");
+        // The deferred schemes keep no per-thread order of flushes and fences to piggyback on.
+        let lazy_ok = !self.persister.scheme().deferred();
         let mut lane = lanes.acquire();
-        assert!(!lane.is_empty(), "a lane never runs dry");
         let n = src.len() / bs;
         let mut done = 0;
         while done < n {
-            let k = (n - done).min(lane.len()).min(MAX_CHUNK);
+            if lane.free.is_empty() {
+                // Everything spare is pending: make it free (one flush + fence).
+                self.settle(&mut lane)?;
+            }
+            assert!(!lane.free.is_empty(), "a settled lane has free blocks");
+            let k = (n - done).min(lane.free.len()).min(MAX_CHUNK);
             let mut new = [0u64; MAX_CHUNK];
             for slot in new.iter_mut().take(k) {
-                *slot = lane.pop().expect("k <= free blocks") as u64;
+                *slot = lane.free.pop().expect("k <= free blocks") as u64;
             }
             let b = b0 + done as u64;
             let data = &src[done * bs..(done + k) * bs];
-            let olds = self
-                .stage(&new[..k], data)
-                .and_then(|entries| self.publish(b, &entries[..k]));
-            match olds {
-                Ok(olds) => lane.extend(olds[..k].iter().map(|&p| p as u32)),
+            let last = done + k == n;
+            // The last chunk of a FUA write, or with nothing to piggyback on, publishes now.
+            let now = !lazy_ok || (fua && last);
+            let prev = lane.pending.take();
+            let staged = self.stage(&new[..k], data, prev.as_ref());
+            // The data fence made the previous write's map entries durable (or failed before
+            // any fence, and they stay pending).
+            let entries = match staged {
+                Ok(entries) => {
+                    if let Some(p) = prev {
+                        lane.free.extend_from_slice(&p.olds[..p.k]);
+                    }
+                    entries
+                }
+                Err(e) => {
+                    lane.pending = prev;
+                    lane.free.extend(new[..k].iter().map(|&p| p as u32));
+                    return Err(e);
+                }
+            };
+            match self.publish(b, &entries[..k], now) {
+                Ok(olds) => {
+                    let mut p = Pending {
+                        map_off: self.layout.map_entry_off(b),
+                        map_len: k * MAP_ENTRY as usize,
+                        olds: [0; MAX_CHUNK],
+                        k,
+                    };
+                    for (o, &old) in p.olds.iter_mut().zip(&olds[..k]) {
+                        *o = old as u32;
+                    }
+                    if now {
+                        lane.free.extend_from_slice(&p.olds[..k]);
+                    } else {
+                        lane.pending = Some(p);
+                    }
+                }
                 Err(e) => {
                     // Nothing was published: the blocks are still free.
-                    lane.extend(new[..k].iter().map(|&p| p as u32));
+                    lane.free.extend(new[..k].iter().map(|&p| p as u32));
                     return Err(e);
                 }
             }
@@ -294,12 +374,57 @@ impl<M: BlkMedia> Inner<M> {
         Ok(())
     }
 
+    /// Make a lane's pending map entries durable (flush their lines, fence) and free their old
+    /// blocks.
+    fn settle(&self, lane: &mut LaneState) -> Result<()> {
+        let Some(p) = lane.pending else {
+            return Ok(());
+        };
+        let adr = self.media.domain() == Domain::Adr;
+        // A flush is permission-checked like a load: a read window suffices.
+        self.gate
+            .read(&self.media, p.map_off, p.map_len, &self.windows, |v| {
+                if adr {
+                    v.flush(p.map_off, p.map_len, Flush::best());
+                }
+                self.persister.fence(v);
+            })?;
+        lane.pending = None;
+        lane.free.extend_from_slice(&p.olds[..p.k]);
+        Ok(())
+    }
+
+    /// Settle every lane (a FLUSH: every completed write becomes durable).
+    pub(crate) fn settle_lanes(&self) -> Result<()> {
+        let Some(lanes) = &self.lanes else {
+            return Ok(());
+        };
+        for l in lanes.lanes.iter() {
+            let mut g = l.state.lock();
+            self.settle(&mut g)?;
+        }
+        Ok(())
+    }
+
     /// Copy `data` into the free physical blocks `pbas` and make it durable; returns the map
-    /// entries that will publish them.
-    fn stage(&self, pbas: &[u64], data: &[u8]) -> Result<[u64; MAX_CHUNK]> {
+    /// entries that will publish them. The lines of `prev` (the lane's pending map entries)
+    /// are flushed before the data's fence, so that fence makes them durable too.
+    fn stage(&self, pbas: &[u64], data: &[u8], prev: Option<&Pending>) -> Result<[u64; MAX_CHUNK]> {
         let bs = self.layout.block_size as usize;
         let p = &self.persister;
         let deferred = p.scheme().deferred();
+        if let Some(prev) = prev {
+            assert!(!deferred, "the deferred schemes publish at once");
+            if self.media.domain() == Domain::Adr {
+                self.gate.read(
+                    &self.media,
+                    prev.map_off,
+                    prev.map_len,
+                    &self.windows,
+                    |v| v.flush(prev.map_off, prev.map_len, Flush::best()),
+                )?;
+            }
+        }
         let mut entries = [0u64; MAX_CHUNK];
         for (j, (&pba, blk)) in pbas.iter().zip(data.chunks(bs)).enumerate() {
             let off = self.layout.phys_off(pba);
@@ -347,9 +472,9 @@ impl<M: BlkMedia> Inner<M> {
         Ok(entries)
     }
 
-    /// Swap the map entries of blocks `b..b+k` to `entries` and persist them (one flush of
-    /// their lines, one fence). Returns the physical blocks they named before.
-    fn publish(&self, b: u64, entries: &[u64]) -> Result<[u64; MAX_CHUNK]> {
+    /// Swap the map entries of blocks `b..b+k` to `entries`; with `now`, persist them (one
+    /// flush of their lines, one fence). Returns the physical blocks they named before.
+    fn publish(&self, b: u64, entries: &[u64], now: bool) -> Result<[u64; MAX_CHUNK]> {
         let k = entries.len();
         let off = self.layout.map_entry_off(b);
         let len = k * MAP_ENTRY as usize;
@@ -369,7 +494,9 @@ impl<M: BlkMedia> Inner<M> {
                 for (j, &e) in entries.iter().enumerate() {
                     v.store_u64(off + j * 8, e);
                 }
-                if msync {
+                if !now {
+                    // Lazy: the lane's next write or a FLUSH makes them durable.
+                } else if msync {
                     v.sync_pages(off, len)?;
                 } else {
                     if v.domain() == Domain::Adr {
@@ -447,7 +574,7 @@ mod tests {
         assert_eq!(lanes.free_blocks(), free);
         let a = lanes.acquire();
         let b = lanes.acquire(); // the other lane: try_lock skips the held one
-        assert_eq!(a.len() + b.len(), 10);
+        assert_eq!(a.free.len() + b.free.len(), 10);
         drop((a, b));
         let one = Lanes::new(&[5]);
         assert_eq!(one.count(), 1);

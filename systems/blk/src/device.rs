@@ -638,7 +638,7 @@ impl<M: BlkMedia> Inner<M> {
     /// caller holds the blocks' stripes (or, in pt-batch, the blocks' buffer).
     pub(crate) fn write_pm(&self, b0: u64, src: &[u8], fua: bool) -> Result<()> {
         if self.lanes.is_some() {
-            return self.atomic_write(b0, src); // durable on return, FUA or not
+            return self.atomic_write(b0, src, fua);
         }
         let moff = self.layout.block_off(b0);
         let len = src.len();
@@ -810,6 +810,7 @@ impl<M: BlkMedia> Inner<M> {
         if let Some(b) = &self.batch {
             b.drain_all(self)?;
         }
+        self.settle_lanes()?;
         self.gate
             .barrier(&self.media, |v| self.persister.barrier(v))??;
         Ok(())

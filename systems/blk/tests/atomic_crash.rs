@@ -6,16 +6,17 @@
 //! - `check` passes on the image as the crash left it (before any recovery);
 //! - after recovery (open), each block holds exactly one value that was written to it, never a
 //!   mix; every value acknowledged before a completed FLUSH, or written with FUA, is present or
-//!   a later write is; and, stronger (atomic writes are durable when they return), every block
-//!   holds its last completed write or the write in flight;
+//!   a later write is; and, stronger, for `wb`/`msync` (whose atomic writes publish at once, so
+//!   are durable when they return) every block holds its last completed write or the write in
+//!   flight (the other schemes publish lazily: a write is durable at the next FLUSH);
 //! - the free lists hold exactly the spare blocks; `check` passes again after a clean close.
 //!
 //! Nested: for one image in `NEST_EVERY`, recovery itself (open, three writes, a flush, close)
 //! is crashed at every fence and each of those images is checked the same way.
 //!
 //! K bound: `CrashOpts::k = 12` lines, `max_exhaustive = 65536` images. With 512-byte blocks a
-//! single-block write leaves at most 8 pending data lines at its data fence and 1 map line at
-//! its map fence, so every crash point is enumerated exhaustively (asserted:
+//! single-block write leaves at most 8 pending data lines and the lane's previous map line at
+//! its data fence (and 1 map line at a FUA or FLUSH fence), so every crash point is enumerated exhaustively (asserted:
 //! `sampled_points == 0`). 4 KiB blocks (64 pending lines) and multi-block requests exceed K and
 //! are sampled (64 seeded images plus the all-none and all-persisted ones per crash point).
 //! Stores are torn per cache-line piece (the simulator's default), not per 8-byte word.
@@ -177,7 +178,7 @@ fn check_image(img: &CrashSim, m: &Model, cfg: &Cfg) -> Result<Vec<u64>, String>
             .map_err(|e| format!("block {b}: read after recovery failed: {e}"))?;
         let v = unstamp(b as u64, &buf)?;
         if m.created {
-            m.allows(b, v, cfg.atomic)?;
+            m.allows(b, v, cfg.atomic && cfg.write.deferred())?;
         }
         values.push(v);
     }
