@@ -73,6 +73,38 @@ impl Region {
         Ok(())
     }
 
+    /// Tag the pages covering `[off, off+len)` with protection key `key` (`None`: the default
+    /// key 0, which every thread may use) and give them rights `access` (`pkey_mprotect`).
+    pub fn set_access_key(
+        &self,
+        off: usize,
+        len: usize,
+        access: Access,
+        key: Option<&Pkey>,
+    ) -> Result<()> {
+        let (start, n) = page_span(off, len);
+        let n = n.min(self.len() - start);
+        let p = self.at(start, n);
+        // SAFETY: as for `set_access`.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pkey_mprotect,
+                p,
+                n,
+                access.prot(),
+                key.map_or(0, |k| k.0) as libc::c_long,
+            )
+        };
+        if r != 0 {
+            return Err(MediaError::io(
+                self.path(),
+                "pkey_mprotect failed",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Map `[off, off+len)` of the backing file again, at a new address, for one thread's use
     /// (the paper's private mapping). Unmapped when the returned region drops. Offsets into the
     /// window are relative to the page holding `off`: see [`FileWindow::offset_of`].

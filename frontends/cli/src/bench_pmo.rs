@@ -247,6 +247,8 @@ fn run_one(v: Variant, n: usize, dir: &Path, lib: Option<&pmemobj::Lib>) -> Resu
             let opts = PoolOptions {
                 max_objects: objs as u32,
                 protect: v != Variant::PmoUnprotected,
+                shadow: pmkit_obj::Shadow::Pm,
+                ..PoolOptions::default()
             };
             let pool = Pool::format(m, &opts).context("formatting the PMO pool")?;
             let names: Vec<String> = (0..objs).map(|o| format!("o{o}")).collect();

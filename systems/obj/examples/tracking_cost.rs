@@ -19,6 +19,7 @@ fn main() {
         &PoolOptions {
             max_objects: 4096,
             protect: true,
+            ..PoolOptions::default()
         },
     )
     .unwrap();

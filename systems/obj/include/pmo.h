@@ -6,6 +6,10 @@
  * several objects at once if you pass several handles. A crash leaves every object equal to its
  * last completed sync. Detached objects are not mapped accessible; read-only ones fault on write.
  *
+ * The shadow is a DRAM buffer by default (stores are DRAM stores; pmo_sync streams the changed
+ * pages to PM). PMO_SHADOW=pm in the environment at pmo_pool_create/open selects the thesis's
+ * design instead (the shadow is the object's second PM slot); the file format is the same.
+ *
  * Every int-returning function returns PMO_OK (0) or a negative PMO_E* code, and
  * pmo_errmsg() then says what failed. Link with -lpmkit_obj.
  */
@@ -52,7 +56,8 @@ int pmo_create(pmo_pool *pool, const char *name, uint64_t size);
 int pmo_delete(pmo_pool *pool, const char *name);
 
 int pmo_attach(pmo_pool *pool, const char *name, int mode, pmo_handle *out);
-/* Valid until this handle's next pmo_sync or pmo_detach: call it again after a sync. */
+/* Valid until pmo_detach with the DRAM shadow (the default); with PMO_SHADOW=pm only until this
+ * handle's next pmo_sync: portable code calls it again after a sync. */
 void *pmo_ptr(pmo_pool *pool, pmo_handle h);
 uint64_t pmo_size(pmo_pool *pool, pmo_handle h);
 int pmo_read(pmo_pool *pool, pmo_handle h, uint64_t off, void *buf, size_t len);

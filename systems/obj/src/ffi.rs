@@ -4,7 +4,7 @@
 //! caught at the boundary (they become `PMO_EINTERNAL`).
 
 use crate::error::ObjError;
-use crate::pool::{Access, Pool, PoolOptions, Tracking};
+use crate::pool::{Access, Pool, PoolOptions, Shadow, Tracking};
 use pmkit_media::{Region, RegionOptions};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -113,6 +113,18 @@ pub extern "C" fn pmo_errmsg() -> *const c_char {
     LAST.with(|l| l.borrow().as_ptr())
 }
 
+/// `PMO_SHADOW=dram` (default) or `pm` (the thesis's shadow slot in PM) picks where shadows
+/// live; the on-media layout is the same either way.
+fn shadow_from_env() -> Result<Shadow, (c_int, String)> {
+    match std::env::var("PMO_SHADOW").as_deref() {
+        Err(_) | Ok("") | Ok("dram") => Ok(Shadow::Dram),
+        Ok("pm") => Ok(Shadow::Pm),
+        Ok(other) => Err(inval(&format!(
+            "PMO_SHADOW={other:?}: expected \"dram\" or \"pm\""
+        ))),
+    }
+}
+
 fn open_pool(path: *const c_char, create: Option<(u64, u32)>, out: *mut *mut PmoPool) -> c_int {
     guard(|| {
         if out.is_null() {
@@ -121,12 +133,14 @@ fn open_pool(path: *const c_char, create: Option<(u64, u32)>, out: *mut *mut Pmo
         // SAFETY: the C caller passes a NUL-terminated path (checked for NULL).
         let path = Path::new(unsafe { cstr(path, "path")? });
         let ro = RegionOptions::default();
+        let shadow = shadow_from_env()?;
         let pool = match create {
             Some((size, max_objects)) => {
                 let region = Region::open_or_create(path, size, &ro)
                     .map_err(|e| (PMO_EIO, format!("{}: {e}", path.display())))?;
                 let opts = PoolOptions {
                     max_objects,
+                    shadow,
                     ..PoolOptions::default()
                 };
                 Pool::format(region, &opts).map_err(obj)?
@@ -134,7 +148,11 @@ fn open_pool(path: *const c_char, create: Option<(u64, u32)>, out: *mut *mut Pmo
             None => {
                 let region = Region::open(path, &ro)
                     .map_err(|e| (PMO_EIO, format!("{}: {e}", path.display())))?;
-                Pool::open(region, &PoolOptions::default()).map_err(obj)?.0
+                let opts = PoolOptions {
+                    shadow,
+                    ..PoolOptions::default()
+                };
+                Pool::open(region, &opts).map_err(obj)?.0
             }
         };
         // SAFETY: out checked for NULL above.

@@ -1,10 +1,12 @@
 //! PMO: persistent memory objects with attach/detach and atomic, crash-safe PMO Sync (seed 004).
 //!
 //! A pool on any [`pmkit_media::Media`] holds a header, a Persistent Object Table, a PMO Sync
-//! Table and an object area. Each object has two slots: the current one (named by the published
-//! word of its table entry) and a shadow that a read-write attachment writes. `sync` writes back
-//! the shadow's dirty pages, fences once, and publishes it with one persisted 8-byte store (one
-//! object) or a committed intent record (several objects at once). See docs/obj.md.
+//! Table and an object area. Each object has two PM slots: the current one (named by the
+//! published word of its table entry) and the target of the next sync. A read-write attachment
+//! stores into a shadow: a DRAM buffer (default) or the target slot itself (the thesis's PM
+//! shadow). `sync` makes the changed pages durable in the target slot, fences once, and
+//! publishes it with one persisted 8-byte store (one object) or a committed intent record
+//! (several objects at once). See docs/obj.md.
 
 mod alloc;
 mod bits;
@@ -14,10 +16,12 @@ pub mod ffi;
 pub mod layout;
 pub mod media;
 pub mod pool;
+mod staging;
 
 pub use error::{ObjError, Result};
 pub use layout::{MAX_NAME, MAX_SYNC, PAGE};
 pub use media::{ByRef, ObjMedia};
 pub use pool::{
-    Access, CheckReport, Handle, ObjInfo, Pool, PoolOptions, Recovery, Stats, Tracking, MAX_HANDLES,
+    Access, CheckReport, Handle, ObjInfo, Pool, PoolOptions, Recovery, Shadow, Stats, Tracking,
+    MAX_HANDLES,
 };

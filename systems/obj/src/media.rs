@@ -2,13 +2,25 @@
 //! read-only objects inaccessible) and addresses (for raw pointers handed to C). A real
 //! [`Region`] has both; the crash simulator has neither, and the same pool code runs on both.
 
-use pmkit_media::protect::Access as Rights;
+use pmkit_media::protect::{Access as Rights, Pkey};
 use pmkit_media::{Media, MediaError, Region};
 
 pub trait ObjMedia: Media {
     /// Set the page rights of `[off, off+len)`. Media without page tables ignore it.
     fn set_rights(&self, off: usize, len: usize, rights: Rights) -> Result<(), MediaError> {
         let _ = (off, len, rights);
+        Ok(())
+    }
+    /// Set the page rights of `[off, off+len)` and tag the pages with protection key `key`
+    /// (`None`: the default key). Media without page tables ignore it.
+    fn set_rights_key(
+        &self,
+        off: usize,
+        len: usize,
+        rights: Rights,
+        key: Option<&Pkey>,
+    ) -> Result<(), MediaError> {
+        let _ = (off, len, rights, key);
         Ok(())
     }
     /// Address of byte `off` if the media is mapped memory.
@@ -22,6 +34,15 @@ impl ObjMedia for Region {
     fn set_rights(&self, off: usize, len: usize, rights: Rights) -> Result<(), MediaError> {
         self.set_access(off, len, rights)
     }
+    fn set_rights_key(
+        &self,
+        off: usize,
+        len: usize,
+        rights: Rights,
+        key: Option<&Pkey>,
+    ) -> Result<(), MediaError> {
+        self.set_access_key(off, len, rights, key)
+    }
     fn addr(&self, off: usize, len: usize) -> Option<*mut u8> {
         Some(self.ptr_at(off, len))
     }
@@ -30,6 +51,15 @@ impl ObjMedia for Region {
 impl<M: ObjMedia + ?Sized> ObjMedia for std::sync::Arc<M> {
     fn set_rights(&self, off: usize, len: usize, rights: Rights) -> Result<(), MediaError> {
         (**self).set_rights(off, len, rights)
+    }
+    fn set_rights_key(
+        &self,
+        off: usize,
+        len: usize,
+        rights: Rights,
+        key: Option<&Pkey>,
+    ) -> Result<(), MediaError> {
+        (**self).set_rights_key(off, len, rights, key)
     }
     fn addr(&self, off: usize, len: usize) -> Option<*mut u8> {
         (**self).addr(off, len)
@@ -84,6 +114,15 @@ impl<M: Media + ?Sized> Media for ByRef<'_, M> {
 impl<M: ObjMedia + ?Sized> ObjMedia for ByRef<'_, M> {
     fn set_rights(&self, off: usize, len: usize, rights: Rights) -> Result<(), MediaError> {
         self.0.set_rights(off, len, rights)
+    }
+    fn set_rights_key(
+        &self,
+        off: usize,
+        len: usize,
+        rights: Rights,
+        key: Option<&Pkey>,
+    ) -> Result<(), MediaError> {
+        self.0.set_rights_key(off, len, rights, key)
     }
     fn addr(&self, off: usize, len: usize) -> Option<*mut u8> {
         self.0.addr(off, len)

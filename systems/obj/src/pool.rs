@@ -1,6 +1,8 @@
 //! The pool: format/open with recovery, object create/delete/list, attach/detach with page
-//! rights, and PMO Sync (shadow flush + one fence + one persisted 8-byte publication, or a
-//! committed intent in the Sync Table for several objects).
+//! rights, and PMO Sync (the shadow's pages made durable in the object's other PM slot + one
+//! fence + one persisted 8-byte publication, or a committed intent in the Sync Table for several
+//! objects). The shadow is a DRAM buffer ([`Shadow::Dram`], the default) or the other PM slot
+//! itself ([`Shadow::Pm`], the thesis's design).
 
 use crate::alloc::Extents;
 use crate::bits::PageSet;
@@ -10,8 +12,9 @@ use crate::layout::{
     self, Descriptor, Geometry, Intent, ENTRY, HEADER_LEN, LIVE, MAX_SYNC, PAGE, SYNC_LEN,
 };
 use crate::media::ObjMedia;
+use crate::staging::{Buf, Cache};
 use parking_lot::Mutex;
-use pmkit_media::protect::Access as Rights;
+use pmkit_media::protect::{Access as Rights, Pkey, PkeyWindow};
 use pmkit_media::{Domain, Fence, Flush};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,8 +36,8 @@ pub enum Access {
 /// How a read-write attachment learns which pages were written (only those are flushed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Tracking {
-    /// Write faults on a read-only-mapped shadow where the media has addresses (a `Region`),
-    /// else `Explicit`.
+    /// Write faults on a read-only-mapped shadow where the shadow has addresses (a DRAM
+    /// shadow, or a PM shadow on a `Region`), else `Explicit`.
     Auto,
     /// Pages written through [`Handle::write`] or declared with [`Handle::mark_dirty`].
     Explicit,
@@ -44,6 +47,18 @@ pub enum Tracking {
     Whole,
 }
 
+/// Where a read-write attachment's shadow (the copy its stores go to) lives. Not persisted:
+/// the on-media layout is the same, any pool may be opened with either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Shadow {
+    /// A DRAM buffer filled from the current slot at attach; `sync` streams the pages that
+    /// must change into the other PM slot with non-temporal stores. Stores are DRAM stores.
+    Dram,
+    /// The other PM slot itself (the thesis's design): stores go to PM, `sync` writes back the
+    /// dirty lines with clwb; the slot is brought up to date at the first access.
+    Pm,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct PoolOptions {
     /// Object Table entries (the most objects the pool holds). Used by `format` only.
@@ -51,6 +66,12 @@ pub struct PoolOptions {
     /// Keep detached objects inaccessible and read-only attachments read-only with page rights.
     /// Needs media with page tables; ignored by the crash simulator.
     pub protect: bool,
+    /// Where shadows live (default: DRAM).
+    pub shadow: Shadow,
+    /// With `protect` and a DRAM shadow: keep the PM object area behind a memory protection key
+    /// and open it for the library's own copies with a per-thread WRPKRU window (no syscall),
+    /// when the CPU has keys. `false` (or no keys): `mprotect` windows around each copy.
+    pub pkey: bool,
 }
 
 impl Default for PoolOptions {
@@ -58,8 +79,22 @@ impl Default for PoolOptions {
         PoolOptions {
             max_objects: 4096,
             protect: true,
+            shadow: Shadow::Dram,
+            pkey: true,
         }
     }
+}
+
+/// How the library itself reaches the PM object area.
+#[derive(Debug)]
+enum AreaGuard {
+    /// No protection: the area is mapped read-write.
+    Open,
+    /// The area is tagged with this key, which every thread has disabled; the library opens a
+    /// WRPKRU window in its own thread around each copy (no syscall, no TLB flush).
+    Key(Pkey),
+    /// The area is `PROT_NONE`; the library opens `mprotect` windows (two syscalls each).
+    Pages,
 }
 
 /// One object as `list` shows it.
@@ -82,8 +117,13 @@ pub struct Stats {
     pub syncs: u64,
     pub published: u64,
     pub intents: u64,
+    /// Bytes written back with clwb at sync (PM shadow).
     pub bytes_flushed: u64,
+    /// PM shadow: bytes copied to bring a shadow slot up to date. DRAM shadow: bytes copied from
+    /// PM into DRAM buffers at attach.
     pub bytes_copied: u64,
+    /// Object bytes a sync made durable in PM: flushed (PM shadow) or streamed from DRAM.
+    pub bytes_synced: u64,
     pub fences: u64,
 }
 
@@ -94,6 +134,7 @@ struct Counters {
     intents: AtomicU64,
     bytes_flushed: AtomicU64,
     bytes_copied: AtomicU64,
+    bytes_synced: AtomicU64,
     fences: AtomicU64,
 }
 
@@ -120,12 +161,15 @@ struct Att {
     obj: usize,
     access: Access,
     tracking: Tracking,
-    /// Slot that reads and writes go to (the shadow for ReadWrite, the current slot for Read).
+    /// PM shadow: the slot reads and writes go to (the shadow for ReadWrite, the current slot
+    /// for Read). DRAM shadow: the slot the next sync writes (ReadWrite) or the current (Read).
     slot: u8,
     dirty: PageSet,
     /// The shadow equals the current contents plus this attachment's writes (caught up).
     fresh: bool,
     fault_slot: Option<usize>,
+    /// DRAM shadow: the buffer reads, writes and the user's pointer go to.
+    buf: Option<Buf>,
 }
 
 struct Inner {
@@ -136,6 +180,7 @@ struct Inner {
     atts: HashMap<u64, Att>,
     next_handle: u64,
     seq: u64,
+    bufs: Cache,
 }
 
 /// A PMO pool on media `M`.
@@ -143,6 +188,8 @@ pub struct Pool<M: ObjMedia> {
     m: M,
     g: Geometry,
     protect: bool,
+    shadow: Shadow,
+    guard: AreaGuard,
     inner: Mutex<Inner>,
     ctr: Counters,
 }
@@ -304,7 +351,7 @@ impl<M: ObjMedia> Pool<M> {
         let pool = Pool::assemble(
             m,
             g,
-            opts.protect,
+            opts,
             Scan {
                 found: vec![],
                 extents: Extents::new(g.area_off, g.area_len),
@@ -353,7 +400,7 @@ impl<M: ObjMedia> Pool<M> {
             m.persist_u64(g.sync_off as usize, 0);
             rec.rolled_forward = intent.items;
         }
-        let pool = Pool::assemble(m, g, opts.protect, s);
+        let pool = Pool::assemble(m, g, opts, s);
         pool.rest_area()?;
         Ok((pool, rec))
     }
@@ -379,7 +426,7 @@ impl<M: ObjMedia> Pool<M> {
         }
     }
 
-    fn assemble(m: M, g: Geometry, protect: bool, s: Scan) -> Pool<M> {
+    fn assemble(m: M, g: Geometry, opts: &PoolOptions, s: Scan) -> Pool<M> {
         let mut objs: Vec<Option<Obj>> = (0..g.max_objects).map(|_| None).collect();
         let mut names = HashMap::new();
         for (i, state, desc) in s.found {
@@ -398,10 +445,25 @@ impl<M: ObjMedia> Pool<M> {
             .rev()
             .filter(|&i| objs[i].is_none())
             .collect();
+        let guard = if !opts.protect {
+            AreaGuard::Open
+        } else if opts.shadow == Shadow::Dram && opts.pkey && m.addr(0, 1).is_some() {
+            match Pkey::alloc() {
+                Ok(k) => AreaGuard::Key(k),
+                Err(e) => {
+                    tracing::info!("no protection key for the object area ({e}): mprotect windows");
+                    AreaGuard::Pages
+                }
+            }
+        } else {
+            AreaGuard::Pages
+        };
         Pool {
             m,
             g,
-            protect,
+            protect: opts.protect,
+            shadow: opts.shadow,
+            guard,
             inner: Mutex::new(Inner {
                 objs,
                 names,
@@ -410,6 +472,7 @@ impl<M: ObjMedia> Pool<M> {
                 atts: HashMap::new(),
                 next_handle: 1,
                 seq: s.seq,
+                bufs: Cache::default(),
             }),
             ctr: Counters::default(),
         }
@@ -418,12 +481,34 @@ impl<M: ObjMedia> Pool<M> {
     /// Give the media back (every handle must be gone: they borrow the pool).
     pub fn into_media(mut self) -> M {
         self.release_faults();
+        self.untag_area();
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; each owned field is moved out once.
         unsafe {
             drop(std::ptr::read(&this.inner));
+            drop(std::ptr::read(&this.guard));
             std::ptr::read(&this.m)
         }
+    }
+
+    /// Give the object area back to the default key before the pool's key is freed (another
+    /// user may get the same key number), leaving it `PROT_NONE` as a protected pool does.
+    fn untag_area(&self) {
+        if let AreaGuard::Key(_) = self.guard {
+            let (off, len) = (self.g.area_off as usize, self.g.area_len as usize);
+            if let Err(e) = self.m.set_rights_key(off, len, Rights::None, None) {
+                tracing::warn!("cannot untag the object area: {e}");
+            }
+        }
+    }
+
+    /// Where shadows live in this pool.
+    pub fn shadow(&self) -> Shadow {
+        self.shadow
+    }
+    /// Whether the library reaches the object area through a protection-key window.
+    pub fn uses_pkey(&self) -> bool {
+        matches!(self.guard, AreaGuard::Key(_))
     }
 
     /// Stop fault tracking of every attachment (handles from the C ABI may still be attached).
@@ -448,6 +533,7 @@ impl<M: ObjMedia> Pool<M> {
             intents: l(&self.ctr.intents),
             bytes_flushed: l(&self.ctr.bytes_flushed),
             bytes_copied: l(&self.ctr.bytes_copied),
+            bytes_synced: l(&self.ctr.bytes_synced),
             fences: l(&self.ctr.fences),
         }
     }
@@ -466,14 +552,38 @@ impl<M: ObjMedia> Pool<M> {
         }
     }
     fn rest_area(&self) -> Result<()> {
-        if self.protect {
-            self.m.set_rights(
-                self.g.area_off as usize,
-                self.g.area_len as usize,
-                Rights::None,
-            )?;
+        let (off, len) = (self.g.area_off as usize, self.g.area_len as usize);
+        match &self.guard {
+            AreaGuard::Open => {}
+            AreaGuard::Key(k) => self
+                .m
+                .set_rights_key(off, len, Rights::ReadWrite, Some(k))?,
+            AreaGuard::Pages => self.m.set_rights(off, len, Rights::None)?,
         }
         Ok(())
+    }
+    /// Open the library's own access to `[off, off+len)` of the object area for `rights`. A key
+    /// window closes when the returned guard drops; page windows close with [`Self::close_area`].
+    fn open_area(&self, off: usize, len: usize, rights: Rights) -> Result<Option<PkeyWindow>> {
+        Ok(match &self.guard {
+            AreaGuard::Open => None,
+            AreaGuard::Key(k) if rights == Rights::ReadWrite => Some(k.open_write()),
+            AreaGuard::Key(k) => Some(k.open_read()),
+            AreaGuard::Pages => {
+                self.rights(off, len, rights)?;
+                None
+            }
+        })
+    }
+    fn close_area(&self, off: usize, len: usize) -> Result<()> {
+        if let AreaGuard::Pages = self.guard {
+            self.rights(off, len, Rights::None)?;
+        }
+        Ok(())
+    }
+    /// Rights of a DRAM buffer nobody has attached.
+    fn buf_rest(&self) -> Rights {
+        self.rest()
     }
     fn rights(&self, off: usize, len: usize, r: Rights) -> Result<()> {
         Ok(self.m.set_rights(off, len, r)?)
@@ -528,17 +638,14 @@ impl<M: ObjMedia> Pool<M> {
         };
         let made = (|| {
             let (off, len) = (offset as usize, 2 * cap as usize);
-            if self.protect {
-                self.rights(off, len, Rights::ReadWrite)?;
-            }
+            let w = self.open_area(off, len, Rights::ReadWrite)?;
             // Both slots start equal (zero), so the first attach copies nothing.
             const Z: [u8; PAGE] = [0; PAGE];
             for p in (0..len).step_by(PAGE) {
                 self.m.write_nt(off + p, &Z);
             }
-            if self.protect {
-                self.rights(off, len, Rights::None)?;
-            }
+            drop(w);
+            self.close_area(off, len)?;
             let eoff = self.g.entry_off(index);
             self.m.write(eoff + 8, &desc.encode());
             self.flush(eoff + 8, ENTRY - 8);
@@ -627,12 +734,17 @@ impl<M: ObjMedia> Pool<M> {
         let o = inner.objs[index].as_ref().expect("named object exists");
         let off = o.desc.slot_off(o.active());
         let mut buf = vec![0u8; o.desc.size as usize];
-        if self.protect && o.readers == 0 {
-            self.rights(off, o.desc.cap as usize, Rights::Read)?;
-        }
+        // A PM-shadow reader keeps the current slot readable: leave its rights alone.
+        let window = !(self.shadow == Shadow::Pm && o.readers > 0);
+        let w = if window {
+            self.open_area(off, o.desc.cap as usize, Rights::Read)?
+        } else {
+            None
+        };
         self.m.read(off, &mut buf);
-        if self.protect && o.readers == 0 {
-            self.rights(off, o.desc.cap as usize, Rights::None)?;
+        drop(w);
+        if window {
+            self.close_area(off, o.desc.cap as usize)?;
         }
         Ok(buf)
     }
@@ -665,52 +777,66 @@ impl<M: ObjMedia> Pool<M> {
         if inner.atts.len() >= MAX_HANDLES {
             return Err(ObjError::TooManyHandles { max: MAX_HANDLES });
         }
-        let has_addr = self.m.addr(0, 1).is_some();
+        // A DRAM shadow always has addresses; a PM shadow only on mapped media.
+        let has_addr = self.shadow == Shadow::Dram || self.m.addr(0, 1).is_some();
         let tracking = match tracking {
             Tracking::Auto if has_addr => Tracking::Faults,
             Tracking::Auto => Tracking::Explicit,
             Tracking::Faults if !has_addr => {
                 return Err(ObjError::BadArgument(
-                    "fault tracking needs media with addresses (a Region)".into(),
+                    "fault tracking of a PM shadow needs media with addresses (a Region)".into(),
                 ))
             }
             t => t,
         };
         let id = inner.next_handle;
+        let o = inner.objs[index].as_ref().expect("named object exists");
+        match access {
+            Access::ReadWrite if o.writer.is_some() => {
+                return Err(ObjError::Busy {
+                    name: name.into(),
+                    why: "it is already attached read-write; detach that handle first",
+                })
+            }
+            Access::ReadWrite if o.readers > 0 => {
+                return Err(ObjError::Busy {
+                    name: name.into(),
+                    why: "it is attached read-only by other handles",
+                })
+            }
+            Access::Read if o.writer.is_some() => {
+                return Err(ObjError::Busy {
+                    name: name.into(),
+                    why: "it is attached read-write",
+                })
+            }
+            _ => {}
+        }
+        let (pages, cur, cap) = (o.pages(), o.desc.slot_off(o.active()), o.desc.cap as usize);
+        let dirty = PageSet::new(pages);
+        let (buf, fault_slot) = match self.shadow {
+            Shadow::Dram => {
+                let (b, f) = self.stage(&mut inner.bufs, cur, cap, access, tracking, &dirty)?;
+                (Some(b), f)
+            }
+            Shadow::Pm => {
+                if access == Access::Read && o.readers == 0 && self.protect {
+                    self.rights(cur, cap, Rights::Read)?;
+                }
+                (None, None)
+            }
+        };
         let o = inner.objs[index].as_mut().expect("named object exists");
         let slot = match access {
             Access::ReadWrite => {
-                if o.writer.is_some() {
-                    return Err(ObjError::Busy {
-                        name: name.into(),
-                        why: "it is already attached read-write; detach that handle first",
-                    });
-                }
-                if o.readers > 0 {
-                    return Err(ObjError::Busy {
-                        name: name.into(),
-                        why: "it is attached read-only by other handles",
-                    });
-                }
                 o.writer = Some(id);
                 o.active() ^ 1
             }
             Access::Read => {
-                if o.writer.is_some() {
-                    return Err(ObjError::Busy {
-                        name: name.into(),
-                        why: "it is attached read-write",
-                    });
-                }
-                if o.readers == 0 && self.protect {
-                    let (off, cap) = (o.desc.slot_off(o.active()), o.desc.cap as usize);
-                    self.rights(off, cap, Rights::Read)?;
-                }
                 o.readers += 1;
                 o.active()
             }
         };
-        let pages = o.pages();
         inner.next_handle += 1;
         inner.atts.insert(
             id,
@@ -719,12 +845,82 @@ impl<M: ObjMedia> Pool<M> {
                 access,
                 tracking,
                 slot,
-                dirty: PageSet::new(pages),
-                fresh: access == Access::Read,
-                fault_slot: None,
+                dirty,
+                fresh: access == Access::Read || buf.is_some(),
+                fault_slot,
+                buf,
             },
         );
         Ok(id)
+    }
+
+    /// DRAM shadow: a buffer holding the object's current slot `[cur, cur+cap)`, with the
+    /// rights the attachment needs, and its write-fault registration (into `dirty`) if tracked.
+    fn stage(
+        &self,
+        bufs: &mut Cache,
+        cur: usize,
+        cap: usize,
+        access: Access,
+        tracking: Tracking,
+        dirty: &PageSet,
+    ) -> Result<(Buf, Option<usize>)> {
+        let pages = cap / PAGE;
+        let io = |what: &str, e: std::io::Error| {
+            ObjError::BadArgument(format!(
+                "cannot {what} a DRAM shadow of {cap} bytes: {e} (out of memory or map count?)"
+            ))
+        };
+        let buf = match bufs.take(pages) {
+            Some(b) => b,
+            None => Buf::map(pages, self.buf_rest()).map_err(|e| io("map", e))?,
+        };
+        if self.protect {
+            buf.set(0, cap, Rights::ReadWrite)
+                .map_err(|e| io("open", e))?;
+        }
+        let w = self.open_area(cur, cap, Rights::Read)?;
+        // SAFETY: the buffer is read-write and not handed out yet: nothing else accesses it.
+        self.m.read(cur, unsafe { buf.slice_mut(0, cap) });
+        drop(w);
+        self.close_area(cur, cap)?;
+        self.ctr
+            .bytes_copied
+            .fetch_add(cap as u64, Ordering::Relaxed);
+        let tracked = access == Access::ReadWrite && tracking == Tracking::Faults;
+        if tracked || (access == Access::Read && self.protect) {
+            buf.set(0, cap, Rights::Read)
+                .map_err(|e| io("protect", e))?;
+        }
+        let mut fault_slot = None;
+        if tracked {
+            fault_slot = Some(
+                faults::register(buf.ptr(), cap, dirty.words_ptr())
+                    .map_err(|e| {
+                        ObjError::BadArgument(format!(
+                            "cannot install the write-fault handler: {e}"
+                        ))
+                    })?
+                    .ok_or(ObjError::TooManyHandles {
+                        max: faults::MAX_TRACKED,
+                    })?,
+            );
+        }
+        Ok((buf, fault_slot))
+    }
+
+    /// DRAM shadow: return a detached attachment's buffer to the cache with the rights of a
+    /// buffer nobody has attached (`PROT_NONE` with protection), so a kept pointer faults. A
+    /// buffer whose rights cannot be reset is unmapped instead of cached.
+    fn unstage(&self, bufs: &mut Cache, buf: Buf, cap: usize, access: Access, tracking: Tracking) {
+        let tracked = access == Access::ReadWrite && tracking == Tracking::Faults;
+        if self.protect || tracked {
+            if let Err(e) = buf.set(0, cap, self.buf_rest()) {
+                tracing::warn!("cannot reset a DRAM shadow's rights ({e}): unmapping it");
+                return;
+            }
+        }
+        bufs.give(buf);
     }
 
     /// Bring a read-write attachment's shadow up to date: copy the stale pages from the current
@@ -824,7 +1020,11 @@ impl<M: ObjMedia> Pool<M> {
             .as_ref()
             .expect("attached object exists");
         Self::check_range(o, off, dst.len())?;
-        self.m.read(o.desc.slot_off(att.slot) + off as usize, dst);
+        match &att.buf {
+            // SAFETY: an attached buffer is readable; the handle's owner is the one reading.
+            Some(b) => dst.copy_from_slice(unsafe { b.slice(off as usize, dst.len()) }),
+            None => self.m.read(o.desc.slot_off(att.slot) + off as usize, dst),
+        }
         Ok(())
     }
 
@@ -856,14 +1056,24 @@ impl<M: ObjMedia> Pool<M> {
             // Recorded before the store so a fault-tracked write does not need to fault.
             att.dirty.set_range(first, last - first + 1);
             if att.tracking == Tracking::Faults && newly {
-                self.rights(
-                    o.desc.slot_off(att.slot) + first * PAGE,
-                    (last - first + 1) * PAGE,
-                    Rights::ReadWrite,
-                )?;
+                let (at, len) = (first * PAGE, (last - first + 1) * PAGE);
+                match &att.buf {
+                    Some(b) => b.set(at, len, Rights::ReadWrite).map_err(|e| {
+                        ObjError::BadArgument(format!("cannot open a DRAM shadow page: {e}"))
+                    })?,
+                    None => self.rights(o.desc.slot_off(att.slot) + at, len, Rights::ReadWrite)?,
+                }
+            }
+            if att.tracking == Tracking::Whole && att.buf.is_some() {
+                att.dirty.set_range(0, o.pages());
             }
         }
-        self.m.write(o.desc.slot_off(att.slot) + off as usize, src);
+        match &att.buf {
+            // SAFETY: the range is inside the object (checked) and writable (read-write
+            // attachment; fault-tracked pages were opened above); the owner is the writer.
+            Some(b) => unsafe { b.slice_mut(off as usize, src.len()) }.copy_from_slice(src),
+            None => self.m.write(o.desc.slot_off(att.slot) + off as usize, src),
+        }
         Ok(())
     }
 
@@ -887,13 +1097,19 @@ impl<M: ObjMedia> Pool<M> {
         if len > 0 {
             let first = off as usize / PAGE;
             let last = (off + len - 1) as usize / PAGE;
-            inner.atts[&id].dirty.set_range(first, last - first + 1);
+            let att = &inner.atts[&id];
+            att.dirty.set_range(first, last - first + 1);
+            if att.tracking == Tracking::Whole && att.buf.is_some() {
+                att.dirty
+                    .set_range(0, inner.objs[att.obj].as_ref().expect("attached").pages());
+            }
         }
         Ok(())
     }
 
-    /// Address of the attachment's view (the shadow for read-write), valid until the next
-    /// `sync` or `detach` of this handle.
+    /// Address of the attachment's view (the shadow for read-write). DRAM shadow: valid until
+    /// `detach` (the same buffer across syncs). PM shadow: valid until the next `sync` or
+    /// `detach` of this handle.
     pub fn ptr_id(&self, id: u64) -> Result<Option<*mut u8>> {
         let mut inner = self.inner.lock();
         self.freshen(&mut inner, id)?;
@@ -901,6 +1117,12 @@ impl<M: ObjMedia> Pool<M> {
         let o = inner.objs[att.obj]
             .as_ref()
             .expect("attached object exists");
+        if let Some(b) = &att.buf {
+            if att.tracking == Tracking::Whole && att.access == Access::ReadWrite {
+                att.dirty.set_range(0, o.pages());
+            }
+            return Ok(Some(b.ptr()));
+        }
         Ok(self.m.addr(o.desc.slot_off(att.slot), o.desc.cap as usize))
     }
 
@@ -922,13 +1144,35 @@ impl<M: ObjMedia> Pool<M> {
             .atts
             .remove(&id)
             .ok_or(ObjError::NotAttached { handle: id })?;
+        let inner = &mut *inner;
         let o = inner.objs[att.obj]
             .as_mut()
             .expect("attached object exists");
+        if let Some(s) = att.fault_slot.take() {
+            faults::unregister(s);
+        }
+        if let Some(b) = att.buf.take() {
+            // DRAM shadow: unsynced writes vanish with the buffer; PM was not touched.
+            match att.access {
+                Access::ReadWrite => o.writer = None,
+                Access::Read => o.readers -= 1,
+            }
+            self.unstage(
+                &mut inner.bufs,
+                b,
+                o.desc.cap as usize,
+                att.access,
+                att.tracking,
+            );
+            return Ok(());
+        }
         match att.access {
             Access::ReadWrite => {
                 // Unsynced writes are dropped: those shadow pages now differ from the current slot.
-                if att.fresh {
+                // Whole tracking records no pages before its sync: any page may differ.
+                if att.fresh && att.tracking == Tracking::Whole {
+                    o.stale.set_range(0, o.pages());
+                } else if att.fresh {
                     o.stale.union(&att.dirty);
                 }
                 o.writer = None;
@@ -975,79 +1219,158 @@ impl<M: ObjMedia> Pool<M> {
             }
             seen.push(att.obj);
         }
-        // 1. Persist each changed shadow: write back its dirty pages (relaxed persistency: no
-        //    fence per line or per object).
-        let mut changed = vec![];
-        for &id in ids {
-            let att = &inner.atts[&id];
-            if !att.fresh {
-                continue; // nothing was written since the last sync: nothing to publish
-            }
-            let o = inner.objs[att.obj].as_ref().expect("attached");
-            if att.tracking == Tracking::Whole {
-                att.dirty.set_range(0, o.pages());
-            }
-            let runs = att.dirty.runs();
-            if runs.is_empty() {
-                continue;
-            }
-            let base = o.desc.slot_off(att.slot);
-            for (first, n) in runs {
-                self.flush(base + first * PAGE, n * PAGE);
-                self.ctr
-                    .bytes_flushed
-                    .fetch_add((n * PAGE) as u64, Ordering::Relaxed);
-            }
-            let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
-            changed.push((id, att.obj, word));
+        // 1. Make each changed shadow's pages durable in its target slot, without a fence per
+        //    line or per object; 2. one fence and the publication. The library's own window
+        //    onto the object area is open only from the first copy to the publication.
+        let key = match &self.guard {
+            AreaGuard::Key(k) if self.shadow == Shadow::Dram => Some(k.open_write()),
+            _ => None,
+        };
+        let mut opened = vec![];
+        let done = self
+            .write_back(&inner, ids, &mut opened)
+            .inspect(|changed| {
+                if !changed.is_empty() {
+                    self.publish(&mut inner, changed);
+                }
+            });
+        drop(key);
+        let mut closed = Ok(());
+        for (off, len) in opened {
+            closed = closed.and(self.close_area(off, len));
         }
+        let changed = done?;
+        closed?;
         if changed.is_empty() {
             return Ok(());
         }
-        // 2. Publish.
-        if let [(_, index, word)] = changed[..] {
-            self.fence();
-            self.persist_word(self.g.entry_off(index), word);
-        } else {
-            let seq = inner.seq + 1;
-            let intent = Intent {
-                seq,
-                items: changed.iter().map(|&(_, i, w)| (i as u64, w)).collect(),
-            };
-            let body = intent.encode();
-            let so = self.g.sync_off as usize;
-            self.m.write(so + 8, &body);
-            self.flush(so + 8, body.len());
-            self.fence(); // shadows and intent durable
-            self.persist_word(so, seq); // commit point
-            for &(_, index, word) in &changed {
-                let eo = self.g.entry_off(index);
-                self.m.store_u64(eo, word);
-                self.flush(eo, 8);
-            }
-            self.fence();
-            self.persist_word(so, 0); // retire the intent before any later publication
-            inner.seq = seq;
-            self.ctr.intents.fetch_add(1, Ordering::Relaxed);
-        }
-        // 3. The old current slot is the next shadow; it differs on exactly the synced pages.
+        // 3. The old current slot is the next target; it differs on exactly the synced pages.
         for &(id, index, word) in &changed {
             let inner = &mut *inner;
             let att = inner.atts.get_mut(&id).expect("validated");
             let o = inner.objs[index].as_mut().expect("attached");
-            self.close_shadow(att, o)?;
+            if att.buf.is_none() {
+                self.close_shadow(att, o)?;
+            }
             o.state = word;
             o.stale.clear();
             o.stale.union(&att.dirty);
             att.dirty.clear();
             att.slot = o.active() ^ 1;
-            att.fresh = false;
+            let Some(b) = &att.buf else {
+                att.fresh = false;
+                continue;
+            };
+            // DRAM shadow: the buffer equals the new current slot and stays attached.
+            match att.tracking {
+                Tracking::Whole => att.dirty.set_range(0, o.pages()),
+                Tracking::Faults => {
+                    // Re-arm: the next store to each page faults again.
+                    if let Err(e) = b.set(0, o.desc.cap as usize, Rights::Read) {
+                        tracing::warn!("cannot re-arm write faults ({e}): next sync writes all");
+                        att.dirty.set_range(0, o.pages());
+                    }
+                }
+                _ => {}
+            }
         }
         self.ctr.syncs.fetch_add(1, Ordering::Relaxed);
         self.ctr
             .published
             .fetch_add(changed.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Step 1 of a sync: make each handle's changed pages durable-to-be in its target slot (PM
+    /// shadow: clwb of the dirty pages; DRAM shadow: non-temporal copies of the dirty and stale
+    /// pages). No fence. Returns (handle, object, new state word) per object to publish, and
+    /// records in `opened` the page windows to close.
+    fn write_back(
+        &self,
+        inner: &Inner,
+        ids: &[u64],
+        opened: &mut Vec<(usize, usize)>,
+    ) -> Result<Vec<(u64, usize, u64)>> {
+        let mut changed = vec![];
+        for &id in ids {
+            let att = &inner.atts[&id];
+            let o = inner.objs[att.obj].as_ref().expect("attached");
+            let Some(b) = &att.buf else {
+                if !att.fresh {
+                    continue; // nothing was written since the last sync: nothing to publish
+                }
+                if att.tracking == Tracking::Whole {
+                    att.dirty.set_range(0, o.pages());
+                }
+                let runs = att.dirty.runs();
+                if runs.is_empty() {
+                    continue;
+                }
+                let base = o.desc.slot_off(att.slot);
+                for (first, n) in runs {
+                    self.flush(base + first * PAGE, n * PAGE);
+                    let k = (n * PAGE) as u64;
+                    self.ctr.bytes_flushed.fetch_add(k, Ordering::Relaxed);
+                    self.ctr.bytes_synced.fetch_add(k, Ordering::Relaxed);
+                }
+                let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
+                changed.push((id, att.obj, word));
+                continue;
+            };
+            if att.dirty.runs().is_empty() {
+                continue;
+            }
+            // The target will differ from the current slot on the dirty pages: record that
+            // first, so a failure part-way leaves `stale` an over-estimate, never an under one.
+            o.stale.union(&att.dirty);
+            let (target, cap) = (o.desc.slot_off(att.slot), o.desc.cap as usize);
+            if let AreaGuard::Pages = self.guard {
+                self.open_area(target, cap, Rights::ReadWrite)?;
+                opened.push((target, cap));
+            }
+            for (first, n) in o.stale.runs() {
+                let (at, len) = (first * PAGE, n * PAGE);
+                // SAFETY: the attached buffer is readable (Read or ReadWrite rights) and its
+                // owner does not store through its pointer while its own sync runs.
+                self.m.write_nt(target + at, unsafe { b.slice(at, len) });
+                self.ctr
+                    .bytes_synced
+                    .fetch_add(len as u64, Ordering::Relaxed);
+            }
+            let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
+            changed.push((id, att.obj, word));
+        }
+        Ok(changed)
+    }
+
+    /// Step 2 of a sync: one fence after the write-back, then the publication: one persisted
+    /// state word (one object), or a committed intent record (several).
+    fn publish(&self, inner: &mut Inner, changed: &[(u64, usize, u64)]) {
+        if let [(_, index, word)] = changed[..] {
+            self.fence();
+            self.persist_word(self.g.entry_off(index), word);
+            return;
+        }
+        let seq = inner.seq + 1;
+        let intent = Intent {
+            seq,
+            items: changed.iter().map(|&(_, i, w)| (i as u64, w)).collect(),
+        };
+        let body = intent.encode();
+        let so = self.g.sync_off as usize;
+        self.m.write(so + 8, &body);
+        self.flush(so + 8, body.len());
+        self.fence(); // shadows and intent durable
+        self.persist_word(so, seq); // commit point
+        for &(_, index, word) in changed {
+            let eo = self.g.entry_off(index);
+            self.m.store_u64(eo, word);
+            self.flush(eo, 8);
+        }
+        self.fence();
+        self.persist_word(so, 0); // retire the intent before any later publication
+        inner.seq = seq;
+        self.ctr.intents.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Publish several handles' writes atomically (one sync).

@@ -2,26 +2,38 @@
 //! bad input, and dirty tracking (only written pages are flushed).
 
 use pmkit_media::{Region, RegionOptions};
-use pmkit_obj::{Access, ObjError, Pool, PoolOptions, Tracking, MAX_NAME};
+use pmkit_obj::{Access, ObjError, Pool, PoolOptions, Shadow, Tracking, MAX_NAME};
 
-fn opts() -> PoolOptions {
+/// Every test runs with the DRAM shadow (the default) and the thesis's PM shadow.
+const SHADOWS: [Shadow; 2] = [Shadow::Dram, Shadow::Pm];
+
+fn opts(shadow: Shadow) -> PoolOptions {
     PoolOptions {
         max_objects: 16,
         protect: true,
+        shadow,
+        ..PoolOptions::default()
     }
 }
 
-fn new_pool(len: usize) -> Pool<Region> {
-    Pool::format(Region::anonymous(len).unwrap(), &opts()).unwrap()
+fn new_pool(shadow: Shadow, len: usize) -> Pool<Region> {
+    Pool::format(Region::anonymous(len).unwrap(), &opts(shadow)).unwrap()
 }
 
 #[test]
 fn create_write_sync_reopen_on_a_file() {
+    for shadow in SHADOWS {
+        create_write_sync_reopen_on_a_file_with(shadow);
+    }
+}
+
+fn create_write_sync_reopen_on_a_file_with(shadow: Shadow) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pool");
     let ro = RegionOptions::default();
     {
-        let pool = Pool::format(Region::create(&path, 1 << 20, &ro).unwrap(), &opts()).unwrap();
+        let pool =
+            Pool::format(Region::create(&path, 1 << 20, &ro).unwrap(), &opts(shadow)).unwrap();
         pool.create("a", 10_000).unwrap();
         pool.create("b", 100).unwrap();
         let a = pool.attach("a", Access::ReadWrite).unwrap();
@@ -30,7 +42,7 @@ fn create_write_sync_reopen_on_a_file() {
         a.write(0, b"unsynced").unwrap();
         pool.detach(a).unwrap();
     }
-    let (pool, rec) = Pool::open(Region::open(&path, &ro).unwrap(), &opts()).unwrap();
+    let (pool, rec) = Pool::open(Region::open(&path, &ro).unwrap(), &opts(shadow)).unwrap();
     assert_eq!(rec.objects, 2);
     let a = pool.read_published("a").unwrap();
     assert_eq!(&a[9_000..9_005], b"hello");
@@ -50,9 +62,15 @@ fn create_write_sync_reopen_on_a_file() {
 
 #[test]
 fn repeated_syncs_keep_unwritten_pages() {
+    for shadow in SHADOWS {
+        repeated_syncs_keep_unwritten_pages_with(shadow);
+    }
+}
+
+fn repeated_syncs_keep_unwritten_pages_with(shadow: Shadow) {
     // After a sync the old slot becomes the shadow; pages written in the previous sync must be
     // brought over before the next one, or they would roll back.
-    let pool = new_pool(1 << 20);
+    let pool = new_pool(shadow, 1 << 20);
     pool.create("x", 3 * 4096).unwrap();
     for tracking in [Tracking::Explicit, Tracking::Faults, Tracking::Whole] {
         let h = pool.attach_with("x", Access::ReadWrite, tracking).unwrap();
@@ -70,7 +88,13 @@ fn repeated_syncs_keep_unwritten_pages() {
 
 #[test]
 fn multi_object_sync_publishes_all() {
-    let pool = new_pool(1 << 20);
+    for shadow in SHADOWS {
+        multi_object_sync_publishes_all_with(shadow);
+    }
+}
+
+fn multi_object_sync_publishes_all_with(shadow: Shadow) {
+    let pool = new_pool(shadow, 1 << 20);
     for n in ["a", "b", "c"] {
         pool.create(n, 4096).unwrap();
     }
@@ -91,10 +115,16 @@ fn multi_object_sync_publishes_all() {
 
 #[test]
 fn only_written_pages_are_flushed() {
-    let pool = new_pool(4 << 20);
+    for shadow in SHADOWS {
+        only_written_pages_are_flushed_with(shadow);
+    }
+}
+
+fn only_written_pages_are_flushed_with(shadow: Shadow) {
+    let pool = new_pool(shadow, 4 << 20);
     pool.create("big", 64 * 4096).unwrap();
     for tracking in [Tracking::Explicit, Tracking::Faults] {
-        let before = pool.stats().bytes_flushed;
+        let before = pool.stats().bytes_synced;
         let h = pool
             .attach_with("big", Access::ReadWrite, tracking)
             .unwrap();
@@ -113,11 +143,7 @@ fn only_written_pages_are_flushed() {
             h.write(40 * 4096 + 100, &[3]).unwrap();
         }
         h.sync().unwrap();
-        assert_eq!(
-            pool.stats().bytes_flushed - before,
-            2 * 4096,
-            "{tracking:?}"
-        );
+        assert_eq!(pool.stats().bytes_synced - before, 2 * 4096, "{tracking:?}");
         pool.detach(h).unwrap();
         let big = pool.read_published("big").unwrap();
         assert_eq!(
@@ -129,7 +155,13 @@ fn only_written_pages_are_flushed() {
 
 #[test]
 fn bad_input_gets_clear_errors_and_loses_nothing() {
-    let pool = new_pool(256 * 1024);
+    for shadow in SHADOWS {
+        bad_input_gets_clear_errors_and_loses_nothing_with(shadow);
+    }
+}
+
+fn bad_input_gets_clear_errors_and_loses_nothing_with(shadow: Shadow) {
+    let pool = new_pool(shadow, 256 * 1024);
     pool.create("keep", 4096).unwrap();
     let h = pool.attach("keep", Access::ReadWrite).unwrap();
     h.write(0, b"precious").unwrap();
@@ -187,7 +219,7 @@ fn bad_input_gets_clear_errors_and_loses_nothing() {
         Region::anonymous(256 * 1024).unwrap(),
         &PoolOptions {
             max_objects: 2,
-            protect: true,
+            ..opts(shadow)
         },
     )
     .unwrap();
@@ -203,8 +235,14 @@ fn bad_input_gets_clear_errors_and_loses_nothing() {
 
 #[test]
 fn corrupt_table_is_reported_and_nothing_is_written() {
+    for shadow in SHADOWS {
+        corrupt_table_is_reported_and_nothing_is_written_with(shadow);
+    }
+}
+
+fn corrupt_table_is_reported_and_nothing_is_written_with(shadow: Shadow) {
     use pmkit_media::Media;
-    let pool = new_pool(256 * 1024);
+    let pool = new_pool(shadow, 256 * 1024);
     pool.create("a", 4096).unwrap();
     pool.create("b", 4096).unwrap();
     let g = pool.geometry();
@@ -225,7 +263,9 @@ fn corrupt_table_is_reported_and_nothing_is_written() {
         "{:?}",
         report.errors
     );
-    let e = Pool::open(pmkit_obj::ByRef(&m), &opts()).err().unwrap();
+    let e = Pool::open(pmkit_obj::ByRef(&m), &opts(shadow))
+        .err()
+        .unwrap();
     assert!(matches!(e, ObjError::Corrupt(_)), "{e}");
     assert!(e.to_string().contains("entry 1"), "{e}");
     assert!(before == snapshot(&m), "a failed open must not write");
@@ -233,7 +273,13 @@ fn corrupt_table_is_reported_and_nothing_is_written() {
 
 #[test]
 fn not_a_pool() {
-    let e = Pool::open(Region::anonymous(64 * 1024).unwrap(), &opts())
+    for shadow in SHADOWS {
+        not_a_pool_with(shadow);
+    }
+}
+
+fn not_a_pool_with(shadow: Shadow) {
+    let e = Pool::open(Region::anonymous(64 * 1024).unwrap(), &opts(shadow))
         .err()
         .unwrap();
     assert!(matches!(e, ObjError::NotAPool(_)), "{e}");

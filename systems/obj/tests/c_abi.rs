@@ -47,22 +47,27 @@ fn c_example_builds_and_runs() {
         "cc failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run = Command::new(&bin)
-        .arg(dir.path().join("pool"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "example failed: {:?}\n{stdout}\n{}",
-        run.status,
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert!(
-        stdout.contains("reopened: meta.count = 1024, ints[1023] = 2046"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("already exists"), "{stdout}");
-    assert!(stdout.contains("not attached"), "{stdout}");
-    assert!(stdout.contains("pmo_example: ok"), "{stdout}");
+    // The same program with each shadow (PMO_SHADOW picks it; the default is DRAM).
+    for shadow in ["dram", "pm"] {
+        let pool = dir.path().join(format!("pool-{shadow}"));
+        let run = Command::new(&bin)
+            .arg(&pool)
+            .env("PMO_SHADOW", shadow)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "example failed with PMO_SHADOW={shadow}: {:?}\n{stdout}\n{}",
+            run.status,
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(
+            stdout.contains("reopened: meta.count = 1024, ints[1023] = 2046"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("already exists"), "{stdout}");
+        assert!(stdout.contains("not attached"), "{stdout}");
+        assert!(stdout.contains("pmo_example: ok"), "{stdout}");
+    }
 }
