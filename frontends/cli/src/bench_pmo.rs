@@ -22,7 +22,7 @@ use baselines::Layout;
 use counted::Counted;
 use indicatif::{ProgressBar, ProgressStyle};
 use pmkit_media::{Region, RegionOptions};
-use pmkit_obj::{Access, Pool, PoolOptions, Tracking};
+use pmkit_obj::{Access, Pool, PoolOptions, Shadow, Tracking};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -90,21 +90,27 @@ enum Variant {
     UndoLog,
     FullShadow,
     PmoWrite,
-    PmoPtr,
-    PmoFaults,
-    PmoUnprotected,
+    PmoDram,
+    PmoDramFaults,
+    PmoDramMprotect,
+    PmoDramUnprotected,
+    PmoPm,
+    PmoPmUnprotected,
     Libpmemobj,
 }
 
 impl Variant {
-    const ALL: [Variant; 8] = [
+    const ALL: [Variant; 11] = [
         Variant::PersistBarrier,
         Variant::UndoLog,
         Variant::FullShadow,
         Variant::PmoWrite,
-        Variant::PmoPtr,
-        Variant::PmoFaults,
-        Variant::PmoUnprotected,
+        Variant::PmoDram,
+        Variant::PmoDramFaults,
+        Variant::PmoDramMprotect,
+        Variant::PmoDramUnprotected,
+        Variant::PmoPm,
+        Variant::PmoPmUnprotected,
         Variant::Libpmemobj,
     ];
     fn name(self) -> &'static str {
@@ -113,9 +119,12 @@ impl Variant {
             Variant::UndoLog => "undo-log",
             Variant::FullShadow => "full-shadow",
             Variant::PmoWrite => "pmo-write",
-            Variant::PmoPtr => "pmo-ptr",
-            Variant::PmoFaults => "pmo-faults",
-            Variant::PmoUnprotected => "pmo-unprotected",
+            Variant::PmoDram => "pmo-dram",
+            Variant::PmoDramFaults => "pmo-dram-faults",
+            Variant::PmoDramMprotect => "pmo-dram-mprotect",
+            Variant::PmoDramUnprotected => "pmo-dram-unprotected",
+            Variant::PmoPm => "pmo-pm",
+            Variant::PmoPmUnprotected => "pmo-pm-unprotected",
             Variant::Libpmemobj => "libpmemobj",
         }
     }
@@ -124,15 +133,39 @@ impl Variant {
             Variant::PersistBarrier => "stores in place, clwb + sfence per object (NOT atomic)",
             Variant::UndoLog => "per-store undo entry, clwb + sfence per store (thesis Fig. 3.9)",
             Variant::FullShadow => "copy to shadow, store, persist, mark, copy back (Fig. 3.10)",
-            Variant::PmoWrite => "PMO Sync, Handle::write per int (Explicit tracking)",
-            Variant::PmoPtr => "PMO Sync, pointer stores + one mark_dirty (Explicit)",
-            Variant::PmoFaults => "PMO Sync, pointer stores, write-fault tracking (C default)",
-            Variant::PmoUnprotected => "pmo-ptr with page protection off (protect: false)",
+            Variant::PmoWrite => "PMO Sync, pool default, Handle::write per int (Explicit)",
+            Variant::PmoDram => {
+                "PMO Sync, pool default: DRAM shadow, protected (pkey area), pointer + mark_dirty"
+            }
+            Variant::PmoDramFaults => "pmo-dram with write-fault tracking (what C callers get)",
+            Variant::PmoDramMprotect => "pmo-dram, PM area opened by mprotect windows, no pkey",
+            Variant::PmoDramUnprotected => "pmo-dram with protection off (protect: false)",
+            Variant::PmoPm => "PMO Sync, thesis PM shadow (clwb), protected, pointer + mark_dirty",
+            Variant::PmoPmUnprotected => "pmo-pm with protection off (the thesis's prototype)",
             Variant::Libpmemobj => "pmemobj_tx_add_range of the object in a transaction",
         }
     }
     fn atomic(self) -> bool {
         self != Variant::PersistBarrier
+    }
+    /// Pool options and dirty tracking of a PMO variant.
+    fn pmo(self, objs: usize) -> Option<(PoolOptions, Tracking)> {
+        let (shadow, protect, pkey, tracking) = match self {
+            Variant::PmoWrite | Variant::PmoDram => (Shadow::Dram, true, true, Tracking::Explicit),
+            Variant::PmoDramFaults => (Shadow::Dram, true, true, Tracking::Faults),
+            Variant::PmoDramMprotect => (Shadow::Dram, true, false, Tracking::Explicit),
+            Variant::PmoDramUnprotected => (Shadow::Dram, false, true, Tracking::Explicit),
+            Variant::PmoPm => (Shadow::Pm, true, true, Tracking::Explicit),
+            Variant::PmoPmUnprotected => (Shadow::Pm, false, true, Tracking::Explicit),
+            _ => return None,
+        };
+        let opts = PoolOptions {
+            max_objects: objs as u32,
+            protect,
+            shadow,
+            pkey,
+        };
+        Some((opts, tracking))
     }
 }
 
@@ -242,22 +275,30 @@ fn run_one(v: Variant, n: usize, dir: &Path, lib: Option<&pmemobj::Lib>) -> Resu
                 fences: Some(f1 - f0),
             })
         }
-        Variant::PmoWrite | Variant::PmoPtr | Variant::PmoFaults | Variant::PmoUnprotected => {
+        Variant::PmoWrite
+        | Variant::PmoDram
+        | Variant::PmoDramFaults
+        | Variant::PmoDramMprotect
+        | Variant::PmoDramUnprotected
+        | Variant::PmoPm
+        | Variant::PmoPmUnprotected => {
             let m = region(&file.0, size)?;
-            let opts = PoolOptions {
-                max_objects: objs as u32,
-                protect: v != Variant::PmoUnprotected,
-                shadow: pmkit_obj::Shadow::Pm,
-                ..PoolOptions::default()
-            };
+            let (opts, tracking) = v.pmo(objs).expect("a PMO variant");
             let pool = Pool::format(m, &opts).context("formatting the PMO pool")?;
+            let want_key = opts.shadow == Shadow::Dram
+                && opts.protect
+                && opts.pkey
+                && pmkit_media::features().pku;
+            if pool.uses_pkey() != want_key {
+                bail!("{}: protection key expected: {want_key}", v.name());
+            }
             let names: Vec<String> = (0..objs).map(|o| format!("o{o}")).collect();
             for name in &names {
                 pool.create(name, 4096)?;
             }
             let (w0, f0) = pool.media().counts();
             let t = Instant::now();
-            pmo_workload(&pool, &names, n, v)?;
+            pmo_workload(&pool, &names, n, v, tracking)?;
             let secs = t.elapsed().as_secs_f64();
             let (w1, f1) = pool.media().counts();
             for (o, name) in names.iter().enumerate() {
@@ -299,11 +340,8 @@ fn pmo_workload(
     names: &[String],
     n: usize,
     v: Variant,
+    tracking: Tracking,
 ) -> Result<()> {
-    let tracking = match v {
-        Variant::PmoFaults => Tracking::Faults,
-        _ => Tracking::Explicit,
-    };
     for (o, name) in names.iter().enumerate() {
         let (first, end) = (o * INTS, n.min((o + 1) * INTS));
         let h = pool.attach_with(name, Access::ReadWrite, tracking)?;
@@ -315,7 +353,8 @@ fn pmo_workload(
             let p = h.as_ptr()?.context("a Region has addresses")?.cast::<u32>();
             for i in first..end {
                 // SAFETY: p is the page-aligned shadow of this read-write handle (4096 bytes,
-                // writable or fault-tracked), valid until the sync below; i - first < 1024.
+                // writable or fault-tracked: a DRAM buffer or the PM shadow slot), valid until
+                // the sync below; i - first < 1024.
                 unsafe { p.add(i - first).write_volatile(baselines::value(i)) };
             }
             if tracking == Tracking::Explicit {
@@ -482,11 +521,11 @@ fn print_report(r: &Report) {
     println!("{}", r.libpmemobj);
     println!();
     for (v, about) in &r.variants {
-        println!("  {:<16} {about}", v.name());
+        println!("  {:<21} {about}", v.name());
     }
     println!();
     println!(
-        "{:>5} {:>6}  {:<16} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}",
+        "{:>5} {:>6}  {:<21} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}",
         "N", "objs", "variant", "ms", "us/object", "vs pmemobj", "PM MiB", "PM B/obj", "fence/obj"
     );
     for row in &r.rows {
@@ -513,7 +552,7 @@ fn print_report(r: &Report) {
             _ => "-".into(),
         };
         println!(
-            "{:>5} {:>6}  {:<16} {:>10.1} {:>10.2} {:>10} {:>12} {:>10} {:>9}",
+            "{:>5} {:>6}  {:<21} {:>10.1} {:>10.2} {:>10} {:>12} {:>10} {:>9}",
             n_label(row.n),
             row.objects,
             row.variant.name(),

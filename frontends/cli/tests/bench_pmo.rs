@@ -5,14 +5,26 @@
 use serde_json::Value;
 use std::process::Command;
 
-const PMKIT_VARIANTS: [&str; 7] = [
+const PMO_VARIANTS: [&str; 7] = [
+    "pmo-write",
+    "pmo-dram",
+    "pmo-dram-faults",
+    "pmo-dram-mprotect",
+    "pmo-dram-unprotected",
+    "pmo-pm",
+    "pmo-pm-unprotected",
+];
+const PMKIT_VARIANTS: [&str; 10] = [
     "persist-barrier",
     "undo-log",
     "full-shadow",
-    "pmo-write",
-    "pmo-ptr",
-    "pmo-faults",
-    "pmo-unprotected",
+    PMO_VARIANTS[0],
+    PMO_VARIANTS[1],
+    PMO_VARIANTS[2],
+    PMO_VARIANTS[3],
+    PMO_VARIANTS[4],
+    PMO_VARIANTS[5],
+    PMO_VARIANTS[6],
 ];
 
 fn run(args: &[&str]) -> (Value, String) {
@@ -58,7 +70,7 @@ fn quick_json_has_every_variant_and_pmo_writes_less_than_shadow_copy() {
     }
     // 19 whole objects and one of 544 ints: the data alone is 20000 * 4 bytes.
     assert!(bytes("persist-barrier") >= 80_000, "{v}");
-    for pmo in ["pmo-write", "pmo-ptr", "pmo-faults", "pmo-unprotected"] {
+    for pmo in PMO_VARIANTS {
         assert!(
             bytes(pmo) < bytes("full-shadow"),
             "{pmo} vs full-shadow: {v}"
@@ -95,7 +107,7 @@ fn quick_json_has_every_variant_and_pmo_writes_less_than_shadow_copy() {
     }
     let drawn = std::fs::read_to_string(svg.path()).unwrap();
     assert!(
-        drawn.contains("<svg") && drawn.contains("pmo-unprotected"),
+        drawn.contains("<svg") && drawn.contains("pmo-dram-unprotected"),
         "plot drawn"
     );
     // Nothing is left in the pool directory.

@@ -104,6 +104,15 @@ impl<M: ObjMedia> ObjMedia for Counted<M> {
     fn set_rights(&self, off: usize, len: usize, rights: Rights) -> Result<(), MediaError> {
         self.inner.set_rights(off, len, rights)
     }
+    fn set_rights_key(
+        &self,
+        off: usize,
+        len: usize,
+        rights: Rights,
+        key: Option<&pmkit_media::protect::Pkey>,
+    ) -> Result<(), MediaError> {
+        self.inner.set_rights_key(off, len, rights, key)
+    }
     fn addr(&self, off: usize, len: usize) -> Option<*mut u8> {
         self.inner.addr(off, len)
     }
