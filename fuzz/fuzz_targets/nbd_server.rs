@@ -34,6 +34,9 @@ impl Read for Script<'_> {
     }
 }
 
+// Reads never block here: the default (read) is right.
+impl pmkit_nbd::conn::ReadNowait for Script<'_> {}
+
 impl Write for Script<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.written += buf.len();
@@ -96,7 +99,14 @@ fuzz_target!(|data: &[u8]| {
     let not_stopping = || false;
     let stop = AtomicBool::new(false);
     if let Ok(Outcome::Transmission(session)) = handshake(&mut s, &w.export, &not_stopping) {
-        let _ = pmkit_nbd::conn::serve_inline(&mut s, &w.backend, &w.export, session, &stop);
+        let _ = pmkit_nbd::conn::serve_inline(
+            &mut s,
+            &w.backend,
+            &w.export,
+            session,
+            &stop,
+            std::time::Duration::ZERO,
+        );
     }
     // Everything was consumed or the server gave up on a protocol error; either way it returned.
     assert!(s.written > 0);

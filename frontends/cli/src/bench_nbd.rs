@@ -22,7 +22,9 @@ pub struct Args {
     /// Seconds per fio run [default: 5, 2 with --quick]
     #[arg(long)]
     pub runtime: Option<u64>,
-    /// pmkit execution models to measure, comma-separated (`inline`, `threaded:N`)
+    /// pmkit execution models to measure, comma-separated (`inline`, `threaded:N`), each
+    /// optionally with a busy-poll time in microseconds (`inline@0`, `inline@50`: `serve
+    /// --poll-us`), to compare them in one run
     #[arg(long, default_value = "inline", value_delimiter = ',')]
     pub models: Vec<String>,
     /// Extra arguments for `pmkit serve` (engine options), e.g. "--protect none"
@@ -188,6 +190,21 @@ fn need(tool: &str) -> Result<()> {
     Ok(())
 }
 
+/// `MODEL[@POLL_US]` -> (`--io-model` value, `--poll-us` value).
+fn split_model(m: &str) -> Result<(&str, Option<u64>)> {
+    let (model, poll) = match m.split_once('@') {
+        Some((model, us)) => {
+            let us = us.parse().map_err(|_| {
+                anyhow::anyhow!("{m:?}: expected MODEL@MICROSECONDS, e.g. inline@50")
+            })?;
+            (model, Some(us))
+        }
+        None => (m, None),
+    };
+    crate::serve::parse_io_model(model).map_err(anyhow::Error::msg)?;
+    Ok((model, poll))
+}
+
 fn start_pmkit(dir: &Path, size: u64, model: &str, extra: &str) -> Result<Served> {
     let exe = std::env::current_exe().context("cannot find the pmkit binary")?;
     let dev = PathBuf::from(format!(
@@ -195,7 +212,8 @@ fn start_pmkit(dir: &Path, size: u64, model: &str, extra: &str) -> Result<Served
         std::process::id()
     ));
     let _ = std::fs::remove_file(&dev);
-    let sock = dir.join(format!("pmkit-{}.sock", model.replace(':', "-")));
+    let sock = dir.join(format!("pmkit-{}.sock", model.replace([':', '@'], "-")));
+    let (io_model, poll) = split_model(model)?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve")
         .arg(&dev)
@@ -204,7 +222,8 @@ fn start_pmkit(dir: &Path, size: u64, model: &str, extra: &str) -> Result<Served
         .arg("--socket")
         .arg(&sock)
         .arg("--io-model")
-        .arg(model)
+        .arg(io_model)
+        .args(poll.map(|us| format!("--poll-us={us}")))
         .args(extra.split_whitespace())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
@@ -310,7 +329,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let size = a.size.unwrap_or(if a.quick { 256 << 20 } else { 1 << 30 });
     let runtime = a.runtime.unwrap_or(if a.quick { 2 } else { 5 });
     for m in &a.models {
-        crate::serve::parse_io_model(m).map_err(anyhow::Error::msg)?;
+        split_model(m)?;
     }
     let dir = TempDir::new()?;
     let nbdkit = start_nbdkit(dir.path(), size)?;

@@ -61,6 +61,11 @@ pub struct ServeArgs {
     /// (a reader thread and N workers per connection); see docs/nbd.md
     #[arg(long, value_name = "MODEL", default_value = "inline", value_parser = parse_io_model)]
     pub io_model: IoModel,
+    /// Inline model: microseconds a connection's thread polls its socket for the next request
+    /// before it sleeps (0 = sleep at once; at most 1000). Polling spends CPU to save the
+    /// sleep/wake-up on each side; see docs/nbd.md
+    #[arg(long, value_name = "US", default_value_t = pmkit_nbd::config::DEFAULT_POLL.as_micros() as u64)]
+    pub poll_us: u64,
     /// Write the device's statistics (counts, bytes, latency histograms) as JSON to this file,
     /// every second while serving and once more at exit.
     #[arg(long, value_name = "FILE")]
@@ -350,6 +355,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         max_connections: a.max_connections,
         max_inflight: a.max_inflight,
         io_model: a.io_model,
+        poll: std::time::Duration::from_micros(a.poll_us),
         ..Default::default()
     };
     let server = match Server::bind(&listen, backend.clone(), cfg) {

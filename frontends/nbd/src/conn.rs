@@ -14,6 +14,7 @@ use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// Input buffer size: big enough that a read picks up a deep queue of 4 KiB writes or several
 /// 256 KiB ones; larger write payloads go through a separate buffer.
@@ -35,8 +36,44 @@ pub enum ConnError {
     Fatal(String),
 }
 
+/// A byte stream that can also be read without blocking.
+pub trait ReadNowait: Read {
+    /// Read what is waiting, without blocking: `Ok(None)` when nothing is (yet). Streams that
+    /// cannot do that block like `read` (the default).
+    fn read_nowait(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.read(buf).map(Some)
+    }
+}
+
+/// `recv(2)` with `MSG_DONTWAIT` on a stream socket.
+fn recv_nowait(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the duration of the call.
+    let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    if r >= 0 {
+        return Ok(Some(r as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock => Ok(None),
+        io::ErrorKind::Interrupted => Ok(None),
+        _ => Err(e),
+    }
+}
+
+impl ReadNowait for std::os::unix::net::UnixStream {
+    fn read_nowait(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        recv_nowait(std::os::fd::AsRawFd::as_raw_fd(self), buf)
+    }
+}
+
+impl ReadNowait for std::net::TcpStream {
+    fn read_nowait(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        recv_nowait(std::os::fd::AsRawFd::as_raw_fd(self), buf)
+    }
+}
+
 /// A byte stream the server can split between threads and shut down from outside.
-pub trait Transport: Read + Write + Send + Sync + 'static {
+pub trait Transport: Read + Write + ReadNowait + Send + Sync + 'static {
     fn try_clone(&self) -> io::Result<Self>
     where
         Self: Sized;
@@ -108,14 +145,30 @@ impl InBuf {
         }
     }
     /// One read into the free space (moving pending bytes to the front first if the tail is
-    /// short). Returns the bytes read; 0 is EOF.
-    fn read_once<R: Read>(&mut self, r: &mut R) -> io::Result<usize> {
+    /// short). Returns the bytes read; 0 is EOF. When nothing is waiting, the socket is polled
+    /// for up to `poll` before the read blocks: sleeping and being woken costs a context switch
+    /// on each side, and a client with requests in flight usually sends the next one within
+    /// microseconds.
+    fn read_once<R: ReadNowait>(&mut self, r: &mut R, poll: Duration) -> io::Result<usize> {
         if self.buf.len() - self.end < REQUEST_LEN.max(self.buf.len() / 4) && self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
         debug_assert!(self.end < self.buf.len());
+        if !poll.is_zero() {
+            let t0 = Instant::now();
+            loop {
+                if let Some(n) = r.read_nowait(&mut self.buf[self.end..])? {
+                    self.end += n;
+                    return Ok(n);
+                }
+                if t0.elapsed() >= poll {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
         loop {
             match r.read(&mut self.buf[self.end..]) {
                 Ok(n) => {
@@ -139,13 +192,14 @@ enum Fill {
 /// Make at least `need` bytes (<= capacity) available. Before every read, queued replies in
 /// `pending` are sent: the thread is about to wait for the client, which may be waiting for them.
 /// `mid_message` says the bytes wanted belong to a request already started: EOF there is an error.
-fn fill<S: Read + Write>(
+fn fill<S: Read + Write + ReadNowait>(
     s: &mut S,
     inb: &mut InBuf,
     need: usize,
     stop: &AtomicBool,
     mid_message: bool,
     pending: &mut OutBuf,
+    poll: Duration,
 ) -> Result<Fill, ConnError> {
     assert!(need <= inb.capacity());
     while inb.available() < need {
@@ -155,7 +209,7 @@ fn fill<S: Read + Write>(
             return Ok(Fill::End);
         }
         send(s, pending)?;
-        if inb.read_once(s)? == 0 {
+        if inb.read_once(s, poll)? == 0 {
             return if mid_message || inb.available() > 0 {
                 Err(ConnError::Truncated)
             } else {
@@ -214,13 +268,14 @@ fn read_big_payload<R: Read>(
     })
 }
 
-fn next_request<S: Read + Write>(
+fn next_request<S: Read + Write + ReadNowait>(
     s: &mut S,
     inb: &mut InBuf,
     stop: &AtomicBool,
     pending: &mut OutBuf,
+    poll: Duration,
 ) -> Result<Option<Request>, ConnError> {
-    if let Fill::End = fill(s, inb, REQUEST_LEN, stop, false, pending)? {
+    if let Fill::End = fill(s, inb, REQUEST_LEN, stop, false, pending, poll)? {
         return Ok(None);
     }
     let req = parse_request(inb.peek(REQUEST_LEN)).ok_or(ConnError::BadMagic)?;
@@ -229,13 +284,15 @@ fn next_request<S: Read + Write>(
 }
 
 /// The inline model: this thread reads, executes and replies. Replies are queued in `out` and
-/// sent when the thread is about to wait for input (or when `OUT_FLUSH` bytes are queued).
-pub fn serve_inline<S: Read + Write, B: BlockBackend>(
+/// sent when the thread is about to wait for input (or when `OUT_FLUSH` bytes are queued); then
+/// it polls the socket for up to `poll` before it blocks.
+pub fn serve_inline<S: Read + Write + ReadNowait, B: BlockBackend>(
     s: &mut S,
     backend: &B,
     export: &Export,
     session: Session,
     stop: &AtomicBool,
+    poll: Duration,
 ) -> Result<ConnStats, ConnError> {
     let mut inb = InBuf::new(IN_BUF);
     let mut out = OutBuf::with_capacity(OUT_FLUSH + (64 << 10));
@@ -243,14 +300,14 @@ pub fn serve_inline<S: Read + Write, B: BlockBackend>(
     let mut ex = Executor::new(backend, export, session);
     let result = (|| -> Result<(), ConnError> {
         loop {
-            let Some(req) = next_request(s, &mut inb, stop, &mut out)? else {
+            let Some(req) = next_request(s, &mut inb, stop, &mut out, poll)? else {
                 return Ok(());
             };
             match plan(&req, export, &ex.session) {
                 Plan::Execute if req.typ == CMD_WRITE => {
                     let n = req.len as usize;
                     if n <= inb.capacity() {
-                        if let Fill::End = fill(s, &mut inb, n, stop, true, &mut out)? {
+                        if let Fill::End = fill(s, &mut inb, n, stop, true, &mut out, poll)? {
                             return Ok(());
                         }
                         ex.execute(&req, inb.peek(n), &mut out);
@@ -391,7 +448,8 @@ pub fn serve_threaded<T: Transport, B: BlockBackend>(
                 if dead.load(Ordering::Relaxed) {
                     return Ok(());
                 }
-                let Some(req) = next_request(s, &mut inb, stop, &mut nothing)? else {
+                let Some(req) = next_request(s, &mut inb, stop, &mut nothing, Duration::ZERO)?
+                else {
                     return Ok(());
                 };
                 let job = match plan(&req, export, &session) {
@@ -399,7 +457,9 @@ pub fn serve_threaded<T: Transport, B: BlockBackend>(
                         let n = req.len as usize;
                         let mut payload = pool.lock().pop().unwrap_or_default();
                         if n <= inb.capacity() {
-                            if let Fill::End = fill(s, &mut inb, n, stop, true, &mut nothing)? {
+                            if let Fill::End =
+                                fill(s, &mut inb, n, stop, true, &mut nothing, Duration::ZERO)?
+                            {
                                 return Ok(());
                             }
                             payload.clear();

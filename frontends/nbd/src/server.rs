@@ -403,7 +403,7 @@ fn connection<T: Transport, B: BlockBackend>(
     // Idle clients (a mounted file system) may be quiet for hours: no read timeout from here on.
     s.set_read_timeout(None)?;
     let st = match cfg.io_model {
-        IoModel::Inline => serve_inline(s, backend, export, session, &shared.stopping)?,
+        IoModel::Inline => serve_inline(s, backend, export, session, &shared.stopping, cfg.poll)?,
         IoModel::Threaded { workers } => serve_threaded(
             s,
             backend,

@@ -121,6 +121,8 @@ pub fn models() -> Vec<IoModel> {
 pub fn cfg(model: IoModel) -> ServerConfig {
     ServerConfig {
         io_model: model,
+        // Exercise the busy-poll path here (the CLI tests run the default, no polling).
+        poll: Duration::from_micros(20),
         max_payload: 1 << 20,
         shutdown_grace: Duration::from_secs(2),
         handshake_timeout: Duration::from_secs(5),
