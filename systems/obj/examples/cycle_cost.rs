@@ -1,0 +1,74 @@
+//! Where one attach / 1024 int stores / sync / detach cycle of a 4 KiB object spends its time
+//! (the `pmkit bench pmo` workload), per shadow and protection setting.
+//! Run: cargo run --release -p pmkit-obj --example cycle_cost [POOL_FILE]
+
+use pmkit_media::{Region, RegionOptions};
+use pmkit_obj::{Access, Pool, PoolOptions, Shadow, Tracking};
+use std::time::Instant;
+
+const OBJS: usize = 4000;
+
+fn main() {
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| format!("/dev/shm/pmo-cycle-{}", std::process::id()));
+    let path = std::path::Path::new(&path);
+    for (label, shadow, protect, pkey) in [
+        ("dram, protected, pkey", Shadow::Dram, true, true),
+        ("dram, protected, mprotect", Shadow::Dram, true, false),
+        ("dram, unprotected", Shadow::Dram, false, true),
+        ("pm, protected", Shadow::Pm, true, true),
+        ("pm, unprotected", Shadow::Pm, false, true),
+    ] {
+        let _ = std::fs::remove_file(path);
+        let ro = RegionOptions {
+            populate: true,
+            ..RegionOptions::default()
+        };
+        let region = Region::create(path, (2 * OBJS as u64 + 300) * 4096, &ro).unwrap();
+        let opts = PoolOptions {
+            max_objects: OBJS as u32,
+            protect,
+            shadow,
+            pkey,
+        };
+        let pool = Pool::format(region, &opts).unwrap();
+        let names: Vec<String> = (0..OBJS).map(|o| format!("o{o}")).collect();
+        for n in &names {
+            pool.create(n, 4096).unwrap();
+        }
+        let mut t = [0f64; 4];
+        for (o, n) in names.iter().enumerate() {
+            let t0 = Instant::now();
+            let h = pool
+                .attach_with(n, Access::ReadWrite, Tracking::Explicit)
+                .unwrap();
+            let p = h.as_ptr().unwrap().unwrap().cast::<u32>();
+            let t1 = Instant::now();
+            for i in 0..1024 {
+                // SAFETY: inside the 4 KiB shadow of a read-write handle, before its sync.
+                unsafe { p.add(i).write_volatile((2 * (o * 1024 + i)) as u32) };
+            }
+            h.mark_dirty(0, 4096).unwrap();
+            let t2 = Instant::now();
+            h.sync().unwrap();
+            let t3 = Instant::now();
+            h.detach().unwrap();
+            let t4 = Instant::now();
+            for (k, (a, b)) in [(t0, t1), (t1, t2), (t2, t3), (t3, t4)].iter().enumerate() {
+                t[k] += (*b - *a).as_secs_f64();
+            }
+        }
+        let us = |x: f64| x * 1e6 / OBJS as f64;
+        println!(
+            "{label:<27} attach {:5.2} us  stores {:5.2} us  sync {:5.2} us  detach {:5.2} us  total {:5.2} us/object",
+            us(t[0]),
+            us(t[1]),
+            us(t[2]),
+            us(t[3]),
+            us(t.iter().sum())
+        );
+        drop(pool);
+    }
+    let _ = std::fs::remove_file(path);
+}
