@@ -816,7 +816,10 @@ impl<M: ObjMedia> Pool<M> {
         let dirty = PageSet::new(pages);
         let (buf, fault_slot) = match self.shadow {
             Shadow::Dram => {
-                let (b, f) = self.stage(&mut inner.bufs, cur, cap, access, tracking, &dirty)?;
+                // Never synced: both slots still hold create's zeroes.
+                let zero = layout::state_generation(o.state) == 1;
+                let (b, f) =
+                    self.stage(&mut inner.bufs, cur, cap, zero, access, tracking, &dirty)?;
                 (Some(b), f)
             }
             Shadow::Pm => {
@@ -856,11 +859,13 @@ impl<M: ObjMedia> Pool<M> {
 
     /// DRAM shadow: a buffer holding the object's current slot `[cur, cur+cap)`, with the
     /// rights the attachment needs, and its write-fault registration (into `dirty`) if tracked.
+    #[allow(clippy::too_many_arguments)]
     fn stage(
         &self,
         bufs: &mut Cache,
         cur: usize,
         cap: usize,
+        zero: bool,
         access: Access,
         tracking: Tracking,
         dirty: &PageSet,
@@ -879,14 +884,19 @@ impl<M: ObjMedia> Pool<M> {
             buf.set(0, cap, Rights::ReadWrite)
                 .map_err(|e| io("open", e))?;
         }
-        let w = self.open_area(cur, cap, Rights::Read)?;
-        // SAFETY: the buffer is read-write and not handed out yet: nothing else accesses it.
-        self.m.read(cur, unsafe { buf.slice_mut(0, cap) });
-        drop(w);
-        self.close_area(cur, cap)?;
-        self.ctr
-            .bytes_copied
-            .fetch_add(cap as u64, Ordering::Relaxed);
+        if zero {
+            // SAFETY: as below; zeroing DRAM instead of reading PM's known zeroes.
+            unsafe { buf.slice_mut(0, cap) }.fill(0);
+        } else {
+            let w = self.open_area(cur, cap, Rights::Read)?;
+            // SAFETY: the buffer is read-write and not handed out yet: nothing else accesses it.
+            self.m.read(cur, unsafe { buf.slice_mut(0, cap) });
+            drop(w);
+            self.close_area(cur, cap)?;
+            self.ctr
+                .bytes_copied
+                .fetch_add(cap as u64, Ordering::Relaxed);
+        }
         let tracked = access == Access::ReadWrite && tracking == Tracking::Faults;
         if tracked || (access == Access::Read && self.protect) {
             buf.set(0, cap, Rights::Read)
