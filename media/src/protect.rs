@@ -53,24 +53,7 @@ impl Region {
 
     /// Tag the whole region with protection key `key` (rights `access` for the pages themselves).
     pub fn set_pkey(&self, key: &Pkey, access: Access) -> Result<()> {
-        // SAFETY: as for `set_access`.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_pkey_mprotect,
-                self.base(),
-                self.len(),
-                access.prot(),
-                key.0 as libc::c_long,
-            )
-        };
-        if r != 0 {
-            return Err(MediaError::io(
-                self.path(),
-                "pkey_mprotect failed",
-                std::io::Error::last_os_error(),
-            ));
-        }
-        Ok(())
+        self.set_access_key(0, self.len(), access, Some(key))
     }
 
     /// Tag the pages covering `[off, off+len)` with protection key `key` (`None`: the default

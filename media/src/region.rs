@@ -331,11 +331,6 @@ impl Region {
         }
     }
 
-    /// Base address of the mapping, for the protection module and the raw copy functions.
-    pub(crate) fn base(&self) -> *mut u8 {
-        self.ptr
-    }
-
     /// Pointer to byte `off`, after checking that `[off, off+len)` lies inside the region.
     #[inline]
     pub(crate) fn at(&self, off: usize, len: usize) -> *mut u8 {
