@@ -885,8 +885,9 @@ impl<M: ObjMedia> Pool<M> {
                 .map_err(|e| io("open", e))?;
         }
         if zero {
-            // SAFETY: as below; zeroing DRAM instead of reading PM's known zeroes.
-            unsafe { buf.slice_mut(0, cap) }.fill(0);
+            // SAFETY: the buffer was made read-write above; zeroing DRAM instead of reading
+            // PM's known zeroes.
+            unsafe { buf.zero(0, cap) };
         } else {
             let w = self.open_area(cur, cap, Rights::Read)?;
             // SAFETY: the buffer is read-write and not handed out yet: nothing else accesses it.
@@ -1032,7 +1033,7 @@ impl<M: ObjMedia> Pool<M> {
         Self::check_range(o, off, dst.len())?;
         match &att.buf {
             // SAFETY: an attached buffer is readable; the handle's owner is the one reading.
-            Some(b) => dst.copy_from_slice(unsafe { b.slice(off as usize, dst.len()) }),
+            Some(b) => unsafe { b.copy_out(off as usize, dst) },
             None => self.m.read(o.desc.slot_off(att.slot) + off as usize, dst),
         }
         Ok(())
@@ -1081,7 +1082,7 @@ impl<M: ObjMedia> Pool<M> {
         match &att.buf {
             // SAFETY: the range is inside the object (checked) and writable (read-write
             // attachment; fault-tracked pages were opened above); the owner is the writer.
-            Some(b) => unsafe { b.slice_mut(off as usize, src.len()) }.copy_from_slice(src),
+            Some(b) => unsafe { b.copy_in(off as usize, src) },
             None => self.m.write(o.desc.slot_off(att.slot) + off as usize, src),
         }
         Ok(())

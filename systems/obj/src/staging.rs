@@ -114,6 +114,34 @@ impl Buf {
         Ok(())
     }
 
+    /// Copy `[off, off+dst.len())` of the buffer into `dst` by raw pointer (user pointers may
+    /// reach the buffer, so no Rust reference is formed over it).
+    ///
+    /// # Safety
+    /// The range must be readable.
+    pub unsafe fn copy_out(&self, off: usize, dst: &mut [u8]) {
+        assert!(off + dst.len() <= self.pages * PAGE);
+        std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len());
+    }
+
+    /// Copy `src` into `[off, off+src.len())` of the buffer by raw pointer.
+    ///
+    /// # Safety
+    /// The range must be writable.
+    pub unsafe fn copy_in(&self, off: usize, src: &[u8]) {
+        assert!(off + src.len() <= self.pages * PAGE);
+        std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len());
+    }
+
+    /// Zero `[off, off+len)` of the buffer by raw pointer.
+    ///
+    /// # Safety
+    /// The range must be writable.
+    pub unsafe fn zero(&self, off: usize, len: usize) {
+        assert!(off + len <= self.pages * PAGE);
+        std::ptr::write_bytes(self.ptr.add(off), 0, len);
+    }
+
     /// The buffer's bytes `[off, off+len)`.
     ///
     /// # Safety
