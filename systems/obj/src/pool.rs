@@ -1023,6 +1023,31 @@ impl<M: ObjMedia> Pool<M> {
         Ok(())
     }
 
+    /// A write-side call (`what`) on handle `id` over `[off, off+len)`: the handle must be
+    /// attached read-write and the range inside the object.
+    fn check_writable(
+        inner: &Inner,
+        id: u64,
+        off: u64,
+        len: usize,
+        what: &'static str,
+    ) -> Result<()> {
+        let att = inner
+            .atts
+            .get(&id)
+            .ok_or(ObjError::NotAttached { handle: id })?;
+        let o = inner.objs[att.obj]
+            .as_ref()
+            .expect("attached object exists");
+        if att.access != Access::ReadWrite {
+            return Err(ObjError::ReadOnly {
+                name: o.desc.name.clone(),
+                what,
+            });
+        }
+        Self::check_range(o, off, len)
+    }
+
     pub fn read_id(&self, id: u64, off: u64, dst: &mut [u8]) -> Result<()> {
         let mut inner = self.inner.lock();
         self.freshen(&mut inner, id)?;
@@ -1041,20 +1066,7 @@ impl<M: ObjMedia> Pool<M> {
 
     pub fn write_id(&self, id: u64, off: u64, src: &[u8]) -> Result<()> {
         let mut inner = self.inner.lock();
-        let att = inner
-            .atts
-            .get(&id)
-            .ok_or(ObjError::NotAttached { handle: id })?;
-        let o = inner.objs[att.obj]
-            .as_ref()
-            .expect("attached object exists");
-        if att.access != Access::ReadWrite {
-            return Err(ObjError::ReadOnly {
-                name: o.desc.name.clone(),
-                what: "write",
-            });
-        }
-        Self::check_range(o, off, src.len())?;
+        Self::check_writable(&inner, id, off, src.len(), "write")?;
         self.freshen(&mut inner, id)?;
         let att = &inner.atts[&id];
         let o = inner.objs[att.obj]
@@ -1090,20 +1102,7 @@ impl<M: ObjMedia> Pool<M> {
 
     pub fn mark_dirty_id(&self, id: u64, off: u64, len: u64) -> Result<()> {
         let mut inner = self.inner.lock();
-        let att = inner
-            .atts
-            .get(&id)
-            .ok_or(ObjError::NotAttached { handle: id })?;
-        let o = inner.objs[att.obj]
-            .as_ref()
-            .expect("attached object exists");
-        if att.access != Access::ReadWrite {
-            return Err(ObjError::ReadOnly {
-                name: o.desc.name.clone(),
-                what: "mark_dirty",
-            });
-        }
-        Self::check_range(o, off, len as usize)?;
+        Self::check_writable(&inner, id, off, len as usize, "mark_dirty")?;
         self.freshen(&mut inner, id)?;
         if len > 0 {
             let first = off as usize / PAGE;
