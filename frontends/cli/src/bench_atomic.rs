@@ -561,17 +561,16 @@ mod pmemblk {
     impl Lib {
         pub fn load() -> Result<Lib, String> {
             let lib = crate::dl::Library::open(SONAME)?;
-            let sym = |s: &str| lib.sym(s);
             // SAFETY: each symbol is the PMDK function of that name with the C signature its
             // type spells (libpmemblk.h, ABI fixed by the soname).
             unsafe {
                 Ok(Lib {
-                    create: std::mem::transmute::<*mut c_void, CreateFn>(sym("pmemblk_create")?),
-                    write: std::mem::transmute::<*mut c_void, WriteFn>(sym("pmemblk_write")?),
-                    read: std::mem::transmute::<*mut c_void, ReadFn>(sym("pmemblk_read")?),
-                    nblock: std::mem::transmute::<*mut c_void, NblockFn>(sym("pmemblk_nblock")?),
-                    close: std::mem::transmute::<*mut c_void, CloseFn>(sym("pmemblk_close")?),
-                    errormsg: std::mem::transmute::<*mut c_void, ErrFn>(sym("pmemblk_errormsg")?),
+                    create: lib.func("pmemblk_create")?,
+                    write: lib.func("pmemblk_write")?,
+                    read: lib.func("pmemblk_read")?,
+                    nblock: lib.func("pmemblk_nblock")?,
+                    close: lib.func("pmemblk_close")?,
+                    errormsg: lib.func("pmemblk_errormsg")?,
                 })
             }
         }

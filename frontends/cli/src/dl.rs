@@ -43,4 +43,18 @@ impl Library {
             Ok(p)
         }
     }
+
+    /// Symbol `name` as a function pointer of type `F`.
+    ///
+    /// # Safety
+    /// `F` must be an `extern "C" fn` type with the symbol's real C signature.
+    pub unsafe fn func<F: Copy>(&self, name: &str) -> Result<F, String> {
+        assert_eq!(
+            std::mem::size_of::<F>(),
+            std::mem::size_of::<*mut c_void>(),
+            "F is a function pointer"
+        );
+        let p = self.sym(name)?;
+        Ok(std::mem::transmute_copy::<*mut c_void, F>(&p))
+    }
 }

@@ -58,24 +58,19 @@ impl Lib {
     /// Load the library, or say why it cannot be used.
     pub fn load() -> Result<Lib, String> {
         let lib = crate::dl::Library::open(SONAME)?;
-        let sym = |s: &str| lib.sym(s);
         // SAFETY: each symbol is the PMDK function of that name, whose C signature the type
         // spells (checked against the PMDK 1.12 headers; the ABI version is fixed by the soname).
         unsafe {
             Ok(Lib {
-                create: std::mem::transmute::<*mut c_void, CreateFn>(sym("pmemobj_create")?),
-                root: std::mem::transmute::<*mut c_void, RootFn>(sym("pmemobj_root")?),
-                direct: std::mem::transmute::<*mut c_void, DirectFn>(sym("pmemobj_direct")?),
-                close: std::mem::transmute::<*mut c_void, CloseFn>(sym("pmemobj_close")?),
-                errormsg: std::mem::transmute::<*mut c_void, ErrFn>(sym("pmemobj_errormsg")?),
-                tx_begin: std::mem::transmute::<*mut c_void, TxBeginFn>(sym("pmemobj_tx_begin")?),
-                tx_add_range: std::mem::transmute::<*mut c_void, TxAddRangeFn>(sym(
-                    "pmemobj_tx_add_range",
-                )?),
-                tx_commit: std::mem::transmute::<*mut c_void, TxCommitFn>(sym(
-                    "pmemobj_tx_commit",
-                )?),
-                tx_end: std::mem::transmute::<*mut c_void, TxEndFn>(sym("pmemobj_tx_end")?),
+                create: lib.func("pmemobj_create")?,
+                root: lib.func("pmemobj_root")?,
+                direct: lib.func("pmemobj_direct")?,
+                close: lib.func("pmemobj_close")?,
+                errormsg: lib.func("pmemobj_errormsg")?,
+                tx_begin: lib.func("pmemobj_tx_begin")?,
+                tx_add_range: lib.func("pmemobj_tx_add_range")?,
+                tx_commit: lib.func("pmemobj_tx_commit")?,
+                tx_end: lib.func("pmemobj_tx_end")?,
             })
         }
     }
