@@ -6,10 +6,7 @@ use serve_util::*;
 
 #[test]
 fn create_atomic_info_shows_the_layout_and_check_verifies_the_map() {
-    let dir = tempfile::Builder::new()
-        .prefix("pmkit-cli-atomic")
-        .tempdir_in("/dev/shm")
-        .unwrap();
+    let dir = shm_dir("pmkit-cli-atomic");
     let p = dir.path().join("dev");
     let ps = p.to_str().unwrap();
     let o = pmkit(&[

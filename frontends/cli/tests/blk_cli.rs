@@ -6,10 +6,7 @@ use serve_util::*;
 
 #[test]
 fn create_info_check_and_the_problems_check_reports() {
-    let dir = tempfile::Builder::new()
-        .prefix("pmkit-cli-blk")
-        .tempdir_in("/dev/shm")
-        .unwrap();
+    let dir = shm_dir("pmkit-cli-blk");
     let p = dir.path().join("dev");
     let ps = p.to_str().unwrap();
     let o = pmkit(&[

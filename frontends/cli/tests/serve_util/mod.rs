@@ -72,6 +72,14 @@ pub fn ok(secs: u64, cmd: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A scratch directory in /dev/shm (emulated PM), removed on drop.
+pub fn shm_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/dev/shm")
+        .unwrap()
+}
+
 /// A device file in /dev/shm, removed on drop.
 pub struct DevFile(pub PathBuf);
 
