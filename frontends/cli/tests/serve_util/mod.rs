@@ -238,6 +238,27 @@ impl Drop for Serve {
     }
 }
 
+/// Copy `data` into the export with `nbdcopy`, copy it back out, and compare (the export may be
+/// larger than `data`). Each copy gets `secs` seconds.
+pub fn nbdcopy_round_trip(s: &Serve, data: &[u8], secs: u64) {
+    let src = s.dir.path().join("src.img");
+    let back = s.dir.path().join("back.img");
+    std::fs::write(&src, data).unwrap();
+    ok(secs, &["nbdcopy", src.to_str().unwrap(), &s.uri]);
+    ok(
+        secs,
+        &["nbdcopy", "--no-extents", &s.uri, back.to_str().unwrap()],
+    );
+    let out = std::fs::read(&back).unwrap();
+    assert!(out.len() >= data.len());
+    assert!(
+        out[..data.len()] == data[..],
+        "data read back differs from data written"
+    );
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_file(&back);
+}
+
 /// Deterministic pseudo-random bytes (xorshift), fast enough for hundreds of MiB.
 pub fn fill_random(buf: &mut [u8], seed: u64) {
     let mut x = seed | 1;
