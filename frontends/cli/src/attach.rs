@@ -82,22 +82,8 @@ impl Disk for BlkDisk {
     }
 }
 
-/// Block SIGINT and SIGTERM in this thread and every thread it starts, so they can be taken
-/// synchronously with `sigwait` once the attachment is up.
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain signal-mask calls on a set we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
 pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
-    let set = block_signals();
+    let set = crate::serve::block_signals();
     let opts = AttachOptions {
         pm_path: a.path.clone(),
         mountpoint: a.mountpoint.clone(),

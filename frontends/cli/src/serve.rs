@@ -309,7 +309,9 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
     Ok((path, dev, true))
 }
 
-fn block_signals() -> libc::sigset_t {
+/// Block SIGINT and SIGTERM in this thread and every thread it starts, so they can be taken
+/// synchronously with `sigwait` (serve and attach stop this way).
+pub(crate) fn block_signals() -> libc::sigset_t {
     // SAFETY: plain signal-mask calls on a set we own.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
