@@ -73,6 +73,11 @@ impl Layout {
         checksum: bool,
         atomic: bool,
     ) -> Result<Layout> {
+        if block_size != 512 && block_size != 4096 {
+            return Err(BlkError::BadOption(format!(
+                "block size must be 512 or 4096, got {block_size}"
+            )));
+        }
         if atomic {
             return Self::compute_atomic(region_len, block_size, checksum);
         }
@@ -80,11 +85,6 @@ impl Layout {
     }
 
     fn compute_plain(region_len: u64, block_size: u32, checksum: bool) -> Result<Layout> {
-        if block_size != 512 && block_size != 4096 {
-            return Err(BlkError::BadOption(format!(
-                "block size must be 512 or 4096, got {block_size}"
-            )));
-        }
         let bs = block_size as u64;
         let min = PAGE + if checksum { PAGE } else { 0 } + MIN_BLOCKS * bs;
         if region_len < min {
@@ -123,11 +123,6 @@ impl Layout {
     /// Atomic layout: superblock page, map (8 bytes per logical block, page-rounded), then
     /// `nblocks + spare` physical blocks. CRCs (with checksums on) live in the map entries.
     fn compute_atomic(region_len: u64, block_size: u32, checksum: bool) -> Result<Layout> {
-        if block_size != 512 && block_size != 4096 {
-            return Err(BlkError::BadOption(format!(
-                "block size must be 512 or 4096, got {block_size}"
-            )));
-        }
         let bs = block_size as u64;
         let min = 2 * PAGE + (MIN_BLOCKS + MIN_SPARE) * bs;
         if region_len < min {
