@@ -196,23 +196,78 @@ impl Pkey {
     /// the guard drops. Costs one RDPKRU and two WRPKRU: no syscall, no TLB shootdown.
     #[inline]
     pub fn open_write(&self) -> PkeyWindow {
-        let old = rdpkru();
-        wrpkru(old & !(ad(self.0) | wd(self.0)));
-        PkeyWindow { old }
+        self.open(Access::ReadWrite)
     }
 
     /// Open a read-only window in this thread.
     #[inline]
     pub fn open_read(&self) -> PkeyWindow {
+        self.open(Access::Read)
+    }
+
+    /// Open a window in this thread with rights `access` (`None`: an empty window).
+    #[inline]
+    pub fn open(&self, access: Access) -> PkeyWindow {
         let old = rdpkru();
-        wrpkru((old & !ad(self.0)) | wd(self.0));
+        wrpkru(with_rights(old, self.0, access));
         PkeyWindow { old }
+    }
+
+    /// Give the calling thread rights `access` to this key's pages until changed again (no
+    /// window: the rights outlive the call). Other threads keep theirs.
+    #[inline]
+    pub fn allow_this_thread(&self, access: Access) {
+        wrpkru(with_rights(rdpkru(), self.0, access));
     }
 
     /// Disable all access to this key's pages in the calling thread.
     pub fn deny_this_thread(&self) {
         wrpkru(rdpkru() | ad(self.0) | wd(self.0));
     }
+}
+
+/// `pkru` with key `k`'s bits set for `access`.
+fn with_rights(pkru: u32, k: i32, access: Access) -> u32 {
+    let clear = pkru & !(ad(k) | wd(k));
+    match access {
+        Access::None => clear | ad(k) | wd(k),
+        Access::Read => clear | wd(k),
+        Access::ReadWrite => clear,
+    }
+}
+
+/// Set the rights of `[ptr, ptr+len)` (page aligned) of memory the caller mapped itself, and tag
+/// it with protection key `key` (`None`: the default key 0, open to every thread), in one
+/// `pkey_mprotect`. Where the CPU has no keys (so nothing can be tagged), plain `mprotect`;
+/// note that `mprotect` alone would keep an earlier tag, hence key 0 spelled out.
+///
+/// # Safety
+/// The range must be the caller's own mapping, and no Rust reference into it may be live (its
+/// rights change under it).
+pub unsafe fn protect_memory(
+    ptr: *mut u8,
+    len: usize,
+    access: Access,
+    key: Option<&Pkey>,
+) -> std::io::Result<()> {
+    assert!((ptr as usize).is_multiple_of(PAGE) && len.is_multiple_of(PAGE));
+    let r = match key {
+        Some(k) => libc::syscall(
+            libc::SYS_pkey_mprotect,
+            ptr,
+            len,
+            access.prot(),
+            k.0 as libc::c_long,
+        ) as i32,
+        None if crate::features().pku => {
+            libc::syscall(libc::SYS_pkey_mprotect, ptr, len, access.prot(), 0 as libc::c_long) as i32
+        }
+        None => libc::mprotect(ptr.cast(), len, access.prot()),
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl Drop for Pkey {

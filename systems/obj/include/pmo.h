@@ -57,7 +57,11 @@ int pmo_delete(pmo_pool *pool, const char *name);
 
 int pmo_attach(pmo_pool *pool, const char *name, int mode, pmo_handle *out);
 /* Valid until pmo_detach with the DRAM shadow (the default); with PMO_SHADOW=pm only until this
- * handle's next pmo_sync: portable code calls it again after a sync. */
+ * handle's next pmo_sync: portable code calls it again after a sync.
+ * Threads: with protection keys (the default on CPUs with pku) the pointer works in the thread
+ * that attached and in every thread that calls pmo_ptr itself; another thread faults. Threads
+ * created while an object is attached inherit that access. PMO_PKEY=off (page rights, slower
+ * attach and detach) makes the pointer work in every thread. */
 void *pmo_ptr(pmo_pool *pool, pmo_handle h);
 uint64_t pmo_size(pmo_pool *pool, pmo_handle h);
 int pmo_read(pmo_pool *pool, pmo_handle h, uint64_t off, void *buf, size_t len);

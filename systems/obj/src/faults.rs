@@ -86,9 +86,18 @@ pub fn unregister(i: usize) {
     s.claimed.store(false, Ordering::Release);
 }
 
+/// `si_code` of a protection-key fault (linux/include/uapi/asm-generic/siginfo.h).
+const SEGV_PKUERR: libc::c_int = 4;
+
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let addr = unsafe { (*info).si_addr() } as usize;
+    let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
+    // A key fault in a tracked buffer is a thread without the buffer's key (not a first
+    // store): opening the page would not help, the store would fault forever.
+    if code == SEGV_PKUERR {
+        chain(sig, info, ctx);
+        return;
+    }
     for s in TABLE.iter() {
         let start = s.start.load(Ordering::Acquire);
         if start != 0 && addr >= start && addr < start + s.len.load(Ordering::Relaxed) {

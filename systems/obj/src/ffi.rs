@@ -113,16 +113,33 @@ pub extern "C" fn pmo_errmsg() -> *const c_char {
     LAST.with(|l| l.borrow().as_ptr())
 }
 
-/// `PMO_SHADOW=dram` (default) or `pm` (the thesis's shadow slot in PM) picks where shadows
-/// live; the on-media layout is the same either way.
-fn shadow_from_env() -> Result<Shadow, (c_int, String)> {
-    match std::env::var("PMO_SHADOW").as_deref() {
-        Err(_) | Ok("") | Ok("dram") => Ok(Shadow::Dram),
-        Ok("pm") => Ok(Shadow::Pm),
-        Ok(other) => Err(inval(&format!(
-            "PMO_SHADOW={other:?}: expected \"dram\" or \"pm\""
-        ))),
-    }
+/// Pool options from the environment: `PMO_SHADOW=dram` (default) or `pm` (the thesis's
+/// shadow slot in PM) picks where shadows live (the on-media layout is the same either way);
+/// `PMO_PKEY=on` (default) or `off` picks protection keys or page rights (`PoolOptions::pkey`).
+fn options_from_env() -> Result<PoolOptions, (c_int, String)> {
+    let shadow = match std::env::var("PMO_SHADOW").as_deref() {
+        Err(_) | Ok("") | Ok("dram") => Shadow::Dram,
+        Ok("pm") => Shadow::Pm,
+        Ok(other) => {
+            return Err(inval(&format!(
+                "PMO_SHADOW={other:?}: expected \"dram\" or \"pm\""
+            )))
+        }
+    };
+    let pkey = match std::env::var("PMO_PKEY").as_deref() {
+        Err(_) | Ok("") | Ok("on") => true,
+        Ok("off") => false,
+        Ok(other) => {
+            return Err(inval(&format!(
+                "PMO_PKEY={other:?}: expected \"on\" or \"off\""
+            )))
+        }
+    };
+    Ok(PoolOptions {
+        shadow,
+        pkey,
+        ..PoolOptions::default()
+    })
 }
 
 fn open_pool(path: *const c_char, create: Option<(u64, u32)>, out: *mut *mut PmoPool) -> c_int {
@@ -133,26 +150,18 @@ fn open_pool(path: *const c_char, create: Option<(u64, u32)>, out: *mut *mut Pmo
         // SAFETY: the C caller passes a NUL-terminated path (checked for NULL).
         let path = Path::new(unsafe { cstr(path, "path")? });
         let ro = RegionOptions::default();
-        let shadow = shadow_from_env()?;
+        let env = options_from_env()?;
         let pool = match create {
             Some((size, max_objects)) => {
                 let region = Region::open_or_create(path, size, &ro)
                     .map_err(|e| (PMO_EIO, format!("{}: {e}", path.display())))?;
-                let opts = PoolOptions {
-                    max_objects,
-                    shadow,
-                    ..PoolOptions::default()
-                };
+                let opts = PoolOptions { max_objects, ..env };
                 Pool::format(region, &opts).map_err(obj)?
             }
             None => {
                 let region = Region::open(path, &ro)
                     .map_err(|e| (PMO_EIO, format!("{}: {e}", path.display())))?;
-                let opts = PoolOptions {
-                    shadow,
-                    ..PoolOptions::default()
-                };
-                Pool::open(region, &opts).map_err(obj)?.0
+                Pool::open(region, &env).map_err(obj)?.0
             }
         };
         // SAFETY: out checked for NULL above.

@@ -13,6 +13,7 @@ mod bits;
 pub mod error;
 mod faults;
 pub mod ffi;
+mod keys;
 pub mod layout;
 pub mod media;
 pub mod pool;

@@ -8,6 +8,7 @@ use crate::alloc::Extents;
 use crate::bits::PageSet;
 use crate::error::{ObjError, Result};
 use crate::faults;
+use crate::keys;
 use crate::layout::{
     self, Descriptor, Geometry, Intent, ENTRY, HEADER_LEN, LIVE, MAX_SYNC, PAGE, SYNC_LEN,
 };
@@ -21,6 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Most handles attached at once in one pool.
 pub const MAX_HANDLES: usize = 4096;
+/// Most threads besides the attaching one that may take a keyed attachment's pointer.
+pub const MAX_THREADS_PER_HANDLE: usize = 64;
 /// Bytes copied per step when bringing a shadow up to date.
 const COPY_CHUNK: usize = 64 * 1024;
 
@@ -68,9 +71,16 @@ pub struct PoolOptions {
     pub protect: bool,
     /// Where shadows live (default: DRAM).
     pub shadow: Shadow,
-    /// With `protect` and a DRAM shadow: keep the PM object area behind a memory protection key
-    /// and open it for the library's own copies with a per-thread WRPKRU window (no syscall),
-    /// when the CPU has keys. `false` (or no keys): `mprotect` windows around each copy.
+    /// With `protect` and a DRAM shadow, where the CPU has memory protection keys:
+    /// - keep the PM object area behind a key, opened for the library's own copies with a
+    ///   per-thread WRPKRU window (no syscall);
+    /// - give DRAM buffers keys of their own (while [`keys::MAX_BUFFER_KEYS`] last): attach
+    ///   enables the buffer's key in the attaching thread, detach disables it. The pointer then
+    ///   works in the attaching thread and in threads that call `as_ptr` themselves; any other
+    ///   thread faults.
+    ///
+    /// `false` (or no keys): `mprotect` windows around the library's copies and `mprotect` of
+    /// the buffer at attach and detach (a pointer works in every thread).
     pub pkey: bool,
 }
 
@@ -125,6 +135,8 @@ pub struct Stats {
     /// Object bytes a sync made durable in PM: flushed (PM shadow) or streamed from DRAM.
     pub bytes_synced: u64,
     pub fences: u64,
+    /// DRAM shadow attachments served by a buffer with its own protection key (no `mprotect`).
+    pub keyed_attaches: u64,
 }
 
 #[derive(Default)]
@@ -136,6 +148,7 @@ struct Counters {
     bytes_copied: AtomicU64,
     bytes_synced: AtomicU64,
     fences: AtomicU64,
+    keyed_attaches: AtomicU64,
 }
 
 struct Obj {
@@ -170,6 +183,18 @@ struct Att {
     fault_slot: Option<usize>,
     /// DRAM shadow: the buffer reads, writes and the user's pointer go to.
     buf: Option<Buf>,
+    /// The attaching thread ([`keys::thread_tag`]).
+    owner: u64,
+    /// Other threads that took the pointer of a keyed buffer (their PKRU enables its key).
+    granted: Vec<u64>,
+}
+
+/// The rights a user of an attachment gets (pages or key).
+fn user_rights(access: Access) -> Rights {
+    match access {
+        Access::ReadWrite => Rights::ReadWrite,
+        Access::Read => Rights::Read,
+    }
 }
 
 struct Inner {
@@ -190,6 +215,8 @@ pub struct Pool<M: ObjMedia> {
     protect: bool,
     shadow: Shadow,
     guard: AreaGuard,
+    /// DRAM buffers get their own protection keys (see [`PoolOptions::pkey`]).
+    buf_keys: bool,
     inner: Mutex<Inner>,
     ctr: Counters,
 }
@@ -464,6 +491,7 @@ impl<M: ObjMedia> Pool<M> {
             protect: opts.protect,
             shadow: opts.shadow,
             guard,
+            buf_keys: opts.protect && opts.pkey && opts.shadow == Shadow::Dram,
             inner: Mutex::new(Inner {
                 objs,
                 names,
@@ -480,7 +508,7 @@ impl<M: ObjMedia> Pool<M> {
 
     /// Give the media back (every handle must be gone: they borrow the pool).
     pub fn into_media(mut self) -> M {
-        self.release_faults();
+        self.release_attachments();
         self.untag_area();
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; each owned field is moved out once.
@@ -511,11 +539,19 @@ impl<M: ObjMedia> Pool<M> {
         matches!(self.guard, AreaGuard::Key(_))
     }
 
-    /// Stop fault tracking of every attachment (handles from the C ABI may still be attached).
-    fn release_faults(&mut self) {
+    /// Stop fault tracking of every attachment (handles from the C ABI may still be attached),
+    /// and put their keyed buffers at rest before they are unmapped and their keys reused.
+    fn release_attachments(&mut self) {
         for att in self.inner.get_mut().atts.values_mut() {
             if let Some(s) = att.fault_slot.take() {
                 faults::unregister(s);
+            }
+            if let Some(b) = &mut att.buf {
+                if att.owner == keys::thread_tag() && att.granted.is_empty() {
+                    b.deny_thread();
+                } else if let Err(e) = b.retire_key() {
+                    tracing::warn!("cannot protect a DRAM shadow being released: {e}");
+                }
             }
         }
     }
@@ -535,6 +571,7 @@ impl<M: ObjMedia> Pool<M> {
             bytes_copied: l(&self.ctr.bytes_copied),
             bytes_synced: l(&self.ctr.bytes_synced),
             fences: l(&self.ctr.fences),
+            keyed_attaches: l(&self.ctr.keyed_attaches),
         }
     }
     /// Free bytes in the object area and the largest free extent.
@@ -852,6 +889,8 @@ impl<M: ObjMedia> Pool<M> {
                 fresh: access == Access::Read || buf.is_some(),
                 fault_slot,
                 buf,
+                owner: keys::thread_tag(),
+                granted: vec![],
             },
         );
         Ok(id)
@@ -878,19 +917,21 @@ impl<M: ObjMedia> Pool<M> {
         };
         let buf = match bufs.take(pages) {
             Some(b) => b,
-            None => Buf::map(pages, self.buf_rest()).map_err(|e| io("map", e))?,
+            None => Buf::map(pages, self.buf_rest(), self.buf_keys).map_err(|e| io("map", e))?,
         };
-        if self.protect {
+        // The library's own fill: a key window in this thread, or open pages.
+        let window = buf.window(Rights::ReadWrite);
+        if self.protect && !buf.keyed() {
             buf.set(0, cap, Rights::ReadWrite)
                 .map_err(|e| io("open", e))?;
         }
         if zero {
-            // SAFETY: the buffer was made read-write above; zeroing DRAM instead of reading
-            // PM's known zeroes.
+            // SAFETY: the buffer was made writable above; zeroing DRAM instead of reading PM's
+            // known zeroes.
             unsafe { buf.zero(0, cap) };
         } else {
             let w = self.open_area(cur, cap, Rights::Read)?;
-            // SAFETY: the buffer is read-write and not handed out yet: nothing else accesses it.
+            // SAFETY: the buffer is writable and not handed out yet: nothing else accesses it.
             self.m.read(cur, unsafe { buf.slice_mut(0, cap) });
             drop(w);
             self.close_area(cur, cap)?;
@@ -898,8 +939,9 @@ impl<M: ObjMedia> Pool<M> {
                 .bytes_copied
                 .fetch_add(cap as u64, Ordering::Relaxed);
         }
+        drop(window);
         let tracked = access == Access::ReadWrite && tracking == Tracking::Faults;
-        if tracked || (access == Access::Read && self.protect) {
+        if tracked || (access == Access::Read && self.protect && !buf.keyed()) {
             buf.set(0, cap, Rights::Read)
                 .map_err(|e| io("protect", e))?;
         }
@@ -917,19 +959,38 @@ impl<M: ObjMedia> Pool<M> {
                     })?,
             );
         }
+        // Last, so that no error above leaves the key enabled in this thread.
+        if buf.keyed() {
+            buf.allow_thread(user_rights(access));
+            self.ctr.keyed_attaches.fetch_add(1, Ordering::Relaxed);
+        }
         Ok((buf, fault_slot))
     }
 
-    /// DRAM shadow: return a detached attachment's buffer to the cache with the rights of a
-    /// buffer nobody has attached (`PROT_NONE` with protection), so a kept pointer faults. A
-    /// buffer whose rights cannot be reset is unmapped instead of cached.
-    fn unstage(&self, bufs: &mut Cache, buf: Buf, cap: usize, access: Access, tracking: Tracking) {
-        let tracked = access == Access::ReadWrite && tracking == Tracking::Faults;
-        if self.protect || tracked {
-            if let Err(e) = buf.set(0, cap, self.buf_rest()) {
-                tracing::warn!("cannot reset a DRAM shadow's rights ({e}): unmapping it");
-                return;
+    /// DRAM shadow: return a detached attachment's buffer to the cache at rest: `PROT_NONE` with
+    /// page protection, or its key disabled in every thread, so a kept pointer faults. A keyed
+    /// buffer whose key another thread still has enabled loses the key (see `keys.rs`). A
+    /// buffer that cannot be put at rest is unmapped instead of cached.
+    fn unstage(&self, bufs: &mut Cache, mut buf: Buf, cap: usize, att: &Att) {
+        let tracked = att.access == Access::ReadWrite && att.tracking == Tracking::Faults;
+        let reset = if buf.keyed() && att.owner == keys::thread_tag() && att.granted.is_empty() {
+            buf.deny_thread();
+            // Fault tracking left pages read-only; a keyed buffer rests read-write.
+            if tracked {
+                buf.set(0, cap, Rights::ReadWrite)
+            } else {
+                Ok(())
             }
+        } else if buf.keyed() {
+            buf.retire_key()
+        } else if self.protect || tracked {
+            buf.set(0, cap, self.buf_rest())
+        } else {
+            Ok(())
+        };
+        if let Err(e) = reset {
+            tracing::warn!("cannot reset a DRAM shadow's rights ({e}): unmapping it");
+            return;
         }
         bufs.give(buf);
     }
@@ -1057,8 +1118,12 @@ impl<M: ObjMedia> Pool<M> {
             .expect("attached object exists");
         Self::check_range(o, off, dst.len())?;
         match &att.buf {
-            // SAFETY: an attached buffer is readable; the handle's owner is the one reading.
-            Some(b) => unsafe { b.copy_out(off as usize, dst) },
+            Some(b) => {
+                let _w = b.window(Rights::Read);
+                // SAFETY: an attached buffer is readable (in this thread: the window); the
+                // handle's owner is the one reading.
+                unsafe { b.copy_out(off as usize, dst) }
+            }
             None => self.m.read(o.desc.slot_off(att.slot) + off as usize, dst),
         }
         Ok(())
@@ -1092,9 +1157,13 @@ impl<M: ObjMedia> Pool<M> {
             }
         }
         match &att.buf {
-            // SAFETY: the range is inside the object (checked) and writable (read-write
-            // attachment; fault-tracked pages were opened above); the owner is the writer.
-            Some(b) => unsafe { b.copy_in(off as usize, src) },
+            Some(b) => {
+                let _w = b.window(Rights::ReadWrite);
+                // SAFETY: the range is inside the object (checked) and writable (read-write
+                // attachment, in this thread: the window; fault-tracked pages were opened
+                // above); the owner is the writer.
+                unsafe { b.copy_in(off as usize, src) }
+            }
             None => self.m.write(o.desc.slot_off(att.slot) + off as usize, src),
         }
         Ok(())
@@ -1123,13 +1192,27 @@ impl<M: ObjMedia> Pool<M> {
     pub fn ptr_id(&self, id: u64) -> Result<Option<*mut u8>> {
         let mut inner = self.inner.lock();
         self.freshen(&mut inner, id)?;
-        let att = &inner.atts[&id];
+        let inner = &mut *inner;
+        let att = inner.atts.get_mut(&id).expect("freshen checked the handle");
         let o = inner.objs[att.obj]
             .as_ref()
             .expect("attached object exists");
         if let Some(b) = &att.buf {
             if att.tracking == Tracking::Whole && att.access == Access::ReadWrite {
                 att.dirty.set_range(0, o.pages());
+            }
+            let me = keys::thread_tag();
+            if b.keyed() && me != att.owner && !att.granted.contains(&me) {
+                // Asking for the pointer is what lets this thread use it.
+                if att.granted.len() == MAX_THREADS_PER_HANDLE {
+                    return Err(ObjError::BadArgument(format!(
+                        "more than {MAX_THREADS_PER_HANDLE} threads took the pointer of handle \
+                         {id}; attach with protection keys off (PoolOptions::pkey = false, \
+                         PMO_PKEY=off) to share it widely"
+                    )));
+                }
+                b.allow_thread(user_rights(att.access));
+                att.granted.push(me);
             }
             return Ok(Some(b.ptr()));
         }
@@ -1167,13 +1250,7 @@ impl<M: ObjMedia> Pool<M> {
                 Access::ReadWrite => o.writer = None,
                 Access::Read => o.readers -= 1,
             }
-            self.unstage(
-                &mut inner.bufs,
-                b,
-                o.desc.cap as usize,
-                att.access,
-                att.tracking,
-            );
+            self.unstage(&mut inner.bufs, b, o.desc.cap as usize, &att);
             return Ok(());
         }
         match att.access {
@@ -1338,6 +1415,7 @@ impl<M: ObjMedia> Pool<M> {
                 self.open_area(target, cap, Rights::ReadWrite)?;
                 opened.push((target, cap));
             }
+            let _w = b.window(Rights::Read);
             for (first, n) in o.stale.runs() {
                 let (at, len) = (first * PAGE, n * PAGE);
                 // SAFETY: the attached buffer is readable (Read or ReadWrite rights) and its
@@ -1397,8 +1475,8 @@ impl<M: ObjMedia> Pool<M> {
 
 impl<M: ObjMedia> Drop for Pool<M> {
     fn drop(&mut self) {
-        // Before the bitsets the fault handler writes go away.
-        self.release_faults();
+        // Before the bitsets the fault handler writes go away, and before the buffers unmap.
+        self.release_attachments();
     }
 }
 
@@ -1436,7 +1514,9 @@ impl<M: ObjMedia> Handle<'_, M> {
     }
     /// The attachment's view as a raw pointer (for C callers), valid until this handle's next
     /// `sync` or `detach`; `None` on media without addresses. Writing through it is `unsafe`
-    /// for the caller; with page protection a read-only view faults on a write.
+    /// for the caller; with protection a read-only view faults on a write. With buffer keys
+    /// ([`PoolOptions::pkey`]) the pointer works in the attaching thread and in each thread that
+    /// calls `as_ptr` itself; other threads fault.
     pub fn as_ptr(&self) -> Result<Option<*mut u8>> {
         self.pool.ptr_id(self.id)
     }

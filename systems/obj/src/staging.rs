@@ -6,7 +6,9 @@
 //! runs off the end faults, and so that changing the buffer's rights (attach/detach with page
 //! protection) never splits or merges its mapping with a neighbour: the guards carry
 //! `MADV_DONTDUMP`, which makes their flags differ from the buffer's and keeps the kernel from
-//! merging them, whatever the rights.
+//! merging them, whatever the rights. With protection on, a buffer gets a protection key of its
+//! own when one is left (`keys.rs`): attach and detach then flip the attaching thread's PKRU
+//! instead of calling `mprotect`.
 //!
 //! A per-pool [`Cache`] keeps released buffers by size class (a power of two of pages), so an
 //! attach/detach cycle costs no mmap/munmap. Reuse is first-in first-out behind a quarantine:
@@ -16,7 +18,8 @@
 //! next attachment's shadow. Every limit is explicit: [`MAX_PER_CLASS`] buffers per class,
 //! [`MAX_CACHED_BYTES`] in all, classes up to [`MAX_CACHED_PAGES`] pages.
 
-use pmkit_media::protect::Access as Rights;
+use crate::keys;
+use pmkit_media::protect::{protect_memory, Access as Rights, Pkey, PkeyWindow};
 use std::collections::VecDeque;
 
 const PAGE: usize = 4096;
@@ -31,20 +34,16 @@ pub const MAX_CACHED_PAGES: usize = 4096;
 /// Size classes: 1, 2, 4, ... pages up to the largest object (2^40 pages is far beyond any pool).
 const CLASSES: usize = 41;
 
-fn prot(r: Rights) -> i32 {
-    match r {
-        Rights::None => libc::PROT_NONE,
-        Rights::Read => libc::PROT_READ,
-        Rights::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
-    }
-}
-
 /// One page-aligned DRAM buffer of `pages` pages (a power of two) between two guard pages.
+///
+/// A *keyed* buffer has its own protection key (see `keys.rs`): its pages stay read-write and
+/// which threads may touch them is their PKRU. Otherwise access is the pages' rights.
 #[derive(Debug)]
 pub struct Buf {
     /// The buffer's first page (the mapping starts one guard page earlier).
     ptr: *mut u8,
     pages: usize,
+    key: Option<Pkey>,
 }
 
 // SAFETY: the buffer is plain anonymous memory owned by this value; which thread maps, reads,
@@ -52,8 +51,10 @@ pub struct Buf {
 unsafe impl Send for Buf {}
 
 impl Buf {
-    /// Map a buffer of the size class holding `pages` pages, with rights `rights`.
-    pub fn map(pages: usize, rights: Rights) -> std::io::Result<Buf> {
+    /// Map a buffer of the size class holding `pages` pages. `keyed`: try to give it a key of
+    /// its own (pages read-write, the key disabled in every thread); otherwise, or when no key
+    /// is left, the pages get rights `rest`.
+    pub fn map(pages: usize, rest: Rights, keyed: bool) -> std::io::Result<Buf> {
         assert!(pages > 0);
         let pages = pages.next_power_of_two();
         let total = (pages + 2) * PAGE;
@@ -81,15 +82,68 @@ impl Buf {
                 libc::MADV_DONTDUMP,
             );
         }
-        let b = Buf {
+        let mut b = Buf {
             // SAFETY: one page into the mapping.
             ptr: unsafe { base.add(PAGE) },
             pages,
+            key: None,
         };
-        if rights != Rights::None {
-            b.set(0, pages * PAGE, rights)?;
+        if let Some(k) = keyed.then(keys::take).flatten() {
+            // SAFETY: our own fresh mapping, no references into it.
+            match unsafe { protect_memory(b.ptr, pages * PAGE, Rights::ReadWrite, Some(&k)) } {
+                Ok(()) => {
+                    b.key = Some(k);
+                    return Ok(b);
+                }
+                Err(e) => {
+                    tracing::debug!("cannot tag a DRAM shadow with a key ({e}): page rights");
+                    keys::give(k);
+                }
+            }
+        }
+        if rest != Rights::None {
+            b.set(0, pages * PAGE, rest)?;
         }
         Ok(b)
+    }
+
+    /// Whether the buffer has its own protection key.
+    pub fn keyed(&self) -> bool {
+        self.key.is_some()
+    }
+
+    /// A keyed buffer: rights `rights` in this thread until the returned window drops (for the
+    /// library's own copies). `None` for a buffer without a key.
+    pub fn window(&self, rights: Rights) -> Option<PkeyWindow> {
+        self.key.as_ref().map(|k| k.open(rights))
+    }
+
+    /// A keyed buffer: give the calling thread rights `rights` until changed (attach).
+    pub fn allow_thread(&self, rights: Rights) {
+        if let Some(k) = &self.key {
+            k.allow_this_thread(rights);
+        }
+    }
+
+    /// A keyed buffer: take the calling thread's rights away (detach in the only thread that had
+    /// them: the buffer is then at rest).
+    pub fn deny_thread(&self) {
+        if let Some(k) = &self.key {
+            k.deny_this_thread();
+        }
+    }
+
+    /// A keyed buffer some other thread may still have enabled: make its pages `PROT_NONE`
+    /// under the default key and retire the key for good. The buffer goes on as one without a
+    /// key, at rest.
+    pub fn retire_key(&mut self) -> std::io::Result<()> {
+        let Some(k) = self.key.take() else {
+            return Ok(());
+        };
+        // SAFETY: our own mapping; the pool forms no references into it across this call.
+        let r = unsafe { protect_memory(self.ptr, self.pages * PAGE, Rights::None, None) };
+        keys::retire(k);
+        r
     }
 
     pub fn ptr(&self) -> *mut u8 {
@@ -101,17 +155,14 @@ impl Buf {
         self.pages
     }
 
-    /// Set the rights of `[off, off+len)` (page aligned) of the buffer.
+    /// Set the page rights of `[off, off+len)` (page aligned) of the buffer (a keyed buffer keeps
+    /// its key).
     pub fn set(&self, off: usize, len: usize, rights: Rights) -> std::io::Result<()> {
         assert!(off.is_multiple_of(PAGE) && len.is_multiple_of(PAGE));
         assert!(off + len <= self.pages * PAGE, "range outside the buffer");
         // SAFETY: inside our own mapping; no Rust reference into it is live across this call
         // (the pool forms slices only for the length of one copy).
-        let r = unsafe { libc::mprotect(self.ptr.add(off).cast(), len, prot(rights)) };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        unsafe { protect_memory(self.ptr.add(off), len, rights, self.key.as_ref()) }
     }
 
     /// Copy `[off, off+dst.len())` of the buffer into `dst` by raw pointer (user pointers may
@@ -165,10 +216,14 @@ impl Buf {
 }
 
 impl Drop for Buf {
+    /// A keyed buffer must be at rest (no thread has its key enabled): its key is reused.
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping made in `map`; no references into it remain.
         unsafe {
             libc::munmap(self.ptr.sub(PAGE).cast(), (self.pages + 2) * PAGE);
+        }
+        if let Some(k) = self.key.take() {
+            keys::give(k);
         }
     }
 }
@@ -234,7 +289,7 @@ mod tests {
     #[test]
     fn classes_and_limits() {
         let mut c = Cache::default();
-        let b = Buf::map(3, Rights::ReadWrite).unwrap();
+        let b = Buf::map(3, Rights::ReadWrite, false).unwrap();
         assert_eq!(b.pages(), 4);
         // SAFETY: the buffer is read-write and only this test uses it.
         unsafe { b.slice_mut(0, 4 * PAGE).fill(7) };
@@ -242,7 +297,7 @@ mod tests {
         c.give(b);
         for _ in 0..QUARANTINE {
             assert!(c.take(4).is_none(), "quarantined");
-            c.give(Buf::map(4, Rights::ReadWrite).unwrap());
+            c.give(Buf::map(4, Rights::ReadWrite, false).unwrap());
         }
         assert!(c.take(5).is_none(), "class of 8 pages is empty");
         let b = c.take(4).expect("the oldest 4-page buffer comes back");
@@ -252,10 +307,10 @@ mod tests {
         drop(b);
         let mut c = Cache::default();
         for _ in 0..MAX_PER_CLASS + 3 {
-            c.give(Buf::map(1, Rights::None).unwrap());
+            c.give(Buf::map(1, Rights::None, false).unwrap());
         }
         assert_eq!(c.cached(), MAX_PER_CLASS);
-        c.give(Buf::map(MAX_CACHED_PAGES * 2, Rights::None).unwrap());
+        c.give(Buf::map(MAX_CACHED_PAGES * 2, Rights::None, false).unwrap());
         assert_eq!(c.cached(), MAX_PER_CLASS, "too large to keep");
     }
 }
