@@ -209,15 +209,24 @@ impl Pkey {
     #[inline]
     pub fn open(&self, access: Access) -> PkeyWindow {
         let old = rdpkru();
-        wrpkru(with_rights(old, self.0, access));
-        PkeyWindow { old }
+        let new = with_rights(old, self.0, access);
+        // WRPKRU orders later memory accesses; skip it when the thread has the rights already.
+        if new == old {
+            return PkeyWindow { old: None };
+        }
+        wrpkru(new);
+        PkeyWindow { old: Some(old) }
     }
 
     /// Give the calling thread rights `access` to this key's pages until changed again (no
     /// window: the rights outlive the call). Other threads keep theirs.
     #[inline]
     pub fn allow_this_thread(&self, access: Access) {
-        wrpkru(with_rights(rdpkru(), self.0, access));
+        let old = rdpkru();
+        let new = with_rights(old, self.0, access);
+        if new != old {
+            wrpkru(new);
+        }
     }
 
     /// Disable all access to this key's pages in the calling thread.
@@ -283,13 +292,16 @@ impl Drop for Pkey {
 /// An open pkey window; restores the thread's previous rights on drop.
 #[must_use]
 pub struct PkeyWindow {
-    old: u32,
+    /// The rights to restore, if the window changed them.
+    old: Option<u32>,
 }
 
 impl Drop for PkeyWindow {
     #[inline]
     fn drop(&mut self) {
-        wrpkru(self.old);
+        if let Some(old) = self.old {
+            wrpkru(old);
+        }
     }
 }
 

@@ -57,6 +57,10 @@ pub struct Args {
     /// Leave out store counts above this; if none is left, run N = max-n alone.
     #[arg(long)]
     pub max_n: Option<usize>,
+    /// Run only these variants, comma-separated (default: all); libpmemobj, the reference of
+    /// every ratio, always runs when it can be loaded.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<Variant>,
 }
 
 impl Args {
@@ -83,9 +87,9 @@ impl Args {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
-enum Variant {
+pub enum Variant {
     PersistBarrier,
     UndoLog,
     FullShadow,
@@ -408,7 +412,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let variants: Vec<Variant> = Variant::ALL
         .into_iter()
-        .filter(|&v| v != Variant::Libpmemobj || lib.is_some())
+        .filter(|&v| {
+            if v == Variant::Libpmemobj {
+                lib.is_some()
+            } else {
+                a.only.is_empty() || a.only.contains(&v)
+            }
+        })
         .collect();
     let bar = progress(a.json, (rounds * ns.len() * variants.len()) as u64);
     // samples[ni][vi] = one Sample per round

@@ -2,7 +2,9 @@
 //! (the `pmkit bench pmo` workload), per shadow and protection setting: pass 1 on fresh objects
 //! (never synced, so a DRAM shadow is zero-filled instead of copied from PM), pass 2 over the
 //! same objects again (the attach copies the object out of PM).
-//! Run: cargo run --release -p pmkit-obj --example cycle_cost [POOL_FILE]
+//! Run: cargo run --release -p pmkit-obj --example cycle_cost [POOL_FILE [LABEL_PART [REPEAT]]]
+//! (LABEL_PART: only the settings whose label contains it, e.g. "unprotected"; REPEAT: run the
+//! passes that many times, for a profiler).
 
 use pmkit_media::{Region, RegionOptions};
 use pmkit_obj::{Access, Pool, PoolOptions, Shadow, Tracking};
@@ -15,6 +17,10 @@ fn main() {
         .nth(1)
         .unwrap_or_else(|| format!("/dev/shm/pmo-cycle-{}", std::process::id()));
     let path = std::path::Path::new(&path);
+    let only = std::env::args().nth(2).unwrap_or_default();
+    let repeat: usize = std::env::args()
+        .nth(3)
+        .map_or(1, |r| r.parse().expect("REPEAT is a number"));
     for (label, shadow, protect, pkey) in [
         ("dram, protected, pkey", Shadow::Dram, true, true),
         ("dram, protected, mprotect", Shadow::Dram, true, false),
@@ -22,6 +28,9 @@ fn main() {
         ("pm, protected", Shadow::Pm, true, true),
         ("pm, unprotected", Shadow::Pm, false, true),
     ] {
+        if !label.contains(only.as_str()) {
+            continue;
+        }
         let _ = std::fs::remove_file(path);
         let ro = RegionOptions {
             populate: true,
@@ -39,7 +48,7 @@ fn main() {
         for n in &names {
             pool.create(n, 4096).unwrap();
         }
-        for pass in 1..=2 {
+        for pass in (0..repeat).flat_map(|_| 1..=2) {
             let mut t = [0f64; 4];
             for (o, n) in names.iter().enumerate() {
                 let t0 = Instant::now();

@@ -21,14 +21,32 @@ impl PageSet {
         s.set_range(0, pages);
         s
     }
+    #[cfg(test)]
     pub fn set(&self, p: usize) {
         assert!(p < self.pages, "page {p} outside set of {}", self.pages);
         self.words[p / 64].fetch_or(1 << (p % 64), Ordering::Relaxed);
     }
     pub fn set_range(&self, first: usize, n: usize) {
-        for p in first..first + n {
-            self.set(p);
+        assert!(
+            first + n <= self.pages,
+            "pages {first}+{n} outside set of {}",
+            self.pages
+        );
+        // A word at a time: one atomic OR per 64 pages.
+        let mut p = first;
+        while p < first + n {
+            let k = (first + n - p).min(64 - p % 64);
+            let mask = if k == 64 {
+                !0
+            } else {
+                ((1u64 << k) - 1) << (p % 64)
+            };
+            self.words[p / 64].fetch_or(mask, Ordering::Relaxed);
+            p += k;
         }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| w.load(Ordering::Relaxed) == 0)
     }
     pub fn contains(&self, p: usize) -> bool {
         self.words[p / 64].load(Ordering::Relaxed) & (1 << (p % 64)) != 0
@@ -49,25 +67,34 @@ impl PageSet {
     pub fn union(&self, other: &PageSet) {
         assert_eq!(self.pages, other.pages);
         for (a, b) in self.words.iter().zip(other.words.iter()) {
-            a.fetch_or(b.load(Ordering::Relaxed), Ordering::Relaxed);
+            let b = b.load(Ordering::Relaxed);
+            if b != 0 {
+                a.fetch_or(b, Ordering::Relaxed);
+            }
         }
     }
     /// Runs of consecutive set pages as (first, count), so flushes and copies go in long strides.
-    pub fn runs(&self) -> Vec<(usize, usize)> {
-        let mut out = vec![];
+    /// Reads the bits as it goes (no allocation: this runs on every sync).
+    pub fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         let mut p = 0;
-        while p < self.pages {
-            if self.contains(p) {
-                let s = p;
-                while p < self.pages && self.contains(p) {
+        std::iter::from_fn(move || {
+            while p < self.pages && !self.contains(p) {
+                // Skip empty words whole.
+                if p.is_multiple_of(64) && self.words[p / 64].load(Ordering::Relaxed) == 0 {
+                    p += 64;
+                } else {
                     p += 1;
                 }
-                out.push((s, p - s));
-            } else {
+            }
+            if p >= self.pages {
+                return None;
+            }
+            let s = p;
+            while p < self.pages && self.contains(p) {
                 p += 1;
             }
-        }
-        out
+            Some((s, p - s))
+        })
     }
     /// The raw words, for the fault handler.
     pub fn words_ptr(&self) -> *const AtomicU64 {
@@ -85,9 +112,19 @@ mod tests {
         s.set(64);
         s.set(65);
         s.set(129);
-        assert_eq!(s.runs(), vec![(3, 2), (64, 2), (129, 1)]);
+        assert_eq!(
+            s.runs().collect::<Vec<_>>(),
+            vec![(3, 2), (64, 2), (129, 1)]
+        );
         assert_eq!(s.count(), 5);
+        assert!(!s.is_empty());
         s.clear();
-        assert!(s.runs().is_empty());
+        assert!(s.is_empty());
+        assert_eq!(s.runs().count(), 0);
+        s.set_range(60, 70);
+        assert_eq!(s.runs().collect::<Vec<_>>(), vec![(60, 70)]);
+        assert_eq!(s.count(), 70);
+        let f = PageSet::full(128);
+        assert_eq!(f.runs().collect::<Vec<_>>(), vec![(0, 128)]);
     }
 }

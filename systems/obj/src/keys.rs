@@ -56,7 +56,10 @@ pub fn give(key: Pkey) {
 /// Give up a key some other thread may still have enabled: it is neither reused nor freed (a
 /// later `pkey_alloc` could hand the same number to anyone), so it stays allocated for good.
 pub fn retire(key: Pkey) {
-    tracing::debug!(key = key.id(), "retiring a buffer key still enabled in another thread");
+    tracing::debug!(
+        key = key.id(),
+        "retiring a buffer key still enabled in another thread"
+    );
     std::mem::forget(key);
 }
 

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use pmkit_media::protect::{Access as Rights, Pkey, PkeyWindow};
 use pmkit_media::{Domain, Fence, Flush};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Most handles attached at once in one pool.
@@ -139,6 +140,9 @@ pub struct Stats {
     pub keyed_attaches: u64,
 }
 
+/// Work counters. Every update happens under the pool lock, so a counter is bumped with a plain
+/// load and store: a locked add would also drain the store buffer (and the non-temporal
+/// copies in flight) at that point, which costs more than the copy's own fence.
 #[derive(Default)]
 struct Counters {
     syncs: AtomicU64,
@@ -149,6 +153,11 @@ struct Counters {
     bytes_synced: AtomicU64,
     fences: AtomicU64,
     keyed_attaches: AtomicU64,
+}
+
+/// Add `n` to counter `c` (the caller holds the pool lock; see [`Counters`]).
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
 struct Obj {
@@ -197,12 +206,34 @@ fn user_rights(access: Access) -> Rights {
     }
 }
 
+/// Hashes handle ids, which the pool hands out itself in sequence: a multiplication by an odd
+/// constant spreads them over every bit (SipHash defends against keys an attacker picks, and
+/// costs more than the rest of a map lookup).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+
 struct Inner {
     objs: Vec<Option<Obj>>,
     names: HashMap<String, usize>,
     free_entries: Vec<usize>,
     extents: Extents,
-    atts: HashMap<u64, Att>,
+    atts: IdMap<Att>,
     next_handle: u64,
     seq: u64,
     bufs: Cache,
@@ -497,7 +528,7 @@ impl<M: ObjMedia> Pool<M> {
                 names,
                 free_entries,
                 extents: s.extents,
-                atts: HashMap::new(),
+                atts: IdMap::default(),
                 next_handle: 1,
                 seq: s.seq,
                 bufs: Cache::default(),
@@ -627,7 +658,7 @@ impl<M: ObjMedia> Pool<M> {
     }
     fn fence(&self) {
         self.m.fence(Fence::Sfence);
-        self.ctr.fences.fetch_add(1, Ordering::Relaxed);
+        bump(&self.ctr.fences, 1);
     }
     fn flush(&self, off: usize, len: usize) {
         if self.m.domain() == Domain::Adr {
@@ -636,7 +667,7 @@ impl<M: ObjMedia> Pool<M> {
     }
     fn persist_word(&self, off: usize, v: u64) {
         self.m.persist_u64(off, v);
-        self.ctr.fences.fetch_add(1, Ordering::Relaxed);
+        bump(&self.ctr.fences, 1);
     }
 
     /// Create object `name` of `size` bytes, zero-filled. Durable when this returns.
@@ -919,52 +950,60 @@ impl<M: ObjMedia> Pool<M> {
             Some(b) => b,
             None => Buf::map(pages, self.buf_rest(), self.buf_keys).map_err(|e| io("map", e))?,
         };
-        // The library's own fill: a key window in this thread, or open pages.
-        let window = buf.window(Rights::ReadWrite);
-        if self.protect && !buf.keyed() {
+        // Open the buffer for the fill: a keyed one in this thread (the user's rights follow
+        // below; on an error the key is disabled again), another by its page rights.
+        if buf.keyed() {
+            buf.allow_thread(Rights::ReadWrite);
+        } else if self.protect {
             buf.set(0, cap, Rights::ReadWrite)
                 .map_err(|e| io("open", e))?;
         }
-        if zero {
-            // SAFETY: the buffer was made writable above; zeroing DRAM instead of reading PM's
-            // known zeroes.
-            unsafe { buf.zero(0, cap) };
-        } else {
-            let w = self.open_area(cur, cap, Rights::Read)?;
-            // SAFETY: the buffer is writable and not handed out yet: nothing else accesses it.
-            self.m.read(cur, unsafe { buf.slice_mut(0, cap) });
-            drop(w);
-            self.close_area(cur, cap)?;
-            self.ctr
-                .bytes_copied
-                .fetch_add(cap as u64, Ordering::Relaxed);
-        }
-        drop(window);
         let tracked = access == Access::ReadWrite && tracking == Tracking::Faults;
-        if tracked || (access == Access::Read && self.protect && !buf.keyed()) {
-            buf.set(0, cap, Rights::Read)
-                .map_err(|e| io("protect", e))?;
+        let ready = || -> Result<Option<usize>> {
+            if zero {
+                // SAFETY: the buffer was opened above; zeroing DRAM instead of reading PM's
+                // known zeroes.
+                unsafe { buf.zero(0, cap) };
+            } else {
+                let w = self.open_area(cur, cap, Rights::Read)?;
+                // SAFETY: the buffer is writable and not handed out yet: nothing else uses it.
+                self.m.read(cur, unsafe { buf.slice_mut(0, cap) });
+                drop(w);
+                self.close_area(cur, cap)?;
+                bump(&self.ctr.bytes_copied, cap as u64);
+            }
+            if access == Access::Read && buf.keyed() {
+                buf.allow_thread(Rights::Read);
+            }
+            if tracked || (access == Access::Read && self.protect && !buf.keyed()) {
+                buf.set(0, cap, Rights::Read)
+                    .map_err(|e| io("protect", e))?;
+            }
+            if !tracked {
+                return Ok(None);
+            }
+            faults::register(buf.ptr(), cap, dirty.words_ptr())
+                .map_err(|e| {
+                    ObjError::BadArgument(format!("cannot install the write-fault handler: {e}"))
+                })?
+                .ok_or(ObjError::TooManyHandles {
+                    max: faults::MAX_TRACKED,
+                })
+                .map(Some)
+        };
+        match ready() {
+            Ok(fault_slot) => {
+                if buf.keyed() {
+                    bump(&self.ctr.keyed_attaches, 1);
+                }
+                Ok((buf, fault_slot))
+            }
+            Err(e) => {
+                // The buffer is unmapped on return: it must be at rest (its key reusable).
+                buf.deny_thread();
+                Err(e)
+            }
         }
-        let mut fault_slot = None;
-        if tracked {
-            fault_slot = Some(
-                faults::register(buf.ptr(), cap, dirty.words_ptr())
-                    .map_err(|e| {
-                        ObjError::BadArgument(format!(
-                            "cannot install the write-fault handler: {e}"
-                        ))
-                    })?
-                    .ok_or(ObjError::TooManyHandles {
-                        max: faults::MAX_TRACKED,
-                    })?,
-            );
-        }
-        // Last, so that no error above leaves the key enabled in this thread.
-        if buf.keyed() {
-            buf.allow_thread(user_rights(access));
-            self.ctr.keyed_attaches.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok((buf, fault_slot))
     }
 
     /// DRAM shadow: return a detached attachment's buffer to the cache at rest: `PROT_NONE` with
@@ -1015,19 +1054,18 @@ impl<M: ObjMedia> Pool<M> {
         if self.protect || tracking == Tracking::Faults {
             self.rights(shadow, cap, Rights::ReadWrite)?;
         }
-        let runs = o.stale.runs();
-        if !runs.is_empty() {
+        if !o.stale.is_empty() {
             if self.protect {
                 self.rights(cur, cap, Rights::Read)?;
             }
             let mut buf = vec![0u8; COPY_CHUNK];
-            for (first, n) in runs {
+            for (first, n) in o.stale.runs() {
                 let (mut at, end) = (first * PAGE, (first + n) * PAGE);
                 while at < end {
                     let k = (end - at).min(COPY_CHUNK);
                     self.m.read(cur + at, &mut buf[..k]);
                     self.m.write_nt(shadow + at, &buf[..k]);
-                    self.ctr.bytes_copied.fetch_add(k as u64, Ordering::Relaxed);
+                    bump(&self.ctr.bytes_copied, k as u64);
                     at += k;
                 }
             }
@@ -1288,7 +1326,7 @@ impl<M: ObjMedia> Pool<M> {
             });
         }
         let mut inner = self.inner.lock();
-        let mut seen = Vec::with_capacity(ids.len());
+        let mut seen = Vec::new(); // objects of a multi-object sync (a single one needs no check)
         for &id in ids {
             let att = inner
                 .atts
@@ -1301,10 +1339,12 @@ impl<M: ObjMedia> Pool<M> {
                     what: "sync",
                 });
             }
-            if seen.contains(&att.obj) {
-                return Err(ObjError::Duplicate { name: name.clone() });
+            if ids.len() > 1 {
+                if seen.contains(&att.obj) {
+                    return Err(ObjError::Duplicate { name: name.clone() });
+                }
+                seen.push(att.obj);
             }
-            seen.push(att.obj);
         }
         // 1. Make each changed shadow's pages durable in its target slot, without a fence per
         //    line or per object; 2. one fence and the publication. The library's own window
@@ -1361,10 +1401,8 @@ impl<M: ObjMedia> Pool<M> {
                 _ => {}
             }
         }
-        self.ctr.syncs.fetch_add(1, Ordering::Relaxed);
-        self.ctr
-            .published
-            .fetch_add(changed.len() as u64, Ordering::Relaxed);
+        bump(&self.ctr.syncs, 1);
+        bump(&self.ctr.published, changed.len() as u64);
         Ok(())
     }
 
@@ -1389,22 +1427,21 @@ impl<M: ObjMedia> Pool<M> {
                 if att.tracking == Tracking::Whole {
                     att.dirty.set_range(0, o.pages());
                 }
-                let runs = att.dirty.runs();
-                if runs.is_empty() {
+                if att.dirty.is_empty() {
                     continue;
                 }
                 let base = o.desc.slot_off(att.slot);
-                for (first, n) in runs {
+                for (first, n) in att.dirty.runs() {
                     self.flush(base + first * PAGE, n * PAGE);
                     let k = (n * PAGE) as u64;
-                    self.ctr.bytes_flushed.fetch_add(k, Ordering::Relaxed);
-                    self.ctr.bytes_synced.fetch_add(k, Ordering::Relaxed);
+                    bump(&self.ctr.bytes_flushed, k);
+                    bump(&self.ctr.bytes_synced, k);
                 }
                 let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
                 changed.push((id, att.obj, word));
                 continue;
             };
-            if att.dirty.runs().is_empty() {
+            if att.dirty.is_empty() {
                 continue;
             }
             // The target will differ from the current slot on the dirty pages: record that
@@ -1421,9 +1458,7 @@ impl<M: ObjMedia> Pool<M> {
                 // SAFETY: the attached buffer is readable (Read or ReadWrite rights) and its
                 // owner does not store through its pointer while its own sync runs.
                 self.m.write_nt(target + at, unsafe { b.slice(at, len) });
-                self.ctr
-                    .bytes_synced
-                    .fetch_add(len as u64, Ordering::Relaxed);
+                bump(&self.ctr.bytes_synced, len as u64);
             }
             let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
             changed.push((id, att.obj, word));
@@ -1458,7 +1493,7 @@ impl<M: ObjMedia> Pool<M> {
         self.fence();
         self.persist_word(so, 0); // retire the intent before any later publication
         inner.seq = seq;
-        self.ctr.intents.fetch_add(1, Ordering::Relaxed);
+        bump(&self.ctr.intents, 1);
     }
 
     /// Publish several handles' writes atomically (one sync).
