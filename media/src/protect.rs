@@ -268,9 +268,13 @@ pub unsafe fn protect_memory(
             access.prot(),
             k.0 as libc::c_long,
         ) as i32,
-        None if crate::features().pku => {
-            libc::syscall(libc::SYS_pkey_mprotect, ptr, len, access.prot(), 0 as libc::c_long) as i32
-        }
+        None if crate::features().pku => libc::syscall(
+            libc::SYS_pkey_mprotect,
+            ptr,
+            len,
+            access.prot(),
+            0 as libc::c_long,
+        ) as i32,
         None => libc::mprotect(ptr.cast(), len, access.prot()),
     };
     if r != 0 {

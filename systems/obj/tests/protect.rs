@@ -5,11 +5,18 @@
 //! Cases run on the default pool (DRAM shadow, PM area behind a protection key where the CPU
 //! has keys), with `pages-` on a DRAM-shadow pool that keeps the PM area `PROT_NONE` and opens
 //! it with mprotect windows, and with `pm-` on the thesis's PM shadow.
+//!
+//! The `thread-` cases are about keyed DRAM buffers (the default where the CPU has keys): the
+//! pointer works in the attaching thread and in threads that ask for it with `as_ptr`, and in
+//! no other thread; a detach takes it away from all of them. The helper thread is started
+//! before the attach, because a thread started later inherits the attaching thread's rights.
 
 use pmkit_media::Region;
-use pmkit_obj::{Access, Pool, PoolOptions, Shadow};
+use pmkit_obj::{Access, Pool, PoolOptions, Shadow, Tracking};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 const CHILD: &str = "PMO_CHILD";
 
@@ -92,19 +99,120 @@ fn child_entry() {
                 let p = pool.media().ptr_at(info.offset as usize + 8192, 1);
                 p.write_volatile(9);
             }
+            _ if bare.starts_with("thread-") => thread_case(&pool, bare),
             other => panic!("unknown child case {other}"),
         }
     }
     std::process::exit(0);
 }
 
+/// A raw pointer to pass to the helper thread.
+struct Ptr(*mut u8);
+// SAFETY: only an address; which thread may use it is what these cases test.
+unsafe impl Send for Ptr {}
+
+/// What the helper thread is told to do, in order.
+enum Step<'a> {
+    /// Write through this pointer (taken by another thread).
+    WriteVia(Ptr),
+    /// Take the pointer of this handle id (what `as_ptr` does) and write through it.
+    TakeAndWrite(u64),
+    /// Read through the pointer it took last.
+    ReadAgain,
+    /// Detach this handle.
+    Detach(pmkit_obj::pool::Handle<'a, Region>),
+}
+
+/// The `thread-` cases (keyed buffers): a helper thread, started before the attach, does the
+/// steps it is sent and acknowledges each.
+///
+/// # Safety
+/// Deliberately forbidden accesses, as in `child_entry`.
+unsafe fn thread_case(pool: &Pool<Region>, case: &str) {
+    let (tx, rx) = mpsc::channel::<Step>();
+    let (ack_tx, ack) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut mine: Option<*mut u8> = None;
+            for step in rx {
+                match step {
+                    Step::WriteVia(p) => p.0.add(1).write_volatile(5),
+                    Step::TakeAndWrite(id) => {
+                        let p = pool.ptr_id(id).unwrap().unwrap();
+                        p.add(2).write_volatile(6);
+                        mine = Some(p);
+                    }
+                    Step::ReadAgain => {
+                        let _ = mine.expect("a pointer was taken").read_volatile();
+                    }
+                    Step::Detach(h) => h.detach().unwrap(),
+                }
+                ack_tx.send(()).unwrap();
+            }
+        });
+        let tracking = if case.ends_with("-tracked") {
+            Tracking::Faults
+        } else {
+            Tracking::Explicit
+        };
+        let h = pool.attach_with("o", Access::ReadWrite, tracking).unwrap();
+        let p = h.as_ptr().unwrap().unwrap();
+        p.write_volatile(4);
+        let step = |st| {
+            tx.send(st).unwrap();
+            ack.recv().unwrap();
+        };
+        match case.trim_end_matches("-tracked") {
+            // Must fault (a tracked buffer must fault too, not loop in the fault handler).
+            "thread-other-writes" => step(Step::WriteVia(Ptr(p))),
+            // Control: a thread that asks for the pointer may use it.
+            "thread-takes-pointer-ok" => {
+                step(Step::TakeAndWrite(h.id()));
+                h.mark_dirty(0, 8).unwrap();
+                h.sync().unwrap();
+                assert_eq!(pool.read_published("o").unwrap()[..3], [4, 0, 6]);
+                h.detach().unwrap();
+                // Re-attach: the same buffer may come back with its key; all still works.
+                let h = pool.attach("o", Access::ReadWrite).unwrap();
+                h.as_ptr().unwrap().unwrap().write_volatile(9);
+            }
+            // Must fault: the detach in this thread takes the helper's access away too.
+            "thread-taken-then-detached" => {
+                step(Step::TakeAndWrite(h.id()));
+                h.detach().unwrap();
+                step(Step::ReadAgain);
+            }
+            // Must fault: a detach in another thread takes this thread's access away.
+            "thread-detaches" => {
+                step(Step::Detach(h));
+                let _ = p.read_volatile();
+            }
+            other => panic!("unknown thread case {other}"),
+        }
+        drop(tx);
+    });
+}
+
+/// Run one case in a child process; a child that neither exits nor dies within 60 s (a fault
+/// handler retrying forever) is killed and fails the test.
 fn run_child(case: &str) -> std::process::ExitStatus {
-    Command::new(std::env::current_exe().unwrap())
+    let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CHILD, case)
-        .output()
-        .unwrap()
-        .status
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("{case}: child still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]
@@ -141,10 +249,46 @@ fn protection_faults() {
 }
 
 #[test]
+fn keyed_buffers_are_per_thread() {
+    if !pmkit_media::features().pku {
+        eprintln!("skipped: this CPU has no protection keys; DRAM buffers use page rights");
+        return;
+    }
+    let st = run_child("thread-takes-pointer-ok");
+    assert!(st.success(), "control case must succeed: {st:?}");
+    for case in [
+        "thread-other-writes",
+        "thread-other-writes-tracked",
+        "thread-taken-then-detached",
+        "thread-detaches",
+    ] {
+        let st = run_child(case);
+        assert_eq!(
+            st.signal(),
+            Some(libc::SIGSEGV),
+            "{case}: expected death by SIGSEGV, got {st:?}"
+        );
+    }
+    // Without keys (page rights) a pointer works in every thread.
+    let st = run_child("pages-thread-other-writes");
+    assert!(st.success(), "page rights hold for every thread: {st:?}");
+}
+
+#[test]
 fn default_pool_keys_the_object_area_when_the_cpu_can() {
     let pool = pool_for("rw-write-ok");
     assert_eq!(pool.shadow(), Shadow::Dram);
     assert_eq!(pool.uses_pkey(), pmkit_media::features().pku);
     assert!(!pool_for("pages-x").uses_pkey());
     assert!(!pool_for("pm-x").uses_pkey());
+    // DRAM buffers get keys too: attach and detach make no mprotect calls.
+    pool.create("o", 4096).unwrap();
+    for _ in 0..3 {
+        pool.attach("o", Access::ReadWrite)
+            .unwrap()
+            .detach()
+            .unwrap();
+    }
+    let keyed = pool.stats().keyed_attaches;
+    assert_eq!(keyed, if pmkit_media::features().pku { 3 } else { 0 });
 }
