@@ -47,18 +47,20 @@ fn c_example_builds_and_runs() {
         "cc failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The same program with each shadow (PMO_SHADOW picks it; the default is DRAM).
-    for shadow in ["dram", "pm"] {
-        let pool = dir.path().join(format!("pool-{shadow}"));
+    // The same program with each shadow (PMO_SHADOW picks it; the default is DRAM), and with
+    // page rights instead of protection keys (PMO_PKEY=off).
+    for (shadow, pkey) in [("dram", "on"), ("pm", "on"), ("dram", "off")] {
+        let pool = dir.path().join(format!("pool-{shadow}-{pkey}"));
         let run = Command::new(&bin)
             .arg(&pool)
             .env("PMO_SHADOW", shadow)
+            .env("PMO_PKEY", pkey)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&run.stdout);
         assert!(
             run.status.success(),
-            "example failed with PMO_SHADOW={shadow}: {:?}\n{stdout}\n{}",
+            "example failed with PMO_SHADOW={shadow} PMO_PKEY={pkey}: {:?}\n{stdout}\n{}",
             run.status,
             String::from_utf8_lossy(&run.stderr)
         );
