@@ -139,10 +139,10 @@ impl Variant {
             Variant::FullShadow => "copy to shadow, store, persist, mark, copy back (Fig. 3.10)",
             Variant::PmoWrite => "PMO Sync, pool default, Handle::write per int (Explicit)",
             Variant::PmoDram => {
-                "PMO Sync, pool default: DRAM shadow, protected (pkey area), pointer + mark_dirty"
+                "PMO Sync, pool default: DRAM shadow, protected by keys, pointer + mark_dirty"
             }
             Variant::PmoDramFaults => "pmo-dram with write-fault tracking (what C callers get)",
-            Variant::PmoDramMprotect => "pmo-dram, PM area opened by mprotect windows, no pkey",
+            Variant::PmoDramMprotect => "pmo-dram with page rights instead of keys (pkey: false)",
             Variant::PmoDramUnprotected => "pmo-dram with protection off (protect: false)",
             Variant::PmoPm => "PMO Sync, thesis PM shadow (clwb), protected, pointer + mark_dirty",
             Variant::PmoPmUnprotected => "pmo-pm with protection off (the thesis's prototype)",
@@ -305,6 +305,15 @@ fn run_one(v: Variant, n: usize, dir: &Path, lib: Option<&pmemobj::Lib>) -> Resu
             pmo_workload(&pool, &names, n, v, tracking)?;
             let secs = t.elapsed().as_secs_f64();
             let (w1, f1) = pool.media().counts();
+            // What the variant claims: with keys, every attach flipped PKRU, none called mprotect.
+            let keyed = pool.stats().keyed_attaches as usize;
+            let want = if want_key { objs } else { 0 };
+            if keyed != want {
+                bail!(
+                    "{}: {keyed} of {objs} attaches had keyed buffers, expected {want}",
+                    v.name()
+                );
+            }
             for (o, name) in names.iter().enumerate() {
                 let data = pool.read_published(name)?;
                 let end = n.min((o + 1) * INTS);

@@ -69,6 +69,21 @@ int main(int argc, char **argv) {
     uint64_t n = 0;
     CHECK(pmo_read(pool, meta, 0, &n, sizeof n));
     printf("reopened: meta.count = %llu, ints[1023] = %d\n", (unsigned long long)n, ra[1023]);
+    CHECK(pmo_detach(pool, r));
+
+    /* Explicit tracking: no write faults; only the declared bytes' pages are synced. */
+    pmo_handle w;
+    EXPECT(pmo_attach(pool, "ints", PMO_READ | PMO_EXPLICIT, &w), PMO_EINVAL);
+    CHECK(pmo_attach(pool, "ints", PMO_RDWR | PMO_EXPLICIT, &w));
+    int *wa = pmo_ptr(pool, w);
+    wa[0] = 7;
+    CHECK(pmo_mark_dirty(pool, w, 0, sizeof wa[0]));
+    CHECK(pmo_sync(pool, &w, 1));
+    CHECK(pmo_detach(pool, w));
+    CHECK(pmo_attach(pool, "ints", PMO_READ, &r));
+    ra = pmo_ptr(pool, r);
+    if (ra[0] != 7 || ra[1] != 2) { fprintf(stderr, "explicit sync: %d %d\n", ra[0], ra[1]); return 1; }
+    printf("explicit: ints[0] = %d\n", ra[0]);
     pmo_pool_close(pool);
     printf("pmo_example: ok\n");
     return n == 1024 ? 0 : 1;

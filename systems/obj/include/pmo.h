@@ -42,7 +42,9 @@ enum {
     PMO_EINTERNAL = -12    /* a bug in pmkit */
 };
 
-enum { PMO_READ = 1, PMO_RDWR = 2 };
+/* pmo_attach modes. Writes through pmo_ptr are found by write faults (one per page per sync);
+ * PMO_RDWR | PMO_EXPLICIT skips the faults and syncs only what pmo_mark_dirty declared. */
+enum { PMO_READ = 1, PMO_RDWR = 2, PMO_EXPLICIT = 4 };
 #define PMO_MAX_NAME 80
 #define PMO_MAX_SYNC 254
 
@@ -66,6 +68,7 @@ void *pmo_ptr(pmo_pool *pool, pmo_handle h);
 uint64_t pmo_size(pmo_pool *pool, pmo_handle h);
 int pmo_read(pmo_pool *pool, pmo_handle h, uint64_t off, void *buf, size_t len);
 int pmo_write(pmo_pool *pool, pmo_handle h, uint64_t off, const void *buf, size_t len);
+int pmo_mark_dirty(pmo_pool *pool, pmo_handle h, uint64_t off, uint64_t len);
 int pmo_sync(pmo_pool *pool, const pmo_handle *handles, size_t n);
 int pmo_detach(pmo_pool *pool, pmo_handle h);
 

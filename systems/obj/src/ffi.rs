@@ -27,6 +27,9 @@ pub const PMO_EINTERNAL: c_int = -12;
 
 pub const PMO_READ: c_int = 1;
 pub const PMO_RDWR: c_int = 2;
+/// Flag for `pmo_attach`'s mode: track writes through the pointer by `pmo_mark_dirty` instead
+/// of page faults.
+pub const PMO_EXPLICIT: c_int = 4;
 
 /// Opaque to C.
 pub struct PmoPool {
@@ -219,7 +222,8 @@ pub unsafe extern "C" fn pmo_delete(p: *mut PmoPool, name: *const c_char) -> c_i
 }
 
 /// Attach `name` with `mode` `PMO_READ` or `PMO_RDWR`; the handle goes to `*out`. Writes
-/// through `pmo_ptr` are tracked by page faults (no need to declare them).
+/// through `pmo_ptr` are tracked by page faults (no need to declare them), or, with
+/// `PMO_RDWR | PMO_EXPLICIT`, only as declared with `pmo_mark_dirty` (no fault per page).
 ///
 /// # Safety
 /// `p` an open pool, `name` a NUL-terminated string, `out` writable.
@@ -231,12 +235,13 @@ pub unsafe extern "C" fn pmo_attach(
     out: *mut u64,
 ) -> c_int {
     guard(|| {
-        let access = match mode {
-            PMO_READ => Access::Read,
-            PMO_RDWR => Access::ReadWrite,
+        let (access, tracking) = match mode {
+            PMO_READ => (Access::Read, Tracking::Auto),
+            PMO_RDWR => (Access::ReadWrite, Tracking::Auto),
+            m if m == PMO_RDWR | PMO_EXPLICIT => (Access::ReadWrite, Tracking::Explicit),
             m => {
                 return Err(inval(&format!(
-                    "mode {m} is neither PMO_READ (1) nor PMO_RDWR (2)"
+                    "mode {m} is none of PMO_READ (1), PMO_RDWR (2), PMO_RDWR | PMO_EXPLICIT (6)"
                 )))
             }
         };
@@ -244,7 +249,7 @@ pub unsafe extern "C" fn pmo_attach(
             return Err(inval("out is NULL"));
         }
         let id = pool(p)?
-            .attach_id(cstr(name, "name")?, access, Tracking::Auto)
+            .attach_id(cstr(name, "name")?, access, tracking)
             .map_err(obj)?;
         *out = id;
         Ok(())
@@ -332,6 +337,16 @@ pub unsafe extern "C" fn pmo_write(
         };
         pool(p)?.write_id(h, off, src).map_err(obj)
     })
+}
+
+/// Declare `[off, off+len)` written through the pointer (a `PMO_EXPLICIT` attachment syncs only
+/// declared pages; with fault tracking this is harmless).
+///
+/// # Safety
+/// `p` an open pool.
+#[no_mangle]
+pub unsafe extern "C" fn pmo_mark_dirty(p: *mut PmoPool, h: u64, off: u64, len: u64) -> c_int {
+    guard(|| pool(p)?.mark_dirty_id(h, off, len).map_err(obj))
 }
 
 /// Publish the writes of `n` handles atomically.

@@ -70,6 +70,7 @@ fn c_example_builds_and_runs() {
         );
         assert!(stdout.contains("already exists"), "{stdout}");
         assert!(stdout.contains("not attached"), "{stdout}");
+        assert!(stdout.contains("explicit: ints[0] = 7"), "{stdout}");
         assert!(stdout.contains("pmo_example: ok"), "{stdout}");
     }
 }
