@@ -2,15 +2,15 @@
 //! (the `pmkit bench pmo` workload), per shadow and protection setting: pass 1 on fresh objects
 //! (never synced, so a DRAM shadow is zero-filled instead of copied from PM), pass 2 over the
 //! same objects again (the attach copies the object out of PM).
-//! Run: cargo run --release -p pmkit-obj --example cycle_cost [POOL_FILE [LABEL_PART [REPEAT]]]
+//! Run: cargo run --release -p pmkit-obj --example cycle_cost
+//!          [POOL_FILE [LABEL_PART [REPEAT [OBJECTS]]]]
 //! (LABEL_PART: only the settings whose label contains it, e.g. "unprotected"; REPEAT: run the
-//! passes that many times, for a profiler).
+//! passes that many times, for a profiler; OBJECTS: default 4000).
 
 use pmkit_media::{Region, RegionOptions};
 use pmkit_obj::{Access, Pool, PoolOptions, Shadow, Tracking};
 use std::time::Instant;
 
-const OBJS: usize = 4000;
 
 fn main() {
     let path = std::env::args()
@@ -21,6 +21,9 @@ fn main() {
     let repeat: usize = std::env::args()
         .nth(3)
         .map_or(1, |r| r.parse().expect("REPEAT is a number"));
+    let objs: usize = std::env::args()
+        .nth(4)
+        .map_or(4000, |r| r.parse().expect("OBJECTS is a number"));
     for (label, shadow, protect, pkey) in [
         ("dram, protected, pkey", Shadow::Dram, true, true),
         ("dram, protected, mprotect", Shadow::Dram, true, false),
@@ -36,15 +39,15 @@ fn main() {
             populate: true,
             ..RegionOptions::default()
         };
-        let region = Region::create(path, (2 * OBJS as u64 + 300) * 4096, &ro).unwrap();
+        let region = Region::create(path, (2 * objs as u64) * 4096 + objs as u64 * 128 + (1 << 20), &ro).unwrap();
         let opts = PoolOptions {
-            max_objects: OBJS as u32,
+            max_objects: objs as u32,
             protect,
             shadow,
             pkey,
         };
         let pool = Pool::format(region, &opts).unwrap();
-        let names: Vec<String> = (0..OBJS).map(|o| format!("o{o}")).collect();
+        let names: Vec<String> = (0..objs).map(|o| format!("o{o}")).collect();
         for n in &names {
             pool.create(n, 4096).unwrap();
         }
@@ -71,7 +74,7 @@ fn main() {
                     t[k] += (*b - *a).as_secs_f64();
                 }
             }
-            let us = |x: f64| x * 1e6 / OBJS as f64;
+            let us = |x: f64| x * 1e6 / objs as f64;
             println!(
             "{label:<27} pass {pass}  attach {:5.2} us  stores {:5.2} us  sync {:5.2} us  detach {:5.2} us  total {:5.2} us/object",
             us(t[0]),
