@@ -881,7 +881,12 @@ impl<M: ObjMedia> Pool<M> {
             _ => {}
         }
         let (pages, cur, cap) = (o.pages(), o.desc.slot_off(o.active()), o.desc.cap as usize);
-        let dirty = PageSet::new(pages);
+        // The fault handler writes the dirty set of a tracked attachment through a pointer.
+        let dirty = if tracking == Tracking::Faults {
+            PageSet::tracked(pages)
+        } else {
+            PageSet::new(pages)
+        };
         let (buf, fault_slot) = match self.shadow {
             Shadow::Dram => {
                 // Never synced: both slots still hold create's zeroes.
