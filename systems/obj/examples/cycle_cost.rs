@@ -11,7 +11,6 @@ use pmkit_media::{Region, RegionOptions};
 use pmkit_obj::{Access, Pool, PoolOptions, Shadow, Tracking};
 use std::time::Instant;
 
-
 fn main() {
     let path = std::env::args()
         .nth(1)
@@ -39,7 +38,12 @@ fn main() {
             populate: true,
             ..RegionOptions::default()
         };
-        let region = Region::create(path, (2 * objs as u64) * 4096 + objs as u64 * 128 + (1 << 20), &ro).unwrap();
+        let region = Region::create(
+            path,
+            (2 * objs as u64) * 4096 + objs as u64 * 128 + (1 << 20),
+            &ro,
+        )
+        .unwrap();
         let opts = PoolOptions {
             max_objects: objs as u32,
             protect,
