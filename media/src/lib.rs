@@ -43,6 +43,27 @@ pub trait Media: Send + Sync {
     fn write(&self, off: usize, src: &[u8]);
     /// Store `src` at `off` with non-temporal stores (partial lines are stored and flushed).
     fn write_nt(&self, off: usize, src: &[u8]);
+    /// [`Self::read`] into memory other code may reach while the copy runs (a buffer a user
+    /// may hold a pointer to), written only through raw pointers, never as a `&mut [u8]`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes during the call.
+    unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
+        let mut own = vec![0u8; len];
+        self.read(off, &mut own);
+        std::ptr::copy_nonoverlapping(own.as_ptr(), dst, len);
+    }
+    /// [`Self::write_nt`] from memory other code may change while the copy runs (a buffer a
+    /// user holds a pointer to), read only through raw pointers, never as a `&[u8]`. The
+    /// default copies it into a private buffer first; a mapping streams it directly.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes during the call.
+    unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
+        let mut own = vec![0u8; len];
+        std::ptr::copy_nonoverlapping(src, own.as_mut_ptr(), len);
+        self.write_nt(off, &own);
+    }
     /// Write back the cache lines covering `[off, off+len)`; durable after the next fence.
     fn flush(&self, off: usize, len: usize, how: Flush);
     /// Complete earlier flushes and non-temporal stores.
@@ -114,6 +135,12 @@ impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
     }
     fn write_nt(&self, off: usize, src: &[u8]) {
         (**self).write_nt(off, src)
+    }
+    unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
+        (**self).write_nt_from(off, src, len)
+    }
+    unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
+        (**self).read_into(off, dst, len)
     }
     fn flush(&self, off: usize, len: usize, how: Flush) {
         (**self).flush(off, len, how)

@@ -425,6 +425,18 @@ impl crate::Media for Region {
         }
     }
     #[inline]
+    unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
+        let p = self.at(off, len);
+        // SAFETY: bounds checked; the caller vouches for `dst`; the copy writes it by pointer.
+        raw::copy_out(p, dst, len)
+    }
+    #[inline]
+    unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
+        let p = self.at(off, len);
+        // SAFETY: bounds checked; the caller vouches for `src`; the copy reads it by pointer.
+        raw::copy_in_nt(p, src, len, crate::cpu::features().nt_width())
+    }
+    #[inline]
     fn flush(&self, off: usize, len: usize, how: raw::Flush) {
         let p = self.at(off, len);
         // SAFETY: bounds checked; flushing needs only a mapping.

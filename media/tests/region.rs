@@ -134,3 +134,26 @@ fn existing_file_with_bad_size_is_rejected() {
     let e = Region::open(&p, &RegionOptions::default()).unwrap_err();
     assert!(matches!(e, MediaError::BadSize { .. }), "{e}");
 }
+
+/// The raw-pointer copies (for buffers a user may reach) move the same bytes as `read` and
+/// `write_nt`: on a mapping (streamed directly) and on the crash simulator (the trait's default,
+/// through a private copy).
+#[test]
+fn raw_pointer_copies_match_the_slice_copies() {
+    fn check<M: Media>(m: &M) {
+        let src: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
+        // Unaligned start and length: a head, whole lines and a tail.
+        // SAFETY: `src` is valid for 8000 bytes from offset 5.
+        unsafe { m.write_nt_from(100, src.as_ptr().add(5), 8000) };
+        m.fence(pmkit_media::Fence::Sfence);
+        let mut back = vec![0u8; 8000];
+        m.read(100, &mut back);
+        assert_eq!(back, src[5..8005]);
+        let mut raw = vec![0u8; 8000];
+        // SAFETY: `raw` is valid for 8000 bytes.
+        unsafe { m.read_into(100, raw.as_mut_ptr(), 8000) };
+        assert_eq!(raw, back);
+    }
+    check(&Region::anonymous(1 << 16).unwrap());
+    check(&pmkit_media::crashsim::CrashSim::new(1 << 16));
+}

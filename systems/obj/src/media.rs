@@ -88,6 +88,12 @@ impl<M: Media + ?Sized> Media for ByRef<'_, M> {
     fn write_nt(&self, off: usize, src: &[u8]) {
         self.0.write_nt(off, src)
     }
+    unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
+        self.0.write_nt_from(off, src, len)
+    }
+    unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
+        self.0.read_into(off, dst, len)
+    }
     fn flush(&self, off: usize, len: usize, how: pmkit_media::Flush) {
         self.0.flush(off, len, how)
     }

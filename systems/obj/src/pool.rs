@@ -971,8 +971,10 @@ impl<M: ObjMedia> Pool<M> {
                 unsafe { buf.zero(0, cap) };
             } else {
                 let w = self.open_area(cur, cap, Rights::Read)?;
-                // SAFETY: the buffer is writable and not handed out yet: nothing else uses it.
-                self.m.read(cur, unsafe { buf.slice_mut(0, cap) });
+                // SAFETY: the buffer holds at least `cap` bytes and is writable here (opened
+                // above). It is not handed out yet, but a pointer kept from its last
+                // attachment may still reach it, so it is written by raw pointer only.
+                unsafe { self.m.read_into(cur, buf.ptr(), cap) };
                 drop(w);
                 self.close_area(cur, cap)?;
                 bump(&self.ctr.bytes_copied, cap as u64);
@@ -1460,9 +1462,12 @@ impl<M: ObjMedia> Pool<M> {
             let _w = b.window(Rights::Read);
             for (first, n) in o.stale.runs() {
                 let (at, len) = (first * PAGE, n * PAGE);
-                // SAFETY: the attached buffer is readable (Read or ReadWrite rights) and its
-                // owner does not store through its pointer while its own sync runs.
-                self.m.write_nt(target + at, unsafe { b.slice(at, len) });
+                assert!(at + len <= cap, "stale pages inside the object");
+                // SAFETY: `[at, at+len)` lies in the attached buffer (cap <= its size), which
+                // is readable here (the window above). User threads may store into it while
+                // this runs (they should not: such stores may or may not be synced), so it is
+                // read by raw pointer, never as a slice.
+                unsafe { self.m.write_nt_from(target + at, b.ptr().add(at), len) };
                 bump(&self.ctr.bytes_synced, len as u64);
             }
             let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);

@@ -192,27 +192,6 @@ impl Buf {
         assert!(off + len <= self.pages * PAGE);
         std::ptr::write_bytes(self.ptr.add(off), 0, len);
     }
-
-    /// The buffer's bytes `[off, off+len)`.
-    ///
-    /// # Safety
-    /// The range must be readable, and nothing may write it while the slice lives (the
-    /// attachment's owner does not store through its pointer during its own `sync`).
-    pub unsafe fn slice(&self, off: usize, len: usize) -> &[u8] {
-        assert!(off + len <= self.pages * PAGE);
-        std::slice::from_raw_parts(self.ptr.add(off), len)
-    }
-
-    /// The buffer's bytes `[off, off+len)`, writable.
-    ///
-    /// # Safety
-    /// The range must be writable, and no other access may happen while the slice lives (the
-    /// buffer is not yet, or not any more, handed out, or the copy is the handle's own write).
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
-        assert!(off + len <= self.pages * PAGE);
-        std::slice::from_raw_parts_mut(self.ptr.add(off), len)
-    }
 }
 
 impl Drop for Buf {
@@ -292,7 +271,7 @@ mod tests {
         let b = Buf::map(3, Rights::ReadWrite, false).unwrap();
         assert_eq!(b.pages(), 4);
         // SAFETY: the buffer is read-write and only this test uses it.
-        unsafe { b.slice_mut(0, 4 * PAGE).fill(7) };
+        unsafe { b.copy_in(0, &[7; 4 * PAGE]) };
         let first = b.ptr();
         c.give(b);
         for _ in 0..QUARANTINE {
@@ -302,8 +281,10 @@ mod tests {
         assert!(c.take(5).is_none(), "class of 8 pages is empty");
         let b = c.take(4).expect("the oldest 4-page buffer comes back");
         assert_eq!(b.ptr(), first, "first in, first out");
+        let mut last = [0u8];
         // SAFETY: as above.
-        assert_eq!(unsafe { b.slice(4 * PAGE - 1, 1) }, &[7]);
+        unsafe { b.copy_out(4 * PAGE - 1, &mut last) };
+        assert_eq!(last, [7]);
         drop(b);
         let mut c = Cache::default();
         for _ in 0..MAX_PER_CLASS + 3 {

@@ -72,6 +72,15 @@ impl<M: Media> Media for Counted<M> {
         self.inner.write_nt(off, src)
     }
     #[inline]
+    unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
+        self.inner.read_into(off, dst, len)
+    }
+    #[inline]
+    unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
+        add(&self.written, lines(off, len) * LINE as u64);
+        self.inner.write_nt_from(off, src, len)
+    }
+    #[inline]
     fn flush(&self, off: usize, len: usize, how: Flush) {
         add(&self.written, lines(off, len) * LINE as u64);
         self.inner.flush(off, len, how)
