@@ -69,23 +69,8 @@ impl Region {
         let n = n.min(self.len() - start);
         let p = self.at(start, n);
         // SAFETY: as for `set_access`.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_pkey_mprotect,
-                p,
-                n,
-                access.prot(),
-                key.map_or(0, |k| k.0) as libc::c_long,
-            )
-        };
-        if r != 0 {
-            return Err(MediaError::io(
-                self.path(),
-                "pkey_mprotect failed",
-                std::io::Error::last_os_error(),
-            ));
-        }
-        Ok(())
+        unsafe { protect_memory(p, n, access, key) }
+            .map_err(|e| MediaError::io(self.path(), "pkey_mprotect failed", e))
     }
 
     /// Map `[off, off+len)` of the backing file again, at a new address, for one thread's use
@@ -261,21 +246,11 @@ pub unsafe fn protect_memory(
 ) -> std::io::Result<()> {
     assert!((ptr as usize).is_multiple_of(PAGE) && len.is_multiple_of(PAGE));
     let r = match key {
-        Some(k) => libc::syscall(
-            libc::SYS_pkey_mprotect,
-            ptr,
-            len,
-            access.prot(),
-            k.0 as libc::c_long,
-        ) as i32,
-        None if crate::features().pku => libc::syscall(
-            libc::SYS_pkey_mprotect,
-            ptr,
-            len,
-            access.prot(),
-            0 as libc::c_long,
-        ) as i32,
-        None => libc::mprotect(ptr.cast(), len, access.prot()),
+        None if !crate::features().pku => libc::mprotect(ptr.cast(), len, access.prot()),
+        _ => {
+            let k = key.map_or(0, |k| k.0) as libc::c_long;
+            libc::syscall(libc::SYS_pkey_mprotect, ptr, len, access.prot(), k) as i32
+        }
     };
     if r != 0 {
         return Err(std::io::Error::last_os_error());

@@ -198,6 +198,13 @@ struct Att {
     granted: Vec<u64>,
 }
 
+impl Att {
+    /// Whether the calling thread is the only one with this attachment's buffer key enabled.
+    fn sole_holder(&self) -> bool {
+        self.owner == keys::thread_tag() && self.granted.is_empty()
+    }
+}
+
 /// The rights a user of an attachment gets (pages or key).
 fn user_rights(access: Access) -> Rights {
     match access {
@@ -577,10 +584,9 @@ impl<M: ObjMedia> Pool<M> {
             if let Some(s) = att.fault_slot.take() {
                 faults::unregister(s);
             }
-            if let Some(b) = &mut att.buf {
-                if att.owner == keys::thread_tag() && att.granted.is_empty() {
-                    b.deny_thread();
-                } else if let Err(e) = b.retire_key() {
+            let sole = att.sole_holder();
+            if let Some(b) = att.buf.as_mut().filter(|b| b.keyed()) {
+                if let Err(e) = b.rest_key(sole) {
                     tracing::warn!("cannot protect a DRAM shadow being released: {e}");
                 }
             }
@@ -1019,16 +1025,16 @@ impl<M: ObjMedia> Pool<M> {
     /// buffer that cannot be put at rest is unmapped instead of cached.
     fn unstage(&self, bufs: &mut Cache, mut buf: Buf, cap: usize, att: &Att) {
         let tracked = att.access == Access::ReadWrite && att.tracking == Tracking::Faults;
-        let reset = if buf.keyed() && att.owner == keys::thread_tag() && att.granted.is_empty() {
-            buf.deny_thread();
-            // Fault tracking left pages read-only; a keyed buffer rests read-write.
-            if tracked {
-                buf.set(0, cap, Rights::ReadWrite)
-            } else {
-                Ok(())
-            }
-        } else if buf.keyed() {
-            buf.retire_key()
+        let reset = if buf.keyed() {
+            buf.rest_key(att.sole_holder()).and_then(|()| {
+                // Fault tracking left pages read-only; a keyed buffer rests read-write (one
+                // whose key was retired rests `PROT_NONE` already).
+                if tracked && buf.keyed() {
+                    buf.set(0, cap, Rights::ReadWrite)
+                } else {
+                    Ok(())
+                }
+            })
         } else if self.protect || tracked {
             buf.set(0, cap, self.buf_rest())
         } else {

@@ -133,10 +133,21 @@ impl Buf {
         }
     }
 
+    /// Put a keyed buffer's key at rest when its attachment ends: `sole` (only the calling
+    /// thread has the key enabled) disables it here; otherwise the key is retired.
+    pub fn rest_key(&mut self, sole: bool) -> std::io::Result<()> {
+        if sole {
+            self.deny_thread();
+            Ok(())
+        } else {
+            self.retire_key()
+        }
+    }
+
     /// A keyed buffer some other thread may still have enabled: make its pages `PROT_NONE`
     /// under the default key and retire the key for good. The buffer goes on as one without a
     /// key, at rest.
-    pub fn retire_key(&mut self) -> std::io::Result<()> {
+    fn retire_key(&mut self) -> std::io::Result<()> {
         let Some(k) = self.key.take() else {
             return Ok(());
         };
