@@ -37,6 +37,12 @@ pub trait Media: Send + Sync {
     }
     /// Whether caches are inside the persistence domain.
     fn domain(&self) -> Domain;
+    /// The memory mapping behind this media, when there is one: page rights, protection keys
+    /// and raw addresses (for pointers handed to users) exist only on a mapping. Simulators
+    /// return `None`, and a system then offers only what needs no mapping.
+    fn mapping(&self) -> Option<&Region> {
+        None
+    }
     /// Copy `dst.len()` bytes out of the media at `off`.
     fn read(&self, off: usize, dst: &mut [u8]);
     /// Store `src` at `off` with ordinary write-back stores.
@@ -120,47 +126,65 @@ pub trait Media: Send + Sync {
     }
 }
 
-impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-    fn domain(&self) -> Domain {
-        (**self).domain()
-    }
-    fn read(&self, off: usize, dst: &mut [u8]) {
-        (**self).read(off, dst)
-    }
-    fn write(&self, off: usize, src: &[u8]) {
-        (**self).write(off, src)
-    }
-    fn write_nt(&self, off: usize, src: &[u8]) {
-        (**self).write_nt(off, src)
-    }
-    unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
-        (**self).write_nt_from(off, src, len)
-    }
-    unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
-        (**self).read_into(off, dst, len)
-    }
-    fn flush(&self, off: usize, len: usize, how: Flush) {
-        (**self).flush(off, len, how)
-    }
-    fn fence(&self, kind: Fence) {
-        (**self).fence(kind)
-    }
-    fn sync_pages(&self, off: usize, len: usize) -> Result<()> {
-        (**self).sync_pages(off, len)
-    }
-    fn load_u64(&self, off: usize) -> u64 {
-        (**self).load_u64(off)
-    }
-    fn store_u64(&self, off: usize, v: u64) {
-        (**self).store_u64(off, v)
-    }
-    fn cas_u64(&self, off: usize, current: u64, new: u64) -> std::result::Result<u64, u64> {
-        (**self).cas_u64(off, current, new)
-    }
-    fn cas_u128(&self, off: usize, current: u128, new: u128) -> std::result::Result<u128, u128> {
-        (**self).cas_u128(off, current, new)
-    }
+/// Forward every method of [`Media`] through a pointer type, so a system can run on media it
+/// shares (`Arc<M>`) or borrows (`&M`) with no wrapper of its own.
+macro_rules! forward_media {
+    ($($ptr:ty),*) => {$(
+        impl<M: Media + ?Sized> Media for $ptr {
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            fn domain(&self) -> Domain {
+                (**self).domain()
+            }
+            fn mapping(&self) -> Option<&Region> {
+                (**self).mapping()
+            }
+            fn read(&self, off: usize, dst: &mut [u8]) {
+                (**self).read(off, dst)
+            }
+            fn write(&self, off: usize, src: &[u8]) {
+                (**self).write(off, src)
+            }
+            fn write_nt(&self, off: usize, src: &[u8]) {
+                (**self).write_nt(off, src)
+            }
+            unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
+                // SAFETY: the caller's contract is the same as the target's.
+                unsafe { (**self).write_nt_from(off, src, len) }
+            }
+            unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
+                // SAFETY: the caller's contract is the same as the target's.
+                unsafe { (**self).read_into(off, dst, len) }
+            }
+            fn flush(&self, off: usize, len: usize, how: Flush) {
+                (**self).flush(off, len, how)
+            }
+            fn fence(&self, kind: Fence) {
+                (**self).fence(kind)
+            }
+            fn sync_pages(&self, off: usize, len: usize) -> Result<()> {
+                (**self).sync_pages(off, len)
+            }
+            fn load_u64(&self, off: usize) -> u64 {
+                (**self).load_u64(off)
+            }
+            fn store_u64(&self, off: usize, v: u64) {
+                (**self).store_u64(off, v)
+            }
+            fn cas_u64(&self, off: usize, current: u64, new: u64) -> std::result::Result<u64, u64> {
+                (**self).cas_u64(off, current, new)
+            }
+            fn cas_u128(
+                &self,
+                off: usize,
+                current: u128,
+                new: u128,
+            ) -> std::result::Result<u128, u128> {
+                (**self).cas_u128(off, current, new)
+            }
+        }
+    )*};
 }
+
+forward_media!(&M, std::sync::Arc<M>);

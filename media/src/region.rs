@@ -399,6 +399,9 @@ impl crate::Media for Region {
     fn domain(&self) -> Domain {
         self.domain
     }
+    fn mapping(&self) -> Option<&Region> {
+        Some(self)
+    }
     #[inline]
     fn read(&self, off: usize, dst: &mut [u8]) {
         let p = self.at(off, dst.len());

@@ -587,7 +587,7 @@ fn replay_errors_say_what_differs() {
     let opts = CrashOpts::default();
     let key: CrashKey = "s0f5:-".parse().unwrap();
     assert_eq!(
-        replay(4096, &opts, &key, wide_workload),
+        replay(4096, &opts, &key, |m| wide_workload(m)),
         Err(ReplayError::FenceNotReached {
             fence: 5,
             fences: 0
@@ -595,12 +595,12 @@ fn replay_errors_say_what_differs() {
     );
     let key: CrashKey = "s0f0:20.1".parse().unwrap();
     assert!(matches!(
-        replay(4096, &opts, &key, wide_workload),
+        replay(4096, &opts, &key, |m| wide_workload(m)),
         Err(ReplayError::NotPending { line: 20, .. })
     ));
     let key: CrashKey = "s0f0:2.2".parse().unwrap();
     assert!(matches!(
-        replay(4096, &opts, &key, wide_workload),
+        replay(4096, &opts, &key, |m| wide_workload(m)),
         Err(ReplayError::PrefixTooLong { .. })
     ));
 }
@@ -643,7 +643,12 @@ fn valid_implies_record(m: &CrashSim) -> Result<(), String> {
 #[test]
 fn missing_fence_is_caught() {
     let opts = CrashOpts::default();
-    let report = check_every_fence(LEN, &opts, |m| publish(m, false), valid_implies_record);
+    let report = check_every_fence(
+        LEN,
+        &opts,
+        |m| publish(m, false),
+        |m| valid_implies_record(m),
+    );
     assert_eq!(report.fences, 1);
     assert_eq!(report.crash_points, 2);
     // Before the fence: 3 lines pending, 8 images, 3 with the flag but not both record lines.
@@ -664,7 +669,7 @@ fn fenced_version_passes() {
         LEN,
         &CrashOpts::default(),
         |m| publish(m, true),
-        valid_implies_record,
+        |m| valid_implies_record(m),
     );
     report.assert_clean();
     assert_eq!(report.fences, 2);
@@ -675,7 +680,12 @@ fn fenced_version_passes() {
 #[test]
 fn printed_key_replays_the_violating_image() {
     let opts = CrashOpts::default();
-    let report = check_every_fence(LEN, &opts, |m| publish(m, false), valid_implies_record);
+    let report = check_every_fence(
+        LEN,
+        &opts,
+        |m| publish(m, false),
+        |m| valid_implies_record(m),
+    );
     for (key, msg) in &report.violations {
         let key: CrashKey = key.to_string().parse().unwrap();
         let img = replay(LEN, &opts, &key, |m| publish(m, false)).unwrap();
@@ -692,7 +702,7 @@ fn check_sees_state_shared_with_the_workload() {
     // every acknowledged record.
     let acked = Arc::new(Mutex::new(0u64));
     let a = acked.clone();
-    let workload = move |m: &CrashSim| {
+    let workload = move |m: &Arc<CrashSim>| {
         for i in 0..5u64 {
             m.write(i as usize * 128, &[i as u8 + 1; 128]);
             m.flush(i as usize * 128, 128, Flush::Clwb);
@@ -775,26 +785,31 @@ fn crash_again_during_recovery() {
         let inner_images = Arc::new(Mutex::new(0u64));
         let counted = inner_images.clone();
         let opts = CrashOpts::default();
-        let report = check_every_fence(8192, &opts, workload, |m| {
-            let committed = m.load_u64(DIRTY) == 1;
-            let inner = check_every_fence_from(
-                m.image(),
-                &opts,
-                |r| recover(r, buggy),
-                |r| {
-                    recover(r, false);
-                    if committed {
-                        applied(r)?;
-                    }
-                    Ok(())
-                },
-            );
-            *counted.lock().unwrap() += inner.images;
-            match inner.violations.first() {
-                None => Ok(()),
-                Some((key, msg)) => Err(format!("recovery crashed at {key}: {msg}")),
-            }
-        });
+        let report = check_every_fence(
+            8192,
+            &opts,
+            |m| workload(m),
+            |m| {
+                let committed = m.load_u64(DIRTY) == 1;
+                let inner = check_every_fence_from(
+                    m.image(),
+                    &opts,
+                    |r| recover(r, buggy),
+                    |r| {
+                        recover(r, false);
+                        if committed {
+                            applied(r)?;
+                        }
+                        Ok(())
+                    },
+                );
+                *counted.lock().unwrap() += inner.images;
+                match inner.violations.first() {
+                    None => Ok(()),
+                    Some((key, msg)) => Err(format!("recovery crashed at {key}: {msg}")),
+                }
+            },
+        );
         assert!(
             *inner_images.lock().unwrap() > report.images,
             "recovery was crashed too"

@@ -4,6 +4,7 @@
 use super::point::{CrashKey, CrashOpts, CrashPoint, ReplayError};
 use super::CrashSim;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a driver run checked and what it found.
@@ -99,8 +100,8 @@ fn new_sim(image: Vec<u8>, opts: &CrashOpts) -> CrashSim {
 /// crash again during recovery (put the inner key into the error message).
 pub fn check_every_fence<W, C>(len: usize, opts: &CrashOpts, workload: W, check: C) -> CrashReport
 where
-    W: FnOnce(&CrashSim),
-    C: FnMut(&CrashSim) -> Result<(), String> + Send,
+    W: FnOnce(&Arc<CrashSim>),
+    C: FnMut(&Arc<CrashSim>) -> Result<(), String> + Send,
 {
     check_every_fence_from(vec![0; len], opts, workload, check)
 }
@@ -113,11 +114,11 @@ pub fn check_every_fence_from<W, C>(
     mut check: C,
 ) -> CrashReport
 where
-    W: FnOnce(&CrashSim),
-    C: FnMut(&CrashSim) -> Result<(), String> + Send,
+    W: FnOnce(&Arc<CrashSim>),
+    C: FnMut(&Arc<CrashSim>) -> Result<(), String> + Send,
 {
     let start = Instant::now();
-    let sim = new_sim(image, opts);
+    let sim = Arc::new(new_sim(image, opts));
     let mut run = Run {
         opts,
         check: &mut check,
@@ -140,7 +141,7 @@ struct Run<'a, C> {
     report: CrashReport,
 }
 
-impl<C: FnMut(&CrashSim) -> Result<(), String>> Run<'_, C> {
+impl<C: FnMut(&Arc<CrashSim>) -> Result<(), String>> Run<'_, C> {
     fn crash_point(&mut self, sim: &CrashSim) {
         let point = sim.crash_point();
         let images = point.images(self.opts);
@@ -154,7 +155,7 @@ impl<C: FnMut(&CrashSim) -> Result<(), String>> Run<'_, C> {
         r.max_pending_lines = r.max_pending_lines.max(point.pending_lines());
         for (key, image) in images {
             self.report.images += 1;
-            let after = new_sim(image, self.opts);
+            let after = Arc::new(new_sim(image, self.opts));
             let msg = match catch_unwind(AssertUnwindSafe(|| (self.check)(&after))) {
                 Ok(Ok(())) => continue,
                 Ok(Err(msg)) => msg,
@@ -181,7 +182,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// Rebuild the image named by `key`: run `workload` on a fresh all-zero media of `len` bytes
 /// with the same `opts` (domain, word stores) as the run that printed the key, and take the
 /// image at the key's crash point. Deterministic for single-threaded workloads.
-pub fn replay<W: FnOnce(&CrashSim)>(
+pub fn replay<W: FnOnce(&Arc<CrashSim>)>(
     len: usize,
     opts: &CrashOpts,
     key: &CrashKey,
@@ -191,13 +192,13 @@ pub fn replay<W: FnOnce(&CrashSim)>(
 }
 
 /// [`replay`] for a run of [`check_every_fence_from`] that started from `image`.
-pub fn replay_from<W: FnOnce(&CrashSim)>(
+pub fn replay_from<W: FnOnce(&Arc<CrashSim>)>(
     image: Vec<u8>,
     opts: &CrashOpts,
     key: &CrashKey,
     workload: W,
 ) -> Result<Vec<u8>, ReplayError> {
-    let sim = new_sim(image, opts);
+    let sim = Arc::new(new_sim(image, opts));
     let mut found: Option<CrashPoint> = None;
     {
         let mut hook = |s: &CrashSim| {

@@ -48,7 +48,6 @@
 
 use crate::device::Inner;
 use crate::error::{BlkError, Result};
-use crate::gate::BlkMedia;
 use crate::stats::Ctr;
 use crate::superblock::{Layout, MAP_ENTRY};
 use parking_lot::{Mutex, MutexGuard};
@@ -300,7 +299,7 @@ impl Lanes {
     }
 }
 
-impl<M: BlkMedia> Inner<M> {
+impl<M: Media + 'static> Inner<M> {
     /// Write blocks `b0..` atomically each. The caller holds their stripes exclusively (or,
     /// in pt-batch, their buffer mutexes). With `fua` every block is durable when this returns;
     /// without, at the next FLUSH (see the module comment: lazy publish).

@@ -15,10 +15,10 @@
 
 use crate::device::Inner;
 use crate::error::Result;
-use crate::gate::BlkMedia;
 use crate::options::BatchOptions;
 use crate::stats::BatchStats;
 use parking_lot::{Condvar, Mutex, MutexGuard};
+use pmkit_media::Media;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -101,7 +101,7 @@ impl Batch {
         &self.bufs[((block / self.opts.stride_blocks) % self.bufs.len() as u64) as usize]
     }
 
-    pub fn spawn_syncers<M: BlkMedia>(dev: &Arc<Inner<M>>) -> Vec<JoinHandle<()>> {
+    pub fn spawn_syncers<M: Media + 'static>(dev: &Arc<Inner<M>>) -> Vec<JoinHandle<()>> {
         let n = dev.batch.as_ref().expect("pt-batch device").bufs.len();
         (0..n)
             .map(|i| {
@@ -123,7 +123,13 @@ impl Batch {
     }
 
     /// Stage blocks `b0..` (or, with `fua`, write them through).
-    pub fn write<M: BlkMedia>(&self, dev: &Inner<M>, b0: u64, src: &[u8], fua: bool) -> Result<()> {
+    pub fn write<M: Media + 'static>(
+        &self,
+        dev: &Inner<M>,
+        b0: u64,
+        src: &[u8],
+        fua: bool,
+    ) -> Result<()> {
         for (k, chunk) in src.chunks(self.bs).enumerate() {
             let block = b0 + k as u64;
             let buf = self.buf_of(block);
@@ -166,7 +172,7 @@ impl Batch {
     }
 
     /// Read blocks `b0..`, from the buffers where they are staged, else from PM.
-    pub fn read<M: BlkMedia>(&self, dev: &Inner<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
+    pub fn read<M: Media + 'static>(&self, dev: &Inner<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
         let r = self.read_blocks(dev, b0, dst);
         if r.is_err() {
             dst.fill(0); // never hand out part of a request that failed
@@ -174,7 +180,12 @@ impl Batch {
         r
     }
 
-    fn read_blocks<M: BlkMedia>(&self, dev: &Inner<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
+    fn read_blocks<M: Media + 'static>(
+        &self,
+        dev: &Inner<M>,
+        b0: u64,
+        dst: &mut [u8],
+    ) -> Result<()> {
         for (k, chunk) in dst.chunks_mut(self.bs).enumerate() {
             let block = b0 + k as u64;
             {
@@ -197,7 +208,7 @@ impl Batch {
     }
 
     /// Drain every buffer completely (FLUSH and close).
-    pub fn drain_all<M: BlkMedia>(&self, dev: &Inner<M>) -> Result<()> {
+    pub fn drain_all<M: Media + 'static>(&self, dev: &Inner<M>) -> Result<()> {
         for b in self.bufs.iter() {
             let mut st = b.st.lock();
             self.drain(dev, &mut st, 0)?;
@@ -207,7 +218,7 @@ impl Batch {
 
     /// Write the oldest dirty blocks to PM until at most `target` remain: sorted by block, in
     /// batches of `batch_blocks`, one write window per contiguous run.
-    fn drain<M: BlkMedia>(
+    fn drain<M: Media + 'static>(
         &self,
         dev: &Inner<M>,
         st: &mut MutexGuard<'_, State>,
@@ -235,7 +246,7 @@ impl Batch {
         result
     }
 
-    fn write_runs<M: BlkMedia>(
+    fn write_runs<M: Media + 'static>(
         &self,
         dev: &Inner<M>,
         st: &mut MutexGuard<'_, State>,
@@ -297,7 +308,7 @@ impl Batch {
 
 /// One buffer's syncer: wake at the high watermark (writers notify) or every idle period;
 /// drain to the low watermark when over the high one, or when idle and over the low one.
-fn syncer<M: BlkMedia>(dev: &Inner<M>, i: usize) {
+fn syncer<M: Media + 'static>(dev: &Inner<M>, i: usize) {
     let b = dev.batch.as_ref().expect("pt-batch device");
     let buf = &b.bufs[i];
     let idle = Duration::from_millis(b.opts.idle_ms.max(1));

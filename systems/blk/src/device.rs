@@ -4,7 +4,7 @@
 use crate::atomic::{self, Lanes, MapCache};
 use crate::batch::Batch;
 use crate::error::{BlkError, Result};
-use crate::gate::{BlkMedia, Gate, View, WindowCount};
+use crate::gate::{Gate, View, WindowCount};
 use crate::options::{CreateOptions, EngineOptions, Protect};
 use crate::stats::{Ctr, Op, Recorder, Stats};
 use crate::stripes::Stripes;
@@ -31,12 +31,12 @@ pub(crate) fn is_zeroes(s: &[u8]) -> bool {
 
 /// A PMBD block device on media `M`. All methods take `&self` and are safe to call from many
 /// threads at once; each request runs to completion in the calling thread.
-pub struct Device<M: BlkMedia> {
+pub struct Device<M: Media + 'static> {
     inner: Arc<Inner<M>>,
     syncers: Mutex<Vec<JoinHandle<()>>>,
 }
 
-pub(crate) struct Inner<M: BlkMedia> {
+pub(crate) struct Inner<M: Media + 'static> {
     // Field order is drop order: the media (mapping) goes before the gate (protection key).
     pub(crate) media: M,
     pub(crate) gate: Gate,
@@ -82,7 +82,7 @@ pub struct DeviceInfo {
     pub notes: Vec<String>,
 }
 
-impl<M: BlkMedia> Device<M> {
+impl<M: Media + 'static> Device<M> {
     /// Format `media` as a new device, then open it.
     pub fn create(media: M, create: &CreateOptions, engine: &EngineOptions) -> Result<Device<M>> {
         create.validate()?;
@@ -111,7 +111,7 @@ impl<M: BlkMedia> Device<M> {
         let found = superblock::read(&media)?;
         let layout = found.current.layout;
         let mut notes: Vec<String> = media
-            .region()
+            .mapping()
             .map(|r| r.notes().to_vec())
             .unwrap_or_default();
         if let Some(e) = &found.slot_errors[1 - found.slot] {
@@ -167,7 +167,7 @@ impl<M: BlkMedia> Device<M> {
         let persister = Persister::new(engine.write, media.len(), media.domain());
         let batch =
             (protect == Protect::PtBatch).then(|| Batch::new(&engine.batch, layout.block_size));
-        gate.protect(media.region())?;
+        gate.protect(media.mapping())?;
         let zero_crc = crc32c::crc32c(&ZEROES[..layout.block_size as usize]);
         let inner = Arc::new(Inner {
             media,
@@ -354,8 +354,8 @@ impl<M: BlkMedia> Device<M> {
         self.stop_syncers();
         i.flush_all()?;
         i.update_superblock(|sb| sb.clean = true)?;
-        i.gate.unprotect(i.media.region())?;
-        if let Some(r) = i.media.region() {
+        i.gate.unprotect(i.media.mapping())?;
+        if let Some(r) = i.media.mapping() {
             crate::path::unlock(r);
         }
         Ok(())
@@ -371,7 +371,7 @@ impl<M: BlkMedia> Device<M> {
     }
 }
 
-impl<M: BlkMedia> Drop for Device<M> {
+impl<M: Media + 'static> Drop for Device<M> {
     fn drop(&mut self) {
         if !self.inner.closed.load(Ordering::SeqCst) {
             // Not closed: keep acknowledged data (drain and flush) but leave the device marked
@@ -384,7 +384,7 @@ impl<M: BlkMedia> Drop for Device<M> {
             if let Err(e) = self.inner.flush_all() {
                 tracing::error!("flush while dropping the block device failed: {e}");
             }
-            let _ = self.inner.gate.unprotect(self.inner.media.region());
+            let _ = self.inner.gate.unprotect(self.inner.media.mapping());
         }
     }
 }
@@ -461,12 +461,12 @@ fn format_map<M: Media>(m: &M, p: &Persister, layout: Layout, zero_data: bool) {
 }
 
 /// Pick the protection mode and build its gate, applying the user's fallback for pkey.
-fn resolve_protect<M: BlkMedia>(
+fn resolve_protect<M: Media + 'static>(
     m: &M,
     o: &EngineOptions,
     notes: &mut Vec<String>,
 ) -> Result<(Protect, Gate)> {
-    let region = m.region();
+    let region = m.mapping();
     let file_backed = region.is_some_and(|r| r.file().is_some() && r.kind() != RegionKind::DevDax);
     let pku = pmkit_media::features().pku;
     let why_not = |p: Protect| -> Option<String> {
@@ -537,7 +537,7 @@ fn resolve_protect<M: BlkMedia>(
     }
 }
 
-impl<M: BlkMedia> Inner<M> {
+impl<M: Media + 'static> Inner<M> {
     /// Validate a request; returns its first block. Counts rejections.
     #[inline]
     fn check(&self, off: u64, len: usize) -> Result<u64> {

@@ -15,32 +15,6 @@ use parking_lot::Mutex;
 use pmkit_media::protect::{Access, Pkey};
 use pmkit_media::{Domain, Fence, Flush, Media, MediaError, Region};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-/// Media the block device runs on: anything implementing [`Media`], plus access to the real
-/// mapping when there is one (protection modes other than `none` need it).
-pub trait BlkMedia: Media + 'static {
-    /// The mapping behind this media; `None` for simulators.
-    fn region(&self) -> Option<&Region> {
-        None
-    }
-}
-
-impl BlkMedia for Region {
-    fn region(&self) -> Option<&Region> {
-        Some(self)
-    }
-}
-
-impl BlkMedia for Arc<Region> {
-    fn region(&self) -> Option<&Region> {
-        Some(self)
-    }
-}
-
-/// The crash simulator: only protection `none` applies.
-impl BlkMedia for pmkit_media::crashsim::CrashSim {}
-impl BlkMedia for Arc<pmkit_media::crashsim::CrashSim> {}
 
 /// The media as seen from inside a window. Offsets are always media offsets.
 pub enum View<'a, M> {
@@ -205,7 +179,7 @@ impl Gate {
 
     /// Run `f` with write (and read) rights to media bytes `[off, off+len)`.
     #[inline]
-    pub fn write<M: BlkMedia, R>(
+    pub fn write<M: Media, R>(
         &self,
         m: &M,
         off: usize,
@@ -220,7 +194,7 @@ impl Gate {
                 Ok(f(&View::Main(m)))
             }
             Gate::Pages { locks } => {
-                let r = m.region().expect("pt needs a region");
+                let r = m.mapping().expect("pt needs a region");
                 let _g = locks.lock(off, len, true);
                 count.opened.fetch_add(1, Ordering::Relaxed);
                 r.set_access(off, len, Access::ReadWrite)?;
@@ -229,7 +203,7 @@ impl Gate {
                 Ok(out)
             }
             Gate::Private => {
-                let r = m.region().expect("private needs a region");
+                let r = m.mapping().expect("private needs a region");
                 count.opened.fetch_add(1, Ordering::Relaxed);
                 let w = r.window(off, len, Access::ReadWrite)?;
                 let out = f(&View::Window {
@@ -244,7 +218,7 @@ impl Gate {
 
     /// Run `f` with read rights to media bytes `[off, off+len)`.
     #[inline]
-    pub fn read<M: BlkMedia, R>(
+    pub fn read<M: Media, R>(
         &self,
         m: &M,
         off: usize,
@@ -259,7 +233,7 @@ impl Gate {
                 Ok(f(&View::Main(m)))
             }
             Gate::Private => {
-                let r = m.region().expect("private needs a region");
+                let r = m.mapping().expect("private needs a region");
                 count.opened.fetch_add(1, Ordering::Relaxed);
                 let w = r.window(off, len, Access::Read)?;
                 Ok(f(&View::Window {
@@ -272,7 +246,7 @@ impl Gate {
 
     /// Run `f` (a write barrier: flushes and syncs over any part of the media) with the rights
     /// it needs.
-    pub fn barrier<M: BlkMedia, R>(&self, m: &M, f: impl FnOnce(&View<'_, M>) -> R) -> Result<R> {
+    pub fn barrier<M: Media, R>(&self, m: &M, f: impl FnOnce(&View<'_, M>) -> R) -> Result<R> {
         match self {
             Gate::Open | Gate::Pages { .. } => Ok(f(&View::Main(m))),
             Gate::Pkey(k) => {
@@ -280,7 +254,7 @@ impl Gate {
                 Ok(f(&View::Main(m)))
             }
             Gate::Private => {
-                let region = m.region().expect("private needs a region");
+                let region = m.mapping().expect("private needs a region");
                 let err = Mutex::new(None);
                 let out = f(&View::Lazy { region, err: &err });
                 match err.into_inner() {

@@ -26,7 +26,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! - [`Device<M>`] is generic over [`BlkMedia`] (a `pmkit_media::Region`, or the crash
+//! - [`Device<M>`] is generic over `pmkit_media::Media` (a `pmkit_media::Region`, or the crash
 //!   simulator), created with [`Device::create`] or opened with [`Device::open`]. Every method
 //!   takes `&self`; share it between threads with an `Arc`. Overlapping concurrent writes are
 //!   serialized by striped per-page locks.
@@ -55,7 +55,7 @@ pub use atomic::MapScan;
 pub use check::{check, CheckReport, Finding, Severity};
 pub use device::{Device, DeviceInfo};
 pub use error::{BlkError, Result};
-pub use gate::{BlkMedia, View};
+pub use gate::View;
 pub use options::{BatchOptions, CreateOptions, EngineOptions, Protect};
 pub use path::{check_path, create_path, inspect_path, open_path};
 pub use pmkit_media::WriteScheme;

@@ -25,7 +25,7 @@
 
 mod common;
 
-use common::{stamp, unstamp, SimRef};
+use common::{stamp, unstamp};
 use parking_lot::Mutex;
 use pmkit_blk::{CreateOptions, Device, EngineOptions, Protect, WriteScheme};
 use pmkit_media::crashsim::{
@@ -216,7 +216,8 @@ fn crash_recovery(image: Vec<u8>, values: Vec<u64>, cfg: &Cfg) -> CrashReport {
         image,
         &cfg.opts(),
         move |sim| {
-            let dev = Device::open(SimRef(sim), &engine(write)).expect("reopen for the nested run");
+            let dev =
+                Device::open(Arc::clone(sim), &engine(write)).expect("reopen for the nested run");
             for j in 0..3u64 {
                 let b = (j as usize * 7 + 3) % NBLOCKS;
                 let v = INNER_SEQ + j;
@@ -250,7 +251,7 @@ fn run(cfg: Cfg) -> CrashReport {
                 zero_data: true,
                 atomic: cfg.atomic,
             };
-            let dev = Device::create(SimRef(sim), &create, &engine(cfg.write))
+            let dev = Device::create(Arc::clone(sim), &create, &engine(cfg.write))
                 .expect("create on the simulator");
             assert_eq!(dev.capacity() as usize, NBLOCKS * cfg.bs, "test sizing");
             if cfg.atomic {
@@ -417,13 +418,13 @@ fn the_checker_catches_torn_blocks_on_the_plain_device() {
 #[test]
 fn created_image_checks_clean() {
     let cfg = base(WriteScheme::Nt, 1);
-    let sim = CrashSim::new(cfg.len());
+    let sim = Arc::new(CrashSim::new(cfg.len()));
     let create = CreateOptions {
         block_size: 512,
         atomic: true,
         ..Default::default()
     };
-    let dev = Device::create(SimRef(&sim), &create, &engine(WriteScheme::Nt)).unwrap();
+    let dev = Device::create(Arc::clone(&sim), &create, &engine(WriteScheme::Nt)).unwrap();
     let info = dev.info();
     assert!(
         info.atomic && info.lanes == 2 && info.free_blocks == SPARE,

@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use pmkit_blk::superblock::{SLOT_LEN, SLOT_OFF};
-use pmkit_blk::{BlkError, BlkMedia, CreateOptions, Device, EngineOptions, Protect, WriteScheme};
-use pmkit_media::{Domain, Fence, Flush, Media, Region, RegionOptions};
+use pmkit_blk::{BlkError, CreateOptions, Device, EngineOptions, Protect, WriteScheme};
+use pmkit_media::{Media, Region, RegionOptions};
 
 #[test]
 fn every_mode_and_scheme_reads_back_what_it_wrote_and_keeps_it_across_reopen() {
@@ -448,52 +448,10 @@ fn speed_emulation_slows_writes_down() {
     dev.close().unwrap();
 }
 
-/// Region-backed media that hides its region, as a simulator would.
-struct NoRegion(Region);
-
-impl Media for NoRegion {
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn domain(&self) -> Domain {
-        self.0.domain()
-    }
-    fn read(&self, off: usize, dst: &mut [u8]) {
-        self.0.read(off, dst)
-    }
-    fn write(&self, off: usize, src: &[u8]) {
-        self.0.write(off, src)
-    }
-    fn write_nt(&self, off: usize, src: &[u8]) {
-        self.0.write_nt(off, src)
-    }
-    fn flush(&self, off: usize, len: usize, how: Flush) {
-        self.0.flush(off, len, how)
-    }
-    fn fence(&self, kind: Fence) {
-        self.0.fence(kind)
-    }
-    fn sync_pages(&self, off: usize, len: usize) -> pmkit_media::Result<()> {
-        self.0.sync_pages(off, len)
-    }
-    fn load_u64(&self, off: usize) -> u64 {
-        self.0.load_u64(off)
-    }
-    fn store_u64(&self, off: usize, v: u64) {
-        self.0.store_u64(off, v)
-    }
-    fn cas_u64(&self, off: usize, c: u64, n: u64) -> Result<u64, u64> {
-        self.0.cas_u64(off, c, n)
-    }
-    fn cas_u128(&self, off: usize, c: u128, n: u128) -> Result<u128, u128> {
-        self.0.cas_u128(off, c, n)
-    }
-}
-impl BlkMedia for NoRegion {}
-
 #[test]
 fn unavailable_protection_is_refused_or_falls_back_as_asked() {
-    let mem = || NoRegion(Region::anonymous(1 << 20).unwrap());
+    // The crash simulator has no mapping, so no page rights and no keys.
+    let mem = || pmkit_media::crashsim::CrashSim::new(1 << 20);
     let c = CreateOptions::default();
     let e = EngineOptions {
         protect: Some(Protect::Pkey),

@@ -6,8 +6,6 @@
 
 mod common;
 
-use common::SimRef;
-
 use parking_lot::Mutex;
 use pmkit_blk::{BlkError, CreateOptions, Device, EngineOptions, Protect, WriteScheme};
 use pmkit_media::crashsim::{check_every_fence, CrashOpts, CrashSim};
@@ -104,7 +102,8 @@ fn run(seed: u64, write: WriteScheme, bs: u32, checksum: bool, domain: Domain) {
                 zero_data: true,
                 atomic: false,
             };
-            let dev = Device::create(SimRef(sim), &create, &eng).expect("create on the simulator");
+            let dev =
+                Device::create(Arc::clone(sim), &create, &eng).expect("create on the simulator");
             assert_eq!(dev.capacity() as usize, nblocks * bsz, "test sizing");
             {
                 let mut a = a2.lock();
@@ -210,7 +209,7 @@ fn the_crash_check_catches_a_missing_flush() {
                 write: WriteScheme::Wb,
                 ..Default::default()
             };
-            let dev = Device::create(SimRef(sim), &CreateOptions::default(), &eng).unwrap();
+            let dev = Device::create(Arc::clone(sim), &CreateOptions::default(), &eng).unwrap();
             {
                 let mut a = a2.lock();
                 a.created = true;

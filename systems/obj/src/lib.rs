@@ -15,13 +15,11 @@ mod faults;
 pub mod ffi;
 mod keys;
 pub mod layout;
-pub mod media;
 pub mod pool;
 mod staging;
 
 pub use error::{ObjError, Result};
 pub use layout::{MAX_NAME, MAX_SYNC, PAGE};
-pub use media::{ByRef, ObjMedia};
 pub use pool::{
     Access, CheckReport, Handle, ObjInfo, Pool, PoolOptions, Recovery, Shadow, Stats, Tracking,
     MAX_HANDLES,

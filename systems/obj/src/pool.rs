@@ -12,11 +12,10 @@ use crate::keys;
 use crate::layout::{
     self, Descriptor, Geometry, Intent, ENTRY, HEADER_LEN, LIVE, MAX_SYNC, PAGE, SYNC_LEN,
 };
-use crate::media::ObjMedia;
 use crate::staging::{Buf, Cache};
 use parking_lot::Mutex;
 use pmkit_media::protect::{Access as Rights, Pkey, PkeyWindow};
-use pmkit_media::{Domain, Fence, Flush};
+use pmkit_media::{Domain, Fence, Flush, Media, MediaError};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -247,7 +246,7 @@ struct Inner {
 }
 
 /// A PMO pool on media `M`.
-pub struct Pool<M: ObjMedia> {
+pub struct Pool<M: Media> {
     m: M,
     g: Geometry,
     protect: bool,
@@ -294,7 +293,7 @@ struct Scan {
     errors: Vec<String>,
 }
 
-fn scan<M: ObjMedia>(m: &M, g: &Geometry) -> Scan {
+fn scan<M: Media>(m: &M, g: &Geometry) -> Scan {
     let mut s = Scan {
         found: vec![],
         extents: Extents::new(g.area_off, g.area_len),
@@ -377,7 +376,7 @@ fn problem(e: ObjError) -> String {
     }
 }
 
-fn read_geometry<M: ObjMedia>(m: &M) -> Result<Geometry> {
+fn read_geometry<M: Media>(m: &M) -> Result<Geometry> {
     if m.len() < HEADER_LEN {
         return Err(ObjError::NotAPool(format!(
             "media of {} bytes is too small for a pool header",
@@ -397,7 +396,7 @@ fn pool_id() -> u64 {
     (t as u64) ^ ((std::process::id() as u64) << 40) | 1
 }
 
-impl<M: ObjMedia> Pool<M> {
+impl<M: Media> Pool<M> {
     /// Format `m` as an empty pool. The magic is written last, so a crash leaves either the old
     /// contents' magic cleared or a complete pool.
     pub fn format(m: M, opts: &PoolOptions) -> Result<Pool<M>> {
@@ -512,7 +511,7 @@ impl<M: ObjMedia> Pool<M> {
             .collect();
         let guard = if !opts.protect {
             AreaGuard::Open
-        } else if opts.shadow == Shadow::Dram && opts.pkey && m.addr(0, 1).is_some() {
+        } else if opts.shadow == Shadow::Dram && opts.pkey && m.mapping().is_some() {
             match Pkey::alloc() {
                 Ok(k) => AreaGuard::Key(k),
                 Err(e) => {
@@ -562,7 +561,7 @@ impl<M: ObjMedia> Pool<M> {
     fn untag_area(&self) {
         if let AreaGuard::Key(_) = self.guard {
             let (off, len) = (self.g.area_off as usize, self.g.area_len as usize);
-            if let Err(e) = self.m.set_rights_key(off, len, Rights::None, None) {
+            if let Err(e) = set_rights(&self.m, off, len, Rights::None, None) {
                 tracing::warn!("cannot untag the object area: {e}");
             }
         }
@@ -629,10 +628,8 @@ impl<M: ObjMedia> Pool<M> {
         let (off, len) = (self.g.area_off as usize, self.g.area_len as usize);
         match &self.guard {
             AreaGuard::Open => {}
-            AreaGuard::Key(k) => self
-                .m
-                .set_rights_key(off, len, Rights::ReadWrite, Some(k))?,
-            AreaGuard::Pages => self.m.set_rights(off, len, Rights::None)?,
+            AreaGuard::Key(k) => set_rights(&self.m, off, len, Rights::ReadWrite, Some(k))?,
+            AreaGuard::Pages => set_rights(&self.m, off, len, Rights::None, None)?,
         }
         Ok(())
     }
@@ -660,7 +657,7 @@ impl<M: ObjMedia> Pool<M> {
         self.rest()
     }
     fn rights(&self, off: usize, len: usize, r: Rights) -> Result<()> {
-        Ok(self.m.set_rights(off, len, r)?)
+        Ok(set_rights(&self.m, off, len, r, None)?)
     }
     fn fence(&self) {
         self.m.fence(Fence::Sfence);
@@ -852,7 +849,7 @@ impl<M: ObjMedia> Pool<M> {
             return Err(ObjError::TooManyHandles { max: MAX_HANDLES });
         }
         // A DRAM shadow always has addresses; a PM shadow only on mapped media.
-        let has_addr = self.shadow == Shadow::Dram || self.m.addr(0, 1).is_some();
+        let has_addr = self.shadow == Shadow::Dram || self.m.mapping().is_some();
         let tracking = match tracking {
             Tracking::Auto if has_addr => Tracking::Faults,
             Tracking::Auto => Tracking::Explicit,
@@ -1092,10 +1089,7 @@ impl<M: ObjMedia> Pool<M> {
         let att = inner.atts.get_mut(&id).expect("checked above");
         if tracking == Tracking::Faults {
             self.rights(shadow, cap, Rights::Read)?;
-            let start = self
-                .m
-                .addr(shadow, cap)
-                .expect("fault tracking needs addresses");
+            let start = address(&self.m, shadow, cap).expect("fault tracking needs addresses");
             let slot = faults::register(start, cap, att.dirty.words_ptr())
                 .map_err(|e| {
                     ObjError::BadArgument(format!("cannot install the write-fault handler: {e}"))
@@ -1267,7 +1261,11 @@ impl<M: ObjMedia> Pool<M> {
             }
             return Ok(Some(b.ptr()));
         }
-        Ok(self.m.addr(o.desc.slot_off(att.slot), o.desc.cap as usize))
+        Ok(address(
+            &self.m,
+            o.desc.slot_off(att.slot),
+            o.desc.cap as usize,
+        ))
     }
 
     pub fn info_id(&self, id: u64) -> Result<(String, u64, Access)> {
@@ -1524,7 +1522,7 @@ impl<M: ObjMedia> Pool<M> {
     }
 }
 
-impl<M: ObjMedia> Drop for Pool<M> {
+impl<M: Media> Drop for Pool<M> {
     fn drop(&mut self) {
         // Before the bitsets the fault handler writes go away, and before the buffers unmap.
         self.release_attachments();
@@ -1533,12 +1531,12 @@ impl<M: ObjMedia> Drop for Pool<M> {
 
 /// An attached object. Reads and writes are bounds-checked copies; nothing hands out a Rust
 /// reference into PM. Dropping a handle detaches it (unsynced writes are discarded).
-pub struct Handle<'p, M: ObjMedia> {
+pub struct Handle<'p, M: Media> {
     pool: &'p Pool<M>,
     id: u64,
 }
 
-impl<M: ObjMedia> Handle<'_, M> {
+impl<M: Media> Handle<'_, M> {
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -1581,10 +1579,30 @@ impl<M: ObjMedia> Handle<'_, M> {
     }
 }
 
-impl<M: ObjMedia> Drop for Handle<'_, M> {
+impl<M: Media> Drop for Handle<'_, M> {
     fn drop(&mut self) {
         if self.id != 0 {
             let _ = self.pool.detach_id(self.id);
         }
     }
+}
+
+/// Set the page rights of `[off, off+len)` and tag the pages with `key` (`None`: the default
+/// key). Rights exist only on a mapping; on a simulator this changes nothing.
+fn set_rights<M: Media>(
+    media: &M,
+    off: usize,
+    len: usize,
+    rights: Rights,
+    key: Option<&Pkey>,
+) -> std::result::Result<(), MediaError> {
+    match media.mapping() {
+        Some(region) => region.set_access_key(off, len, rights, key),
+        None => Ok(()),
+    }
+}
+
+/// Address of media byte `off` when the media is a mapping.
+fn address<M: Media>(media: &M, off: usize, len: usize) -> Option<*mut u8> {
+    media.mapping().map(|region| region.ptr_at(off, len))
 }

@@ -263,9 +263,7 @@ fn corrupt_table_is_reported_and_nothing_is_written_with(shadow: Shadow) {
         "{:?}",
         report.errors
     );
-    let e = Pool::open(pmkit_obj::ByRef(&m), &opts(shadow))
-        .err()
-        .unwrap();
+    let e = Pool::open(&m, &opts(shadow)).err().unwrap();
     assert!(matches!(e, ObjError::Corrupt(_)), "{e}");
     assert!(e.to_string().contains("entry 1"), "{e}");
     assert!(before == snapshot(&m), "a failed open must not write");

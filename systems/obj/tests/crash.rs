@@ -6,7 +6,7 @@
 //! work to do (a committed intent to roll forward) are crashed again during recovery.
 
 use pmkit_media::crashsim::{check_every_fence, check_every_fence_from, CrashOpts, CrashSim};
-use pmkit_obj::{Access, ByRef, ObjError, Pool, PoolOptions, Shadow, Tracking};
+use pmkit_obj::{Access, ObjError, Pool, PoolOptions, Shadow, Tracking};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -36,8 +36,8 @@ fn opts_with(shadow: Shadow) -> PoolOptions {
 
 /// Recover `sim` and read every object's published contents.
 fn recovered(sim: &CrashSim) -> Result<(State, bool), String> {
-    let report = Pool::check(&ByRef(sim));
-    match Pool::open(ByRef(sim), &opts()) {
+    let report = Pool::check(&sim);
+    match Pool::open(sim, &opts()) {
         Ok((pool, rec)) => {
             let mut m = BTreeMap::new();
             for o in pool.list() {
@@ -87,7 +87,7 @@ fn workload(sim: &CrashSim, expect: &Arc<Mutex<Expect>>, shadow: Shadow) {
         e.next = None;
     };
     expect.lock().unwrap().next = Some(Some(model.clone()));
-    let pool = Pool::format(ByRef(sim), &opts_with(shadow)).unwrap();
+    let pool = Pool::format(sim, &opts_with(shadow)).unwrap();
     *expect.lock().unwrap() = Expect {
         done: Some(model.clone()),
         next: None,
@@ -109,7 +109,7 @@ fn workload(sim: &CrashSim, expect: &Arc<Mutex<Expect>>, shadow: Shadow) {
         .attach_with("c", Access::ReadWrite, Tracking::Whole)
         .unwrap();
     let put = |model: &mut BTreeMap<String, Vec<u8>>,
-               h: &pmkit_obj::Handle<'_, ByRef<'_, CrashSim>>,
+               h: &pmkit_obj::Handle<'_, &CrashSim>,
                name: &str,
                off: usize,
                v: &[u8]| {
@@ -240,7 +240,7 @@ fn run(copts: CrashOpts, shadow: Shadow) {
                     img,
                     &copts,
                     |s| {
-                        let _ = Pool::open(ByRef(s), &opts());
+                        let _ = Pool::open(s, &opts());
                     },
                     |s| matches(&recovered(s)?.0, &inner_want),
                 );
@@ -282,7 +282,7 @@ fn torn_publication_is_caught(nt: bool) {
         LEN,
         &crash_opts(),
         |sim| {
-            let pool = Pool::format(ByRef(sim), &opts()).unwrap();
+            let pool = Pool::format(sim, &opts()).unwrap();
             pool.create("a", 4096).unwrap();
             let mut model = BTreeMap::new();
             model.insert("a".to_string(), vec![0u8; 4096]);

@@ -8,9 +8,7 @@
 //! media from one thread, and the counts are exact then (the fault handler of PMO's fault
 //! tracking only changes page rights, it never flushes).
 
-use pmkit_media::protect::Access as Rights;
-use pmkit_media::{Domain, Fence, Flush, Media, MediaError, LINE};
-use pmkit_obj::ObjMedia;
+use pmkit_media::{Domain, Fence, Flush, Media, Region, LINE};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct Counted<M> {
@@ -57,6 +55,11 @@ impl<M: Media> Media for Counted<M> {
     #[inline]
     fn domain(&self) -> Domain {
         self.inner.domain()
+    }
+    /// Page rights and addresses go to the mapping itself; its stores, flushes and fences
+    /// (which are counted) still go through this wrapper.
+    fn mapping(&self) -> Option<&Region> {
+        self.inner.mapping()
     }
     #[inline]
     fn read(&self, off: usize, dst: &mut [u8]) {
@@ -106,24 +109,6 @@ impl<M: Media> Media for Counted<M> {
     }
     fn cas_u128(&self, off: usize, current: u128, new: u128) -> Result<u128, u128> {
         self.inner.cas_u128(off, current, new)
-    }
-}
-
-impl<M: ObjMedia> ObjMedia for Counted<M> {
-    fn set_rights(&self, off: usize, len: usize, rights: Rights) -> Result<(), MediaError> {
-        self.inner.set_rights(off, len, rights)
-    }
-    fn set_rights_key(
-        &self,
-        off: usize,
-        len: usize,
-        rights: Rights,
-        key: Option<&pmkit_media::protect::Pkey>,
-    ) -> Result<(), MediaError> {
-        self.inner.set_rights_key(off, len, rights, key)
-    }
-    fn addr(&self, off: usize, len: usize) -> Option<*mut u8> {
-        self.inner.addr(off, len)
     }
 }
 
