@@ -28,7 +28,9 @@ pub use state::MAX_LINE_STORES;
 use crate::{Domain, Fence, Flush, Media, Result, LINE};
 use parking_lot::Mutex;
 use state::State;
+use std::collections::BTreeSet;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Page granularity of [`Media::sync_pages`] (msync writes back whole pages).
 const PAGE: usize = 4096;
@@ -37,6 +39,8 @@ const PAGE: usize = 4096;
 /// real region; crash points are reproducible only if one thread issues the fences.
 pub struct CrashSim {
     state: Mutex<State>,
+    /// Injected faults (media errors, failing syncs); not part of any crash image.
+    faults: Faults,
     /// The crash hook of a running driver, called at every fence before it takes effect. Held
     /// locked while it runs, so fences from several threads take their crash points one by one.
     hook: Mutex<Option<Hook>>,
@@ -52,6 +56,7 @@ impl CrashSim {
     pub fn from_image(img: Vec<u8>) -> CrashSim {
         CrashSim {
             state: Mutex::new(State::new(img)),
+            faults: Faults::default(),
             hook: Mutex::new(None),
         }
     }
@@ -193,9 +198,97 @@ impl std::fmt::Debug for CrashSim {
     }
 }
 
+/// Faults a test injects, in the spirit of redb's countdown backend and TigerBeetle's faulty
+/// storage: poisoned lines (a load of one is a media error, as on real PM with an
+/// uncorrectable error) and `sync_pages` calls that fail.
+struct Faults {
+    /// Poisoned lines (line index); `any` lets reads skip the set when it is empty.
+    poisoned: Mutex<BTreeSet<usize>>,
+    any: AtomicBool,
+    /// `sync_pages` calls left before they start failing (`u64::MAX`: never).
+    syncs_left: AtomicU64,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            poisoned: Mutex::new(BTreeSet::new()),
+            any: AtomicBool::new(false),
+            syncs_left: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+/// What a read of a poisoned line hands out where a real load would fault: a pattern that is
+/// wrong data for any test, so a system that skips [`Media::first_bad`] is caught.
+pub const POISON_FILL: u8 = 0xBD;
+
+impl CrashSim {
+    /// Poison the lines covering `[off, off+len)`: [`Media::first_bad`] reports them and reads
+    /// return [`POISON_FILL`] there until a store covers a whole line again (as writing a
+    /// poisoned sector on real PM clears it).
+    pub fn poison(&self, off: usize, len: usize) {
+        assert!(
+            len > 0 && off + len <= self.len(),
+            "poison outside the media"
+        );
+        let mut set = self.faults.poisoned.lock();
+        set.extend(off / LINE..(off + len).div_ceil(LINE));
+        self.faults.any.store(true, Ordering::Release);
+    }
+
+    /// Lines poisoned now.
+    pub fn poisoned_lines(&self) -> usize {
+        self.faults.poisoned.lock().len()
+    }
+
+    /// Let `n` more `sync_pages` calls succeed, then fail every later one with an I/O error
+    /// (as `msync` does when the file system cannot write back).
+    pub fn fail_syncs_after(&self, n: u64) {
+        self.faults.syncs_left.store(n, Ordering::Release);
+    }
+
+    /// Whole lines a store to `[off, off+len)` covers are no longer poisoned.
+    fn clear_poison(&self, off: usize, len: usize) {
+        if !self.faults.any.load(Ordering::Acquire) || len == 0 {
+            return;
+        }
+        let (first, end) = (off.div_ceil(LINE), (off + len) / LINE);
+        if first < end {
+            let mut set = self.faults.poisoned.lock();
+            let cleared: Vec<usize> = set.range(first..end).copied().collect();
+            for line in cleared {
+                set.remove(&line);
+            }
+        }
+    }
+
+    /// Overwrite the poisoned parts of a read of `[off, off+dst.len())` with [`POISON_FILL`].
+    fn spoil(&self, off: usize, dst: &mut [u8]) {
+        if !self.faults.any.load(Ordering::Acquire) || dst.is_empty() {
+            return;
+        }
+        let set = self.faults.poisoned.lock();
+        for &line in set.range(off / LINE..(off + dst.len()).div_ceil(LINE)) {
+            let start = (line * LINE).max(off) - off;
+            let end = ((line + 1) * LINE).min(off + dst.len()) - off;
+            dst[start..end].fill(POISON_FILL);
+        }
+    }
+}
+
 impl Media for CrashSim {
     fn len(&self) -> usize {
         self.state.lock().len()
+    }
+
+    fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
+        if !self.faults.any.load(Ordering::Acquire) || len == 0 {
+            return None;
+        }
+        let set = self.faults.poisoned.lock();
+        let line = *set.range(off / LINE..(off + len).div_ceil(LINE)).next()?;
+        Some((line * LINE).max(off))
     }
 
     fn domain(&self) -> Domain {
@@ -206,18 +299,24 @@ impl Media for CrashSim {
         let st = self.state.lock();
         self.check_range(&st, off, dst.len());
         dst.copy_from_slice(&st.volatile[off..off + dst.len()]);
+        drop(st);
+        self.spoil(off, dst);
     }
 
     fn write(&self, off: usize, src: &[u8]) {
         let mut st = self.state.lock();
         self.check_range(&st, off, src.len());
         st.store(off, src, false);
+        drop(st);
+        self.clear_poison(off, src.len());
     }
 
     fn write_nt(&self, off: usize, src: &[u8]) {
         let mut st = self.state.lock();
         self.check_range(&st, off, src.len());
         st.store(off, src, true);
+        drop(st);
+        self.clear_poison(off, src.len());
     }
 
     fn flush(&self, off: usize, len: usize, _how: Flush) {
@@ -240,6 +339,17 @@ impl Media for CrashSim {
 
     /// Flush the pages covering the range, then fence.
     fn sync_pages(&self, off: usize, len: usize) -> Result<()> {
+        let left = self.faults.syncs_left.load(Ordering::Acquire);
+        if left == 0 {
+            return Err(crate::MediaError::io(
+                "crashsim",
+                "injected sync failure (msync)",
+                std::io::Error::from_raw_os_error(libc::EIO),
+            ));
+        }
+        if left != u64::MAX {
+            self.faults.syncs_left.store(left - 1, Ordering::Release);
+        }
         {
             let mut st = self.state.lock();
             self.check_range(&st, off, len);

@@ -43,6 +43,14 @@ pub trait Media: Send + Sync {
     fn mapping(&self) -> Option<&Region> {
         None
     }
+    /// The first byte of `[off, off+len)` the media cannot return (a media error: poison on
+    /// real PM, one injected by the crash simulator), or `None`. A load of such a byte gives
+    /// no data (a machine check on real PM, a fill pattern on the simulator), so a system asks
+    /// before it hands data out and answers EIO instead. The default knows of none.
+    fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
+        let _ = (off, len);
+        None
+    }
     /// Copy `dst.len()` bytes out of the media at `off`.
     fn read(&self, off: usize, dst: &mut [u8]);
     /// Store `src` at `off` with ordinary write-back stores.
@@ -139,6 +147,9 @@ macro_rules! forward_media {
             }
             fn mapping(&self) -> Option<&Region> {
                 (**self).mapping()
+            }
+            fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
+                (**self).first_bad(off, len)
             }
             fn read(&self, off: usize, dst: &mut [u8]) {
                 (**self).read(off, dst)

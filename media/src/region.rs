@@ -350,6 +350,38 @@ impl Region {
         self.at(off, len)
     }
 
+    /// Take an advisory `flock` on the file behind the region, shared or exclusive, without
+    /// waiting: `Ok(false)` when another open file holds a conflicting lock. Anonymous
+    /// regions have nothing to lock and always succeed. Released by [`Region::unlock`] or
+    /// when the region (its file) is dropped.
+    pub fn try_lock(&self, exclusive: bool) -> Result<bool> {
+        let Some(file) = self.file() else {
+            return Ok(true);
+        };
+        let op = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
+        // SAFETY: flock on a file descriptor the region owns; it touches no memory.
+        if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Ok(false);
+        }
+        Err(MediaError::io(self.path(), "cannot lock (flock)", e))
+    }
+
+    /// Release the lock [`Region::try_lock`] took (unlocking an unlocked file does nothing).
+    pub fn unlock(&self) {
+        if let Some(file) = self.file() {
+            // SAFETY: flock on a file descriptor the region owns; it touches no memory.
+            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        }
+    }
+
     /// `msync(MS_SYNC)` the pages covering `[off, off+len)`.
     pub fn msync(&self, off: usize, len: usize) -> Result<()> {
         if len == 0 {

@@ -66,10 +66,10 @@ impl Disk for BlkDisk {
         self.0.block_size()
     }
     fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        self.0.read(off, buf).map_err(disk_err)
+        self.0.read_bytes(off, buf).map_err(disk_err)
     }
     fn write(&self, off: u64, data: &[u8], fua: bool) -> Result<(), DiskError> {
-        self.0.write(off, data, fua).map_err(disk_err)
+        self.0.write_bytes(off, data, fua).map_err(disk_err)
     }
     fn flush(&self) -> Result<(), DiskError> {
         self.0.flush().map_err(disk_err)
@@ -78,7 +78,7 @@ impl Disk for BlkDisk {
         self.0.trim(off, len).map_err(disk_err)
     }
     fn zero(&self, off: u64, len: u64) -> Result<(), DiskError> {
-        self.0.write_zeroes(off, len, false).map_err(disk_err)
+        self.0.write_zeroes_bytes(off, len, false).map_err(disk_err)
     }
 }
 

@@ -5,7 +5,6 @@ use fuser::{
     LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyWrite, Request, WriteFlags,
 };
-use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::time::{Duration, SystemTime};
 
@@ -14,8 +13,6 @@ pub const DISK_NAME: &str = "disk";
 const DISK_INO: u64 = 2;
 /// Largest FUSE request we accept; the kernel splits bigger I/O.
 const MAX_IO: u32 = 1 << 20;
-/// Stripes of the lock that serializes read-modify-write of partial blocks.
-const RMW_STRIPES: usize = 64;
 
 /// A failure of the device, reported to the kernel as `errno`.
 #[derive(Debug, thiserror::Error)]
@@ -25,8 +22,10 @@ pub struct DiskError {
     pub message: String,
 }
 
-/// What the FUSE file needs from a block device. Offsets and lengths passed to `read`, `write`,
-/// `discard` and `zero` are multiples of `block_size()` and inside `size()`.
+/// What the FUSE file needs from a block device. Every range is inside `size()` and not empty.
+/// `read`, `write` and `zero` take any byte offset and length: the device reads, patches and
+/// writes back a partial block itself, under its own locks, so that two writers of different
+/// bytes of one block never lose each other's bytes. `discard` gets whole blocks only.
 pub trait Disk: Send + Sync + 'static {
     fn size(&self) -> u64;
     fn block_size(&self) -> u32;
@@ -35,7 +34,7 @@ pub trait Disk: Send + Sync + 'static {
     fn write(&self, off: u64, data: &[u8], fua: bool) -> Result<(), DiskError>;
     /// Make every completed write durable.
     fn flush(&self) -> Result<(), DiskError>;
-    /// Forget `[off, off+len)`; it reads back as zeroes.
+    /// Forget whole blocks `[off, off+len)`; they read back as zeroes.
     fn discard(&self, off: u64, len: u64) -> Result<(), DiskError>;
     /// Make `[off, off+len)` read as zeroes.
     fn zero(&self, off: u64, len: u64) -> Result<(), DiskError>;
@@ -47,7 +46,6 @@ pub struct DiskFile<D: Disk> {
     uid: u32,
     gid: u32,
     created: SystemTime,
-    rmw: Vec<Mutex<()>>,
 }
 
 impl<D: Disk> DiskFile<D> {
@@ -59,7 +57,6 @@ impl<D: Disk> DiskFile<D> {
             uid,
             gid,
             created: SystemTime::now(),
-            rmw: (0..RMW_STRIPES).map(|_| Mutex::new(())).collect(),
         }
     }
 
@@ -99,32 +96,18 @@ impl<D: Disk> DiskFile<D> {
     }
 
     fn read_at(&self, off: u64, len: usize) -> Result<Vec<u8>, DiskError> {
-        let bs = self.disk.block_size() as u64;
-        let start = off / bs * bs;
-        let end = (off + len as u64).div_ceil(bs) * bs;
-        let mut buf = vec![0u8; (end - start) as usize];
-        self.disk.read(start, &mut buf)?;
-        let skip = (off - start) as usize;
-        buf.drain(..skip);
-        buf.truncate(len);
+        let mut buf = vec![0u8; len];
+        if len > 0 {
+            self.disk.read(off, &mut buf)?;
+        }
         Ok(buf)
     }
 
     fn write_at(&self, off: u64, data: &[u8], fua: bool) -> Result<(), DiskError> {
-        let bs = self.disk.block_size() as u64;
-        let end = off + data.len() as u64;
-        if off.is_multiple_of(bs) && end.is_multiple_of(bs) {
-            return self.disk.write(off, data, fua);
+        if data.is_empty() {
+            return Ok(());
         }
-        // Partial blocks (a direct user of the file; the loop device always sends whole sectors):
-        // read-modify-write under a stripe lock so two partial writes to one block do not race.
-        let start = off / bs * bs;
-        let aligned_end = end.div_ceil(bs) * bs;
-        let _g = self.rmw[((start / bs) as usize) % RMW_STRIPES].lock();
-        let mut buf = vec![0u8; (aligned_end - start) as usize];
-        self.disk.read(start, &mut buf)?;
-        buf[(off - start) as usize..(end - start) as usize].copy_from_slice(data);
-        self.disk.write(start, &buf, fua)
+        self.disk.write(off, data, fua)
     }
 }
 
@@ -342,18 +325,16 @@ impl<D: Disk> Filesystem for DiskFile<D> {
 }
 
 impl<D: Disk> DiskFile<D> {
+    /// Zero the partial blocks at either end of `[off, off+len)`, outside whole blocks
+    /// `[start, end)`.
     fn zero_edges(&self, off: u64, len: u64, start: u64, end: u64) -> Result<(), DiskError> {
         let head = start.min(off + len) - off;
         if head > 0 {
-            self.write_at(off, &vec![0; head as usize], false)?;
+            self.disk.zero(off, head)?;
         }
         let tail_start = end.max(off + head);
         if off + len > tail_start {
-            self.write_at(
-                tail_start,
-                &vec![0; (off + len - tail_start) as usize],
-                false,
-            )?;
+            self.disk.zero(tail_start, off + len - tail_start)?;
         }
         Ok(())
     }

@@ -24,6 +24,12 @@ impl MemDisk {
             bs,
         }
     }
+    /// Reads, writes and zeroing take any bytes inside the disk (the device patches partial
+    /// blocks itself); discards whole blocks only.
+    fn in_range(&self, off: u64, len: u64) {
+        assert!(len > 0, "empty request reached the disk");
+        assert!(off + len <= self.size(), "out of range");
+    }
     fn check(&self, off: u64, len: u64) {
         assert_eq!(
             off % self.bs as u64,
@@ -47,12 +53,12 @@ impl Disk for MemDisk {
         self.bs
     }
     fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        self.check(off, buf.len() as u64);
+        self.in_range(off, buf.len() as u64);
         buf.copy_from_slice(&self.data.lock()[off as usize..off as usize + buf.len()]);
         Ok(())
     }
     fn write(&self, off: u64, d: &[u8], _fua: bool) -> Result<(), DiskError> {
-        self.check(off, d.len() as u64);
+        self.in_range(off, d.len() as u64);
         self.data.lock()[off as usize..off as usize + d.len()].copy_from_slice(d);
         Ok(())
     }
@@ -61,10 +67,11 @@ impl Disk for MemDisk {
         Ok(())
     }
     fn discard(&self, off: u64, len: u64) -> Result<(), DiskError> {
+        self.check(off, len);
         self.zero(off, len)
     }
     fn zero(&self, off: u64, len: u64) -> Result<(), DiskError> {
-        self.check(off, len);
+        self.in_range(off, len);
         self.data.lock()[off as usize..(off + len) as usize].fill(0);
         Ok(())
     }

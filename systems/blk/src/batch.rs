@@ -1,5 +1,5 @@
-//! `pt-batch`: DRAM staging buffers in front of read-only PM (seed 000 §IV.B, Optimizations 1
-//! and 2). A write lands in the buffer its block maps to (`(block / stride) % buffers`, so a
+//! `pt-batch`: DRAM staging buffers in front of read-only PM (the PMBD paper, §IV.B,
+//! Optimizations 1 and 2). A write lands in the buffer its block maps to (`(block / stride) % buffers`, so a
 //! block lives in one buffer only and reads find it). Each buffer has a syncer thread that, from
 //! the high watermark (or after an idle spell, from the low one), takes the oldest dirty blocks,
 //! sorts them and writes each contiguous run to PM inside one `mprotect` write window.
@@ -13,7 +13,7 @@
 //! before the scheme's barrier; FUA writes its blocks through to PM (dropping any buffered copy)
 //! before it returns.
 
-use crate::device::Inner;
+use crate::blocks::Blocks;
 use crate::error::Result;
 use crate::options::BatchOptions;
 use crate::stats::BatchStats;
@@ -21,8 +21,6 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use pmkit_media::Media;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub(crate) struct Batch {
@@ -101,17 +99,9 @@ impl Batch {
         &self.bufs[((block / self.opts.stride_blocks) % self.bufs.len() as u64) as usize]
     }
 
-    pub fn spawn_syncers<M: Media + 'static>(dev: &Arc<Inner<M>>) -> Vec<JoinHandle<()>> {
-        let n = dev.batch.as_ref().expect("pt-batch device").bufs.len();
-        (0..n)
-            .map(|i| {
-                let dev = Arc::clone(dev);
-                std::thread::Builder::new()
-                    .name(format!("pmbd-sync{i}"))
-                    .spawn(move || syncer(&dev, i))
-                    .expect("cannot spawn a pmbd syncer thread")
-            })
-            .collect()
+    /// Buffers (one syncer thread each).
+    pub fn buffers(&self) -> usize {
+        self.bufs.len()
     }
 
     pub fn stop(&self) {
@@ -123,13 +113,7 @@ impl Batch {
     }
 
     /// Stage blocks `b0..` (or, with `fua`, write them through).
-    pub fn write<M: Media + 'static>(
-        &self,
-        dev: &Inner<M>,
-        b0: u64,
-        src: &[u8],
-        fua: bool,
-    ) -> Result<()> {
+    pub fn write<M: Media>(&self, dev: &Blocks<M>, b0: u64, src: &[u8], fua: bool) -> Result<()> {
         for (k, chunk) in src.chunks(self.bs).enumerate() {
             let block = b0 + k as u64;
             let buf = self.buf_of(block);
@@ -139,7 +123,7 @@ impl Batch {
                 if let Some((slot, _)) = st.map.remove(&block) {
                     st.free.push(slot);
                 }
-                dev.write_pm(block, chunk, true)?;
+                dev.write(block, chunk, true)?;
                 continue;
             }
             let slot = match st.map.get(&block) {
@@ -172,7 +156,7 @@ impl Batch {
     }
 
     /// Read blocks `b0..`, from the buffers where they are staged, else from PM.
-    pub fn read<M: Media + 'static>(&self, dev: &Inner<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
+    pub fn read<M: Media>(&self, dev: &Blocks<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
         let r = self.read_blocks(dev, b0, dst);
         if r.is_err() {
             dst.fill(0); // never hand out part of a request that failed
@@ -180,12 +164,7 @@ impl Batch {
         r
     }
 
-    fn read_blocks<M: Media + 'static>(
-        &self,
-        dev: &Inner<M>,
-        b0: u64,
-        dst: &mut [u8],
-    ) -> Result<()> {
+    fn read_blocks<M: Media>(&self, dev: &Blocks<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
         for (k, chunk) in dst.chunks_mut(self.bs).enumerate() {
             let block = b0 + k as u64;
             {
@@ -202,13 +181,13 @@ impl Batch {
             // map under the lock after their PM write): PM holds the block's latest data and
             // nobody writes it now. Read it without the buffer lock, so readers do not
             // serialize on the buffer.
-            dev.read_pm(block, chunk)?;
+            dev.read(block, chunk)?;
         }
         Ok(())
     }
 
     /// Drain every buffer completely (FLUSH and close).
-    pub fn drain_all<M: Media + 'static>(&self, dev: &Inner<M>) -> Result<()> {
+    pub fn drain_all<M: Media>(&self, dev: &Blocks<M>) -> Result<()> {
         for b in self.bufs.iter() {
             let mut st = b.st.lock();
             self.drain(dev, &mut st, 0)?;
@@ -218,9 +197,9 @@ impl Batch {
 
     /// Write the oldest dirty blocks to PM until at most `target` remain: sorted by block, in
     /// batches of `batch_blocks`, one write window per contiguous run.
-    fn drain<M: Media + 'static>(
+    fn drain<M: Media>(
         &self,
-        dev: &Inner<M>,
+        dev: &Blocks<M>,
         st: &mut MutexGuard<'_, State>,
         target: usize,
     ) -> Result<()> {
@@ -246,9 +225,9 @@ impl Batch {
         result
     }
 
-    fn write_runs<M: Media + 'static>(
+    fn write_runs<M: Media>(
         &self,
-        dev: &Inner<M>,
+        dev: &Blocks<M>,
         st: &mut MutexGuard<'_, State>,
         picked: &[(u64, u64)],
     ) -> Result<()> {
@@ -274,7 +253,7 @@ impl Batch {
                     i += 1; // a block no longer buffered
                     continue;
                 }
-                dev.write_pm(start, &st.run[..n * self.bs], false)?;
+                dev.write(start, &st.run[..n * self.bs], false)?;
                 for b in start..start + n as u64 {
                     let (slot, _) = st
                         .map
@@ -304,23 +283,24 @@ impl Batch {
             dirty_blocks_now: self.bufs.iter().map(|b| b.st.lock().map.len() as u64).sum(),
         }
     }
-}
 
-/// One buffer's syncer: wake at the high watermark (writers notify) or every idle period;
-/// drain to the low watermark when over the high one, or when idle and over the low one.
-fn syncer<M: Media + 'static>(dev: &Inner<M>, i: usize) {
-    let b = dev.batch.as_ref().expect("pt-batch device");
-    let buf = &b.bufs[i];
-    let idle = Duration::from_millis(b.opts.idle_ms.max(1));
-    let mut st = buf.st.lock();
-    while !b.stop.load(Ordering::SeqCst) {
-        let timed_out = buf.wake.wait_for(&mut st, idle).timed_out();
-        let n = st.map.len();
-        let idle_now = timed_out && st.last_write.elapsed() >= idle;
-        if n >= b.high || (idle_now && n > b.low) {
-            if let Err(e) = b.drain(dev, &mut st, b.low) {
-                // The blocks stay buffered; the next FLUSH retries and reports the error.
-                tracing::error!("pmbd syncer {i}: draining to PM failed: {e}");
+    /// Buffer `i`'s syncer (runs in a thread of its own until [`Batch::stop`]): wake at the
+    /// high watermark (writers notify) or every idle period; drain to the low watermark when
+    /// over the high one, or when idle and over the low one.
+    pub fn run_syncer<M: Media>(&self, dev: &Blocks<M>, i: usize) {
+        let b = self;
+        let buf = &b.bufs[i];
+        let idle = Duration::from_millis(b.opts.idle_ms.max(1));
+        let mut st = buf.st.lock();
+        while !b.stop.load(Ordering::SeqCst) {
+            let timed_out = buf.wake.wait_for(&mut st, idle).timed_out();
+            let n = st.map.len();
+            let idle_now = timed_out && st.last_write.elapsed() >= idle;
+            if n >= b.high || (idle_now && n > b.low) {
+                if let Err(e) = b.drain(dev, &mut st, b.low) {
+                    // The blocks stay buffered; the next FLUSH retries and reports the error.
+                    tracing::error!("pmbd syncer {i}: draining to PM failed: {e}");
+                }
             }
         }
     }

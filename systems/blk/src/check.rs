@@ -1,8 +1,8 @@
 //! `check`: verify a device that is not open: its superblock, its layout against the media, and
 //! (with checksums on) every block against its CRC. Read-only unless asked to mark it clean.
 
-use crate::atomic::{self, MapScan};
 use crate::error::{BlkError, Result};
+use crate::map::{self, MapScan};
 use crate::superblock::{self, Superblock};
 use pmkit_media::Media;
 use serde::Serialize;
@@ -163,7 +163,7 @@ pub fn check<M: Media>(m: &M, mark_clean: bool) -> Result<CheckReport> {
 /// (those named by none) are exactly the spares, and (with checksums) every mapped block
 /// matches the CRC in its entry.
 fn check_map<M: Media>(m: &M, l: &crate::superblock::Layout, r: &mut CheckReport) {
-    let scan = atomic::scan_map(m, l);
+    let scan = map::scan_map(m, l);
     if scan.problems > 0 {
         r.error(format!(
             "the block map has {} problem(s): {}",
@@ -183,8 +183,8 @@ fn check_map<M: Media>(m: &M, l: &crate::superblock::Layout, r: &mut CheckReport
         for b in 0..l.nblocks {
             m.read(l.map_entry_off(b), &mut entry);
             let e = u64::from_le_bytes(entry);
-            m.read(l.phys_off(atomic::entry_pba(e)), &mut data);
-            if crc32c::crc32c(&data) != atomic::entry_crc(e) {
+            m.read(l.phys_off(map::entry_pba(e)), &mut data);
+            if crc32c::crc32c(&data) != map::entry_crc(e) {
                 r.bad_blocks += 1;
                 if r.bad_block_list.len() < MAX_LISTED {
                     r.bad_block_list.push(b);

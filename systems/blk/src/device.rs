@@ -1,33 +1,26 @@
-//! The device: request checking, locking, and the one data path every protection mode and
-//! write scheme shares.
+//! The device: request checking, locking, the superblock's life (in use / clean), and the
+//! composition of the layers below it: the block store (plain or atomic, over the data path)
+//! and, in pt-batch, the DRAM buffers in front of it. Sub-block requests (a 512-byte write to a
+//! 4 KiB-block device) are read-modify-written here, under the block's own stripe lock.
 
-use crate::atomic::{self, Lanes, MapCache};
+use crate::atomic::AtomicMap;
 use crate::batch::Batch;
+use crate::blocks::{Blocks, Mode};
+use crate::data_path::{DataPath, MAX_BLOCK, ZEROES};
 use crate::error::{BlkError, Result};
-use crate::gate::{Gate, View, WindowCount};
+use crate::gate::{Gate, WindowCount};
+use crate::map;
 use crate::options::{CreateOptions, EngineOptions, Protect};
 use crate::stats::{Ctr, Op, Recorder, Stats};
 use crate::stripes::Stripes;
-use crate::superblock::{self, Layout, Superblock, PAGE, SLOT_LEN};
+use crate::superblock::{self, Layout, Superblock, SLOT_LEN};
 use parking_lot::Mutex;
 use pmkit_media::emulate::{cycles, Emulator};
-use pmkit_media::{Media, Persister, RegionKind, WriteScheme, LINE};
+use pmkit_media::{Media, Persister, RegionKind, WriteScheme};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-
-/// Zeroes for trim and write-zeroes (a whole number of blocks of either size).
-static ZEROES: [u8; 64 << 10] = [0; 64 << 10];
-/// Blocks whose CRCs are handled in one stack buffer.
-const CRC_CHUNK: usize = 256;
-pub(crate) const MAX_BLOCK: usize = 4096;
-
-/// Whether `s` lies in the static zero buffer (its CRC is known without computing it).
-#[inline]
-pub(crate) fn is_zeroes(s: &[u8]) -> bool {
-    ZEROES.as_ptr_range().contains(&s.as_ptr())
-}
 
 /// A PMBD block device on media `M`. All methods take `&self` and are safe to call from many
 /// threads at once; each request runs to completion in the calling thread.
@@ -36,31 +29,20 @@ pub struct Device<M: Media + 'static> {
     syncers: Mutex<Vec<JoinHandle<()>>>,
 }
 
-pub(crate) struct Inner<M: Media + 'static> {
-    // Field order is drop order: the media (mapping) goes before the gate (protection key).
-    pub(crate) media: M,
-    pub(crate) gate: Gate,
-    pub(crate) layout: Layout,
-    pub(crate) persister: Persister,
-    pub(crate) protect: Protect,
+struct Inner<M: Media + 'static> {
+    /// Blocks on PM: the data path (media, gate, scheme, counters) and the personality.
+    blocks: Blocks<M>,
+    /// pt-batch: DRAM buffers in front of the blocks.
+    batch: Option<Batch>,
+    protect: Protect,
+    /// Per-page locks: a write holds its range exclusively, a read shared.
     stripes: Stripes,
-    pub(crate) emu: Emulator,
-    subpage: bool,
-    pub(crate) write_verify: bool,
-    /// Free physical blocks of an atomic device (rebuilt from the map at open).
-    pub(crate) lanes: Option<Lanes>,
-    /// DRAM copy of an atomic device's map.
-    pub(crate) map_cache: Option<MapCache>,
     max_request: usize,
-    pub(crate) stats: Recorder,
-    pub(crate) windows: WindowCount,
-    pub(crate) batch: Option<Batch>,
     /// The superblock in force and the slot it lives in.
     sb: Mutex<(Superblock, usize)>,
     closed: AtomicBool,
     notes: Vec<String>,
     was_clean: bool,
-    pub(crate) zero_crc: u32,
 }
 
 /// What a front end shows about an open device.
@@ -93,7 +75,7 @@ impl<M: Media + 'static> Device<M> {
             create.checksum,
             create.atomic,
         )?;
-        format(&media, layout, create.zero_data, engine.write)?;
+        crate::format::format(&media, layout, create.zero_data, engine.write)?;
         Device::open(media, engine)
     }
 
@@ -131,8 +113,8 @@ impl<M: Media + 'static> Device<M> {
         }
         // Recovery of an atomic device: the free blocks are those no map entry names. Read
         // only; an interrupted write whose map store did not persist is thereby discarded.
-        let (lanes, map_cache) = if layout.atomic() {
-            let scan = atomic::scan_map(&media, &layout);
+        let mode = if layout.atomic() {
+            let scan = map::scan_map(&media, &layout);
             if scan.problems > 0 {
                 return Err(BlkError::MapCorrupt {
                     why: format!(
@@ -142,9 +124,9 @@ impl<M: Media + 'static> Device<M> {
                     ),
                 });
             }
-            (Some(Lanes::new(&scan.free)), Some(MapCache::new(&scan.map)))
+            Mode::Atomic(AtomicMap::new(&scan))
         } else {
-            (None, None)
+            Mode::Plain
         };
         if !was_clean && layout.atomic() {
             notes.push(
@@ -169,27 +151,28 @@ impl<M: Media + 'static> Device<M> {
             (protect == Protect::PtBatch).then(|| Batch::new(&engine.batch, layout.block_size));
         gate.protect(media.mapping())?;
         let zero_crc = crc32c::crc32c(&ZEROES[..layout.block_size as usize]);
-        let inner = Arc::new(Inner {
+        let path = DataPath {
             media,
             gate,
             layout,
             persister,
-            protect,
-            stripes: Stripes::default(),
             emu: Emulator::new(engine.emulate),
             subpage: engine.subpage,
             write_verify: engine.write_verify,
-            lanes,
-            map_cache,
-            max_request: engine.max_request,
             stats: Recorder::default(),
             windows: WindowCount::default(),
+            zero_crc,
+        };
+        let inner = Arc::new(Inner {
+            blocks: Blocks { path, mode },
             batch,
+            protect,
+            stripes: Stripes::default(),
+            max_request: engine.max_request,
             sb: Mutex::new((found.current.clone(), found.slot)),
             closed: AtomicBool::new(false),
             notes,
             was_clean,
-            zero_crc,
         });
         let dev = Device {
             inner,
@@ -203,7 +186,7 @@ impl<M: Media + 'static> Device<M> {
             sb.last_write = Some(engine.write);
         })?;
         if dev.inner.batch.is_some() {
-            *dev.syncers.lock() = Batch::spawn_syncers(&dev.inner);
+            *dev.syncers.lock() = spawn_syncers(&dev.inner);
         }
         Ok(dev)
     }
@@ -213,15 +196,12 @@ impl<M: Media + 'static> Device<M> {
         let i = &*self.inner;
         let t0 = cycles();
         let b0 = i.check(off, dst.len())?;
-        let _g = i.stripes.lock(i.layout.lock_off(b0), dst.len(), false);
+        let _g = i.stripes.lock(i.layout().lock_off(b0), dst.len(), false);
         i.check_open()?;
-        match &i.batch {
-            Some(b) => b.read(i, b0, dst)?,
-            None => i.read_pm(b0, dst)?,
-        }
-        i.stats.add(Ctr::Reads, 1);
-        i.stats.add(Ctr::ReadBytes, dst.len() as u64);
-        i.stats.latency(Op::Read, cycles().wrapping_sub(t0));
+        i.read_locked(b0, dst)?;
+        i.stats().add(Ctr::Reads, 1);
+        i.stats().add(Ctr::ReadBytes, dst.len() as u64);
+        i.stats().latency(Op::Read, cycles().wrapping_sub(t0));
         Ok(())
     }
 
@@ -231,15 +211,70 @@ impl<M: Media + 'static> Device<M> {
         let i = &*self.inner;
         let t0 = cycles();
         let b0 = i.check(off, src.len())?;
-        let _g = i.stripes.lock(i.layout.lock_off(b0), src.len(), true);
+        let _g = i.stripes.lock(i.layout().lock_off(b0), src.len(), true);
         i.check_open()?;
         i.write_locked(b0, src, fua)?;
-        i.stats.add(Ctr::Writes, 1);
-        i.stats.add(Ctr::WriteBytes, src.len() as u64);
+        i.stats().add(Ctr::Writes, 1);
+        i.stats().add(Ctr::WriteBytes, src.len() as u64);
         if fua {
-            i.stats.add(Ctr::FuaWrites, 1);
+            i.stats().add(Ctr::FuaWrites, 1);
         }
-        i.stats.latency(Op::Write, cycles().wrapping_sub(t0));
+        i.stats().latency(Op::Write, cycles().wrapping_sub(t0));
+        Ok(())
+    }
+
+    /// Read `dst.len()` bytes at any byte offset (a front end's sub-block read). Partial
+    /// blocks are read whole into a stack buffer and the asked-for bytes copied out.
+    pub fn read_bytes(&self, off: u64, dst: &mut [u8]) -> Result<()> {
+        let i = &*self.inner;
+        if i.is_whole_blocks(off, dst.len()) {
+            return self.read(off, dst);
+        }
+        let t0 = cycles();
+        let len = dst.len() as u64;
+        i.for_each_piece(off, len, false, |first, at, done, n| {
+            i.read_piece_locked(first, at, &mut dst[done..done + n])
+        })?;
+        i.stats().add(Ctr::Reads, 1);
+        i.stats().add(Ctr::ReadBytes, len);
+        i.stats().latency(Op::Read, cycles().wrapping_sub(t0));
+        Ok(())
+    }
+
+    /// Write `src` at any byte offset (a front end's sub-block write). A partial block is
+    /// read, patched and written back while its stripe is held exclusively, so concurrent
+    /// writes to different bytes of one block all survive. Durability as for [`Device::write`].
+    pub fn write_bytes(&self, off: u64, src: &[u8], fua: bool) -> Result<()> {
+        let i = &*self.inner;
+        if i.is_whole_blocks(off, src.len()) {
+            return self.write(off, src, fua);
+        }
+        let t0 = cycles();
+        i.for_each_piece(off, src.len() as u64, true, |first, at, done, n| {
+            i.patch_locked(first, at, Some(&src[done..done + n]), n, fua)
+        })?;
+        i.stats().add(Ctr::Writes, 1);
+        i.stats().add(Ctr::WriteBytes, src.len() as u64);
+        if fua {
+            i.stats().add(Ctr::FuaWrites, 1);
+        }
+        i.stats().latency(Op::Write, cycles().wrapping_sub(t0));
+        Ok(())
+    }
+
+    /// Write zeroes over `[off, off+len)` at any byte offset: whole blocks as
+    /// [`Device::write_zeroes`], partial edges read-modify-written as in [`Device::write_bytes`].
+    pub fn write_zeroes_bytes(&self, off: u64, len: u64, fua: bool) -> Result<()> {
+        let i = &*self.inner;
+        if len > 0 && i.is_whole_blocks(off, 0) && len.is_multiple_of(i.layout().block_size as u64)
+        {
+            return self.write_zeroes(off, len, fua);
+        }
+        i.for_each_piece(off, len, true, |first, at, _, n| {
+            i.patch_locked(first, at, None, n, fua)
+        })?;
+        i.stats().add(Ctr::WriteZeroes, 1);
+        i.stats().add(Ctr::WriteZeroBytes, len);
         Ok(())
     }
 
@@ -249,34 +284,34 @@ impl<M: Media + 'static> Device<M> {
         i.check_open()?;
         let t0 = cycles();
         i.flush_all()?;
-        i.stats.add(Ctr::Flushes, 1);
-        i.stats.latency(Op::Flush, cycles().wrapping_sub(t0));
+        i.stats().add(Ctr::Flushes, 1);
+        i.stats().latency(Op::Flush, cycles().wrapping_sub(t0));
         Ok(())
     }
 
     /// Discard `[off, off+len)`: the range reads back as zeroes. Durable after the next flush.
     pub fn trim(&self, off: u64, len: u64) -> Result<()> {
         self.inner.zero_range(off, len, false)?;
-        self.inner.stats.add(Ctr::Trims, 1);
-        self.inner.stats.add(Ctr::TrimBytes, len);
+        self.inner.stats().add(Ctr::Trims, 1);
+        self.inner.stats().add(Ctr::TrimBytes, len);
         Ok(())
     }
 
     /// Write zeroes over `[off, off+len)`, durable on return with `fua`.
     pub fn write_zeroes(&self, off: u64, len: u64, fua: bool) -> Result<()> {
         self.inner.zero_range(off, len, fua)?;
-        self.inner.stats.add(Ctr::WriteZeroes, 1);
-        self.inner.stats.add(Ctr::WriteZeroBytes, len);
+        self.inner.stats().add(Ctr::WriteZeroes, 1);
+        self.inner.stats().add(Ctr::WriteZeroBytes, len);
         Ok(())
     }
 
     pub fn block_size(&self) -> u32 {
-        self.inner.layout.block_size
+        self.inner.layout().block_size
     }
 
     /// Usable bytes (blocks × block size).
     pub fn capacity(&self) -> u64 {
-        self.inner.layout.capacity()
+        self.inner.layout().capacity()
     }
 
     /// Largest request accepted, in bytes.
@@ -289,7 +324,7 @@ impl<M: Media + 'static> Device<M> {
     }
 
     pub fn write_scheme(&self) -> WriteScheme {
-        self.inner.persister.scheme()
+        self.inner.path().persister.scheme()
     }
 
     /// Whether the previous user closed the device cleanly.
@@ -306,14 +341,17 @@ impl<M: Media + 'static> Device<M> {
         let i = &*self.inner;
         DeviceInfo {
             superblock: i.sb.lock().0.clone(),
-            block_size: i.layout.block_size,
-            capacity: i.layout.capacity(),
-            checksum: i.layout.checksum(),
-            atomic: i.layout.atomic(),
-            lanes: i.lanes.as_ref().map_or(0, |l| l.count()),
-            free_blocks: i.lanes.as_ref().map_or(0, |l| l.free_blocks().len() as u64),
+            block_size: i.layout().block_size,
+            capacity: i.layout().capacity(),
+            checksum: i.layout().checksum(),
+            atomic: i.layout().atomic(),
+            lanes: i.blocks.atomic().map_or(0, |a| a.lanes()),
+            free_blocks: i
+                .blocks
+                .atomic()
+                .map_or(0, |a| a.free_blocks().len() as u64),
             protect: i.protect,
-            write: i.persister.scheme(),
+            write: i.path().persister.scheme(),
             was_clean: i.was_clean,
             notes: i.notes.clone(),
         }
@@ -321,8 +359,8 @@ impl<M: Media + 'static> Device<M> {
 
     pub fn stats(&self) -> Stats {
         let i = &*self.inner;
-        i.stats.snapshot(
-            i.windows.opened.load(Ordering::Relaxed),
+        i.stats().snapshot(
+            i.path().windows.opened.load(Ordering::Relaxed),
             i.batch.as_ref().map(|b| b.stats()),
         )
     }
@@ -331,14 +369,14 @@ impl<M: Media + 'static> Device<M> {
     /// no write in flight, these are exactly the blocks no map entry names.
     pub fn free_blocks(&self) -> Vec<u32> {
         self.inner
-            .lanes
-            .as_ref()
-            .map_or(vec![], |l| l.free_blocks())
+            .blocks
+            .atomic()
+            .map_or(vec![], |a| a.free_blocks())
     }
 
     /// The media under the device (for tests and tools; never write through it).
     pub fn media(&self) -> &M {
-        &self.inner.media
+        &self.inner.path().media
     }
 
     /// Drain buffers, make everything durable, stop the syncers, give the region back its
@@ -354,9 +392,10 @@ impl<M: Media + 'static> Device<M> {
         self.stop_syncers();
         i.flush_all()?;
         i.update_superblock(|sb| sb.clean = true)?;
-        i.gate.unprotect(i.media.mapping())?;
-        if let Some(r) = i.media.mapping() {
-            crate::path::unlock(r);
+        let path = i.path();
+        path.gate.unprotect(path.media.mapping())?;
+        if let Some(region) = path.media.mapping() {
+            region.unlock();
         }
         Ok(())
     }
@@ -384,7 +423,8 @@ impl<M: Media + 'static> Drop for Device<M> {
             if let Err(e) = self.inner.flush_all() {
                 tracing::error!("flush while dropping the block device failed: {e}");
             }
-            let _ = self.inner.gate.unprotect(self.inner.media.mapping());
+            let path = self.inner.path();
+            let _ = path.gate.unprotect(path.media.mapping());
         }
     }
 }
@@ -398,66 +438,6 @@ fn check_scheme(w: WriteScheme) -> Result<()> {
         return Err(BlkError::SchemeUnavailable(w.name()));
     }
     Ok(())
-}
-
-/// Lay out a fresh device: invalidate any old superblock, zero the data (if asked) and the
-/// checksum table, then write both superblock slots.
-fn format<M: Media>(m: &M, layout: Layout, zero_data: bool, scheme: WriteScheme) -> Result<()> {
-    let p = Persister::new(scheme, m.len(), m.domain());
-    // Old superblocks first, so a crash mid-format never leaves a valid-looking device.
-    p.zero(m, 0, PAGE as usize);
-    p.barrier(m)?;
-    if layout.atomic() {
-        format_map(m, &p, layout, zero_data);
-    } else if zero_data {
-        p.zero(m, layout.data_off as usize, layout.capacity() as usize);
-    }
-    if layout.checksum() && !layout.atomic() {
-        let crc = crc32c::crc32c(&ZEROES[..layout.block_size as usize]).to_le_bytes();
-        let mut page = [0u8; PAGE as usize];
-        for c in page.chunks_mut(4) {
-            c.copy_from_slice(&crc);
-        }
-        let table = (layout.data_off - layout.csum_off) as usize;
-        let mut done = 0;
-        while done < table {
-            let n = (table - done).min(page.len());
-            p.write(m, layout.csum_off as usize + done, &page[..n]);
-            done += n;
-        }
-    }
-    p.fence(m);
-    p.barrier(m)?;
-    let mut sb = Superblock::new(layout);
-    superblock::write_slot(m, 1, &sb);
-    sb.seq += 1;
-    superblock::write_slot(m, 0, &sb);
-    Ok(())
-}
-
-/// Atomic layout: logical block `i` starts on physical block `i` (zeroed if asked, with the
-/// zero block's CRC when checksums are on); blocks `nblocks..` are the spares.
-fn format_map<M: Media>(m: &M, p: &Persister, layout: Layout, zero_data: bool) {
-    if zero_data {
-        p.zero(m, layout.data_off as usize, layout.capacity() as usize);
-    }
-    let crc = if layout.checksum() {
-        crc32c::crc32c(&ZEROES[..layout.block_size as usize])
-    } else {
-        0
-    };
-    let mut page = [0u8; PAGE as usize];
-    let per_page = PAGE / superblock::MAP_ENTRY;
-    let mut b = 0u64;
-    while b < layout.nblocks {
-        let n = (layout.nblocks - b).min(per_page);
-        for k in 0..n {
-            let e = atomic::entry(b + k, crc);
-            page[k as usize * 8..k as usize * 8 + 8].copy_from_slice(&e.to_le_bytes());
-        }
-        p.write(m, layout.map_entry_off(b), &page[..n as usize * 8]);
-        b += n;
-    }
 }
 
 /// Pick the protection mode and build its gate, applying the user's fallback for pkey.
@@ -537,27 +517,57 @@ fn resolve_protect<M: Media + 'static>(
     }
 }
 
+/// One syncer thread per pt-batch buffer, each holding the device until [`Batch::stop`].
+fn spawn_syncers<M: Media + 'static>(inner: &Arc<Inner<M>>) -> Vec<JoinHandle<()>> {
+    let n = inner.batch.as_ref().map_or(0, |b| b.buffers());
+    (0..n)
+        .map(|i| {
+            let inner = Arc::clone(inner);
+            std::thread::Builder::new()
+                .name(format!("pmbd-sync{i}"))
+                .spawn(move || {
+                    let batch = inner.batch.as_ref().expect("pt-batch device");
+                    batch.run_syncer(&inner.blocks, i);
+                })
+                .expect("cannot spawn a pmbd syncer thread")
+        })
+        .collect()
+}
+
 impl<M: Media + 'static> Inner<M> {
+    #[inline]
+    fn path(&self) -> &DataPath<M> {
+        &self.blocks.path
+    }
+
+    #[inline]
+    fn layout(&self) -> &Layout {
+        &self.blocks.path.layout
+    }
+
+    #[inline]
+    fn stats(&self) -> &Recorder {
+        &self.blocks.path.stats
+    }
+
     /// Validate a request; returns its first block. Counts rejections.
     #[inline]
     fn check(&self, off: u64, len: usize) -> Result<u64> {
-        let r = self.check_range(off, len as u64);
+        let r = self.check_range(off, len as u64, self.max_request as u64);
         if r.is_err() {
-            self.stats.add(Ctr::Rejected, 1);
+            self.stats().add(Ctr::Rejected, 1);
         }
         r
     }
 
-    fn check_range(&self, off: u64, len: u64) -> Result<u64> {
-        let bs = self.layout.block_size;
+    /// A range of whole blocks inside the device and no longer than `max`.
+    fn check_range(&self, off: u64, len: u64, max: u64) -> Result<u64> {
+        let bs = self.layout().block_size;
         if len == 0 {
             return Err(BlkError::ZeroLength { off });
         }
-        if len > self.max_request as u64 {
-            return Err(BlkError::TooLarge {
-                len,
-                max: self.max_request as u64,
-            });
+        if len > max {
+            return Err(BlkError::TooLarge { len, max });
         }
         // Block sizes are powers of two (512 or 4096).
         let mask = bs as u64 - 1;
@@ -568,15 +578,24 @@ impl<M: Media + 'static> Inner<M> {
                 block_size: bs,
             });
         }
-        let cap = self.layout.capacity();
-        if off.checked_add(len).is_none_or(|end| end > cap) {
-            return Err(BlkError::OutOfRange {
-                off,
-                len,
-                capacity: cap,
-            });
-        }
+        self.check_bounds(off, len)?;
         Ok(off / bs as u64)
+    }
+
+    /// `[off, off+len)` lies inside the device.
+    fn check_bounds(&self, off: u64, len: u64) -> Result<()> {
+        let capacity = self.layout().capacity();
+        if off.checked_add(len).is_none_or(|end| end > capacity) {
+            return Err(BlkError::OutOfRange { off, len, capacity });
+        }
+        Ok(())
+    }
+
+    /// A request the block path takes as it is: whole blocks, within one request's limit.
+    #[inline]
+    fn is_whole_blocks(&self, off: u64, len: usize) -> bool {
+        let mask = self.layout().block_size as u64 - 1;
+        off & mask == 0 && len as u64 & mask == 0 && len <= self.max_request
     }
 
     #[inline]
@@ -591,42 +610,34 @@ impl<M: Media + 'static> Inner<M> {
     #[inline]
     fn write_locked(&self, b0: u64, src: &[u8], fua: bool) -> Result<()> {
         match &self.batch {
-            Some(b) => b.write(self, b0, src, fua),
-            None => self.write_pm(b0, src, fua),
+            Some(b) => b.write(&self.blocks, b0, src, fua),
+            None => self.blocks.write(b0, src, fua),
+        }
+    }
+
+    /// A read, with the request's stripes held (shared or exclusively).
+    #[inline]
+    fn read_locked(&self, b0: u64, dst: &mut [u8]) -> Result<()> {
+        match &self.batch {
+            Some(b) => b.read(&self.blocks, b0, dst),
+            None => self.blocks.read(b0, dst),
         }
     }
 
     fn zero_range(&self, off: u64, len: u64, fua: bool) -> Result<()> {
         // Ranges may be larger than one request's limit: check the whole, then go in chunks.
-        let bs = self.layout.block_size as u64;
-        if len == 0 {
-            self.stats.add(Ctr::Rejected, 1);
-            return Err(BlkError::ZeroLength { off });
+        if let Err(e) = self.check_range(off, len, u64::MAX) {
+            self.stats().add(Ctr::Rejected, 1);
+            return Err(e);
         }
-        let end = off.checked_add(len);
-        if off & (bs - 1) != 0 || len & (bs - 1) != 0 {
-            self.stats.add(Ctr::Rejected, 1);
-            return Err(BlkError::Misaligned {
-                off,
-                len,
-                block_size: bs as u32,
-            });
-        }
-        if end.is_none_or(|e| e > self.layout.capacity()) {
-            self.stats.add(Ctr::Rejected, 1);
-            return Err(BlkError::OutOfRange {
-                off,
-                len,
-                capacity: self.layout.capacity(),
-            });
-        }
+        let bs = self.layout().block_size as u64;
         let mut pos = off;
         while pos < off + len {
             let n = (off + len - pos).min(ZEROES.len() as u64);
             let b0 = pos / bs;
             let _g = self
                 .stripes
-                .lock(self.layout.lock_off(b0), n as usize, true);
+                .lock(self.layout().lock_off(b0), n as usize, true);
             self.check_open()?;
             self.write_locked(b0, &ZEROES[..n as usize], fua)?;
             pos += n;
@@ -634,201 +645,156 @@ impl<M: Media + 'static> Inner<M> {
         Ok(())
     }
 
-    /// Write blocks `b0..` straight to PM: one window for the data, one for their CRCs. The
-    /// caller holds the blocks' stripes (or, in pt-batch, the blocks' buffer).
-    pub(crate) fn write_pm(&self, b0: u64, src: &[u8], fua: bool) -> Result<()> {
-        if self.lanes.is_some() {
-            return self.atomic_write(b0, src, fua);
+    /// Bytes `[off, off+len)` at any alignment, in pieces whose covering blocks fit one
+    /// request: `piece(first block, offset of the piece in its first block, bytes done so far,
+    /// piece length)` runs with the covering blocks' stripes held (`exclusive` for writes), so a
+    /// partial block is read, patched and written back with no other writer in between.
+    fn for_each_piece(
+        &self,
+        off: u64,
+        len: u64,
+        exclusive: bool,
+        mut piece: impl FnMut(u64, usize, usize, usize) -> Result<()>,
+    ) -> Result<()> {
+        if len == 0 {
+            self.stats().add(Ctr::Rejected, 1);
+            return Err(BlkError::ZeroLength { off });
         }
-        let moff = self.layout.block_off(b0);
-        let len = src.len();
-        let p = &self.persister;
-        let deferred = p.scheme().deferred();
-        self.gate
-            .write(&self.media, moff, len, &self.windows, |v| {
-                self.emu.write(len, || {
-                    if self.subpage {
-                        self.store_changed_lines(v, moff, src);
-                    } else {
-                        p.write(v, moff, src);
-                    }
-                    p.fence(v);
-                    if fua && deferred {
-                        p.persist_now(v, moff, len)
-                    } else {
-                        Ok(())
-                    }
-                })
-            })??;
-        if self.layout.checksum() {
-            self.write_crcs(b0, src, fua)?;
+        if let Err(e) = self.check_bounds(off, len) {
+            self.stats().add(Ctr::Rejected, 1);
+            return Err(e);
         }
-        if self.write_verify {
-            self.verify(b0, src)?;
+        let bs = self.layout().block_size as u64;
+        // Whole blocks per piece; at least one, so a tiny max_request still makes progress.
+        let span = (self.max_request as u64 / bs).max(1) * bs;
+        let mut pos = off;
+        while pos < off + len {
+            let first = pos / bs;
+            let start = first * bs;
+            let n = (off + len - pos).min(start + span - pos);
+            let end = (pos + n).div_ceil(bs) * bs;
+            debug_assert!(end - start <= span.max(bs));
+            let _g = self.stripes.lock(
+                self.layout().lock_off(first),
+                (end - start) as usize,
+                exclusive,
+            );
+            self.check_open()?;
+            piece(
+                first,
+                (pos - start) as usize,
+                (pos - off) as usize,
+                n as usize,
+            )?;
+            pos += n;
         }
         Ok(())
     }
 
-    /// Subpage update: compare each 64-byte line with what PM holds and store only lines that
-    /// differ (the original driver's `subupdate`).
-    fn store_changed_lines(&self, v: &View<'_, M>, moff: usize, src: &[u8]) {
-        let mut old = [0u8; MAX_BLOCK];
-        let (mut written, mut skipped) = (0u64, 0u64);
-        let mut done = 0;
-        while done < src.len() {
-            let n = (src.len() - done).min(MAX_BLOCK);
-            v.read(moff + done, &mut old[..n]);
-            let mut line = 0;
-            while line < n {
-                if old[line..line + LINE] == src[done + line..done + line + LINE] {
-                    skipped += 1;
-                    line += LINE;
-                    continue;
+    /// Store `src` (or zeroes) at byte `at` of the blocks from `first`; the caller holds their
+    /// stripes exclusively. Whole blocks go straight down; a partial block at either end is
+    /// read, patched and written back.
+    fn patch_locked(
+        &self,
+        first: u64,
+        at: usize,
+        src: Option<&[u8]>,
+        len: usize,
+        fua: bool,
+    ) -> Result<()> {
+        let bs = self.layout().block_size as usize;
+        let mut block = first;
+        let (mut in_block, mut done) = (at, 0);
+        while done < len {
+            let n = (bs - in_block).min(len - done);
+            if in_block == 0 && n == bs {
+                // Whole blocks: as many as are left, in one write.
+                let whole = (len - done) / bs * bs;
+                match src {
+                    Some(s) => self.write_locked(block, &s[done..done + whole], fua)?,
+                    None => {
+                        let mut z = 0;
+                        while z < whole {
+                            let k = (whole - z).min(ZEROES.len());
+                            self.write_locked(block + (z / bs) as u64, &ZEROES[..k], fua)?;
+                            z += k;
+                        }
+                    }
                 }
-                // Extend over the run of changed lines and store it in one go.
-                let start = line;
-                while line < n && old[line..line + LINE] != src[done + line..done + line + LINE] {
-                    line += LINE;
-                }
-                written += ((line - start) / LINE) as u64;
-                self.persister
-                    .write(v, moff + done + start, &src[done + start..done + line]);
+                block += (whole / bs) as u64;
+                done += whole;
+                continue;
             }
+            let mut buf = [0u8; MAX_BLOCK];
+            let buf = &mut buf[..bs];
+            self.read_locked(block, buf)?;
+            match src {
+                Some(s) => buf[in_block..in_block + n].copy_from_slice(&s[done..done + n]),
+                None => buf[in_block..in_block + n].fill(0),
+            }
+            self.write_locked(block, buf, fua)?;
+            self.stats().add(Ctr::PartialBlocks, 1);
+            block += 1;
+            in_block = 0;
             done += n;
         }
-        self.stats.add(Ctr::SubpageLinesWritten, written);
-        self.stats.add(Ctr::SubpageLinesSkipped, skipped);
-    }
-
-    fn write_crcs(&self, b0: u64, src: &[u8], fua: bool) -> Result<()> {
-        let bs = self.layout.block_size as usize;
-        let nblocks = src.len() / bs;
-        let mut buf = [0u8; CRC_CHUNK * 4];
-        let mut i = 0;
-        while i < nblocks {
-            let n = (nblocks - i).min(CRC_CHUNK);
-            for k in 0..n {
-                let blk = &src[(i + k) * bs..(i + k + 1) * bs];
-                let crc = if is_zeroes(src) {
-                    self.zero_crc
-                } else {
-                    crc32c::crc32c(blk)
-                };
-                buf[k * 4..k * 4 + 4].copy_from_slice(&crc.to_le_bytes());
-            }
-            let coff = self.layout.crc_off(b0 + i as u64);
-            let p = &self.persister;
-            self.gate
-                .write(&self.media, coff, n * 4, &self.windows, |v| {
-                    p.write(v, coff, &buf[..n * 4]);
-                    p.fence(v);
-                    if fua && p.scheme().deferred() {
-                        p.persist_now(v, coff, n * 4)
-                    } else {
-                        Ok(())
-                    }
-                })??;
-            i += n;
-        }
         Ok(())
     }
 
-    fn verify(&self, b0: u64, src: &[u8]) -> Result<()> {
-        let bs = self.layout.block_size as usize;
-        let mut back = [0u8; MAX_BLOCK];
-        for (k, blk) in src.chunks(bs).enumerate() {
-            let off = self.layout.block_off(b0 + k as u64);
-            self.gate.read(&self.media, off, bs, &self.windows, |v| {
-                v.read(off, &mut back[..bs])
-            })?;
-            if back[..bs] != *blk {
-                self.stats.add(Ctr::VerifyFailures, 1);
-                return Err(BlkError::VerifyFailed {
-                    block: b0 + k as u64,
-                });
+    /// Copy bytes at byte `at` of the blocks from `first` into `dst`; the caller holds their
+    /// stripes. Whole blocks are read straight into `dst`.
+    fn read_piece_locked(&self, first: u64, at: usize, dst: &mut [u8]) -> Result<()> {
+        let bs = self.layout().block_size as usize;
+        let mut block = first;
+        let (mut in_block, mut done) = (at, 0);
+        while done < dst.len() {
+            let n = (bs - in_block).min(dst.len() - done);
+            if in_block == 0 && n == bs {
+                let whole = (dst.len() - done) / bs * bs;
+                self.read_locked(block, &mut dst[done..done + whole])?;
+                block += (whole / bs) as u64;
+                done += whole;
+                continue;
             }
-        }
-        Ok(())
-    }
-
-    /// Read blocks `b0..` from PM and check their CRCs. On a mismatch `dst` is zeroed (never
-    /// hand out corrupt data) and the first bad block is named.
-    pub(crate) fn read_pm(&self, b0: u64, dst: &mut [u8]) -> Result<()> {
-        if self.lanes.is_some() {
-            return self.atomic_read(b0, dst);
-        }
-        let moff = self.layout.block_off(b0);
-        let len = dst.len();
-        self.gate.read(&self.media, moff, len, &self.windows, |v| {
-            self.emu.read(len, || v.read(moff, dst))
-        })?;
-        if self.layout.checksum() {
-            if let Err(e) = self.check_crcs(b0, dst) {
-                dst.fill(0);
-                self.stats.add(Ctr::ChecksumErrors, 1);
+            let mut buf = [0u8; MAX_BLOCK];
+            let buf = &mut buf[..bs];
+            if let Err(e) = self.read_locked(block, buf) {
+                dst.fill(0); // never hand out part of a failed read
                 return Err(e);
             }
+            dst[done..done + n].copy_from_slice(&buf[in_block..in_block + n]);
+            block += 1;
+            in_block = 0;
+            done += n;
         }
         Ok(())
     }
 
-    fn check_crcs(&self, b0: u64, data: &[u8]) -> Result<()> {
-        let bs = self.layout.block_size as usize;
-        let nblocks = data.len() / bs;
-        let mut buf = [0u8; CRC_CHUNK * 4];
-        let mut i = 0;
-        while i < nblocks {
-            let n = (nblocks - i).min(CRC_CHUNK);
-            let coff = self.layout.crc_off(b0 + i as u64);
-            self.gate
-                .read(&self.media, coff, n * 4, &self.windows, |v| {
-                    v.read(coff, &mut buf[..n * 4])
-                })?;
-            for k in 0..n {
-                let stored = u32::from_le_bytes(buf[k * 4..k * 4 + 4].try_into().unwrap());
-                let computed = crc32c::crc32c(&data[(i + k) * bs..(i + k + 1) * bs]);
-                if stored != computed {
-                    let block = b0 + (i + k) as u64;
-                    return Err(BlkError::Checksum {
-                        block,
-                        off: block * bs as u64,
-                        stored,
-                        computed,
-                    });
-                }
-            }
-            i += n;
-        }
-        Ok(())
-    }
-
-    /// The write barrier (Table III of seed 000): wait for writes in flight, drain staging
-    /// buffers, then the scheme's barrier (a fence; flush of dirty pages for `wb`; msync of
-    /// dirty pages for `msync`).
-    pub(crate) fn flush_all(&self) -> Result<()> {
+    /// The write barrier (Table III of the PMBD paper): wait for writes in flight, drain
+    /// staging buffers, then the blocks' barrier (settle atomic lanes; a fence; flush of dirty
+    /// pages for `wb`; msync of dirty pages for `msync`).
+    fn flush_all(&self) -> Result<()> {
         self.stripes.wait_idle();
         if let Some(b) = &self.batch {
-            b.drain_all(self)?;
+            b.drain_all(&self.blocks)?;
         }
-        self.settle_lanes()?;
-        self.gate
-            .barrier(&self.media, |v| self.persister.barrier(v))??;
-        Ok(())
+        self.blocks.barrier()
     }
 
     /// Change the superblock and publish it in the other slot (crash-safe: see superblock.rs).
     fn update_superblock(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
-        let mut g = self.sb.lock();
-        let mut next = g.0.clone();
+        let mut current = self.sb.lock();
+        let mut next = current.0.clone();
         f(&mut next);
-        next.seq = g.0.seq + 1;
-        let slot = 1 - g.1;
+        next.seq = current.0.seq + 1;
+        let slot = 1 - current.1;
         let off = superblock::SLOT_OFF[slot] as usize;
-        self.gate
-            .write(&self.media, off, SLOT_LEN, &self.windows, |v| {
+        let path = self.path();
+        path.gate
+            .write(&path.media, off, SLOT_LEN, &path.windows, |v| {
                 superblock::write_slot(v, slot, &next)
             })?;
-        *g = (next, slot);
+        *current = (next, slot);
         Ok(())
     }
 }

@@ -23,6 +23,8 @@ pub enum BlkError {
         stored: u32,
         computed: u32,
     },
+    #[error("block {block}: media error at byte {media_off} of the PM (poisoned or failed line); the block's data cannot be read. Rewrite the block to clear it, or restore it from a copy")]
+    BadMedia { block: u64, media_off: u64 },
     #[error("block {block}: data read back after the write differs from what was written (--write-verify)")]
     VerifyFailed { block: u64 },
     #[error("not a pmkit block device: wrong magic {found:02x?} in both superblock copies (create one with `pmkit create`)")]

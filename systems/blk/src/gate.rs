@@ -44,6 +44,13 @@ impl<M: Media> Media for View<'_, M> {
             View::Lazy { region, .. } => region.domain(),
         }
     }
+    fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
+        match self {
+            View::Main(m) => m.first_bad(off, len),
+            View::Window { win, base } => win.first_bad(off - base, len).map(|o| o + base),
+            View::Lazy { .. } => lazy_misuse(),
+        }
+    }
     #[inline]
     fn read(&self, off: usize, dst: &mut [u8]) {
         match self {

@@ -39,23 +39,30 @@
 //!
 //! The on-media layout, the guarantees and what a crash can leave are in `docs/blk.md`.
 
+// Layers, each using only those above it in this list:
+// error, options, superblock (geometry and slots), map (atomic map format) <- gate, stripes,
+// stats <- data_path <- atomic <- blocks <- batch <- device, format <- path; check <- map.
 pub mod atomic;
 mod batch;
+mod blocks;
 pub mod check;
+mod data_path;
 mod device;
 pub mod error;
+mod format;
 mod gate;
+pub mod map;
 pub mod options;
 mod path;
 pub mod stats;
 mod stripes;
 pub mod superblock;
 
-pub use atomic::MapScan;
 pub use check::{check, CheckReport, Finding, Severity};
 pub use device::{Device, DeviceInfo};
 pub use error::{BlkError, Result};
 pub use gate::View;
+pub use map::MapScan;
 pub use options::{BatchOptions, CreateOptions, EngineOptions, Protect};
 pub use path::{check_path, create_path, inspect_path, open_path};
 pub use pmkit_media::WriteScheme;

@@ -8,7 +8,6 @@ use crate::error::{BlkError, Result};
 use crate::options::{CreateOptions, EngineOptions};
 use crate::superblock::{self, Found};
 use pmkit_media::{Region, RegionOptions};
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
 fn region_opts(populate: bool) -> RegionOptions {
@@ -18,37 +17,14 @@ fn region_opts(populate: bool) -> RegionOptions {
     }
 }
 
+/// Take the device file's advisory lock, or say who holds it.
 fn lock(region: &Region, exclusive: bool) -> Result<()> {
-    let Some(f) = region.file() else {
-        return Ok(());
-    };
-    let op = if exclusive {
-        libc::LOCK_EX
+    if region.try_lock(exclusive)? {
+        Ok(())
     } else {
-        libc::LOCK_SH
-    };
-    // SAFETY: flock on a file descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(BlkError::Busy {
-                path: region.path().into(),
-            });
-        }
-        return Err(BlkError::Media(pmkit_media::MediaError::Io {
+        Err(BlkError::Busy {
             path: region.path().into(),
-            what: "cannot lock (flock)",
-            source: e,
-        }));
-    }
-    Ok(())
-}
-
-/// Release the lock [`open_path`] took (at close: the device is done with the file).
-pub(crate) fn unlock(region: &Region) {
-    if let Some(f) = region.file() {
-        // SAFETY: flock on a file descriptor the region owns; unlocking an unlocked file is a no-op.
-        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+        })
     }
 }
 

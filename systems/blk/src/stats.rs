@@ -30,8 +30,10 @@ pub enum Ctr {
     SubpageLinesSkipped,
     Rejected,
     AtomicBlocks,
+    PartialBlocks,
+    MediaErrors,
 }
-const NCTR: usize = Ctr::AtomicBlocks as usize + 1;
+const NCTR: usize = Ctr::MediaErrors as usize + 1;
 
 #[derive(Debug, Clone, Copy)]
 pub enum Op {
@@ -146,6 +148,8 @@ impl Recorder {
             subpage_lines_skipped: t(Ctr::SubpageLinesSkipped),
             rejected: t(Ctr::Rejected),
             atomic_blocks: t(Ctr::AtomicBlocks),
+            partial_blocks: t(Ctr::PartialBlocks),
+            media_errors: t(Ctr::MediaErrors),
             windows_opened,
             read_latency: Latency::of(&r),
             write_latency: Latency::of(&w),
@@ -176,6 +180,10 @@ pub struct Stats {
     pub rejected: u64,
     /// Blocks written through the map of an atomic device (each published by one map store).
     pub atomic_blocks: u64,
+    /// Blocks read, patched and written back for sub-block requests (`write_bytes`).
+    pub partial_blocks: u64,
+    /// Reads refused because the media reported an error (poison) in their range.
+    pub media_errors: u64,
     /// Protection windows that cost a system call (pt, pt-batch, private).
     pub windows_opened: u64,
     pub read_latency: Latency,
