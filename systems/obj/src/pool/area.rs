@@ -1,0 +1,102 @@
+//! How the library reaches the PM object area: the guard (open, a protection key, or page
+//! rights), the windows it opens around its own copies, and the two helpers that reach the
+//! mapping behind the media (page rights and addresses).
+
+use super::Pool;
+use crate::error::Result;
+use pmkit_media::protect::{Access as Rights, Pkey, PkeyWindow};
+use pmkit_media::{Media, MediaError};
+
+/// How the library itself reaches the PM object area.
+#[derive(Debug)]
+pub(super) enum AreaGuard {
+    /// No protection: the area is mapped read-write.
+    Open,
+    /// The area is tagged with this key, which every thread has disabled; the library opens a
+    /// WRPKRU window in its own thread around each copy (no syscall, no TLB flush).
+    Key(Pkey),
+    /// The area is `PROT_NONE`; the library opens `mprotect` windows (two syscalls each).
+    Pages,
+}
+
+impl<M: Media> Pool<M> {
+    /// Give the object area back to the default key before the pool's key is freed (another
+    /// user may get the same key number), leaving it `PROT_NONE` as a protected pool does.
+    pub(super) fn untag_area(&self) {
+        if let AreaGuard::Key(_) = self.guard {
+            let (off, len) = (self.g.area_off as usize, self.g.area_len as usize);
+            if let Err(e) = set_rights(&self.m, off, len, Rights::None, None) {
+                tracing::warn!("cannot untag the object area: {e}");
+            }
+        }
+    }
+
+    /// Rights of object pages nobody has attached.
+    pub(super) fn rest(&self) -> Rights {
+        if self.protect {
+            Rights::None
+        } else {
+            Rights::ReadWrite
+        }
+    }
+    pub(super) fn rest_area(&self) -> Result<()> {
+        let (off, len) = (self.g.area_off as usize, self.g.area_len as usize);
+        match &self.guard {
+            AreaGuard::Open => {}
+            AreaGuard::Key(k) => set_rights(&self.m, off, len, Rights::ReadWrite, Some(k))?,
+            AreaGuard::Pages => set_rights(&self.m, off, len, Rights::None, None)?,
+        }
+        Ok(())
+    }
+    /// Open the library's own access to `[off, off+len)` of the object area for `rights`. A key
+    /// window closes when the returned guard drops; page windows close with [`Self::close_area`].
+    pub(super) fn open_area(
+        &self,
+        off: usize,
+        len: usize,
+        rights: Rights,
+    ) -> Result<Option<PkeyWindow>> {
+        Ok(match &self.guard {
+            AreaGuard::Open => None,
+            AreaGuard::Key(k) if rights == Rights::ReadWrite => Some(k.open_write()),
+            AreaGuard::Key(k) => Some(k.open_read()),
+            AreaGuard::Pages => {
+                self.rights(off, len, rights)?;
+                None
+            }
+        })
+    }
+    pub(super) fn close_area(&self, off: usize, len: usize) -> Result<()> {
+        if let AreaGuard::Pages = self.guard {
+            self.rights(off, len, Rights::None)?;
+        }
+        Ok(())
+    }
+    /// Rights of a DRAM buffer nobody has attached.
+    pub(super) fn buf_rest(&self) -> Rights {
+        self.rest()
+    }
+    pub(super) fn rights(&self, off: usize, len: usize, r: Rights) -> Result<()> {
+        Ok(set_rights(&self.m, off, len, r, None)?)
+    }
+}
+
+/// Set the page rights of `[off, off+len)` and tag the pages with `key` (`None`: the default
+/// key). Rights exist only on a mapping; on a simulator this changes nothing.
+pub(super) fn set_rights<M: Media>(
+    media: &M,
+    off: usize,
+    len: usize,
+    rights: Rights,
+    key: Option<&Pkey>,
+) -> std::result::Result<(), MediaError> {
+    match media.mapping() {
+        Some(region) => region.set_access_key(off, len, rights, key),
+        None => Ok(()),
+    }
+}
+
+/// Address of media byte `off` when the media is a mapping.
+pub(super) fn address<M: Media>(media: &M, off: usize, len: usize) -> Option<*mut u8> {
+    media.mapping().map(|region| region.ptr_at(off, len))
+}

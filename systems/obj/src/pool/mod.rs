@@ -1,0 +1,416 @@
+//! The pool: its options, the in-memory object and attachment state, format/open/assemble and
+//! the release of a pool. The work is split by job into the child modules.
+
+mod area;
+mod attach;
+mod handle;
+mod io;
+mod objects;
+mod recovery;
+mod sync;
+
+pub use handle::Handle;
+pub use recovery::{CheckReport, Recovery};
+
+use self::area::AreaGuard;
+use self::attach::{Att, IdMap};
+use self::recovery::{read_geometry, scan, Scan};
+use crate::alloc::Extents;
+use crate::bits::PageSet;
+use crate::error::{ObjError, Result};
+use crate::faults;
+use crate::layout::{self, Descriptor, Geometry, HEADER_LEN, PAGE};
+use crate::staging::Cache;
+use parking_lot::Mutex;
+use pmkit_media::protect::Pkey;
+use pmkit_media::{Domain, Fence, Flush, Media};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Most handles attached at once in one pool.
+pub const MAX_HANDLES: usize = 4096;
+/// Most threads besides the attaching one that may take a keyed attachment's pointer.
+pub const MAX_THREADS_PER_HANDLE: usize = 64;
+/// Bytes copied per step when bringing a shadow up to date.
+const COPY_CHUNK: usize = 64 * 1024;
+
+/// How an object is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Access {
+    /// Reads see the last published contents; the pages are mapped read-only.
+    Read,
+    /// Reads and writes go to the shadow; `sync` publishes it.
+    ReadWrite,
+}
+
+/// How a read-write attachment learns which pages were written (only those are flushed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Tracking {
+    /// Write faults on a read-only-mapped shadow where the shadow has addresses (a DRAM
+    /// shadow, or a PM shadow on a `Region`), else `Explicit`.
+    Auto,
+    /// Pages written through [`Handle::write`] or declared with [`Handle::mark_dirty`].
+    Explicit,
+    /// The first store to each page faults once and is recorded (needs a `Region`).
+    Faults,
+    /// Every page of the object is flushed at sync (the thesis's behaviour; no tracking cost).
+    Whole,
+}
+
+/// Where a read-write attachment's shadow (the copy its stores go to) lives. Not persisted:
+/// the on-media layout is the same, any pool may be opened with either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Shadow {
+    /// A DRAM buffer filled from the current slot at attach; `sync` streams the pages that
+    /// must change into the other PM slot with non-temporal stores. Stores are DRAM stores.
+    Dram,
+    /// The other PM slot itself (the thesis's design): stores go to PM, `sync` writes back the
+    /// dirty lines with clwb; the slot is brought up to date at the first access.
+    Pm,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct PoolOptions {
+    /// Object Table entries (the most objects the pool holds). Used by `format` only.
+    pub max_objects: u32,
+    /// Keep detached objects inaccessible and read-only attachments read-only with page rights.
+    /// Needs media with page tables; ignored by the crash simulator.
+    pub protect: bool,
+    /// Where shadows live (default: DRAM).
+    pub shadow: Shadow,
+    /// With `protect` and a DRAM shadow, where the CPU has memory protection keys:
+    /// - keep the PM object area behind a key, opened for the library's own copies with a
+    ///   per-thread WRPKRU window (no syscall);
+    /// - give DRAM buffers keys of their own (while [`keys::MAX_BUFFER_KEYS`] last): attach
+    ///   enables the buffer's key in the attaching thread, detach disables it. The pointer then
+    ///   works in the attaching thread and in threads that call `as_ptr` themselves; any other
+    ///   thread faults.
+    ///
+    /// `false` (or no keys): `mprotect` windows around the library's copies and `mprotect` of
+    /// the buffer at attach and detach (a pointer works in every thread).
+    pub pkey: bool,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            max_objects: 4096,
+            protect: true,
+            shadow: Shadow::Dram,
+            pkey: true,
+        }
+    }
+}
+
+/// One object as `list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ObjInfo {
+    pub name: String,
+    pub index: usize,
+    pub size: u64,
+    pub capacity: u64,
+    pub offset: u64,
+    pub slot: u8,
+    pub generation: u64,
+    pub flags: u32,
+    pub attached: Option<Access>,
+}
+
+/// Counters of work done on the media (for benchmarks and tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    pub syncs: u64,
+    pub published: u64,
+    pub intents: u64,
+    /// Bytes written back with clwb at sync (PM shadow).
+    pub bytes_flushed: u64,
+    /// PM shadow: bytes copied to bring a shadow slot up to date. DRAM shadow: bytes copied from
+    /// PM into DRAM buffers at attach.
+    pub bytes_copied: u64,
+    /// Object bytes a sync made durable in PM: flushed (PM shadow) or streamed from DRAM.
+    pub bytes_synced: u64,
+    pub fences: u64,
+    /// DRAM shadow attachments served by a buffer with its own protection key (no `mprotect`).
+    pub keyed_attaches: u64,
+}
+
+/// Work counters. Every update happens under the pool lock, so a counter is bumped with a plain
+/// load and store: a locked add would also drain the store buffer (and the non-temporal
+/// copies in flight) at that point, which costs more than the copy's own fence.
+#[derive(Default)]
+struct Counters {
+    syncs: AtomicU64,
+    published: AtomicU64,
+    intents: AtomicU64,
+    bytes_flushed: AtomicU64,
+    bytes_copied: AtomicU64,
+    bytes_synced: AtomicU64,
+    fences: AtomicU64,
+    keyed_attaches: AtomicU64,
+}
+
+/// Add `n` to counter `c` (the caller holds the pool lock; see [`Counters`]).
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+struct Obj {
+    desc: Descriptor,
+    state: u64,
+    /// Pages where the non-current slot differs from the current one (DRAM only; all pages
+    /// after open, none after create).
+    stale: PageSet,
+    readers: u32,
+    writer: Option<u64>,
+}
+
+impl Obj {
+    pub(super) fn pages(&self) -> usize {
+        self.desc.cap as usize / PAGE
+    }
+    fn active(&self) -> u8 {
+        layout::state_slot(self.state)
+    }
+}
+
+struct Inner {
+    objs: Vec<Option<Obj>>,
+    names: HashMap<String, usize>,
+    free_entries: Vec<usize>,
+    extents: Extents,
+    atts: IdMap<Att>,
+    next_handle: u64,
+    seq: u64,
+    bufs: Cache,
+}
+
+/// A PMO pool on media `M`.
+pub struct Pool<M: Media> {
+    m: M,
+    g: Geometry,
+    protect: bool,
+    shadow: Shadow,
+    guard: AreaGuard,
+    /// DRAM buffers get their own protection keys (see [`PoolOptions::pkey`]).
+    buf_keys: bool,
+    inner: Mutex<Inner>,
+    ctr: Counters,
+}
+
+fn pool_id() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    (t as u64) ^ ((std::process::id() as u64) << 40) | 1
+}
+
+impl<M: Media> Pool<M> {
+    /// Format `m` as an empty pool. The magic is written last, so a crash leaves either the old
+    /// contents' magic cleared or a complete pool.
+    pub fn format(m: M, opts: &PoolOptions) -> Result<Pool<M>> {
+        let g = Geometry::new(m.len(), opts.max_objects, pool_id())?;
+        m.persist_u64(layout::H_MAGIC, 0);
+        let meta = g.area_off as usize - g.table_off as usize;
+        m.zero(g.table_off as usize, meta);
+        let h = g.encode();
+        m.write(8, &h[8..]);
+        if m.domain() == Domain::Adr {
+            m.flush(g.table_off as usize, meta, Flush::best());
+            m.flush(8, HEADER_LEN - 8, Flush::best());
+        }
+        m.fence(Fence::Sfence);
+        m.persist_u64(layout::H_MAGIC, layout::MAGIC);
+        let pool = Pool::assemble(
+            m,
+            g,
+            opts,
+            Scan {
+                found: vec![],
+                extents: Extents::new(g.area_off, g.area_len),
+                intent: None,
+                seq: 0,
+                errors: vec![],
+            },
+        );
+        pool.rest_area()?;
+        Ok(pool)
+    }
+
+    /// Open a pool and recover: a committed multi-object sync is rolled forward, an uncommitted
+    /// one (and any single-object sync a crash interrupted) is simply not visible, because
+    /// objects are only ever published by one 8-byte store. A corrupt structure is reported and
+    /// nothing is written.
+    pub fn open(m: M, opts: &PoolOptions) -> Result<(Pool<M>, Recovery)> {
+        let g = read_geometry(&m)?;
+        let s = scan(&m, &g);
+        if let Some(first) = s.errors.first() {
+            let more = if s.errors.len() > 1 {
+                format!(" (and {} more problems)", s.errors.len() - 1)
+            } else {
+                String::new()
+            };
+            return Err(ObjError::Corrupt(format!("{first}{more}")));
+        }
+        let mut rec = Recovery {
+            rolled_forward: vec![],
+            objects: s.found.len(),
+        };
+        let mut s = s;
+        if let Some(intent) = s.intent.take() {
+            // Roll forward: idempotent, so a crash here is recovered by the next open.
+            for &(entry, word) in &intent.items {
+                let off = g.entry_off(entry as usize);
+                m.store_u64(off, word);
+                if m.domain() == Domain::Adr {
+                    m.flush(off, 8, Flush::best());
+                }
+                if let Some(f) = s.found.iter_mut().find(|f| f.0 as u64 == entry) {
+                    f.1 = word;
+                }
+            }
+            m.fence(Fence::Sfence);
+            m.persist_u64(g.sync_off as usize, 0);
+            rec.rolled_forward = intent.items;
+        }
+        let pool = Pool::assemble(m, g, opts, s);
+        pool.rest_area()?;
+        Ok((pool, rec))
+    }
+
+    fn assemble(m: M, g: Geometry, opts: &PoolOptions, s: Scan) -> Pool<M> {
+        let mut objs: Vec<Option<Obj>> = (0..g.max_objects).map(|_| None).collect();
+        let mut names = HashMap::new();
+        for (i, state, desc) in s.found {
+            let pages = desc.cap as usize / PAGE;
+            names.insert(desc.name.clone(), i);
+            // The other slot's contents are unknown after a restart: all pages stale.
+            objs[i] = Some(Obj {
+                desc,
+                state,
+                stale: PageSet::full(pages),
+                readers: 0,
+                writer: None,
+            });
+        }
+        let free_entries = (0..g.max_objects as usize)
+            .rev()
+            .filter(|&i| objs[i].is_none())
+            .collect();
+        let guard = if !opts.protect {
+            AreaGuard::Open
+        } else if opts.shadow == Shadow::Dram && opts.pkey && m.mapping().is_some() {
+            match Pkey::alloc() {
+                Ok(k) => AreaGuard::Key(k),
+                Err(e) => {
+                    tracing::info!("no protection key for the object area ({e}): mprotect windows");
+                    AreaGuard::Pages
+                }
+            }
+        } else {
+            AreaGuard::Pages
+        };
+        Pool {
+            m,
+            g,
+            protect: opts.protect,
+            shadow: opts.shadow,
+            guard,
+            buf_keys: opts.protect && opts.pkey && opts.shadow == Shadow::Dram,
+            inner: Mutex::new(Inner {
+                objs,
+                names,
+                free_entries,
+                extents: s.extents,
+                atts: IdMap::default(),
+                next_handle: 1,
+                seq: s.seq,
+                bufs: Cache::default(),
+            }),
+            ctr: Counters::default(),
+        }
+    }
+
+    /// Give the media back (every handle must be gone: they borrow the pool).
+    pub fn into_media(mut self) -> M {
+        self.release_attachments();
+        self.untag_area();
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; each owned field is moved out once.
+        unsafe {
+            drop(std::ptr::read(&this.inner));
+            drop(std::ptr::read(&this.guard));
+            std::ptr::read(&this.m)
+        }
+    }
+
+    /// Where shadows live in this pool.
+    pub fn shadow(&self) -> Shadow {
+        self.shadow
+    }
+    /// Whether the library reaches the object area through a protection-key window.
+    pub fn uses_pkey(&self) -> bool {
+        matches!(self.guard, AreaGuard::Key(_))
+    }
+
+    /// Stop fault tracking of every attachment (handles from the C ABI may still be attached),
+    /// and put their keyed buffers at rest before they are unmapped and their keys reused.
+    fn release_attachments(&mut self) {
+        for att in self.inner.get_mut().atts.values_mut() {
+            if let Some(s) = att.fault_slot.take() {
+                faults::unregister(s);
+            }
+            let sole = att.sole_holder();
+            if let Some(b) = att.buf.as_mut().filter(|b| b.keyed()) {
+                if let Err(e) = b.rest_key(sole) {
+                    tracing::warn!("cannot protect a DRAM shadow being released: {e}");
+                }
+            }
+        }
+    }
+    pub fn media(&self) -> &M {
+        &self.m
+    }
+    pub fn geometry(&self) -> Geometry {
+        self.g
+    }
+    pub fn stats(&self) -> Stats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            syncs: l(&self.ctr.syncs),
+            published: l(&self.ctr.published),
+            intents: l(&self.ctr.intents),
+            bytes_flushed: l(&self.ctr.bytes_flushed),
+            bytes_copied: l(&self.ctr.bytes_copied),
+            bytes_synced: l(&self.ctr.bytes_synced),
+            fences: l(&self.ctr.fences),
+            keyed_attaches: l(&self.ctr.keyed_attaches),
+        }
+    }
+    /// Free bytes in the object area and the largest free extent.
+    pub fn free_space(&self) -> (u64, u64) {
+        let i = self.inner.lock();
+        (i.extents.free_bytes(), i.extents.largest())
+    }
+
+    fn fence(&self) {
+        self.m.fence(Fence::Sfence);
+        bump(&self.ctr.fences, 1);
+    }
+    fn flush(&self, off: usize, len: usize) {
+        if self.m.domain() == Domain::Adr {
+            self.m.flush(off, len, Flush::best());
+        }
+    }
+    fn persist_word(&self, off: usize, v: u64) {
+        self.m.persist_u64(off, v);
+        bump(&self.ctr.fences, 1);
+    }
+}
+
+impl<M: Media> Drop for Pool<M> {
+    fn drop(&mut self) {
+        // Before the bitsets the fault handler writes go away, and before the buffers unmap.
+        self.release_attachments();
+    }
+}
