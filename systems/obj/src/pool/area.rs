@@ -24,27 +24,33 @@ impl<M: Media> Pool<M> {
     /// user may get the same key number), leaving it `PROT_NONE` as a protected pool does.
     pub(super) fn untag_area(&self) {
         if let AreaGuard::Key(_) = self.guard {
-            let (off, len) = (self.g.area_off as usize, self.g.area_len as usize);
-            if let Err(e) = set_rights(&self.m, off, len, Rights::None, None) {
+            let (off, len) = (
+                self.geometry.area_off as usize,
+                self.geometry.area_len as usize,
+            );
+            if let Err(e) = set_rights(&self.media, off, len, Rights::None, None) {
                 tracing::warn!("cannot untag the object area: {e}");
             }
         }
     }
 
     /// Rights of object pages nobody has attached.
-    pub(super) fn rest(&self) -> Rights {
+    pub(super) fn rights_at_rest(&self) -> Rights {
         if self.protect {
             Rights::None
         } else {
             Rights::ReadWrite
         }
     }
-    pub(super) fn rest_area(&self) -> Result<()> {
-        let (off, len) = (self.g.area_off as usize, self.g.area_len as usize);
+    pub(super) fn protect_area(&self) -> Result<()> {
+        let (off, len) = (
+            self.geometry.area_off as usize,
+            self.geometry.area_len as usize,
+        );
         match &self.guard {
             AreaGuard::Open => {}
-            AreaGuard::Key(k) => set_rights(&self.m, off, len, Rights::ReadWrite, Some(k))?,
-            AreaGuard::Pages => set_rights(&self.m, off, len, Rights::None, None)?,
+            AreaGuard::Key(k) => set_rights(&self.media, off, len, Rights::ReadWrite, Some(k))?,
+            AreaGuard::Pages => set_rights(&self.media, off, len, Rights::None, None)?,
         }
         Ok(())
     }
@@ -73,11 +79,11 @@ impl<M: Media> Pool<M> {
         Ok(())
     }
     /// Rights of a DRAM buffer nobody has attached.
-    pub(super) fn buf_rest(&self) -> Rights {
-        self.rest()
+    pub(super) fn buffer_rights_at_rest(&self) -> Rights {
+        self.rights_at_rest()
     }
     pub(super) fn rights(&self, off: usize, len: usize, r: Rights) -> Result<()> {
-        Ok(set_rights(&self.m, off, len, r, None)?)
+        Ok(set_rights(&self.media, off, len, r, None)?)
     }
 }
 

@@ -3,7 +3,9 @@
 
 use super::area::address;
 use super::handle::Handle;
-use super::{bump, Access, Inner, Obj, Pool, Shadow, Tracking, COPY_CHUNK, MAX_HANDLES};
+use super::{
+    add_under_lock, Access, ObjectState, Pool, PoolState, Shadow, Tracking, COPY_CHUNK, MAX_HANDLES,
+};
 use crate::bits::PageSet;
 use crate::error::{ObjError, Result};
 use crate::faults;
@@ -15,7 +17,7 @@ use pmkit_media::Media;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-pub(super) struct Att {
+pub(super) struct Attachment {
     pub(super) obj: usize,
     pub(super) access: Access,
     pub(super) tracking: Tracking,
@@ -34,7 +36,7 @@ pub(super) struct Att {
     pub(super) granted: Vec<u64>,
 }
 
-impl Att {
+impl Attachment {
     /// Whether the calling thread is the only one with this attachment's buffer key enabled.
     pub(super) fn sole_holder(&self) -> bool {
         self.owner == keys::thread_tag() && self.granted.is_empty()
@@ -53,9 +55,9 @@ pub(super) fn user_rights(access: Access) -> Rights {
 /// constant spreads them over every bit (SipHash defends against keys an attacker picks, and
 /// costs more than the rest of a map lookup).
 #[derive(Default)]
-pub(super) struct IdHasher(u64);
+pub(super) struct HandleIdHasher(u64);
 
-impl Hasher for IdHasher {
+impl Hasher for HandleIdHasher {
     fn finish(&self) -> u64 {
         self.0
     }
@@ -69,7 +71,7 @@ impl Hasher for IdHasher {
     }
 }
 
-pub(super) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+pub(super) type HandleMap<V> = HashMap<u64, V, BuildHasherDefault<HandleIdHasher>>;
 
 impl<M: Media> Pool<M> {
     /// Attach `name`; see [`Tracking::Auto`] for how writes are tracked.
@@ -97,11 +99,11 @@ impl<M: Media> Pool<M> {
             .names
             .get(name)
             .ok_or_else(|| ObjError::NotFound { name: name.into() })?;
-        if inner.atts.len() >= MAX_HANDLES {
+        if inner.attachments.len() >= MAX_HANDLES {
             return Err(ObjError::TooManyHandles { max: MAX_HANDLES });
         }
         // A DRAM shadow always has addresses; a PM shadow only on mapped media.
-        let has_addr = self.shadow == Shadow::Dram || self.m.mapping().is_some();
+        let has_addr = self.shadow == Shadow::Dram || self.media.mapping().is_some();
         let tracking = match tracking {
             Tracking::Auto if has_addr => Tracking::Faults,
             Tracking::Auto => Tracking::Explicit,
@@ -113,7 +115,7 @@ impl<M: Media> Pool<M> {
             t => t,
         };
         let id = inner.next_handle;
-        let o = inner.objs[index].as_ref().expect("named object exists");
+        let o = inner.objects[index].as_ref().expect("named object exists");
         match access {
             Access::ReadWrite if o.writer.is_some() => {
                 return Err(ObjError::Busy {
@@ -147,7 +149,7 @@ impl<M: Media> Pool<M> {
                 // Never synced: both slots still hold create's zeroes.
                 let zero = layout::state_generation(o.state) == 1;
                 let (b, f) =
-                    self.stage(&mut inner.bufs, cur, cap, zero, access, tracking, &dirty)?;
+                    self.stage(&mut inner.buffers, cur, cap, zero, access, tracking, &dirty)?;
                 (Some(b), f)
             }
             Shadow::Pm => {
@@ -157,7 +159,7 @@ impl<M: Media> Pool<M> {
                 (None, None)
             }
         };
-        let o = inner.objs[index].as_mut().expect("named object exists");
+        let o = inner.objects[index].as_mut().expect("named object exists");
         let slot = match access {
             Access::ReadWrite => {
                 o.writer = Some(id);
@@ -169,9 +171,9 @@ impl<M: Media> Pool<M> {
             }
         };
         inner.next_handle += 1;
-        inner.atts.insert(
+        inner.attachments.insert(
             id,
-            Att {
+            Attachment {
                 obj: index,
                 access,
                 tracking,
@@ -192,7 +194,7 @@ impl<M: Media> Pool<M> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn stage(
         &self,
-        bufs: &mut Cache,
+        buffers: &mut Cache,
         cur: usize,
         cap: usize,
         zero: bool,
@@ -206,9 +208,10 @@ impl<M: Media> Pool<M> {
                 "cannot {what} a DRAM shadow of {cap} bytes: {e} (out of memory or map count?)"
             ))
         };
-        let buf = match bufs.take(pages) {
+        let buf = match buffers.take(pages) {
             Some(b) => b,
-            None => Buf::map(pages, self.buf_rest(), self.buf_keys).map_err(|e| io("map", e))?,
+            None => Buf::map(pages, self.buffer_rights_at_rest(), self.buf_keys)
+                .map_err(|e| io("map", e))?,
         };
         // Open the buffer for the fill: a keyed one in this thread (the user's rights follow
         // below; on an error the key is disabled again), another by its page rights.
@@ -229,10 +232,10 @@ impl<M: Media> Pool<M> {
                 // SAFETY: the buffer holds at least `cap` bytes and is writable here (opened
                 // above). It is not handed out yet, but a pointer kept from its last
                 // attachment may still reach it, so it is written by raw pointer only.
-                unsafe { self.m.read_into(cur, buf.ptr(), cap) };
+                unsafe { self.media.read_into(cur, buf.ptr(), cap) };
                 drop(w);
                 self.close_area(cur, cap)?;
-                bump(&self.ctr.bytes_copied, cap as u64);
+                add_under_lock(&self.counters.bytes_copied, cap as u64);
             }
             if access == Access::Read && buf.keyed() {
                 buf.allow_thread(Rights::Read);
@@ -256,7 +259,7 @@ impl<M: Media> Pool<M> {
         match ready() {
             Ok(fault_slot) => {
                 if buf.keyed() {
-                    bump(&self.ctr.keyed_attaches, 1);
+                    add_under_lock(&self.counters.keyed_attaches, 1);
                 }
                 Ok((buf, fault_slot))
             }
@@ -272,7 +275,7 @@ impl<M: Media> Pool<M> {
     /// page protection, or its key disabled in every thread, so a kept pointer faults. A keyed
     /// buffer whose key another thread still has enabled loses the key (see `keys.rs`). A
     /// buffer that cannot be put at rest is unmapped instead of cached.
-    pub(super) fn unstage(&self, bufs: &mut Cache, mut buf: Buf, cap: usize, att: &Att) {
+    pub(super) fn unstage(&self, buffers: &mut Cache, mut buf: Buf, cap: usize, att: &Attachment) {
         let tracked = att.access == Access::ReadWrite && att.tracking == Tracking::Faults;
         let reset = if buf.keyed() {
             buf.rest_key(att.sole_holder()).and_then(|()| {
@@ -285,7 +288,7 @@ impl<M: Media> Pool<M> {
                 }
             })
         } else if self.protect || tracked {
-            buf.set(0, cap, self.buf_rest())
+            buf.set(0, cap, self.buffer_rights_at_rest())
         } else {
             Ok(())
         };
@@ -293,21 +296,23 @@ impl<M: Media> Pool<M> {
             tracing::warn!("cannot reset a DRAM shadow's rights ({e}): unmapping it");
             return;
         }
-        bufs.give(buf);
+        buffers.give(buf);
     }
 
     /// Bring a read-write attachment's shadow up to date: copy the stale pages from the current
     /// slot (non-temporal stores, then one fence), then open the shadow for writing.
-    pub(super) fn freshen(&self, inner: &mut Inner, id: u64) -> Result<()> {
+    pub(super) fn catch_up(&self, inner: &mut PoolState, id: u64) -> Result<()> {
         let att = inner
-            .atts
+            .attachments
             .get(&id)
             .ok_or(ObjError::NotAttached { handle: id })?;
         if att.fresh {
             return Ok(());
         }
         let (index, slot, tracking) = (att.obj, att.slot, att.tracking);
-        let o = inner.objs[index].as_mut().expect("attached object exists");
+        let o = inner.objects[index]
+            .as_mut()
+            .expect("attached object exists");
         let (shadow, cur, cap) = (
             o.desc.slot_off(slot),
             o.desc.slot_off(o.active()),
@@ -325,9 +330,9 @@ impl<M: Media> Pool<M> {
                 let (mut at, end) = (first * PAGE, (first + n) * PAGE);
                 while at < end {
                     let k = (end - at).min(COPY_CHUNK);
-                    self.m.read(cur + at, &mut buf[..k]);
-                    self.m.write_nt(shadow + at, &buf[..k]);
-                    bump(&self.ctr.bytes_copied, k as u64);
+                    self.media.read(cur + at, &mut buf[..k]);
+                    self.media.write_nt(shadow + at, &buf[..k]);
+                    add_under_lock(&self.counters.bytes_copied, k as u64);
                     at += k;
                 }
             }
@@ -338,10 +343,10 @@ impl<M: Media> Pool<M> {
             }
             o.stale.clear();
         }
-        let att = inner.atts.get_mut(&id).expect("checked above");
+        let att = inner.attachments.get_mut(&id).expect("checked above");
         if tracking == Tracking::Faults {
             self.rights(shadow, cap, Rights::Read)?;
-            let start = address(&self.m, shadow, cap).expect("fault tracking needs addresses");
+            let start = address(&self.media, shadow, cap).expect("fault tracking needs addresses");
             let slot = faults::register(start, cap, att.dirty.words_ptr())
                 .map_err(|e| {
                     ObjError::BadArgument(format!("cannot install the write-fault handler: {e}"))
@@ -356,12 +361,16 @@ impl<M: Media> Pool<M> {
     }
 
     /// Stop fault tracking and close the shadow (after sync or detach).
-    pub(super) fn close_shadow(&self, att: &mut Att, o: &Obj) -> Result<()> {
+    pub(super) fn close_shadow(&self, att: &mut Attachment, o: &ObjectState) -> Result<()> {
         if let Some(s) = att.fault_slot.take() {
             faults::unregister(s);
         }
         if att.access == Access::ReadWrite && (self.protect || att.tracking == Tracking::Faults) {
-            self.rights(o.desc.slot_off(att.slot), o.desc.cap as usize, self.rest())?;
+            self.rights(
+                o.desc.slot_off(att.slot),
+                o.desc.cap as usize,
+                self.rights_at_rest(),
+            )?;
         }
         Ok(())
     }
@@ -369,11 +378,11 @@ impl<M: Media> Pool<M> {
     pub fn detach_id(&self, id: u64) -> Result<()> {
         let mut inner = self.inner.lock();
         let mut att = inner
-            .atts
+            .attachments
             .remove(&id)
             .ok_or(ObjError::NotAttached { handle: id })?;
         let inner = &mut *inner;
-        let o = inner.objs[att.obj]
+        let o = inner.objects[att.obj]
             .as_mut()
             .expect("attached object exists");
         if let Some(s) = att.fault_slot.take() {
@@ -385,7 +394,7 @@ impl<M: Media> Pool<M> {
                 Access::ReadWrite => o.writer = None,
                 Access::Read => o.readers -= 1,
             }
-            self.unstage(&mut inner.bufs, b, o.desc.cap as usize, &att);
+            self.unstage(&mut inner.buffers, b, o.desc.cap as usize, &att);
             return Ok(());
         }
         match att.access {

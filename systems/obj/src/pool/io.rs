@@ -2,7 +2,7 @@
 
 use super::area::address;
 use super::attach::user_rights;
-use super::{Access, Inner, Obj, Pool, Tracking, MAX_THREADS_PER_HANDLE};
+use super::{Access, ObjectState, Pool, PoolState, Tracking, MAX_THREADS_PER_HANDLE};
 use crate::error::{ObjError, Result};
 use crate::keys;
 use crate::layout::PAGE;
@@ -10,7 +10,7 @@ use pmkit_media::protect::Access as Rights;
 use pmkit_media::Media;
 
 impl<M: Media> Pool<M> {
-    pub(super) fn check_range(o: &Obj, off: u64, len: usize) -> Result<()> {
+    pub(super) fn check_range(o: &ObjectState, off: u64, len: usize) -> Result<()> {
         if off
             .checked_add(len as u64)
             .is_none_or(|end| end > o.desc.size)
@@ -28,17 +28,17 @@ impl<M: Media> Pool<M> {
     /// A write-side call (`what`) on handle `id` over `[off, off+len)`: the handle must be
     /// attached read-write and the range inside the object.
     pub(super) fn check_writable(
-        inner: &Inner,
+        inner: &PoolState,
         id: u64,
         off: u64,
         len: usize,
         what: &'static str,
     ) -> Result<()> {
         let att = inner
-            .atts
+            .attachments
             .get(&id)
             .ok_or(ObjError::NotAttached { handle: id })?;
-        let o = inner.objs[att.obj]
+        let o = inner.objects[att.obj]
             .as_ref()
             .expect("attached object exists");
         if att.access != Access::ReadWrite {
@@ -52,9 +52,9 @@ impl<M: Media> Pool<M> {
 
     pub fn read_id(&self, id: u64, off: u64, dst: &mut [u8]) -> Result<()> {
         let mut inner = self.inner.lock();
-        self.freshen(&mut inner, id)?;
-        let att = &inner.atts[&id];
-        let o = inner.objs[att.obj]
+        self.catch_up(&mut inner, id)?;
+        let att = &inner.attachments[&id];
+        let o = inner.objects[att.obj]
             .as_ref()
             .expect("attached object exists");
         Self::check_range(o, off, dst.len())?;
@@ -65,7 +65,9 @@ impl<M: Media> Pool<M> {
                 // handle's owner is the one reading.
                 unsafe { b.copy_out(off as usize, dst) }
             }
-            None => self.m.read(o.desc.slot_off(att.slot) + off as usize, dst),
+            None => self
+                .media
+                .read(o.desc.slot_off(att.slot) + off as usize, dst),
         }
         Ok(())
     }
@@ -73,9 +75,9 @@ impl<M: Media> Pool<M> {
     pub fn write_id(&self, id: u64, off: u64, src: &[u8]) -> Result<()> {
         let mut inner = self.inner.lock();
         Self::check_writable(&inner, id, off, src.len(), "write")?;
-        self.freshen(&mut inner, id)?;
-        let att = &inner.atts[&id];
-        let o = inner.objs[att.obj]
+        self.catch_up(&mut inner, id)?;
+        let att = &inner.attachments[&id];
+        let o = inner.objects[att.obj]
             .as_ref()
             .expect("attached object exists");
         if !src.is_empty() {
@@ -105,7 +107,9 @@ impl<M: Media> Pool<M> {
                 // above); the owner is the writer.
                 unsafe { b.copy_in(off as usize, src) }
             }
-            None => self.m.write(o.desc.slot_off(att.slot) + off as usize, src),
+            None => self
+                .media
+                .write(o.desc.slot_off(att.slot) + off as usize, src),
         }
         Ok(())
     }
@@ -113,15 +117,17 @@ impl<M: Media> Pool<M> {
     pub fn mark_dirty_id(&self, id: u64, off: u64, len: u64) -> Result<()> {
         let mut inner = self.inner.lock();
         Self::check_writable(&inner, id, off, len as usize, "mark_dirty")?;
-        self.freshen(&mut inner, id)?;
+        self.catch_up(&mut inner, id)?;
         if len > 0 {
             let first = off as usize / PAGE;
             let last = (off + len - 1) as usize / PAGE;
-            let att = &inner.atts[&id];
+            let att = &inner.attachments[&id];
             att.dirty.set_range(first, last - first + 1);
             if att.tracking == Tracking::Whole && att.buf.is_some() {
-                att.dirty
-                    .set_range(0, inner.objs[att.obj].as_ref().expect("attached").pages());
+                att.dirty.set_range(
+                    0,
+                    inner.objects[att.obj].as_ref().expect("attached").pages(),
+                );
             }
         }
         Ok(())
@@ -132,10 +138,13 @@ impl<M: Media> Pool<M> {
     /// `detach` of this handle.
     pub fn ptr_id(&self, id: u64) -> Result<Option<*mut u8>> {
         let mut inner = self.inner.lock();
-        self.freshen(&mut inner, id)?;
+        self.catch_up(&mut inner, id)?;
         let inner = &mut *inner;
-        let att = inner.atts.get_mut(&id).expect("freshen checked the handle");
-        let o = inner.objs[att.obj]
+        let att = inner
+            .attachments
+            .get_mut(&id)
+            .expect("catch_up checked the handle");
+        let o = inner.objects[att.obj]
             .as_ref()
             .expect("attached object exists");
         if let Some(b) = &att.buf {
@@ -158,7 +167,7 @@ impl<M: Media> Pool<M> {
             return Ok(Some(b.ptr()));
         }
         Ok(address(
-            &self.m,
+            &self.media,
             o.desc.slot_off(att.slot),
             o.desc.cap as usize,
         ))

@@ -13,8 +13,8 @@ pub use handle::Handle;
 pub use recovery::{CheckReport, Recovery};
 
 use self::area::AreaGuard;
-use self::attach::{Att, IdMap};
-use self::recovery::{read_geometry, scan, Scan};
+use self::attach::{Attachment, HandleMap};
+use self::recovery::{read_geometry, Scan};
 use crate::alloc::Extents;
 use crate::bits::PageSet;
 use crate::error::{ObjError, Result};
@@ -150,11 +150,11 @@ struct Counters {
 }
 
 /// Add `n` to counter `c` (the caller holds the pool lock; see [`Counters`]).
-fn bump(c: &AtomicU64, n: u64) {
+fn add_under_lock(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
-struct Obj {
+struct ObjectState {
     desc: Descriptor,
     state: u64,
     /// Pages where the non-current slot differs from the current one (DRAM only; all pages
@@ -164,7 +164,7 @@ struct Obj {
     writer: Option<u64>,
 }
 
-impl Obj {
+impl ObjectState {
     pub(super) fn pages(&self) -> usize {
         self.desc.cap as usize / PAGE
     }
@@ -173,28 +173,28 @@ impl Obj {
     }
 }
 
-struct Inner {
-    objs: Vec<Option<Obj>>,
+struct PoolState {
+    objects: Vec<Option<ObjectState>>,
     names: HashMap<String, usize>,
     free_entries: Vec<usize>,
     extents: Extents,
-    atts: IdMap<Att>,
+    attachments: HandleMap<Attachment>,
     next_handle: u64,
     seq: u64,
-    bufs: Cache,
+    buffers: Cache,
 }
 
 /// A PMO pool on media `M`.
 pub struct Pool<M: Media> {
-    m: M,
-    g: Geometry,
+    media: M,
+    geometry: Geometry,
     protect: bool,
     shadow: Shadow,
     guard: AreaGuard,
     /// DRAM buffers get their own protection keys (see [`PoolOptions::pkey`]).
     buf_keys: bool,
-    inner: Mutex<Inner>,
-    ctr: Counters,
+    inner: Mutex<PoolState>,
+    counters: Counters,
 }
 
 fn pool_id() -> u64 {
@@ -208,32 +208,32 @@ fn pool_id() -> u64 {
 impl<M: Media> Pool<M> {
     /// Format `m` as an empty pool. The magic is written last, so a crash leaves either the old
     /// contents' magic cleared or a complete pool.
-    pub fn format(m: M, opts: &PoolOptions) -> Result<Pool<M>> {
-        let g = Geometry::new(m.len(), opts.max_objects, pool_id())?;
-        m.persist_u64(layout::H_MAGIC, 0);
-        let meta = g.area_off as usize - g.table_off as usize;
-        m.zero(g.table_off as usize, meta);
-        let h = g.encode();
-        m.write(8, &h[8..]);
-        if m.domain() == Domain::Adr {
-            m.flush(g.table_off as usize, meta, Flush::best());
-            m.flush(8, HEADER_LEN - 8, Flush::best());
+    pub fn format(media: M, opts: &PoolOptions) -> Result<Pool<M>> {
+        let geometry = Geometry::new(media.len(), opts.max_objects, pool_id())?;
+        media.persist_u64(layout::H_MAGIC, 0);
+        let meta = geometry.area_off as usize - geometry.table_off as usize;
+        media.zero(geometry.table_off as usize, meta);
+        let header = geometry.encode();
+        media.write(8, &header[8..]);
+        if media.domain() == Domain::Adr {
+            media.flush(geometry.table_off as usize, meta, Flush::best());
+            media.flush(8, HEADER_LEN - 8, Flush::best());
         }
-        m.fence(Fence::Sfence);
-        m.persist_u64(layout::H_MAGIC, layout::MAGIC);
+        media.fence(Fence::Sfence);
+        media.persist_u64(layout::H_MAGIC, layout::MAGIC);
         let pool = Pool::assemble(
-            m,
-            g,
+            media,
+            geometry,
             opts,
             Scan {
                 found: vec![],
-                extents: Extents::new(g.area_off, g.area_len),
+                extents: Extents::new(geometry.area_off, geometry.area_len),
                 intent: None,
                 seq: 0,
                 errors: vec![],
             },
         );
-        pool.rest_area()?;
+        pool.protect_area()?;
         Ok(pool)
     }
 
@@ -241,12 +241,12 @@ impl<M: Media> Pool<M> {
     /// one (and any single-object sync a crash interrupted) is simply not visible, because
     /// objects are only ever published by one 8-byte store. A corrupt structure is reported and
     /// nothing is written.
-    pub fn open(m: M, opts: &PoolOptions) -> Result<(Pool<M>, Recovery)> {
-        let g = read_geometry(&m)?;
-        let s = scan(&m, &g);
-        if let Some(first) = s.errors.first() {
-            let more = if s.errors.len() > 1 {
-                format!(" (and {} more problems)", s.errors.len() - 1)
+    pub fn open(media: M, opts: &PoolOptions) -> Result<(Pool<M>, Recovery)> {
+        let geometry = read_geometry(&media)?;
+        let scan = recovery::scan(&media, &geometry);
+        if let Some(first) = scan.errors.first() {
+            let more = if scan.errors.len() > 1 {
+                format!(" (and {} more problems)", scan.errors.len() - 1)
             } else {
                 String::new()
             };
@@ -254,38 +254,39 @@ impl<M: Media> Pool<M> {
         }
         let mut rec = Recovery {
             rolled_forward: vec![],
-            objects: s.found.len(),
+            objects: scan.found.len(),
         };
-        let mut s = s;
-        if let Some(intent) = s.intent.take() {
+        let mut scan = scan;
+        if let Some(intent) = scan.intent.take() {
             // Roll forward: idempotent, so a crash here is recovered by the next open.
             for &(entry, word) in &intent.items {
-                let off = g.entry_off(entry as usize);
-                m.store_u64(off, word);
-                if m.domain() == Domain::Adr {
-                    m.flush(off, 8, Flush::best());
+                let off = geometry.entry_off(entry as usize);
+                media.store_u64(off, word);
+                if media.domain() == Domain::Adr {
+                    media.flush(off, 8, Flush::best());
                 }
-                if let Some(f) = s.found.iter_mut().find(|f| f.0 as u64 == entry) {
+                if let Some(f) = scan.found.iter_mut().find(|f| f.0 as u64 == entry) {
                     f.1 = word;
                 }
             }
-            m.fence(Fence::Sfence);
-            m.persist_u64(g.sync_off as usize, 0);
+            media.fence(Fence::Sfence);
+            media.persist_u64(geometry.sync_off as usize, 0);
             rec.rolled_forward = intent.items;
         }
-        let pool = Pool::assemble(m, g, opts, s);
-        pool.rest_area()?;
+        let pool = Pool::assemble(media, geometry, opts, scan);
+        pool.protect_area()?;
         Ok((pool, rec))
     }
 
-    fn assemble(m: M, g: Geometry, opts: &PoolOptions, s: Scan) -> Pool<M> {
-        let mut objs: Vec<Option<Obj>> = (0..g.max_objects).map(|_| None).collect();
+    fn assemble(media: M, geometry: Geometry, opts: &PoolOptions, scan: Scan) -> Pool<M> {
+        let mut objects: Vec<Option<ObjectState>> =
+            (0..geometry.max_objects).map(|_| None).collect();
         let mut names = HashMap::new();
-        for (i, state, desc) in s.found {
+        for (i, state, desc) in scan.found {
             let pages = desc.cap as usize / PAGE;
             names.insert(desc.name.clone(), i);
             // The other slot's contents are unknown after a restart: all pages stale.
-            objs[i] = Some(Obj {
+            objects[i] = Some(ObjectState {
                 desc,
                 state,
                 stale: PageSet::full(pages),
@@ -293,13 +294,13 @@ impl<M: Media> Pool<M> {
                 writer: None,
             });
         }
-        let free_entries = (0..g.max_objects as usize)
+        let free_entries = (0..geometry.max_objects as usize)
             .rev()
-            .filter(|&i| objs[i].is_none())
+            .filter(|&i| objects[i].is_none())
             .collect();
         let guard = if !opts.protect {
             AreaGuard::Open
-        } else if opts.shadow == Shadow::Dram && opts.pkey && m.mapping().is_some() {
+        } else if opts.shadow == Shadow::Dram && opts.pkey && media.mapping().is_some() {
             match Pkey::alloc() {
                 Ok(k) => AreaGuard::Key(k),
                 Err(e) => {
@@ -311,23 +312,23 @@ impl<M: Media> Pool<M> {
             AreaGuard::Pages
         };
         Pool {
-            m,
-            g,
+            media,
+            geometry,
             protect: opts.protect,
             shadow: opts.shadow,
             guard,
             buf_keys: opts.protect && opts.pkey && opts.shadow == Shadow::Dram,
-            inner: Mutex::new(Inner {
-                objs,
+            inner: Mutex::new(PoolState {
+                objects,
                 names,
                 free_entries,
-                extents: s.extents,
-                atts: IdMap::default(),
+                extents: scan.extents,
+                attachments: HandleMap::default(),
                 next_handle: 1,
-                seq: s.seq,
-                bufs: Cache::default(),
+                seq: scan.seq,
+                buffers: Cache::default(),
             }),
-            ctr: Counters::default(),
+            counters: Counters::default(),
         }
     }
 
@@ -340,7 +341,7 @@ impl<M: Media> Pool<M> {
         unsafe {
             drop(std::ptr::read(&this.inner));
             drop(std::ptr::read(&this.guard));
-            std::ptr::read(&this.m)
+            std::ptr::read(&this.media)
         }
     }
 
@@ -356,7 +357,7 @@ impl<M: Media> Pool<M> {
     /// Stop fault tracking of every attachment (handles from the C ABI may still be attached),
     /// and put their keyed buffers at rest before they are unmapped and their keys reused.
     fn release_attachments(&mut self) {
-        for att in self.inner.get_mut().atts.values_mut() {
+        for att in self.inner.get_mut().attachments.values_mut() {
             if let Some(s) = att.fault_slot.take() {
                 faults::unregister(s);
             }
@@ -369,22 +370,22 @@ impl<M: Media> Pool<M> {
         }
     }
     pub fn media(&self) -> &M {
-        &self.m
+        &self.media
     }
     pub fn geometry(&self) -> Geometry {
-        self.g
+        self.geometry
     }
     pub fn stats(&self) -> Stats {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
-            syncs: l(&self.ctr.syncs),
-            published: l(&self.ctr.published),
-            intents: l(&self.ctr.intents),
-            bytes_flushed: l(&self.ctr.bytes_flushed),
-            bytes_copied: l(&self.ctr.bytes_copied),
-            bytes_synced: l(&self.ctr.bytes_synced),
-            fences: l(&self.ctr.fences),
-            keyed_attaches: l(&self.ctr.keyed_attaches),
+            syncs: l(&self.counters.syncs),
+            published: l(&self.counters.published),
+            intents: l(&self.counters.intents),
+            bytes_flushed: l(&self.counters.bytes_flushed),
+            bytes_copied: l(&self.counters.bytes_copied),
+            bytes_synced: l(&self.counters.bytes_synced),
+            fences: l(&self.counters.fences),
+            keyed_attaches: l(&self.counters.keyed_attaches),
         }
     }
     /// Free bytes in the object area and the largest free extent.
@@ -394,17 +395,17 @@ impl<M: Media> Pool<M> {
     }
 
     fn fence(&self) {
-        self.m.fence(Fence::Sfence);
-        bump(&self.ctr.fences, 1);
+        self.media.fence(Fence::Sfence);
+        add_under_lock(&self.counters.fences, 1);
     }
     fn flush(&self, off: usize, len: usize) {
-        if self.m.domain() == Domain::Adr {
-            self.m.flush(off, len, Flush::best());
+        if self.media.domain() == Domain::Adr {
+            self.media.flush(off, len, Flush::best());
         }
     }
     fn persist_word(&self, off: usize, v: u64) {
-        self.m.persist_u64(off, v);
-        bump(&self.ctr.fences, 1);
+        self.media.persist_u64(off, v);
+        add_under_lock(&self.counters.fences, 1);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Objects as a whole: create, delete, list, the attached object's description, and a copy of
 //! the published slot.
 
-use super::{Access, Obj, ObjInfo, Pool, Shadow};
+use super::{Access, ObjInfo, ObjectState, Pool, Shadow};
 use crate::bits::PageSet;
 use crate::error::{ObjError, Result};
 use crate::layout::{self, Descriptor, ENTRY, PAGE};
@@ -12,10 +12,10 @@ impl<M: Media> Pool<M> {
     /// Create object `name` of `size` bytes, zero-filled. Durable when this returns.
     pub fn create(&self, name: &str, size: u64) -> Result<()> {
         layout::check_name(name)?;
-        if size == 0 || size > self.g.area_len / 2 {
+        if size == 0 || size > self.geometry.area_len / 2 {
             return Err(ObjError::BadArgument(format!(
                 "object size {size} must be 1..={} bytes in this pool",
-                self.g.area_len / 2
+                self.geometry.area_len / 2
             )));
         }
         let mut inner = self.inner.lock();
@@ -24,7 +24,7 @@ impl<M: Media> Pool<M> {
         }
         let Some(&index) = inner.free_entries.last() else {
             return Err(ObjError::TableFull {
-                max: self.g.max_objects,
+                max: self.geometry.max_objects,
             });
         };
         let cap = size.next_multiple_of(PAGE as u64);
@@ -49,12 +49,12 @@ impl<M: Media> Pool<M> {
             // Both slots start equal (zero), so the first attach copies nothing.
             const Z: [u8; PAGE] = [0; PAGE];
             for p in (0..len).step_by(PAGE) {
-                self.m.write_nt(off + p, &Z);
+                self.media.write_nt(off + p, &Z);
             }
             drop(w);
             self.close_area(off, len)?;
-            let eoff = self.g.entry_off(index);
-            self.m.write(eoff + 8, &desc.encode());
+            let eoff = self.geometry.entry_off(index);
+            self.media.write(eoff + 8, &desc.encode());
             self.flush(eoff + 8, ENTRY - 8);
             self.fence();
             // The allocation and the object exist from this one store on.
@@ -68,7 +68,7 @@ impl<M: Media> Pool<M> {
         }
         let pages = cap as usize / PAGE;
         inner.names.insert(name.into(), index);
-        inner.objs[index] = Some(Obj {
+        inner.objects[index] = Some(ObjectState {
             desc,
             state: layout::state_word(1, 0),
             stale: PageSet::new(pages),
@@ -85,7 +85,7 @@ impl<M: Media> Pool<M> {
             .names
             .get(name)
             .ok_or_else(|| ObjError::NotFound { name: name.into() })?;
-        let o = inner.objs[index].as_ref().expect("named object exists");
+        let o = inner.objects[index].as_ref().expect("named object exists");
         if o.writer.is_some() || o.readers > 0 {
             return Err(ObjError::Busy {
                 name: name.into(),
@@ -93,8 +93,8 @@ impl<M: Media> Pool<M> {
             });
         }
         let (off, cap) = (o.desc.offset, o.desc.cap);
-        self.persist_word(self.g.entry_off(index), 0);
-        inner.objs[index] = None;
+        self.persist_word(self.geometry.entry_off(index), 0);
+        inner.objects[index] = None;
         inner.names.remove(name);
         inner.free_entries.push(index);
         inner.extents.release(off, 2 * cap);
@@ -105,7 +105,7 @@ impl<M: Media> Pool<M> {
     pub fn list(&self) -> Vec<ObjInfo> {
         let inner = self.inner.lock();
         inner
-            .objs
+            .objects
             .iter()
             .enumerate()
             .filter_map(|(i, o)| {
@@ -138,7 +138,7 @@ impl<M: Media> Pool<M> {
             .names
             .get(name)
             .ok_or_else(|| ObjError::NotFound { name: name.into() })?;
-        let o = inner.objs[index].as_ref().expect("named object exists");
+        let o = inner.objects[index].as_ref().expect("named object exists");
         let off = o.desc.slot_off(o.active());
         let mut buf = vec![0u8; o.desc.size as usize];
         // A PM-shadow reader keeps the current slot readable: leave its rights alone.
@@ -148,7 +148,7 @@ impl<M: Media> Pool<M> {
         } else {
             None
         };
-        self.m.read(off, &mut buf);
+        self.media.read(off, &mut buf);
         drop(w);
         if window {
             self.close_area(off, o.desc.cap as usize)?;
@@ -159,10 +159,10 @@ impl<M: Media> Pool<M> {
     pub fn info_id(&self, id: u64) -> Result<(String, u64, Access)> {
         let inner = self.inner.lock();
         let att = inner
-            .atts
+            .attachments
             .get(&id)
             .ok_or(ObjError::NotAttached { handle: id })?;
-        let o = inner.objs[att.obj]
+        let o = inner.objects[att.obj]
             .as_ref()
             .expect("attached object exists");
         Ok((o.desc.name.clone(), o.desc.size, att.access))

@@ -43,19 +43,19 @@ pub(super) struct Scan {
     pub(super) errors: Vec<String>,
 }
 
-pub(super) fn scan<M: Media>(m: &M, g: &Geometry) -> Scan {
+pub(super) fn scan<M: Media>(media: &M, geometry: &Geometry) -> Scan {
     let mut s = Scan {
         found: vec![],
-        extents: Extents::new(g.area_off, g.area_len),
+        extents: Extents::new(geometry.area_off, geometry.area_len),
         intent: None,
         seq: 0,
         errors: vec![],
     };
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut e = [0u8; ENTRY];
-    for i in 0..g.max_objects as usize {
-        let off = g.entry_off(i);
-        let state = m.load_u64(off);
+    for i in 0..geometry.max_objects as usize {
+        let off = geometry.entry_off(i);
+        let state = media.load_u64(off);
         if state == 0 {
             continue;
         }
@@ -65,8 +65,8 @@ pub(super) fn scan<M: Media>(m: &M, g: &Geometry) -> Scan {
             ));
             continue;
         }
-        m.read(off, &mut e);
-        let d = match Descriptor::decode(i, &e, g) {
+        media.read(off, &mut e);
+        let d = match Descriptor::decode(i, &e, geometry) {
             Ok(d) => d,
             Err(err) => {
                 s.errors.push(problem(err));
@@ -92,9 +92,9 @@ pub(super) fn scan<M: Media>(m: &M, g: &Geometry) -> Scan {
         s.found.push((i, state, d));
     }
     let mut page = vec![0u8; SYNC_LEN];
-    m.read(g.sync_off as usize, &mut page);
+    media.read(geometry.sync_off as usize, &mut page);
     s.seq = layout::intent_seq(&page);
-    let commit = m.load_u64(g.sync_off as usize);
+    let commit = media.load_u64(geometry.sync_off as usize);
     if commit != 0 {
         match Intent::decode(&page) {
             Ok(i) if i.seq != commit => s.errors.push(format!(
@@ -126,23 +126,23 @@ pub(super) fn problem(e: ObjError) -> String {
     }
 }
 
-pub(super) fn read_geometry<M: Media>(m: &M) -> Result<Geometry> {
-    if m.len() < HEADER_LEN {
+pub(super) fn read_geometry<M: Media>(media: &M) -> Result<Geometry> {
+    if media.len() < HEADER_LEN {
         return Err(ObjError::NotAPool(format!(
             "media of {} bytes is too small for a pool header",
-            m.len()
+            media.len()
         )));
     }
     let mut h = [0u8; HEADER_LEN];
-    m.read(0, &mut h);
-    Geometry::decode(&h, m.len())
+    media.read(0, &mut h);
+    Geometry::decode(&h, media.len())
 }
 
 impl<M: Media> Pool<M> {
     /// Check a pool without changing it.
-    pub fn check(m: &M) -> CheckReport {
-        let g = match read_geometry(m) {
-            Ok(g) => g,
+    pub fn check(media: &M) -> CheckReport {
+        let geometry = match read_geometry(media) {
+            Ok(geometry) => geometry,
             Err(e) => {
                 return CheckReport {
                     errors: vec![e.to_string()],
@@ -150,11 +150,11 @@ impl<M: Media> Pool<M> {
                 }
             }
         };
-        let s = scan(m, &g);
+        let s = scan(media, &geometry);
         CheckReport {
-            geometry: Some(g),
+            geometry: Some(geometry),
             objects: s.found.len(),
-            bytes_used: g.area_len - s.extents.free_bytes(),
+            bytes_used: geometry.area_len - s.extents.free_bytes(),
             pending_intent: s.intent.map(|i| i.items),
             errors: s.errors,
         }

@@ -2,7 +2,7 @@
 //! with one fence and one persisted word (one object) or a committed intent (several).
 
 use super::area::AreaGuard;
-use super::{bump, Access, Inner, Pool, Shadow, Tracking};
+use super::{add_under_lock, Access, Pool, PoolState, Shadow, Tracking};
 use crate::error::{ObjError, Result};
 use crate::layout::{self, Intent, MAX_SYNC, PAGE};
 use pmkit_media::protect::Access as Rights;
@@ -21,10 +21,10 @@ impl<M: Media> Pool<M> {
         let mut seen = Vec::new(); // objects of a multi-object sync (a single one needs no check)
         for &id in ids {
             let att = inner
-                .atts
+                .attachments
                 .get(&id)
                 .ok_or(ObjError::NotAttached { handle: id })?;
-            let name = &inner.objs[att.obj].as_ref().expect("attached").desc.name;
+            let name = &inner.objects[att.obj].as_ref().expect("attached").desc.name;
             if att.access != Access::ReadWrite {
                 return Err(ObjError::ReadOnly {
                     name: name.clone(),
@@ -66,8 +66,8 @@ impl<M: Media> Pool<M> {
         // 3. The old current slot is the next target; it differs on exactly the synced pages.
         for &(id, index, word) in &changed {
             let inner = &mut *inner;
-            let att = inner.atts.get_mut(&id).expect("validated");
-            let o = inner.objs[index].as_mut().expect("attached");
+            let att = inner.attachments.get_mut(&id).expect("validated");
+            let o = inner.objects[index].as_mut().expect("attached");
             if att.buf.is_none() {
                 self.close_shadow(att, o)?;
             }
@@ -93,8 +93,8 @@ impl<M: Media> Pool<M> {
                 _ => {}
             }
         }
-        bump(&self.ctr.syncs, 1);
-        bump(&self.ctr.published, changed.len() as u64);
+        add_under_lock(&self.counters.syncs, 1);
+        add_under_lock(&self.counters.published, changed.len() as u64);
         Ok(())
     }
 
@@ -104,14 +104,14 @@ impl<M: Media> Pool<M> {
     /// records in `opened` the page windows to close.
     pub(super) fn write_back(
         &self,
-        inner: &Inner,
+        inner: &PoolState,
         ids: &[u64],
         opened: &mut Vec<(usize, usize)>,
     ) -> Result<Vec<(u64, usize, u64)>> {
         let mut changed = vec![];
         for &id in ids {
-            let att = &inner.atts[&id];
-            let o = inner.objs[att.obj].as_ref().expect("attached");
+            let att = &inner.attachments[&id];
+            let o = inner.objects[att.obj].as_ref().expect("attached");
             let Some(b) = &att.buf else {
                 if !att.fresh {
                     continue; // nothing was written since the last sync: nothing to publish
@@ -126,8 +126,8 @@ impl<M: Media> Pool<M> {
                 for (first, n) in att.dirty.runs() {
                     self.flush(base + first * PAGE, n * PAGE);
                     let k = (n * PAGE) as u64;
-                    bump(&self.ctr.bytes_flushed, k);
-                    bump(&self.ctr.bytes_synced, k);
+                    add_under_lock(&self.counters.bytes_flushed, k);
+                    add_under_lock(&self.counters.bytes_synced, k);
                 }
                 let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
                 changed.push((id, att.obj, word));
@@ -152,8 +152,8 @@ impl<M: Media> Pool<M> {
                 // is readable here (the window above). User threads may store into it while
                 // this runs (they should not: such stores may or may not be synced), so it is
                 // read by raw pointer, never as a slice.
-                unsafe { self.m.write_nt_from(target + at, b.ptr().add(at), len) };
-                bump(&self.ctr.bytes_synced, len as u64);
+                unsafe { self.media.write_nt_from(target + at, b.ptr().add(at), len) };
+                add_under_lock(&self.counters.bytes_synced, len as u64);
             }
             let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
             changed.push((id, att.obj, word));
@@ -163,10 +163,10 @@ impl<M: Media> Pool<M> {
 
     /// Step 2 of a sync: one fence after the write-back, then the publication: one persisted
     /// state word (one object), or a committed intent record (several).
-    pub(super) fn publish(&self, inner: &mut Inner, changed: &[(u64, usize, u64)]) {
+    pub(super) fn publish(&self, inner: &mut PoolState, changed: &[(u64, usize, u64)]) {
         if let [(_, index, word)] = changed[..] {
             self.fence();
-            self.persist_word(self.g.entry_off(index), word);
+            self.persist_word(self.geometry.entry_off(index), word);
             return;
         }
         let seq = inner.seq + 1;
@@ -175,19 +175,19 @@ impl<M: Media> Pool<M> {
             items: changed.iter().map(|&(_, i, w)| (i as u64, w)).collect(),
         };
         let body = intent.encode();
-        let so = self.g.sync_off as usize;
-        self.m.write(so + 8, &body);
+        let so = self.geometry.sync_off as usize;
+        self.media.write(so + 8, &body);
         self.flush(so + 8, body.len());
         self.fence(); // shadows and intent durable
         self.persist_word(so, seq); // commit point
         for &(_, index, word) in changed {
-            let eo = self.g.entry_off(index);
-            self.m.store_u64(eo, word);
+            let eo = self.geometry.entry_off(index);
+            self.media.store_u64(eo, word);
             self.flush(eo, 8);
         }
         self.fence();
         self.persist_word(so, 0); // retire the intent before any later publication
         inner.seq = seq;
-        bump(&self.ctr.intents, 1);
+        add_under_lock(&self.counters.intents, 1);
     }
 }
