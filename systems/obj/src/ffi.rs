@@ -47,7 +47,9 @@ fn set_msg(msg: String) {
 
 fn code(e: &ObjError) -> c_int {
     match e {
-        ObjError::Media(_) => PMO_EIO,
+        // The C ABI has no PMO_ENOMEM: a refused mapping is reported like media that cannot
+        // be mapped, with the OS's reason in the message.
+        ObjError::Media(_) | ObjError::Resource { .. } => PMO_EIO,
         ObjError::NotAPool(_) => PMO_ENOTPOOL,
         ObjError::Corrupt(_) => PMO_ECORRUPT,
         ObjError::BadArgument(_)

@@ -203,15 +203,11 @@ impl<M: Media> Pool<M> {
         dirty: &PageSet,
     ) -> Result<(Buf, Option<usize>)> {
         let pages = cap / PAGE;
-        let io = |what: &str, e: std::io::Error| {
-            ObjError::BadArgument(format!(
-                "cannot {what} a DRAM shadow of {cap} bytes: {e} (out of memory or map count?)"
-            ))
-        };
+        let io = |what: &'static str, source: std::io::Error| ObjError::Resource { what, source };
         let buf = match buffers.take(pages) {
             Some(b) => b,
             None => Buf::map(pages, self.buffer_rights_at_rest(), self.buf_keys)
-                .map_err(|e| io("map", e))?,
+                .map_err(|e| io("map a DRAM shadow buffer", e))?,
         };
         // Open the buffer for the fill: a keyed one in this thread (the user's rights follow
         // below; on an error the key is disabled again), another by its page rights.
@@ -219,7 +215,7 @@ impl<M: Media> Pool<M> {
             buf.allow_thread(Rights::ReadWrite);
         } else if self.protect {
             buf.set(0, cap, Rights::ReadWrite)
-                .map_err(|e| io("open", e))?;
+                .map_err(|e| io("open a DRAM shadow buffer", e))?;
         }
         let tracked = access == Access::ReadWrite && tracking == Tracking::Faults;
         let ready = || -> Result<Option<usize>> {
@@ -242,14 +238,15 @@ impl<M: Media> Pool<M> {
             }
             if tracked || (access == Access::Read && self.protect && !buf.keyed()) {
                 buf.set(0, cap, Rights::Read)
-                    .map_err(|e| io("protect", e))?;
+                    .map_err(|e| io("protect a DRAM shadow buffer", e))?;
             }
             if !tracked {
                 return Ok(None);
             }
             faults::register(buf.ptr(), cap, dirty.words_ptr())
-                .map_err(|e| {
-                    ObjError::BadArgument(format!("cannot install the write-fault handler: {e}"))
+                .map_err(|source| ObjError::Resource {
+                    what: "install the write-fault handler",
+                    source,
                 })?
                 .ok_or(ObjError::TooManyHandles {
                     max: faults::MAX_TRACKED,
@@ -348,8 +345,9 @@ impl<M: Media> Pool<M> {
             self.rights(shadow, cap, Rights::Read)?;
             let start = address(&self.media, shadow, cap).expect("fault tracking needs addresses");
             let slot = faults::register(start, cap, att.dirty.words_ptr())
-                .map_err(|e| {
-                    ObjError::BadArgument(format!("cannot install the write-fault handler: {e}"))
+                .map_err(|source| ObjError::Resource {
+                    what: "install the write-fault handler",
+                    source,
                 })?
                 .ok_or(ObjError::TooManyHandles {
                     max: faults::MAX_TRACKED,

@@ -89,9 +89,13 @@ impl<M: Media> Pool<M> {
             if att.tracking == Tracking::Faults && newly {
                 let (at, len) = (first * PAGE, (last - first + 1) * PAGE);
                 match &att.buf {
-                    Some(b) => b.set(at, len, Rights::ReadWrite).map_err(|e| {
-                        ObjError::BadArgument(format!("cannot open a DRAM shadow page: {e}"))
-                    })?,
+                    Some(b) => {
+                        b.set(at, len, Rights::ReadWrite)
+                            .map_err(|source| ObjError::Resource {
+                                what: "open a DRAM shadow page for writing",
+                                source,
+                            })?
+                    }
                     None => self.rights(o.desc.slot_off(att.slot) + at, len, Rights::ReadWrite)?,
                 }
             }
