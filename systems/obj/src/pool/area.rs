@@ -28,8 +28,8 @@ impl<M: Media> Pool<M> {
                 self.geometry.area_off as usize,
                 self.geometry.area_len as usize,
             );
-            if let Err(e) = set_rights(&self.media, off, len, Rights::None, None) {
-                tracing::warn!("cannot untag the object area: {e}");
+            if let Err(error) = set_rights(&self.media, off, len, Rights::None, None) {
+                tracing::warn!("cannot untag the object area: {error}");
             }
         }
     }
@@ -42,6 +42,7 @@ impl<M: Media> Pool<M> {
             Rights::ReadWrite
         }
     }
+    /// Put the whole object area at rest: behind the pool's key, or `PROT_NONE`.
     pub(super) fn protect_area(&self) -> Result<()> {
         let (off, len) = (
             self.geometry.area_off as usize,
@@ -49,7 +50,7 @@ impl<M: Media> Pool<M> {
         );
         match &self.guard {
             AreaGuard::Open => {}
-            AreaGuard::Key(k) => set_rights(&self.media, off, len, Rights::ReadWrite, Some(k))?,
+            AreaGuard::Key(key) => set_rights(&self.media, off, len, Rights::ReadWrite, Some(key))?,
             AreaGuard::Pages => set_rights(&self.media, off, len, Rights::None, None)?,
         }
         Ok(())
@@ -64,8 +65,8 @@ impl<M: Media> Pool<M> {
     ) -> Result<Option<PkeyWindow>> {
         Ok(match &self.guard {
             AreaGuard::Open => None,
-            AreaGuard::Key(k) if rights == Rights::ReadWrite => Some(k.open_write()),
-            AreaGuard::Key(k) => Some(k.open_read()),
+            AreaGuard::Key(key) if rights == Rights::ReadWrite => Some(key.open_write()),
+            AreaGuard::Key(key) => Some(key.open_read()),
             AreaGuard::Pages => {
                 self.rights(off, len, rights)?;
                 None
@@ -78,12 +79,31 @@ impl<M: Media> Pool<M> {
         }
         Ok(())
     }
-    /// Rights of a DRAM buffer nobody has attached.
-    pub(super) fn buffer_rights_at_rest(&self) -> Rights {
-        self.rights_at_rest()
+    /// The library's write window onto a keyed object area for the whole of a sync (from the
+    /// first copy to the publication); `None` unless the area is behind a key.
+    pub(super) fn area_write_window(&self) -> Option<PkeyWindow> {
+        match &self.guard {
+            AreaGuard::Key(key) => Some(key.open_write()),
+            AreaGuard::Open | AreaGuard::Pages => None,
+        }
     }
-    pub(super) fn rights(&self, off: usize, len: usize, r: Rights) -> Result<()> {
-        Ok(set_rights(&self.media, off, len, r, None)?)
+    /// Open `[off, off+len)` for a sync's copies where the area has page rights, recording the
+    /// window in `opened` for the sync to close (a key window is [`Self::area_write_window`]).
+    pub(super) fn open_area_for_sync(
+        &self,
+        off: usize,
+        len: usize,
+        opened: &mut Vec<(usize, usize)>,
+    ) -> Result<()> {
+        if let AreaGuard::Pages = self.guard {
+            self.rights(off, len, Rights::ReadWrite)?;
+            opened.push((off, len));
+        }
+        Ok(())
+    }
+    /// Set the page rights of `[off, off+len)` of the media (default key).
+    pub(super) fn rights(&self, off: usize, len: usize, rights: Rights) -> Result<()> {
+        Ok(set_rights(&self.media, off, len, rights, None)?)
     }
 }
 

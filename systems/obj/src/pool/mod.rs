@@ -7,6 +7,7 @@ mod handle;
 mod io;
 mod objects;
 mod recovery;
+mod shadow;
 mod sync;
 
 pub use handle::Handle;
@@ -18,7 +19,6 @@ use self::recovery::{read_geometry, Scan};
 use crate::alloc::Extents;
 use crate::bits::PageSet;
 use crate::error::{ObjError, Result};
-use crate::faults;
 use crate::layout::{self, Descriptor, Geometry, HEADER_LEN, PAGE};
 use crate::staging::Cache;
 use parking_lot::Mutex;
@@ -31,8 +31,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const MAX_HANDLES: usize = 4096;
 /// Most threads besides the attaching one that may take a keyed attachment's pointer.
 pub const MAX_THREADS_PER_HANDLE: usize = 64;
-/// Bytes copied per step when bringing a shadow up to date.
-const COPY_CHUNK: usize = 64 * 1024;
 
 /// How an object is attached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -149,30 +147,46 @@ struct Counters {
     keyed_attaches: AtomicU64,
 }
 
-/// Add `n` to counter `c` (the caller holds the pool lock; see [`Counters`]).
-fn add_under_lock(c: &AtomicU64, n: u64) {
-    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+/// Add `n` to `counter` (the caller holds the pool lock; see [`Counters`]).
+fn add_under_lock(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
+/// One live object as the pool keeps it in DRAM.
 struct ObjectState {
-    desc: Descriptor,
-    state: u64,
-    /// Pages where the non-current slot differs from the current one (DRAM only; all pages
-    /// after open, none after create).
+    descriptor: Descriptor,
+    /// The published state word (live bit, current slot, generation).
+    word: u64,
+    /// Pages where the non-current slot differs from the current one (all pages after open,
+    /// none after create).
     stale: PageSet,
     readers: u32,
+    /// The handle attached read-write, if any.
     writer: Option<u64>,
 }
 
 impl ObjectState {
-    pub(super) fn pages(&self) -> usize {
-        self.desc.cap as usize / PAGE
+    fn pages(&self) -> usize {
+        self.descriptor.cap as usize / PAGE
     }
-    fn active(&self) -> u8 {
-        layout::state_slot(self.state)
+    fn capacity(&self) -> usize {
+        self.descriptor.cap as usize
+    }
+    /// The slot the published word names.
+    fn current_slot(&self) -> u8 {
+        layout::state_slot(self.word)
+    }
+    /// Media offset of `slot`.
+    fn slot_offset(&self, slot: u8) -> usize {
+        self.descriptor.slot_off(slot)
+    }
+    /// The word that publishes `slot` as the next generation.
+    fn next_word(&self, slot: u8) -> u64 {
+        layout::state_word(layout::state_generation(self.word) + 1, slot)
     }
 }
 
+/// Everything the pool lock protects.
 struct PoolState {
     objects: Vec<Option<ObjectState>>,
     names: HashMap<String, usize>,
@@ -180,8 +194,36 @@ struct PoolState {
     extents: Extents,
     attachments: HandleMap<Attachment>,
     next_handle: u64,
+    /// Sequence number of the last intent record.
     seq: u64,
     buffers: Cache,
+}
+
+impl PoolState {
+    /// The attachment of handle `id`.
+    fn attachment(&self, id: u64) -> Result<&Attachment> {
+        self.attachments
+            .get(&id)
+            .ok_or(ObjError::NotAttached { handle: id })
+    }
+    /// Object `index`, which an attachment or a name refers to (so it exists).
+    fn object(&self, index: usize) -> &ObjectState {
+        self.objects[index]
+            .as_ref()
+            .expect("attached or named objects exist")
+    }
+    fn object_mut(&mut self, index: usize) -> &mut ObjectState {
+        self.objects[index]
+            .as_mut()
+            .expect("attached or named objects exist")
+    }
+    /// The table entry of object `name`.
+    fn index_of(&self, name: &str) -> Result<usize> {
+        self.names
+            .get(name)
+            .copied()
+            .ok_or_else(|| ObjError::NotFound { name: name.into() })
+    }
 }
 
 /// A PMO pool on media `M`.
@@ -192,7 +234,7 @@ pub struct Pool<M: Media> {
     shadow: Shadow,
     guard: AreaGuard,
     /// DRAM buffers get their own protection keys (see [`PoolOptions::pkey`]).
-    buf_keys: bool,
+    buffer_keys: bool,
     inner: Mutex<PoolState>,
     counters: Counters,
 }
@@ -221,18 +263,7 @@ impl<M: Media> Pool<M> {
         }
         media.fence(Fence::Sfence);
         media.persist_u64(layout::H_MAGIC, layout::MAGIC);
-        let pool = Pool::assemble(
-            media,
-            geometry,
-            opts,
-            Scan {
-                found: vec![],
-                extents: Extents::new(geometry.area_off, geometry.area_len),
-                intent: None,
-                seq: 0,
-                errors: vec![],
-            },
-        );
+        let pool = Pool::assemble(media, geometry, opts, Scan::empty(&geometry));
         pool.protect_area()?;
         Ok(pool)
     }
@@ -243,52 +274,28 @@ impl<M: Media> Pool<M> {
     /// nothing is written.
     pub fn open(media: M, opts: &PoolOptions) -> Result<(Pool<M>, Recovery)> {
         let geometry = read_geometry(&media)?;
-        let scan = recovery::scan(&media, &geometry);
-        if let Some(first) = scan.errors.first() {
-            let more = if scan.errors.len() > 1 {
-                format!(" (and {} more problems)", scan.errors.len() - 1)
-            } else {
-                String::new()
-            };
-            return Err(ObjError::Corrupt(format!("{first}{more}")));
-        }
-        let mut rec = Recovery {
-            rolled_forward: vec![],
+        let mut scan = recovery::scan(&media, &geometry);
+        scan.first_error()?;
+        let recovery = Recovery {
             objects: scan.found.len(),
+            rolled_forward: recovery::roll_forward(&media, &geometry, &mut scan),
         };
-        let mut scan = scan;
-        if let Some(intent) = scan.intent.take() {
-            // Roll forward: idempotent, so a crash here is recovered by the next open.
-            for &(entry, word) in &intent.items {
-                let off = geometry.entry_off(entry as usize);
-                media.store_u64(off, word);
-                if media.domain() == Domain::Adr {
-                    media.flush(off, 8, Flush::best());
-                }
-                if let Some(f) = scan.found.iter_mut().find(|f| f.0 as u64 == entry) {
-                    f.1 = word;
-                }
-            }
-            media.fence(Fence::Sfence);
-            media.persist_u64(geometry.sync_off as usize, 0);
-            rec.rolled_forward = intent.items;
-        }
         let pool = Pool::assemble(media, geometry, opts, scan);
         pool.protect_area()?;
-        Ok((pool, rec))
+        Ok((pool, recovery))
     }
 
     fn assemble(media: M, geometry: Geometry, opts: &PoolOptions, scan: Scan) -> Pool<M> {
         let mut objects: Vec<Option<ObjectState>> =
             (0..geometry.max_objects).map(|_| None).collect();
         let mut names = HashMap::new();
-        for (i, state, desc) in scan.found {
-            let pages = desc.cap as usize / PAGE;
-            names.insert(desc.name.clone(), i);
+        for (index, word, descriptor) in scan.found {
+            let pages = descriptor.cap as usize / PAGE;
+            names.insert(descriptor.name.clone(), index);
             // The other slot's contents are unknown after a restart: all pages stale.
-            objects[i] = Some(ObjectState {
-                desc,
-                state,
+            objects[index] = Some(ObjectState {
+                descriptor,
+                word,
                 stale: PageSet::full(pages),
                 readers: 0,
                 writer: None,
@@ -296,15 +303,17 @@ impl<M: Media> Pool<M> {
         }
         let free_entries = (0..geometry.max_objects as usize)
             .rev()
-            .filter(|&i| objects[i].is_none())
+            .filter(|&index| objects[index].is_none())
             .collect();
         let guard = if !opts.protect {
             AreaGuard::Open
         } else if opts.shadow == Shadow::Dram && opts.pkey && media.mapping().is_some() {
             match Pkey::alloc() {
-                Ok(k) => AreaGuard::Key(k),
-                Err(e) => {
-                    tracing::info!("no protection key for the object area ({e}): mprotect windows");
+                Ok(key) => AreaGuard::Key(key),
+                Err(error) => {
+                    tracing::info!(
+                        "no protection key for the object area ({error}): mprotect windows"
+                    );
                     AreaGuard::Pages
                 }
             }
@@ -317,7 +326,7 @@ impl<M: Media> Pool<M> {
             protect: opts.protect,
             shadow: opts.shadow,
             guard,
-            buf_keys: opts.protect && opts.pkey && opts.shadow == Shadow::Dram,
+            buffer_keys: opts.protect && opts.pkey && opts.shadow == Shadow::Dram,
             inner: Mutex::new(PoolState {
                 objects,
                 names,
@@ -357,16 +366,9 @@ impl<M: Media> Pool<M> {
     /// Stop fault tracking of every attachment (handles from the C ABI may still be attached),
     /// and put their keyed buffers at rest before they are unmapped and their keys reused.
     fn release_attachments(&mut self) {
-        for att in self.inner.get_mut().attachments.values_mut() {
-            if let Some(s) = att.fault_slot.take() {
-                faults::unregister(s);
-            }
-            let sole = att.sole_holder();
-            if let Some(b) = att.buf.as_mut().filter(|b| b.keyed()) {
-                if let Err(e) = b.rest_key(sole) {
-                    tracing::warn!("cannot protect a DRAM shadow being released: {e}");
-                }
-            }
+        for attachment in self.inner.get_mut().attachments.values_mut() {
+            attachment.binding.stop_fault_tracking();
+            attachment.view.release();
         }
     }
     pub fn media(&self) -> &M {
@@ -376,22 +378,23 @@ impl<M: Media> Pool<M> {
         self.geometry
     }
     pub fn stats(&self) -> Stats {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let counters = &self.counters;
         Stats {
-            syncs: l(&self.counters.syncs),
-            published: l(&self.counters.published),
-            intents: l(&self.counters.intents),
-            bytes_flushed: l(&self.counters.bytes_flushed),
-            bytes_copied: l(&self.counters.bytes_copied),
-            bytes_synced: l(&self.counters.bytes_synced),
-            fences: l(&self.counters.fences),
-            keyed_attaches: l(&self.counters.keyed_attaches),
+            syncs: load(&counters.syncs),
+            published: load(&counters.published),
+            intents: load(&counters.intents),
+            bytes_flushed: load(&counters.bytes_flushed),
+            bytes_copied: load(&counters.bytes_copied),
+            bytes_synced: load(&counters.bytes_synced),
+            fences: load(&counters.fences),
+            keyed_attaches: load(&counters.keyed_attaches),
         }
     }
     /// Free bytes in the object area and the largest free extent.
     pub fn free_space(&self) -> (u64, u64) {
-        let i = self.inner.lock();
-        (i.extents.free_bytes(), i.extents.largest())
+        let inner = self.inner.lock();
+        (inner.extents.free_bytes(), inner.extents.largest())
     }
 
     fn fence(&self) {
@@ -403,8 +406,8 @@ impl<M: Media> Pool<M> {
             self.media.flush(off, len, Flush::best());
         }
     }
-    fn persist_word(&self, off: usize, v: u64) {
-        self.media.persist_u64(off, v);
+    fn persist_word(&self, off: usize, word: u64) {
+        self.media.persist_u64(off, word);
         add_under_lock(&self.counters.fences, 1);
     }
 }

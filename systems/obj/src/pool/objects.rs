@@ -1,7 +1,7 @@
 //! Objects as a whole: create, delete, list, the attached object's description, and a copy of
 //! the published slot.
 
-use super::{Access, ObjInfo, ObjectState, Pool, Shadow};
+use super::{Access, ObjInfo, ObjectState, Pool};
 use crate::bits::PageSet;
 use crate::error::{ObjError, Result};
 use crate::layout::{self, Descriptor, ENTRY, PAGE};
@@ -36,7 +36,7 @@ impl<M: Media> Pool<M> {
             });
         };
         inner.free_entries.pop();
-        let desc = Descriptor {
+        let descriptor = Descriptor {
             offset,
             size,
             cap,
@@ -45,32 +45,39 @@ impl<M: Media> Pool<M> {
         };
         let made = (|| {
             let (off, len) = (offset as usize, 2 * cap as usize);
-            let w = self.open_area(off, len, Rights::ReadWrite)?;
+            let window = self.open_area(off, len, Rights::ReadWrite)?;
             // Both slots start equal (zero), so the first attach copies nothing.
-            const Z: [u8; PAGE] = [0; PAGE];
-            for p in (0..len).step_by(PAGE) {
-                self.media.write_nt(off + p, &Z);
+            const ZEROES: [u8; PAGE] = [0; PAGE];
+            for page_off in (0..len).step_by(PAGE) {
+                self.media.write_nt(off + page_off, &ZEROES);
             }
-            drop(w);
+            drop(window);
             self.close_area(off, len)?;
-            let eoff = self.geometry.entry_off(index);
-            self.media.write(eoff + 8, &desc.encode());
-            self.flush(eoff + 8, ENTRY - 8);
+            let entry_off = self.geometry.entry_off(index);
+            let encoded = descriptor.encode();
+            // Pair assertion: what is persisted must decode to what was meant.
+            debug_assert_eq!(
+                decode_entry(index, &encoded, &self.geometry).as_ref().ok(),
+                Some(&descriptor),
+                "an encoded table entry decodes to itself"
+            );
+            self.media.write(entry_off + 8, &encoded);
+            self.flush(entry_off + 8, ENTRY - 8);
             self.fence();
             // The allocation and the object exist from this one store on.
-            self.persist_word(eoff, layout::state_word(1, 0));
+            self.persist_word(entry_off, layout::state_word(1, 0));
             Ok(())
         })();
-        if let Err(e) = made {
+        if let Err(error) = made {
             inner.extents.release(offset, 2 * cap);
             inner.free_entries.push(index);
-            return Err(e);
+            return Err(error);
         }
         let pages = cap as usize / PAGE;
         inner.names.insert(name.into(), index);
         inner.objects[index] = Some(ObjectState {
-            desc,
-            state: layout::state_word(1, 0),
+            descriptor,
+            word: layout::state_word(1, 0),
             stale: PageSet::new(pages),
             readers: 0,
             writer: None,
@@ -81,23 +88,20 @@ impl<M: Media> Pool<M> {
     /// Delete object `name` (it must not be attached). Durable when this returns.
     pub fn delete(&self, name: &str) -> Result<()> {
         let mut inner = self.inner.lock();
-        let index = *inner
-            .names
-            .get(name)
-            .ok_or_else(|| ObjError::NotFound { name: name.into() })?;
-        let o = inner.objects[index].as_ref().expect("named object exists");
-        if o.writer.is_some() || o.readers > 0 {
+        let index = inner.index_of(name)?;
+        let object = inner.object(index);
+        if object.writer.is_some() || object.readers > 0 {
             return Err(ObjError::Busy {
                 name: name.into(),
                 why: "it is attached; detach every handle first",
             });
         }
-        let (off, cap) = (o.desc.offset, o.desc.cap);
+        let (offset, cap) = (object.descriptor.offset, object.descriptor.cap);
         self.persist_word(self.geometry.entry_off(index), 0);
         inner.objects[index] = None;
         inner.names.remove(name);
         inner.free_entries.push(index);
-        inner.extents.release(off, 2 * cap);
+        inner.extents.release(offset, 2 * cap);
         Ok(())
     }
 
@@ -108,20 +112,21 @@ impl<M: Media> Pool<M> {
             .objects
             .iter()
             .enumerate()
-            .filter_map(|(i, o)| {
-                let o = o.as_ref()?;
+            .filter_map(|(index, object)| {
+                let object = object.as_ref()?;
+                let descriptor = &object.descriptor;
                 Some(ObjInfo {
-                    name: o.desc.name.clone(),
-                    index: i,
-                    size: o.desc.size,
-                    capacity: o.desc.cap,
-                    offset: o.desc.offset,
-                    slot: o.active(),
-                    generation: layout::state_generation(o.state),
-                    flags: o.desc.flags,
-                    attached: if o.writer.is_some() {
+                    name: descriptor.name.clone(),
+                    index,
+                    size: descriptor.size,
+                    capacity: descriptor.cap,
+                    offset: descriptor.offset,
+                    slot: object.current_slot(),
+                    generation: layout::state_generation(object.word),
+                    flags: descriptor.flags,
+                    attached: if object.writer.is_some() {
                         Some(Access::ReadWrite)
-                    } else if o.readers > 0 {
+                    } else if object.readers > 0 {
                         Some(Access::Read)
                     } else {
                         None
@@ -134,37 +139,45 @@ impl<M: Media> Pool<M> {
     /// The last published contents of `name` (what `dump` prints).
     pub fn read_published(&self, name: &str) -> Result<Vec<u8>> {
         let inner = self.inner.lock();
-        let index = *inner
-            .names
-            .get(name)
-            .ok_or_else(|| ObjError::NotFound { name: name.into() })?;
-        let o = inner.objects[index].as_ref().expect("named object exists");
-        let off = o.desc.slot_off(o.active());
-        let mut buf = vec![0u8; o.desc.size as usize];
-        // A PM-shadow reader keeps the current slot readable: leave its rights alone.
-        let window = !(self.shadow == Shadow::Pm && o.readers > 0);
-        let w = if window {
-            self.open_area(off, o.desc.cap as usize, Rights::Read)?
+        let object = inner.object(inner.index_of(name)?);
+        let (off, capacity) = (object.slot_offset(object.current_slot()), object.capacity());
+        let mut copy = vec![0u8; object.descriptor.size as usize];
+        // Readers that map the current slot keep it readable: leave its rights alone.
+        let open = !self.shadow.readers_map_current_slot(object.readers);
+        let window = if open {
+            self.open_area(off, capacity, Rights::Read)?
         } else {
             None
         };
-        self.media.read(off, &mut buf);
-        drop(w);
-        if window {
-            self.close_area(off, o.desc.cap as usize)?;
+        self.media.read(off, &mut copy);
+        drop(window);
+        if open {
+            self.close_area(off, capacity)?;
         }
-        Ok(buf)
+        Ok(copy)
     }
 
+    /// Name, size and access of handle `id`.
     pub fn info_id(&self, id: u64) -> Result<(String, u64, Access)> {
         let inner = self.inner.lock();
-        let att = inner
-            .attachments
-            .get(&id)
-            .ok_or(ObjError::NotAttached { handle: id })?;
-        let o = inner.objects[att.obj]
-            .as_ref()
-            .expect("attached object exists");
-        Ok((o.desc.name.clone(), o.desc.size, att.access))
+        let attachment = inner.attachment(id)?;
+        let object = inner.object(attachment.binding.object);
+        let descriptor = &object.descriptor;
+        Ok((
+            descriptor.name.clone(),
+            descriptor.size,
+            attachment.binding.access,
+        ))
     }
+}
+
+/// Decode table entry bytes 8..128 as `scan` would (the state word is not part of them).
+fn decode_entry(
+    index: usize,
+    encoded: &[u8; ENTRY - 8],
+    geometry: &layout::Geometry,
+) -> Result<Descriptor> {
+    let mut entry = [0u8; ENTRY];
+    entry[8..].copy_from_slice(encoded);
+    Descriptor::decode(index, &entry, geometry)
 }

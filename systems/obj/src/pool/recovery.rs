@@ -5,7 +5,7 @@ use super::Pool;
 use crate::alloc::Extents;
 use crate::error::{ObjError, Result};
 use crate::layout::{self, Descriptor, Geometry, Intent, ENTRY, HEADER_LEN, LIVE, SYNC_LEN};
-use pmkit_media::Media;
+use pmkit_media::{Domain, Fence, Flush, Media};
 use std::collections::HashMap;
 
 /// What `open` had to do to make the pool consistent.
@@ -36,93 +36,146 @@ impl CheckReport {
 
 /// What a table scan found.
 pub(super) struct Scan {
+    /// Live objects: (table entry, published word, descriptor).
     pub(super) found: Vec<(usize, u64, Descriptor)>,
+    /// The object area with every live object's extent taken.
     pub(super) extents: Extents,
+    /// A committed intent record (to roll forward).
     pub(super) intent: Option<Intent>,
+    /// Sequence number of the last intent record written.
     pub(super) seq: u64,
     pub(super) errors: Vec<String>,
 }
 
+impl Scan {
+    /// A scan of an empty pool (after format).
+    pub(super) fn empty(geometry: &Geometry) -> Scan {
+        Scan {
+            found: vec![],
+            extents: Extents::new(geometry.area_off, geometry.area_len),
+            intent: None,
+            seq: 0,
+            errors: vec![],
+        }
+    }
+
+    /// The first problem found, as the error `open` returns.
+    pub(super) fn first_error(&self) -> Result<()> {
+        let Some(first) = self.errors.first() else {
+            return Ok(());
+        };
+        let more = if self.errors.len() > 1 {
+            format!(" (and {} more problems)", self.errors.len() - 1)
+        } else {
+            String::new()
+        };
+        Err(ObjError::Corrupt(format!("{first}{more}")))
+    }
+}
+
+/// Read and validate the whole table and the Sync Table; writes nothing.
 pub(super) fn scan<M: Media>(media: &M, geometry: &Geometry) -> Scan {
-    let mut s = Scan {
-        found: vec![],
-        extents: Extents::new(geometry.area_off, geometry.area_len),
-        intent: None,
-        seq: 0,
-        errors: vec![],
-    };
+    let mut scan = Scan::empty(geometry);
     let mut names: HashMap<String, usize> = HashMap::new();
-    let mut e = [0u8; ENTRY];
-    for i in 0..geometry.max_objects as usize {
-        let off = geometry.entry_off(i);
-        let state = media.load_u64(off);
-        if state == 0 {
+    let mut entry = [0u8; ENTRY];
+    for index in 0..geometry.max_objects as usize {
+        let off = geometry.entry_off(index);
+        let word = media.load_u64(off);
+        if word == 0 {
             continue;
         }
-        if state & LIVE == 0 || layout::state_generation(state) == 0 {
-            s.errors.push(format!(
-                "object table entry {i}: invalid published word {state:#018x}"
+        if word & LIVE == 0 || layout::state_generation(word) == 0 {
+            scan.errors.push(format!(
+                "object table entry {index}: invalid published word {word:#018x}"
             ));
             continue;
         }
-        media.read(off, &mut e);
-        let d = match Descriptor::decode(i, &e, geometry) {
-            Ok(d) => d,
-            Err(err) => {
-                s.errors.push(problem(err));
+        media.read(off, &mut entry);
+        let descriptor = match Descriptor::decode(index, &entry, geometry) {
+            Ok(descriptor) => descriptor,
+            Err(error) => {
+                scan.errors.push(problem(error));
                 continue;
             }
         };
-        if let Some(j) = names.insert(d.name.clone(), i) {
-            s.errors.push(format!(
-                "object table entries {j} and {i} have the same name {:?}",
-                d.name
+        if let Some(other) = names.insert(descriptor.name.clone(), index) {
+            scan.errors.push(format!(
+                "object table entries {other} and {index} have the same name {:?}",
+                descriptor.name
             ));
             continue;
         }
-        if !s.extents.take(d.offset, 2 * d.cap) {
-            s.errors.push(format!(
-                "object table entry {i} ({:?}): extent {:#x}+{} overlaps another object",
-                d.name,
-                d.offset,
-                2 * d.cap
+        if !scan.extents.take(descriptor.offset, 2 * descriptor.cap) {
+            scan.errors.push(format!(
+                "object table entry {index} ({:?}): extent {:#x}+{} overlaps another object",
+                descriptor.name,
+                descriptor.offset,
+                2 * descriptor.cap
             ));
             continue;
         }
-        s.found.push((i, state, d));
+        scan.found.push((index, word, descriptor));
     }
     let mut page = vec![0u8; SYNC_LEN];
     media.read(geometry.sync_off as usize, &mut page);
-    s.seq = layout::intent_seq(&page);
+    scan.seq = layout::intent_seq(&page);
     let commit = media.load_u64(geometry.sync_off as usize);
     if commit != 0 {
         match Intent::decode(&page) {
-            Ok(i) if i.seq != commit => s.errors.push(format!(
+            Ok(intent) if intent.seq != commit => scan.errors.push(format!(
                 "PMO Sync Table: commit word {commit} does not match the intent record's sequence {}",
-                i.seq
+                intent.seq
             )),
-            Ok(i) => {
-                for &(entry, word) in &i.items {
-                    let known = s.found.iter().any(|(j, _, _)| *j as u64 == entry);
-                    if !known || word & LIVE == 0 {
-                        s.errors.push(format!(
+            Ok(intent) => {
+                for &(entry, word) in &intent.items {
+                    let known = scan.found.iter().any(|(index, _, _)| *index as u64 == entry);
+                    // Rolling forward stores the word as is: it must be one `scan` accepts.
+                    if !known || word & LIVE == 0 || layout::state_generation(word) == 0 {
+                        scan.errors.push(format!(
                             "PMO Sync Table: committed intent names entry {entry} (word {word:#x}), which is not a live object"
                         ));
                     }
                 }
-                s.intent = Some(i);
+                scan.intent = Some(intent);
             }
-            Err(err) => s.errors.push(problem(err)),
+            Err(error) => scan.errors.push(problem(error)),
         }
     }
-    s
+    scan
+}
+
+/// Apply a committed intent found by `scan` (which must have no errors): store each word,
+/// then retire the intent. Idempotent, so a crash here is recovered by the next open. Returns
+/// the (entry, word) pairs applied.
+pub(super) fn roll_forward<M: Media>(
+    media: &M,
+    geometry: &Geometry,
+    scan: &mut Scan,
+) -> Vec<(u64, u64)> {
+    debug_assert!(scan.errors.is_empty(), "roll forward only a clean scan");
+    let Some(intent) = scan.intent.take() else {
+        return vec![];
+    };
+    for &(entry, word) in &intent.items {
+        let off = geometry.entry_off(entry as usize);
+        media.store_u64(off, word);
+        if media.domain() == Domain::Adr {
+            media.flush(off, 8, Flush::best());
+        }
+        if let Some(found) = scan.found.iter_mut().find(|found| found.0 as u64 == entry) {
+            found.1 = word;
+        }
+    }
+    media.fence(Fence::Sfence);
+    media.persist_u64(geometry.sync_off as usize, 0);
+    intent.items
 }
 
 /// The bare description of a structural problem (without the "corrupt pool" advice).
-pub(super) fn problem(e: ObjError) -> String {
-    match e {
-        ObjError::Corrupt(msg) => msg,
-        e => e.to_string(),
+fn problem(error: ObjError) -> String {
+    match error {
+        ObjError::Corrupt(message) => message,
+        error => error.to_string(),
     }
 }
 
@@ -133,9 +186,9 @@ pub(super) fn read_geometry<M: Media>(media: &M) -> Result<Geometry> {
             media.len()
         )));
     }
-    let mut h = [0u8; HEADER_LEN];
-    media.read(0, &mut h);
-    Geometry::decode(&h, media.len())
+    let mut header = [0u8; HEADER_LEN];
+    media.read(0, &mut header);
+    Geometry::decode(&header, media.len())
 }
 
 impl<M: Media> Pool<M> {
@@ -143,20 +196,20 @@ impl<M: Media> Pool<M> {
     pub fn check(media: &M) -> CheckReport {
         let geometry = match read_geometry(media) {
             Ok(geometry) => geometry,
-            Err(e) => {
+            Err(error) => {
                 return CheckReport {
-                    errors: vec![e.to_string()],
+                    errors: vec![error.to_string()],
                     ..Default::default()
                 }
             }
         };
-        let s = scan(media, &geometry);
+        let scan = scan(media, &geometry);
         CheckReport {
             geometry: Some(geometry),
-            objects: s.found.len(),
-            bytes_used: geometry.area_len - s.extents.free_bytes(),
-            pending_intent: s.intent.map(|i| i.items),
-            errors: s.errors,
+            objects: scan.found.len(),
+            bytes_used: geometry.area_len - scan.extents.free_bytes(),
+            pending_intent: scan.intent.map(|intent| intent.items),
+            errors: scan.errors,
         }
     }
 }

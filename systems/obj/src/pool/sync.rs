@@ -1,12 +1,13 @@
 //! PMO Sync: write the changed pages back into each object's target slot, then publish them
 //! with one fence and one persisted word (one object) or a committed intent (several).
 
-use super::area::AreaGuard;
-use super::{add_under_lock, Access, Pool, PoolState, Shadow, Tracking};
+use super::{add_under_lock, Access, Pool, PoolState};
 use crate::error::{ObjError, Result};
-use crate::layout::{self, Intent, MAX_SYNC, PAGE};
-use pmkit_media::protect::Access as Rights;
+use crate::layout::{Intent, MAX_SYNC};
 use pmkit_media::Media;
+
+/// An object a sync publishes: (handle, table entry, new published word).
+type Change = (u64, usize, u64);
 
 impl<M: Media> Pool<M> {
     /// PMO Sync: publish the writes of every handle in `ids` atomically, as one.
@@ -20,31 +21,26 @@ impl<M: Media> Pool<M> {
         let mut inner = self.inner.lock();
         let mut seen = Vec::new(); // objects of a multi-object sync (a single one needs no check)
         for &id in ids {
-            let att = inner
-                .attachments
-                .get(&id)
-                .ok_or(ObjError::NotAttached { handle: id })?;
-            let name = &inner.objects[att.obj].as_ref().expect("attached").desc.name;
-            if att.access != Access::ReadWrite {
+            let attachment = inner.attachment(id)?;
+            let index = attachment.binding.object;
+            let name = &inner.object(index).descriptor.name;
+            if attachment.binding.access != Access::ReadWrite {
                 return Err(ObjError::ReadOnly {
                     name: name.clone(),
                     what: "sync",
                 });
             }
             if ids.len() > 1 {
-                if seen.contains(&att.obj) {
+                if seen.contains(&index) {
                     return Err(ObjError::Duplicate { name: name.clone() });
                 }
-                seen.push(att.obj);
+                seen.push(index);
             }
         }
         // 1. Make each changed shadow's pages durable in its target slot, without a fence per
         //    line or per object; 2. one fence and the publication. The library's own window
         //    onto the object area is open only from the first copy to the publication.
-        let key = match &self.guard {
-            AreaGuard::Key(k) if self.shadow == Shadow::Dram => Some(k.open_write()),
-            _ => None,
-        };
+        let key_window = self.area_write_window();
         let mut opened = vec![];
         let done = self
             .write_back(&inner, ids, &mut opened)
@@ -53,7 +49,7 @@ impl<M: Media> Pool<M> {
                     self.publish(&mut inner, changed);
                 }
             });
-        drop(key);
+        drop(key_window);
         let mut closed = Ok(());
         for (off, len) in opened {
             closed = closed.and(self.close_area(off, len));
@@ -64,106 +60,52 @@ impl<M: Media> Pool<M> {
             return Ok(());
         }
         // 3. The old current slot is the next target; it differs on exactly the synced pages.
+        //    Every published object's state follows its new word, even if a shadow fails to
+        //    close: the word is durable already.
+        let mut settled = Ok(());
         for &(id, index, word) in &changed {
             let inner = &mut *inner;
-            let att = inner.attachments.get_mut(&id).expect("validated");
-            let o = inner.objects[index].as_mut().expect("attached");
-            if att.buf.is_none() {
-                self.close_shadow(att, o)?;
-            }
-            o.state = word;
-            o.stale.clear();
-            o.stale.union(&att.dirty);
-            att.dirty.clear();
-            att.slot = o.active() ^ 1;
-            let Some(b) = &att.buf else {
-                att.fresh = false;
-                continue;
-            };
-            // DRAM shadow: the buffer equals the new current slot and stays attached.
-            match att.tracking {
-                Tracking::Whole => att.dirty.set_range(0, o.pages()),
-                Tracking::Faults => {
-                    // Re-arm: the next store to each page faults again.
-                    if let Err(e) = b.set(0, o.desc.cap as usize, Rights::Read) {
-                        tracing::warn!("cannot re-arm write faults ({e}): next sync writes all");
-                        att.dirty.set_range(0, o.pages());
-                    }
-                }
-                _ => {}
-            }
+            let attachment = inner.attachments.get_mut(&id).expect("validated above");
+            let object = inner.objects[index]
+                .as_mut()
+                .expect("attached objects exist");
+            let binding = &mut attachment.binding;
+            object.word = word;
+            object.stale.clear();
+            object.stale.union(&binding.dirty);
+            binding.dirty.clear();
+            settled = settled.and(attachment.view.published(self, object, binding));
+            binding.slot = object.current_slot() ^ 1;
         }
         add_under_lock(&self.counters.syncs, 1);
         add_under_lock(&self.counters.published, changed.len() as u64);
-        Ok(())
+        settled
     }
 
-    /// Step 1 of a sync: make each handle's changed pages durable-to-be in its target slot (PM
-    /// shadow: clwb of the dirty pages; DRAM shadow: non-temporal copies of the dirty and stale
-    /// pages). No fence. Returns (handle, object, new state word) per object to publish, and
-    /// records in `opened` the page windows to close.
-    pub(super) fn write_back(
+    /// Step 1 of a sync: make each handle's changed pages durable-to-be in its target slot (the
+    /// shadow's write-back). No fence. Returns the objects to publish, and records in `opened`
+    /// the page windows to close.
+    fn write_back(
         &self,
         inner: &PoolState,
         ids: &[u64],
         opened: &mut Vec<(usize, usize)>,
-    ) -> Result<Vec<(u64, usize, u64)>> {
+    ) -> Result<Vec<Change>> {
         let mut changed = vec![];
         for &id in ids {
-            let att = &inner.attachments[&id];
-            let o = inner.objects[att.obj].as_ref().expect("attached");
-            let Some(b) = &att.buf else {
-                if !att.fresh {
-                    continue; // nothing was written since the last sync: nothing to publish
-                }
-                if att.tracking == Tracking::Whole {
-                    att.dirty.set_range(0, o.pages());
-                }
-                if att.dirty.is_empty() {
-                    continue;
-                }
-                let base = o.desc.slot_off(att.slot);
-                for (first, n) in att.dirty.runs() {
-                    self.flush(base + first * PAGE, n * PAGE);
-                    let k = (n * PAGE) as u64;
-                    add_under_lock(&self.counters.bytes_flushed, k);
-                    add_under_lock(&self.counters.bytes_synced, k);
-                }
-                let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
-                changed.push((id, att.obj, word));
-                continue;
-            };
-            if att.dirty.is_empty() {
-                continue;
+            let attachment = &inner.attachments[&id];
+            let binding = &attachment.binding;
+            let object = inner.object(binding.object);
+            if attachment.view.write_back(self, object, binding, opened)? {
+                changed.push((id, binding.object, object.next_word(binding.slot)));
             }
-            // The target will differ from the current slot on the dirty pages: record that
-            // first, so a failure part-way leaves `stale` an over-estimate, never an under one.
-            o.stale.union(&att.dirty);
-            let (target, cap) = (o.desc.slot_off(att.slot), o.desc.cap as usize);
-            if let AreaGuard::Pages = self.guard {
-                self.open_area(target, cap, Rights::ReadWrite)?;
-                opened.push((target, cap));
-            }
-            let _w = b.window(Rights::Read);
-            for (first, n) in o.stale.runs() {
-                let (at, len) = (first * PAGE, n * PAGE);
-                assert!(at + len <= cap, "stale pages inside the object");
-                // SAFETY: `[at, at+len)` lies in the attached buffer (cap <= its size), which
-                // is readable here (the window above). User threads may store into it while
-                // this runs (they should not: such stores may or may not be synced), so it is
-                // read by raw pointer, never as a slice.
-                unsafe { self.media.write_nt_from(target + at, b.ptr().add(at), len) };
-                add_under_lock(&self.counters.bytes_synced, len as u64);
-            }
-            let word = layout::state_word(layout::state_generation(o.state) + 1, att.slot);
-            changed.push((id, att.obj, word));
         }
         Ok(changed)
     }
 
     /// Step 2 of a sync: one fence after the write-back, then the publication: one persisted
     /// state word (one object), or a committed intent record (several).
-    pub(super) fn publish(&self, inner: &mut PoolState, changed: &[(u64, usize, u64)]) {
+    fn publish(&self, inner: &mut PoolState, changed: &[Change]) {
         if let [(_, index, word)] = changed[..] {
             self.fence();
             self.persist_word(self.geometry.entry_off(index), word);
@@ -172,21 +114,24 @@ impl<M: Media> Pool<M> {
         let seq = inner.seq + 1;
         let intent = Intent {
             seq,
-            items: changed.iter().map(|&(_, i, w)| (i as u64, w)).collect(),
+            items: changed
+                .iter()
+                .map(|&(_, index, word)| (index as u64, word))
+                .collect(),
         };
-        let body = intent.encode();
-        let so = self.geometry.sync_off as usize;
-        self.media.write(so + 8, &body);
-        self.flush(so + 8, body.len());
+        let record = intent.encode();
+        let sync_off = self.geometry.sync_off as usize;
+        self.media.write(sync_off + 8, &record);
+        self.flush(sync_off + 8, record.len());
         self.fence(); // shadows and intent durable
-        self.persist_word(so, seq); // commit point
+        self.persist_word(sync_off, seq); // commit point
         for &(_, index, word) in changed {
-            let eo = self.geometry.entry_off(index);
-            self.media.store_u64(eo, word);
-            self.flush(eo, 8);
+            let entry_off = self.geometry.entry_off(index);
+            self.media.store_u64(entry_off, word);
+            self.flush(entry_off, 8);
         }
         self.fence();
-        self.persist_word(so, 0); // retire the intent before any later publication
+        self.persist_word(sync_off, 0); // retire the intent before any later publication
         inner.seq = seq;
         add_under_lock(&self.counters.intents, 1);
     }
