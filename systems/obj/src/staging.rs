@@ -183,8 +183,10 @@ impl Buffer {
     /// # Safety
     /// The range must be readable.
     pub unsafe fn copy_out(&self, off: usize, dst: &mut [u8]) {
-        assert!(off + dst.len() <= self.pages * PAGE);
-        std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len());
+        assert!(off + dst.len() <= self.pages * PAGE, "copy past the buffer");
+        // SAFETY: the source range lies in the buffer (asserted) and is readable (the caller's
+        // contract); `dst` is a distinct Rust buffer, so the two cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
     /// Copy `src` into `[off, off+src.len())` of the buffer by raw pointer.
@@ -192,8 +194,10 @@ impl Buffer {
     /// # Safety
     /// The range must be writable.
     pub unsafe fn copy_in(&self, off: usize, src: &[u8]) {
-        assert!(off + src.len() <= self.pages * PAGE);
-        std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len());
+        assert!(off + src.len() <= self.pages * PAGE, "copy past the buffer");
+        // SAFETY: the target range lies in the buffer (asserted) and is writable (the caller's
+        // contract); `src` is a distinct Rust buffer, so the two cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
     }
 
     /// Fill `[0, len)` of the buffer from media bytes `[media_off, media_off+len)`, by raw
@@ -225,8 +229,10 @@ impl Buffer {
     /// # Safety
     /// The range must be writable.
     pub unsafe fn zero(&self, off: usize, len: usize) {
-        assert!(off + len <= self.pages * PAGE);
-        std::ptr::write_bytes(self.ptr.add(off), 0, len);
+        assert!(off + len <= self.pages * PAGE, "zero past the buffer");
+        // SAFETY: the range lies in the buffer (asserted) and is writable (the caller's
+        // contract).
+        unsafe { std::ptr::write_bytes(self.ptr.add(off), 0, len) }
     }
 }
 
