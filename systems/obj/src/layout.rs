@@ -240,7 +240,8 @@ impl Descriptor {
         };
         let end = d.offset.checked_add(d.cap.saturating_mul(2));
         if d.size == 0
-            || d.cap != d.size.next_multiple_of(PAGE as u64)
+            // Checked: a size within a page of u64::MAX has no capacity (it would overflow).
+            || d.size.checked_next_multiple_of(PAGE as u64) != Some(d.cap)
             || !d.offset.is_multiple_of(PAGE as u64)
             || d.offset < g.area_off
             || end.is_none_or(|end| end > g.area_off + g.area_len)
