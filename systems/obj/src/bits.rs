@@ -9,6 +9,8 @@ pub struct PageSet {
     pages: usize,
 }
 
+const _: () = assert!(u64::BITS == 64, "one word holds 64 pages");
+
 /// Sets of up to 64 pages (objects up to 256 KiB) keep their word inline: no allocation per
 /// attach, and no extra cache miss per object touched by a sync.
 #[derive(Debug)]
@@ -74,6 +76,7 @@ impl PageSet {
         self.words().iter().all(|w| w.load(Ordering::Relaxed) == 0)
     }
     pub fn contains(&self, p: usize) -> bool {
+        debug_assert!(p < self.pages, "page {p} outside set of {}", self.pages);
         self.words()[p / 64].load(Ordering::Relaxed) & (1 << (p % 64)) != 0
     }
     pub fn clear(&self) {

@@ -32,6 +32,18 @@ pub const QUARANTINE: usize = 4;
 pub const MAX_CACHED_BYTES: usize = 64 << 20;
 /// Largest size class kept (16 MiB); larger buffers are unmapped on release.
 pub const MAX_CACHED_PAGES: usize = 4096;
+const _: () = assert!(
+    QUARANTINE < MAX_PER_CLASS,
+    "a full class can hand buffers out"
+);
+const _: () = assert!(
+    MAX_CACHED_PAGES * PAGE <= MAX_CACHED_BYTES,
+    "the largest class fits"
+);
+const _: () = assert!(
+    MAX_CACHED_PAGES.is_power_of_two(),
+    "classes are powers of two"
+);
 /// Size classes: 1, 2, 4, ... pages up to the largest object (2^40 pages is far beyond any pool).
 const CLASSES: usize = 41;
 

@@ -256,6 +256,11 @@ impl<M: Media> Pool<M> {
         let meta = geometry.area_off as usize - geometry.table_off as usize;
         media.zero(geometry.table_off as usize, meta);
         let header = geometry.encode();
+        debug_assert_eq!(
+            Geometry::decode(&header, media.len()).ok(),
+            Some(geometry),
+            "an encoded header decodes to itself"
+        );
         media.write(8, &header[8..]);
         if media.domain() == Domain::Adr {
             media.flush(geometry.table_off as usize, meta, Flush::best());

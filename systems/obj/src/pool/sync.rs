@@ -3,7 +3,7 @@
 
 use super::{add_under_lock, Access, Pool, PoolState};
 use crate::error::{ObjError, Result};
-use crate::layout::{Intent, MAX_SYNC};
+use crate::layout::{Intent, MAX_SYNC, SYNC_LEN};
 use pmkit_media::Media;
 
 /// An object a sync publishes: (handle, table entry, new published word).
@@ -120,6 +120,12 @@ impl<M: Media> Pool<M> {
                 .collect(),
         };
         let record = intent.encode();
+        // Pair assertion: the record recovery will read back is the one meant.
+        debug_assert_eq!(
+            decode_record(&record).as_ref().ok(),
+            Some(&intent),
+            "an encoded intent decodes to itself"
+        );
         let sync_off = self.geometry.sync_off as usize;
         self.media.write(sync_off + 8, &record);
         self.flush(sync_off + 8, record.len());
@@ -135,4 +141,11 @@ impl<M: Media> Pool<M> {
         inner.seq = seq;
         add_under_lock(&self.counters.intents, 1);
     }
+}
+
+/// Decode an intent record as recovery does (from the whole Sync Table page).
+fn decode_record(record: &[u8]) -> Result<Intent> {
+    let mut page = vec![0u8; SYNC_LEN];
+    page[8..8 + record.len()].copy_from_slice(record);
+    Intent::decode(&page)
 }

@@ -158,6 +158,12 @@ impl View {
         binding: &Binding,
         opened: &mut Vec<(usize, usize)>,
     ) -> Result<bool> {
+        // A sync never writes the published slot: that is what makes it atomic.
+        debug_assert_ne!(
+            binding.slot,
+            object.current_slot(),
+            "sync targets the other slot"
+        );
         match self {
             View::Dram(shadow) => shadow.write_back(pool, object, binding, opened),
             View::Pm(shadow) => Ok(shadow.write_back(pool, object, binding)),
