@@ -9,8 +9,6 @@ pub struct PageSet {
     pages: usize,
 }
 
-const _: () = assert!(u64::BITS == 64, "one word holds 64 pages");
-
 /// Sets of up to 64 pages (objects up to 256 KiB) keep their word inline: no allocation per
 /// attach, and no extra cache miss per object touched by a sync.
 #[derive(Debug)]
