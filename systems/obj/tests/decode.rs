@@ -4,7 +4,6 @@
 //! return Ok or Err; a panic fails the test, and proptest's timeout catches a hang.
 
 use pmkit_media::crashsim::CrashSim;
-use pmkit_media::Media;
 use pmkit_obj::layout::{Descriptor, Geometry, Intent, ENTRY};
 use pmkit_obj::{Access, Pool, PoolOptions, MAX_SYNC};
 use proptest::prelude::*;
