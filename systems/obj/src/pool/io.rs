@@ -63,10 +63,7 @@ impl<M: Media> Pool<M> {
                 check_range(object, off, len)?;
             }
         }
-        let attachment = inner.attachments.get_mut(&id).expect("looked up above");
-        let object = inner.objects[attachment.binding.object]
-            .as_ref()
-            .expect("attached objects exist");
+        let (attachment, object) = inner.attachment_mut(id)?;
         attachment
             .view
             .catch_up(self, object, &mut attachment.binding)
@@ -131,11 +128,7 @@ impl<M: Media> Pool<M> {
     pub fn ptr_id(&self, id: u64) -> Result<Option<*mut u8>> {
         let mut inner = self.inner.lock();
         self.begin(&mut inner, id, Needs::Pointer)?;
-        let inner = &mut *inner;
-        let attachment = inner.attachments.get_mut(&id).expect("begin checked it");
-        let object = inner.objects[attachment.binding.object]
-            .as_ref()
-            .expect("attached objects exist");
+        let (attachment, object) = inner.attachment_mut(id)?;
         attachment
             .view
             .pointer(self, object, &attachment.binding, id)

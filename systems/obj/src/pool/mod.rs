@@ -206,6 +206,17 @@ impl PoolState {
             .get(&id)
             .ok_or(ObjError::NotAttached { handle: id })
     }
+    /// The attachment of handle `id`, to change, with its object.
+    fn attachment_mut(&mut self, id: u64) -> Result<(&mut Attachment, &ObjectState)> {
+        let attachment = self
+            .attachments
+            .get_mut(&id)
+            .ok_or(ObjError::NotAttached { handle: id })?;
+        let object = self.objects[attachment.binding.object]
+            .as_ref()
+            .expect("attached objects exist");
+        Ok((attachment, object))
+    }
     /// Object `index`, which an attachment or a name refers to (so it exists).
     fn object(&self, index: usize) -> &ObjectState {
         self.objects[index]
@@ -239,16 +250,17 @@ pub struct Pool<M: Media> {
     counters: Counters,
 }
 
+/// A number that tells pools apart (time and process; never 0).
 fn pool_id() -> u64 {
-    let t = std::time::SystemTime::now()
+    let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
+        .map(|since| since.as_nanos())
         .unwrap_or(0);
-    (t as u64) ^ ((std::process::id() as u64) << 40) | 1
+    (nanos as u64) ^ ((std::process::id() as u64) << 40) | 1
 }
 
 impl<M: Media> Pool<M> {
-    /// Format `m` as an empty pool. The magic is written last, so a crash leaves either the old
+    /// Format `media` as an empty pool. The magic is written last, so a crash leaves either the old
     /// contents' magic cleared or a complete pool.
     pub fn format(media: M, opts: &PoolOptions) -> Result<Pool<M>> {
         let geometry = Geometry::new(media.len(), opts.max_objects, pool_id())?;
