@@ -74,6 +74,7 @@ impl PageSet {
         self.words().iter().all(|w| w.load(Ordering::Relaxed) == 0)
     }
     pub fn contains(&self, p: usize) -> bool {
+        debug_assert!(p < self.pages, "page {p} outside set of {}", self.pages);
         self.words()[p / 64].load(Ordering::Relaxed) & (1 << (p % 64)) != 0
     }
     pub fn clear(&self) {

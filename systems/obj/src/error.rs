@@ -54,6 +54,49 @@ pub enum ObjError {
     Duplicate { name: String },
     #[error("too many attachments: at most {max} handles may be attached at once")]
     TooManyHandles { max: usize },
+    /// The operating system refused a resource: a mapping, a change of page rights, or the
+    /// fault handler. Not the caller's argument: retry later, or free memory or mappings.
+    #[error("cannot {what}: {source} (out of memory, or the process's map count limit?)")]
+    Resource {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+impl ObjError {
+    /// The operating system's error number behind a [`ObjError::Resource`] error (ENOMEM when
+    /// the OS gave none), for callers that report errno values.
+    pub fn os_errno(&self) -> Option<i32> {
+        match self {
+            ObjError::Resource { source, .. } => {
+                Some(source.raw_os_error().unwrap_or(libc::ENOMEM))
+            }
+            _ => None,
+        }
+    }
 }
 
 pub type Result<T, E = ObjError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_errors_carry_the_os_errno() {
+        let refused = ObjError::Resource {
+            what: "map a DRAM shadow buffer",
+            source: std::io::Error::from_raw_os_error(libc::EAGAIN),
+        };
+        assert_eq!(refused.os_errno(), Some(libc::EAGAIN));
+        assert!(refused
+            .to_string()
+            .starts_with("cannot map a DRAM shadow buffer: "));
+        let no_number = ObjError::Resource {
+            what: "install the write-fault handler",
+            source: std::io::Error::other("refused"),
+        };
+        assert_eq!(no_number.os_errno(), Some(libc::ENOMEM));
+        assert_eq!(ObjError::BadArgument("x".into()).os_errno(), None);
+    }
+}

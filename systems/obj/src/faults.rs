@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 /// Most shadows tracked at once in the process.
 pub const MAX_TRACKED: usize = 1024;
-const PAGE: usize = 4096;
+use crate::layout::PAGE;
 
 struct Slot {
     claimed: AtomicBool,

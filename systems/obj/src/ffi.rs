@@ -47,7 +47,9 @@ fn set_msg(msg: String) {
 
 fn code(e: &ObjError) -> c_int {
     match e {
-        ObjError::Media(_) => PMO_EIO,
+        // The C ABI has no PMO_ENOMEM: a refused mapping is reported like media that cannot
+        // be mapped, with the OS's reason in the message.
+        ObjError::Media(_) | ObjError::Resource { .. } => PMO_EIO,
         ObjError::NotAPool(_) => PMO_ENOTPOOL,
         ObjError::Corrupt(_) => PMO_ECORRUPT,
         ObjError::BadArgument(_)
@@ -96,7 +98,8 @@ unsafe fn cstr<'a>(s: *const c_char, what: &str) -> Result<&'a str, (c_int, Stri
     if s.is_null() {
         return Err(inval(&format!("{what} is NULL")));
     }
-    CStr::from_ptr(s)
+    // SAFETY: `s` is not NULL (checked) and NUL-terminated (the caller's contract).
+    unsafe { CStr::from_ptr(s) }
         .to_str()
         .map_err(|_| inval(&format!("{what} is not UTF-8")))
 }
@@ -107,7 +110,9 @@ unsafe fn pool<'a>(p: *mut PmoPool) -> Result<&'a Pool<Region>, (c_int, String)>
     if p.is_null() {
         return Err(inval("pool is NULL"));
     }
-    Ok(&(*p).pool)
+    // SAFETY: `p` is not NULL (checked) and an open pool (the caller's contract), which lives
+    // until `pmo_pool_close`, after which the caller may not pass it.
+    Ok(unsafe { &(*p).pool })
 }
 
 /// The message of the calling thread's last error (valid until its next failing call).
@@ -203,7 +208,9 @@ pub unsafe extern "C" fn pmo_pool_open(path: *const c_char, out: *mut *mut PmoPo
 #[no_mangle]
 pub unsafe extern "C" fn pmo_pool_close(p: *mut PmoPool) {
     if !p.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(p))));
+        // SAFETY: `p` came from `Box::into_raw` in `open_pool` and is closed once (the caller's
+        // contract), so the box is reclaimed exactly once.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(p) })));
     }
 }
 
@@ -211,14 +218,22 @@ pub unsafe extern "C" fn pmo_pool_close(p: *mut PmoPool) {
 /// `p` an open pool, `name` a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn pmo_create(p: *mut PmoPool, name: *const c_char, size: u64) -> c_int {
-    guard(|| pool(p)?.create(cstr(name, "name")?, size).map_err(obj))
+    guard(|| {
+        // SAFETY: `p` is an open pool and `name` a C string (the caller's contract).
+        let (pool, name) = unsafe { (pool(p)?, cstr(name, "name")?) };
+        pool.create(name, size).map_err(obj)
+    })
 }
 
 /// # Safety
 /// As for [`pmo_create`].
 #[no_mangle]
 pub unsafe extern "C" fn pmo_delete(p: *mut PmoPool, name: *const c_char) -> c_int {
-    guard(|| pool(p)?.delete(cstr(name, "name")?).map_err(obj))
+    guard(|| {
+        // SAFETY: `p` is an open pool and `name` a C string (the caller's contract).
+        let (pool, name) = unsafe { (pool(p)?, cstr(name, "name")?) };
+        pool.delete(name).map_err(obj)
+    })
 }
 
 /// Attach `name` with `mode` `PMO_READ` or `PMO_RDWR`; the handle goes to `*out`. Writes
@@ -248,10 +263,11 @@ pub unsafe extern "C" fn pmo_attach(
         if out.is_null() {
             return Err(inval("out is NULL"));
         }
-        let id = pool(p)?
-            .attach_id(cstr(name, "name")?, access, tracking)
-            .map_err(obj)?;
-        *out = id;
+        // SAFETY: `p` is an open pool and `name` a C string (the caller's contract).
+        let (pool, name) = unsafe { (pool(p)?, cstr(name, "name")?) };
+        let id = pool.attach_id(name, access, tracking).map_err(obj)?;
+        // SAFETY: `out` is not NULL (checked) and writable (the caller's contract).
+        unsafe { *out = id };
         Ok(())
     })
 }
@@ -265,7 +281,8 @@ pub unsafe extern "C" fn pmo_attach(
 pub unsafe extern "C" fn pmo_ptr(p: *mut PmoPool, h: u64) -> *mut c_void {
     let mut r = std::ptr::null_mut();
     guard(|| {
-        r = pool(p)?
+        // SAFETY: `p` is an open pool (the caller's contract).
+        r = unsafe { pool(p)? }
             .ptr_id(h)
             .map_err(obj)?
             .ok_or_else(|| inval("media has no addresses"))?
@@ -283,7 +300,8 @@ pub unsafe extern "C" fn pmo_ptr(p: *mut PmoPool, h: u64) -> *mut c_void {
 pub unsafe extern "C" fn pmo_size(p: *mut PmoPool, h: u64) -> u64 {
     let mut n = 0;
     guard(|| {
-        n = pool(p)?.info_id(h).map_err(obj)?.1;
+        // SAFETY: `p` is an open pool (the caller's contract).
+        n = unsafe { pool(p)? }.info_id(h).map_err(obj)?.1;
         Ok(())
     });
     n
@@ -292,7 +310,9 @@ pub unsafe extern "C" fn pmo_size(p: *mut PmoPool, h: u64) -> u64 {
 /// Copy out of the handle's view.
 ///
 /// # Safety
-/// `p` an open pool; `buf` valid for `len` bytes of writes.
+/// `p` an open pool; `buf` valid for `len` bytes of writes, and not read or written by anyone
+/// else during the call.
+#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
 #[no_mangle]
 pub unsafe extern "C" fn pmo_read(
     p: *mut PmoPool,
@@ -308,16 +328,22 @@ pub unsafe extern "C" fn pmo_read(
         let dst = if len == 0 {
             &mut [][..]
         } else {
-            std::slice::from_raw_parts_mut(buf.cast::<u8>(), len)
+            // SAFETY: `buf` is not NULL (checked), valid for `len` bytes of writes and not
+            // accessed by anyone else during the call (the caller's contract); it is the
+            // caller's own memory, never a pool's buffer or PM.
+            unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
         };
-        pool(p)?.read_id(h, off, dst).map_err(obj)
+        // SAFETY: `p` is an open pool (the caller's contract).
+        unsafe { pool(p)? }.read_id(h, off, dst).map_err(obj)
     })
 }
 
 /// Copy into the handle's shadow.
 ///
 /// # Safety
-/// `p` an open pool; `buf` valid for `len` bytes of reads.
+/// `p` an open pool; `buf` valid for `len` bytes of reads, and not written concurrently
+/// during the call.
+#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
 #[no_mangle]
 pub unsafe extern "C" fn pmo_write(
     p: *mut PmoPool,
@@ -333,9 +359,12 @@ pub unsafe extern "C" fn pmo_write(
         let src = if len == 0 {
             &[][..]
         } else {
-            std::slice::from_raw_parts(buf.cast::<u8>(), len)
+            // SAFETY: `buf` is not NULL (checked), valid for `len` bytes of reads and not
+            // written during the call (the caller's contract).
+            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
         };
-        pool(p)?.write_id(h, off, src).map_err(obj)
+        // SAFETY: `p` is an open pool (the caller's contract).
+        unsafe { pool(p)? }.write_id(h, off, src).map_err(obj)
     })
 }
 
@@ -346,13 +375,16 @@ pub unsafe extern "C" fn pmo_write(
 /// `p` an open pool.
 #[no_mangle]
 pub unsafe extern "C" fn pmo_mark_dirty(p: *mut PmoPool, h: u64, off: u64, len: u64) -> c_int {
-    guard(|| pool(p)?.mark_dirty_id(h, off, len).map_err(obj))
+    // SAFETY: `p` is an open pool (the caller's contract).
+    guard(|| unsafe { pool(p)? }.mark_dirty_id(h, off, len).map_err(obj))
 }
 
 /// Publish the writes of `n` handles atomically.
 ///
 /// # Safety
-/// `p` an open pool; `hs` valid for `n` handles.
+/// `p` an open pool; `hs` valid for `n` handles, and not written concurrently during the
+/// call.
+#[allow(clippy::disallowed_methods)] // forms a slice over the caller's handle array
 #[no_mangle]
 pub unsafe extern "C" fn pmo_sync(p: *mut PmoPool, hs: *const u64, n: usize) -> c_int {
     guard(|| {
@@ -362,9 +394,12 @@ pub unsafe extern "C" fn pmo_sync(p: *mut PmoPool, hs: *const u64, n: usize) -> 
         let ids = if n == 0 {
             &[][..]
         } else {
-            std::slice::from_raw_parts(hs, n)
+            // SAFETY: `hs` is not NULL (checked), valid for `n` handles and not written
+            // during the call (the caller's contract).
+            unsafe { std::slice::from_raw_parts(hs, n) }
         };
-        pool(p)?.sync_ids(ids).map_err(obj)
+        // SAFETY: `p` is an open pool (the caller's contract).
+        unsafe { pool(p)? }.sync_ids(ids).map_err(obj)
     })
 }
 
@@ -374,5 +409,6 @@ pub unsafe extern "C" fn pmo_sync(p: *mut PmoPool, hs: *const u64, n: usize) -> 
 /// `p` an open pool.
 #[no_mangle]
 pub unsafe extern "C" fn pmo_detach(p: *mut PmoPool, h: u64) -> c_int {
-    guard(|| pool(p)?.detach_id(h).map_err(obj))
+    // SAFETY: `p` is an open pool (the caller's contract).
+    guard(|| unsafe { pool(p)? }.detach_id(h).map_err(obj))
 }

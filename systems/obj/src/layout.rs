@@ -27,6 +27,8 @@ pub const ENTRY: usize = 128;
 pub const E_STATE: usize = 0;
 const E_BODY: std::ops::Range<usize> = 8..120;
 const E_CRC: usize = 120;
+/// Where the name starts (after the name length at 36).
+const E_NAME: usize = 40;
 /// Longest object name in bytes (UTF-8).
 pub const MAX_NAME: usize = 80;
 
@@ -35,7 +37,9 @@ pub const MAX_NAME: usize = 80;
 pub const LIVE: u64 = 1;
 pub fn state_word(generation: u64, slot: u8) -> u64 {
     assert!(generation > 0 && generation < (1 << 62) && slot < 2);
-    (generation << 2) | ((slot as u64) << 1) | LIVE
+    let word = (generation << 2) | ((slot as u64) << 1) | LIVE;
+    debug_assert!(state_slot(word) == slot && state_generation(word) == generation);
+    word
 }
 pub fn state_slot(state: u64) -> u8 {
     ((state >> 1) & 1) as u8
@@ -54,6 +58,32 @@ const S_CRC: usize = 20;
 const S_ITEMS: usize = 32;
 /// Most objects one `sync` can publish together (one intent record of 16-byte items).
 pub const MAX_SYNC: usize = (SYNC_LEN - S_ITEMS) / 16;
+
+// The relations the encoders and decoders rely on.
+const _: () = assert!(HEADER_LEN <= PAGE, "the header fits in its page");
+const _: () = assert!(H_BODY.end == H_CRC && H_CRC + 4 <= HEADER_LEN);
+const _: () = assert!(
+    E_BODY.end == E_CRC && E_CRC + 4 <= ENTRY,
+    "the CRC follows the body"
+);
+const _: () = assert!(
+    E_NAME + MAX_NAME == E_CRC,
+    "the longest name ends at the CRC"
+);
+const _: () = assert!(
+    ENTRY.is_multiple_of(8),
+    "every state word is 8-byte aligned"
+);
+const _: () = assert!(PAGE.is_multiple_of(ENTRY), "entries never straddle a page");
+const _: () = assert!(
+    S_ITEMS + 16 * MAX_SYNC <= SYNC_LEN,
+    "an intent fits in its page"
+);
+const _: () = assert!(MAX_SYNC == 254 && MAX_NAME == 80, "as include/pmo.h says");
+const _: () = assert!(
+    SYNC_LEN.is_multiple_of(PAGE),
+    "the object area stays page aligned"
+);
 
 /// Limits of a pool.
 pub const MAX_OBJECTS: u32 = 1 << 20;
@@ -207,7 +237,7 @@ impl Descriptor {
         put64(&mut e, 24, self.cap);
         put32(&mut e, 32, self.flags);
         put32(&mut e, 36, self.name.len() as u32);
-        e[40..40 + self.name.len()].copy_from_slice(self.name.as_bytes());
+        e[E_NAME..E_NAME + self.name.len()].copy_from_slice(self.name.as_bytes());
         let crc = crc32c::crc32c(&e[E_BODY]);
         put32(&mut e, E_CRC, crc);
         e[8..].try_into().expect("120 bytes")
@@ -229,7 +259,7 @@ impl Descriptor {
                 "name length {name_len} outside 1..={MAX_NAME}"
             )));
         }
-        let name = std::str::from_utf8(&e[40..40 + name_len])
+        let name = std::str::from_utf8(&e[E_NAME..E_NAME + name_len])
             .map_err(|_| bad("name is not UTF-8".into()))?;
         let d = Descriptor {
             offset: le64(e, 8),
@@ -240,7 +270,8 @@ impl Descriptor {
         };
         let end = d.offset.checked_add(d.cap.saturating_mul(2));
         if d.size == 0
-            || d.cap != d.size.next_multiple_of(PAGE as u64)
+            // Checked: a size within a page of u64::MAX has no capacity (it would overflow).
+            || d.size.checked_next_multiple_of(PAGE as u64) != Some(d.cap)
             || !d.offset.is_multiple_of(PAGE as u64)
             || d.offset < g.area_off
             || end.is_none_or(|end| end > g.area_off + g.area_len)

@@ -1,4 +1,6 @@
-//! PMO: persistent memory objects with attach/detach and atomic, crash-safe PMO Sync (seed 004).
+//! PMO: persistent memory objects with attach/detach and atomic, crash-safe PMO Sync, after the
+//! PMO Sync thesis (Wahiduddin, *Evaluating PMO Sync Implementation for Persistent Memory
+//! Object*, UCF 2021).
 //!
 //! A pool on any [`pmkit_media::Media`] holds a header, a Persistent Object Table, a PMO Sync
 //! Table and an object area. Each object has two PM slots: the current one (named by the
@@ -7,6 +9,11 @@
 //! shadow). `sync` makes the changed pages durable in the target slot, fences once, and
 //! publishes it with one persisted 8-byte store (one object) or a committed intent record
 //! (several objects at once). See docs/obj.md.
+//!
+//! Modules: `layout` (on-media format), `pool` (the pool, split by job; `pool::shadow` holds
+//! the two shadows), `staging` and `keys` (DRAM shadow buffers and their protection keys),
+//! `faults` (write-fault tracking), `bits` (page sets), `alloc` (the object area's free
+//! extents), `ffi` (the C ABI).
 
 mod alloc;
 mod bits;

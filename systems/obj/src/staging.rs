@@ -20,9 +20,10 @@
 
 use crate::keys;
 use pmkit_media::protect::{protect_memory, Access as Rights, Pkey, PkeyWindow};
+use pmkit_media::Media;
 use std::collections::VecDeque;
 
-const PAGE: usize = 4096;
+use crate::layout::PAGE;
 /// Released buffers kept per size class.
 pub const MAX_PER_CLASS: usize = 16;
 /// Released buffers of a class that must wait before one is reused (oldest first).
@@ -31,6 +32,18 @@ pub const QUARANTINE: usize = 4;
 pub const MAX_CACHED_BYTES: usize = 64 << 20;
 /// Largest size class kept (16 MiB); larger buffers are unmapped on release.
 pub const MAX_CACHED_PAGES: usize = 4096;
+const _: () = assert!(
+    QUARANTINE < MAX_PER_CLASS,
+    "a full class can hand buffers out"
+);
+const _: () = assert!(
+    MAX_CACHED_PAGES * PAGE <= MAX_CACHED_BYTES,
+    "the largest class fits"
+);
+const _: () = assert!(
+    MAX_CACHED_PAGES.is_power_of_two(),
+    "classes are powers of two"
+);
 /// Size classes: 1, 2, 4, ... pages up to the largest object (2^40 pages is far beyond any pool).
 const CLASSES: usize = 41;
 
@@ -39,7 +52,7 @@ const CLASSES: usize = 41;
 /// A *keyed* buffer has its own protection key (see `keys.rs`): its pages stay read-write and
 /// which threads may touch them is their PKRU. Otherwise access is the pages' rights.
 #[derive(Debug)]
-pub struct Buf {
+pub struct Buffer {
     /// The buffer's first page (the mapping starts one guard page earlier).
     ptr: *mut u8,
     pages: usize,
@@ -48,13 +61,13 @@ pub struct Buf {
 
 // SAFETY: the buffer is plain anonymous memory owned by this value; which thread maps, reads,
 // protects or unmaps it does not matter. The pool serializes its own accesses with its lock.
-unsafe impl Send for Buf {}
+unsafe impl Send for Buffer {}
 
-impl Buf {
+impl Buffer {
     /// Map a buffer of the size class holding `pages` pages. `keyed`: try to give it a key of
     /// its own (pages read-write, the key disabled in every thread); otherwise, or when no key
     /// is left, the pages get rights `rest`.
-    pub fn map(pages: usize, rest: Rights, keyed: bool) -> std::io::Result<Buf> {
+    pub fn map(pages: usize, rest: Rights, keyed: bool) -> std::io::Result<Buffer> {
         assert!(pages > 0);
         let pages = pages.next_power_of_two();
         let total = (pages + 2) * PAGE;
@@ -82,7 +95,7 @@ impl Buf {
                 libc::MADV_DONTDUMP,
             );
         }
-        let mut b = Buf {
+        let mut b = Buffer {
             // SAFETY: one page into the mapping.
             ptr: unsafe { base.add(PAGE) },
             pages,
@@ -135,7 +148,7 @@ impl Buf {
 
     /// Put a keyed buffer's key at rest when its attachment ends: `sole` (only the calling
     /// thread has the key enabled) disables it here; otherwise the key is retired.
-    pub fn rest_key(&mut self, sole: bool) -> std::io::Result<()> {
+    pub fn put_key_at_rest(&mut self, sole: bool) -> std::io::Result<()> {
         if sole {
             self.deny_thread();
             Ok(())
@@ -182,8 +195,10 @@ impl Buf {
     /// # Safety
     /// The range must be readable.
     pub unsafe fn copy_out(&self, off: usize, dst: &mut [u8]) {
-        assert!(off + dst.len() <= self.pages * PAGE);
-        std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len());
+        assert!(off + dst.len() <= self.pages * PAGE, "copy past the buffer");
+        // SAFETY: the source range lies in the buffer (asserted) and is readable (the caller's
+        // contract); `dst` is a distinct Rust buffer, so the two cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
     /// Copy `src` into `[off, off+src.len())` of the buffer by raw pointer.
@@ -191,8 +206,34 @@ impl Buf {
     /// # Safety
     /// The range must be writable.
     pub unsafe fn copy_in(&self, off: usize, src: &[u8]) {
-        assert!(off + src.len() <= self.pages * PAGE);
-        std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len());
+        assert!(off + src.len() <= self.pages * PAGE, "copy past the buffer");
+        // SAFETY: the target range lies in the buffer (asserted) and is writable (the caller's
+        // contract); `src` is a distinct Rust buffer, so the two cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
+    }
+
+    /// Fill `[0, len)` of the buffer from media bytes `[media_off, media_off+len)`, by raw
+    /// pointer (a pointer kept from an earlier attachment may still reach the buffer).
+    ///
+    /// # Safety
+    /// `[0, len)` must be writable.
+    pub unsafe fn fill_from<M: Media>(&self, media: &M, media_off: usize, len: usize) {
+        assert!(len <= self.pages * PAGE, "fill past the buffer");
+        // SAFETY: `[0, len)` lies in the buffer (asserted) and is writable (the caller's
+        // contract), so `ptr` is valid for `len` bytes of writes during the call.
+        unsafe { media.read_into(media_off, self.ptr, len) }
+    }
+
+    /// Stream `[at, at+len)` of the buffer into media bytes `[media_off, media_off+len)` with
+    /// non-temporal stores, reading the buffer by raw pointer (users may store into it).
+    ///
+    /// # Safety
+    /// `[at, at+len)` must be readable.
+    pub unsafe fn stream_to<M: Media>(&self, media: &M, at: usize, media_off: usize, len: usize) {
+        assert!(at + len <= self.pages * PAGE, "stream past the buffer");
+        // SAFETY: the range lies in the buffer (asserted) and is readable (the caller's
+        // contract), so the pointer is valid for `len` bytes of reads during the call.
+        unsafe { media.write_nt_from(media_off, self.ptr.add(at), len) }
     }
 
     /// Zero `[off, off+len)` of the buffer by raw pointer.
@@ -200,12 +241,14 @@ impl Buf {
     /// # Safety
     /// The range must be writable.
     pub unsafe fn zero(&self, off: usize, len: usize) {
-        assert!(off + len <= self.pages * PAGE);
-        std::ptr::write_bytes(self.ptr.add(off), 0, len);
+        assert!(off + len <= self.pages * PAGE, "zero past the buffer");
+        // SAFETY: the range lies in the buffer (asserted) and is writable (the caller's
+        // contract).
+        unsafe { std::ptr::write_bytes(self.ptr.add(off), 0, len) }
     }
 }
 
-impl Drop for Buf {
+impl Drop for Buffer {
     /// A keyed buffer must be at rest (no thread has its key enabled): its key is reused.
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping made in `map`; no references into it remain.
@@ -221,7 +264,7 @@ impl Drop for Buf {
 /// Released buffers, by size class.
 #[derive(Debug)]
 pub struct Cache {
-    classes: Vec<VecDeque<Buf>>,
+    classes: Vec<VecDeque<Buffer>>,
     bytes: usize,
 }
 
@@ -240,7 +283,7 @@ impl Cache {
     }
     /// The oldest cached buffer for `pages` pages (with the rights it was released with), if
     /// more than [`QUARANTINE`] are waiting.
-    pub fn take(&mut self, pages: usize) -> Option<Buf> {
+    pub fn take(&mut self, pages: usize) -> Option<Buffer> {
         let q = self.classes.get_mut(Self::class(pages))?;
         if q.len() <= QUARANTINE {
             return None;
@@ -251,7 +294,7 @@ impl Cache {
     }
     /// Keep `b` for reuse (dropping the oldest of its class when the class is full), or unmap
     /// it if it is too large or the byte limit is reached.
-    pub fn give(&mut self, b: Buf) {
+    pub fn give(&mut self, b: Buffer) {
         let c = Self::class(b.pages);
         let bytes = b.pages * PAGE;
         if b.pages > MAX_CACHED_PAGES {
@@ -279,7 +322,7 @@ mod tests {
     #[test]
     fn classes_and_limits() {
         let mut c = Cache::default();
-        let b = Buf::map(3, Rights::ReadWrite, false).unwrap();
+        let b = Buffer::map(3, Rights::ReadWrite, false).unwrap();
         assert_eq!(b.pages(), 4);
         // SAFETY: the buffer is read-write and only this test uses it.
         unsafe { b.copy_in(0, &[7; 4 * PAGE]) };
@@ -287,7 +330,7 @@ mod tests {
         c.give(b);
         for _ in 0..QUARANTINE {
             assert!(c.take(4).is_none(), "quarantined");
-            c.give(Buf::map(4, Rights::ReadWrite, false).unwrap());
+            c.give(Buffer::map(4, Rights::ReadWrite, false).unwrap());
         }
         assert!(c.take(5).is_none(), "class of 8 pages is empty");
         let b = c.take(4).expect("the oldest 4-page buffer comes back");
@@ -299,10 +342,10 @@ mod tests {
         drop(b);
         let mut c = Cache::default();
         for _ in 0..MAX_PER_CLASS + 3 {
-            c.give(Buf::map(1, Rights::None, false).unwrap());
+            c.give(Buffer::map(1, Rights::None, false).unwrap());
         }
         assert_eq!(c.cached(), MAX_PER_CLASS);
-        c.give(Buf::map(MAX_CACHED_PAGES * 2, Rights::None, false).unwrap());
+        c.give(Buffer::map(MAX_CACHED_PAGES * 2, Rights::None, false).unwrap());
         assert_eq!(c.cached(), MAX_PER_CLASS, "too large to keep");
     }
 }

@@ -43,8 +43,9 @@ fn child_entry() {
     let pool = pool_for(&case);
     pool.create("o", 8192).unwrap();
     let bare = case.trim_start_matches("pm-").trim_start_matches("pages-");
-    // SAFETY (all cases): the accesses are deliberately forbidden ones; the point is that the
-    // page rights (or the key) stop them with a fault before they touch the object.
+    // SAFETY: in every case the raw accesses are either allowed ones (the controls) or
+    // deliberately forbidden ones, which the page rights (or the key) stop with a fault before
+    // they touch anything; this runs in a child process whose death is the expected outcome.
     unsafe {
         match bare {
             "rw-write-ok" => {
@@ -136,14 +137,21 @@ unsafe fn thread_case(pool: &Pool<Region>, case: &str) {
             let mut mine: Option<*mut u8> = None;
             for step in rx {
                 match step {
-                    Step::WriteVia(p) => p.0.add(1).write_volatile(5),
+                    // SAFETY: a forbidden access by design (this thread lacks the key): it must
+                    // fault; the pointer is inside the attached buffer either way.
+                    Step::WriteVia(p) => unsafe { p.0.add(1).write_volatile(5) },
                     Step::TakeAndWrite(id) => {
                         let p = pool.ptr_id(id).unwrap().unwrap();
-                        p.add(2).write_volatile(6);
+                        // SAFETY: this thread took the pointer, so it may write; byte 2 lies
+                        // inside the object.
+                        unsafe { p.add(2).write_volatile(6) };
                         mine = Some(p);
                     }
                     Step::ReadAgain => {
-                        let _ = mine.expect("a pointer was taken").read_volatile();
+                        let taken = mine.expect("a pointer was taken");
+                        // SAFETY: a forbidden access by design (the handle was detached): it
+                        // must fault.
+                        let _ = unsafe { taken.read_volatile() };
                     }
                     Step::Detach(h) => h.detach().unwrap(),
                 }
@@ -157,7 +165,8 @@ unsafe fn thread_case(pool: &Pool<Region>, case: &str) {
         };
         let h = pool.attach_with("o", Access::ReadWrite, tracking).unwrap();
         let p = h.as_ptr().unwrap().unwrap();
-        p.write_volatile(4);
+        // SAFETY: the attaching thread may write its read-write buffer; byte 0 is inside it.
+        unsafe { p.write_volatile(4) };
         let step = |st| {
             tx.send(st).unwrap();
             ack.recv().unwrap();
@@ -174,7 +183,9 @@ unsafe fn thread_case(pool: &Pool<Region>, case: &str) {
                 h.detach().unwrap();
                 // Re-attach: the same buffer may come back with its key; all still works.
                 let h = pool.attach("o", Access::ReadWrite).unwrap();
-                h.as_ptr().unwrap().unwrap().write_volatile(9);
+                let again = h.as_ptr().unwrap().unwrap();
+                // SAFETY: a fresh read-write attachment in this thread; byte 0 is inside it.
+                unsafe { again.write_volatile(9) };
             }
             // Must fault: the detach in this thread takes the helper's access away too.
             "thread-taken-then-detached" => {
@@ -185,7 +196,9 @@ unsafe fn thread_case(pool: &Pool<Region>, case: &str) {
             // Must fault: a detach in another thread takes this thread's access away.
             "thread-detaches" => {
                 step(Step::Detach(h));
-                let _ = p.read_volatile();
+                // SAFETY: a forbidden access by design (detached in another thread): it must
+                // fault.
+                let _ = unsafe { p.read_volatile() };
             }
             other => panic!("unknown thread case {other}"),
         }

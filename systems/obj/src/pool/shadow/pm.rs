@@ -1,0 +1,233 @@
+//! The PM shadow (the PMO thesis's design): a read-write attachment's stores go straight to
+//! the object's other PM slot. Before the first access after attach or a sync, the slot is
+//! caught up: the stale pages are copied from the current slot with non-temporal stores and
+//! one fence. A sync writes back (clwb) the dirty pages of the slot; the old current slot then
+//! becomes the shadow. A read-only attachment reads the current slot itself.
+
+use super::super::area::address;
+use super::super::attach::Binding;
+use super::super::{add_under_lock, Access, ObjectState, Pool, Tracking};
+use crate::error::Result;
+use crate::layout::PAGE;
+use pmkit_media::protect::Access as Rights;
+use pmkit_media::Media;
+
+/// Bytes copied per step when catching a shadow slot up.
+const COPY_CHUNK: usize = 64 * 1024;
+const _: () = assert!(
+    COPY_CHUNK.is_multiple_of(PAGE),
+    "catch-up copies whole pages"
+);
+
+/// A PM shadow attached to one handle.
+pub(in crate::pool) struct PmShadow {
+    /// The shadow slot equals the current contents plus this attachment's writes. Always true
+    /// for a read-only attachment (it reads the current slot).
+    caught_up: bool,
+}
+
+impl PmShadow {
+    /// A read-only attachment makes the current slot readable (the first reader does); a
+    /// read-write one is caught up at its first access.
+    pub(super) fn attach<M: Media>(
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &Binding,
+    ) -> Result<PmShadow> {
+        let read_only = binding.access == Access::Read;
+        if read_only && object.readers == 0 && pool.protect {
+            let current = object.slot_offset(object.current_slot());
+            pool.rights(current, object.capacity(), Rights::Read)?;
+        }
+        Ok(PmShadow {
+            caught_up: read_only,
+        })
+    }
+
+    /// Copy the stale pages from the current slot into the shadow slot (non-temporal stores,
+    /// then one fence), then open the shadow for writing.
+    pub(super) fn catch_up<M: Media>(
+        &mut self,
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &mut Binding,
+    ) -> Result<()> {
+        if self.caught_up {
+            return Ok(());
+        }
+        debug_assert_eq!(binding.access, Access::ReadWrite, "readers start caught up");
+        debug_assert_ne!(
+            binding.slot,
+            object.current_slot(),
+            "a shadow is the other slot"
+        );
+        let (shadow, current, capacity) = (
+            object.slot_offset(binding.slot),
+            object.slot_offset(object.current_slot()),
+            object.capacity(),
+        );
+        if pool.protect || binding.tracks_faults() {
+            pool.rights(shadow, capacity, Rights::ReadWrite)?;
+        }
+        if !object.stale.is_empty() {
+            if pool.protect {
+                pool.rights(current, capacity, Rights::Read)?;
+            }
+            let mut chunk = vec![0u8; COPY_CHUNK];
+            for (first, count) in object.stale.runs() {
+                let (mut at, end) = (first * PAGE, (first + count) * PAGE);
+                while at < end {
+                    let len = (end - at).min(COPY_CHUNK);
+                    pool.media.read(current + at, &mut chunk[..len]);
+                    pool.media.write_nt(shadow + at, &chunk[..len]);
+                    add_under_lock(&pool.counters.bytes_copied, len as u64);
+                    at += len;
+                }
+            }
+            // Orders the streaming copies before the attachment's own stores to the same lines.
+            pool.fence();
+            if pool.protect {
+                pool.rights(current, capacity, Rights::None)?;
+            }
+            object.stale.clear();
+        }
+        if binding.tracks_faults() {
+            pool.rights(shadow, capacity, Rights::Read)?;
+            let start =
+                address(&pool.media, shadow, capacity).expect("fault tracking needs addresses");
+            binding.track_faults(start, capacity)?;
+        }
+        self.caught_up = true;
+        Ok(())
+    }
+
+    #[inline]
+    pub(super) fn read<M: Media>(
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &Binding,
+        off: usize,
+        dst: &mut [u8],
+    ) {
+        pool.media.read(object.slot_offset(binding.slot) + off, dst);
+    }
+
+    pub(super) fn open_pages<M: Media>(
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &Binding,
+        at: usize,
+        len: usize,
+    ) -> Result<()> {
+        pool.rights(
+            object.slot_offset(binding.slot) + at,
+            len,
+            Rights::ReadWrite,
+        )
+    }
+
+    #[inline]
+    pub(super) fn write<M: Media>(
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &Binding,
+        off: usize,
+        src: &[u8],
+    ) {
+        pool.media
+            .write(object.slot_offset(binding.slot) + off, src);
+    }
+
+    /// The slot's address on a mapping; valid until this handle's next sync or detach.
+    pub(super) fn pointer<M: Media>(
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &Binding,
+    ) -> Option<*mut u8> {
+        address(
+            &pool.media,
+            object.slot_offset(binding.slot),
+            object.capacity(),
+        )
+    }
+
+    /// Write back (clwb) the dirty pages of the shadow slot (no fence). Nothing to publish when
+    /// the shadow was not touched since the last sync.
+    pub(super) fn write_back<M: Media>(
+        &self,
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &Binding,
+    ) -> bool {
+        if !self.caught_up {
+            return false;
+        }
+        if binding.tracking == Tracking::Whole {
+            binding.dirty_all(object);
+        }
+        if binding.dirty.is_empty() {
+            return false;
+        }
+        let base = object.slot_offset(binding.slot);
+        for (first, count) in binding.dirty.runs() {
+            pool.flush(base + first * PAGE, count * PAGE);
+            let bytes = (count * PAGE) as u64;
+            add_under_lock(&pool.counters.bytes_flushed, bytes);
+            add_under_lock(&pool.counters.bytes_synced, bytes);
+        }
+        true
+    }
+
+    /// The shadow slot is now the current slot: stop tracking it and put it at rest; the old
+    /// current slot becomes the shadow, caught up at the next access.
+    pub(super) fn published<M: Media>(
+        &mut self,
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &mut Binding,
+    ) -> Result<()> {
+        self.caught_up = false;
+        binding.stop_fault_tracking();
+        Self::close(pool, object, binding)
+    }
+
+    /// Unsynced writes are dropped: the pages they touched now differ from the current slot.
+    pub(super) fn detach<M: Media>(
+        self,
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &Binding,
+    ) -> Result<()> {
+        match binding.access {
+            Access::ReadWrite => {
+                // Whole tracking records no pages before its sync: any page may differ.
+                if self.caught_up && binding.tracking == Tracking::Whole {
+                    object.stale.set_range(0, object.pages());
+                } else if self.caught_up {
+                    object.stale.union(&binding.dirty);
+                }
+                Self::close(pool, object, binding)
+            }
+            Access::Read => {
+                if object.readers == 0 && pool.protect {
+                    let current = object.slot_offset(object.current_slot());
+                    pool.rights(current, object.capacity(), Rights::None)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Give a read-write attachment's shadow slot its rights at rest (after sync or detach).
+    fn close<M: Media>(pool: &Pool<M>, object: &ObjectState, binding: &Binding) -> Result<()> {
+        debug_assert!(
+            binding.fault_entry.is_none(),
+            "fault tracking stopped first"
+        );
+        if pool.protect || binding.tracking == Tracking::Faults {
+            let shadow = object.slot_offset(binding.slot);
+            pool.rights(shadow, object.capacity(), pool.rights_at_rest())?;
+        }
+        Ok(())
+    }
+}
