@@ -16,9 +16,9 @@
 //! configurations per round; each cell reports the median IOPS over rounds. Blocks are chosen
 //! uniformly at random (seeded per thread) from the block range all configurations share.
 
-use crate::blk::parse_size;
 use crate::plot;
 use anyhow::{anyhow, bail, Context, Result};
+use pmkit::args::parse_size;
 use pmkit_blk::{CreateOptions, EngineOptions, Protect, WriteScheme};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

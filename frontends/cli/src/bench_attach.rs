@@ -6,8 +6,8 @@
 //! Each round formats both targets afresh and runs every workload on each, in rotated order.
 //! Needs root, /dev/fuse, e2fsprogs, fio and PostgreSQL (scripts/bench-attach.sh installs them).
 
-use crate::attach::BlkDisk;
 use anyhow::{bail, Context, Result};
+use pmkit::adapters::BlkDisk;
 use pmkit_blk::{CreateOptions, EngineOptions};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(long)]
     no_pgbench: bool,
     #[command(flatten)]
-    engine: crate::blk::EngineArgs,
+    engine: pmkit::args::EngineArgs,
 }
 
 #[derive(Serialize, Clone)]

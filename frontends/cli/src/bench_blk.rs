@@ -581,7 +581,7 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
         )?;
         let dev = std::sync::Arc::new(dev);
         let mut att = pmkit_fuse::attach::attach(
-            crate::attach::BlkDisk(dev.clone()),
+            pmkit::adapters::BlkDisk(dev.clone()),
             &attach_opts(&path, Some(&mnt), true),
         )?;
         let warm = small_files(&mnt, files);
@@ -610,7 +610,7 @@ pub fn emulation(a: FigArgs) -> Result<ExitCode> {
             };
             let dev = std::sync::Arc::new(pmkit_blk::open_path(&path, &engine)?);
             let mut att = pmkit_fuse::attach::attach(
-                crate::attach::BlkDisk(dev.clone()),
+                pmkit::adapters::BlkDisk(dev.clone()),
                 &attach_opts(&path, Some(&mnt), false),
             )?;
             // Unmeasured warm-up: the first operations after a mount load bitmaps and tables.

@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Device size for both servers [default: 1G, 256M with --quick]
-    #[arg(long, value_parser = crate::blk::parse_size)]
+    #[arg(long, value_parser = pmkit::args::parse_size)]
     pub size: Option<u64>,
     /// Seconds per fio run [default: 5, 2 with --quick]
     #[arg(long)]
@@ -201,7 +201,7 @@ fn split_model(m: &str) -> Result<(&str, Option<u64>)> {
         }
         None => (m, None),
     };
-    crate::serve::parse_io_model(model).map_err(anyhow::Error::msg)?;
+    pmkit::args::parse_io_model(model).map_err(anyhow::Error::msg)?;
     Ok((model, poll))
 }
 
@@ -385,7 +385,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     println!(
         "fio nbd engine, {} device, {runtime} s per run, 1 job; pmkit serve {} vs nbdkit memory",
-        crate::serve::human_size(size),
+        pmkit::args::human_size(size),
         if a.serve_args.is_empty() {
             "(defaults)".to_string()
         } else {

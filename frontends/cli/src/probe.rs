@@ -5,7 +5,7 @@
 //! when another CPU runs the same address space, as it always does in a server.
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use pmkit::progress::Progress;
 use pmkit_media::protect::{Access, Pkey};
 use pmkit_media::{features, region, Persister, Region, RegionOptions, WriteScheme};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -89,15 +89,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .filter(|s| s.available())
         .collect();
     let total = (schemes.len() * 2 + 4) as u64;
-    let bar = if a.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} measuring {msg:24} [{bar:30}] {pos}/{len}")
-            .unwrap(),
-    );
+    let bar = Progress::new(!a.json, total);
 
     let stop = Arc::new(AtomicBool::new(a.alone));
     let spinner = {
@@ -130,7 +122,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .expect("msync of scratch region");
             },
         ));
-        bar.inc(1);
+        bar.inc();
     }
     for &s in &schemes {
         bar.set_message(format!("256 KiB sequential {s}"));
@@ -142,7 +134,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 .expect("msync of scratch region");
             next = (next + SEQ) % (reg.len() - SEQ + 1) / SEQ * SEQ;
         }));
-        bar.inc(1);
+        bar.inc();
     }
 
     // Protection windows around a 4 KiB nt write.
@@ -152,7 +144,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         nt.write(reg, off, &buf[..BLOCK]);
         nt.fence(reg);
     }));
-    bar.inc(1);
+    bar.inc();
 
     bar.set_message("mprotect toggle".to_string());
     reg.set_access(0, reg.len(), Access::Read)?;
@@ -171,7 +163,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         },
     ));
     reg.set_access(0, reg.len(), Access::ReadWrite)?;
-    bar.inc(1);
+    bar.inc();
 
     bar.set_message("per-thread mmap window".to_string());
     ms.push(measure("window", "mmap", BLOCK, dur, &reg, |reg, off| {
@@ -181,7 +173,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         nt.write(w.media(), w.offset_of(off), &buf[..BLOCK]);
         nt.fence(w.media());
     }));
-    bar.inc(1);
+    bar.inc();
 
     bar.set_message("pkey window".to_string());
     if f.pku {
@@ -197,8 +189,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         drop(reg);
         drop(key);
     }
-    bar.inc(1);
-    bar.finish_and_clear();
+    bar.inc();
+    bar.finish();
     stop.store(true, Ordering::Relaxed);
     let _ = spinner.join();
 
