@@ -8,7 +8,6 @@ use anyhow::{Context, Result};
 use pmkit::progress::Progress;
 use pmkit_media::protect::{Access, Pkey};
 use pmkit_media::{features, region, Persister, Region, RegionOptions, WriteScheme};
-use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -230,17 +229,24 @@ fn measure(
     reg: &Region,
     mut op: impl FnMut(&Region, usize),
 ) -> Measurement {
-    let mut rng = SmallRng::seed_from_u64(42);
-    let blocks = reg.len() / BLOCK - SEQ / BLOCK;
+    let blocks = (reg.len() / BLOCK - SEQ / BLOCK) as u64;
+    // splitmix64: well-spread offsets for a probe, without a random-number crate.
+    let mut x = 42u64;
+    let mut block = move || {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let z = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % blocks) as usize
+    };
     // Warm up (faults, caches), then measure in batches so the clock is read rarely.
     for _ in 0..64 {
-        op(reg, rng.gen_range(0..blocks) * BLOCK);
+        op(reg, block() * BLOCK);
     }
     let t0 = Instant::now();
     let mut ops = 0u64;
     while t0.elapsed() < dur {
         for _ in 0..32 {
-            op(reg, rng.gen_range(0..blocks) * BLOCK);
+            op(reg, block() * BLOCK);
         }
         ops += 32;
     }

@@ -109,15 +109,17 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
 /// Block SIGINT and SIGTERM in this thread and every thread it starts, so they can be taken
 /// synchronously with `sigwait` (serve and attach stop this way).
 pub(crate) fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain signal-mask calls on a set we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
+    // SAFETY: sigset_t is a plain bit set, for which all zeroes is a valid (empty) value.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is a sigset_t we own.
+    unsafe { libc::sigemptyset(&mut set) };
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: set is a sigset_t we own; sig is a valid signal number.
+        unsafe { libc::sigaddset(&mut set, sig) };
     }
+    // SAFETY: set is initialised; a NULL old set is allowed.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    set
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
