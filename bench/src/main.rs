@@ -50,14 +50,7 @@ enum Cmd {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PMKIT_LOG")
-                .unwrap_or_else(|_| "warn,fuser=error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let r = match Cli::parse().cmd {
+    pmkit::entry::main("pmkit-bench", || match Cli::parse().cmd {
         Cmd::Protection(a) => figures::protection(a),
         Cmd::WriteScheme(a) => figures::write_scheme(a),
         Cmd::Overview(a) => figures::overview(a),
@@ -66,12 +59,5 @@ fn main() -> std::process::ExitCode {
         Cmd::Nbd(a) => nbd::run(a),
         Cmd::Pmo(a) => pmo::run(a),
         Cmd::Atomic(a) => atomic::run(a),
-    };
-    match r {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("pmkit-bench: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    })
 }

@@ -5,6 +5,7 @@
 
 pub mod adapters;
 pub mod args;
+pub mod entry;
 pub mod progress;
 pub mod sibling;
 pub mod stats_file;

@@ -53,15 +53,7 @@ enum Cmd {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PMKIT_LOG")
-                .unwrap_or_else(|_| "warn,fuser=error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse();
-    let r = match cli.cmd {
+    pmkit::entry::main("pmkit", || match Cli::parse().cmd {
         Cmd::Create(a) => blk::create(a),
         Cmd::Info(a) => blk::info(a),
         Cmd::Check(a) => blk::check(a),
@@ -71,12 +63,5 @@ fn main() -> std::process::ExitCode {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Obj(a) => obj::run(a),
         Cmd::Serve(a) => serve::run(a),
-    };
-    match r {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("pmkit: error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    })
 }
