@@ -35,8 +35,7 @@ const THREADS: [usize; 2] = [1, 2];
 /// Largest device accepted (the fill pass writes all of it).
 const MAX_SIZE: u64 = 16 << 30;
 
-/// Arguments of `bench atomic`. Rounds: 5 by default; --quick: 32 MiB devices, 2000 operations
-/// per thread, one round, no fio.
+// Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     #[command(flatten)]

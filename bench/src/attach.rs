@@ -17,8 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
-/// Arguments of `bench attach`. Rounds: 2 by default; --quick: small scale, few transactions,
-/// short fio jobs. --dir holds both targets' device files.
+// Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]

@@ -22,8 +22,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Arguments of every figure. Rounds: 3 by default; --quick: small devices, few cells, short
-/// runs.
+// Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args, Clone)]
 pub struct FigArgs {
     #[command(flatten)]

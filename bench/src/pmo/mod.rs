@@ -38,8 +38,7 @@ const WARMUP_N: usize = 100_000;
 /// Largest N accepted (64 MiB of data, 128 MiB pools).
 const MAX_N: usize = 64_000_000;
 
-/// Arguments of `bench pmo`. Rounds: 5 per (N, variant) by default; --quick: N = 1M only (or
-/// --max-n), one round.
+// Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     #[command(flatten)]

@@ -25,8 +25,8 @@ pub struct BenchFlags {
     /// Where the devices and pools live (emulated PM)
     #[arg(long, default_value = "/dev/shm")]
     pub dir: PathBuf,
-    /// Rounds; every value reported is the median over rounds [default: per benchmark, see its
-    /// --help; 1 with --quick]
+    /// Rounds; every value reported is the median over rounds [default: per benchmark (see
+    /// above), 1 with --quick]
     #[arg(long)]
     pub rounds: Option<usize>,
 }
