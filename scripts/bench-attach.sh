@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 install_packages scripts/build-packages.txt scripts/test-packages.txt scripts/bench-packages.txt
 require_cargo
-cargo build --release --locked -p pmkit
+cargo build --release --locked -p pmkit -p pmkit-bench
 exec "${CARGO_TARGET_DIR:-target}/release/pmkit" bench attach "$@"

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 install_packages scripts/build-packages.txt
 require_cargo
+# The product binary only; the benchmarks (`pmkit bench`) are the pmkit-bench package.
 cargo build --release --locked -p pmkit
 # The main job: serve the embedded default device (1 GiB of emulated PM in /dev/shm) over NBD.
 exec "${CARGO_TARGET_DIR:-target}/release/pmkit" serve "$@"

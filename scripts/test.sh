@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 install_packages scripts/build-packages.txt scripts/test-packages.txt
 require_cargo
 # `cargo test` does not emit cdylibs; the C ABI test links libpmkit_obj.so, so build it first.
+# (This also builds pmkit-bench next to pmkit, which `pmkit bench` runs.)
 cargo build --workspace --locked
 # Tests are built with optimisation (profile.test opt-level=1) and run on 2 cores.
 cargo test --workspace --locked --no-fail-fast "$@"

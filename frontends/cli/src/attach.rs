@@ -1,12 +1,11 @@
 //! `pmkit attach` / `pmkit detach`: the device as a kernel block device through a FUSE file and
 //! a loop device, optionally with a file system made and mounted on it.
 
-use crate::blk::EngineArgs;
 use anyhow::{Context, Result};
-use pmkit_blk::{BlkError, Device};
+use pmkit::adapters::BlkDisk;
+use pmkit::args::{parse_size, EngineArgs};
+use pmkit::stats_file::StatsWriter;
 use pmkit_fuse::attach::{self, AttachOptions, Mkfs};
-use pmkit_fuse::{Disk, DiskError};
-use pmkit_media::Region;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,7 +22,7 @@ pub struct AttachArgs {
     #[arg(long, value_name = "ext4|ext2|xfs")]
     mkfs: Option<Mkfs>,
     /// Create the device with this size if PATH does not exist (e.g. 1G).
-    #[arg(long, value_parser = crate::blk::parse_size)]
+    #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
     /// FUSE worker threads.
     #[arg(long, default_value_t = 2)]
@@ -46,40 +45,6 @@ pub struct DetachArgs {
     /// Seconds to wait for the attaching process to finish.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
-}
-
-/// The PMBD device as the FUSE file's disk.
-pub struct BlkDisk(pub Arc<Device<Region>>);
-
-fn disk_err(e: BlkError) -> DiskError {
-    DiskError {
-        errno: e.errno(),
-        message: e.to_string(),
-    }
-}
-
-impl Disk for BlkDisk {
-    fn size(&self) -> u64 {
-        self.0.capacity()
-    }
-    fn block_size(&self) -> u32 {
-        self.0.block_size()
-    }
-    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        self.0.read_bytes(off, buf).map_err(disk_err)
-    }
-    fn write(&self, off: u64, data: &[u8], fua: bool) -> Result<(), DiskError> {
-        self.0.write_bytes(off, data, fua).map_err(disk_err)
-    }
-    fn flush(&self) -> Result<(), DiskError> {
-        self.0.flush().map_err(disk_err)
-    }
-    fn discard(&self, off: u64, len: u64) -> Result<(), DiskError> {
-        self.0.trim(off, len).map_err(disk_err)
-    }
-    fn zero(&self, off: u64, len: u64) -> Result<(), DiskError> {
-        self.0.write_zeroes_bytes(off, len, false).map_err(disk_err)
-    }
 }
 
 pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
@@ -138,9 +103,7 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     let stats_writer = match &a.stats {
         Some(p) => {
             let d = dev.clone();
-            Some(crate::blk::StatsWriter::spawn(p.clone(), move || {
-                d.stats()
-            })?)
+            Some(StatsWriter::spawn(p.clone(), move || d.stats())?)
         }
         None => None,
     };

@@ -1,128 +1,18 @@
 //! `pmkit create`, `pmkit info`, `pmkit check`: make, describe and verify PMBD block devices,
-//! in the spirit of `pmempool create/info/check`. [`EngineArgs`] is the one set of engine flags
-//! (protection, write scheme, buffers, ...) that every command opening a device flattens in.
+//! in the spirit of `pmempool create/info/check`.
 
 use anyhow::{Context, Result};
-use pmkit_blk::{
-    BatchOptions, CheckReport, CreateOptions, EngineOptions, Found, Protect, Severity, WriteScheme,
-};
-use pmkit_media::emulate::EmulationSpec;
+use pmkit::args::{CreateFlags, EngineArgs};
+use pmkit_blk::{CheckReport, Found, Severity};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// Engine options as command-line flags (`#[command(flatten)]` this into any command that
-/// opens a device, then call [`EngineArgs::to_options`]).
-#[derive(clap::Args, Clone, Debug)]
-pub struct EngineArgs {
-    /// Protection from stray writes: none, pt, pt-batch, private, pkey
-    /// [default: pkey where the CPU has memory protection keys, else private or pt]
-    #[arg(long, value_name = "MODE")]
-    pub protect: Option<Protect>,
-    /// With an explicit `--protect pkey`: what to use where pkeys are missing (default: refuse)
-    #[arg(long, value_name = "MODE")]
-    pub pkey_fallback: Option<Protect>,
-    /// Ordered persistence: nt, clwb, clflushopt, clflush, wb, msync
-    #[arg(long = "write", value_name = "SCHEME", default_value = "nt")]
-    pub write: WriteScheme,
-    /// pt-batch: number of staging buffers, each with a syncer thread
-    #[arg(long, value_name = "N", default_value_t = BatchOptions::default().buffers)]
-    pub buffers: usize,
-    /// pt-batch: bytes per buffer (K, M, G suffixes)
-    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
-    pub buffer_size: u64,
-    /// pt-batch: most blocks a syncer writes per batch
-    #[arg(long, value_name = "BLOCKS", default_value_t = BatchOptions::default().batch_blocks)]
-    pub batch: usize,
-    /// pt-batch: consecutive blocks that map to the same buffer
-    #[arg(long, value_name = "BLOCKS", default_value_t = BatchOptions::default().stride_blocks)]
-    pub buffer_stride: u64,
-    /// pt-batch: percent dirty at which a syncer starts draining
-    #[arg(long, value_name = "PCT", default_value_t = BatchOptions::default().high_pct)]
-    pub high_watermark: u8,
-    /// pt-batch: percent dirty a syncer drains down to
-    #[arg(long, value_name = "PCT", default_value_t = BatchOptions::default().low_pct)]
-    pub low_watermark: u8,
-    /// Write only the 64-byte lines of a block that changed
-    #[arg(long)]
-    pub subpage: bool,
-    /// Read every write back and compare
-    #[arg(long)]
-    pub write_verify: bool,
-    /// PM speed emulation: rdsx=N,wrsx=N,rdlat=NS,wrlat=NS,rdbw=MBS,wrbw=MBS (any subset)
-    #[arg(long, value_name = "SPEC")]
-    pub emulate: Option<EmulationSpec>,
-    /// Largest request accepted (K, M suffixes)
-    #[arg(long, value_name = "SIZE", default_value = "32M", value_parser = parse_size)]
-    pub max_request: u64,
-    /// Fault every page of the region in at open
-    #[arg(long)]
-    pub populate: bool,
-}
-
-impl EngineArgs {
-    pub fn to_options(&self) -> EngineOptions {
-        let d = BatchOptions::default();
-        EngineOptions {
-            protect: self.protect,
-            pkey_fallback: self.pkey_fallback,
-            write: self.write,
-            batch: BatchOptions {
-                buffers: self.buffers,
-                buffer_bytes: usize::try_from(self.buffer_size).unwrap_or(usize::MAX),
-                batch_blocks: self.batch,
-                stride_blocks: self.buffer_stride,
-                high_pct: self.high_watermark,
-                low_pct: self.low_watermark,
-                idle_ms: d.idle_ms,
-            },
-            subpage: self.subpage,
-            write_verify: self.write_verify,
-            emulate: self.emulate.unwrap_or_default(),
-            max_request: usize::try_from(self.max_request).unwrap_or(usize::MAX),
-            populate: self.populate,
-        }
-    }
-}
-
-/// `4096`, `64K`, `16M`, `1G`, `2T` (binary multiples; a trailing `B` or `iB` is allowed).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (num, shift) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 30),
-        Some('T' | 't') => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 4096, 64K, 16M, 1G)"))?;
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
-}
 
 #[derive(clap::Args)]
 pub struct CreateArgs {
     /// File to create (or, without --size, an existing file or /dev/daxX.Y to format)
     pub path: PathBuf,
-    /// Size of the new file (K, M, G, T suffixes)
-    #[arg(long, value_parser = parse_size)]
-    pub size: Option<u64>,
-    /// Logical block size: 512 or 4096
-    #[arg(long, value_name = "N", default_value_t = 4096)]
-    pub block_size: u32,
-    /// Keep a CRC32C per block in PM and verify it on every read
-    #[arg(long)]
-    pub checksum: bool,
-    /// Atomic block writes (BTT-class): every block write is all-or-nothing across a power
-    /// failure (a block map plus spare blocks; multi-block requests are atomic per block)
-    #[arg(long)]
-    pub atomic: bool,
+    #[command(flatten)]
+    pub create: CreateFlags,
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Print JSON
@@ -150,14 +40,13 @@ pub struct CheckArgs {
 }
 
 pub fn create(a: CreateArgs) -> Result<ExitCode> {
-    let create = CreateOptions {
-        block_size: a.block_size,
-        checksum: a.checksum,
-        zero_data: true,
-        atomic: a.atomic,
-    };
-    let dev = pmkit_blk::create_path(&a.path, a.size, &create, &a.engine.to_options())
-        .with_context(|| format!("cannot create a block device at {}", a.path.display()))?;
+    let dev = pmkit_blk::create_path(
+        &a.path,
+        a.create.size,
+        &a.create.to_options(),
+        &a.engine.to_options(),
+    )
+    .with_context(|| format!("cannot create a block device at {}", a.path.display()))?;
     let info = dev.info();
     dev.close().context("cannot close the new device")?;
     if a.json {
@@ -341,124 +230,4 @@ fn print_check(path: &std::path::Path, r: &CheckReport) {
         println!("{tag}: {}", f.what);
     }
     println!("{}", if r.is_clean() { "clean" } else { "NOT clean" });
-}
-
-/// `--stats FILE` of `serve` and `attach`: the device's statistics (counts, bytes, latency
-/// histograms, flushes) as JSON in FILE, rewritten every second while the device is up and once
-/// more after it closes. Each write goes to a temporary file renamed over FILE, so a reader
-/// never sees half a document.
-pub struct StatsWriter {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    path: std::path::PathBuf,
-}
-
-/// Write `value` as pretty JSON to `path` atomically.
-fn write_json_atomically(
-    path: &std::path::Path,
-    value: &impl serde::Serialize,
-) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::rename(&tmp, path)
-}
-
-impl StatsWriter {
-    pub fn spawn<S: serde::Serialize>(
-        path: std::path::PathBuf,
-        stats: impl Fn() -> S + Send + 'static,
-    ) -> Result<StatsWriter> {
-        use std::sync::atomic::Ordering;
-        write_json_atomically(&path, &stats())
-            .with_context(|| format!("writing statistics to {}", path.display()))?;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (s, p) = (stop.clone(), path.clone());
-        let thread = std::thread::Builder::new()
-            .name("pmkit-stats".into())
-            .spawn(move || {
-                // Wake every 200 ms (quick to stop), write every fifth time (once a second).
-                let mut ticks = 0u64;
-                while !s.load(Ordering::Relaxed) {
-                    std::thread::sleep(std::time::Duration::from_millis(200));
-                    ticks += 1;
-                    if ticks.is_multiple_of(5) {
-                        if let Err(e) = write_json_atomically(&p, &stats()) {
-                            tracing::warn!("writing statistics to {}: {e}", p.display());
-                        }
-                    }
-                }
-            })?;
-        Ok(StatsWriter {
-            stop,
-            thread: Some(thread),
-            path,
-        })
-    }
-
-    /// Stop the periodic writes and write `last` (the statistics after close).
-    pub fn finish(mut self, last: &impl serde::Serialize) -> Result<()> {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        write_json_atomically(&self.path, last)
-            .with_context(|| format!("writing statistics to {}", self.path.display()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64K"), Ok(64 << 10));
-        assert_eq!(parse_size("16M"), Ok(16 << 20));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("99999999999T").is_err());
-    }
-
-    #[test]
-    fn engine_args_map_onto_options() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct T {
-            #[command(flatten)]
-            e: EngineArgs,
-        }
-        let t = T::try_parse_from([
-            "t",
-            "--protect",
-            "pt-batch",
-            "--write",
-            "clwb",
-            "--buffers",
-            "4",
-            "--buffer-size",
-            "1M",
-            "--subpage",
-            "--emulate",
-            "wrsx=3",
-        ])
-        .unwrap();
-        let o = t.e.to_options();
-        assert_eq!(o.protect, Some(Protect::PtBatch));
-        assert_eq!(o.write, WriteScheme::Clwb);
-        assert_eq!((o.batch.buffers, o.batch.buffer_bytes), (4, 1 << 20));
-        assert!(o.subpage && !o.write_verify);
-        assert_eq!(o.emulate.wrsx, 3);
-        let d = T::try_parse_from(["t"]).unwrap().e.to_options();
-        assert_eq!(
-            d,
-            EngineOptions::default(),
-            "flag defaults are the engine's defaults"
-        );
-        assert!(T::try_parse_from(["t", "--protect", "bogus"]).is_err());
-    }
 }

@@ -1,7 +1,8 @@
 //! `pmkit obj ...`: create, inspect, dump and check PMO pools (persistent memory objects).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
+use pmkit::args::parse_size;
 use pmkit_media::{Region, RegionOptions};
 use pmkit_obj::{Pool, PoolOptions};
 use std::io::Write;
@@ -20,8 +21,8 @@ enum Cmd {
     Create {
         pool: PathBuf,
         /// Pool size, e.g. 64M, 1G (ignored for an existing device-dax device).
-        #[arg(long)]
-        size: String,
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
         /// Object Table entries: the most objects the pool can hold.
         #[arg(long, default_value_t = 4096)]
         max_objects: u32,
@@ -55,46 +56,21 @@ enum Cmd {
     New {
         pool: PathBuf,
         name: String,
-        #[arg(long)]
-        size: String,
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
     },
     /// Write FILE (or stdin) into an object at OFFSET and publish it with one PMO Sync.
     Put {
         pool: PathBuf,
         name: String,
-        #[arg(long, default_value = "0")]
-        offset: String,
+        #[arg(long, default_value = "0", value_parser = parse_size)]
+        offset: u64,
         /// Input file; stdin when absent.
         #[arg(long)]
         from: Option<PathBuf>,
     },
     /// Delete an object.
     Delete { pool: PathBuf, name: String },
-}
-
-/// "64M", "1G", "4096", "2KiB" -> bytes.
-pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().with_context(|| {
-        format!("size {s:?}: expected a number with an optional K/M/G/T suffix")
-    })?;
-    let mul: u64 = match unit
-        .trim()
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 1,
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        "G" => 1 << 30,
-        "T" => 1 << 40,
-        u => bail!("size {s:?}: unknown unit {u:?} (use K, M, G or T)"),
-    };
-    n.checked_mul(mul)
-        .with_context(|| format!("size {s:?} overflows"))
 }
 
 fn open(path: &Path) -> Result<Pool<Region>> {
@@ -119,7 +95,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
             size,
             max_objects,
         } => {
-            let size = parse_size(&size)?;
             let opts = PoolOptions {
                 max_objects,
                 ..PoolOptions::default()
@@ -240,7 +215,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         Cmd::New { pool, name, size } => {
             let p = open(&pool)?;
-            p.create(&name, parse_size(&size)?)?;
+            p.create(&name, size)?;
         }
         Cmd::Put {
             pool,
@@ -260,7 +235,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             };
             let p = open(&pool)?;
             let h = p.attach(&name, pmkit_obj::Access::ReadWrite)?;
-            h.write(parse_size(&offset)?, &data)?;
+            h.write(offset, &data)?;
             h.sync()?;
             h.detach()?;
         }
@@ -270,16 +245,4 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sizes() {
-        assert_eq!(super::parse_size("4096").unwrap(), 4096);
-        assert_eq!(super::parse_size("64M").unwrap(), 64 << 20);
-        assert_eq!(super::parse_size("2KiB").unwrap(), 2048);
-        assert!(super::parse_size("1X").is_err());
-        assert!(super::parse_size("M").is_err());
-    }
 }

@@ -5,10 +5,9 @@
 //! when another CPU runs the same address space, as it always does in a server.
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use pmkit::progress::Progress;
 use pmkit_media::protect::{Access, Pkey};
 use pmkit_media::{features, region, Persister, Region, RegionOptions, WriteScheme};
-use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -89,15 +88,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .filter(|s| s.available())
         .collect();
     let total = (schemes.len() * 2 + 4) as u64;
-    let bar = if a.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} measuring {msg:24} [{bar:30}] {pos}/{len}")
-            .unwrap(),
-    );
+    let bar = Progress::new(!a.json, total);
 
     let stop = Arc::new(AtomicBool::new(a.alone));
     let spinner = {
@@ -130,7 +121,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .expect("msync of scratch region");
             },
         ));
-        bar.inc(1);
+        bar.inc();
     }
     for &s in &schemes {
         bar.set_message(format!("256 KiB sequential {s}"));
@@ -142,7 +133,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 .expect("msync of scratch region");
             next = (next + SEQ) % (reg.len() - SEQ + 1) / SEQ * SEQ;
         }));
-        bar.inc(1);
+        bar.inc();
     }
 
     // Protection windows around a 4 KiB nt write.
@@ -152,7 +143,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         nt.write(reg, off, &buf[..BLOCK]);
         nt.fence(reg);
     }));
-    bar.inc(1);
+    bar.inc();
 
     bar.set_message("mprotect toggle".to_string());
     reg.set_access(0, reg.len(), Access::Read)?;
@@ -171,7 +162,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         },
     ));
     reg.set_access(0, reg.len(), Access::ReadWrite)?;
-    bar.inc(1);
+    bar.inc();
 
     bar.set_message("per-thread mmap window".to_string());
     ms.push(measure("window", "mmap", BLOCK, dur, &reg, |reg, off| {
@@ -181,7 +172,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         nt.write(w.media(), w.offset_of(off), &buf[..BLOCK]);
         nt.fence(w.media());
     }));
-    bar.inc(1);
+    bar.inc();
 
     bar.set_message("pkey window".to_string());
     if f.pku {
@@ -197,8 +188,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         drop(reg);
         drop(key);
     }
-    bar.inc(1);
-    bar.finish_and_clear();
+    bar.inc();
+    bar.finish();
     stop.store(true, Ordering::Relaxed);
     let _ = spinner.join();
 
@@ -238,17 +229,24 @@ fn measure(
     reg: &Region,
     mut op: impl FnMut(&Region, usize),
 ) -> Measurement {
-    let mut rng = SmallRng::seed_from_u64(42);
-    let blocks = reg.len() / BLOCK - SEQ / BLOCK;
+    let blocks = (reg.len() / BLOCK - SEQ / BLOCK) as u64;
+    // splitmix64: well-spread offsets for a probe, without a random-number crate.
+    let mut x = 42u64;
+    let mut block = move || {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let z = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % blocks) as usize
+    };
     // Warm up (faults, caches), then measure in batches so the clock is read rarely.
     for _ in 0..64 {
-        op(reg, rng.gen_range(0..blocks) * BLOCK);
+        op(reg, block() * BLOCK);
     }
     let t0 = Instant::now();
     let mut ops = 0u64;
     while t0.elapsed() < dur {
         for _ in 0..32 {
-            op(reg, rng.gen_range(0..blocks) * BLOCK);
+            op(reg, block() * BLOCK);
         }
         ops += 32;
     }

@@ -1,17 +1,16 @@
 //! `pmkit serve`: export a PMBD block device over NBD (unix socket or TCP).
 //!
-//! [`PmbdBackend`] adapts `pmkit_blk::Device` to the NBD server's `BlockBackend`; the rest is
-//! choosing/creating the device, printing how to connect, and an orderly stop on SIGINT/SIGTERM
+//! `pmkit::adapters::PmbdBackend` adapts `pmkit_blk::Device` to the NBD server's `BlockBackend`;
+//! this is choosing/creating the device, printing how to connect, and an orderly stop on SIGINT/SIGTERM
 //! (stop accepting, finish received requests, flush, mark the device clean, exit 0).
 
-use crate::blk::{parse_size, EngineArgs};
 use anyhow::{bail, Context, Result};
-use pmkit_blk::{BlkError, CreateOptions, Device};
+use pmkit::adapters::PmbdBackend;
+use pmkit::args::{human_size, parse_io_model, parse_size, CreateFlags, EngineArgs};
+use pmkit::stats_file::StatsWriter;
+use pmkit_blk::Device;
 use pmkit_media::Region;
-use pmkit_nbd::{
-    BackendError, BackendResult, BlockBackend, BlockSizes, ErrorKind, IoModel, Listen, Server,
-    ServerConfig,
-};
+use pmkit_nbd::{IoModel, Listen, Server, ServerConfig};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,15 +26,10 @@ pub struct ServeArgs {
     /// Device to export (made by `pmkit create`, or created here with --size)
     /// [default: /dev/shm/pmkit-default.pmbd, 1 GiB, created on first use and reused]
     pub path: Option<PathBuf>,
-    /// Create PATH with this size if it does not exist (K, M, G, T suffixes)
-    #[arg(long, value_parser = parse_size)]
-    pub size: Option<u64>,
-    /// Block size of a device created here: 512 or 4096
-    #[arg(long, value_name = "N", default_value_t = 4096)]
-    pub block_size: u32,
-    /// Keep a CRC32C per block (for a device created here)
-    #[arg(long)]
-    pub checksum: bool,
+    // How to create PATH when it does not exist (--size is then required, except for the default
+    // device).
+    #[command(flatten)]
+    pub create: CreateFlags,
     /// Listen on this unix socket [default: /tmp/pmkit-nbd.sock]
     #[arg(long, value_name = "SOCKPATH", conflicts_with = "listen")]
     pub socket: Option<PathBuf>,
@@ -74,213 +68,22 @@ pub struct ServeArgs {
     pub engine: EngineArgs,
 }
 
-pub fn parse_io_model(s: &str) -> Result<IoModel, String> {
-    if s == "inline" {
-        return Ok(IoModel::Inline);
-    }
-    s.strip_prefix("threaded:")
-        .and_then(|n| n.parse().ok())
-        .map(|workers| IoModel::Threaded { workers })
-        .ok_or_else(|| format!("{s:?}: expected `inline` or `threaded:N`"))
-}
-
-/// Sector size the export advertises as its minimum block size. The device's own block (usually
-/// 4096) is advertised as the preferred size; smaller aligned requests are served by
-/// read-modify-write here, because common clients (a loop device over nbdfuse, the kernel client
-/// with its default block size) send 512-byte I/O and libnbd does not split it.
-pub const SECTOR: u32 = 512;
-/// Locks serializing read-modify-write of partial blocks (by block number).
-const RMW_STRIPES: usize = 64;
-
-/// A PMBD device as an NBD export.
-pub struct PmbdBackend {
-    pub dev: Device<Region>,
-    bs: u64,
-    rmw: Vec<std::sync::Mutex<()>>,
-}
-
-impl PmbdBackend {
-    pub fn new(dev: Device<Region>) -> Self {
-        let bs = dev.block_size() as u64;
-        assert!(bs >= SECTOR as u64 && bs.is_power_of_two());
-        PmbdBackend {
-            dev,
-            bs,
-            rmw: (0..RMW_STRIPES)
-                .map(|_| std::sync::Mutex::new(()))
-                .collect(),
-        }
-    }
-
-    /// Replace bytes `[at, at+len)` inside block `blk` with `data` (or zeroes when `None`).
-    /// Two partial writes to different sectors of one block must both survive, so the
-    /// read-modify-write holds the block's stripe lock. (A whole-block write racing with it is an
-    /// overlapping write, whose order NBD leaves undefined.)
-    fn patch(
-        &self,
-        blk: u64,
-        at: usize,
-        len: usize,
-        data: Option<&[u8]>,
-        fua: bool,
-    ) -> BackendResult<()> {
-        let _g = self.rmw[(blk as usize) % RMW_STRIPES]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let mut b = vec![0u8; self.bs as usize];
-        let off = blk * self.bs;
-        self.dev.read(off, &mut b).map_err(map_err)?;
-        match data {
-            Some(d) => b[at..at + len].copy_from_slice(d),
-            None => b[at..at + len].fill(0),
-        }
-        self.dev.write(off, &b, fua).map_err(map_err)
-    }
-
-    /// Split `[off, off+len)` into a partial head block, whole middle blocks and a partial tail,
-    /// calling `part(block, offset in block, length, offset in request)` for partial pieces and
-    /// `whole(offset, length, offset in request)` for the aligned middle.
-    fn split(
-        &self,
-        off: u64,
-        len: u64,
-        mut part: impl FnMut(u64, usize, usize, usize) -> BackendResult<()>,
-        mut whole: impl FnMut(u64, u64, usize) -> BackendResult<()>,
-    ) -> BackendResult<()> {
-        let bs = self.bs;
-        let end = off + len;
-        let mut pos = off;
-        while pos < end {
-            let blk = pos / bs;
-            let in_blk = pos % bs;
-            if in_blk != 0 || end - pos < bs {
-                let n = (bs - in_blk).min(end - pos);
-                part(blk, in_blk as usize, n as usize, (pos - off) as usize)?;
-                pos += n;
-            } else {
-                let n = (end - pos) / bs * bs;
-                whole(pos, n, (pos - off) as usize)?;
-                pos += n;
-            }
-        }
-        Ok(())
-    }
-}
-
-fn map_err(e: BlkError) -> BackendError {
-    let kind = match e.errno() {
-        libc::EINVAL | libc::EOVERFLOW => ErrorKind::Invalid,
-        libc::ENOSPC => ErrorKind::NoSpace,
-        libc::ESHUTDOWN => ErrorKind::Shutdown,
-        _ => ErrorKind::Io,
-    };
-    BackendError::new(kind, e.to_string())
-}
-
-impl BlockBackend for PmbdBackend {
-    fn size(&self) -> u64 {
-        self.dev.capacity()
-    }
-    fn block_sizes(&self) -> BlockSizes {
-        BlockSizes {
-            minimum: SECTOR,
-            preferred: (self.bs as u32).max(4096),
-        }
-    }
-    fn is_read_only(&self) -> bool {
-        false
-    }
-    fn read(&self, off: u64, buf: &mut [u8]) -> BackendResult<()> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        if off.is_multiple_of(self.bs) && (buf.len() as u64).is_multiple_of(self.bs) {
-            return self.dev.read(off, buf).map_err(map_err);
-        }
-        let len = buf.len() as u64;
-        let cell = std::cell::RefCell::new(buf);
-        self.split(
-            off,
-            len,
-            |blk, at, n, dst| {
-                let mut b = vec![0u8; self.bs as usize];
-                self.dev.read(blk * self.bs, &mut b).map_err(map_err)?;
-                cell.borrow_mut()[dst..dst + n].copy_from_slice(&b[at..at + n]);
-                Ok(())
-            },
-            |o, n, dst| {
-                self.dev
-                    .read(o, &mut cell.borrow_mut()[dst..dst + n as usize])
-                    .map_err(map_err)
-            },
-        )
-    }
-    fn write(&self, off: u64, data: &[u8], fua: bool) -> BackendResult<()> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        if off.is_multiple_of(self.bs) && (data.len() as u64).is_multiple_of(self.bs) {
-            return self.dev.write(off, data, fua).map_err(map_err);
-        }
-        self.split(
-            off,
-            data.len() as u64,
-            |blk, at, n, src| self.patch(blk, at, n, Some(&data[src..src + n]), fua),
-            |o, n, src| {
-                self.dev
-                    .write(o, &data[src..src + n as usize], fua)
-                    .map_err(map_err)
-            },
-        )
-    }
-    fn flush(&self) -> BackendResult<()> {
-        self.dev.flush().map_err(map_err)
-    }
-    fn trim(&self, off: u64, len: u64, fua: bool) -> BackendResult<()> {
-        // A trim is a hint: discard only the whole blocks inside the range.
-        let start = off.div_ceil(self.bs) * self.bs;
-        let end = (off + len) / self.bs * self.bs;
-        if end > start {
-            self.dev.trim(start, end - start).map_err(map_err)?;
-            if fua {
-                self.dev.flush().map_err(map_err)?;
-            }
-        }
-        Ok(())
-    }
-    fn write_zeroes(&self, off: u64, len: u64, fua: bool, _may_trim: bool) -> BackendResult<()> {
-        // Trimmed and zeroed blocks are the same thing on PMBD (zeroes in place), so NO_HOLE is
-        // always honoured.
-        self.split(
-            off,
-            len,
-            |blk, at, n, _| self.patch(blk, at, n, None, fua),
-            |o, n, _| self.dev.write_zeroes(o, n, fua).map_err(map_err),
-        )
-    }
-    fn fast_zero(&self) -> bool {
-        // Zeroing PM runs at memory bandwidth in the server; writing zeroes would also carry
-        // them over the socket.
-        true
-    }
-}
-
 /// Open PATH, or create it when it is missing and a size is known.
 fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
     let engine = a.engine.to_options();
     let (path, size) = match &a.path {
-        Some(p) => (p.clone(), a.size),
+        Some(p) => (p.clone(), a.create.size),
         None => {
             // Tests point this elsewhere so they never touch a user's default device.
             let p = std::env::var_os("PMKIT_SERVE_DEFAULT_DEVICE")
                 .map_or_else(|| PathBuf::from(DEFAULT_DEVICE), PathBuf::from);
-            (p, Some(a.size.unwrap_or(DEFAULT_SIZE)))
+            (p, Some(a.create.size.unwrap_or(DEFAULT_SIZE)))
         }
     };
     if path.exists() {
         let dev = pmkit_blk::open_path(&path, &engine)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        if let Some(want) = a.size {
+        if let Some(want) = a.create.size {
             // A size names the device to create; an existing one keeps its own.
             if a.path.is_some() && dev.capacity() != want {
                 eprintln!(
@@ -298,13 +101,7 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
             path.display()
         );
     };
-    let create = CreateOptions {
-        block_size: a.block_size,
-        checksum: a.checksum,
-        zero_data: true,
-        ..CreateOptions::default()
-    };
-    let dev = pmkit_blk::create_path(&path, Some(size), &create, &engine)
+    let dev = pmkit_blk::create_path(&path, Some(size), &a.create.to_options(), &engine)
         .with_context(|| format!("cannot create a {size}-byte device at {}", path.display()))?;
     Ok((path, dev, true))
 }
@@ -312,23 +109,17 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
 /// Block SIGINT and SIGTERM in this thread and every thread it starts, so they can be taken
 /// synchronously with `sigwait` (serve and attach stop this way).
 pub(crate) fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain signal-mask calls on a set we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
+    // SAFETY: sigset_t is a plain bit set, for which all zeroes is a valid (empty) value.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is a sigset_t we own.
+    unsafe { libc::sigemptyset(&mut set) };
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: set is a sigset_t we own; sig is a valid signal number.
+        unsafe { libc::sigaddset(&mut set, sig) };
     }
-}
-
-pub(crate) fn human_size(n: u64) -> String {
-    match n {
-        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
-        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
-        n => format!("{n} bytes"),
-    }
+    // SAFETY: set is initialised; a NULL old set is allowed.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    set
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
@@ -372,9 +163,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     let stats_writer = match &a.stats {
         Some(p) => {
             let b = backend.clone();
-            Some(crate::blk::StatsWriter::spawn(p.clone(), move || {
-                b.dev.stats()
-            })?)
+            Some(StatsWriter::spawn(p.clone(), move || b.dev.stats())?)
         }
         None => None,
     };

@@ -36,9 +36,9 @@ pub fn have(tools: &[&str]) -> bool {
 /// Root, /dev/fuse and a free loop device: needed for nbdfuse + losetup.
 pub fn have_fuse_and_loop() -> bool {
     // SAFETY: geteuid has no preconditions.
-    let ok = unsafe { libc::geteuid() } == 0
-        && Path::new("/dev/fuse").exists()
-        && Path::new("/dev/loop-control").exists();
+    let euid = unsafe { libc::geteuid() };
+    let ok =
+        euid == 0 && Path::new("/dev/fuse").exists() && Path::new("/dev/loop-control").exists();
     if !ok {
         assert!(
             std::env::var_os("CI").is_none(),

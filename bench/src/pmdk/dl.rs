@@ -1,5 +1,4 @@
-//! Loading a C library at run time (the PMDK libraries the benchmarks compare against), so the
-//! `pmkit` binary neither links them nor needs them installed to run.
+//! Loading a C library at run time: the one loader of the PMDK libraries.
 
 use std::ffi::{c_void, CStr, CString};
 
@@ -14,10 +13,10 @@ impl Library {
     /// Open `soname`, or say that it is not installed and where to get it.
     pub fn open(soname: &'static str) -> Result<Library, String> {
         let name = CString::new(soname).expect("soname has no NUL");
-        // SAFETY: dlopen with a valid C string.
+        // SAFETY: dlopen with a valid C string; the handle is never closed.
         let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if handle.is_null() {
-            // SAFETY: dlerror returns NULL or a NUL-terminated string.
+            // SAFETY: dlerror takes no arguments; it returns NULL or a NUL-terminated string.
             let e = unsafe { libc::dlerror() };
             let why = if e.is_null() {
                 String::new()
@@ -55,6 +54,8 @@ impl Library {
             "F is a function pointer"
         );
         let p = self.sym(name)?;
-        Ok(std::mem::transmute_copy::<*mut c_void, F>(&p))
+        // SAFETY: F is pointer-sized (asserted above) and, by this function's contract, the
+        // function pointer type of the symbol p points to.
+        Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
     }
 }

@@ -2,6 +2,7 @@
 //! same size, in the same run, workload by workload (so both see the same machine noise).
 //! Prints IOPS, bandwidth, mean latency and server CPU per I/O, and the pmkit/nbdkit ratios.
 
+use crate::host::{fio_json, need_tool, Scratch};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Device size for both servers [default: 1G, 256M with --quick]
-    #[arg(long, value_parser = crate::blk::parse_size)]
+    #[arg(long, value_parser = pmkit::args::parse_size)]
     pub size: Option<u64>,
     /// Seconds per fio run [default: 5, 2 with --quick]
     #[arg(long)]
@@ -103,27 +104,6 @@ struct Row {
     ratio: Vec<(String, f64)>,
 }
 
-/// A private directory for the sockets, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<Self> {
-        let p = std::env::temp_dir().join(format!("pmkit-bench-nbd-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir(&p).with_context(|| format!("cannot create {}", p.display()))?;
-        Ok(TempDir(p))
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A server process killed on drop, with a temp dir for its socket.
 struct Served {
     child: Child,
@@ -177,19 +157,6 @@ fn ticks_per_sec() -> f64 {
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
 }
 
-fn need(tool: &str) -> Result<()> {
-    let ok = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        bail!("`{tool}` is not installed (Debian: apt-get install fio nbdkit libnbd-bin)");
-    }
-    Ok(())
-}
-
 /// `MODEL[@POLL_US]` -> (`--io-model` value, `--poll-us` value).
 fn split_model(m: &str) -> Result<(&str, Option<u64>)> {
     let (model, poll) = match m.split_once('@') {
@@ -201,12 +168,21 @@ fn split_model(m: &str) -> Result<(&str, Option<u64>)> {
         }
         None => (m, None),
     };
-    crate::serve::parse_io_model(model).map_err(anyhow::Error::msg)?;
+    pmkit::args::parse_io_model(model).map_err(anyhow::Error::msg)?;
     Ok((model, poll))
 }
 
+/// The `pmkit` binary that serves: the one that ran `pmkit bench` (it says so in `PMKIT_BIN`),
+/// else the one next to this binary or on PATH.
+fn pmkit_exe() -> Result<PathBuf> {
+    std::env::var_os("PMKIT_BIN")
+        .map(PathBuf::from)
+        .or_else(|| pmkit::sibling::find("pmkit"))
+        .context("bench nbd runs `pmkit serve`, but no pmkit binary was found next to pmkit-bench or on PATH: build it with `cargo build --release -p pmkit`")
+}
+
 fn start_pmkit(dir: &Path, size: u64, model: &str, extra: &str) -> Result<Served> {
-    let exe = std::env::current_exe().context("cannot find the pmkit binary")?;
+    let exe = pmkit_exe()?;
     let dev = PathBuf::from(format!(
         "/dev/shm/pmkit-bench-nbd-{}.pmbd",
         std::process::id()
@@ -284,19 +260,7 @@ fn fio(
     if let Some(t) = runtime {
         cmd.args(["--time_based", &format!("--runtime={t}")]);
     }
-    let out = cmd.output().context("cannot run fio")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!(
-            "fio failed ({}): {}{}",
-            out.status,
-            text,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    // The nbd engine prints a line before the JSON document.
-    let start = text.find('{').context("fio printed no JSON")?;
-    serde_json::from_str(&text[start..]).context("cannot parse fio's JSON output")
+    fio_json(&mut cmd)
 }
 
 fn measure(s: &Served, w: &Workload, size: u64, runtime: u64) -> Result<Measure> {
@@ -324,14 +288,15 @@ fn measure(s: &Served, w: &Workload, size: u64, runtime: u64) -> Result<Measure>
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    need("fio")?;
-    need("nbdkit")?;
+    let hint = "Debian: apt-get install fio nbdkit libnbd-bin";
+    need_tool("fio", hint)?;
+    need_tool("nbdkit", hint)?;
     let size = a.size.unwrap_or(if a.quick { 256 << 20 } else { 1 << 30 });
     let runtime = a.runtime.unwrap_or(if a.quick { 2 } else { 5 });
     for m in &a.models {
         split_model(m)?;
     }
-    let dir = TempDir::new()?;
+    let dir = Scratch::dir(&std::env::temp_dir(), "nbd")?;
     let nbdkit = start_nbdkit(dir.path(), size)?;
     let mut pmkit = Vec::new();
     for m in &a.models {
@@ -385,7 +350,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     println!(
         "fio nbd engine, {} device, {runtime} s per run, 1 job; pmkit serve {} vs nbdkit memory",
-        crate::serve::human_size(size),
+        pmkit::args::human_size(size),
         if a.serve_args.is_empty() {
             "(defaults)".to_string()
         } else {

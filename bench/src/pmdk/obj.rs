@@ -1,20 +1,12 @@
-//! libpmemobj (PMDK), loaded at run time with `dlopen("libpmemobj.so.1")`, so the pmkit binary
-//! neither links nor needs it: without the library the benchmark reports "libpmemobj not
-//! installed" and skips that column.
-//!
-//! Why dlopen and not a C helper compiled at bench time: no compiler or headers are needed where
-//! the benchmark runs (only the runtime package), the workload loop is the same Rust code as the
-//! other variants' (same store instructions, same timer), and the transaction API is callable
-//! without its setjmp macros: `pmemobj_tx_begin(pop, NULL, TX_PARAM_NONE)` with a NULL jmp_buf
-//! makes failures return error codes instead of longjmp'ing (signatures from PMDK 1.12's
-//! libpmemobj/tx_base.h and pool_base.h).
-//!
-//! libpmem decides at load time whether the mapping is PM; `PMEM_IS_PMEM_FORCE=1` must be in
-//! the environment before [`Lib::load`] so that a /dev/shm pool is flushed with clwb + sfence
-//! (and snapshots copied with non-temporal stores) like real PM, instead of msync.
+//! libpmemobj: PMDK's transactional object store, the peer of PMO Sync. Transactions are begun
+//! without the setjmp macros: `pmemobj_tx_begin(pop, NULL, TX_PARAM_NONE)` with a NULL jmp_buf
+//! makes failures return error codes instead of longjmp'ing (libpmemobj/tx_base.h and
+//! pool_base.h).
 
-use anyhow::{anyhow, bail, Context, Result};
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use super::dl::Library;
+use crate::pmo::baselines::value;
+use anyhow::{bail, Context, Result};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::Path;
 
 /// `PMEMoid` (libpmemobj/base.h): passed and returned by value.
@@ -55,32 +47,43 @@ pub struct Lib {
 pub const SONAME: &str = "libpmemobj.so.1";
 
 impl Lib {
-    /// Load the library, or say why it cannot be used.
+    /// Load the library, or say why it cannot be used (see [`super::load`]).
     pub fn load() -> Result<Lib, String> {
-        let lib = crate::dl::Library::open(SONAME)?;
-        // SAFETY: each symbol is the PMDK function of that name, whose C signature the type
-        // spells (checked against the PMDK 1.12 headers; the ABI version is fixed by the soname).
-        unsafe {
-            Ok(Lib {
-                create: lib.func("pmemobj_create")?,
-                root: lib.func("pmemobj_root")?,
-                direct: lib.func("pmemobj_direct")?,
-                close: lib.func("pmemobj_close")?,
-                errormsg: lib.func("pmemobj_errormsg")?,
-                tx_begin: lib.func("pmemobj_tx_begin")?,
-                tx_add_range: lib.func("pmemobj_tx_add_range")?,
-                tx_commit: lib.func("pmemobj_tx_commit")?,
-                tx_end: lib.func("pmemobj_tx_end")?,
-            })
-        }
+        let lib = Library::open(SONAME)?;
+        // SAFETY: PMEMobjpool *pmemobj_create(const char *path, const char *layout,
+        // size_t poolsize, mode_t mode), as CreateFn spells it.
+        let create = unsafe { lib.func("pmemobj_create") }?;
+        // SAFETY: PMEMoid pmemobj_root(PMEMobjpool *pop, size_t size).
+        let root = unsafe { lib.func("pmemobj_root") }?;
+        // SAFETY: void *pmemobj_direct(PMEMoid oid).
+        let direct = unsafe { lib.func("pmemobj_direct") }?;
+        // SAFETY: void pmemobj_close(PMEMobjpool *pop).
+        let close = unsafe { lib.func("pmemobj_close") }?;
+        // SAFETY: const char *pmemobj_errormsg(void).
+        let errormsg = unsafe { lib.func("pmemobj_errormsg") }?;
+        // SAFETY: int pmemobj_tx_begin(PMEMobjpool *pop, jmp_buf env, ...).
+        let tx_begin = unsafe { lib.func("pmemobj_tx_begin") }?;
+        // SAFETY: int pmemobj_tx_add_range(PMEMoid oid, uint64_t off, size_t size).
+        let tx_add_range = unsafe { lib.func("pmemobj_tx_add_range") }?;
+        // SAFETY: void pmemobj_tx_commit(void).
+        let tx_commit = unsafe { lib.func("pmemobj_tx_commit") }?;
+        // SAFETY: int pmemobj_tx_end(void).
+        let tx_end = unsafe { lib.func("pmemobj_tx_end") }?;
+        Ok(Lib {
+            create,
+            root,
+            direct,
+            close,
+            errormsg,
+            tx_begin,
+            tx_add_range,
+            tx_commit,
+            tx_end,
+        })
     }
 
     fn error(&self, what: &str) -> anyhow::Error {
-        // SAFETY: pmemobj_errormsg returns the thread's last message (never NULL).
-        let msg = unsafe { CStr::from_ptr((self.errormsg)()) }
-            .to_string_lossy()
-            .into_owned();
-        anyhow!("libpmemobj: {what}: {msg}")
+        super::error("libpmemobj", self.errormsg, what)
     }
 }
 
@@ -153,11 +156,9 @@ impl<'l> ObjPool<'l> {
             }
             for i in first..end {
                 // SAFETY: element i of the root object (objs * 1024 ints), snapshotted above.
-                unsafe {
-                    self.base
-                        .add(o * 1024 + (i - first))
-                        .write_volatile(super::baselines::value(i))
-                };
+                let p = unsafe { self.base.add(o * 1024 + (i - first)) };
+                // SAFETY: p is in the root object, aligned, and no other reference to it exists.
+                unsafe { p.write_volatile(value(i)) };
             }
             // SAFETY: in stage WORK; commit then end, as the TX_BEGIN macro does.
             unsafe { (lib.tx_commit)() };
@@ -174,9 +175,11 @@ impl<'l> ObjPool<'l> {
     pub fn verify(&self, n: usize, ints: usize) -> Result<(), String> {
         for i in 0..n {
             let (o, k) = (i / ints, i % ints);
-            // SAFETY: inside the root object; no transaction runs.
-            let got = unsafe { self.base.add(o * 1024 + k).read_volatile() };
-            if got != super::baselines::value(i) {
+            // SAFETY: inside the root object (objs * 1024 ints).
+            let p = unsafe { self.base.add(o * 1024 + k) };
+            // SAFETY: p is in the root object, aligned; no transaction runs.
+            let got = unsafe { p.read_volatile() };
+            if got != value(i) {
                 return Err(format!("libpmemobj object {o} int {k}: found {got}"));
             }
         }

@@ -1,4 +1,4 @@
-//! Smoke test of `pmkit bench atomic --quick --json`: every cell present with positive IOPS and
+//! Smoke test of `pmkit-bench atomic --quick --json`: every cell present with positive IOPS and
 //! the ratios computed; libpmemblk is required in CI and skipped (with a note) elsewhere when
 //! it is not installed. No timing assertions (the machine is shared).
 
@@ -12,17 +12,15 @@ fn quick_json_has_every_cell_positive() {
         .tempdir_in("/dev/shm")
         .unwrap();
     let svg = dir.path().join("atomic.svg");
-    let o = Command::new(env!("CARGO_BIN_EXE_pmkit"))
-        .args([
-            "bench", "atomic", "--quick", "--json", "--ops", "500", "--dir",
-        ])
+    let o = Command::new(env!("CARGO_BIN_EXE_pmkit-bench"))
+        .args(["atomic", "--quick", "--json", "--ops", "500", "--dir"])
         .arg(dir.path())
         .arg("--plot")
         .arg(&svg)
         .output()
-        .expect("run pmkit");
+        .expect("run pmkit-bench");
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "pmkit bench atomic failed: {err}");
+    assert!(o.status.success(), "pmkit-bench atomic failed: {err}");
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
             "--json prints only JSON ({e}): {}",

@@ -5,17 +5,17 @@
 use std::path::Path;
 use std::process::Command;
 
-const PMKIT: &str = env!("CARGO_BIN_EXE_pmkit");
+const BENCH: &str = env!("CARGO_BIN_EXE_pmkit-bench");
 
 fn run(fig: &str, extra: &[&str]) -> (serde_json::Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join(format!("{fig}.svg"));
-    let o = Command::new(PMKIT)
-        .args(["bench", fig, "--quick", "--json", "--plot"])
+    let o = Command::new(BENCH)
+        .args([fig, "--quick", "--json", "--plot"])
         .arg(&svg)
         .args(extra)
         .output()
-        .expect("run pmkit bench");
+        .expect("run pmkit-bench");
     assert!(
         o.status.success(),
         "bench {fig}: {}",
@@ -78,7 +78,9 @@ fn overview_figure() {
 
 #[test]
 fn emulation_figure() {
-    let root = unsafe { libc::geteuid() } == 0 && Path::new("/dev/fuse").exists();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let root = euid == 0 && Path::new("/dev/fuse").exists();
     if !root {
         assert!(
             std::env::var_os("CI").is_none(),

@@ -1,4 +1,4 @@
-//! Smoke test of `pmkit bench pmo`: a tiny run must produce every variant with positive times
+//! Smoke test of `pmkit-bench pmo`: a tiny run must produce every variant with positive times
 //! and PM byte counts, and PMO Sync must write less to PM than a full shadow copy. No timing
 //! assertions (the machine is shared).
 
@@ -28,12 +28,12 @@ const PMKIT_VARIANTS: [&str; 10] = [
 ];
 
 fn run(args: &[&str]) -> (Value, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_pmkit"))
+    let o = Command::new(env!("CARGO_BIN_EXE_pmkit-bench"))
         .args(args)
         .output()
-        .expect("run pmkit");
+        .expect("run pmkit-bench");
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "pmkit {args:?} failed: {err}");
+    assert!(o.status.success(), "pmkit-bench {args:?} failed: {err}");
     let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
             "--json prints only JSON ({e}): {}",
@@ -54,7 +54,7 @@ fn quick_json_has_every_variant_and_pmo_writes_less_than_shadow_copy() {
     let s = svg.path().to_str().unwrap();
     // 20 objects (the last one partly written), one round.
     let (v, err) = run(&[
-        "bench", "pmo", "--quick", "--json", "--max-n", "20000", "--dir", d, "--plot", s,
+        "pmo", "--quick", "--json", "--max-n", "20000", "--dir", d, "--plot", s,
     ]);
     assert!(err.is_empty(), "--json prints nothing on stderr: {err}");
     assert_eq!(v["ns"], serde_json::json!([20000]));
@@ -116,8 +116,8 @@ fn quick_json_has_every_variant_and_pmo_writes_less_than_shadow_copy() {
 
 #[test]
 fn bad_arguments_are_refused() {
-    let o = Command::new(env!("CARGO_BIN_EXE_pmkit"))
-        .args(["bench", "pmo", "--quick", "--max-n", "0", "--json"])
+    let o = Command::new(env!("CARGO_BIN_EXE_pmkit-bench"))
+        .args(["pmo", "--quick", "--max-n", "0", "--json"])
         .output()
         .unwrap();
     assert!(!o.status.success());

@@ -16,47 +16,36 @@
 //! configurations per round; each cell reports the median IOPS over rounds. Blocks are chosen
 //! uniformly at random (seeded per thread) from the block range all configurations share.
 
-use crate::blk::parse_size;
-use crate::plot;
-use anyhow::{anyhow, bail, Context, Result};
+use crate::host::Scratch;
+use crate::pmdk::{self, blk as pmemblk};
+use crate::report::{median, plot, rotated_rounds, BenchFlags};
+use anyhow::{bail, Context, Result};
+use pmkit::args::parse_size;
 use pmkit_blk::{CreateOptions, EngineOptions, Protect, WriteScheme};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use std::ffi::{c_char, c_int, c_longlong, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Barrier;
 use std::time::Instant;
 
-const BS: usize = 4096;
+use pmemblk::BS;
 const THREADS: [usize; 2] = [1, 2];
 /// Largest device accepted (the fill pass writes all of it).
 const MAX_SIZE: u64 = 16 << 30;
 
+// Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args, Clone)]
 pub struct Args {
-    /// Smoke run: 32 MiB devices, 2000 operations per thread, one round, no fio.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Draw IOPS per configuration to this SVG file.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// Where the device and pool files live (emulated PM).
-    #[arg(long, default_value = "/dev/shm")]
-    pub dir: PathBuf,
+    #[command(flatten)]
+    pub flags: BenchFlags,
     /// Bytes of every device and pool file (default 256M; quick 32M).
     #[arg(long, value_parser = parse_size)]
     pub size: Option<u64>,
     /// Operations per thread per cell (default 50000; quick 2000).
     #[arg(long)]
     pub ops: Option<u64>,
-    /// Rounds; the median is reported (default 5; quick 1).
-    #[arg(long)]
-    pub rounds: Option<usize>,
     /// Protection of the pmkit devices (libpmemblk has none).
     #[arg(long, default_value = "none")]
     pub protect: Protect,
@@ -70,25 +59,27 @@ pub struct Args {
 
 impl Args {
     fn size(&self) -> Result<u64> {
-        let s = self
-            .size
-            .unwrap_or(if self.quick { 32 << 20 } else { 256 << 20 });
+        let s = self.size.unwrap_or(if self.flags.quick {
+            32 << 20
+        } else {
+            256 << 20
+        });
         if !(8 << 20..=MAX_SIZE).contains(&s) {
             bail!("--size must be 8M..=16G, got {s}");
         }
         Ok(s)
     }
     fn ops(&self) -> Result<u64> {
-        let o = self.ops.unwrap_or(if self.quick { 2000 } else { 50_000 });
+        let o = self
+            .ops
+            .unwrap_or(if self.flags.quick { 2000 } else { 50_000 });
         if o == 0 || o > 100_000_000 {
             bail!("--ops must be 1..=100000000");
         }
         Ok(o)
     }
     fn rounds(&self) -> usize {
-        self.rounds
-            .unwrap_or(if self.quick { 1 } else { 5 })
-            .clamp(1, 100)
+        self.flags.rounds(5)
     }
 }
 
@@ -175,37 +166,10 @@ struct Report {
     notes: Vec<String>,
 }
 
-/// A file in the bench directory, removed on drop.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn scratch(dir: &Path, c: Config) -> Scratch {
-    let p = dir.join(format!(
-        "pmkit-bench-atomic-{}-{}",
-        std::process::id(),
-        c.name()
-    ));
-    let _ = std::fs::remove_file(&p);
-    Scratch(p)
-}
-
 pub fn run(a: Args) -> Result<ExitCode> {
     let (size, ops, rounds) = (a.size()?, a.ops()?, a.rounds());
-    // libpmem reads this once, when it is loaded.
-    std::env::set_var("PMEM_IS_PMEM_FORCE", "1");
-    let (lib, lib_status) = match pmemblk::Lib::load() {
-        Ok(l) => {
-            let s = format!("{} loaded with PMEM_IS_PMEM_FORCE=1", pmemblk::SONAME);
-            (Some(l), s)
-        }
-        Err(e) => (None, e),
-    };
-    let fio_status = if a.quick || a.no_fio {
+    let (lib, lib_status) = pmdk::load(pmemblk::SONAME, pmemblk::Lib::load);
+    let fio_status = if a.flags.quick || a.no_fio {
         "not run (--quick or --no-fio)".to_string()
     } else {
         fio::available()
@@ -225,7 +189,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Config::Libpmemblk,
         Config::FioPmemblk,
     ] {
-        let f = scratch(&a.dir, c);
+        let f = Scratch::file(&a.flags.dir, &format!("atomic-{}", c.name()));
         let t = match c {
             Config::Atomic | Config::Plain => {
                 let create = CreateOptions {
@@ -252,7 +216,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .map(|(_, t)| t.blocks())
         .min()
         .expect("pmkit targets");
-    let progress = !a.json;
+    let progress = !a.flags.json;
     for (c, t) in &targets {
         if progress {
             eprintln!("filling {} ({blocks} blocks) ...", c.name());
@@ -263,31 +227,28 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .iter()
         .flat_map(|&t| [(t, Op::Write), (t, Op::Read)])
         .collect();
-    let mut samples: Vec<Vec<Vec<f64>>> =
-        vec![vec![Vec::with_capacity(rounds); cells_spec.len()]; targets.len()];
-    for round in 0..rounds {
-        if progress {
-            eprintln!("round {}/{rounds}", round + 1);
-        }
-        for (ci, &(threads, op)) in cells_spec.iter().enumerate() {
-            for k in 0..targets.len() {
-                let ti = (k + round) % targets.len(); // rotate the order per round
-                let (_, t) = &targets[ti];
-                let seed = (round * 100 + ci) as u64;
-                let iops = measure(t, threads, op, ops, blocks, seed, size)?;
-                samples[ti][ci].push(iops);
-            }
-        }
-    }
+    let bar = a.flags.progress(rounds * cells_spec.len() * targets.len());
+    let samples = rotated_rounds(
+        rounds,
+        cells_spec.len(),
+        targets.len(),
+        &bar,
+        |r, ci, ti| {
+            let (threads, op) = cells_spec[ci];
+            let (c, t) = &targets[ti];
+            bar.set_message(format!("{} {threads} thread(s) {op:?}", c.name()));
+            measure(t, threads, op, ops, blocks, (r * 100 + ci) as u64, size)
+        },
+    )?;
     let mut cells = vec![];
     for (ti, (c, _)) in targets.iter().enumerate() {
         for (ci, &(threads, op)) in cells_spec.iter().enumerate() {
-            let v = samples[ti][ci].clone();
+            let v = samples[ci][ti].clone();
             cells.push(Cell {
                 config: *c,
                 threads,
                 op,
-                median_iops: median(v.clone()),
+                median_iops: median(v.iter().copied()),
                 rounds_iops: v,
             });
         }
@@ -323,7 +284,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .collect();
     let report = Report {
         benchmark: "atomic",
-        dir: a.dir.clone(),
+        dir: a.flags.dir.clone(),
         size_bytes: size,
         block_size: BS,
         blocks_addressed: blocks,
@@ -340,15 +301,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "fio-pmemblk (when run) includes fio's own per-I/O overhead; libpmemblk is the same library in this process".into(),
         ],
     };
-    if let Some(p) = &a.plot {
-        draw(p, &report)?;
-    }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_table(&report);
-    }
-    Ok(ExitCode::SUCCESS)
+    a.flags.emit(&report, draw, print_table)
 }
 
 /// Write every addressed block once (untimed), so reads see real data and maps are populated.
@@ -428,18 +381,6 @@ fn measure(
     let last = spans.iter().map(|s| s.1).max().expect("a thread");
     let secs = last.duration_since(first).as_secs_f64();
     Ok((threads as u64 * ops) as f64 / secs.max(1e-9))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let k = v.len();
-    if k == 0 {
-        0.0
-    } else if k % 2 == 1 {
-        v[k / 2]
-    } else {
-        (v[k / 2 - 1] + v[k / 2]) / 2.0
-    }
 }
 
 fn print_table(r: &Report) {
@@ -535,121 +476,11 @@ fn draw(path: &Path, r: &Report) -> Result<()> {
 }
 
 /// libpmemblk (PMDK), loaded at run time.
-mod pmemblk {
-    use super::*;
-
-    pub const SONAME: &str = "libpmemblk.so.1";
-
-    type CreateFn = unsafe extern "C" fn(*const c_char, usize, usize, libc::mode_t) -> *mut c_void;
-    type WriteFn = unsafe extern "C" fn(*mut c_void, *const c_void, c_longlong) -> c_int;
-    type ReadFn = unsafe extern "C" fn(*mut c_void, *mut c_void, c_longlong) -> c_int;
-    type NblockFn = unsafe extern "C" fn(*mut c_void) -> usize;
-    type CloseFn = unsafe extern "C" fn(*mut c_void);
-    type ErrFn = unsafe extern "C" fn() -> *const c_char;
-
-    /// The entry points used (signatures from PMDK 1.12's libpmemblk.h).
-    #[derive(Clone, Copy)]
-    pub struct Lib {
-        create: CreateFn,
-        write: WriteFn,
-        read: ReadFn,
-        nblock: NblockFn,
-        close: CloseFn,
-        errormsg: ErrFn,
-    }
-
-    impl Lib {
-        pub fn load() -> Result<Lib, String> {
-            let lib = crate::dl::Library::open(SONAME)?;
-            // SAFETY: each symbol is the PMDK function of that name with the C signature its
-            // type spells (libpmemblk.h, ABI fixed by the soname).
-            unsafe {
-                Ok(Lib {
-                    create: lib.func("pmemblk_create")?,
-                    write: lib.func("pmemblk_write")?,
-                    read: lib.func("pmemblk_read")?,
-                    nblock: lib.func("pmemblk_nblock")?,
-                    close: lib.func("pmemblk_close")?,
-                    errormsg: lib.func("pmemblk_errormsg")?,
-                })
-            }
-        }
-
-        fn error(&self, what: &str) -> anyhow::Error {
-            // SAFETY: pmemblk_errormsg returns the thread's last message (never NULL).
-            let msg = unsafe { CStr::from_ptr((self.errormsg)()) }
-                .to_string_lossy()
-                .into_owned();
-            anyhow!("libpmemblk: {what}: {msg}")
-        }
-    }
-
-    /// An open pool of 4 KiB blocks. libpmemblk is thread-safe (its own lanes).
-    pub struct Pool {
-        lib: &'static Lib,
-        pbp: *mut c_void,
-    }
-
-    // SAFETY: PMEMblkpool's calls are thread-safe (libpmemblk(7)); the pointer is only passed to
-    // them, and closed once in Drop.
-    unsafe impl Send for Pool {}
-    unsafe impl Sync for Pool {}
-
-    impl Pool {
-        /// Create pool file `path` (must not exist) of `size` bytes with 4 KiB blocks.
-        pub fn create(lib: &Lib, path: &Path, size: u64) -> Result<Pool> {
-            // The pool outlives nothing but the library, which is never unloaded.
-            let lib: &'static Lib = Box::leak(Box::new(*lib));
-            let p = CString::new(path.as_os_str().as_encoded_bytes()).context("pool path")?;
-            // SAFETY: valid C string; the library creates and maps the file.
-            let pbp = unsafe { (lib.create)(p.as_ptr(), BS, size as usize, 0o600) };
-            if pbp.is_null() {
-                return Err(lib.error(&format!(
-                    "cannot create pool {} of {size} bytes",
-                    path.display()
-                )));
-            }
-            Ok(Pool { lib, pbp })
-        }
-
-        pub fn nblock(&self) -> u64 {
-            // SAFETY: an open pool.
-            unsafe { (self.lib.nblock)(self.pbp) as u64 }
-        }
-
-        pub fn write(&self, buf: &[u8], block: u64) -> Result<()> {
-            assert_eq!(buf.len(), BS);
-            // SAFETY: an open pool; buf holds one block; block < nblock (callers' range).
-            if unsafe { (self.lib.write)(self.pbp, buf.as_ptr().cast(), block as c_longlong) } != 0
-            {
-                return Err(self.lib.error(&format!("pmemblk_write of block {block}")));
-            }
-            Ok(())
-        }
-
-        pub fn read(&self, buf: &mut [u8], block: u64) -> Result<()> {
-            assert_eq!(buf.len(), BS);
-            // SAFETY: as for write; buf is writable and one block long.
-            if unsafe { (self.lib.read)(self.pbp, buf.as_mut_ptr().cast(), block as c_longlong) }
-                != 0
-            {
-                return Err(self.lib.error(&format!("pmemblk_read of block {block}")));
-            }
-            Ok(())
-        }
-    }
-
-    impl Drop for Pool {
-        fn drop(&mut self) {
-            // SAFETY: open, closed once.
-            unsafe { (self.lib.close)(self.pbp) };
-        }
-    }
-}
-
+/// libpmemblk (PMDK), loaded at run time.
 /// fio's `pmemblk` engine, run as a child process.
 mod fio {
     use super::*;
+    use crate::host::fio_json;
     use std::process::Command;
 
     /// "fio ... with the pmemblk engine", or why it cannot run.
@@ -693,15 +524,7 @@ mod fio {
         if let Some(n) = ops {
             c.arg(format!("--number_ios={n}"));
         }
-        let o = c.output().context("running fio")?;
-        if !o.status.success() {
-            bail!("fio failed: {}", String::from_utf8_lossy(&o.stderr).trim());
-        }
-        let text = String::from_utf8_lossy(&o.stdout);
-        // fio may print notes before the JSON object.
-        let start = text.find('{').context("fio printed no JSON")?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text[start..]).context("parsing fio JSON")?;
+        let v = fio_json(&mut c)?;
         let job = &v["jobs"][0];
         let key = if rw.contains("read") { "read" } else { "write" };
         job[key]["iops"]

@@ -6,27 +6,22 @@
 //! Each round formats both targets afresh and runs every workload on each, in rotated order.
 //! Needs root, /dev/fuse, e2fsprogs, fio and PostgreSQL (scripts/bench-attach.sh installs them).
 
-use crate::attach::BlkDisk;
-use anyhow::{bail, Context, Result};
+use crate::host::{fio_json, need_root, need_tool, sh, Scratch};
+use crate::report::{median, plot, rotated_rounds, BenchFlags};
+use anyhow::{Context, Result};
+use pmkit::adapters::BlkDisk;
+use pmkit::args::EngineArgs;
 use pmkit_blk::{CreateOptions, EngineOptions};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
+// Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Short run: small scale, few transactions, short fio jobs.
-    #[arg(long)]
-    quick: bool,
-    #[arg(long)]
-    json: bool,
-    /// Draw the results (ratios pmkit / RAM disk) to this SVG file.
-    #[arg(long)]
-    plot: Option<PathBuf>,
-    /// Rounds (default 2, quick 1).
-    #[arg(long)]
-    rounds: Option<usize>,
+    #[command(flatten)]
+    flags: BenchFlags,
     /// pgbench scale factor (default 10, quick 2).
     #[arg(long)]
     scale: Option<u32>,
@@ -46,7 +41,7 @@ pub struct Args {
     #[arg(long)]
     no_pgbench: bool,
     #[command(flatten)]
-    engine: crate::blk::EngineArgs,
+    engine: EngineArgs,
 }
 
 #[derive(Serialize, Clone)]
@@ -82,19 +77,6 @@ enum Mounted {
     Loop {
         dev: String,
     },
-}
-
-fn sh(c: &mut Command) -> Result<String> {
-    let what = format!("{c:?}");
-    let o = c.output().with_context(|| format!("running {what}"))?;
-    if !o.status.success() {
-        bail!(
-            "{what} failed: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
 fn mount_target(
@@ -242,18 +224,19 @@ fn pgbench(mnt: &Path, scale: u32, clients: u32, tx: u32) -> Result<f64> {
 
 /// One fio job on a file in `mnt`; returns (IOPS, MB/s) of the writes.
 fn fio(mnt: &Path, name: &str, args: &[&str], secs: u32) -> Result<(f64, f64)> {
-    let out = sh(Command::new("fio")
-        .arg(format!("--name={name}"))
-        .arg(format!("--directory={}", mnt.display()))
-        .args([
-            "--size=256M",
-            "--ioengine=psync",
-            "--time_based",
-            "--output-format=json",
-        ])
-        .arg(format!("--runtime={secs}"))
-        .args(args))?;
-    let v: serde_json::Value = serde_json::from_str(&out).context("parsing fio's JSON")?;
+    let v = fio_json(
+        Command::new("fio")
+            .arg(format!("--name={name}"))
+            .arg(format!("--directory={}", mnt.display()))
+            .args([
+                "--size=256M",
+                "--ioengine=psync",
+                "--time_based",
+                "--output-format=json",
+            ])
+            .arg(format!("--runtime={secs}"))
+            .args(args),
+    )?;
     let w = &v["jobs"][0]["write"];
     let _ = std::fs::remove_file(mnt.join(format!("{name}.0.0")));
     Ok((
@@ -263,82 +246,42 @@ fn fio(mnt: &Path, name: &str, args: &[&str], secs: u32) -> Result<(f64, f64)> {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    // SAFETY: geteuid cannot fail.
-    anyhow::ensure!(
-        unsafe { libc::geteuid() } == 0,
-        "bench attach mounts file systems and needs root"
-    );
+    need_root("bench attach mounts file systems")?;
     for tool in ["fio", "mkfs.ext4", "losetup", "runuser"] {
-        anyhow::ensure!(
-            Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output()?.status.success(),
-            "{tool} not found: run scripts/bench-attach.sh, which installs what this benchmark needs"
-        );
+        need_tool(
+            tool,
+            "run scripts/bench-attach.sh, which installs what this benchmark needs",
+        )?;
     }
     let pg = !a.no_pgbench;
     if pg {
         pg_bin("pgbench")?;
     }
-    let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 2 }).max(1);
-    let scale = a.scale.unwrap_or(if a.quick { 2 } else { 10 });
-    let tx = a.transactions.unwrap_or(if a.quick { 200 } else { 2000 });
-    let secs = a.fio_seconds.unwrap_or(if a.quick { 2 } else { 10 });
+    let quick = a.flags.quick;
+    let rounds = a.flags.rounds(2);
+    let scale = a.scale.unwrap_or(if quick { 2 } else { 10 });
+    let tx = a.transactions.unwrap_or(if quick { 200 } else { 2000 });
+    let secs = a.fio_seconds.unwrap_or(if quick { 2 } else { 10 });
     let engine = a.engine.to_options();
     let size = a.size_mib.max(512) << 20;
-    let base = std::env::temp_dir().join(format!("pmkit-bench-attach-{}", std::process::id()));
-    let mnt = base.join("mnt");
+    let base = Scratch::dir(&std::env::temp_dir(), "attach")?;
+    let mnt = base.path().join("mnt");
     std::fs::create_dir_all(&mnt)?;
     let targets = [PMKIT, RAMDISK];
-    let mut samples = vec![];
-    for r in 0..rounds {
-        for k in 0..2 {
-            let t = targets[(k + r) % 2];
-            let file = Path::new("/dev/shm")
-                .join(format!("pmkit-bench-attach-{}-{t}", std::process::id()));
-            eprintln!("round {}/{rounds}: {t}", r + 1);
-            let m = mount_target(t, &file, &mnt, size, &engine)
-                .with_context(|| format!("setting up {t}"))?;
-            let res = (|| -> Result<()> {
-                if pg {
-                    let tps = pgbench(&mnt, scale, a.clients, tx)?;
-                    samples.push(Sample {
-                        target: t,
-                        workload: "pgbench",
-                        value: tps,
-                        unit: "tps",
-                    });
-                }
-                let (iops, _) = fio(
-                    &mnt,
-                    "randwrite-fsync",
-                    &["--rw=randwrite", "--bs=4k", "--fsync=1"],
-                    secs,
-                )?;
-                samples.push(Sample {
-                    target: t,
-                    workload: "fio 4k randwrite+fsync",
-                    value: iops,
-                    unit: "IOPS",
-                });
-                let (_, mbs) = fio(
-                    &mnt,
-                    "seqwrite",
-                    &["--rw=write", "--bs=256k", "--end_fsync=1"],
-                    secs,
-                )?;
-                samples.push(Sample {
-                    target: t,
-                    workload: "fio 256k seqwrite",
-                    value: mbs,
-                    unit: "MB/s",
-                });
-                Ok(())
-            })();
-            let un = unmount_target(m, &mnt, &file);
-            res.with_context(|| format!("workload on {t}"))?;
-            un?;
-        }
-    }
-    let _ = std::fs::remove_dir_all(&base);
+    let bar = a.flags.progress(rounds * targets.len());
+    let samples = rotated_rounds(rounds, 1, targets.len(), &bar, |r, _, i| {
+        let t = targets[i];
+        let file = Scratch::file(&a.flags.dir, &format!("attach-{t}"));
+        bar.set_message(format!("round {}/{rounds}: {t}", r + 1));
+        let m = mount_target(t, file.path(), &mnt, size, &engine)
+            .with_context(|| format!("setting up {t}"))?;
+        let res = workloads(t, &mnt, pg.then_some((scale, a.clients, tx)), secs);
+        let un = unmount_target(m, &mnt, file.path());
+        let res = res.with_context(|| format!("workload on {t}"))?;
+        un?;
+        Ok(res)
+    })?;
+    let samples: Vec<Sample> = samples.into_iter().flatten().flatten().flatten().collect();
     let mut summary = vec![];
     let mut workloads: Vec<(&str, &str)> = samples.iter().map(|s| (s.workload, s.unit)).collect();
     workloads.dedup();
@@ -346,13 +289,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     workloads.dedup();
     for (w, unit) in workloads {
         let med = |t: &str| {
-            let mut v: Vec<f64> = samples
-                .iter()
-                .filter(|s| s.workload == w && s.target == t)
-                .map(|s| s.value)
-                .collect();
-            v.sort_by(|a, b| a.total_cmp(b));
-            v[v.len() / 2]
+            median(
+                samples
+                    .iter()
+                    .filter(|s| s.workload == w && s.target == t)
+                    .map(|s| s.value),
+            )
         };
         let (p, b) = (med(PMKIT), med(RAMDISK));
         summary.push((w.to_string(), p, b, p / b.max(1e-9), unit));
@@ -378,38 +320,78 @@ pub fn run(a: Args) -> Result<ExitCode> {
         samples,
         summary,
     };
-    if let Some(p) = &a.plot {
-        let panel = crate::plot::BarPanel {
-            title: "pmkit attach / RAM disk (higher is better)".into(),
-            groups: report.summary.iter().map(|s| s.0.clone()).collect(),
-            series: vec![("ratio".into(), report.summary.iter().map(|s| s.3).collect())],
-        };
-        crate::plot::bars(
-            p,
-            "ext4 on pmkit attach vs ext4 on a /dev/shm loop device",
-            "ratio",
-            &[panel],
-            1,
-        )?;
+    a.flags.emit(&report, draw, print_table)
+}
+
+/// Every workload on the file system mounted on `mnt` (pgbench with (scale, clients,
+/// transactions) when given), as samples of target `t`.
+fn workloads(
+    t: &'static str,
+    mnt: &Path,
+    pg: Option<(u32, u32, u32)>,
+    secs: u32,
+) -> Result<Vec<Sample>> {
+    let mut samples = vec![];
+    let mut add = |workload, value, unit| {
+        samples.push(Sample {
+            target: t,
+            workload,
+            value,
+            unit,
+        })
+    };
+    if let Some((scale, clients, tx)) = pg {
+        add("pgbench", pgbench(mnt, scale, clients, tx)?, "tps");
     }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("ext4 on pmkit attach (FUSE + loop over PM) vs ext4 on a loop device over a /dev/shm file; median of {rounds} round(s)");
-        if let Some(p) = &report.pgbench {
-            println!("pgbench: {p}");
-        }
-        println!("fio: {}", report.fio);
+    let (iops, _) = fio(
+        mnt,
+        "randwrite-fsync",
+        &["--rw=randwrite", "--bs=4k", "--fsync=1"],
+        secs,
+    )?;
+    add("fio 4k randwrite+fsync", iops, "IOPS");
+    let (_, mbs) = fio(
+        mnt,
+        "seqwrite",
+        &["--rw=write", "--bs=256k", "--end_fsync=1"],
+        secs,
+    )?;
+    add("fio 256k seqwrite", mbs, "MB/s");
+    Ok(samples)
+}
+
+fn draw(p: &Path, report: &Report) -> Result<()> {
+    let panel = plot::BarPanel {
+        title: "pmkit attach / RAM disk (higher is better)".into(),
+        groups: report.summary.iter().map(|s| s.0.clone()).collect(),
+        series: vec![("ratio".into(), report.summary.iter().map(|s| s.3).collect())],
+    };
+    plot::bars(
+        p,
+        "ext4 on pmkit attach vs ext4 on a /dev/shm loop device",
+        "ratio",
+        &[panel],
+        1,
+    )
+}
+
+fn print_table(report: &Report) {
+    println!(
+        "ext4 on pmkit attach (FUSE + loop over PM) vs ext4 on a loop device over a /dev/shm file; median of {} round(s)",
+        report.rounds
+    );
+    if let Some(p) = &report.pgbench {
+        println!("pgbench: {p}");
+    }
+    println!("fio: {}", report.fio);
+    println!(
+        "{:<26} {:>14} {:>14} {:>8}",
+        "workload", PMKIT, RAMDISK, "ratio"
+    );
+    for (w, p, b, r, unit) in &report.summary {
         println!(
-            "{:<26} {:>14} {:>14} {:>8}",
-            "workload", PMKIT, RAMDISK, "ratio"
+            "{:<26} {:>9.0} {:<4} {:>9.0} {:<4} {:>8.2}",
+            w, p, unit, b, unit, r
         );
-        for (w, p, b, r, unit) in &report.summary {
-            println!(
-                "{:<26} {:>9.0} {:<4} {:>9.0} {:<4} {:>8.2}",
-                w, p, unit, b, unit, r
-            );
-        }
     }
-    Ok(ExitCode::SUCCESS)
 }

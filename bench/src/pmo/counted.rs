@@ -76,12 +76,15 @@ impl<M: Media> Media for Counted<M> {
     }
     #[inline]
     unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
-        self.inner.read_into(off, dst, len)
+        // SAFETY: the caller's contract for read_into is the inner media's, passed on unchanged.
+        unsafe { self.inner.read_into(off, dst, len) }
     }
     #[inline]
     unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
         add(&self.written, lines(off, len) * LINE as u64);
-        self.inner.write_nt_from(off, src, len)
+        // SAFETY: the caller's contract for write_nt_from is the inner media's, passed on
+        // unchanged.
+        unsafe { self.inner.write_nt_from(off, src, len) }
     }
     #[inline]
     fn flush(&self, off: usize, len: usize, how: Flush) {

@@ -1,5 +1,6 @@
-//! `pmkit bench pmo`: the PMO Sync benchmark of seed 004 (Wahiduddin 2021, Fig. 4.1 and
-//! Table 4.2), with libpmemobj beside it, in one process run.
+//! `pmkit bench pmo`: the PMO Sync benchmark of the PMO thesis (Wahiduddin, *Evaluating PMO Sync
+//! Implementation for Persistent Memory Object*, UCF 2021; Fig. 4.1 and Table 4.2), with
+//! libpmemobj beside it, in one process run.
 //!
 //! Workload (thesis §"Microbenchmark", Fig. 3.19): N sequential 4-byte int stores, element i
 //! getting the value 2i, into N/1024 (rounded up) contiguous 4 KiB objects of 1024 ints each.
@@ -12,15 +13,15 @@
 //! Every variant runs on a fresh file of the same size in `--dir` (/dev/shm: emulated PM) with
 //! the same primitives (stores, clwb, sfence, non-temporal copies); see docs/obj.md "Benchmark".
 
-mod baselines;
+pub mod baselines;
 mod counted;
-mod pmemobj;
 
-use crate::plot;
+use crate::host::Scratch;
+use crate::pmdk::{self, obj as pmemobj};
+use crate::report::{median, plot, rotated_rounds, BenchFlags};
 use anyhow::{bail, Context, Result};
 use baselines::Layout;
 use counted::Counted;
-use indicatif::{ProgressBar, ProgressStyle};
 use pmkit_media::{Region, RegionOptions};
 use pmkit_obj::{Access, Pool, PoolOptions, Shadow, Tracking};
 use serde::Serialize;
@@ -37,23 +38,11 @@ const WARMUP_N: usize = 100_000;
 /// Largest N accepted (64 MiB of data, 128 MiB pools).
 const MAX_N: usize = 64_000_000;
 
+// Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args, Clone)]
 pub struct Args {
-    /// Smoke run: N = 1M only (or --max-n), one round.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print JSON instead of a table (hides the progress bar).
-    #[arg(long)]
-    pub json: bool,
-    /// Draw time against N for every variant to this SVG file.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// Where the pools live (emulated PM).
-    #[arg(long, default_value = "/dev/shm")]
-    pub dir: PathBuf,
-    /// Rounds per (N, variant); the median is reported (default: 5, quick: 1).
-    #[arg(long)]
-    pub rounds: Option<usize>,
+    #[command(flatten)]
+    pub flags: BenchFlags,
     /// Leave out store counts above this; if none is left, run N = max-n alone.
     #[arg(long)]
     pub max_n: Option<usize>,
@@ -65,19 +54,17 @@ pub struct Args {
 
 impl Args {
     fn rounds(&self) -> usize {
-        self.rounds
-            .unwrap_or(if self.quick { 1 } else { 5 })
-            .clamp(1, 100)
+        self.flags.rounds(5)
     }
     fn ns(&self) -> Result<Vec<usize>> {
         let cap = self
             .max_n
-            .unwrap_or(if self.quick { 1_000_000 } else { MAX_N });
+            .unwrap_or(if self.flags.quick { 1_000_000 } else { MAX_N });
         if cap == 0 || cap > MAX_N {
             bail!("--max-n must be 1..={MAX_N}");
         }
         let ns: Vec<usize> = FULL_NS.into_iter().filter(|&n| n <= cap).collect();
-        Ok(if self.quick {
+        Ok(if self.flags.quick {
             vec![*ns.last().unwrap_or(&cap)]
         } else if ns.is_empty() {
             vec![cap]
@@ -222,27 +209,6 @@ fn pool_bytes(objs: usize) -> usize {
     table + 4096 + 2 * 4096 * objs + 4096 + (16 << 20)
 }
 
-/// A file in the pool directory, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(dir: &Path, v: Variant) -> Result<Scratch> {
-        let p = dir.join(format!(
-            "pmkit-bench-pmo-{}-{}",
-            std::process::id(),
-            v.name()
-        ));
-        let _ = std::fs::remove_file(&p);
-        Ok(Scratch(p))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 fn region(path: &Path, size: usize) -> Result<Counted<Region>> {
     let opts = RegionOptions {
         populate: true,
@@ -256,7 +222,7 @@ fn region(path: &Path, size: usize) -> Result<Counted<Region>> {
 fn run_one(v: Variant, n: usize, dir: &Path, lib: Option<&pmemobj::Lib>) -> Result<Sample> {
     let objs = Layout::objs_for(n, INTS);
     let size = pool_bytes(objs);
-    let file = Scratch::new(dir, v)?;
+    let file = Scratch::file(dir, &format!("pmo-{}", v.name()));
     match v {
         Variant::PersistBarrier | Variant::UndoLog | Variant::FullShadow => {
             let l = Layout::new(objs, INTS);
@@ -380,44 +346,17 @@ fn pmo_workload(
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let k = v.len();
-    if k % 2 == 1 {
-        v[k / 2]
-    } else {
-        (v[k / 2 - 1] + v[k / 2]) / 2.0
-    }
-}
-
-fn progress(hidden: bool, n: u64) -> ProgressBar {
-    if hidden || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        return ProgressBar::hidden();
-    }
-    let b = ProgressBar::new(n);
-    b.set_style(
-        ProgressStyle::with_template("{spinner} {msg:28} [{bar:30}] {pos}/{len} {eta}")
-            .expect("valid template"),
-    );
-    b
-}
-
 pub fn run(a: Args) -> Result<ExitCode> {
     let ns = a.ns()?;
     let rounds = a.rounds();
-    if !a.dir.is_dir() {
-        bail!("--dir {} is not a directory", a.dir.display());
+    let dir = &a.flags.dir;
+    if !dir.is_dir() {
+        bail!("--dir {} is not a directory", dir.display());
     }
-    // Before libpmem loads (it reads this once) and before any other thread exists.
-    std::env::set_var("PMEM_IS_PMEM_FORCE", "1");
-    let lib = pmemobj::Lib::load();
-    let lib_status = match &lib {
-        Ok(_) => format!("{} loaded with PMEM_IS_PMEM_FORCE=1", pmemobj::SONAME),
-        Err(e) => e.clone(),
-    };
-    let lib = lib.ok();
-    if lib.is_none() && !a.json {
-        eprintln!("pmkit: {lib_status}: skipping the libpmemobj column");
+    // Before any other thread exists.
+    let (lib, lib_status) = pmdk::load(pmemobj::SONAME, pmemobj::Lib::load);
+    if lib.is_none() && !a.flags.json {
+        eprintln!("pmkit-bench: {lib_status}: skipping the libpmemobj column");
     }
     let variants: Vec<Variant> = Variant::ALL
         .into_iter()
@@ -429,38 +368,27 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
         })
         .collect();
-    let bar = progress(a.json, (rounds * ns.len() * variants.len()) as u64);
-    // samples[ni][vi] = one Sample per round
+    let bar = a.flags.progress(rounds * ns.len() * variants.len());
     // One untimed pass of every variant first: faults in the code, the library's lazily set-up
     // state and the CPU's frequency, which otherwise land on whichever variant runs first.
     bar.set_message("warm-up");
     for &v in &variants {
-        run_one(v, ns[0].min(WARMUP_N), &a.dir, lib.as_ref())
+        run_one(v, ns[0].min(WARMUP_N), dir, lib.as_ref())
             .with_context(|| format!("{} (warm-up)", v.name()))?;
     }
-    let mut samples: Vec<Vec<Vec<Sample>>> = vec![vec![vec![]; variants.len()]; ns.len()];
-    for r in 0..rounds {
-        for (ni, &n) in ns.iter().enumerate() {
-            // Rotate the order per round and per N, so drift on a shared machine hits all alike.
-            for k in 0..variants.len() {
-                let vi = (k + r + ni) % variants.len();
-                let v = variants[vi];
-                bar.set_message(format!("N={} {}", n_label(n), v.name()));
-                let s = run_one(v, n, &a.dir, lib.as_ref())
-                    .with_context(|| format!("{} at N={n}", v.name()))?;
-                samples[ni][vi].push(s);
-                bar.inc(1);
-            }
-        }
-    }
-    bar.finish_and_clear();
+    // samples[ni][vi] = one Sample per round
+    let samples = rotated_rounds(rounds, ns.len(), variants.len(), &bar, |_, ni, vi| {
+        let (n, v) = (ns[ni], variants[vi]);
+        bar.set_message(format!("N={} {}", n_label(n), v.name()));
+        run_one(v, n, dir, lib.as_ref()).with_context(|| format!("{} at N={n}", v.name()))
+    })?;
 
     let mut rows = vec![];
     for (ni, &n) in ns.iter().enumerate() {
         let objs = Layout::objs_for(n, INTS);
         let med: Vec<f64> = samples[ni]
             .iter()
-            .map(|s| median(s.iter().map(|x| x.secs).collect()))
+            .map(|s| median(s.iter().map(|x| x.secs)))
             .collect();
         let lib_med = variants
             .iter()
@@ -484,10 +412,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     }
     let report = Report {
-        benchmark: "pmo (seed 004, Fig. 4.1 / Table 4.2)",
+        benchmark: "pmo (PMO thesis, Fig. 4.1 / Table 4.2)",
         workload: "N sequential int stores (element i = 2i) into ceil(N/1024) contiguous 4 KiB \
                    objects; per object: open at its first store, one sync after its last",
-        dir: a.dir.clone(),
+        dir: dir.clone(),
         pool_bytes: ns
             .iter()
             .map(|&n| (n, pool_bytes(Layout::objs_for(n, INTS))))
@@ -508,15 +436,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ],
         rows,
     };
-    if let Some(p) = &a.plot {
-        draw(p, &report)?;
-    }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_report(&report);
-    }
-    Ok(ExitCode::SUCCESS)
+    a.flags.emit(&report, draw, print_report)
 }
 
 fn n_label(n: usize) -> String {
@@ -629,7 +549,7 @@ fn draw(path: &Path, r: &Report) -> Result<()> {
     ];
     plot::bars(
         path,
-        "PMO benchmark (seed 004 Fig. 4.1): time for N int stores, one sync per 4 KiB object",
+        "PMO benchmark (thesis Fig. 4.1): time for N int stores, one sync per 4 KiB object",
         "time (ms, median)",
         &panels,
         2,

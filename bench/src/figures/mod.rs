@@ -1,14 +1,18 @@
-//! `pmkit bench protection|write-scheme|overview|emulation`: the PMBD paper's design-space
-//! study (seed 000, Fig. 3/5/6/8, 9, 11, 15) rerun on this machine, in process.
+//! `pmkit bench protection|write-scheme|overview|emulation`: the design-space study of the PMBD
+//! paper (Chen, Mesnier, Hahn, *A Protected Block Device for Persistent Memory*, MSST 2014;
+//! Fig. 3/5/6/8, 9, 11, 15) rerun on this machine, in process.
 //!
 //! Every configuration of a figure gets its own device (a file in `--dir`, default /dev/shm),
 //! all opened at once; each cell of the figure runs every configuration in turn, in a rotated
 //! order per round, so drift on a shared machine hits all of them alike, and the reported value
 //! is the median over rounds. Results: a table, `--json`, and an SVG plot (`--plot`).
 
-use crate::plot;
+mod emulation;
+
+pub use emulation::emulation;
+
+use crate::report::{median, plot, rotated_rounds, BenchFlags};
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use pmkit_blk::{BatchOptions, CreateOptions, Device, EngineOptions, Protect, WriteScheme};
 use pmkit_media::Region;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -18,26 +22,14 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+// Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args, Clone)]
 pub struct FigArgs {
-    /// Short run (CI smoke test): small devices, few cells, short runs.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Draw the figure to this SVG file.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// Where the devices live (emulated PM).
-    #[arg(long, default_value = "/dev/shm")]
-    pub dir: PathBuf,
+    #[command(flatten)]
+    pub flags: BenchFlags,
     /// Milliseconds per configuration per cell per round (default: 400, quick: 40).
     #[arg(long)]
     pub ms: Option<u64>,
-    /// Rounds per cell (default: 3, quick: 1).
-    #[arg(long)]
-    pub rounds: Option<usize>,
     /// Threads for the "many outstanding requests" cells (default: the number of CPUs).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -48,10 +40,10 @@ pub struct FigArgs {
 
 impl FigArgs {
     fn ms(&self) -> u64 {
-        self.ms.unwrap_or(if self.quick { 40 } else { 400 })
+        self.ms.unwrap_or(if self.flags.quick { 40 } else { 400 })
     }
     fn rounds(&self) -> usize {
-        self.rounds.unwrap_or(if self.quick { 1 } else { 3 }).max(1)
+        self.flags.rounds(3)
     }
     fn threads(&self) -> usize {
         self.threads
@@ -60,7 +52,7 @@ impl FigArgs {
     }
     fn size(&self) -> u64 {
         self.size_mib
-            .unwrap_or(if self.quick { 128 } else { 1024 })
+            .unwrap_or(if self.flags.quick { 128 } else { 1024 })
             .max(16)
             << 20
     }
@@ -163,6 +155,7 @@ fn make_devices(a: &FigArgs, configs: &[Config]) -> Result<Vec<BenchDev>> {
     let mut out = vec![];
     for (i, c) in configs.iter().enumerate() {
         let path = a
+            .flags
             .dir
             .join(format!("pmkit-bench-{}-{i}.pm", std::process::id()));
         let _ = std::fs::remove_file(&path);
@@ -270,24 +263,23 @@ fn run_figure(
     let devs = make_devices(a, &configs)?;
     let rounds = a.rounds();
     let dur = Duration::from_millis(a.ms());
-    let bar = progress(a.json, (cells.len() * rounds * configs.len()) as u64);
+    let bar = a.flags.progress(cells.len() * rounds * configs.len());
+    let samples = rotated_rounds(rounds, cells.len(), configs.len(), &bar, |r, ci, i| {
+        let cell = &cells[ci];
+        bar.set_message(format!("{} {}", cell.label(), configs[i].name));
+        run_cell(&devs[i].dev, cell, dur, (ci * 1000 + r) as u64)
+            .with_context(|| format!("{} on {}", cell.label(), configs[i].name))
+    })?;
     let mut results = vec![];
-    for (ci, cell) in cells.iter().enumerate() {
-        let mut per_round = vec![vec![0.0; configs.len()]; rounds];
-        for (r, row) in per_round.iter_mut().enumerate() {
-            // Rotate the order each round so no configuration always runs first or last.
-            for k in 0..configs.len() {
-                let i = (k + r + ci) % configs.len();
-                bar.set_message(format!("{} {}", cell.label(), configs[i].name));
-                row[i] = run_cell(&devs[i].dev, cell, dur, (ci * 1000 + r) as u64)
-                    .with_context(|| format!("{} on {}", cell.label(), configs[i].name))?;
-                bar.inc(1);
-            }
-        }
-        let med: Vec<f64> = (0..configs.len())
-            .map(|i| median(per_round.iter().map(|r| r[i]).collect()))
+    for (cell, per_config) in cells.iter().zip(samples) {
+        let med: Vec<f64> = per_config
+            .iter()
+            .map(|v| median(v.iter().copied()))
             .collect();
         let ratio = med.iter().map(|m| m / med[0].max(1e-9)).collect();
+        let per_round = (0..rounds)
+            .map(|r| per_config.iter().map(|v| v[r]).collect())
+            .collect();
         results.push(CellResult {
             cell: *cell,
             label: cell.label(),
@@ -296,8 +288,7 @@ fn run_figure(
             ratio_to_baseline: ratio,
         });
     }
-    bar.finish_and_clear();
-    if a.quick {
+    if a.flags.quick {
         notes.push(
             "quick mode: short runs on small devices; use the full mode for figures to compare"
                 .into(),
@@ -313,44 +304,12 @@ fn run_figure(
         ms_per_run: a.ms(),
         rounds,
         device_mib: a.size() >> 20,
-        dir: a.dir.clone(),
+        dir: a.flags.dir.clone(),
         notes,
         cells: results,
     };
     drop(devs);
-    if let Some(p) = &a.plot {
-        plot_figure(p, &report)?;
-    }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_figure(&report);
-        if let Some(p) = &a.plot {
-            println!("plot: {}", p.display());
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn progress(hidden: bool, n: u64) -> ProgressBar {
-    if hidden || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        return ProgressBar::hidden();
-    }
-    let b = ProgressBar::new(n);
-    b.set_style(
-        ProgressStyle::with_template("{spinner} {msg:36} [{bar:30}] {pos}/{len} {eta}").unwrap(),
-    );
-    b
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    a.flags.emit(&report, plot_figure, print_figure)
 }
 
 fn print_figure(r: &FigureReport) {
@@ -508,7 +467,7 @@ pub fn overview(a: FigArgs) -> Result<ExitCode> {
             engine: default,
         },
     ];
-    let sizes: &[usize] = if a.quick {
+    let sizes: &[usize] = if a.flags.quick {
         &[4096, 256 << 10]
     } else {
         &[4096, 16 << 10, 64 << 10, 256 << 10]
@@ -520,273 +479,4 @@ pub fn overview(a: FigArgs) -> Result<ExitCode> {
     ];
     let cells = matrix(&a, sizes, 0);
     run_figure(&a, "overview", "Fig. 11", configs, cells, notes)
-}
-
-/// One emulation setting's result. Two phases of one small-file workload: a write-heavy phase
-/// (create, write, fsync each file; like the paper's tpcc, sensitive to write speed) and a
-/// read-heavy one (read every file back with O_DIRECT, several passes; like tpch).
-#[derive(Serialize)]
-struct EmulationPoint {
-    rdsx: u32,
-    wrsx: u32,
-    /// Median files per second of the write phase and of the read phase.
-    write_files_per_s: f64,
-    read_files_per_s: f64,
-    write_rounds: Vec<f64>,
-    read_rounds: Vec<f64>,
-    /// Medians relative to rdsx=1, wrsx=1.
-    write_relative: f64,
-    read_relative: f64,
-}
-
-#[derive(Serialize)]
-struct EmulationReport {
-    figure: &'static str,
-    paper_figure: &'static str,
-    workload: String,
-    rounds: usize,
-    read_sweep: Vec<EmulationPoint>,
-    write_sweep: Vec<EmulationPoint>,
-}
-
-/// Passes over the file set in the read phase.
-const READ_PASSES: usize = 4;
-
-/// Fig. 15: a small-file workload on ext4 through `pmkit attach` (FUSE + loop, in this process)
-/// as the emulated read and write slowdowns grow.
-pub fn emulation(a: FigArgs) -> Result<ExitCode> {
-    // SAFETY: geteuid cannot fail.
-    anyhow::ensure!(
-        unsafe { libc::geteuid() } == 0,
-        "bench emulation runs ext4 on the device through attach (FUSE + loop) and needs root"
-    );
-    let (rd, wr, files): (&[u32], &[u32], usize) = if a.quick {
-        (&[1, 5, 10], &[1, 10, 50], 150)
-    } else {
-        (&[1, 2, 4, 6, 8, 10], &[1, 5, 10, 20, 30, 40, 50], 1000)
-    };
-    let rounds = a.rounds();
-    let path = a
-        .dir
-        .join(format!("pmkit-bench-emu-{}.pm", std::process::id()));
-    let mnt = tempfile_dir()?;
-    let _cleanup = RemoveOnDrop(path.clone());
-    // Make the file system once, at full speed, with one unmeasured pass.
-    {
-        let dev = pmkit_blk::create_path(
-            &path,
-            Some(a.size().max(64 << 20)),
-            &CreateOptions::default(),
-            &EngineOptions::default(),
-        )?;
-        let dev = std::sync::Arc::new(dev);
-        let mut att = pmkit_fuse::attach::attach(
-            crate::attach::BlkDisk(dev.clone()),
-            &attach_opts(&path, Some(&mnt), true),
-        )?;
-        let warm = small_files(&mnt, files);
-        att.detach()?;
-        warm?;
-        dev.close()?;
-    }
-    let points: Vec<(u32, u32)> = rd
-        .iter()
-        .map(|&r| (r, 1))
-        .chain(wr.iter().skip(1).map(|&w| (1, w)))
-        .collect();
-    let bar = progress(a.json, (points.len() * rounds) as u64);
-    let mut per: Vec<Vec<(f64, f64)>> = vec![vec![]; points.len()];
-    for r in 0..rounds {
-        for k in 0..points.len() {
-            let i = (k + r) % points.len();
-            let (rdsx, wrsx) = points[i];
-            bar.set_message(format!("rdsx={rdsx} wrsx={wrsx}"));
-            let spec = format!("rdsx={rdsx},wrsx={wrsx}")
-                .parse()
-                .map_err(anyhow::Error::msg)?;
-            let engine = EngineOptions {
-                emulate: spec,
-                ..Default::default()
-            };
-            let dev = std::sync::Arc::new(pmkit_blk::open_path(&path, &engine)?);
-            let mut att = pmkit_fuse::attach::attach(
-                crate::attach::BlkDisk(dev.clone()),
-                &attach_opts(&path, Some(&mnt), false),
-            )?;
-            // Unmeasured warm-up: the first operations after a mount load bitmaps and tables.
-            let res = small_files(&mnt, files / 5).and_then(|_| small_files(&mnt, files));
-            att.detach()?;
-            dev.close()?;
-            per[i].push(res?);
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-    let _ = std::fs::remove_dir(&mnt);
-    let col = |i: usize, w: bool| -> Vec<f64> {
-        per[i].iter().map(|p| if w { p.0 } else { p.1 }).collect()
-    };
-    let (base_w, base_r) = (
-        median(col(0, true)).max(1e-9),
-        median(col(0, false)).max(1e-9),
-    );
-    let mk = |i: usize| {
-        let (rdsx, wrsx) = points[i];
-        let (w, r) = (median(col(i, true)), median(col(i, false)));
-        EmulationPoint {
-            rdsx,
-            wrsx,
-            write_files_per_s: w,
-            read_files_per_s: r,
-            write_rounds: col(i, true),
-            read_rounds: col(i, false),
-            write_relative: w / base_w,
-            read_relative: r / base_r,
-        }
-    };
-    let read_sweep: Vec<_> = (0..rd.len()).map(mk).collect();
-    let write_sweep: Vec<_> = std::iter::once(0)
-        .chain(rd.len()..points.len())
-        .map(mk)
-        .collect();
-    let report = EmulationReport {
-        figure: "emulation",
-        paper_figure: "Fig. 15",
-        workload: format!(
-            "ext4 on the device through pmkit attach (FUSE + loop, in process), {files} files of 16 KiB: write \
-             phase = create, write and fsync each file; read phase = {READ_PASSES} passes reading every file with O_DIRECT"
-        ),
-        rounds,
-        read_sweep,
-        write_sweep,
-    };
-    if let Some(p) = &a.plot {
-        type Pick = fn(&EmulationPoint) -> (f64, f64);
-        let line = |v: &[EmulationPoint], f: Pick| v.iter().map(f).collect::<Vec<_>>();
-        let rd_w: Pick = |e| (e.rdsx as f64, e.write_relative);
-        let rd_r: Pick = |e| (e.rdsx as f64, e.read_relative);
-        let wr_w: Pick = |e| (e.wrsx as f64, e.write_relative);
-        let wr_r: Pick = |e| (e.wrsx as f64, e.read_relative);
-        plot::lines(
-            p,
-            "pmkit bench emulation (paper Fig. 15): throughput vs PM slowdown",
-            "slowdown factor (rdsx 1-10 or wrsx 1-50)",
-            "files/s relative to no slowdown",
-            &[
-                ("read phase vs rdsx".into(), line(&report.read_sweep, rd_r)),
-                ("write phase vs rdsx".into(), line(&report.read_sweep, rd_w)),
-                ("read phase vs wrsx".into(), line(&report.write_sweep, wr_r)),
-                (
-                    "write phase vs wrsx".into(),
-                    line(&report.write_sweep, wr_w),
-                ),
-            ],
-        )?;
-    }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!(
-            "emulation (paper Fig. 15): {}; median of {rounds} round(s)",
-            report.workload
-        );
-        println!(
-            "{:>6} {:>6} {:>14} {:>9} {:>14} {:>9}",
-            "rdsx", "wrsx", "write files/s", "relative", "read files/s", "relative"
-        );
-        for e in report
-            .read_sweep
-            .iter()
-            .chain(report.write_sweep.iter().skip(1))
-        {
-            println!(
-                "{:>6} {:>6} {:>14.0} {:>9.2} {:>14.0} {:>9.2}",
-                e.rdsx,
-                e.wrsx,
-                e.write_files_per_s,
-                e.write_relative,
-                e.read_files_per_s,
-                e.read_relative
-            );
-        }
-        if let Some(p) = &a.plot {
-            println!("plot: {}", p.display());
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-struct RemoveOnDrop(PathBuf);
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn tempfile_dir() -> Result<PathBuf> {
-    let d = std::env::temp_dir().join(format!("pmkit-bench-mnt-{}", std::process::id()));
-    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-    Ok(d)
-}
-
-fn attach_opts(pm: &Path, mnt: Option<&Path>, mkfs: bool) -> pmkit_fuse::attach::AttachOptions {
-    pmkit_fuse::attach::AttachOptions {
-        pm_path: pm.into(),
-        mountpoint: mnt.map(Into::into),
-        mkfs: mkfs.then_some(pmkit_fuse::attach::Mkfs::Ext4),
-        threads: 2,
-        mount_options: None,
-    }
-}
-
-/// The small-file workload: write `n` 16 KiB files with fsync each (write phase), then read them
-/// all back with O_DIRECT [`READ_PASSES`] times (read phase), then delete them. Files/s of each.
-fn small_files(dir: &Path, n: usize) -> Result<(f64, f64)> {
-    use std::io::{Read, Write};
-    use std::os::unix::fs::OpenOptionsExt;
-    const FILE: usize = 16 << 10;
-    let work = dir.join("w");
-    std::fs::create_dir_all(&work)?;
-    let data = vec![0xC3u8; FILE];
-    // O_DIRECT needs an aligned buffer.
-    let mut rbuf = AlignedBuf::new(FILE);
-    let t0 = Instant::now();
-    for i in 0..n {
-        let mut f = std::fs::File::create(work.join(format!("f{i}")))?;
-        f.write_all(&data)?;
-        f.sync_all()?;
-    }
-    let write_s = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    for _ in 0..READ_PASSES {
-        for i in 0..n {
-            let mut f = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(work.join(format!("f{i}")))?;
-            f.read_exact(rbuf.as_mut())?;
-            anyhow::ensure!(rbuf.as_mut()[FILE - 1] == 0xC3, "file f{i} read back wrong");
-        }
-    }
-    let read_s = t1.elapsed().as_secs_f64();
-    std::fs::remove_dir_all(&work)?;
-    Ok((n as f64 / write_s, (n * READ_PASSES) as f64 / read_s))
-}
-
-/// A heap buffer aligned to 4 KiB for O_DIRECT.
-struct AlignedBuf {
-    v: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> Self {
-        let v = vec![0u8; len + 4096];
-        let off = (4096 - (v.as_ptr() as usize % 4096)) % 4096;
-        AlignedBuf { v, off, len }
-    }
-    fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.v[self.off..self.off + self.len]
-    }
 }

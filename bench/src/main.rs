@@ -1,0 +1,78 @@
+//! `pmkit-bench`: pmkit's benchmarks, a tool beside the `pmkit` command (`pmkit bench ARGS` runs
+//! `pmkit-bench ARGS`). Each benchmark lives in its own module; this file only parses arguments
+//! and dispatches. [`report`] holds what they all do alike, [`pmdk`] the PMDK peers.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod atomic;
+mod attach;
+mod figures;
+mod host;
+mod nbd;
+mod pmdk;
+mod pmo;
+mod report;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "pmkit-bench",
+    version,
+    about = "pmkit's benchmarks: each prints a table, --json for machines, --plot FILE for people"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Bandwidth of every protection mode (PMBD paper Fig. 3, 5, 6, 8).
+    ///
+    /// Rounds: 3 per cell. --quick: small devices, few cells, short runs, one round.
+    Protection(figures::FigArgs),
+    /// Bandwidth of every write scheme, with write barriers (paper Fig. 9).
+    ///
+    /// Rounds: 3 per cell. --quick: small devices, few cells, short runs, one round.
+    WriteScheme(figures::FigArgs),
+    /// The default configuration against unprotected write-back, the peak (paper Fig. 11).
+    ///
+    /// Rounds: 3 per cell. --quick: small devices, few cells, short runs, one round.
+    Overview(figures::FigArgs),
+    /// A small-file workload on ext4 (through attach) as emulated PM slows down (paper Fig. 15).
+    ///
+    /// Needs root. Rounds: 3. --quick: fewer slowdowns and files, one round.
+    Emulation(figures::FigArgs),
+    /// PostgreSQL pgbench and fio file workloads on ext4 over `pmkit attach` vs over a /dev/shm
+    /// loop device (the RAM-disk baseline), in the same run.
+    ///
+    /// Needs root, fio and PostgreSQL (scripts/bench-attach.sh installs them). Rounds: 2.
+    /// --quick: small scale, few transactions, short fio jobs, one round.
+    Attach(attach::Args),
+    /// fio's nbd engine against `pmkit serve` and `nbdkit memory`, side by side.
+    Nbd(nbd::Args),
+    /// PMO Sync against persist+barrier, undo log, full shadow copy and libpmemobj: N int
+    /// stores into 4 KiB objects, one sync per object (PMO thesis Fig. 4.1, Table 4.2).
+    ///
+    /// Rounds: 5 per (N, variant). --quick: N = 1M only (or --max-n), one round.
+    Pmo(pmo::Args),
+    /// Atomic PMBD against plain PMBD and libpmemblk: 4 KiB random writes and reads, 1 and 2
+    /// threads, same run.
+    ///
+    /// Rounds: 5. --quick: 32 MiB devices, 2000 operations per thread, one round, no fio.
+    Atomic(atomic::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    pmkit::entry::main("pmkit-bench", || match Cli::parse().cmd {
+        Cmd::Protection(a) => figures::protection(a),
+        Cmd::WriteScheme(a) => figures::write_scheme(a),
+        Cmd::Overview(a) => figures::overview(a),
+        Cmd::Emulation(a) => figures::emulation(a),
+        Cmd::Attach(a) => attach::run(a),
+        Cmd::Nbd(a) => nbd::run(a),
+        Cmd::Pmo(a) => pmo::run(a),
+        Cmd::Atomic(a) => atomic::run(a),
+    })
+}

@@ -1,0 +1,38 @@
+//! `pmkit bench ...`: the benchmarks are their own binary, `pmkit-bench` (crate `bench/`), so the
+//! product binary carries none of their code or dependencies (plots, fonts, PMDK loading). This
+//! command replaces itself with `pmkit-bench` and the same arguments.
+
+use anyhow::{bail, Result};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode};
+
+/// Everything after `bench`, passed on unread (`--help` included).
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<OsString>,
+}
+
+pub const BENCH_BIN: &str = "pmkit-bench";
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let Some(exe) = pmkit::sibling::find(BENCH_BIN) else {
+        bail!(
+            "`pmkit bench` runs the {BENCH_BIN} binary, which is neither next to this pmkit nor on \
+             PATH: build it with `cargo build --release -p pmkit-bench`"
+        );
+    };
+    let mut c = Command::new(&exe);
+    c.arg0("pmkit bench").args(&a.args);
+    // `bench nbd` starts this binary's `serve`.
+    if let Ok(me) = std::env::current_exe() {
+        c.env("PMKIT_BIN", me);
+    }
+    let e = c.exec();
+    bail!("cannot run {}: {e}", exe.display())
+}
