@@ -65,7 +65,8 @@ pub trait Media: Send + Sync {
     unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
         let mut own = vec![0u8; len];
         self.read(off, &mut own);
-        std::ptr::copy_nonoverlapping(own.as_ptr(), dst, len);
+        // SAFETY: `own` holds `len` bytes; the caller vouches `dst` is valid for `len` writes.
+        unsafe { std::ptr::copy_nonoverlapping(own.as_ptr(), dst, len) };
     }
     /// [`Self::write_nt`] from memory other code may change while the copy runs (a buffer a
     /// user holds a pointer to), read only through raw pointers, never as a `&[u8]`. The
@@ -75,7 +76,8 @@ pub trait Media: Send + Sync {
     /// `src` must be valid for reads of `len` bytes during the call.
     unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
         let mut own = vec![0u8; len];
-        std::ptr::copy_nonoverlapping(src, own.as_mut_ptr(), len);
+        // SAFETY: the caller vouches `src` is valid for `len` reads; `own` holds `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src, own.as_mut_ptr(), len) };
         self.write_nt(off, &own);
     }
     /// Write back the cache lines covering `[off, off+len)`; durable after the next fence.

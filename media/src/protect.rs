@@ -246,10 +246,12 @@ pub unsafe fn protect_memory(
 ) -> std::io::Result<()> {
     assert!((ptr as usize).is_multiple_of(PAGE) && len.is_multiple_of(PAGE));
     let r = match key {
-        None if !crate::features().pku => libc::mprotect(ptr.cast(), len, access.prot()),
+        // SAFETY: the caller's own mapping with no live references into it (the contract).
+        None if !crate::features().pku => unsafe { libc::mprotect(ptr.cast(), len, access.prot()) },
         _ => {
             let k = key.map_or(0, |k| k.0) as libc::c_long;
-            libc::syscall(libc::SYS_pkey_mprotect, ptr, len, access.prot(), k) as i32
+            // SAFETY: as above; `k` is a key this process allocated, or 0 (the default key).
+            unsafe { libc::syscall(libc::SYS_pkey_mprotect, ptr, len, access.prot(), k) as i32 }
         }
     };
     if r != 0 {

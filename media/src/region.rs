@@ -87,6 +87,8 @@ pub struct Region {
 // SAFETY: the mapping is plain shared memory; all access goes through raw-pointer copies and
 // atomics in `raw.rs`, which are sound to call from any thread.
 unsafe impl Send for Region {}
+// SAFETY: as for Send: no method hands out a reference into the mapping, so sharing a Region
+// shares only raw-pointer access, which every method makes atomic or a byte copy.
 unsafe impl Sync for Region {}
 
 impl Region {
@@ -463,13 +465,13 @@ impl crate::Media for Region {
     unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
         let p = self.at(off, len);
         // SAFETY: bounds checked; the caller vouches for `dst`; the copy writes it by pointer.
-        raw::copy_out(p, dst, len)
+        unsafe { raw::copy_out(p, dst, len) }
     }
     #[inline]
     unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
         let p = self.at(off, len);
         // SAFETY: bounds checked; the caller vouches for `src`; the copy reads it by pointer.
-        raw::copy_in_nt(p, src, len, crate::cpu::features().nt_width())
+        unsafe { raw::copy_in_nt(p, src, len, crate::cpu::features().nt_width()) }
     }
     #[inline]
     fn flush(&self, off: usize, len: usize, how: raw::Flush) {

@@ -79,6 +79,7 @@ impl Disk for MemDisk {
 
 /// Root and /dev/fuse are needed; in CI their absence is a failure, elsewhere a skip.
 fn can_run() -> bool {
+    // SAFETY: geteuid has no preconditions.
     let ok = unsafe { libc::geteuid() } == 0 && std::path::Path::new("/dev/fuse").exists();
     if !ok {
         assert!(
@@ -131,6 +132,7 @@ fn file_io_flush_and_discard() {
         "fsync must reach Disk::flush"
     );
     // Discard (punch hole) reads back zeroes.
+    // SAFETY: fallocate on a file descriptor `f` owns; it touches no memory of ours.
     let r = unsafe {
         libc::fallocate(
             std::os::unix::io::AsRawFd::as_raw_fd(&f),

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 /// At most this many pending stores are kept per line. A line that gets more loses its oldest
 /// intermediate snapshot (never the one a flush committed, never the newest): a crash can then no
-/// longer keep exactly that prefix. Counted in [`State::coarsened`]; see docs/crashsim.md.
+/// longer keep exactly that prefix. Counted in [`CrashSim::coarsened`](crate::crashsim::CrashSim::coarsened); see docs/crashsim.md.
 pub const MAX_LINE_STORES: usize = 64;
 
 /// Pending stores of one line.

@@ -35,6 +35,8 @@ fn stray_access(addr: usize, store: bool) -> Option<i32> {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
+        // SAFETY: a deliberate stray access to the device's mapping (the fault is the point of
+        // the test), then _exit without unwinding; the parent checks how the child died.
         unsafe {
             if store {
                 std::ptr::write_volatile(addr as *mut u64, 0xdead_beef_dead_beef);

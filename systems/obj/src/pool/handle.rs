@@ -45,14 +45,14 @@ impl<M: Media> Handle<'_, M> {
     pub fn write(&self, off: u64, src: &[u8]) -> Result<()> {
         self.pool.write_id(self.id, off, src)
     }
-    /// Declare `[off, off+len)` written through the raw pointer ([`Tracking::Explicit`]).
+    /// Declare `[off, off+len)` written through the raw pointer ([`Tracking::Explicit`](crate::Tracking::Explicit)).
     pub fn mark_dirty(&self, off: u64, len: u64) -> Result<()> {
         self.pool.mark_dirty_id(self.id, off, len)
     }
     /// The attachment's view as a raw pointer (for C callers), valid until this handle's next
     /// `sync` or `detach`; `None` on media without addresses. Writing through it is `unsafe`
     /// for the caller; with protection a read-only view faults on a write. With buffer keys
-    /// ([`PoolOptions::pkey`]) the pointer works in the attaching thread and in each thread that
+    /// ([`PoolOptions::pkey`](crate::PoolOptions::pkey)) the pointer works in the attaching thread and in each thread that
     /// calls `as_ptr` itself; other threads fault.
     pub fn as_ptr(&self) -> Result<Option<*mut u8>> {
         self.pool.ptr_id(self.id)

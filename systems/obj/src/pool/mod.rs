@@ -79,7 +79,7 @@ pub struct PoolOptions {
     /// With `protect` and a DRAM shadow, where the CPU has memory protection keys:
     /// - keep the PM object area behind a key, opened for the library's own copies with a
     ///   per-thread WRPKRU window (no syscall);
-    /// - give DRAM buffers keys of their own (while [`keys::MAX_BUFFER_KEYS`] last): attach
+    /// - give DRAM buffers keys of their own (while the process-wide budget of 8 buffer keys lasts): attach
     ///   enables the buffer's key in the attaching thread, detach disables it. The pointer then
     ///   works in the attaching thread and in threads that call `as_ptr` themselves; any other
     ///   thread faults.
