@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 install_packages scripts/build-packages.txt scripts/test-packages.txt
 require_cargo
+# Gates first (fast, and a failing gate fails CI): fmt, clippy, doc, tidy.
+bash scripts/check.sh
 # `cargo test` does not emit cdylibs; the C ABI test links libpmkit_obj.so, so build it first.
 # (This also builds pmkit-bench next to pmkit, which `pmkit bench` runs.)
 cargo build --workspace --locked

@@ -12,6 +12,7 @@ mod nbd;
 mod pmdk;
 mod pmo;
 mod report;
+mod workload;
 
 use clap::{Parser, Subcommand};
 

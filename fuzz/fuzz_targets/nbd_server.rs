@@ -55,7 +55,9 @@ fn option(out: &mut Vec<u8>, opt: u32, data: &[u8]) {
 }
 
 fn prelude(structured: bool) -> Vec<u8> {
-    let mut p = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes().to_vec();
+    let mut p = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
     if structured {
         option(&mut p, OPT_STRUCTURED_REPLY, &[]);
         let mut m = Vec::new();
@@ -77,15 +79,27 @@ struct World {
 fn world() -> &'static World {
     static W: OnceLock<World> = OnceLock::new();
     W.get_or_init(|| {
-        let backend = MemBackend::new(1 << 20, BlockSizes { minimum: 512, preferred: 4096 }, false);
-        let cfg = ServerConfig { max_payload: 64 << 10, ..Default::default() };
+        let backend = MemBackend::new(
+            1 << 20,
+            BlockSizes {
+                minimum: 512,
+                preferred: 4096,
+            },
+            false,
+        );
+        let cfg = ServerConfig {
+            max_payload: 64 << 10,
+            ..Default::default()
+        };
         let export = Export::new(&backend, &cfg).unwrap();
         World { backend, export }
     })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     let w = world();
     let input = if mode & 1 != 0 {
         let mut v = prelude(mode & 2 != 0);
@@ -95,7 +109,11 @@ fuzz_target!(|data: &[u8]| {
         rest.to_vec()
     };
     let chunk = [1usize, 3, 7, 28, 64, 512, 4096, usize::MAX][((mode >> 2) & 7) as usize];
-    let mut s = Script { data: &input, chunk, written: 0 };
+    let mut s = Script {
+        data: &input,
+        chunk,
+        written: 0,
+    };
     let not_stopping = || false;
     let stop = AtomicBool::new(false);
     if let Ok(Outcome::Transmission(session)) = handshake(&mut s, &w.export, &not_stopping) {

@@ -4,7 +4,7 @@
 //! pool_base.h).
 
 use super::dl::Library;
-use crate::pmo::baselines::value;
+use crate::workload::value;
 use anyhow::{bail, Context, Result};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::Path;

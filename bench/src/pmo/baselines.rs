@@ -78,11 +78,7 @@ impl Layout {
     }
 }
 
-/// The value of store `i` (the thesis stores even numbers: element i gets 2i, Fig. 4.2).
-#[inline]
-pub fn value(i: usize) -> u32 {
-    (2 * i) as u32
-}
+pub use crate::workload::value;
 
 #[inline]
 fn flush<M: Media>(m: &M, off: usize, len: usize) {

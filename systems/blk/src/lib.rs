@@ -1,4 +1,5 @@
-//! PMBD: a protected, persistent block device on PM (seed 000), in user space.
+//! PMBD: a protected, persistent block device on PM, in user space (Chen, Mesnier and Hahn,
+//! "A Protected Block Device for Persistent Memory", MSST 2014).
 //!
 //! Block reads and writes become loads and stores in the calling thread: no queue, no context
 //! switch. PM is protected from stray writes by one of five modes ([`Protect`]), and writes are

@@ -12,7 +12,7 @@ pub const MAX_REQUEST_LIMIT: usize = 64 << 20;
 pub const MAX_BUFFERS: usize = 64;
 pub const MAX_BUFFER_BYTES: usize = 1 << 30;
 
-/// Protection from stray writes (seed 000 §IV.B, plus memory protection keys).
+/// Protection from stray writes (the PMBD paper, MSST 2014, §IV.B, plus memory protection keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Protect {
