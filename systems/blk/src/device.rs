@@ -16,7 +16,7 @@ use crate::stripes::Stripes;
 use crate::superblock::{self, Layout, Superblock, SLOT_LEN};
 use parking_lot::Mutex;
 use pmkit_media::emulate::{cycles, Emulator};
-use pmkit_media::{Media, Persister, RegionKind, WriteScheme};
+use pmkit_media::{Media, Persister, WriteScheme};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -142,7 +142,7 @@ impl<M: Media + 'static> Device<M> {
             );
             tracing::warn!("block device was not shut down cleanly");
         }
-        let (protect, gate) = resolve_protect(&media, engine, &mut notes)?;
+        let (protect, gate) = Gate::resolve(&media, engine, &mut notes)?;
         if protect == Protect::PtBatch {
             engine.batch.validate(layout.block_size)?;
         }
@@ -199,9 +199,7 @@ impl<M: Media + 'static> Device<M> {
         let _g = i.stripes.lock(i.layout().lock_off(b0), dst.len(), false);
         i.check_open()?;
         i.read_locked(b0, dst)?;
-        i.stats().add(Ctr::Reads, 1);
-        i.stats().add(Ctr::ReadBytes, dst.len() as u64);
-        i.stats().latency(Op::Read, cycles().wrapping_sub(t0));
+        i.count_read(dst.len() as u64, t0);
         Ok(())
     }
 
@@ -214,12 +212,7 @@ impl<M: Media + 'static> Device<M> {
         let _g = i.stripes.lock(i.layout().lock_off(b0), src.len(), true);
         i.check_open()?;
         i.write_locked(b0, src, fua)?;
-        i.stats().add(Ctr::Writes, 1);
-        i.stats().add(Ctr::WriteBytes, src.len() as u64);
-        if fua {
-            i.stats().add(Ctr::FuaWrites, 1);
-        }
-        i.stats().latency(Op::Write, cycles().wrapping_sub(t0));
+        i.count_write(src.len() as u64, fua, t0);
         Ok(())
     }
 
@@ -235,9 +228,7 @@ impl<M: Media + 'static> Device<M> {
         i.for_each_piece(off, len, false, |first, at, done, n| {
             i.read_piece_locked(first, at, &mut dst[done..done + n])
         })?;
-        i.stats().add(Ctr::Reads, 1);
-        i.stats().add(Ctr::ReadBytes, len);
-        i.stats().latency(Op::Read, cycles().wrapping_sub(t0));
+        i.count_read(len, t0);
         Ok(())
     }
 
@@ -253,12 +244,7 @@ impl<M: Media + 'static> Device<M> {
         i.for_each_piece(off, src.len() as u64, true, |first, at, done, n| {
             i.patch_locked(first, at, Some(&src[done..done + n]), n, fua)
         })?;
-        i.stats().add(Ctr::Writes, 1);
-        i.stats().add(Ctr::WriteBytes, src.len() as u64);
-        if fua {
-            i.stats().add(Ctr::FuaWrites, 1);
-        }
-        i.stats().latency(Op::Write, cycles().wrapping_sub(t0));
+        i.count_write(src.len() as u64, fua, t0);
         Ok(())
     }
 
@@ -440,83 +426,6 @@ fn check_scheme(w: WriteScheme) -> Result<()> {
     Ok(())
 }
 
-/// Pick the protection mode and build its gate, applying the user's fallback for pkey.
-fn resolve_protect<M: Media + 'static>(
-    m: &M,
-    o: &EngineOptions,
-    notes: &mut Vec<String>,
-) -> Result<(Protect, Gate)> {
-    let region = m.mapping();
-    let file_backed = region.is_some_and(|r| r.file().is_some() && r.kind() != RegionKind::DevDax);
-    let pku = pmkit_media::features().pku;
-    let why_not = |p: Protect| -> Option<String> {
-        match p {
-            Protect::None => None,
-            _ if region.is_none() => Some("it needs a real mapping (this media is a simulator)".into()),
-            Protect::Pkey if !pku => Some("this CPU or kernel has no memory protection keys (pku/ospke)".into()),
-            Protect::Private if !file_backed => {
-                Some("it needs a region backed by a regular or DAX file (not anonymous memory or device-dax)".into())
-            }
-            _ => None,
-        }
-    };
-    let want = match o.protect {
-        Some(p) => p,
-        None if region.is_some() && pku => Protect::Pkey,
-        None => {
-            let p = if file_backed {
-                Protect::Private
-            } else if region.is_some() {
-                Protect::Pt
-            } else {
-                Protect::None
-            };
-            notes.push(format!(
-                "default protection pkey is not available here; using {p}"
-            ));
-            p
-        }
-    };
-    let build = |p: Protect| -> Result<Gate> {
-        if let Some(why) = why_not(p) {
-            return Err(BlkError::ProtectUnavailable {
-                mode: p.name(),
-                why,
-            });
-        }
-        Ok(match p {
-            Protect::None => Gate::Open,
-            Protect::Pt | Protect::PtBatch => Gate::Pages {
-                locks: Stripes::default(),
-            },
-            Protect::Private => Gate::Private,
-            Protect::Pkey => Gate::Pkey(pmkit_media::protect::Pkey::alloc().map_err(|e| {
-                BlkError::ProtectUnavailable {
-                    mode: "pkey",
-                    why: format!("cannot allocate a protection key: {e}"),
-                }
-            })?),
-        })
-    };
-    match build(want) {
-        Ok(g) => Ok((want, g)),
-        Err(BlkError::ProtectUnavailable { why, .. })
-            if want == Protect::Pkey && o.pkey_fallback.is_some() =>
-        {
-            let fb = o.pkey_fallback.unwrap();
-            notes.push(format!(
-                "pkey protection is not available ({why}); falling back to {fb} as asked"
-            ));
-            Ok((fb, build(fb)?))
-        }
-        Err(BlkError::ProtectUnavailable { mode, why }) => Err(BlkError::ProtectUnavailable {
-            mode,
-            why: format!("{why}; choose another protection mode (or a pkey fallback)"),
-        }),
-        Err(e) => Err(e),
-    }
-}
-
 /// One syncer thread per pt-batch buffer, each holding the device until [`Batch::stop`].
 fn spawn_syncers<M: Media + 'static>(inner: &Arc<Inner<M>>) -> Vec<JoinHandle<()>> {
     let n = inner.batch.as_ref().map_or(0, |b| b.buffers());
@@ -548,6 +457,25 @@ impl<M: Media + 'static> Inner<M> {
     #[inline]
     fn stats(&self) -> &Recorder {
         &self.blocks.path.stats
+    }
+
+    /// Count a completed read of `bytes` that started at TSC `t0`.
+    #[inline]
+    fn count_read(&self, bytes: u64, t0: u64) {
+        self.stats().add(Ctr::Reads, 1);
+        self.stats().add(Ctr::ReadBytes, bytes);
+        self.stats().latency(Op::Read, cycles().wrapping_sub(t0));
+    }
+
+    /// Count a completed write of `bytes` that started at TSC `t0`.
+    #[inline]
+    fn count_write(&self, bytes: u64, fua: bool, t0: u64) {
+        self.stats().add(Ctr::Writes, 1);
+        self.stats().add(Ctr::WriteBytes, bytes);
+        if fua {
+            self.stats().add(Ctr::FuaWrites, 1);
+        }
+        self.stats().latency(Op::Write, cycles().wrapping_sub(t0));
     }
 
     /// Validate a request; returns its first block. Counts rejections.

@@ -9,11 +9,12 @@
 //! | private           | no access (`PROT_NONE`)     | `mmap` the range of the file, `munmap` after |
 //! | pkey              | key access-disabled (PKRU)  | WRPKRU to enable, WRPKRU to restore         |
 
-use crate::error::Result;
+use crate::error::{BlkError, Result};
+use crate::options::{EngineOptions, Protect};
 use crate::stripes::Stripes;
 use parking_lot::Mutex;
 use pmkit_media::protect::{Access, Pkey};
-use pmkit_media::{Domain, Fence, Flush, Media, MediaError, Region};
+use pmkit_media::{Domain, Fence, Flush, Media, MediaError, Region, RegionKind};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The media as seen from inside a window. Offsets are always media offsets.
@@ -269,6 +270,87 @@ impl Gate {
                     None => Ok(out),
                 }
             }
+        }
+    }
+}
+
+impl Gate {
+    /// Pick the protection mode and build its gate, applying the user's fallback for pkey.
+    /// (Kept beside the gates it builds: the policy of which mode runs where.)
+    pub(crate) fn resolve<M: Media>(
+        m: &M,
+        o: &EngineOptions,
+        notes: &mut Vec<String>,
+    ) -> Result<(Protect, Gate)> {
+        let region = m.mapping();
+        let file_backed =
+            region.is_some_and(|r| r.file().is_some() && r.kind() != RegionKind::DevDax);
+        let pku = pmkit_media::features().pku;
+        let why_not = |p: Protect| -> Option<String> {
+            match p {
+                Protect::None => None,
+                _ if region.is_none() => Some("it needs a real mapping (this media is a simulator)".into()),
+                Protect::Pkey if !pku => Some("this CPU or kernel has no memory protection keys (pku/ospke)".into()),
+                Protect::Private if !file_backed => {
+                    Some("it needs a region backed by a regular or DAX file (not anonymous memory or device-dax)".into())
+                }
+                _ => None,
+            }
+        };
+        let want = match o.protect {
+            Some(p) => p,
+            None if region.is_some() && pku => Protect::Pkey,
+            None => {
+                let p = if file_backed {
+                    Protect::Private
+                } else if region.is_some() {
+                    Protect::Pt
+                } else {
+                    Protect::None
+                };
+                notes.push(format!(
+                    "default protection pkey is not available here; using {p}"
+                ));
+                p
+            }
+        };
+        let build = |p: Protect| -> Result<Gate> {
+            if let Some(why) = why_not(p) {
+                return Err(BlkError::ProtectUnavailable {
+                    mode: p.name(),
+                    why,
+                });
+            }
+            Ok(match p {
+                Protect::None => Gate::Open,
+                Protect::Pt | Protect::PtBatch => Gate::Pages {
+                    locks: Stripes::default(),
+                },
+                Protect::Private => Gate::Private,
+                Protect::Pkey => Gate::Pkey(pmkit_media::protect::Pkey::alloc().map_err(|e| {
+                    BlkError::ProtectUnavailable {
+                        mode: "pkey",
+                        why: format!("cannot allocate a protection key: {e}"),
+                    }
+                })?),
+            })
+        };
+        match build(want) {
+            Ok(g) => Ok((want, g)),
+            Err(BlkError::ProtectUnavailable { why, .. })
+                if want == Protect::Pkey && o.pkey_fallback.is_some() =>
+            {
+                let fb = o.pkey_fallback.unwrap();
+                notes.push(format!(
+                    "pkey protection is not available ({why}); falling back to {fb} as asked"
+                ));
+                Ok((fb, build(fb)?))
+            }
+            Err(BlkError::ProtectUnavailable { mode, why }) => Err(BlkError::ProtectUnavailable {
+                mode,
+                why: format!("{why}; choose another protection mode (or a pkey fallback)"),
+            }),
+            Err(e) => Err(e),
         }
     }
 }
