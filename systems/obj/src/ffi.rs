@@ -49,7 +49,8 @@ fn code(e: &ObjError) -> c_int {
     match e {
         // The C ABI has no PMO_ENOMEM: a refused mapping is reported like media that cannot
         // be mapped, with the OS's reason in the message.
-        ObjError::Media(_) | ObjError::Resource { .. } => PMO_EIO,
+        // A media error (poisoned PM) is EIO too: the message names what cannot be read.
+        ObjError::Media(_) | ObjError::Resource { .. } | ObjError::BadMedia { .. } => PMO_EIO,
         ObjError::NotAPool(_) => PMO_ENOTPOOL,
         ObjError::Corrupt(_) => PMO_ECORRUPT,
         ObjError::BadArgument(_)
