@@ -413,3 +413,17 @@ pub unsafe extern "C" fn pmo_detach(p: *mut PmoPool, h: u64) -> c_int {
     // SAFETY: `p` is an open pool (the caller's contract).
     guard(|| unsafe { pool(p)? }.detach_id(h).map_err(obj))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_media_error_is_pmo_eio() {
+        let bad = ObjError::BadMedia {
+            what: "object \"a\" (slot 0)".into(),
+            media_off: 0x2000,
+        };
+        assert_eq!(code(&bad), PMO_EIO);
+    }
+}
