@@ -113,7 +113,9 @@ mod tests {
             media_off: 0x3040,
         };
         assert_eq!(bad.os_errno(), Some(libc::EIO));
-        assert!(bad.to_string().contains("object \"a\" (slot 1) cannot be read"));
+        assert!(bad
+            .to_string()
+            .contains("object \"a\" (slot 1) cannot be read"));
         assert!(bad.to_string().contains("0x3040"));
     }
 }

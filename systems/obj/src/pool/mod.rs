@@ -229,7 +229,11 @@ impl ObjectState {
     /// Record in `stale` the pages of `slot` (not the current one) the media cannot return, so
     /// that the next copy into it rewrites them (a whole-line store clears a media error).
     fn stale_bad_pages<M: Media>(&self, media: &M, slot: u8) {
-        debug_assert_ne!(slot, self.current_slot(), "only the other slot is rewritten");
+        debug_assert_ne!(
+            slot,
+            self.current_slot(),
+            "only the other slot is rewritten"
+        );
         for_each_bad_page(media, self.slot_offset(slot), self.capacity(), |page| {
             self.stale.set_range(page, 1);
         });

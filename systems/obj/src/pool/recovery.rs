@@ -112,9 +112,7 @@ pub(super) fn scan<M: Media>(media: &M, geometry: &Geometry) -> Scan {
     for index in 0..geometry.max_objects as usize {
         let off = geometry.entry_off(index);
         // Whether the entry is live is in it: an unreadable entry is a problem even if free.
-        if !scan.readable(media, off, ENTRY, || {
-            format!("object table entry {index}")
-        }) {
+        if !scan.readable(media, off, ENTRY, || format!("object table entry {index}")) {
             continue;
         }
         let word = media.load_u64(off);
