@@ -5,6 +5,7 @@
 //! delete + create.
 
 use pmkit_media::crashsim::{CrashSim, POISON_FILL};
+use pmkit_obj::layout::Geometry;
 use pmkit_obj::{Access, ObjError, Pool, PoolOptions, Shadow, Tracking, PAGE};
 
 const LEN: usize = 256 * 1024;
@@ -188,8 +189,11 @@ fn a_sync_rewrites_the_unreadable_pages_of_the_slot_it_publishes() {
     }
 }
 
-/// A pool with objects "a" and "b" (published), given back as media.
-fn two_objects(sim: &CrashSim) -> (pmkit_obj::layout::Geometry, usize) {
+/// Where to poison a pool, from its geometry and the table entry of object "b".
+type Spot = fn(&Geometry, usize) -> usize;
+
+/// A pool with objects "a" and "b" (published); its geometry and the table entry of "b".
+fn two_objects(sim: &CrashSim) -> (Geometry, usize) {
     let pool = Pool::format(sim, &opts(Shadow::Dram)).unwrap();
     pool.create("a", PAGE as u64).unwrap();
     pool.create("b", PAGE as u64).unwrap();
@@ -202,7 +206,7 @@ fn two_objects(sim: &CrashSim) -> (pmkit_obj::layout::Geometry, usize) {
 #[test]
 fn a_poisoned_pool_structure_fails_open_clearly_and_is_a_finding_of_check() {
     // (what to poison, what open and check must name)
-    let cases: [(&str, fn(&pmkit_obj::layout::Geometry, usize) -> usize, &str); 4] = [
+    let cases: [(&str, Spot, &str); 4] = [
         ("header", |_, _| 20, "pool header"),
         (
             "live table entry",
