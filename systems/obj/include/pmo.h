@@ -38,7 +38,8 @@ enum {
     PMO_EROFS = -8,        /* write or sync on a read-only handle */
     PMO_ECORRUPT = -9,     /* pool structures fail their checks; nothing was changed */
     PMO_ENOTPOOL = -10,    /* not a PMO pool */
-    PMO_EIO = -11,         /* cannot open, create or map the media, or the OS refused memory */
+    PMO_EIO = -11,         /* cannot open, create or map the media, the OS refused memory, or
+                              a media error (poisoned PM): no data was returned */
     PMO_EINTERNAL = -12    /* a bug in pmkit */
 };
 

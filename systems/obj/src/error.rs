@@ -54,6 +54,14 @@ pub enum ObjError {
     Duplicate { name: String },
     #[error("too many attachments: at most {max} handles may be attached at once")]
     TooManyHandles { max: usize },
+    /// The media cannot return bytes an operation needs (poison on real PM, an injected media
+    /// error on the crash simulator): `what` names them (an object and slot, a table entry, the
+    /// header), `media_off` is the first bad byte. Nothing read from there was handed out.
+    #[error(
+        "media error: {what} cannot be read (first bad byte at media offset {media_off:#x}); \
+         none of it was returned"
+    )]
+    BadMedia { what: String, media_off: u64 },
     /// The operating system refused a resource: a mapping, a change of page rights, or the
     /// fault handler. Not the caller's argument: retry later, or free memory or mappings.
     #[error("cannot {what}: {source} (out of memory, or the process's map count limit?)")]
@@ -65,12 +73,14 @@ pub enum ObjError {
 
 impl ObjError {
     /// The operating system's error number behind a [`ObjError::Resource`] error (ENOMEM when
-    /// the OS gave none), for callers that report errno values.
+    /// the OS gave none), or EIO for [`ObjError::BadMedia`], for callers that report errno
+    /// values.
     pub fn os_errno(&self) -> Option<i32> {
         match self {
             ObjError::Resource { source, .. } => {
                 Some(source.raw_os_error().unwrap_or(libc::ENOMEM))
             }
+            ObjError::BadMedia { .. } => Some(libc::EIO),
             _ => None,
         }
     }
@@ -98,5 +108,14 @@ mod tests {
         };
         assert_eq!(no_number.os_errno(), Some(libc::ENOMEM));
         assert_eq!(ObjError::BadArgument("x".into()).os_errno(), None);
+        let bad = ObjError::BadMedia {
+            what: "object \"a\" (slot 1)".into(),
+            media_off: 0x3040,
+        };
+        assert_eq!(bad.os_errno(), Some(libc::EIO));
+        assert!(bad
+            .to_string()
+            .contains("object \"a\" (slot 1) cannot be read"));
+        assert!(bad.to_string().contains("0x3040"));
     }
 }

@@ -49,7 +49,8 @@ fn code(e: &ObjError) -> c_int {
     match e {
         // The C ABI has no PMO_ENOMEM: a refused mapping is reported like media that cannot
         // be mapped, with the OS's reason in the message.
-        ObjError::Media(_) | ObjError::Resource { .. } => PMO_EIO,
+        // A media error (poisoned PM) is EIO too: the message names what cannot be read.
+        ObjError::Media(_) | ObjError::Resource { .. } | ObjError::BadMedia { .. } => PMO_EIO,
         ObjError::NotAPool(_) => PMO_ENOTPOOL,
         ObjError::Corrupt(_) => PMO_ECORRUPT,
         ObjError::BadArgument(_)
@@ -411,4 +412,18 @@ pub unsafe extern "C" fn pmo_sync(p: *mut PmoPool, hs: *const u64, n: usize) -> 
 pub unsafe extern "C" fn pmo_detach(p: *mut PmoPool, h: u64) -> c_int {
     // SAFETY: `p` is an open pool (the caller's contract).
     guard(|| unsafe { pool(p)? }.detach_id(h).map_err(obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_media_error_is_pmo_eio() {
+        let bad = ObjError::BadMedia {
+            what: "object \"a\" (slot 0)".into(),
+            media_off: 0x2000,
+        };
+        assert_eq!(code(&bad), PMO_EIO);
+    }
 }

@@ -55,7 +55,8 @@ pub const S_COMMIT: usize = 0;
 const S_SEQ: usize = 8;
 const S_COUNT: usize = 16;
 const S_CRC: usize = 20;
-const S_ITEMS: usize = 32;
+/// Where the intent's items start: bytes before it are the Sync Table's head.
+pub const S_ITEMS: usize = 32;
 /// Most objects one `sync` can publish together (one intent record of 16-byte items).
 pub const MAX_SYNC: usize = (SYNC_LEN - S_ITEMS) / 16;
 
@@ -372,6 +373,11 @@ fn intent_crc(b: &[u8]) -> u32 {
 
 pub fn intent_seq(b: &[u8]) -> u64 {
     le64(b, S_SEQ)
+}
+
+/// The item count of the intent record in Sync Table bytes `b` (not validated).
+pub fn intent_count(b: &[u8]) -> usize {
+    le32(b, S_COUNT) as usize
 }
 
 #[cfg(test)]

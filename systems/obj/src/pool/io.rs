@@ -77,8 +77,7 @@ impl<M: Media> Pool<M> {
         let object = inner.object(attachment.binding.object);
         attachment
             .view
-            .read(self, object, &attachment.binding, off as usize, dst);
-        Ok(())
+            .read(self, object, &attachment.binding, off as usize, dst)
     }
 
     pub fn write_id(&self, id: u64, off: u64, src: &[u8]) -> Result<()> {

@@ -152,6 +152,41 @@ fn add_under_lock(counter: &AtomicU64, n: u64) {
     counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
+/// Fails with [`ObjError::BadMedia`] naming `what` when the media cannot return a byte of
+/// `[off, off+len)`. Asked before every read of PM whose bytes are handed out or relied on;
+/// free where the media knows of no errors (a `Region`: the default `first_bad` inlines to
+/// `None`, and `what` is never built).
+#[inline]
+pub(crate) fn check_readable<M: Media>(
+    media: &M,
+    off: usize,
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> Result<()> {
+    match media.first_bad(off, len) {
+        None => Ok(()),
+        Some(at) => Err(ObjError::BadMedia {
+            what: what(),
+            media_off: at as u64,
+        }),
+    }
+}
+
+/// The pages of `[off, off+len)` (page aligned) the media cannot return, as a visitor of
+/// page indexes relative to `off`. Does nothing where the media knows of no errors.
+#[inline]
+fn for_each_bad_page<M: Media>(media: &M, off: usize, len: usize, mut visit: impl FnMut(usize)) {
+    let mut at = 0;
+    while at < len {
+        let Some(bad) = media.first_bad(off + at, len - at) else {
+            return;
+        };
+        let page = (bad - off) / PAGE;
+        visit(page);
+        at = (page + 1) * PAGE;
+    }
+}
+
 /// One live object as the pool keeps it in DRAM.
 struct ObjectState {
     descriptor: Descriptor,
@@ -179,6 +214,29 @@ impl ObjectState {
     /// Media offset of `slot`.
     fn slot_offset(&self, slot: u8) -> usize {
         self.descriptor.slot_off(slot)
+    }
+    /// What a media error in `slot` is reported as.
+    fn slot_what(&self, slot: u8) -> String {
+        format!("object {:?} (slot {slot})", self.descriptor.name)
+    }
+    /// Fails with [`ObjError::BadMedia`] when a byte of the published slot cannot be read.
+    fn check_published<M: Media>(&self, media: &M) -> Result<()> {
+        let slot = self.current_slot();
+        check_readable(media, self.slot_offset(slot), self.capacity(), || {
+            self.slot_what(slot)
+        })
+    }
+    /// Record in `stale` the pages of `slot` (not the current one) the media cannot return, so
+    /// that the next copy into it rewrites them (a whole-line store clears a media error).
+    fn stale_bad_pages<M: Media>(&self, media: &M, slot: u8) {
+        debug_assert_ne!(
+            slot,
+            self.current_slot(),
+            "only the other slot is rewritten"
+        );
+        for_each_bad_page(media, self.slot_offset(slot), self.capacity(), |page| {
+            self.stale.set_range(page, 1);
+        });
     }
     /// The word that publishes `slot` as the next generation.
     fn next_word(&self, slot: u8) -> u64 {

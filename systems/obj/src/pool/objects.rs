@@ -1,7 +1,7 @@
 //! Objects as a whole: create, delete, list, the attached object's description, and a copy of
 //! the published slot.
 
-use super::{Access, ObjInfo, ObjectState, Pool};
+use super::{check_readable, Access, ObjInfo, ObjectState, Pool};
 use crate::bits::PageSet;
 use crate::error::{ObjError, Result};
 use crate::layout::{self, Descriptor, ENTRY, PAGE};
@@ -136,12 +136,18 @@ impl<M: Media> Pool<M> {
             .collect()
     }
 
-    /// The last published contents of `name` (what `dump` prints).
+    /// The last published contents of `name` (what `dump` prints). Fails with
+    /// [`ObjError::BadMedia`] where the media cannot return a byte of it.
     pub fn read_published(&self, name: &str) -> Result<Vec<u8>> {
         let inner = self.inner.lock();
         let object = inner.object(inner.index_of(name)?);
         let (off, capacity) = (object.slot_offset(object.current_slot()), object.capacity());
-        let mut copy = vec![0u8; object.descriptor.size as usize];
+        let size = object.descriptor.size as usize;
+        // A media error is an error, never a copy holding the fill pattern.
+        check_readable(&self.media, off, size, || {
+            object.slot_what(object.current_slot())
+        })?;
+        let mut copy = vec![0u8; size];
         // Readers that map the current slot keep it readable: leave its rights alone.
         let open = !self.shadow.readers_map_current_slot(object.readers);
         let window = if open {

@@ -45,6 +45,9 @@ pub(super) struct Scan {
     /// Sequence number of the last intent record written.
     pub(super) seq: u64,
     pub(super) errors: Vec<String>,
+    /// The first structure the media could not return: (what, first bad byte). Also one of
+    /// `errors`; `open` reports it as [`ObjError::BadMedia`] (EIO) rather than corruption.
+    pub(super) bad_media: Option<(String, u64)>,
 }
 
 impl Scan {
@@ -56,7 +59,29 @@ impl Scan {
             intent: None,
             seq: 0,
             errors: vec![],
+            bad_media: None,
         }
+    }
+
+    /// Whether `[off, off+len)`, holding `what`, can be read; if not, the media error is
+    /// recorded as a problem of the scan.
+    fn readable<M: Media>(
+        &mut self,
+        media: &M,
+        off: usize,
+        len: usize,
+        what: impl FnOnce() -> String,
+    ) -> bool {
+        let Err(error) = super::check_readable(media, off, len, what) else {
+            return true;
+        };
+        if let ObjError::BadMedia { what, media_off } = &error {
+            self.errors.push(format!(
+                "{what}: unreadable (media error at offset {media_off:#x})"
+            ));
+            self.bad_media.get_or_insert((what.clone(), *media_off));
+        }
+        false
     }
 
     /// The first problem found, as the error `open` returns.
@@ -64,6 +89,12 @@ impl Scan {
         let Some(first) = self.errors.first() else {
             return Ok(());
         };
+        if let Some((what, media_off)) = &self.bad_media {
+            return Err(ObjError::BadMedia {
+                what: what.clone(),
+                media_off: *media_off,
+            });
+        }
         let more = if self.errors.len() > 1 {
             format!(" (and {} more problems)", self.errors.len() - 1)
         } else {
@@ -80,6 +111,10 @@ pub(super) fn scan<M: Media>(media: &M, geometry: &Geometry) -> Scan {
     let mut entry = [0u8; ENTRY];
     for index in 0..geometry.max_objects as usize {
         let off = geometry.entry_off(index);
+        // Whether the entry is live is in it: an unreadable entry is a problem even if free.
+        if !scan.readable(media, off, ENTRY, || format!("object table entry {index}")) {
+            continue;
+        }
         let word = media.load_u64(off);
         if word == 0 {
             continue;
@@ -116,11 +151,26 @@ pub(super) fn scan<M: Media>(media: &M, geometry: &Geometry) -> Scan {
         }
         scan.found.push((index, word, descriptor));
     }
+    // The Sync Table is read as far as it is used: its head (commit word, sequence, count,
+    // CRC) always, the items only of a committed intent. The rest of the page may hold stale
+    // items, which a media error there does not concern.
+    let sync_off = geometry.sync_off as usize;
+    let sync_what = || "PMO Sync Table".to_string();
+    if !scan.readable(media, sync_off, layout::S_ITEMS, sync_what) {
+        return scan;
+    }
     let mut page = vec![0u8; SYNC_LEN];
-    media.read(geometry.sync_off as usize, &mut page);
+    media.read(sync_off, &mut page[..layout::S_ITEMS]);
     scan.seq = layout::intent_seq(&page);
-    let commit = media.load_u64(geometry.sync_off as usize);
+    let commit = media.load_u64(sync_off);
     if commit != 0 {
+        // A count out of range reads no items; `Intent::decode` reports it.
+        let items = layout::intent_count(&page).min(layout::MAX_SYNC);
+        let len = layout::S_ITEMS + 16 * items;
+        if !scan.readable(media, sync_off, len, sync_what) {
+            return scan;
+        }
+        media.read(sync_off, &mut page[..len]);
         match Intent::decode(&page) {
             Ok(intent) if intent.seq != commit => scan.errors.push(format!(
                 "PMO Sync Table: commit word {commit} does not match the intent record's sequence {}",
@@ -186,6 +236,7 @@ pub(super) fn read_geometry<M: Media>(media: &M) -> Result<Geometry> {
             media.len()
         )));
     }
+    super::check_readable(media, 0, HEADER_LEN, || "the pool header".to_string())?;
     let mut header = [0u8; HEADER_LEN];
     media.read(0, &mut header);
     Geometry::decode(&header, media.len())

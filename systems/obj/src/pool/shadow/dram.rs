@@ -177,8 +177,11 @@ impl DramShadow {
             return Ok(false);
         }
         // The target will differ from the current slot on the dirty pages: record that first,
-        // so a failure part-way leaves `stale` an over-estimate, never an under one.
+        // so a failure part-way leaves `stale` an over-estimate, never an under one. Pages of
+        // the target the media cannot return are rewritten from the buffer too (it holds the
+        // whole current contents), so the slot this sync publishes reads back clean.
         object.stale.union(&binding.dirty);
+        object.stale_bad_pages(&pool.media, binding.slot);
         let (target, capacity) = (object.slot_offset(binding.slot), object.capacity());
         pool.open_area_for_sync(target, capacity, opened)?;
         let _window = self.buffer.window(Rights::Read);

@@ -46,12 +46,18 @@ impl Shadow {
 impl View {
     /// Make the view of a new attachment `binding` of `object` (not yet counted as attached),
     /// with the rights it needs and its write faults tracked if asked.
+    ///
+    /// Every attachment starts from the published slot (a DRAM copy of it, the slot itself, or
+    /// a PM shadow caught up from it), so a media error anywhere in that slot fails the attach
+    /// with [`crate::ObjError::BadMedia`] before a buffer is taken or a right changed: nothing
+    /// is left attached and no partial copy exists.
     pub(in crate::pool) fn attach<M: Media>(
         pool: &Pool<M>,
         buffers: &mut Cache,
         object: &ObjectState,
         binding: &mut Binding,
     ) -> Result<View> {
+        object.check_published(&pool.media)?;
         Ok(match pool.shadow {
             Shadow::Dram => View::Dram(DramShadow::attach(pool, buffers, object, binding)?),
             Shadow::Pm => View::Pm(PmShadow::attach(pool, object, binding)?),
@@ -73,7 +79,9 @@ impl View {
         }
     }
 
-    /// Copy `[off, off+dst.len())` of the view into `dst` (the range was checked).
+    /// Copy `[off, off+dst.len())` of the view into `dst` (the range was checked). A PM view
+    /// fails with [`crate::ObjError::BadMedia`] (and `dst` zeroed) where the media cannot
+    /// return the bytes; a DRAM view reads DRAM.
     #[inline]
     pub(in crate::pool) fn read<M: Media>(
         &self,
@@ -82,9 +90,12 @@ impl View {
         binding: &Binding,
         off: usize,
         dst: &mut [u8],
-    ) {
+    ) -> Result<()> {
         match self {
-            View::Dram(shadow) => shadow.read(off, dst),
+            View::Dram(shadow) => {
+                shadow.read(off, dst);
+                Ok(())
+            }
             View::Pm(_) => PmShadow::read(pool, object, binding, off, dst),
         }
     }

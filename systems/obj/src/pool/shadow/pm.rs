@@ -6,7 +6,7 @@
 
 use super::super::area::address;
 use super::super::attach::Binding;
-use super::super::{add_under_lock, Access, ObjectState, Pool, Tracking};
+use super::super::{add_under_lock, check_readable, Access, ObjectState, Pool, Tracking};
 use crate::error::Result;
 use crate::layout::PAGE;
 use pmkit_media::protect::Access as Rights;
@@ -66,6 +66,16 @@ impl PmShadow {
             object.slot_offset(object.current_slot()),
             object.capacity(),
         );
+        // Pages of the shadow slot the media cannot return are copied too: the whole-line
+        // stores clear the error, and the shadow then holds the current contents there.
+        object.stale_bad_pages(&pool.media, binding.slot);
+        // Every page to copy must be readable in the current slot: checked before any rights
+        // change or copy, so a failure leaves the shadow as it was (not caught up).
+        for (first, count) in object.stale.runs() {
+            check_readable(&pool.media, current + first * PAGE, count * PAGE, || {
+                object.slot_what(object.current_slot())
+            })?;
+        }
         if pool.protect || binding.tracks_faults() {
             pool.rights(shadow, capacity, Rights::ReadWrite)?;
         }
@@ -101,6 +111,7 @@ impl PmShadow {
         Ok(())
     }
 
+    /// Read the attachment's slot; a media error there is an error, never data.
     #[inline]
     pub(super) fn read<M: Media>(
         pool: &Pool<M>,
@@ -108,8 +119,16 @@ impl PmShadow {
         binding: &Binding,
         off: usize,
         dst: &mut [u8],
-    ) {
-        pool.media.read(object.slot_offset(binding.slot) + off, dst);
+    ) -> Result<()> {
+        let at = object.slot_offset(binding.slot) + off;
+        if let Err(error) = check_readable(&pool.media, at, dst.len(), || {
+            object.slot_what(binding.slot)
+        }) {
+            dst.fill(0);
+            return Err(error);
+        }
+        pool.media.read(at, dst);
+        Ok(())
     }
 
     pub(super) fn open_pages<M: Media>(
