@@ -61,6 +61,9 @@ impl<M: Media> Media for Counted<M> {
     fn mapping(&self) -> Option<&Region> {
         self.inner.mapping()
     }
+    fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
+        self.inner.first_bad(off, len)
+    }
     #[inline]
     fn read(&self, off: usize, dst: &mut [u8]) {
         self.inner.read(off, dst)
