@@ -63,6 +63,10 @@ pub const FREE_PER_LANE: usize = 4;
 /// Blocks of one request published together (one fence for their data, one for their map
 /// entries); bounded by the lane's free blocks.
 const MAX_CHUNK: usize = 8;
+// A chunk's map entries are contiguous 8-byte words; one chunk's entries fit in two lines at
+// most, and a lane holds at least one block per chunk slot it may pop.
+const _: () = assert!(MAX_CHUNK * MAP_ENTRY as usize <= 2 * pmkit_media::LINE);
+const _: () = assert!(FREE_PER_LANE >= 1 && MAX_LANES >= 1);
 
 /// The DRAM copy of the map. Entry `b` is read and written only under block `b`'s stripe
 /// (shared / exclusive) or, in pt-batch, its buffer mutex, so `Relaxed` suffices.
@@ -379,6 +383,7 @@ impl AtomicMap {
                 crc32c::crc32c(blk)
             };
             entries[j] = entry(pba, crc);
+            debug_assert_eq!((entry_pba(entries[j]), entry_crc(entries[j])), (pba, crc));
         }
         if dp.write_verify {
             let mut back = [0u8; MAX_BLOCK];

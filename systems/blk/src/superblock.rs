@@ -40,6 +40,13 @@ pub const FEATURE_ATOMIC: u64 = 2;
 /// Every feature bit this version understands; open refuses a superblock with others.
 pub const KNOWN_FEATURES: u64 = FEATURE_CHECKSUM | FEATURE_ATOMIC;
 const CRC_AT: usize = SLOT_LEN - 4;
+
+// The two slots are apart within the first page, and neither crosses into the other.
+const _: () = assert!(SLOT_OFF[0] + SLOT_LEN as u64 <= SLOT_OFF[1]);
+const _: () = assert!(SLOT_OFF[1] + SLOT_LEN as u64 <= PAGE);
+// A slot is whole cache lines, so flushing it never flushes a neighbour's bytes half-written.
+const _: () = assert!(SLOT_LEN.is_multiple_of(pmkit_media::LINE));
+const _: () = assert!((SLOT_OFF[1] as usize).is_multiple_of(pmkit_media::LINE));
 /// Atomic layout: spare physical blocks are 1/32 of the device, within these bounds.
 pub const MIN_SPARE: u64 = 8;
 pub const MAX_SPARE: u64 = 256;
@@ -471,7 +478,14 @@ pub fn read<M: Media>(m: &M) -> Result<Found> {
 /// whatever write window the protection mode needs around this.
 pub fn write_slot<M: Media>(m: &M, slot: usize, sb: &Superblock) {
     let off = SLOT_OFF[slot] as usize;
-    m.write(off, &sb.encode());
+    let bytes = sb.encode();
+    // Pair assertion (assert what is written decodes to what was meant, right before it is
+    // made durable): a slot that would not read back must never reach the media.
+    debug_assert!(
+        Superblock::decode(&bytes).is_ok_and(|back| back.seq == sb.seq && back.layout == sb.layout),
+        "superblock slot {slot} does not decode to what was encoded"
+    );
+    m.write(off, &bytes);
     if m.domain() == Domain::Adr {
         m.flush(off, SLOT_LEN, Flush::best());
     }
