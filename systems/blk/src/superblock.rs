@@ -97,8 +97,14 @@ impl Layout {
         let avail = region_len - PAGE;
         let (mut n, table) = if checksum {
             let mut n = avail / (bs + 4);
-            // The table is rounded up to a page, which may cost a few blocks.
-            while PAGE + (n * 4).div_ceil(PAGE) * PAGE + n * bs > region_len {
+            // The table is rounded up to a page, which may cost a few blocks. Checked: a
+            // region_len near u64::MAX (read from a slot) must not overflow.
+            let fits = |n: u64| {
+                PAGE.checked_add((n * 4).div_ceil(PAGE) * PAGE)
+                    .and_then(|x| x.checked_add(n * bs))
+                    .is_some_and(|need| need <= region_len)
+            };
+            while !fits(n) {
                 n -= 1;
             }
             (n, (n * 4).div_ceil(PAGE) * PAGE)
@@ -137,7 +143,13 @@ impl Layout {
         let spare = (avail / bs / 32).clamp(MIN_SPARE, MAX_SPARE);
         let mut n = (avail - spare * bs) / (bs + MAP_ENTRY);
         let map_bytes = |n: u64| (n * MAP_ENTRY).div_ceil(PAGE) * PAGE;
-        while n > 0 && PAGE + map_bytes(n) + (n + spare) * bs > region_len {
+        // Checked, as in compute_plain.
+        let fits = |n: u64| {
+            PAGE.checked_add(map_bytes(n))
+                .and_then(|x| x.checked_add((n + spare) * bs))
+                .is_some_and(|need| need <= region_len)
+        };
+        while n > 0 && !fits(n) {
             n -= 1;
         }
         if n < MIN_BLOCKS {
@@ -556,6 +568,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Found by fuzzing: a slot with a valid CRC and a region length near u64::MAX made the
+    /// layout arithmetic overflow (a panic in debug builds) instead of a typed error.
+    #[test]
+    fn a_region_length_near_u64_max_is_refused_not_overflowed() {
+        for len in [u64::MAX, u64::MAX - 4096, u64::MAX / 2 + 1] {
+            for (bs, ck, at) in [(512, true, false), (4096, false, true), (512, true, true)] {
+                if let Ok(l) = Layout::compute(len, bs, ck, at) {
+                    let end = l.phys_blocks() * bs as u64 + l.data_off;
+                    assert!(end <= len, "{l:?}");
+                }
+            }
+        }
+        let mut sb = Superblock::new(Layout::compute(1 << 20, 512, true, true).unwrap());
+        sb.layout.region_len = u64::MAX;
+        assert!(matches!(
+            Superblock::decode(&sb.encode()),
+            Err(SlotError::Layout(_))
+        ));
     }
 
     #[test]
