@@ -40,6 +40,9 @@ pub const FEATURE_ATOMIC: u64 = 2;
 /// Every feature bit this version understands; open refuses a superblock with others.
 pub const KNOWN_FEATURES: u64 = FEATURE_CHECKSUM | FEATURE_ATOMIC;
 const CRC_AT: usize = SLOT_LEN - 4;
+/// Slots with a generation (`seq`) this high are corrupt: no device makes 2^63 updates, and
+/// below it every update can add one without overflowing.
+pub const MAX_SEQ: u64 = 1 << 63;
 /// Atomic layout: spare physical blocks are 1/32 of the device, within these bounds.
 pub const MIN_SPARE: u64 = 8;
 pub const MAX_SPARE: u64 = 256;
@@ -332,6 +335,10 @@ impl Superblock {
         if features & !KNOWN_FEATURES != 0 {
             return Err(SlotError::Features(features));
         }
+        let seq = u64_at(72);
+        if seq >= MAX_SEQ {
+            return Err(SlotError::Seq(seq));
+        }
         let layout = Layout {
             block_size: u32_at(12),
             region_len: u64_at(32),
@@ -358,7 +365,7 @@ impl Superblock {
             version,
             uuid: b[16..32].try_into().unwrap(),
             layout,
-            seq: u64_at(72),
+            seq,
             clean: u32_at(80) == 1,
             last_protect: Protect::from_code(b[84]),
             last_write: WriteScheme::ALL.get(b[85] as usize).copied(),
@@ -380,6 +387,8 @@ pub enum SlotError {
     /// Feature bits this version does not know (a device made by a newer pmkit).
     Features(u64),
     Layout(String),
+    /// A generation no device reaches ([`MAX_SEQ`] or more): the next update could not count on.
+    Seq(u64),
 }
 
 impl std::fmt::Display for SlotError {
@@ -399,6 +408,7 @@ impl std::fmt::Display for SlotError {
                 x & !KNOWN_FEATURES
             ),
             SlotError::Layout(s) => write!(f, "inconsistent layout: {s}"),
+            SlotError::Seq(s) => write!(f, "generation {s} is past any a device reaches"),
         }
     }
 }
@@ -588,6 +598,34 @@ mod tests {
             Superblock::decode(&sb.encode()),
             Err(SlotError::Layout(_))
         ));
+    }
+
+    /// Found by fuzzing: a CRC-valid slot with seq u64::MAX was accepted and opening the
+    /// device overflowed computing the next generation (and `opens` likewise).
+    #[test]
+    fn a_generation_no_device_reaches_is_refused() {
+        let mut sb = Superblock::new(Layout::compute(1 << 20, 512, false, false).unwrap());
+        sb.seq = u64::MAX;
+        assert_eq!(
+            Superblock::decode(&sb.encode()),
+            Err(SlotError::Seq(u64::MAX))
+        );
+        sb.seq = MAX_SEQ - 1;
+        sb.opens = u64::MAX;
+        assert_eq!(Superblock::decode(&sb.encode()), Ok(sb.clone()));
+        let m = std::sync::Arc::new(pmkit_media::crashsim::CrashSim::new(1 << 20));
+        m.write(0, &sb.encode());
+        let engine = crate::EngineOptions {
+            protect: Some(Protect::None),
+            write: WriteScheme::ALL
+                .into_iter()
+                .find(|w| w.available())
+                .unwrap(),
+            ..Default::default()
+        };
+        let dev = crate::Device::open(m, &engine).unwrap();
+        assert_eq!(dev.info().superblock.seq, MAX_SEQ);
+        assert_eq!(dev.info().superblock.opens, u64::MAX);
     }
 
     #[test]
