@@ -69,7 +69,7 @@ pub fn blk_superblock(data: &[u8]) {
     }
 
     let mut image = vec![0u8; len];
-    for slot in 0..2 {
+    for off in SLOT_OFF {
         let mut b: [u8; SLOT_LEN] = input.array();
         if mode & 1 != 0 {
             b[..8].copy_from_slice(&MAGIC);
@@ -112,7 +112,7 @@ pub fn blk_superblock(data: &[u8]) {
             assert_eq!(again.as_ref(), Ok(&sb), "re-decode of an encoded slot");
             assert_layout_fits(&sb.layout, sb.layout.region_len);
         }
-        let off = SLOT_OFF[slot] as usize;
+        let off = off as usize;
         if off + SLOT_LEN <= len {
             image[off..off + SLOT_LEN].copy_from_slice(&b);
         }

@@ -24,8 +24,11 @@ pub use blk::{blk_image, blk_superblock};
 pub use nbd::nbd_server;
 pub use obj::obj_pool;
 
+/// A fuzz target: takes any bytes, returns (a panic is a bug found).
+pub type Target = fn(&[u8]);
+
 /// Every target by name, for the stable test runner.
-pub const TARGETS: [(&str, fn(&[u8])); 4] = [
+pub const TARGETS: [(&str, Target); 4] = [
     ("nbd_server", nbd_server),
     ("blk_superblock", blk_superblock),
     ("blk_image", blk_image),
