@@ -12,3 +12,6 @@ bash scripts/check.sh
 cargo build --workspace --locked
 # Tests are built with optimisation (profile.test opt-level=1) and run on 2 cores.
 cargo test --workspace --locked --no-fail-fast "$@"
+# The fuzz targets (every on-media decoder and the NBD parser) over their seeds and generated
+# inputs, on stable; the libFuzzer binaries are built too.
+bash scripts/fuzz.sh

@@ -181,7 +181,7 @@ impl<M: Media + 'static> Device<M> {
         // Mark the device in use before the first write can reach it.
         dev.inner.update_superblock(|sb| {
             sb.clean = false;
-            sb.opens += 1;
+            sb.opens = sb.opens.saturating_add(1);
             sb.last_protect = Some(protect);
             sb.last_write = Some(engine.write);
         })?;

@@ -47,6 +47,9 @@ const _: () = assert!(SLOT_OFF[1] + SLOT_LEN as u64 <= PAGE);
 // A slot is whole cache lines, so flushing it never flushes a neighbour's bytes half-written.
 const _: () = assert!(SLOT_LEN.is_multiple_of(pmkit_media::LINE));
 const _: () = assert!((SLOT_OFF[1] as usize).is_multiple_of(pmkit_media::LINE));
+/// Slots with a generation (`seq`) this high are corrupt: no device makes 2^63 updates, and
+/// below it every update can add one without overflowing.
+pub const MAX_SEQ: u64 = 1 << 63;
 /// Atomic layout: spare physical blocks are 1/32 of the device, within these bounds.
 pub const MIN_SPARE: u64 = 8;
 pub const MAX_SPARE: u64 = 256;
@@ -104,8 +107,14 @@ impl Layout {
         let avail = region_len - PAGE;
         let (mut n, table) = if checksum {
             let mut n = avail / (bs + 4);
-            // The table is rounded up to a page, which may cost a few blocks.
-            while PAGE + (n * 4).div_ceil(PAGE) * PAGE + n * bs > region_len {
+            // The table is rounded up to a page, which may cost a few blocks. Checked: a
+            // region_len near u64::MAX (read from a slot) must not overflow.
+            let fits = |n: u64| {
+                PAGE.checked_add((n * 4).div_ceil(PAGE) * PAGE)
+                    .and_then(|x| x.checked_add(n * bs))
+                    .is_some_and(|need| need <= region_len)
+            };
+            while !fits(n) {
                 n -= 1;
             }
             (n, (n * 4).div_ceil(PAGE) * PAGE)
@@ -144,7 +153,13 @@ impl Layout {
         let spare = (avail / bs / 32).clamp(MIN_SPARE, MAX_SPARE);
         let mut n = (avail - spare * bs) / (bs + MAP_ENTRY);
         let map_bytes = |n: u64| (n * MAP_ENTRY).div_ceil(PAGE) * PAGE;
-        while n > 0 && PAGE + map_bytes(n) + (n + spare) * bs > region_len {
+        // Checked, as in compute_plain.
+        let fits = |n: u64| {
+            PAGE.checked_add(map_bytes(n))
+                .and_then(|x| x.checked_add((n + spare) * bs))
+                .is_some_and(|need| need <= region_len)
+        };
+        while n > 0 && !fits(n) {
             n -= 1;
         }
         if n < MIN_BLOCKS {
@@ -327,6 +342,10 @@ impl Superblock {
         if features & !KNOWN_FEATURES != 0 {
             return Err(SlotError::Features(features));
         }
+        let seq = u64_at(72);
+        if seq >= MAX_SEQ {
+            return Err(SlotError::Seq(seq));
+        }
         let layout = Layout {
             block_size: u32_at(12),
             region_len: u64_at(32),
@@ -353,7 +372,7 @@ impl Superblock {
             version,
             uuid: b[16..32].try_into().unwrap(),
             layout,
-            seq: u64_at(72),
+            seq,
             clean: u32_at(80) == 1,
             last_protect: Protect::from_code(b[84]),
             last_write: WriteScheme::ALL.get(b[85] as usize).copied(),
@@ -375,6 +394,8 @@ pub enum SlotError {
     /// Feature bits this version does not know (a device made by a newer pmkit).
     Features(u64),
     Layout(String),
+    /// A generation no device reaches ([`MAX_SEQ`] or more): the next update could not count on.
+    Seq(u64),
 }
 
 impl std::fmt::Display for SlotError {
@@ -394,6 +415,7 @@ impl std::fmt::Display for SlotError {
                 x & !KNOWN_FEATURES
             ),
             SlotError::Layout(s) => write!(f, "inconsistent layout: {s}"),
+            SlotError::Seq(s) => write!(f, "generation {s} is past any a device reaches"),
         }
     }
 }
@@ -570,6 +592,54 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Found by fuzzing: a slot with a valid CRC and a region length near u64::MAX made the
+    /// layout arithmetic overflow (a panic in debug builds) instead of a typed error.
+    #[test]
+    fn a_region_length_near_u64_max_is_refused_not_overflowed() {
+        for len in [u64::MAX, u64::MAX - 4096, u64::MAX / 2 + 1] {
+            for (bs, ck, at) in [(512, true, false), (4096, false, true), (512, true, true)] {
+                if let Ok(l) = Layout::compute(len, bs, ck, at) {
+                    let end = l.phys_blocks() * bs as u64 + l.data_off;
+                    assert!(end <= len, "{l:?}");
+                }
+            }
+        }
+        let mut sb = Superblock::new(Layout::compute(1 << 20, 512, true, true).unwrap());
+        sb.layout.region_len = u64::MAX;
+        assert!(matches!(
+            Superblock::decode(&sb.encode()),
+            Err(SlotError::Layout(_))
+        ));
+    }
+
+    /// Found by fuzzing: a CRC-valid slot with seq u64::MAX was accepted and opening the
+    /// device overflowed computing the next generation (and `opens` likewise).
+    #[test]
+    fn a_generation_no_device_reaches_is_refused() {
+        let mut sb = Superblock::new(Layout::compute(1 << 20, 512, false, false).unwrap());
+        sb.seq = u64::MAX;
+        assert_eq!(
+            Superblock::decode(&sb.encode()),
+            Err(SlotError::Seq(u64::MAX))
+        );
+        sb.seq = MAX_SEQ - 1;
+        sb.opens = u64::MAX;
+        assert_eq!(Superblock::decode(&sb.encode()), Ok(sb.clone()));
+        let m = std::sync::Arc::new(pmkit_media::crashsim::CrashSim::new(1 << 20));
+        m.write(0, &sb.encode());
+        let engine = crate::EngineOptions {
+            protect: Some(Protect::None),
+            write: WriteScheme::ALL
+                .into_iter()
+                .find(|w| w.available())
+                .unwrap(),
+            ..Default::default()
+        };
+        let dev = crate::Device::open(m, &engine).unwrap();
+        assert_eq!(dev.info().superblock.seq, MAX_SEQ);
+        assert_eq!(dev.info().superblock.opens, u64::MAX);
     }
 
     #[test]

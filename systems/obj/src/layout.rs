@@ -47,6 +47,12 @@ pub fn state_slot(state: u64) -> u8 {
 pub fn state_generation(state: u64) -> u64 {
     state >> 2
 }
+/// Whether a published word read from media is one a pool can hold: live, with a generation
+/// that is at least 1 and that a later sync can still increment ([`state_word`] takes
+/// generations below 2^62).
+pub fn state_valid(state: u64) -> bool {
+    state & LIVE != 0 && (1..(1 << 62) - 1).contains(&state_generation(state))
+}
 
 /// Sync Table: one intent record for multi-object syncs.
 pub const SYNC_LEN: usize = PAGE;

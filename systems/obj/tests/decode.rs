@@ -163,3 +163,30 @@ fn an_entry_of_size_near_u64_max_is_corrupt() {
     );
     assert!(Pool::open(&sim, &PoolOptions::default()).is_err());
 }
+
+/// The defect the fuzz target found: a published word of the last generation (all bits set)
+/// was accepted at open, directly or rolled forward from a committed intent, and the next sync
+/// of the object panicked computing the following word. Such a word is corrupt.
+#[test]
+fn a_published_word_of_the_last_generation_is_corrupt() {
+    let geometry = geometry();
+    let mut direct = pool_image();
+    put(&mut direct, geometry.entry_off(0), &u64::MAX.to_le_bytes());
+    let mut rolled = pool_image();
+    let intent = Intent {
+        seq: 7,
+        items: vec![(0, u64::MAX)],
+    };
+    let sync_off = geometry.sync_off as usize;
+    put(&mut rolled, sync_off + 8, &intent.encode());
+    put(&mut rolled, sync_off, &intent.seq.to_le_bytes());
+    for image in [direct, rolled] {
+        let sim = CrashSim::from_image(image);
+        let report = Pool::check(&sim);
+        assert!(
+            report.errors.iter().any(|e| e.contains("entry 0")),
+            "{report:?}"
+        );
+        assert!(Pool::open(&sim, &PoolOptions::default()).is_err());
+    }
+}

@@ -4,7 +4,7 @@
 use super::Pool;
 use crate::alloc::Extents;
 use crate::error::{ObjError, Result};
-use crate::layout::{self, Descriptor, Geometry, Intent, ENTRY, HEADER_LEN, LIVE, SYNC_LEN};
+use crate::layout::{self, Descriptor, Geometry, Intent, ENTRY, HEADER_LEN, SYNC_LEN};
 use pmkit_media::{Domain, Fence, Flush, Media};
 use std::collections::HashMap;
 
@@ -119,7 +119,7 @@ pub(super) fn scan<M: Media>(media: &M, geometry: &Geometry) -> Scan {
         if word == 0 {
             continue;
         }
-        if word & LIVE == 0 || layout::state_generation(word) == 0 {
+        if !layout::state_valid(word) {
             scan.errors.push(format!(
                 "object table entry {index}: invalid published word {word:#018x}"
             ));
@@ -180,7 +180,7 @@ pub(super) fn scan<M: Media>(media: &M, geometry: &Geometry) -> Scan {
                 for &(entry, word) in &intent.items {
                     let known = scan.found.iter().any(|(index, _, _)| *index as u64 == entry);
                     // Rolling forward stores the word as is: it must be one `scan` accepts.
-                    if !known || word & LIVE == 0 || layout::state_generation(word) == 0 {
+                    if !known || !layout::state_valid(word) {
                         scan.errors.push(format!(
                             "PMO Sync Table: committed intent names entry {entry} (word {word:#x}), which is not a live object"
                         ));
