@@ -714,7 +714,19 @@ impl<M: Media + 'static> Inner<M> {
         let mut current = self.sb.lock();
         let mut next = current.0.clone();
         f(&mut next);
-        next.seq = current.0.seq + 1;
+        // A slot at MAX_SEQ or beyond reads as corrupt, so the last generation is never
+        // written (2^63 updates: unreachable, but a corrupt-yet-CRC-valid slot may claim it).
+        next.seq = current
+            .0
+            .seq
+            .checked_add(1)
+            .filter(|&seq| seq < superblock::MAX_SEQ)
+            .ok_or_else(|| BlkError::BadSuperblock {
+                why: format!(
+                    "generation {} is the last one a superblock can have; format the device again",
+                    current.0.seq
+                ),
+            })?;
         let slot = 1 - current.1;
         let off = superblock::SLOT_OFF[slot] as usize;
         let path = self.path();

@@ -75,6 +75,18 @@ pub struct Layout {
     pub spare: u64,
 }
 
+/// `TooSmall` when `short`: the region cannot hold the smallest device of this block size.
+fn too_small(short: bool, len: u64, block_size: u32, min: u64) -> Result<()> {
+    if short {
+        return Err(BlkError::TooSmall {
+            len,
+            block_size,
+            min,
+        });
+    }
+    Ok(())
+}
+
 impl Layout {
     /// The largest device that fits in `region_len` bytes, plain or atomic.
     pub fn compute(
@@ -97,13 +109,7 @@ impl Layout {
     fn compute_plain(region_len: u64, block_size: u32, checksum: bool) -> Result<Layout> {
         let bs = block_size as u64;
         let min = PAGE + if checksum { PAGE } else { 0 } + MIN_BLOCKS * bs;
-        if region_len < min {
-            return Err(BlkError::TooSmall {
-                len: region_len,
-                block_size,
-                min,
-            });
-        }
+        too_small(region_len < min, region_len, block_size, min)?;
         let avail = region_len - PAGE;
         let (mut n, table) = if checksum {
             let mut n = avail / (bs + 4);
@@ -141,13 +147,7 @@ impl Layout {
     fn compute_atomic(region_len: u64, block_size: u32, checksum: bool) -> Result<Layout> {
         let bs = block_size as u64;
         let min = 2 * PAGE + (MIN_BLOCKS + MIN_SPARE) * bs;
-        if region_len < min {
-            return Err(BlkError::TooSmall {
-                len: region_len,
-                block_size,
-                min,
-            });
-        }
+        too_small(region_len < min, region_len, block_size, min)?;
         let avail = region_len - PAGE;
         // Depends on the region and block size only, so decode can recompute it.
         let spare = (avail / bs / 32).clamp(MIN_SPARE, MAX_SPARE);
@@ -162,13 +162,7 @@ impl Layout {
         while n > 0 && !fits(n) {
             n -= 1;
         }
-        if n < MIN_BLOCKS {
-            return Err(BlkError::TooSmall {
-                len: region_len,
-                block_size,
-                min,
-            });
-        }
+        too_small(n < MIN_BLOCKS, region_len, block_size, min)?;
         if n + spare > MAX_PHYS_BLOCKS {
             return Err(BlkError::BadOption(format!(
                 "an atomic device holds at most {MAX_PHYS_BLOCKS} physical blocks of {block_size} bytes; \
@@ -637,8 +631,17 @@ mod tests {
                 .unwrap(),
             ..Default::default()
         };
+        // Opening writes the next generation: the last one a slot may hold is refused, never
+        // written as a slot that would read back as corrupt.
+        let err = crate::Device::open(std::sync::Arc::clone(&m), &engine).err();
+        assert!(
+            matches!(err, Some(BlkError::BadSuperblock { .. })),
+            "{err:?}"
+        );
+        sb.seq = MAX_SEQ - 2;
+        m.write(0, &sb.encode());
         let dev = crate::Device::open(m, &engine).unwrap();
-        assert_eq!(dev.info().superblock.seq, MAX_SEQ);
+        assert_eq!(dev.info().superblock.seq, MAX_SEQ - 1);
         assert_eq!(dev.info().superblock.opens, u64::MAX);
     }
 
