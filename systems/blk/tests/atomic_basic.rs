@@ -46,21 +46,9 @@ fn every_mode_and_scheme_reads_back_what_it_wrote_and_keeps_it_across_reopen() {
                 assert_eq!(info.free_blocks, spare, "{name}");
                 let bsz = bs as usize;
                 let blocks = dev.capacity() / bs as u64;
-                for b in [0, 1, 7, blocks - 1] {
-                    dev.write(b * bs as u64, &pattern(1, b, bsz), false)
-                        .unwrap();
-                }
                 // Larger than a lane's free blocks and than one publish chunk.
-                let multi: Vec<u8> = (10..30).flat_map(|b| pattern(2, b, bsz)).collect();
-                dev.write(10 * bs as u64, &multi, false).unwrap();
-                dev.write(40 * bs as u64, &pattern(3, 40, bsz), true)
-                    .unwrap();
-                dev.write(41 * bs as u64, &pattern(4, 41, bsz), false)
-                    .unwrap();
-                dev.trim(41 * bs as u64, bs as u64).unwrap();
-                dev.write(42 * bs as u64, &pattern(5, 42, bsz), false)
-                    .unwrap();
-                dev.write_zeroes(42 * bs as u64, bs as u64, true).unwrap();
+                let mix = Mix { multi: 20, fua: 40 };
+                let multi = mix.write(&dev);
                 // Overwrite many times: free blocks cycle through every lane.
                 for round in 0..3 * spare {
                     dev.write(7 * bs as u64, &pattern(100 + round, 7, bsz), false)
@@ -70,23 +58,7 @@ fn every_mode_and_scheme_reads_back_what_it_wrote_and_keeps_it_across_reopen() {
                     .unwrap();
                 dev.flush().unwrap();
                 let check = |dev: &Device<Region>| {
-                    let mut buf = vec![0u8; bsz];
-                    for b in [0, 1, 7, blocks - 1] {
-                        dev.read(b * bs as u64, &mut buf).unwrap();
-                        assert_eq!(buf, pattern(1, b, bsz), "{name}: block {b}");
-                    }
-                    let mut m = vec![0u8; 20 * bsz];
-                    dev.read(10 * bs as u64, &mut m).unwrap();
-                    assert_eq!(m, multi, "{name}: multi-block request");
-                    dev.read(40 * bs as u64, &mut buf).unwrap();
-                    assert_eq!(buf, pattern(3, 40, bsz), "{name}: FUA block");
-                    for b in [41, 42, 50] {
-                        dev.read(b * bs as u64, &mut buf).unwrap();
-                        assert!(
-                            buf.iter().all(|&x| x == 0),
-                            "{name}: block {b} reads zeroes"
-                        );
-                    }
+                    mix.check(dev, &multi, &name);
                     assert_eq!(dev.free_blocks().len() as u64, spare, "{name}: free lists");
                 };
                 check(&dev);

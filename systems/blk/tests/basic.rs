@@ -25,42 +25,11 @@ fn every_mode_and_scheme_reads_back_what_it_wrote_and_keeps_it_across_reopen() {
                 assert_eq!(dev.protect(), protect);
                 assert_eq!(dev.write_scheme(), write);
                 let bsz = bs as usize;
-                let blocks = dev.capacity() / bs as u64;
                 // Single blocks, a multi-block request, a FUA write, a trim, write-zeroes.
-                for b in [0, 1, 7, blocks - 1] {
-                    dev.write(b * bs as u64, &pattern(1, b, bsz), false)
-                        .unwrap();
-                }
-                let multi: Vec<u8> = (10..14).flat_map(|b| pattern(2, b, bsz)).collect();
-                dev.write(10 * bs as u64, &multi, false).unwrap();
-                dev.write(20 * bs as u64, &pattern(3, 20, bsz), true)
-                    .unwrap();
-                dev.write(30 * bs as u64, &pattern(4, 30, bsz), false)
-                    .unwrap();
-                dev.trim(30 * bs as u64, bs as u64).unwrap();
-                dev.write(31 * bs as u64, &pattern(5, 31, bsz), false)
-                    .unwrap();
-                dev.write_zeroes(31 * bs as u64, bs as u64, true).unwrap();
+                let mix = Mix { multi: 4, fua: 20 };
+                let multi = mix.write(&dev);
                 dev.flush().unwrap();
-                let check = |dev: &Device<Region>| {
-                    let mut buf = vec![0u8; bsz];
-                    for b in [0, 1, 7, blocks - 1] {
-                        dev.read(b * bs as u64, &mut buf).unwrap();
-                        assert_eq!(buf, pattern(1, b, bsz), "{name}: block {b}");
-                    }
-                    let mut m = vec![0u8; 4 * bsz];
-                    dev.read(10 * bs as u64, &mut m).unwrap();
-                    assert_eq!(m, multi, "{name}: multi-block request");
-                    dev.read(20 * bs as u64, &mut buf).unwrap();
-                    assert_eq!(buf, pattern(3, 20, bsz), "{name}: FUA block");
-                    for b in [30, 31, 40] {
-                        dev.read(b * bs as u64, &mut buf).unwrap();
-                        assert!(
-                            buf.iter().all(|&x| x == 0),
-                            "{name}: block {b} must read zeroes"
-                        );
-                    }
-                };
+                let check = |dev: &Device<Region>| mix.check(dev, &multi, &name);
                 check(&dev);
                 let s = dev.stats();
                 assert_eq!(

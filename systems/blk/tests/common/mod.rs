@@ -111,3 +111,60 @@ pub fn unstamp(block: u64, data: &[u8]) -> Result<u64, String> {
         seqs.iter().take(6).collect::<Vec<_>>()
     ))
 }
+
+/// The request mix the basic tests run on every kind of device: blocks 0, 1, 7 and the last
+/// written singly, `multi` blocks at block 10 in one request, a FUA write at `fua`, then `fua+1`
+/// written and trimmed and `fua+2` written and zeroed; `fua+10` is never written.
+pub struct Mix {
+    pub multi: u64,
+    pub fua: u64,
+}
+
+impl Mix {
+    /// Issue the mix; returns the multi-block request's data.
+    pub fn write(&self, dev: &Device<Region>) -> Vec<u8> {
+        let bs = dev.block_size() as u64;
+        let bsz = bs as usize;
+        let blocks = dev.capacity() / bs;
+        for b in [0, 1, 7, blocks - 1] {
+            dev.write(b * bs, &pattern(1, b, bsz), false).unwrap();
+        }
+        let multi: Vec<u8> = (10..10 + self.multi)
+            .flat_map(|b| pattern(2, b, bsz))
+            .collect();
+        dev.write(10 * bs, &multi, false).unwrap();
+        let f = self.fua;
+        dev.write(f * bs, &pattern(3, f, bsz), true).unwrap();
+        dev.write((f + 1) * bs, &pattern(4, f + 1, bsz), false)
+            .unwrap();
+        dev.trim((f + 1) * bs, bs).unwrap();
+        dev.write((f + 2) * bs, &pattern(5, f + 2, bsz), false)
+            .unwrap();
+        dev.write_zeroes((f + 2) * bs, bs, true).unwrap();
+        multi
+    }
+
+    /// Every block of the mix reads back what it should (9 reads).
+    pub fn check(&self, dev: &Device<Region>, multi: &[u8], name: &str) {
+        let bs = dev.block_size() as u64;
+        let bsz = bs as usize;
+        let blocks = dev.capacity() / bs;
+        let mut buf = vec![0u8; bsz];
+        for b in [0, 1, 7, blocks - 1] {
+            dev.read(b * bs, &mut buf).unwrap();
+            assert_eq!(buf, pattern(1, b, bsz), "{name}: block {b}");
+        }
+        let mut m = vec![0u8; multi.len()];
+        dev.read(10 * bs, &mut m).unwrap();
+        assert_eq!(m, multi, "{name}: multi-block request");
+        dev.read(self.fua * bs, &mut buf).unwrap();
+        assert_eq!(buf, pattern(3, self.fua, bsz), "{name}: FUA block");
+        for b in [self.fua + 1, self.fua + 2, self.fua + 10] {
+            dev.read(b * bs, &mut buf).unwrap();
+            assert!(
+                buf.iter().all(|&x| x == 0),
+                "{name}: block {b} must read zeroes"
+            );
+        }
+    }
+}
