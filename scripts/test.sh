@@ -10,7 +10,9 @@ bash scripts/check.sh
 # `cargo test` does not emit cdylibs; the C ABI test links libpmkit_obj.so, so build it first.
 # (This also builds pmkit-bench next to pmkit, which `pmkit bench` runs.)
 cargo build --workspace --locked
-# Tests are built with optimisation (profile.test opt-level=1) and run on 2 cores.
+# Tests are built with optimisation (profile.test opt-level=1) and run on 2 cores. The kill -9
+# tests run 3 trials each here; scripts/soak.sh runs as many as asked.
+export PMKIT_KILL_TRIALS="${PMKIT_KILL_TRIALS:-3}" PMKIT_ATTACH_TRIALS="${PMKIT_ATTACH_TRIALS:-3}"
 cargo test --workspace --locked --no-fail-fast "$@"
 # The fuzz targets (every on-media decoder and the NBD parser) over their seeds and generated
 # inputs, on stable; the libFuzzer binaries are built too.
