@@ -38,11 +38,6 @@ pub struct AttachArgs {
     engine: EngineArgs,
 }
 
-/// Detach: unmount the file system, remove the loop device, unmount FUSE and close the device
-/// cleanly. Nothing is forced: if a process still uses the file system (working directory, open
-/// file, mapping under the mountpoint) or the loop device, detach changes nothing, names those
-/// processes, exits 1, and the device stays attached. A dead attaching process's leftovers
-/// (kill -9) are cleaned up.
 #[derive(clap::Args)]
 pub struct DetachArgs {
     /// The mountpoint, loop device or PM file of the attachment.
