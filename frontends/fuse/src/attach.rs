@@ -404,8 +404,14 @@ impl Attachment {
             }
         }
         if let Some(dev) = s.loop_dev.as_deref().filter(|d| s.owns_loop(d)) {
-            if let Some(why) = loop_in_use(dev) {
-                return Ok(Detached::Busy(why));
+            // Tools open loop devices for a moment (losetup --find, blkid, udev): give a
+            // short-lived opener time to go before calling the device busy.
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while let Some(why) = loop_in_use(dev) {
+                if Instant::now() >= deadline {
+                    return Ok(Detached::Busy(why));
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
             run(Command::new("losetup").arg("-d").arg(dev))
                 .map_err(|e| step("remove loop device", e))?;
