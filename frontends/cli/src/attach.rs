@@ -11,6 +11,21 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Print without panicking: once attached, a closed stdout/stderr (the terminal or the parent
+/// that read them went away) must not kill the process that serves a mounted file system.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! say_err {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 #[derive(clap::Args)]
 pub struct AttachArgs {
     /// The PM device file (made by `pmkit create`, or created here with --size).
@@ -90,15 +105,15 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    println!("attached {}", a.path.display());
-    println!(
+    say!("attached {}", a.path.display());
+    say!(
         "  block device: {loopdev} (direct I/O {})",
         if s.direct_io { "on" } else { "off" }
     );
     if let Some(m) = &s.mountpoint {
-        println!("  mounted on:   {}", m.display());
+        say!("  mounted on:   {}", m.display());
     }
-    println!(
+    say!(
         "  FUSE file:    {}",
         s.fuse_dir.join(pmkit_fuse::DISK_NAME).display()
     );
@@ -107,7 +122,7 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|p| p.display().to_string())
         .unwrap_or(loopdev);
-    println!(
+    say!(
         "detach with `pmkit detach {target}` or Ctrl-C here (refused while the file system is busy)"
     );
     use std::io::Write;
@@ -125,22 +140,22 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         // SAFETY: waits for one of the blocked signals; set is initialised.
         unsafe { libc::sigwait(&set, &mut sig) };
         if sig == libc::SIGUSR1 {
-            eprintln!("pmkit: lazy detach requested");
+            say_err!("pmkit: lazy detach requested");
             let s = att.state.clone();
             match att.detach_lazy(|note| {
-                eprintln!("pmkit: {note}");
+                say_err!("pmkit: {note}");
                 s.reply(true, note);
             }) {
                 Ok(()) => break,
                 Err(e) => {
                     let msg = format!("lazy detach failed, still attached: {e}");
-                    eprintln!("pmkit: {msg}");
+                    say_err!("pmkit: {msg}");
                     att.state.reply(false, &msg);
                     continue;
                 }
             }
         }
-        eprintln!("pmkit: signal {sig}: detaching");
+        say_err!("pmkit: signal {sig}: detaching");
         // Never close the device while the FUSE file is still served: a file system on the loop
         // device may still be mounted and writing to it.
         let why = match att.detach() {
@@ -152,7 +167,7 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
             "not detached: {why}; the device stays attached and served. Stop those, then run \
              `pmkit detach {target}` again, or `pmkit detach --lazy {target}` to unmount lazily"
         );
-        eprintln!("pmkit: {msg}");
+        say_err!("pmkit: {msg}");
         att.state.reply(false, &msg);
     }
     let closed = dev.close();
@@ -160,7 +175,7 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         w.finish(&dev.stats())?;
     }
     closed.context("closing the device")?;
-    println!("detached {}; device closed cleanly", a.path.display());
+    say!("detached {}; device closed cleanly", a.path.display());
     Ok(ExitCode::SUCCESS)
 }
 
