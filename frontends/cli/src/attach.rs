@@ -5,11 +5,26 @@ use anyhow::{Context, Result};
 use pmkit::adapters::BlkDisk;
 use pmkit::args::{parse_size, EngineArgs};
 use pmkit::stats_file::StatsWriter;
-use pmkit_fuse::attach::{self, AttachOptions, Mkfs};
+use pmkit_fuse::attach::{self, AttachOptions, Detached, Mkfs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Print without panicking: once attached, a closed stdout/stderr (the terminal or the parent
+/// that read them went away) must not kill the process that serves a mounted file system.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! say_err {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
 
 #[derive(clap::Args)]
 pub struct AttachArgs {
@@ -42,13 +57,24 @@ pub struct AttachArgs {
 pub struct DetachArgs {
     /// The mountpoint, loop device or PM file of the attachment.
     target: PathBuf,
-    /// Seconds to wait for the attaching process to finish.
+    /// Seconds to wait for the attaching process to answer.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// Unmount lazily (umount -l) even if the file system is busy: it leaves the mountpoint at
+    /// once and lives on until its last user leaves; the attaching process keeps serving the
+    /// device until then, and then removes the loop device and closes the device cleanly.
+    #[arg(long)]
+    lazy: bool,
 }
 
 pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
-    let set = crate::serve::block_signals();
+    let mut set = crate::serve::block_signals();
+    // SIGUSR1 asks for a lazy detach (`pmkit detach --lazy`); blocked before any thread exists.
+    // SAFETY: set is an initialised sigset_t we own; SIGUSR1 is a valid signal; NULL old set.
+    unsafe {
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
     let opts = AttachOptions {
         pm_path: a.path.clone(),
         mountpoint: a.mountpoint.clone(),
@@ -79,15 +105,15 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    println!("attached {}", a.path.display());
-    println!(
+    say!("attached {}", a.path.display());
+    say!(
         "  block device: {loopdev} (direct I/O {})",
         if s.direct_io { "on" } else { "off" }
     );
     if let Some(m) = &s.mountpoint {
-        println!("  mounted on:   {}", m.display());
+        say!("  mounted on:   {}", m.display());
     }
-    println!(
+    say!(
         "  FUSE file:    {}",
         s.fuse_dir.join(pmkit_fuse::DISK_NAME).display()
     );
@@ -96,7 +122,9 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|p| p.display().to_string())
         .unwrap_or(loopdev);
-    println!("detach with `pmkit detach {target}` or Ctrl-C here");
+    say!(
+        "detach with `pmkit detach {target}` or Ctrl-C here (refused while the file system is busy)"
+    );
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
@@ -107,18 +135,47 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let mut sig = 0;
-    // SAFETY: waits for one of the blocked signals.
-    unsafe { libc::sigwait(&set, &mut sig) };
-    eprintln!("pmkit: signal {sig}: detaching");
-    let torn = att.detach();
+    loop {
+        let mut sig = 0;
+        // SAFETY: waits for one of the blocked signals; set is initialised.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        if sig == libc::SIGUSR1 {
+            say_err!("pmkit: lazy detach requested");
+            let s = att.state.clone();
+            match att.detach_lazy(|note| {
+                say_err!("pmkit: {note}");
+                s.reply(true, note);
+            }) {
+                Ok(()) => break,
+                Err(e) => {
+                    let msg = format!("lazy detach failed, still attached: {e}");
+                    say_err!("pmkit: {msg}");
+                    att.state.reply(false, &msg);
+                    continue;
+                }
+            }
+        }
+        say_err!("pmkit: signal {sig}: detaching");
+        // Never close the device while the FUSE file is still served: a file system on the loop
+        // device may still be mounted and writing to it.
+        let why = match att.detach() {
+            Ok(Detached::Done) => break,
+            Ok(Detached::Busy(why)) => why,
+            Err(e) => e.to_string(),
+        };
+        let msg = format!(
+            "not detached: {why}; the device stays attached and served. Stop those, then run \
+             `pmkit detach {target}` again, or `pmkit detach --lazy {target}` to unmount lazily"
+        );
+        say_err!("pmkit: {msg}");
+        att.state.reply(false, &msg);
+    }
     let closed = dev.close();
     if let Some(w) = stats_writer {
         w.finish(&dev.stats())?;
     }
-    torn.context("detaching")?;
     closed.context("closing the device")?;
-    println!("detached {}; device closed cleanly", a.path.display());
+    say!("detached {}; device closed cleanly", a.path.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -131,26 +188,49 @@ pub fn run_detach(a: DetachArgs) -> Result<ExitCode> {
         );
     };
     if state.alive() {
-        // The attaching process owns the device: ask it to detach and close cleanly.
+        // The attaching process owns the device: ask it to detach (SIGTERM) or to detach lazily
+        // (SIGUSR1). It exits once detached, or answers in its reply file why it did not.
+        let _ = state.take_reply();
+        let sig = if a.lazy { libc::SIGUSR1 } else { libc::SIGTERM };
         // SAFETY: sending a signal to a process id we recorded.
-        unsafe { libc::kill(state.pid as i32, libc::SIGTERM) };
+        unsafe { libc::kill(state.pid as i32, sig) };
         let deadline = Instant::now() + Duration::from_secs(a.timeout);
-        while state.alive() {
+        loop {
+            if !state.alive() {
+                println!("detached {}", a.target.display());
+                break;
+            }
+            if let Some((ok, msg)) = state.take_reply() {
+                if !ok {
+                    eprintln!("pmkit: {}: {msg}", a.target.display());
+                    return Ok(ExitCode::FAILURE);
+                }
+                println!(
+                    "detaching {} lazily: {msg}; pmkit process {} exits when done",
+                    a.target.display(),
+                    state.pid
+                );
+                break;
+            }
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "pmkit process {} did not finish detaching within {} s",
+                "pmkit process {} did not answer within {} s",
                 state.pid,
                 a.timeout
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        println!("detached {}", a.target.display());
     } else {
         // The attaching process died (kill -9, crash): clean up after it.
-        attach::teardown(&state, true).context("cleaning up a stale attachment")?;
+        attach::teardown_stale(&state).context("cleaning up a stale attachment")?;
+        // Say what the device's superblock says, not what a dead process suggests.
+        let shutdown = match pmkit_blk::inspect_path(&state.pm_path) {
+            Ok((f, _)) if f.current.clean => "the device had been closed cleanly",
+            Ok(_) => "the device was not shut down cleanly: the next open recovers it",
+            Err(_) => "the device could not be read to tell whether it was closed cleanly",
+        };
         println!(
-            "cleaned up a stale attachment of {} (process {} had died); the device was not shut down \
-             cleanly: the next open reports it",
+            "cleaned up a stale attachment of {} (process {} had died); {shutdown}",
             state.pm_path.display(),
             state.pid
         );

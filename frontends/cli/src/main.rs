@@ -38,9 +38,15 @@ enum Cmd {
     /// protection window.
     Probe(probe::Args),
     /// Serve the device as a kernel block device (FUSE file + loop device), optionally with a
-    /// file system made and mounted on it. Runs until `pmkit detach` or SIGINT/SIGTERM.
+    /// file system made and mounted on it. Runs until `pmkit detach` or SIGINT/SIGTERM; while
+    /// the file system is busy, a signal changes nothing (the holders are named on stderr) and
+    /// the device stays served.
     Attach(attach::AttachArgs),
     /// Undo `pmkit attach`: unmount, remove the loop device, unmount FUSE, close the device.
+    /// Nothing is forced: if a process still uses the file system (working directory, open
+    /// file or mapping under the mountpoint) or the loop device, detach changes nothing, names
+    /// those processes (PID and command), exits 1, and the device stays attached; --lazy
+    /// unmounts lazily instead. After a dead `pmkit attach` (kill -9) it clears the leftovers.
     Detach(attach::DetachArgs),
     /// Export a block device over NBD (unix socket or TCP); with no PATH, a 1 GiB emulated PM
     /// device in /dev/shm. Runs until SIGINT/SIGTERM, then finishes requests and closes cleanly.

@@ -2,8 +2,15 @@
 //! when a later one fails, and all of them undone by `detach` (or by the attaching process on
 //! SIGINT/SIGTERM). A state file per attachment in [`STATE_DIR`] lets `pmkit detach` find it by
 //! mountpoint or loop device, and clean up after an attaching process that was killed.
+//!
+//! Detaching never forces anything: a busy file system (a process's working directory, open
+//! file or mapping under the mountpoint) or a busy loop device stops [`Attachment::detach`] with
+//! [`Detached::Busy`], naming the holders, and the device keeps being served. Only
+//! [`Attachment::detach_lazy`] unmounts lazily; it then keeps serving until the file system has
+//! released the loop device (see there).
 
 use crate::file::{Disk, DiskFile, DISK_NAME};
+use crate::holders;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,6 +101,43 @@ impl AttachState {
     fn state_file(&self) -> PathBuf {
         Path::new(STATE_DIR).join(format!("{}.json", self.id))
     }
+    /// Where the attaching process answers a detach request it did not (fully) carry out.
+    pub fn reply_file(&self) -> PathBuf {
+        Path::new(STATE_DIR).join(format!("{}.reply", self.id))
+    }
+    /// Record the answer to a detach request for `pmkit detach` (`ok`: done as asked, e.g. a
+    /// lazy unmount; not `ok`: refused, nothing forced).
+    pub fn reply(&self, ok: bool, msg: &str) {
+        let tmp = self.reply_file().with_extension("reply.tmp");
+        let body = serde_json::json!({ "ok": ok, "msg": msg }).to_string();
+        let _ = std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, self.reply_file()));
+    }
+    /// Read (and consume) the answer recorded by [`AttachState::reply`].
+    pub fn take_reply(&self) -> Option<(bool, String)> {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.reply_file()).ok()?).ok()?;
+        let _ = std::fs::remove_file(self.reply_file());
+        Some((v["ok"].as_bool()?, v["msg"].as_str()?.to_string()))
+    }
+    /// Whether anything of this attachment is still in place (file system mounted, our loop
+    /// device, FUSE mount).
+    pub fn leftovers(&self) -> bool {
+        self.mountpoint.as_deref().is_some_and(is_mountpoint)
+            || self.loop_dev.as_deref().is_some_and(|d| self.owns_loop(d))
+            || is_mountpoint(&self.fuse_dir)
+    }
+    fn owns_loop(&self, dev: &Path) -> bool {
+        loop_backing(dev).is_some_and(|b| b.starts_with(&self.fuse_dir))
+    }
+    /// How to name this attachment to `pmkit detach`.
+    pub fn target(&self) -> String {
+        self.mountpoint
+            .as_deref()
+            .or(self.loop_dev.as_deref())
+            .unwrap_or(&self.pm_path)
+            .display()
+            .to_string()
+    }
     fn save(&self) -> Result<()> {
         std::fs::create_dir_all(STATE_DIR)
             .map_err(|e| step("record state", format!("{STATE_DIR}: {e}")))?;
@@ -178,13 +222,60 @@ pub fn preflight(opts: &AttachOptions) -> Result<()> {
             )));
         }
         if is_mountpoint(mp) {
-            return Err(AttachError::Precondition(format!(
-                "mountpoint {} is busy: something is already mounted there",
-                mp.display()
-            )));
+            let canon = std::fs::canonicalize(mp).unwrap_or(mp.clone());
+            let owner = AttachState::all()
+                .into_iter()
+                .find(|s| s.mountpoint.as_deref() == Some(canon.as_path()));
+            return Err(AttachError::Precondition(match owner {
+                Some(s) if s.alive() => format!(
+                    "mountpoint {} is busy: pmkit process {} has {} attached there; `pmkit detach {}` detaches it",
+                    mp.display(),
+                    s.pid,
+                    s.pm_path.display(),
+                    canon.display()
+                ),
+                Some(s) => format!(
+                    "mountpoint {} is busy: a stale pmkit attachment of {} is still mounted there \
+                     (process {} died without detaching); `pmkit detach {}` clears it",
+                    mp.display(),
+                    s.pm_path.display(),
+                    s.pid,
+                    canon.display()
+                ),
+                None => format!(
+                    "mountpoint {} is busy: something is already mounted there",
+                    mp.display()
+                ),
+            }));
         }
     }
     let canon = std::fs::canonicalize(&opts.pm_path).unwrap_or(opts.pm_path.clone());
+    for s in AttachState::all()
+        .into_iter()
+        .filter(|s| s.pm_path == canon)
+    {
+        if s.alive() {
+            continue;
+        }
+        if !s.leftovers() {
+            // Nothing of it is left (cleaned by hand): forget it.
+            let _ = std::fs::remove_file(s.state_file());
+            continue;
+        }
+        return Err(AttachError::Precondition(format!(
+            "{} is still held by a stale attachment (process {} died without detaching; {}{}); \
+             clear it with `pmkit detach {}` first",
+            canon.display(),
+            s.pid,
+            s.mountpoint
+                .as_deref()
+                .map_or(String::new(), |m| format!("mounted on {}, ", m.display())),
+            s.loop_dev
+                .as_deref()
+                .map_or("no loop device".into(), |l| format!("loop {}", l.display())),
+            s.target()
+        )));
+    }
     if let Some(other) = AttachState::all()
         .into_iter()
         .find(|s| s.pm_path == canon && s.alive())
@@ -277,67 +368,190 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
     match r {
         Ok(()) => Ok(a),
         Err(e) => {
+            // A failed attach has no users yet: nothing of it can be busy.
             let _ = a.detach();
             Err(e)
         }
     }
 }
 
+/// What a detach attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detached {
+    /// Every step undone; the FUSE session has ended and the device may be closed.
+    Done,
+    /// Something still uses the file system or the loop device (the message names it); the
+    /// steps before it may have been undone, the FUSE file is still served.
+    Busy(String),
+}
+
 impl Attachment {
     /// Undo every step, newest first: unmount, remove the loop device, unmount FUSE (which ends
-    /// the FUSE session; the caller then closes the device cleanly).
-    pub fn detach(&mut self) -> Result<()> {
-        teardown(&self.state, false)?;
+    /// the FUSE session; the caller then closes the device cleanly). Nothing is forced: a busy
+    /// file system or loop device gives [`Detached::Busy`] and the device stays served.
+    pub fn detach(&mut self) -> Result<Detached> {
+        let s = &self.state;
+        if let Some(mp) = s.mountpoint.as_deref().filter(|m| is_mountpoint(m)) {
+            if let Err(e) = run(Command::new("umount").arg(mp)) {
+                if !e.contains("busy") {
+                    return Err(step("unmount file system", e));
+                }
+                return Ok(Detached::Busy(format!(
+                    "{} is busy (held by {})",
+                    mp.display(),
+                    holders::describe(&holders::of_mount(mp))
+                )));
+            }
+        }
+        if let Some(dev) = s.loop_dev.as_deref().filter(|d| s.owns_loop(d)) {
+            // Tools open loop devices for a moment (losetup --find, blkid, udev): give a
+            // short-lived opener time to go before calling the device busy.
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while let Some(why) = loop_in_use(dev) {
+                if Instant::now() >= deadline {
+                    return Ok(Detached::Busy(why));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            run(Command::new("losetup").arg("-d").arg(dev))
+                .map_err(|e| step("remove loop device", e))?;
+        }
+        if let Some(why) = unmount_fuse(&s.fuse_dir, false)? {
+            return Ok(Detached::Busy(why));
+        }
+        self.finish();
+        Ok(Detached::Done)
+    }
+
+    /// Detach lazily: `umount -l` the file system (it leaves the namespace at once, and lives
+    /// on until its last user leaves), then `losetup -d`, which for a loop device still held
+    /// by that file system only sets autoclear: the kernel detaches the loop device when the
+    /// file system releases it, and only then lets go of the FUSE file. This waits (without a
+    /// time limit, serving the FUSE file meanwhile) until the loop device's backing file is no
+    /// longer ours, then unmounts FUSE. `started` is called once the lazy unmount is done,
+    /// with a line naming who still holds the file system.
+    pub fn detach_lazy(&mut self, started: impl FnOnce(&str)) -> Result<()> {
+        let s = &self.state;
+        let mut note = String::new();
+        if let Some(mp) = s.mountpoint.as_deref().filter(|m| is_mountpoint(m)) {
+            let held = holders::of_mount(mp);
+            run(Command::new("umount").arg("-l").arg(mp))
+                .map_err(|e| step("unmount file system lazily", e))?;
+            note = if held.is_empty() {
+                format!("{} unmounted lazily; no process held it", mp.display())
+            } else {
+                format!(
+                    "{} unmounted lazily; the file system lives on until these leave it: {}",
+                    mp.display(),
+                    holders::describe(&held)
+                )
+            };
+        }
+        if let Some(dev) = s.loop_dev.as_deref().filter(|d| s.owns_loop(d)) {
+            run(Command::new("losetup").arg("-d").arg(dev))
+                .map_err(|e| step("remove loop device", e))?;
+            started(&format!(
+                "{note}{}the device stays served until {} is released, then detaches",
+                if note.is_empty() { "" } else { "; " },
+                dev.display()
+            ));
+            while s.owns_loop(dev) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        } else {
+            started(&note);
+        }
+        if let Some(why) = unmount_fuse(&s.fuse_dir, false)? {
+            return Err(step("unmount FUSE", why));
+        }
+        self.finish();
+        Ok(())
+    }
+
+    fn finish(&mut self) {
         if let Some(s) = self.session.take() {
             // The FUSE mount is gone; the session thread ends on its own.
             let _ = s.join();
         }
+        let _ = std::fs::remove_dir(&self.state.fuse_dir);
         let _ = std::fs::remove_file(self.state.state_file());
-        Ok(())
+        let _ = std::fs::remove_file(self.state.reply_file());
     }
 }
 
-/// Unmount, detach the loop device, unmount FUSE. With `stale` (the attaching process died),
-/// unmounts are lazy because I/O to the dead FUSE file fails.
-pub fn teardown(s: &AttachState, stale: bool) -> Result<()> {
-    if let Some(mp) = &s.mountpoint {
-        if is_mountpoint(mp) {
-            let mut c = Command::new("umount");
-            if stale {
-                c.arg("-l");
-            }
-            run(c.arg(mp)).map_err(|e| step("unmount file system", e))?;
-        }
-    }
-    if let Some(dev) = &s.loop_dev {
-        if loop_backing(dev).is_some_and(|b| b.starts_with(&s.fuse_dir)) {
-            run(Command::new("losetup").arg("-d").arg(dev))
-                .map_err(|e| step("remove loop device", e))?;
-        }
-    }
-    if is_mountpoint(&s.fuse_dir) {
-        let tool = if which("fusermount3").is_some() {
-            "fusermount3"
+/// Why the loop device `dev` cannot be removed now, if it cannot: a file system (or another
+/// exclusive user) has claimed it, or a process has it open. (`losetup -d` would "succeed" on
+/// a busy loop device by only setting autoclear.)
+fn loop_in_use(dev: &Path) -> Option<String> {
+    if holders::claimed(dev) {
+        let at = holders::mounts_of(dev);
+        return Some(if at.is_empty() {
+            format!(
+                "{} is in use by a file system (lazily unmounted or in another mount namespace) \
+                 or another exclusive user",
+                dev.display()
+            )
         } else {
-            "fusermount"
-        };
-        let flag = if stale { "-uz" } else { "-u" };
-        // The loop device lets go of the file asynchronously: retry "busy" for a moment.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match run(Command::new(tool).arg(flag).arg(&s.fuse_dir)) {
-                Ok(_) => break,
-                Err(e) if Instant::now() < deadline && e.contains("busy") => {
-                    std::thread::sleep(Duration::from_millis(100))
+            format!(
+                "{} is mounted on {} (umount it first)",
+                dev.display(),
+                at.join(", ")
+            )
+        });
+    }
+    let h = holders::of_device(dev);
+    (!h.is_empty()).then(|| format!("{} is open (by {})", dev.display(), holders::describe(&h)))
+}
+
+/// `fusermount -u` (`-uz` when `lazy`), retrying "busy" for a while: the loop driver lets go of
+/// the FUSE file asynchronously. `Ok(Some(why))` when it stayed busy.
+fn unmount_fuse(dir: &Path, lazy: bool) -> Result<Option<String>> {
+    if !is_mountpoint(dir) {
+        return Ok(None);
+    }
+    let tool = if which("fusermount3").is_some() {
+        "fusermount3"
+    } else {
+        "fusermount"
+    };
+    let flag = if lazy { "-uz" } else { "-u" };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match run(Command::new(tool).arg(flag).arg(dir)) {
+            Ok(_) => return Ok(None),
+            Err(e) if e.contains("busy") => {
+                if Instant::now() >= deadline {
+                    return Ok(Some(format!(
+                        "the FUSE file in {} is still in use (by {})",
+                        dir.display(),
+                        holders::describe(&holders::of_mount(dir))
+                    )));
                 }
-                Err(e) => return Err(step("unmount FUSE", e)),
+                std::thread::sleep(Duration::from_millis(100))
             }
+            Err(e) => return Err(step("unmount FUSE", e)),
         }
+    }
+}
+
+/// Clean up after an attaching process that died (kill -9, crash): unmount lazily (I/O to the
+/// dead FUSE file fails, so nothing could be flushed anyway), detach the loop device, unmount
+/// the dead FUSE mount, forget the attachment.
+pub fn teardown_stale(s: &AttachState) -> Result<()> {
+    if let Some(mp) = s.mountpoint.as_deref().filter(|m| is_mountpoint(m)) {
+        run(Command::new("umount").arg("-l").arg(mp))
+            .map_err(|e| step("unmount file system", e))?;
+    }
+    if let Some(dev) = s.loop_dev.as_deref().filter(|d| s.owns_loop(d)) {
+        run(Command::new("losetup").arg("-d").arg(dev))
+            .map_err(|e| step("remove loop device", e))?;
+    }
+    if let Some(why) = unmount_fuse(&s.fuse_dir, true)? {
+        return Err(step("unmount FUSE", why));
     }
     let _ = std::fs::remove_dir(&s.fuse_dir);
-    if stale {
-        let _ = std::fs::remove_file(s.state_file());
-    }
+    let _ = std::fs::remove_file(s.state_file());
+    let _ = std::fs::remove_file(s.reply_file());
     Ok(())
 }
 

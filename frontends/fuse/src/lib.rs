@@ -9,5 +9,6 @@
 
 pub mod attach;
 mod file;
+pub mod holders;
 
 pub use file::{Disk, DiskError, DiskFile, DISK_NAME};

@@ -1,0 +1,173 @@
+//! Helpers for the `pmkit attach` tests: run `pmkit attach` (as root, with /dev/fuse and
+//! e2fsprogs; in CI their absence fails the test), wait for it, detach, fsck.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+pub const PMKIT: &str = env!("CARGO_BIN_EXE_pmkit");
+
+pub fn can_run() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let ok = euid == 0
+        && Path::new("/dev/fuse").exists()
+        && Command::new("mkfs.ext4").arg("-V").output().is_ok();
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run attach tests as root with /dev/fuse and e2fsprogs"
+        );
+        eprintln!("skipping: needs root, /dev/fuse and e2fsprogs");
+    }
+    ok
+}
+
+pub fn pmkit(args: &[&str]) -> std::process::Output {
+    Command::new(PMKIT).args(args).output().expect("run pmkit")
+}
+
+pub fn ok(args: &[&str]) -> String {
+    let o = pmkit(args);
+    assert!(
+        o.status.success(),
+        "pmkit {args:?} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// A running `pmkit attach`, up once it printed its detach hint.
+pub struct Attached {
+    pub child: Child,
+    pub out: String,
+    /// Everything `pmkit attach` wrote to stderr so far.
+    pub err: Arc<Mutex<String>>,
+}
+
+pub fn attach(pm: &Path, extra: &[&str]) -> Attached {
+    let mut child = Command::new(PMKIT)
+        .arg("attach")
+        .arg(pm)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pmkit attach");
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let err = Arc::new(Mutex::new(String::new()));
+    let e2 = err.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut e = e2.lock().unwrap();
+            e.push_str(&line);
+            e.push('\n');
+        }
+    });
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            if line.starts_with("detach with") {
+                let _ = tx.send(all.clone());
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(out) => Attached { child, out, err },
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            std::thread::sleep(Duration::from_millis(100));
+            panic!("pmkit attach did not come up: {}", err.lock().unwrap());
+        }
+    }
+}
+
+impl Attached {
+    pub fn loop_dev(&self) -> String {
+        let l = self
+            .out
+            .lines()
+            .find(|l| l.contains("block device:"))
+            .expect("loop device line");
+        l.split_whitespace().nth(2).unwrap().to_string()
+    }
+    /// What `pmkit attach` wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.err.lock().unwrap().clone()
+    }
+    pub fn detach(mut self, target: &str) {
+        ok(&["detach", target]);
+        let st = wait_timeout(&mut self.child, Duration::from_secs(60));
+        assert!(st.success(), "pmkit attach exited with {st}");
+    }
+}
+
+pub fn wait_timeout(c: &mut Child, d: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return s;
+        }
+        assert!(t.elapsed() < d, "process did not exit in time");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn fsck_clean(pm: &Path) {
+    let a = attach(pm, &[]);
+    let dev = a.loop_dev();
+    let o = Command::new("fsck.ext4")
+        .arg("-fn")
+        .arg(&dev)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "fsck.ext4 -fn {dev}: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    a.detach(&dev);
+}
+
+pub struct Scratch {
+    pub _dir: tempfile::TempDir,
+    pub pm: PathBuf,
+    pub mnt: PathBuf,
+}
+
+pub fn scratch(size: &str) -> Scratch {
+    let dir = tempfile::Builder::new()
+        .prefix("pmkit-attach")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let pm = dir.path().join("dev.pm");
+    let mnt = tempfile::tempdir().unwrap().keep();
+    ok(&["create", pm.to_str().unwrap(), "--size", size]);
+    Scratch { _dir: dir, pm, mnt }
+}
+
+/// Whether `p` is a mountpoint in this namespace.
+pub fn is_mounted(p: &Path) -> bool {
+    let canon = std::fs::canonicalize(p).unwrap_or(p.to_path_buf());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == canon.to_str())
+}
+
+/// Wait (at most `d`) until `f` holds.
+pub fn wait_until(what: &str, d: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < d, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
