@@ -59,7 +59,8 @@ impl Listener {
     }
 }
 
-/// Totals over the server's life.
+/// Totals over the server's life. Every accepted connection's requests and bytes count, however
+/// it ended (DISC, end-of-file, reset, timeout, protocol error).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ServerStats {
     pub connections: u64,
@@ -314,7 +315,7 @@ impl<B: BlockBackend> Server<B> {
         let spawned = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
-                let r = match c {
+                let (st, r) = match c {
                     // (Linux does not pass the listener's O_NONBLOCK on to accepted sockets; be explicit.)
                     Conn::Unix(mut s) => {
                         let _ = s.set_nonblocking(false);
@@ -326,15 +327,17 @@ impl<B: BlockBackend> Server<B> {
                         connection(&mut s, &*backend, &export, &cfg, &shared)
                     }
                 };
-                match r {
-                    Ok(st) => {
-                        let mut t = shared.stats.lock();
-                        t.requests += st.requests;
-                        t.errors += st.errors;
-                        t.bytes_read += st.bytes_read;
-                        t.bytes_written += st.bytes_written;
-                    }
-                    Err(e) => tracing::info!(conn = id, error = %e, "nbd: connection closed"),
+                {
+                    // Counted however the connection ended: a client that drops the socket
+                    // without DISC (or is cut off) still did this work.
+                    let mut t = shared.stats.lock();
+                    t.requests += st.requests;
+                    t.errors += st.errors;
+                    t.bytes_read += st.bytes_read;
+                    t.bytes_written += st.bytes_written;
+                }
+                if let Err(e) = r {
+                    tracing::info!(conn = id, error = %e, "nbd: connection closed");
                 }
                 let mut conns = shared.conns.lock();
                 conns.remove(&id);
@@ -391,19 +394,27 @@ fn connection<T: Transport, B: BlockBackend>(
     export: &Export,
     cfg: &ServerConfig,
     shared: &Shared,
-) -> Result<ConnStats, ConnectionError> {
-    s.set_read_timeout(Some(cfg.handshake_timeout))?;
-    s.set_write_timeout(Some(cfg.send_timeout))?;
+) -> (ConnStats, Result<(), ConnectionError>) {
+    let none = ConnStats::default();
+    let setup = s
+        .set_read_timeout(Some(cfg.handshake_timeout))
+        .and_then(|()| s.set_write_timeout(Some(cfg.send_timeout)));
+    if let Err(e) = setup {
+        return (none, Err(e.into()));
+    }
     let stopping = || shared.stopping.load(Ordering::Acquire);
-    let session = match handshake(s, export, &stopping)? {
-        Outcome::Transmission(sess) => sess,
-        Outcome::Closed => return Ok(ConnStats::default()),
+    let session = match handshake(s, export, &stopping) {
+        Ok(Outcome::Transmission(sess)) => sess,
+        Ok(Outcome::Closed) => return (none, Ok(())),
+        Err(e) => return (none, Err(e.into())),
     };
     tracing::debug!(?session, "nbd: transmission phase");
     // Idle clients (a mounted file system) may be quiet for hours: no read timeout from here on.
-    s.set_read_timeout(None)?;
-    let st = match cfg.io_model {
-        IoModel::Inline => serve_inline(s, backend, export, session, &shared.stopping, cfg.poll)?,
+    if let Err(e) = s.set_read_timeout(None) {
+        return (none, Err(e.into()));
+    }
+    let (st, r) = match cfg.io_model {
+        IoModel::Inline => serve_inline(s, backend, export, session, &shared.stopping, cfg.poll),
         IoModel::Threaded { workers } => serve_threaded(
             s,
             backend,
@@ -412,9 +423,9 @@ fn connection<T: Transport, B: BlockBackend>(
             &shared.stopping,
             workers,
             cfg.max_inflight,
-        )?,
+        ),
     };
-    Ok(st)
+    (st, r.map_err(Into::into))
 }
 
 fn prepare_socket_path(p: &Path) -> Result<(), ServerError> {
