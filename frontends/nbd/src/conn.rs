@@ -34,6 +34,17 @@ pub enum ConnError {
     Truncated,
     #[error("protocol violation: {0}")]
     Fatal(String),
+    #[error("the client sent nothing for the idle timeout")]
+    IdleTimeout,
+}
+
+/// A read that failed: a receive timeout (`SO_RCVTIMEO`, set to the idle timeout in the
+/// transmission phase) is the client being idle, anything else an I/O error.
+fn read_error(e: io::Error) -> ConnError {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ConnError::IdleTimeout,
+        _ => ConnError::Io(e),
+    }
 }
 
 /// A byte stream that can also be read without blocking.
@@ -209,7 +220,7 @@ fn fill<S: Read + Write + ReadNowait>(
             return Ok(Fill::End);
         }
         send(s, pending)?;
-        if inb.read_once(s, poll)? == 0 {
+        if inb.read_once(s, poll).map_err(read_error)? == 0 {
             return if mid_message || inb.available() > 0 {
                 Err(ConnError::Truncated)
             } else {
@@ -240,7 +251,7 @@ fn drain<R: Read>(r: &mut R, inb: &mut InBuf, mut n: usize) -> Result<(), ConnEr
             Ok(0) => return Err(ConnError::Truncated),
             Ok(k) => n -= k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(read_error(e)),
         }
     }
     Ok(())
@@ -263,7 +274,7 @@ fn read_big_payload<R: Read>(
         if e.kind() == io::ErrorKind::UnexpectedEof {
             ConnError::Truncated
         } else {
-            ConnError::Io(e)
+            read_error(e)
         }
     })
 }
