@@ -42,9 +42,19 @@ pub struct ServeArgs {
     /// Export name clients may ask for (the empty default name is always accepted)
     #[arg(long, value_name = "NAME", default_value = "")]
     pub export_name: String,
-    /// Most concurrent client connections
-    #[arg(long, value_name = "N", default_value_t = 16)]
+    /// Most concurrent client connections (handshaking or connected); more are closed at once
+    /// and logged. Each holds a thread (1 + N with threaded:N) and 2 file descriptors (4 threaded)
+    #[arg(long, value_name = "N", default_value_t = pmkit_nbd::config::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Drop a client that has not finished the NBD handshake this many seconds after connecting
+    /// (0 = never; as qemu-nbd's --handshake-limit)
+    #[arg(long, value_name = "SECS", default_value_t = pmkit_nbd::config::DEFAULT_HANDSHAKE_TIMEOUT.as_secs())]
+    pub handshake_timeout: u64,
+    /// Close a connected client that sends no request for this many seconds (requests already
+    /// sent are answered first) [default: never, as nbdkit and qemu-nbd; a mounted file system
+    /// can be quiet for hours]
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
     /// Most requests read ahead of execution per connection (threaded model)
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_inflight: usize,
@@ -66,6 +76,11 @@ pub struct ServeArgs {
     pub stats: Option<PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
+}
+
+/// Seconds from the command line; 0 means no limit.
+fn secs(s: u64) -> Option<std::time::Duration> {
+    (s > 0).then(|| std::time::Duration::from_secs(s))
 }
 
 /// Open PATH, or create it when it is missing and a size is known.
@@ -146,6 +161,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         read_only: a.read_only,
         max_payload,
         max_connections: a.max_connections,
+        handshake_timeout: secs(a.handshake_timeout),
+        idle_timeout: a.idle_timeout.and_then(secs),
         max_inflight: a.max_inflight,
         io_model: a.io_model,
         poll: std::time::Duration::from_micros(a.poll_us),
@@ -188,8 +205,23 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     }
     let stats = served.context("NBD server failed")?;
     closed.context("closing the device")?;
+    let mut dropped = Vec::new();
+    for (n, what) in [
+        (stats.refused, "refused at the limit"),
+        (stats.handshake_timeouts, "handshake timed out"),
+        (stats.idle_timeouts, "idle timed out"),
+    ] {
+        if n > 0 {
+            dropped.push(format!("{n} {what}"));
+        }
+    }
+    let dropped = if dropped.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", dropped.join(", "))
+    };
     eprintln!(
-        "pmkit: served {} connection(s), {} request(s) ({} errors), read {}, wrote {}; {} closed cleanly",
+        "pmkit: served {} connection(s){dropped}, {} request(s) ({} errors), read {}, wrote {}; {} closed cleanly",
         stats.connections,
         stats.requests,
         stats.errors,
@@ -230,6 +262,18 @@ fn print_banner(
         o,
         "limits: {} connections, {} bytes per request, {} requests read ahead per connection",
         a.max_connections, max_payload, a.max_inflight
+    );
+    let _ = writeln!(
+        o,
+        "timeouts: handshake {}, idle {}",
+        match a.handshake_timeout {
+            0 => "none".to_string(),
+            s => format!("{s} s"),
+        },
+        match a.idle_timeout {
+            None | Some(0) => "none".to_string(),
+            Some(s) => format!("{s} s"),
+        }
     );
     let _ = writeln!(o, "use it with:");
     let _ = writeln!(o, "  nbdinfo '{uri}'");

@@ -41,13 +41,21 @@ pub struct ServerConfig {
     /// Advertised maximum block size: READ/WRITE/CACHE (and WRITE_ZEROES without FAST_ZERO)
     /// longer than this fail with EINVAL.
     pub max_payload: u32,
-    /// Concurrent connections; more are accepted and closed at once.
+    /// Concurrent connections (in the handshake or in transmission); more are accepted, closed at
+    /// once and logged. Each holds one thread (1 + workers in the threaded model) and two file
+    /// descriptors (four threaded); see "Limits" in docs/nbd.md.
     pub max_connections: usize,
     /// Requests read ahead of execution per connection (threaded model); the reader stops reading
     /// the socket when this many are queued.
     pub max_inflight: usize,
-    /// A client must finish the handshake within this time.
-    pub handshake_timeout: Duration,
+    /// A client must finish the handshake (reach transmission with GO or EXPORT_NAME, or leave)
+    /// within this time of being accepted, however it trickles its bytes; otherwise it is
+    /// dropped and its slot freed. `None`: no limit (for debugging clients only).
+    pub handshake_timeout: Option<Duration>,
+    /// A connection in transmission that sends nothing for this long is closed (requests it
+    /// already sent are answered first). `None` (the default, as nbdkit and qemu-nbd): idle
+    /// clients such as a mounted file system stay connected indefinitely.
+    pub idle_timeout: Option<Duration>,
     /// A reply that cannot be sent within this time (client not reading) drops the connection.
     pub send_timeout: Duration,
     /// On shutdown, how long connections get to finish requests already received before their
@@ -60,6 +68,14 @@ pub struct ServerConfig {
     /// once. At most [`MAX_POLL`].
     pub poll: Duration,
 }
+
+/// Default connection limit: well above what a host's clients normally open (qemu multi-conn,
+/// nbdcopy and fio use a handful each), the same order as qemu's default of 100 for its NBD
+/// server, and small enough that a full server's threads and descriptors stay modest.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 128;
+/// Default handshake limit: qemu-nbd's (`--handshake-limit`, 10 s since CVE-2024-7409). Real
+/// clients negotiate in milliseconds.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Longest busy-poll before blocking.
 pub const MAX_POLL: Duration = Duration::from_millis(1);
@@ -74,9 +90,10 @@ impl Default for ServerConfig {
             description: "pmkit persistent-memory block device".into(),
             read_only: false,
             max_payload: 32 << 20,
-            max_connections: 16,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_inflight: 64,
-            handshake_timeout: Duration::from_secs(30),
+            handshake_timeout: Some(DEFAULT_HANDSHAKE_TIMEOUT),
+            idle_timeout: None,
             send_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
             io_model: IoModel::Inline,
@@ -125,6 +142,12 @@ impl Export {
         }
         if cfg.max_connections == 0 || cfg.max_inflight == 0 {
             return Err("max connections and max in-flight requests must be at least 1".into());
+        }
+        if [cfg.handshake_timeout, cfg.idle_timeout]
+            .iter()
+            .any(|t| t.is_some_and(|t| t.is_zero()))
+        {
+            return Err("a timeout must be longer than zero (None means no timeout)".into());
         }
         if cfg.poll > MAX_POLL {
             return Err(format!(

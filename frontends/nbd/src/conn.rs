@@ -34,6 +34,17 @@ pub enum ConnError {
     Truncated,
     #[error("protocol violation: {0}")]
     Fatal(String),
+    #[error("the client sent nothing for the idle timeout")]
+    IdleTimeout,
+}
+
+/// A read that failed: a receive timeout (`SO_RCVTIMEO`, set to the idle timeout in the
+/// transmission phase) is the client being idle, anything else an I/O error.
+fn read_error(e: io::Error) -> ConnError {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ConnError::IdleTimeout,
+        _ => ConnError::Io(e),
+    }
 }
 
 /// A byte stream that can also be read without blocking.
@@ -209,7 +220,7 @@ fn fill<S: Read + Write + ReadNowait>(
             return Ok(Fill::End);
         }
         send(s, pending)?;
-        if inb.read_once(s, poll)? == 0 {
+        if inb.read_once(s, poll).map_err(read_error)? == 0 {
             return if mid_message || inb.available() > 0 {
                 Err(ConnError::Truncated)
             } else {
@@ -240,7 +251,7 @@ fn drain<R: Read>(r: &mut R, inb: &mut InBuf, mut n: usize) -> Result<(), ConnEr
             Ok(0) => return Err(ConnError::Truncated),
             Ok(k) => n -= k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(read_error(e)),
         }
     }
     Ok(())
@@ -263,7 +274,7 @@ fn read_big_payload<R: Read>(
         if e.kind() == io::ErrorKind::UnexpectedEof {
             ConnError::Truncated
         } else {
-            ConnError::Io(e)
+            read_error(e)
         }
     })
 }
@@ -286,6 +297,10 @@ fn next_request<S: Read + Write + ReadNowait>(
 /// The inline model: this thread reads, executes and replies. Replies are queued in `out` and
 /// sent when the thread is about to wait for input (or when `OUT_FLUSH` bytes are queued); then
 /// it polls the socket for up to `poll` before it blocks.
+///
+/// Returns the connection's statistics however it ended (DISC, end-of-file, a reset, a timeout,
+/// a protocol error) together with how it ended: a client that drops the socket without
+/// `NBD_CMD_DISC` did real work that the server's totals must count.
 pub fn serve_inline<S: Read + Write + ReadNowait, B: BlockBackend>(
     s: &mut S,
     backend: &B,
@@ -293,7 +308,7 @@ pub fn serve_inline<S: Read + Write + ReadNowait, B: BlockBackend>(
     session: Session,
     stop: &AtomicBool,
     poll: Duration,
-) -> Result<ConnStats, ConnError> {
+) -> (ConnStats, Result<(), ConnError>) {
     let mut inb = InBuf::new(IN_BUF);
     let mut out = OutBuf::with_capacity(OUT_FLUSH + (64 << 10));
     let mut big = Vec::new();
@@ -342,9 +357,7 @@ pub fn serve_inline<S: Read + Write + ReadNowait, B: BlockBackend>(
     })();
     // Replies to everything executed go out even when the loop ended on an error.
     let flushed = send(s, &mut out);
-    result?;
-    flushed?;
-    Ok(ex.stats)
+    (ex.stats, result.and(flushed.map_err(ConnError::from)))
 }
 
 /// A unit of work handed from the reader to the workers.
@@ -362,6 +375,7 @@ enum Job {
 
 /// The threaded model: this thread reads and parses; `workers` threads execute and reply.
 /// At most `max_inflight` requests wait between the two (the reader blocks when the queue is full).
+/// Like [`serve_inline`], the statistics come back however the connection ended.
 pub fn serve_threaded<T: Transport, B: BlockBackend>(
     s: &mut T,
     backend: &B,
@@ -370,10 +384,13 @@ pub fn serve_threaded<T: Transport, B: BlockBackend>(
     stop: &AtomicBool,
     workers: usize,
     max_inflight: usize,
-) -> Result<ConnStats, ConnError> {
+) -> (ConnStats, Result<(), ConnError>) {
     assert!(workers >= 1 && max_inflight >= 1);
-    let writer = Mutex::new(s.try_clone()?);
-    let shutdown_handle = s.try_clone()?;
+    let clones = s.try_clone().and_then(|w| Ok((w, s.try_clone()?)));
+    let (writer, shutdown_handle) = match clones {
+        Ok((w, h)) => (Mutex::new(w), h),
+        Err(e) => return (ConnStats::default(), Err(e.into())),
+    };
     let (tx, rx) = mpsc::sync_channel::<Job>(max_inflight);
     let rx = Mutex::new(rx);
     // Recycled payload buffers, so a steady write load allocates nothing.
@@ -506,6 +523,6 @@ pub fn serve_threaded<T: Transport, B: BlockBackend>(
             stats.bytes_read += w.bytes_read;
             stats.bytes_written += w.bytes_written;
         }
-        read_result.map(|()| stats)
+        (stats, read_result)
     })
 }

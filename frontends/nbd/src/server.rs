@@ -1,6 +1,10 @@
 //! Listening, accepting, connection limits and orderly shutdown.
 //!
 //! One thread accepts; each connection gets its own thread (plus workers in the threaded model).
+//! At most `max_connections` exist at once; more are accepted and closed. The accepting thread
+//! also drops clients that have not finished the handshake by their deadline, so clients that
+//! connect and stall cannot hold the slots; idle connections in transmission are closed by their
+//! own thread's receive timeout when `idle_timeout` is set.
 //! Shutdown: stop accepting, make every connection's next read return end-of-file (requests
 //! already received are finished and answered), wait up to the grace period, cut off whatever
 //! is still running, flush the backend, return.
@@ -59,11 +63,17 @@ impl Listener {
     }
 }
 
-/// Totals over the server's life.
+/// Totals over the server's life. Every accepted connection's requests and bytes count, however
+/// it ended (DISC, end-of-file, reset, timeout, protocol error).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ServerStats {
     pub connections: u64,
+    /// Connections closed at once because `max_connections` were open.
     pub refused: u64,
+    /// Clients dropped for not finishing the handshake in time.
+    pub handshake_timeouts: u64,
+    /// Connections closed for sending nothing for the idle timeout.
+    pub idle_timeouts: u64,
     pub requests: u64,
     pub errors: u64,
     pub bytes_read: u64,
@@ -72,12 +82,18 @@ pub struct ServerStats {
 
 type Closer = Box<dyn Fn(Shutdown) + Send>;
 
+struct ConnEntry {
+    close: Closer,
+    /// Set while the connection is in the handshake: when it must have finished.
+    handshake_deadline: Option<Instant>,
+}
+
 struct Shared {
     stopping: AtomicBool,
     /// Written once at shutdown; the accept loop polls the read end.
     wake_rd: OwnedFd,
     wake_wr: OwnedFd,
-    conns: Mutex<HashMap<u64, Closer>>,
+    conns: Mutex<HashMap<u64, ConnEntry>>,
     conns_cv: Condvar,
     stats: Mutex<ServerStats>,
     next_id: AtomicU64,
@@ -96,8 +112,8 @@ impl ShutdownHandle {
         // SAFETY: writing one byte from a valid buffer to a pipe fd we own.
         let _ = unsafe { libc::write(sh.wake_wr.as_raw_fd(), b"x".as_ptr().cast(), 1) };
         // Blocked reads return end-of-file; data already queued is still read first.
-        for close in sh.conns.lock().values() {
-            close(Shutdown::Read);
+        for c in sh.conns.lock().values() {
+            (c.close)(Shutdown::Read);
         }
     }
     pub fn is_stopping(&self) -> bool {
@@ -210,8 +226,8 @@ impl<B: BlockBackend> Server<B> {
                     n = conns.len(),
                     "nbd: connections still busy after the grace period; closing them"
                 );
-                for close in conns.values() {
-                    close(Shutdown::Both);
+                for c in conns.values() {
+                    (c.close)(Shutdown::Both);
                 }
             }
         }
@@ -241,12 +257,15 @@ impl<B: BlockBackend> Server<B> {
                 revents: 0,
             },
         ];
+        // When the last refusal was logged (refusals are logged at most once a second).
+        let mut refusal_logged: Option<Instant> = None;
         loop {
             if self.shared.stopping.load(Ordering::Acquire) {
                 return Ok(());
             }
+            let timeout = self.expire_handshakes();
             // SAFETY: `fds` is a valid array of two pollfd structs for the duration of the call.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -266,7 +285,7 @@ impl<B: BlockBackend> Server<B> {
                 };
                 match accepted {
                     Ok(c) => {
-                        if let Some(t) = self.start(c) {
+                        if let Some(t) = self.start(c, &mut refusal_logged) {
                             threads.push(t);
                         }
                     }
@@ -283,17 +302,63 @@ impl<B: BlockBackend> Server<B> {
         }
     }
 
-    fn start(&self, c: Conn) -> Option<std::thread::JoinHandle<()>> {
+    /// Drop the clients whose handshake deadline has passed; return the `poll` timeout (ms) until
+    /// the next deadline, or -1 (none).
+    fn expire_handshakes(&self) -> libc::c_int {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let mut expired = 0u64;
+        for c in self.shared.conns.lock().values_mut() {
+            match c.handshake_deadline {
+                Some(d) if d <= now => {
+                    // Its thread's blocked read or write returns and the thread ends.
+                    (c.close)(Shutdown::Both);
+                    c.handshake_deadline = None;
+                    expired += 1;
+                }
+                Some(d) => next = Some(next.map_or(d, |n| n.min(d))),
+                None => {}
+            }
+        }
+        if expired > 0 {
+            self.shared.stats.lock().handshake_timeouts += expired;
+            tracing::warn!(
+                n = expired,
+                timeout = ?self.cfg.handshake_timeout.unwrap_or_default(),
+                "nbd: dropped client(s) that did not finish the handshake in time"
+            );
+        }
+        next.map_or(-1, |d| {
+            // Round up, so the wake-up is at or after the deadline.
+            let ms = (d - now).as_micros().div_ceil(1000);
+            libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
+        })
+    }
+
+    fn start(
+        &self,
+        c: Conn,
+        refusal_logged: &mut Option<Instant>,
+    ) -> Option<std::thread::JoinHandle<()>> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut conns = self.shared.conns.lock();
             if conns.len() >= self.cfg.max_connections {
-                self.shared.stats.lock().refused += 1;
-                tracing::warn!(
-                    max = self.cfg.max_connections,
-                    "nbd: connection limit reached; refusing a client"
-                );
-                return None; // dropping `c` closes it
+                let refused = {
+                    let mut st = self.shared.stats.lock();
+                    st.refused += 1;
+                    st.refused
+                };
+                // A client retrying in a loop must not flood the log: at most a line a second.
+                if refusal_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    *refusal_logged = Some(Instant::now());
+                    tracing::warn!(
+                        max = self.cfg.max_connections,
+                        refused_so_far = refused,
+                        "nbd: connection limit reached; refusing a client (see --max-connections)"
+                    );
+                }
+                return None; // dropping `c` closes it: the client sees the connection close
             }
             let closer: Closer = match c.clone_closer() {
                 Ok(f) => f,
@@ -302,7 +367,13 @@ impl<B: BlockBackend> Server<B> {
                     return None;
                 }
             };
-            conns.insert(id, closer);
+            conns.insert(
+                id,
+                ConnEntry {
+                    close: closer,
+                    handshake_deadline: self.cfg.handshake_timeout.map(|t| Instant::now() + t),
+                },
+            );
             self.shared.stats.lock().connections += 1;
         }
         let (backend, export, cfg, shared) = (
@@ -314,26 +385,40 @@ impl<B: BlockBackend> Server<B> {
         let spawned = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
             .spawn(move || {
-                let r = match c {
+                let (st, r) = match c {
                     // (Linux does not pass the listener's O_NONBLOCK on to accepted sockets; be explicit.)
                     Conn::Unix(mut s) => {
                         let _ = s.set_nonblocking(false);
-                        connection(&mut s, &*backend, &export, &cfg, &shared)
+                        connection(&mut s, &*backend, &export, &cfg, &shared, id)
                     }
                     Conn::Tcp(mut s) => {
                         let _ = s.set_nonblocking(false);
                         let _ = s.set_nodelay(true);
-                        connection(&mut s, &*backend, &export, &cfg, &shared)
+                        connection(&mut s, &*backend, &export, &cfg, &shared, id)
                     }
                 };
-                match r {
-                    Ok(st) => {
-                        let mut t = shared.stats.lock();
-                        t.requests += st.requests;
-                        t.errors += st.errors;
-                        t.bytes_read += st.bytes_read;
-                        t.bytes_written += st.bytes_written;
+                {
+                    // Counted however the connection ended: a client that drops the socket
+                    // without DISC (or is cut off) still did this work.
+                    let mut t = shared.stats.lock();
+                    t.requests += st.requests;
+                    t.errors += st.errors;
+                    t.bytes_read += st.bytes_read;
+                    t.bytes_written += st.bytes_written;
+                    if matches!(
+                        r,
+                        Err(ConnectionError::Transmission(ConnError::IdleTimeout))
+                    ) {
+                        t.idle_timeouts += 1;
                     }
+                }
+                match r {
+                    Ok(()) => {}
+                    Err(ConnectionError::Transmission(ConnError::IdleTimeout)) => tracing::info!(
+                        conn = id,
+                        timeout = ?cfg.idle_timeout.unwrap_or_default(),
+                        "nbd: closing a connection idle for the idle timeout"
+                    ),
                     Err(e) => tracing::info!(conn = id, error = %e, "nbd: connection closed"),
                 }
                 let mut conns = shared.conns.lock();
@@ -385,25 +470,37 @@ enum ConnectionError {
     Setup(#[from] io::Error),
 }
 
+/// One connection from greeting to close: the statistics (however it ended) and how it ended.
 fn connection<T: Transport, B: BlockBackend>(
     s: &mut T,
     backend: &B,
     export: &Export,
     cfg: &ServerConfig,
     shared: &Shared,
-) -> Result<ConnStats, ConnectionError> {
-    s.set_read_timeout(Some(cfg.handshake_timeout))?;
-    s.set_write_timeout(Some(cfg.send_timeout))?;
+    id: u64,
+) -> (ConnStats, Result<(), ConnectionError>) {
+    let none = ConnStats::default();
+    // The handshake's time limit is a deadline enforced by the accept loop
+    // (`expire_handshakes`), so a client trickling a byte at a time cannot stretch it.
+    if let Err(e) = s.set_write_timeout(Some(cfg.send_timeout)) {
+        return (none, Err(e.into()));
+    }
     let stopping = || shared.stopping.load(Ordering::Acquire);
-    let session = match handshake(s, export, &stopping)? {
-        Outcome::Transmission(sess) => sess,
-        Outcome::Closed => return Ok(ConnStats::default()),
+    let session = match handshake(s, export, &stopping) {
+        Ok(Outcome::Transmission(sess)) => sess,
+        Ok(Outcome::Closed) => return (none, Ok(())),
+        Err(e) => return (none, Err(e.into())),
     };
+    if let Some(c) = shared.conns.lock().get_mut(&id) {
+        c.handshake_deadline = None;
+    }
     tracing::debug!(?session, "nbd: transmission phase");
-    // Idle clients (a mounted file system) may be quiet for hours: no read timeout from here on.
-    s.set_read_timeout(None)?;
-    let st = match cfg.io_model {
-        IoModel::Inline => serve_inline(s, backend, export, session, &shared.stopping, cfg.poll)?,
+    // Idle clients (a mounted file system) may be quiet for hours: by default no read timeout.
+    if let Err(e) = s.set_read_timeout(cfg.idle_timeout) {
+        return (none, Err(e.into()));
+    }
+    let (st, r) = match cfg.io_model {
+        IoModel::Inline => serve_inline(s, backend, export, session, &shared.stopping, cfg.poll),
         IoModel::Threaded { workers } => serve_threaded(
             s,
             backend,
@@ -412,9 +509,9 @@ fn connection<T: Transport, B: BlockBackend>(
             &shared.stopping,
             workers,
             cfg.max_inflight,
-        )?,
+        ),
     };
-    Ok(st)
+    (st, r.map_err(Into::into))
 }
 
 fn prepare_socket_path(p: &Path) -> Result<(), ServerError> {

@@ -409,7 +409,7 @@ fn garbage_disconnects_only_that_client() {
 #[test]
 fn handshake_must_finish_in_time() {
     let srv = TestServer::start(ServerConfig {
-        handshake_timeout: Duration::from_millis(300),
+        handshake_timeout: Some(Duration::from_millis(300)),
         ..cfg(IoModel::Inline)
     });
     let mut c = srv.connect();

@@ -125,7 +125,7 @@ pub fn cfg(model: IoModel) -> ServerConfig {
         poll: Duration::from_micros(20),
         max_payload: 1 << 20,
         shutdown_grace: Duration::from_secs(2),
-        handshake_timeout: Duration::from_secs(5),
+        handshake_timeout: Some(Duration::from_secs(5)),
         ..Default::default()
     }
 }
