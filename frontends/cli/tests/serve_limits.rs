@@ -10,14 +10,27 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// A client stuck in the handshake: greeted, sends half of its flags, then nothing.
+/// A client stuck in the handshake: greeted, sends half of its flags, then nothing. The slot of
+/// `Serve::start`'s readiness probe may not be free yet on a loaded machine (the server notices
+/// the probe's end-of-file a moment later), so a refusal is retried for up to 5 s.
 fn stuck(sock: &Path) -> UnixStream {
-    let mut s = UnixStream::connect(sock).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut g = [0u8; 18];
-    s.read_exact(&mut g).unwrap();
-    s.write_all(&[0, 0]).unwrap();
-    s
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut s = UnixStream::connect(sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut g = [0u8; 18];
+        match s.read_exact(&mut g) {
+            Ok(()) => {
+                s.write_all(&[0, 0]).unwrap();
+                return s;
+            }
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("stuck client refused ({e}); retrying");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("a stuck client was never greeted: {e}"),
+        }
+    }
 }
 
 /// One 4 KiB write and read back on a fresh connection; `Err` when the server refused it.
