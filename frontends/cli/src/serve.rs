@@ -36,7 +36,9 @@ pub struct ServeArgs {
     /// Listen on TCP instead, e.g. 127.0.0.1:10809
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
-    /// Export read-only (writes, trims and zeroing fail with EPERM)
+    /// Export read-only: PATH is opened read-only (a read-only file system or read permission
+    /// suffices) and not a byte of it changes; writes, trims and zeroing fail with EPERM, flush
+    /// does nothing. PATH must exist.
     #[arg(long)]
     pub read_only: bool,
     /// Export name clients may ask for (the empty default name is always accepted)
@@ -70,7 +72,8 @@ pub struct ServeArgs {
 
 /// Open PATH, or create it when it is missing and a size is known.
 fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
-    let engine = a.engine.to_options();
+    let mut engine = a.engine.to_options();
+    engine.read_only = a.read_only;
     let (path, size) = match &a.path {
         Some(p) => (p.clone(), a.create.size),
         None => {
@@ -94,6 +97,12 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
             }
         }
         return Ok((path, dev, false));
+    }
+    if a.read_only {
+        bail!(
+            "{} does not exist; --read-only serves an existing device (run `pmkit create`)",
+            path.display()
+        );
     }
     let Some(size) = size else {
         bail!(
