@@ -38,7 +38,7 @@ pub struct ServeArgs {
     pub listen: Option<SocketAddr>,
     /// Export read-only: PATH is opened read-only (a read-only file system or read permission
     /// suffices) and not a byte of it changes; writes, trims and zeroing fail with EPERM, flush
-    /// does nothing. PATH must exist.
+    /// does nothing. A PATH created here (--size) is made first, then opened read-only.
     #[arg(long)]
     pub read_only: bool,
     /// Export name clients may ask for (the empty default name is always accepted)
@@ -98,20 +98,26 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
         }
         return Ok((path, dev, false));
     }
-    if a.read_only {
-        bail!(
-            "{} does not exist; --read-only serves an existing device (run `pmkit create`)",
-            path.display()
-        );
-    }
     let Some(size) = size else {
         bail!(
             "{} does not exist; give --size to create it (or run `pmkit create`)",
             path.display()
         );
     };
-    let dev = pmkit_blk::create_path(&path, Some(size), &a.create.to_options(), &engine)
+    let rw = pmkit_blk::EngineOptions {
+        read_only: false,
+        ..engine.clone()
+    };
+    let dev = pmkit_blk::create_path(&path, Some(size), &a.create.to_options(), &rw)
         .with_context(|| format!("cannot create a {size}-byte device at {}", path.display()))?;
+    if !a.read_only {
+        return Ok((path, dev, true));
+    }
+    // Made here to be served read-only: made read-write, closed cleanly, reopened read-only.
+    dev.close().context("cannot close the new device")?;
+    drop(dev);
+    let dev = pmkit_blk::open_path(&path, &engine)
+        .with_context(|| format!("cannot open {} read-only", path.display()))?;
     Ok((path, dev, true))
 }
 
