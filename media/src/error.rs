@@ -4,12 +4,13 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MediaError {
-    #[error("{path}: {what}: {source}")]
+    // The OS error is part of the message and deliberately not `source()`: a chain printer
+    // (anyhow's `{:#}`) would otherwise print it twice.
+    #[error("{path}: {what}: {err}")]
     Io {
         path: PathBuf,
         what: &'static str,
-        #[source]
-        source: std::io::Error,
+        err: std::io::Error,
     },
     #[error("{path}: size {size} is invalid: {why}")]
     BadSize {
@@ -25,23 +26,54 @@ pub enum MediaError {
     NotDevDax { path: PathBuf, why: String },
     #[error("{path}: {why}")]
     Unsupported { path: PathBuf, why: String },
-    #[error("msync of bytes {offset}..{end}: {source}")]
+    #[error("msync of bytes {offset}..{end}: {err}")]
     Sync {
         offset: usize,
         end: usize,
-        #[source]
-        source: std::io::Error,
+        err: std::io::Error,
     },
 }
 
 pub type Result<T, E = MediaError> = std::result::Result<T, E>;
 
 impl MediaError {
-    pub(crate) fn io(path: impl Into<PathBuf>, what: &'static str, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, what: &'static str, err: std::io::Error) -> Self {
         MediaError::Io {
             path: path.into(),
             what,
-            source,
+            err,
         }
+    }
+
+    /// The OS error number behind this error, if an OS call failed (`EROFS`, `EACCES`, ...).
+    pub fn os_error(&self) -> Option<i32> {
+        match self {
+            MediaError::Io { err, .. } | MediaError::Sync { err, .. } => err.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    /// Printed with its causes (anyhow's `{:#}`), an OS error appears once.
+    #[test]
+    fn os_error_is_said_once() {
+        let e = MediaError::io(
+            "/x",
+            "cannot open read-write",
+            std::io::Error::from_raw_os_error(libc::EROFS),
+        );
+        let mut all = e.to_string();
+        let mut src = e.source();
+        while let Some(s) = src {
+            all.push_str(&format!(": {s}"));
+            src = s.source();
+        }
+        assert_eq!(all.matches("os error 30").count(), 1, "{all}");
+        assert_eq!(e.os_error(), Some(libc::EROFS));
     }
 }

@@ -70,6 +70,13 @@ pub struct RegionOptions {
     pub domain: Option<Domain>,
     /// Fault every page in at map time so first touches do not distort timing.
     pub populate: bool,
+    /// Open the file `O_RDONLY` and map it `PROT_READ` (`MAP_SHARED`): nothing can change its
+    /// bytes, and read-only file systems or read-only permission suffice. Every storing method
+    /// of [`crate::Media`] (`write*`, `store_*`, `cas_*`, `zero`, and `load_u128`, which is a
+    /// CAS) panics on such a region
+    /// instead of faulting; systems refuse writes before they get there. `mprotect` to
+    /// writable rights fails (`EACCES`), so protection modes do not apply.
+    pub read_only: bool,
 }
 
 /// A mapping of persistent memory.
@@ -81,6 +88,7 @@ pub struct Region {
     path: PathBuf,
     file: Option<File>,
     on_tmpfs: bool,
+    read_only: bool,
     notes: Vec<String>,
 }
 
@@ -95,6 +103,12 @@ impl Region {
     /// Create a new file of `size` bytes at `path` (fallocate'd) and map it. Fails if the path
     /// exists. Nothing is left behind on failure.
     pub fn create(path: &Path, size: u64, opts: &RegionOptions) -> Result<Region> {
+        if opts.read_only {
+            return Err(MediaError::Unsupported {
+                path: path.into(),
+                why: "cannot create a region read-only".into(),
+            });
+        }
         check_size(path, size, PAGE)?;
         let file = OpenOptions::new()
             .read(true)
@@ -133,8 +147,19 @@ impl Region {
             });
         }
         check_size(path, meta.len(), PAGE)?;
-        let file = open_rw(path)?;
+        let file = open_file(path, opts.read_only)?;
         Self::map_file(path, file, meta.len(), opts)
+    }
+
+    /// [`Region::open`] with `read_only` set: `O_RDONLY`, `PROT_READ`, nothing written.
+    pub fn open_read_only(path: &Path) -> Result<Region> {
+        Self::open(
+            path,
+            &RegionOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )
     }
 
     /// Open `path` if it exists, else create it with `size` bytes.
@@ -166,6 +191,7 @@ impl Region {
             path,
             file: None,
             on_tmpfs: true,
+            read_only: false,
             notes: vec![],
         })
     }
@@ -177,7 +203,7 @@ impl Region {
             why: "larger than the address space".into(),
         })?;
         let mut notes = vec![];
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let prot = prot(opts.read_only);
         let populate = if opts.populate { libc::MAP_POPULATE } else { 0 };
         let fd = file.as_raw_fd();
         let mut kind = RegionKind::File;
@@ -196,8 +222,8 @@ impl Region {
                     kind = RegionKind::Dax;
                     p
                 }
-                Err(MediaError::Io { source, .. })
-                    if source.raw_os_error() == Some(libc::EOPNOTSUPP)
+                Err(MediaError::Io { err, .. })
+                    if err.raw_os_error() == Some(libc::EOPNOTSUPP)
                         && opts.dax == DaxMode::Auto =>
                 {
                     notes.push(format!(
@@ -206,9 +232,7 @@ impl Region {
                     ));
                     mmap(path, len, prot, libc::MAP_SHARED | populate, fd, 0)?
                 }
-                Err(MediaError::Io { source, .. })
-                    if source.raw_os_error() == Some(libc::EOPNOTSUPP) =>
-                {
+                Err(MediaError::Io { err, .. }) if err.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                     return Err(MediaError::Unsupported {
                         path: path.into(),
                         why: "DAX required but the file system does not support MAP_SYNC".into(),
@@ -219,7 +243,7 @@ impl Region {
         };
         let on_tmpfs = is_tmpfs(&file);
         let domain = platform_domain().or(opts.domain).unwrap_or(Domain::Adr);
-        if kind == RegionKind::File && !on_tmpfs {
+        if kind == RegionKind::File && !on_tmpfs && !opts.read_only {
             notes.push(format!(
                 "{}: a plain file on a disk file system is durable only after msync (use --write msync)",
                 path.display()
@@ -233,6 +257,7 @@ impl Region {
             path: path.into(),
             file: Some(file),
             on_tmpfs,
+            read_only: opts.read_only,
             notes,
         })
     }
@@ -264,11 +289,11 @@ impl Region {
         })?;
         let align = read_num("align").unwrap_or(DEVDAX_ALIGN).max(DEVDAX_ALIGN);
         check_size(path, size, align)?;
-        let file = open_rw(path)?;
+        let file = open_file(path, opts.read_only)?;
         let ptr = mmap(
             path,
             size as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
+            prot(opts.read_only),
             libc::MAP_SHARED | if opts.populate { libc::MAP_POPULATE } else { 0 },
             file.as_raw_fd(),
             0,
@@ -282,6 +307,7 @@ impl Region {
             path: path.into(),
             file: Some(file),
             on_tmpfs: false,
+            read_only: opts.read_only,
             notes: vec![],
         })
     }
@@ -313,6 +339,10 @@ impl Region {
     pub fn needs_msync(&self) -> bool {
         self.kind == RegionKind::File && !self.on_tmpfs
     }
+    /// Whether the region is mapped read-only ([`RegionOptions::read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
 
     pub(crate) fn from_parts(
         ptr: *mut u8,
@@ -329,6 +359,7 @@ impl Region {
             path,
             file: None,
             on_tmpfs: true,
+            read_only: false,
             notes: vec![],
         }
     }
@@ -343,6 +374,17 @@ impl Region {
         );
         // SAFETY: in bounds, checked above.
         unsafe { self.ptr.add(off) }
+    }
+
+    /// [`Region::at`] for a store: a read-only mapping would fault, so say why instead.
+    #[inline]
+    fn at_w(&self, off: usize, len: usize) -> *mut u8 {
+        assert!(
+            !self.read_only,
+            "{}: store into a region mapped read-only",
+            self.path.display()
+        );
+        self.at(off, len)
     }
 
     /// Address of byte `off` after checking that `[off, off+len)` lies inside the region, for
@@ -398,7 +440,7 @@ impl Region {
             return Err(MediaError::Sync {
                 offset: start,
                 end,
-                source: std::io::Error::last_os_error(),
+                err: std::io::Error::last_os_error(),
             });
         }
         Ok(())
@@ -444,13 +486,13 @@ impl crate::Media for Region {
     }
     #[inline]
     fn write(&self, off: usize, src: &[u8]) {
-        let p = self.at(off, src.len());
+        let p = self.at_w(off, src.len());
         // SAFETY: bounds checked; the caller holds write rights (protection windows) to the range.
         unsafe { raw::copy_in(p, src.as_ptr(), src.len()) }
     }
     #[inline]
     fn write_nt(&self, off: usize, src: &[u8]) {
-        let p = self.at(off, src.len());
+        let p = self.at_w(off, src.len());
         // SAFETY: as for `write`.
         unsafe {
             raw::copy_in_nt(
@@ -469,7 +511,7 @@ impl crate::Media for Region {
     }
     #[inline]
     unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
-        let p = self.at(off, len);
+        let p = self.at_w(off, len);
         // SAFETY: bounds checked; the caller vouches for `src`; the copy reads it by pointer.
         unsafe { raw::copy_in_nt(p, src, len, crate::cpu::features().nt_width()) }
     }
@@ -494,17 +536,17 @@ impl crate::Media for Region {
     #[inline]
     fn store_u64(&self, off: usize, v: u64) {
         // SAFETY: as above.
-        unsafe { raw::store_u64(self.at(off, 8), v) }
+        unsafe { raw::store_u64(self.at_w(off, 8), v) }
     }
     #[inline]
     fn cas_u64(&self, off: usize, current: u64, new: u64) -> std::result::Result<u64, u64> {
         // SAFETY: as above.
-        unsafe { raw::cas_u64(self.at(off, 8), current, new) }
+        unsafe { raw::cas_u64(self.at_w(off, 8), current, new) }
     }
     #[inline]
     fn cas_u128(&self, off: usize, current: u128, new: u128) -> std::result::Result<u128, u128> {
         // SAFETY: as above.
-        unsafe { raw::cas_u128(self.at(off, 16), current, new) }
+        unsafe { raw::cas_u128(self.at_w(off, 16), current, new) }
     }
 }
 
@@ -529,12 +571,27 @@ fn check_size(path: &Path, size: u64, align: u64) -> Result<()> {
     Ok(())
 }
 
-fn open_rw(path: &Path) -> Result<File> {
+fn open_file(path: &Path, read_only: bool) -> Result<File> {
     OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(!read_only)
         .open(path)
-        .map_err(|e| MediaError::io(path, "cannot open read-write", e))
+        .map_err(|e| {
+            let what = if read_only {
+                "cannot open read-only"
+            } else {
+                "cannot open read-write"
+            };
+            MediaError::io(path, what, e)
+        })
+}
+
+fn prot(read_only: bool) -> i32 {
+    if read_only {
+        libc::PROT_READ
+    } else {
+        libc::PROT_READ | libc::PROT_WRITE
+    }
 }
 
 fn fallocate(file: &File, size: u64) -> std::io::Result<()> {

@@ -76,6 +76,7 @@ impl EngineArgs {
             emulate: self.emulate.unwrap_or_default(),
             max_request: usize::try_from(self.max_request).unwrap_or(usize::MAX),
             populate: self.populate,
+            read_only: false,
         }
     }
 }

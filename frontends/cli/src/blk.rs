@@ -34,7 +34,8 @@ pub struct CheckArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
-    /// If the only problem is an unclean shutdown, mark the device clean
+    /// If the only problem is an unclean shutdown, mark the device clean (the only way `check`
+    /// writes: it then needs write access; without it the file is opened read-only)
     #[arg(long)]
     pub mark_clean: bool,
 }
@@ -184,8 +185,20 @@ fn print_info(path: &std::path::Path, f: &Found, in_use: bool) {
 }
 
 pub fn check(a: CheckArgs) -> Result<ExitCode> {
-    let report = pmkit_blk::check_path(&a.path, a.mark_clean)
-        .with_context(|| format!("cannot check the device at {}", a.path.display()))?;
+    let report = pmkit_blk::check_path(&a.path, a.mark_clean).map_err(|e| {
+        let denied = matches!(&e, pmkit_blk::BlkError::Media(m)
+            if matches!(m.os_error(), Some(libc::EROFS | libc::EACCES | libc::EPERM)));
+        let what = if a.mark_clean && denied {
+            format!(
+                "--mark-clean needs write access to {}, which this process lacks; drop \
+                 --mark-clean to check it read-only",
+                a.path.display()
+            )
+        } else {
+            format!("cannot check the device at {}", a.path.display())
+        };
+        anyhow::Error::new(e).context(what)
+    })?;
     if a.json {
         let v = serde_json::json!({ "path": a.path, "clean": report.is_clean(), "report": report });
         println!("{}", serde_json::to_string_pretty(&v)?);

@@ -28,9 +28,10 @@ struct Cli {
 enum Cmd {
     /// Create a PMBD block device (a file of --size bytes, or format an existing one).
     Create(blk::CreateArgs),
-    /// Describe a block device from its superblock (changes nothing).
+    /// Describe a block device from its superblock (opens it read-only, changes nothing).
     Info(blk::InfoArgs),
-    /// Verify a block device (superblock, checksums): exit 0 when clean, 1 otherwise.
+    /// Verify a block device (superblock, checksums): exit 0 when clean, 1 otherwise. Opens it
+    /// read-only unless --mark-clean.
     Check(blk::CheckArgs),
     /// Persistent memory objects (PMO): create, list, inspect, dump and check pools.
     Obj(obj::Args),

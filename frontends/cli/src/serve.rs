@@ -36,7 +36,9 @@ pub struct ServeArgs {
     /// Listen on TCP instead, e.g. 127.0.0.1:10809
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
-    /// Export read-only (writes, trims and zeroing fail with EPERM)
+    /// Export read-only: PATH is opened read-only (a read-only file system or read permission
+    /// suffices) and not a byte of it changes; writes, trims and zeroing fail with EPERM, flush
+    /// does nothing. A PATH created here (--size) is made first, then opened read-only.
     #[arg(long)]
     pub read_only: bool,
     /// Export name clients may ask for (the empty default name is always accepted)
@@ -85,7 +87,8 @@ fn secs(s: u64) -> Option<std::time::Duration> {
 
 /// Open PATH, or create it when it is missing and a size is known.
 fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
-    let engine = a.engine.to_options();
+    let mut engine = a.engine.to_options();
+    engine.read_only = a.read_only;
     let (path, size) = match &a.path {
         Some(p) => (p.clone(), a.create.size),
         None => {
@@ -116,8 +119,20 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
             path.display()
         );
     };
-    let dev = pmkit_blk::create_path(&path, Some(size), &a.create.to_options(), &engine)
+    let rw = pmkit_blk::EngineOptions {
+        read_only: false,
+        ..engine.clone()
+    };
+    let dev = pmkit_blk::create_path(&path, Some(size), &a.create.to_options(), &rw)
         .with_context(|| format!("cannot create a {size}-byte device at {}", path.display()))?;
+    if !a.read_only {
+        return Ok((path, dev, true));
+    }
+    // Made here to be served read-only: made read-write, closed cleanly, reopened read-only.
+    dev.close().context("cannot close the new device")?;
+    drop(dev);
+    let dev = pmkit_blk::open_path(&path, &engine)
+        .with_context(|| format!("cannot open {} read-only", path.display()))?;
     Ok((path, dev, true))
 }
 

@@ -43,6 +43,8 @@ struct Inner<M: Media + 'static> {
     closed: AtomicBool,
     notes: Vec<String>,
     was_clean: bool,
+    /// Opened read-only: nothing is ever stored (see [`EngineOptions::read_only`]).
+    read_only: bool,
 }
 
 /// What a front end shows about an open device.
@@ -61,6 +63,8 @@ pub struct DeviceInfo {
     pub write: WriteScheme,
     /// Whether the previous user of the device closed it cleanly.
     pub was_clean: bool,
+    /// Opened read-only: writes are refused and nothing on the media changes.
+    pub read_only: bool,
     pub notes: Vec<String>,
 }
 
@@ -69,6 +73,11 @@ impl<M: Media + 'static> Device<M> {
     pub fn create(media: M, create: &CreateOptions, engine: &EngineOptions) -> Result<Device<M>> {
         create.validate()?;
         check_scheme(engine.write)?;
+        if engine.read_only {
+            return Err(BlkError::BadOption(
+                "a device cannot be created read-only".into(),
+            ));
+        }
         let layout = Layout::compute(
             media.len() as u64,
             create.block_size,
@@ -80,7 +89,8 @@ impl<M: Media + 'static> Device<M> {
     }
 
     /// Open a device created earlier. A device not closed cleanly is opened all the same and
-    /// says so in [`Device::was_clean`] and [`Device::notes`].
+    /// says so in [`Device::was_clean`] and [`Device::notes`]. Read-only (with
+    /// [`EngineOptions::read_only`], or on a read-only region) nothing is written, ever.
     pub fn open(media: M, engine: &EngineOptions) -> Result<Device<M>> {
         check_scheme(engine.write)?;
         if engine.max_request == 0 || engine.max_request > crate::options::MAX_REQUEST_LIMIT {
@@ -142,7 +152,13 @@ impl<M: Media + 'static> Device<M> {
             );
             tracing::warn!("block device was not shut down cleanly");
         }
-        let (protect, gate) = Gate::resolve(&media, engine, &mut notes)?;
+        let read_only = engine.read_only || media.mapping().is_some_and(|r| r.is_read_only());
+        let (protect, gate) = if read_only {
+            notes.push(read_only_note(engine.protect));
+            (Protect::None, Gate::Open)
+        } else {
+            Gate::resolve(&media, engine, &mut notes)?
+        };
         if protect == Protect::PtBatch {
             engine.batch.validate(layout.block_size)?;
         }
@@ -173,11 +189,15 @@ impl<M: Media + 'static> Device<M> {
             closed: AtomicBool::new(false),
             notes,
             was_clean,
+            read_only,
         });
         let dev = Device {
             inner,
             syncers: Mutex::new(vec![]),
         };
+        if read_only {
+            return Ok(dev);
+        }
         // Mark the device in use before the first write can reach it.
         dev.inner.update_superblock(|sb| {
             sb.clean = false;
@@ -265,9 +285,13 @@ impl<M: Media + 'static> Device<M> {
     }
 
     /// Write barrier: wait for writes in flight, then make every completed write durable.
+    /// Read-only, there are none: it succeeds at once.
     pub fn flush(&self) -> Result<()> {
         let i = &*self.inner;
         i.check_open()?;
+        if i.read_only {
+            return Ok(());
+        }
         let t0 = cycles();
         i.flush_all()?;
         i.stats().add(Ctr::Flushes, 1);
@@ -318,6 +342,11 @@ impl<M: Media + 'static> Device<M> {
         self.inner.was_clean
     }
 
+    /// Whether the device was opened read-only (writes fail with [`BlkError::ReadOnly`]).
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
     /// Things the user should know about this open (fallbacks, unclean shutdown, mapping).
     pub fn notes(&self) -> &[String] {
         &self.inner.notes
@@ -339,6 +368,7 @@ impl<M: Media + 'static> Device<M> {
             protect: i.protect,
             write: i.path().persister.scheme(),
             was_clean: i.was_clean,
+            read_only: i.read_only,
             notes: i.notes.clone(),
         }
     }
@@ -376,8 +406,10 @@ impl<M: Media + 'static> Device<M> {
         // Requests check `closed` after taking their stripes, so after this no write runs.
         i.stripes.wait_idle();
         self.stop_syncers();
-        i.flush_all()?;
-        i.update_superblock(|sb| sb.clean = true)?;
+        if !i.read_only {
+            i.flush_all()?;
+            i.update_superblock(|sb| sb.clean = true)?;
+        }
         let path = i.path();
         path.gate.unprotect(path.media.mapping())?;
         if let Some(region) = path.media.mapping() {
@@ -398,7 +430,7 @@ impl<M: Media + 'static> Device<M> {
 
 impl<M: Media + 'static> Drop for Device<M> {
     fn drop(&mut self) {
-        if !self.inner.closed.load(Ordering::SeqCst) {
+        if !self.inner.closed.load(Ordering::SeqCst) && !self.inner.read_only {
             // Not closed: keep acknowledged data (drain and flush) but leave the device marked
             // unclean, as a crash would.
             tracing::warn!(
@@ -413,6 +445,19 @@ impl<M: Media + 'static> Drop for Device<M> {
             let _ = path.gate.unprotect(path.media.mapping());
         }
     }
+}
+
+/// What a read-only open tells the user about protection.
+fn read_only_note(asked: Option<Protect>) -> String {
+    let ignored = match asked {
+        Some(p) if p != Protect::None => format!(" (--protect {p} does not apply)"),
+        _ => String::new(),
+    };
+    format!(
+        "opened read-only: nothing is written, not even the superblock's in-use mark; protection \
+         is none{ignored}: the PROT_READ mapping already faults on any store, and pt, pt-batch, \
+         private and pkey all need write rights to toggle"
+    )
 }
 
 fn slot_name(i: usize) -> char {
@@ -534,9 +579,14 @@ impl<M: Media + 'static> Inner<M> {
         Ok(())
     }
 
-    /// A write, with the request's stripes held exclusively.
+    /// A write, with the request's stripes held exclusively. Every store of data (writes,
+    /// trims, zeroing, read-modify-writes) comes through here, so read-only refuses them here.
     #[inline]
     fn write_locked(&self, b0: u64, src: &[u8], fua: bool) -> Result<()> {
+        if self.read_only {
+            self.stats().add(Ctr::Rejected, 1);
+            return Err(BlkError::ReadOnly);
+        }
         match &self.batch {
             Some(b) => b.write(&self.blocks, b0, src, fua),
             None => self.blocks.write(b0, src, fua),

@@ -55,6 +55,8 @@ pub enum BlkError {
     Busy { path: std::path::PathBuf },
     #[error("the device is closed")]
     Closed,
+    #[error("the device is open read-only: writes, trims and zeroing are refused")]
+    ReadOnly,
     #[error(transparent)]
     Media(#[from] MediaError),
 }
@@ -71,6 +73,7 @@ impl BlkError {
             BlkError::OutOfRange { .. } => libc::ENOSPC,
             BlkError::TooLarge { .. } => libc::EOVERFLOW,
             BlkError::Closed => libc::ESHUTDOWN,
+            BlkError::ReadOnly => libc::EROFS,
             _ => libc::EIO,
         }
     }

@@ -166,6 +166,12 @@ pub struct EngineOptions {
     pub max_request: usize,
     /// Fault every page in when mapping a region from a path.
     pub populate: bool,
+    /// Open read-only: the path is opened `O_RDONLY` and mapped `PROT_READ` (a read-only file
+    /// system or read permission suffices), the superblock is not marked in use, writes, trims
+    /// and zeroing fail with [`BlkError::ReadOnly`] (`EROFS`), flush does nothing, and
+    /// protection is `none` whatever `protect` says (the mapping faults on stores by itself;
+    /// the other modes need write rights to toggle). Creating a device read-only is refused.
+    pub read_only: bool,
 }
 
 impl Default for EngineOptions {
@@ -180,6 +186,7 @@ impl Default for EngineOptions {
             emulate: EmulationSpec::default(),
             max_request: 32 << 20,
             populate: false,
+            read_only: false,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Devices by path: map a region (file, DAX file or device-dax) and create, open, inspect or
-//! check the device on it. A read-write open holds an exclusive `flock` on the file, `check`
-//! and `info` a shared one, so two processes never drive one device at once.
+//! check the device on it. A read-write open holds an exclusive `flock` on the file; read-only
+//! opens, `check` and `info` a shared one, so two processes never drive one device at once.
+//! Read-only opens, `inspect_path` and `check_path` without `mark_clean` open the file
+//! `O_RDONLY`, map it `PROT_READ` and change no byte of it.
 
 use crate::check::{self, CheckReport};
 use crate::device::Device;
@@ -10,9 +12,10 @@ use crate::superblock::{self, Found};
 use pmkit_media::{Region, RegionOptions};
 use std::path::Path;
 
-fn region_opts(populate: bool) -> RegionOptions {
+fn region_opts(populate: bool, read_only: bool) -> RegionOptions {
     RegionOptions {
         populate,
+        read_only,
         ..Default::default()
     }
 }
@@ -46,11 +49,14 @@ pub fn create_path(
                 )));
             }
             (
-                Region::create(path, n, &region_opts(engine.populate))?,
+                Region::create(path, n, &region_opts(engine.populate, false))?,
                 true,
             )
         }
-        None => (Region::open(path, &region_opts(engine.populate))?, false),
+        None => (
+            Region::open(path, &region_opts(engine.populate, false))?,
+            false,
+        ),
     };
     lock(&region, true)?;
     // A freshly fallocate'd file reads as zeroes already.
@@ -65,25 +71,27 @@ pub fn create_path(
     made
 }
 
-/// Open the device at `path` read-write with every engine option.
+/// Open the device at `path` with every engine option: read-write, or with
+/// [`EngineOptions::read_only`] read-only (`O_RDONLY`, a shared lock, nothing written).
 pub fn open_path(path: &Path, engine: &EngineOptions) -> Result<Device<Region>> {
-    let region = Region::open(path, &region_opts(engine.populate))?;
-    lock(&region, true)?;
+    let region = Region::open(path, &region_opts(engine.populate, engine.read_only))?;
+    lock(&region, !engine.read_only)?;
     Device::open(region, engine)
 }
 
 /// Read the superblock at `path` without changing anything. `in_use` says whether another
 /// process has the device open.
 pub fn inspect_path(path: &Path) -> Result<(Found, bool)> {
-    let region = Region::open(path, &RegionOptions::default())?;
+    let region = Region::open_read_only(path)?;
     let in_use = matches!(lock(&region, false), Err(BlkError::Busy { .. }));
     Ok((superblock::read(&region)?, in_use))
 }
 
 /// Check the device at `path` (superblock, and every block's checksum when they are on).
-/// With `mark_clean`, a device whose only finding is an unclean shutdown is marked clean.
+/// With `mark_clean`, a device whose only finding is an unclean shutdown is marked clean: only
+/// then is the file opened read-write.
 pub fn check_path(path: &Path, mark_clean: bool) -> Result<CheckReport> {
-    let region = Region::open(path, &RegionOptions::default())?;
+    let region = Region::open(path, &region_opts(false, !mark_clean))?;
     lock(&region, mark_clean)?;
     check::check(&region, mark_clean)
 }

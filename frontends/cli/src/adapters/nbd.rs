@@ -31,6 +31,7 @@ fn map_err(e: BlkError) -> BackendError {
         libc::EINVAL | libc::EOVERFLOW => ErrorKind::Invalid,
         libc::ENOSPC => ErrorKind::NoSpace,
         libc::ESHUTDOWN => ErrorKind::Shutdown,
+        libc::EROFS => ErrorKind::ReadOnly,
         _ => ErrorKind::Io,
     };
     BackendError::new(kind, e.to_string())
@@ -47,7 +48,9 @@ impl BlockBackend for PmbdBackend {
         }
     }
     fn is_read_only(&self) -> bool {
-        false
+        // A device opened read-only (`pmkit serve --read-only`) is advertised so: clients see
+        // NBD_FLAG_READ_ONLY, and the server answers writes EPERM before they get here.
+        self.dev.is_read_only()
     }
     fn read(&self, off: u64, buf: &mut [u8]) -> BackendResult<()> {
         if buf.is_empty() {
@@ -62,6 +65,7 @@ impl BlockBackend for PmbdBackend {
         self.dev.write_bytes(off, data, fua).map_err(map_err)
     }
     fn flush(&self) -> BackendResult<()> {
+        // Read-only, the device's flush succeeds at once (nothing was written).
         self.dev.flush().map_err(map_err)
     }
     fn trim(&self, off: u64, len: u64, fua: bool) -> BackendResult<()> {
