@@ -62,6 +62,20 @@ pub enum ObjError {
          none of it was returned"
     )]
     BadMedia { what: String, media_off: u64 },
+    /// A page of an object's published slot does not match its CRC (checksummed pools): the
+    /// media returned bytes, but not the ones written. None of them was handed out.
+    #[error(
+        "data checksum mismatch: object {object:?} slot {slot} page {page} (stored {stored:#010x}, \
+         computed {computed:#010x}); none of it was returned (replace the object: delete, \
+         create and sync it again)"
+    )]
+    Checksum {
+        object: String,
+        slot: u8,
+        page: u64,
+        stored: u32,
+        computed: u32,
+    },
     /// The operating system refused a resource: a mapping, a change of page rights, or the
     /// fault handler. Not the caller's argument: retry later, or free memory or mappings.
     #[error("cannot {what}: {source} (out of memory, or the process's map count limit?)")]
@@ -73,14 +87,14 @@ pub enum ObjError {
 
 impl ObjError {
     /// The operating system's error number behind a [`ObjError::Resource`] error (ENOMEM when
-    /// the OS gave none), or EIO for [`ObjError::BadMedia`], for callers that report errno
+    /// the OS gave none), or EIO for [`ObjError::BadMedia`] and [`ObjError::Checksum`], for callers that report errno
     /// values.
     pub fn os_errno(&self) -> Option<i32> {
         match self {
             ObjError::Resource { source, .. } => {
                 Some(source.raw_os_error().unwrap_or(libc::ENOMEM))
             }
-            ObjError::BadMedia { .. } => Some(libc::EIO),
+            ObjError::BadMedia { .. } | ObjError::Checksum { .. } => Some(libc::EIO),
             _ => None,
         }
     }

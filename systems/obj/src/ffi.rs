@@ -50,7 +50,11 @@ fn code(e: &ObjError) -> c_int {
         // The C ABI has no PMO_ENOMEM: a refused mapping is reported like media that cannot
         // be mapped, with the OS's reason in the message.
         // A media error (poisoned PM) is EIO too: the message names what cannot be read.
-        ObjError::Media(_) | ObjError::Resource { .. } | ObjError::BadMedia { .. } => PMO_EIO,
+        // So is a data checksum mismatch: the media returned the wrong bytes.
+        ObjError::Media(_)
+        | ObjError::Resource { .. }
+        | ObjError::BadMedia { .. }
+        | ObjError::Checksum { .. } => PMO_EIO,
         ObjError::NotAPool(_) => PMO_ENOTPOOL,
         ObjError::Corrupt(_) => PMO_ECORRUPT,
         ObjError::BadArgument(_)
@@ -425,5 +429,13 @@ mod tests {
             media_off: 0x2000,
         };
         assert_eq!(code(&bad), PMO_EIO);
+        let sum = ObjError::Checksum {
+            object: "a".into(),
+            slot: 1,
+            page: 3,
+            stored: 1,
+            computed: 2,
+        };
+        assert_eq!(code(&sum), PMO_EIO);
     }
 }

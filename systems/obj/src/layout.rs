@@ -4,6 +4,7 @@
 //! 0            header (one page; magic written last)
 //! 4096         Persistent Object Table: max_objects entries of 128 bytes
 //! sync_off     PMO Sync Table: one intent record (one page)
+//! crc_off      page CRC table (checksummed pools only): a CRC32C per 4 KiB page of the area
 //! area_off     object area: each object = two slots of `cap` bytes (A at `offset`, B right after)
 //! ```
 //!
@@ -15,6 +16,13 @@ use crate::error::{ObjError, Result};
 pub const PAGE: usize = 4096;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITOBJ");
 pub const VERSION: u32 = 1;
+/// Header feature flags (u32 at offset 12; 0 in every pool made before they existed).
+/// Object pages carry a CRC32C in the page CRC table between the Sync Table and the area.
+pub const FEATURE_CHECKSUM: u32 = 1;
+/// Every feature flag this build understands; a pool with another one is refused.
+pub const FEATURES_KNOWN: u32 = FEATURE_CHECKSUM;
+/// Bytes of one page's entry in the page CRC table.
+pub const CRC_ENTRY: usize = 4;
 
 /// Header field offsets.
 pub const H_MAGIC: usize = 0;
@@ -119,10 +127,30 @@ pub struct Geometry {
     pub area_off: u64,
     pub area_len: u64,
     pub pool_id: u64,
+    /// Feature flags ([`FEATURE_CHECKSUM`]); 0 for a plain pool.
+    pub features: u32,
 }
 
 impl Geometry {
+    /// A plain pool (no feature flags).
     pub fn new(pool_len: usize, max_objects: u32, pool_id: u64) -> Result<Geometry> {
+        Geometry::with_features(pool_len, max_objects, pool_id, 0)
+    }
+
+    /// A pool with feature flags `features`. With [`FEATURE_CHECKSUM`] the page CRC table
+    /// takes whole pages between the Sync Table and the area: `c` pages for `a` area pages,
+    /// with `c * PAGE / CRC_ENTRY >= a`.
+    pub fn with_features(
+        pool_len: usize,
+        max_objects: u32,
+        pool_id: u64,
+        features: u32,
+    ) -> Result<Geometry> {
+        if features & !FEATURES_KNOWN != 0 {
+            return Err(ObjError::BadArgument(format!(
+                "unknown pool feature flags {features:#x}"
+            )));
+        }
         if !(MIN_OBJECTS..=MAX_OBJECTS).contains(&max_objects) {
             return Err(ObjError::BadArgument(format!(
                 "max objects {max_objects} is outside {MIN_OBJECTS}..={MAX_OBJECTS}"
@@ -130,7 +158,13 @@ impl Geometry {
         }
         let table_off = PAGE;
         let sync_off = (table_off + max_objects as usize * ENTRY).next_multiple_of(PAGE);
-        let area_off = sync_off + SYNC_LEN;
+        let mut area_off = sync_off + SYNC_LEN;
+        if features & FEATURE_CHECKSUM != 0 {
+            // R pages after the Sync Table: c = ceil(R / (1 + PAGE/CRC_ENTRY)) CRC pages cover
+            // the R - c area pages, since c * (1 + PAGE/CRC_ENTRY) >= R.
+            let rest = pool_len.saturating_sub(area_off) / PAGE;
+            area_off += rest.div_ceil(1 + PAGE / CRC_ENTRY) * PAGE;
+        }
         // At least one page-sized object (two slots) must fit.
         let need = area_off + 2 * PAGE;
         if pool_len < need {
@@ -147,7 +181,24 @@ impl Geometry {
             area_off: area_off as u64,
             area_len: area_len as u64,
             pool_id,
+            features,
         })
+    }
+
+    /// Whether object pages carry CRCs.
+    pub fn checksum(&self) -> bool {
+        self.features & FEATURE_CHECKSUM != 0
+    }
+
+    /// Media offset of the page CRC table entry of the area page at media offset `page_off`.
+    pub fn crc_entry_off(&self, page_off: usize) -> usize {
+        debug_assert!(
+            self.checksum(),
+            "only checksummed pools have a page CRC table"
+        );
+        let area_off = self.area_off as usize;
+        debug_assert!(page_off >= area_off && (page_off - area_off).is_multiple_of(PAGE));
+        self.sync_off as usize + SYNC_LEN + (page_off - area_off) / PAGE * CRC_ENTRY
     }
 
     pub fn entry_off(&self, index: usize) -> usize {
@@ -163,6 +214,7 @@ impl Geometry {
         let mut b = [0u8; HEADER_LEN];
         put64(&mut b, H_MAGIC, MAGIC);
         put32(&mut b, 8, VERSION);
+        put32(&mut b, 12, self.features);
         put64(&mut b, 16, self.pool_len);
         put64(&mut b, 24, self.table_off);
         put32(&mut b, 32, self.max_objects);
@@ -196,6 +248,12 @@ impl Geometry {
                 "pool format version {version}, this build reads {VERSION}"
             )));
         }
+        let features = le32(b, 12);
+        if features & !FEATURES_KNOWN != 0 {
+            return Err(ObjError::NotAPool(format!(
+                "pool uses feature flags {features:#x}, this build knows only {FEATURES_KNOWN:#x}"
+            )));
+        }
         let g = Geometry {
             pool_len: le64(b, 16),
             table_off: le64(b, 24),
@@ -204,10 +262,13 @@ impl Geometry {
             area_off: le64(b, 48),
             area_len: le64(b, 56),
             pool_id: le64(b, 64),
+            features,
         };
-        let expect = Geometry::new(g.pool_len as usize, g.max_objects, g.pool_id).map_err(|e| {
-            ObjError::Corrupt(format!("pool header describes an impossible geometry: {e}"))
-        })?;
+        let expect =
+            Geometry::with_features(g.pool_len as usize, g.max_objects, g.pool_id, features)
+                .map_err(|e| {
+                    ObjError::Corrupt(format!("pool header describes an impossible geometry: {e}"))
+                })?;
         if expect != g {
             return Err(ObjError::Corrupt(format!(
                 "pool header geometry is inconsistent: {g:?}"
@@ -405,6 +466,28 @@ mod tests {
             Geometry::decode(&b, 1 << 20),
             Err(ObjError::NotAPool(_))
         ));
+    }
+
+    #[test]
+    fn checksum_header_roundtrip_and_unknown_features() {
+        let plain = Geometry::new(1 << 20, 16, 7).unwrap();
+        let g = Geometry::with_features(1 << 20, 16, 7, FEATURE_CHECKSUM).unwrap();
+        assert_eq!(Geometry::decode(&g.encode(), 1 << 20).unwrap(), g);
+        // The CRC table sits after the Sync Table and covers every area page.
+        let crc_pages = (g.area_off - plain.area_off) as usize / PAGE;
+        assert!(crc_pages >= 1);
+        assert!(crc_pages * PAGE / CRC_ENTRY >= g.area_len as usize / PAGE);
+        let last = g.area_off as usize + g.area_len as usize - PAGE;
+        assert!(g.crc_entry_off(last) + CRC_ENTRY <= g.area_off as usize);
+        // A plain header is what it was before feature flags existed: bytes 12..16 are zero.
+        assert_eq!(plain.encode()[12..16], [0; 4]);
+        let mut b = g.encode();
+        put32(&mut b, 12, FEATURE_CHECKSUM | 2);
+        let crc = crc32c::crc32c(&b[H_BODY]);
+        put32(&mut b, H_CRC, crc);
+        let err = Geometry::decode(&b, 1 << 20).unwrap_err();
+        assert!(matches!(err, ObjError::NotAPool(_)), "{err}");
+        assert!(Geometry::with_features(1 << 20, 16, 7, 2).is_err());
     }
 
     #[test]

@@ -94,7 +94,7 @@ proptest! {
         area_len in any::<u64>(),
     ) {
         let mut image = pool_image();
-        let header = Geometry { pool_len, table_off, max_objects, sync_off, area_off, area_len, pool_id: 1 };
+        let header = Geometry { pool_len, table_off, max_objects, sync_off, area_off, area_len, pool_id: 1, features: 0 };
         put(&mut image, 0, &header.encode());
         decode(&image);
     }

@@ -3,6 +3,7 @@
 
 mod area;
 mod attach;
+mod checksum;
 mod handle;
 mod io;
 mod objects;
@@ -87,6 +88,11 @@ pub struct PoolOptions {
     /// `false` (or no keys): `mprotect` windows around the library's copies and `mprotect` of
     /// the buffer at attach and detach (a pointer works in every thread).
     pub pkey: bool,
+    /// Give every 4 KiB page of object data a CRC32C (used by `format` only; recorded in the
+    /// pool header, so `open` takes it from there). A page that does not match is an error
+    /// ([`ObjError::Checksum`], EIO), never data. Default off: the pool is then byte for byte
+    /// what it was before checksums existed.
+    pub checksum: bool,
 }
 
 impl Default for PoolOptions {
@@ -96,6 +102,7 @@ impl Default for PoolOptions {
             protect: true,
             shadow: Shadow::Dram,
             pkey: true,
+            checksum: false,
         }
     }
 }
@@ -321,7 +328,12 @@ impl<M: Media> Pool<M> {
     /// Format `media` as an empty pool. The magic is written last, so a crash leaves either the old
     /// contents' magic cleared or a complete pool.
     pub fn format(media: M, opts: &PoolOptions) -> Result<Pool<M>> {
-        let geometry = Geometry::new(media.len(), opts.max_objects, pool_id())?;
+        let features = if opts.checksum {
+            layout::FEATURE_CHECKSUM
+        } else {
+            0
+        };
+        let geometry = Geometry::with_features(media.len(), opts.max_objects, pool_id(), features)?;
         media.persist_u64(layout::H_MAGIC, 0);
         let meta = geometry.area_off as usize - geometry.table_off as usize;
         media.zero(geometry.table_off as usize, meta);

@@ -53,6 +53,11 @@ impl<M: Media> Pool<M> {
             }
             drop(window);
             self.close_area(off, len)?;
+            if self.checksum() {
+                // Both slots' tables say "zero page", durable with the rest by the fence.
+                let crcs = vec![super::checksum::page_crc(&ZEROES); 2 * cap as usize / PAGE];
+                self.store_crcs(&descriptor, 0, 0, &crcs);
+            }
             let entry_off = self.geometry.entry_off(index);
             let encoded = descriptor.encode();
             // Pair assertion: what is persisted must decode to what was meant.
@@ -143,11 +148,13 @@ impl<M: Media> Pool<M> {
         let object = inner.object(inner.index_of(name)?);
         let (off, capacity) = (object.slot_offset(object.current_slot()), object.capacity());
         let size = object.descriptor.size as usize;
+        // A checksummed pool reads whole pages, to compare each with its CRC.
+        let len = if self.checksum() { capacity } else { size };
         // A media error is an error, never a copy holding the fill pattern.
-        check_readable(&self.media, off, size, || {
+        check_readable(&self.media, off, len, || {
             object.slot_what(object.current_slot())
         })?;
-        let mut copy = vec![0u8; size];
+        let mut copy = vec![0u8; len];
         // Readers that map the current slot keep it readable: leave its rights alone.
         let open = !self.shadow.readers_map_current_slot(object.readers);
         let window = if open {
@@ -159,6 +166,21 @@ impl<M: Media> Pool<M> {
         drop(window);
         if open {
             self.close_area(off, capacity)?;
+        }
+        if self.checksum() {
+            for (page, data) in copy.chunks(PAGE).enumerate() {
+                let slot = object.current_slot();
+                let descriptor = &object.descriptor;
+                super::checksum::verify_page(
+                    &self.media,
+                    &self.geometry,
+                    descriptor,
+                    slot,
+                    page,
+                    data,
+                )?;
+            }
+            copy.truncate(size);
         }
         Ok(copy)
     }

@@ -254,7 +254,21 @@ impl<M: Media> Pool<M> {
                 }
             }
         };
-        let scan = scan(media, &geometry);
+        let mut scan = scan(media, &geometry);
+        if geometry.checksum() {
+            // The slot each object will be published from once `open` has rolled forward.
+            let pending = scan.intent.as_ref().map(|intent| intent.items.clone());
+            for (index, word, descriptor) in &scan.found {
+                let word = pending
+                    .iter()
+                    .flatten()
+                    .find(|(entry, _)| *entry == *index as u64)
+                    .map_or(*word, |&(_, word)| word);
+                let slot = layout::state_slot(word);
+                let found = super::checksum::findings(media, &geometry, *index, descriptor, slot);
+                scan.errors.extend(found);
+            }
+        }
         CheckReport {
             geometry: Some(geometry),
             objects: scan.found.len(),

@@ -7,6 +7,7 @@
 //! a slice.
 
 use super::super::attach::Binding;
+use super::super::checksum;
 use super::super::{add_under_lock, Access, ObjectState, Pool, Tracking, MAX_THREADS_PER_HANDLE};
 use crate::error::{ObjError, Result};
 use crate::keys;
@@ -69,12 +70,35 @@ impl DramShadow {
                 unsafe { buffer.zero(0, capacity) };
             } else {
                 let window = pool.open_area(current, capacity, Rights::Read)?;
-                // SAFETY: the buffer holds at least `capacity` bytes and was opened for writing
-                // above. It is not handed out yet, but a pointer kept from its last attachment
-                // may still reach it, which is why it is written by raw pointer only.
-                unsafe { buffer.fill_from(&pool.media, current, capacity) };
+                let filled: Result<()> = if pool.checksum() {
+                    // Page by page through a scratch page, each compared with its CRC before
+                    // it reaches the buffer (which is handed out only if every page matches).
+                    let (slot, mut page) = (object.current_slot(), [0u8; PAGE]);
+                    (0..object.pages()).try_for_each(|index| {
+                        let descriptor = &object.descriptor;
+                        checksum::read_page(
+                            &pool.media,
+                            &pool.geometry,
+                            descriptor,
+                            slot,
+                            index,
+                            &mut page,
+                        )?;
+                        // SAFETY: as for `fill_from` below; the page lies inside `capacity`.
+                        unsafe { buffer.copy_in(index * PAGE, &page) };
+                        Ok(())
+                    })
+                } else {
+                    // SAFETY: the buffer holds at least `capacity` bytes and was opened for
+                    // writing above. It is not handed out yet, but a pointer kept from its last
+                    // attachment may still reach it, which is why it is written by raw pointer
+                    // only.
+                    unsafe { buffer.fill_from(&pool.media, current, capacity) };
+                    Ok(())
+                };
                 drop(window);
                 pool.close_area(current, capacity)?;
+                filled?;
                 add_under_lock(&pool.counters.bytes_copied, capacity as u64);
             }
             let read_only = binding.access == Access::Read;
@@ -188,11 +212,26 @@ impl DramShadow {
         for (first, count) in object.stale.runs() {
             let (at, len) = (first * PAGE, count * PAGE);
             debug_assert!(at + len <= capacity, "stale pages lie inside the object");
-            // SAFETY: `[at, at+len)` lies in the object, whose capacity fits in the buffer,
-            // which is readable here (the window above). User threads may store into it while
-            // this runs (they should not: such stores may or may not be synced), which is why
-            // it is read by raw pointer.
-            unsafe { self.buffer.stream_to(&pool.media, at, target + at, len) };
+            if pool.checksum() {
+                // Through a scratch page, so the CRC is of exactly the bytes streamed (a page
+                // being written is whole in the buffer).
+                let mut page = [0u8; PAGE];
+                let crcs: Vec<u32> = (first..first + count)
+                    .map(|index| {
+                        // SAFETY: as for `stream_to` below, for one page of the range.
+                        unsafe { self.buffer.copy_out(index * PAGE, &mut page) };
+                        pool.media.write_nt(target + index * PAGE, &page);
+                        checksum::page_crc(&page)
+                    })
+                    .collect();
+                pool.store_crcs(&object.descriptor, binding.slot, first, &crcs);
+            } else {
+                // SAFETY: `[at, at+len)` lies in the object, whose capacity fits in the
+                // buffer, which is readable here (the window above). User threads may store
+                // into it while this runs (they should not: such stores may or may not be
+                // synced), which is why it is read by raw pointer.
+                unsafe { self.buffer.stream_to(&pool.media, at, target + at, len) };
+            }
             add_under_lock(&pool.counters.bytes_synced, len as u64);
         }
         Ok(true)

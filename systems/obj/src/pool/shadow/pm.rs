@@ -6,6 +6,7 @@
 
 use super::super::area::address;
 use super::super::attach::Binding;
+use super::super::checksum;
 use super::super::{add_under_lock, check_readable, Access, ObjectState, Pool, Tracking};
 use crate::error::Result;
 use crate::layout::PAGE;
@@ -35,9 +36,30 @@ impl PmShadow {
         binding: &Binding,
     ) -> Result<PmShadow> {
         let read_only = binding.access == Access::Read;
-        if read_only && object.readers == 0 && pool.protect {
-            let current = object.slot_offset(object.current_slot());
+        let first_reader = read_only && object.readers == 0 && pool.protect;
+        let current = object.slot_offset(object.current_slot());
+        if first_reader {
             pool.rights(current, object.capacity(), Rights::Read)?;
+        }
+        if read_only && pool.checksum() {
+            // A reader reads the published slot in place: every page must match its CRC now.
+            let (slot, mut page) = (object.current_slot(), [0u8; PAGE]);
+            let verified = (0..object.pages()).try_for_each(|index| {
+                checksum::read_page(
+                    &pool.media,
+                    &pool.geometry,
+                    &object.descriptor,
+                    slot,
+                    index,
+                    &mut page,
+                )
+            });
+            if let Err(error) = verified {
+                if first_reader {
+                    pool.rights(current, object.capacity(), Rights::None)?;
+                }
+                return Err(error);
+            }
         }
         Ok(PmShadow {
             caught_up: read_only,
@@ -79,26 +101,54 @@ impl PmShadow {
         if pool.protect || binding.tracks_faults() {
             pool.rights(shadow, capacity, Rights::ReadWrite)?;
         }
+        if pool.checksum() {
+            // A page of the shadow taken as equal to the current slot must match its CRC (the
+            // same as the current page's); one that does not is copied again.
+            let mut page = [0u8; PAGE];
+            for index in (0..object.pages()).filter(|&index| !object.stale.contains(index)) {
+                let descriptor = &object.descriptor;
+                if checksum::read_page(
+                    &pool.media,
+                    &pool.geometry,
+                    descriptor,
+                    binding.slot,
+                    index,
+                    &mut page,
+                )
+                .is_err()
+                {
+                    object.stale.set_range(index, 1);
+                }
+            }
+        }
         if !object.stale.is_empty() {
             if pool.protect {
                 pool.rights(current, capacity, Rights::Read)?;
             }
-            let mut chunk = vec![0u8; COPY_CHUNK];
-            for (first, count) in object.stale.runs() {
-                let (mut at, end) = (first * PAGE, (first + count) * PAGE);
-                while at < end {
-                    let len = (end - at).min(COPY_CHUNK);
-                    pool.media.read(current + at, &mut chunk[..len]);
-                    pool.media.write_nt(shadow + at, &chunk[..len]);
-                    add_under_lock(&pool.counters.bytes_copied, len as u64);
-                    at += len;
+            let copied = if pool.checksum() {
+                Self::copy_verified(pool, object, binding)
+            } else {
+                let mut chunk = vec![0u8; COPY_CHUNK];
+                for (first, count) in object.stale.runs() {
+                    let (mut at, end) = (first * PAGE, (first + count) * PAGE);
+                    while at < end {
+                        let len = (end - at).min(COPY_CHUNK);
+                        pool.media.read(current + at, &mut chunk[..len]);
+                        pool.media.write_nt(shadow + at, &chunk[..len]);
+                        add_under_lock(&pool.counters.bytes_copied, len as u64);
+                        at += len;
+                    }
                 }
-            }
+                Ok(())
+            };
             // Orders the streaming copies before the attachment's own stores to the same lines.
             pool.fence();
             if pool.protect {
                 pool.rights(current, capacity, Rights::None)?;
             }
+            // A page of the current slot that fails its CRC fails the catch-up (the shadow is
+            // not caught up; its stale pages stay stale).
+            copied?;
             object.stale.clear();
         }
         if binding.tracks_faults() {
@@ -108,6 +158,36 @@ impl PmShadow {
             binding.track_faults(start, capacity)?;
         }
         self.caught_up = true;
+        Ok(())
+    }
+
+    /// Checksummed catch-up: copy each stale page of the current slot into the shadow slot
+    /// once it matches its CRC, and give the shadow slot's table the same CRCs (no fence).
+    fn copy_verified<M: Media>(
+        pool: &Pool<M>,
+        object: &ObjectState,
+        binding: &Binding,
+    ) -> Result<()> {
+        let (current, descriptor) = (object.current_slot(), &object.descriptor);
+        let shadow = object.slot_offset(binding.slot);
+        let mut page = [0u8; PAGE];
+        for (first, count) in object.stale.runs() {
+            let mut crcs = Vec::with_capacity(count);
+            for index in first..first + count {
+                checksum::read_page(
+                    &pool.media,
+                    &pool.geometry,
+                    descriptor,
+                    current,
+                    index,
+                    &mut page,
+                )?;
+                pool.media.write_nt(shadow + index * PAGE, &page);
+                crcs.push(checksum::page_crc(&page));
+                add_under_lock(&pool.counters.bytes_copied, PAGE as u64);
+            }
+            pool.store_crcs(descriptor, binding.slot, first, &crcs);
+        }
         Ok(())
     }
 
@@ -188,7 +268,17 @@ impl PmShadow {
             return false;
         }
         let base = object.slot_offset(binding.slot);
+        let mut page = [0u8; PAGE];
         for (first, count) in binding.dirty.runs() {
+            if pool.checksum() {
+                let crcs: Vec<u32> = (first..first + count)
+                    .map(|index| {
+                        pool.media.read(base + index * PAGE, &mut page);
+                        checksum::page_crc(&page)
+                    })
+                    .collect();
+                pool.store_crcs(&object.descriptor, binding.slot, first, &crcs);
+            }
             pool.flush(base + first * PAGE, count * PAGE);
             let bytes = (count * PAGE) as u64;
             add_under_lock(&pool.counters.bytes_flushed, bytes);
