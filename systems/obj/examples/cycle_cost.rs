@@ -49,6 +49,7 @@ fn main() {
             protect,
             shadow,
             pkey,
+            checksum: false,
         };
         let pool = Pool::format(region, &opts).unwrap();
         let names: Vec<String> = (0..objs).map(|o| format!("o{o}")).collect();

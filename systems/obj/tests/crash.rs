@@ -3,7 +3,9 @@
 //! pending, a seeded sample beyond), recover each image with `Pool::open`, and check that every
 //! object equals its contents after the last completed operation, or, for the operation in
 //! flight, after it: all objects of one sync together, never a mix. Images whose recovery has
-//! work to do (a committed intent to roll forward) are crashed again during recovery.
+//! work to do (a committed intent to roll forward) are crashed again during recovery. The
+//! `checksum_*` runs do the same on a pool with page CRCs: every image's published pages must
+//! match their CRCs (`read_published` compares them, `check` must report no mismatch).
 
 use pmkit_media::crashsim::{check_every_fence, check_every_fence_from, CrashOpts, CrashSim};
 use pmkit_obj::{Access, ObjError, Pool, PoolOptions, Shadow, Tracking};
@@ -22,21 +24,30 @@ struct Expect {
 }
 
 fn opts() -> PoolOptions {
-    opts_with(Shadow::Dram)
+    opts_with(Shadow::Dram, false)
 }
 
-fn opts_with(shadow: Shadow) -> PoolOptions {
+fn opts_with(shadow: Shadow, checksum: bool) -> PoolOptions {
     PoolOptions {
         max_objects: 8,
         protect: false,
         shadow,
+        checksum,
         ..PoolOptions::default()
     }
 }
 
-/// Recover `sim` and read every object's published contents.
+/// Recover `sim` and read every object's published contents (in a checksummed pool each page
+/// is compared with its CRC: a mismatch fails the read, and `check` must find none).
 fn recovered(sim: &CrashSim) -> Result<(State, bool), String> {
     let report = Pool::check(&sim);
+    if let Some(found) = report
+        .errors
+        .iter()
+        .find(|e| e.contains("checksum mismatch"))
+    {
+        return Err(format!("published data fails its CRC: {found}"));
+    }
     match Pool::open(sim, &opts()) {
         Ok((pool, rec)) => {
             let mut m = BTreeMap::new();
@@ -77,7 +88,7 @@ fn matches(got: &State, e: &Expect) -> Result<(), String> {
 }
 
 /// The workload: every operation announces its outcome before it starts and confirms it after.
-fn workload(sim: &CrashSim, expect: &Arc<Mutex<Expect>>, shadow: Shadow) {
+fn workload(sim: &CrashSim, expect: &Arc<Mutex<Expect>>, shadow: Shadow, checksum: bool) {
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let step = |model: &BTreeMap<String, Vec<u8>>, f: &mut dyn FnMut()| {
         expect.lock().unwrap().next = Some(Some(model.clone()));
@@ -87,7 +98,8 @@ fn workload(sim: &CrashSim, expect: &Arc<Mutex<Expect>>, shadow: Shadow) {
         e.next = None;
     };
     expect.lock().unwrap().next = Some(Some(model.clone()));
-    let pool = Pool::format(sim, &opts_with(shadow)).unwrap();
+    let pool = Pool::format(sim, &opts_with(shadow, checksum)).unwrap();
+    assert_eq!(pool.checksum(), checksum);
     *expect.lock().unwrap() = Expect {
         done: Some(model.clone()),
         next: None,
@@ -189,6 +201,28 @@ fn every_crash_image_recovers_under_eadr() {
 }
 
 #[test]
+fn checksum_every_crash_image_recovers_to_a_completed_sync() {
+    run_with(crash_opts(), Shadow::Dram, true);
+}
+
+#[test]
+fn checksum_every_crash_image_recovers_with_torn_words() {
+    run_with(
+        CrashOpts {
+            word_stores: true,
+            ..crash_opts()
+        },
+        Shadow::Dram,
+        true,
+    );
+}
+
+#[test]
+fn checksum_pm_shadow_every_crash_image_recovers_to_a_completed_sync() {
+    run_with(crash_opts(), Shadow::Pm, true);
+}
+
+#[test]
 fn pm_shadow_every_crash_image_recovers_to_a_completed_sync() {
     run(crash_opts(), Shadow::Pm);
 }
@@ -216,13 +250,17 @@ fn pm_shadow_every_crash_image_recovers_under_eadr() {
 }
 
 fn run(copts: CrashOpts, shadow: Shadow) {
+    run_with(copts, shadow, false);
+}
+
+fn run_with(copts: CrashOpts, shadow: Shadow, checksum: bool) {
     let expect = Arc::new(Mutex::new(Expect::default()));
     let e2 = expect.clone();
     let mut nested = 0u64;
     let report = check_every_fence(
         LEN,
         &copts,
-        |sim| workload(sim, &expect, shadow),
+        |sim| workload(sim, &expect, shadow, checksum),
         |sim| {
             let want = e2.lock().unwrap().clone();
             let (got, had_work) = recovered(sim)?;

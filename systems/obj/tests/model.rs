@@ -63,10 +63,17 @@ fn diff(got: &[u8], want: &[u8]) -> Option<String> {
 }
 
 fn run(shadow: Shadow, ops: &[Op]) -> Result<(), TestCaseError> {
+    run_with(shadow, false, ops)
+}
+
+/// With `checksum`, every read of published data (attach fill, catch-up, `read_published`)
+/// also compares each page with its CRC, so a sync that leaves a stale CRC fails the run.
+fn run_with(shadow: Shadow, checksum: bool, ops: &[Op]) -> Result<(), TestCaseError> {
     let opts = PoolOptions {
         max_objects: 8,
         protect: true,
         shadow,
+        checksum,
         ..PoolOptions::default()
     };
     let mut pool = Pool::format(Region::anonymous(1 << 20).unwrap(), &opts).unwrap();
@@ -162,5 +169,15 @@ proptest! {
     #[test]
     fn pm_shadow_matches_the_model(ops in proptest::collection::vec(op(), 1..40)) {
         run(Shadow::Pm, &ops)?;
+    }
+
+    #[test]
+    fn checksum_dram_shadow_matches_the_model(ops in proptest::collection::vec(op(), 1..40)) {
+        run_with(Shadow::Dram, true, &ops)?;
+    }
+
+    #[test]
+    fn checksum_pm_shadow_matches_the_model(ops in proptest::collection::vec(op(), 1..40)) {
+        run_with(Shadow::Pm, true, &ops)?;
     }
 }

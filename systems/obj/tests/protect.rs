@@ -30,6 +30,7 @@ fn pool_for(case: &str) -> Pool<Region> {
             Shadow::Dram
         },
         pkey: !case.starts_with("pages-"),
+        checksum: false,
     };
     Pool::format(Region::anonymous(1 << 20).unwrap(), &opts).unwrap()
 }

@@ -41,25 +41,30 @@ impl PmShadow {
         if first_reader {
             pool.rights(current, object.capacity(), Rights::Read)?;
         }
-        if read_only && pool.checksum() {
-            // A reader reads the published slot in place: every page must match its CRC now.
+        if pool.checksum() {
+            // Every attachment starts from the published slot (a reader reads it in place, a
+            // writer's shadow is caught up from it): every page must match its CRC now. A
+            // writer's view of a slot no reader maps is opened for the check only.
+            let peek = pool.protect && !read_only && object.readers == 0;
+            if peek {
+                pool.rights(current, object.capacity(), Rights::Read)?;
+            }
             let (slot, mut page) = (object.current_slot(), [0u8; PAGE]);
             let verified = (0..object.pages()).try_for_each(|index| {
+                let descriptor = &object.descriptor;
                 checksum::read_page(
                     &pool.media,
                     &pool.geometry,
-                    &object.descriptor,
+                    descriptor,
                     slot,
                     index,
                     &mut page,
                 )
             });
-            if let Err(error) = verified {
-                if first_reader {
-                    pool.rights(current, object.capacity(), Rights::None)?;
-                }
-                return Err(error);
+            if peek || (first_reader && verified.is_err()) {
+                pool.rights(current, object.capacity(), Rights::None)?;
             }
+            verified?;
         }
         Ok(PmShadow {
             caught_up: read_only,
