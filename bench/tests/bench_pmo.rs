@@ -5,9 +5,10 @@
 use serde_json::Value;
 use std::process::Command;
 
-const PMO_VARIANTS: [&str; 7] = [
+const PMO_VARIANTS: [&str; 8] = [
     "pmo-write",
     "pmo-dram",
+    "pmo-dram-checksum",
     "pmo-dram-faults",
     "pmo-dram-mprotect",
     "pmo-dram-unprotected",

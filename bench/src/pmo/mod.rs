@@ -82,6 +82,7 @@ pub enum Variant {
     FullShadow,
     PmoWrite,
     PmoDram,
+    PmoDramChecksum,
     PmoDramFaults,
     PmoDramMprotect,
     PmoDramUnprotected,
@@ -91,12 +92,13 @@ pub enum Variant {
 }
 
 impl Variant {
-    const ALL: [Variant; 11] = [
+    const ALL: [Variant; 12] = [
         Variant::PersistBarrier,
         Variant::UndoLog,
         Variant::FullShadow,
         Variant::PmoWrite,
         Variant::PmoDram,
+        Variant::PmoDramChecksum,
         Variant::PmoDramFaults,
         Variant::PmoDramMprotect,
         Variant::PmoDramUnprotected,
@@ -111,6 +113,7 @@ impl Variant {
             Variant::FullShadow => "full-shadow",
             Variant::PmoWrite => "pmo-write",
             Variant::PmoDram => "pmo-dram",
+            Variant::PmoDramChecksum => "pmo-dram-checksum",
             Variant::PmoDramFaults => "pmo-dram-faults",
             Variant::PmoDramMprotect => "pmo-dram-mprotect",
             Variant::PmoDramUnprotected => "pmo-dram-unprotected",
@@ -128,6 +131,7 @@ impl Variant {
             Variant::PmoDram => {
                 "PMO Sync, pool default: DRAM shadow, protected by keys, pointer + mark_dirty"
             }
+            Variant::PmoDramChecksum => "pmo-dram on a pool with page CRCs (checksum: true)",
             Variant::PmoDramFaults => "pmo-dram with write-fault tracking (what C callers get)",
             Variant::PmoDramMprotect => "pmo-dram with page rights instead of keys (pkey: false)",
             Variant::PmoDramUnprotected => "pmo-dram with protection off (protect: false)",
@@ -142,7 +146,9 @@ impl Variant {
     /// Pool options and dirty tracking of a PMO variant.
     fn pmo(self, objs: usize) -> Option<(PoolOptions, Tracking)> {
         let (shadow, protect, pkey, tracking) = match self {
-            Variant::PmoWrite | Variant::PmoDram => (Shadow::Dram, true, true, Tracking::Explicit),
+            Variant::PmoWrite | Variant::PmoDram | Variant::PmoDramChecksum => {
+                (Shadow::Dram, true, true, Tracking::Explicit)
+            }
             Variant::PmoDramFaults => (Shadow::Dram, true, true, Tracking::Faults),
             Variant::PmoDramMprotect => (Shadow::Dram, true, false, Tracking::Explicit),
             Variant::PmoDramUnprotected => (Shadow::Dram, false, true, Tracking::Explicit),
@@ -155,6 +161,7 @@ impl Variant {
             protect,
             shadow,
             pkey,
+            checksum: self == Variant::PmoDramChecksum,
         };
         Some((opts, tracking))
     }
@@ -247,6 +254,7 @@ fn run_one(v: Variant, n: usize, dir: &Path, lib: Option<&pmemobj::Lib>) -> Resu
         }
         Variant::PmoWrite
         | Variant::PmoDram
+        | Variant::PmoDramChecksum
         | Variant::PmoDramFaults
         | Variant::PmoDramMprotect
         | Variant::PmoDramUnprotected
