@@ -1,5 +1,6 @@
 //! Where one attach / 1024 int stores / sync / detach cycle of a 4 KiB object spends its time
-//! (the `pmkit bench pmo` workload), per shadow and protection setting: pass 1 on fresh objects
+//! (the `pmkit bench pmo` workload), per shadow, protection setting and page CRCs ("crc":
+//! `PoolOptions::checksum`): pass 1 on fresh objects
 //! (never synced, so a DRAM shadow is zero-filled instead of copied from PM), pass 2 over the
 //! same objects again (the attach copies the object out of PM).
 //! Run: cargo run --release -p pmkit-obj --example cycle_cost
@@ -23,12 +24,21 @@ fn main() {
     let objs: usize = std::env::args()
         .nth(4)
         .map_or(4000, |r| r.parse().expect("OBJECTS is a number"));
-    for (label, shadow, protect, pkey) in [
-        ("dram, protected, pkey", Shadow::Dram, true, true),
-        ("dram, protected, mprotect", Shadow::Dram, true, false),
-        ("dram, unprotected", Shadow::Dram, false, true),
-        ("pm, protected", Shadow::Pm, true, true),
-        ("pm, unprotected", Shadow::Pm, false, true),
+    for (label, shadow, protect, pkey, checksum) in [
+        ("dram, protected, pkey", Shadow::Dram, true, true, false),
+        ("dram, protected, pkey, crc", Shadow::Dram, true, true, true),
+        (
+            "dram, protected, mprotect",
+            Shadow::Dram,
+            true,
+            false,
+            false,
+        ),
+        ("dram, unprotected", Shadow::Dram, false, true, false),
+        ("dram, unprotected, crc", Shadow::Dram, false, true, true),
+        ("pm, protected", Shadow::Pm, true, true, false),
+        ("pm, unprotected", Shadow::Pm, false, true, false),
+        ("pm, unprotected, crc", Shadow::Pm, false, true, true),
     ] {
         if !label.contains(only.as_str()) {
             continue;
@@ -49,7 +59,7 @@ fn main() {
             protect,
             shadow,
             pkey,
-            checksum: false,
+            checksum,
         };
         let pool = Pool::format(region, &opts).unwrap();
         let names: Vec<String> = (0..objs).map(|o| format!("o{o}")).collect();
