@@ -68,7 +68,7 @@ fn structure(image: &mut [u8], input: &mut Input<'_>) {
                 area_off: pick(input, g.area_off),
                 area_len: pick(input, g.area_len),
                 pool_id: input.u64(),
-                features: 0,
+                features: (input.u8() % 4) as u32,
             };
             put(image, 0, &header.encode());
         }

@@ -20,9 +20,15 @@ fn decode(bytes: &[u8]) {
 
 /// A pool with two objects, one synced twice, the other with a multi-object sync behind it.
 fn pool_image() -> Vec<u8> {
+    pool_image_with(false)
+}
+
+/// The same pool, with page CRCs or without.
+fn pool_image_with(checksum: bool) -> Vec<u8> {
     let sim = CrashSim::new(POOL_LEN);
     let opts = PoolOptions {
         max_objects: MAX_OBJECTS,
+        checksum,
         ..PoolOptions::default()
     };
     let pool = Pool::format(&sim, &opts).unwrap();
@@ -92,10 +98,22 @@ proptest! {
         sync_off in any::<u64>(),
         area_off in any::<u64>(),
         area_len in any::<u64>(),
+        features in prop_oneof![Just(0u32), Just(1), any::<u32>()],
     ) {
         let mut image = pool_image();
-        let header = Geometry { pool_len, table_off, max_objects, sync_off, area_off, area_len, pool_id: 1, features: 0 };
+        let header = Geometry { pool_len, table_off, max_objects, sync_off, area_off, area_len, pool_id: 1, features };
         put(&mut image, 0, &header.encode());
+        decode(&image);
+    }
+
+    #[test]
+    fn flipped_bytes_of_a_checksummed_pool_do_not_panic(
+        flips in proptest::collection::vec((0usize..POOL_LEN, any::<u8>()), 1..16),
+    ) {
+        let mut image = pool_image_with(true);
+        for (at, bits) in flips {
+            image[at] ^= bits.max(1);
+        }
         decode(&image);
     }
 
