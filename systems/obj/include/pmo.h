@@ -37,9 +37,10 @@ enum {
     PMO_EBADF = -7,        /* handle not attached (detached, or never was) */
     PMO_EROFS = -8,        /* write or sync on a read-only handle */
     PMO_ECORRUPT = -9,     /* pool structures fail their checks; nothing was changed */
-    PMO_ENOTPOOL = -10,    /* not a PMO pool */
-    PMO_EIO = -11,         /* cannot open, create or map the media, the OS refused memory, or
-                              a media error (poisoned PM): no data was returned */
+    PMO_ENOTPOOL = -10,    /* not a PMO pool, or one with a feature this build does not know */
+    PMO_EIO = -11,         /* cannot open, create or map the media, the OS refused memory, a
+                              media error (poisoned PM), or a data page that fails its CRC
+                              (checksummed pools): no data was returned */
     PMO_EINTERNAL = -12    /* a bug in pmkit */
 };
 
