@@ -26,6 +26,11 @@ enum Cmd {
         /// Object Table entries: the most objects the pool can hold.
         #[arg(long, default_value_t = 4096)]
         max_objects: u32,
+        /// Keep a CRC32C per 4 KiB object page: a page that no longer matches is an I/O error
+        /// (never data) and `obj check` names the object and page. Costs about 0.3 us per page
+        /// synced (docs/obj.md).
+        #[arg(long)]
+        checksum: bool,
     },
     /// List the objects of a pool.
     List {
@@ -94,9 +99,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
             pool,
             size,
             max_objects,
+            checksum,
         } => {
             let opts = PoolOptions {
                 max_objects,
+                checksum,
                 ..PoolOptions::default()
             };
             let region = Region::open_or_create(&pool, size, &RegionOptions::default())
@@ -107,11 +114,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
             let p = Pool::format(region, &opts).with_context(|| format!("{}", pool.display()))?;
             let g = p.geometry();
             println!(
-                "{}: PMO pool of {} bytes, {} object entries, object area {} bytes",
+                "{}: PMO pool of {} bytes, {} object entries, object area {} bytes{}",
                 pool.display(),
                 g.pool_len,
                 g.max_objects,
-                g.area_len
+                g.area_len,
+                if p.checksum() { ", page checksums" } else { "" }
             );
         }
         Cmd::List { pool, json } => {
@@ -155,6 +163,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 );
                 println!("sync table:     at {:#x}", g.sync_off);
                 println!("object area:    {} bytes at {:#x}", g.area_len, g.area_off);
+                println!(
+                    "page checksums: {}",
+                    if p.checksum() {
+                        "yes (CRC32C per 4 KiB page)"
+                    } else {
+                        "no"
+                    }
+                );
                 println!("objects:        {objects}");
                 println!("free:           {free} bytes (largest extent {largest})");
             }
