@@ -55,8 +55,8 @@ impl<M: Media> Pool<M> {
             self.close_area(off, len)?;
             if self.checksum() {
                 // Both slots' tables say "zero page", durable with the rest by the fence.
-                let crcs = vec![super::checksum::page_crc(&ZEROES); 2 * cap as usize / PAGE];
-                self.store_crcs(&descriptor, 0, 0, &crcs);
+                let zero_crc = super::checksum::page_crc(&ZEROES);
+                self.store_crcs(&descriptor, 0, 0, 2 * cap as usize / PAGE, |_| Ok(zero_crc))?;
             }
             let entry_off = self.geometry.entry_off(index);
             let encoded = descriptor.encode();

@@ -75,15 +75,7 @@ impl DramShadow {
                     // it reaches the buffer (which is handed out only if every page matches).
                     let (slot, mut page) = (object.current_slot(), [0u8; PAGE]);
                     (0..object.pages()).try_for_each(|index| {
-                        let descriptor = &object.descriptor;
-                        checksum::read_page(
-                            &pool.media,
-                            &pool.geometry,
-                            descriptor,
-                            slot,
-                            index,
-                            &mut page,
-                        )?;
+                        pool.read_verified_page(&object.descriptor, slot, index, &mut page)?;
                         // SAFETY: as for `fill_from` below; the page lies inside `capacity`.
                         unsafe { buffer.copy_in(index * PAGE, &page) };
                         Ok(())
@@ -216,15 +208,12 @@ impl DramShadow {
                 // Through a scratch page, so the CRC is of exactly the bytes streamed (a page
                 // being written is whole in the buffer).
                 let mut page = [0u8; PAGE];
-                let crcs: Vec<u32> = (first..first + count)
-                    .map(|index| {
-                        // SAFETY: as for `stream_to` below, for one page of the range.
-                        unsafe { self.buffer.copy_out(index * PAGE, &mut page) };
-                        pool.media.write_nt(target + index * PAGE, &page);
-                        checksum::page_crc(&page)
-                    })
-                    .collect();
-                pool.store_crcs(&object.descriptor, binding.slot, first, &crcs);
+                pool.store_crcs(&object.descriptor, binding.slot, first, count, |index| {
+                    // SAFETY: as for `stream_to` below, for one page of the range.
+                    unsafe { self.buffer.copy_out(index * PAGE, &mut page) };
+                    pool.media.write_nt(target + index * PAGE, &page);
+                    Ok(checksum::page_crc(&page))
+                })?;
             } else {
                 // SAFETY: `[at, at+len)` lies in the object, whose capacity fits in the
                 // buffer, which is readable here (the window above). User threads may store

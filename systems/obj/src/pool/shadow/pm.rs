@@ -51,15 +51,7 @@ impl PmShadow {
             }
             let (slot, mut page) = (object.current_slot(), [0u8; PAGE]);
             let verified = (0..object.pages()).try_for_each(|index| {
-                let descriptor = &object.descriptor;
-                checksum::read_page(
-                    &pool.media,
-                    &pool.geometry,
-                    descriptor,
-                    slot,
-                    index,
-                    &mut page,
-                )
+                pool.read_verified_page(&object.descriptor, slot, index, &mut page)
             });
             if peek || (first_reader && verified.is_err()) {
                 pool.rights(current, object.capacity(), Rights::None)?;
@@ -111,16 +103,9 @@ impl PmShadow {
             // same as the current page's); one that does not is copied again.
             let mut page = [0u8; PAGE];
             for index in (0..object.pages()).filter(|&index| !object.stale.contains(index)) {
-                let descriptor = &object.descriptor;
-                if checksum::read_page(
-                    &pool.media,
-                    &pool.geometry,
-                    descriptor,
-                    binding.slot,
-                    index,
-                    &mut page,
-                )
-                .is_err()
+                if pool
+                    .read_verified_page(&object.descriptor, binding.slot, index, &mut page)
+                    .is_err()
                 {
                     object.stale.set_range(index, 1);
                 }
@@ -177,21 +162,12 @@ impl PmShadow {
         let shadow = object.slot_offset(binding.slot);
         let mut page = [0u8; PAGE];
         for (first, count) in object.stale.runs() {
-            let mut crcs = Vec::with_capacity(count);
-            for index in first..first + count {
-                checksum::read_page(
-                    &pool.media,
-                    &pool.geometry,
-                    descriptor,
-                    current,
-                    index,
-                    &mut page,
-                )?;
+            pool.store_crcs(descriptor, binding.slot, first, count, |index| {
+                pool.read_verified_page(descriptor, current, index, &mut page)?;
                 pool.media.write_nt(shadow + index * PAGE, &page);
-                crcs.push(checksum::page_crc(&page));
                 add_under_lock(&pool.counters.bytes_copied, PAGE as u64);
-            }
-            pool.store_crcs(descriptor, binding.slot, first, &crcs);
+                Ok(checksum::page_crc(&page))
+            })?;
         }
         Ok(())
     }
@@ -276,13 +252,12 @@ impl PmShadow {
         let mut page = [0u8; PAGE];
         for (first, count) in binding.dirty.runs() {
             if pool.checksum() {
-                let crcs: Vec<u32> = (first..first + count)
-                    .map(|index| {
+                let stored =
+                    pool.store_crcs(&object.descriptor, binding.slot, first, count, |index| {
                         pool.media.read(base + index * PAGE, &mut page);
-                        checksum::page_crc(&page)
-                    })
-                    .collect();
-                pool.store_crcs(&object.descriptor, binding.slot, first, &crcs);
+                        Ok(checksum::page_crc(&page))
+                    });
+                debug_assert!(stored.is_ok(), "computing CRCs from the shadow cannot fail");
             }
             pool.flush(base + first * PAGE, count * PAGE);
             let bytes = (count * PAGE) as u64;
