@@ -5,6 +5,9 @@
 //! replaces it. A pool made without checksums is what it was before they existed, and a pool
 //! with a feature flag this build does not know is refused.
 
+mod common;
+
+use common::{marker, media_off_of, put};
 use pmkit_media::crashsim::CrashSim;
 use pmkit_media::Media;
 use pmkit_obj::layout::{Geometry, HEADER_LEN};
@@ -20,30 +23,6 @@ fn opts(shadow: Shadow, checksum: bool) -> PoolOptions {
         checksum,
         ..PoolOptions::default()
     }
-}
-
-/// A byte pattern no slot holds by chance (no zeroes).
-fn marker(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i * 7 + seed as usize) % 251) as u8 + 1)
-        .collect()
-}
-
-fn put(pool: &Pool<&CrashSim>, name: &str, off: u64, data: &[u8]) {
-    let h = pool
-        .attach_with(name, Access::ReadWrite, Tracking::Explicit)
-        .unwrap();
-    h.write(off, data).unwrap();
-    h.sync().unwrap();
-    h.detach().unwrap();
-}
-
-/// Media offset of `data`, found by searching the image.
-fn media_off_of(sim: &CrashSim, data: &[u8]) -> usize {
-    sim.image()
-        .windows(data.len())
-        .position(|w| w == data)
-        .expect("the marker is on the media")
 }
 
 fn assert_checksum(error: ObjError, name: &str, want_page: u64, context: &str) {

@@ -4,7 +4,10 @@
 //! rewrites the unreadable pages of the slot it publishes; a poisoned object is replaced by
 //! delete + create.
 
-use pmkit_media::crashsim::{CrashSim, POISON_FILL};
+mod common;
+
+use common::{marker, media_off_of, put};
+use pmkit_media::crashsim::CrashSim;
 use pmkit_obj::layout::Geometry;
 use pmkit_obj::{Access, ObjError, Pool, PoolOptions, Shadow, Tracking, PAGE};
 
@@ -18,32 +21,6 @@ fn opts(shadow: Shadow) -> PoolOptions {
         shadow,
         ..PoolOptions::default()
     }
-}
-
-/// A byte pattern no slot holds by chance (no zeroes, no fill bytes).
-fn marker(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i * 7 + seed as usize) % 251) as u8 + 1)
-        .map(|b| if b == POISON_FILL { 1 } else { b })
-        .collect()
-}
-
-/// Write `data` at `off` of `name` and publish it.
-fn put(pool: &Pool<&CrashSim>, name: &str, off: u64, data: &[u8]) {
-    let h = pool
-        .attach_with(name, Access::ReadWrite, Tracking::Explicit)
-        .unwrap();
-    h.write(off, data).unwrap();
-    h.sync().unwrap();
-    h.detach().unwrap();
-}
-
-/// Media offset of `data`, found by searching the image (the test does not assume the layout).
-fn media_off_of(sim: &CrashSim, data: &[u8]) -> usize {
-    sim.image()
-        .windows(data.len())
-        .position(|w| w == data)
-        .expect("the marker is on the media")
 }
 
 fn assert_bad_media(error: ObjError, what: &str, context: &str) {
