@@ -26,6 +26,12 @@ pub enum MediaError {
     NotDevDax { path: PathBuf, why: String },
     #[error("{path}: {why}")]
     Unsupported { path: PathBuf, why: String },
+    #[error("{path}: write through the kernel at offset {offset} failed: {err}")]
+    Write {
+        path: PathBuf,
+        offset: u64,
+        err: std::io::Error,
+    },
     #[error("msync of bytes {offset}..{end}: {err}")]
     Sync {
         offset: usize,
@@ -48,7 +54,9 @@ impl MediaError {
     /// The OS error number behind this error, if an OS call failed (`EROFS`, `EACCES`, ...).
     pub fn os_error(&self) -> Option<i32> {
         match self {
-            MediaError::Io { err, .. } | MediaError::Sync { err, .. } => err.raw_os_error(),
+            MediaError::Io { err, .. }
+            | MediaError::Sync { err, .. }
+            | MediaError::Write { err, .. } => err.raw_os_error(),
             _ => None,
         }
     }

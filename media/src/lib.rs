@@ -11,6 +11,7 @@ pub mod cpu;
 pub mod crashsim;
 pub mod emulate;
 pub mod error;
+pub mod kernel_write;
 pub mod persist;
 pub mod protect;
 pub mod raw;
@@ -18,6 +19,7 @@ pub mod region;
 
 pub use cpu::{features, CpuFeatures};
 pub use error::{MediaError, Result};
+pub use kernel_write::KernelWriter;
 pub use persist::{Persister, WriteScheme};
 pub use raw::{Fence, Flush, LINE};
 pub use region::{DaxMode, Domain, Region, RegionKind, RegionOptions};

@@ -417,6 +417,7 @@ pub fn protection(a: FigArgs) -> Result<ExitCode> {
         cfg("pt-batch/1", Protect::PtBatch, WriteScheme::Nt, 1),
         cfg("pt-batch/16", Protect::PtBatch, WriteScheme::Nt, 16),
         cfg("private", Protect::Private, WriteScheme::Nt, 1),
+        cfg("kernel", Protect::Kernel, WriteScheme::Nt, 1),
     ];
     let mut notes =
         vec!["write scheme nt for every mode; baseline: none (no protection)".to_string()];
@@ -441,10 +442,13 @@ pub fn write_scheme(a: FigArgs) -> Result<ExitCode> {
     .into_iter()
     .filter(|s| s.available())
     .map(|s| cfg(s.name(), Protect::None, s, 1))
+    .chain([cfg("kernel (pwrite)", Protect::Kernel, WriteScheme::Nt, 1)])
     .collect();
     let every = 16 << 20;
     let notes = vec![
-        "protection none (to isolate the write scheme); baseline: nt".to_string(),
+        "protection none (to isolate the write scheme); baseline: nt; \"kernel (pwrite)\": the kernel \
+         protection mode, where the kernel does the copy and nt's fences and flushes follow"
+            .to_string(),
         format!(
             "writers issue a FLUSH (write barrier) every {} MiB per thread, for every scheme",
             every >> 20

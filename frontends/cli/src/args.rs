@@ -10,8 +10,9 @@ use pmkit_nbd::IoModel;
 /// opens a device, then call [`EngineArgs::to_options`]).
 #[derive(clap::Args, Clone, Debug)]
 pub struct EngineArgs {
-    /// Protection from stray writes: none, pt, pt-batch, private, pkey
-    /// [default: pkey where the CPU has memory protection keys, else private or pt]
+    /// Protection from stray writes: none, pt, pt-batch, private, pkey, kernel (PM mapped
+    /// read-only, writes by pwrite through the kernel)
+    /// [default: pkey where the CPU has memory protection keys, else kernel, else pt]
     #[arg(long, value_name = "MODE")]
     pub protect: Option<Protect>,
     /// With an explicit `--protect pkey`: what to use where pkeys are missing (default: refuse)

@@ -8,13 +8,14 @@
 //! | pt, pt-batch      | read-only (`mprotect`)      | `mprotect` the pages read-write, and back   |
 //! | private           | no access (`PROT_NONE`)     | `mmap` the range of the file, `munmap` after |
 //! | pkey              | key access-disabled (PKRU)  | WRPKRU to enable, WRPKRU to restore         |
+//! | kernel            | read-only, for good         | nothing: stores become `pwrite` on the file |
 
 use crate::error::{BlkError, Result};
 use crate::options::{EngineOptions, Protect};
 use crate::stripes::Stripes;
 use parking_lot::Mutex;
 use pmkit_media::protect::{Access, Pkey};
-use pmkit_media::{Domain, Fence, Flush, Media, MediaError, Region, RegionKind};
+use pmkit_media::{Domain, Fence, Flush, KernelWriter, Media, MediaError, Region, RegionKind};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The media as seen from inside a window. Offsets are always media offsets.
@@ -28,6 +29,42 @@ pub enum View<'a, M> {
         region: &'a Region,
         err: &'a Mutex<Option<MediaError>>,
     },
+    /// `kernel`: loads, flushes and fences on the (read-only) media; stores go through the
+    /// kernel. With no writer (the crash simulator) a store is what the kernel does on DAX: a
+    /// non-temporal copy, durable at return.
+    Kernel {
+        m: &'a M,
+        kw: Option<&'a KernelWriter>,
+        err: &'a Mutex<Option<MediaError>>,
+    },
+}
+
+impl<M: Media> View<'_, M> {
+    /// A store through the kernel, with `write_nt`'s meaning (durable after the next fence)
+    /// when `nt`, else a cached store's (durable once flushed).
+    fn kernel_store(
+        m: &M,
+        kw: Option<&KernelWriter>,
+        err: &Mutex<Option<MediaError>>,
+        off: usize,
+        src: &[u8],
+        nt: bool,
+    ) {
+        let Some(kw) = kw else {
+            m.write_nt(off, src);
+            m.fence(Fence::Sfence);
+            return;
+        };
+        if let Err(e) = kw.write(off, src) {
+            err.lock().get_or_insert(e);
+            return;
+        }
+        // Outside DAX the kernel stored with cached stores: write back the lines so a fence
+        // makes them durable, as after non-temporal stores.
+        if nt && !kw.durable_at_return() && m.domain() == Domain::Adr {
+            m.flush(off, src.len(), Flush::best());
+        }
+    }
 }
 
 impl<M: Media> Media for View<'_, M> {
@@ -36,6 +73,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.len(),
             View::Window { win, base } => win.len() + base,
             View::Lazy { region, .. } => region.len(),
+            View::Kernel { m, .. } => m.len(),
         }
     }
     fn domain(&self) -> Domain {
@@ -43,6 +81,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.domain(),
             View::Window { win, .. } => win.domain(),
             View::Lazy { region, .. } => region.domain(),
+            View::Kernel { m, .. } => m.domain(),
         }
     }
     fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
@@ -50,6 +89,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.first_bad(off, len),
             View::Window { win, base } => win.first_bad(off - base, len).map(|o| o + base),
             View::Lazy { .. } => lazy_misuse(),
+            View::Kernel { m, .. } => m.first_bad(off, len),
         }
     }
     #[inline]
@@ -58,6 +98,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.read(off, dst),
             View::Window { win, base } => win.read(off - base, dst),
             View::Lazy { .. } => lazy_misuse(),
+            View::Kernel { m, .. } => m.read(off, dst),
         }
     }
     #[inline]
@@ -66,6 +107,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.write(off, src),
             View::Window { win, base } => win.write(off - base, src),
             View::Lazy { .. } => lazy_misuse(),
+            View::Kernel { m, kw, err } => Self::kernel_store(m, *kw, err, off, src, false),
         }
     }
     #[inline]
@@ -74,6 +116,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.write_nt(off, src),
             View::Window { win, base } => win.write_nt(off - base, src),
             View::Lazy { .. } => lazy_misuse(),
+            View::Kernel { m, kw, err } => Self::kernel_store(m, *kw, err, off, src, true),
         }
     }
     #[inline]
@@ -81,6 +124,9 @@ impl<M: Media> Media for View<'_, M> {
         match self {
             View::Main(m) => m.flush(off, len, how),
             View::Window { win, base } => win.flush(off - base, len, how),
+            // A DAX write through the kernel is flushed already.
+            View::Kernel { kw: Some(kw), .. } if kw.durable_at_return() => {}
+            View::Kernel { m, .. } => m.flush(off, len, how),
             View::Lazy { region, err } => match region.window(off, len, Access::Read) {
                 // Cache lines are tagged by physical address: flushing through a new mapping
                 // of the same file page writes back what the earlier window stored.
@@ -97,6 +143,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.fence(kind),
             View::Window { win, .. } => win.fence(kind),
             View::Lazy { region, .. } => region.fence(kind),
+            View::Kernel { m, .. } => m.fence(kind),
         }
     }
     fn sync_pages(&self, off: usize, len: usize) -> pmkit_media::Result<()> {
@@ -105,6 +152,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Window { win, base } => win.sync_pages(off - base, len),
             // msync writes back the file's pages whatever the rights of this mapping.
             View::Lazy { region, .. } => region.msync(off, len),
+            View::Kernel { m, .. } => m.sync_pages(off, len),
         }
     }
     fn load_u64(&self, off: usize) -> u64 {
@@ -112,6 +160,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.load_u64(off),
             View::Window { win, base } => win.load_u64(off - base),
             View::Lazy { .. } => lazy_misuse(),
+            View::Kernel { m, .. } => m.load_u64(off),
         }
     }
     fn store_u64(&self, off: usize, v: u64) {
@@ -119,6 +168,9 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.store_u64(off, v),
             View::Window { win, base } => win.store_u64(off - base, v),
             View::Lazy { .. } => lazy_misuse(),
+            View::Kernel { m, kw, err } => {
+                Self::kernel_store(m, *kw, err, off, &v.to_le_bytes(), false)
+            }
         }
     }
     fn cas_u64(&self, off: usize, current: u64, new: u64) -> std::result::Result<u64, u64> {
@@ -126,6 +178,7 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.cas_u64(off, current, new),
             View::Window { win, base } => win.cas_u64(off - base, current, new),
             View::Lazy { .. } => lazy_misuse(),
+            View::Kernel { .. } => kernel_misuse(),
         }
     }
     fn cas_u128(&self, off: usize, current: u128, new: u128) -> std::result::Result<u128, u128> {
@@ -133,8 +186,13 @@ impl<M: Media> Media for View<'_, M> {
             View::Main(m) => m.cas_u128(off, current, new),
             View::Window { win, base } => win.cas_u128(off - base, current, new),
             View::Lazy { .. } => lazy_misuse(),
+            View::Kernel { .. } => kernel_misuse(),
         }
     }
+}
+
+fn kernel_misuse() -> ! {
+    panic!("the kernel write path has no compare-and-swap; the engine does not use one on PM")
 }
 
 fn lazy_misuse() -> ! {
@@ -152,6 +210,9 @@ pub enum Gate {
     Private,
     /// `pkey`: the region carries this key, access-disabled in every thread outside a window.
     Pkey(Pkey),
+    /// `kernel`: the region is read-only for good; writes go through this writer (`None` on
+    /// the crash simulator, which models the kernel's DAX copy).
+    Kernel(Option<KernelWriter>),
 }
 
 /// Counts of windows opened (protection-mode cost, for the statistics).
@@ -164,13 +225,16 @@ impl Gate {
     /// Put `region` under this gate's protection (at open).
     pub fn protect(&self, region: Option<&Region>) -> Result<()> {
         match (self, region) {
-            (Gate::Open, _) => {}
-            (Gate::Pages { .. }, Some(r)) => r.set_access(0, r.len(), Access::Read)?,
+            (Gate::Open, _) | (Gate::Kernel(None), None) => {}
+            (Gate::Pages { .. } | Gate::Kernel(Some(_)), Some(r)) => {
+                r.set_access(0, r.len(), Access::Read)?
+            }
             (Gate::Private, Some(r)) => r.set_access(0, r.len(), Access::None)?,
             (Gate::Pkey(k), Some(r)) => {
                 r.set_pkey(k, Access::ReadWrite)?;
                 k.deny_this_thread();
             }
+            (Gate::Kernel(None), Some(_)) => unreachable!("a region always gets a kernel writer"),
             (_, None) => unreachable!("protection modes are refused on media without a region"),
         }
         Ok(())
@@ -179,7 +243,7 @@ impl Gate {
     /// Give the region back its ordinary rights (at close), so a caller holding the mapping
     /// can use it again. Best-effort for pkey: the pages keep their key.
     pub fn unprotect(&self, region: Option<&Region>) -> Result<()> {
-        if let (Gate::Pages { .. } | Gate::Private, Some(r)) = (self, region) {
+        if let (Gate::Pages { .. } | Gate::Private | Gate::Kernel(_), Some(r)) = (self, region) {
             r.set_access(0, r.len(), Access::ReadWrite)?;
         }
         Ok(())
@@ -200,6 +264,18 @@ impl Gate {
             Gate::Pkey(k) => {
                 let _w = k.open_write();
                 Ok(f(&View::Main(m)))
+            }
+            Gate::Kernel(kw) => {
+                let err = Mutex::new(None);
+                let out = f(&View::Kernel {
+                    m,
+                    kw: kw.as_ref(),
+                    err: &err,
+                });
+                match err.into_inner() {
+                    Some(e) => Err(e.into()),
+                    None => Ok(out),
+                }
             }
             Gate::Pages { locks } => {
                 let r = m.mapping().expect("pt needs a region");
@@ -235,7 +311,7 @@ impl Gate {
         f: impl FnOnce(&View<'_, M>) -> R,
     ) -> Result<R> {
         match self {
-            Gate::Open | Gate::Pages { .. } => Ok(f(&View::Main(m))),
+            Gate::Open | Gate::Pages { .. } | Gate::Kernel(_) => Ok(f(&View::Main(m))),
             Gate::Pkey(k) => {
                 let _w = k.open_read();
                 Ok(f(&View::Main(m)))
@@ -256,7 +332,8 @@ impl Gate {
     /// it needs.
     pub fn barrier<M: Media, R>(&self, m: &M, f: impl FnOnce(&View<'_, M>) -> R) -> Result<R> {
         match self {
-            Gate::Open | Gate::Pages { .. } => Ok(f(&View::Main(m))),
+            // Flushes and msync need only read rights.
+            Gate::Open | Gate::Pages { .. } | Gate::Kernel(_) => Ok(f(&View::Main(m))),
             Gate::Pkey(k) => {
                 let _w = k.open_read();
                 Ok(f(&View::Main(m)))
@@ -289,6 +366,9 @@ impl Gate {
         let why_not = |p: Protect| -> Option<String> {
             match p {
                 Protect::None => None,
+                // On the simulator, `kernel` models the kernel's DAX copy (no file needed).
+                Protect::Kernel if region.is_none() => None,
+                Protect::Kernel => KernelWriter::new(region.unwrap()).err().map(|e| e.to_string()),
                 _ if region.is_none() => Some("it needs a real mapping (this media is a simulator)".into()),
                 Protect::Pkey if !pku => Some("this CPU or kernel has no memory protection keys (pku/ospke)".into()),
                 Protect::Private if !file_backed => {
@@ -301,15 +381,25 @@ impl Gate {
             Some(p) => p,
             None if region.is_some() && pku => Protect::Pkey,
             None => {
-                let p = if file_backed {
-                    Protect::Private
-                } else if region.is_some() {
-                    Protect::Pt
-                } else {
-                    Protect::None
+                // No keys: the kernel write path protects as well against stray stores at a
+                // fraction of the cost of mprotect or mmap windows; without a writable file
+                // (anonymous memory, device-dax) page-rights windows are what is left.
+                let (p, why) = match region {
+                    None => (Protect::None, "the simulator has no mapping to protect".to_string()),
+                    Some(_) if why_not(Protect::Kernel).is_none() => (
+                        Protect::Kernel,
+                        "PM stays mapped read-only and writes go through the kernel".to_string(),
+                    ),
+                    Some(r) => (
+                        Protect::Pt,
+                        format!(
+                            "no kernel write path either ({}); PM stays read-only and each write opens an mprotect window",
+                            KernelWriter::new(r).err().map_or_else(String::new, |e| e.to_string())
+                        ),
+                    ),
                 };
                 notes.push(format!(
-                    "default protection pkey is not available here; using {p}"
+                    "protection {p}: this CPU has no memory protection keys (pkey); {why}"
                 ));
                 p
             }
@@ -327,6 +417,7 @@ impl Gate {
                     locks: Stripes::default(),
                 },
                 Protect::Private => Gate::Private,
+                Protect::Kernel => Gate::Kernel(region.map(KernelWriter::new).transpose()?),
                 Protect::Pkey => Gate::Pkey(pmkit_media::protect::Pkey::alloc().map_err(|e| {
                     BlkError::ProtectUnavailable {
                         mode: "pkey",

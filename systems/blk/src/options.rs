@@ -28,15 +28,22 @@ pub enum Protect {
     /// PM tagged with a protection key whose access is disabled in every thread; an access
     /// opens a per-thread window with WRPKRU. Protects reads and writes.
     Pkey,
+    /// PM mapped read-only for good; every write goes through the kernel (`pwrite(2)` on the
+    /// backing file), so any stray store from any thread faults and only the engine's write
+    /// calls change PM. No window, no TLB shootdown: the mapping never changes. Protects
+    /// writes (reads stay loads). Needs a file (regular, tmpfs or DAX), not device-dax.
+    Kernel,
 }
 
 impl Protect {
-    pub const ALL: [Protect; 5] = [
+    /// Every mode, in the order of their codes on media (new modes go last).
+    pub const ALL: [Protect; 6] = [
         Protect::None,
         Protect::Pt,
         Protect::PtBatch,
         Protect::Private,
         Protect::Pkey,
+        Protect::Kernel,
     ];
 
     pub fn name(self) -> &'static str {
@@ -46,12 +53,14 @@ impl Protect {
             Protect::PtBatch => "pt-batch",
             Protect::Private => "private",
             Protect::Pkey => "pkey",
+            Protect::Kernel => "kernel",
         }
     }
 
-    /// Whether this mode needs a real mapping (a `Region`), not the crash simulator.
+    /// Whether this mode needs a real mapping (a `Region`), not the crash simulator. (`kernel`
+    /// runs on the simulator as what the kernel does on DAX: a durable non-temporal copy.)
     pub fn needs_region(self) -> bool {
-        self != Protect::None
+        !matches!(self, Protect::None | Protect::Kernel)
     }
 
     pub(crate) fn code(self) -> u8 {
@@ -77,7 +86,7 @@ impl std::str::FromStr for Protect {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown protection {s:?} (expected one of none, pt, pt-batch, private, pkey)"
+                    "unknown protection {s:?} (expected one of none, pt, pt-batch, private, pkey, kernel)"
                 )
             })
     }
@@ -150,8 +159,8 @@ impl BatchOptions {
 /// except, for information, the protection and write scheme last used).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EngineOptions {
-    /// `None`: `pkey` where the CPU has memory protection keys, else `private` (file-backed
-    /// regions) or `pt`, with a note saying so.
+    /// `None`: `pkey` where the CPU has memory protection keys, else `kernel` (regions with a
+    /// writable file) or `pt` (anonymous memory, device-dax), with a note saying so.
     pub protect: Option<Protect>,
     /// What to use when `pkey` was asked for explicitly and is missing; `None` refuses.
     pub pkey_fallback: Option<Protect>,

@@ -115,9 +115,9 @@ impl Model {
     }
 }
 
-fn engine(write: WriteScheme) -> EngineOptions {
+fn engine(protect: Protect, write: WriteScheme) -> EngineOptions {
     EngineOptions {
-        protect: Some(Protect::None),
+        protect: Some(protect),
         write,
         ..Default::default()
     }
@@ -126,6 +126,8 @@ fn engine(write: WriteScheme) -> EngineOptions {
 #[derive(Clone, Copy)]
 struct Cfg {
     atomic: bool,
+    /// `none`, or `kernel` as the simulator models it.
+    protect: Protect,
     write: WriteScheme,
     bs: usize,
     checksum: bool,
@@ -163,7 +165,7 @@ impl Cfg {
 fn check_image(img: &CrashSim, m: &Model, cfg: &Cfg) -> Result<Vec<u64>, String> {
     // Recovery and reads first: a torn block is the finding that matters most.
     let media = CrashSim::from_image(img.image()).with_domain(img.domain());
-    let dev = match Device::open(media, &engine(cfg.write)) {
+    let dev = match Device::open(media, &engine(cfg.protect, cfg.write)) {
         Ok(d) => d,
         Err(_) if !m.created => return Ok(vec![]), // a crash during create
         Err(e) => return Err(format!("open (recovery) after the crash failed: {e}")),
@@ -216,8 +218,8 @@ fn crash_recovery(image: Vec<u8>, values: Vec<u64>, cfg: &Cfg) -> CrashReport {
         image,
         &cfg.opts(),
         move |sim| {
-            let dev =
-                Device::open(Arc::clone(sim), &engine(write)).expect("reopen for the nested run");
+            let dev = Device::open(Arc::clone(sim), &engine(cfg.protect, write))
+                .expect("reopen for the nested run");
             for j in 0..3u64 {
                 let b = (j as usize * 7 + 3) % NBLOCKS;
                 let v = INNER_SEQ + j;
@@ -251,7 +253,7 @@ fn run(cfg: Cfg) -> CrashReport {
                 zero_data: true,
                 atomic: cfg.atomic,
             };
-            let dev = Device::create(Arc::clone(sim), &create, &engine(cfg.write))
+            let dev = Device::create(Arc::clone(sim), &create, &engine(cfg.protect, cfg.write))
                 .expect("create on the simulator");
             assert_eq!(dev.capacity() as usize, NBLOCKS * cfg.bs, "test sizing");
             if cfg.atomic {
@@ -323,6 +325,7 @@ fn run(cfg: Cfg) -> CrashReport {
 fn base(write: WriteScheme, seed: u64) -> Cfg {
     Cfg {
         atomic: true,
+        protect: Protect::None,
         write,
         bs: 512,
         checksum: false,
@@ -381,6 +384,20 @@ fn checksums_large_blocks_and_eadr() {
 }
 
 /// Multi-block requests are atomic per block (not as a whole): each block is old or new.
+/// Map entries and data written through the kernel (as the simulator models it).
+#[test]
+fn writes_through_the_kernel_stay_whole_blocks() {
+    for (i, write) in [WriteScheme::Nt, WriteScheme::Clwb].into_iter().enumerate() {
+        run(Cfg {
+            protect: Protect::Kernel,
+            checksum: i == 0,
+            max_blocks: 3,
+            ..base(write, 60 + i as u64)
+        })
+        .assert_clean();
+    }
+}
+
 #[test]
 fn multi_block_requests_are_atomic_per_block() {
     run(Cfg {
@@ -424,7 +441,12 @@ fn created_image_checks_clean() {
         atomic: true,
         ..Default::default()
     };
-    let dev = Device::create(Arc::clone(&sim), &create, &engine(WriteScheme::Nt)).unwrap();
+    let dev = Device::create(
+        Arc::clone(&sim),
+        &create,
+        &engine(Protect::None, WriteScheme::Nt),
+    )
+    .unwrap();
     let info = dev.info();
     assert!(
         info.atomic && info.lanes == 2 && info.free_blocks == SPARE,
