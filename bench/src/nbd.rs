@@ -28,7 +28,12 @@ pub struct Args {
     /// --poll-us`), to compare them in one run
     #[arg(long, default_value = "inline", value_delimiter = ',')]
     pub models: Vec<String>,
-    /// Extra arguments for `pmkit serve` (engine options), e.g. "--protect none"
+    /// Protection modes to serve with, comma-separated, each a pmkit server of its own in the
+    /// same run (`default`: no --protect, the mode pmkit picks on this CPU), e.g.
+    /// `default,none` for the cost of protection
+    #[arg(long, default_value = "default", value_delimiter = ',')]
+    pub protects: Vec<String>,
+    /// Extra arguments for `pmkit serve` (engine options), e.g. "--write clwb"
     #[arg(
         long,
         value_name = "ARGS",
@@ -188,7 +193,11 @@ fn start_pmkit(dir: &Path, size: u64, model: &str, extra: &str) -> Result<Served
         std::process::id()
     ));
     let _ = std::fs::remove_file(&dev);
-    let sock = dir.join(format!("pmkit-{}.sock", model.replace([':', '@'], "-")));
+    let sock = dir.join(format!(
+        "pmkit-{}-{}.sock",
+        model.replace([':', '@'], "-"),
+        extra.replace([' ', '-', '/'], "")
+    ));
     let (io_model, poll) = split_model(model)?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve")
@@ -300,7 +309,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let nbdkit = start_nbdkit(dir.path(), size)?;
     let mut pmkit = Vec::new();
     for m in &a.models {
-        pmkit.push(start_pmkit(dir.path(), size, m, &a.serve_args)?);
+        for p in &a.protects {
+            let (extra, name) = match p.as_str() {
+                "default" => (a.serve_args.clone(), m.clone()),
+                p => (
+                    format!("--protect {p} {}", a.serve_args),
+                    format!("{m}/{p}"),
+                ),
+            };
+            let mut s = start_pmkit(dir.path(), size, m, &extra)?;
+            s.name = name;
+            pmkit.push(s);
+        }
     }
     // Fill both devices first, so reads copy real data on both (nbdkit's memory plugin is
     // sparse and would otherwise answer reads of never-written blocks without copying).
@@ -341,6 +361,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "size": size,
             "runtime_s": runtime,
             "models": a.models,
+            "protects": a.protects,
             "serve_args": a.serve_args,
             "results": rows,
             "goal": { "workload": "4k-randwrite-qd8", "ratio": goal, "target": 1.5, "met": goal >= 1.5 },

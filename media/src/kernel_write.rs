@@ -6,8 +6,10 @@
 //!
 //! Durability by region kind: on a DAX file the kernel copies with non-temporal stores and
 //! flushes (`copy_from_iter_flushcache`), so the bytes are in the persistence domain at return;
-//! on tmpfs (emulated PM) they are in the page cache, stored with ordinary stores, exactly where
-//! a cached store would have put them; on a plain file on a disk they need `msync`, as before.
+//! on tmpfs (emulated PM) the page cache *is* the emulated media, so a returned write counts as
+//! durable too (that is what the same call does on real PM; the kernel's copy there is cached
+//! stores, an emulation artefact that flushing from user space would only add cost to); on a
+//! plain file on a disk they need `msync`, as before.
 //! Device-dax has no `write(2)`: there is nothing to write through, so this path is refused.
 
 use crate::error::{MediaError, Result};
@@ -22,28 +24,43 @@ pub struct KernelWriter {
     file: File,
     path: PathBuf,
     len: usize,
-    /// The file is on a DAX file system: a returned write is durable.
-    dax: bool,
+    /// The file is on a DAX file system or is emulated PM: a returned write is durable.
+    durable: bool,
+}
+
+fn refusal(region: &Region, why: &str) -> MediaError {
+    MediaError::Unsupported {
+        path: region.path().into(),
+        why: format!("cannot write through the kernel: {why}"),
+    }
 }
 
 impl KernelWriter {
-    /// The write path of `region`, or why there is none (no file, device-dax, read-only).
-    pub fn new(region: &Region) -> Result<KernelWriter> {
-        let refuse = |why: &str| MediaError::Unsupported {
-            path: region.path().into(),
-            why: format!("cannot write through the kernel: {why}"),
-        };
-        if region.is_read_only() {
-            return Err(refuse("the region is opened read-only"));
-        }
+    /// Whether the kind of `region` has a kernel write path (whatever its open mode): a file
+    /// (regular, tmpfs or DAX), not device-dax or anonymous memory.
+    pub fn supports(region: &Region) -> Result<()> {
         if region.kind() == RegionKind::DevDax {
-            return Err(refuse(
+            return Err(refusal(
+                region,
                 "device-dax has no write(2); use a file on a DAX file system, or another protection mode",
             ));
         }
-        let file = region
-            .file()
-            .ok_or_else(|| refuse("the region has no backing file (anonymous memory)"))?;
+        if region.file().is_none() {
+            return Err(refusal(
+                region,
+                "the region has no backing file (anonymous memory)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The write path of `region`, or why there is none (no file, device-dax, read-only).
+    pub fn new(region: &Region) -> Result<KernelWriter> {
+        if region.is_read_only() {
+            return Err(refusal(region, "the region is opened read-only"));
+        }
+        Self::supports(region)?;
+        let file = region.file().expect("checked by supports");
         let file = file
             .try_clone()
             .map_err(|e| MediaError::io(region.path(), "cannot duplicate the file handle", e))?;
@@ -51,13 +68,14 @@ impl KernelWriter {
             file,
             path: region.path().to_path_buf(),
             len: region.len(),
-            dax: region.kind() == RegionKind::Dax,
+            durable: region.kind() == RegionKind::Dax || region.is_emulated(),
         })
     }
 
-    /// Whether a write is durable when it returns (a DAX file): no flush is needed after it.
+    /// Whether a write is durable when it returns (a DAX file, or emulated PM on tmpfs): no
+    /// flush is needed after it. Not on a plain file on a disk (msync is).
     pub fn durable_at_return(&self) -> bool {
-        self.dax
+        self.durable
     }
 
     pub fn path(&self) -> &Path {
@@ -134,7 +152,7 @@ mod tests {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let r = Region::create(&dir.path().join("r"), 1 << 20, &RegionOptions::default()).unwrap();
         let kw = KernelWriter::new(&r).unwrap();
-        assert!(!kw.durable_at_return(), "tmpfs is not DAX");
+        assert!(kw.durable_at_return(), "tmpfs is emulated PM");
         r.set_access(0, r.len(), Access::Read).unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
         kw.write(4093, &data).unwrap();

@@ -339,6 +339,10 @@ impl Region {
     pub fn needs_msync(&self) -> bool {
         self.kind == RegionKind::File && !self.on_tmpfs
     }
+    /// Whether the region is emulated PM in memory (a file on tmpfs, or anonymous memory).
+    pub fn is_emulated(&self) -> bool {
+        self.on_tmpfs && self.kind != RegionKind::Dax
+    }
     /// Whether the region is mapped read-only ([`RegionOptions::read_only`]).
     pub fn is_read_only(&self) -> bool {
         self.read_only

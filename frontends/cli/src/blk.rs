@@ -169,6 +169,10 @@ fn print_info(path: &std::path::Path, f: &Found, in_use: bool) {
         _ => "never opened".into(),
     };
     row("last opened", format!("{last} ({} opens)", sb.opens));
+    if let Ok(region) = pmkit_media::Region::open_read_only(path) {
+        let (p, why) = pmkit_blk::default_protect(Some(&region));
+        row("protection", format!("{p} by default here: {why}"));
+    }
     row("created", format!("{} (unix time)", sb.created_unix));
     let slot = ['A', 'B'][f.slot];
     let spare = match &f.slot_errors[1 - f.slot] {

@@ -59,8 +59,9 @@ impl<M: Media> View<'_, M> {
             err.lock().get_or_insert(e);
             return;
         }
-        // Outside DAX the kernel stored with cached stores: write back the lines so a fence
-        // makes them durable, as after non-temporal stores.
+        // On a plain file the kernel stored into the page cache with cached stores: write back
+        // the lines so a fence makes them durable as after non-temporal stores (msync then
+        // writes the pages, as for every mode there).
         if nt && !kw.durable_at_return() && m.domain() == Domain::Adr {
             m.flush(off, src.len(), Flush::best());
         }
@@ -124,7 +125,7 @@ impl<M: Media> Media for View<'_, M> {
         match self {
             View::Main(m) => m.flush(off, len, how),
             View::Window { win, base } => win.flush(off - base, len, how),
-            // A DAX write through the kernel is flushed already.
+            // A write through the kernel to DAX or emulated PM is durable already.
             View::Kernel { kw: Some(kw), .. } if kw.durable_at_return() => {}
             View::Kernel { m, .. } => m.flush(off, len, how),
             View::Lazy { region, err } => match region.window(off, len, Access::Read) {
@@ -379,28 +380,11 @@ impl Gate {
         };
         let want = match o.protect {
             Some(p) => p,
-            None if region.is_some() && pku => Protect::Pkey,
             None => {
-                // No keys: the kernel write path protects as well against stray stores at a
-                // fraction of the cost of mprotect or mmap windows; without a writable file
-                // (anonymous memory, device-dax) page-rights windows are what is left.
-                let (p, why) = match region {
-                    None => (Protect::None, "the simulator has no mapping to protect".to_string()),
-                    Some(_) if why_not(Protect::Kernel).is_none() => (
-                        Protect::Kernel,
-                        "PM stays mapped read-only and writes go through the kernel".to_string(),
-                    ),
-                    Some(r) => (
-                        Protect::Pt,
-                        format!(
-                            "no kernel write path either ({}); PM stays read-only and each write opens an mprotect window",
-                            KernelWriter::new(r).err().map_or_else(String::new, |e| e.to_string())
-                        ),
-                    ),
-                };
-                notes.push(format!(
-                    "protection {p}: this CPU has no memory protection keys (pkey); {why}"
-                ));
+                let (p, why) = default_protect(region);
+                if p != Protect::Pkey {
+                    notes.push(format!("protection {p}: {why}"));
+                }
                 p
             }
         };
@@ -443,5 +427,41 @@ impl Gate {
             }),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// The protection `--protect` defaults to on `region` (`None`: the crash simulator), and why.
+pub fn default_protect(region: Option<&Region>) -> (Protect, String) {
+    let Some(r) = region else {
+        return (
+            Protect::None,
+            "the simulator has no mapping to protect".into(),
+        );
+    };
+    if pmkit_media::features().pku {
+        return (
+            Protect::Pkey,
+            "this CPU has memory protection keys: PM is behind a key every thread has disabled, \
+             opened per access by WRPKRU"
+                .into(),
+        );
+    }
+    // No keys: the kernel write path protects as well against stray stores at a fraction of
+    // the cost of mprotect or mmap windows; without a writable file (anonymous memory,
+    // device-dax) page-rights windows are what is left.
+    match KernelWriter::supports(r) {
+        Ok(()) => (
+            Protect::Kernel,
+            "this CPU has no memory protection keys (pkey); PM stays mapped read-only and writes \
+             go through the kernel (pwrite)"
+                .into(),
+        ),
+        Err(e) => (
+            Protect::Pt,
+            format!(
+                "this CPU has no memory protection keys (pkey) and there is no kernel write path \
+                 ({e}); PM stays read-only and each write opens an mprotect window"
+            ),
+        ),
     }
 }

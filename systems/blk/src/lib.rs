@@ -62,7 +62,7 @@ pub mod superblock;
 pub use check::{check, CheckReport, Finding, Severity};
 pub use device::{Device, DeviceInfo};
 pub use error::{BlkError, Result};
-pub use gate::View;
+pub use gate::{default_protect, View};
 pub use map::MapScan;
 pub use options::{BatchOptions, CreateOptions, EngineOptions, Protect};
 pub use path::{check_path, create_path, inspect_path, open_path};
