@@ -85,6 +85,7 @@ pub enum Variant {
     PmoDramChecksum,
     PmoDramFaults,
     PmoDramMprotect,
+    PmoDramKernel,
     PmoDramUnprotected,
     PmoPm,
     PmoPmUnprotected,
@@ -92,7 +93,7 @@ pub enum Variant {
 }
 
 impl Variant {
-    const ALL: [Variant; 12] = [
+    const ALL: [Variant; 13] = [
         Variant::PersistBarrier,
         Variant::UndoLog,
         Variant::FullShadow,
@@ -101,6 +102,7 @@ impl Variant {
         Variant::PmoDramChecksum,
         Variant::PmoDramFaults,
         Variant::PmoDramMprotect,
+        Variant::PmoDramKernel,
         Variant::PmoDramUnprotected,
         Variant::PmoPm,
         Variant::PmoPmUnprotected,
@@ -116,6 +118,7 @@ impl Variant {
             Variant::PmoDramChecksum => "pmo-dram-checksum",
             Variant::PmoDramFaults => "pmo-dram-faults",
             Variant::PmoDramMprotect => "pmo-dram-mprotect",
+            Variant::PmoDramKernel => "pmo-dram-kernel",
             Variant::PmoDramUnprotected => "pmo-dram-unprotected",
             Variant::PmoPm => "pmo-pm",
             Variant::PmoPmUnprotected => "pmo-pm-unprotected",
@@ -129,11 +132,17 @@ impl Variant {
             Variant::FullShadow => "copy to shadow, store, persist, mark, copy back (Fig. 3.10)",
             Variant::PmoWrite => "PMO Sync, pool default, Handle::write per int (Explicit)",
             Variant::PmoDram => {
-                "PMO Sync, pool default: DRAM shadow, protected by keys, pointer + mark_dirty"
+                "PMO Sync, pool default: DRAM shadow, protected (keys, else the kernel write \
+                 path), pointer + mark_dirty"
             }
             Variant::PmoDramChecksum => "pmo-dram on a pool with page CRCs (checksum: true)",
             Variant::PmoDramFaults => "pmo-dram with write-fault tracking (what C callers get)",
-            Variant::PmoDramMprotect => "pmo-dram with page rights instead of keys (pkey: false)",
+            Variant::PmoDramMprotect => {
+                "pmo-dram with page rights (mprotect windows; pkey: false, kernel: false)"
+            }
+            Variant::PmoDramKernel => {
+                "pmo-dram with PM read-only, synced by pwrite (pkey: false, kernel: true)"
+            }
             Variant::PmoDramUnprotected => "pmo-dram with protection off (protect: false)",
             Variant::PmoPm => "PMO Sync, thesis PM shadow (clwb), protected, pointer + mark_dirty",
             Variant::PmoPmUnprotected => "pmo-pm with protection off (the thesis's prototype)",
@@ -150,7 +159,9 @@ impl Variant {
                 (Shadow::Dram, true, true, Tracking::Explicit)
             }
             Variant::PmoDramFaults => (Shadow::Dram, true, true, Tracking::Faults),
-            Variant::PmoDramMprotect => (Shadow::Dram, true, false, Tracking::Explicit),
+            Variant::PmoDramMprotect | Variant::PmoDramKernel => {
+                (Shadow::Dram, true, false, Tracking::Explicit)
+            }
             Variant::PmoDramUnprotected => (Shadow::Dram, false, true, Tracking::Explicit),
             Variant::PmoPm => (Shadow::Pm, true, true, Tracking::Explicit),
             Variant::PmoPmUnprotected => (Shadow::Pm, false, true, Tracking::Explicit),
@@ -161,6 +172,7 @@ impl Variant {
             protect,
             shadow,
             pkey,
+            kernel: self != Variant::PmoDramMprotect,
             checksum: self == Variant::PmoDramChecksum,
         };
         Some((opts, tracking))
@@ -257,6 +269,7 @@ fn run_one(v: Variant, n: usize, dir: &Path, lib: Option<&pmemobj::Lib>) -> Resu
         | Variant::PmoDramChecksum
         | Variant::PmoDramFaults
         | Variant::PmoDramMprotect
+        | Variant::PmoDramKernel
         | Variant::PmoDramUnprotected
         | Variant::PmoPm
         | Variant::PmoPmUnprotected => {
@@ -275,10 +288,15 @@ fn run_one(v: Variant, n: usize, dir: &Path, lib: Option<&pmemobj::Lib>) -> Resu
                 pool.create(name, 4096)?;
             }
             let (w0, f0) = pool.media().counts();
+            let synced0 = pool.stats().bytes_synced;
             let t = Instant::now();
             pmo_workload(&pool, &names, n, v, tracking)?;
             let secs = t.elapsed().as_secs_f64();
-            let (w1, f1) = pool.media().counts();
+            let (mut w1, f1) = pool.media().counts();
+            if pool.protection() == "kernel" {
+                // Written through the kernel, past the counting media.
+                w1 += pool.stats().bytes_synced - synced0;
+            }
             // What the variant claims: with keys, every attach flipped PKRU, none called mprotect.
             let keyed = pool.stats().keyed_attaches as usize;
             let want = if want_key { objs } else { 0 };

@@ -25,8 +25,14 @@ fn main() {
         .nth(4)
         .map_or(4000, |r| r.parse().expect("OBJECTS is a number"));
     for (label, shadow, protect, pkey, checksum) in [
-        ("dram, protected, pkey", Shadow::Dram, true, true, false),
-        ("dram, protected, pkey, crc", Shadow::Dram, true, true, true),
+        ("dram, protected, default", Shadow::Dram, true, true, false),
+        (
+            "dram, protected, default, crc",
+            Shadow::Dram,
+            true,
+            true,
+            true,
+        ),
         (
             "dram, protected, mprotect",
             Shadow::Dram,
@@ -59,9 +65,13 @@ fn main() {
             protect,
             shadow,
             pkey,
+            // "mprotect" is the page-rights guard; "default" is pkey, else the kernel path.
+            kernel: !label.contains("mprotect"),
             checksum,
         };
+
         let pool = Pool::format(region, &opts).unwrap();
+        println!("{label}: object area protection {}", pool.protection());
         let names: Vec<String> = (0..objs).map(|o| format!("o{o}")).collect();
         for n in &names {
             pool.create(n, 4096).unwrap();

@@ -128,7 +128,9 @@ pub extern "C" fn pmo_errmsg() -> *const c_char {
 
 /// Pool options from the environment: `PMO_SHADOW=dram` (default) or `pm` (the thesis's
 /// shadow slot in PM) picks where shadows live (the on-media layout is the same either way);
-/// `PMO_PKEY=on` (default) or `off` picks protection keys or page rights (`PoolOptions::pkey`).
+/// `PMO_PKEY=on` (default) or `off` picks protection keys or not (`PoolOptions::pkey`);
+/// `PMO_KERNEL=on` (default) or `off`: without keys, PM read-only and synced through the kernel,
+/// or page rights (`PoolOptions::kernel`).
 fn options_from_env() -> Result<PoolOptions, (c_int, String)> {
     let shadow = match std::env::var("PMO_SHADOW").as_deref() {
         Err(_) | Ok("") | Ok("dram") => Shadow::Dram,
@@ -148,9 +150,19 @@ fn options_from_env() -> Result<PoolOptions, (c_int, String)> {
             )))
         }
     };
+    let kernel = match std::env::var("PMO_KERNEL").as_deref() {
+        Err(_) | Ok("") | Ok("on") => true,
+        Ok("off") => false,
+        Ok(other) => {
+            return Err(inval(&format!(
+                "PMO_KERNEL={other:?}: expected \"on\" or \"off\""
+            )))
+        }
+    };
     Ok(PoolOptions {
         shadow,
         pkey,
+        kernel,
         ..PoolOptions::default()
     })
 }

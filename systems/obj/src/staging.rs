@@ -224,16 +224,11 @@ impl Buffer {
         unsafe { media.read_into(media_off, self.ptr, len) }
     }
 
-    /// Stream `[at, at+len)` of the buffer into media bytes `[media_off, media_off+len)` with
-    /// non-temporal stores, reading the buffer by raw pointer (users may store into it).
-    ///
-    /// # Safety
-    /// `[at, at+len)` must be readable.
-    pub unsafe fn stream_to<M: Media>(&self, media: &M, at: usize, media_off: usize, len: usize) {
-        assert!(at + len <= self.pages * PAGE, "stream past the buffer");
-        // SAFETY: the range lies in the buffer (asserted) and is readable (the caller's
-        // contract), so the pointer is valid for `len` bytes of reads during the call.
-        unsafe { media.write_nt_from(media_off, self.ptr.add(at), len) }
+    /// Address of byte `at` of the buffer, after checking `[at, at+len)` lies inside it.
+    pub fn at(&self, at: usize, len: usize) -> *const u8 {
+        assert!(at + len <= self.pages * PAGE, "range past the buffer");
+        // SAFETY: in bounds of the mapping, checked above.
+        unsafe { self.ptr.add(at) }
     }
 
     /// Zero `[off, off+len)` of the buffer by raw pointer.

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 const CHILD: &str = "PMO_CHILD";
 
 fn pool_for(case: &str) -> Pool<Region> {
+    let kernel = case.starts_with("kernel-");
     let opts = PoolOptions {
         max_objects: 4,
         protect: true,
@@ -29,10 +30,23 @@ fn pool_for(case: &str) -> Pool<Region> {
         } else {
             Shadow::Dram
         },
-        pkey: !case.starts_with("pages-"),
+        pkey: !case.starts_with("pages-") && !kernel,
+        kernel,
         checksum: false,
     };
-    Pool::format(Region::anonymous(1 << 20).unwrap(), &opts).unwrap()
+    // The kernel write path needs a file (emulated PM on tmpfs); the rest runs on anonymous
+    // memory, where the kernel path does not exist.
+    let region = if kernel {
+        let path = std::env::temp_dir().join(format!("pmo-protect-{}", std::process::id()));
+        let path = std::path::Path::new("/dev/shm").join(path.file_name().unwrap());
+        let _ = std::fs::remove_file(&path);
+        let region = Region::create(&path, 1 << 20, &Default::default()).unwrap();
+        std::fs::remove_file(&path).unwrap(); // the mapping keeps it alive
+        region
+    } else {
+        Region::anonymous(1 << 20).unwrap()
+    };
+    Pool::format(region, &opts).unwrap()
 }
 
 /// The child side: runs only when `PMO_CHILD` is set.
@@ -43,7 +57,10 @@ fn child_entry() {
     };
     let pool = pool_for(&case);
     pool.create("o", 8192).unwrap();
-    let bare = case.trim_start_matches("pm-").trim_start_matches("pages-");
+    let bare = case
+        .trim_start_matches("pm-")
+        .trim_start_matches("pages-")
+        .trim_start_matches("kernel-");
     // SAFETY: in every case the raw accesses are either allowed ones (the controls) or
     // deliberately forbidden ones, which the page rights (or the key) stop with a fault before
     // they touch anything; this runs in a child process whose death is the expected outcome.
@@ -100,6 +117,54 @@ fn child_entry() {
                 let info = pool.list().remove(0);
                 let p = pool.media().ptr_at(info.offset as usize + 8192, 1);
                 p.write_volatile(9);
+            }
+            "never-attached-write" => {
+                let info = pool.list().remove(0);
+                let p = pool.media().ptr_at(info.offset as usize, 1);
+                assert_eq!(p.read_volatile(), 0, "kernel: PM is readable");
+                p.write_volatile(1);
+            }
+            "area-other-thread" => {
+                // A stray store from another thread into PM while an attachment is open.
+                let h = pool.attach("o", Access::ReadWrite).unwrap();
+                h.write(0, &[1]).unwrap();
+                let info = pool.list().remove(0);
+                let p = Ptr(pool.media().ptr_at(info.offset as usize, 1));
+                std::thread::spawn(move || {
+                    let p = p;
+                    // A forbidden access by design (inside the caller's unsafe): it must fault.
+                    p.0.write_volatile(9)
+                })
+                .join()
+                .unwrap();
+            }
+            "detached-write-is-discarded" => {
+                // Kernel buffers rest read-write: a store into a detached buffer lands in DRAM,
+                // but the next attach refills the buffer whole, so it never reaches PM.
+                let h = pool.attach("o", Access::ReadWrite).unwrap();
+                let p = h.as_ptr().unwrap().unwrap();
+                p.write_volatile(1);
+                h.sync().unwrap();
+                pool.detach(h).unwrap();
+                p.write_volatile(66); // stray store into the detached buffer
+                p.add(4096).write_volatile(67);
+                // Cycle until the cache hands that buffer out again (after its quarantine).
+                let mut tries = 0;
+                let h = loop {
+                    let h = pool.attach("o", Access::ReadWrite).unwrap();
+                    if h.as_ptr().unwrap().unwrap() == p {
+                        break h;
+                    }
+                    pool.detach(h).unwrap();
+                    tries += 1;
+                    assert!(tries < 64, "the detached buffer never came back");
+                };
+                let q = h.as_ptr().unwrap().unwrap();
+                assert_eq!((q.read_volatile(), q.add(4096).read_volatile()), (1, 0));
+                h.mark_dirty(0, 8192).unwrap();
+                h.sync().unwrap();
+                let r = pool.read_published("o").unwrap();
+                assert_eq!((r[0], r[4096]), (1, 0));
             }
             _ if bare.starts_with("thread-") => thread_case(&pool, bare),
             other => panic!("unknown child case {other}"),
@@ -231,7 +296,13 @@ fn run_child(case: &str) -> std::process::ExitStatus {
 
 #[test]
 fn read_write_attach_is_writable() {
-    for case in ["rw-write-ok", "pages-rw-write-ok", "pm-rw-write-ok"] {
+    for case in [
+        "rw-write-ok",
+        "pages-rw-write-ok",
+        "pm-rw-write-ok",
+        "kernel-rw-write-ok",
+        "kernel-detached-write-is-discarded",
+    ] {
         let st = run_child(case);
         assert!(st.success(), "{case}: control case must succeed: {st:?}");
     }
@@ -252,6 +323,10 @@ fn protection_faults() {
         "pm-detached-read",
         "pm-stale-pointer-after-sync",
         "pm-never-attached",
+        "kernel-read-only-write",
+        "kernel-never-attached-write",
+        "kernel-area-while-attached",
+        "kernel-area-other-thread",
     ] {
         let st = run_child(case);
         assert_eq!(
@@ -295,6 +370,8 @@ fn default_pool_keys_the_object_area_when_the_cpu_can() {
     assert_eq!(pool.uses_pkey(), pmkit_media::features().pku);
     assert!(!pool_for("pages-x").uses_pkey());
     assert!(!pool_for("pm-x").uses_pkey());
+    assert_eq!(pool_for("kernel-x").protection(), "kernel");
+    assert_eq!(pool_for("pages-x").protection(), "mprotect");
     // DRAM buffers get keys too: attach and detach make no mprotect calls.
     pool.create("o", 4096).unwrap();
     for _ in 0..3 {

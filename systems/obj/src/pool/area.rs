@@ -1,11 +1,12 @@
-//! How the library reaches the PM object area: the guard (open, a protection key, or page
-//! rights), the windows it opens around its own copies, and the two helpers that reach the
-//! mapping behind the media (page rights and addresses).
+//! How the library reaches the PM object area: the guard (open, a protection key, the kernel's
+//! write path, or page rights), the windows it opens around its own copies, its stores into
+//! the area, and the two helpers that reach the mapping behind the media (page rights and
+//! addresses).
 
 use super::Pool;
 use crate::error::Result;
 use pmkit_media::protect::{Access as Rights, Pkey, PkeyWindow};
-use pmkit_media::{Media, MediaError};
+use pmkit_media::{Flush, KernelWriter, Media, MediaError};
 
 /// How the library itself reaches the PM object area.
 #[derive(Debug)]
@@ -15,6 +16,10 @@ pub(super) enum AreaGuard {
     /// The area is tagged with this key, which every thread has disabled; the library opens a
     /// WRPKRU window in its own thread around each copy (no syscall, no TLB flush).
     Key(Pkey),
+    /// The area is `PROT_READ` for good and the library's stores into it go through the
+    /// kernel (`pwrite`): any stray store faults, there are no windows and no TLB shootdowns.
+    /// Detached objects stay readable (this guards writes, not reads).
+    Kernel(KernelWriter),
     /// The area is `PROT_NONE`; the library opens `mprotect` windows (two syscalls each).
     Pages,
 }
@@ -34,13 +39,20 @@ impl<M: Media> Pool<M> {
         }
     }
 
-    /// Rights of object pages nobody has attached.
+    /// Rights of object pages nobody has attached, and of DRAM shadow buffers at rest.
+    /// With the kernel write path buffers rest read-write: a detached buffer is refilled
+    /// whole at its next attach before anything is synced from it, so a stray store into it
+    /// can never reach PM, and attach/detach need no `mprotect`.
     pub(super) fn rights_at_rest(&self) -> Rights {
-        if self.protect {
-            Rights::None
-        } else {
-            Rights::ReadWrite
+        match self.guard {
+            _ if !self.protect => Rights::ReadWrite,
+            AreaGuard::Kernel(_) => Rights::ReadWrite,
+            _ => Rights::None,
         }
+    }
+    /// Whether DRAM buffers at rest are open (see [`Self::rights_at_rest`]).
+    pub(super) fn buffers_rest_open(&self) -> bool {
+        self.rights_at_rest() == Rights::ReadWrite
     }
     /// Put the whole object area at rest: behind the pool's key, or `PROT_NONE`.
     pub(super) fn protect_area(&self) -> Result<()> {
@@ -51,9 +63,55 @@ impl<M: Media> Pool<M> {
         match &self.guard {
             AreaGuard::Open => {}
             AreaGuard::Key(key) => set_rights(&self.media, off, len, Rights::ReadWrite, Some(key))?,
+            AreaGuard::Kernel(_) => set_rights(&self.media, off, len, Rights::Read, None)?,
             AreaGuard::Pages => set_rights(&self.media, off, len, Rights::None, None)?,
         }
         Ok(())
+    }
+
+    /// Store `src` at `off` of the object area with non-temporal stores' meaning (durable
+    /// after the next fence), inside a write window the caller opened, or through the kernel.
+    pub(super) fn area_write(&self, off: usize, src: &[u8]) -> Result<()> {
+        match &self.guard {
+            AreaGuard::Kernel(kw) => {
+                kw.write(off, src)?;
+                self.after_kernel_write(kw, off, src.len());
+            }
+            _ => self.media.write_nt(off, src),
+        }
+        Ok(())
+    }
+
+    /// [`Self::area_write`] from memory users may store into while it runs (a DRAM shadow),
+    /// read by raw pointer only.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes during the call.
+    pub(super) unsafe fn area_write_from(
+        &self,
+        off: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        match &self.guard {
+            AreaGuard::Kernel(kw) => {
+                // SAFETY: the caller's contract.
+                unsafe { kw.write_from(off, src, len)? };
+                self.after_kernel_write(kw, off, len);
+            }
+            // SAFETY: the caller's contract.
+            _ => unsafe { self.media.write_nt_from(off, src, len) },
+        }
+        Ok(())
+    }
+
+    /// On a plain file the kernel stored into the page cache: write back the lines, so the
+    /// next fence makes them durable as after non-temporal stores (DAX and emulated PM are
+    /// durable at return).
+    fn after_kernel_write(&self, kw: &KernelWriter, off: usize, len: usize) {
+        if !kw.durable_at_return() {
+            self.media.flush(off, len, Flush::best());
+        }
     }
     /// Open the library's own access to `[off, off+len)` of the object area for `rights`. A key
     /// window closes when the returned guard drops; page windows close with [`Self::close_area`].
@@ -64,7 +122,7 @@ impl<M: Media> Pool<M> {
         rights: Rights,
     ) -> Result<Option<PkeyWindow>> {
         Ok(match &self.guard {
-            AreaGuard::Open => None,
+            AreaGuard::Open | AreaGuard::Kernel(_) => None,
             AreaGuard::Key(key) if rights == Rights::ReadWrite => Some(key.open_write()),
             AreaGuard::Key(key) => Some(key.open_read()),
             AreaGuard::Pages => {
@@ -84,7 +142,7 @@ impl<M: Media> Pool<M> {
     pub(super) fn area_write_window(&self) -> Option<PkeyWindow> {
         match &self.guard {
             AreaGuard::Key(key) => Some(key.open_write()),
-            AreaGuard::Open | AreaGuard::Pages => None,
+            AreaGuard::Open | AreaGuard::Kernel(_) | AreaGuard::Pages => None,
         }
     }
     /// Open `[off, off+len)` for a sync's copies where the area has page rights, recording the

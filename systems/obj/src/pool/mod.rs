@@ -24,7 +24,7 @@ use crate::layout::{self, Descriptor, Geometry, HEADER_LEN, PAGE};
 use crate::staging::Cache;
 use parking_lot::Mutex;
 use pmkit_media::protect::Pkey;
-use pmkit_media::{Domain, Fence, Flush, Media};
+use pmkit_media::{Domain, Fence, Flush, KernelWriter, Media};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -85,9 +85,18 @@ pub struct PoolOptions {
     ///   works in the attaching thread and in threads that call `as_ptr` themselves; any other
     ///   thread faults.
     ///
-    /// `false` (or no keys): `mprotect` windows around the library's copies and `mprotect` of
-    /// the buffer at attach and detach (a pointer works in every thread).
+    /// `false` (or no keys): see `kernel`.
     pub pkey: bool,
+    /// With `protect` and a DRAM shadow, where keys are not used (`pkey` false or no pku):
+    /// keep the PM object area mapped read-only for good and write it through the kernel
+    /// (`pwrite` on the pool's file), and let DRAM buffers rest read-write (each is refilled
+    /// whole at attach, so a stray store into a detached buffer never reaches PM): attach,
+    /// sync and detach then make no `mprotect` call (read-only attachments still make their
+    /// buffer read-only). Detached objects stay readable; an attached buffer is writable by
+    /// every thread. `false` (or media without a file): `mprotect` windows around the
+    /// library's copies and `mprotect` of the buffer at attach and detach, which keep
+    /// detached objects unreadable too.
+    pub kernel: bool,
     /// Give every 4 KiB page of object data a CRC32C (used by `format` only; recorded in the
     /// pool header, so `open` takes it from there). A page that does not match is an error
     /// ([`ObjError::Checksum`], EIO), never data. Default off: the pool is then byte for byte
@@ -102,6 +111,7 @@ impl Default for PoolOptions {
             protect: true,
             shadow: Shadow::Dram,
             pkey: true,
+            kernel: true,
             checksum: false,
         }
     }
@@ -394,15 +404,23 @@ impl<M: Media> Pool<M> {
             .collect();
         let guard = if !opts.protect {
             AreaGuard::Open
-        } else if opts.shadow == Shadow::Dram && opts.pkey && media.mapping().is_some() {
-            match Pkey::alloc() {
-                Ok(key) => AreaGuard::Key(key),
-                Err(error) => {
-                    tracing::info!(
-                        "no protection key for the object area ({error}): mprotect windows"
-                    );
-                    AreaGuard::Pages
-                }
+        } else if let (Shadow::Dram, Some(region)) = (opts.shadow, media.mapping()) {
+            let key = opts.pkey.then(Pkey::alloc).and_then(|key| {
+                key.inspect_err(|error| {
+                    tracing::info!("no protection key for the object area ({error})")
+                })
+                .ok()
+            });
+            match key {
+                Some(key) => AreaGuard::Key(key),
+                None if opts.kernel => match KernelWriter::new(region) {
+                    Ok(writer) => AreaGuard::Kernel(writer),
+                    Err(error) => {
+                        tracing::info!("no kernel write path ({error}): mprotect windows");
+                        AreaGuard::Pages
+                    }
+                },
+                None => AreaGuard::Pages,
             }
         } else {
             AreaGuard::Pages
@@ -448,6 +466,15 @@ impl<M: Media> Pool<M> {
     /// Whether the library reaches the object area through a protection-key window.
     pub fn uses_pkey(&self) -> bool {
         matches!(self.guard, AreaGuard::Key(_))
+    }
+    /// How the object area is protected: `none`, `pkey`, `kernel` or `mprotect`.
+    pub fn protection(&self) -> &'static str {
+        match self.guard {
+            AreaGuard::Open => "none",
+            AreaGuard::Key(_) => "pkey",
+            AreaGuard::Kernel(_) => "kernel",
+            AreaGuard::Pages => "mprotect",
+        }
     }
 
     /// Stop fault tracking of every attachment (handles from the C ABI may still be attached),

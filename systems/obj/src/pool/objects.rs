@@ -48,11 +48,12 @@ impl<M: Media> Pool<M> {
             let window = self.open_area(off, len, Rights::ReadWrite)?;
             // Both slots start equal (zero), so the first attach copies nothing.
             const ZEROES: [u8; PAGE] = [0; PAGE];
-            for page_off in (0..len).step_by(PAGE) {
-                self.media.write_nt(off + page_off, &ZEROES);
-            }
+            let zeroed = (0..len)
+                .step_by(PAGE)
+                .try_for_each(|page_off| self.area_write(off + page_off, &ZEROES));
             drop(window);
             self.close_area(off, len)?;
+            zeroed?;
             if self.checksum() {
                 // Both slots' tables say "zero page", durable with the rest by the fence.
                 let zero_crc = super::checksum::page_crc(&ZEROES);

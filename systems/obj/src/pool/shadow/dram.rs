@@ -57,7 +57,7 @@ impl DramShadow {
         // below; on an error the key is disabled again), another by its page rights.
         if buffer.keyed() {
             buffer.allow_thread(Rights::ReadWrite);
-        } else if pool.protect {
+        } else if pool.protect && !pool.buffers_rest_open() {
             buffer
                 .set(0, capacity, Rights::ReadWrite)
                 .map_err(refused("open a DRAM shadow buffer"))?;
@@ -209,9 +209,9 @@ impl DramShadow {
                 // being written is whole in the buffer).
                 let mut page = [0u8; PAGE];
                 pool.store_crcs(&object.descriptor, binding.slot, first, count, |index| {
-                    // SAFETY: as for `stream_to` below, for one page of the range.
+                    // SAFETY: as for `area_write_from` below, for one page of the range.
                     unsafe { self.buffer.copy_out(index * PAGE, &mut page) };
-                    pool.media.write_nt(target + index * PAGE, &page);
+                    pool.area_write(target + index * PAGE, &page)?;
                     Ok(checksum::page_crc(&page))
                 })?;
             } else {
@@ -219,7 +219,7 @@ impl DramShadow {
                 // buffer, which is readable here (the window above). User threads may store
                 // into it while this runs (they should not: such stores may or may not be
                 // synced), which is why it is read by raw pointer.
-                unsafe { self.buffer.stream_to(&pool.media, at, target + at, len) };
+                unsafe { pool.area_write_from(target + at, self.buffer.at(at, len), len)? };
             }
             add_under_lock(&pool.counters.bytes_synced, len as u64);
         }
@@ -265,8 +265,11 @@ impl DramShadow {
                     Ok(())
                 }
             })
-        } else if pool.protect || tracked {
+        } else if tracked || (pool.protect && !pool.buffers_rest_open()) {
             buffer.set(0, object.capacity(), pool.rights_at_rest())
+        } else if pool.protect && binding.access == Access::Read {
+            // A read-only attachment's buffer was made read-only; open buffers rest open.
+            buffer.set(0, object.capacity(), Rights::ReadWrite)
         } else {
             Ok(())
         };
