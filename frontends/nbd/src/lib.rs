@@ -18,9 +18,11 @@ pub mod exec;
 pub mod handshake;
 pub mod proto;
 pub mod server;
+pub mod tls;
 
 pub use backend::{
     BackendError, BackendResult, BlockBackend, BlockSizes, ErrorKind, Extent, MemBackend,
 };
-pub use config::{Export, IoModel, ServerConfig};
+pub use config::{Export, ExportSpec, IoModel, ServerConfig};
+pub use tls::{TlsConfig, TlsMode};
 pub use server::{Listen, Server, ServerError, ServerStats, ShutdownHandle};

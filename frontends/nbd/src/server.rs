@@ -13,7 +13,8 @@ use crate::backend::BlockBackend;
 use crate::config::{Export, IoModel, ServerConfig};
 use crate::conn::{serve_inline, serve_threaded, ConnError, Transport};
 use crate::exec::ConnStats;
-use crate::handshake::{handshake, HandshakeError, Outcome};
+use crate::handshake::{handshake, negotiate, Access, HandshakeError, Outcome, Session};
+use crate::tls::TlsMode;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io;
@@ -389,12 +390,13 @@ impl<B: BlockBackend> Server<B> {
                     // (Linux does not pass the listener's O_NONBLOCK on to accepted sockets; be explicit.)
                     Conn::Unix(mut s) => {
                         let _ = s.set_nonblocking(false);
-                        connection(&mut s, &*backend, &export, &cfg, &shared, id)
+                        connection(&mut s, "on the unix socket", &*backend, &export, &cfg, &shared, id)
                     }
                     Conn::Tcp(mut s) => {
                         let _ = s.set_nonblocking(false);
                         let _ = s.set_nodelay(true);
-                        connection(&mut s, &*backend, &export, &cfg, &shared, id)
+                        let from = s.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+                        connection(&mut s, &from, &*backend, &export, &cfg, &shared, id)
                     }
                 };
                 {
@@ -471,8 +473,10 @@ enum ConnectionError {
 }
 
 /// One connection from greeting to close: the statistics (however it ended) and how it ended.
+/// `from` names the client for the log.
 fn connection<T: Transport, B: BlockBackend>(
     s: &mut T,
+    from: &str,
     backend: &B,
     export: &Export,
     cfg: &ServerConfig,
@@ -481,37 +485,89 @@ fn connection<T: Transport, B: BlockBackend>(
 ) -> (ConnStats, Result<(), ConnectionError>) {
     let none = ConnStats::default();
     // The handshake's time limit is a deadline enforced by the accept loop
-    // (`expire_handshakes`), so a client trickling a byte at a time cannot stretch it.
+    // (`expire_handshakes`), so a client trickling a byte at a time (in the TLS handshake too)
+    // cannot stretch it.
     if let Err(e) = s.set_write_timeout(Some(cfg.send_timeout)) {
         return (none, Err(e.into()));
     }
     let stopping = || shared.stopping.load(Ordering::Acquire);
-    let session = match handshake(s, export, &stopping) {
-        Ok(Outcome::Transmission(sess)) => sess,
+    let access = Access {
+        tls_mode: cfg.tls_mode,
+        tls_active: false,
+        may_write: cfg.may_write(None),
+    };
+    let resume = match handshake(s, export, access, &stopping) {
+        Ok(Outcome::Transmission(sess, e)) => {
+            log_client(id, from, "plain (no TLS)", &e);
+            if let Err(err) = enter_transmission(s, cfg, shared, id, &sess) {
+                return (none, Err(err.into()));
+            }
+            let stop = &shared.stopping;
+            let (st, r) = match cfg.io_model {
+                IoModel::Inline => serve_inline(s, backend, &e, sess, stop, cfg.poll),
+                IoModel::Threaded { workers } => {
+                    serve_threaded(s, backend, &e, sess, stop, workers, cfg.max_inflight)
+                }
+            };
+            return (st, r.map_err(Into::into));
+        }
         Ok(Outcome::Closed) => return (none, Ok(())),
+        Ok(Outcome::StartTls(r)) => r,
         Err(e) => return (none, Err(e.into())),
     };
+    // Export::new checked that credentials exist whenever TLS is not off.
+    let Some(tls) = cfg.tls.as_ref().filter(|_| cfg.tls_mode != TlsMode::Off) else {
+        return (none, Err(HandshakeError::Tls("TLS is not configured".into()).into()));
+    };
+    let (mut ts, peer) = match tls.accept(&mut *s) {
+        Ok(x) => x,
+        Err(e) => return (none, Err(HandshakeError::Tls(e).into())),
+    };
+    let access = Access {
+        tls_active: true,
+        may_write: cfg.may_write(peer.identity.as_deref()),
+        ..access
+    };
+    match negotiate(&mut ts, export, access, resume, &stopping) {
+        Ok(Outcome::Transmission(sess, e)) => {
+            log_client(id, from, &peer.protection, &e);
+            if let Err(err) = enter_transmission(&**ts.get_ref(), cfg, shared, id, &sess) {
+                return (none, Err(err.into()));
+            }
+            // One thread owns the TLS stream: a TLS session cannot be read and written from two
+            // threads at once, so TLS connections always use the inline model (docs/nbd.md).
+            let (st, r) = serve_inline(&mut ts, backend, &e, sess, &shared.stopping, cfg.poll);
+            (st, r.map_err(Into::into))
+        }
+        // (STARTTLS is refused once TLS is up, so negotiate never asks for it twice.)
+        Ok(Outcome::Closed | Outcome::StartTls(_)) => (none, Ok(())),
+        Err(e) => (none, Err(e.into())),
+    }
+}
+
+fn log_client(id: u64, from: &str, protection: &str, e: &Export) {
+    tracing::info!(
+        conn = id,
+        "nbd: client {from}: {protection}; export {:?} {}",
+        e.name,
+        if e.read_only { "read-only" } else { "read-write" }
+    );
+}
+
+/// Leave the handshake: its deadline no longer applies, the idle timeout (if any) does.
+fn enter_transmission<T: Transport>(
+    sock: &T,
+    cfg: &ServerConfig,
+    shared: &Shared,
+    id: u64,
+    session: &Session,
+) -> io::Result<()> {
     if let Some(c) = shared.conns.lock().get_mut(&id) {
         c.handshake_deadline = None;
     }
     tracing::debug!(?session, "nbd: transmission phase");
     // Idle clients (a mounted file system) may be quiet for hours: by default no read timeout.
-    if let Err(e) = s.set_read_timeout(cfg.idle_timeout) {
-        return (none, Err(e.into()));
-    }
-    let (st, r) = match cfg.io_model {
-        IoModel::Inline => serve_inline(s, backend, export, session, &shared.stopping, cfg.poll),
-        IoModel::Threaded { workers } => serve_threaded(
-            s,
-            backend,
-            export,
-            session,
-            &shared.stopping,
-            workers,
-            cfg.max_inflight,
-        ),
-    };
-    (st, r.map_err(Into::into))
+    sock.set_read_timeout(cfg.idle_timeout)
 }
 
 fn prepare_socket_path(p: &Path) -> Result<(), ServerError> {
