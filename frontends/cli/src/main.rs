@@ -10,6 +10,7 @@ mod blk;
 mod obj;
 mod probe;
 mod serve;
+mod serve_access;
 
 use clap::{Parser, Subcommand};
 

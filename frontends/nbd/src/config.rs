@@ -2,6 +2,7 @@
 
 use crate::backend::{BlockBackend, BlockSizes};
 use crate::proto;
+use crate::socket::SocketAccess;
 use crate::tls::{TlsConfig, TlsMode};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +55,8 @@ pub struct ServerConfig {
     /// TLS identities (PSK usernames, verified certificate common names) that may write; every
     /// other client, plain ones included, gets every export read-only. `None`: all may write.
     pub write_identities: Option<Vec<String>>,
+    /// Mode and group of a unix socket (default 0600, the owner only).
+    pub socket_access: SocketAccess,
     /// Advertised maximum block size: READ/WRITE/CACHE (and WRITE_ZEROES without FAST_ZERO)
     /// longer than this fail with EINVAL.
     pub max_payload: u32,
@@ -111,6 +114,7 @@ impl Default for ServerConfig {
             tls_mode: TlsMode::Off,
             tls: None,
             write_identities: None,
+            socket_access: SocketAccess::default(),
             max_payload: 32 << 20,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_inflight: 64,

@@ -14,15 +14,15 @@ use crate::config::{Export, IoModel, ServerConfig};
 use crate::conn::{serve_inline, serve_threaded, ConnError, Transport};
 use crate::exec::ConnStats;
 use crate::handshake::{handshake, negotiate, Access, HandshakeError, Outcome, Session};
+use crate::socket::{bind_unix, prepare_socket_path, SocketError};
 use crate::tls::TlsMode;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,10 +40,8 @@ pub enum ServerError {
     Config(String),
     #[error("cannot listen on {what}: {source}")]
     Listen { what: String, source: io::Error },
-    #[error("{0} exists and is not a socket; choose another --socket path or remove it")]
-    NotASocket(PathBuf),
-    #[error("another server is already listening on {0}")]
-    InUse(PathBuf),
+    #[error(transparent)]
+    Socket(#[from] SocketError),
     #[error("accept/poll failed: {0}")]
     Accept(io::Error),
     #[error("final flush of the device failed: {0}")]
@@ -138,11 +136,7 @@ impl<B: BlockBackend> Server<B> {
         let listener = match listen {
             Listen::Unix(p) => {
                 prepare_socket_path(p)?;
-                let l = UnixListener::bind(p).map_err(|e| ServerError::Listen {
-                    what: p.display().to_string(),
-                    source: e,
-                })?;
-                Listener::Unix(l, p.clone())
+                Listener::Unix(bind_unix(p, cfg.socket_access)?, p.clone())
             }
             Listen::Tcp(a) => {
                 let l = TcpListener::bind(a).map_err(|e| ServerError::Listen {
@@ -183,17 +177,20 @@ impl<B: BlockBackend> Server<B> {
         &self.export
     }
 
-    /// The NBD URI clients use (`nbd+unix:///NAME?socket=PATH` or `nbd://HOST:PORT/NAME`).
+    /// The NBD URI clients use (`nbd+unix:///NAME?socket=PATH` or `nbd://HOST:PORT/NAME`;
+    /// `nbds...` with TLS).
     pub fn uri(&self) -> String {
         let name = uri_escape(&self.export.name);
+        // With TLS on, the nbds schemes: a client asked to use TLS insists on it.
+        let s = if self.cfg.tls_mode == TlsMode::Off { "" } else { "s" };
         match &self.listener {
             Listener::Unix(_, p) => format!(
-                "nbd+unix:///{name}?socket={}",
+                "nbd{s}+unix:///{name}?socket={}",
                 uri_escape(&p.display().to_string())
             ),
             Listener::Tcp(l) => match l.local_addr() {
-                Ok(SocketAddr::V6(a)) => format!("nbd://[{}]:{}/{name}", a.ip(), a.port()),
-                Ok(a) => format!("nbd://{a}/{name}"),
+                Ok(SocketAddr::V6(a)) => format!("nbd{s}://[{}]:{}/{name}", a.ip(), a.port()),
+                Ok(a) => format!("nbd{s}://{a}/{name}"),
                 Err(_) => "nbd://?".into(),
             },
         }
@@ -568,25 +565,6 @@ fn enter_transmission<T: Transport>(
     tracing::debug!(?session, "nbd: transmission phase");
     // Idle clients (a mounted file system) may be quiet for hours: by default no read timeout.
     sock.set_read_timeout(cfg.idle_timeout)
-}
-
-fn prepare_socket_path(p: &Path) -> Result<(), ServerError> {
-    match std::fs::symlink_metadata(p) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(ServerError::Listen {
-            what: p.display().to_string(),
-            source: e,
-        }),
-        Ok(m) if !m.file_type().is_socket() => Err(ServerError::NotASocket(p.to_path_buf())),
-        Ok(_) => match UnixStream::connect(p) {
-            Ok(_) => Err(ServerError::InUse(p.to_path_buf())),
-            // Nobody listening: a stale socket from a server that was killed.
-            Err(_) => std::fs::remove_file(p).map_err(|e| ServerError::Listen {
-                what: p.display().to_string(),
-                source: e,
-            }),
-        },
-    }
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
