@@ -7,6 +7,7 @@
 
 use openssl::error::ErrorStack;
 use openssl::nid::Nid;
+use openssl::ex_data::Index;
 use openssl::ssl::{
     Ssl, SslContext, SslContextBuilder, SslFiletype, SslMethod, SslOptions, SslStream,
     SslVerifyMode, SslVersion,
@@ -14,7 +15,7 @@ use openssl::ssl::{
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// When TLS is offered (the NBD spec's NOTLS, SELECTIVETLS with no TLS-only export, FORCEDTLS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -116,6 +117,19 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The PSK identity whose key the callback handed out, attached to the connection.
+struct PskIdentity(String);
+
+/// The connection slot for [`PskIdentity`], allocated once per process.
+fn identity_index() -> Result<Index<Ssl, PskIdentity>, ErrorStack> {
+    static INDEX: OnceLock<Index<Ssl, PskIdentity>> = OnceLock::new();
+    if let Some(i) = INDEX.get() {
+        return Ok(*i);
+    }
+    let i = Ssl::new_ex_index()?;
+    Ok(*INDEX.get_or_init(|| i))
+}
+
 /// The server's TLS credentials, ready to accept connections.
 #[derive(Clone)]
 pub struct TlsConfig {
@@ -189,10 +203,11 @@ impl TlsConfig {
                 if keys.len() == 1 { "y" } else { "ies" },
                 path.display()
             ));
-            b.set_psk_server_callback(move |_ssl, identity, out| {
-                let Some(key) = identity
+            let index = identity_index()?;
+            b.set_psk_server_callback(move |ssl, identity, out| {
+                let Some((id, key)) = identity
                     .and_then(|id| std::str::from_utf8(id).ok())
-                    .and_then(|id| keys.get(id))
+                    .and_then(|id| keys.get_key_value(id))
                 else {
                     return Ok(0); // unknown identity: the handshake fails
                 };
@@ -200,6 +215,10 @@ impl TlsConfig {
                     return Ok(0);
                 }
                 out[..key.len()].copy_from_slice(key);
+                // OpenSSL does not report the PSK identity of a TLS 1.3 session
+                // (SSL_get_psk_identity is NULL there), so it is kept here. The handshake only
+                // succeeds if the client proves it holds this identity's key.
+                ssl.set_ex_data(index, PskIdentity(id.clone()));
                 Ok(key.len())
             });
         }
@@ -260,8 +279,11 @@ impl TlsConfig {
         })?;
         let ssl = stream.ssl();
         let version = ssl.version_str();
-        let peer = if let Some(id) = ssl.psk_identity() {
-            let id = String::from_utf8_lossy(id).into_owned();
+        let psk = identity_index()
+            .ok()
+            .and_then(|i| ssl.ex_data(i))
+            .map(|p| p.0.clone());
+        let peer = if let Some(id) = psk {
             Peer {
                 protection: format!("{version} PSK identity {id}"),
                 identity: Some(id),
