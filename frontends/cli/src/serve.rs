@@ -4,13 +4,13 @@
 //! this is choosing/creating the device, printing how to connect, and an orderly stop on SIGINT/SIGTERM
 //! (stop accepting, finish received requests, flush, mark the device clean, exit 0).
 
+use crate::serve_access::{Access, AccessArgs};
 use anyhow::{bail, Context, Result};
 use pmkit::adapters::PmbdBackend;
 use pmkit::args::{human_size, parse_io_model, parse_size, CreateFlags, EngineArgs};
 use pmkit::stats_file::StatsWriter;
 use pmkit_blk::Device;
 use pmkit_media::Region;
-use crate::serve_access::{Access, AccessArgs};
 use pmkit_nbd::{IoModel, Listen, Server, ServerConfig};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -201,7 +201,16 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         }
     };
     let uri = server.uri();
-    print_banner(&path, created, &info, &a, &uri, max_payload, &listen, &access);
+    print_banner(
+        &path,
+        created,
+        &info,
+        &a,
+        &uri,
+        max_payload,
+        &listen,
+        &access,
+    );
     let stats_writer = match &a.stats {
         Some(p) => {
             let b = backend.clone();
@@ -289,7 +298,13 @@ fn print_banner(
         let names: Vec<String> = access
             .exports
             .iter()
-            .map(|e| format!("{:?}{}", e.name, if e.read_only { " (read-only)" } else { "" }))
+            .map(|e| {
+                format!(
+                    "{:?}{}",
+                    e.name,
+                    if e.read_only { " (read-only)" } else { "" }
+                )
+            })
             .collect();
         let _ = writeln!(o, "exports: {}", names.join(", "));
     }
@@ -298,7 +313,10 @@ fn print_banner(
             o,
             "socket: mode {:o}{}",
             access.socket.mode,
-            access.socket.group.map_or(String::new(), |g| format!(", group {g}"))
+            access
+                .socket
+                .group
+                .map_or(String::new(), |g| format!(", group {g}"))
         );
     }
     if let (Some(psk), Some((scheme, rest))) = (&a.access.tls_psk, uri.split_once("://")) {

@@ -32,7 +32,11 @@ pub struct AccessArgs {
     pub rw_identities: Vec<String>,
     /// Export this name; `NAME:ro` exports it read-only. Repeatable; the first is also the
     /// default export (the empty name). Replaces --export-name
-    #[arg(long = "export", value_name = "NAME[:ro]", conflicts_with = "export_name")]
+    #[arg(
+        long = "export",
+        value_name = "NAME[:ro]",
+        conflicts_with = "export_name"
+    )]
     pub exports: Vec<String>,
     /// Allow --listen on a non-loopback address without --tls require: anyone who can reach the
     /// port can then read and overwrite the device. Only for networks you trust entirely
@@ -50,7 +54,9 @@ fn parse_mode(s: &str) -> Result<u32, String> {
     let m = u32::from_str_radix(s.trim_start_matches("0o"), 8)
         .map_err(|_| format!("{s:?} is not an octal mode such as 600 or 660"))?;
     if m > 0o777 {
-        return Err(format!("{s}: only permission bits (at most 777) can be given"));
+        return Err(format!(
+            "{s}: only permission bits (at most 777) can be given"
+        ));
     }
     Ok(m)
 }
@@ -186,7 +192,19 @@ mod tests {
         assert_eq!(parse_group("0"), Ok(0));
         assert_eq!(parse_group("root"), Ok(0));
         assert!(parse_group("no-such-group-pmkit").is_err());
-        assert_eq!(parse_export("pm0:ro"), ExportSpec { name: "pm0".into(), read_only: true });
-        assert_eq!(parse_export("a:b"), ExportSpec { name: "a:b".into(), read_only: false });
+        assert_eq!(
+            parse_export("pm0:ro"),
+            ExportSpec {
+                name: "pm0".into(),
+                read_only: true
+            }
+        );
+        assert_eq!(
+            parse_export("a:b"),
+            ExportSpec {
+                name: "a:b".into(),
+                read_only: false
+            }
+        );
     }
 }

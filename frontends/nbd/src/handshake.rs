@@ -39,7 +39,9 @@ pub enum HandshakeError {
     TooManyOptions,
     #[error("client asked for unknown export {0:?} with NBD_OPT_EXPORT_NAME (which cannot report errors)")]
     UnknownExport(String),
-    #[error("client sent NBD_OPT_EXPORT_NAME without TLS, which this server requires (--tls require)")]
+    #[error(
+        "client sent NBD_OPT_EXPORT_NAME without TLS, which this server requires (--tls require)"
+    )]
     TlsRequired,
     #[error("TLS handshake failed: {0}")]
     Tls(String),
@@ -292,10 +294,7 @@ fn option(
             };
             let Some(export) = export.select(req.name, a.may_write) else {
                 let names: Vec<&str> = export.exports.iter().map(|e| e.name.as_str()).collect();
-                let msg = format!(
-                    "no export named {:?} (this server has {names:?})",
-                    req.name
-                );
+                let msg = format!("no export named {:?} (this server has {names:?})", req.name);
                 put_error(out, opt, REP_ERR_UNKNOWN, &msg);
                 return Ok(Step::Continue);
             };

@@ -25,6 +25,6 @@ pub use backend::{
     BackendError, BackendResult, BlockBackend, BlockSizes, ErrorKind, Extent, MemBackend,
 };
 pub use config::{Export, ExportSpec, IoModel, ServerConfig};
+pub use server::{Listen, Server, ServerError, ServerStats, ShutdownHandle};
 pub use socket::SocketAccess;
 pub use tls::{TlsConfig, TlsMode};
-pub use server::{Listen, Server, ServerError, ServerStats, ShutdownHandle};

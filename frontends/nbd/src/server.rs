@@ -182,7 +182,11 @@ impl<B: BlockBackend> Server<B> {
     pub fn uri(&self) -> String {
         let name = uri_escape(&self.export.name);
         // With TLS on, the nbds schemes: a client asked to use TLS insists on it.
-        let s = if self.cfg.tls_mode == TlsMode::Off { "" } else { "s" };
+        let s = if self.cfg.tls_mode == TlsMode::Off {
+            ""
+        } else {
+            "s"
+        };
         match &self.listener {
             Listener::Unix(_, p) => format!(
                 "nbd{s}+unix:///{name}?socket={}",
@@ -387,7 +391,15 @@ impl<B: BlockBackend> Server<B> {
                     // (Linux does not pass the listener's O_NONBLOCK on to accepted sockets; be explicit.)
                     Conn::Unix(mut s) => {
                         let _ = s.set_nonblocking(false);
-                        connection(&mut s, "on the unix socket", &*backend, &export, &cfg, &shared, id)
+                        connection(
+                            &mut s,
+                            "on the unix socket",
+                            &*backend,
+                            &export,
+                            &cfg,
+                            &shared,
+                            id,
+                        )
                     }
                     Conn::Tcp(mut s) => {
                         let _ = s.set_nonblocking(false);
@@ -514,7 +526,10 @@ fn connection<T: Transport, B: BlockBackend>(
     };
     // Export::new checked that credentials exist whenever TLS is not off.
     let Some(tls) = cfg.tls.as_ref().filter(|_| cfg.tls_mode != TlsMode::Off) else {
-        return (none, Err(HandshakeError::Tls("TLS is not configured".into()).into()));
+        return (
+            none,
+            Err(HandshakeError::Tls("TLS is not configured".into()).into()),
+        );
     };
     let (mut ts, peer) = match tls.accept(&mut *s) {
         Ok(x) => x,
@@ -547,7 +562,11 @@ fn log_client(id: u64, from: &str, protection: &str, e: &Export) {
         conn = id,
         "nbd: client {from}: {protection}; export {:?} {}",
         e.name,
-        if e.read_only { "read-only" } else { "read-write" }
+        if e.read_only {
+            "read-only"
+        } else {
+            "read-write"
+        }
     );
 }
 

@@ -6,8 +6,8 @@
 //! external pre-shared keys, which rustls does not implement; see docs/nbd.md.
 
 use openssl::error::ErrorStack;
-use openssl::nid::Nid;
 use openssl::ex_data::Index;
+use openssl::nid::Nid;
 use openssl::ssl::{
     Ssl, SslContext, SslContextBuilder, SslFiletype, SslMethod, SslOptions, SslStream,
     SslVerifyMode, SslVersion,
@@ -95,7 +95,8 @@ pub fn parse_psk_file(path: &Path, text: &str) -> Result<Keys, TlsError> {
         if user.is_empty() {
             return Err(err("empty username"));
         }
-        let key = decode_hex(hex).ok_or_else(|| err("the key is not an even number of hex digits"))?;
+        let key =
+            decode_hex(hex).ok_or_else(|| err("the key is not an even number of hex digits"))?;
         if key.is_empty() {
             return Err(err("empty key"));
         }
@@ -269,7 +270,8 @@ impl TlsConfig {
         let ssl = Ssl::new(&self.ctx).map_err(|e| e.to_string())?;
         let stream = ssl.accept(s).map_err(|e| match e {
             openssl::ssl::HandshakeError::SetupFailure(e) => e.to_string(),
-            openssl::ssl::HandshakeError::Failure(m) | openssl::ssl::HandshakeError::WouldBlock(m) => {
+            openssl::ssl::HandshakeError::Failure(m)
+            | openssl::ssl::HandshakeError::WouldBlock(m) => {
                 let e = m.error();
                 match e.ssl_error() {
                     Some(stack) => stack.to_string(),
