@@ -486,15 +486,11 @@ fn network_listen_needs_tls_or_an_explicit_trust() {
     );
     let o = pmkit(&["serve", dev.path(), "--size", "16M", "--tls", "require"]);
     assert!(text(&o).contains("needs credentials"), "{}", text(&o));
+    // (The harness's readiness probe connects to 0.0.0.0:PORT, which Linux routes to this host.)
+    let any = free_addr().replace("127.0.0.1", "0.0.0.0");
     let s = Serve::start(
         dev.path(),
-        &[
-            "--size",
-            "16M",
-            "--listen",
-            "0.0.0.0:0",
-            "--trusted-network",
-        ],
+        &["--size", "16M", "--listen", &any, "--trusted-network"],
     );
     assert!(s.banner.contains("no TLS: plain text"), "{}", s.banner);
     assert!(s.stop().0.success());
