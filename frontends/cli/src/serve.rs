@@ -266,6 +266,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[allow(clippy::too_many_arguments)] // one line of output per argument; a struct would only rename them
 fn print_banner(
     path: &Path,
     created: bool,
