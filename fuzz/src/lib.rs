@@ -9,6 +9,8 @@
 //!
 //! The targets:
 //! - [`nbd_server`]: the NBD handshake and request parser, fed everything a client sends;
+//! - [`nbd_starttls`]: the handshake with TLS offered or required: options before STARTTLS,
+//!   STARTTLS, and whatever the client sends after it (into OpenSSL's handshake);
 //! - [`blk_superblock`]: the block device's superblock slots and the layout they describe;
 //! - [`blk_image`]: a whole block device image (plain, checksummed or atomic) with bytes
 //!   changed, through `check`, the atomic map scan, `open` and a read of every block;
@@ -21,15 +23,16 @@ mod nbd;
 mod obj;
 
 pub use blk::{blk_image, blk_superblock};
-pub use nbd::nbd_server;
+pub use nbd::{nbd_server, nbd_starttls};
 pub use obj::obj_pool;
 
 /// A fuzz target: takes any bytes, returns (a panic is a bug found).
 pub type Target = fn(&[u8]);
 
 /// Every target by name, for the stable test runner.
-pub const TARGETS: [(&str, Target); 4] = [
+pub const TARGETS: [(&str, Target); 5] = [
     ("nbd_server", nbd_server),
+    ("nbd_starttls", nbd_starttls),
     ("blk_superblock", blk_superblock),
     ("blk_image", blk_image),
     ("obj_pool", obj_pool),

@@ -7,9 +7,9 @@
 //!
 //! Run: `cargo +nightly fuzz run nbd_server -- -max_len=4096` from fuzz/.
 
-use pmkit_nbd::handshake::{handshake, Outcome};
+use pmkit_nbd::handshake::{handshake, negotiate, Access, Outcome};
 use pmkit_nbd::proto::*;
-use pmkit_nbd::{BlockSizes, Export, MemBackend, ServerConfig};
+use pmkit_nbd::{BlockSizes, Export, MemBackend, ServerConfig, TlsConfig, TlsMode};
 use std::io::{self, Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::sync::OnceLock;
@@ -114,16 +114,90 @@ pub fn nbd_server(data: &[u8]) {
     };
     let not_stopping = || false;
     let stop = AtomicBool::new(false);
-    if let Ok(Outcome::Transmission(session)) = handshake(&mut s, &w.export, &not_stopping) {
+    let access = Access {
+        tls_mode: TlsMode::Off,
+        tls_active: false,
+        may_write: true,
+    };
+    if let Ok(Outcome::Transmission(session, export)) =
+        handshake(&mut s, &w.export, access, &not_stopping)
+    {
         let _ = pmkit_nbd::conn::serve_inline(
             &mut s,
             &w.backend,
-            &w.export,
+            &export,
             session,
             &stop,
             std::time::Duration::ZERO,
         );
     }
     // Everything was consumed or the server gave up on a protocol error; either way it returned.
+    assert!(s.written > 0);
+}
+
+/// The TLS credentials for [`nbd_starttls`]: one PSK identity, from a file written once.
+fn tls() -> &'static TlsConfig {
+    static T: OnceLock<std::sync::Arc<TlsConfig>> = OnceLock::new();
+    T.get_or_init(|| {
+        let p = std::env::temp_dir().join(format!("pmkit-fuzz-{}.psk", std::process::id()));
+        std::fs::write(&p, "alice:000102030405060708090a0b0c0d0e0f\n").unwrap();
+        let t = TlsConfig::new(Some(&p), None, false).unwrap();
+        let _ = std::fs::remove_file(&p);
+        t
+    })
+}
+
+/// The handshake with TLS offered (byte 0, bit 0: `on`, else `require`): option sequences before
+/// STARTTLS (refused with TLS_REQD, or served), STARTTLS itself, and whatever follows it, which
+/// goes to OpenSSL's TLS handshake (garbage there must end the connection, never panic). Bit 1
+/// prepends a STARTTLS option so most runs reach the TLS handshake; bits 2-4 are the chunk size.
+pub fn nbd_starttls(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let w = world();
+    let mut input = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    if mode & 2 != 0 {
+        option(&mut input, OPT_STARTTLS, &[]);
+    }
+    input.extend_from_slice(rest);
+    let chunk = [1usize, 3, 7, 28, 64, 512, 4096, usize::MAX][((mode >> 2) & 7) as usize];
+    let mut s = Script {
+        data: &input,
+        chunk,
+        written: 0,
+    };
+    let access = Access {
+        tls_mode: if mode & 1 != 0 {
+            TlsMode::On
+        } else {
+            TlsMode::Require
+        },
+        tls_active: false,
+        may_write: false,
+    };
+    let not_stopping = || false;
+    match handshake(&mut s, &w.export, access, &not_stopping) {
+        Ok(Outcome::StartTls(resume)) => {
+            let written = s.written;
+            if let Ok((mut t, _peer)) = tls().accept(&mut s) {
+                // Only a client holding the key gets here; then haggling goes on over TLS.
+                let access = Access {
+                    tls_active: true,
+                    ..access
+                };
+                let _ = negotiate(&mut t, &w.export, access, resume, &not_stopping);
+            }
+            assert!(s.written >= written);
+        }
+        Ok(Outcome::Transmission(_, export)) => {
+            // Only `on` lets a plain client in, and then read-only (no identity may write).
+            assert_eq!(access.tls_mode, TlsMode::On);
+            assert!(export.read_only);
+        }
+        Ok(Outcome::Closed) | Err(_) => {}
+    }
     assert!(s.written > 0);
 }

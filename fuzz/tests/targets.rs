@@ -192,6 +192,11 @@ fn nbd_server() {
 }
 
 #[test]
+fn nbd_starttls() {
+    fuzz("nbd_starttls", 5_000, 1024);
+}
+
+#[test]
 fn blk_superblock() {
     fuzz("blk_superblock", 20_000, 512);
 }

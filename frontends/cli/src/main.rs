@@ -10,6 +10,7 @@ mod blk;
 mod obj;
 mod probe;
 mod serve;
+mod serve_access;
 
 use clap::{Parser, Subcommand};
 
@@ -51,7 +52,7 @@ enum Cmd {
     Detach(attach::DetachArgs),
     /// Export a block device over NBD (unix socket or TCP); with no PATH, a 1 GiB emulated PM
     /// device in /dev/shm. Runs until SIGINT/SIGTERM, then finishes requests and closes cleanly.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Benchmarks: protection, write-scheme, overview, emulation, attach, nbd, pmo, atomic (each
     /// prints a table, --json for machines, --plot FILE for people). Runs the pmkit-bench binary
     /// with these arguments; `pmkit bench --help` lists them.
@@ -69,6 +70,6 @@ fn main() -> std::process::ExitCode {
         Cmd::Detach(a) => attach::run_detach(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Obj(a) => obj::run(a),
-        Cmd::Serve(a) => serve::run(a),
+        Cmd::Serve(a) => serve::run(*a),
     })
 }

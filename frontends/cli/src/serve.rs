@@ -4,6 +4,7 @@
 //! this is choosing/creating the device, printing how to connect, and an orderly stop on SIGINT/SIGTERM
 //! (stop accepting, finish received requests, flush, mark the device clean, exit 0).
 
+use crate::serve_access::{Access, AccessArgs};
 use anyhow::{bail, Context, Result};
 use pmkit::adapters::PmbdBackend;
 use pmkit::args::{human_size, parse_io_model, parse_size, CreateFlags, EngineArgs};
@@ -41,9 +42,12 @@ pub struct ServeArgs {
     /// does nothing. A PATH created here (--size) is made first, then opened read-only.
     #[arg(long)]
     pub read_only: bool,
-    /// Export name clients may ask for (the empty default name is always accepted)
+    /// Export name clients may ask for (the empty default name is always accepted); see
+    /// --export for several names
     #[arg(long, value_name = "NAME", default_value = "")]
     pub export_name: String,
+    #[command(flatten)]
+    pub access: AccessArgs,
     /// Most concurrent client connections (handshaking or connected); more are closed at once
     /// and logged. Each holds a thread (1 + N with threaded:N) and 2 file descriptors (4 threaded)
     #[arg(long, value_name = "N", default_value_t = pmkit_nbd::config::DEFAULT_MAX_CONNECTIONS)]
@@ -160,6 +164,8 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         (None, Some(p)) => Listen::Unix(p.clone()),
         (None, None) => Listen::Unix(PathBuf::from("/tmp/pmkit-nbd.sock")),
     };
+    // Before the device is touched: a refused or misconfigured server changes nothing.
+    let access = a.access.resolve(a.listen.as_ref(), &a.export_name)?;
     let (path, dev, created) = open_or_create(&a)?;
     let max_payload = a
         .max_payload
@@ -171,9 +177,13 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     let info = dev.info();
     let backend = Arc::new(PmbdBackend::new(dev));
     let cfg = ServerConfig {
-        export_name: a.export_name.clone(),
+        exports: access.exports.clone(),
         description: format!("pmkit PMBD device {}", path.display()),
         read_only: a.read_only,
+        tls_mode: access.tls_mode,
+        tls: access.tls.clone(),
+        write_identities: access.write_identities.clone(),
+        socket_access: access.socket,
         max_payload,
         max_connections: a.max_connections,
         handshake_timeout: secs(a.handshake_timeout),
@@ -191,7 +201,16 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         }
     };
     let uri = server.uri();
-    print_banner(&path, created, &info, &a, &uri, max_payload, &listen);
+    print_banner(
+        &path,
+        created,
+        &info,
+        &a,
+        &uri,
+        max_payload,
+        &listen,
+        &access,
+    );
     let stats_writer = match &a.stats {
         Some(p) => {
             let b = backend.clone();
@@ -247,6 +266,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[allow(clippy::too_many_arguments)] // one line of output per argument; a struct would only rename them
 fn print_banner(
     path: &Path,
     created: bool,
@@ -255,6 +275,7 @@ fn print_banner(
     uri: &str,
     max_payload: u32,
     listen: &Listen,
+    access: &Access,
 ) {
     let mut o = std::io::stdout().lock();
     let _ = writeln!(
@@ -273,6 +294,42 @@ fn print_banner(
         let _ = writeln!(o, "  note: {n}");
     }
     let _ = writeln!(o, "URI: {uri}");
+    let _ = writeln!(o, "protection: {}", access.describe());
+    if access.exports.len() > 1 || access.exports[0].read_only {
+        let names: Vec<String> = access
+            .exports
+            .iter()
+            .map(|e| {
+                format!(
+                    "{:?}{}",
+                    e.name,
+                    if e.read_only { " (read-only)" } else { "" }
+                )
+            })
+            .collect();
+        let _ = writeln!(o, "exports: {}", names.join(", "));
+    }
+    if let Listen::Unix(_) = listen {
+        let _ = writeln!(
+            o,
+            "socket: mode {:o}{}",
+            access.socket.mode,
+            access
+                .socket
+                .group
+                .map_or(String::new(), |g| format!(", group {g}"))
+        );
+    }
+    if let (Some(psk), Some((scheme, rest))) = (&a.access.tls_psk, uri.split_once("://")) {
+        let _ = writeln!(
+            o,
+            "TLS PSK clients: nbdinfo '{}://USER@{}{}tls-psk-file={}'   (USER: a name in the file)",
+            scheme,
+            rest,
+            if rest.contains('?') { "&" } else { "?" },
+            psk.display()
+        );
+    }
     let _ = writeln!(
         o,
         "limits: {} connections, {} bytes per request, {} requests read ahead per connection",

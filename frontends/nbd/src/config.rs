@@ -2,6 +2,9 @@
 
 use crate::backend::{BlockBackend, BlockSizes};
 use crate::proto;
+use crate::socket::SocketAccess;
+use crate::tls::{TlsConfig, TlsMode};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How a connection's requests are executed (see docs/nbd.md for the measurements behind the
@@ -30,14 +33,30 @@ pub const MAX_OPTIONS: u32 = 1024;
 /// Most extents in one BLOCK_STATUS reply.
 pub const MAX_EXTENTS: usize = 1024;
 
+/// One name under which the device is exported, with its own read-only flag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportSpec {
+    pub name: String,
+    pub read_only: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Name clients ask for; the empty name (the default export) is always accepted too.
-    pub export_name: String,
+    /// Names clients may ask for, each read-only or not; the first is the default export, which
+    /// the empty name also selects. At least one.
+    pub exports: Vec<ExportSpec>,
     /// Shown by `nbdinfo` (NBD_INFO_DESCRIPTION) and in NBD_OPT_LIST.
     pub description: String,
-    /// Export read-only even when the backend is writable.
+    /// Export read-only even when the backend is writable (every name).
     pub read_only: bool,
+    /// Whether and how TLS is offered; anything but `Off` needs `tls`.
+    pub tls_mode: TlsMode,
+    pub tls: Option<Arc<TlsConfig>>,
+    /// TLS identities (PSK usernames, verified certificate common names) that may write; every
+    /// other client, plain ones included, gets every export read-only. `None`: all may write.
+    pub write_identities: Option<Vec<String>>,
+    /// Mode and group of a unix socket (default 0600, the owner only).
+    pub socket_access: SocketAccess,
     /// Advertised maximum block size: READ/WRITE/CACHE (and WRITE_ZEROES without FAST_ZERO)
     /// longer than this fail with EINVAL.
     pub max_payload: u32,
@@ -86,9 +105,16 @@ pub const DEFAULT_POLL: Duration = Duration::ZERO;
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            export_name: String::new(),
+            exports: vec![ExportSpec {
+                name: String::new(),
+                read_only: false,
+            }],
             description: "pmkit persistent-memory block device".into(),
             read_only: false,
+            tls_mode: TlsMode::Off,
+            tls: None,
+            write_identities: None,
+            socket_access: SocketAccess::default(),
             max_payload: 32 << 20,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_inflight: 64,
@@ -102,10 +128,24 @@ impl Default for ServerConfig {
     }
 }
 
-/// Everything the protocol code needs to know about the export, computed once.
+impl ServerConfig {
+    /// Whether a client with this TLS identity (`None`: plain, or TLS without one) may write.
+    pub fn may_write(&self, identity: Option<&str>) -> bool {
+        match &self.write_identities {
+            None => true,
+            Some(ids) => identity.is_some_and(|id| ids.iter().any(|w| w == id)),
+        }
+    }
+}
+
+/// Everything the protocol code needs to know about the export, computed once. The server's
+/// `Export` describes the default export and lists all; each connection gets its own copy for the
+/// name it selected, with the access its client has ([`Export::select`]).
 #[derive(Debug, Clone)]
 pub struct Export {
     pub name: String,
+    /// Every export name and whether it is read-only (the server-wide flag already applied).
+    pub exports: Arc<[ExportSpec]>,
     pub description: String,
     pub size: u64,
     pub sizes: BlockSizes,
@@ -137,9 +177,23 @@ impl Export {
                 sizes.minimum, sizes.preferred
             ));
         }
-        if cfg.export_name.len() > proto::MAX_STRING || cfg.description.len() > proto::MAX_STRING {
-            return Err("export name and description must be at most 4096 bytes".into());
+        if cfg.exports.iter().any(|e| e.name.len() > proto::MAX_STRING)
+            || cfg.description.len() > proto::MAX_STRING
+        {
+            return Err("export names and description must be at most 4096 bytes".into());
         }
+        let Some(first) = cfg.exports.first() else {
+            return Err("there must be at least one export".into());
+        };
+        for (i, e) in cfg.exports.iter().enumerate() {
+            if cfg.exports[..i].iter().any(|o| o.name == e.name) {
+                return Err(format!("export name {:?} is given twice", e.name));
+            }
+        }
+        if (cfg.tls_mode == TlsMode::Off) != cfg.tls.is_none() {
+            return Err("TLS credentials are needed exactly when TLS is on or required".into());
+        }
+        let read_only = cfg.read_only || backend.is_read_only();
         if cfg.max_connections == 0 || cfg.max_inflight == 0 {
             return Err("max connections and max in-flight requests must be at least 1".into());
         }
@@ -160,20 +214,43 @@ impl Export {
                 return Err(format!("workers per connection must be 1..={MAX_WORKERS}"));
             }
         }
+        let exports = cfg
+            .exports
+            .iter()
+            .map(|e| ExportSpec {
+                name: e.name.clone(),
+                read_only: e.read_only || read_only,
+            })
+            .collect::<Vec<_>>();
         Ok(Export {
-            name: cfg.export_name.clone(),
+            name: first.name.clone(),
+            read_only: read_only || first.read_only,
+            exports: exports.into(),
             description: cfg.description.clone(),
             size,
             sizes,
             max_payload: mp,
-            read_only: cfg.read_only || backend.is_read_only(),
             fast_zero: backend.fast_zero(),
         })
     }
 
-    /// Whether a client-supplied name selects this export ("" is the default export).
-    pub fn matches(&self, name: &str) -> bool {
-        name.is_empty() || name == self.name
+    /// The export a client-supplied name selects ("" is the default, the first).
+    pub fn find(&self, name: &str) -> Option<&ExportSpec> {
+        if name.is_empty() {
+            return self.exports.first();
+        }
+        self.exports.iter().find(|e| e.name == name)
+    }
+
+    /// The export `name` selects as one client sees it: read-only when the export is, or when
+    /// the client may not write.
+    pub fn select(&self, name: &str, may_write: bool) -> Option<Export> {
+        let spec = self.find(name)?;
+        Some(Export {
+            name: spec.name.clone(),
+            read_only: spec.read_only || !may_write,
+            ..self.clone()
+        })
     }
 
     /// Transmission flags; `NBD_FLAG_SEND_DF` only once structured replies are negotiated.

@@ -83,6 +83,10 @@ impl ReadNowait for std::net::TcpStream {
     }
 }
 
+/// A TLS stream holds records the socket no longer shows, so it cannot be polled with `recv`: it
+/// blocks like `read`. (Busy-polling is off by default.)
+impl<S: Read + Write> ReadNowait for openssl::ssl::SslStream<S> {}
+
 /// A byte stream the server can split between threads and shut down from outside.
 pub trait Transport: Read + Write + ReadNowait + Send + Sync + 'static {
     fn try_clone(&self) -> io::Result<Self>

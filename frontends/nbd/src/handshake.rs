@@ -8,6 +8,7 @@
 
 use crate::config::{Export, MAX_OPTIONS, MAX_OPTION_LEN};
 use crate::proto::{self, *};
+use crate::tls::TlsMode;
 use std::io::{self, Read, Write};
 
 /// What the client negotiated for the transmission phase.
@@ -38,19 +39,47 @@ pub enum HandshakeError {
     TooManyOptions,
     #[error("client asked for unknown export {0:?} with NBD_OPT_EXPORT_NAME (which cannot report errors)")]
     UnknownExport(String),
+    #[error(
+        "client sent NBD_OPT_EXPORT_NAME without TLS, which this server requires (--tls require)"
+    )]
+    TlsRequired,
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
 }
 
 pub enum Outcome {
-    Transmission(Session),
+    /// Transmission starts on the export the client selected, as this client may use it.
+    Transmission(Session, Export),
     /// The client sent NBD_OPT_ABORT (or closed cleanly between options).
     Closed,
+    /// STARTTLS was acknowledged: the caller runs the TLS handshake on the socket and continues
+    /// with [`negotiate`] over the TLS stream, passing this back.
+    StartTls(Resume),
 }
 
-/// Run the server side of the handshake on `s`. `shutting_down` makes every option but ABORT fail
-/// with `NBD_REP_ERR_SHUTDOWN`.
+/// Where option haggling stands across the switch to TLS.
+#[derive(Debug, Clone, Copy)]
+pub struct Resume {
+    no_zeroes: bool,
+    options: u32,
+}
+
+/// What one connection may do in the handshake.
+#[derive(Debug, Clone, Copy)]
+pub struct Access {
+    pub tls_mode: TlsMode,
+    /// TLS is up on this stream.
+    pub tls_active: bool,
+    /// The client may write (its identity allows it); otherwise every export is read-only to it.
+    pub may_write: bool,
+}
+
+/// Run the server side of the handshake on `s`: the greeting, then [`negotiate`]. `shutting_down`
+/// makes every option but ABORT fail with `NBD_REP_ERR_SHUTDOWN`.
 pub fn handshake<S: Read + Write>(
     s: &mut S,
     export: &Export,
+    access: Access,
     shutting_down: &dyn Fn() -> bool,
 ) -> Result<Outcome, HandshakeError> {
     let mut out = Vec::with_capacity(256);
@@ -66,14 +95,32 @@ pub fn handshake<S: Read + Write>(
     if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
         return Err(HandshakeError::BadClientFlags(client_flags));
     }
-    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    let resume = Resume {
+        no_zeroes: client_flags & FLAG_C_NO_ZEROES != 0,
+        options: 0,
+    };
+    negotiate(s, export, access, resume, shutting_down)
+}
 
+/// Option haggling, from the start or (with TLS up) after STARTTLS. Nothing negotiated before
+/// TLS carries over: a man in the middle could have chosen it.
+pub fn negotiate<S: Read + Write>(
+    s: &mut S,
+    export: &Export,
+    access: Access,
+    mut resume: Resume,
+    shutting_down: &dyn Fn() -> bool,
+) -> Result<Outcome, HandshakeError> {
     let mut st = State {
         structured: false,
         meta: false,
+        access,
+        no_zeroes: resume.no_zeroes,
     };
+    let mut out = Vec::with_capacity(256);
     let mut data = Vec::new();
-    for _ in 0..MAX_OPTIONS {
+    while resume.options < MAX_OPTIONS {
+        resume.options += 1;
         let mut h = [0u8; OPTION_HEADER_LEN];
         if !read_exact_or_eof(s, &mut h)? {
             return Ok(Outcome::Closed);
@@ -104,19 +151,23 @@ pub fn handshake<S: Read + Write>(
             );
             Step::Continue
         } else {
-            option(&mut out, hdr.option, &data, export, &mut st, no_zeroes)?
+            option(&mut out, hdr.option, &data, export, &mut st)?
         };
         s.write_all(&out)?;
         s.flush()?;
         match step {
             Step::Continue => {}
             Step::Abort => return Ok(Outcome::Closed),
-            Step::Go => {
-                return Ok(Outcome::Transmission(Session {
-                    structured: st.structured,
-                    base_allocation: st.meta,
-                    flags: export.transmission_flags(st.structured),
-                }))
+            Step::StartTls => return Ok(Outcome::StartTls(resume)),
+            Step::Go(e) => {
+                return Ok(Outcome::Transmission(
+                    Session {
+                        structured: st.structured,
+                        base_allocation: st.meta,
+                        flags: e.transmission_flags(st.structured),
+                    },
+                    e,
+                ))
             }
         }
     }
@@ -125,15 +176,18 @@ pub fn handshake<S: Read + Write>(
 
 struct State {
     structured: bool,
-    /// `base:allocation` is selected. (There is one export, so the name it was selected for and
-    /// the name the client goes with always denote the same export.)
+    /// `base:allocation` is selected. (Every export name denotes the same device, so the name it
+    /// was selected for and the name the client goes with have the same allocation.)
     meta: bool,
+    access: Access,
+    no_zeroes: bool,
 }
 
 enum Step {
     Continue,
     Abort,
-    Go,
+    StartTls,
+    Go(Export),
 }
 
 fn put_error(out: &mut Vec<u8>, option: u32, err: u32, msg: &str) {
@@ -154,20 +208,46 @@ fn option(
     data: &[u8],
     export: &Export,
     st: &mut State,
-    no_zeroes: bool,
 ) -> Result<Step, HandshakeError> {
+    let a = st.access;
+    if opt == OPT_STARTTLS {
+        let (err, msg) = if a.tls_mode == TlsMode::Off {
+            (REP_ERR_POLICY, "TLS is off on this server")
+        } else if a.tls_active {
+            (REP_ERR_INVALID, "TLS is already on")
+        } else if !data.is_empty() {
+            (REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data")
+        } else {
+            put_option_reply(out, opt, REP_ACK, &[]);
+            return Ok(Step::StartTls);
+        };
+        put_error(out, opt, err, msg);
+        return Ok(Step::Continue);
+    }
+    if a.tls_mode == TlsMode::Require && !a.tls_active && opt != OPT_ABORT {
+        if opt == OPT_EXPORT_NAME {
+            return Err(HandshakeError::TlsRequired);
+        }
+        put_error(
+            out,
+            opt,
+            REP_ERR_TLS_REQD,
+            "this server requires TLS: send NBD_OPT_STARTTLS first",
+        );
+        return Ok(Step::Continue);
+    }
     match opt {
         OPT_EXPORT_NAME => {
             let name = std::str::from_utf8(data).unwrap_or("\u{fffd}");
-            if !export.matches(name) {
+            let Some(e) = export.select(name, a.may_write) else {
                 return Err(HandshakeError::UnknownExport(name.to_string()));
-            }
-            out.extend_from_slice(&export.size.to_be_bytes());
-            out.extend_from_slice(&export.transmission_flags(st.structured).to_be_bytes());
-            if !no_zeroes {
+            };
+            out.extend_from_slice(&e.size.to_be_bytes());
+            out.extend_from_slice(&e.transmission_flags(st.structured).to_be_bytes());
+            if !st.no_zeroes {
                 out.extend_from_slice(&[0u8; 124]);
             }
-            Ok(Step::Go)
+            Ok(Step::Go(e))
         }
         OPT_ABORT => {
             put_option_reply(out, opt, REP_ACK, &[]);
@@ -178,11 +258,13 @@ fn option(
                 put_error(out, opt, REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
                 return Ok(Step::Continue);
             }
-            let mut p = Vec::new();
-            p.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
-            p.extend_from_slice(export.name.as_bytes());
-            p.extend_from_slice(export.description.as_bytes());
-            put_option_reply(out, opt, REP_SERVER, &p);
+            for e in export.exports.iter() {
+                let mut p = Vec::new();
+                p.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
+                p.extend_from_slice(e.name.as_bytes());
+                p.extend_from_slice(export.description.as_bytes());
+                put_option_reply(out, opt, REP_SERVER, &p);
+            }
             put_option_reply(out, opt, REP_ACK, &[]);
             Ok(Step::Continue)
         }
@@ -210,14 +292,12 @@ fn option(
                 );
                 return Ok(Step::Continue);
             };
-            if !export.matches(req.name) {
-                let msg = format!(
-                    "no export named {:?} (this server has {:?})",
-                    req.name, export.name
-                );
+            let Some(export) = export.select(req.name, a.may_write) else {
+                let names: Vec<&str> = export.exports.iter().map(|e| e.name.as_str()).collect();
+                let msg = format!("no export named {:?} (this server has {names:?})", req.name);
                 put_error(out, opt, REP_ERR_UNKNOWN, &msg);
                 return Ok(Step::Continue);
-            }
+            };
             let mut e = Vec::with_capacity(10);
             e.extend_from_slice(&export.size.to_be_bytes());
             e.extend_from_slice(&export.transmission_flags(st.structured).to_be_bytes());
@@ -238,7 +318,7 @@ fn option(
             }
             put_option_reply(out, opt, REP_ACK, &[]);
             if opt == OPT_GO {
-                Ok(Step::Go)
+                Ok(Step::Go(export))
             } else {
                 Ok(Step::Continue)
             }
@@ -269,7 +349,7 @@ fn option(
                 }
                 Some(Ok(r)) => r,
             };
-            if !export.matches(req.export) {
+            if export.find(req.export).is_none() {
                 put_error(
                     out,
                     opt,

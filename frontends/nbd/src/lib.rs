@@ -18,9 +18,13 @@ pub mod exec;
 pub mod handshake;
 pub mod proto;
 pub mod server;
+pub mod socket;
+pub mod tls;
 
 pub use backend::{
     BackendError, BackendResult, BlockBackend, BlockSizes, ErrorKind, Extent, MemBackend,
 };
-pub use config::{Export, IoModel, ServerConfig};
+pub use config::{Export, ExportSpec, IoModel, ServerConfig};
 pub use server::{Listen, Server, ServerError, ServerStats, ShutdownHandle};
+pub use socket::SocketAccess;
+pub use tls::{TlsConfig, TlsMode};

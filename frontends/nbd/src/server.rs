@@ -13,15 +13,16 @@ use crate::backend::BlockBackend;
 use crate::config::{Export, IoModel, ServerConfig};
 use crate::conn::{serve_inline, serve_threaded, ConnError, Transport};
 use crate::exec::ConnStats;
-use crate::handshake::{handshake, HandshakeError, Outcome};
+use crate::handshake::{handshake, negotiate, Access, HandshakeError, Outcome, Session};
+use crate::socket::{bind_unix, prepare_socket_path, SocketError};
+use crate::tls::TlsMode;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,10 +40,8 @@ pub enum ServerError {
     Config(String),
     #[error("cannot listen on {what}: {source}")]
     Listen { what: String, source: io::Error },
-    #[error("{0} exists and is not a socket; choose another --socket path or remove it")]
-    NotASocket(PathBuf),
-    #[error("another server is already listening on {0}")]
-    InUse(PathBuf),
+    #[error(transparent)]
+    Socket(#[from] SocketError),
     #[error("accept/poll failed: {0}")]
     Accept(io::Error),
     #[error("final flush of the device failed: {0}")]
@@ -137,11 +136,7 @@ impl<B: BlockBackend> Server<B> {
         let listener = match listen {
             Listen::Unix(p) => {
                 prepare_socket_path(p)?;
-                let l = UnixListener::bind(p).map_err(|e| ServerError::Listen {
-                    what: p.display().to_string(),
-                    source: e,
-                })?;
-                Listener::Unix(l, p.clone())
+                Listener::Unix(bind_unix(p, cfg.socket_access)?, p.clone())
             }
             Listen::Tcp(a) => {
                 let l = TcpListener::bind(a).map_err(|e| ServerError::Listen {
@@ -182,17 +177,24 @@ impl<B: BlockBackend> Server<B> {
         &self.export
     }
 
-    /// The NBD URI clients use (`nbd+unix:///NAME?socket=PATH` or `nbd://HOST:PORT/NAME`).
+    /// The NBD URI clients use (`nbd+unix:///NAME?socket=PATH` or `nbd://HOST:PORT/NAME`;
+    /// `nbds...` with TLS).
     pub fn uri(&self) -> String {
         let name = uri_escape(&self.export.name);
+        // With TLS on, the nbds schemes: a client asked to use TLS insists on it.
+        let s = if self.cfg.tls_mode == TlsMode::Off {
+            ""
+        } else {
+            "s"
+        };
         match &self.listener {
             Listener::Unix(_, p) => format!(
-                "nbd+unix:///{name}?socket={}",
+                "nbd{s}+unix:///{name}?socket={}",
                 uri_escape(&p.display().to_string())
             ),
             Listener::Tcp(l) => match l.local_addr() {
-                Ok(SocketAddr::V6(a)) => format!("nbd://[{}]:{}/{name}", a.ip(), a.port()),
-                Ok(a) => format!("nbd://{a}/{name}"),
+                Ok(SocketAddr::V6(a)) => format!("nbd{s}://[{}]:{}/{name}", a.ip(), a.port()),
+                Ok(a) => format!("nbd{s}://{a}/{name}"),
                 Err(_) => "nbd://?".into(),
             },
         }
@@ -389,12 +391,21 @@ impl<B: BlockBackend> Server<B> {
                     // (Linux does not pass the listener's O_NONBLOCK on to accepted sockets; be explicit.)
                     Conn::Unix(mut s) => {
                         let _ = s.set_nonblocking(false);
-                        connection(&mut s, &*backend, &export, &cfg, &shared, id)
+                        connection(
+                            &mut s,
+                            "on the unix socket",
+                            &*backend,
+                            &export,
+                            &cfg,
+                            &shared,
+                            id,
+                        )
                     }
                     Conn::Tcp(mut s) => {
                         let _ = s.set_nonblocking(false);
                         let _ = s.set_nodelay(true);
-                        connection(&mut s, &*backend, &export, &cfg, &shared, id)
+                        let from = s.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+                        connection(&mut s, &from, &*backend, &export, &cfg, &shared, id)
                     }
                 };
                 {
@@ -471,8 +482,10 @@ enum ConnectionError {
 }
 
 /// One connection from greeting to close: the statistics (however it ended) and how it ended.
+/// `from` names the client for the log.
 fn connection<T: Transport, B: BlockBackend>(
     s: &mut T,
+    from: &str,
     backend: &B,
     export: &Export,
     cfg: &ServerConfig,
@@ -481,56 +494,96 @@ fn connection<T: Transport, B: BlockBackend>(
 ) -> (ConnStats, Result<(), ConnectionError>) {
     let none = ConnStats::default();
     // The handshake's time limit is a deadline enforced by the accept loop
-    // (`expire_handshakes`), so a client trickling a byte at a time cannot stretch it.
+    // (`expire_handshakes`), so a client trickling a byte at a time (in the TLS handshake too)
+    // cannot stretch it.
     if let Err(e) = s.set_write_timeout(Some(cfg.send_timeout)) {
         return (none, Err(e.into()));
     }
     let stopping = || shared.stopping.load(Ordering::Acquire);
-    let session = match handshake(s, export, &stopping) {
-        Ok(Outcome::Transmission(sess)) => sess,
+    let access = Access {
+        tls_mode: cfg.tls_mode,
+        tls_active: false,
+        may_write: cfg.may_write(None),
+    };
+    let resume = match handshake(s, export, access, &stopping) {
+        Ok(Outcome::Transmission(sess, e)) => {
+            log_client(id, from, "plain (no TLS)", &e);
+            if let Err(err) = enter_transmission(s, cfg, shared, id, &sess) {
+                return (none, Err(err.into()));
+            }
+            let stop = &shared.stopping;
+            let (st, r) = match cfg.io_model {
+                IoModel::Inline => serve_inline(s, backend, &e, sess, stop, cfg.poll),
+                IoModel::Threaded { workers } => {
+                    serve_threaded(s, backend, &e, sess, stop, workers, cfg.max_inflight)
+                }
+            };
+            return (st, r.map_err(Into::into));
+        }
         Ok(Outcome::Closed) => return (none, Ok(())),
+        Ok(Outcome::StartTls(r)) => r,
         Err(e) => return (none, Err(e.into())),
     };
+    // Export::new checked that credentials exist whenever TLS is not off.
+    let Some(tls) = cfg.tls.as_ref().filter(|_| cfg.tls_mode != TlsMode::Off) else {
+        return (
+            none,
+            Err(HandshakeError::Tls("TLS is not configured".into()).into()),
+        );
+    };
+    let (mut ts, peer) = match tls.accept(&mut *s) {
+        Ok(x) => x,
+        Err(e) => return (none, Err(HandshakeError::Tls(e).into())),
+    };
+    let access = Access {
+        tls_active: true,
+        may_write: cfg.may_write(peer.identity.as_deref()),
+        ..access
+    };
+    match negotiate(&mut ts, export, access, resume, &stopping) {
+        Ok(Outcome::Transmission(sess, e)) => {
+            log_client(id, from, &peer.protection, &e);
+            if let Err(err) = enter_transmission(&**ts.get_ref(), cfg, shared, id, &sess) {
+                return (none, Err(err.into()));
+            }
+            // One thread owns the TLS stream: a TLS session cannot be read and written from two
+            // threads at once, so TLS connections always use the inline model (docs/nbd.md).
+            let (st, r) = serve_inline(&mut ts, backend, &e, sess, &shared.stopping, cfg.poll);
+            (st, r.map_err(Into::into))
+        }
+        // (STARTTLS is refused once TLS is up, so negotiate never asks for it twice.)
+        Ok(Outcome::Closed | Outcome::StartTls(_)) => (none, Ok(())),
+        Err(e) => (none, Err(e.into())),
+    }
+}
+
+fn log_client(id: u64, from: &str, protection: &str, e: &Export) {
+    tracing::info!(
+        conn = id,
+        "nbd: client {from}: {protection}; export {:?} {}",
+        e.name,
+        if e.read_only {
+            "read-only"
+        } else {
+            "read-write"
+        }
+    );
+}
+
+/// Leave the handshake: its deadline no longer applies, the idle timeout (if any) does.
+fn enter_transmission<T: Transport>(
+    sock: &T,
+    cfg: &ServerConfig,
+    shared: &Shared,
+    id: u64,
+    session: &Session,
+) -> io::Result<()> {
     if let Some(c) = shared.conns.lock().get_mut(&id) {
         c.handshake_deadline = None;
     }
     tracing::debug!(?session, "nbd: transmission phase");
     // Idle clients (a mounted file system) may be quiet for hours: by default no read timeout.
-    if let Err(e) = s.set_read_timeout(cfg.idle_timeout) {
-        return (none, Err(e.into()));
-    }
-    let (st, r) = match cfg.io_model {
-        IoModel::Inline => serve_inline(s, backend, export, session, &shared.stopping, cfg.poll),
-        IoModel::Threaded { workers } => serve_threaded(
-            s,
-            backend,
-            export,
-            session,
-            &shared.stopping,
-            workers,
-            cfg.max_inflight,
-        ),
-    };
-    (st, r.map_err(Into::into))
-}
-
-fn prepare_socket_path(p: &Path) -> Result<(), ServerError> {
-    match std::fs::symlink_metadata(p) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(ServerError::Listen {
-            what: p.display().to_string(),
-            source: e,
-        }),
-        Ok(m) if !m.file_type().is_socket() => Err(ServerError::NotASocket(p.to_path_buf())),
-        Ok(_) => match UnixStream::connect(p) {
-            Ok(_) => Err(ServerError::InUse(p.to_path_buf())),
-            // Nobody listening: a stale socket from a server that was killed.
-            Err(_) => std::fs::remove_file(p).map_err(|e| ServerError::Listen {
-                what: p.display().to_string(),
-                source: e,
-            }),
-        },
-    }
+    sock.set_read_timeout(cfg.idle_timeout)
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {

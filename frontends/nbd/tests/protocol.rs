@@ -18,8 +18,9 @@ fn info_reports_export_and_block_sizes_and_unknown_options_continue() {
     c.option(0x4242, b"whatever");
     let (opt, t, _) = c.option_reply();
     assert_eq!((opt, t), (0x4242, REP_ERR_UNSUP));
+    // TLS is off: STARTTLS is refused by policy (tests/tls.rs covers the TLS modes).
     c.option(OPT_STARTTLS, &[]);
-    assert_eq!(c.option_reply().1, REP_ERR_UNSUP);
+    assert_eq!(c.option_reply().1, REP_ERR_POLICY);
     // LIST: one server entry, then ACK; data is not allowed.
     c.option(OPT_LIST, &[]);
     let (_, t, d) = c.option_reply();
@@ -106,7 +107,10 @@ fn info_reports_export_and_block_sizes_and_unknown_options_continue() {
 #[test]
 fn export_name_path_with_and_without_zeroes() {
     let srv = TestServer::start(ServerConfig {
-        export_name: "pm0".into(),
+        exports: vec![pmkit_nbd::ExportSpec {
+            name: "pm0".into(),
+            read_only: false,
+        }],
         ..cfg(IoModel::Inline)
     });
     // NO_ZEROES negotiated: 10 bytes.
