@@ -87,7 +87,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .into_iter()
         .filter(|s| s.available())
         .collect();
-    let total = (schemes.len() * 2 + 4) as u64;
+    let total = (schemes.len() * 2 + 5) as u64;
     let bar = Progress::new(!a.json, total);
 
     let stop = Arc::new(AtomicBool::new(a.alone));
@@ -172,6 +172,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
         nt.write(w.media(), w.offset_of(off), &buf[..BLOCK]);
         nt.fence(w.media());
     }));
+    bar.inc();
+
+    bar.set_message("kernel write (pwrite) into a read-only mapping".to_string());
+    if let Ok(kw) = pmkit_media::KernelWriter::new(&reg) {
+        reg.set_access(0, reg.len(), Access::Read)?;
+        ms.push(measure("window", "kernel", BLOCK, dur, &reg, |reg, off| {
+            kw.write(off, &buf[..BLOCK])
+                .expect("pwrite into the scratch file");
+            nt.fence(reg);
+        }));
+        reg.set_access(0, reg.len(), Access::ReadWrite)?;
+    }
     bar.inc();
 
     bar.set_message("pkey window".to_string());
