@@ -8,6 +8,7 @@ mod atomic;
 mod attach;
 mod figures;
 mod host;
+mod kernel_path;
 mod nbd;
 mod pmdk;
 mod pmo;
@@ -63,6 +64,12 @@ enum Cmd {
     ///
     /// Rounds: 5. --quick: 32 MiB devices, 2000 operations per thread, one round, no fio.
     Atomic(atomic::Args),
+    /// Writes through the kernel (pwrite, io_uring batches) into a read-only-mapped file
+    /// against non-temporal stores: what the `kernel` protection mode costs and which call is
+    /// cheapest, 1 and 2 threads.
+    ///
+    /// Rounds: 3. --quick: a 64 MiB file, short runs, one round.
+    KernelPath(kernel_path::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -75,5 +82,6 @@ fn main() -> std::process::ExitCode {
         Cmd::Nbd(a) => nbd::run(a),
         Cmd::Pmo(a) => pmo::run(a),
         Cmd::Atomic(a) => atomic::run(a),
+        Cmd::KernelPath(a) => kernel_path::run(a),
     })
 }

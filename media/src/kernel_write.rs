@@ -82,6 +82,11 @@ impl KernelWriter {
         &self.path
     }
 
+    /// The file written to (for callers that submit writes themselves, e.g. by io_uring).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// Write `src` at region offset `off` (all of it: short writes are continued).
     pub fn write(&self, off: usize, src: &[u8]) -> Result<()> {
         self.check(off, src.len());
