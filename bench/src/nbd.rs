@@ -645,8 +645,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for r in &rows {
         let k = &r.nbdkit;
         println!(
-            "{:<20} {:<18} {:>10.0} {:>9.1} {:>9.1} {:>9.2} {:>7}",
-            r.workload.name, nbdkit_name, k.iops, k.mib_s, k.mean_lat_us, k.server_cpu_us_per_io, ""
+            "{:<20} {:<18} {:>10.0} {:>9.1} {:>9.1} {:>9.2}",
+            r.workload.name, nbdkit_name, k.iops, k.mib_s, k.mean_lat_us, k.server_cpu_us_per_io
         );
         for ((n, m), (_, ratio)) in r.pmkit.iter().zip(&r.ratio) {
             println!(
