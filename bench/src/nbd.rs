@@ -537,8 +537,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // Fill both devices first, so reads copy real data on both (nbdkit's memory plugin is
     // sparse and would otherwise answer reads of never-written blocks without copying).
     for s in pmkit.iter().chain([&nbdkit]) {
-        fio(s, "write", 1 << 20, 8, size, None)
-            .with_context(|| format!("filling {}", s.name))?;
+        fio(s, "write", 1 << 20, 8, size, None).with_context(|| format!("filling {}", s.name))?;
     }
     // What each TLS server negotiates with libnbd (the library fio's engine uses).
     let negotiated: Vec<(String, String)> = pmkit
