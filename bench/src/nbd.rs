@@ -1,10 +1,12 @@
 //! `pmkit bench nbd`: fio's `nbd` engine against `pmkit serve` and against `nbdkit memory` of the
 //! same size, in the same run, workload by workload (so both see the same machine noise).
 //! Prints IOPS, bandwidth, mean latency and server CPU per I/O, and the pmkit/nbdkit ratios.
-//! With `--tls` both servers require TLS with the same pre-shared key, and pmkit also runs in
-//! plain text, for what TLS costs it.
+//! With `--tls` both servers require TLS with the same X.509 certificates, made for the run, and
+//! pmkit also runs in plain text, for what TLS costs it. Not PSK: fio's nbd engine opens its URI
+//! with libnbd's default of no local file access, so `tls-psk-file=` (and `tls-certificates=`) are
+//! refused; libnbd loads certificates without a URI parameter, from `$HOME/.pki/libnbd`.
 
-use crate::host::{fio_json, need_tool, Scratch};
+use crate::host::{fio_json, need_tool, sh, Scratch};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -43,17 +45,17 @@ pub struct Args {
         default_value = ""
     )]
     pub serve_args: String,
-    /// Over TLS (PSK, TLS 1.3): 4 KiB randwrite qd8 and 256 KiB sequential read and write
-    /// against `nbdkit memory --tls=require` with the same key, plus pmkit in plain text (the
-    /// first model) for the cost of TLS
+    /// Over TLS (X.509 certificates made with certtool, TLS 1.3): 4 KiB randwrite qd8 and 256
+    /// KiB sequential read and write against `nbdkit memory --tls=require` with the same
+    /// certificates, plus pmkit in plain text (the first model) for the cost of TLS
     #[arg(long)]
     pub tls: bool,
 }
 
 /// Workloads measured with `--tls`.
 const TLS_WORKLOADS: [&str; 3] = ["4k-randwrite-qd8", "256k-seqread", "256k-seqwrite"];
-/// The PSK identity the benchmark's clients use.
-const PSK_USER: &str = "pmkit-bench";
+/// What `--tls` measures, for the table and the JSON.
+const TLS_SETUP: &str = "TLS 1.3 X.509 (fio's nbd engine cannot load a PSK file)";
 
 #[derive(Debug, Clone, Serialize)]
 struct Workload {
@@ -124,28 +126,143 @@ struct Row {
     tls_cost: Option<f64>,
 }
 
-/// A key file in psktool's format (`user:hexkey`, 32 random bytes), readable by the owner only.
-fn write_psk(dir: &Path) -> Result<PathBuf> {
-    use std::io::Read;
-    let mut key = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
-    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-    let p = dir.join("bench.psk");
-    std::fs::write(&p, format!("{PSK_USER}:{hex}\n"))?;
-    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+/// The credentials of a `--tls` run, all in one scratch folder.
+struct Certs {
+    /// `ca-cert.pem`, `server-cert.pem`, `server-key.pem`: `--tls-certificates` for both servers.
+    server: PathBuf,
+    /// The `HOME` fio and nbdinfo run with: `.pki/libnbd` holds `ca-cert.pem`, `client-cert.pem`
+    /// and `client-key.pem`, where libnbd looks when no URI parameter names a directory.
+    home: PathBuf,
+    /// Whether the servers require the client certificate (`--tls-verify-peer`): only when this
+    /// process is not root, for libnbd run as root reads `/etc/pki/libnbd`, never `$HOME`, and the
+    /// bench does not write there; a root client then connects without a certificate of its own.
+    verify_client: bool,
+}
+
+/// A certtool template file in `dir`.
+fn template(dir: &Path, name: &str, body: &str) -> Result<PathBuf> {
+    let p = dir.join(format!("{name}.info"));
+    std::fs::write(&p, body)?;
     Ok(p)
 }
 
-/// The URI of a unix socket, over TLS with `psk` when given.
-fn socket_uri(sock: &Path, psk: Option<&Path>) -> String {
-    match psk {
-        Some(k) => format!(
-            "nbds+unix://{PSK_USER}@/?socket={}&tls-psk-file={}",
-            sock.display(),
-            k.display()
-        ),
-        None => format!("nbd+unix:///?socket={}", sock.display()),
+fn certtool(args: &[&Path]) -> Result<()> {
+    sh(Command::new("certtool").args(args)).map(drop)
+}
+
+/// A CA, a server certificate (`localhost`) and a client certificate (`pmkit-bench`) signed by
+/// it, ECDSA P-256, valid for a day, laid out in `dir` as nbdkit and pmkit read them and as
+/// libnbd reads them from `$HOME`.
+fn make_certs(dir: &Path) -> Result<Certs> {
+    let work = dir.join("tls");
+    let server = dir.join("tls/server");
+    let home = dir.join("home");
+    let client = home.join(".pki/libnbd");
+    for d in [&work, &server, &client] {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
+    let key = |p: &Path| {
+        certtool(&[
+            Path::new("--generate-privkey"),
+            Path::new("--key-type=ecdsa"),
+            Path::new("--outfile"),
+            p,
+        ])
+    };
+    let ca_key = work.join("ca-key.pem");
+    let ca = server.join("ca-cert.pem");
+    key(&ca_key)?;
+    let t = template(
+        &work,
+        "ca",
+        "cn = pmkit bench CA\nca\ncert_signing_key\nexpiration_days = 1\n",
+    )?;
+    certtool(&[
+        Path::new("--generate-self-signed"),
+        Path::new("--load-privkey"),
+        &ca_key,
+        Path::new("--template"),
+        &t,
+        Path::new("--outfile"),
+        &ca,
+    ])?;
+    let sign = |who: &str, body: &str, key_path: &Path, cert: &Path| -> Result<()> {
+        key(key_path)?;
+        let t = template(&work, who, body)?;
+        certtool(&[
+            Path::new("--generate-certificate"),
+            Path::new("--load-privkey"),
+            key_path,
+            Path::new("--load-ca-certificate"),
+            &ca,
+            Path::new("--load-ca-privkey"),
+            &ca_key,
+            Path::new("--template"),
+            &t,
+            Path::new("--outfile"),
+            cert,
+        ])
+    };
+    sign(
+        "server",
+        "cn = localhost\ndns_name = localhost\ntls_www_server\nencryption_key\nsigning_key\nexpiration_days = 1\n",
+        &server.join("server-key.pem"),
+        &server.join("server-cert.pem"),
+    )?;
+    sign(
+        "client",
+        "cn = pmkit-bench\ntls_www_client\nencryption_key\nsigning_key\nexpiration_days = 1\n",
+        &client.join("client-key.pem"),
+        &client.join("client-cert.pem"),
+    )?;
+    std::fs::copy(&ca, client.join("ca-cert.pem"))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let verify_client = unsafe { libc::geteuid() } != 0;
+    Ok(Certs {
+        server,
+        home,
+        verify_client,
+    })
+}
+
+/// The URI of a unix socket, over TLS when `tls`.
+fn socket_uri(sock: &Path, tls: bool) -> String {
+    format!(
+        "{}+unix:///?socket={}",
+        if tls { "nbds" } else { "nbd" },
+        sock.display()
+    )
+}
+
+/// What a libnbd client (nbdinfo, the same library and priorities as fio's engine) negotiates
+/// with `s`, from GnuTLS's debug log ("TLS 1.3 GNUTLS_AES_256_GCM_SHA384"); None without nbdinfo
+/// or when the log does not say.
+fn probe_tls(s: &Served) -> Option<String> {
+    let o = Command::new("nbdinfo")
+        .arg("--size")
+        .arg(&s.uri)
+        .envs(s.home.iter().map(|h| ("HOME", h)))
+        .env("GNUTLS_DEBUG_LEVEL", "4")
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let log = String::from_utf8_lossy(&o.stderr);
+    let after = |tag: &str| {
+        log.lines()
+            .find_map(|l| l.split_once(tag).map(|(_, v)| v.trim().to_string()))
+    };
+    // GnuTLS numbers versions as SSL did: 3.1 is TLS 1.0, ... 3.4 is TLS 1.3.
+    let version = match after("Negotiated version:")?.as_str() {
+        "3.1" => "TLS 1.0".to_string(),
+        "3.2" => "TLS 1.1".to_string(),
+        "3.3" => "TLS 1.2".to_string(),
+        "3.4" => "TLS 1.3".to_string(),
+        v => format!("version {v}"),
+    };
+    Some(match after("Selected cipher suite:") {
+        Some(c) => format!("{version} {c}"),
+        None => version,
+    })
 }
 
 /// A server process killed on drop, with a temp dir for its socket.
@@ -153,6 +270,8 @@ struct Served {
     child: Child,
     uri: String,
     name: String,
+    /// `HOME` for libnbd clients of a TLS server (where its certificates are).
+    home: Option<PathBuf>,
 }
 
 impl Drop for Served {
@@ -230,13 +349,13 @@ fn start_pmkit(
     size: u64,
     model: &str,
     extra: &str,
-    psk: Option<&Path>,
+    certs: Option<&Certs>,
 ) -> Result<Served> {
     let exe = pmkit_exe()?;
     let tag = format!(
         "{}{}",
         model.replace([':', '@'], "-"),
-        if psk.is_some() { "-tls" } else { "" }
+        if certs.is_some() { "-tls" } else { "" }
     );
     let dev = PathBuf::from(format!(
         "/dev/shm/pmkit-bench-nbd-{}-{tag}.pmbd",
@@ -257,11 +376,16 @@ fn start_pmkit(
         .arg(io_model)
         .args(poll.map(|us| format!("--poll-us={us}")))
         .args(extra.split_whitespace())
-        .args(
-            psk.map(|k| format!("--tls=require --tls-psk={}", k.display()))
-                .iter()
-                .flat_map(|a| a.split(' ')),
-        )
+        .args(certs.iter().flat_map(|c| {
+            [
+                "--tls".into(),
+                "require".into(),
+                "--tls-certificates".into(),
+                c.server.clone().into_os_string(),
+            ]
+            .into_iter()
+            .chain(c.verify_client.then(|| "--tls-verify-peer".into()))
+        }))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     let mut child = cmd.spawn().context("cannot start pmkit serve")?;
@@ -270,27 +394,26 @@ fn start_pmkit(
     let _ = std::fs::remove_file(&dev);
     let served = Served {
         child,
-        uri: socket_uri(&sock, psk),
-        name: format!("{model}{}", if psk.is_some() { "+tls" } else { "" }),
+        uri: socket_uri(&sock, certs.is_some()),
+        name: format!("{model}{}", if certs.is_some() { "+tls" } else { "" }),
+        home: certs.map(|c| c.home.clone()),
     };
     r?;
     Ok(served)
 }
 
-fn start_nbdkit(dir: &Path, size: u64, psk: Option<&Path>) -> Result<Served> {
+fn start_nbdkit(dir: &Path, size: u64, certs: Option<&Certs>) -> Result<Served> {
     let sock = dir.join("nbdkit.sock");
     let mut child = Command::new("nbdkit")
         .args(["--foreground", "--exit-with-parent"])
-        .args(
-            psk.map(|k| {
-                [
-                    "--tls=require".to_string(),
-                    format!("--tls-psk={}", k.display()),
-                ]
-            })
+        .args(certs.iter().flat_map(|c| {
+            [
+                "--tls=require".into(),
+                format!("--tls-certificates={}", c.server.display()),
+            ]
             .into_iter()
-            .flatten(),
-        )
+            .chain(c.verify_client.then(|| "--tls-verify-peer".into()))
+        }))
         .arg("-U")
         .arg(&sock)
         .arg("memory")
@@ -302,8 +425,9 @@ fn start_nbdkit(dir: &Path, size: u64, psk: Option<&Path>) -> Result<Served> {
     let r = wait_for_socket(&sock, &mut child, "nbdkit");
     let served = Served {
         child,
-        uri: socket_uri(&sock, psk),
-        name: if psk.is_some() {
+        uri: socket_uri(&sock, certs.is_some()),
+        home: certs.map(|c| c.home.clone()),
+        name: if certs.is_some() {
             "nbdkit+tls"
         } else {
             "nbdkit"
@@ -315,7 +439,7 @@ fn start_nbdkit(dir: &Path, size: u64, psk: Option<&Path>) -> Result<Served> {
 }
 
 fn fio(
-    uri: &str,
+    s: &Served,
     rw: &str,
     bs: u32,
     iodepth: u32,
@@ -323,13 +447,16 @@ fn fio(
     runtime: Option<u64>,
 ) -> Result<serde_json::Value> {
     let mut cmd = Command::new("fio");
+    if let Some(h) = &s.home {
+        cmd.env("HOME", h);
+    }
     cmd.args([
         "--output-format=json",
         "--ioengine=nbd",
         "--name=bench",
         "--numjobs=1",
     ])
-    .arg(format!("--uri={uri}"))
+    .arg(format!("--uri={}", s.uri))
     .arg(format!("--rw={rw}"))
     .arg(format!("--bs={bs}"))
     .arg(format!("--iodepth={iodepth}"))
@@ -343,7 +470,7 @@ fn fio(
 fn measure(s: &Served, w: &Workload, size: u64, runtime: u64) -> Result<Measure> {
     let pid = s.child.id();
     let t0 = cpu_ticks(pid)?;
-    let j = fio(&s.uri, w.rw, w.bs, w.iodepth, size, Some(runtime))?;
+    let j = fio(s, w.rw, w.bs, w.iodepth, size, Some(runtime))?;
     let t1 = cpu_ticks(pid)?;
     let job = &j["jobs"][0];
     let dir = if w.rw.contains("read") {
@@ -374,13 +501,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
         split_model(m)?;
     }
     let dir = Scratch::dir(&std::env::temp_dir(), "nbd")?;
-    let psk = if a.tls {
-        Some(write_psk(dir.path())?)
+    let certs = if a.tls {
+        need_tool("certtool", "Debian: apt-get install gnutls-bin")?;
+        Some(make_certs(dir.path())?)
     } else {
         None
     };
-    let psk = psk.as_deref();
-    let nbdkit = start_nbdkit(dir.path(), size, psk)?;
+    let certs = certs.as_ref();
+    let nbdkit = start_nbdkit(dir.path(), size, certs)?;
     let mut pmkit = Vec::new();
     for m in &a.models {
         for p in &a.protects {
@@ -391,8 +519,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     format!("{m}/{p}"),
                 ),
             };
-            let mut s = start_pmkit(dir.path(), size, m, &extra, psk)?;
-            s.name = name;
+            let mut s = start_pmkit(dir.path(), size, m, &extra, certs)?;
+            s.name = if a.tls { format!("{name}+tls") } else { name };
             pmkit.push(s);
         }
     }
@@ -409,9 +537,22 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // Fill both devices first, so reads copy real data on both (nbdkit's memory plugin is
     // sparse and would otherwise answer reads of never-written blocks without copying).
     for s in pmkit.iter().chain([&nbdkit]) {
-        fio(&s.uri, "write", 1 << 20, 8, size, None)
-            .with_context(|| format!("filling {}", s.name))?;
+        fio(s, "write", 1 << 20, 8, size, None).with_context(|| format!("filling {}", s.name))?;
     }
+    // What each TLS server negotiates with libnbd (the library fio's engine uses).
+    let negotiated: Vec<(String, String)> = pmkit
+        .iter()
+        .chain([&nbdkit])
+        .filter(|s| s.home.is_some())
+        .map(|s| {
+            let n = if s.name.starts_with("nbdkit") {
+                s.name.clone()
+            } else {
+                format!("pmkit/{}", s.name)
+            };
+            (n, probe_tls(s).unwrap_or_else(|| "unknown".into()))
+        })
+        .collect();
     let mut rows = Vec::new();
     for w in WORKLOADS {
         if a.tls && !TLS_WORKLOADS.contains(&w.name) {
@@ -442,6 +583,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             eprintln!(" done");
         }
     }
+    let nbdkit_name = nbdkit.name.clone();
     drop(pmkit);
     drop(nbdkit);
     let goal = rows[0].ratio.first().map(|r| r.1).unwrap_or(0.0);
@@ -463,6 +605,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "serve_args": a.serve_args,
             "results": rows,
             "tls": a.tls,
+            "tls_setup": a.tls.then_some(TLS_SETUP),
+            "tls_client_certificate": certs.map(|c| c.verify_client),
+            "tls_negotiated": a.tls.then(|| negotiated.iter().cloned().collect::<std::collections::BTreeMap<_, _>>()),
             "goal": { "workload": "4k-randwrite-qd8", "ratio": goal, "target": target, "met": goal >= target },
             "tls_cost_goal": a.tls.then(|| serde_json::json!({
                 "workloads": "256k", "worst_cost": worst_cost, "target": 0.3, "met": worst_cost <= 0.3 })),
@@ -479,19 +624,32 @@ pub fn run(a: Args) -> Result<ExitCode> {
             a.serve_args.clone()
         }
     );
+    if let Some(c) = certs {
+        println!(
+            "TLS: {TLS_SETUP}; client certificate {}",
+            if c.verify_client {
+                "required by both servers"
+            } else {
+                "not presented (run as root, libnbd reads /etc/pki/libnbd, not $HOME)"
+            }
+        );
+        for (n, v) in &negotiated {
+            println!("  negotiated with {n}: {v}");
+        }
+    }
     println!(
-        "{:<20} {:<12} {:>10} {:>9} {:>9} {:>9} {:>7}",
+        "{:<20} {:<18} {:>10} {:>9} {:>9} {:>9} {:>7}",
         "workload", "server", "IOPS", "MiB/s", "lat us", "cpu us/io", "ratio"
     );
     for r in &rows {
         let k = &r.nbdkit;
         println!(
-            "{:<20} {:<12} {:>10.0} {:>9.1} {:>9.1} {:>9.2} {:>7}",
-            r.workload.name, "nbdkit", k.iops, k.mib_s, k.mean_lat_us, k.server_cpu_us_per_io, ""
+            "{:<20} {:<18} {:>10.0} {:>9.1} {:>9.1} {:>9.2}",
+            r.workload.name, nbdkit_name, k.iops, k.mib_s, k.mean_lat_us, k.server_cpu_us_per_io
         );
         for ((n, m), (_, ratio)) in r.pmkit.iter().zip(&r.ratio) {
             println!(
-                "{:<20} {:<12} {:>10.0} {:>9.1} {:>9.1} {:>9.2} {:>6.2}x",
+                "{:<20} {:<18} {:>10.0} {:>9.1} {:>9.1} {:>9.2} {:>6.2}x",
                 "",
                 format!("pmkit/{n}"),
                 m.iops,
