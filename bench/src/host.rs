@@ -93,7 +93,11 @@ pub fn cpu_label() -> String {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let pku = if pmkit_media::features().pku { "yes" } else { "no" };
+    let pku = if pmkit_media::features().pku {
+        "yes"
+    } else {
+        "no"
+    };
     format!(
         "{model}, {} CPUs, pku {pku}",
         std::thread::available_parallelism().map_or(1, |n| n.get())

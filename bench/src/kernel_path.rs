@@ -114,7 +114,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let bar = a.flags.progress(rounds * cells.len() * ways.len());
     let raw = rotated_rounds(rounds, cells.len(), ways.len(), &bar, |r, ci, wi| {
         let cell = cells[ci];
-        measure(&region, &writer, ways[wi], cell, ms, (r * 7 + ci * 3 + wi) as u64)
+        measure(
+            &region,
+            &writer,
+            ways[wi],
+            cell,
+            ms,
+            (r * 7 + ci * 3 + wi) as u64,
+        )
     })?;
     let results = cells
         .iter()
@@ -163,7 +170,10 @@ fn measure(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("writer thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("writer thread"))
+            .collect()
     });
     region.set_access(0, region.len(), Access::ReadWrite)?;
     let v: Vec<f64> = per_thread.into_iter().collect::<Result<_>>()?;
@@ -220,7 +230,13 @@ fn one_thread(
                     writer.write(next(), &buf[..bytes])?;
                 }
             }
-            Way::Uring(n) => submit_batch(ring.as_mut().expect("made above"), &buf, bytes, n, &mut next)?,
+            Way::Uring(n) => submit_batch(
+                ring.as_mut().expect("made above"),
+                &buf,
+                bytes,
+                n,
+                &mut next,
+            )?,
         }
         writes += batch as u64;
     }
@@ -253,7 +269,10 @@ fn submit_batch(
     let mut done = 0;
     for cqe in ring.completion() {
         if cqe.result() != bytes as i32 {
-            bail!("io_uring write returned {} (expected {bytes})", cqe.result());
+            bail!(
+                "io_uring write returned {} (expected {bytes})",
+                cqe.result()
+            );
         }
         done += 1;
     }

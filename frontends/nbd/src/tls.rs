@@ -187,7 +187,13 @@ impl TlsConfig {
         )?;
         // A client that closes without close_notify is an ordinary end of file for NBD (its
         // framing detects truncation); session tickets are useless for one long connection.
-        b.set_options(SslOptions::IGNORE_UNEXPECTED_EOF | SslOptions::NO_RENEGOTIATION);
+        // The server's order of suites wins: AES-128-GCM (a TLS 1.3 mandatory suite) costs about
+        // two thirds of AES-256-GCM's cipher work, which is most of TLS's cost per large I/O.
+        b.set_options(
+            SslOptions::IGNORE_UNEXPECTED_EOF
+                | SslOptions::NO_RENEGOTIATION
+                | SslOptions::CIPHER_SERVER_PREFERENCE,
+        );
         b.set_num_tickets(0)?;
         // Read whole batches of records per syscall, as the plain path reads batches of requests.
         b.set_read_ahead(true);
