@@ -1,4 +1,5 @@
-//! Stray writes (and, for pkey and private, stray reads) from code outside the engine fault in
+//! Stray writes (and, for pkey and private, stray reads) from code outside the engine, from any
+//! thread, fault in
 //! every protection mode but `none`, and the data is intact afterwards. Each stray access runs
 //! in a forked child so the fault kills only the child. `none` is the control: there the stray
 //! write lands and corrupts the block, which shows the test can fail.
@@ -106,5 +107,79 @@ fn stray_accesses_fault_in_every_protected_mode_and_data_survives() {
             pmkit_blk::check_path(&path, false).unwrap().is_clean(),
             "{protect}"
         );
+    }
+}
+
+const CHILD: &str = "PMKIT_STRAY_CHILD";
+
+/// The child side of `a_stray_store_from_another_thread_faults`: runs only when re-executed
+/// with `PMKIT_STRAY_CHILD=<mode>`. Opens a device in that mode, writes through it, then has a
+/// second thread store into the data block; the fault kills the process (the parent checks).
+#[test]
+fn stray_child_entry() {
+    let Ok(mode) = std::env::var(CHILD) else {
+        return;
+    };
+    let protect: Protect = mode.parse().unwrap();
+    let dir = shm_dir();
+    let e = engine(protect, WriteScheme::Nt);
+    let create = CreateOptions {
+        checksum: true,
+        ..CreateOptions::default()
+    };
+    let (path, dev) = new_device(&dir, "other-thread", 1 << 20, &create, &e);
+    let data = pattern(7, 0, 4096);
+    dev.write(0, &data, true).unwrap();
+    let mut back = vec![0u8; 4096];
+    dev.read(0, &mut back).unwrap();
+    assert_eq!(
+        back, data,
+        "{protect}: the mode's own writes read back, checksums match"
+    );
+    let (found, _) = pmkit_blk::inspect_path(&path).unwrap();
+    let (base, _) = mapping_of(&path);
+    let target = base + found.current.layout.block_off(0) + 64;
+    std::thread::spawn(move || {
+        // SAFETY: a deliberate stray store into the device's mapping from another thread: in
+        // a protected mode it faults, which kills this (child) process; in `none` it lands.
+        unsafe { std::ptr::write_volatile(target as *mut u64, 0x5757_5757_5757_5757) }
+    })
+    .join()
+    .unwrap();
+    std::process::exit(0);
+}
+
+/// Run `stray_child_entry` for `mode` in a fresh process; how it ended.
+fn run_child(mode: Protect) -> std::process::ExitStatus {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "stray_child_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, mode.name())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap()
+}
+
+#[test]
+fn a_stray_store_from_another_thread_faults() {
+    use std::os::unix::process::ExitStatusExt;
+    for protect in modes() {
+        let st = run_child(protect);
+        if protect == Protect::None {
+            assert!(
+                st.success(),
+                "control: without protection the store lands: {st:?}"
+            );
+        } else {
+            assert_eq!(
+                st.signal(),
+                Some(libc::SIGSEGV),
+                "{protect}: a stray store from another thread must fault: {st:?}"
+            );
+        }
     }
 }
