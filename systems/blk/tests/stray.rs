@@ -1,7 +1,7 @@
 //! Stray writes (and, for pkey and private, stray reads) from code outside the engine, from any
-//! thread, fault in
-//! every protection mode but `none`, and the data is intact afterwards. Each stray access runs
-//! in a forked child so the fault kills only the child. `none` is the control: there the stray
+//! thread, fault in every protection mode but `none`, and the data is intact afterwards. Each
+//! stray access runs in a child process (forked, or this binary re-executed for the
+//! other-thread case) so the fault kills only the child. `none` is the control: there the stray
 //! write lands and corrupts the block, which shows the test can fail.
 
 mod common;
