@@ -106,6 +106,10 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         .map(|p| p.display().to_string())
         .unwrap_or_default();
     say!("attached {}", a.path.display());
+    say!("  protection:   {}", dev.protect());
+    for n in dev.notes() {
+        say!("  note: {n}");
+    }
     say!(
         "  block device: {loopdev} (direct I/O {})",
         if s.direct_io { "on" } else { "off" }
