@@ -84,7 +84,14 @@ pub fn info(a: InfoArgs) -> Result<ExitCode> {
     let (found, in_use) = pmkit_blk::inspect_path(&a.path)
         .with_context(|| format!("cannot read the device at {}", a.path.display()))?;
     if a.json {
-        let v = serde_json::json!({ "path": a.path, "in_use": in_use, "found": found });
+        let read_only_user =
+            !in_use && pmkit_blk::open_read_only_elsewhere(&a.path).unwrap_or(false);
+        let v = serde_json::json!({
+            "path": a.path,
+            "in_use": in_use,
+            "open_read_only_elsewhere": read_only_user,
+            "found": found,
+        });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -158,8 +165,13 @@ fn print_info(path: &std::path::Path, f: &Found, in_use: bool) {
             ),
         );
     }
+    let read_only_user = !in_use && pmkit_blk::open_read_only_elsewhere(path).unwrap_or(false);
     let state = match (in_use, sb.clean) {
         (true, _) => "in use by another process".to_string(),
+        (false, _) if read_only_user => {
+            "open read-only by another process (e.g. `pmkit serve --read-only`); nothing is written"
+                .to_string()
+        }
         (false, true) => "clean".to_string(),
         (false, false) => "NOT shut down cleanly (run `pmkit check`)".to_string(),
     };

@@ -207,9 +207,18 @@ fn read_only_bind_mount() {
     let s = Serve::start(dev.to_str().unwrap(), &["--read-only"]);
     assert!(s.banner.contains("read-only"), "{}", s.banner);
     exercise_read_only_export(&s.sock, &dev, &hash);
+    // `info` sees the read-only server (it holds a shared lock, not the exclusive one).
+    let o = pmkit(&["info", dev.to_str().unwrap()]);
+    assert!(
+        text(&o).contains("open read-only by another process"),
+        "{}",
+        text(&o)
+    );
     let (st, err) = s.stop();
     assert!(st.success(), "serve --read-only: {err}");
     assert_eq!(sha256(&dev), hash, "the device file changed");
+    let o = pmkit(&["info", dev.to_str().unwrap()]);
+    assert!(text(&o).contains("state         clean"), "{}", text(&o));
 }
 
 /// `pmkit serve --read-only PATH` as `nobody` (a pid of pmkit itself: setpriv execs).

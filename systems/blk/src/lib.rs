@@ -65,7 +65,7 @@ pub use error::{BlkError, Result};
 pub use gate::{default_protect, View};
 pub use map::MapScan;
 pub use options::{BatchOptions, CreateOptions, EngineOptions, Protect};
-pub use path::{check_path, create_path, inspect_path, open_path};
+pub use path::{check_path, create_path, inspect_path, open_path, open_read_only_elsewhere};
 pub use pmkit_media::WriteScheme;
 pub use stats::{BatchStats, Latency, Stats};
 pub use superblock::{Found, Layout, Superblock};

@@ -87,6 +87,15 @@ pub fn inspect_path(path: &Path) -> Result<(Found, bool)> {
     Ok((superblock::read(&region)?, in_use))
 }
 
+/// Whether another process holds the device at `path` open read-only (a shared lock, e.g.
+/// `pmkit serve --read-only`). A concurrent inspection holds one briefly too, so this can say
+/// yes for an instant while another `pmkit info` runs.
+pub fn open_read_only_elsewhere(path: &Path) -> Result<bool> {
+    let region = Region::open_read_only(path)?;
+    // Our own shared lock must not count: ask for the exclusive one on a fresh descriptor.
+    Ok(!region.try_lock(true)?)
+}
+
 /// Check the device at `path` (superblock, and every block's checksum when they are on).
 /// With `mark_clean`, a device whose only finding is an unclean shutdown is marked clean: only
 /// then is the file opened read-write.
