@@ -9,6 +9,8 @@
  * The shadow is a DRAM buffer by default (stores are DRAM stores; pmo_sync streams the changed
  * pages to PM). PMO_SHADOW=pm in the environment at pmo_pool_create/open selects the thesis's
  * design instead (the shadow is the object's second PM slot); the file format is the same.
+ * PMO_CHECKSUM=on at pmo_pool_create gives every page of object data a CRC32C, checked on read
+ * (a mismatch is PMO_EIO, never data).
  *
  * Every int-returning function returns PMO_OK (0) or a negative PMO_E* code, and
  * pmo_errmsg() then says what failed. Link with -lpmkit_obj.
@@ -64,8 +66,10 @@ int pmo_attach(pmo_pool *pool, const char *name, int mode, pmo_handle *out);
  * handle's next pmo_sync: portable code calls it again after a sync.
  * Threads: with protection keys (the default on CPUs with pku) the pointer works in the thread
  * that attached and in every thread that calls pmo_ptr itself; another thread faults. Threads
- * created while an object is attached inherit that access. PMO_PKEY=off (page rights, slower
- * attach and detach) makes the pointer work in every thread. */
+ * created while an object is attached inherit that access. PMO_PKEY=off makes the pointer work
+ * in every thread: without keys PM stays read-only and pmo_sync writes it through the kernel
+ * (detached objects stay readable), or, with PMO_KERNEL=off too, page rights (slower attach and
+ * detach; detached objects fault on any access). */
 void *pmo_ptr(pmo_pool *pool, pmo_handle h);
 uint64_t pmo_size(pmo_pool *pool, pmo_handle h);
 int pmo_read(pmo_pool *pool, pmo_handle h, uint64_t off, void *buf, size_t len);

@@ -130,7 +130,8 @@ pub extern "C" fn pmo_errmsg() -> *const c_char {
 /// shadow slot in PM) picks where shadows live (the on-media layout is the same either way);
 /// `PMO_PKEY=on` (default) or `off` picks protection keys or not (`PoolOptions::pkey`);
 /// `PMO_KERNEL=on` (default) or `off`: without keys, PM read-only and synced through the kernel,
-/// or page rights (`PoolOptions::kernel`).
+/// or page rights (`PoolOptions::kernel`); `PMO_CHECKSUM=on` or `off` (default) gives a pool being
+/// created a CRC32C per page (`PoolOptions::checksum`; an existing pool keeps what its header says).
 fn options_from_env() -> Result<PoolOptions, (c_int, String)> {
     let shadow = match std::env::var("PMO_SHADOW").as_deref() {
         Err(_) | Ok("") | Ok("dram") => Shadow::Dram,
@@ -159,10 +160,20 @@ fn options_from_env() -> Result<PoolOptions, (c_int, String)> {
             )))
         }
     };
+    let checksum = match std::env::var("PMO_CHECKSUM").as_deref() {
+        Err(_) | Ok("") | Ok("off") => false,
+        Ok("on") => true,
+        Ok(other) => {
+            return Err(inval(&format!(
+                "PMO_CHECKSUM={other:?}: expected \"on\" or \"off\""
+            )))
+        }
+    };
     Ok(PoolOptions {
         shadow,
         pkey,
         kernel,
+        checksum,
         ..PoolOptions::default()
     })
 }

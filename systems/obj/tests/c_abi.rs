@@ -47,14 +47,25 @@ fn c_example_builds_and_runs() {
         "cc failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The same program with each shadow (PMO_SHADOW picks it; the default is DRAM), and with
-    // page rights instead of protection keys (PMO_PKEY=off).
-    for (shadow, pkey) in [("dram", "on"), ("pm", "on"), ("dram", "off")] {
-        let pool = dir.path().join(format!("pool-{shadow}-{pkey}"));
+    // The same program with each shadow (PMO_SHADOW picks it; the default is DRAM), without
+    // protection keys (PMO_PKEY=off: the kernel write path), with page rights (PMO_KERNEL=off
+    // too), and on a pool with page checksums (PMO_CHECKSUM=on).
+    for (shadow, pkey, kernel, checksum) in [
+        ("dram", "on", "on", "off"),
+        ("pm", "on", "on", "off"),
+        ("dram", "off", "on", "off"),
+        ("dram", "off", "off", "off"),
+        ("dram", "on", "on", "on"),
+    ] {
+        let pool = dir
+            .path()
+            .join(format!("pool-{shadow}-{pkey}-{kernel}-{checksum}"));
         let run = Command::new(&bin)
             .arg(&pool)
             .env("PMO_SHADOW", shadow)
             .env("PMO_PKEY", pkey)
+            .env("PMO_KERNEL", kernel)
+            .env("PMO_CHECKSUM", checksum)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&run.stdout);
@@ -72,5 +83,15 @@ fn c_example_builds_and_runs() {
         assert!(stdout.contains("not attached"), "{stdout}");
         assert!(stdout.contains("explicit: ints[0] = 7"), "{stdout}");
         assert!(stdout.contains("pmo_example: ok"), "{stdout}");
+        // The header records the checksum option the pool was created with.
+        let pool_opened = pmkit_obj::Pool::open(
+            pmkit_media::Region::open_read_only(&pool).unwrap(),
+            &pmkit_obj::PoolOptions {
+                protect: false,
+                ..Default::default()
+            },
+        );
+        let (p, _) = pool_opened.unwrap();
+        assert_eq!(p.checksum(), checksum == "on", "PMO_CHECKSUM={checksum}");
     }
 }
