@@ -1,0 +1,119 @@
+//! Configuration and its explicit limits.
+
+use crate::error::{Result, XmemError};
+use crate::place::Latencies;
+use std::path::PathBuf;
+
+/// Page size the allocator and the mappings work in.
+pub const PAGE: usize = 4096;
+/// Most tags one `XMem` hands out.
+pub const MAX_TAGS: usize = 1024;
+/// Most regions in one reservation.
+pub const MAX_REGIONS: usize = 1 << 16;
+/// Smallest and largest region size (powers of two).
+pub const MIN_REGION: usize = 2 << 20;
+pub const MAX_REGION: usize = 1 << 30;
+/// Default region size: the thesis's 64 MB.
+pub const DEFAULT_REGION: usize = 64 << 20;
+/// Default reservation: 64 GiB of address space (no memory until regions are used).
+pub const DEFAULT_RESERVE: usize = 64 << 30;
+
+/// Where the slow tier lives.
+#[derive(Debug, Clone)]
+pub struct PmSpec {
+    /// A file on `/dev/shm` (emulated PM) or on a DAX file system. Created (and removed again when
+    /// the `XMem` is dropped) if it does not exist; an existing file is reused and resized.
+    pub path: PathBuf,
+    /// Capacity of the PM tier in bytes (a whole number of regions).
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Bytes of address space to reserve (a whole number of regions).
+    pub reserve: usize,
+    /// Region size, a power of two in `MIN_REGION..=MAX_REGION`.
+    pub region_size: usize,
+    /// Fast-tier (DRAM) budget in bytes, a whole number of regions: the thesis's 1/T.
+    pub fast_budget: u64,
+    /// Ask for transparent huge pages on DRAM regions (`madvise(MADV_HUGEPAGE)`).
+    pub thp: bool,
+    /// The slow tier.
+    pub pm: PmSpec,
+    /// `L(p, m)` of the placement model.
+    pub latencies: Latencies,
+}
+
+impl Config {
+    /// A configuration with the defaults (64 MiB regions, 64 GiB reservation) over a PM file.
+    pub fn new(pm_path: impl Into<PathBuf>, pm_bytes: u64, fast_budget: u64) -> Config {
+        Config {
+            reserve: DEFAULT_RESERVE,
+            region_size: DEFAULT_REGION,
+            fast_budget,
+            thp: false,
+            pm: PmSpec {
+                path: pm_path.into(),
+                bytes: pm_bytes,
+            },
+            latencies: Latencies::default(),
+        }
+    }
+
+    /// Check every limit; also that the budget fits in physical memory and the reservation.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |s: String| Err(XmemError::BadConfig(s));
+        let r = self.region_size;
+        if !r.is_power_of_two() || !(MIN_REGION..=MAX_REGION).contains(&r) {
+            return bad(format!(
+                "region size {r} must be a power of two in {MIN_REGION}..={MAX_REGION}"
+            ));
+        }
+        if self.reserve == 0 || !self.reserve.is_multiple_of(r) {
+            return bad(format!(
+                "reservation {} must be a non-zero multiple of the region size {r}",
+                self.reserve
+            ));
+        }
+        if self.reserve / r > MAX_REGIONS {
+            return bad(format!(
+                "reservation {} holds {} regions; the limit is {MAX_REGIONS}",
+                self.reserve,
+                self.reserve / r
+            ));
+        }
+        if !self.fast_budget.is_multiple_of(r as u64) {
+            return bad(format!(
+                "fast budget {} must be a multiple of the region size {r}",
+                self.fast_budget
+            ));
+        }
+        if !self.pm.bytes.is_multiple_of(r as u64) {
+            return bad(format!(
+                "PM capacity {} must be a multiple of the region size {r}",
+                self.pm.bytes
+            ));
+        }
+        let phys = physical_memory();
+        if self.fast_budget > phys {
+            return Err(XmemError::BudgetTooLarge {
+                budget: self.fast_budget,
+                what: "physical memory",
+                limit: phys,
+            });
+        }
+        if self.fast_budget > self.reserve as u64 {
+            return Err(XmemError::BudgetTooLarge {
+                budget: self.fast_budget,
+                what: "the reservation",
+                limit: self.reserve as u64,
+            });
+        }
+        self.latencies.validate()
+    }
+}
+
+/// Bytes of physical memory (`sysconf`; plain libc calls, no memory touched).
+fn physical_memory() -> u64 {
+    crate::sys::physical_memory()
+}

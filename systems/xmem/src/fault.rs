@@ -1,0 +1,194 @@
+//! Writers wait during a migration: the region being moved is read-only, a store to it faults,
+//! and this SIGSEGV handler parks the thread on the region's state word (futex) until the
+//! migration has put the new read-write pages in place; then it returns and the store runs again.
+//!
+//! The handler runs in signal context: it reads a fixed table of atomics and makes the futex
+//! system call, nothing else. A fault it does not own (a read, an unmapped address, a region not
+//! in use, an address outside every reservation) goes to the handler installed before ours or to
+//! the default action, so genuine bugs still crash (the same chaining as `pmkit-obj`'s faults).
+
+use crate::sys;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Most `XMem` instances alive at once in a process.
+pub const MAX_INSTANCES: usize = 64;
+
+/// `si_code` of a fault on a mapped page without the right (linux/include/uapi/asm-generic/siginfo.h).
+const SEGV_ACCERR: libc::c_int = 2;
+
+/// Region states, as the handler reads them.
+pub const UNUSED: u32 = 0;
+pub const MAPPED: u32 = 1;
+pub const MIGRATING: u32 = 2;
+
+struct Slot {
+    claimed: AtomicU32,
+    start: AtomicUsize,
+    len: AtomicUsize,
+    shift: AtomicUsize,
+    states: AtomicPtr<AtomicU32>,
+    /// Length of the (leaked, reused) state array behind `states`.
+    cap: AtomicUsize,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Slot = Slot {
+    claimed: AtomicU32::new(0),
+    start: AtomicUsize::new(0),
+    len: AtomicUsize::new(0),
+    shift: AtomicUsize::new(0),
+    states: AtomicPtr::new(std::ptr::null_mut()),
+    cap: AtomicUsize::new(0),
+};
+static TABLE: [Slot; MAX_INSTANCES] = [EMPTY; MAX_INSTANCES];
+static OLD: OnceLock<usize> = OnceLock::new();
+/// The leaked state arrays by slot (the handler reads them through `Slot::states`).
+type Pool = [Option<&'static [AtomicU32]>; MAX_INSTANCES];
+static POOL: parking_lot::Mutex<Pool> = parking_lot::const_mutex([None; MAX_INSTANCES]);
+
+fn install() -> std::io::Result<()> {
+    let mut err = None;
+    OLD.get_or_init(|| {
+        // SAFETY: sigaction with a zeroed struct and our handler; the old action is kept (leaked)
+        // for chaining.
+        unsafe {
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = handler as *const () as usize;
+            new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            libc::sigemptyset(&mut new.sa_mask);
+            let old: &'static mut libc::sigaction = Box::leak(Box::new(std::mem::zeroed()));
+            if libc::sigaction(libc::SIGSEGV, &new, old) != 0 {
+                err = Some(std::io::Error::last_os_error());
+            }
+            old as *mut libc::sigaction as usize
+        }
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A registered reservation: its slot and its region state words (all `UNUSED` at first).
+pub struct Registration {
+    slot: usize,
+    pub states: &'static [AtomicU32],
+}
+
+/// Register the reservation `[start, start+len)` cut into regions of `1 << shift` bytes. `None`
+/// when [`MAX_INSTANCES`] reservations are registered already.
+pub fn register(start: usize, len: usize, shift: u32) -> std::io::Result<Option<Registration>> {
+    install()?;
+    let n = len >> shift;
+    for (i, s) in TABLE.iter().enumerate() {
+        if s.claimed
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            // State arrays are leaked and reused by the next owner of the slot, so a handler
+            // that read the pointer just before an unregister never touches freed memory.
+            let mut pool = POOL.lock();
+            let states: &'static [AtomicU32] = match pool[i] {
+                Some(a) if a.len() >= n => &a[..n],
+                _ => {
+                    let v: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(UNUSED)).collect();
+                    let a: &'static [AtomicU32] = Box::leak(v.into_boxed_slice());
+                    pool[i] = Some(a);
+                    s.cap.store(n, Ordering::Relaxed);
+                    s.states.store(a.as_ptr() as *mut AtomicU32, Ordering::Release);
+                    a
+                }
+            };
+            for w in states {
+                w.store(UNUSED, Ordering::Relaxed);
+            }
+            s.len.store(len, Ordering::Relaxed);
+            s.shift.store(shift as usize, Ordering::Relaxed);
+            s.start.store(start, Ordering::Release);
+            return Ok(Some(Registration { slot: i, states }));
+        }
+    }
+    Ok(None)
+}
+
+/// Stop owning faults in the registration's range (before it is unmapped).
+pub fn unregister(r: &Registration) {
+    let s = &TABLE[r.slot];
+    s.start.store(0, Ordering::Release);
+    s.claimed.store(0, Ordering::Release);
+}
+
+/// Whether the faulting access was a write (x86-64: bit 1 of the page-fault error code).
+fn is_write(ctx: *mut libc::c_void) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let uc = ctx as *const libc::ucontext_t;
+        // SAFETY: the kernel passes a valid ucontext for SA_SIGINFO handlers.
+        let err = unsafe { (*uc).uc_mcontext.gregs[libc::REG_ERR as usize] };
+        err & 2 != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ctx;
+        true
+    }
+}
+
+extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
+    if code == SEGV_ACCERR && is_write(ctx) {
+        for s in TABLE.iter() {
+            let start = s.start.load(Ordering::Acquire);
+            if start == 0 || addr < start || addr >= start + s.len.load(Ordering::Relaxed) {
+                continue;
+            }
+            let i = (addr - start) >> s.shift.load(Ordering::Relaxed);
+            let ptr = s.states.load(Ordering::Acquire);
+            if ptr.is_null() || i >= s.cap.load(Ordering::Relaxed) {
+                break;
+            }
+            // SAFETY: `ptr` is a leaked array of `cap` > i atomics, never freed.
+            let word = unsafe { &*ptr.add(i) };
+            match word.load(Ordering::Acquire) {
+                MIGRATING => {
+                    while word.load(Ordering::Acquire) == MIGRATING {
+                        sys::futex_wait(word, MIGRATING);
+                    }
+                    return; // the store runs again, against the new read-write pages
+                }
+                // The migration ended between the fault and this check: retry the store.
+                MAPPED => return,
+                _ => break,
+            }
+        }
+    }
+    chain(sig, info, ctx);
+}
+
+/// Not ours: hand the fault to the previous action, or restore the default and return (the
+/// access repeats and kills the process, as it would have without us).
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let old = OLD.get().copied().unwrap_or(0) as *const libc::sigaction;
+    // SAFETY: `old` was filled by sigaction at install and is never freed.
+    unsafe {
+        if !old.is_null()
+            && (*old).sa_sigaction != libc::SIG_DFL
+            && (*old).sa_sigaction != libc::SIG_IGN
+        {
+            if (*old).sa_flags & libc::SA_SIGINFO != 0 {
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                    std::mem::transmute((*old).sa_sigaction);
+                f(sig, info, ctx);
+            } else {
+                let f: extern "C" fn(libc::c_int) = std::mem::transmute((*old).sa_sigaction);
+                f(sig);
+            }
+            return;
+        }
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
+    }
+}

@@ -1,0 +1,307 @@
+//! One tag's allocator over the regions it owns. Every piece of metadata lives here, in DRAM:
+//! the page map, the slabs and their free stacks, the free page runs. Nothing is ever written
+//! into a region, so a region can be copied and remapped (migration) without the heap noticing.
+//!
+//! Addresses are handled as numbers: page `pg` is `[base + pg·PAGE, base + (pg+1)·PAGE)` and
+//! lies in region `pg / pages_per_region`. Small objects come from slabs of a size class; large
+//! objects are runs of whole pages, best fit, coalesced on free inside their region.
+
+use crate::classes::{self, SLAB_PAGES};
+use crate::config::PAGE;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// What a page of a region is used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PageUse {
+    Free,
+    /// Part of slab `id`.
+    Slab(u32),
+    /// First page of a large object of this many pages.
+    LargeHead(u32),
+    LargeTail,
+}
+
+struct RegionPages {
+    pages: Vec<PageUse>,
+    /// Bytes of live objects in the region.
+    live: usize,
+}
+
+struct Slab {
+    first_pg: usize,
+    class: usize,
+    /// Free object indices (a stack).
+    free: Vec<u32>,
+    /// One bit per object: handed out.
+    used_bits: Vec<u64>,
+    in_partial: bool,
+}
+
+impl Slab {
+    fn used(&self) -> usize {
+        classes::per_slab(self.class) - self.free.len()
+    }
+}
+
+/// Why a free was refused: the pointer is not a live object of this heap.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotOurs;
+
+pub struct Heap {
+    base: usize,
+    pages_per_region: usize,
+    regions: HashMap<usize, RegionPages>,
+    /// Free runs as (pages, first page) for best fit, and first page -> pages for coalescing.
+    runs_by_len: BTreeSet<(usize, usize)>,
+    runs_by_start: BTreeMap<usize, usize>,
+    slabs: Vec<Option<Slab>>,
+    free_slab_ids: Vec<u32>,
+    /// Per class, the slabs with at least one free object.
+    partial: Vec<Vec<u32>>,
+}
+
+impl Heap {
+    pub fn new(base: usize, region_size: usize) -> Heap {
+        assert!(region_size.is_multiple_of(SLAB_PAGES * PAGE));
+        Heap {
+            base,
+            pages_per_region: region_size / PAGE,
+            regions: HashMap::new(),
+            runs_by_len: BTreeSet::new(),
+            runs_by_start: BTreeMap::new(),
+            slabs: Vec::new(),
+            free_slab_ids: Vec::new(),
+            partial: vec![Vec::new(); classes::COUNT],
+        }
+    }
+
+    /// Give the heap region `r` (all of it free).
+    pub fn add_region(&mut self, r: usize) {
+        let n = self.pages_per_region;
+        let old = self.regions.insert(
+            r,
+            RegionPages {
+                pages: vec![PageUse::Free; n],
+                live: 0,
+            },
+        );
+        assert!(old.is_none(), "region {r} added twice");
+        self.insert_run(r * n, n);
+    }
+
+    /// Bytes of live objects in region `r` (0 if not ours).
+    pub fn live_bytes(&self, r: usize) -> usize {
+        self.regions.get(&r).map_or(0, |p| p.live)
+    }
+
+    /// Allocate; `None` when no region of the heap has room (the caller adds one and retries).
+    /// `size` must be at most a region and `align` a power of two ≤ a page (checked by `XMem`).
+    pub fn alloc(&mut self, size: usize, align: usize) -> Option<usize> {
+        match classes::class_of(size, align) {
+            Some(c) => self.alloc_small(c),
+            None => self.alloc_large(size.div_ceil(PAGE)),
+        }
+    }
+
+    fn alloc_small(&mut self, c: usize) -> Option<usize> {
+        let id = match self.partial[c].last() {
+            Some(&id) => id,
+            None => self.new_slab(c)?,
+        };
+        let slab = self.slabs[id as usize].as_mut().expect("partial slab exists");
+        let k = slab.free.pop().expect("partial slab has a free object") as usize;
+        debug_assert_eq!(slab.used_bits[k / 64] & (1 << (k % 64)), 0);
+        slab.used_bits[k / 64] |= 1 << (k % 64);
+        let addr = self.base + slab.first_pg * PAGE + k * classes::SIZES[c];
+        let (first_pg, full) = (slab.first_pg, slab.free.is_empty());
+        if full {
+            slab.in_partial = false;
+            let popped = self.partial[c].pop();
+            debug_assert_eq!(popped, Some(id));
+        }
+        self.region_pages(first_pg).live += classes::SIZES[c];
+        Some(addr)
+    }
+
+    fn new_slab(&mut self, c: usize) -> Option<u32> {
+        let first_pg = self.take_run(SLAB_PAGES)?;
+        let n = classes::per_slab(c);
+        let slab = Slab {
+            first_pg,
+            class: c,
+            free: (0..n as u32).rev().collect(),
+            used_bits: vec![0; n.div_ceil(64)],
+            in_partial: true,
+        };
+        let id = match self.free_slab_ids.pop() {
+            Some(id) => {
+                self.slabs[id as usize] = Some(slab);
+                id
+            }
+            None => {
+                self.slabs.push(Some(slab));
+                (self.slabs.len() - 1) as u32
+            }
+        };
+        self.mark(first_pg, SLAB_PAGES, PageUse::Slab(id), PageUse::Slab(id));
+        self.partial[c].push(id);
+        Some(id)
+    }
+
+    fn alloc_large(&mut self, pages: usize) -> Option<usize> {
+        assert!(pages <= self.pages_per_region, "object larger than a region");
+        let pg = self.take_run(pages)?;
+        self.mark(pg, pages, PageUse::LargeHead(pages as u32), PageUse::LargeTail);
+        self.region_pages(pg).live += pages * PAGE;
+        Some(self.base + pg * PAGE)
+    }
+
+    /// Free the object at `addr`. Anything but the start of a live object of this heap is
+    /// refused and changes nothing.
+    pub fn free(&mut self, addr: usize) -> Result<(), NotOurs> {
+        let off = addr.checked_sub(self.base).ok_or(NotOurs)?;
+        let pg = off / PAGE;
+        let r = pg / self.pages_per_region;
+        let pages = self.regions.get(&r).ok_or(NotOurs)?;
+        match pages.pages[pg % self.pages_per_region] {
+            PageUse::Free | PageUse::LargeTail => Err(NotOurs),
+            PageUse::LargeHead(n) => {
+                if !off.is_multiple_of(PAGE) {
+                    return Err(NotOurs);
+                }
+                let n = n as usize;
+                self.mark(pg, n, PageUse::Free, PageUse::Free);
+                self.region_pages(pg).live -= n * PAGE;
+                self.insert_run(pg, n);
+                Ok(())
+            }
+            PageUse::Slab(id) => self.free_small(id, off),
+        }
+    }
+
+    fn free_small(&mut self, id: u32, off: usize) -> Result<(), NotOurs> {
+        let slab = self.slabs[id as usize].as_mut().expect("page names a live slab");
+        let size = classes::SIZES[slab.class];
+        let rel = off - slab.first_pg * PAGE;
+        let k = rel / size;
+        if !rel.is_multiple_of(size)
+            || k >= classes::per_slab(slab.class)
+            || slab.used_bits[k / 64] & (1 << (k % 64)) == 0
+        {
+            return Err(NotOurs);
+        }
+        slab.used_bits[k / 64] &= !(1 << (k % 64));
+        slab.free.push(k as u32);
+        let (c, first_pg, empty) = (slab.class, slab.first_pg, slab.used() == 0);
+        if !slab.in_partial {
+            slab.in_partial = true;
+            self.partial[c].push(id);
+        }
+        self.region_pages(first_pg).live -= size;
+        // An empty slab goes back to the page runs unless it is its class's only partial slab
+        // (keeps one warm slab per class, so alloc/free of one object does not churn pages).
+        if empty && self.partial[c].len() > 1 {
+            self.partial[c].retain(|&s| s != id);
+            self.slabs[id as usize] = None;
+            self.free_slab_ids.push(id);
+            self.mark(first_pg, SLAB_PAGES, PageUse::Free, PageUse::Free);
+            self.insert_run(first_pg, SLAB_PAGES);
+        }
+        Ok(())
+    }
+
+    fn region_pages(&mut self, pg: usize) -> &mut RegionPages {
+        self.regions
+            .get_mut(&(pg / self.pages_per_region))
+            .expect("page in a region of this heap")
+    }
+
+    fn mark(&mut self, pg: usize, n: usize, head: PageUse, tail: PageUse) {
+        let ppr = self.pages_per_region;
+        let at = pg % ppr;
+        assert!(at + n <= ppr, "page run crosses a region boundary");
+        let pages = &mut self.region_pages(pg).pages;
+        pages[at] = head;
+        for p in &mut pages[at + 1..at + n] {
+            *p = tail;
+        }
+    }
+
+    /// Best fit: the shortest free run of at least `n` pages (lowest address among equals).
+    fn take_run(&mut self, n: usize) -> Option<usize> {
+        let &(len, pg) = self.runs_by_len.range((n, 0)..).next()?;
+        self.runs_by_len.remove(&(len, pg));
+        self.runs_by_start.remove(&pg);
+        if len > n {
+            self.runs_by_len.insert((len - n, pg + n));
+            self.runs_by_start.insert(pg + n, len - n);
+        }
+        Some(pg)
+    }
+
+    /// Return a free run, merged with free neighbours in the same region.
+    fn insert_run(&mut self, mut pg: usize, mut n: usize) {
+        let region = pg / self.pages_per_region;
+        if let Some((&p, &l)) = self.runs_by_start.range(..pg).next_back() {
+            if p + l == pg && p / self.pages_per_region == region {
+                self.runs_by_start.remove(&p);
+                self.runs_by_len.remove(&(l, p));
+                pg = p;
+                n += l;
+            }
+        }
+        if let Some(&l) = self.runs_by_start.get(&(pg + n)) {
+            if (pg + n) / self.pages_per_region == region {
+                self.runs_by_start.remove(&(pg + n));
+                self.runs_by_len.remove(&(l, pg + n));
+                n += l;
+            }
+        }
+        debug_assert!((pg + n - 1) / self.pages_per_region == region);
+        self.runs_by_start.insert(pg, n);
+        self.runs_by_len.insert((n, pg));
+    }
+
+    /// Check every invariant (tests): runs and page map agree, no overlaps, live bytes add up.
+    pub fn check(&self) {
+        let ppr = self.pages_per_region;
+        assert_eq!(self.runs_by_len.len(), self.runs_by_start.len());
+        for (&pg, &n) in &self.runs_by_start {
+            assert!(self.runs_by_len.contains(&(n, pg)));
+            let rp = &self.regions[&(pg / ppr)];
+            assert!(pg % ppr + n <= ppr);
+            assert!(rp.pages[pg % ppr..pg % ppr + n]
+                .iter()
+                .all(|p| *p == PageUse::Free));
+        }
+        for (&r, rp) in &self.regions {
+            let mut live = 0;
+            let mut i = 0;
+            while i < ppr {
+                match rp.pages[i] {
+                    PageUse::Free => {
+                        // Every free page is in exactly one run.
+                        let pg = r * ppr + i;
+                        let (&s, &n) = self.runs_by_start.range(..=pg).next_back().expect("run");
+                        assert!(s <= pg && pg < s + n, "free page {pg} in no run");
+                        i += 1;
+                    }
+                    PageUse::LargeHead(n) => {
+                        live += n as usize * PAGE;
+                        i += n as usize;
+                    }
+                    PageUse::LargeTail => panic!("tail page without a head"),
+                    PageUse::Slab(id) => {
+                        let s = self.slabs[id as usize].as_ref().expect("live slab");
+                        assert_eq!(s.first_pg, r * ppr + i);
+                        live += s.used() * classes::SIZES[s.class];
+                        let ones: u32 = s.used_bits.iter().map(|w| w.count_ones()).sum();
+                        assert_eq!(ones as usize, s.used());
+                        i += SLAB_PAGES;
+                    }
+                }
+            }
+            assert_eq!(live, rp.live, "live bytes of region {r}");
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! X-Mem: tiered DRAM/PM allocation by data structure (chapter 4 of Subramanya R. Dulloor,
+//! *Systems and Applications for Persistent Memory*, PhD thesis, Georgia Tech, 2015; Dulloor et
+//! al., *Data Tiering in Heterogeneous Memory Systems*, EuroSys 2016). See `docs/xmem.md`.
+//!
+//! Each data structure gets a [`Tag`]; its objects live in regions owned by that tag alone, in
+//! one address-space reservation. [`XMem::rebalance`] ranks regions by the benefit of the fast
+//! tier (the thesis's Eq. 3, from each tag's access profile and priority), fills the fast budget
+//! greedily and moves regions between DRAM and PM keeping their virtual addresses.
+
+pub mod boxed;
+pub mod classes;
+// pub mod classify;
+pub mod config;
+pub mod error;
+mod fault;
+pub mod heap;
+mod migrate;
+pub mod place;
+mod space;
+mod sys;
+pub mod tier;
+// pub mod trace;
+
+pub use boxed::XBox;
+pub use config::{Config, PmSpec, DEFAULT_REGION, MAX_REGIONS, MAX_TAGS, PAGE};
+pub use error::{Result, XmemError};
+pub use place::{Latencies, Pattern, PerPattern};
+pub use tier::Tier;
+
+use heap::Heap;
+use parking_lot::{Mutex, RwLock};
+use space::Space;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tier::{Dram, Pm};
+
+/// A data structure's tag (the thesis's `int tag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tag(u32);
+
+impl Tag {
+    pub fn id(self) -> u32 {
+        self.0
+    }
+}
+
+/// One region, as [`XMem::regions`] reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegionInfo {
+    pub index: usize,
+    pub addr: usize,
+    pub tag: Tag,
+    pub tier: Tier,
+    /// Bytes of live objects in the region.
+    pub bytes: usize,
+    /// Eq. 3 benefit of the region being in the fast tier.
+    pub benefit: f64,
+    pub priority: i32,
+}
+
+/// What a [`XMem::rebalance`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Rebalance {
+    pub to_fast: Vec<usize>,
+    pub to_slow: Vec<usize>,
+    /// Bytes copied and time spent moving them.
+    pub bytes: u64,
+    pub elapsed: Duration,
+}
+
+struct TagEntry {
+    name: String,
+    priority: i32,
+    /// `F_i(p)`: accesses per region, by pattern.
+    profile: PerPattern,
+    heap: Arc<Mutex<Heap>>,
+}
+
+struct Entry {
+    tag: u32,
+    tier: Tier,
+    slot: Option<u32>,
+}
+
+struct Table {
+    next: usize,
+    entries: Vec<Option<Entry>>,
+    dram: Dram,
+    pm: Pm,
+}
+
+/// The allocator. `Send + Sync`; share it by reference or `Arc`.
+pub struct XMem {
+    cfg: Config,
+    space: Space,
+    /// Tag id + 1 of each region's owner (0 = unused), read without locks by `free`.
+    owner: Box<[AtomicU32]>,
+    tags: RwLock<Vec<TagEntry>>,
+    table: Mutex<Table>,
+    /// One migration (or rebalance) at a time.
+    moving: Mutex<()>,
+}
+
+impl XMem {
+    /// Validate `cfg`, reserve the address space and open the PM tier.
+    pub fn new(cfg: Config) -> Result<XMem> {
+        cfg.validate()?;
+        let space = Space::new(cfg.reserve, cfg.region_size)?;
+        let pm = Pm::open(&cfg.pm, cfg.region_size)?;
+        let n = space.regions();
+        let dram = Dram::new((cfg.fast_budget / cfg.region_size as u64) as usize);
+        Ok(XMem {
+            owner: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            table: Mutex::new(Table {
+                next: 0,
+                entries: (0..n).map(|_| None).collect(),
+                dram,
+                pm,
+            }),
+            tags: RwLock::new(Vec::new()),
+            moving: Mutex::new(()),
+            space,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The tag named `name`, made on first use (names key profiles).
+    pub fn tag(&self, name: &str) -> Result<Tag> {
+        let mut tags = self.tags.write();
+        if let Some(i) = tags.iter().position(|t| t.name == name) {
+            return Ok(Tag(i as u32));
+        }
+        if tags.len() >= MAX_TAGS {
+            return Err(XmemError::TooManyTags { limit: MAX_TAGS });
+        }
+        tags.push(TagEntry {
+            name: name.to_owned(),
+            priority: 0,
+            profile: [0.0; 3],
+            heap: Arc::new(Mutex::new(Heap::new(self.space.base(), self.cfg.region_size))),
+        });
+        Ok(Tag(tags.len() as u32 - 1))
+    }
+
+    pub fn tag_name(&self, t: Tag) -> Result<String> {
+        self.with_tag(t, |e| e.name.clone())
+    }
+
+    fn with_tag<R>(&self, t: Tag, f: impl FnOnce(&mut TagEntry) -> R) -> Result<R> {
+        let mut tags = self.tags.write();
+        let e = tags
+            .get_mut(t.0 as usize)
+            .ok_or(XmemError::UnknownTag(t.0))?;
+        Ok(f(e))
+    }
+
+    /// `xmem_priority`: higher priorities are placed in the fast tier first.
+    pub fn set_priority(&self, t: Tag, priority: i32) -> Result<()> {
+        self.with_tag(t, |e| e.priority = priority)
+    }
+
+    /// Set `F_i(p)`, the tag's average accesses per region by pattern (from a profile, see
+    /// [`classify`] and [`trace`]). Counts must be finite and ≥ 0.
+    pub fn set_profile(&self, t: Tag, f: PerPattern) -> Result<()> {
+        if f.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            return Err(XmemError::BadConfig(format!("profile {f:?}: counts must be >= 0")));
+        }
+        self.with_tag(t, |e| e.profile = f)
+    }
+
+    /// Allocate `size` bytes aligned to `align` (a power of two, at most a page) in tag `t`'s
+    /// regions. Not zeroed.
+    pub fn alloc(&self, t: Tag, size: usize, align: usize) -> Result<NonNull<u8>> {
+        if !align.is_power_of_two() || align > PAGE || size > self.cfg.region_size {
+            return Err(XmemError::BadLayout {
+                size,
+                align,
+                why: "align must be a power of two <= 4096 and size at most one region",
+            });
+        }
+        let heap = self.with_tag(t, |e| e.heap.clone())?;
+        let mut h = heap.lock();
+        loop {
+            if let Some(a) = h.alloc(size, align) {
+                debug_assert_eq!(self.owner_of(a), Some(t.0));
+                return Ok(NonNull::new(a as *mut u8).expect("region addresses are not null"));
+            }
+            let r = self.new_region(t)?;
+            h.add_region(r);
+        }
+    }
+
+    /// `xfree`: give back an object. A pointer this `XMem` did not hand out (or already took
+    /// back) is refused with [`XmemError::ForeignPointer`] and nothing changes.
+    ///
+    /// # Safety
+    /// No reference into the object may be used after the call.
+    pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
+        let addr = p.as_ptr() as usize;
+        let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
+        let heap = self.with_tag(Tag(tag), |e| e.heap.clone())?;
+        let r = heap.lock().free(addr);
+        r.map_err(|_| XmemError::ForeignPointer(addr))
+    }
+
+    fn owner_of(&self, addr: usize) -> Option<u32> {
+        let i = self.space.region_of(addr)?;
+        self.owner[i].load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// A fresh region for tag `t`: DRAM while the budget has a slot, else PM.
+    fn new_region(&self, t: Tag) -> Result<usize> {
+        let mut tb = self.table.lock();
+        let i = tb.next;
+        if i >= self.space.regions() {
+            return Err(XmemError::ReservationExhausted {
+                regions: self.space.regions(),
+            });
+        }
+        let (tier, slot) = if tb.dram.take() {
+            if let Err(e) = self.space.map_fast(i, self.cfg.thp) {
+                tb.dram.give();
+                return Err(e);
+            }
+            (Tier::Fast, None)
+        } else {
+            let slot = tb.pm.take()?;
+            let (fd, off) = (tb.pm.fd(), tb.pm.offset(slot));
+            if let Err(e) = self.space.map_slow(i, fd, off) {
+                tb.pm.give(slot);
+                return Err(e);
+            }
+            (Tier::Slow, Some(slot))
+        };
+        tb.entries[i] = Some(Entry { tag: t.0, tier, slot });
+        tb.next += 1;
+        self.owner[i].store(t.0 + 1, Ordering::Release);
+        Ok(i)
+    }
+
+    /// Every region in use, with its tag, tier, live bytes and benefit.
+    pub fn regions(&self) -> Vec<RegionInfo> {
+        let used: Vec<(usize, u32, Tier)> = {
+            let tb = self.table.lock();
+            (0..tb.next)
+                .filter_map(|i| tb.entries[i].as_ref().map(|e| (i, e.tag, e.tier)))
+                .collect()
+        };
+        let tags = self.tags.read();
+        used.into_iter()
+            .map(|(i, tag, tier)| {
+                let e = &tags[tag as usize];
+                RegionInfo {
+                    index: i,
+                    addr: self.space.addr(i),
+                    tag: Tag(tag),
+                    tier,
+                    bytes: e.heap.lock().live_bytes(i),
+                    benefit: self.cfg.latencies.benefit(&e.profile),
+                    priority: e.priority,
+                }
+            })
+            .collect()
+    }
+
+    /// Fast-tier slots in the budget and in use.
+    pub fn fast_slots(&self) -> (usize, usize) {
+        let tb = self.table.lock();
+        (tb.dram.slots(), tb.dram.used())
+    }
+
+    /// Re-run the placement (priorities, then Eq. 3 benefit, greedy over the fast slots) and
+    /// move every region whose tier changes, demotions first so the budget always holds.
+    pub fn rebalance(&self) -> Result<Rebalance> {
+        let _one = self.moving.lock();
+        let regions = self.regions();
+        let cands: Vec<place::Candidate> = regions
+            .iter()
+            .map(|r| place::Candidate {
+                priority: r.priority,
+                benefit: r.benefit,
+            })
+            .collect();
+        let slots = self.fast_slots().0;
+        let fast = place::greedy(&cands, slots);
+        let mut out = Rebalance::default();
+        let start = Instant::now();
+        for (r, &f) in regions.iter().zip(&fast) {
+            if !f && r.tier == Tier::Fast {
+                self.move_locked(r.index, Tier::Slow)?;
+                out.to_slow.push(r.index);
+            }
+        }
+        for (r, &f) in regions.iter().zip(&fast) {
+            if f && r.tier == Tier::Slow {
+                self.move_locked(r.index, Tier::Fast)?;
+                out.to_fast.push(r.index);
+            }
+        }
+        out.elapsed = start.elapsed();
+        out.bytes = ((out.to_fast.len() + out.to_slow.len()) * self.cfg.region_size) as u64;
+        Ok(out)
+    }
+
+    /// Move region `index` to tier `to` at the same virtual address (writers wait meanwhile).
+    /// Moving a region to the tier it is in does nothing.
+    pub fn move_region(&self, index: usize, to: Tier) -> Result<()> {
+        let _one = self.moving.lock();
+        self.move_locked(index, to)
+    }
+
+    fn move_locked(&self, index: usize, to: Tier) -> Result<()> {
+        let mut tb = self.table.lock();
+        let tb = &mut *tb;
+        let e = tb
+            .entries
+            .get_mut(index)
+            .and_then(|e| e.as_mut())
+            .ok_or_else(|| XmemError::BadConfig(format!("region {index} is not in use")))?;
+        if e.tier == to {
+            return Ok(());
+        }
+        match to {
+            Tier::Slow => {
+                let slot = tb.pm.take()?;
+                if let Err(err) = migrate::to_slow(&self.space, index, &tb.pm, slot) {
+                    tb.pm.give(slot);
+                    return Err(err);
+                }
+                tb.dram.give();
+                e.slot = Some(slot);
+            }
+            Tier::Fast => {
+                if !tb.dram.take() {
+                    return Err(XmemError::FastTierFull {
+                        slots: tb.dram.slots(),
+                    });
+                }
+                if let Err(err) = migrate::to_fast(&self.space, index, self.cfg.thp) {
+                    tb.dram.give();
+                    return Err(err);
+                }
+                tb.pm.give(e.slot.take().expect("a PM region has a slot"));
+            }
+        }
+        e.tier = to;
+        Ok(())
+    }
+
+    /// The region holding `addr`, if it is one of ours and in use.
+    pub fn region_of(&self, addr: usize) -> Option<usize> {
+        self.owner_of(addr)?;
+        self.space.region_of(addr)
+    }
+}

@@ -1,0 +1,57 @@
+//! Moving one region between tiers at the same virtual address (see `docs/xmem.md`):
+//! write-protect (writers park in `fault.rs`), copy with the media layer's copies, put the
+//! destination pages at the region's address in one system call, restore rights, wake writers.
+//! On any failure the old pages stay in place and writable, and the error is returned.
+
+use crate::error::Result;
+use crate::space::Space;
+use crate::sys;
+use crate::tier::Pm;
+use pmkit_media::raw::{self, Fence};
+use pmkit_media::Media;
+
+/// Move region `i` (now in DRAM or another PM slot) into PM slot `slot`.
+pub fn to_slow(space: &Space, i: usize, pm: &Pm, slot: u32) -> Result<()> {
+    space.begin_migration(i)?;
+    let len = space.region_size();
+    let off = pm.offset(slot);
+    let src = space.addr(i) as *const u8;
+    // SAFETY: region `i` is mapped readable for `len` bytes and no one writes it while it is
+    // read-only (writers are parked); the slot lies inside the PM file's mapping (`Pm` sizes
+    // the file in whole slots).
+    unsafe { pm.media().write_nt_from(off as usize, src, len) };
+    raw::fence(Fence::Sfence);
+    let r = space.install_slow(i, pm.fd(), off);
+    finish(space, i, r)
+}
+
+/// Move region `i` (now in PM) into fresh DRAM pages.
+pub fn to_fast(space: &Space, i: usize, thp: bool) -> Result<()> {
+    let len = space.region_size();
+    let staging = sys::map_anon(len, thp)?;
+    if let Err(e) = space.begin_migration(i) {
+        // SAFETY: `staging` is our private mapping of `len` bytes, holding nothing live.
+        unsafe { sys::unmap(staging, len) };
+        return Err(e);
+    }
+    // SAFETY: region `i` is mapped readable and not written while read-only; `staging` is our
+    // private read-write mapping of `len` bytes; the two do not overlap.
+    unsafe { raw::copy_out(space.addr(i) as *const u8, staging as *mut u8, len) };
+    let r = space.install_fast(i, staging);
+    if r.is_err() {
+        // SAFETY: as above: the staging pages were not moved, so they are still ours.
+        unsafe { sys::unmap(staging, len) };
+    }
+    finish(space, i, r)
+}
+
+fn finish(space: &Space, i: usize, r: Result<()>) -> Result<()> {
+    if r.is_err() {
+        // The old pages are still mapped: make them writable again before waking writers.
+        space
+            .restore_rights(i)
+            .expect("restoring write rights on our own region");
+    }
+    space.end_migration(i);
+    r
+}

@@ -1,0 +1,217 @@
+//! The placement model of the thesis (§4.4-4.5), exactly: Eq. 1-4, priorities first, then the
+//! greedy over equal-sized regions.
+//!
+//! - Eq. 1: `A = Σ_i C_i S_i / Σ_i C_i` (mean access time from counts and stalls).
+//! - Eq. 2: `Â = Σ_r Σ_p F_D(r)(p) · L(p, T(r))`.
+//! - Eq. 3: `B(r) = Σ_p F_D(r)(p) · [L(p, slow) − L(p, fast)]`.
+//! - Eq. 4: `Â = Σ_r Σ_p F_D(r)(p) · L(p, slow) − Σ_{r∈fast} B(r)`.
+//!
+//! With `k` equal fast slots, minimising Eq. 4 means taking the `k` largest benefits: sort by
+//! benefit, fill from the head. Priorities (`xmem_priority`) order regions before benefit does.
+
+use crate::error::{Result, XmemError};
+
+/// Access patterns of the thesis's classifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pattern {
+    PointerChase = 0,
+    Random = 1,
+    Streaming = 2,
+}
+
+impl Pattern {
+    pub const ALL: [Pattern; 3] = [Pattern::PointerChase, Pattern::Random, Pattern::Streaming];
+}
+
+/// One number per pattern, indexed by `Pattern as usize`: `F_i(p)` (accesses per region of a
+/// data structure) or `L(p, m)` (stall per access).
+pub type PerPattern = [f64; 3];
+
+/// `L(p, m)` for both tiers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Latencies {
+    pub fast: PerPattern,
+    pub slow: PerPattern,
+}
+
+impl Default for Latencies {
+    /// Relative stalls with `L(p, fast) = 0` and slow = 26 : 3.8 : 1 (chase : random :
+    /// streaming), the ratio a least-squares refit of the thesis's Table 8 benefits implies.
+    /// Pass measured values where a calibration exists.
+    fn default() -> Latencies {
+        Latencies {
+            fast: [0.0; 3],
+            slow: [26.0, 3.8, 1.0],
+        }
+    }
+}
+
+impl Latencies {
+    /// Every `L` finite and ≥ 0, and the slow tier never faster (so every benefit is ≥ 0).
+    pub fn validate(&self) -> Result<()> {
+        for p in Pattern::ALL {
+            let (f, s) = (self.fast[p as usize], self.slow[p as usize]);
+            if !(f.is_finite() && s.is_finite() && f >= 0.0 && s >= f) {
+                return Err(XmemError::BadConfig(format!(
+                    "latencies for {p:?}: need 0 <= fast ({f}) <= slow ({s})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Eq. 3: the benefit of one region of a structure with profile `f` being in the fast tier.
+    pub fn benefit(&self, f: &PerPattern) -> f64 {
+        Pattern::ALL
+            .iter()
+            .map(|&p| f[p as usize] * (self.slow[p as usize] - self.fast[p as usize]))
+            .sum()
+    }
+
+    /// Eq. 2: the estimated total stall of a placement (`in_fast[r]`) of regions with
+    /// profiles `f[r]`.
+    pub fn estimate(&self, f: &[PerPattern], in_fast: &[bool]) -> f64 {
+        assert_eq!(f.len(), in_fast.len());
+        f.iter()
+            .zip(in_fast)
+            .map(|(f, &fast)| {
+                let l = if fast { &self.fast } else { &self.slow };
+                Pattern::ALL
+                    .iter()
+                    .map(|&p| f[p as usize] * l[p as usize])
+                    .sum::<f64>()
+            })
+            .sum()
+    }
+}
+
+/// Eq. 1: mean access time from per-class access counts `c` and stalls `s`.
+pub fn mean_access_time(c: &[f64], s: &[f64]) -> f64 {
+    assert_eq!(c.len(), s.len());
+    let n: f64 = c.iter().sum();
+    if n == 0.0 {
+        return 0.0;
+    }
+    c.iter().zip(s).map(|(c, s)| c * s).sum::<f64>() / n
+}
+
+/// A region as the greedy sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    pub priority: i32,
+    pub benefit: f64,
+}
+
+/// The greedy: which regions get the `k` fast slots (true = fast). Order: priority descending,
+/// benefit descending, index ascending (so ties are deterministic).
+pub fn greedy(c: &[Candidate], k: usize) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..c.len()).collect();
+    order.sort_by(|&a, &b| {
+        c[b].priority
+            .cmp(&c[a].priority)
+            .then(c[b].benefit.total_cmp(&c[a].benefit))
+            .then(a.cmp(&b))
+    });
+    let mut fast = vec![false; c.len()];
+    for &i in order.iter().take(k) {
+        fast[i] = true;
+    }
+    fast
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Eq. 4's objective of a placement: the benefit it captures.
+    fn captured(c: &[Candidate], fast: &[bool]) -> f64 {
+        c.iter().zip(fast).filter(|(_, &f)| f).map(|(c, _)| c.benefit).sum()
+    }
+
+    /// A placement honours priorities when no region outside the fast tier has a higher
+    /// priority than one inside it.
+    fn honours_priorities(c: &[Candidate], fast: &[bool]) -> bool {
+        let min_in = c.iter().zip(fast).filter(|(_, &f)| f).map(|(c, _)| c.priority).min();
+        let max_out = c.iter().zip(fast).filter(|(_, &f)| !f).map(|(c, _)| c.priority).max();
+        match (min_in, max_out) {
+            (Some(i), Some(o)) => o <= i,
+            _ => true,
+        }
+    }
+
+    /// Brute force: the best captured benefit over every subset of `min(k, n)` regions that
+    /// honours priorities.
+    fn brute_force(c: &[Candidate], k: usize) -> f64 {
+        let n = c.len();
+        let mut best = f64::NEG_INFINITY;
+        for mask in 0u32..(1 << n) {
+            if mask.count_ones() as usize != k.min(n) {
+                continue;
+            }
+            let fast: Vec<bool> = (0..n).map(|i| mask & (1 << i) != 0).collect();
+            if honours_priorities(c, &fast) {
+                best = best.max(captured(c, &fast));
+            }
+        }
+        best
+    }
+
+    fn candidates(prio: bool) -> impl Strategy<Value = Vec<Candidate>> {
+        let p = if prio { 0..3i32 } else { 0..1i32 };
+        proptest::collection::vec(
+            (p, 0u32..1000).prop_map(|(priority, b)| Candidate {
+                priority,
+                benefit: b as f64 / 10.0,
+            }),
+            0..=10,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn greedy_equals_brute_force(c in candidates(false), k in 0usize..12) {
+            let g = greedy(&c, k);
+            prop_assert_eq!(g.iter().filter(|&&f| f).count(), k.min(c.len()));
+            prop_assert!((captured(&c, &g) - brute_force(&c, k)).abs() < 1e-9);
+        }
+
+        #[test]
+        fn greedy_equals_brute_force_with_priorities(c in candidates(true), k in 0usize..12) {
+            let g = greedy(&c, k);
+            prop_assert!(honours_priorities(&c, &g));
+            prop_assert!((captured(&c, &g) - brute_force(&c, k)).abs() < 1e-9);
+        }
+
+        /// Eq. 4 is Eq. 2 rewritten: all-slow cost minus the benefits of the fast regions.
+        #[test]
+        fn eq4_equals_eq2(f in proptest::collection::vec([0.0f64..1e6, 0.0..1e6, 0.0..1e6], 0..8),
+                          mask in any::<u8>()) {
+            let l = Latencies::default();
+            let fast: Vec<bool> = (0..f.len()).map(|i| mask & (1 << i) != 0).collect();
+            let all_slow = l.estimate(&f, &vec![false; f.len()]);
+            let gain: f64 = f.iter().zip(&fast).filter(|(_, &x)| x).map(|(f, _)| l.benefit(f)).sum();
+            let eq2 = l.estimate(&f, &fast);
+            prop_assert!((eq2 - (all_slow - gain)).abs() <= 1e-6 * all_slow.max(1.0));
+        }
+    }
+
+    #[test]
+    fn priority_beats_benefit() {
+        let c = [
+            Candidate { priority: 0, benefit: 100.0 },
+            Candidate { priority: 1, benefit: 1.0 },
+            Candidate { priority: 0, benefit: 50.0 },
+        ];
+        assert_eq!(greedy(&c, 1), vec![false, true, false]);
+        assert_eq!(greedy(&c, 2), vec![true, true, false]);
+    }
+
+    #[test]
+    fn latencies_refuse_a_faster_slow_tier() {
+        let l = Latencies { fast: [1.0, 1.0, 1.0], slow: [2.0, 0.5, 1.0] };
+        assert!(l.validate().is_err());
+        assert!(Latencies::default().validate().is_ok());
+        assert_eq!(mean_access_time(&[1.0, 3.0], &[10.0, 2.0]), 4.0);
+    }
+}

@@ -1,0 +1,152 @@
+//! The address-space reservation: one `PROT_NONE` range cut into regions of a power-of-two size,
+//! and the only code that changes what is mapped in it. Region `i` is
+//! `[base + i·size, base + (i+1)·size)`; an address finds its region with a shift.
+
+use crate::error::{Result, XmemError};
+use crate::fault::{self, Registration, MAPPED, MIGRATING, UNUSED};
+use crate::sys;
+use std::os::unix::io::RawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub struct Space {
+    base: usize,
+    len: usize,
+    shift: u32,
+    reg: Registration,
+}
+
+impl Space {
+    pub fn new(len: usize, region_size: usize) -> Result<Space> {
+        assert!(region_size.is_power_of_two() && len.is_multiple_of(region_size));
+        let base = sys::reserve(len, region_size)?;
+        let shift = region_size.trailing_zeros();
+        let reg = match fault::register(base, len, shift) {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                // SAFETY: the reservation was just made and holds nothing.
+                unsafe { sys::unmap(base, len) };
+                return Err(XmemError::BadConfig(format!(
+                    "at most {} X-Mem instances may live at once",
+                    fault::MAX_INSTANCES
+                )));
+            }
+            Err(source) => {
+                // SAFETY: as above.
+                unsafe { sys::unmap(base, len) };
+                return Err(XmemError::Os {
+                    what: "install SIGSEGV handler",
+                    source,
+                });
+            }
+        };
+        Ok(Space {
+            base,
+            len,
+            shift,
+            reg,
+        })
+    }
+
+    pub fn regions(&self) -> usize {
+        self.len >> self.shift
+    }
+    pub fn region_size(&self) -> usize {
+        1 << self.shift
+    }
+    pub fn base(&self) -> usize {
+        self.base
+    }
+    pub fn addr(&self, i: usize) -> usize {
+        assert!(i < self.regions());
+        self.base + (i << self.shift)
+    }
+    /// The region holding `addr`, if it is inside the reservation.
+    pub fn region_of(&self, addr: usize) -> Option<usize> {
+        (addr >= self.base && addr < self.base + self.len).then(|| (addr - self.base) >> self.shift)
+    }
+
+    fn state(&self, i: usize) -> &AtomicU32 {
+        &self.reg.states[i]
+    }
+    pub fn is_mapped(&self, i: usize) -> bool {
+        self.state(i).load(Ordering::Acquire) != UNUSED
+    }
+
+    /// Back unused region `i` with fresh DRAM pages.
+    pub fn map_fast(&self, i: usize, thp: bool) -> Result<()> {
+        assert!(!self.is_mapped(i));
+        // SAFETY: region `i` is inside our reservation and unused, so nothing live is in it.
+        unsafe { sys::map_anon_fixed(self.addr(i), self.region_size(), thp)? };
+        self.state(i).store(MAPPED, Ordering::Release);
+        Ok(())
+    }
+
+    /// Back unused region `i` with the PM file's slot at `off`.
+    pub fn map_slow(&self, i: usize, fd: RawFd, off: u64) -> Result<()> {
+        assert!(!self.is_mapped(i));
+        // SAFETY: as for map_fast; the slot is the caller's (taken from the PM tier).
+        unsafe { sys::map_file_fixed(self.addr(i), self.region_size(), fd, off)? };
+        self.state(i).store(MAPPED, Ordering::Release);
+        Ok(())
+    }
+
+    /// Migration step 1: writers to region `i` now fault and wait (see `fault.rs`).
+    pub fn begin_migration(&self, i: usize) -> Result<()> {
+        let w = self.state(i);
+        assert_eq!(w.load(Ordering::Acquire), MAPPED, "region {i} is not mapped");
+        w.store(MIGRATING, Ordering::Release);
+        // SAFETY: region `i` is ours and mapped; writers fault into the handler, which parks
+        // them because the state says MIGRATING; readers are unaffected.
+        if let Err(e) = unsafe { sys::protect(self.addr(i), self.region_size(), libc::PROT_READ) } {
+            self.end_migration(i);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Migration step 3 (PM destination): the file slot, already holding the region's bytes,
+    /// replaces the region's pages at the same address, read-write.
+    pub fn install_slow(&self, i: usize, fd: RawFd, off: u64) -> Result<()> {
+        assert_eq!(self.state(i).load(Ordering::Acquire), MIGRATING);
+        // SAFETY: the region is ours and read-only; the slot holds the same bytes, so replacing
+        // the mapping changes no byte any reader can see.
+        unsafe { sys::map_file_fixed(self.addr(i), self.region_size(), fd, off) }
+    }
+
+    /// Migration step 3 (DRAM destination): move the staging pages, already holding the region's
+    /// bytes, over the region at the same address, read-write.
+    pub fn install_fast(&self, i: usize, staging: usize) -> Result<()> {
+        assert_eq!(self.state(i).load(Ordering::Acquire), MIGRATING);
+        // SAFETY: `staging` is a private mapping of region size made by the migration; the
+        // region is ours and read-only and the staging pages hold the same bytes.
+        unsafe { sys::move_fixed(staging, self.region_size(), self.addr(i)) }
+    }
+
+    /// Restore write rights after a failed migration step (the old pages are still in place).
+    pub fn restore_rights(&self, i: usize) -> Result<()> {
+        // SAFETY: region `i` is ours and mapped.
+        unsafe {
+            sys::protect(
+                self.addr(i),
+                self.region_size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        }
+    }
+
+    /// Migration step 4: the region is writable again; wake the parked writers.
+    pub fn end_migration(&self, i: usize) {
+        let w = self.state(i);
+        w.store(MAPPED, Ordering::Release);
+        sys::futex_wake(w);
+    }
+}
+
+impl Drop for Space {
+    fn drop(&mut self) {
+        fault::unregister(&self.reg);
+        // SAFETY: the reservation is ours; the XMem that owns this space is being dropped, so no
+        // object handed out lives on (XBox borrows the XMem).
+        unsafe { sys::unmap(self.base, self.len) };
+    }
+}

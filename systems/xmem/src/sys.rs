@@ -1,0 +1,201 @@
+//! Every system call X-Mem makes on its address space, one small `unsafe` wrapper each.
+//!
+//! The callers (`space.rs`) own the address ranges: each function's contract says what the
+//! caller must guarantee, and `space.rs` only ever passes ranges inside its own reservation.
+
+use crate::error::{Result, XmemError};
+use std::os::unix::io::RawFd;
+use std::sync::atomic::AtomicU32;
+
+fn check(p: *mut libc::c_void, what: &'static str) -> Result<usize> {
+    if p == libc::MAP_FAILED {
+        Err(XmemError::os(what))
+    } else {
+        Ok(p as usize)
+    }
+}
+
+/// Reserve `len` bytes of address space aligned to `align` (a power of two): `PROT_NONE`,
+/// no memory committed. Returns the aligned start.
+pub fn reserve(len: usize, align: usize) -> Result<usize> {
+    assert!(align.is_power_of_two());
+    let total = len.checked_add(align).expect("reservation size overflows");
+    // SAFETY: a fresh mapping chosen by the kernel (no MAP_FIXED) clobbers nothing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            total,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    let raw = check(p, "mmap (reserve address space)")?;
+    let start = (raw + align - 1) & !(align - 1);
+    // SAFETY: both trimmed pieces lie inside the mapping just made, which nothing else uses.
+    unsafe {
+        if start > raw {
+            libc::munmap(raw as *mut libc::c_void, start - raw);
+        }
+        let end = start + len;
+        if raw + total > end {
+            libc::munmap(end as *mut libc::c_void, raw + total - end);
+        }
+    }
+    Ok(start)
+}
+
+/// Fresh read-write anonymous pages at `addr` (replacing what was mapped there).
+///
+/// # Safety
+/// `[addr, addr+len)` must be address space the caller owns, with no live data in it.
+pub unsafe fn map_anon_fixed(addr: usize, len: usize, thp: bool) -> Result<()> {
+    // SAFETY: the caller owns the range and nothing in it is live.
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    check(p, "mmap (DRAM region)")?;
+    if thp {
+        advise_huge(addr, len);
+    }
+    Ok(())
+}
+
+/// Map `len` bytes of the file `fd` at `off` over `[addr, addr+len)`, shared, read-write.
+///
+/// # Safety
+/// As for [`map_anon_fixed`], except that the range may hold live data: the caller replaces
+/// it with a mapping of identical bytes (the migration copy) or owns it with nothing live.
+pub unsafe fn map_file_fixed(addr: usize, len: usize, fd: RawFd, off: u64) -> Result<()> {
+    // SAFETY: the caller owns the range; the file slot belongs to the caller too.
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_FIXED | libc::MAP_SHARED,
+            fd,
+            off as libc::off_t,
+        )
+    };
+    check(p, "mmap (PM region)")?;
+    Ok(())
+}
+
+/// Fresh anonymous read-write pages anywhere (a staging area for a copy into DRAM).
+pub fn map_anon(len: usize, thp: bool) -> Result<usize> {
+    // SAFETY: no MAP_FIXED: the kernel picks unused address space.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    let a = check(p, "mmap (staging)")?;
+    if thp {
+        advise_huge(a, len);
+    }
+    Ok(a)
+}
+
+/// Move the mapping at `from` (with its pages) over `[to, to+len)`, replacing what is there.
+///
+/// # Safety
+/// `from` must be a mapping of `len` bytes the caller owns (it is gone afterwards); `to` as for
+/// [`map_file_fixed`].
+pub unsafe fn move_fixed(from: usize, len: usize, to: usize) -> Result<()> {
+    // SAFETY: the caller owns both ranges.
+    let p = unsafe {
+        libc::mremap(
+            from as *mut libc::c_void,
+            len,
+            len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            to as *mut libc::c_void,
+        )
+    };
+    let got = check(p, "mremap (install DRAM pages)")?;
+    assert_eq!(got, to, "mremap(MREMAP_FIXED) moved elsewhere");
+    Ok(())
+}
+
+/// Set page rights on `[addr, addr+len)`.
+///
+/// # Safety
+/// The caller owns the range; readers and writers of it must tolerate the new rights (writers
+/// fault into `fault.rs`, which parks them).
+pub unsafe fn protect(addr: usize, len: usize, prot: libc::c_int) -> Result<()> {
+    // SAFETY: the caller owns the range.
+    if unsafe { libc::mprotect(addr as *mut libc::c_void, len, prot) } != 0 {
+        return Err(XmemError::os("mprotect"));
+    }
+    Ok(())
+}
+
+/// Unmap `[addr, addr+len)`.
+///
+/// # Safety
+/// The caller owns the range and nothing live is in it.
+pub unsafe fn unmap(addr: usize, len: usize) {
+    // SAFETY: the caller owns the range.
+    let r = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    debug_assert_eq!(r, 0, "munmap failed");
+}
+
+fn advise_huge(addr: usize, len: usize) {
+    // SAFETY: madvise(MADV_HUGEPAGE) is a hint on a range we just mapped; it never changes
+    // contents. Failure (THP disabled) is ignored: the pages stay 4 KiB.
+    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+}
+
+/// Sleep while `*word == expected` (async-signal-safe: one system call).
+pub fn futex_wait(word: &AtomicU32, expected: u32) {
+    // SAFETY: FUTEX_WAIT reads the word at a valid address; a timeout of NULL waits until woken
+    // or the value differs. Spurious returns are handled by the caller's loop.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        )
+    };
+}
+
+/// Wake every waiter on `word`.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only reads the address; waking nobody is fine.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
+/// Bytes of physical memory.
+pub fn physical_memory() -> u64 {
+    // SAFETY: sysconf reads system constants.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages.max(0) as u64).saturating_mul(size.max(0) as u64)
+}
