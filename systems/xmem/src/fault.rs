@@ -8,7 +8,7 @@
 //! the default action, so genuine bugs still crash (the same chaining as `pmkit-obj`'s faults).
 
 use crate::sys;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Most `XMem` instances alive at once in a process.
@@ -43,6 +43,13 @@ const EMPTY: Slot = Slot {
 };
 static TABLE: [Slot; MAX_INSTANCES] = [EMPTY; MAX_INSTANCES];
 static OLD: OnceLock<usize> = OnceLock::new();
+/// Writes that faulted on a migrating region and waited (process-wide, for tests and stats).
+static PARKED: AtomicU64 = AtomicU64::new(0);
+
+/// How many writes have waited for a migration in this process.
+pub fn parked() -> u64 {
+    PARKED.load(Ordering::Relaxed)
+}
 /// The leaked state arrays by slot (the handler reads them through `Slot::states`).
 type Pool = [Option<&'static [AtomicU32]>; MAX_INSTANCES];
 static POOL: parking_lot::Mutex<Pool> = parking_lot::const_mutex([None; MAX_INSTANCES]);
@@ -153,6 +160,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             let word = unsafe { &*ptr.add(i) };
             match word.load(Ordering::Acquire) {
                 MIGRATING => {
+                    PARKED.fetch_add(1, Ordering::Relaxed);
                     while word.load(Ordering::Acquire) == MIGRATING {
                         sys::futex_wait(word, MIGRATING);
                     }

@@ -36,6 +36,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tier::{Dram, Pm};
 
+/// How many writes in this process have faulted on a migrating region and waited for it.
+pub fn parked_writes() -> u64 {
+    fault::parked()
+}
+
 /// A data structure's tag (the thesis's `int tag`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Tag(u32);
@@ -351,6 +356,21 @@ impl XMem {
         }
         e.tier = to;
         Ok(())
+    }
+
+    /// Check every allocator invariant (page maps, runs, slabs, live bytes) and that the DRAM
+    /// budget holds; panics on a broken one. For tests: it locks every heap in turn.
+    pub fn check_invariants(&self) {
+        let heaps: Vec<_> = self.tags.read().iter().map(|t| t.heap.clone()).collect();
+        for h in heaps {
+            h.lock().check();
+        }
+        let tb = self.table.lock();
+        let fast = tb.entries.iter().flatten().filter(|e| e.tier == Tier::Fast).count();
+        let slow = tb.entries.iter().flatten().filter(|e| e.tier == Tier::Slow).count();
+        assert_eq!(fast, tb.dram.used());
+        assert!(fast <= tb.dram.slots());
+        assert_eq!(slow, tb.pm.used());
     }
 
     /// The region holding `addr`, if it is one of ours and in use.

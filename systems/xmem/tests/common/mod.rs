@@ -1,0 +1,41 @@
+//! Shared test setup: small regions (2 MiB), a PM file in /dev/shm under a temporary directory.
+#![allow(dead_code)]
+
+use pmkit_xmem::{Config, XMem};
+
+pub const MIB: usize = 1 << 20;
+
+pub struct Fixture {
+    pub xmem: XMem,
+    _dir: tempfile::TempDir,
+}
+
+/// `regions` regions of 2 MiB reserved, PM for `pm_regions`, DRAM budget for `fast_regions`.
+pub fn fixture(regions: usize, pm_regions: usize, fast_regions: usize) -> Fixture {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    let mut cfg = Config::new(
+        dir.path().join("pm.img"),
+        (pm_regions * 2 * MIB) as u64,
+        (fast_regions * 2 * MIB) as u64,
+    );
+    cfg.region_size = 2 * MIB;
+    cfg.reserve = regions * 2 * MIB;
+    Fixture {
+        xmem: XMem::new(cfg).expect("XMem::new"),
+        _dir: dir,
+    }
+}
+
+/// Fill `len` bytes at `p` with a pattern derived from `seed` (through raw pointers: the
+/// memory is X-Mem's, not a Rust allocation).
+pub fn fill(p: *mut u8, len: usize, seed: u8) {
+    for i in 0..len {
+        // SAFETY: the caller passes a live allocation of at least `len` bytes.
+        unsafe { p.add(i).write(seed.wrapping_add(i as u8)) };
+    }
+}
+
+pub fn holds(p: *const u8, len: usize, seed: u8) -> bool {
+    // SAFETY: as for fill.
+    (0..len).all(|i| unsafe { p.add(i).read() } == seed.wrapping_add(i as u8))
+}
