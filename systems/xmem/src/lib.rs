@@ -9,7 +9,7 @@
 
 pub mod boxed;
 pub mod classes;
-// pub mod classify;
+pub mod classify;
 pub mod config;
 pub mod error;
 mod fault;
@@ -19,7 +19,7 @@ pub mod place;
 mod space;
 mod sys;
 pub mod tier;
-// pub mod trace;
+pub mod trace;
 
 pub use boxed::XBox;
 pub use config::{Config, PmSpec, DEFAULT_REGION, MAX_REGIONS, MAX_TAGS, PAGE};
@@ -42,7 +42,7 @@ pub fn parked_writes() -> u64 {
 }
 
 /// A data structure's tag (the thesis's `int tag`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Tag(u32);
 
 impl Tag {
@@ -177,6 +177,33 @@ impl XMem {
             return Err(XmemError::BadConfig(format!("profile {f:?}: counts must be >= 0")));
         }
         self.with_tag(t, |e| e.profile = f)
+    }
+
+    /// Roll per-region counts (from [`trace::Tracer`]) up into each tag's profile, as the
+    /// thesis's profiler does at exit: `F_i(p)` = the tag's counts of pattern `p` summed over
+    /// its regions, divided by its number of regions. Tags without counted accesses keep their
+    /// profile. Returns the profiles set.
+    pub fn apply_profile(&self, counts: &trace::RegionCounts) -> Result<Vec<(Tag, PerPattern)>> {
+        let mut sums: std::collections::BTreeMap<Tag, ([f64; 3], usize, bool)> = Default::default();
+        for r in self.regions() {
+            let e = sums.entry(r.tag).or_insert(([0.0; 3], 0, false));
+            e.1 += 1;
+            if let Some(c) = counts.get(&r.index) {
+                e.2 = true;
+                for p in 0..3 {
+                    e.0[p] += c[p] as f64;
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (tag, (sum, n, seen)) in sums {
+            if seen {
+                let f = sum.map(|x| x / n as f64);
+                self.set_profile(tag, f)?;
+                out.push((tag, f));
+            }
+        }
+        Ok(out)
     }
 
     /// Allocate `size` bytes aligned to `align` (a power of two, at most a page) in tag `t`'s
