@@ -48,7 +48,7 @@ pub fn class_of(size: usize, align: usize) -> Option<usize> {
         return None;
     }
     let c = SIZES.partition_point(|&s| s < need);
-    debug_assert!(SIZES[c] >= need && SIZES[c] % align.min(SIZES[c]) == 0);
+    debug_assert!(SIZES[c] >= need && SIZES[c].is_multiple_of(align.min(SIZES[c])));
     Some(c)
 }
 

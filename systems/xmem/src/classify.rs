@@ -51,7 +51,11 @@ pub fn classify(buf: &mut [Access]) -> Vec<(u64, Pattern)> {
                 .iter()
                 .take_while(|t| t.0 == line)
                 .any(|t| t.1 != line);
-            let p = if chased { Pattern::PointerChase } else { Pattern::Random };
+            let p = if chased {
+                Pattern::PointerChase
+            } else {
+                Pattern::Random
+            };
             (addr, p)
         })
         .collect();
@@ -136,7 +140,10 @@ mod tests {
         for round in 0..20 {
             for (node, field) in [(64, 0), (64, 8), (128, 16), (32, 0)] {
                 let s = share(&mut chase(&mut rng, node, field), Pattern::PointerChase);
-                assert!(s >= 0.95, "chase node {node} field {field} round {round}: {s}");
+                assert!(
+                    s >= 0.95,
+                    "chase node {node} field {field} round {round}: {s}"
+                );
             }
             for st in [8, 64, 72, 256, 4096] {
                 let s = share(&mut stride(&mut rng, st), Pattern::Streaming);
@@ -165,19 +172,36 @@ mod tests {
     #[test]
     fn repeats_of_a_line_count_once_and_a_value_in_its_own_line_is_not_a_chase() {
         let mut buf = vec![
-            Access { addr: BASE, value: BASE + 8 }, // points into its own line
-            Access { addr: BASE + 8, value: 0 },
-            Access { addr: BASE + 4096, value: 0 },
+            Access {
+                addr: BASE,
+                value: BASE + 8,
+            }, // points into its own line
+            Access {
+                addr: BASE + 8,
+                value: 0,
+            },
+            Access {
+                addr: BASE + 4096,
+                value: 0,
+            },
         ];
         let labels = classify(&mut buf);
         assert_eq!(labels.len(), 2);
         assert_eq!(tally(&labels), [0, 2, 0]);
         // Fewer than a window of equal strides is not streaming.
-        let mut short: Vec<Access> =
-            (0..7).map(|i| Access { addr: BASE + i * 64, value: 0 }).collect();
+        let mut short: Vec<Access> = (0..7)
+            .map(|i| Access {
+                addr: BASE + i * 64,
+                value: 0,
+            })
+            .collect();
         assert_eq!(tally(&classify(&mut short)), [0, 7, 0]);
-        let mut eight: Vec<Access> =
-            (0..8).map(|i| Access { addr: BASE + i * 64, value: 0 }).collect();
+        let mut eight: Vec<Access> = (0..8)
+            .map(|i| Access {
+                addr: BASE + i * 64,
+                value: 0,
+            })
+            .collect();
         assert_eq!(tally(&classify(&mut eight)), [0, 0, 8]);
     }
 }

@@ -103,7 +103,8 @@ pub fn register(start: usize, len: usize, shift: u32) -> std::io::Result<Option<
                     let a: &'static [AtomicU32] = Box::leak(v.into_boxed_slice());
                     pool[i] = Some(a);
                     s.cap.store(n, Ordering::Relaxed);
-                    s.states.store(a.as_ptr() as *mut AtomicU32, Ordering::Release);
+                    s.states
+                        .store(a.as_ptr() as *mut AtomicU32, Ordering::Release);
                     a
                 }
             };

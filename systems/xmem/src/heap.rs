@@ -108,7 +108,9 @@ impl Heap {
             Some(&id) => id,
             None => self.new_slab(c)?,
         };
-        let slab = self.slabs[id as usize].as_mut().expect("partial slab exists");
+        let slab = self.slabs[id as usize]
+            .as_mut()
+            .expect("partial slab exists");
         let k = slab.free.pop().expect("partial slab has a free object") as usize;
         debug_assert_eq!(slab.used_bits[k / 64] & (1 << (k % 64)), 0);
         slab.used_bits[k / 64] |= 1 << (k % 64);
@@ -149,9 +151,17 @@ impl Heap {
     }
 
     fn alloc_large(&mut self, pages: usize) -> Option<usize> {
-        assert!(pages <= self.pages_per_region, "object larger than a region");
+        assert!(
+            pages <= self.pages_per_region,
+            "object larger than a region"
+        );
         let pg = self.take_run(pages)?;
-        self.mark(pg, pages, PageUse::LargeHead(pages as u32), PageUse::LargeTail);
+        self.mark(
+            pg,
+            pages,
+            PageUse::LargeHead(pages as u32),
+            PageUse::LargeTail,
+        );
         self.region_pages(pg).live += pages * PAGE;
         Some(self.base + pg * PAGE)
     }
@@ -180,7 +190,9 @@ impl Heap {
     }
 
     fn free_small(&mut self, id: u32, off: usize) -> Result<(), NotOurs> {
-        let slab = self.slabs[id as usize].as_mut().expect("page names a live slab");
+        let slab = self.slabs[id as usize]
+            .as_mut()
+            .expect("page names a live slab");
         let size = classes::SIZES[slab.class];
         let rel = off - slab.first_pg * PAGE;
         let k = rel / size;

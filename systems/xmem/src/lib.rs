@@ -148,7 +148,10 @@ impl XMem {
             name: name.to_owned(),
             priority: 0,
             profile: [0.0; 3],
-            heap: Arc::new(Mutex::new(Heap::new(self.space.base(), self.cfg.region_size))),
+            heap: Arc::new(Mutex::new(Heap::new(
+                self.space.base(),
+                self.cfg.region_size,
+            ))),
         });
         Ok(Tag(tags.len() as u32 - 1))
     }
@@ -174,7 +177,9 @@ impl XMem {
     /// [`classify`] and [`trace`]). Counts must be finite and ≥ 0.
     pub fn set_profile(&self, t: Tag, f: PerPattern) -> Result<()> {
         if f.iter().any(|x| !x.is_finite() || *x < 0.0) {
-            return Err(XmemError::BadConfig(format!("profile {f:?}: counts must be >= 0")));
+            return Err(XmemError::BadConfig(format!(
+                "profile {f:?}: counts must be >= 0"
+            )));
         }
         self.with_tag(t, |e| e.profile = f)
     }
@@ -190,8 +195,8 @@ impl XMem {
             e.1 += 1;
             if let Some(c) = counts.get(&r.index) {
                 e.2 = true;
-                for p in 0..3 {
-                    e.0[p] += c[p] as f64;
+                for (sum, &n) in e.0.iter_mut().zip(c) {
+                    *sum += n as f64;
                 }
             }
         }
@@ -270,7 +275,11 @@ impl XMem {
             }
             (Tier::Slow, Some(slot))
         };
-        tb.entries[i] = Some(Entry { tag: t.0, tier, slot });
+        tb.entries[i] = Some(Entry {
+            tag: t.0,
+            tier,
+            slot,
+        });
         tb.next += 1;
         self.owner[i].store(t.0 + 1, Ordering::Release);
         Ok(i)
@@ -393,8 +402,18 @@ impl XMem {
             h.lock().check();
         }
         let tb = self.table.lock();
-        let fast = tb.entries.iter().flatten().filter(|e| e.tier == Tier::Fast).count();
-        let slow = tb.entries.iter().flatten().filter(|e| e.tier == Tier::Slow).count();
+        let fast = tb
+            .entries
+            .iter()
+            .flatten()
+            .filter(|e| e.tier == Tier::Fast)
+            .count();
+        let slow = tb
+            .entries
+            .iter()
+            .flatten()
+            .filter(|e| e.tier == Tier::Slow)
+            .count();
         assert_eq!(fast, tb.dram.used());
         assert!(fast <= tb.dram.slots());
         assert_eq!(slow, tb.pm.used());

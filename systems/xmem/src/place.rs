@@ -126,14 +126,28 @@ mod tests {
 
     /// Eq. 4's objective of a placement: the benefit it captures.
     fn captured(c: &[Candidate], fast: &[bool]) -> f64 {
-        c.iter().zip(fast).filter(|(_, &f)| f).map(|(c, _)| c.benefit).sum()
+        c.iter()
+            .zip(fast)
+            .filter(|(_, &f)| f)
+            .map(|(c, _)| c.benefit)
+            .sum()
     }
 
     /// A placement honours priorities when no region outside the fast tier has a higher
     /// priority than one inside it.
     fn honours_priorities(c: &[Candidate], fast: &[bool]) -> bool {
-        let min_in = c.iter().zip(fast).filter(|(_, &f)| f).map(|(c, _)| c.priority).min();
-        let max_out = c.iter().zip(fast).filter(|(_, &f)| !f).map(|(c, _)| c.priority).max();
+        let min_in = c
+            .iter()
+            .zip(fast)
+            .filter(|(_, &f)| f)
+            .map(|(c, _)| c.priority)
+            .min();
+        let max_out = c
+            .iter()
+            .zip(fast)
+            .filter(|(_, &f)| !f)
+            .map(|(c, _)| c.priority)
+            .max();
         match (min_in, max_out) {
             (Some(i), Some(o)) => o <= i,
             _ => true,
@@ -199,9 +213,18 @@ mod tests {
     #[test]
     fn priority_beats_benefit() {
         let c = [
-            Candidate { priority: 0, benefit: 100.0 },
-            Candidate { priority: 1, benefit: 1.0 },
-            Candidate { priority: 0, benefit: 50.0 },
+            Candidate {
+                priority: 0,
+                benefit: 100.0,
+            },
+            Candidate {
+                priority: 1,
+                benefit: 1.0,
+            },
+            Candidate {
+                priority: 0,
+                benefit: 50.0,
+            },
         ];
         assert_eq!(greedy(&c, 1), vec![false, true, false]);
         assert_eq!(greedy(&c, 2), vec![true, true, false]);
@@ -209,7 +232,10 @@ mod tests {
 
     #[test]
     fn latencies_refuse_a_faster_slow_tier() {
-        let l = Latencies { fast: [1.0, 1.0, 1.0], slow: [2.0, 0.5, 1.0] };
+        let l = Latencies {
+            fast: [1.0, 1.0, 1.0],
+            slow: [2.0, 0.5, 1.0],
+        };
         assert!(l.validate().is_err());
         assert!(Latencies::default().validate().is_ok());
         assert_eq!(mean_access_time(&[1.0, 3.0], &[10.0, 2.0]), 4.0);

@@ -93,7 +93,11 @@ impl Space {
     /// Migration step 1: writers to region `i` now fault and wait (see `fault.rs`).
     pub fn begin_migration(&self, i: usize) -> Result<()> {
         let w = self.state(i);
-        assert_eq!(w.load(Ordering::Acquire), MAPPED, "region {i} is not mapped");
+        assert_eq!(
+            w.load(Ordering::Acquire),
+            MAPPED,
+            "region {i} is not mapped"
+        );
         w.store(MIGRATING, Ordering::Release);
         // SAFETY: region `i` is ours and mapped; writers fault into the handler, which parks
         // them because the state says MIGRATING; readers are unaffected.

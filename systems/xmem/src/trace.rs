@@ -102,8 +102,8 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
 pub fn merge(into: &mut RegionCounts, other: &RegionCounts) {
     for (r, c) in other {
         let e = into.entry(*r).or_insert([0; 3]);
-        for p in 0..3 {
-            e[p] += c[p];
+        for (sum, &n) in e.iter_mut().zip(c) {
+            *sum += n;
         }
     }
 }

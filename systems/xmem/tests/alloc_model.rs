@@ -4,13 +4,17 @@
 
 mod common;
 use common::*;
-use proptest::prelude::*;
 use pmkit_xmem::Tier;
+use proptest::prelude::*;
 use std::ptr::NonNull;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc { tag: usize, size: usize, align: usize },
+    Alloc {
+        tag: usize,
+        size: usize,
+        align: usize,
+    },
     Free(usize),
 }
 

@@ -11,9 +11,18 @@ fn unknown_tag_is_refused() {
     a.xmem.tag("x").unwrap();
     let t = a.xmem.tag("y").unwrap(); // id 1: b has no tag 1
     b.xmem.tag("only").unwrap();
-    assert!(matches!(b.xmem.alloc(t, 64, 8), Err(XmemError::UnknownTag(1))));
-    assert!(matches!(b.xmem.set_priority(t, 3), Err(XmemError::UnknownTag(1))));
-    assert!(matches!(b.xmem.set_profile(t, [1.0; 3]), Err(XmemError::UnknownTag(1))));
+    assert!(matches!(
+        b.xmem.alloc(t, 64, 8),
+        Err(XmemError::UnknownTag(1))
+    ));
+    assert!(matches!(
+        b.xmem.set_priority(t, 3),
+        Err(XmemError::UnknownTag(1))
+    ));
+    assert!(matches!(
+        b.xmem.set_profile(t, [1.0; 3]),
+        Err(XmemError::UnknownTag(1))
+    ));
     assert!(b.xmem.regions().is_empty());
     // The same name gives the same tag.
     assert_eq!(a.xmem.tag("y").unwrap(), t);
@@ -24,7 +33,10 @@ fn budget_larger_than_memory_is_refused() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let mut cfg = Config::new(dir.path().join("pm.img"), 64 << 20, 1 << 50);
     cfg.reserve = 1 << 46; // 64 TiB of address space: 1M regions of 64 MiB is over the limit
-    assert!(matches!(XMem::new(cfg.clone()), Err(XmemError::BadConfig(_))));
+    assert!(matches!(
+        XMem::new(cfg.clone()),
+        Err(XmemError::BadConfig(_))
+    ));
     cfg.reserve = 1 << 42; // 65536 regions of 64 MiB: allowed
     match XMem::new(cfg) {
         Err(XmemError::BudgetTooLarge { what, .. }) => assert_eq!(what, "physical memory"),
@@ -35,7 +47,10 @@ fn budget_larger_than_memory_is_refused() {
     cfg.reserve = 128 << 20;
     assert!(matches!(
         XMem::new(cfg),
-        Err(XmemError::BudgetTooLarge { what: "the reservation", .. })
+        Err(XmemError::BudgetTooLarge {
+            what: "the reservation",
+            ..
+        })
     ));
 }
 
@@ -51,7 +66,7 @@ fn foreign_and_double_frees_are_refused() {
     let mut local = 0u64;
     let stack = std::ptr::NonNull::from(&mut local).cast::<u8>();
     let heap = Box::into_raw(Box::new(0u64));
-    // SAFETY (all frees below): each is refused before anything is touched.
+    // SAFETY: each free below is refused before anything is touched; `heap` is freed once.
     unsafe {
         assert!(matches!(x.free(stack), Err(XmemError::ForeignPointer(_))));
         let h = std::ptr::NonNull::new(heap).unwrap().cast();
@@ -89,8 +104,15 @@ fn exhausted_reservation_is_an_error_and_the_heap_still_works() {
             Err(e) => break e,
         }
     };
-    assert!(matches!(err, XmemError::ReservationExhausted { regions: 4 }), "{err}");
-    assert_eq!(objs.len(), 4, "one object of just over 1 MiB per 2 MiB region");
+    assert!(
+        matches!(err, XmemError::ReservationExhausted { regions: 4 }),
+        "{err}"
+    );
+    assert_eq!(
+        objs.len(),
+        4,
+        "one object of just over 1 MiB per 2 MiB region"
+    );
     // Small objects still fit in the regions' remaining pages; frees make room again.
     let small = x.alloc(t, 64, 8).unwrap();
     // SAFETY: live objects, freed once.
@@ -106,14 +128,26 @@ fn exhausted_reservation_is_an_error_and_the_heap_still_works() {
 fn bad_layouts_and_configs_are_refused() {
     let f = fixture(4, 4, 1);
     let t = f.xmem.tag("t").unwrap();
-    assert!(matches!(f.xmem.alloc(t, 8, 3), Err(XmemError::BadLayout { .. })));
-    assert!(matches!(f.xmem.alloc(t, 8, 8192), Err(XmemError::BadLayout { .. })));
-    assert!(matches!(f.xmem.alloc(t, 2 * MIB + 1, 8), Err(XmemError::BadLayout { .. })));
+    assert!(matches!(
+        f.xmem.alloc(t, 8, 3),
+        Err(XmemError::BadLayout { .. })
+    ));
+    assert!(matches!(
+        f.xmem.alloc(t, 8, 8192),
+        Err(XmemError::BadLayout { .. })
+    ));
+    assert!(matches!(
+        f.xmem.alloc(t, 2 * MIB + 1, 8),
+        Err(XmemError::BadLayout { .. })
+    ));
     assert!(f.xmem.set_profile(t, [f64::NAN, 0.0, 0.0]).is_err());
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let mut cfg = Config::new(dir.path().join("pm.img"), 4 * MIB as u64, 0);
     cfg.region_size = 3 * MIB;
-    assert!(matches!(XMem::new(cfg.clone()), Err(XmemError::BadConfig(_))));
+    assert!(matches!(
+        XMem::new(cfg.clone()),
+        Err(XmemError::BadConfig(_))
+    ));
     cfg.region_size = 2 * MIB;
     cfg.reserve = 8 * MIB;
     cfg.latencies.slow = [1.0, -1.0, 0.0];
@@ -126,6 +160,9 @@ fn full_pm_tier_is_an_error() {
     let t = f.xmem.tag("t").unwrap();
     f.xmem.alloc(t, 2 * MIB, 8).unwrap(); // DRAM
     f.xmem.alloc(t, 2 * MIB, 8).unwrap(); // PM
-    assert!(matches!(f.xmem.alloc(t, 2 * MIB, 8), Err(XmemError::PmFull { slots: 1, .. })));
+    assert!(matches!(
+        f.xmem.alloc(t, 2 * MIB, 8),
+        Err(XmemError::PmFull { slots: 1, .. })
+    ));
     f.xmem.check_invariants();
 }

@@ -34,7 +34,8 @@ fn bytes_and_addresses_survive_migration_under_concurrent_writers() {
                 s.spawn(move || {
                     // Writer w owns slots w, w+WRITERS, ...; the value written last to each slot
                     // is recorded here, in ordinary memory.
-                    let mut last: Vec<u64> = (w..words).step_by(WRITERS).map(|i| i as u64).collect();
+                    let mut last: Vec<u64> =
+                        (w..words).step_by(WRITERS).map(|i| i as u64).collect();
                     let mut round = 1u64;
                     while !stop.load(Ordering::Relaxed) {
                         for (k, i) in (w..words).step_by(WRITERS).enumerate().step_by(61) {
@@ -65,7 +66,10 @@ fn bytes_and_addresses_survive_migration_under_concurrent_writers() {
             for (k, i) in (w..words).step_by(WRITERS).enumerate() {
                 // SAFETY: slot i of the live allocation; writers are done.
                 let got = unsafe { (p as *const u64).add(i).read() };
-                assert_eq!(got, last[k], "slot {i}: the last write before the end is lost");
+                assert_eq!(
+                    got, last[k],
+                    "slot {i}: the last write before the end is lost"
+                );
             }
         }
         moves
@@ -74,7 +78,10 @@ fn bytes_and_addresses_survive_migration_under_concurrent_writers() {
     assert!(stores.load(Ordering::Relaxed) > 0);
     assert_eq!(moves, 12);
     // On 2 cores with two writers looping the whole time, some store lands in a copy window.
-    assert!(parked_writes() > parked_before, "no writer ever waited for a migration");
+    assert!(
+        parked_writes() > parked_before,
+        "no writer ever waited for a migration"
+    );
     x.check_invariants();
 }
 
@@ -82,7 +89,10 @@ fn bytes_and_addresses_survive_migration_under_concurrent_writers() {
 fn small_objects_of_many_tags_survive_rebalance() {
     let f = fixture(16, 16, 2);
     let x = &f.xmem;
-    let tags: Vec<_> = ["hash", "values", "log"].iter().map(|n| x.tag(n).unwrap()).collect();
+    let tags: Vec<_> = ["hash", "values", "log"]
+        .iter()
+        .map(|n| x.tag(n).unwrap())
+        .collect();
     let mut objs = Vec::new();
     for (n, &t) in tags.iter().enumerate() {
         // Two regions per tag: 300 objects of 10 KiB (large path) plus small ones.
@@ -100,11 +110,19 @@ fn small_objects_of_many_tags_survive_rebalance() {
     x.set_profile(tags[2], [0.0, 0.0, 9000.0]).unwrap(); // streaming: 9000
     let before: Vec<_> = x.regions();
     let fast_tag = |x: &pmkit_xmem::XMem| {
-        x.regions().iter().filter(|r| r.tier == Tier::Fast).map(|r| r.tag).collect::<Vec<_>>()
+        x.regions()
+            .iter()
+            .filter(|r| r.tier == Tier::Fast)
+            .map(|r| r.tag)
+            .collect::<Vec<_>>()
     };
     let rb = x.rebalance().unwrap();
     assert!(!rb.to_fast.is_empty() && !rb.to_slow.is_empty());
-    assert!(fast_tag(x).iter().all(|&t| t == tags[1]), "{:?}", x.regions());
+    assert!(
+        fast_tag(x).iter().all(|&t| t == tags[1]),
+        "{:?}",
+        x.regions()
+    );
     assert_eq!(fast_tag(x).len(), 2);
     // Priorities come first: "log" with priority 1 takes the fast slots.
     x.set_priority(tags[2], 1).unwrap();
@@ -114,12 +132,21 @@ fn small_objects_of_many_tags_survive_rebalance() {
     let again = x.rebalance().unwrap();
     assert!(again.to_fast.is_empty() && again.to_slow.is_empty());
     for (o, size, seed) in &objs {
-        assert!(holds(o.as_ptr(), *size, *seed), "bytes changed by migration");
+        assert!(
+            holds(o.as_ptr(), *size, *seed),
+            "bytes changed by migration"
+        );
     }
     let after = x.regions();
     assert_eq!(
-        before.iter().map(|r| (r.index, r.addr, r.tag, r.bytes)).collect::<Vec<_>>(),
-        after.iter().map(|r| (r.index, r.addr, r.tag, r.bytes)).collect::<Vec<_>>()
+        before
+            .iter()
+            .map(|r| (r.index, r.addr, r.tag, r.bytes))
+            .collect::<Vec<_>>(),
+        after
+            .iter()
+            .map(|r| (r.index, r.addr, r.tag, r.bytes))
+            .collect::<Vec<_>>()
     );
     x.check_invariants();
 }

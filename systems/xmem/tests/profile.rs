@@ -37,10 +37,17 @@ fn traced_structures_get_their_patterns_and_the_list_goes_to_dram() {
     let mut order: Vec<usize> = (0..nodes).collect();
     order.shuffle(&mut rng);
     for i in 0..nodes {
-        let next = if i + 1 < nodes { order[i + 1] } else { order[0] };
+        let next = if i + 1 < nodes {
+            order[i + 1]
+        } else {
+            order[0]
+        };
         // SAFETY: indices are inside the live allocations made above.
         unsafe {
-            list.add(order[i]).write(Node { next: list.add(next), pad: [0; 7] });
+            list.add(order[i]).write(Node {
+                next: list.add(next),
+                pad: [0; 7],
+            });
             array.add(i % words).write(i as u64);
             table.add(i % words).write(i as u64);
         }
@@ -63,15 +70,38 @@ fn traced_structures_get_their_patterns_and_the_list_goes_to_dram() {
     let profiles = x.apply_profile(&counts).unwrap();
     let of = |t| profiles.iter().find(|p| p.0 == t).unwrap().1;
     let dominant = |f: [f64; 3]| {
-        Pattern::ALL.into_iter().max_by(|a, b| f[*a as usize].total_cmp(&f[*b as usize])).unwrap()
+        Pattern::ALL
+            .into_iter()
+            .max_by(|a, b| f[*a as usize].total_cmp(&f[*b as usize]))
+            .unwrap()
     };
-    assert_eq!(dominant(of(list_t)), Pattern::PointerChase, "{:?}", of(list_t));
-    assert_eq!(dominant(of(array_t)), Pattern::Streaming, "{:?}", of(array_t));
+    assert_eq!(
+        dominant(of(list_t)),
+        Pattern::PointerChase,
+        "{:?}",
+        of(list_t)
+    );
+    assert_eq!(
+        dominant(of(array_t)),
+        Pattern::Streaming,
+        "{:?}",
+        of(array_t)
+    );
     assert_eq!(dominant(of(table_t)), Pattern::Random, "{:?}", of(table_t));
-    let before: Vec<_> = x.regions().iter().filter(|r| r.tier == Tier::Fast).map(|r| r.tag).collect();
+    let before: Vec<_> = x
+        .regions()
+        .iter()
+        .filter(|r| r.tier == Tier::Fast)
+        .map(|r| r.tag)
+        .collect();
     assert_eq!(before, vec![array_t]);
     x.rebalance().unwrap();
-    let after: Vec<_> = x.regions().iter().filter(|r| r.tier == Tier::Fast).map(|r| r.tag).collect();
+    let after: Vec<_> = x
+        .regions()
+        .iter()
+        .filter(|r| r.tier == Tier::Fast)
+        .map(|r| r.tag)
+        .collect();
     assert_eq!(after, vec![list_t], "{:?}", x.regions());
     // The list still links up after its region moved.
     // SAFETY: as above.
