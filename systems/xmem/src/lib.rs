@@ -251,8 +251,35 @@ impl XMem {
         self.owner[i].load(Ordering::Acquire).checked_sub(1)
     }
 
-    /// A fresh region for tag `t`: DRAM while the budget has a slot, else PM.
+    /// A fresh region for tag `t`: DRAM while the budget has a slot; with the budget spent, DRAM
+    /// too if the tag beats the weakest DRAM region (priority, then Eq. 3 benefit, strictly),
+    /// which moves to PM first (the thesis's displacement at region allocation); else PM.
+    ///
+    /// Lock order: the caller's heap, then `moving`, then the table; nothing that holds `moving`
+    /// takes a heap lock.
     fn new_region(&self, t: Tag) -> Result<usize> {
+        let _one = self.moving.lock();
+        let (slots, used) = self.fast_slots();
+        if slots > 0 && used == slots {
+            let view = self.placement_view();
+            let me = self.candidate(t)?;
+            let weakest = view
+                .iter()
+                .filter(|v| v.1 == Tier::Fast)
+                .min_by(|a, b| {
+                    (a.2.priority.cmp(&b.2.priority))
+                        .then(a.2.benefit.total_cmp(&b.2.benefit))
+                        .then(b.0.cmp(&a.0))
+                })
+                .copied();
+            if let Some((index, _, w)) = weakest {
+                let better = me.priority > w.priority
+                    || (me.priority == w.priority && me.benefit > w.benefit);
+                if better {
+                    self.move_locked(index, Tier::Slow)?;
+                }
+            }
+        }
         let mut tb = self.table.lock();
         let i = tb.next;
         if i >= self.space.regions() {
@@ -310,6 +337,38 @@ impl XMem {
             .collect()
     }
 
+    /// The placement's view of tag `t`: its priority and Eq. 3 benefit.
+    fn candidate(&self, t: Tag) -> Result<place::Candidate> {
+        let tags = self.tags.read();
+        let e = tags.get(t.0 as usize).ok_or(XmemError::UnknownTag(t.0))?;
+        Ok(place::Candidate {
+            priority: e.priority,
+            benefit: self.cfg.latencies.benefit(&e.profile),
+        })
+    }
+
+    /// (index, tier, candidate) of every region in use, in index order. Takes the table and tag
+    /// locks only, never a heap lock, so it may run while `moving` is held.
+    fn placement_view(&self) -> Vec<(usize, Tier, place::Candidate)> {
+        let used: Vec<(usize, u32, Tier)> = {
+            let tb = self.table.lock();
+            (0..tb.next)
+                .filter_map(|i| tb.entries[i].as_ref().map(|e| (i, e.tag, e.tier)))
+                .collect()
+        };
+        let tags = self.tags.read();
+        used.into_iter()
+            .map(|(i, tag, tier)| {
+                let e = &tags[tag as usize];
+                let c = place::Candidate {
+                    priority: e.priority,
+                    benefit: self.cfg.latencies.benefit(&e.profile),
+                };
+                (i, tier, c)
+            })
+            .collect()
+    }
+
     /// Fast-tier slots in the budget and in use.
     pub fn fast_slots(&self) -> (usize, usize) {
         let tb = self.table.lock();
@@ -320,28 +379,22 @@ impl XMem {
     /// move every region whose tier changes, demotions first so the budget always holds.
     pub fn rebalance(&self) -> Result<Rebalance> {
         let _one = self.moving.lock();
-        let regions = self.regions();
-        let cands: Vec<place::Candidate> = regions
-            .iter()
-            .map(|r| place::Candidate {
-                priority: r.priority,
-                benefit: r.benefit,
-            })
-            .collect();
+        let view = self.placement_view();
+        let cands: Vec<place::Candidate> = view.iter().map(|v| v.2).collect();
         let slots = self.fast_slots().0;
         let fast = place::greedy(&cands, slots);
         let mut out = Rebalance::default();
         let start = Instant::now();
-        for (r, &f) in regions.iter().zip(&fast) {
-            if !f && r.tier == Tier::Fast {
-                self.move_locked(r.index, Tier::Slow)?;
-                out.to_slow.push(r.index);
+        for (&(index, tier, _), &f) in view.iter().zip(&fast) {
+            if !f && tier == Tier::Fast {
+                self.move_locked(index, Tier::Slow)?;
+                out.to_slow.push(index);
             }
         }
-        for (r, &f) in regions.iter().zip(&fast) {
-            if f && r.tier == Tier::Slow {
-                self.move_locked(r.index, Tier::Fast)?;
-                out.to_fast.push(r.index);
+        for (&(index, tier, _), &f) in view.iter().zip(&fast) {
+            if f && tier == Tier::Slow {
+                self.move_locked(index, Tier::Fast)?;
+                out.to_fast.push(index);
             }
         }
         out.elapsed = start.elapsed();

@@ -150,3 +150,34 @@ fn small_objects_of_many_tags_survive_rebalance() {
     );
     x.check_invariants();
 }
+
+#[test]
+fn a_new_region_displaces_a_weaker_dram_region() {
+    let f = fixture(16, 16, 1);
+    let x = &f.xmem;
+    let (cold, hot, tie) = (
+        x.tag("cold").unwrap(),
+        x.tag("hot").unwrap(),
+        x.tag("tie").unwrap(),
+    );
+    x.set_profile(cold, [0.0, 0.0, 100.0]).unwrap(); // benefit 100
+    x.set_profile(hot, [10.0, 0.0, 0.0]).unwrap(); // benefit 260
+    x.set_profile(tie, [0.0, 0.0, 100.0]).unwrap(); // benefit 100: a tie does not displace
+    let tier_of = |p: *mut u8| {
+        let r = x.region_of(p as usize).unwrap();
+        x.regions().iter().find(|i| i.index == r).unwrap().tier
+    };
+    let c = x.alloc(cold, 2 * MIB, 8).unwrap().as_ptr();
+    fill(c, 2 * MIB, 1);
+    assert_eq!(tier_of(c), Tier::Fast);
+    let t = x.alloc(tie, 2 * MIB, 8).unwrap().as_ptr();
+    assert_eq!((tier_of(c), tier_of(t)), (Tier::Fast, Tier::Slow));
+    let h = x.alloc(hot, 2 * MIB, 8).unwrap().as_ptr();
+    assert_eq!((tier_of(c), tier_of(h)), (Tier::Slow, Tier::Fast));
+    assert!(holds(c, 2 * MIB, 1), "the displaced region kept its bytes");
+    // Priority beats benefit at allocation too.
+    x.set_priority(cold, 5).unwrap();
+    let c2 = x.alloc(cold, 2 * MIB, 8).unwrap().as_ptr();
+    assert_eq!((tier_of(c2), tier_of(h)), (Tier::Fast, Tier::Slow));
+    x.check_invariants();
+}
