@@ -9,6 +9,7 @@
 use crate::classes::{self, SLAB_PAGES};
 use crate::config::PAGE;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// What a page of a region is used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,25 @@ impl Slab {
     }
 }
 
+/// Hashes a region index (a small integer) with one multiply: the heap's maps are keyed by our
+/// own indices, never by input an attacker controls, so SipHash's cost buys nothing here.
+#[derive(Default)]
+struct IndexHasher(u64);
+
+impl Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.0 = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// Why a free was refused: the pointer is not a live object of this heap.
 #[derive(Debug, PartialEq, Eq)]
 pub struct NotOurs;
@@ -50,7 +70,7 @@ pub struct NotOurs;
 pub struct Heap {
     base: usize,
     pages_per_region: usize,
-    regions: HashMap<usize, RegionPages>,
+    regions: HashMap<usize, RegionPages, BuildHasherDefault<IndexHasher>>,
     /// Free runs as (pages, first page) for best fit, and first page -> pages for coalescing.
     runs_by_len: BTreeSet<(usize, usize)>,
     runs_by_start: BTreeMap<usize, usize>,
@@ -66,7 +86,7 @@ impl Heap {
         Heap {
             base,
             pages_per_region: region_size / PAGE,
-            regions: HashMap::new(),
+            regions: HashMap::default(),
             runs_by_len: BTreeSet::new(),
             runs_by_start: BTreeMap::new(),
             slabs: Vec::new(),

@@ -32,7 +32,7 @@ use parking_lot::{Mutex, RwLock};
 use space::Space;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tier::{Dram, Pm};
 
@@ -80,7 +80,6 @@ struct TagEntry {
     priority: i32,
     /// `F_i(p)`: accesses per region, by pattern.
     profile: PerPattern,
-    heap: Arc<Mutex<Heap>>,
 }
 
 struct Entry {
@@ -103,6 +102,8 @@ pub struct XMem {
     /// Tag id + 1 of each region's owner (0 = unused), read without locks by `free`.
     owner: Box<[AtomicU32]>,
     tags: RwLock<Vec<TagEntry>>,
+    /// Each tag's heap, by tag id (set once when the tag is made; no lock to find one).
+    heaps: Box<[OnceLock<Box<Mutex<Heap>>>]>,
     table: Mutex<Table>,
     /// One migration (or rebalance) at a time.
     moving: Mutex<()>,
@@ -125,6 +126,7 @@ impl XMem {
                 pm,
             }),
             tags: RwLock::new(Vec::new()),
+            heaps: (0..MAX_TAGS).map(|_| OnceLock::new()).collect(),
             moving: Mutex::new(()),
             space,
             cfg,
@@ -148,16 +150,23 @@ impl XMem {
             name: name.to_owned(),
             priority: 0,
             profile: [0.0; 3],
-            heap: Arc::new(Mutex::new(Heap::new(
-                self.space.base(),
-                self.cfg.region_size,
-            ))),
         });
-        Ok(Tag(tags.len() as u32 - 1))
+        let id = tags.len() - 1;
+        let fresh = Heap::new(self.space.base(), self.cfg.region_size);
+        assert!(self.heaps[id].set(Box::new(Mutex::new(fresh))).is_ok());
+        Ok(Tag(id as u32))
     }
 
     pub fn tag_name(&self, t: Tag) -> Result<String> {
         self.with_tag(t, |e| e.name.clone())
+    }
+
+    fn heap(&self, t: Tag) -> Result<&Mutex<Heap>> {
+        self.heaps
+            .get(t.0 as usize)
+            .and_then(|h| h.get())
+            .map(|h| &**h)
+            .ok_or(XmemError::UnknownTag(t.0))
     }
 
     fn with_tag<R>(&self, t: Tag, f: impl FnOnce(&mut TagEntry) -> R) -> Result<R> {
@@ -221,8 +230,7 @@ impl XMem {
                 why: "align must be a power of two <= 4096 and size at most one region",
             });
         }
-        let heap = self.with_tag(t, |e| e.heap.clone())?;
-        let mut h = heap.lock();
+        let mut h = self.heap(t)?.lock();
         loop {
             if let Some(a) = h.alloc(size, align) {
                 debug_assert_eq!(self.owner_of(a), Some(t.0));
@@ -241,8 +249,7 @@ impl XMem {
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
         let addr = p.as_ptr() as usize;
         let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
-        let heap = self.with_tag(Tag(tag), |e| e.heap.clone())?;
-        let r = heap.lock().free(addr);
+        let r = self.heap(Tag(tag))?.lock().free(addr);
         r.map_err(|_| XmemError::ForeignPointer(addr))
     }
 
@@ -329,7 +336,9 @@ impl XMem {
                     addr: self.space.addr(i),
                     tag: Tag(tag),
                     tier,
-                    bytes: e.heap.lock().live_bytes(i),
+                    bytes: self.heaps[tag as usize]
+                        .get()
+                        .map_or(0, |h| h.lock().live_bytes(i)),
                     benefit: self.cfg.latencies.benefit(&e.profile),
                     priority: e.priority,
                 }
@@ -450,8 +459,7 @@ impl XMem {
     /// Check every allocator invariant (page maps, runs, slabs, live bytes) and that the DRAM
     /// budget holds; panics on a broken one. For tests: it locks every heap in turn.
     pub fn check_invariants(&self) {
-        let heaps: Vec<_> = self.tags.read().iter().map(|t| t.heap.clone()).collect();
-        for h in heaps {
+        for h in self.heaps.iter().filter_map(|h| h.get()) {
             h.lock().check();
         }
         let tb = self.table.lock();
