@@ -8,6 +8,7 @@
 //! the default action, so genuine bugs still crash (the same chaining as `pmkit-obj`'s faults).
 
 use crate::sys;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -45,6 +46,19 @@ static TABLE: [Slot; MAX_INSTANCES] = [EMPTY; MAX_INSTANCES];
 static OLD: OnceLock<usize> = OnceLock::new();
 /// Writes that faulted on a migrating region and waited (process-wide, for tests and stats).
 static PARKED: AtomicU64 = AtomicU64::new(0);
+
+/// Migrations begun in this process (see the `MAPPED` case of the handler).
+static BEGUN: AtomicU64 = AtomicU64::new(0);
+
+std::thread_local! {
+    /// The last fault this thread retried without waiting: (address, `BEGUN` then).
+    static RETRIED: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// A migration is about to write-protect a region (called before the `mprotect`).
+pub fn note_begin() {
+    BEGUN.fetch_add(1, Ordering::AcqRel);
+}
 
 /// How many writes have waited for a migration in this process.
 pub fn parked() -> u64 {
@@ -167,8 +181,17 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
                     }
                     return; // the store runs again, against the new read-write pages
                 }
-                // The migration ended between the fault and this check: retry the store.
-                MAPPED => return,
+                // The migration ended between the fault and this check: retry the store, once.
+                // A region is write-protected only by a migration, so a second fault at the same
+                // address with no migration begun since is genuine (someone else took the write
+                // right away): hand it on instead of retrying forever.
+                MAPPED => {
+                    let now = (addr, BEGUN.load(Ordering::Acquire));
+                    if RETRIED.with(|r| r.replace(now)) != now {
+                        return;
+                    }
+                    break;
+                }
                 _ => break,
             }
         }

@@ -98,6 +98,7 @@ impl Space {
             MAPPED,
             "region {i} is not mapped"
         );
+        fault::note_begin();
         w.store(MIGRATING, Ordering::Release);
         // SAFETY: region `i` is ours and mapped; writers fault into the handler, which parks
         // them because the state says MIGRATING; readers are unaffected.
