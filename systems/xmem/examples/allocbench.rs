@@ -12,6 +12,9 @@ use std::time::Instant;
 
 const ROUNDS: usize = 5;
 
+/// Object size by index in the batch.
+type SizeFn = dyn Fn(usize) -> usize + Sync;
+
 trait Alloc: Sync {
     fn alloc(&self, size: usize) -> *mut u8;
     fn free(&self, p: *mut u8, size: usize);
@@ -41,7 +44,7 @@ impl Alloc for X<'_> {
 }
 
 /// Million alloc+free pairs per second of `batch` objects of `size(i)` bytes, `rounds` times.
-fn run(a: &dyn Alloc, batch: usize, size: &(dyn Fn(usize) -> usize + Sync), reps: usize) -> f64 {
+fn run(a: &dyn Alloc, batch: usize, size: &SizeFn, reps: usize) -> f64 {
     let mut ptrs = Vec::with_capacity(batch);
     let s = Instant::now();
     for _ in 0..reps {
@@ -60,13 +63,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn bench(
-    name: &str,
-    a: &dyn Alloc,
-    threads: usize,
-    batch: usize,
-    size: &(dyn Fn(usize) -> usize + Sync),
-) -> f64 {
+fn bench(name: &str, a: &dyn Alloc, threads: usize, batch: usize, size: &SizeFn) -> f64 {
     let reps = (2_000_000 / batch).max(1);
     run(a, batch, size, 1);
     let m = median(
@@ -94,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let small64 = |_: usize| 64;
     let mixed = |i: usize| 16 + (i * 7919) % 497;
     let large = |_: usize| 64 << 10;
-    let cases: [(&str, usize, usize, &(dyn Fn(usize) -> usize + Sync)); 5] = [
+    let cases: [(&str, usize, usize, &SizeFn); 5] = [
         ("small 64 B, 1 thread", 1, 10_000, &small64),
         ("small 16-512 B mixed, 1 thread", 1, 10_000, &mixed),
         ("large 64 KiB, 1 thread", 1, 500, &large),
