@@ -186,6 +186,27 @@ impl Heap {
         Some(self.base + pg * PAGE)
     }
 
+    /// Usable size of the live object starting at `addr` (its class size, or its whole pages).
+    pub fn usable_size(&self, addr: usize) -> Option<usize> {
+        let off = addr.checked_sub(self.base)?;
+        let pg = off / PAGE;
+        let pages = self.regions.get(&(pg / self.pages_per_region))?;
+        match pages.pages[pg % self.pages_per_region] {
+            PageUse::LargeHead(n) if off.is_multiple_of(PAGE) => Some(n as usize * PAGE),
+            PageUse::Slab(id) => {
+                let slab = self.slabs[id as usize].as_ref()?;
+                let size = classes::SIZES[slab.class];
+                let rel = off - slab.first_pg * PAGE;
+                let k = rel / size;
+                let live = rel.is_multiple_of(size)
+                    && k < classes::per_slab(slab.class)
+                    && slab.used_bits[k / 64] & (1 << (k % 64)) != 0;
+                live.then_some(size)
+            }
+            _ => None,
+        }
+    }
+
     /// Free the object at `addr`. Anything but the start of a live object of this heap is
     /// refused and changes nothing.
     pub fn free(&mut self, addr: usize) -> Result<(), NotOurs> {

@@ -13,6 +13,7 @@ pub mod classify;
 pub mod config;
 pub mod error;
 mod fault;
+pub mod ffi;
 pub mod heap;
 mod migrate;
 pub mod place;
@@ -251,6 +252,15 @@ impl XMem {
         let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
         let r = self.heap(Tag(tag))?.lock().free(addr);
         r.map_err(|_| XmemError::ForeignPointer(addr))
+    }
+
+    /// The usable size of a live object (at least what was asked for), and its tag.
+    pub fn usable_size(&self, p: NonNull<u8>) -> Result<(usize, Tag)> {
+        let addr = p.as_ptr() as usize;
+        let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
+        let size = self.heap(Tag(tag))?.lock().usable_size(addr);
+        size.map(|s| (s, Tag(tag)))
+            .ok_or(XmemError::ForeignPointer(addr))
     }
 
     fn owner_of(&self, addr: usize) -> Option<u32> {
