@@ -21,8 +21,8 @@ pub const DEFAULT_RESERVE: usize = 64 << 30;
 /// Where the slow tier lives.
 #[derive(Debug, Clone)]
 pub struct PmSpec {
-    /// A file on `/dev/shm` (emulated PM) or on a DAX file system. Created (and removed again when
-    /// the `XMem` is dropped) if it does not exist; an existing file is reused and resized.
+    /// A file on `/dev/shm` (emulated PM) or on a DAX file system. It must not exist: X-Mem
+    /// creates it and removes it again when the `XMem` is dropped.
     pub path: PathBuf,
     /// Capacity of the PM tier in bytes (a whole number of regions).
     pub bytes: u64,

@@ -141,14 +141,11 @@ pub unsafe extern "C" fn xmem_init(spec: *const c_char) -> c_int {
         if XMEM.get().is_some() {
             return Err((XMEM_EINIT, "xmem_init was called already".into()));
         }
-        let existed = cfg.pm.path.exists();
         let path = cfg.pm.path.clone();
         let x = XMem::new(cfg).map_err(err)?;
-        // The process-wide instance is never dropped, so a PM file it created is unlinked now;
+        // The process-wide instance is never dropped, so the PM file it created is unlinked now;
         // its mappings and descriptor stay valid until the process ends.
-        if !existed {
-            let _ = std::fs::remove_file(&path);
-        }
+        let _ = std::fs::remove_file(&path);
         XMEM.set(x)
             .map_err(|_| (XMEM_EINIT, "xmem_init raced with itself".to_string()))?;
         Ok(XMEM_OK)

@@ -54,31 +54,20 @@ pub struct Pm {
     slot_size: usize,
     free: Vec<u32>,
     slots: usize,
-    /// Remove the file when dropped (we created it).
-    created: bool,
 }
 
 impl Pm {
+    /// Create the PM file and map it. An existing file is refused: X-Mem uses PM as volatile
+    /// memory and would overwrite whatever it holds.
     pub fn open(spec: &PmSpec, slot_size: usize) -> Result<Pm> {
-        let created = !spec.path.exists();
-        let opts = RegionOptions::default();
-        let region = if created {
-            Region::create(&spec.path, spec.bytes, &opts)?
-        } else {
-            // An existing file is reused: resize it to the configured capacity first.
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&spec.path)
-                .map_err(|source| XmemError::Os {
-                    what: "open PM file",
-                    source,
-                })?;
-            f.set_len(spec.bytes).map_err(|source| XmemError::Os {
-                what: "resize PM file",
-                source,
-            })?;
-            Region::open(&spec.path, &opts)?
-        };
+        if spec.path.exists() {
+            return Err(XmemError::BadConfig(format!(
+                "{} exists: X-Mem uses the PM file as volatile memory and would overwrite it; \
+                 remove it or name a new file",
+                spec.path.display()
+            )));
+        }
+        let region = Region::create(&spec.path, spec.bytes, &RegionOptions::default())?;
         assert_eq!(region.len() as u64, spec.bytes);
         let slots = region.len() / slot_size;
         // Hand out low slots first (popped from the end).
@@ -88,7 +77,6 @@ impl Pm {
             slot_size,
             free,
             slots,
-            created,
         })
     }
 
@@ -131,8 +119,7 @@ impl Pm {
 
 impl Drop for Pm {
     fn drop(&mut self) {
-        if self.created {
-            let _ = std::fs::remove_file(self.region.path());
-        }
+        // We created the file; it holds nothing once the mapping goes.
+        let _ = std::fs::remove_file(self.region.path());
     }
 }

@@ -166,3 +166,15 @@ fn full_pm_tier_is_an_error() {
     ));
     f.xmem.check_invariants();
 }
+
+#[test]
+fn an_existing_pm_file_is_refused_and_kept() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let path = dir.path().join("pm.img");
+    std::fs::write(&path, b"somebody's data").unwrap();
+    let mut cfg = Config::new(&path, 4 * MIB as u64, 0);
+    cfg.region_size = 2 * MIB;
+    cfg.reserve = 8 * MIB;
+    assert!(matches!(XMem::new(cfg), Err(XmemError::BadConfig(_))));
+    assert_eq!(std::fs::read(&path).unwrap(), b"somebody's data");
+}
