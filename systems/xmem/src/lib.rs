@@ -17,6 +17,7 @@ pub mod ffi;
 pub mod heap;
 mod migrate;
 pub mod place;
+pub mod profiles;
 mod space;
 mod sys;
 pub mod tier;
@@ -140,6 +141,11 @@ impl XMem {
 
     /// The tag named `name`, made on first use (names key profiles).
     pub fn tag(&self, name: &str) -> Result<Tag> {
+        if !profiles::valid_name(name) {
+            return Err(XmemError::BadConfig(format!(
+                "tag name {name:?}: must be non-empty without control characters"
+            )));
+        }
         let mut tags = self.tags.write();
         if let Some(i) = tags.iter().position(|t| t.name == name) {
             return Ok(Tag(i as u32));
@@ -219,6 +225,28 @@ impl XMem {
             }
         }
         Ok(out)
+    }
+
+    /// Every tag's name and profile `F_i(p)`, in tag order.
+    pub fn profiles(&self) -> Vec<(String, PerPattern)> {
+        let tags = self.tags.read();
+        tags.iter().map(|t| (t.name.clone(), t.profile)).collect()
+    }
+
+    /// Save every tag's profile under its name (see [`profiles`]), for later runs.
+    pub fn save_profiles(&self, path: &std::path::Path) -> Result<()> {
+        profiles::save(path, &self.profiles())
+    }
+
+    /// Load profiles saved by [`XMem::save_profiles`]: each named tag (made if new) gets its
+    /// profile. Returns how many were set. A bad file changes nothing.
+    pub fn load_profiles(&self, path: &std::path::Path) -> Result<usize> {
+        let loaded = profiles::load(path)?;
+        for (name, f) in &loaded {
+            let t = self.tag(name)?;
+            self.set_profile(t, *f)?;
+        }
+        Ok(loaded.len())
     }
 
     /// Allocate `size` bytes aligned to `align` (a power of two, at most a page) in tag `t`'s

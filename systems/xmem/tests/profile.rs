@@ -109,3 +109,45 @@ fn traced_structures_get_their_patterns_and_the_list_goes_to_dram() {
     assert_eq!(n2, list.wrapping_add(order[1]));
     x.check_invariants();
 }
+
+#[test]
+fn profiles_are_saved_by_name_and_reused_by_a_later_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.profile");
+    {
+        let f = fixture(8, 8, 1);
+        let (a, b) = (f.xmem.tag("edges").unwrap(), f.xmem.tag("ranks").unwrap());
+        f.xmem.set_profile(a, [0.0, 10.0, 500.0]).unwrap();
+        f.xmem.set_profile(b, [300.0, 0.0, 0.0]).unwrap();
+        f.xmem.save_profiles(&file).unwrap();
+    }
+    // The next run makes its tags in another order; names carry the profiles over.
+    let f = fixture(8, 8, 1);
+    let x = &f.xmem;
+    let ranks = x.tag("ranks").unwrap();
+    assert_eq!(x.load_profiles(&file).unwrap(), 2);
+    let edges = x.tag("edges").unwrap();
+    assert_ne!(ranks.id(), 1, "tag ids differ from the first run");
+    let p = x.profiles();
+    assert_eq!(
+        p[ranks.id() as usize],
+        ("ranks".to_string(), [300.0, 0.0, 0.0])
+    );
+    assert_eq!(
+        p[edges.id() as usize],
+        ("edges".to_string(), [0.0, 10.0, 500.0])
+    );
+    // Loaded profiles drive placement: "ranks" displaces "edges" from the one DRAM slot.
+    let e = x.alloc(edges, 2 * MIB, 8).unwrap();
+    let r = x.alloc(ranks, 2 * MIB, 8).unwrap();
+    let tier = |p: std::ptr::NonNull<u8>| {
+        let i = x.region_of(p.as_ptr() as usize).unwrap();
+        x.regions().iter().find(|r| r.index == i).unwrap().tier
+    };
+    assert_eq!((tier(e), tier(r)), (Tier::Slow, Tier::Fast));
+    // A damaged file is refused and changes nothing.
+    std::fs::write(&file, "not a profile\n").unwrap();
+    assert!(x.load_profiles(&file).is_err());
+    assert_eq!(x.profiles(), p);
+    assert!(x.tag("bad\nname").is_err());
+}
