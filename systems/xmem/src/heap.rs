@@ -8,8 +8,7 @@
 
 use crate::classes::{self, SLAB_PAGES};
 use crate::config::PAGE;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a page of a region is used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,25 +43,6 @@ impl Slab {
     }
 }
 
-/// Hashes a region index (a small integer) with one multiply: the heap's maps are keyed by our
-/// own indices, never by input an attacker controls, so SipHash's cost buys nothing here.
-#[derive(Default)]
-struct IndexHasher(u64);
-
-impl Hasher for IndexHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.0 = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 /// Why a free was refused: the pointer is not a live object of this heap.
 #[derive(Debug, PartialEq, Eq)]
 pub struct NotOurs;
@@ -70,7 +50,9 @@ pub struct NotOurs;
 pub struct Heap {
     base: usize,
     pages_per_region: usize,
-    regions: HashMap<usize, RegionPages, BuildHasherDefault<IndexHasher>>,
+    /// Page maps by region index (`None`: not this heap's region). Regions are handed out in
+    /// address order, so this grows to the highest index the tag owns, 8 bytes per region.
+    regions: Vec<Option<Box<RegionPages>>>,
     /// Free runs as (pages, first page) for best fit, and first page -> pages for coalescing.
     runs_by_len: BTreeSet<(usize, usize)>,
     runs_by_start: BTreeMap<usize, usize>,
@@ -86,7 +68,7 @@ impl Heap {
         Heap {
             base,
             pages_per_region: region_size / PAGE,
-            regions: HashMap::default(),
+            regions: Vec::new(),
             runs_by_len: BTreeSet::new(),
             runs_by_start: BTreeMap::new(),
             slabs: Vec::new(),
@@ -98,20 +80,20 @@ impl Heap {
     /// Give the heap region `r` (all of it free).
     pub fn add_region(&mut self, r: usize) {
         let n = self.pages_per_region;
-        let old = self.regions.insert(
-            r,
-            RegionPages {
-                pages: vec![PageUse::Free; n],
-                live: 0,
-            },
-        );
-        assert!(old.is_none(), "region {r} added twice");
+        if self.regions.len() <= r {
+            self.regions.resize_with(r + 1, || None);
+        }
+        assert!(self.regions[r].is_none(), "region {r} added twice");
+        self.regions[r] = Some(Box::new(RegionPages {
+            pages: vec![PageUse::Free; n],
+            live: 0,
+        }));
         self.insert_run(r * n, n);
     }
 
     /// Bytes of live objects in region `r` (0 if not ours).
     pub fn live_bytes(&self, r: usize) -> usize {
-        self.regions.get(&r).map_or(0, |p| p.live)
+        self.pages(r).map_or(0, |p| p.live)
     }
 
     /// Allocate; `None` when no region of the heap has room (the caller adds one and retries).
@@ -190,7 +172,7 @@ impl Heap {
     pub fn usable_size(&self, addr: usize) -> Option<usize> {
         let off = addr.checked_sub(self.base)?;
         let pg = off / PAGE;
-        let pages = self.regions.get(&(pg / self.pages_per_region))?;
+        let pages = self.pages(pg / self.pages_per_region)?;
         match pages.pages[pg % self.pages_per_region] {
             PageUse::LargeHead(n) if off.is_multiple_of(PAGE) => Some(n as usize * PAGE),
             PageUse::Slab(id) => {
@@ -213,7 +195,7 @@ impl Heap {
         let off = addr.checked_sub(self.base).ok_or(NotOurs)?;
         let pg = off / PAGE;
         let r = pg / self.pages_per_region;
-        let pages = self.regions.get(&r).ok_or(NotOurs)?;
+        let pages = self.pages(r).ok_or(NotOurs)?;
         match pages.pages[pg % self.pages_per_region] {
             PageUse::Free | PageUse::LargeTail => Err(NotOurs),
             PageUse::LargeHead(n) => {
@@ -263,9 +245,14 @@ impl Heap {
         Ok(())
     }
 
+    fn pages(&self, r: usize) -> Option<&RegionPages> {
+        self.regions.get(r).and_then(|p| p.as_deref())
+    }
+
     fn region_pages(&mut self, pg: usize) -> &mut RegionPages {
         self.regions
-            .get_mut(&(pg / self.pages_per_region))
+            .get_mut(pg / self.pages_per_region)
+            .and_then(|p| p.as_deref_mut())
             .expect("page in a region of this heap")
     }
 
@@ -321,13 +308,14 @@ impl Heap {
         assert_eq!(self.runs_by_len.len(), self.runs_by_start.len());
         for (&pg, &n) in &self.runs_by_start {
             assert!(self.runs_by_len.contains(&(n, pg)));
-            let rp = &self.regions[&(pg / ppr)];
+            let rp = self.pages(pg / ppr).expect("run in a region of this heap");
             assert!(pg % ppr + n <= ppr);
             assert!(rp.pages[pg % ppr..pg % ppr + n]
                 .iter()
                 .all(|p| *p == PageUse::Free));
         }
-        for (&r, rp) in &self.regions {
+        for (r, rp) in self.regions.iter().enumerate() {
+            let Some(rp) = rp else { continue };
             let mut live = 0;
             let mut i = 0;
             while i < ppr {
