@@ -38,6 +38,9 @@ pub struct Config {
     pub fast_budget: u64,
     /// Ask for transparent huge pages on DRAM regions (`madvise(MADV_HUGEPAGE)`).
     pub thp: bool,
+    /// Bind DRAM regions to this NUMA node (`mbind(MPOL_BIND)`); `None`: the kernel's default
+    /// policy. Must name an online node.
+    pub fast_node: Option<u32>,
     /// The slow tier.
     pub pm: PmSpec,
     /// `L(p, m)` of the placement model.
@@ -52,6 +55,7 @@ impl Config {
             region_size: DEFAULT_REGION,
             fast_budget,
             thp: false,
+            fast_node: None,
             pm: PmSpec {
                 path: pm_path.into(),
                 bytes: pm_bytes,
@@ -108,6 +112,15 @@ impl Config {
                 what: "the reservation",
                 limit: self.reserve as u64,
             });
+        }
+        if let Some(n) = self.fast_node {
+            let online = std::path::Path::new("/sys/devices/system/node").join(format!("node{n}"));
+            if n >= 1024 || !online.exists() {
+                return bad(format!(
+                    "NUMA node {n} does not exist ({})",
+                    online.display()
+                ));
+            }
         }
         self.latencies.validate()
     }

@@ -333,7 +333,7 @@ impl XMem {
             });
         }
         let (tier, slot) = if tb.dram.take() {
-            if let Err(e) = self.space.map_fast(i, self.cfg.thp) {
+            if let Err(e) = self.space.map_fast(i, self.cfg.thp, self.cfg.fast_node) {
                 tb.dram.give();
                 return Err(e);
             }
@@ -483,7 +483,9 @@ impl XMem {
                         slots: tb.dram.slots(),
                     });
                 }
-                if let Err(err) = migrate::to_fast(&self.space, index, self.cfg.thp) {
+                if let Err(err) =
+                    migrate::to_fast(&self.space, index, self.cfg.thp, self.cfg.fast_node)
+                {
                     tb.dram.give();
                     return Err(err);
                 }
@@ -516,6 +518,21 @@ impl XMem {
         assert_eq!(fast, tb.dram.used());
         assert!(fast <= tb.dram.slots());
         assert_eq!(slow, tb.pm.used());
+    }
+
+    /// The NUMA node holding the page at `p` (which must be touched), from `get_mempolicy`.
+    pub fn node_of(&self, p: NonNull<u8>) -> Result<u32> {
+        self.region_of(p.as_ptr() as usize)
+            .ok_or(XmemError::ForeignPointer(p.as_ptr() as usize))?;
+        sys::node_of(p.as_ptr() as usize)
+    }
+
+    /// The memory policy of the mapping holding `p`: (mode, nodes); `MPOL_BIND` (2) with
+    /// `[node]` for DRAM regions when `Config::fast_node` is set, the default (0) otherwise.
+    pub fn policy_of(&self, p: NonNull<u8>) -> Result<(i32, Vec<u32>)> {
+        self.region_of(p.as_ptr() as usize)
+            .ok_or(XmemError::ForeignPointer(p.as_ptr() as usize))?;
+        sys::policy_of(p.as_ptr() as usize)
     }
 
     /// The region holding `addr`, if it is one of ours and in use.

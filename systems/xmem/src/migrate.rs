@@ -25,10 +25,18 @@ pub fn to_slow(space: &Space, i: usize, pm: &Pm, slot: u32) -> Result<()> {
     finish(space, i, r)
 }
 
-/// Move region `i` (now in PM) into fresh DRAM pages.
-pub fn to_fast(space: &Space, i: usize, thp: bool) -> Result<()> {
+/// Move region `i` (now in PM) into fresh DRAM pages (bound to `node` if given; the policy
+/// moves with the pages when they are put in place).
+pub fn to_fast(space: &Space, i: usize, thp: bool, node: Option<u32>) -> Result<()> {
     let len = space.region_size();
     let staging = sys::map_anon(len, thp)?;
+    if let Some(n) = node {
+        if let Err(e) = sys::bind(staging, len, n) {
+            // SAFETY: `staging` is our private mapping of `len` bytes, holding nothing live.
+            unsafe { sys::unmap(staging, len) };
+            return Err(e);
+        }
+    }
     if let Err(e) = space.begin_migration(i) {
         // SAFETY: `staging` is our private mapping of `len` bytes, holding nothing live.
         unsafe { sys::unmap(staging, len) };

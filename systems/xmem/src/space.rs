@@ -72,11 +72,18 @@ impl Space {
         self.state(i).load(Ordering::Acquire) != UNUSED
     }
 
-    /// Back unused region `i` with fresh DRAM pages.
-    pub fn map_fast(&self, i: usize, thp: bool) -> Result<()> {
+    /// Back unused region `i` with fresh DRAM pages (bound to `node` if given).
+    pub fn map_fast(&self, i: usize, thp: bool, node: Option<u32>) -> Result<()> {
         assert!(!self.is_mapped(i));
         // SAFETY: region `i` is inside our reservation and unused, so nothing live is in it.
         unsafe { sys::map_anon_fixed(self.addr(i), self.region_size(), thp)? };
+        if let Some(n) = node {
+            if let Err(e) = sys::bind(self.addr(i), self.region_size(), n) {
+                // SAFETY: as above; back to an unused (PROT_NONE) part of the reservation.
+                unsafe { sys::reserve_fixed(self.addr(i), self.region_size())? };
+                return Err(e);
+            }
+        }
         self.state(i).store(MAPPED, Ordering::Release);
         Ok(())
     }

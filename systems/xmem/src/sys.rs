@@ -90,6 +90,26 @@ pub unsafe fn map_file_fixed(addr: usize, len: usize, fd: RawFd, off: u64) -> Re
     Ok(())
 }
 
+/// Return `[addr, addr+len)` to reserved, inaccessible address space (`PROT_NONE`).
+///
+/// # Safety
+/// As for [`map_anon_fixed`]: the caller owns the range and nothing live is in it.
+pub unsafe fn reserve_fixed(addr: usize, len: usize) -> Result<()> {
+    // SAFETY: the caller owns the range and nothing in it is live.
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    check(p, "mmap (return region to the reservation)")?;
+    Ok(())
+}
+
 /// Fresh anonymous read-write pages anywhere (a staging area for a copy into DRAM).
 pub fn map_anon(len: usize, thp: bool) -> Result<usize> {
     // SAFETY: no MAP_FIXED: the kernel picks unused address space.
@@ -158,6 +178,82 @@ fn advise_huge(addr: usize, len: usize) {
     // SAFETY: madvise(MADV_HUGEPAGE) is a hint on a range we just mapped; it never changes
     // contents. Failure (THP disabled) is ignored: the pages stay 4 KiB.
     unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+}
+
+const MPOL_BIND: libc::c_int = 2;
+const MPOL_F_NODE: libc::c_ulong = 1;
+const MPOL_F_ADDR: libc::c_ulong = 2;
+/// Bits in the node masks passed to the kernel.
+const MASK_BITS: usize = 1024;
+
+/// Bind `[addr, addr+len)` to NUMA node `node` (`mbind(MPOL_BIND)`): its pages come from that
+/// node only. Pages already there are not moved (no `MPOL_MF_MOVE`); X-Mem binds fresh mappings.
+pub fn bind(addr: usize, len: usize, node: u32) -> Result<()> {
+    assert!((node as usize) < MASK_BITS);
+    let mut mask = [0u64; MASK_BITS / 64];
+    mask[node as usize / 64] |= 1 << (node % 64);
+    // SAFETY: mbind reads `mask` (MASK_BITS bits) and changes only the memory policy of the range,
+    // never its contents or rights.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mbind,
+            addr,
+            len,
+            MPOL_BIND,
+            mask.as_ptr(),
+            MASK_BITS + 1,
+            0u32,
+        )
+    };
+    if r != 0 {
+        return Err(XmemError::os("mbind"));
+    }
+    Ok(())
+}
+
+/// The NUMA node holding the (faulted-in) page at `addr`, from `get_mempolicy`.
+pub fn node_of(addr: usize) -> Result<u32> {
+    let mut node: libc::c_int = -1;
+    // SAFETY: get_mempolicy writes one int to `node`; no node mask is asked for (NULL, 0).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &mut node as *mut libc::c_int,
+            std::ptr::null_mut::<u64>(),
+            0usize,
+            addr,
+            MPOL_F_NODE | MPOL_F_ADDR,
+        )
+    };
+    if r != 0 {
+        return Err(XmemError::os("get_mempolicy"));
+    }
+    Ok(node as u32)
+}
+
+/// The memory policy of the mapping at `addr`: (mode, nodes in its mask). Mode 0 is the
+/// default policy, 2 is `MPOL_BIND`.
+pub fn policy_of(addr: usize) -> Result<(i32, Vec<u32>)> {
+    let mut mode: libc::c_int = -1;
+    let mut mask = [0u64; MASK_BITS / 64];
+    // SAFETY: get_mempolicy writes one int to `mode` and at most MASK_BITS bits to `mask`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &mut mode as *mut libc::c_int,
+            mask.as_mut_ptr(),
+            MASK_BITS,
+            addr,
+            MPOL_F_ADDR,
+        )
+    };
+    if r != 0 {
+        return Err(XmemError::os("get_mempolicy"));
+    }
+    let nodes = (0..MASK_BITS as u32)
+        .filter(|&n| mask[n as usize / 64] & (1 << (n % 64)) != 0)
+        .collect();
+    Ok((mode, nodes))
 }
 
 /// Sleep while `*word == expected` (async-signal-safe: one system call).
