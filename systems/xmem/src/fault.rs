@@ -7,6 +7,7 @@
 //! in use, an address outside every reservation) goes to the handler installed before ours or to
 //! the default action, so genuine bugs still crash (the same chaining as `pmkit-obj`'s faults).
 
+use crate::config::MAX_REGIONS;
 use crate::sys;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -28,9 +29,8 @@ struct Slot {
     start: AtomicUsize,
     len: AtomicUsize,
     shift: AtomicUsize,
+    /// The slot's state array (leaked, `MAX_REGIONS` long, set once).
     states: AtomicPtr<AtomicU32>,
-    /// Length of the (leaked, reused) state array behind `states`.
-    cap: AtomicUsize,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -40,7 +40,6 @@ const EMPTY: Slot = Slot {
     len: AtomicUsize::new(0),
     shift: AtomicUsize::new(0),
     states: AtomicPtr::new(std::ptr::null_mut()),
-    cap: AtomicUsize::new(0),
 };
 static TABLE: [Slot; MAX_INSTANCES] = [EMPTY; MAX_INSTANCES];
 static OLD: OnceLock<usize> = OnceLock::new();
@@ -107,21 +106,28 @@ pub fn register(start: usize, len: usize, shift: u32) -> std::io::Result<Option<
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            // State arrays are leaked and reused by the next owner of the slot, so a handler
-            // that read the pointer just before an unregister never touches freed memory.
+            // Each slot's state array is leaked once, at the largest size any reservation can
+            // have (MAX_REGIONS), and reused by every later owner of the slot: a handler that
+            // read the pointer just before an unregister never touches freed memory, and every
+            // index it computes from a registered range is in bounds.
+            assert!(
+                n <= MAX_REGIONS,
+                "reservation of {n} regions over the limit"
+            );
             let mut pool = POOL.lock();
-            let states: &'static [AtomicU32] = match pool[i] {
-                Some(a) if a.len() >= n => &a[..n],
-                _ => {
-                    let v: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(UNUSED)).collect();
+            let all: &'static [AtomicU32] = match pool[i] {
+                Some(a) => a,
+                None => {
+                    let v: Vec<AtomicU32> =
+                        (0..MAX_REGIONS).map(|_| AtomicU32::new(UNUSED)).collect();
                     let a: &'static [AtomicU32] = Box::leak(v.into_boxed_slice());
                     pool[i] = Some(a);
-                    s.cap.store(n, Ordering::Relaxed);
                     s.states
                         .store(a.as_ptr() as *mut AtomicU32, Ordering::Release);
                     a
                 }
             };
+            let states = &all[..n];
             for w in states {
                 w.store(UNUSED, Ordering::Relaxed);
             }
@@ -168,10 +174,10 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             }
             let i = (addr - start) >> s.shift.load(Ordering::Relaxed);
             let ptr = s.states.load(Ordering::Acquire);
-            if ptr.is_null() || i >= s.cap.load(Ordering::Relaxed) {
+            if ptr.is_null() || i >= MAX_REGIONS {
                 break;
             }
-            // SAFETY: `ptr` is a leaked array of `cap` > i atomics, never freed.
+            // SAFETY: `ptr` is a leaked array of MAX_REGIONS > i atomics, never freed.
             let word = unsafe { &*ptr.add(i) };
             match word.load(Ordering::Acquire) {
                 MIGRATING => {
