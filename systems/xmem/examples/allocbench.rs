@@ -63,15 +63,18 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn bench(name: &str, a: &dyn Alloc, threads: usize, batch: usize, size: &SizeFn) -> f64 {
+fn bench(name: &str, a: &[&dyn Alloc], threads: usize, batch: usize, size: &SizeFn) -> f64 {
     let reps = (2_000_000 / batch).max(1);
-    run(a, batch, size, 1);
+    run(a[0], batch, size, 1);
     let m = median(
         (0..ROUNDS)
             .map(|_| {
                 std::thread::scope(|s| {
                     let hs: Vec<_> = (0..threads)
-                        .map(|_| s.spawn(|| run(a, batch, size, reps)))
+                        .map(|i| {
+                            let a = a[i % a.len()];
+                            s.spawn(move || run(a, batch, size, reps))
+                        })
                         .collect();
                     hs.into_iter().map(|h| h.join().unwrap()).sum::<f64>()
                 })
@@ -91,17 +94,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let small64 = |_: usize| 64;
     let mixed = |i: usize| 16 + (i * 7919) % 497;
     let large = |_: usize| 64 << 10;
-    let cases: [(&str, usize, usize, &SizeFn); 5] = [
+    let xb = X(&x, x.tag("bench2")?);
+    let cases: [(&str, usize, usize, &SizeFn); 6] = [
         ("small 64 B, 1 thread", 1, 10_000, &small64),
         ("small 16-512 B mixed, 1 thread", 1, 10_000, &mixed),
         ("large 64 KiB, 1 thread", 1, 500, &large),
         ("small 64 B, 2 threads, one tag", 2, 10_000, &small64),
         ("large 64 KiB, 2 threads, one tag", 2, 200, &large),
+        ("small 64 B, 2 threads, a tag each", 2, 10_000, &small64),
     ];
     for (name, threads, batch, size) in cases {
         println!("{name}:");
-        let sys = bench("system", &Sys, threads, batch, size);
-        let xm = bench("xmem", &xa, threads, batch, size);
+        let sys = bench("system", &[&Sys], threads, batch, size);
+        let xs: Vec<&dyn Alloc> = if name.ends_with("a tag each") {
+            vec![&xa, &xb]
+        } else {
+            vec![&xa]
+        };
+        let xm = bench("xmem", &xs, threads, batch, size);
         println!("  xmem/system {:.2}x", xm / sys);
     }
     Ok(())
