@@ -91,6 +91,26 @@ impl Heap {
         self.insert_run(r * n, n);
     }
 
+    /// Whether region `r` is ours and wholly free (no object, no slab: one run of every page).
+    pub fn region_is_empty(&self, r: usize) -> bool {
+        let n = self.pages_per_region;
+        self.pages(r).is_some_and(|p| p.live == 0) && self.runs_by_start.get(&(r * n)) == Some(&n)
+    }
+
+    /// How many regions the heap has.
+    pub fn region_count(&self) -> usize {
+        self.regions.iter().filter(|r| r.is_some()).count()
+    }
+
+    /// Take back wholly free region `r` (it goes back to the reservation).
+    pub fn remove_region(&mut self, r: usize) {
+        assert!(self.region_is_empty(r), "region {r} is not empty");
+        let n = self.pages_per_region;
+        self.runs_by_start.remove(&(r * n));
+        self.runs_by_len.remove(&(n, r * n));
+        self.regions[r] = None;
+    }
+
     /// Bytes of live objects in region `r` (0 if not ours).
     pub fn live_bytes(&self, r: usize) -> usize {
         self.pages(r).map_or(0, |p| p.live)

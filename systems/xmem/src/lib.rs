@@ -91,7 +91,9 @@ struct Entry {
 }
 
 struct Table {
+    /// Regions below `next` have been handed out; those in `free` came back since.
     next: usize,
+    free: std::collections::BTreeSet<usize>,
     entries: Vec<Option<Entry>>,
     dram: Dram,
     pm: Pm,
@@ -123,6 +125,7 @@ impl XMem {
             owner: (0..n).map(|_| AtomicU32::new(0)).collect(),
             table: Mutex::new(Table {
                 next: 0,
+                free: Default::default(),
                 entries: (0..n).map(|_| None).collect(),
                 dram,
                 pm,
@@ -278,8 +281,39 @@ impl XMem {
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
         let addr = p.as_ptr() as usize;
         let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
-        let r = self.heap(Tag(tag))?.lock().free(addr);
-        r.map_err(|_| XmemError::ForeignPointer(addr))
+        let mut h = self.heap(Tag(tag))?.lock();
+        h.free(addr).map_err(|_| XmemError::ForeignPointer(addr))?;
+        // A region left wholly free goes back to the reservation (the thesis's root allocator),
+        // unless it is the tag's last one (so one object allocated and freed in a loop does not
+        // map and unmap a region each time).
+        let r = self
+            .space
+            .region_of(addr)
+            .expect("a live object is in the reservation");
+        if h.region_is_empty(r) && h.region_count() > 1 && self.release_region(r).is_ok() {
+            h.remove_region(r);
+        }
+        Ok(())
+    }
+
+    /// Give unused region `r` back: its pages and tier slot are released, its address range is
+    /// `PROT_NONE` again and a later region may reuse it. Called with the owner's heap locked.
+    fn release_region(&self, r: usize) -> Result<()> {
+        let _one = self.moving.lock();
+        let mut tb = self.table.lock();
+        let e = tb.entries[r]
+            .as_ref()
+            .expect("a region in a heap is in use");
+        let (tier, slot) = (e.tier, e.slot);
+        self.space.unmap_region(r)?;
+        match tier {
+            Tier::Fast => tb.dram.give(),
+            Tier::Slow => tb.pm.give(slot.expect("a PM region has a slot")),
+        }
+        tb.entries[r] = None;
+        tb.free.insert(r);
+        self.owner[r].store(0, Ordering::Release);
+        Ok(())
     }
 
     /// The usable size of a live object (at least what was asked for), and its tag.
@@ -317,7 +351,7 @@ impl XMem {
                         .then(b.0.cmp(&a.0))
                 })
                 .copied();
-            if let Some((index, _, w)) = weakest {
+            if let Some((index, _, w, _)) = weakest {
                 let better = me.priority > w.priority
                     || (me.priority == w.priority && me.benefit > w.benefit);
                 if better {
@@ -326,7 +360,7 @@ impl XMem {
             }
         }
         let mut tb = self.table.lock();
-        let i = tb.next;
+        let i = tb.free.first().copied().unwrap_or(tb.next);
         if i >= self.space.regions() {
             return Err(XmemError::ReservationExhausted {
                 regions: self.space.regions(),
@@ -352,34 +386,29 @@ impl XMem {
             tier,
             slot,
         });
-        tb.next += 1;
+        if !tb.free.remove(&i) {
+            tb.next += 1;
+        }
         self.owner[i].store(t.0 + 1, Ordering::Release);
         Ok(i)
     }
 
     /// Every region in use, with its tag, tier, live bytes and benefit.
     pub fn regions(&self) -> Vec<RegionInfo> {
-        let used: Vec<(usize, u32, Tier)> = {
-            let tb = self.table.lock();
-            (0..tb.next)
-                .filter_map(|i| tb.entries[i].as_ref().map(|e| (i, e.tag, e.tier)))
-                .collect()
-        };
-        let tags = self.tags.read();
-        used.into_iter()
-            .map(|(i, tag, tier)| {
-                let e = &tags[tag as usize];
-                RegionInfo {
-                    index: i,
-                    addr: self.space.addr(i),
-                    tag: Tag(tag),
-                    tier,
-                    bytes: self.heaps[tag as usize]
-                        .get()
-                        .map_or(0, |h| h.lock().live_bytes(i)),
-                    benefit: self.cfg.latencies.benefit(&e.profile),
-                    priority: e.priority,
-                }
+        // Placement first (table and tags, no heap lock), then each heap alone for live bytes:
+        // no heap lock is ever taken while the tags lock is held.
+        self.placement_view()
+            .into_iter()
+            .map(|(i, tier, c, tag)| RegionInfo {
+                index: i,
+                addr: self.space.addr(i),
+                tag,
+                tier,
+                bytes: self.heaps[tag.0 as usize]
+                    .get()
+                    .map_or(0, |h| h.lock().live_bytes(i)),
+                benefit: c.benefit,
+                priority: c.priority,
             })
             .collect()
     }
@@ -394,9 +423,9 @@ impl XMem {
         })
     }
 
-    /// (index, tier, candidate) of every region in use, in index order. Takes the table and tag
+    /// (index, tier, candidate, tag) of every region in use, in index order. Takes the table and tag
     /// locks only, never a heap lock, so it may run while `moving` is held.
-    fn placement_view(&self) -> Vec<(usize, Tier, place::Candidate)> {
+    fn placement_view(&self) -> Vec<(usize, Tier, place::Candidate, Tag)> {
         let used: Vec<(usize, u32, Tier)> = {
             let tb = self.table.lock();
             (0..tb.next)
@@ -411,7 +440,7 @@ impl XMem {
                     priority: e.priority,
                     benefit: self.cfg.latencies.benefit(&e.profile),
                 };
-                (i, tier, c)
+                (i, tier, c, Tag(tag))
             })
             .collect()
     }
@@ -432,13 +461,13 @@ impl XMem {
         let fast = place::greedy(&cands, slots);
         let mut out = Rebalance::default();
         let start = Instant::now();
-        for (&(index, tier, _), &f) in view.iter().zip(&fast) {
+        for (&(index, tier, _, _), &f) in view.iter().zip(&fast) {
             if !f && tier == Tier::Fast {
                 self.move_locked(index, Tier::Slow)?;
                 out.to_slow.push(index);
             }
         }
-        for (&(index, tier, _), &f) in view.iter().zip(&fast) {
+        for (&(index, tier, _, _), &f) in view.iter().zip(&fast) {
             if f && tier == Tier::Slow {
                 self.move_locked(index, Tier::Fast)?;
                 out.to_fast.push(index);

@@ -97,6 +97,16 @@ impl Space {
         Ok(())
     }
 
+    /// Return mapped region `i` to the reservation: `PROT_NONE`, pages released, state unused.
+    pub fn unmap_region(&self, i: usize) -> Result<()> {
+        assert_eq!(self.state(i).load(Ordering::Acquire), MAPPED);
+        // SAFETY: region `i` is ours and its owner has no live object in it (the caller's heap
+        // says so), so nothing live is in the range.
+        unsafe { sys::reserve_fixed(self.addr(i), self.region_size())? };
+        self.state(i).store(UNUSED, Ordering::Release);
+        Ok(())
+    }
+
     /// Migration step 1: writers to region `i` now fault and wait (see `fault.rs`).
     pub fn begin_migration(&self, i: usize) -> Result<()> {
         let w = self.state(i);

@@ -89,3 +89,40 @@ proptest! {
         prop_assert!(regions.iter().filter(|r| r.tier == Tier::Fast).count() <= 4);
     }
 }
+
+#[test]
+fn empty_regions_go_back_to_the_reservation_and_are_reused() {
+    let f = fixture(8, 8, 2);
+    let x = &f.xmem;
+    let (a, b) = (x.tag("a").unwrap(), x.tag("b").unwrap());
+    let objs: Vec<_> = (0..3).map(|_| x.alloc(a, 2 * MIB, 8).unwrap()).collect();
+    let first = objs[0].as_ptr() as usize;
+    assert_eq!(x.regions().len(), 3);
+    assert_eq!(x.fast_slots(), (2, 2));
+    // SAFETY: a live object, freed once (as for the frees below).
+    unsafe { x.free(objs[0]) }.unwrap();
+    assert_eq!(x.regions().len(), 2, "an emptied region goes back");
+    assert_eq!(x.fast_slots(), (2, 1), "with its DRAM slot");
+    assert_eq!(x.region_of(first), None);
+    // SAFETY: as above.
+    unsafe { x.free(objs[1]) }.unwrap();
+    // SAFETY: as above.
+    unsafe { x.free(objs[2]) }.unwrap();
+    assert_eq!(x.regions().len(), 1, "a tag keeps its last region");
+    x.check_invariants();
+    // Another tag reuses the lowest returned region: same address, fresh owner.
+    let p = x.alloc(b, 64, 8).unwrap();
+    assert_eq!(p.as_ptr() as usize, first);
+    assert_eq!(x.regions().iter().find(|r| r.index == 0).unwrap().tag, b);
+    fill(p.as_ptr(), 64, 5);
+    assert!(holds(p.as_ptr(), 64, 5));
+    // A stale pointer into a returned region that nobody reuses is refused.
+    assert!(x.region_of(objs[1].as_ptr() as usize).is_none());
+    // SAFETY: refused before anything is touched.
+    let stale = unsafe { x.free(objs[1]) };
+    assert!(matches!(
+        stale,
+        Err(pmkit_xmem::XmemError::ForeignPointer(_))
+    ));
+    x.check_invariants();
+}
