@@ -5,7 +5,7 @@
 use crate::alloc::Alloc;
 use crate::error::{Error, Result};
 use crate::inode::Inode;
-use crate::journal::{self, Lane, DATA};
+use crate::journal::{self, Lane};
 use crate::layout::{Geometry, BLOCK, INODE};
 use crate::pm::Pm;
 use parking_lot::Mutex;
