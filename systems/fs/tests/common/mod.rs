@@ -346,3 +346,25 @@ pub fn snap<M: Media>(fs: &Fs<M>) -> Result<Snap, String> {
     }
     Ok(Snap(out))
 }
+
+/// A short description of how two snapshots differ.
+pub fn diff(a: &Snap, b: &Snap) -> String {
+    let mut out = Vec::new();
+    for (p, e) in &a.0 {
+        match b.0.get(p) {
+            None => out.push(format!("{p}: only on the left")),
+            Some(f) if f != e => {
+                let first = e.data.iter().zip(&f.data).position(|(x, y)| x != y);
+                out.push(format!(
+                    "{p}: kind {:?}/{:?} len {}/{} first differing byte {first:?} links {}/{} mode {:o}/{:o} group {}/{} xattrs {:?}/{:?}",
+                    e.kind, f.kind, e.data.len(), f.data.len(), e.links, f.links, e.mode, f.mode, e.group, f.group, e.xattrs, f.xattrs
+                ));
+            }
+            _ => {}
+        }
+    }
+    for p in b.0.keys().filter(|p| !a.0.contains_key(*p)) {
+        out.push(format!("{p}: only on the right"));
+    }
+    out.join("; ")
+}
