@@ -12,7 +12,7 @@ mod dir;
 mod error;
 mod inode;
 mod journal;
-mod layout;
+pub mod layout;
 mod mount;
 mod ns;
 mod overlay;
@@ -23,6 +23,16 @@ mod walk;
 mod xattr;
 
 pub use check::{check, CheckReport};
+
+/// The decoders of on-media structures, for the fuzz targets: each takes any bytes and answers
+/// Ok or a reason, never a panic.
+#[doc(hidden)]
+pub mod decoders {
+    pub use crate::dir::parse as dir_block;
+    pub use crate::inode::Inode;
+    pub use crate::journal::Entry;
+    pub use crate::xattr::decode as xattr_block;
+}
 pub use error::{Error, Result};
 pub use inode::Kind;
 pub use journal::Replay;
