@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
-use crate::layout::{BLOCK, INODE, NAME_MAX, ROOT_INO};
+use crate::layout::{BLOCK, INODE, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 use crate::tree;
 use crate::{Attr, DirEntry, Fs, SetAttr, StatFs};
 use pmkit_media::Media;
@@ -146,7 +146,7 @@ impl<M: Media> Fs<M> {
         if !n.is(Kind::Symlink) {
             return Err(Error::Invalid("not a symlink"));
         }
-        self.read_data(&n, 0, n.size as usize)
+        self.read_data(&n, 0, n.size.min(SYMLINK_MAX as u64) as usize)
     }
 
     pub fn statfs(&self) -> StatFs {

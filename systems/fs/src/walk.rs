@@ -5,7 +5,7 @@
 use crate::alloc::{Alloc, Bitmap};
 use crate::dir::{self, DirIndex, Loc};
 use crate::inode::{Inode, Kind};
-use crate::layout::{Geometry, BLOCK, INODE, MAX_FILE_SIZE, META_INO, ROOT_INO};
+use crate::layout::{Geometry, BLOCK, INODE, MAX_FILE_SIZE, META_INO, ROOT_INO, SYMLINK_MAX};
 use crate::pm::Pm;
 use crate::tree;
 use pmkit_media::Media;
@@ -58,6 +58,9 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         if let Err(e) = tree::walk(pm, geo, node.root, node.height, &mut mark) {
             problems.push(format!("inode {ino}: {e}"));
         }
+        if node.is(Kind::Symlink) && (node.size == 0 || node.size > SYMLINK_MAX as u64 || node.height != 0) {
+            problems.push(format!("inode {ino}: symlink of {} bytes at height {}", node.size, node.height));
+        }
         if node.size > MAX_FILE_SIZE {
             problems.push(format!("inode {ino}: size {} over the limit", node.size));
         }
@@ -79,7 +82,8 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         if node.size % BLOCK as u64 != 0 || data.len() as u64 != node.size / BLOCK as u64 {
             problems.push(format!("directory {d}: size {} does not match {} blocks", node.size, data.len()));
         }
-        let mut idx = DirIndex { used: vec![0; (node.size / BLOCK as u64) as usize], ..Default::default() };
+        let nblocks = (node.size / BLOCK as u64).min(data.len() as u64) as usize;
+        let mut idx = DirIndex { used: vec![0; nblocks], ..Default::default() };
         for (fb, b) in data {
             if fb as usize >= idx.used.len() {
                 continue;
