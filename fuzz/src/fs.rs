@@ -22,11 +22,17 @@ fn base_image(kind: usize) -> &'static [u8] {
         let d = fs.mkdir(ROOT, b"d", 0o755).unwrap();
         let f = fs.create(d.ino, b"f", 0o644).unwrap();
         fs.write(f.ino, 0, &[7u8; 6000]).unwrap();
-        fs.setxattr(f.ino, b"user.x", b"value", XattrFlags::Either).unwrap();
+        fs.setxattr(f.ino, b"user.x", b"value", XattrFlags::Either)
+            .unwrap();
         fs.create(d.ino, b"g", 0o644).unwrap();
         fs.symlink(ROOT, b"s", b"d/f").unwrap();
         let e = fs.mkdir(ROOT, b"e", 0o700).unwrap();
-        fs.link(f.ino, e.ino, b"a-rather-long-name-that-needs-a-second-directory-slot-h").unwrap();
+        fs.link(
+            f.ino,
+            e.ino,
+            b"a-rather-long-name-that-needs-a-second-directory-slot-h",
+        )
+        .unwrap();
         if kind == 1 {
             let o = fs.create(ROOT, b"o", 0o644).unwrap();
             fs.write(o.ino, 0, b"orphan").unwrap();
@@ -106,5 +112,8 @@ pub fn fs_image(data: &[u8]) {
     let _ = fs.unlink(ROOT, b"s");
     let _ = fs.rmdir(ROOT, b"e");
     fs.unmount();
-    assert!(check(&sim).is_clean(), "a mounted image failed check after unmount");
+    assert!(
+        check(&sim).is_clean(),
+        "a mounted image failed check after unmount"
+    );
 }

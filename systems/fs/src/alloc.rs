@@ -15,7 +15,12 @@ pub struct Bitmap {
 impl Bitmap {
     /// All `len` items free.
     pub fn new(len: u64) -> Bitmap {
-        Bitmap { bits: vec![0; len.div_ceil(64) as usize], len, next: 0, free: len }
+        Bitmap {
+            bits: vec![0; len.div_ceil(64) as usize],
+            len,
+            next: 0,
+            free: len,
+        }
     }
     pub fn free(&self) -> u64 {
         self.free
@@ -68,6 +73,8 @@ impl Alloc {
         self.blocks.take().ok_or(Error::NoSpace)
     }
     pub fn inode(&mut self) -> Result<u64> {
-        self.inodes.take().ok_or(Error::NoInodes { max: self.max_inodes })
+        self.inodes.take().ok_or(Error::NoInodes {
+            max: self.max_inodes,
+        })
     }
 }

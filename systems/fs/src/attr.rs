@@ -95,7 +95,10 @@ impl<M: Media> Fs<M> {
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         if name.len() > NAME_MAX {
-            return Err(Error::NameTooLong { len: name.len(), max: NAME_MAX });
+            return Err(Error::NameTooLong {
+                len: name.len(),
+                max: NAME_MAX,
+            });
         }
         let dirs = self.ns.read();
         let ino = match dirs.get(&parent) {
@@ -127,14 +130,26 @@ impl<M: Media> Fs<M> {
         };
         let parent = self.inode(ino).parent;
         let mut out = vec![
-            DirEntry { ino, kind: Kind::Dir, name: b".".to_vec() },
-            DirEntry { ino: parent, kind: Kind::Dir, name: b"..".to_vec() },
+            DirEntry {
+                ino,
+                kind: Kind::Dir,
+                name: b".".to_vec(),
+            },
+            DirEntry {
+                ino: parent,
+                kind: Kind::Dir,
+                name: b"..".to_vec(),
+            },
         ];
         let mut es: Vec<_> = d.entries.iter().collect();
         es.sort_by_key(|(_, l)| (l.block, l.slot));
         for (name, l) in es {
             let kind = Kind::from_u8(l.kind).unwrap_or(Kind::Free);
-            out.push(DirEntry { ino: l.ino, kind, name: name.clone() });
+            out.push(DirEntry {
+                ino: l.ino,
+                kind,
+                name: name.clone(),
+            });
         }
         Ok(out)
     }
@@ -174,7 +189,10 @@ impl<M: Media> Fs<M> {
         let _ns = self.ns.write();
         let last = {
             let mut a = self.alloc.lock();
-            let c = a.open.get_mut(&ino).ok_or(Error::Invalid("release without open"))?;
+            let c = a
+                .open
+                .get_mut(&ino)
+                .ok_or(Error::Invalid("release without open"))?;
             *c -= 1;
             let last = *c == 0;
             if last {

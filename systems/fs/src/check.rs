@@ -53,7 +53,10 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
     let pm = Pm::new(&over, Faults::default());
     match journal::recover(&pm, &sb.geo) {
         Ok((_, rep)) if rep.rolled_back > 0 => {
-            r.notes.push(format!("journal: {} uncommitted transactions to roll back ({} entries)", rep.rolled_back, rep.entries));
+            r.notes.push(format!(
+                "journal: {} uncommitted transactions to roll back ({} entries)",
+                rep.rolled_back, rep.entries
+            ));
         }
         Ok(_) => {}
         Err(p) => {

@@ -69,14 +69,19 @@ impl<M: Media> Fs<M> {
             Some(Kind::Dir) => return Err(Error::IsDir),
             _ => return Err(Error::Invalid("write to a non-regular file")),
         }
-        let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE);
+        let end = off
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE);
         let end = end.ok_or(Error::FileTooBig { max: MAX_FILE_SIZE })?;
         if data.is_empty() {
             return Ok(0);
         }
         if self.opts.data == DataMode::Atomic {
             if data.len() as u64 > self.max_atomic_write() {
-                return Err(Error::TooBig { len: data.len() as u64, max: self.max_atomic_write() });
+                return Err(Error::TooBig {
+                    len: data.len() as u64,
+                    max: self.max_atomic_write(),
+                });
             }
             self.write_chunk(ino, off, data, true)?;
             return Ok(data.len());
@@ -166,14 +171,16 @@ impl<M: Media> Fs<M> {
             let n = ((BLOCK - in_blk) as u64).min(end - pos) as usize;
             let b = tree::lookup(&self.pm, node.root, node.height, idx);
             let o = (pos - off) as usize;
-            self.pm.write_nt(b as usize * BLOCK + in_blk, &data[o..o + n]);
+            self.pm
+                .write_nt(b as usize * BLOCK + in_blk, &data[o..o + n]);
             pos += n as u64;
         }
         self.pm.fence();
         let at = self.geo.inode_off(ino);
         let t = now();
         if end > node.size {
-            self.pm.persist_u128(at + SIZE_MTIME, (t as u128) << 64 | end as u128);
+            self.pm
+                .persist_u128(at + SIZE_MTIME, (t as u128) << 64 | end as u128);
         } else {
             self.pm.persist_u64(at + crate::inode::MTIME, t);
         }
@@ -264,7 +271,11 @@ impl<M: Media> Fs<M> {
         let _g = self.stripe(ino).lock();
         let node = self.live(ino)?;
         if !node.is(Kind::File) {
-            return Err(if node.is(Kind::Dir) { Error::IsDir } else { Error::Invalid("fallocate of a non-regular file") });
+            return Err(if node.is(Kind::Dir) {
+                Error::IsDir
+            } else {
+                Error::Invalid("fallocate of a non-regular file")
+            });
         }
         if len == 0 {
             return Err(Error::Invalid("fallocate of 0 bytes"));

@@ -45,7 +45,8 @@ pub fn encode(name: &[u8], ino: u64, kind: u8) -> Vec<u8> {
 /// The records of one directory block. Never panics on any bytes.
 pub fn parse(b: &[u8]) -> Result<Vec<Rec>, String> {
     assert_eq!(b.len(), BLOCK);
-    let word = |s: usize| u64::from_le_bytes(b[s * SLOT..s * SLOT + 8].try_into().expect("8 bytes"));
+    let word =
+        |s: usize| u64::from_le_bytes(b[s * SLOT..s * SLOT + 8].try_into().expect("8 bytes"));
     let mut out = Vec::new();
     let mut s = 0;
     while s < SLOTS {
@@ -57,21 +58,35 @@ pub fn parse(b: &[u8]) -> Result<Vec<Rec>, String> {
         let h = &b[s * SLOT..];
         let (len, kind, nslots) = (h[8] as usize, h[9], h[10] as usize);
         if len == 0 || nslots != slots_for(len) || s + nslots > SLOTS {
-            return Err(format!("slot {s}: bad record (name length {len}, {nslots} slots)"));
+            return Err(format!(
+                "slot {s}: bad record (name length {len}, {nslots} slots)"
+            ));
         }
         let mut name = h[16..16 + len.min(HEAD_NAME)].to_vec();
         for k in 1..nslots {
             if word(s + k) != 0 {
-                return Err(format!("slot {s}: continuation slot {} is not marked", s + k));
+                return Err(format!(
+                    "slot {s}: continuation slot {} is not marked",
+                    s + k
+                ));
             }
             let rest = len - name.len();
             let at = (s + k) * SLOT + 8;
             name.extend_from_slice(&b[at..at + rest.min(CONT_NAME)]);
         }
         if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
-            return Err(format!("slot {s}: invalid name {:?}", String::from_utf8_lossy(&name)));
+            return Err(format!(
+                "slot {s}: invalid name {:?}",
+                String::from_utf8_lossy(&name)
+            ));
         }
-        out.push(Rec { slot: s, ino, kind, name, nslots });
+        out.push(Rec {
+            slot: s,
+            ino,
+            kind,
+            name,
+            nslots,
+        });
         s += nslots;
     }
     Ok(out)
@@ -99,7 +114,11 @@ pub struct DirIndex {
 
 impl DirIndex {
     pub fn mark(&mut self, block: u64, slot: usize, n: usize, used: bool) {
-        let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << slot };
+        let mask = if n == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << n) - 1) << slot
+        };
         let w = &mut self.used[block as usize];
         if used {
             assert_eq!(*w & mask, 0, "slots {slot}+{n} of dir block {block} in use");
@@ -112,7 +131,11 @@ impl DirIndex {
     pub fn find_free(&self, n: usize) -> Option<(u64, usize)> {
         for (b, &w) in self.used.iter().enumerate() {
             for s in 0..=SLOTS - n {
-                let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << s };
+                let mask = if n == 64 {
+                    u64::MAX
+                } else {
+                    ((1u64 << n) - 1) << s
+                };
                 if w & mask == 0 {
                     return Some((b as u64, s));
                 }

@@ -49,20 +49,20 @@ impl Error {
     /// The errno for this error.
     pub fn errno(&self) -> i32 {
         match self {
-            Error::NotFound | Error::BadInode(_) => 2,    // ENOENT
-            Error::Exists => 17,                            // EEXIST
-            Error::NotDir => 20,                            // ENOTDIR
-            Error::Perm(_) => 1,                            // EPERM
-            Error::IsDir => 21,                             // EISDIR
-            Error::NotEmpty => 39,                          // ENOTEMPTY
-            Error::NameTooLong { .. } => 36,                // ENAMETOOLONG
-            Error::BadName(_) | Error::Invalid(_) => 22,    // EINVAL
-            Error::FileTooBig { .. } => 27,                 // EFBIG
-            Error::NoSpace | Error::NoInodes { .. } => 28,  // ENOSPC
-            Error::TooManyLinks { .. } => 31,               // EMLINK
-            Error::TooBig { .. } => 7,                      // E2BIG
-            Error::NotSupported(_) => 95,                   // EOPNOTSUPP
-            Error::NoAttr => 61,                            // ENODATA
+            Error::NotFound | Error::BadInode(_) => 2,     // ENOENT
+            Error::Exists => 17,                           // EEXIST
+            Error::NotDir => 20,                           // ENOTDIR
+            Error::Perm(_) => 1,                           // EPERM
+            Error::IsDir => 21,                            // EISDIR
+            Error::NotEmpty => 39,                         // ENOTEMPTY
+            Error::NameTooLong { .. } => 36,               // ENAMETOOLONG
+            Error::BadName(_) | Error::Invalid(_) => 22,   // EINVAL
+            Error::FileTooBig { .. } => 27,                // EFBIG
+            Error::NoSpace | Error::NoInodes { .. } => 28, // ENOSPC
+            Error::TooManyLinks { .. } => 31,              // EMLINK
+            Error::TooBig { .. } => 7,                     // E2BIG
+            Error::NotSupported(_) => 95,                  // EOPNOTSUPP
+            Error::NoAttr => 61,                           // ENODATA
             Error::Media(_) | Error::NotFs(_) | Error::Corrupt(_) => 5, // EIO
         }
     }

@@ -29,7 +29,13 @@ impl Entry {
         let word = u64::from_le_bytes(b[56..64].try_into().expect("8 bytes"));
         let mut data = [0u8; DATA];
         data.copy_from_slice(&b[8..56]);
-        Entry { target, data, gen: (word >> 32) as u32, len: (word >> 8) as u8, kind: word as u8 }
+        Entry {
+            target,
+            data,
+            gen: (word >> 32) as u32,
+            len: (word >> 8) as u8,
+            kind: word as u8,
+        }
     }
     /// Why this entry cannot be a valid entry of a file system with `geo`, if it cannot.
     pub fn invalid(&self, geo: &Geometry) -> Option<String> {
@@ -42,7 +48,10 @@ impl Entry {
                 if self.len == 0 || self.len as usize > DATA {
                     Some(format!("length {}", self.len))
                 } else if self.target < lo || end.is_none_or(|e| e > hi) {
-                    Some(format!("target {} outside the inode table and data", self.target))
+                    Some(format!(
+                        "target {} outside the inode table and data",
+                        self.target
+                    ))
                 } else {
                     None
                 }
@@ -69,7 +78,15 @@ impl Journal {
     pub fn new(gens: &[u32]) -> Journal {
         let lanes = gens.iter().enumerate();
         Journal {
-            lanes: lanes.map(|(i, &g)| Mutex::new(Lane { idx: i as u32, gen: g, head: 0 })).collect(),
+            lanes: lanes
+                .map(|(i, &g)| {
+                    Mutex::new(Lane {
+                        idx: i as u32,
+                        gen: g,
+                        head: 0,
+                    })
+                })
+                .collect(),
         }
     }
     /// A lane for this thread: its own (by thread hash) if free, else any free one, else wait.
@@ -140,7 +157,11 @@ pub fn run<M: Media>(
     apply: impl FnOnce(),
 ) {
     let n = entries_for(undo) as u32;
-    assert!(n < geo.lane_entries, "transaction of {n} entries in a lane of {}", geo.lane_entries);
+    assert!(
+        n < geo.lane_entries,
+        "transaction of {n} entries in a lane of {}",
+        geo.lane_entries
+    );
     if lane.head + n + 1 > geo.lane_entries {
         bump(pm, geo, lane);
     }
@@ -169,7 +190,13 @@ pub fn run<M: Media>(
     if !pm.faults.skip_apply_fence {
         pm.fence();
     }
-    let commit = Entry { target: 0, data: [0; DATA], gen: lane.gen, len: 0, kind: KIND_COMMIT };
+    let commit = Entry {
+        target: 0,
+        data: [0; DATA],
+        gen: lane.gen,
+        len: 0,
+        kind: KIND_COMMIT,
+    };
     write_entry(pm, entry_off(geo, lane.idx, i), &commit);
     pm.fence();
     lane.head = i + 1;
@@ -200,7 +227,10 @@ pub fn recover<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Result<(Vec<u32>, Replay
         heads.push(gen);
         let mut pending = Vec::new();
         if head >= geo.lane_entries {
-            problems.push(format!("journal lane {l}: head {head} beyond its {} entries", geo.lane_entries));
+            problems.push(format!(
+                "journal lane {l}: head {head} beyond its {} entries",
+                geo.lane_entries
+            ));
             undo.push(pending);
             continue;
         }
@@ -242,7 +272,11 @@ pub fn recover<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Result<(Vec<u32>, Replay
     }
     let mut gens = Vec::new();
     for (l, gen) in heads.into_iter().enumerate() {
-        let mut lane = Lane { idx: l as u32, gen, head: 0 };
+        let mut lane = Lane {
+            idx: l as u32,
+            gen,
+            head: 0,
+        };
         bump(pm, geo, &mut lane);
         gens.push(lane.gen);
     }

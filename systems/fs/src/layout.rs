@@ -51,7 +51,14 @@ impl Geometry {
         if blocks < data_block + 4 || blocks > 1 << 40 {
             return Err(Error::Invalid("media too small for this geometry"));
         }
-        Ok(Geometry { blocks, lanes, lane_entries, inodes, inode_block, data_block })
+        Ok(Geometry {
+            blocks,
+            lanes,
+            lane_entries,
+            inodes,
+            inode_block,
+            data_block,
+        })
     }
     /// Offset of lane `l`'s header line; its entries follow.
     pub fn lane_off(&self, l: u32) -> usize {
@@ -116,14 +123,21 @@ impl Superblock {
             return Err("geometry offsets disagree with its sizes".into());
         }
         if geo.blocks.saturating_mul(BLOCK as u64) > media_len as u64 {
-            return Err(format!("{} blocks do not fit in {media_len} bytes", geo.blocks));
+            return Err(format!(
+                "{} blocks do not fit in {media_len} bytes",
+                geo.blocks
+            ));
         }
         let clean = match u32at(56) {
             0 => false,
             1 => true,
             v => return Err(format!("bad clean flag {v}")),
         };
-        Ok(Superblock { geo, mount_gen: u64at(48), clean })
+        Ok(Superblock {
+            geo,
+            mount_gen: u64at(48),
+            clean,
+        })
     }
 }
 

@@ -37,9 +37,9 @@ pub use error::{Error, Result};
 pub use inode::Kind;
 pub use journal::Replay;
 pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
+pub use pm::Counters;
 #[doc(hidden)]
 pub use pm::Faults;
-pub use pm::Counters;
 pub use xattr::XattrFlags;
 
 use dir::DirIndex;
@@ -72,14 +72,22 @@ pub struct MkfsOptions {
 
 impl Default for MkfsOptions {
     fn default() -> MkfsOptions {
-        MkfsOptions { inodes: 4096, lanes: 8, lane_entries: 256 }
+        MkfsOptions {
+            inodes: 4096,
+            lanes: 8,
+            lane_entries: 256,
+        }
     }
 }
 
 impl MkfsOptions {
     /// The smallest useful geometry, for crash tests.
     pub fn tiny() -> MkfsOptions {
-        MkfsOptions { inodes: 32, lanes: 2, lane_entries: 64 }
+        MkfsOptions {
+            inodes: 32,
+            lanes: 2,
+            lane_entries: 64,
+        }
     }
 }
 
@@ -175,6 +183,8 @@ pub struct Fs<M: Media> {
 
 impl<M: Media> std::fmt::Debug for Fs<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fs").field("geometry", &self.geo).finish_non_exhaustive()
+        f.debug_struct("Fs")
+            .field("geometry", &self.geo)
+            .finish_non_exhaustive()
     }
 }

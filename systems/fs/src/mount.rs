@@ -4,7 +4,9 @@
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
 use crate::journal::{self, Journal};
-use crate::layout::{Geometry, Superblock, BLOCK, INODE, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS};
+use crate::layout::{
+    Geometry, Superblock, BLOCK, INODE, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS,
+};
 use crate::pm::{Faults, Pm};
 use crate::tx::Tx;
 use crate::{walk, Fs, MkfsOptions, MountOptions, Recovery};
@@ -37,14 +39,21 @@ pub fn pick_sb<M: Media>(m: &M) -> Result<(Superblock, bool)> {
     match read_sbs(m) {
         [Ok(a), Ok(b)] => Ok((if b.mount_gen > a.mount_gen { b } else { a }, a != b)),
         [Ok(s), Err(_)] | [Err(_), Ok(s)] => Ok((s, true)),
-        [Err(a), Err(b)] => Err(Error::NotFs(format!("superblock A: {a}; superblock B: {b}"))),
+        [Err(a), Err(b)] => Err(Error::NotFs(format!(
+            "superblock A: {a}; superblock B: {b}"
+        ))),
     }
 }
 
 impl<M: Media> Fs<M> {
     /// Make an empty file system on `media` (everything on it is lost).
     pub fn mkfs(media: &M, o: &MkfsOptions) -> Result<()> {
-        let geo = Geometry::new((media.len() / BLOCK) as u64, o.lanes, o.lane_entries, o.inodes)?;
+        let geo = Geometry::new(
+            (media.len() / BLOCK) as u64,
+            o.lanes,
+            o.lane_entries,
+            o.inodes,
+        )?;
         let pm = Pm::new(media, Faults::default());
         // Invalidate any old file system first, so a cut mkfs leaves no mountable half.
         for off in SB_OFFS {
@@ -72,7 +81,14 @@ impl<M: Media> Fs<M> {
         pm.write(geo.inode_off(ROOT_INO), &root.encode());
         pm.flush(geo.inode_off(0), tlen);
         pm.fence();
-        write_sb(&pm, &Superblock { geo, mount_gen: 0, clean: true });
+        write_sb(
+            &pm,
+            &Superblock {
+                geo,
+                mount_gen: 0,
+                clean: true,
+            },
+        );
         Ok(())
     }
 
@@ -81,13 +97,23 @@ impl<M: Media> Fs<M> {
         let (sb, repaired) = pick_sb(&media)?;
         let geo = sb.geo;
         let pm = Pm::new(media, opts.faults);
-        let (gens, replay) = journal::recover(&pm, &geo).map_err(|p| Error::Corrupt(p.join("\n")))?;
+        let (gens, replay) =
+            journal::recover(&pm, &geo).map_err(|p| Error::Corrupt(p.join("\n")))?;
         let w = walk::walk(&pm, &geo);
         if !w.problems.is_empty() {
             return Err(Error::Corrupt(w.problems.join("\n")));
         }
-        let sb = Superblock { geo, mount_gen: sb.mount_gen + 1, clean: false };
-        let mut rec = Recovery { was_clean: !repaired && sb_clean(&pm), journal: replay, orphans: 0, superblock_repaired: repaired };
+        let sb = Superblock {
+            geo,
+            mount_gen: sb.mount_gen + 1,
+            clean: false,
+        };
+        let mut rec = Recovery {
+            was_clean: !repaired && sb_clean(&pm),
+            journal: replay,
+            orphans: 0,
+            superblock_repaired: repaired,
+        };
         write_sb(&pm, &sb);
         let fs = Fs {
             pm,
@@ -110,7 +136,13 @@ impl<M: Media> Fs<M> {
     /// Mark the file system clean and give the media back. Unlinked files still open stay on
     /// the orphan list; the next mount frees them.
     pub fn unmount(self) -> M {
-        write_sb(&self.pm, &Superblock { clean: true, ..self.sb });
+        write_sb(
+            &self.pm,
+            &Superblock {
+                clean: true,
+                ..self.sb
+            },
+        );
         self.pm.into_media()
     }
 
@@ -129,7 +161,13 @@ impl<M: Media> Fs<M> {
     }
 
     /// Link `ino` at the head of the orphan list (in `tx`); returns the new list.
-    pub(crate) fn orphan_add(&self, tx: &mut Tx<'_, M>, list: &[u64], ino: u64, node: &mut Inode) -> Vec<u64> {
+    pub(crate) fn orphan_add(
+        &self,
+        tx: &mut Tx<'_, M>,
+        list: &[u64],
+        ino: u64,
+        node: &mut Inode,
+    ) -> Vec<u64> {
         node.orphan_next = list.first().copied().unwrap_or(0);
         let mut meta = tx.inode(META_INO);
         meta.orphan_next = ino;
@@ -140,8 +178,17 @@ impl<M: Media> Fs<M> {
     }
 
     /// Unlink `ino` from the orphan list (in `tx`); `node` is its inode, updated by the caller.
-    pub(crate) fn orphan_remove(&self, tx: &mut Tx<'_, M>, list: &[u64], ino: u64, node: &mut Inode) -> Vec<u64> {
-        let pos = list.iter().position(|&o| o == ino).expect("inode is on the orphan list");
+    pub(crate) fn orphan_remove(
+        &self,
+        tx: &mut Tx<'_, M>,
+        list: &[u64],
+        ino: u64,
+        node: &mut Inode,
+    ) -> Vec<u64> {
+        let pos = list
+            .iter()
+            .position(|&o| o == ino)
+            .expect("inode is on the orphan list");
         let pred = if pos == 0 { META_INO } else { list[pos - 1] };
         let mut p = tx.inode(pred);
         p.orphan_next = node.orphan_next;
@@ -164,5 +211,7 @@ impl<M: Media> Fs<M> {
 }
 
 fn sb_clean<M: Media>(pm: &Pm<M>) -> bool {
-    read_sbs(pm.media()).iter().all(|s| matches!(s, Ok(s) if s.clean))
+    read_sbs(pm.media())
+        .iter()
+        .all(|s| matches!(s, Ok(s) if s.clean))
 }

@@ -25,7 +25,10 @@ enum Post {
 
 pub fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
-        return Err(Error::NameTooLong { len: name.len(), max: NAME_MAX });
+        return Err(Error::NameTooLong {
+            len: name.len(),
+            max: NAME_MAX,
+        });
     }
     if name.is_empty() || name == b"." || name == b".." {
         return Err(Error::BadName("empty, \".\" or \"..\""));
@@ -59,7 +62,15 @@ impl<M: Media> Fs<M> {
     }
 
     /// Stage a new record in `parent` (growing it by a block if full).
-    fn dir_add(&self, tx: &mut Tx<'_, M>, idx: &DirIndex, parent: u64, name: &[u8], ino: u64, kind: Kind) -> Result<(Loc, bool)> {
+    fn dir_add(
+        &self,
+        tx: &mut Tx<'_, M>,
+        idx: &DirIndex,
+        parent: u64,
+        name: &[u8],
+        ino: u64,
+        kind: Kind,
+    ) -> Result<(Loc, bool)> {
         let n = dir::slots_for(name.len());
         let (block, slot, grown) = match idx.find_free(n) {
             Some((b, s)) => (b, s, false),
@@ -73,7 +84,13 @@ impl<M: Media> Fs<M> {
                 (fb, 0, true)
             }
         };
-        let loc = Loc { ino, kind: kind as u8, block, slot, nslots: n };
+        let loc = Loc {
+            ino,
+            kind: kind as u8,
+            block,
+            slot,
+            nslots: n,
+        };
         let off = slot_off(tx, parent, &loc);
         let rec = dir::encode(name, ino, kind as u8);
         tx.write_fresh(off + 8, &rec[8..]);
@@ -92,7 +109,10 @@ impl<M: Media> Fs<M> {
                     idx.insert(&name, loc);
                 }
                 Post::Remove(d, name) => {
-                    dirs.get_mut(&d).expect("parent index").remove(&name).expect("entry");
+                    dirs.get_mut(&d)
+                        .expect("parent index")
+                        .remove(&name)
+                        .expect("entry");
                 }
                 Post::Retarget(d, name, ino, kind) => {
                     let idx = dirs.get_mut(&d).expect("parent index");
@@ -121,7 +141,13 @@ impl<M: Media> Fs<M> {
         if n.xattr != 0 {
             tx.free_after.push(n.xattr);
         }
-        tx.put_inode(ino, &Inode { orphan_next: n.orphan_next, ..Default::default() });
+        tx.put_inode(
+            ino,
+            &Inode {
+                orphan_next: n.orphan_next,
+                ..Default::default()
+            },
+        );
         tx.free_inodes_after.push(ino);
     }
 
@@ -142,7 +168,14 @@ impl<M: Media> Fs<M> {
         }
     }
 
-    fn make(&self, parent: u64, name: &[u8], kind: Kind, mode: u32, target: Option<&[u8]>) -> Result<Attr> {
+    fn make(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Attr> {
         check_name(name)?;
         let mut dirs = self.ns.write();
         let idx = self.dir_of(&dirs, parent)?;
@@ -152,7 +185,15 @@ impl<M: Media> Fs<M> {
         let mut tx = self.tx();
         let ino = tx.alloc_inode()?;
         let t = now();
-        let mut node = Inode { kind: kind as u8, links: 1, mode: mode & 0o7777, mtime: t, ctime: t, atime: t, ..Default::default() };
+        let mut node = Inode {
+            kind: kind as u8,
+            links: 1,
+            mode: mode & 0o7777,
+            mtime: t,
+            ctime: t,
+            atime: t,
+            ..Default::default()
+        };
         let mut posts = Vec::new();
         if kind == Kind::Dir {
             node.links = 2;
@@ -197,7 +238,10 @@ impl<M: Media> Fs<M> {
 
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
         if target.len() > SYMLINK_MAX {
-            return Err(Error::NameTooLong { len: target.len(), max: SYMLINK_MAX });
+            return Err(Error::NameTooLong {
+                len: target.len(),
+                max: SYMLINK_MAX,
+            });
         }
         if target.is_empty() {
             return Err(Error::Invalid("empty symlink target"));
@@ -230,7 +274,10 @@ impl<M: Media> Fs<M> {
         let (loc, grown) = self.dir_add(&mut tx, idx, newparent, newname, ino, kind)?;
         upd(&mut tx, newparent, |p| (p.mtime, p.ctime) = (t, t));
         self.commit(tx)?;
-        self.post(&mut dirs, vec![Post::Insert(newparent, newname.to_vec(), loc, grown)]);
+        self.post(
+            &mut dirs,
+            vec![Post::Insert(newparent, newname.to_vec(), loc, grown)],
+        );
         drop(dirs);
         self.getattr(ino)
     }
@@ -290,7 +337,11 @@ impl<M: Media> Fs<M> {
     pub fn rename(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8], flags: RenameFlags) -> Result<()> {
         check_name(n2)?;
         let mut dirs = self.ns.write();
-        let src = *self.dir_of(&dirs, p1)?.entries.get(n1).ok_or(Error::NotFound)?;
+        let src = *self
+            .dir_of(&dirs, p1)?
+            .entries
+            .get(n1)
+            .ok_or(Error::NotFound)?;
         let dst = self.dir_of(&dirs, p2)?.entries.get(n2).copied();
         let dirk = Kind::Dir as u8;
         if src.kind == dirk && self.is_under(p2, src.ino) {
@@ -339,7 +390,9 @@ impl<M: Media> Fs<M> {
                 match (src.kind == dirk, d.kind == dirk) {
                     (true, false) => return Err(Error::NotDir),
                     (false, true) => return Err(Error::IsDir),
-                    (true, true) if !dirs[&d.ino].entries.is_empty() => return Err(Error::NotEmpty),
+                    (true, true) if !dirs[&d.ino].entries.is_empty() => {
+                        return Err(Error::NotEmpty)
+                    }
                     _ => {}
                 }
                 let dst_off = slot_off(&tx, p2, &d);

@@ -12,7 +12,10 @@ pub struct Overlay<'a, M> {
 
 impl<'a, M: Media> Overlay<'a, M> {
     pub fn new(under: &'a M) -> Overlay<'a, M> {
-        Overlay { under, lines: Mutex::new(BTreeMap::new()) }
+        Overlay {
+            under,
+            lines: Mutex::new(BTreeMap::new()),
+        }
     }
 }
 

@@ -13,7 +13,9 @@ use pmkit_media::Media;
 pub trait Reader {
     fn word(&self, off: usize) -> u64;
     fn node(&self, block: u64) -> Vec<u64> {
-        (0..FANOUT as usize).map(|s| self.word(block as usize * BLOCK + s * 8)).collect()
+        (0..FANOUT as usize)
+            .map(|s| self.word(block as usize * BLOCK + s * 8))
+            .collect()
     }
 }
 
@@ -24,7 +26,9 @@ impl<M: Media> Reader for Pm<M> {
     fn node(&self, block: u64) -> Vec<u64> {
         let mut b = vec![0u8; BLOCK];
         self.read(block as usize * BLOCK, &mut b);
-        b.chunks(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+        b.chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect()
     }
 }
 
@@ -124,7 +128,14 @@ pub fn prune<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, keep: u64, budget: u
     left > 0
 }
 
-fn prune_node<M: Media>(tx: &mut Tx<'_, M>, node: u64, level: u8, base: u64, keep: u64, left: &mut usize) {
+fn prune_node<M: Media>(
+    tx: &mut Tx<'_, M>,
+    node: u64,
+    level: u8,
+    base: u64,
+    keep: u64,
+    left: &mut usize,
+) {
     let span = tree_cap(level - 1);
     let ptrs = tx.node(node);
     for (slot, &ptr) in ptrs.iter().enumerate() {

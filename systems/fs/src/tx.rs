@@ -71,15 +71,30 @@ impl<'a, M: Media> Tx<'a, M> {
     /// Change live metadata (logged), or a fresh block (not logged).
     pub fn write(&mut self, off: usize, data: &[u8]) {
         let logged = !self.in_fresh(off);
-        self.writes.push(W { off, data: data.to_vec(), logged, nt: false });
+        self.writes.push(W {
+            off,
+            data: data.to_vec(),
+            logged,
+            nt: false,
+        });
     }
     /// Write space that is unreachable until this transaction commits (not logged).
     pub fn write_fresh(&mut self, off: usize, data: &[u8]) {
-        self.writes.push(W { off, data: data.to_vec(), logged: false, nt: false });
+        self.writes.push(W {
+            off,
+            data: data.to_vec(),
+            logged: false,
+            nt: false,
+        });
     }
     /// Stream `data` to `off` (not logged): file data in place, durable at the commit's fences.
     pub fn write_stream(&mut self, off: usize, data: &[u8]) {
-        self.writes.push(W { off, data: data.to_vec(), logged: false, nt: true });
+        self.writes.push(W {
+            off,
+            data: data.to_vec(),
+            logged: false,
+            nt: true,
+        });
     }
     pub fn write_u64(&mut self, off: usize, v: u64) {
         self.write(off, &v.to_le_bytes());
@@ -97,7 +112,12 @@ impl<'a, M: Media> Tx<'a, M> {
         let b = self.alloc_block()?;
         let mut data = vec![0u8; BLOCK];
         data[..content.len()].copy_from_slice(content);
-        self.writes.push(W { off: b as usize * BLOCK, data, logged: false, nt: true });
+        self.writes.push(W {
+            off: b as usize * BLOCK,
+            data,
+            logged: false,
+            nt: true,
+        });
         Ok(b)
     }
     pub fn alloc_inode(&mut self) -> Result<u64> {
@@ -112,7 +132,12 @@ impl<'a, M: Media> Tx<'a, M> {
     }
     pub fn put_inode(&mut self, ino: u64, i: &Inode) {
         let off = self.geo.inode_off(ino);
-        self.writes.push(W { off, data: i.encode().to_vec(), logged: true, nt: false });
+        self.writes.push(W {
+            off,
+            data: i.encode().to_vec(),
+            logged: true,
+            nt: false,
+        });
     }
     /// (undo ranges with original bytes, the same ranges with final bytes): the union of the
     /// logged ranges, cut down to the 8-byte words that change.
@@ -173,7 +198,10 @@ impl<'a, M: Media> Tx<'a, M> {
         let (undo, redo) = self.undo();
         let n = journal::entries_for(&undo);
         if n + 1 >= self.geo.lane_entries as usize {
-            return Err(Error::TooBig { len: n as u64, max: self.geo.lane_entries as u64 - 2 });
+            return Err(Error::TooBig {
+                len: n as u64,
+                max: self.geo.lane_entries as u64 - 2,
+            });
         }
         let fresh: Vec<&W> = self.writes.iter().filter(|w| !w.logged).collect();
         if !undo.is_empty() || !fresh.is_empty() {
@@ -218,4 +246,3 @@ impl<M> Drop for Tx<'_, M> {
         }
     }
 }
-

@@ -31,14 +31,23 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     let n = geo.inodes as usize;
     let mut table = vec![0u8; n * INODE];
     pm.read(geo.inode_off(0), &mut table);
-    let ino_at = |i: u64| Inode::decode(table[i as usize * INODE..][..INODE].try_into().expect("128"));
+    let ino_at = |i: u64| {
+        Inode::decode(
+            table[i as usize * INODE..][..INODE]
+                .try_into()
+                .expect("128"),
+        )
+    };
     let mut refs = vec![0u32; n];
     let mut dirs: HashMap<u64, DirIndex> = HashMap::new();
     let mut visited: HashSet<u64> = HashSet::new();
     let mut queue = VecDeque::new();
     let root = ino_at(ROOT_INO);
     if !root.is(Kind::Dir) {
-        problems.push(format!("root inode {ROOT_INO} is not a directory (kind {})", root.kind));
+        problems.push(format!(
+            "root inode {ROOT_INO} is not a directory (kind {})",
+            root.kind
+        ));
     } else {
         queue.push_back(ROOT_INO);
     }
@@ -48,7 +57,9 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         let mut data: Vec<(u64, u64)> = Vec::new();
         let mut mark = |b: u64, is_node: bool, idx: u64| {
             if !blocks.set(b) {
-                return Err(format!("block {b} is owned twice (a loop or a shared block)"));
+                return Err(format!(
+                    "block {b} is owned twice (a loop or a shared block)"
+                ));
             }
             if !is_node {
                 data.push((idx, b));
@@ -58,8 +69,13 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         if let Err(e) = tree::walk(pm, geo, node.root, node.height, &mut mark) {
             problems.push(format!("inode {ino}: {e}"));
         }
-        if node.is(Kind::Symlink) && (node.size == 0 || node.size > SYMLINK_MAX as u64 || node.height != 0) {
-            problems.push(format!("inode {ino}: symlink of {} bytes at height {}", node.size, node.height));
+        if node.is(Kind::Symlink)
+            && (node.size == 0 || node.size > SYMLINK_MAX as u64 || node.height != 0)
+        {
+            problems.push(format!(
+                "inode {ino}: symlink of {} bytes at height {}",
+                node.size, node.height
+            ));
         }
         if node.size > MAX_FILE_SIZE {
             problems.push(format!("inode {ino}: size {} over the limit", node.size));
@@ -80,10 +96,17 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         let node = ino_at(d);
         let data = visit(d, &node, &mut problems, &mut blocks);
         if node.size % BLOCK as u64 != 0 || data.len() as u64 != node.size / BLOCK as u64 {
-            problems.push(format!("directory {d}: size {} does not match {} blocks", node.size, data.len()));
+            problems.push(format!(
+                "directory {d}: size {} does not match {} blocks",
+                node.size,
+                data.len()
+            ));
         }
         let nblocks = (node.size / BLOCK as u64).min(data.len() as u64) as usize;
-        let mut idx = DirIndex { used: vec![0; nblocks], ..Default::default() };
+        let mut idx = DirIndex {
+            used: vec![0; nblocks],
+            ..Default::default()
+        };
         for (fb, b) in data {
             if fb as usize >= idx.used.len() {
                 continue;
@@ -100,16 +123,25 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
             for r in recs {
                 let name = String::from_utf8_lossy(&r.name).into_owned();
                 if r.ino == META_INO || r.ino >= geo.inodes as u64 {
-                    problems.push(format!("directory {d}: entry {name:?} names inode {} out of range", r.ino));
+                    problems.push(format!(
+                        "directory {d}: entry {name:?} names inode {} out of range",
+                        r.ino
+                    ));
                     continue;
                 }
                 let child = ino_at(r.ino);
                 if child.is(Kind::Free) {
-                    problems.push(format!("directory {d}: entry {name:?} names free inode {}", r.ino));
+                    problems.push(format!(
+                        "directory {d}: entry {name:?} names free inode {}",
+                        r.ino
+                    ));
                     continue;
                 }
                 if child.kind != r.kind || child.kind().is_none() {
-                    problems.push(format!("directory {d}: entry {name:?} kind {} but inode {} has kind {}", r.kind, r.ino, child.kind));
+                    problems.push(format!(
+                        "directory {d}: entry {name:?} kind {} but inode {} has kind {}",
+                        r.kind, r.ino, child.kind
+                    ));
                     continue;
                 }
                 if idx.entries.contains_key(&r.name) {
@@ -119,11 +151,17 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
                 refs[r.ino as usize] += 1;
                 if child.is(Kind::Dir) {
                     if visited.contains(&r.ino) || queue.contains(&r.ino) || r.ino == ROOT_INO {
-                        problems.push(format!("directory {}: reachable twice (from {d} as {name:?})", r.ino));
+                        problems.push(format!(
+                            "directory {}: reachable twice (from {d} as {name:?})",
+                            r.ino
+                        ));
                         continue;
                     }
                     if child.parent != d {
-                        problems.push(format!("directory {}: parent says {}, found in {d}", r.ino, child.parent));
+                        problems.push(format!(
+                            "directory {}: parent says {}, found in {d}",
+                            r.ino, child.parent
+                        ));
                     }
                     queue.push_back(r.ino);
                 } else if visited.insert(r.ino) {
@@ -131,7 +169,13 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
                     files += 1;
                     visit(r.ino, &child, &mut problems, &mut blocks);
                 }
-                let loc = Loc { ino: r.ino, kind: r.kind, block: fb, slot: r.slot, nslots: r.nslots };
+                let loc = Loc {
+                    ino: r.ino,
+                    kind: r.kind,
+                    block: fb,
+                    slot: r.slot,
+                    nslots: r.nslots,
+                };
                 idx.insert(&r.name, loc);
             }
         }
@@ -171,10 +215,25 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
                 None => refs[i as usize],
             };
             if node.links != want {
-                problems.push(format!("inode {i}: link count {} but {want} names", node.links));
+                problems.push(format!(
+                    "inode {i}: link count {} but {want} names",
+                    node.links
+                ));
             }
         }
     }
-    let alloc = Alloc { blocks, inodes, max_inodes: geo.inodes, open: HashMap::new() };
-    Walked { alloc, dirs, orphans, problems, files, dirs_count: ndirs }
+    let alloc = Alloc {
+        blocks,
+        inodes,
+        max_inodes: geo.inodes,
+        open: HashMap::new(),
+    };
+    Walked {
+        alloc,
+        dirs,
+        orphans,
+        problems,
+        files,
+        dirs_count: ndirs,
+    }
 }

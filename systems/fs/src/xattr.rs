@@ -30,11 +30,20 @@ pub fn decode(b: &[u8]) -> std::result::Result<Xattrs, String> {
     let n = u16::from_le_bytes([b[0], b[1]]) as usize;
     let mut at = 2;
     for i in 0..n {
-        let hdr = b.get(at..at + 3).ok_or(format!("record {i}: header past the block"))?;
-        let (nl, vl) = (hdr[0] as usize, u16::from_le_bytes([hdr[1], hdr[2]]) as usize);
+        let hdr = b
+            .get(at..at + 3)
+            .ok_or(format!("record {i}: header past the block"))?;
+        let (nl, vl) = (
+            hdr[0] as usize,
+            u16::from_le_bytes([hdr[1], hdr[2]]) as usize,
+        );
         at += 3;
-        let name = b.get(at..at + nl).ok_or(format!("record {i}: name past the block"))?;
-        let value = b.get(at + nl..at + nl + vl).ok_or(format!("record {i}: value past the block"))?;
+        let name = b
+            .get(at..at + nl)
+            .ok_or(format!("record {i}: name past the block"))?;
+        let value = b
+            .get(at + nl..at + nl + vl)
+            .ok_or(format!("record {i}: value past the block"))?;
         if nl == 0 || out.insert(name.to_vec(), value.to_vec()).is_some() {
             return Err(format!("record {i}: empty or repeated name"));
         }
@@ -56,7 +65,10 @@ pub fn encode(x: &Xattrs) -> Option<Vec<u8>> {
 
 fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
-        return Err(Error::NameTooLong { len: name.len(), max: NAME_MAX });
+        return Err(Error::NameTooLong {
+            len: name.len(),
+            max: NAME_MAX,
+        });
     }
     if !name.starts_with(b"user.") || name.len() == 5 {
         return Err(Error::NotSupported("only user.* extended attributes"));
@@ -123,7 +135,10 @@ impl<M: Media> Fs<M> {
         n.xattr = if x.is_empty() {
             0
         } else {
-            let b = encode(&x).ok_or(Error::TooBig { len: BLOCK as u64 + 1, max: BLOCK as u64 })?;
+            let b = encode(&x).ok_or(Error::TooBig {
+                len: BLOCK as u64 + 1,
+                max: BLOCK as u64,
+            })?;
             tx.new_block(&b)?
         };
         n.ctime = now();

@@ -2,7 +2,9 @@
 
 mod common;
 
-use pmkit_fs::{Error, Fs, Kind, MkfsOptions, MountOptions, RenameFlags, SetAttr, XattrFlags, ROOT};
+use pmkit_fs::{
+    Error, Fs, Kind, MkfsOptions, MountOptions, RenameFlags, SetAttr, XattrFlags, ROOT,
+};
 use pmkit_media::Region;
 
 fn fresh(len: usize) -> Fs<Region> {
@@ -27,7 +29,8 @@ fn create_write_read_rename_unlink() {
     assert_eq!(&back[100..], &data[..]);
     fs.write(f.ino, 10_100, b"tail").unwrap(); // fast path (no new block)
     assert_eq!(fs.getattr(f.ino).unwrap().size, 10_104);
-    fs.rename(d.ino, b"f", ROOT, b"g", RenameFlags::Replace).unwrap();
+    fs.rename(d.ino, b"f", ROOT, b"g", RenameFlags::Replace)
+        .unwrap();
     assert!(matches!(fs.lookup(d.ino, b"f"), Err(Error::NotFound)));
     assert_eq!(fs.lookup(ROOT, b"g").unwrap().ino, f.ino);
     assert_eq!(fs.getattr(ROOT).unwrap().links, 3);
@@ -44,26 +47,57 @@ fn create_write_read_rename_unlink() {
 fn limits_and_errors() {
     let fs = fresh(4 << 20);
     let long = vec![b'x'; 256];
-    assert!(matches!(fs.create(ROOT, &long, 0o644), Err(Error::NameTooLong { len: 256, max: 255 })));
-    assert_eq!(fs.create(ROOT, &long[..255], 0o644).unwrap().kind, Kind::File);
+    assert!(matches!(
+        fs.create(ROOT, &long, 0o644),
+        Err(Error::NameTooLong { len: 256, max: 255 })
+    ));
+    assert_eq!(
+        fs.create(ROOT, &long[..255], 0o644).unwrap().kind,
+        Kind::File
+    );
     assert!(fs.lookup(ROOT, &long[..255]).is_ok());
-    assert!(matches!(fs.create(ROOT, b"a/b", 0o644), Err(Error::BadName(_))));
-    assert!(matches!(fs.create(ROOT, &long[..255], 0o644), Err(Error::Exists)));
+    assert!(matches!(
+        fs.create(ROOT, b"a/b", 0o644),
+        Err(Error::BadName(_))
+    ));
+    assert!(matches!(
+        fs.create(ROOT, &long[..255], 0o644),
+        Err(Error::Exists)
+    ));
     let f = fs.create(ROOT, b"f", 0o644).unwrap();
-    assert!(matches!(fs.write(f.ino, pmkit_fs::MAX_FILE_SIZE, b"x"), Err(Error::FileTooBig { .. })));
-    assert!(matches!(fs.mknod(ROOT, b"fifo", 0o010644), Err(Error::NotSupported(_))));
-    assert!(matches!(fs.setxattr(f.ino, b"trusted.x", b"v", XattrFlags::Either), Err(Error::NotSupported(_))));
+    assert!(matches!(
+        fs.write(f.ino, pmkit_fs::MAX_FILE_SIZE, b"x"),
+        Err(Error::FileTooBig { .. })
+    ));
+    assert!(matches!(
+        fs.mknod(ROOT, b"fifo", 0o010644),
+        Err(Error::NotSupported(_))
+    ));
+    assert!(matches!(
+        fs.setxattr(f.ino, b"trusted.x", b"v", XattrFlags::Either),
+        Err(Error::NotSupported(_))
+    ));
     assert!(matches!(fs.link(ROOT, ROOT, b"l"), Err(Error::Perm(_))));
     let e = Error::NameTooLong { len: 256, max: 255 };
     assert_eq!(e.errno(), 36);
     // the inode table fills up with a typed error
     let small = Region::anonymous(1 << 20).unwrap();
-    Fs::mkfs(&small, &MkfsOptions { inodes: 8, ..MkfsOptions::default() }).unwrap();
+    Fs::mkfs(
+        &small,
+        &MkfsOptions {
+            inodes: 8,
+            ..MkfsOptions::default()
+        },
+    )
+    .unwrap();
     let (fs, _) = Fs::mount(small, &MountOptions::default()).unwrap();
     for i in 0..6 {
         fs.create(ROOT, format!("f{i}").as_bytes(), 0o644).unwrap();
     }
-    assert!(matches!(fs.create(ROOT, b"one-more", 0o644), Err(Error::NoInodes { max: 8 })));
+    assert!(matches!(
+        fs.create(ROOT, b"one-more", 0o644),
+        Err(Error::NoInodes { max: 8 })
+    ));
 }
 
 #[test]
@@ -71,25 +105,52 @@ fn rename_flags_links_symlinks_xattrs() {
     let fs = fresh(4 << 20);
     let a = fs.create(ROOT, b"a", 0o644).unwrap();
     let b = fs.mkdir(ROOT, b"b", 0o755).unwrap();
-    assert!(matches!(fs.rename(ROOT, b"a", ROOT, b"b", RenameFlags::NoReplace), Err(Error::Exists)));
-    assert!(matches!(fs.rename(ROOT, b"a", ROOT, b"b", RenameFlags::Replace), Err(Error::IsDir)));
-    fs.rename(ROOT, b"a", ROOT, b"b", RenameFlags::Exchange).unwrap();
+    assert!(matches!(
+        fs.rename(ROOT, b"a", ROOT, b"b", RenameFlags::NoReplace),
+        Err(Error::Exists)
+    ));
+    assert!(matches!(
+        fs.rename(ROOT, b"a", ROOT, b"b", RenameFlags::Replace),
+        Err(Error::IsDir)
+    ));
+    fs.rename(ROOT, b"a", ROOT, b"b", RenameFlags::Exchange)
+        .unwrap();
     assert_eq!(fs.lookup(ROOT, b"a").unwrap().ino, b.ino);
     assert_eq!(fs.lookup(ROOT, b"b").unwrap().ino, a.ino);
-    assert!(matches!(fs.rename(ROOT, b"a", a.ino, b"x", RenameFlags::Replace), Err(Error::NotDir)));
-    assert!(matches!(fs.rename(ROOT, b"a", b.ino, b"x", RenameFlags::Replace), Err(Error::Invalid(_))));
+    assert!(matches!(
+        fs.rename(ROOT, b"a", a.ino, b"x", RenameFlags::Replace),
+        Err(Error::NotDir)
+    ));
+    assert!(matches!(
+        fs.rename(ROOT, b"a", b.ino, b"x", RenameFlags::Replace),
+        Err(Error::Invalid(_))
+    ));
     let l = fs.link(a.ino, b.ino, b"hard").unwrap();
     assert_eq!(l.links, 2);
     let s = fs.symlink(ROOT, b"s", b"../target").unwrap();
     assert_eq!(fs.readlink(s.ino).unwrap(), b"../target");
-    fs.setxattr(a.ino, b"user.k", b"v1", XattrFlags::Create).unwrap();
-    assert!(matches!(fs.setxattr(a.ino, b"user.k", b"v", XattrFlags::Create), Err(Error::Exists)));
-    fs.setxattr(a.ino, b"user.k", b"v2", XattrFlags::Replace).unwrap();
+    fs.setxattr(a.ino, b"user.k", b"v1", XattrFlags::Create)
+        .unwrap();
+    assert!(matches!(
+        fs.setxattr(a.ino, b"user.k", b"v", XattrFlags::Create),
+        Err(Error::Exists)
+    ));
+    fs.setxattr(a.ino, b"user.k", b"v2", XattrFlags::Replace)
+        .unwrap();
     assert_eq!(fs.getxattr(a.ino, b"user.k").unwrap(), b"v2");
     assert_eq!(fs.listxattr(a.ino).unwrap(), vec![b"user.k".to_vec()]);
     fs.removexattr(a.ino, b"user.k").unwrap();
     assert!(matches!(fs.getxattr(a.ino, b"user.k"), Err(Error::NoAttr)));
-    let at = fs.setattr(a.ino, &SetAttr { mode: Some(0o600), uid: Some(7), ..Default::default() }).unwrap();
+    let at = fs
+        .setattr(
+            a.ino,
+            &SetAttr {
+                mode: Some(0o600),
+                uid: Some(7),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!((at.mode, at.uid), (0o600, 7));
 }
 
@@ -122,7 +183,10 @@ fn unlinked_but_open_survives_until_release_and_remount() {
 #[test]
 fn big_truncate_goes_through_the_orphan_list() {
     let r = Region::anonymous(32 << 20).unwrap();
-    let o = MkfsOptions { lane_entries: 32, ..MkfsOptions::default() };
+    let o = MkfsOptions {
+        lane_entries: 32,
+        ..MkfsOptions::default()
+    };
     Fs::mkfs(&r, &o).unwrap();
     let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
     let f = fs.create(ROOT, b"big", 0o644).unwrap();
@@ -130,9 +194,23 @@ fn big_truncate_goes_through_the_orphan_list() {
     fs.fallocate(f.ino, 0, 600 * 4096).unwrap(); // height 2: two leaves
     assert!(fs.statfs().free_blocks < free0 - 600);
     fs.write(f.ino, 4096 * 3, b"keep").unwrap();
-    fs.setattr(f.ino, &SetAttr { size: Some(4096 * 3 + 2), ..Default::default() }).unwrap();
+    fs.setattr(
+        f.ino,
+        &SetAttr {
+            size: Some(4096 * 3 + 2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(fs.read(f.ino, 4096 * 3, 100).unwrap(), b"ke");
-    fs.setattr(f.ino, &SetAttr { size: Some(4096 * 4), ..Default::default() }).unwrap();
+    fs.setattr(
+        f.ino,
+        &SetAttr {
+            size: Some(4096 * 4),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let back = fs.read(f.ino, 4096 * 3, 4096).unwrap();
     assert_eq!(&back[..4], b"ke\0\0");
     let media = fs.unmount();
@@ -151,7 +229,8 @@ fn threads_write_their_own_files() {
                 let f = fs.create(ROOT, format!("t{t}").as_bytes(), 0o644).unwrap();
                 for i in 0..50u64 {
                     fs.write(f.ino, i * 1000, &[t as u8 + 1; 1000]).unwrap();
-                    fs.mkdir(ROOT, format!("d{t}-{i}").as_bytes(), 0o755).unwrap();
+                    fs.mkdir(ROOT, format!("d{t}-{i}").as_bytes(), 0o755)
+                        .unwrap();
                 }
                 f.ino
             })

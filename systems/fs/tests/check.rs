@@ -52,10 +52,18 @@ fn both_superblocks_corrupt() {
     sim.write(SB_OFFS[0] + 20, &[0xff]);
     let rep = check(&sim);
     assert!(rep.is_clean(), "one bad copy is repaired by mount: {rep:?}");
-    assert!(rep.notes.iter().any(|n| n.contains("superblock A: checksum")), "{rep:?}");
+    assert!(
+        rep.notes
+            .iter()
+            .any(|n| n.contains("superblock A: checksum")),
+        "{rep:?}"
+    );
     sim.write(SB_OFFS[1], &[0u8; 8]);
     let text = refused(sim, "superblocks");
-    assert!(text.contains("both superblocks are bad") && text.contains("bad magic"), "{text}");
+    assert!(
+        text.contains("both superblocks are bad") && text.contains("bad magic"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -122,7 +130,10 @@ fn wrong_link_count_and_unreachable_inode() {
     sim.write(sb.geo.inode_off(20), &orphan);
     let text = refused(sim, "links");
     assert!(text.contains("inode 3: link count 7 but 1 names"), "{text}");
-    assert!(text.contains("inode 20: in use but nothing names it"), "{text}");
+    assert!(
+        text.contains("inode 20: in use but nothing names it"),
+        "{text}"
+    );
 }
 
 #[test]

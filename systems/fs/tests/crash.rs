@@ -75,7 +75,14 @@ fn base(mode: DataMode) -> (Vec<u8>, Model) {
     let sim = CrashSim::new(LEN);
     Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
     let mut model = Model::default();
-    let (fs, _) = Fs::mount(&sim, &MountOptions { data: mode, ..Default::default() }).unwrap();
+    let (fs, _) = Fs::mount(
+        &sim,
+        &MountOptions {
+            data: mode,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     for op in setup_ops() {
         model.apply(&op).unwrap();
         run_op(&fs, &op).unwrap();
@@ -89,15 +96,22 @@ fn torn_ok(got: &Snap, before: &Snap, after: &Snap, path: &str, off: u64, data: 
     let Some(group) = before.0.get(path).map(|e| e.group.clone()) else {
         return false;
     };
-    let (Some(be), Some(ae), Some(ge)) = (before.0.get(path), after.0.get(path), got.0.get(path)) else {
+    let (Some(be), Some(ae), Some(ge)) = (before.0.get(path), after.0.get(path), got.0.get(path))
+    else {
         return false;
     };
-    let side = if ge.data.len() == ae.data.len() { after } else if ge.data.len() == be.data.len() { before } else { return false };
-    for i in 0..data.len() {
+    let side = if ge.data.len() == ae.data.len() {
+        after
+    } else if ge.data.len() == be.data.len() {
+        before
+    } else {
+        return false;
+    };
+    for (i, &new) in data.iter().enumerate() {
         let at = off as usize + i;
         if at < ge.data.len() {
             let old = be.data.get(at).copied().unwrap_or(0);
-            if ge.data[at] != old && ge.data[at] != data[i] {
+            if ge.data[at] != old && ge.data[at] != new {
                 return false;
             }
         }
@@ -119,8 +133,14 @@ fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Snap, String> 
     if !rep.is_clean() {
         return Err(format!("check before mount: {:?}", rep.problems));
     }
-    let (fs, _) = Fs::mount(Arc::clone(m), &MountOptions { data: mode, ..Default::default() })
-        .map_err(|e| format!("mount failed: {e}"))?;
+    let (fs, _) = Fs::mount(
+        Arc::clone(m),
+        &MountOptions {
+            data: mode,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| format!("mount failed: {e}"))?;
     let got = snap(&fs)?;
     let before = a.before.as_ref().expect("model state");
     let ok = got == *before
@@ -139,12 +159,26 @@ fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Snap, String> 
 }
 
 /// Crash at every fence of `ops` run on the setup tree.
-fn crash_ops(ops: &[Op], mode: DataMode, domain: Domain, faults: Faults, opts: CrashOpts, nested: bool) -> CrashReport {
+fn crash_ops(
+    ops: &[Op],
+    mode: DataMode,
+    domain: Domain,
+    faults: Faults,
+    opts: CrashOpts,
+    nested: bool,
+) -> CrashReport {
     let (image, model) = base(mode);
-    let acked = Arc::new(Mutex::new(Acked { before: Some(model.snap()), ..Default::default() }));
+    let acked = Arc::new(Mutex::new(Acked {
+        before: Some(model.snap()),
+        ..Default::default()
+    }));
     let a2 = Arc::clone(&acked);
     let opts = CrashOpts { domain, ..opts };
-    let inner = CrashOpts { k: 4, random_images: 8, ..opts.clone() };
+    let inner = CrashOpts {
+        k: 4,
+        random_images: 8,
+        ..opts.clone()
+    };
     check_every_fence_from(
         image,
         &opts,
@@ -159,12 +193,18 @@ fn crash_ops(ops: &[Op], mode: DataMode, domain: Domain, faults: Faults, opts: C
                     let mut a = a2.lock();
                     a.after = Some(next.snap());
                     a.torn = match op {
-                        Op::Write(p, off, len, seed) if mode == DataMode::InPlace => Some((p.clone(), *off, data_of(*off, *len, *seed))),
+                        Op::Write(p, off, len, seed) if mode == DataMode::InPlace => {
+                            Some((p.clone(), *off, data_of(*off, *len, *seed)))
+                        }
                         _ => None,
                     };
                 }
                 let r = run_op(&fs, op);
-                assert_eq!(r.is_ok(), ok, "{op:?}: file system says {r:?}, the model {ok}");
+                assert_eq!(
+                    r.is_ok(),
+                    ok,
+                    "{op:?}: file system says {r:?}, the model {ok}"
+                );
                 if ok {
                     model = next;
                 }
@@ -182,10 +222,19 @@ fn crash_ops(ops: &[Op], mode: DataMode, domain: Domain, faults: Faults, opts: C
                     m.image(),
                     &inner,
                     |m2| {
-                        let _ = Fs::mount(Arc::clone(m2), &MountOptions { data: mode, ..Default::default() });
+                        let _ = Fs::mount(
+                            Arc::clone(m2),
+                            &MountOptions {
+                                data: mode,
+                                ..Default::default()
+                            },
+                        );
                     },
                     |m3| {
-                        let before = Acked { before: Some(got.clone()), ..Default::default() };
+                        let before = Acked {
+                            before: Some(got.clone()),
+                            ..Default::default()
+                        };
                         verify(m3, &before, mode).map(|_| ())
                     },
                 );
@@ -199,7 +248,11 @@ fn crash_ops(ops: &[Op], mode: DataMode, domain: Domain, faults: Faults, opts: C
 }
 
 fn small() -> CrashOpts {
-    CrashOpts { k: 6, random_images: 16, ..Default::default() }
+    CrashOpts {
+        k: 6,
+        random_images: 16,
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -208,10 +261,23 @@ fn every_single_operation_both_domains_both_modes() {
         for mode in [DataMode::InPlace, DataMode::Atomic] {
             let mut images = 0;
             for op in surface() {
-                let rep = crash_ops(&[op.clone()], mode, domain, Faults::default(), CrashOpts::default(), false);
-                assert!(rep.fences > 0 || matches!(op, Op::Rename(..)), "{op:?}: no fences");
+                let rep = crash_ops(
+                    std::slice::from_ref(&op),
+                    mode,
+                    domain,
+                    Faults::default(),
+                    CrashOpts::default(),
+                    false,
+                );
+                assert!(
+                    rep.fences > 0 || matches!(op, Op::Rename(..)),
+                    "{op:?}: no fences"
+                );
                 if !rep.is_clean() {
-                    panic!("{op:?} {mode:?} {domain:?}:\n{rep}\n{:?}", rep.violations.first());
+                    panic!(
+                        "{op:?} {mode:?} {domain:?}:\n{rep}\n{:?}",
+                        rep.violations.first()
+                    );
                 }
                 images += rep.images;
             }
@@ -226,11 +292,29 @@ fn every_pair_of_operations() {
     let mut images = 0;
     for (i, a) in ops.iter().enumerate() {
         for (j, b) in ops.iter().enumerate() {
-            let domain = if (i + j) % 2 == 0 { Domain::Adr } else { Domain::Eadr };
-            let mode = if i % 2 == 0 { DataMode::Atomic } else { DataMode::InPlace };
-            let rep = crash_ops(&[a.clone(), b.clone()], mode, domain, Faults::default(), CrashOpts::default(), false);
+            let domain = if (i + j) % 2 == 0 {
+                Domain::Adr
+            } else {
+                Domain::Eadr
+            };
+            let mode = if i % 2 == 0 {
+                DataMode::Atomic
+            } else {
+                DataMode::InPlace
+            };
+            let rep = crash_ops(
+                &[a.clone(), b.clone()],
+                mode,
+                domain,
+                Faults::default(),
+                CrashOpts::default(),
+                false,
+            );
             if !rep.is_clean() {
-                panic!("{a:?} then {b:?} ({mode:?}, {domain:?}):\n{rep}\n{:?}", rep.violations.first());
+                panic!(
+                    "{a:?} then {b:?} ({mode:?}, {domain:?}):\n{rep}\n{:?}",
+                    rep.violations.first()
+                );
             }
             images += rep.images;
         }
@@ -241,16 +325,36 @@ fn every_pair_of_operations() {
 #[test]
 fn seeded_random_triples() {
     let ops = surface();
-    let seed = std::env::var("PMKIT_FS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let seed = std::env::var("PMKIT_FS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let mut rng = SmallRng::seed_from_u64(seed);
     for round in 0..300 {
-        let seq: Vec<Op> = (0..3).map(|_| ops[rng.gen_range(0..ops.len())].clone()).collect();
-        let domain = if round % 2 == 0 { Domain::Adr } else { Domain::Eadr };
-        let mode = if round % 3 == 0 { DataMode::InPlace } else { DataMode::Atomic };
-        let opts = CrashOpts { seed: seed + round, word_stores: round % 4 == 1, ..small() };
+        let seq: Vec<Op> = (0..3)
+            .map(|_| ops[rng.gen_range(0..ops.len())].clone())
+            .collect();
+        let domain = if round % 2 == 0 {
+            Domain::Adr
+        } else {
+            Domain::Eadr
+        };
+        let mode = if round % 3 == 0 {
+            DataMode::InPlace
+        } else {
+            DataMode::Atomic
+        };
+        let opts = CrashOpts {
+            seed: seed + round,
+            word_stores: round % 4 == 1,
+            ..small()
+        };
         let rep = crash_ops(&seq, mode, domain, Faults::default(), opts, false);
         if !rep.is_clean() {
-            panic!("seed {seed} round {round}: {seq:?} ({mode:?}, {domain:?}):\n{rep}\n{:?}", rep.violations.first());
+            panic!(
+                "seed {seed} round {round}: {seq:?} ({mode:?}, {domain:?}):\n{rep}\n{:?}",
+                rep.violations.first()
+            );
         }
     }
 }
@@ -258,10 +362,22 @@ fn seeded_random_triples() {
 #[test]
 fn crash_again_during_recovery() {
     for (k, op) in surface().into_iter().enumerate() {
-        let domain = if k % 2 == 0 { Domain::Adr } else { Domain::Eadr };
-        let mode = if k % 3 == 0 { DataMode::InPlace } else { DataMode::Atomic };
-        let opts = CrashOpts { k: 5, random_images: 8, ..Default::default() };
-        let rep = crash_ops(&[op.clone()], mode, domain, Faults::default(), opts, true);
+        let domain = if k % 2 == 0 {
+            Domain::Adr
+        } else {
+            Domain::Eadr
+        };
+        let mode = if k % 3 == 0 {
+            DataMode::InPlace
+        } else {
+            DataMode::Atomic
+        };
+        let opts = CrashOpts {
+            k: 5,
+            random_images: 8,
+            ..Default::default()
+        };
+        let rep = crash_ops(std::slice::from_ref(&op), mode, domain, Faults::default(), opts, true);
         if !rep.is_clean() {
             panic!("{op:?}:\n{rep}\n{:?}", rep.violations.first());
         }
@@ -270,9 +386,24 @@ fn crash_again_during_recovery() {
 
 #[test]
 fn word_granular_tearing_of_journal_entries() {
-    for op in [Op::Rename(s("a"), s("b"), RenameFlags::Exchange), Op::Create(s("a/n")), Op::Write(s("a/f"), 4090, 20, 1)] {
-        let opts = CrashOpts { word_stores: true, k: 8, ..Default::default() };
-        let rep = crash_ops(&[op.clone()], DataMode::Atomic, Domain::Adr, Faults::default(), opts, false);
+    for op in [
+        Op::Rename(s("a"), s("b"), RenameFlags::Exchange),
+        Op::Create(s("a/n")),
+        Op::Write(s("a/f"), 4090, 20, 1),
+    ] {
+        let opts = CrashOpts {
+            word_stores: true,
+            k: 8,
+            ..Default::default()
+        };
+        let rep = crash_ops(
+            std::slice::from_ref(&op),
+            DataMode::Atomic,
+            Domain::Adr,
+            Faults::default(),
+            opts,
+            false,
+        );
         if !rep.is_clean() {
             panic!("{op:?}:\n{rep}\n{:?}", rep.violations.first());
         }
@@ -282,16 +413,51 @@ fn word_granular_tearing_of_journal_entries() {
 /// The suite can fail: drop a fence of the journal protocol and it must report violations.
 #[test]
 fn a_missing_fence_is_caught() {
-    let seq = [Op::Rename(s("a/f"), s("b/g"), RenameFlags::Replace), Op::Create(s("a/n"))];
+    let seq = [
+        Op::Rename(s("a/f"), s("b/g"), RenameFlags::Replace),
+        Op::Create(s("a/n")),
+    ];
     for (faults, what) in [
-        (Faults { skip_apply_fence: true, ..Faults::default() }, "fence before the commit entry"),
-        (Faults { skip_log_fence: true, ..Faults::default() }, "fence after the undo entries"),
+        (
+            Faults {
+                skip_apply_fence: true,
+                ..Faults::default()
+            },
+            "fence before the commit entry",
+        ),
+        (
+            Faults {
+                skip_log_fence: true,
+                ..Faults::default()
+            },
+            "fence after the undo entries",
+        ),
     ] {
-        let rep = crash_ops(&seq, DataMode::Atomic, Domain::Adr, faults, CrashOpts::default(), false);
-        eprintln!("without the {what}: {} violations in {} images", rep.violation_count, rep.images);
-        assert!(rep.violation_count > 0, "dropping the {what} went unnoticed:\n{rep}");
+        let rep = crash_ops(
+            &seq,
+            DataMode::Atomic,
+            Domain::Adr,
+            faults,
+            CrashOpts::default(),
+            false,
+        );
+        eprintln!(
+            "without the {what}: {} violations in {} images",
+            rep.violation_count, rep.images
+        );
+        assert!(
+            rep.violation_count > 0,
+            "dropping the {what} went unnoticed:\n{rep}"
+        );
     }
-    let rep = crash_ops(&seq, DataMode::Atomic, Domain::Adr, Faults::default(), CrashOpts::default(), false);
+    let rep = crash_ops(
+        &seq,
+        DataMode::Atomic,
+        Domain::Adr,
+        Faults::default(),
+        CrashOpts::default(),
+        false,
+    );
     assert!(rep.is_clean(), "{rep}");
 }
 

@@ -11,7 +11,9 @@ use pmkit_media::crashsim::CrashSim;
 use pmkit_media::{Media, Region, RegionOptions};
 use proptest::prelude::*;
 
-const PATHS: [&str; 10] = ["a", "b", "c", "a/a", "a/b", "b/a", "b/c", "a/a/x", "c/d", "a/b/y"];
+const PATHS: [&str; 10] = [
+    "a", "b", "c", "a/a", "a/b", "b/a", "b/c", "a/a/x", "c/d", "a/b/y",
+];
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -24,7 +26,11 @@ fn path() -> impl Strategy<Value = String> {
 }
 
 fn step() -> impl Strategy<Value = Step> {
-    let flags = prop_oneof![Just(RenameFlags::Replace), Just(RenameFlags::NoReplace), Just(RenameFlags::Exchange)];
+    let flags = prop_oneof![
+        Just(RenameFlags::Replace),
+        Just(RenameFlags::NoReplace),
+        Just(RenameFlags::Exchange)
+    ];
     prop_oneof![
         3 => path().prop_map(|p| Step::Op(Op::Create(p))),
         3 => path().prop_map(|p| Step::Op(Op::Mkdir(p))),
@@ -44,12 +50,19 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn opts() -> MkfsOptions {
-    MkfsOptions { inodes: 128, lanes: 2, lane_entries: 128 }
+    MkfsOptions {
+        inodes: 128,
+        lanes: 2,
+        lane_entries: 128,
+    }
 }
 
 fn run<M: Media>(media: M, steps: &[Step], mode: DataMode) -> Result<(), TestCaseError> {
     Fs::mkfs(&media, &opts()).unwrap();
-    let mo = MountOptions { data: mode, ..Default::default() };
+    let mo = MountOptions {
+        data: mode,
+        ..Default::default()
+    };
     let (mut fs, _) = Fs::mount(media, &mo).unwrap();
     let mut model = Model::default();
     for (i, s) in steps.iter().enumerate() {
@@ -62,7 +75,12 @@ fn run<M: Media>(media: M, steps: &[Step], mode: DataMode) -> Result<(), TestCas
             Step::Remount => {
                 let media = fs.unmount();
                 let rep = check(&media);
-                prop_assert!(rep.is_clean() && rep.clean, "step {}: {:?}", i, rep.problems);
+                prop_assert!(
+                    rep.is_clean() && rep.clean,
+                    "step {}: {:?}",
+                    i,
+                    rep.problems
+                );
                 let (f, rec) = Fs::mount(media, &mo).unwrap();
                 prop_assert!(rec.was_clean);
                 fs = f;

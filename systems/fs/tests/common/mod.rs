@@ -44,7 +44,9 @@ fn parent_of(p: &str) -> &str {
 }
 
 pub fn data_of(off: u64, len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| seed.wrapping_add(((off as usize + i) % 251) as u8) | 1).collect()
+    (0..len)
+        .map(|i| seed.wrapping_add(((off as usize + i) % 251) as u8) | 1)
+        .collect()
 }
 
 impl Model {
@@ -59,7 +61,12 @@ impl Model {
     }
     fn new_node(&mut self, p: &str, kind: Kind, data: Vec<u8>, mode: u32) {
         self.next += 1;
-        let n = MNode { kind, data, mode, xattrs: BTreeMap::new() };
+        let n = MNode {
+            kind,
+            data,
+            mode,
+            xattrs: BTreeMap::new(),
+        };
         self.nodes.insert(self.next, n);
         self.paths.insert(p.to_string(), self.next);
     }
@@ -91,12 +98,17 @@ impl Model {
                 match op {
                     Op::Create(_) => self.new_node(p, Kind::File, vec![], 0o644),
                     Op::Mkdir(_) => self.new_node(p, Kind::Dir, vec![], 0o755),
-                    Op::Symlink(_, t) => self.new_node(p, Kind::Symlink, t.as_bytes().to_vec(), 0o777),
+                    Op::Symlink(_, t) => {
+                        self.new_node(p, Kind::Symlink, t.as_bytes().to_vec(), 0o777)
+                    }
                     _ => unreachable!(),
                 }
             }
             Op::Write(p, off, len, seed) => {
-                let n = self.node_mut(p).filter(|n| n.kind == Kind::File).ok_or(())?;
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
                 let end = *off as usize + len;
                 if n.data.len() < end {
                     n.data.resize(end, 0);
@@ -104,11 +116,17 @@ impl Model {
                 n.data[*off as usize..end].copy_from_slice(&data_of(*off, *len, *seed));
             }
             Op::Truncate(p, size) => {
-                let n = self.node_mut(p).filter(|n| n.kind == Kind::File).ok_or(())?;
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
                 n.data.resize(*size as usize, 0);
             }
             Op::Fallocate(p, off, len) => {
-                let n = self.node_mut(p).filter(|n| n.kind == Kind::File).ok_or(())?;
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
                 let end = (off + len) as usize;
                 if n.data.len() < end {
                     n.data.resize(end, 0);
@@ -195,7 +213,10 @@ impl Model {
             .filter(|k| *k == from || k.starts_with(&format!("{from}/")))
             .cloned()
             .collect();
-        let moved: Vec<(String, u64)> = keys.iter().map(|k| (k.clone(), self.paths.remove(k).unwrap())).collect();
+        let moved: Vec<(String, u64)> = keys
+            .iter()
+            .map(|k| (k.clone(), self.paths.remove(k).unwrap()))
+            .collect();
         for (k, id) in moved {
             self.paths.insert(format!("{to}{}", &k[from.len()..]), id);
         }
@@ -207,13 +228,43 @@ impl Model {
         for (p, id) in &self.paths {
             let n = &self.nodes[id];
             let links = match n.kind {
-                Kind::Dir => 2 + self.paths.iter().filter(|(k, v)| parent_of(k) == p && self.nodes[v].kind == Kind::Dir).count() as u32,
+                Kind::Dir => {
+                    2 + self
+                        .paths
+                        .iter()
+                        .filter(|(k, v)| parent_of(k) == p && self.nodes[v].kind == Kind::Dir)
+                        .count() as u32
+                }
                 _ => self.paths.values().filter(|&&v| v == *id).count() as u32,
             };
-            let group = self.paths.iter().find(|(_, &v)| v == *id).unwrap().0.clone();
-            let data = if n.kind == Kind::Dir { vec![] } else { n.data.clone() };
-            let x = n.xattrs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            out.insert(p.clone(), Ent { kind: n.kind, data, links, mode: n.mode, group, xattrs: x });
+            let group = self
+                .paths
+                .iter()
+                .find(|(_, &v)| v == *id)
+                .unwrap()
+                .0
+                .clone();
+            let data = if n.kind == Kind::Dir {
+                vec![]
+            } else {
+                n.data.clone()
+            };
+            let x = n
+                .xattrs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            out.insert(
+                p.clone(),
+                Ent {
+                    kind: n.kind,
+                    data,
+                    links,
+                    mode: n.mode,
+                    group,
+                    xattrs: x,
+                },
+            );
         }
         Snap(out)
     }
@@ -264,9 +315,14 @@ pub fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
             let (d, n) = resolve(fs, p)?;
             fs.symlink(d, n.as_bytes(), t.as_bytes()).map(|_| ())
         }
-        Op::Write(p, off, len, seed) => fs.write(ino_of(fs, p)?, *off, &data_of(*off, *len, *seed)).map(|_| ()),
+        Op::Write(p, off, len, seed) => fs
+            .write(ino_of(fs, p)?, *off, &data_of(*off, *len, *seed))
+            .map(|_| ()),
         Op::Truncate(p, size) => {
-            let s = SetAttr { size: Some(*size), ..Default::default() };
+            let s = SetAttr {
+                size: Some(*size),
+                ..Default::default()
+            };
             fs.setattr(ino_of(fs, p)?, &s).map(|_| ())
         }
         Op::Fallocate(p, off, len) => fs.fallocate(ino_of(fs, p)?, *off, *len),
@@ -289,10 +345,18 @@ pub fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
             fs.rename(sp, sn.as_bytes(), dp, dn.as_bytes(), *flags)
         }
         Op::Chmod(p, m) => {
-            let s = SetAttr { mode: Some(*m), ..Default::default() };
+            let s = SetAttr {
+                mode: Some(*m),
+                ..Default::default()
+            };
             fs.setattr(ino_of(fs, p)?, &s).map(|_| ())
         }
-        Op::SetXattr(p, name, v) => fs.setxattr(ino_of(fs, p)?, name.as_bytes(), &vec![*v; *v as usize % 7 + 1], XattrFlags::Either),
+        Op::SetXattr(p, name, v) => fs.setxattr(
+            ino_of(fs, p)?,
+            name.as_bytes(),
+            &vec![*v; *v as usize % 7 + 1],
+            XattrFlags::Either,
+        ),
         Op::RemoveXattr(p, name) => fs.removexattr(ino_of(fs, p)?, name.as_bytes()),
     }
 }
@@ -303,36 +367,66 @@ pub fn snap<M: Media>(fs: &Fs<M>) -> Result<Snap, String> {
     let mut groups: HashMap<u64, String> = HashMap::new();
     let mut stack = vec![(ROOT, String::new())];
     while let Some((dir, prefix)) = stack.pop() {
-        let mut ents = fs.readdir(dir).map_err(|e| format!("readdir {prefix:?}: {e}"))?;
+        let mut ents = fs
+            .readdir(dir)
+            .map_err(|e| format!("readdir {prefix:?}: {e}"))?;
         ents.sort_by(|a, b| a.name.cmp(&b.name));
         for e in ents {
             if e.name == b"." || e.name == b".." {
                 continue;
             }
             let name = String::from_utf8(e.name.clone()).unwrap();
-            let path = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
-            let a = fs.getattr(e.ino).map_err(|err| format!("getattr {path}: {err}"))?;
+            let path = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let a = fs
+                .getattr(e.ino)
+                .map_err(|err| format!("getattr {path}: {err}"))?;
             if a.kind != e.kind {
-                return Err(format!("{path}: entry kind {:?} but inode kind {:?}", e.kind, a.kind));
+                return Err(format!(
+                    "{path}: entry kind {:?} but inode kind {:?}",
+                    e.kind, a.kind
+                ));
             }
             let data = match a.kind {
-                Kind::File => fs.read(e.ino, 0, a.size as usize).map_err(|err| format!("read {path}: {err}"))?,
-                Kind::Symlink => fs.readlink(e.ino).map_err(|err| format!("readlink {path}: {err}"))?,
+                Kind::File => fs
+                    .read(e.ino, 0, a.size as usize)
+                    .map_err(|err| format!("read {path}: {err}"))?,
+                Kind::Symlink => fs
+                    .readlink(e.ino)
+                    .map_err(|err| format!("readlink {path}: {err}"))?,
                 _ => vec![],
             };
             if a.kind == Kind::File && data.len() as u64 != a.size {
                 return Err(format!("{path}: read {} bytes of {}", data.len(), a.size));
             }
             let mut xattrs = Vec::new();
-            for k in fs.listxattr(e.ino).map_err(|err| format!("listxattr {path}: {err}"))? {
-                let v = fs.getxattr(e.ino, &k).map_err(|err| format!("getxattr {path}: {err}"))?;
+            for k in fs
+                .listxattr(e.ino)
+                .map_err(|err| format!("listxattr {path}: {err}"))?
+            {
+                let v = fs
+                    .getxattr(e.ino, &k)
+                    .map_err(|err| format!("getxattr {path}: {err}"))?;
                 xattrs.push((String::from_utf8(k).unwrap(), v));
             }
             if a.kind == Kind::Dir {
                 stack.push((e.ino, path.clone()));
             }
             groups.entry(e.ino).or_insert_with(|| path.clone());
-            out.insert(path.clone(), Ent { kind: a.kind, data, links: a.links, mode: a.mode, group: String::new(), xattrs });
+            out.insert(
+                path.clone(),
+                Ent {
+                    kind: a.kind,
+                    data,
+                    links: a.links,
+                    mode: a.mode,
+                    group: String::new(),
+                    xattrs,
+                },
+            );
             out.get_mut(&path).unwrap().group = e.ino.to_string();
         }
     }
