@@ -141,13 +141,7 @@ impl<M: Media> Fs<M> {
         if n.xattr != 0 {
             tx.free_after.push(n.xattr);
         }
-        tx.put_inode(
-            ino,
-            &Inode {
-                orphan_next: n.orphan_next,
-                ..Default::default()
-            },
-        );
+        tx.put_inode(ino, &Inode::default());
         tx.free_inodes_after.push(ino);
     }
 
