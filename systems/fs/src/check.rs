@@ -9,7 +9,7 @@ use crate::walk;
 use pmkit_media::Media;
 
 /// What `check` found.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CheckReport {
     /// Problems that make mount refuse the media.
     pub problems: Vec<String>,

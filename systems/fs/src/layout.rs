@@ -24,7 +24,7 @@ pub const MAX_LANES: u32 = 64;
 
 /// Where everything is. Derived from four numbers, so the superblock stores those and the
 /// derived offsets, and decoding checks that they agree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Geometry {
     pub blocks: u64,
     pub lanes: u32,
@@ -78,7 +78,7 @@ impl Geometry {
 }
 
 /// The superblock: geometry plus mount state, one line, CRC32C last.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Superblock {
     pub geo: Geometry,
     pub mount_gen: u64,

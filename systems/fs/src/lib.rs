@@ -7,6 +7,7 @@
 mod alloc;
 mod attr;
 mod check;
+mod costs;
 mod data;
 mod dir;
 mod error;
@@ -23,6 +24,7 @@ mod walk;
 mod xattr;
 
 pub use check::{check, CheckReport};
+pub use costs::{op_costs, OpCost};
 
 /// The decoders of on-media structures, for the fuzz targets: each takes any bytes and answers
 /// Ok or a reason, never a panic.
@@ -41,6 +43,11 @@ pub use pm::Counters;
 #[doc(hidden)]
 pub use pm::Faults;
 pub use xattr::XattrFlags;
+
+/// The superblock mount would use (the valid copy with the higher generation), read only.
+pub fn superblock<M: Media>(media: &M) -> Result<layout::Superblock> {
+    mount::pick_sb(media).map(|(sb, _)| sb)
+}
 
 use dir::DirIndex;
 use parking_lot::{Mutex, RwLock};

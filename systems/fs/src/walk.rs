@@ -183,7 +183,12 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     }
     // The orphan list, headed by the meta inode (which holds nothing else).
     let meta = ino_at(META_INO);
-    if meta != (Inode { orphan_next: meta.orphan_next, ..Inode::default() }) {
+    if meta
+        != (Inode {
+            orphan_next: meta.orphan_next,
+            ..Inode::default()
+        })
+    {
         problems.push("meta inode 0: fields other than the orphan list head are set".into());
     }
     let mut orphans = Vec::new();
@@ -195,11 +200,17 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         }
         let node = ino_at(o);
         if !node.is(Kind::File) && !node.is(Kind::Symlink) {
-            problems.push(format!("orphan list: inode {o} is not a file (kind {})", node.kind));
+            problems.push(format!(
+                "orphan list: inode {o} is not a file (kind {})",
+                node.kind
+            ));
             break;
         }
         if node.links > 0 && (!node.is(Kind::File) || node.trunc != node.size) {
-            problems.push(format!("orphan {o}: a truncate to {} but size {}", node.trunc, node.size));
+            problems.push(format!(
+                "orphan {o}: a truncate to {} but size {}",
+                node.trunc, node.size
+            ));
         }
         orphans.push(o);
         if node.links == 0 && visited.contains(&o) {

@@ -244,3 +244,28 @@ fn threads_write_their_own_files() {
     let fs = std::sync::Arc::try_unwrap(fs).unwrap();
     assert!(pmkit_fs::check(&fs.unmount()).is_clean());
 }
+
+#[test]
+fn journal_costs_per_operation() {
+    let costs = pmkit_fs::op_costs();
+    for c in &costs {
+        eprintln!(
+            "{:<36} {:>5} B journaled {:>2} fences {} tx",
+            c.op, c.journal_bytes, c.fences, c.transactions
+        );
+    }
+    let get = |op: &str| costs.iter().find(|c| c.op == op).unwrap().clone();
+    // metadata operations: one transaction, three fences, within the thesis's Table 3 budget
+    for (op, max) in [
+        ("create (touch)", 512),
+        ("mkdir", 512),
+        ("rename (mv)", 512),
+    ] {
+        let c = get(op);
+        assert_eq!((c.transactions, c.fences), (1, 3), "{op}");
+        assert!(c.journal_bytes <= max, "{op}: {} bytes", c.journal_bytes);
+    }
+    // the append fast path: no journal, two fences (data, then the 16-byte size+mtime store)
+    let c = get("append 100 B in an allocated block");
+    assert_eq!((c.journal_bytes, c.fences, c.transactions), (0, 2, 0));
+}

@@ -377,7 +377,14 @@ fn crash_again_during_recovery() {
             random_images: 8,
             ..Default::default()
         };
-        let rep = crash_ops(std::slice::from_ref(&op), mode, domain, Faults::default(), opts, true);
+        let rep = crash_ops(
+            std::slice::from_ref(&op),
+            mode,
+            domain,
+            Faults::default(),
+            opts,
+            true,
+        );
         if !rep.is_clean() {
             panic!("{op:?}:\n{rep}\n{:?}", rep.violations.first());
         }
