@@ -269,3 +269,51 @@ fn journal_costs_per_operation() {
     let c = get("append 100 B in an allocated block");
     assert_eq!((c.journal_bytes, c.fences, c.transactions), (0, 2, 0));
 }
+
+#[test]
+fn a_sparse_file_grows_to_height_three_and_shrinks() {
+    let r = Region::anonymous(8 << 20).unwrap();
+    let o = MkfsOptions {
+        lane_entries: 32,
+        ..MkfsOptions::default()
+    };
+    Fs::mkfs(&r, &o).unwrap();
+    let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
+    let f = fs.create(ROOT, b"sparse", 0o644).unwrap();
+    let far = 3u64 << 30; // past the 1 GiB a height-2 tree covers
+    fs.write(f.ino, 10, b"near").unwrap();
+    fs.write(f.ino, far, b"far away").unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().size, far + 8);
+    assert_eq!(fs.read(f.ino, far, 100).unwrap(), b"far away");
+    assert_eq!(fs.read(f.ino, 8, 6).unwrap(), b"\0\0near");
+    assert!(fs
+        .read(f.ino, 1 << 30, 4096)
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0));
+    let used = fs.getattr(f.ino).unwrap().blocks;
+    assert_eq!(
+        used,
+        2 + 1 + 2 + 2,
+        "two data blocks, the root, two nodes per path"
+    );
+    let media = fs.unmount();
+    assert!(pmkit_fs::check(&media).is_clean());
+    let (fs, _) = Fs::mount(media, &MountOptions::default()).unwrap();
+    fs.setattr(
+        f.ino,
+        &SetAttr {
+            size: Some(12),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        fs.getattr(f.ino).unwrap().blocks,
+        1 + 1 + 1 + 1,
+        "one data block and its path"
+    );
+    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"\0\0\0\0\0\0\0\0\0\0ne");
+    let media = fs.unmount();
+    assert!(pmkit_fs::check(&media).is_clean());
+}

@@ -476,3 +476,102 @@ fn media_len_matches_tiny_geometry() {
     let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
     assert!(fs.statfs().blocks >= 20);
 }
+
+/// Crash at every fence of `work` run on the tree `setup` builds (media of `len` bytes); the
+/// check is `verify` against `before` / `after` as the workload sets them.
+fn crash_custom(
+    len: usize,
+    setup: &dyn Fn(&Fs<&CrashSim>),
+    work: &(dyn Fn(&Fs<Arc<CrashSim>>, &Mutex<Acked>) + Sync),
+    domain: Domain,
+) -> CrashReport {
+    let sim = CrashSim::new(len);
+    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    setup(&fs);
+    let before = snap(&fs).unwrap();
+    fs.unmount();
+    let acked = Arc::new(Mutex::new(Acked {
+        before: Some(before),
+        ..Default::default()
+    }));
+    let a2 = Arc::clone(&acked);
+    let opts = CrashOpts {
+        domain,
+        k: 8,
+        random_images: 32,
+        ..Default::default()
+    };
+    check_every_fence_from(
+        sim.image(),
+        &opts,
+        |sim| {
+            let (fs, _) = Fs::mount(Arc::clone(sim), &MountOptions::default()).unwrap();
+            work(&fs, &a2);
+            fs.unmount();
+        },
+        |m| verify(m, &acked.lock(), DataMode::InPlace).map(|_| ()),
+    )
+}
+
+/// A truncate too big for one transaction goes through the orphan list; a crash anywhere in it
+/// leaves the old tree or the new one, and mount finishes the pruning.
+#[test]
+fn a_cut_truncate_is_finished_by_mount() {
+    for domain in [Domain::Adr, Domain::Eadr] {
+        let setup = |fs: &Fs<&CrashSim>| {
+            let f = fs.create(pmkit_fs::ROOT, b"big", 0o644).unwrap();
+            fs.write(f.ino, 0, &data_of(0, 40 * 4096, 5)).unwrap();
+        };
+        let work = |fs: &Fs<Arc<CrashSim>>, a: &Mutex<Acked>| {
+            let mut after = a.lock().before.clone().unwrap();
+            after.0.get_mut("big").unwrap().data.truncate(5000);
+            a.lock().after = Some(after.clone());
+            let ino = common::ino_of(fs, "big").unwrap();
+            let before = fs.counters().transactions;
+            let s = pmkit_fs::SetAttr {
+                size: Some(5000),
+                ..Default::default()
+            };
+            fs.setattr(ino, &s).unwrap();
+            // the orphan record, at least two pruning transactions, leaving the list
+            assert!(
+                fs.counters().transactions - before >= 4,
+                "not cut into transactions"
+            );
+            let mut g = a.lock();
+            (g.before, g.after) = (Some(after), None);
+        };
+        let rep = crash_custom(512 << 10, &setup, &work, domain);
+        assert!(rep.is_clean(), "{rep}\n{:?}", rep.violations.first());
+        assert!(rep.fences >= 12, "{rep}");
+    }
+}
+
+/// Unlinked while open: a crash after the unlink frees the file at mount (orphan list); a crash
+/// during it leaves the file or nothing.
+#[test]
+fn an_unlinked_open_file_is_freed_by_mount() {
+    for domain in [Domain::Adr, Domain::Eadr] {
+        let setup = |fs: &Fs<&CrashSim>| {
+            let f = fs.create(pmkit_fs::ROOT, b"f", 0o644).unwrap();
+            fs.write(f.ino, 0, &data_of(0, 9000, 1)).unwrap();
+        };
+        let work = |fs: &Fs<Arc<CrashSim>>, a: &Mutex<Acked>| {
+            let mut after = a.lock().before.clone().unwrap();
+            after.0.remove("f");
+            a.lock().after = Some(after.clone());
+            let ino = common::ino_of(fs, "f").unwrap();
+            fs.open(ino).unwrap();
+            fs.unlink(pmkit_fs::ROOT, b"f").unwrap();
+            {
+                let mut g = a.lock();
+                (g.before, g.after) = (Some(after.clone()), None);
+            }
+            fs.write(ino, 9000, b"still writable").unwrap();
+            fs.release(ino).unwrap();
+        };
+        let rep = crash_custom(256 << 10, &setup, &work, domain);
+        assert!(rep.is_clean(), "{rep}\n{:?}", rep.violations.first());
+    }
+}
