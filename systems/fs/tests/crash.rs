@@ -575,3 +575,112 @@ fn an_unlinked_open_file_is_freed_by_mount() {
         assert!(rep.is_clean(), "{rep}\n{:?}", rep.violations.first());
     }
 }
+
+/// Two threads at once, each in its own directory (its own journal lane for data operations;
+/// namespace operations take turns), crashed at every fence either issues: each directory must
+/// be its thread's tree before or after that thread's operation in flight.
+#[test]
+fn two_threads_at_once() {
+    let script = |t: usize| -> Vec<Op> {
+        let p = |x: &str| format!("t{t}/{x}");
+        vec![
+            Op::Mkdir(format!("t{t}")),
+            Op::Create(p("f")),
+            Op::Write(p("f"), 0, 3000, t as u8),
+            Op::Write(p("f"), 3000, 3000, 9),
+            Op::Mkdir(p("d")),
+            Op::Rename(p("f"), p("d/g"), RenameFlags::Replace),
+            Op::Truncate(p("d/g"), 100),
+            Op::Create(p("h")),
+            Op::Unlink(p("d/g")),
+        ]
+    };
+    let split = |s: &Snap, t: usize| {
+        let pre = format!("t{t}");
+        Snap(
+            s.0.iter()
+                .filter(|(k, _)| k.starts_with(&pre))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )
+    };
+    for domain in [Domain::Adr, Domain::Eadr] {
+        let sim = CrashSim::new(LEN);
+        Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
+        let image = sim.image();
+        let acked: Arc<[Mutex<Acked>; 2]> = Arc::new([
+            Mutex::new(Acked {
+                before: Some(Model::default().snap()),
+                ..Default::default()
+            }),
+            Mutex::new(Acked {
+                before: Some(Model::default().snap()),
+                ..Default::default()
+            }),
+        ]);
+        let a2 = Arc::clone(&acked);
+        let opts = CrashOpts {
+            domain,
+            k: 6,
+            random_images: 16,
+            ..Default::default()
+        };
+        let rep = check_every_fence_from(
+            image,
+            &opts,
+            |sim| {
+                let (fs, _) = Fs::mount(Arc::clone(sim), &MountOptions::default()).unwrap();
+                std::thread::scope(|sc| {
+                    for t in 0..2 {
+                        let (fs, a2, ops) = (&fs, &a2, script(t));
+                        sc.spawn(move || {
+                            let mut model = Model::default();
+                            for op in &ops {
+                                let mut next = model.clone();
+                                next.apply(op).unwrap();
+                                {
+                                    let mut a = a2[t].lock();
+                                    a.after = Some(next.snap());
+                                    a.torn = match op {
+                                        Op::Write(p, off, len, seed) => {
+                                            Some((p.clone(), *off, data_of(*off, *len, *seed)))
+                                        }
+                                        _ => None,
+                                    };
+                                }
+                                run_op(fs, op).unwrap();
+                                model = next;
+                                let mut a = a2[t].lock();
+                                (a.before, a.after, a.torn) = (Some(model.snap()), None, None);
+                            }
+                        });
+                    }
+                });
+                fs.unmount();
+            },
+            |m| {
+                let rep = pmkit_fs::check(m);
+                if !rep.is_clean() {
+                    return Err(format!("check: {:?}", rep.problems));
+                }
+                let (fs, _) = Fs::mount(Arc::clone(m), &MountOptions::default())
+                    .map_err(|e| e.to_string())?;
+                let got = snap(&fs)?;
+                for t in 0..2 {
+                    let a = acked[t].lock();
+                    let mine = split(&got, t);
+                    let before = a.before.as_ref().unwrap();
+                    let ok = mine == *before
+                        || a.after.as_ref() == Some(&mine)
+                        || matches!((&a.torn, &a.after), (Some((p, off, d)), Some(after)) if torn_ok(&mine, before, after, p, *off, d));
+                    if !ok {
+                        return Err(format!("thread {t}: {}", diff(&mine, before)));
+                    }
+                }
+                Ok(())
+            },
+        );
+        assert!(rep.is_clean(), "{rep}\n{:?}", rep.violations.first());
+        assert!(rep.fences > 40, "{rep}");
+    }
+}
