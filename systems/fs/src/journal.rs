@@ -226,7 +226,8 @@ pub fn recover<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Result<(Vec<u32>, Replay
         let (gen, head) = ((word >> 32) as u32, word as u32);
         heads.push(gen);
         let mut pending = Vec::new();
-        if head >= geo.lane_entries {
+        // head == lane_entries is a full lane (its next transaction wraps it)
+        if head > geo.lane_entries {
             problems.push(format!(
                 "journal lane {l}: head {head} beyond its {} entries",
                 geo.lane_entries

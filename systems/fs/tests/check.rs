@@ -161,3 +161,22 @@ fn random_bytes_never_panic() {
         }
     }
 }
+
+/// A transaction whose commit entry fills its lane to the last entry leaves head == entries:
+/// a full lane, not garbage (found by the two-thread crash test).
+#[test]
+fn a_lane_filled_to_its_last_entry_is_valid() {
+    let sim = CrashSim::new(LEN);
+    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    for i in 0..100u32 {
+        let s = pmkit_fs::SetAttr {
+            mode: Some(i),
+            ..Default::default()
+        };
+        fs.setattr(f.ino, &s).unwrap();
+        let rep = check(&sim);
+        assert!(rep.is_clean(), "after {i} changes: {:?}", rep.problems);
+    }
+}
