@@ -684,3 +684,44 @@ fn two_threads_at_once() {
         assert!(rep.fences > 40, "{rep}");
     }
 }
+
+/// Long sequences wrap the tiny journal lanes (64 entries) several times: crash points around
+/// each wrap (generation bump, head back to 0) and a lane filled to its last entry.
+#[test]
+fn long_sequences_wrap_the_lanes() {
+    let ops = surface();
+    for seed in 0..6u64 {
+        let mut rng = SmallRng::seed_from_u64(1000 + seed);
+        let mut seq = Vec::new();
+        for i in 0..40 {
+            seq.push(match rng.gen_range(0..4) {
+                0 => Op::SetXattr(s("s"), s("user.k"), i as u8),
+                1 => Op::Chmod(s("s"), i),
+                _ => ops[rng.gen_range(0..ops.len())].clone(),
+            });
+        }
+        let domain = if seed % 2 == 0 {
+            Domain::Adr
+        } else {
+            Domain::Eadr
+        };
+        let mode = if seed % 3 == 0 {
+            DataMode::InPlace
+        } else {
+            DataMode::Atomic
+        };
+        let opts = CrashOpts {
+            seed,
+            k: 4,
+            random_images: 8,
+            ..Default::default()
+        };
+        let rep = crash_ops(&seq, mode, domain, Faults::default(), opts, false);
+        assert!(
+            rep.is_clean(),
+            "seed {seed}: {seq:?}\n{rep}\n{:?}",
+            rep.violations.first()
+        );
+        assert!(rep.fences > 80, "{rep}");
+    }
+}
