@@ -477,12 +477,15 @@ fn media_len_matches_tiny_geometry() {
     assert!(fs.statfs().blocks >= 20);
 }
 
+/// A workload on a mounted simulator that records what it acknowledged.
+type Work = dyn Fn(&Fs<Arc<CrashSim>>, &Mutex<Acked>) + Sync;
+
 /// Crash at every fence of `work` run on the tree `setup` builds (media of `len` bytes); the
 /// check is `verify` against `before` / `after` as the workload sets them.
 fn crash_custom(
     len: usize,
     setup: &dyn Fn(&Fs<&CrashSim>),
-    work: &(dyn Fn(&Fs<Arc<CrashSim>>, &Mutex<Acked>) + Sync),
+    work: &Work,
     domain: Domain,
 ) -> CrashReport {
     let sim = CrashSim::new(len);
