@@ -20,6 +20,9 @@ pub const ROOT_INO: u64 = 1;
 pub const META_INO: u64 = 0;
 /// Most entries one lane may hold (the journal area stays small).
 pub const MAX_LANE_ENTRIES: u32 = 1 << 16;
+/// Fewest entries per lane: the largest namespace transaction (a rename over a directory across
+/// parents, about 15 entries) with room to spare, and truncates pruning 24 pointers at a time.
+pub const MIN_LANE_ENTRIES: u32 = 64;
 pub const MAX_LANES: u32 = 64;
 
 /// Where everything is. Derived from four numbers, so the superblock stores those and the
@@ -39,8 +42,8 @@ impl Geometry {
         if !(1..=MAX_LANES).contains(&lanes) {
             return Err(Error::Invalid("lanes must be 1..=64"));
         }
-        if !(16..=MAX_LANE_ENTRIES).contains(&lane_entries) {
-            return Err(Error::Invalid("lane entries must be 16..=65536"));
+        if !(MIN_LANE_ENTRIES..=MAX_LANE_ENTRIES).contains(&lane_entries) {
+            return Err(Error::Invalid("lane entries must be 64..=65536"));
         }
         if !(2..=1 << 30).contains(&inodes) {
             return Err(Error::Invalid("inodes must be 2..=2^30"));

@@ -78,6 +78,12 @@ fn limits_and_errors() {
         Err(Error::NotSupported(_))
     ));
     assert!(matches!(fs.link(ROOT, ROOT, b"l"), Err(Error::Perm(_))));
+    let r = Region::anonymous(1 << 20).unwrap();
+    let o = MkfsOptions {
+        lane_entries: 63,
+        ..MkfsOptions::default()
+    };
+    assert!(matches!(Fs::mkfs(&r, &o), Err(Error::Invalid(_))));
     let e = Error::NameTooLong { len: 256, max: 255 };
     assert_eq!(e.errno(), 36);
     // the inode table fills up with a typed error
@@ -184,7 +190,7 @@ fn unlinked_but_open_survives_until_release_and_remount() {
 fn big_truncate_goes_through_the_orphan_list() {
     let r = Region::anonymous(32 << 20).unwrap();
     let o = MkfsOptions {
-        lane_entries: 32,
+        lane_entries: 64,
         ..MkfsOptions::default()
     };
     Fs::mkfs(&r, &o).unwrap();
@@ -274,7 +280,7 @@ fn journal_costs_per_operation() {
 fn a_sparse_file_grows_to_height_three_and_shrinks() {
     let r = Region::anonymous(8 << 20).unwrap();
     let o = MkfsOptions {
-        lane_entries: 32,
+        lane_entries: 64,
         ..MkfsOptions::default()
     };
     Fs::mkfs(&r, &o).unwrap();

@@ -82,14 +82,19 @@ fn journal_full_of_garbage() {
     let lane = sb.geo.lane_off(0);
     let mut b = [0u8; 8];
     sim.read(lane, &mut b);
-    let gen = u64::from_le_bytes(b) >> 32;
-    // an entry with the lane's generation but a target in the superblock and a bad length
+    let word = u64::from_le_bytes(b);
+    let (gen, head) = (word >> 32, word as u32 as usize);
+    // at the lane's head, an entry with its generation but a target in the superblock and a
+    // bad length
     let mut e = [0xa5u8; LINE];
     e[0..8].copy_from_slice(&0u64.to_le_bytes());
     e[56..64].copy_from_slice(&(gen << 32 | 200 << 8 | 1).to_le_bytes());
-    sim.write(lane + LINE, &e);
+    sim.write(lane + LINE * (1 + head), &e);
     let text = refused(sim, "journal");
-    assert!(text.contains("journal lane 0 entry 0: garbage"), "{text}");
+    assert!(
+        text.contains(&format!("journal lane 0 entry {head}: garbage")),
+        "{text}"
+    );
 }
 
 #[test]
