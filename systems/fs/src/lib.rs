@@ -131,7 +131,7 @@ pub struct Attr {
     pub atime: u64,
     pub mtime: u64,
     pub ctime: u64,
-    /// Blocks of 4 KiB holding data.
+    /// 4 KiB blocks the file uses: data and radix tree nodes (counted by a walk of its tree).
     pub blocks: u64,
 }
 

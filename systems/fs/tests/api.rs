@@ -323,3 +323,32 @@ fn a_sparse_file_grows_to_height_three_and_shrinks() {
     let media = fs.unmount();
     assert!(pmkit_fs::check(&media).is_clean());
 }
+
+#[test]
+fn atomic_writes_up_to_their_bound() {
+    let r = Region::anonymous(8 << 20).unwrap();
+    Fs::mkfs(&r, &MkfsOptions::tiny()).unwrap();
+    let mo = MountOptions {
+        data: pmkit_fs::DataMode::Atomic,
+        ..Default::default()
+    };
+    let (fs, _) = Fs::mount(r, &mo).unwrap();
+    let f = fs.create(ROOT, b"a", 0o644).unwrap();
+    let max = fs.max_atomic_write() as usize;
+    let big: Vec<u8> = (0..max).map(|i| (i % 253) as u8).collect();
+    fs.write(f.ino, 1000, &big).unwrap(); // unaligned: one more block than max / 4096
+    fs.write(f.ino, 1000, &big).unwrap(); // again: every block copied on write
+    assert_eq!(fs.read(f.ino, 1000, max).unwrap(), big);
+    let over = vec![1u8; max + 1];
+    assert!(matches!(
+        fs.write(f.ino, 0, &over),
+        Err(Error::TooBig { .. })
+    ));
+    let media = fs.unmount();
+    assert!(pmkit_fs::check(&media).is_clean());
+    let (fs, _) = Fs::mount(media, &MountOptions::default()).unwrap();
+    let mib = vec![9u8; 1 << 20];
+    fs.write(f.ino, 0, &mib).unwrap(); // in place: cut into transactions
+    assert_eq!(fs.read(f.ino, 0, 1 << 20).unwrap(), mib);
+    assert!(pmkit_fs::check(&fs.unmount()).is_clean());
+}
