@@ -101,7 +101,7 @@ fn mount_target(
             pm_path: file.into(),
             mountpoint: Some(mnt.into()),
             mkfs: Some(pmkit_fuse::attach::Mkfs::Ext4),
-            threads: 2,
+            threads: 0,
             mount_options: None,
         };
         let att = pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)?;

@@ -39,8 +39,8 @@ pub struct AttachArgs {
     /// Create the device with this size if PATH does not exist (e.g. 1G).
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
-    /// FUSE worker threads.
-    #[arg(long, default_value_t = 2)]
+    /// FUSE worker threads, each on its own cloned /dev/fuse descriptor (0: one per CPU).
+    #[arg(long, default_value_t = 0)]
     threads: usize,
     /// Options for mounting the file system (mount -o).
     #[arg(long, short = 'o')]

@@ -78,7 +78,7 @@ pub struct AttachOptions {
     pub pm_path: PathBuf,
     pub mountpoint: Option<PathBuf>,
     pub mkfs: Option<Mkfs>,
-    /// FUSE worker threads.
+    /// FUSE worker threads, each on its own cloned /dev/fuse descriptor; 0: one per CPU.
     pub threads: usize,
     /// Mount options for the file system (`-o`).
     pub mount_options: Option<String>,
@@ -338,7 +338,7 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
             fuser::MountOption::NoSuid,
             fuser::MountOption::NoDev,
         ];
-        cfg.n_threads = Some(opts.threads.clamp(1, 64));
+        cfg.n_threads = Some(workers(opts.threads));
         cfg.clone_fd = true;
         a.session = Some(
             fuser::spawn_mount(DiskFile::new(disk), &fuse_dir, &cfg)
@@ -373,6 +373,20 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
             Err(e)
         }
     }
+}
+
+/// Most FUSE worker threads: each holds a request buffer of fuser's 16 MiB.
+pub const MAX_WORKERS: usize = 64;
+
+/// FUSE worker threads for `threads` (0: one per CPU, so every CPU can serve a request while
+/// the others are busy, with no worker sharing a descriptor or a lock with another).
+pub fn workers(threads: usize) -> usize {
+    let n = if threads == 0 {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    } else {
+        threads
+    };
+    n.clamp(1, MAX_WORKERS)
 }
 
 /// What a detach attempt came to.

@@ -1,9 +1,9 @@
 //! The FUSE file system: a root directory with one regular file, `disk`, the size of the device.
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::time::{Duration, SystemTime};
@@ -11,8 +11,15 @@ use std::time::{Duration, SystemTime};
 /// Name of the device file inside the FUSE mount.
 pub const DISK_NAME: &str = "disk";
 const DISK_INO: u64 = 2;
-/// Largest FUSE request we accept; the kernel splits bigger I/O.
+/// Largest FUSE request we accept; the kernel splits bigger I/O. 1 MiB is also the kernel's
+/// ceiling here (`/proc/sys/fs/fuse/max_pages_limit` = 256 pages); fuser asks for
+/// `max_pages` = max_write / page size.
 const MAX_IO: u32 = 1 << 20;
+/// Background requests the kernel may have in flight to us at once. The loop driver's direct
+/// I/O reaches FUSE as asynchronous requests (`FUSE_ASYNC_DIO`), which count as background
+/// requests: at the kernel's default of 12 (fuser: 16) a queue-depth-32 workload through ext4
+/// and loop would stall at the limit. 128 matches the loop device's `nr_requests`.
+const MAX_BACKGROUND: u16 = 128;
 
 /// A failure of the device, reported to the kernel as `errno`.
 #[derive(Debug, thiserror::Error)]
@@ -95,12 +102,28 @@ impl<D: Disk> DiskFile<D> {
         (off < size).then(|| len.min(size - off))
     }
 
-    fn read_at(&self, off: u64, len: usize) -> Result<Vec<u8>, DiskError> {
-        let mut buf = vec![0u8; len];
-        if len > 0 {
-            self.disk.read(off, &mut buf)?;
+    /// Read into this worker thread's reply buffer and hand the bytes to `reply` (one writev
+    /// of header + these bytes): no allocation and no zeroing per request.
+    fn read_at<R>(
+        &self,
+        off: u64,
+        len: usize,
+        reply: impl FnOnce(Result<&[u8], DiskError>) -> R,
+    ) -> R {
+        thread_local! {
+            // Grows to the largest read this worker has served (at most MAX_IO).
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        Ok(buf)
+        BUF.with_borrow_mut(|buf| {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            let b = &mut buf[..len];
+            match self.disk.read(off, b) {
+                Ok(()) => reply(Ok(b)),
+                Err(e) => reply(Err(e)),
+            }
+        })
     }
 
     fn write_at(&self, off: u64, data: &[u8], fua: bool) -> Result<(), DiskError> {
@@ -122,6 +145,15 @@ impl<D: Disk> Filesystem for DiskFile<D> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(MAX_IO);
         let _ = config.set_max_readahead(MAX_IO);
+        // Let the loop driver's async direct I/O stay asynchronous: without FUSE_ASYNC_DIO the
+        // kernel turns each of its requests into a synchronous FUSE round trip, so the loop
+        // worker waits for one request before it sends the next (queue depth 1 to us whatever
+        // the application's depth). Older kernels without it keep working, only slower.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO) {
+            tracing::info!("kernel lacks {missing:?}: loop I/O reaches FUSE one request at a time");
+        }
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND / 4 * 3);
         Ok(())
     }
 
@@ -191,10 +223,13 @@ impl<D: Disk> Filesystem for DiskFile<D> {
         let Some(len) = self.clamp(offset, size as u64) else {
             return reply.data(&[]);
         };
-        match self.read_at(offset, len as usize) {
-            Ok(b) => reply.data(&b),
-            Err(e) => reply.error(errno(&e)),
+        if len == 0 {
+            return reply.data(&[]);
         }
+        self.read_at(offset, len as usize, |r| match r {
+            Ok(b) => reply.data(b),
+            Err(e) => reply.error(errno(&e)),
+        })
     }
 
     fn write(
