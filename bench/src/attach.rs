@@ -116,6 +116,7 @@ fn mount_target(
             mkfs: Some(pmkit_fuse::attach::Mkfs::Ext4),
             threads,
             mount_options: None,
+            transport: Default::default(),
         };
         let att = pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)?;
         Ok(Mounted::Pmkit { dev, att })

@@ -109,7 +109,6 @@ pub fn fio(mnt: &Path, name: &str, args: &[&str], secs: u32) -> Result<(f64, f64
     ))
 }
 
-
 /// SQLite rows per transaction (the workload: 200k rows in 2000 transactions).
 pub const SQLITE_ROWS_PER_TX: u32 = 100;
 

@@ -10,5 +10,6 @@
 pub mod attach;
 mod file;
 pub mod holders;
+pub mod uring;
 
 pub use file::{Disk, DiskError, DiskFile, DISK_NAME};
