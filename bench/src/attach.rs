@@ -4,7 +4,9 @@
 //! (synchronous FULL), and fio file workloads (4 KiB random writes at queue depth 16, 4 KiB
 //! random writes with an fsync after each, 1 MiB sequential writes), the workloads of issue 17.
 //!
-//! Each round formats both targets afresh and runs every workload on each, in rotated order.
+//! Targets: `pmkit attach` over each FUSE transport (/dev/fuse, and io_uring where the kernel
+//! offers it) and the loop device. Each round formats every target afresh and runs every
+//! workload on each, in rotated order.
 //! Needs root, /dev/fuse, e2fsprogs, fio and PostgreSQL (scripts/bench-attach.sh installs them).
 
 mod apps;
@@ -16,6 +18,7 @@ use apps::{fio, pg_bin, pgbench, sqlite};
 use pmkit::adapters::BlkDisk;
 use pmkit::args::EngineArgs;
 use pmkit_blk::{CreateOptions, EngineOptions};
+use pmkit_fuse::attach::Transport;
 use serde::Serialize;
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -63,9 +66,18 @@ struct Sample {
     unit: &'static str,
 }
 
+/// One workload's medians: per target, and its ratio to the loop device.
+#[derive(Serialize)]
+struct Row {
+    workload: String,
+    unit: &'static str,
+    /// (target, median, median / shm-loop median), the attach targets first.
+    medians: Vec<(&'static str, f64, f64)>,
+}
+
 #[derive(Serialize)]
 struct Report {
-    targets: [&'static str; 2],
+    targets: Vec<&'static str>,
     cpu: String,
     rounds: usize,
     pgbench: Option<String>,
@@ -73,14 +85,16 @@ struct Report {
     fio: String,
     engine: String,
     samples: Vec<Sample>,
-    /// workload -> (pmkit median, ramdisk median, ratio)
-    summary: Vec<(String, f64, f64, f64, &'static str)>,
+    summary: Vec<Row>,
 }
 
-const PMKIT: &str = "pmkit-attach";
+/// `pmkit attach` over /dev/fuse.
+const PMKIT_DEV: &str = "attach-dev";
+/// `pmkit attach` over FUSE io_uring.
+const PMKIT_URING: &str = "attach-uring";
 const RAMDISK: &str = "shm-loop";
 
-/// A mounted ext4 on one of the two targets.
+/// A mounted ext4 on one of the targets.
 enum Mounted {
     Pmkit {
         dev: Arc<pmkit_blk::Device<pmkit_media::Region>>,
@@ -100,7 +114,7 @@ fn mount_target(
     threads: usize,
 ) -> Result<Mounted> {
     let _ = std::fs::remove_file(file);
-    if which == PMKIT {
+    if which != RAMDISK {
         let dev = Arc::new(pmkit_blk::create_path(
             file,
             Some(size),
@@ -116,7 +130,11 @@ fn mount_target(
             mkfs: Some(pmkit_fuse::attach::Mkfs::Ext4),
             threads,
             mount_options: None,
-            transport: Default::default(),
+            transport: if which == PMKIT_URING {
+                Transport::Uring
+            } else {
+                Transport::Dev
+            },
         };
         let att = pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)?;
         Ok(Mounted::Pmkit { dev, att })
@@ -183,7 +201,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let base = Scratch::dir(&std::env::temp_dir(), "attach")?;
     let mnt = base.path().join("mnt");
     std::fs::create_dir_all(&mnt)?;
-    let targets = [PMKIT, RAMDISK];
+    // io_uring only where the kernel offers it (root enables it with
+    // `echo Y > /sys/module/fuse/parameters/enable_uring`).
+    let targets: Vec<&'static str> = if pmkit_fuse::uring::enabled() {
+        vec![PMKIT_DEV, PMKIT_URING, RAMDISK]
+    } else {
+        eprintln!(
+            "FUSE over io_uring is not enabled (/sys/module/fuse/parameters/enable_uring): \
+             measuring the /dev/fuse transport only"
+        );
+        vec![PMKIT_DEV, RAMDISK]
+    };
     let bar = a.flags.progress(rounds * targets.len());
     let samples = rotated_rounds(rounds, 1, targets.len(), &bar, |r, _, i| {
         let t = targets[i];
@@ -218,8 +246,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .map(|s| s.value),
             )
         };
-        let (p, b) = (med(PMKIT), med(RAMDISK));
-        summary.push((w.to_string(), p, b, p / b.max(1e-9), unit));
+        let base = med(RAMDISK);
+        summary.push(Row {
+            workload: w.to_string(),
+            unit,
+            medians: targets
+                .iter()
+                .map(|&t| (t, med(t), med(t) / base.max(1e-9)))
+                .collect(),
+        });
     }
     let report = Report {
         targets,
@@ -309,10 +344,17 @@ fn workloads(
 }
 
 fn draw(p: &Path, report: &Report) -> Result<()> {
+    let attach = report.targets.iter().filter(|&&t| t != RAMDISK);
     let panel = plot::BarPanel {
         title: "pmkit attach / RAM disk (higher is better)".into(),
-        groups: report.summary.iter().map(|s| s.0.clone()).collect(),
-        series: vec![("ratio".into(), report.summary.iter().map(|s| s.3).collect())],
+        groups: report.summary.iter().map(|s| s.workload.clone()).collect(),
+        series: attach
+            .enumerate()
+            .map(|(i, t)| {
+                let ratios = report.summary.iter().map(|s| s.medians[i].2).collect();
+                (t.to_string(), ratios)
+            })
+            .collect(),
     };
     plot::bars(
         p,
@@ -335,14 +377,27 @@ fn print_table(report: &Report) {
         println!("sqlite: {s}");
     }
     println!("fio: {}", report.fio);
-    println!(
-        "{:<26} {:>14} {:>14} {:>8}",
-        "workload", PMKIT, RAMDISK, "ratio"
-    );
-    for (w, p, b, r, unit) in &report.summary {
-        println!(
-            "{:<26} {:>9.0} {:<4} {:>9.0} {:<4} {:>8.2}",
-            w, p, unit, b, unit, r
+    print!("{:<28} {:>7}", "workload", "unit");
+    for t in &report.targets {
+        print!(" {t:>12}");
+    }
+    for t in report.targets.iter().filter(|&&t| t != RAMDISK) {
+        print!(
+            " {:>12}",
+            format!("{}/loop", t.trim_start_matches("attach-"))
         );
+    }
+    println!();
+    for r in &report.summary {
+        print!("{:<28} {:>7}", r.workload, r.unit);
+        for (_, m, _) in &r.medians {
+            print!(" {m:>12.0}");
+        }
+        for (t, _, ratio) in &r.medians {
+            if *t != RAMDISK {
+                print!(" {ratio:>12.2}");
+            }
+        }
+        println!();
     }
 }
