@@ -102,17 +102,19 @@ pub fn start<D: Disk>(fd: BorrowedFd<'_>, core: Arc<Core<D>>) -> Result<Queues, 
     Ok(Queues { threads })
 }
 
-/// A ring entry's buffers. Boxed so that the iovecs the kernel was given stay put.
+/// A ring entry's buffers (heap allocations that never move or grow while registered).
 struct Entry {
     header: Vec<u8>,
     payload: Vec<u8>,
-    iov: [libc::iovec; 2],
 }
 
 struct Queue {
     // Dropped first: closing the ring cancels the entries' commands before their buffers go.
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    entries: Vec<Box<Entry>>,
+    entries: Vec<Entry>,
+    /// Each entry's (header, payload) iovecs, as REGISTER hands them to the kernel; boxed so
+    /// they stay put.
+    iovs: Box<[[libc::iovec; 2]]>,
     fd: OwnedFd,
     qid: u16,
     /// Completions seen while registering, served first.
@@ -132,36 +134,39 @@ impl Queue {
                 IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(QUEUE_DEPTH as u32)
             })
             .map_err(queue_err(qid, "io_uring_setup"))?;
+        let mut entries: Vec<Entry> = (0..QUEUE_DEPTH)
+            .map(|_| Entry {
+                header: vec![0u8; abi::HEADER_LEN],
+                payload: vec![0u8; MAX_IO as usize],
+            })
+            .collect();
+        let iovs = entries
+            .iter_mut()
+            .map(|e| {
+                [
+                    libc::iovec {
+                        iov_base: e.header.as_mut_ptr().cast(),
+                        iov_len: e.header.len(),
+                    },
+                    libc::iovec {
+                        iov_base: e.payload.as_mut_ptr().cast(),
+                        iov_len: e.payload.len(),
+                    },
+                ]
+            })
+            .collect();
         let mut q = Queue {
             ring,
-            entries: Vec::with_capacity(QUEUE_DEPTH),
+            entries,
+            iovs,
             fd,
             qid,
             early: vec![],
         };
         for idx in 0..QUEUE_DEPTH {
-            let mut e = Box::new(Entry {
-                header: vec![0u8; abi::HEADER_LEN],
-                payload: vec![0u8; MAX_IO as usize],
-                iov: [libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                }; 2],
-            });
-            e.iov = [
-                libc::iovec {
-                    iov_base: e.header.as_mut_ptr().cast(),
-                    iov_len: e.header.len(),
-                },
-                libc::iovec {
-                    iov_base: e.payload.as_mut_ptr().cast(),
-                    iov_len: e.payload.len(),
-                },
-            ];
-            let sqe = register_sqe(q.fd.as_raw_fd(), qid, e.iov.as_ptr(), idx as u64);
-            q.entries.push(e);
+            let sqe = register_sqe(q.fd.as_raw_fd(), qid, q.iovs[idx].as_ptr(), idx as u64);
             // SAFETY: the SQE points at this entry's iovecs and, through them, its buffers,
-            // all boxed in `q.entries`, which outlives the ring (dropped after it).
+            // all owned by `q`, which outlives the ring (dropped first).
             unsafe { q.ring.submission().push(&sqe) }
                 .expect("QUEUE_DEPTH SQEs fit a ring of QUEUE_DEPTH");
         }
