@@ -98,7 +98,7 @@ const RAMDISK: &str = "shm-loop";
 enum Mounted {
     Pmkit {
         dev: Arc<pmkit_blk::Device<pmkit_media::Region>>,
-        att: pmkit_fuse::attach::Attachment,
+        att: Box<pmkit_fuse::attach::Attachment>,
     },
     Loop {
         dev: String,
@@ -137,7 +137,10 @@ fn mount_target(
             },
         };
         let att = pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)?;
-        Ok(Mounted::Pmkit { dev, att })
+        Ok(Mounted::Pmkit {
+            dev,
+            att: Box::new(att),
+        })
     } else {
         let f = std::fs::File::create(file)?;
         f.set_len(size)?;
