@@ -39,7 +39,8 @@ pub struct AttachArgs {
     /// Create the device with this size if PATH does not exist (e.g. 1G).
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
-    /// FUSE worker threads, each on its own cloned /dev/fuse descriptor (0: one per CPU).
+    /// FUSE worker threads, each on its own cloned /dev/fuse descriptor (0: one per CPU). The
+    /// io_uring transport always has one queue per CPU.
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// How FUSE requests reach pmkit: uring (FUSE over io_uring, a queue per CPU; needs the
