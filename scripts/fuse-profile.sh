@@ -24,7 +24,8 @@ mkfs.ext4 -F -q -E lazy_itable_init=0,lazy_journal_init=0 "$LOOP"
 mount "$LOOP" "$W/b"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) ($(nproc) cores), kernel $(uname -r)"
 echo "daemon pid $PID, threads: $(ls /proc/$PID/task | wc -l) ($(cat /proc/$PID/task/*/comm | sort | uniq -c | tr '\n' ' '))"
-echo "loop dio: $(cat /sys/block/$(basename "$(losetup -j "$W/a/../"*/disk 2>/dev/null | cut -d: -f1)")/loop/dio 2>/dev/null || echo ?)"
+L=$(basename "$(awk '/block device:/ {print $3}' "$W/attach.log")")
+echo "$(grep 'FUSE file:' "$W/attach.log" | sed 's/^ *//'); $L: dio $(cat /sys/block/$L/loop/dio), max_sectors_kb $(cat /sys/block/$L/queue/max_sectors_kb)"
 ctx() { awk '/ctxt_switches/ {s+=$2} END {print s}' /proc/$PID/task/*/status; }
 job() { # name dir args...
     local name=$1 dir=$2; shift 2
