@@ -244,8 +244,9 @@ fn register_sqe(fd: i32, qid: u16, iov: *const libc::iovec, idx: u64) -> squeue:
     // SAFETY: Entry128 is #[repr(C)]: the 64-byte `io_uring_sqe`, then the 64 bytes that
     // extend its command area; any bytes are a valid value of either type.
     let mut raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
-    raw[24..28].copy_from_slice(&2u32.to_ne_bytes()); // io_uring_sqe.len
-                                                      // SAFETY: as above, back to the same type.
+    // io_uring_sqe.len: the iovec count.
+    raw[24..28].copy_from_slice(&2u32.to_ne_bytes());
+    // SAFETY: as above, back to the same type.
     unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
 }
 
