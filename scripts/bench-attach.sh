@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install what `pmkit bench attach` needs (PostgreSQL, fio, e2fsprogs, fuse3) and run it:
-# pgbench and fio on ext4 over pmkit attach vs ext4 over a /dev/shm loop device. As root.
+# Install what `pmkit bench attach` needs (PostgreSQL, fio, sqlite3, e2fsprogs, fuse3) and run it:
+# pgbench, SQLite and fio on ext4 over pmkit attach vs ext4 over a /dev/shm loop device. As root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

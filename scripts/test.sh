@@ -5,6 +5,16 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 install_packages scripts/build-packages.txt scripts/test-packages.txt
 require_cargo
+# FUSE over io_uring is off in the kernel by default. CI (a throwaway machine) turns it on, so the
+# attach tests run on both transports (`auto` then picks io_uring, and
+# both_transports_serve_the_same_device runs /dev/fuse too); elsewhere the machine's setting is
+# left alone unless PMKIT_ENABLE_FUSE_URING=1.
+if [ "${CI:-}" = true ] || [ "${PMKIT_ENABLE_FUSE_URING:-}" = 1 ]; then
+    uring=/sys/module/fuse/parameters/enable_uring
+    if [ -w "$uring" ]; then
+        echo Y > "$uring" && echo "FUSE over io_uring enabled ($uring)"
+    fi
+fi
 # Gates first (fast, and a failing gate fails CI): fmt, clippy, doc, tidy.
 bash scripts/check.sh
 # `cargo test` does not emit cdylibs; the C ABI test links libpmkit_obj.so, so build it first.

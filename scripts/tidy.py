@@ -15,7 +15,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MAX_LINES = 800
-CRATE_SRCS = ["media/src", "systems/blk/src", "systems/obj/src", "systems/xmem/src", "frontends/nbd/src",
+CRATE_SRCS = ["media/src", "systems/blk/src", "systems/obj/src", "systems/fs/src", "systems/xmem/src", "frontends/nbd/src",
               "frontends/fuse/src", "frontends/cli/src", "bench/src", "fuzz/src"]
 OUTSIDE = re.compile(r"\.\./shared|shared/seeds|\bseeds?\s+0\d\d\b", re.IGNORECASE)
 

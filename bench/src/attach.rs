@@ -1,19 +1,26 @@
 //! `pmkit bench attach`: real applications on ext4 over the PM device (`pmkit attach`, in this
 //! process) against ext4 over a loop device on a plain /dev/shm file (the RAM-disk baseline, like
-//! the paper's tmpfs/ramfs comparison), in the same run: PostgreSQL's pgbench, and fio file
-//! workloads (4 KiB random writes with fsync, 256 KiB sequential writes).
+//! the paper's tmpfs/ramfs comparison), in the same run: PostgreSQL's pgbench, SQLite
+//! (synchronous FULL), and fio file workloads (4 KiB random writes at queue depth 16, 4 KiB
+//! random writes with an fsync after each, 1 MiB sequential writes), the workloads of issue 17.
 //!
-//! Each round formats both targets afresh and runs every workload on each, in rotated order.
+//! Targets: `pmkit attach` over each FUSE transport (/dev/fuse, and io_uring where the kernel
+//! offers it) and the loop device. Each round formats every target afresh and runs every
+//! workload on each, in rotated order.
 //! Needs root, /dev/fuse, e2fsprogs, fio and PostgreSQL (scripts/bench-attach.sh installs them).
 
-use crate::host::{fio_json, need_root, need_tool, sh, Scratch};
+mod apps;
+
+use crate::host::{cpu_label, need_root, need_tool, sh, Scratch};
 use crate::report::{median, plot, rotated_rounds, BenchFlags};
 use anyhow::{Context, Result};
+use apps::{fio, pg_bin, pgbench, sqlite};
 use pmkit::adapters::BlkDisk;
 use pmkit::args::EngineArgs;
 use pmkit_blk::{CreateOptions, EngineOptions};
+use pmkit_fuse::attach::Transport;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
@@ -37,9 +44,15 @@ pub struct Args {
     /// Size of each device in MiB.
     #[arg(long, default_value_t = 2048)]
     size_mib: u64,
-    /// Skip PostgreSQL (fio only).
+    /// Skip PostgreSQL.
     #[arg(long)]
     no_pgbench: bool,
+    /// SQLite transactions of 100 rows each (default 2000, quick 200; 0 skips SQLite).
+    #[arg(long)]
+    sqlite_tx: Option<u32>,
+    /// FUSE worker threads of the attachment (0: one per CPU, as `pmkit attach`).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -53,26 +66,39 @@ struct Sample {
     unit: &'static str,
 }
 
+/// One workload's medians: per target, and its ratio to the loop device.
+#[derive(Serialize)]
+struct Row {
+    workload: String,
+    unit: &'static str,
+    /// (target, median, median / shm-loop median), the attach targets first.
+    medians: Vec<(&'static str, f64, f64)>,
+}
+
 #[derive(Serialize)]
 struct Report {
-    targets: [&'static str; 2],
+    targets: Vec<&'static str>,
+    cpu: String,
     rounds: usize,
     pgbench: Option<String>,
+    sqlite: Option<String>,
     fio: String,
     engine: String,
     samples: Vec<Sample>,
-    /// workload -> (pmkit median, ramdisk median, ratio)
-    summary: Vec<(String, f64, f64, f64, &'static str)>,
+    summary: Vec<Row>,
 }
 
-const PMKIT: &str = "pmkit-attach";
+/// `pmkit attach` over /dev/fuse.
+const PMKIT_DEV: &str = "attach-dev";
+/// `pmkit attach` over FUSE io_uring.
+const PMKIT_URING: &str = "attach-uring";
 const RAMDISK: &str = "shm-loop";
 
-/// A mounted ext4 on one of the two targets.
+/// A mounted ext4 on one of the targets.
 enum Mounted {
     Pmkit {
         dev: Arc<pmkit_blk::Device<pmkit_media::Region>>,
-        att: pmkit_fuse::attach::Attachment,
+        att: Box<pmkit_fuse::attach::Attachment>,
     },
     Loop {
         dev: String,
@@ -85,9 +111,10 @@ fn mount_target(
     mnt: &Path,
     size: u64,
     engine: &EngineOptions,
+    threads: usize,
 ) -> Result<Mounted> {
     let _ = std::fs::remove_file(file);
-    if which == PMKIT {
+    if which != RAMDISK {
         let dev = Arc::new(pmkit_blk::create_path(
             file,
             Some(size),
@@ -101,11 +128,19 @@ fn mount_target(
             pm_path: file.into(),
             mountpoint: Some(mnt.into()),
             mkfs: Some(pmkit_fuse::attach::Mkfs::Ext4),
-            threads: 2,
+            threads,
             mount_options: None,
+            transport: if which == PMKIT_URING {
+                Transport::Uring
+            } else {
+                Transport::Dev
+            },
         };
         let att = pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)?;
-        Ok(Mounted::Pmkit { dev, att })
+        Ok(Mounted::Pmkit {
+            dev,
+            att: Box::new(att),
+        })
     } else {
         let f = std::fs::File::create(file)?;
         f.set_len(size)?;
@@ -140,114 +175,16 @@ fn unmount_target(m: Mounted, mnt: &Path, file: &Path) -> Result<()> {
     Ok(())
 }
 
-fn pg_bin(tool: &str) -> Result<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path().join("bin").join(tool))
-                .filter(|p| p.exists())
-                .collect()
-        })
-        .unwrap_or_default();
-    found.sort();
-    found.pop().with_context(|| {
-        format!("PostgreSQL's {tool} not found under /usr/lib/postgresql: install postgresql")
-    })
-}
-
-/// initdb + start + pgbench -i + pgbench run + stop, as user postgres, data on `mnt`. TPS.
-fn pgbench(mnt: &Path, scale: u32, clients: u32, tx: u32) -> Result<f64> {
-    let data = mnt.join("pg");
-    let sock = mnt.join("sock");
-    std::fs::create_dir_all(&data)?;
-    std::fs::create_dir_all(&sock)?;
-    sh(Command::new("chown")
-        .args(["-R", "postgres:postgres"])
-        .arg(mnt))?;
-    let as_pg = |tool: &str| -> Result<Command> {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(pg_bin(tool)?);
-        Ok(c)
-    };
-    sh(as_pg("initdb")?
-        .arg("-D")
-        .arg(&data)
-        .args(["-A", "trust", "--no-sync"]))?;
-    let opts = format!(
-        "-k {} -c listen_addresses='' -p 5499 -c shared_buffers=128MB -c max_wal_size=1GB",
-        sock.display()
-    );
-    sh(as_pg("pg_ctl")?
-        .arg("-D")
-        .arg(&data)
-        .args(["-o", &opts, "-w", "-l"])
-        .arg(mnt.join("pg.log"))
-        .arg("start"))?;
-    let run = (|| -> Result<f64> {
-        let host = sock.display().to_string();
-        sh(as_pg("pgbench")?.args([
-            "-h",
-            &host,
-            "-p",
-            "5499",
-            "-i",
-            "-q",
-            "-s",
-            &scale.to_string(),
-            "postgres",
-        ]))?;
-        let out = sh(as_pg("pgbench")?.args([
-            "-h",
-            &host,
-            "-p",
-            "5499",
-            "-c",
-            &clients.to_string(),
-            "-j",
-            "2",
-            "-t",
-            &tx.to_string(),
-            "postgres",
-        ]))?;
-        out.lines()
-            .find(|l| l.starts_with("tps = "))
-            .and_then(|l| l[6..].split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no tps in pgbench output: {out}"))
-    })();
-    let _ = sh(as_pg("pg_ctl")?
-        .arg("-D")
-        .arg(&data)
-        .args(["-m", "fast", "-w", "stop"]));
-    run
-}
-
-/// One fio job on a file in `mnt`; returns (IOPS, MB/s) of the writes.
-fn fio(mnt: &Path, name: &str, args: &[&str], secs: u32) -> Result<(f64, f64)> {
-    let v = fio_json(
-        Command::new("fio")
-            .arg(format!("--name={name}"))
-            .arg(format!("--directory={}", mnt.display()))
-            .args([
-                "--size=256M",
-                "--ioengine=psync",
-                "--time_based",
-                "--output-format=json",
-            ])
-            .arg(format!("--runtime={secs}"))
-            .args(args),
-    )?;
-    let w = &v["jobs"][0]["write"];
-    let _ = std::fs::remove_file(mnt.join(format!("{name}.0.0")));
-    Ok((
-        w["iops"].as_f64().unwrap_or(0.0),
-        w["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
-    ))
-}
-
 pub fn run(a: Args) -> Result<ExitCode> {
     need_root("bench attach mounts file systems")?;
-    for tool in ["fio", "mkfs.ext4", "losetup", "runuser"] {
+    let sqlite_tx = a
+        .sqlite_tx
+        .unwrap_or(if a.flags.quick { 200 } else { 2000 });
+    let mut tools = vec!["fio", "mkfs.ext4", "losetup", "runuser"];
+    if sqlite_tx > 0 {
+        tools.push("sqlite3");
+    }
+    for tool in tools {
         need_tool(
             tool,
             "run scripts/bench-attach.sh, which installs what this benchmark needs",
@@ -267,15 +204,31 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let base = Scratch::dir(&std::env::temp_dir(), "attach")?;
     let mnt = base.path().join("mnt");
     std::fs::create_dir_all(&mnt)?;
-    let targets = [PMKIT, RAMDISK];
+    // io_uring only where the kernel offers it (root enables it with
+    // `echo Y > /sys/module/fuse/parameters/enable_uring`).
+    let targets: Vec<&'static str> = if pmkit_fuse::uring::enabled() {
+        vec![PMKIT_DEV, PMKIT_URING, RAMDISK]
+    } else {
+        eprintln!(
+            "FUSE over io_uring is not enabled (/sys/module/fuse/parameters/enable_uring): \
+             measuring the /dev/fuse transport only"
+        );
+        vec![PMKIT_DEV, RAMDISK]
+    };
     let bar = a.flags.progress(rounds * targets.len());
     let samples = rotated_rounds(rounds, 1, targets.len(), &bar, |r, _, i| {
         let t = targets[i];
         let file = Scratch::file(&a.flags.dir, &format!("attach-{t}"));
         bar.set_message(format!("round {}/{rounds}: {t}", r + 1));
-        let m = mount_target(t, file.path(), &mnt, size, &engine)
+        let m = mount_target(t, file.path(), &mnt, size, &engine, a.threads)
             .with_context(|| format!("setting up {t}"))?;
-        let res = workloads(t, &mnt, pg.then_some((scale, a.clients, tx)), secs);
+        let res = workloads(
+            t,
+            &mnt,
+            pg.then_some((scale, a.clients, tx)),
+            sqlite_tx,
+            secs,
+        );
         let un = unmount_target(m, &mnt, file.path());
         let res = res.with_context(|| format!("workload on {t}"))?;
         un?;
@@ -296,11 +249,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .map(|s| s.value),
             )
         };
-        let (p, b) = (med(PMKIT), med(RAMDISK));
-        summary.push((w.to_string(), p, b, p / b.max(1e-9), unit));
+        let base = med(RAMDISK);
+        summary.push(Row {
+            workload: w.to_string(),
+            unit,
+            medians: targets
+                .iter()
+                .map(|&t| (t, med(t), med(t) / base.max(1e-9)))
+                .collect(),
+        });
     }
     let report = Report {
         targets,
+        cpu: cpu_label(),
         rounds,
         pgbench: pg.then(|| {
             format!(
@@ -308,7 +269,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 a.clients
             )
         }),
-        fio: format!("psync, 256 MiB file, {secs} s per job"),
+        sqlite: (sqlite_tx > 0).then(|| {
+            format!(
+                "{sqlite_tx} transactions of {} rows, journal DELETE, synchronous FULL",
+                apps::SQLITE_ROWS_PER_TX
+            )
+        }),
+        fio: format!(
+            "256 MiB file, {secs} s per job; qd16: libaio direct iodepth 16; fsync: psync, \
+             fsync after every write; 1M seq: libaio direct iodepth 4, fsync at the end"
+        ),
         engine: format!(
             "protect {}, write {}",
             engine
@@ -324,11 +294,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
 }
 
 /// Every workload on the file system mounted on `mnt` (pgbench with (scale, clients,
-/// transactions) when given), as samples of target `t`.
+/// transactions) when given, SQLite when `sqlite_tx` > 0), as samples of target `t`.
 fn workloads(
     t: &'static str,
     mnt: &Path,
     pg: Option<(u32, u32, u32)>,
+    sqlite_tx: u32,
     secs: u32,
 ) -> Result<Vec<Sample>> {
     let mut samples = vec![];
@@ -343,28 +314,50 @@ fn workloads(
     if let Some((scale, clients, tx)) = pg {
         add("pgbench", pgbench(mnt, scale, clients, tx)?, "tps");
     }
+    if sqlite_tx > 0 {
+        add("sqlite sync FULL", sqlite(mnt, sqlite_tx)?, "rows/s");
+    }
+    let direct = ["--ioengine=libaio", "--direct=1"];
+    let (iops, _) = fio(
+        mnt,
+        "randwrite-qd16",
+        &[&direct[..], &["--rw=randwrite", "--bs=4k", "--iodepth=16"]].concat(),
+        secs,
+    )?;
+    add("fio 4k randwrite qd16", iops, "IOPS");
     let (iops, _) = fio(
         mnt,
         "randwrite-fsync",
-        &["--rw=randwrite", "--bs=4k", "--fsync=1"],
+        &["--ioengine=psync", "--rw=randwrite", "--bs=4k", "--fsync=1"],
         secs,
     )?;
-    add("fio 4k randwrite+fsync", iops, "IOPS");
+    add("fio 4k randwrite qd1+fsync", iops, "IOPS");
     let (_, mbs) = fio(
         mnt,
         "seqwrite",
-        &["--rw=write", "--bs=256k", "--end_fsync=1"],
+        &[
+            &direct[..],
+            &["--rw=write", "--bs=1M", "--iodepth=4", "--end_fsync=1"],
+        ]
+        .concat(),
         secs,
     )?;
-    add("fio 256k seqwrite", mbs, "MB/s");
+    add("fio 1M seqwrite", mbs, "MB/s");
     Ok(samples)
 }
 
 fn draw(p: &Path, report: &Report) -> Result<()> {
+    let attach = report.targets.iter().filter(|&&t| t != RAMDISK);
     let panel = plot::BarPanel {
         title: "pmkit attach / RAM disk (higher is better)".into(),
-        groups: report.summary.iter().map(|s| s.0.clone()).collect(),
-        series: vec![("ratio".into(), report.summary.iter().map(|s| s.3).collect())],
+        groups: report.summary.iter().map(|s| s.workload.clone()).collect(),
+        series: attach
+            .enumerate()
+            .map(|(i, t)| {
+                let ratios = report.summary.iter().map(|s| s.medians[i].2).collect();
+                (t.to_string(), ratios)
+            })
+            .collect(),
     };
     plot::bars(
         p,
@@ -377,21 +370,37 @@ fn draw(p: &Path, report: &Report) -> Result<()> {
 
 fn print_table(report: &Report) {
     println!(
-        "ext4 on pmkit attach (FUSE + loop over PM) vs ext4 on a loop device over a /dev/shm file; median of {} round(s)",
-        report.rounds
+        "ext4 on pmkit attach (FUSE + loop over PM) vs ext4 on a loop device over a /dev/shm file; median of {} round(s); {}",
+        report.rounds, report.cpu
     );
     if let Some(p) = &report.pgbench {
         println!("pgbench: {p}");
     }
+    if let Some(s) = &report.sqlite {
+        println!("sqlite: {s}");
+    }
     println!("fio: {}", report.fio);
-    println!(
-        "{:<26} {:>14} {:>14} {:>8}",
-        "workload", PMKIT, RAMDISK, "ratio"
-    );
-    for (w, p, b, r, unit) in &report.summary {
-        println!(
-            "{:<26} {:>9.0} {:<4} {:>9.0} {:<4} {:>8.2}",
-            w, p, unit, b, unit, r
+    print!("{:<28} {:>7}", "workload", "unit");
+    for t in &report.targets {
+        print!(" {t:>12}");
+    }
+    for t in report.targets.iter().filter(|&&t| t != RAMDISK) {
+        print!(
+            " {:>12}",
+            format!("{}/loop", t.trim_start_matches("attach-"))
         );
+    }
+    println!();
+    for r in &report.summary {
+        print!("{:<28} {:>7}", r.workload, r.unit);
+        for (_, m, _) in &r.medians {
+            print!(" {m:>12.0}");
+        }
+        for (t, _, ratio) in &r.medians {
+            if *t != RAMDISK {
+                print!(" {ratio:>12.2}");
+            }
+        }
+        println!();
     }
 }

@@ -46,10 +46,10 @@ enum Cmd {
     ///
     /// Needs root. Rounds: 3. --quick: fewer slowdowns and files, one round.
     Emulation(figures::FigArgs),
-    /// PostgreSQL pgbench and fio file workloads on ext4 over `pmkit attach` vs over a /dev/shm
+    /// PostgreSQL pgbench, SQLite and fio file workloads on ext4 over `pmkit attach` vs over a /dev/shm
     /// loop device (the RAM-disk baseline), in the same run.
     ///
-    /// Needs root, fio and PostgreSQL (scripts/bench-attach.sh installs them). Rounds: 2.
+    /// Needs root, fio, sqlite3 and PostgreSQL (scripts/bench-attach.sh installs them). Rounds: 2.
     /// --quick: small scale, few transactions, short fio jobs, one round.
     Attach(attach::Args),
     /// fio's nbd engine against `pmkit serve` and `nbdkit memory`, side by side.

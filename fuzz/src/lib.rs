@@ -15,14 +15,18 @@
 //! - [`blk_image`]: a whole block device image (plain, checksummed or atomic) with bytes
 //!   changed, through `check`, the atomic map scan, `open` and a read of every block;
 //! - [`obj_pool`]: a whole object pool image with bytes or structures changed, through
-//!   `Pool::check`, `Pool::open` and a read of every object.
+//!   `Pool::check`, `Pool::open` and a read of every object;
+//! - [`fs_image`]: the file system's structure decoders on raw bytes, and whole file system
+//!   images with bytes changed, through `check`, `mount`, a walk, a few operations and `check`.
 
 mod blk;
+mod fs;
 mod input;
 mod nbd;
 mod obj;
 
 pub use blk::{blk_image, blk_superblock};
+pub use fs::fs_image;
 pub use nbd::{nbd_server, nbd_starttls};
 pub use obj::obj_pool;
 
@@ -30,10 +34,11 @@ pub use obj::obj_pool;
 pub type Target = fn(&[u8]);
 
 /// Every target by name, for the stable test runner.
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("nbd_server", nbd_server),
     ("nbd_starttls", nbd_starttls),
     ("blk_superblock", blk_superblock),
     ("blk_image", blk_image),
     ("obj_pool", obj_pool),
+    ("fs_image", fs_image),
 ];

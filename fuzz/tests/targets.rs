@@ -210,3 +210,8 @@ fn blk_image() {
 fn obj_pool() {
     fuzz("obj_pool", 10_000, 4096);
 }
+
+#[test]
+fn fs_image() {
+    fuzz("fs_image", 3_000, 4096);
+}

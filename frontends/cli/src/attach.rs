@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use pmkit::adapters::BlkDisk;
 use pmkit::args::{parse_size, EngineArgs};
 use pmkit::stats_file::StatsWriter;
-use pmkit_fuse::attach::{self, AttachOptions, Detached, Mkfs};
+use pmkit_fuse::attach::{self, AttachOptions, Detached, Mkfs, Transport};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -39,9 +39,15 @@ pub struct AttachArgs {
     /// Create the device with this size if PATH does not exist (e.g. 1G).
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
-    /// FUSE worker threads.
-    #[arg(long, default_value_t = 2)]
+    /// FUSE worker threads, each on its own cloned /dev/fuse descriptor (0: one per CPU). The
+    /// io_uring transport always has one queue per CPU.
+    #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// How FUSE requests reach pmkit: uring (FUSE over io_uring, a queue per CPU; needs the
+    /// kernel's /sys/module/fuse/parameters/enable_uring = Y), dev (/dev/fuse, a worker per
+    /// CPU), auto (uring where the kernel offers it, else dev).
+    #[arg(long, value_name = "auto|dev|uring", default_value_t = Transport::Auto)]
+    transport: Transport,
     /// Options for mounting the file system (mount -o).
     #[arg(long, short = 'o')]
     mount_options: Option<String>,
@@ -81,6 +87,7 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         mkfs: a.mkfs,
         threads: a.threads,
         mount_options: a.mount_options.clone(),
+        transport: a.transport,
     };
     // Check root, /dev/fuse, tools and the mountpoint before opening (or creating) anything.
     attach::preflight(&opts)?;
@@ -118,8 +125,9 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         say!("  mounted on:   {}", m.display());
     }
     say!(
-        "  FUSE file:    {}",
-        s.fuse_dir.join(pmkit_fuse::DISK_NAME).display()
+        "  FUSE file:    {} (transport {})",
+        s.fuse_dir.join(pmkit_fuse::DISK_NAME).display(),
+        s.transport.unwrap_or_default()
     );
     let target = s
         .mountpoint

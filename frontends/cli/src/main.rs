@@ -7,6 +7,7 @@
 mod attach;
 mod bench;
 mod blk;
+mod fs;
 mod obj;
 mod probe;
 mod serve;
@@ -36,6 +37,8 @@ enum Cmd {
     Check(blk::CheckArgs),
     /// Persistent memory objects (PMO): create, list, inspect, dump and check pools.
     Obj(obj::Args),
+    /// PMFS, a crash-consistent file system on PM: mkfs, info and check (docs/fs.md).
+    Fs(fs::Args),
     /// Show this machine's PM-relevant CPU features and measure each persistence primitive and
     /// protection window.
     Probe(probe::Args),
@@ -70,6 +73,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Detach(a) => attach::run_detach(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Obj(a) => obj::run(a),
+        Cmd::Fs(a) => fs::run(a),
         Cmd::Serve(a) => serve::run(*a),
     })
 }

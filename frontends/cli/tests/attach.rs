@@ -2,7 +2,8 @@
 //! intact and fsck-clean; and a kill -9 crash test: every record acknowledged by fsync survives.
 //!
 //! Needs root, /dev/fuse, losetup and e2fsprogs. In CI (CI set) their absence fails the test.
-//! `PMKIT_ATTACH_TRIALS=N` runs N crash trials (default 2).
+//! `PMKIT_ATTACH_TRIALS=N` runs N crash trials (default 2); `PMKIT_ATTACH_TRANSPORT=dev|uring`
+//! runs every attach over that FUSE transport (default: auto).
 
 use std::io::Write;
 use std::path::Path;
@@ -59,6 +60,68 @@ fn ext4_tree_survives_detach_and_reattach() {
     );
 
     let a = attach(&s.pm, &["--mountpoint", mnt]);
+    for (name, data) in tree() {
+        assert_eq!(std::fs::read(s.mnt.join(&name)).unwrap(), data, "{name}");
+    }
+    a.detach(mnt);
+    fsck_clean(&s.pm);
+}
+
+/// Both FUSE transports serve the same device: what one wrote the other reads back, fsck
+/// clean. Where the kernel does not offer FUSE over io_uring (`enable_uring` = N; the test
+/// changes no kernel setting), `--transport uring` is refused, saying how to enable it.
+#[test]
+fn both_transports_serve_the_same_device() {
+    if !can_run() {
+        return;
+    }
+    let s = scratch("64M");
+    let mnt = s.mnt.to_str().unwrap();
+    let pm = s.pm.to_str().unwrap();
+    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y");
+    if !uring {
+        let o = pmkit(&["attach", pm, "--transport", "uring"]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("enable_uring"), "{err}");
+        let a = attach(&s.pm, &["--transport", "auto"]);
+        assert!(a.out.contains("transport dev"), "{}", a.out);
+        let dev = a.loop_dev();
+        a.detach(&dev);
+        return;
+    }
+    let (first, second) = (&tree()[..20], &tree()[20..]);
+    let a = attach(
+        &s.pm,
+        &[
+            "--mountpoint",
+            mnt,
+            "--mkfs",
+            "ext4",
+            "--transport",
+            "uring",
+        ],
+    );
+    assert!(a.out.contains("transport uring"), "{}", a.out);
+    for (name, data) in first {
+        let p = s.mnt.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, data).unwrap();
+    }
+    a.detach(mnt);
+    let a = attach(&s.pm, &["--mountpoint", mnt, "--transport", "dev"]);
+    assert!(a.out.contains("transport dev"), "{}", a.out);
+    for (name, data) in first {
+        assert_eq!(&std::fs::read(s.mnt.join(name)).unwrap(), data, "{name}");
+    }
+    for (name, data) in second {
+        let p = s.mnt.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, data).unwrap();
+    }
+    a.detach(mnt);
+    let a = attach(&s.pm, &["--mountpoint", mnt, "--transport", "uring"]);
     for (name, data) in tree() {
         assert_eq!(std::fs::read(s.mnt.join(&name)).unwrap(), data, "{name}");
     }

@@ -120,6 +120,11 @@ fn fuse_writers_of_sectors_of_one_block_lose_nothing() {
         mkfs: None,
         threads: 2,
         mount_options: None,
+        // PMKIT_ATTACH_TRANSPORT=dev|uring: run over that FUSE transport (default auto).
+        transport: std::env::var("PMKIT_ATTACH_TRANSPORT")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_default(),
     };
     let mut attached = attach(BlkDisk(Arc::new(dev)), &opts).expect("attach the FUSE file");
     let file = attached.state.fuse_dir.join(pmkit_fuse::DISK_NAME);

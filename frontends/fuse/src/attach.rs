@@ -11,7 +11,9 @@
 
 use crate::file::{Disk, DiskFile, DISK_NAME};
 use crate::holders;
+use crate::uring;
 use serde::{Deserialize, Serialize};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -72,16 +74,52 @@ impl std::str::FromStr for Mkfs {
     }
 }
 
+/// How FUSE requests reach this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// io_uring where the kernel offers it, else /dev/fuse.
+    #[default]
+    Auto,
+    /// `read`/`writev` on /dev/fuse, a worker per CPU on cloned descriptors.
+    Dev,
+    /// FUSE over io_uring, a queue per CPU; attach fails where the kernel does not offer it.
+    Uring,
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Transport::Auto),
+            "dev" => Ok(Transport::Dev),
+            "uring" => Ok(Transport::Uring),
+            _ => Err(format!("unknown transport {s:?} (auto, dev, uring)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Auto => "auto",
+            Transport::Dev => "dev",
+            Transport::Uring => "uring",
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AttachOptions {
     /// The PM file (recorded so detach and "already attached" checks can name it).
     pub pm_path: PathBuf,
     pub mountpoint: Option<PathBuf>,
     pub mkfs: Option<Mkfs>,
-    /// FUSE worker threads.
+    /// FUSE worker threads, each on its own cloned /dev/fuse descriptor; 0: one per CPU.
     pub threads: usize,
     /// Mount options for the file system (`-o`).
     pub mount_options: Option<String>,
+    pub transport: Transport,
 }
 
 /// What an attachment consists of; also its state file.
@@ -95,6 +133,9 @@ pub struct AttachState {
     pub loop_dev: Option<PathBuf>,
     pub mountpoint: Option<PathBuf>,
     pub direct_io: bool,
+    /// The transport in use: `dev` or `uring` (absent in state files of older versions).
+    #[serde(default)]
+    pub transport: Option<Transport>,
 }
 
 impl AttachState {
@@ -297,6 +338,7 @@ pub fn preflight(opts: &AttachOptions) -> Result<()> {
 pub struct Attachment {
     pub state: AttachState,
     session: Option<fuser::BackgroundSession>,
+    uring: Option<uring::Queues>,
 }
 
 /// Run every step of `attach`. On failure, the steps already taken are undone.
@@ -326,8 +368,10 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
             loop_dev: None,
             mountpoint: None,
             direct_io: false,
+            transport: None,
         },
         session: None,
+        uring: None,
     };
     let r = (|| {
         let mut cfg = fuser::Config::default();
@@ -338,10 +382,42 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
             fuser::MountOption::NoSuid,
             fuser::MountOption::NoDev,
         ];
-        cfg.n_threads = Some(opts.threads.clamp(1, 64));
+        cfg.n_threads = Some(workers(opts.threads));
         cfg.clone_fd = true;
+        let want_uring = match opts.transport {
+            Transport::Dev => false,
+            Transport::Uring => true,
+            Transport::Auto => uring::enabled(),
+        };
+        let (fs, granted) = DiskFile::with_uring(disk, want_uring);
+        let core = fs.core();
+        // Session::new mounts and completes INIT, which says whether io_uring was granted;
+        // the queues register before fuser's workers start.
+        let session = fuser::Session::new(fs, &fuse_dir, &cfg)
+            .map_err(|e| step("mount FUSE", format!("{}: {e}", fuse_dir.display())))?;
+        let mut transport = Transport::Dev;
+        if granted.load(std::sync::atomic::Ordering::Acquire) {
+            match uring::start(session.as_fd(), core) {
+                Ok(q) => {
+                    a.uring = Some(q);
+                    transport = Transport::Uring;
+                }
+                Err(e) if opts.transport == Transport::Uring => {
+                    return Err(step("start FUSE io_uring queues", e));
+                }
+                Err(e) => tracing::warn!("{e}; serving /dev/fuse instead"),
+            }
+        } else if opts.transport == Transport::Uring {
+            return Err(AttachError::Precondition(
+                "the kernel does not offer FUSE over io_uring (needs CONFIG_FUSE_IO_URING and \
+                 `echo Y > /sys/module/fuse/parameters/enable_uring`); use --transport dev or auto"
+                    .into(),
+            ));
+        }
+        a.state.transport = Some(transport);
         a.session = Some(
-            fuser::spawn_mount(DiskFile::new(disk), &fuse_dir, &cfg)
+            session
+                .spawn()
                 .map_err(|e| step("mount FUSE", format!("{}: {e}", fuse_dir.display())))?,
         );
         a.state.save()?;
@@ -373,6 +449,20 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
             Err(e)
         }
     }
+}
+
+/// Most FUSE worker threads: each holds a request buffer of fuser's 16 MiB.
+pub const MAX_WORKERS: usize = 64;
+
+/// FUSE worker threads for `threads` (0: one per CPU, so every CPU can serve a request while
+/// the others are busy, with no worker sharing a descriptor or a lock with another).
+pub fn workers(threads: usize) -> usize {
+    let n = if threads == 0 {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    } else {
+        threads
+    };
+    n.clamp(1, MAX_WORKERS)
 }
 
 /// What a detach attempt came to.
@@ -472,6 +562,13 @@ impl Attachment {
         if let Some(s) = self.session.take() {
             // The FUSE mount is gone; the session thread ends on its own.
             let _ = s.join();
+        }
+        if let Some(q) = self.uring.take() {
+            // The kernel ends the queues' commands when the connection goes; if one lingers,
+            // its thread holds nothing that detaching needs.
+            if !q.join(Duration::from_secs(5)) {
+                tracing::warn!("a FUSE io_uring queue did not end with the connection");
+            }
         }
         let _ = std::fs::remove_dir(&self.state.fuse_dir);
         let _ = std::fs::remove_file(self.state.state_file());

@@ -6,9 +6,14 @@
 //! device that ext4, xfs and databases use unmodified. `fsync` on the file is the device's FLUSH
 //! (the loop driver turns a block-layer flush into `fsync`), and `fallocate(PUNCH_HOLE)` is its
 //! discard (what the loop driver sends for a block-layer discard).
+//!
+//! Requests arrive over /dev/fuse (fuser, a worker per CPU on cloned descriptors) or, where the
+//! kernel offers it, over FUSE's io_uring transport ([`uring`], a queue per CPU); both answer
+//! through the same operations, so their semantics are the same.
 
 pub mod attach;
 mod file;
 pub mod holders;
+pub mod uring;
 
 pub use file::{Disk, DiskError, DiskFile, DISK_NAME};

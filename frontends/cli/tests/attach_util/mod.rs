@@ -48,10 +48,18 @@ pub struct Attached {
     pub err: Arc<Mutex<String>>,
 }
 
+/// `pmkit attach PM EXTRA...`, with `--transport $PMKIT_ATTACH_TRANSPORT` when that is set
+/// (so the same tests run over each FUSE transport) and EXTRA names none.
 pub fn attach(pm: &Path, extra: &[&str]) -> Attached {
+    let transport: Vec<String> = std::env::var("PMKIT_ATTACH_TRANSPORT")
+        .ok()
+        .filter(|_| !extra.contains(&"--transport"))
+        .map(|t| vec!["--transport".into(), t])
+        .unwrap_or_default();
     let mut child = Command::new(PMKIT)
         .arg("attach")
         .arg(pm)
+        .args(transport)
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

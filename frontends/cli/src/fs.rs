@@ -1,0 +1,171 @@
+//! `pmkit fs ...`: make, describe and check PMFS file systems (systems/fs, docs/fs.md).
+
+use anyhow::{Context, Result};
+use clap::{Args as ClapArgs, Subcommand};
+use pmkit::args::parse_size;
+use pmkit_fs::{Fs, MkfsOptions};
+use pmkit_media::{Region, RegionOptions};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(ClapArgs)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Make an empty file system in POOL (a file of --size bytes, created if missing).
+    Mkfs {
+        pool: PathBuf,
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+        /// Inodes in the fixed inode table (the most files and directories, plus one).
+        #[arg(long, default_value_t = 4096)]
+        inodes: u32,
+        /// Journal lanes: transactions that can run at once.
+        #[arg(long, default_value_t = 8)]
+        lanes: u32,
+        /// 64-byte entries per journal lane.
+        #[arg(long, default_value_t = 256)]
+        lane_entries: u32,
+    },
+    /// Show geometry, usage and what each operation costs the journal (reads only).
+    Info {
+        pool: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a file system without changing it; exit status 1 if it has problems.
+    Check {
+        pool: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn open_ro(path: &Path) -> Result<Region> {
+    Region::open_read_only(path).with_context(|| format!("{}: cannot open", path.display()))
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    match a.cmd {
+        Cmd::Mkfs {
+            pool,
+            size,
+            inodes,
+            lanes,
+            lane_entries,
+        } => {
+            let region = Region::open_or_create(&pool, size, &RegionOptions::default())
+                .with_context(|| format!("{}: cannot create", pool.display()))?;
+            for n in region.notes() {
+                eprintln!("note: {n}");
+            }
+            let o = MkfsOptions {
+                inodes,
+                lanes,
+                lane_entries,
+            };
+            Fs::mkfs(&region, &o).with_context(|| format!("{}", pool.display()))?;
+            let sb = pmkit_fs::superblock(&region)?;
+            println!(
+                "{}: PMFS of {} blocks of 4 KiB ({} for data), {} inodes, {} journal lanes of {} entries",
+                pool.display(),
+                sb.geo.blocks,
+                sb.geo.data_blocks(),
+                inodes - 1,
+                lanes,
+                lane_entries
+            );
+        }
+        Cmd::Info { pool, json } => {
+            let region = open_ro(&pool)?;
+            let sb =
+                pmkit_fs::superblock(&region).with_context(|| format!("{}", pool.display()))?;
+            let report = pmkit_fs::check(&region);
+            let costs = pmkit_fs::op_costs();
+            if json {
+                let v = serde_json::json!({
+                    "superblock": sb,
+                    "usage": report,
+                    "domain": region.domain(),
+                    "kind": region.kind(),
+                    "op_costs": costs,
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                let g = sb.geo;
+                println!("pool:        {}", pool.display());
+                println!("media:       {:?}, {}", region.kind(), region.domain());
+                println!(
+                    "blocks:      {} of 4 KiB, data from block {}",
+                    g.blocks, g.data_block
+                );
+                println!(
+                    "journal:     {} lanes of {} entries of 64 bytes",
+                    g.lanes, g.lane_entries
+                );
+                println!(
+                    "inodes:      {} ({} free)",
+                    g.inodes - 1,
+                    report.free_inodes
+                );
+                println!(
+                    "data blocks: {} ({} free)",
+                    g.data_blocks(),
+                    report.free_blocks
+                );
+                println!(
+                    "files:       {}, directories {}, orphans {}",
+                    report.files, report.dirs, report.orphans
+                );
+                println!(
+                    "state:       mount generation {}, {}",
+                    sb.mount_gen,
+                    if sb.clean {
+                        "clean"
+                    } else {
+                        "not unmounted cleanly"
+                    }
+                );
+                println!("journal cost per operation (measured on an in-memory file system):");
+                for c in costs {
+                    println!(
+                        "  {:<36} {:>5} bytes journaled, {} fences",
+                        c.op, c.journal_bytes, c.fences
+                    );
+                }
+            }
+        }
+        Cmd::Check { pool, json } => {
+            let region = open_ro(&pool)?;
+            let r = pmkit_fs::check(&region);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{}: {} files, {} directories, {} orphans",
+                    pool.display(),
+                    r.files,
+                    r.dirs,
+                    r.orphans
+                );
+                for n in &r.notes {
+                    println!("note: {n}");
+                }
+                for p in &r.problems {
+                    println!("problem: {p}");
+                }
+                println!("{}", if r.is_clean() { "clean" } else { "NOT clean" });
+            }
+            return Ok(if r.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,205 @@
+//! The parts of the FUSE wire format (`include/uapi/linux/fuse.h`, ABI 7.42+) the io_uring
+//! transport reads and writes itself: the ring entry's header buffer, the request header,
+//! the few per-opcode structs a single-file device needs, and the replies. Everything is
+//! native-endian bytes at fixed offsets, so parsing needs no `unsafe`.
+
+use fuser::{FileAttr, FileType};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// `FUSE_IO_URING_CMD_REGISTER`: hand the kernel a ring entry (header + payload buffers); it
+/// completes when the first request for the entry arrives.
+pub const CMD_REGISTER: u32 = 1;
+/// `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`: the reply for the entry's request is in its buffers;
+/// complete it and wait for the next request.
+pub const CMD_COMMIT_AND_FETCH: u32 = 2;
+
+/// `struct fuse_uring_req_header`: `in_out` (128: `fuse_in_header` on fetch,
+/// `fuse_out_header` on commit), `op_in` (128: the opcode's fixed in-struct),
+/// `ring_ent_in_out` (32: flags, commit_id, payload_sz, padding, reserved).
+pub const HEADER_LEN: usize = 288;
+const OP_IN: usize = 128;
+const ENT_IN_OUT: usize = 256;
+
+/// `struct fuse_uring_cmd_req` in the SQE's 80-byte command area: flags, commit_id, qid.
+pub fn cmd_req(commit_id: u64, qid: u16) -> [u8; 80] {
+    let mut c = [0u8; 80];
+    c[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+    c[16..18].copy_from_slice(&qid.to_ne_bytes());
+    c
+}
+
+pub fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+pub fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+fn put32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+}
+fn put64(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+}
+
+/// What the kernel put in an entry's header buffer.
+pub struct InHeader {
+    pub opcode: u32,
+    pub unique: u64,
+    pub nodeid: u64,
+    /// Bytes of the request in the payload buffer (names, WRITE data).
+    pub payload_sz: u32,
+    /// The id to echo in COMMIT_AND_FETCH.
+    pub commit_id: u64,
+}
+
+impl InHeader {
+    pub fn parse(h: &[u8]) -> InHeader {
+        InHeader {
+            opcode: u32_at(h, 4),
+            unique: u64_at(h, 8),
+            nodeid: u64_at(h, 16),
+            commit_id: u64_at(h, ENT_IN_OUT + 8),
+            payload_sz: u32_at(h, ENT_IN_OUT + 16),
+        }
+    }
+}
+
+/// The opcode's fixed in-struct (`fuse_read_in`, `fuse_write_in`, ...).
+pub fn op_in(h: &[u8]) -> &[u8] {
+    &h[OP_IN..OP_IN + 128]
+}
+
+/// Write the reply header: `fuse_out_header` (len, -errno, unique) and the payload size.
+pub fn set_reply(h: &mut [u8], unique: u64, errno: i32, payload_len: u32) {
+    put32(h, 0, 16 + payload_len);
+    put32(h, 4, (-errno) as u32);
+    put64(h, 8, unique);
+    put32(h, ENT_IN_OUT + 16, payload_len);
+}
+
+/// Opcodes (`enum fuse_opcode`).
+pub mod op {
+    pub const LOOKUP: u32 = 1;
+    pub const GETATTR: u32 = 3;
+    pub const SETATTR: u32 = 4;
+    pub const OPEN: u32 = 14;
+    pub const READ: u32 = 15;
+    pub const WRITE: u32 = 16;
+    pub const STATFS: u32 = 17;
+    pub const RELEASE: u32 = 18;
+    pub const FSYNC: u32 = 20;
+    pub const FLUSH: u32 = 25;
+    pub const OPENDIR: u32 = 27;
+    pub const READDIR: u32 = 28;
+    pub const RELEASEDIR: u32 = 29;
+    pub const FSYNCDIR: u32 = 30;
+    pub const ACCESS: u32 = 34;
+    pub const DESTROY: u32 = 38;
+    pub const FALLOCATE: u32 = 43;
+}
+
+/// `FATTR_SIZE` in `fuse_setattr_in.valid`.
+pub const FATTR_SIZE: u32 = 1 << 3;
+
+fn secs_nsecs(t: SystemTime) -> (u64, u32) {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    (d.as_secs(), d.subsec_nanos())
+}
+
+/// `struct fuse_attr` (88 bytes) at `b[0..88]`.
+fn put_attr(b: &mut [u8], a: &FileAttr) {
+    let kind = match a.kind {
+        FileType::Directory => libc::S_IFDIR,
+        _ => libc::S_IFREG,
+    };
+    put64(b, 0, a.ino.into());
+    put64(b, 8, a.size);
+    put64(b, 16, a.blocks);
+    let (at, atn) = secs_nsecs(a.atime);
+    let (mt, mtn) = secs_nsecs(a.mtime);
+    let (ct, ctn) = secs_nsecs(a.ctime);
+    put64(b, 24, at);
+    put64(b, 32, mt);
+    put64(b, 40, ct);
+    put32(b, 48, atn);
+    put32(b, 52, mtn);
+    put32(b, 56, ctn);
+    put32(b, 60, kind | u32::from(a.perm));
+    put32(b, 64, a.nlink);
+    put32(b, 68, a.uid);
+    put32(b, 72, a.gid);
+    put32(b, 76, a.rdev);
+    put32(b, 80, a.blksize);
+    put32(b, 84, a.flags);
+}
+
+/// `struct fuse_entry_out` (128 bytes): the reply to LOOKUP.
+pub fn entry_out(b: &mut [u8], a: &FileAttr, ttl: Duration) -> u32 {
+    b[..128].fill(0);
+    put64(b, 0, a.ino.into());
+    put64(b, 16, ttl.as_secs());
+    put64(b, 24, ttl.as_secs());
+    put32(b, 32, ttl.subsec_nanos());
+    put32(b, 36, ttl.subsec_nanos());
+    put_attr(&mut b[40..128], a);
+    128
+}
+
+/// `struct fuse_attr_out` (104 bytes): the reply to GETATTR and SETATTR.
+pub fn attr_out(b: &mut [u8], a: &FileAttr, ttl: Duration) -> u32 {
+    b[..104].fill(0);
+    put64(b, 0, ttl.as_secs());
+    put32(b, 8, ttl.subsec_nanos());
+    put_attr(&mut b[16..104], a);
+    104
+}
+
+/// `struct fuse_open_out` (16 bytes): fh 0 and the open flags.
+pub fn open_out(b: &mut [u8], open_flags: u32) -> u32 {
+    b[..16].fill(0);
+    put32(b, 8, open_flags);
+    16
+}
+
+/// `struct fuse_write_out` (8 bytes).
+pub fn write_out(b: &mut [u8], size: u32) -> u32 {
+    put32(b, 0, size);
+    put32(b, 4, 0);
+    8
+}
+
+/// `struct fuse_statfs_out` (80 bytes): `blocks` of `bsize`, no free space reported.
+pub fn statfs_out(b: &mut [u8], blocks: u64, bsize: u32) -> u32 {
+    b[..80].fill(0);
+    put64(b, 0, blocks);
+    put64(b, 24, 2); // files
+    put32(b, 40, bsize);
+    put32(b, 44, 255); // namelen
+    put32(b, 48, bsize); // frsize
+    80
+}
+
+/// One `struct fuse_dirent` at `b[at..]`: the new end, or `None` when it does not fit in
+/// `limit`.
+pub fn dirent(
+    b: &mut [u8],
+    at: usize,
+    limit: usize,
+    ino: u64,
+    off: u64,
+    kind: FileType,
+    name: &str,
+) -> Option<usize> {
+    let len = (24 + name.len()).div_ceil(8) * 8;
+    if at + len > limit {
+        return None;
+    }
+    let d = &mut b[at..at + len];
+    d.fill(0);
+    put64(d, 0, ino);
+    put64(d, 8, off);
+    put32(d, 16, name.len() as u32);
+    put32(d, 20, if kind == FileType::Directory { 4 } else { 8 }); // DT_DIR, DT_REG
+    d[24..24 + name.len()].copy_from_slice(name.as_bytes());
+    Some(at + len)
+}

@@ -1,0 +1,265 @@
+//! One FUSE io_uring queue per CPU: a thread pinned to its CPU, its own io_uring (128-byte
+//! SQEs, as `IORING_OP_URING_CMD` on /dev/fuse requires) and [`QUEUE_DEPTH`] ring entries,
+//! each a header buffer and a payload buffer registered with the kernel once. A request
+//! arrives as the completion of an entry's command; the reply is written into the same
+//! buffers and sent with the command that fetches the entry's next request
+//! (COMMIT_AND_FETCH): one `io_uring_enter` per batch instead of a `read` and a `writev`
+//! per request, and the kernel queues a request on the queue of the CPU that issued it.
+
+use super::{abi, ops};
+use crate::file::{Core, Disk, MAX_IO};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Ring entries per queue: requests one CPU's queue can hold at once. Each holds a payload
+/// buffer of the largest request (1 MiB), so 32 entries are 32 MiB per CPU.
+pub const QUEUE_DEPTH: usize = 32;
+
+/// Why the io_uring transport could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum UringError {
+    #[error("FUSE io_uring queue {qid}: {what}: {err}")]
+    Queue {
+        qid: u16,
+        what: &'static str,
+        err: std::io::Error,
+    },
+}
+
+fn queue_err(qid: u16, what: &'static str) -> impl FnOnce(std::io::Error) -> UringError {
+    move |err| UringError::Queue { qid, what, err }
+}
+
+/// The running queues.
+pub struct Queues {
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Queues {
+    /// Wait up to `limit` for every queue thread to end (the kernel ends their commands when
+    /// the FUSE connection goes away); `false` if some were still running.
+    pub fn join(self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.threads.iter().any(|t| !t.is_finished()) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.threads.into_iter().for_each(|t| {
+            let _ = t.join();
+        });
+        true
+    }
+}
+
+/// The kernel makes one queue per possible CPU (`nr_cpu_ids`) and uses io_uring only once
+/// every one of them has an entry.
+fn possible_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim()
+                .split([',', '-'])
+                .filter_map(|n| n.parse::<usize>().ok())
+                .max()
+        })
+        .map(|m| m + 1)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Start a queue per CPU on the FUSE connection `fd` (after an INIT that granted
+/// `FUSE_OVER_IO_URING`), serving `core`. Returns once every queue has registered its
+/// entries, or with the first queue's error.
+pub fn start<D: Disk>(fd: BorrowedFd<'_>, core: Arc<Core<D>>) -> Result<Queues, UringError> {
+    let n = possible_cpus().min(u16::MAX as usize) as u16;
+    let (tx, rx) = mpsc::channel();
+    let mut threads = vec![];
+    for qid in 0..n {
+        let fd = fd.try_clone_to_owned().map_err(queue_err(qid, "dup"))?;
+        let (core, tx) = (core.clone(), tx.clone());
+        let t = std::thread::Builder::new()
+            .name(format!("fuse-uring-{qid}"))
+            .spawn(move || match Queue::new(fd, qid) {
+                Ok(mut q) => {
+                    let _ = tx.send(Ok(()));
+                    q.serve(&core)
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            })
+            .map_err(queue_err(qid, "spawn"))?;
+        threads.push(t);
+    }
+    drop(tx);
+    for r in rx.iter().take(n as usize) {
+        r?;
+    }
+    Ok(Queues { threads })
+}
+
+/// A ring entry's buffers (heap allocations that never move or grow while registered).
+struct Entry {
+    header: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+struct Queue {
+    // Dropped first: closing the ring cancels the entries' commands before their buffers go.
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    entries: Vec<Entry>,
+    /// Each entry's (header, payload) iovecs, as REGISTER hands them to the kernel; boxed so
+    /// they stay put.
+    iovs: Box<[[libc::iovec; 2]]>,
+    fd: OwnedFd,
+    qid: u16,
+    /// Completions seen while registering, served first.
+    early: Vec<(u64, i32)>,
+}
+
+impl Queue {
+    fn new(fd: OwnedFd, qid: u16) -> Result<Queue, UringError> {
+        pin_to_cpu(qid as usize);
+        // Completions are only reaped by this thread, in io_uring_enter: let the kernel run
+        // their task work then, not interrupt us for each (needs 6.1; plain ring otherwise).
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(QUEUE_DEPTH as u32)
+            .or_else(|_| {
+                IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(QUEUE_DEPTH as u32)
+            })
+            .map_err(queue_err(qid, "io_uring_setup"))?;
+        let mut entries: Vec<Entry> = (0..QUEUE_DEPTH)
+            .map(|_| Entry {
+                header: vec![0u8; abi::HEADER_LEN],
+                payload: vec![0u8; MAX_IO as usize],
+            })
+            .collect();
+        let iovs = entries
+            .iter_mut()
+            .map(|e| {
+                [
+                    libc::iovec {
+                        iov_base: e.header.as_mut_ptr().cast(),
+                        iov_len: e.header.len(),
+                    },
+                    libc::iovec {
+                        iov_base: e.payload.as_mut_ptr().cast(),
+                        iov_len: e.payload.len(),
+                    },
+                ]
+            })
+            .collect();
+        let mut q = Queue {
+            ring,
+            entries,
+            iovs,
+            fd,
+            qid,
+            early: vec![],
+        };
+        for idx in 0..QUEUE_DEPTH {
+            let sqe = register_sqe(q.fd.as_raw_fd(), qid, q.iovs[idx].as_ptr(), idx as u64);
+            // SAFETY: the SQE points at this entry's iovecs and, through them, its buffers,
+            // all owned by `q`, which outlives the ring (dropped first).
+            unsafe { q.ring.submission().push(&sqe) }
+                .expect("QUEUE_DEPTH SQEs fit a ring of QUEUE_DEPTH");
+        }
+        q.ring
+            .submit()
+            .map_err(queue_err(qid, "register entries"))?;
+        // A refused REGISTER completes at once with an error.
+        q.early
+            .extend(q.ring.completion().map(|c| (c.user_data(), c.result())));
+        if let Some(&(_, res)) = q.early.iter().find(|(_, r)| *r < 0) {
+            return Err(queue_err(qid, "register entries")(
+                std::io::Error::from_raw_os_error(-res),
+            ));
+        }
+        Ok(q)
+    }
+
+    /// Serve requests until the connection ends.
+    fn serve<D: Disk>(&mut self, core: &Core<D>) {
+        let mut done = std::mem::take(&mut self.early);
+        done.reserve(QUEUE_DEPTH);
+        let mut in_kernel = QUEUE_DEPTH;
+        loop {
+            for &(idx, res) in &done {
+                if res < 0 {
+                    // ENOTCONN/ENODEV: unmounted or aborted; anything else loses this entry.
+                    in_kernel -= 1;
+                    if res == -libc::ENOTCONN || res == -libc::ENODEV || in_kernel == 0 {
+                        return;
+                    }
+                    tracing::warn!(
+                        "FUSE io_uring queue {}: entry {idx}: errno {}",
+                        self.qid,
+                        -res
+                    );
+                    continue;
+                }
+                let e = &mut self.entries[idx as usize];
+                let commit_id = ops::handle(core, &mut e.header, &mut e.payload);
+                let sqe = opcode::UringCmd80::new(
+                    types::Fd(self.fd.as_raw_fd()),
+                    abi::CMD_COMMIT_AND_FETCH,
+                )
+                .cmd(abi::cmd_req(commit_id, self.qid))
+                .build()
+                .user_data(idx);
+                // SAFETY: the command names a registered entry, whose buffers (boxed in
+                // `self.entries`) outlive the ring.
+                unsafe { self.ring.submission().push(&sqe) }
+                    .expect("one SQE per entry fits a ring of QUEUE_DEPTH");
+            }
+            done.clear();
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => {
+                    tracing::warn!("FUSE io_uring queue {}: {e}", self.qid);
+                    return;
+                }
+            }
+            done.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        }
+    }
+}
+
+/// The REGISTER command for one entry: its header and payload iovecs at `iov`.
+fn register_sqe(fd: i32, qid: u16, iov: *const libc::iovec, idx: u64) -> squeue::Entry128 {
+    let sqe = opcode::UringCmd80::new(types::Fd(fd), abi::CMD_REGISTER)
+        .cmd(abi::cmd_req(0, qid))
+        .addr(Some(iov as u64))
+        .build()
+        .user_data(idx);
+    // The kernel also wants the iovec count in the SQE's `len`, which the io-uring crate's
+    // UringCmd80 has no setter for.
+    // SAFETY: Entry128 is #[repr(C)]: the 64-byte `io_uring_sqe`, then the 64 bytes that
+    // extend its command area; any bytes are a valid value of either type.
+    let mut raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+    // io_uring_sqe.len: the iovec count.
+    raw[24..28].copy_from_slice(&2u32.to_ne_bytes());
+    // SAFETY: as above, back to the same type.
+    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+}
+
+/// Run this thread on `cpu` only: its queue gets the requests issued on that CPU. Best
+/// effort (a cpuset may forbid it; requests are then served from another CPU).
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays within it for cpu <
+    // CPU_SETSIZE (checked); sched_setaffinity reads the set we own.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu < libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}

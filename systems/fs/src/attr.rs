@@ -1,0 +1,215 @@
+//! Attributes and lookups: getattr, setattr, lookup, readdir, readlink, statfs, open/release,
+//! fsync; the inode helpers every operation uses.
+
+use crate::error::{Error, Result};
+use crate::inode::{Inode, Kind};
+use crate::layout::{BLOCK, INODE, NAME_MAX, ROOT_INO, SYMLINK_MAX};
+use crate::tree;
+use crate::{Attr, DirEntry, Fs, SetAttr, StatFs};
+use pmkit_media::Media;
+
+/// Nanoseconds since the epoch.
+pub fn now() -> u64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    d.map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+impl<M: Media> Fs<M> {
+    pub(crate) fn valid_ino(&self, ino: u64) -> bool {
+        ino >= ROOT_INO && ino < self.geo.inodes as u64
+    }
+    pub(crate) fn inode(&self, ino: u64) -> Inode {
+        let mut b = [0u8; INODE];
+        self.pm.read(self.geo.inode_off(ino), &mut b);
+        Inode::decode(&b)
+    }
+    /// The inode, if `ino` is in range and in use.
+    pub(crate) fn live(&self, ino: u64) -> Result<Inode> {
+        if !self.valid_ino(ino) {
+            return Err(Error::BadInode(ino));
+        }
+        let n = self.inode(ino);
+        if n.is(Kind::Free) {
+            return Err(Error::BadInode(ino));
+        }
+        Ok(n)
+    }
+    pub(crate) fn stripe(&self, ino: u64) -> &parking_lot::Mutex<()> {
+        &self.stripes[ino as usize % self.stripes.len()]
+    }
+
+    fn attr_of(&self, ino: u64, n: &Inode) -> Attr {
+        let mut blocks = Vec::new();
+        tree::collect(&self.pm, n.root, n.height, &mut blocks);
+        Attr {
+            ino,
+            kind: n.kind().unwrap_or(Kind::Free),
+            size: n.size,
+            links: n.links,
+            mode: n.mode,
+            uid: n.uid,
+            gid: n.gid,
+            atime: n.atime,
+            mtime: n.mtime,
+            ctime: n.ctime,
+            blocks: blocks.len() as u64,
+        }
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        let n = self.live(ino)?;
+        Ok(self.attr_of(ino, &n))
+    }
+
+    /// Change mode, owner, size or times; one transaction (a truncate of a big file, several:
+    /// see the orphan list in `docs/fs.md`).
+    pub fn setattr(&self, ino: u64, s: &SetAttr) -> Result<Attr> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        let n = self.live(ino)?;
+        if let Some(size) = s.size {
+            match n.kind() {
+                Some(Kind::File) => self.truncate(ino, size)?,
+                Some(Kind::Dir) => return Err(Error::IsDir),
+                _ => return Err(Error::Invalid("size of a non-regular file")),
+            }
+        }
+        let rest = SetAttr { size: None, ..*s };
+        if rest != SetAttr::default() {
+            let mut tx = self.tx();
+            let mut n = tx.inode(ino);
+            n.mode = s.mode.map(|m| m & 0o7777).unwrap_or(n.mode);
+            n.uid = s.uid.unwrap_or(n.uid);
+            n.gid = s.gid.unwrap_or(n.gid);
+            n.atime = s.atime.unwrap_or(n.atime);
+            n.mtime = s.mtime.unwrap_or(n.mtime);
+            n.ctime = now();
+            tx.put_inode(ino, &n);
+            self.commit(tx)?;
+        }
+        let n = self.live(ino)?;
+        Ok(self.attr_of(ino, &n))
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong {
+                len: name.len(),
+                max: NAME_MAX,
+            });
+        }
+        let dirs = self.ns.read();
+        let ino = match dirs.get(&parent) {
+            None => {
+                self.live(parent)?;
+                return Err(Error::NotDir);
+            }
+            Some(d) if name == b"." => {
+                let _ = d;
+                parent
+            }
+            Some(_) if name == b".." => self.inode(parent).parent,
+            Some(d) => d.entries.get(name).ok_or(Error::NotFound)?.ino,
+        };
+        let _g = self.stripe(ino).lock();
+        let n = self.live(ino)?;
+        Ok(self.attr_of(ino, &n))
+    }
+
+    /// Every entry of a directory, `.` and `..` first, then in slot order.
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let dirs = self.ns.read();
+        let d = match dirs.get(&ino) {
+            Some(d) => d,
+            None => {
+                self.live(ino)?;
+                return Err(Error::NotDir);
+            }
+        };
+        let parent = self.inode(ino).parent;
+        let mut out = vec![
+            DirEntry {
+                ino,
+                kind: Kind::Dir,
+                name: b".".to_vec(),
+            },
+            DirEntry {
+                ino: parent,
+                kind: Kind::Dir,
+                name: b"..".to_vec(),
+            },
+        ];
+        let mut es: Vec<_> = d.entries.iter().collect();
+        es.sort_by_key(|(_, l)| (l.block, l.slot));
+        for (name, l) in es {
+            let kind = Kind::from_u8(l.kind).unwrap_or(Kind::Free);
+            out.push(DirEntry {
+                ino: l.ino,
+                kind,
+                name: name.clone(),
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        let n = self.live(ino)?;
+        if !n.is(Kind::Symlink) {
+            return Err(Error::Invalid("not a symlink"));
+        }
+        self.read_data(&n, 0, n.size.min(SYMLINK_MAX as u64) as usize)
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let a = self.alloc.lock();
+        StatFs {
+            block_size: BLOCK as u32,
+            blocks: self.geo.data_blocks(),
+            free_blocks: a.blocks.free(),
+            inodes: self.geo.inodes as u64 - 1,
+            free_inodes: a.inodes.free(),
+            name_max: NAME_MAX as u32,
+        }
+    }
+
+    /// Count an open handle: an unlinked file stays until its last `release`.
+    pub fn open(&self, ino: u64) -> Result<()> {
+        let _ns = self.ns.read();
+        self.live(ino)?;
+        *self.alloc.lock().open.entry(ino).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Drop an open handle; the last one of an unlinked file frees it.
+    pub fn release(&self, ino: u64) -> Result<()> {
+        let _ns = self.ns.write();
+        let last = {
+            let mut a = self.alloc.lock();
+            let c = a
+                .open
+                .get_mut(&ino)
+                .ok_or(Error::Invalid("release without open"))?;
+            *c -= 1;
+            let last = *c == 0;
+            if last {
+                a.open.remove(&ino);
+            }
+            last
+        };
+        if last && self.live(ino)?.links == 0 {
+            self.free_orphan(ino)?;
+        }
+        Ok(())
+    }
+
+    /// Every write is durable when it returns; fsync only orders (one fence).
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        self.live(ino)?;
+        self.pm.fence();
+        Ok(())
+    }
+}

@@ -1,0 +1,77 @@
+//! `check`: the mount's recovery and walk on a copy-on-write overlay; names every problem and
+//! never writes the media.
+
+use crate::journal;
+use crate::mount::{pick_sb, read_sbs};
+use crate::overlay::Overlay;
+use crate::pm::{Faults, Pm};
+use crate::walk;
+use pmkit_media::Media;
+
+/// What `check` found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CheckReport {
+    /// Problems that make mount refuse the media.
+    pub problems: Vec<String>,
+    /// Things mount fixes by itself (a bad superblock copy, a transaction to roll back).
+    pub notes: Vec<String>,
+    pub mount_gen: u64,
+    pub clean: bool,
+    pub files: u64,
+    pub dirs: u64,
+    pub blocks: u64,
+    pub free_blocks: u64,
+    pub inodes: u64,
+    pub free_inodes: u64,
+    pub orphans: u64,
+}
+
+impl CheckReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Check the file system on `media` without changing it.
+pub fn check<M: Media>(media: &M) -> CheckReport {
+    let mut r = CheckReport::default();
+    let sbs = read_sbs(media);
+    for (name, s) in ["A", "B"].iter().zip(&sbs) {
+        if let Err(e) = s {
+            r.notes.push(format!("superblock {name}: {e}"));
+        }
+    }
+    let sb = match pick_sb(media) {
+        Ok((sb, _)) => sb,
+        Err(e) => {
+            r.problems.push(format!("both superblocks are bad: {e}"));
+            return r;
+        }
+    };
+    (r.mount_gen, r.clean) = (sb.mount_gen, sb.clean);
+    let over = Overlay::new(media);
+    let pm = Pm::new(&over, Faults::default());
+    match journal::recover(&pm, &sb.geo) {
+        Ok((_, rep)) if rep.rolled_back > 0 => {
+            r.notes.push(format!(
+                "journal: {} uncommitted transactions to roll back ({} entries)",
+                rep.rolled_back, rep.entries
+            ));
+        }
+        Ok(_) => {}
+        Err(p) => {
+            r.problems.extend(p);
+            return r;
+        }
+    }
+    let w = walk::walk(&pm, &sb.geo);
+    r.problems.extend(w.problems);
+    r.files = w.files;
+    r.dirs = w.dirs_count;
+    r.blocks = sb.geo.data_blocks();
+    r.free_blocks = w.alloc.blocks.free();
+    r.inodes = sb.geo.inodes as u64 - 1;
+    r.free_inodes = w.alloc.inodes.free();
+    r.orphans = w.orphans.len() as u64;
+    r
+}

@@ -1,0 +1,161 @@
+//! Directory blocks: 64-byte slots. A record is a head slot `{ino, name_len, kind, nslots,
+//! name[48]}` plus continuation slots `{0u64, name[56]}`; a slot whose first word is 0 is free.
+//! The DRAM index of one directory (name -> entry, slot bitmaps) is rebuilt at mount.
+
+use crate::layout::{BLOCK, NAME_MAX};
+use std::collections::HashMap;
+
+pub const SLOT: usize = 64;
+pub const SLOTS: usize = BLOCK / SLOT;
+const HEAD_NAME: usize = 48;
+const CONT_NAME: usize = 56;
+
+pub fn slots_for(name_len: usize) -> usize {
+    1 + name_len.saturating_sub(HEAD_NAME).div_ceil(CONT_NAME)
+}
+
+/// One record as found in a block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rec {
+    pub slot: usize,
+    pub ino: u64,
+    pub kind: u8,
+    pub name: Vec<u8>,
+    pub nslots: usize,
+}
+
+/// The bytes of a record's slots, the head's `ino` word included (the caller stores it last).
+pub fn encode(name: &[u8], ino: u64, kind: u8) -> Vec<u8> {
+    assert!(!name.is_empty() && name.len() <= NAME_MAX);
+    let n = slots_for(name.len());
+    let mut b = vec![0u8; n * SLOT];
+    b[0..8].copy_from_slice(&ino.to_le_bytes());
+    b[8] = name.len() as u8;
+    b[9] = kind;
+    b[10] = n as u8;
+    let head = name.len().min(HEAD_NAME);
+    b[16..16 + head].copy_from_slice(&name[..head]);
+    for (k, chunk) in name[head..].chunks(CONT_NAME).enumerate() {
+        let at = (k + 1) * SLOT + 8;
+        b[at..at + chunk.len()].copy_from_slice(chunk);
+    }
+    b
+}
+
+/// The records of one directory block. Never panics on any bytes.
+pub fn parse(b: &[u8]) -> Result<Vec<Rec>, String> {
+    assert_eq!(b.len(), BLOCK);
+    let word =
+        |s: usize| u64::from_le_bytes(b[s * SLOT..s * SLOT + 8].try_into().expect("8 bytes"));
+    let mut out = Vec::new();
+    let mut s = 0;
+    while s < SLOTS {
+        let ino = word(s);
+        if ino == 0 {
+            s += 1;
+            continue;
+        }
+        let h = &b[s * SLOT..];
+        let (len, kind, nslots) = (h[8] as usize, h[9], h[10] as usize);
+        if len == 0 || nslots != slots_for(len) || s + nslots > SLOTS {
+            return Err(format!(
+                "slot {s}: bad record (name length {len}, {nslots} slots)"
+            ));
+        }
+        let mut name = h[16..16 + len.min(HEAD_NAME)].to_vec();
+        for k in 1..nslots {
+            if word(s + k) != 0 {
+                return Err(format!(
+                    "slot {s}: continuation slot {} is not marked",
+                    s + k
+                ));
+            }
+            let rest = len - name.len();
+            let at = (s + k) * SLOT + 8;
+            name.extend_from_slice(&b[at..at + rest.min(CONT_NAME)]);
+        }
+        if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+            return Err(format!(
+                "slot {s}: invalid name {:?}",
+                String::from_utf8_lossy(&name)
+            ));
+        }
+        out.push(Rec {
+            slot: s,
+            ino,
+            kind,
+            name,
+            nslots,
+        });
+        s += nslots;
+    }
+    Ok(out)
+}
+
+/// Where an entry lives and what it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loc {
+    pub ino: u64,
+    pub kind: u8,
+    /// File block of the directory.
+    pub block: u64,
+    pub slot: usize,
+    pub nslots: usize,
+}
+
+/// The DRAM index of one directory.
+#[derive(Clone, Debug, Default)]
+pub struct DirIndex {
+    pub entries: HashMap<Vec<u8>, Loc>,
+    /// Per directory block, a bit per used slot.
+    pub used: Vec<u64>,
+    pub subdirs: u32,
+}
+
+impl DirIndex {
+    pub fn mark(&mut self, block: u64, slot: usize, n: usize, used: bool) {
+        let mask = if n == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << n) - 1) << slot
+        };
+        let w = &mut self.used[block as usize];
+        if used {
+            assert_eq!(*w & mask, 0, "slots {slot}+{n} of dir block {block} in use");
+            *w |= mask;
+        } else {
+            *w &= !mask;
+        }
+    }
+    /// A run of `n` free slots: (block, slot), or None (the caller adds a block).
+    pub fn find_free(&self, n: usize) -> Option<(u64, usize)> {
+        for (b, &w) in self.used.iter().enumerate() {
+            for s in 0..=SLOTS - n {
+                let mask = if n == 64 {
+                    u64::MAX
+                } else {
+                    ((1u64 << n) - 1) << s
+                };
+                if w & mask == 0 {
+                    return Some((b as u64, s));
+                }
+            }
+        }
+        None
+    }
+    pub fn insert(&mut self, name: &[u8], loc: Loc) {
+        self.mark(loc.block, loc.slot, loc.nslots, true);
+        if loc.kind == crate::inode::Kind::Dir as u8 {
+            self.subdirs += 1;
+        }
+        self.entries.insert(name.to_vec(), loc);
+    }
+    pub fn remove(&mut self, name: &[u8]) -> Option<Loc> {
+        let loc = self.entries.remove(name)?;
+        self.mark(loc.block, loc.slot, loc.nslots, false);
+        if loc.kind == crate::inode::Kind::Dir as u8 {
+            self.subdirs -= 1;
+        }
+        Some(loc)
+    }
+}

@@ -1,0 +1,71 @@
+//! Typed errors of the file system, each with the errno a FUSE front end answers.
+
+/// What went wrong. `errno()` gives the POSIX error number.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("operation not permitted: {0}")]
+    Perm(&'static str),
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("name is {len} bytes long; the limit is {max}")]
+    NameTooLong { len: usize, max: usize },
+    #[error("invalid name: {0}")]
+    BadName(&'static str),
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("file would exceed the size limit of {max} bytes")]
+    FileTooBig { max: u64 },
+    #[error("no free data blocks")]
+    NoSpace,
+    #[error("no free inodes ({max} exist; make the file system with more)")]
+    NoInodes { max: u32 },
+    #[error("too many links (the limit is {max})")]
+    TooManyLinks { max: u32 },
+    #[error("request of {len} bytes is over the limit of {max}")]
+    TooBig { len: u64, max: u64 },
+    #[error("inode {0} is not in use or out of range")]
+    BadInode(u64),
+    #[error("operation not supported: {0}")]
+    NotSupported(&'static str),
+    #[error("no such extended attribute")]
+    NoAttr,
+    #[error("media error at byte {0}: the data cannot be read")]
+    Media(usize),
+    #[error("not a pmkit file system: {0}")]
+    NotFs(String),
+    #[error("corrupt file system; mount refused:\n{0}")]
+    Corrupt(String),
+}
+
+impl Error {
+    /// The errno for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NotFound | Error::BadInode(_) => 2,     // ENOENT
+            Error::Exists => 17,                           // EEXIST
+            Error::NotDir => 20,                           // ENOTDIR
+            Error::Perm(_) => 1,                           // EPERM
+            Error::IsDir => 21,                            // EISDIR
+            Error::NotEmpty => 39,                         // ENOTEMPTY
+            Error::NameTooLong { .. } => 36,               // ENAMETOOLONG
+            Error::BadName(_) | Error::Invalid(_) => 22,   // EINVAL
+            Error::FileTooBig { .. } => 27,                // EFBIG
+            Error::NoSpace | Error::NoInodes { .. } => 28, // ENOSPC
+            Error::TooManyLinks { .. } => 31,              // EMLINK
+            Error::TooBig { .. } => 7,                     // E2BIG
+            Error::NotSupported(_) => 95,                  // EOPNOTSUPP
+            Error::NoAttr => 61,                           // ENODATA
+            Error::Media(_) | Error::NotFs(_) | Error::Corrupt(_) => 5, // EIO
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

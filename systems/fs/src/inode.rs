@@ -1,0 +1,99 @@
+//! The 128-byte inode: its DRAM form and its encoding. Line 0 is hot (`{size, mtime}` and
+//! `{root, height/kind}` each 16-aligned for one 16-byte store), line 1 cold.
+
+use crate::layout::INODE;
+
+/// Offset of `{size, mtime}` inside an inode (one 16-byte store).
+pub const SIZE_MTIME: usize = 0;
+pub const MTIME: usize = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Kind {
+    #[default]
+    Free = 0,
+    File = 1,
+    Dir = 2,
+    Symlink = 3,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            0 => Kind::Free,
+            1 => Kind::File,
+            2 => Kind::Dir,
+            3 => Kind::Symlink,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Inode {
+    pub size: u64,
+    pub mtime: u64,
+    pub root: u64,
+    pub height: u8,
+    pub kind: u8,
+    pub ctime: u64,
+    pub links: u32,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: u64,
+    pub xattr: u64,
+    pub orphan_next: u64,
+    pub parent: u64,
+    pub trunc: u64,
+}
+
+impl Inode {
+    pub fn kind(&self) -> Option<Kind> {
+        Kind::from_u8(self.kind)
+    }
+    pub fn is(&self, k: Kind) -> bool {
+        self.kind == k as u8
+    }
+    pub fn encode(&self) -> [u8; INODE] {
+        let mut b = [0u8; INODE];
+        let mut put = |o: usize, v: &[u8]| b[o..o + v.len()].copy_from_slice(v);
+        put(0, &self.size.to_le_bytes());
+        put(8, &self.mtime.to_le_bytes());
+        put(16, &self.root.to_le_bytes());
+        put(24, &[self.height, self.kind]);
+        put(32, &self.ctime.to_le_bytes());
+        put(40, &self.links.to_le_bytes());
+        put(44, &self.mode.to_le_bytes());
+        put(48, &self.uid.to_le_bytes());
+        put(52, &self.gid.to_le_bytes());
+        put(56, &self.atime.to_le_bytes());
+        put(64, &self.xattr.to_le_bytes());
+        put(72, &self.orphan_next.to_le_bytes());
+        put(80, &self.parent.to_le_bytes());
+        put(88, &self.trunc.to_le_bytes());
+        b
+    }
+    /// Decode any 128 bytes (validation is the walk's job).
+    pub fn decode(b: &[u8; INODE]) -> Inode {
+        let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        Inode {
+            size: u64at(0),
+            mtime: u64at(8),
+            root: u64at(16),
+            height: b[24],
+            kind: b[25],
+            ctime: u64at(32),
+            links: u32at(40),
+            mode: u32at(44),
+            uid: u32at(48),
+            gid: u32at(52),
+            atime: u64at(56),
+            xattr: u64at(64),
+            orphan_next: u64at(72),
+            parent: u64at(80),
+            trunc: u64at(88),
+        }
+    }
+}

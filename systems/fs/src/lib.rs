@@ -1,0 +1,197 @@
+//! pmkit-fs: PMFS in user space. A crash-consistent file system on persistent memory, generic
+//! over [`pmkit_media::Media`] so it runs unchanged on a mapped region and on the crash simulator.
+//! See `docs/fs.md` for the guarantees, the layout on the media and the journal.
+//!
+//! The API is a FUSE low-level file system's: everything by inode number ([`ROOT`] is the root).
+
+mod alloc;
+mod attr;
+mod check;
+mod costs;
+mod data;
+mod dir;
+mod error;
+mod inode;
+mod journal;
+pub mod layout;
+mod mount;
+mod ns;
+mod overlay;
+mod pm;
+mod tree;
+mod tx;
+mod walk;
+mod xattr;
+
+pub use check::{check, CheckReport};
+pub use costs::{op_costs, OpCost};
+
+/// The decoders of on-media structures, for the fuzz targets: each takes any bytes and answers
+/// Ok or a reason, never a panic.
+#[doc(hidden)]
+pub mod decoders {
+    pub use crate::dir::parse as dir_block;
+    pub use crate::inode::Inode;
+    pub use crate::journal::Entry;
+    pub use crate::xattr::decode as xattr_block;
+}
+pub use error::{Error, Result};
+pub use inode::Kind;
+pub use journal::Replay;
+pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
+pub use pm::Counters;
+#[doc(hidden)]
+pub use pm::Faults;
+pub use xattr::XattrFlags;
+
+/// The superblock mount would use (the valid copy with the higher generation), read only.
+pub fn superblock<M: Media>(media: &M) -> Result<layout::Superblock> {
+    mount::pick_sb(media).map(|(sb, _)| sb)
+}
+
+use dir::DirIndex;
+use parking_lot::{Mutex, RwLock};
+use pmkit_media::Media;
+use std::collections::HashMap;
+
+/// The root directory's inode number.
+pub const ROOT: u64 = layout::ROOT_INO;
+
+/// How writes reach the media (see `docs/fs.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DataMode {
+    /// Overwrites in place (streaming stores); durable at return, not atomic.
+    #[default]
+    InPlace,
+    /// Every write all-or-nothing: copy-on-write blocks plus a journaled pointer swap.
+    Atomic,
+}
+
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    /// Inodes in the table (the root and the meta inode included).
+    pub inodes: u32,
+    /// Journal lanes (independent transactions at once).
+    pub lanes: u32,
+    /// 64-byte entries per lane.
+    pub lane_entries: u32,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> MkfsOptions {
+        MkfsOptions {
+            inodes: 4096,
+            lanes: 8,
+            lane_entries: 256,
+        }
+    }
+}
+
+impl MkfsOptions {
+    /// The smallest useful geometry, for crash tests.
+    pub fn tiny() -> MkfsOptions {
+        MkfsOptions {
+            inodes: 32,
+            lanes: 2,
+            lane_entries: 64,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct MountOptions {
+    pub data: DataMode,
+    #[doc(hidden)]
+    pub faults: Faults,
+}
+
+/// What a mount found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// The superblock said the last unmount was clean.
+    pub was_clean: bool,
+    pub journal: Replay,
+    /// Orphans finished (freed, or truncated to their target).
+    pub orphans: u32,
+    /// A superblock copy was bad and has been rewritten.
+    pub superblock_repaired: bool,
+}
+
+/// Attributes of an inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: Kind,
+    pub size: u64,
+    pub links: u32,
+    /// Permission bits (`0o7777`); the type is `kind`.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: u64,
+    pub mtime: u64,
+    pub ctime: u64,
+    /// 4 KiB blocks the file uses: data and radix tree nodes (counted by a walk of its tree).
+    pub blocks: u64,
+}
+
+/// What `setattr` changes (`None`: leave it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<u64>,
+    pub mtime: Option<u64>,
+}
+
+/// `rename` flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RenameFlags {
+    #[default]
+    Replace,
+    NoReplace,
+    Exchange,
+}
+
+/// One `readdir` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: Kind,
+    pub name: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub free_blocks: u64,
+    pub inodes: u64,
+    pub free_inodes: u64,
+    pub name_max: u32,
+}
+
+/// A mounted file system.
+pub struct Fs<M: Media> {
+    pm: pm::Pm<M>,
+    geo: layout::Geometry,
+    opts: MountOptions,
+    sb: layout::Superblock,
+    /// Directory indexes; namespace operations hold it for writing, the rest for reading.
+    ns: RwLock<HashMap<u64, DirIndex>>,
+    stripes: Vec<Mutex<()>>,
+    /// The orphan list, in DRAM order (head first); its lock serializes changes to it.
+    orphans: Mutex<Vec<u64>>,
+    journal: journal::Journal,
+    alloc: Mutex<alloc::Alloc>,
+}
+
+impl<M: Media> std::fmt::Debug for Fs<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fs")
+            .field("geometry", &self.geo)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,217 @@
+//! mkfs, mount (superblocks, journal recovery, the walk, orphans: one path, always run) and
+//! unmount.
+
+use crate::error::{Error, Result};
+use crate::inode::{Inode, Kind};
+use crate::journal::{self, Journal};
+use crate::layout::{
+    Geometry, Superblock, BLOCK, INODE, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS,
+};
+use crate::pm::{Faults, Pm};
+use crate::tx::Tx;
+use crate::{walk, Fs, MkfsOptions, MountOptions, Recovery};
+use parking_lot::{Mutex, RwLock};
+use pmkit_media::Media;
+
+fn write_sb<M: Media>(pm: &Pm<M>, sb: &Superblock) {
+    let b = sb.encode();
+    for off in SB_OFFS {
+        pm.write(off, &b);
+        pm.flush(off, SB_LEN);
+        pm.fence();
+    }
+}
+
+/// Both superblock copies, decoded (or why not).
+pub fn read_sbs<M: Media>(m: &M) -> [std::result::Result<Superblock, String>; 2] {
+    SB_OFFS.map(|off| {
+        if m.len() < off + SB_LEN {
+            return Err("media too small".into());
+        }
+        let mut b = [0u8; SB_LEN];
+        m.read(off, &mut b);
+        Superblock::decode(&b, m.len())
+    })
+}
+
+/// The superblock mount uses: the valid copy with the higher generation.
+pub fn pick_sb<M: Media>(m: &M) -> Result<(Superblock, bool)> {
+    match read_sbs(m) {
+        [Ok(a), Ok(b)] => Ok((if b.mount_gen > a.mount_gen { b } else { a }, a != b)),
+        [Ok(s), Err(_)] | [Err(_), Ok(s)] => Ok((s, true)),
+        [Err(a), Err(b)] => Err(Error::NotFs(format!(
+            "superblock A: {a}; superblock B: {b}"
+        ))),
+    }
+}
+
+impl<M: Media> Fs<M> {
+    /// Make an empty file system on `media` (everything on it is lost).
+    pub fn mkfs(media: &M, o: &MkfsOptions) -> Result<()> {
+        let geo = Geometry::new(
+            (media.len() / BLOCK) as u64,
+            o.lanes,
+            o.lane_entries,
+            o.inodes,
+        )?;
+        let pm = Pm::new(media, Faults::default());
+        // Invalidate any old file system first, so a cut mkfs leaves no mountable half.
+        for off in SB_OFFS {
+            pm.write(off, &[0u8; SB_LEN]);
+            pm.flush(off, SB_LEN);
+        }
+        pm.fence();
+        let jlen = geo.lanes as usize * (geo.lane_entries as usize + 1) * LINE;
+        pm.write(BLOCK, &vec![0u8; jlen]);
+        for l in 0..geo.lanes {
+            pm.store_u64(geo.lane_off(l), 1 << 32);
+        }
+        pm.flush(BLOCK, jlen);
+        let tlen = geo.inodes as usize * INODE;
+        pm.write(geo.inode_off(0), &vec![0u8; tlen]);
+        let root = Inode {
+            kind: Kind::Dir as u8,
+            links: 2,
+            mode: 0o755,
+            parent: ROOT_INO,
+            mtime: crate::attr::now(),
+            ctime: crate::attr::now(),
+            ..Default::default()
+        };
+        pm.write(geo.inode_off(ROOT_INO), &root.encode());
+        pm.flush(geo.inode_off(0), tlen);
+        pm.fence();
+        write_sb(
+            &pm,
+            &Superblock {
+                geo,
+                mount_gen: 0,
+                clean: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// Mount: recover the journal, walk the tree, finish the orphans. Refuses corrupt media.
+    pub fn mount(media: M, opts: &MountOptions) -> Result<(Fs<M>, Recovery)> {
+        let (sb, repaired) = pick_sb(&media)?;
+        let geo = sb.geo;
+        let pm = Pm::new(media, opts.faults);
+        let (gens, replay) =
+            journal::recover(&pm, &geo).map_err(|p| Error::Corrupt(p.join("\n")))?;
+        let w = walk::walk(&pm, &geo);
+        if !w.problems.is_empty() {
+            return Err(Error::Corrupt(w.problems.join("\n")));
+        }
+        let sb = Superblock {
+            geo,
+            mount_gen: sb.mount_gen + 1,
+            clean: false,
+        };
+        let mut rec = Recovery {
+            was_clean: !repaired && sb_clean(&pm),
+            journal: replay,
+            orphans: 0,
+            superblock_repaired: repaired,
+        };
+        write_sb(&pm, &sb);
+        let fs = Fs {
+            pm,
+            geo,
+            opts: opts.clone(),
+            sb,
+            ns: RwLock::new(w.dirs),
+            stripes: (0..64).map(|_| Mutex::new(())).collect(),
+            orphans: Mutex::new(w.orphans.clone()),
+            journal: Journal::new(&gens),
+            alloc: Mutex::new(w.alloc),
+        };
+        for o in w.orphans {
+            fs.finish_orphan(o)?;
+            rec.orphans += 1;
+        }
+        Ok((fs, rec))
+    }
+
+    /// Mark the file system clean and give the media back. Unlinked files still open stay on
+    /// the orphan list; the next mount frees them.
+    pub fn unmount(self) -> M {
+        write_sb(
+            &self.pm,
+            &Superblock {
+                clean: true,
+                ..self.sb
+            },
+        );
+        self.pm.into_media()
+    }
+
+    /// PM traffic since mount.
+    pub fn counters(&self) -> crate::Counters {
+        self.pm.counters()
+    }
+
+    pub(crate) fn tx(&self) -> Tx<'_, M> {
+        Tx::new(&self.pm, &self.geo, &self.alloc)
+    }
+
+    pub(crate) fn commit(&self, tx: Tx<'_, M>) -> Result<()> {
+        let mut lane = self.journal.take();
+        tx.commit(&mut lane)
+    }
+
+    /// Link `ino` at the head of the orphan list (in `tx`); returns the new list.
+    pub(crate) fn orphan_add(
+        &self,
+        tx: &mut Tx<'_, M>,
+        list: &[u64],
+        ino: u64,
+        node: &mut Inode,
+    ) -> Vec<u64> {
+        node.orphan_next = list.first().copied().unwrap_or(0);
+        let mut meta = tx.inode(META_INO);
+        meta.orphan_next = ino;
+        tx.put_inode(META_INO, &meta);
+        let mut out = vec![ino];
+        out.extend_from_slice(list);
+        out
+    }
+
+    /// Unlink `ino` from the orphan list (in `tx`); `node` is its inode, updated by the caller.
+    pub(crate) fn orphan_remove(
+        &self,
+        tx: &mut Tx<'_, M>,
+        list: &[u64],
+        ino: u64,
+        node: &mut Inode,
+    ) -> Vec<u64> {
+        let pos = list
+            .iter()
+            .position(|&o| o == ino)
+            .expect("inode is on the orphan list");
+        let pred = if pos == 0 { META_INO } else { list[pos - 1] };
+        let mut p = tx.inode(pred);
+        p.orphan_next = node.orphan_next;
+        tx.put_inode(pred, &p);
+        node.orphan_next = 0;
+        let mut out = list.to_vec();
+        out.remove(pos);
+        out
+    }
+
+    /// An orphan found at mount: free it (no links) or finish its truncate.
+    fn finish_orphan(&self, ino: u64) -> Result<()> {
+        let node = self.inode(ino);
+        if node.links == 0 {
+            self.free_orphan(ino)
+        } else {
+            self.finish_truncate(ino, node.trunc)
+        }
+    }
+}
+
+fn sb_clean<M: Media>(pm: &Pm<M>) -> bool {
+    read_sbs(pm.media())
+        .iter()
+        .all(|s| matches!(s, Ok(s) if s.clean))
+}

@@ -1,0 +1,428 @@
+//! Namespace operations: create, mkdir, mknod, symlink, link, unlink, rmdir, rename. Each is one
+//! journal transaction under the namespace lock; the DRAM directory indexes change after commit.
+
+use crate::dir::{self, DirIndex, Loc, SLOT};
+use crate::error::{Error, Result};
+use crate::inode::{Inode, Kind};
+use crate::layout::{BLOCK, LINK_MAX, NAME_MAX, ROOT_INO, SYMLINK_MAX};
+use crate::tree;
+use crate::tx::Tx;
+use crate::{attr::now, Attr, Fs, RenameFlags};
+use pmkit_media::Media;
+use std::collections::HashMap;
+
+type Dirs = HashMap<u64, DirIndex>;
+
+/// DRAM changes to make once a transaction has committed.
+enum Post {
+    Insert(u64, Vec<u8>, Loc, bool),
+    Remove(u64, Vec<u8>),
+    Retarget(u64, Vec<u8>, u64, u8),
+    NewDir(u64),
+    DropDir(u64),
+    Orphans(Vec<u64>),
+}
+
+pub fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong {
+            len: name.len(),
+            max: NAME_MAX,
+        });
+    }
+    if name.is_empty() || name == b"." || name == b".." {
+        return Err(Error::BadName("empty, \".\" or \"..\""));
+    }
+    if name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::BadName("contains '/' or NUL"));
+    }
+    Ok(())
+}
+
+fn upd<M: Media>(tx: &mut Tx<'_, M>, ino: u64, f: impl FnOnce(&mut Inode)) {
+    let mut n = tx.inode(ino);
+    f(&mut n);
+    tx.put_inode(ino, &n);
+}
+
+fn slot_off<M: Media>(tx: &Tx<'_, M>, dir: u64, loc: &Loc) -> usize {
+    let d = tx.inode(dir);
+    let b = tree::lookup(tx, d.root, d.height, loc.block);
+    assert!(b != 0, "directory {dir} block {} is a hole", loc.block);
+    b as usize * BLOCK + loc.slot * SLOT
+}
+
+impl<M: Media> Fs<M> {
+    fn dir_of<'d>(&self, dirs: &'d Dirs, ino: u64) -> Result<&'d DirIndex> {
+        match dirs.get(&ino) {
+            Some(d) => Ok(d),
+            None if self.valid_ino(ino) && !self.inode(ino).is(Kind::Free) => Err(Error::NotDir),
+            None => Err(Error::NotFound),
+        }
+    }
+
+    /// Stage a new record in `parent` (growing it by a block if full).
+    fn dir_add(
+        &self,
+        tx: &mut Tx<'_, M>,
+        idx: &DirIndex,
+        parent: u64,
+        name: &[u8],
+        ino: u64,
+        kind: Kind,
+    ) -> Result<(Loc, bool)> {
+        let n = dir::slots_for(name.len());
+        let (block, slot, grown) = match idx.find_free(n) {
+            Some((b, s)) => (b, s, false),
+            None => {
+                let b = tx.new_block(&[])?;
+                let mut p = tx.inode(parent);
+                let fb = p.size / BLOCK as u64;
+                tree::set(tx, &mut p, fb, b)?;
+                p.size += BLOCK as u64;
+                tx.put_inode(parent, &p);
+                (fb, 0, true)
+            }
+        };
+        let loc = Loc {
+            ino,
+            kind: kind as u8,
+            block,
+            slot,
+            nslots: n,
+        };
+        let off = slot_off(tx, parent, &loc);
+        let rec = dir::encode(name, ino, kind as u8);
+        tx.write_fresh(off + 8, &rec[8..]);
+        tx.write_u64(off, ino); // the publish: one 8-byte store, journaled with the rest
+        Ok((loc, grown))
+    }
+
+    fn post(&self, dirs: &mut Dirs, posts: Vec<Post>) {
+        for p in posts {
+            match p {
+                Post::Insert(d, name, loc, grown) => {
+                    let idx = dirs.get_mut(&d).expect("parent index");
+                    if grown {
+                        idx.used.push(0);
+                    }
+                    idx.insert(&name, loc);
+                }
+                Post::Remove(d, name) => {
+                    dirs.get_mut(&d)
+                        .expect("parent index")
+                        .remove(&name)
+                        .expect("entry");
+                }
+                Post::Retarget(d, name, ino, kind) => {
+                    let idx = dirs.get_mut(&d).expect("parent index");
+                    let mut loc = idx.remove(&name).expect("entry");
+                    loc.ino = ino;
+                    loc.kind = kind;
+                    idx.insert(&name, loc);
+                }
+                Post::NewDir(ino) => {
+                    dirs.insert(ino, DirIndex::default());
+                }
+                Post::DropDir(ino) => {
+                    dirs.remove(&ino);
+                }
+                Post::Orphans(list) => *self.orphans.lock() = list,
+            }
+        }
+    }
+
+    /// Stage freeing `ino` entirely: its blocks, xattr block and the inode.
+    pub(crate) fn free_inode_tx(&self, tx: &mut Tx<'_, M>, ino: u64) {
+        let n = tx.inode(ino);
+        let mut blocks = Vec::new();
+        tree::collect(tx, n.root, n.height, &mut blocks);
+        tx.free_after.extend(blocks);
+        if n.xattr != 0 {
+            tx.free_after.push(n.xattr);
+        }
+        tx.put_inode(ino, &Inode::default());
+        tx.free_inodes_after.push(ino);
+    }
+
+    /// Stage dropping one name of `ino` (a file or symlink): free it, or orphan it while open.
+    fn drop_name(&self, tx: &mut Tx<'_, M>, ino: u64, posts: &mut Vec<Post>) {
+        let mut n = tx.inode(ino);
+        n.links -= 1;
+        n.ctime = now();
+        if n.links > 0 {
+            tx.put_inode(ino, &n);
+        } else if self.alloc.lock().open.get(&ino).copied().unwrap_or(0) > 0 {
+            let list = self.orphans.lock().clone();
+            let list = self.orphan_add(tx, &list, ino, &mut n);
+            tx.put_inode(ino, &n);
+            posts.push(Post::Orphans(list));
+        } else {
+            self.free_inode_tx(tx, ino);
+        }
+    }
+
+    fn make(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Attr> {
+        check_name(name)?;
+        let mut dirs = self.ns.write();
+        let idx = self.dir_of(&dirs, parent)?;
+        if idx.entries.contains_key(name) {
+            return Err(Error::Exists);
+        }
+        let mut tx = self.tx();
+        let ino = tx.alloc_inode()?;
+        let t = now();
+        let mut node = Inode {
+            kind: kind as u8,
+            links: 1,
+            mode: mode & 0o7777,
+            mtime: t,
+            ctime: t,
+            atime: t,
+            ..Default::default()
+        };
+        let mut posts = Vec::new();
+        if kind == Kind::Dir {
+            node.links = 2;
+            node.parent = parent;
+            let p = tx.inode(parent);
+            if p.links >= LINK_MAX {
+                return Err(Error::TooManyLinks { max: LINK_MAX });
+            }
+            upd(&mut tx, parent, |p| p.links += 1);
+            posts.push(Post::NewDir(ino));
+        }
+        if let Some(target) = target {
+            node.root = tx.new_block(target)?;
+            node.size = target.len() as u64;
+        }
+        tx.put_inode(ino, &node);
+        let (loc, grown) = self.dir_add(&mut tx, idx, parent, name, ino, kind)?;
+        upd(&mut tx, parent, |p| (p.mtime, p.ctime) = (t, t));
+        self.commit(tx)?;
+        posts.push(Post::Insert(parent, name.to_vec(), loc, grown));
+        self.post(&mut dirs, posts);
+        drop(dirs);
+        self.getattr(ino)
+    }
+
+    /// Create a regular file.
+    pub fn create(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, Kind::File, mode, None)
+    }
+
+    /// `mknod`: regular files only (`mode`'s type bits 0 or `S_IFREG`).
+    pub fn mknod(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        match mode & 0o170000 {
+            0 | 0o100000 => self.make(parent, name, Kind::File, mode, None),
+            _ => Err(Error::NotSupported("device, FIFO and socket nodes")),
+        }
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, Kind::Dir, mode, None)
+    }
+
+    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
+        if target.len() > SYMLINK_MAX {
+            return Err(Error::NameTooLong {
+                len: target.len(),
+                max: SYMLINK_MAX,
+            });
+        }
+        if target.is_empty() {
+            return Err(Error::Invalid("empty symlink target"));
+        }
+        self.make(parent, name, Kind::Symlink, 0o777, Some(target))
+    }
+
+    /// A new name `newname` in `newparent` for `ino` (not a directory).
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+        check_name(newname)?;
+        let mut dirs = self.ns.write();
+        let idx = self.dir_of(&dirs, newparent)?;
+        let node = self.live(ino)?;
+        if node.is(Kind::Dir) {
+            return Err(Error::Perm("hard link to a directory"));
+        }
+        if node.links == 0 {
+            return Err(Error::NotFound);
+        }
+        if node.links >= LINK_MAX {
+            return Err(Error::TooManyLinks { max: LINK_MAX });
+        }
+        if idx.entries.contains_key(newname) {
+            return Err(Error::Exists);
+        }
+        let mut tx = self.tx();
+        let t = now();
+        upd(&mut tx, ino, |n| (n.links, n.ctime) = (n.links + 1, t));
+        let kind = node.kind().expect("live inode kind");
+        let (loc, grown) = self.dir_add(&mut tx, idx, newparent, newname, ino, kind)?;
+        upd(&mut tx, newparent, |p| (p.mtime, p.ctime) = (t, t));
+        self.commit(tx)?;
+        self.post(
+            &mut dirs,
+            vec![Post::Insert(newparent, newname.to_vec(), loc, grown)],
+        );
+        drop(dirs);
+        self.getattr(ino)
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.remove(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.remove(parent, name, true)
+    }
+
+    fn remove(&self, parent: u64, name: &[u8], want_dir: bool) -> Result<()> {
+        let mut dirs = self.ns.write();
+        let idx = self.dir_of(&dirs, parent)?;
+        let loc = *idx.entries.get(name).ok_or(Error::NotFound)?;
+        let is_dir = loc.kind == Kind::Dir as u8;
+        match (want_dir, is_dir) {
+            (true, false) => return Err(Error::NotDir),
+            (false, true) => return Err(Error::IsDir),
+            (true, true) if !dirs[&loc.ino].entries.is_empty() => return Err(Error::NotEmpty),
+            _ => {}
+        }
+        let mut tx = self.tx();
+        let off = slot_off(&tx, parent, &loc);
+        tx.write_u64(off, 0);
+        let mut posts = vec![Post::Remove(parent, name.to_vec())];
+        let t = now();
+        if is_dir {
+            self.free_inode_tx(&mut tx, loc.ino);
+            upd(&mut tx, parent, |p| p.links -= 1);
+            posts.push(Post::DropDir(loc.ino));
+        } else {
+            self.drop_name(&mut tx, loc.ino, &mut posts);
+        }
+        upd(&mut tx, parent, |p| (p.mtime, p.ctime) = (t, t));
+        self.commit(tx)?;
+        self.post(&mut dirs, posts);
+        Ok(())
+    }
+
+    /// Whether `dir` is `anc` or lies below it.
+    fn is_under(&self, dir: u64, anc: u64) -> bool {
+        let mut d = dir;
+        for _ in 0..self.geo.inodes {
+            if d == anc {
+                return true;
+            }
+            if d == ROOT_INO {
+                return false;
+            }
+            d = self.inode(d).parent;
+        }
+        false
+    }
+
+    pub fn rename(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8], flags: RenameFlags) -> Result<()> {
+        check_name(n2)?;
+        let mut dirs = self.ns.write();
+        let src = *self
+            .dir_of(&dirs, p1)?
+            .entries
+            .get(n1)
+            .ok_or(Error::NotFound)?;
+        let dst = self.dir_of(&dirs, p2)?.entries.get(n2).copied();
+        let dirk = Kind::Dir as u8;
+        if src.kind == dirk && self.is_under(p2, src.ino) {
+            return Err(Error::Invalid("cannot move a directory below itself"));
+        }
+        if p1 == p2 && n1 == n2 {
+            return Ok(());
+        }
+        let mut tx = self.tx();
+        let t = now();
+        let mut posts = Vec::new();
+        let src_off = slot_off(&tx, p1, &src);
+        // a directory moving from `from` to `to`: its `..` and the link counts
+        let moved = |tx: &mut Tx<'_, M>, ino: u64, from: u64, to: u64| {
+            if from != to {
+                upd(tx, ino, |n| (n.parent, n.ctime) = (to, t));
+                upd(tx, from, |p| p.links -= 1);
+                upd(tx, to, |p| p.links += 1);
+            }
+        };
+        match (flags, dst) {
+            (RenameFlags::Exchange, None) => return Err(Error::NotFound),
+            (RenameFlags::Exchange, Some(d)) => {
+                if d.kind == dirk && self.is_under(p1, d.ino) {
+                    return Err(Error::Invalid("cannot move a directory below itself"));
+                }
+                let dst_off = slot_off(&tx, p2, &d);
+                tx.write_u64(src_off, d.ino);
+                tx.write(src_off + 9, &[d.kind]);
+                tx.write_u64(dst_off, src.ino);
+                tx.write(dst_off + 9, &[src.kind]);
+                if src.kind == dirk {
+                    moved(&mut tx, src.ino, p1, p2);
+                }
+                if d.kind == dirk {
+                    moved(&mut tx, d.ino, p2, p1);
+                }
+                posts.push(Post::Retarget(p1, n1.to_vec(), d.ino, d.kind));
+                posts.push(Post::Retarget(p2, n2.to_vec(), src.ino, src.kind));
+            }
+            (RenameFlags::NoReplace, Some(_)) => return Err(Error::Exists),
+            (_, Some(d)) => {
+                if d.ino == src.ino {
+                    return Ok(());
+                }
+                match (src.kind == dirk, d.kind == dirk) {
+                    (true, false) => return Err(Error::NotDir),
+                    (false, true) => return Err(Error::IsDir),
+                    (true, true) if !dirs[&d.ino].entries.is_empty() => {
+                        return Err(Error::NotEmpty)
+                    }
+                    _ => {}
+                }
+                let dst_off = slot_off(&tx, p2, &d);
+                if d.kind == dirk {
+                    self.free_inode_tx(&mut tx, d.ino);
+                    upd(&mut tx, p2, |p| p.links -= 1);
+                    posts.push(Post::DropDir(d.ino));
+                } else {
+                    self.drop_name(&mut tx, d.ino, &mut posts);
+                }
+                tx.write_u64(dst_off, src.ino);
+                tx.write(dst_off + 9, &[src.kind]);
+                tx.write_u64(src_off, 0);
+                if src.kind == dirk {
+                    moved(&mut tx, src.ino, p1, p2);
+                }
+                posts.push(Post::Remove(p1, n1.to_vec()));
+                posts.push(Post::Retarget(p2, n2.to_vec(), src.ino, src.kind));
+            }
+            (_, None) => {
+                let kind = Kind::from_u8(src.kind).expect("entry kind");
+                let (loc, grown) = self.dir_add(&mut tx, &dirs[&p2], p2, n2, src.ino, kind)?;
+                tx.write_u64(src_off, 0);
+                if src.kind == dirk {
+                    moved(&mut tx, src.ino, p1, p2);
+                }
+                posts.push(Post::Remove(p1, n1.to_vec()));
+                posts.push(Post::Insert(p2, n2.to_vec(), loc, grown));
+            }
+        }
+        upd(&mut tx, src.ino, |n| n.ctime = t);
+        for p in [p1, p2] {
+            upd(&mut tx, p, |p| (p.mtime, p.ctime) = (t, t));
+        }
+        self.commit(tx)?;
+        self.post(&mut dirs, posts);
+        Ok(())
+    }
+}

@@ -1,0 +1,248 @@
+//! A transaction: writes staged in DRAM, read back through an overlay, committed through the
+//! journal. Logged writes change live metadata (their original bytes are journaled); fresh writes
+//! go to space nothing reaches until the commit (new blocks, free directory slots).
+
+use crate::alloc::Alloc;
+use crate::error::{Error, Result};
+use crate::inode::Inode;
+use crate::journal::{self, Lane};
+use crate::layout::{Geometry, BLOCK, INODE};
+use crate::pm::Pm;
+use parking_lot::Mutex;
+use pmkit_media::Media;
+use std::collections::HashSet;
+
+struct W {
+    off: usize,
+    data: Vec<u8>,
+    logged: bool,
+    nt: bool,
+}
+
+pub struct Tx<'a, M> {
+    pm: &'a Pm<M>,
+    geo: &'a Geometry,
+    alloc: &'a Mutex<Alloc>,
+    writes: Vec<W>,
+    fresh: HashSet<u64>,
+    /// Blocks to free once the transaction is durable.
+    pub free_after: Vec<u64>,
+    /// Inodes to free once the transaction is durable.
+    pub free_inodes_after: Vec<u64>,
+    allocated: Vec<u64>,
+    allocated_inodes: Vec<u64>,
+    done: bool,
+}
+
+impl<'a, M: Media> Tx<'a, M> {
+    pub fn new(pm: &'a Pm<M>, geo: &'a Geometry, alloc: &'a Mutex<Alloc>) -> Tx<'a, M> {
+        Tx {
+            pm,
+            geo,
+            alloc,
+            writes: Vec::new(),
+            fresh: HashSet::new(),
+            free_after: Vec::new(),
+            free_inodes_after: Vec::new(),
+            allocated: Vec::new(),
+            allocated_inodes: Vec::new(),
+            done: false,
+        }
+    }
+    /// The media as this transaction will leave it.
+    pub fn read(&self, off: usize, buf: &mut [u8]) {
+        self.pm.read(off, buf);
+        let end = off + buf.len();
+        for w in &self.writes {
+            let (a, b) = (w.off.max(off), (w.off + w.data.len()).min(end));
+            if a < b {
+                buf[a - off..b - off].copy_from_slice(&w.data[a - w.off..b - w.off]);
+            }
+        }
+    }
+    pub fn read_u64(&self, off: usize) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(off, &mut b);
+        u64::from_le_bytes(b)
+    }
+    fn in_fresh(&self, off: usize) -> bool {
+        self.fresh.contains(&((off / BLOCK) as u64))
+    }
+    /// Change live metadata (logged), or a fresh block (not logged).
+    pub fn write(&mut self, off: usize, data: &[u8]) {
+        let logged = !self.in_fresh(off);
+        self.writes.push(W {
+            off,
+            data: data.to_vec(),
+            logged,
+            nt: false,
+        });
+    }
+    /// Write space that is unreachable until this transaction commits (not logged).
+    pub fn write_fresh(&mut self, off: usize, data: &[u8]) {
+        self.writes.push(W {
+            off,
+            data: data.to_vec(),
+            logged: false,
+            nt: false,
+        });
+    }
+    /// Stream `data` to `off` (not logged): file data in place, durable at the commit's fences.
+    pub fn write_stream(&mut self, off: usize, data: &[u8]) {
+        self.writes.push(W {
+            off,
+            data: data.to_vec(),
+            logged: false,
+            nt: true,
+        });
+    }
+    pub fn write_u64(&mut self, off: usize, v: u64) {
+        self.write(off, &v.to_le_bytes());
+    }
+    /// A new block from the allocator; returned to it if the transaction is dropped.
+    pub fn alloc_block(&mut self) -> Result<u64> {
+        let b = self.alloc.lock().block()?;
+        self.allocated.push(b);
+        self.fresh.insert(b);
+        Ok(b)
+    }
+    /// A new block holding `content` (zero-padded to a block), written with streaming stores.
+    pub fn new_block(&mut self, content: &[u8]) -> Result<u64> {
+        assert!(content.len() <= BLOCK);
+        let b = self.alloc_block()?;
+        let mut data = vec![0u8; BLOCK];
+        data[..content.len()].copy_from_slice(content);
+        self.writes.push(W {
+            off: b as usize * BLOCK,
+            data,
+            logged: false,
+            nt: true,
+        });
+        Ok(b)
+    }
+    pub fn alloc_inode(&mut self) -> Result<u64> {
+        let i = self.alloc.lock().inode()?;
+        self.allocated_inodes.push(i);
+        Ok(i)
+    }
+    pub fn inode(&self, ino: u64) -> Inode {
+        let mut b = [0u8; INODE];
+        self.read(self.geo.inode_off(ino), &mut b);
+        Inode::decode(&b)
+    }
+    pub fn put_inode(&mut self, ino: u64, i: &Inode) {
+        let off = self.geo.inode_off(ino);
+        self.writes.push(W {
+            off,
+            data: i.encode().to_vec(),
+            logged: true,
+            nt: false,
+        });
+    }
+    /// (undo ranges with original bytes, the same ranges with final bytes): the union of the
+    /// logged ranges, cut down to the 8-byte words that change.
+    #[allow(clippy::type_complexity)]
+    fn undo(&self) -> (Vec<(usize, Vec<u8>)>, Vec<(usize, Vec<u8>)>) {
+        let mut iv: Vec<(usize, usize)> = self
+            .writes
+            .iter()
+            .filter(|w| w.logged)
+            .map(|w| (w.off / 8 * 8, (w.off + w.data.len()).div_ceil(8) * 8))
+            .collect();
+        iv.sort();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (a, b) in iv {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let (mut undo, mut redo) = (Vec::new(), Vec::new());
+        for (a, b) in merged {
+            let mut orig = vec![0u8; b - a];
+            self.pm.read(a, &mut orig);
+            let mut fin = orig.clone();
+            for w in self.writes.iter().filter(|w| w.logged) {
+                let (x, y) = (w.off.max(a), (w.off + w.data.len()).min(b));
+                if x < y {
+                    fin[x - a..y - a].copy_from_slice(&w.data[x - w.off..y - w.off]);
+                }
+            }
+            // changed words, runs merged across gaps of less than two words
+            let mut run: Option<(usize, usize)> = None;
+            let mut push = |r: (usize, usize)| {
+                undo.push((a + r.0, orig[r.0..r.1].to_vec()));
+                redo.push((a + r.0, fin[r.0..r.1].to_vec()));
+            };
+            for k in (0..b - a).step_by(8) {
+                if orig[k..k + 8] != fin[k..k + 8] {
+                    run = match run {
+                        Some((s, e)) if k <= e + 16 => Some((s, k + 8)),
+                        Some(r) => {
+                            push(r);
+                            Some((k, k + 8))
+                        }
+                        None => Some((k, k + 8)),
+                    };
+                }
+            }
+            if let Some(r) = run {
+                push(r);
+            }
+        }
+        (undo, redo)
+    }
+
+    /// Make every staged write durable, all or nothing. Frees `free_after` afterwards.
+    pub fn commit(mut self, lane: &mut Lane) -> Result<()> {
+        let (undo, redo) = self.undo();
+        let n = journal::entries_for(&undo);
+        if n + 1 >= self.geo.lane_entries as usize {
+            return Err(Error::TooBig {
+                len: n as u64,
+                max: self.geo.lane_entries as u64 - 2,
+            });
+        }
+        let fresh: Vec<&W> = self.writes.iter().filter(|w| !w.logged).collect();
+        if !undo.is_empty() || !fresh.is_empty() {
+            let pm = self.pm;
+            journal::run(pm, self.geo, lane, &undo, || {
+                for w in &fresh {
+                    if w.nt {
+                        pm.write_nt(w.off, &w.data);
+                    } else {
+                        pm.write(w.off, &w.data);
+                        pm.flush(w.off, w.data.len());
+                    }
+                }
+                for (off, data) in &redo {
+                    pm.write(*off, data);
+                    pm.flush(*off, data.len());
+                }
+            });
+        }
+        self.done = true;
+        let mut a = self.alloc.lock();
+        for b in self.free_after.drain(..) {
+            a.blocks.clear(b);
+        }
+        for i in self.free_inodes_after.drain(..) {
+            a.inodes.clear(i);
+        }
+        Ok(())
+    }
+}
+
+impl<M> Drop for Tx<'_, M> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut a = self.alloc.lock();
+            for b in self.allocated.drain(..) {
+                a.blocks.clear(b);
+            }
+            for i in self.allocated_inodes.drain(..) {
+                a.inodes.clear(i);
+            }
+        }
+    }
+}

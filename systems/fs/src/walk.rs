@@ -1,0 +1,271 @@
+//! The mount walk: from the root over directories, inodes, trees and xattr blocks, rebuilding the
+//! DRAM state (allocators, directory indexes, orphans) and naming every inconsistency. Mount and
+//! `check` both run it; mount refuses media with problems.
+
+use crate::alloc::{Alloc, Bitmap};
+use crate::dir::{self, DirIndex, Loc};
+use crate::inode::{Inode, Kind};
+use crate::layout::{Geometry, BLOCK, INODE, MAX_FILE_SIZE, META_INO, ROOT_INO, SYMLINK_MAX};
+use crate::pm::Pm;
+use crate::tree;
+use pmkit_media::Media;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+pub struct Walked {
+    pub alloc: Alloc,
+    pub dirs: HashMap<u64, DirIndex>,
+    pub orphans: Vec<u64>,
+    pub problems: Vec<String>,
+    pub files: u64,
+    pub dirs_count: u64,
+}
+
+pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
+    let mut problems = Vec::new();
+    let mut blocks = Bitmap::new(geo.blocks);
+    for b in 0..geo.data_block {
+        blocks.set(b);
+    }
+    let mut inodes = Bitmap::new(geo.inodes as u64);
+    inodes.set(META_INO);
+    let n = geo.inodes as usize;
+    let mut table = vec![0u8; n * INODE];
+    pm.read(geo.inode_off(0), &mut table);
+    let ino_at = |i: u64| {
+        Inode::decode(
+            table[i as usize * INODE..][..INODE]
+                .try_into()
+                .expect("128"),
+        )
+    };
+    let mut refs = vec![0u32; n];
+    let mut dirs: HashMap<u64, DirIndex> = HashMap::new();
+    let mut visited: HashSet<u64> = HashSet::new();
+    let mut queue = VecDeque::new();
+    let root = ino_at(ROOT_INO);
+    if !root.is(Kind::Dir) {
+        problems.push(format!(
+            "root inode {ROOT_INO} is not a directory (kind {})",
+            root.kind
+        ));
+    } else {
+        queue.push_back(ROOT_INO);
+    }
+    let (mut files, mut ndirs) = (0u64, 0u64);
+    // Inodes with a truncate in progress (on the orphan list with links): they may still hold
+    // blocks beyond their size until mount finishes the pruning. The list is validated below.
+    let mut pruning = HashSet::new();
+    let mut o = ino_at(META_INO).orphan_next;
+    for _ in 0..n {
+        if o == 0 || o >= geo.inodes as u64 {
+            break;
+        }
+        if ino_at(o).links > 0 {
+            pruning.insert(o);
+        }
+        o = ino_at(o).orphan_next;
+    }
+    // Visit one inode's blocks; for a directory, also return its records by file block.
+    let visit = |ino: u64, node: &Inode, problems: &mut Vec<String>, blocks: &mut Bitmap| {
+        let mut data: Vec<(u64, u64)> = Vec::new();
+        let mut mark = |b: u64, is_node: bool, idx: u64| {
+            if !blocks.set(b) {
+                return Err(format!(
+                    "block {b} is owned twice (a loop or a shared block)"
+                ));
+            }
+            if !is_node {
+                data.push((idx, b));
+            }
+            Ok(())
+        };
+        if let Err(e) = tree::walk(pm, geo, node.root, node.height, &mut mark) {
+            problems.push(format!("inode {ino}: {e}"));
+        }
+        if node.is(Kind::Symlink)
+            && (node.size == 0 || node.size > SYMLINK_MAX as u64 || node.height != 0)
+        {
+            problems.push(format!(
+                "inode {ino}: symlink of {} bytes at height {}",
+                node.size, node.height
+            ));
+        }
+        if node.size > MAX_FILE_SIZE {
+            problems.push(format!("inode {ino}: size {} over the limit", node.size));
+        }
+        let end = node.size.div_ceil(BLOCK as u64);
+        if !pruning.contains(&ino) && data.iter().any(|&(i, _)| i >= end) {
+            problems.push(format!("inode {ino}: blocks beyond its size {}", node.size));
+        }
+        if node.xattr != 0 && (!geo.is_data(node.xattr) || !blocks.set(node.xattr)) {
+            problems.push(format!("inode {ino}: bad xattr block {}", node.xattr));
+        }
+        data
+    };
+    while let Some(d) = queue.pop_front() {
+        visited.insert(d);
+        inodes.set(d);
+        ndirs += 1;
+        let node = ino_at(d);
+        let data = visit(d, &node, &mut problems, &mut blocks);
+        if node.size % BLOCK as u64 != 0 || data.len() as u64 != node.size / BLOCK as u64 {
+            problems.push(format!(
+                "directory {d}: size {} does not match {} blocks",
+                node.size,
+                data.len()
+            ));
+        }
+        let nblocks = (node.size / BLOCK as u64).min(data.len() as u64) as usize;
+        let mut idx = DirIndex {
+            used: vec![0; nblocks],
+            ..Default::default()
+        };
+        for (fb, b) in data {
+            if fb as usize >= idx.used.len() {
+                continue;
+            }
+            let mut buf = vec![0u8; BLOCK];
+            pm.read(b as usize * BLOCK, &mut buf);
+            let recs = match dir::parse(&buf) {
+                Ok(r) => r,
+                Err(e) => {
+                    problems.push(format!("directory {d} block {fb}: {e}"));
+                    continue;
+                }
+            };
+            for r in recs {
+                let name = String::from_utf8_lossy(&r.name).into_owned();
+                if r.ino == META_INO || r.ino >= geo.inodes as u64 {
+                    problems.push(format!(
+                        "directory {d}: entry {name:?} names inode {} out of range",
+                        r.ino
+                    ));
+                    continue;
+                }
+                let child = ino_at(r.ino);
+                if child.is(Kind::Free) {
+                    problems.push(format!(
+                        "directory {d}: entry {name:?} names free inode {}",
+                        r.ino
+                    ));
+                    continue;
+                }
+                if child.kind != r.kind || child.kind().is_none() {
+                    problems.push(format!(
+                        "directory {d}: entry {name:?} kind {} but inode {} has kind {}",
+                        r.kind, r.ino, child.kind
+                    ));
+                    continue;
+                }
+                if idx.entries.contains_key(&r.name) {
+                    problems.push(format!("directory {d}: name {name:?} appears twice"));
+                    continue;
+                }
+                refs[r.ino as usize] += 1;
+                if child.is(Kind::Dir) {
+                    if visited.contains(&r.ino) || queue.contains(&r.ino) || r.ino == ROOT_INO {
+                        problems.push(format!(
+                            "directory {}: reachable twice (from {d} as {name:?})",
+                            r.ino
+                        ));
+                        continue;
+                    }
+                    if child.parent != d {
+                        problems.push(format!(
+                            "directory {}: parent says {}, found in {d}",
+                            r.ino, child.parent
+                        ));
+                    }
+                    queue.push_back(r.ino);
+                } else if visited.insert(r.ino) {
+                    inodes.set(r.ino);
+                    files += 1;
+                    visit(r.ino, &child, &mut problems, &mut blocks);
+                }
+                let loc = Loc {
+                    ino: r.ino,
+                    kind: r.kind,
+                    block: fb,
+                    slot: r.slot,
+                    nslots: r.nslots,
+                };
+                idx.insert(&r.name, loc);
+            }
+        }
+        dirs.insert(d, idx);
+    }
+    // The orphan list, headed by the meta inode (which holds nothing else).
+    let meta = ino_at(META_INO);
+    if meta
+        != (Inode {
+            orphan_next: meta.orphan_next,
+            ..Inode::default()
+        })
+    {
+        problems.push("meta inode 0: fields other than the orphan list head are set".into());
+    }
+    let mut orphans = Vec::new();
+    let mut o = meta.orphan_next;
+    while o != 0 {
+        if o >= geo.inodes as u64 || orphans.contains(&o) || orphans.len() >= n {
+            problems.push(format!("orphan list: bad or looping link to inode {o}"));
+            break;
+        }
+        let node = ino_at(o);
+        if !node.is(Kind::File) && !node.is(Kind::Symlink) {
+            problems.push(format!(
+                "orphan list: inode {o} is not a file (kind {})",
+                node.kind
+            ));
+            break;
+        }
+        if node.links > 0 && (!node.is(Kind::File) || node.trunc != node.size) {
+            problems.push(format!(
+                "orphan {o}: a truncate to {} but size {}",
+                node.trunc, node.size
+            ));
+        }
+        orphans.push(o);
+        if node.links == 0 && visited.contains(&o) {
+            problems.push(format!("orphan {o}: has no links but a directory names it"));
+        }
+        if visited.insert(o) {
+            inodes.set(o);
+            visit(o, &node, &mut problems, &mut blocks);
+        }
+        o = node.orphan_next;
+    }
+    for i in 1..geo.inodes as u64 {
+        let node = ino_at(i);
+        if node.kind().is_none() {
+            problems.push(format!("inode {i}: unknown kind {}", node.kind));
+        } else if !node.is(Kind::Free) && !visited.contains(&i) {
+            problems.push(format!("inode {i}: in use but nothing names it"));
+        } else if visited.contains(&i) {
+            let want = match dirs.get(&i) {
+                Some(d) => 2 + d.subdirs,
+                None => refs[i as usize],
+            };
+            if node.links != want {
+                problems.push(format!(
+                    "inode {i}: link count {} but {want} names",
+                    node.links
+                ));
+            }
+        }
+    }
+    let alloc = Alloc {
+        blocks,
+        inodes,
+        max_inodes: geo.inodes,
+        open: HashMap::new(),
+    };
+    Walked {
+        alloc,
+        dirs,
+        orphans,
+        problems,
+        files,
+        dirs_count: ndirs,
+    }
+}

@@ -1,0 +1,354 @@
+//! The surface, one call at a time, on anonymous memory: results, errors and limits.
+
+mod common;
+
+use pmkit_fs::{
+    Error, Fs, Kind, MkfsOptions, MountOptions, RenameFlags, SetAttr, XattrFlags, ROOT,
+};
+use pmkit_media::Region;
+
+fn fresh(len: usize) -> Fs<Region> {
+    let r = Region::anonymous(len).unwrap();
+    Fs::mkfs(&r, &MkfsOptions::default()).unwrap();
+    let (fs, rec) = Fs::mount(r, &MountOptions::default()).unwrap();
+    assert!(rec.was_clean);
+    fs
+}
+
+#[test]
+fn create_write_read_rename_unlink() {
+    let fs = fresh(8 << 20);
+    let d = fs.mkdir(ROOT, b"d", 0o755).unwrap();
+    let f = fs.create(d.ino, b"f", 0o600).unwrap();
+    assert_eq!(f.kind, Kind::File);
+    let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+    assert_eq!(fs.write(f.ino, 100, &data).unwrap(), data.len());
+    let back = fs.read(f.ino, 0, 20_000).unwrap();
+    assert_eq!(back.len(), 10_100);
+    assert!(back[..100].iter().all(|&b| b == 0));
+    assert_eq!(&back[100..], &data[..]);
+    fs.write(f.ino, 10_100, b"tail").unwrap(); // fast path (no new block)
+    assert_eq!(fs.getattr(f.ino).unwrap().size, 10_104);
+    fs.rename(d.ino, b"f", ROOT, b"g", RenameFlags::Replace)
+        .unwrap();
+    assert!(matches!(fs.lookup(d.ino, b"f"), Err(Error::NotFound)));
+    assert_eq!(fs.lookup(ROOT, b"g").unwrap().ino, f.ino);
+    assert_eq!(fs.getattr(ROOT).unwrap().links, 3);
+    assert!(matches!(fs.rmdir(ROOT, b"g"), Err(Error::NotDir)));
+    fs.unlink(ROOT, b"g").unwrap();
+    fs.rmdir(ROOT, b"d").unwrap();
+    assert_eq!(fs.readdir(ROOT).unwrap().len(), 2);
+    assert_eq!(fs.getattr(ROOT).unwrap().links, 2);
+    let st = fs.statfs();
+    assert_eq!(st.free_inodes, st.inodes - 1);
+}
+
+#[test]
+fn limits_and_errors() {
+    let fs = fresh(4 << 20);
+    let long = vec![b'x'; 256];
+    assert!(matches!(
+        fs.create(ROOT, &long, 0o644),
+        Err(Error::NameTooLong { len: 256, max: 255 })
+    ));
+    assert_eq!(
+        fs.create(ROOT, &long[..255], 0o644).unwrap().kind,
+        Kind::File
+    );
+    assert!(fs.lookup(ROOT, &long[..255]).is_ok());
+    assert!(matches!(
+        fs.create(ROOT, b"a/b", 0o644),
+        Err(Error::BadName(_))
+    ));
+    assert!(matches!(
+        fs.create(ROOT, &long[..255], 0o644),
+        Err(Error::Exists)
+    ));
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    assert!(matches!(
+        fs.write(f.ino, pmkit_fs::MAX_FILE_SIZE, b"x"),
+        Err(Error::FileTooBig { .. })
+    ));
+    assert!(matches!(
+        fs.mknod(ROOT, b"fifo", 0o010644),
+        Err(Error::NotSupported(_))
+    ));
+    assert!(matches!(
+        fs.setxattr(f.ino, b"trusted.x", b"v", XattrFlags::Either),
+        Err(Error::NotSupported(_))
+    ));
+    assert!(matches!(fs.link(ROOT, ROOT, b"l"), Err(Error::Perm(_))));
+    let r = Region::anonymous(1 << 20).unwrap();
+    let o = MkfsOptions {
+        lane_entries: 63,
+        ..MkfsOptions::default()
+    };
+    assert!(matches!(Fs::mkfs(&r, &o), Err(Error::Invalid(_))));
+    let e = Error::NameTooLong { len: 256, max: 255 };
+    assert_eq!(e.errno(), 36);
+    // the inode table fills up with a typed error
+    let small = Region::anonymous(1 << 20).unwrap();
+    Fs::mkfs(
+        &small,
+        &MkfsOptions {
+            inodes: 8,
+            ..MkfsOptions::default()
+        },
+    )
+    .unwrap();
+    let (fs, _) = Fs::mount(small, &MountOptions::default()).unwrap();
+    for i in 0..6 {
+        fs.create(ROOT, format!("f{i}").as_bytes(), 0o644).unwrap();
+    }
+    assert!(matches!(
+        fs.create(ROOT, b"one-more", 0o644),
+        Err(Error::NoInodes { max: 8 })
+    ));
+}
+
+#[test]
+fn rename_flags_links_symlinks_xattrs() {
+    let fs = fresh(4 << 20);
+    let a = fs.create(ROOT, b"a", 0o644).unwrap();
+    let b = fs.mkdir(ROOT, b"b", 0o755).unwrap();
+    assert!(matches!(
+        fs.rename(ROOT, b"a", ROOT, b"b", RenameFlags::NoReplace),
+        Err(Error::Exists)
+    ));
+    assert!(matches!(
+        fs.rename(ROOT, b"a", ROOT, b"b", RenameFlags::Replace),
+        Err(Error::IsDir)
+    ));
+    fs.rename(ROOT, b"a", ROOT, b"b", RenameFlags::Exchange)
+        .unwrap();
+    assert_eq!(fs.lookup(ROOT, b"a").unwrap().ino, b.ino);
+    assert_eq!(fs.lookup(ROOT, b"b").unwrap().ino, a.ino);
+    assert!(matches!(
+        fs.rename(ROOT, b"a", a.ino, b"x", RenameFlags::Replace),
+        Err(Error::NotDir)
+    ));
+    assert!(matches!(
+        fs.rename(ROOT, b"a", b.ino, b"x", RenameFlags::Replace),
+        Err(Error::Invalid(_))
+    ));
+    let l = fs.link(a.ino, b.ino, b"hard").unwrap();
+    assert_eq!(l.links, 2);
+    let s = fs.symlink(ROOT, b"s", b"../target").unwrap();
+    assert_eq!(fs.readlink(s.ino).unwrap(), b"../target");
+    fs.setxattr(a.ino, b"user.k", b"v1", XattrFlags::Create)
+        .unwrap();
+    assert!(matches!(
+        fs.setxattr(a.ino, b"user.k", b"v", XattrFlags::Create),
+        Err(Error::Exists)
+    ));
+    fs.setxattr(a.ino, b"user.k", b"v2", XattrFlags::Replace)
+        .unwrap();
+    assert_eq!(fs.getxattr(a.ino, b"user.k").unwrap(), b"v2");
+    assert_eq!(fs.listxattr(a.ino).unwrap(), vec![b"user.k".to_vec()]);
+    fs.removexattr(a.ino, b"user.k").unwrap();
+    assert!(matches!(fs.getxattr(a.ino, b"user.k"), Err(Error::NoAttr)));
+    let at = fs
+        .setattr(
+            a.ino,
+            &SetAttr {
+                mode: Some(0o600),
+                uid: Some(7),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!((at.mode, at.uid), (0o600, 7));
+}
+
+#[test]
+fn unlinked_but_open_survives_until_release_and_remount() {
+    let r = Region::anonymous(4 << 20).unwrap();
+    Fs::mkfs(&r, &MkfsOptions::default()).unwrap();
+    let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &[7u8; 9000]).unwrap();
+    let free0 = fs.statfs().free_blocks;
+    fs.open(f.ino).unwrap();
+    fs.unlink(ROOT, b"f").unwrap();
+    assert_eq!(fs.read(f.ino, 0, 9000).unwrap(), vec![7u8; 9000]);
+    assert_eq!(fs.statfs().free_blocks, free0);
+    let g = fs.create(ROOT, b"g", 0o644).unwrap();
+    fs.open(g.ino).unwrap();
+    fs.unlink(ROOT, b"g").unwrap();
+    fs.release(f.ino).unwrap();
+    assert!(fs.getattr(f.ino).is_err());
+    assert_eq!(fs.statfs().free_blocks, free0 + 4); // three data blocks and the tree node
+    let media = fs.unmount(); // g is still open: it stays an orphan
+    assert!(pmkit_fs::check(&media).is_clean());
+    assert_eq!(pmkit_fs::check(&media).orphans, 1);
+    let (fs, rec) = Fs::mount(media, &MountOptions::default()).unwrap();
+    assert_eq!(rec.orphans, 1);
+    assert!(fs.getattr(g.ino).is_err());
+}
+
+#[test]
+fn big_truncate_goes_through_the_orphan_list() {
+    let r = Region::anonymous(32 << 20).unwrap();
+    let o = MkfsOptions {
+        lane_entries: 64,
+        ..MkfsOptions::default()
+    };
+    Fs::mkfs(&r, &o).unwrap();
+    let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
+    let f = fs.create(ROOT, b"big", 0o644).unwrap();
+    let free0 = fs.statfs().free_blocks;
+    fs.fallocate(f.ino, 0, 600 * 4096).unwrap(); // height 2: two leaves
+    assert!(fs.statfs().free_blocks < free0 - 600);
+    fs.write(f.ino, 4096 * 3, b"keep").unwrap();
+    fs.setattr(
+        f.ino,
+        &SetAttr {
+            size: Some(4096 * 3 + 2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(fs.read(f.ino, 4096 * 3, 100).unwrap(), b"ke");
+    fs.setattr(
+        f.ino,
+        &SetAttr {
+            size: Some(4096 * 4),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let back = fs.read(f.ino, 4096 * 3, 4096).unwrap();
+    assert_eq!(&back[..4], b"ke\0\0");
+    let media = fs.unmount();
+    let rep = pmkit_fs::check(&media);
+    assert!(rep.is_clean(), "{rep:?}");
+    assert_eq!(rep.orphans, 0);
+}
+
+#[test]
+fn threads_write_their_own_files() {
+    let fs = std::sync::Arc::new(fresh(16 << 20));
+    let hs: Vec<_> = (0..4)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let f = fs.create(ROOT, format!("t{t}").as_bytes(), 0o644).unwrap();
+                for i in 0..50u64 {
+                    fs.write(f.ino, i * 1000, &[t as u8 + 1; 1000]).unwrap();
+                    fs.mkdir(ROOT, format!("d{t}-{i}").as_bytes(), 0o755)
+                        .unwrap();
+                }
+                f.ino
+            })
+        })
+        .collect();
+    for (t, h) in hs.into_iter().enumerate() {
+        let ino = h.join().unwrap();
+        assert_eq!(fs.read(ino, 0, 50_000).unwrap(), vec![t as u8 + 1; 50_000]);
+    }
+    assert_eq!(fs.readdir(ROOT).unwrap().len(), 2 + 4 + 200);
+    let fs = std::sync::Arc::try_unwrap(fs).unwrap();
+    assert!(pmkit_fs::check(&fs.unmount()).is_clean());
+}
+
+#[test]
+fn journal_costs_per_operation() {
+    let costs = pmkit_fs::op_costs();
+    for c in &costs {
+        eprintln!(
+            "{:<36} {:>5} B journaled {:>2} fences {} tx",
+            c.op, c.journal_bytes, c.fences, c.transactions
+        );
+    }
+    let get = |op: &str| costs.iter().find(|c| c.op == op).unwrap().clone();
+    // metadata operations: one transaction, three fences, within the thesis's Table 3 budget
+    for (op, max) in [
+        ("create (touch)", 512),
+        ("mkdir", 512),
+        ("rename (mv)", 512),
+    ] {
+        let c = get(op);
+        assert_eq!((c.transactions, c.fences), (1, 3), "{op}");
+        assert!(c.journal_bytes <= max, "{op}: {} bytes", c.journal_bytes);
+    }
+    // the append fast path: no journal, two fences (data, then the 16-byte size+mtime store)
+    let c = get("append 100 B in an allocated block");
+    assert_eq!((c.journal_bytes, c.fences, c.transactions), (0, 2, 0));
+}
+
+#[test]
+fn a_sparse_file_grows_to_height_three_and_shrinks() {
+    let r = Region::anonymous(8 << 20).unwrap();
+    let o = MkfsOptions {
+        lane_entries: 64,
+        ..MkfsOptions::default()
+    };
+    Fs::mkfs(&r, &o).unwrap();
+    let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
+    let f = fs.create(ROOT, b"sparse", 0o644).unwrap();
+    let far = 3u64 << 30; // past the 1 GiB a height-2 tree covers
+    fs.write(f.ino, 10, b"near").unwrap();
+    fs.write(f.ino, far, b"far away").unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().size, far + 8);
+    assert_eq!(fs.read(f.ino, far, 100).unwrap(), b"far away");
+    assert_eq!(fs.read(f.ino, 8, 6).unwrap(), b"\0\0near");
+    assert!(fs
+        .read(f.ino, 1 << 30, 4096)
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0));
+    let used = fs.getattr(f.ino).unwrap().blocks;
+    assert_eq!(
+        used,
+        2 + 1 + 2 + 2,
+        "two data blocks, the root, two nodes per path"
+    );
+    let media = fs.unmount();
+    assert!(pmkit_fs::check(&media).is_clean());
+    let (fs, _) = Fs::mount(media, &MountOptions::default()).unwrap();
+    fs.setattr(
+        f.ino,
+        &SetAttr {
+            size: Some(12),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        fs.getattr(f.ino).unwrap().blocks,
+        1 + 1 + 1 + 1,
+        "one data block and its path"
+    );
+    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"\0\0\0\0\0\0\0\0\0\0ne");
+    let media = fs.unmount();
+    assert!(pmkit_fs::check(&media).is_clean());
+}
+
+#[test]
+fn atomic_writes_up_to_their_bound() {
+    let r = Region::anonymous(8 << 20).unwrap();
+    Fs::mkfs(&r, &MkfsOptions::tiny()).unwrap();
+    let mo = MountOptions {
+        data: pmkit_fs::DataMode::Atomic,
+        ..Default::default()
+    };
+    let (fs, _) = Fs::mount(r, &mo).unwrap();
+    let f = fs.create(ROOT, b"a", 0o644).unwrap();
+    let max = fs.max_atomic_write() as usize;
+    let big: Vec<u8> = (0..max).map(|i| (i % 253) as u8).collect();
+    fs.write(f.ino, 1000, &big).unwrap(); // unaligned: one more block than max / 4096
+    fs.write(f.ino, 1000, &big).unwrap(); // again: every block copied on write
+    assert_eq!(fs.read(f.ino, 1000, max).unwrap(), big);
+    let over = vec![1u8; max + 1];
+    assert!(matches!(
+        fs.write(f.ino, 0, &over),
+        Err(Error::TooBig { .. })
+    ));
+    let media = fs.unmount();
+    assert!(pmkit_fs::check(&media).is_clean());
+    let (fs, _) = Fs::mount(media, &MountOptions::default()).unwrap();
+    let mib = vec![9u8; 1 << 20];
+    fs.write(f.ino, 0, &mib).unwrap(); // in place: cut into transactions
+    assert_eq!(fs.read(f.ino, 0, 1 << 20).unwrap(), mib);
+    assert!(pmkit_fs::check(&fs.unmount()).is_clean());
+}

@@ -1,0 +1,464 @@
+//! Shared by the crash and model tests: a plain in-memory model of the tree, the operations
+//! both sides run, and a canonical snapshot of each side to compare.
+#![allow(dead_code)]
+
+use pmkit_fs::{Error, Fs, Kind, RenameFlags, SetAttr, XattrFlags, ROOT};
+use pmkit_media::Media;
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Create(String),
+    Mkdir(String),
+    Write(String, u64, usize, u8),
+    Truncate(String, u64),
+    Fallocate(String, u64, u64),
+    Link(String, String),
+    Unlink(String),
+    Rmdir(String),
+    Rename(String, String, RenameFlags),
+    Symlink(String, String),
+    Chmod(String, u32),
+    SetXattr(String, String, u8),
+    RemoveXattr(String, String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MNode {
+    pub kind: Kind,
+    pub data: Vec<u8>,
+    pub mode: u32,
+    pub xattrs: BTreeMap<String, Vec<u8>>,
+}
+
+/// The model: path -> node id, id -> node.
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    pub paths: BTreeMap<String, u64>,
+    pub nodes: HashMap<u64, MNode>,
+    next: u64,
+}
+
+fn parent_of(p: &str) -> &str {
+    p.rfind('/').map(|i| &p[..i]).unwrap_or("")
+}
+
+pub fn data_of(off: u64, len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add(((off as usize + i) % 251) as u8) | 1)
+        .collect()
+}
+
+impl Model {
+    fn kind(&self, p: &str) -> Option<Kind> {
+        if p.is_empty() {
+            return Some(Kind::Dir);
+        }
+        self.paths.get(p).map(|id| self.nodes[id].kind)
+    }
+    fn children(&self, p: &str) -> usize {
+        self.paths.keys().filter(|k| parent_of(k) == p).count()
+    }
+    fn new_node(&mut self, p: &str, kind: Kind, data: Vec<u8>, mode: u32) {
+        self.next += 1;
+        let n = MNode {
+            kind,
+            data,
+            mode,
+            xattrs: BTreeMap::new(),
+        };
+        self.nodes.insert(self.next, n);
+        self.paths.insert(p.to_string(), self.next);
+    }
+    fn drop_path(&mut self, p: &str) {
+        let id = self.paths.remove(p).expect("path");
+        if !self.paths.values().any(|&v| v == id) {
+            self.nodes.remove(&id);
+        }
+    }
+    fn node_mut(&mut self, p: &str) -> Option<&mut MNode> {
+        let id = *self.paths.get(p)?;
+        self.nodes.get_mut(&id)
+    }
+    fn parent_ok(&self, p: &str) -> Result<(), ()> {
+        match self.kind(parent_of(p)) {
+            Some(Kind::Dir) => Ok(()),
+            _ => Err(()),
+        }
+    }
+
+    /// Apply `op`; Err(()) when the file system must refuse it too.
+    pub fn apply(&mut self, op: &Op) -> Result<(), ()> {
+        match op {
+            Op::Create(p) | Op::Mkdir(p) | Op::Symlink(p, _) => {
+                self.parent_ok(p)?;
+                if self.paths.contains_key(p) {
+                    return Err(());
+                }
+                match op {
+                    Op::Create(_) => self.new_node(p, Kind::File, vec![], 0o644),
+                    Op::Mkdir(_) => self.new_node(p, Kind::Dir, vec![], 0o755),
+                    Op::Symlink(_, t) => {
+                        self.new_node(p, Kind::Symlink, t.as_bytes().to_vec(), 0o777)
+                    }
+                    _ => unreachable!(),
+                }
+            }
+            Op::Write(p, off, len, seed) => {
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
+                let end = *off as usize + len;
+                if n.data.len() < end {
+                    n.data.resize(end, 0);
+                }
+                n.data[*off as usize..end].copy_from_slice(&data_of(*off, *len, *seed));
+            }
+            Op::Truncate(p, size) => {
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
+                n.data.resize(*size as usize, 0);
+            }
+            Op::Fallocate(p, off, len) => {
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
+                let end = (off + len) as usize;
+                if n.data.len() < end {
+                    n.data.resize(end, 0);
+                }
+            }
+            Op::Link(s, d) => {
+                self.parent_ok(d)?;
+                if self.kind(s) != Some(Kind::File) && self.kind(s) != Some(Kind::Symlink) {
+                    return Err(());
+                }
+                if self.paths.contains_key(d) {
+                    return Err(());
+                }
+                let id = self.paths[s];
+                self.paths.insert(d.clone(), id);
+            }
+            Op::Unlink(p) => match self.kind(p) {
+                Some(Kind::File) | Some(Kind::Symlink) => self.drop_path(p),
+                _ => return Err(()),
+            },
+            Op::Rmdir(p) => {
+                if p.is_empty() || self.kind(p) != Some(Kind::Dir) || self.children(p) > 0 {
+                    return Err(());
+                }
+                self.drop_path(p);
+            }
+            Op::Rename(s, d, flags) => {
+                let sk = self.kind(s).filter(|_| !s.is_empty()).ok_or(())?;
+                self.parent_ok(d)?;
+                if d.is_empty() || d.starts_with(&format!("{s}/")) {
+                    return Err(());
+                }
+                if s == d {
+                    return Ok(());
+                }
+                let dk = self.kind(d);
+                match (flags, dk) {
+                    (RenameFlags::Exchange, None) => return Err(()),
+                    (RenameFlags::Exchange, Some(_)) => {
+                        if s.starts_with(&format!("{d}/")) {
+                            return Err(());
+                        }
+                        let (a, b) = (self.paths[s], self.paths[d]);
+                        self.move_tree(s, "\0tmp");
+                        self.move_tree(d, s);
+                        self.move_tree("\0tmp", d);
+                        let _ = (a, b);
+                        return Ok(());
+                    }
+                    (RenameFlags::NoReplace, Some(_)) => return Err(()),
+                    (_, Some(dk)) => {
+                        if self.paths[s] == self.paths[d] {
+                            return Ok(());
+                        }
+                        match (sk == Kind::Dir, dk == Kind::Dir) {
+                            (true, false) | (false, true) => return Err(()),
+                            (true, true) if self.children(d) > 0 => return Err(()),
+                            _ => {}
+                        }
+                        self.drop_path(d);
+                    }
+                    (_, None) => {}
+                }
+                self.move_tree(s, d);
+            }
+            Op::Chmod(p, m) => {
+                self.node_mut(p).ok_or(())?.mode = m & 0o7777;
+            }
+            Op::SetXattr(p, name, v) => {
+                let n = self.node_mut(p).ok_or(())?;
+                n.xattrs.insert(name.clone(), vec![*v; *v as usize % 7 + 1]);
+            }
+            Op::RemoveXattr(p, name) => {
+                self.node_mut(p).ok_or(())?.xattrs.remove(name).ok_or(())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn move_tree(&mut self, from: &str, to: &str) {
+        let keys: Vec<String> = self
+            .paths
+            .keys()
+            .filter(|k| *k == from || k.starts_with(&format!("{from}/")))
+            .cloned()
+            .collect();
+        let moved: Vec<(String, u64)> = keys
+            .iter()
+            .map(|k| (k.clone(), self.paths.remove(k).unwrap()))
+            .collect();
+        for (k, id) in moved {
+            self.paths.insert(format!("{to}{}", &k[from.len()..]), id);
+        }
+    }
+
+    /// The canonical snapshot.
+    pub fn snap(&self) -> Snap {
+        let mut out = BTreeMap::new();
+        for (p, id) in &self.paths {
+            let n = &self.nodes[id];
+            let links = match n.kind {
+                Kind::Dir => {
+                    2 + self
+                        .paths
+                        .iter()
+                        .filter(|(k, v)| parent_of(k) == p && self.nodes[v].kind == Kind::Dir)
+                        .count() as u32
+                }
+                _ => self.paths.values().filter(|&&v| v == *id).count() as u32,
+            };
+            let group = self
+                .paths
+                .iter()
+                .find(|(_, &v)| v == *id)
+                .unwrap()
+                .0
+                .clone();
+            let data = if n.kind == Kind::Dir {
+                vec![]
+            } else {
+                n.data.clone()
+            };
+            let x = n
+                .xattrs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            out.insert(
+                p.clone(),
+                Ent {
+                    kind: n.kind,
+                    data,
+                    links,
+                    mode: n.mode,
+                    group,
+                    xattrs: x,
+                },
+            );
+        }
+        Snap(out)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ent {
+    pub kind: Kind,
+    pub data: Vec<u8>,
+    pub links: u32,
+    pub mode: u32,
+    /// The first path (in order) naming the same inode: hard links agree.
+    pub group: String,
+    pub xattrs: Vec<(String, Vec<u8>)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snap(pub BTreeMap<String, Ent>);
+
+/// Resolve a path to (parent inode, last name), following directories only.
+pub fn resolve<M: Media>(fs: &Fs<M>, p: &str) -> Result<(u64, String), Error> {
+    let mut parts: Vec<&str> = p.split('/').collect();
+    let last = parts.pop().unwrap().to_string();
+    let mut dir = ROOT;
+    for part in parts {
+        dir = fs.lookup(dir, part.as_bytes())?.ino;
+    }
+    Ok((dir, last))
+}
+
+pub fn ino_of<M: Media>(fs: &Fs<M>, p: &str) -> Result<u64, Error> {
+    let (d, n) = resolve(fs, p)?;
+    Ok(fs.lookup(d, n.as_bytes())?.ino)
+}
+
+/// Run `op` on the file system.
+pub fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
+    match op {
+        Op::Create(p) => {
+            let (d, n) = resolve(fs, p)?;
+            fs.create(d, n.as_bytes(), 0o644).map(|_| ())
+        }
+        Op::Mkdir(p) => {
+            let (d, n) = resolve(fs, p)?;
+            fs.mkdir(d, n.as_bytes(), 0o755).map(|_| ())
+        }
+        Op::Symlink(p, t) => {
+            let (d, n) = resolve(fs, p)?;
+            fs.symlink(d, n.as_bytes(), t.as_bytes()).map(|_| ())
+        }
+        Op::Write(p, off, len, seed) => fs
+            .write(ino_of(fs, p)?, *off, &data_of(*off, *len, *seed))
+            .map(|_| ()),
+        Op::Truncate(p, size) => {
+            let s = SetAttr {
+                size: Some(*size),
+                ..Default::default()
+            };
+            fs.setattr(ino_of(fs, p)?, &s).map(|_| ())
+        }
+        Op::Fallocate(p, off, len) => fs.fallocate(ino_of(fs, p)?, *off, *len),
+        Op::Link(s, d) => {
+            let ino = ino_of(fs, s)?;
+            let (dp, dn) = resolve(fs, d)?;
+            fs.link(ino, dp, dn.as_bytes()).map(|_| ())
+        }
+        Op::Unlink(p) => {
+            let (d, n) = resolve(fs, p)?;
+            fs.unlink(d, n.as_bytes())
+        }
+        Op::Rmdir(p) => {
+            let (d, n) = resolve(fs, p)?;
+            fs.rmdir(d, n.as_bytes())
+        }
+        Op::Rename(s, d, flags) => {
+            let (sp, sn) = resolve(fs, s)?;
+            let (dp, dn) = resolve(fs, d)?;
+            fs.rename(sp, sn.as_bytes(), dp, dn.as_bytes(), *flags)
+        }
+        Op::Chmod(p, m) => {
+            let s = SetAttr {
+                mode: Some(*m),
+                ..Default::default()
+            };
+            fs.setattr(ino_of(fs, p)?, &s).map(|_| ())
+        }
+        Op::SetXattr(p, name, v) => fs.setxattr(
+            ino_of(fs, p)?,
+            name.as_bytes(),
+            &vec![*v; *v as usize % 7 + 1],
+            XattrFlags::Either,
+        ),
+        Op::RemoveXattr(p, name) => fs.removexattr(ino_of(fs, p)?, name.as_bytes()),
+    }
+}
+
+/// The canonical snapshot of the file system's tree.
+pub fn snap<M: Media>(fs: &Fs<M>) -> Result<Snap, String> {
+    let mut out = BTreeMap::new();
+    let mut groups: HashMap<u64, String> = HashMap::new();
+    let mut stack = vec![(ROOT, String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let mut ents = fs
+            .readdir(dir)
+            .map_err(|e| format!("readdir {prefix:?}: {e}"))?;
+        ents.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in ents {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let name = String::from_utf8(e.name.clone()).unwrap();
+            let path = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let a = fs
+                .getattr(e.ino)
+                .map_err(|err| format!("getattr {path}: {err}"))?;
+            if a.kind != e.kind {
+                return Err(format!(
+                    "{path}: entry kind {:?} but inode kind {:?}",
+                    e.kind, a.kind
+                ));
+            }
+            let data = match a.kind {
+                Kind::File => fs
+                    .read(e.ino, 0, a.size as usize)
+                    .map_err(|err| format!("read {path}: {err}"))?,
+                Kind::Symlink => fs
+                    .readlink(e.ino)
+                    .map_err(|err| format!("readlink {path}: {err}"))?,
+                _ => vec![],
+            };
+            if a.kind == Kind::File && data.len() as u64 != a.size {
+                return Err(format!("{path}: read {} bytes of {}", data.len(), a.size));
+            }
+            let mut xattrs = Vec::new();
+            for k in fs
+                .listxattr(e.ino)
+                .map_err(|err| format!("listxattr {path}: {err}"))?
+            {
+                let v = fs
+                    .getxattr(e.ino, &k)
+                    .map_err(|err| format!("getxattr {path}: {err}"))?;
+                xattrs.push((String::from_utf8(k).unwrap(), v));
+            }
+            if a.kind == Kind::Dir {
+                stack.push((e.ino, path.clone()));
+            }
+            groups.entry(e.ino).or_insert_with(|| path.clone());
+            out.insert(
+                path.clone(),
+                Ent {
+                    kind: a.kind,
+                    data,
+                    links: a.links,
+                    mode: a.mode,
+                    group: String::new(),
+                    xattrs,
+                },
+            );
+            out.get_mut(&path).unwrap().group = e.ino.to_string();
+        }
+    }
+    // groups: the smallest path of each inode
+    let mut first: HashMap<String, String> = HashMap::new();
+    for (p, e) in &out {
+        first.entry(e.group.clone()).or_insert_with(|| p.clone());
+    }
+    for e in out.values_mut() {
+        e.group = first[&e.group].clone();
+    }
+    Ok(Snap(out))
+}
+
+/// A short description of how two snapshots differ.
+pub fn diff(a: &Snap, b: &Snap) -> String {
+    let mut out = Vec::new();
+    for (p, e) in &a.0 {
+        match b.0.get(p) {
+            None => out.push(format!("{p}: only on the left")),
+            Some(f) if f != e => {
+                let first = e.data.iter().zip(&f.data).position(|(x, y)| x != y);
+                out.push(format!(
+                    "{p}: kind {:?}/{:?} len {}/{} first differing byte {first:?} links {}/{} mode {:o}/{:o} group {}/{} xattrs {:?}/{:?}",
+                    e.kind, f.kind, e.data.len(), f.data.len(), e.links, f.links, e.mode, f.mode, e.group, f.group, e.xattrs, f.xattrs
+                ));
+            }
+            _ => {}
+        }
+    }
+    for p in b.0.keys().filter(|p| !a.0.contains_key(*p)) {
+        out.push(format!("{p}: only on the right"));
+    }
+    out.join("; ")
+}

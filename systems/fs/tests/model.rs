@@ -1,0 +1,115 @@
+//! Model-based property tests: random operation sequences against a plain in-memory model
+//! (`common::Model`, BTreeMaps), on a region in /dev/shm and on the crash simulator. After every
+//! step the file system and the model agree on success or failure and on the whole tree; at
+//! random points the file system is unmounted, checked and mounted again.
+
+mod common;
+
+use common::{diff, run_op, snap, Model, Op};
+use pmkit_fs::{check, DataMode, Fs, MkfsOptions, MountOptions, RenameFlags};
+use pmkit_media::crashsim::CrashSim;
+use pmkit_media::{Media, Region, RegionOptions};
+use proptest::prelude::*;
+
+const PATHS: [&str; 10] = [
+    "a", "b", "c", "a/a", "a/b", "b/a", "b/c", "a/a/x", "c/d", "a/b/y",
+];
+
+#[derive(Clone, Debug)]
+enum Step {
+    Op(Op),
+    Remount,
+}
+
+fn path() -> impl Strategy<Value = String> {
+    prop::sample::select(&PATHS[..]).prop_map(|s| s.to_string())
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let flags = prop_oneof![
+        Just(RenameFlags::Replace),
+        Just(RenameFlags::NoReplace),
+        Just(RenameFlags::Exchange)
+    ];
+    prop_oneof![
+        3 => path().prop_map(|p| Step::Op(Op::Create(p))),
+        3 => path().prop_map(|p| Step::Op(Op::Mkdir(p))),
+        4 => (path(), 0u64..20_000, 1usize..9000, any::<u8>()).prop_map(|(p, o, l, s)| Step::Op(Op::Write(p, o, l, s))),
+        2 => (path(), 0u64..20_000).prop_map(|(p, s)| Step::Op(Op::Truncate(p, s))),
+        1 => (path(), 0u64..20_000, 1u64..10_000).prop_map(|(p, o, l)| Step::Op(Op::Fallocate(p, o, l))),
+        2 => (path(), path()).prop_map(|(a, b)| Step::Op(Op::Link(a, b))),
+        2 => path().prop_map(|p| Step::Op(Op::Unlink(p))),
+        2 => path().prop_map(|p| Step::Op(Op::Rmdir(p))),
+        3 => (path(), path(), flags).prop_map(|(a, b, f)| Step::Op(Op::Rename(a, b, f))),
+        1 => path().prop_map(|p| Step::Op(Op::Symlink(p, "t/x".into()))),
+        1 => (path(), 0u32..0o7777).prop_map(|(p, m)| Step::Op(Op::Chmod(p, m))),
+        1 => (path(), any::<u8>()).prop_map(|(p, v)| Step::Op(Op::SetXattr(p, "user.a".into(), v))),
+        1 => path().prop_map(|p| Step::Op(Op::RemoveXattr(p, "user.a".into()))),
+        1 => Just(Step::Remount),
+    ]
+}
+
+fn opts() -> MkfsOptions {
+    MkfsOptions {
+        inodes: 128,
+        lanes: 2,
+        lane_entries: 128,
+    }
+}
+
+fn run<M: Media>(media: M, steps: &[Step], mode: DataMode) -> Result<(), TestCaseError> {
+    Fs::mkfs(&media, &opts()).unwrap();
+    let mo = MountOptions {
+        data: mode,
+        ..Default::default()
+    };
+    let (mut fs, _) = Fs::mount(media, &mo).unwrap();
+    let mut model = Model::default();
+    for (i, s) in steps.iter().enumerate() {
+        match s {
+            Step::Op(op) => {
+                let want = model.apply(op).is_ok();
+                let got = run_op(&fs, op);
+                prop_assert_eq!(got.is_ok(), want, "step {} {:?}: fs {:?}", i, op, got);
+            }
+            Step::Remount => {
+                let media = fs.unmount();
+                let rep = check(&media);
+                prop_assert!(
+                    rep.is_clean() && rep.clean,
+                    "step {}: {:?}",
+                    i,
+                    rep.problems
+                );
+                let (f, rec) = Fs::mount(media, &mo).unwrap();
+                prop_assert!(rec.was_clean);
+                fs = f;
+            }
+        }
+        let got = snap(&fs).map_err(TestCaseError::fail)?;
+        let want = model.snap();
+        prop_assert!(got == want, "step {} {:?}: {}", i, s, diff(&got, &want));
+    }
+    let media = fs.unmount();
+    let rep = check(&media);
+    prop_assert!(rep.is_clean(), "{:?}", rep.problems);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn model_on_the_simulator(steps in prop::collection::vec(step(), 1..40), atomic in any::<bool>()) {
+        let mode = if atomic { DataMode::Atomic } else { DataMode::InPlace };
+        run(CrashSim::new(2 << 20), &steps, mode)?;
+    }
+
+    #[test]
+    fn model_on_a_region_in_dev_shm(steps in prop::collection::vec(step(), 1..40), atomic in any::<bool>()) {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let r = Region::create(&dir.path().join("pool"), 2 << 20, &RegionOptions::default()).unwrap();
+        let mode = if atomic { DataMode::Atomic } else { DataMode::InPlace };
+        run(r, &steps, mode)?;
+    }
+}
