@@ -18,6 +18,7 @@ mod mount;
 mod ns;
 mod overlay;
 mod pm;
+mod protect;
 mod tree;
 mod tx;
 mod walk;
@@ -40,6 +41,7 @@ pub use inode::Kind;
 pub use journal::Replay;
 pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
 pub use pm::Counters;
+pub use protect::Protect;
 #[doc(hidden)]
 pub use pm::Faults;
 pub use xattr::XattrFlags;
@@ -101,6 +103,8 @@ impl MkfsOptions {
 #[derive(Clone, Debug, Default)]
 pub struct MountOptions {
     pub data: DataMode,
+    /// How PM is protected from stray stores (see `docs/fs.md`, Protection).
+    pub protect: Protect,
     #[doc(hidden)]
     pub faults: Faults,
 }
