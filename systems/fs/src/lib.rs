@@ -150,6 +150,13 @@ pub struct SetAttr {
     pub mtime: Option<u64>,
 }
 
+/// Who a new node belongs to (the `*_as` constructors; the plain ones give root).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// `rename` flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RenameFlags {

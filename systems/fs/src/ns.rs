@@ -7,7 +7,7 @@ use crate::inode::{Inode, Kind};
 use crate::layout::{BLOCK, LINK_MAX, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 use crate::tree;
 use crate::tx::Tx;
-use crate::{attr::now, Attr, Fs, RenameFlags};
+use crate::{Owner, attr::now, Attr, Fs, RenameFlags};
 use pmkit_media::Media;
 use std::collections::HashMap;
 
@@ -169,6 +169,7 @@ impl<M: Media> Fs<M> {
         kind: Kind,
         mode: u32,
         target: Option<&[u8]>,
+        owner: Owner,
     ) -> Result<Attr> {
         check_name(name)?;
         let mut dirs = self.ns.write();
@@ -183,6 +184,8 @@ impl<M: Media> Fs<M> {
             kind: kind as u8,
             links: 1,
             mode: mode & 0o7777,
+            uid: owner.uid,
+            gid: owner.gid,
             mtime: t,
             ctime: t,
             atime: t,
@@ -213,24 +216,47 @@ impl<M: Media> Fs<M> {
         self.getattr(ino)
     }
 
-    /// Create a regular file.
+    /// Create a regular file (owned by root: see [`Fs::create_as`]).
     pub fn create(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.make(parent, name, Kind::File, mode, None)
+        self.create_as(Owner::default(), parent, name, mode)
+    }
+
+    /// Create a regular file owned by `owner`.
+    pub fn create_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, Kind::File, mode, None, owner)
     }
 
     /// `mknod`: regular files only (`mode`'s type bits 0 or `S_IFREG`).
     pub fn mknod(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.mknod_as(Owner::default(), parent, name, mode)
+    }
+
+    pub fn mknod_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
         match mode & 0o170000 {
-            0 | 0o100000 => self.make(parent, name, Kind::File, mode, None),
+            0 | 0o100000 => self.make(parent, name, Kind::File, mode, None, owner),
             _ => Err(Error::NotSupported("device, FIFO and socket nodes")),
         }
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.make(parent, name, Kind::Dir, mode, None)
+        self.mkdir_as(Owner::default(), parent, name, mode)
+    }
+
+    pub fn mkdir_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(parent, name, Kind::Dir, mode, None, owner)
     }
 
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
+        self.symlink_as(Owner::default(), parent, name, target)
+    }
+
+    pub fn symlink_as(
+        &self,
+        owner: Owner,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Attr> {
         if target.len() > SYMLINK_MAX {
             return Err(Error::NameTooLong {
                 len: target.len(),
@@ -240,7 +266,7 @@ impl<M: Media> Fs<M> {
         if target.is_empty() {
             return Err(Error::Invalid("empty symlink target"));
         }
-        self.make(parent, name, Kind::Symlink, 0o777, Some(target))
+        self.make(parent, name, Kind::Symlink, 0o777, Some(target), owner)
     }
 
     /// A new name `newname` in `newparent` for `ino` (not a directory).
