@@ -10,5 +10,7 @@
 pub mod attach;
 mod file;
 pub mod holders;
+pub mod pmfs;
+pub mod pmfs_mount;
 
 pub use file::{Disk, DiskError, DiskFile, DISK_NAME};
