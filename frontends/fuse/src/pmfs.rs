@@ -15,7 +15,7 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr, XattrFlags, ROOT};
+use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr, XattrFlags};
 use pmkit_media::Region;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -133,21 +133,9 @@ impl PmFs {
         }
     }
 
+    /// A directory's entries, `.` and `..` first (the library lists them).
     fn listing(&self, ino: u64) -> pmkit_fs::Result<Arc<Vec<DirEntry>>> {
-        let mut v = vec![
-            DirEntry {
-                ino,
-                kind: Kind::Dir,
-                name: b".".to_vec(),
-            },
-            DirEntry {
-                ino: if ino == ROOT { ROOT } else { ino },
-                kind: Kind::Dir,
-                name: b"..".to_vec(),
-            },
-        ];
-        v.extend(self.fs.readdir(ino)?);
-        Ok(Arc::new(v))
+        self.fs.readdir(ino).map(Arc::new)
     }
 }
 

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The mount's file system type in /proc/self/mountinfo is `fuse.` and this.
+/// The FUSE subtype asked for (the kernel shows it only when mounted through fusermount:
+/// mounts are recognised by their source, `pmkit-fs[PID]:POOL`, instead).
 pub const SUBTYPE: &str = "pmkit-fs";
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +111,11 @@ pub fn absolute(dir: &Path) -> Result<PathBuf> {
     Ok(parent.join(name))
 }
 
+/// Whether `m` is a PMFS FUSE mount.
+pub fn is_pmfs(m: &MountEntry) -> bool {
+    m.fstype.starts_with("fuse") && m.source.starts_with("pmkit-fs[")
+}
+
 /// The daemon's pid, from the mount's source (`pmkit-fs[PID]:POOL`).
 pub fn daemon_pid(m: &MountEntry) -> Option<i32> {
     let rest = m.source.strip_prefix("pmkit-fs[")?;
@@ -140,7 +146,7 @@ pub fn clean_stale(dir: &Path) -> Result<Option<String>> {
         why,
     };
     if !m.fstype.starts_with("fuse") || !is_stale(dir) {
-        if m.fstype == format!("fuse.{SUBTYPE}") {
+        if is_pmfs(&m) {
             return Err(bad(format!(
                 "already mounted by a live daemon ({}); run `pmkit fs umount {}` first",
                 m.source,
@@ -350,8 +356,11 @@ pub fn umount(dir: &Path, wait: Duration) -> Result<String> {
         why,
     };
     let m = mount_at(&dir).ok_or_else(|| bad("not a mount point".into()))?;
-    if m.fstype != format!("fuse.{SUBTYPE}") {
-        return Err(bad(format!("not a pmkit fs mount (it is {})", m.fstype)));
+    if !is_pmfs(&m) {
+        return Err(bad(format!(
+            "not a pmkit fs mount (it is {} from {})",
+            m.fstype, m.source
+        )));
     }
     if is_stale(&dir) {
         umount2(&dir, libc::MNT_DETACH).map_err(|e| bad(format!("cannot detach: {e}")))?;
@@ -396,15 +405,17 @@ mod tests {
         assert_eq!(unescape(r"plain\0"), b"plain\\0");
         let m = MountEntry {
             dir: "/x".into(),
-            fstype: format!("fuse.{SUBTYPE}"),
+            fstype: "fuse".into(),
             source: "pmkit-fs[4242]:/dev/shm/p".into(),
         };
         assert_eq!(daemon_pid(&m), Some(4242));
+        assert!(is_pmfs(&m));
         let other = MountEntry {
             source: "pmkit".into(),
             ..m
         };
         assert_eq!(daemon_pid(&other), None);
+        assert!(!is_pmfs(&other));
         assert!(mount_at(Path::new("/")).is_some(), "/ is a mount point");
     }
 }
