@@ -10,7 +10,13 @@ use std::time::Duration;
 /// The line `mount` prints on stdout once the file system is mounted and served.
 pub const READY: &str = "ready: serving";
 
-pub fn mount(pool: &Path, dir: &Path, threads: usize, protect: Protect, atomic: bool) -> Result<()> {
+pub fn mount(
+    pool: &Path,
+    dir: &Path,
+    threads: usize,
+    protect: Protect,
+    atomic: bool,
+) -> Result<()> {
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
     pmfs_mount::block_signals();
@@ -31,7 +37,11 @@ pub fn mount(pool: &Path, dir: &Path, threads: usize, protect: Protect, atomic: 
     eprintln!(
         "mounted {}: last unmount {}, journal: {:?}, orphans finished {}{}",
         pool.display(),
-        if r.was_clean { "clean" } else { "NOT clean (recovered)" },
+        if r.was_clean {
+            "clean"
+        } else {
+            "NOT clean (recovered)"
+        },
         r.journal,
         r.orphans,
         if r.superblock_repaired {
@@ -40,7 +50,10 @@ pub fn mount(pool: &Path, dir: &Path, threads: usize, protect: Protect, atomic: 
             ""
         }
     );
-    eprintln!("protection {}: {}", served.protection.0, served.protection.1);
+    eprintln!(
+        "protection {}: {}",
+        served.protection.0, served.protection.1
+    );
     println!(
         "{READY} {} on {} with {threads} threads; stop with `pmkit fs umount {}` or SIGTERM",
         pool.display(),
@@ -50,7 +63,10 @@ pub fn mount(pool: &Path, dir: &Path, threads: usize, protect: Protect, atomic: 
     std::io::stdout().flush()?;
     let ended = served.run(|m| eprintln!("{m}"))?;
     match ended.signal {
-        Some(s) => eprintln!("signal {s}: unmounted{}", if ended.lazy { " (lazily)" } else { "" }),
+        Some(s) => eprintln!(
+            "signal {s}: unmounted{}",
+            if ended.lazy { " (lazily)" } else { "" }
+        ),
         None => eprintln!("unmounted"),
     }
     eprintln!("{}: marked clean", pool.display());

@@ -122,8 +122,17 @@ pub fn daemon_pid(m: &MountEntry) -> Option<i32> {
     rest.split_once(']')?.0.parse().ok()
 }
 
+/// A FUSE mount whose daemon is gone: requests fail with ENOTCONN. Asked with `statfs`, which
+/// always reaches the daemon (a `stat` may be answered from the kernel's attribute cache).
 fn is_stale(dir: &Path) -> bool {
-    matches!(std::fs::metadata(dir), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: an all-zero statfs is a valid out-buffer.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid out-buffer.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
 }
 
 fn umount2(dir: &Path, flags: i32) -> std::io::Result<()> {
@@ -380,8 +389,7 @@ pub fn umount(dir: &Path, wait: Duration) -> Result<String> {
         return Ok(format!("unmounted {}", m.source));
     };
     let deadline = Instant::now() + wait;
-    // SAFETY: kill with signal 0 only asks whether the process exists.
-    while unsafe { libc::kill(pid, 0) } == 0 {
+    while alive(pid) {
         if Instant::now() >= deadline {
             return Err(bad(format!(
                 "unmounted, but daemon {pid} has not exited after {wait:?}"
@@ -393,6 +401,19 @@ pub fn umount(dir: &Path, wait: Duration) -> Result<String> {
         "unmounted {}; daemon {pid} marked the pool clean and exited",
         m.source
     ))
+}
+
+/// Whether process `pid` is running (a zombie, exited but not yet reaped by its parent, is
+/// not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command, which is in parentheses and may hold anything.
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -417,5 +438,7 @@ mod tests {
         assert_eq!(daemon_pid(&other), None);
         assert!(!is_pmfs(&other));
         assert!(mount_at(Path::new("/")).is_some(), "/ is a mount point");
+        assert!(alive(std::process::id() as i32));
+        assert!(!alive(i32::MAX));
     }
 }

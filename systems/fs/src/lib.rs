@@ -41,9 +41,9 @@ pub use inode::Kind;
 pub use journal::Replay;
 pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
 pub use pm::Counters;
-pub use protect::Protect;
 #[doc(hidden)]
 pub use pm::Faults;
+pub use protect::Protect;
 pub use xattr::XattrFlags;
 
 /// The superblock mount would use (the valid copy with the higher generation), read only.

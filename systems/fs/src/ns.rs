@@ -7,7 +7,7 @@ use crate::inode::{Inode, Kind};
 use crate::layout::{BLOCK, LINK_MAX, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 use crate::tree;
 use crate::tx::Tx;
-use crate::{Owner, attr::now, Attr, Fs, RenameFlags};
+use crate::{attr::now, Attr, Fs, Owner, RenameFlags};
 use pmkit_media::Media;
 use std::collections::HashMap;
 

@@ -52,7 +52,12 @@ pub struct Pm<M> {
 impl<M: Media> Pm<M> {
     /// PM without protection (mkfs, check).
     pub fn new(m: M, faults: Faults) -> Pm<M> {
-        Self::with_gate(m, faults, Gate::Open, (Protect::None, "mkfs or check".into()))
+        Self::with_gate(
+            m,
+            faults,
+            Gate::Open,
+            (Protect::None, "mkfs or check".into()),
+        )
     }
 
     /// PM under protection mode `want` (resolved and applied to the mapping now).

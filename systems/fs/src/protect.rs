@@ -51,7 +51,11 @@ impl std::str::FromStr for Protect {
             "none" => Protect::None,
             "kernel" => Protect::Kernel,
             "pkey" => Protect::Pkey,
-            _ => return Err(format!("unknown protection {s:?} (auto, none, kernel, pkey)")),
+            _ => {
+                return Err(format!(
+                    "unknown protection {s:?} (auto, none, kernel, pkey)"
+                ))
+            }
         })
     }
 }

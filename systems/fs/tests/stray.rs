@@ -28,7 +28,12 @@ fn mapping_of(path: &Path) -> usize {
     maps.lines()
         .filter(|l| l.ends_with(want))
         .map(|l| {
-            let (a, b) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
+            let (a, b) = l
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .split_once('-')
+                .unwrap();
             let a = usize::from_str_radix(a, 16).unwrap();
             (a, usize::from_str_radix(b, 16).unwrap() - a)
         })
@@ -102,7 +107,12 @@ fn stray_child_entry() {
 fn a_stray_store_from_another_thread_faults() {
     for protect in modes() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "stray_child_entry", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "stray_child_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD, protect.name())
             .output()
             .unwrap();
@@ -113,7 +123,11 @@ fn a_stray_store_from_another_thread_faults() {
             String::from_utf8_lossy(&out.stderr)
         );
         if protect == Protect::None {
-            assert!(out.status.success(), "control: the store lands: {:?}", out.status);
+            assert!(
+                out.status.success(),
+                "control: the store lands: {:?}",
+                out.status
+            );
         } else {
             assert_eq!(
                 out.status.signal(),
