@@ -89,8 +89,7 @@ pub fn mount_at(dir: &Path) -> Option<MountEntry> {
                 source: String::from_utf8_lossy(&unescape(f.get(sep + 2)?)).into_owned(),
             })
         })
-        .filter(|m| m.dir == dir)
-        .last()
+        .rfind(|m| m.dir == dir)
 }
 
 /// `dir` made absolute without touching it (a stale FUSE mount point cannot be resolved: its
