@@ -103,6 +103,49 @@ fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean() {
     d.umount();
 }
 
+#[test]
+fn sigterm_with_a_file_open_detaches_and_serves_it_until_closed() {
+    if !can_run() {
+        return;
+    }
+    let s = scratch("16M");
+    let d = Daemon::start(&s, &[]);
+    let mut f = std::fs::File::create(s.mnt.join("held")).unwrap();
+    f.write_all(b"before ").unwrap();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
+    let t = std::time::Instant::now();
+    while !d.log().contains("is busy: detaching") {
+        assert!(t.elapsed() < Duration::from_secs(10), "{}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        std::fs::read_dir(&s.mnt).unwrap().next().is_none(),
+        "the directory is no longer the mount"
+    );
+    // The open file is still served, and its writes still reach PM.
+    f.write_all(b"after").unwrap();
+    f.sync_all().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut d = d;
+    assert!(
+        d.child.try_wait().unwrap().is_none(),
+        "serving the open file"
+    );
+    drop(f);
+    let log_path = d.stderr.clone();
+    let st = d.wait(Duration::from_secs(20));
+    let log = std::fs::read_to_string(log_path).unwrap();
+    assert!(
+        st.success() && log.contains("(lazily)") && log.contains("marked clean"),
+        "{log}"
+    );
+    check_clean(&s);
+    let d = Daemon::start(&s, &[]);
+    assert_eq!(std::fs::read(s.mnt.join("held")).unwrap(), b"before after");
+    d.umount();
+}
+
 fn content(i: usize, round: usize) -> Vec<u8> {
     (0..(i * 1499 + 700) % 20_000 + 1)
         .map(|j| (i * 31 + j * 7 + round) as u8)
