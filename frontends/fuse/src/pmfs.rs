@@ -67,6 +67,10 @@ fn file_type(k: Kind) -> FileType {
     match k {
         Kind::Dir => FileType::Directory,
         Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
         Kind::File | Kind::Free => FileType::RegularFile,
     }
 }
@@ -86,7 +90,7 @@ pub fn file_attr(a: &Attr) -> FileAttr {
         nlink: a.links,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: 4096,
         flags: 0,
     }
@@ -223,12 +227,12 @@ impl Filesystem for PmFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let r = self
             .fs
-            .mknod_as(owner(req), parent.into(), name.as_bytes(), mode);
+            .mknod_as(owner(req), parent.into(), name.as_bytes(), mode, rdev);
         self.created(r, reply)
     }
 

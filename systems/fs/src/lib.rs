@@ -137,6 +137,8 @@ pub struct Attr {
     pub ctime: u64,
     /// 4 KiB blocks the file uses: data and radix tree nodes (counted by a walk of its tree).
     pub blocks: u64,
+    /// Device number (character and block devices; 0 otherwise).
+    pub rdev: u32,
 }
 
 /// What `setattr` changes (`None`: leave it).

@@ -170,6 +170,7 @@ impl<M: Media> Fs<M> {
         mode: u32,
         target: Option<&[u8]>,
         owner: Owner,
+        rdev: u32,
     ) -> Result<Attr> {
         check_name(name)?;
         let mut dirs = self.ns.write();
@@ -186,6 +187,7 @@ impl<M: Media> Fs<M> {
             mode: mode & 0o7777,
             uid: owner.uid,
             gid: owner.gid,
+            rdev,
             mtime: t,
             ctime: t,
             atime: t,
@@ -223,19 +225,32 @@ impl<M: Media> Fs<M> {
 
     /// Create a regular file owned by `owner`.
     pub fn create_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.make(parent, name, Kind::File, mode, None, owner)
+        self.make(parent, name, Kind::File, mode, None, owner, 0)
     }
 
-    /// `mknod`: regular files only (`mode`'s type bits 0 or `S_IFREG`).
-    pub fn mknod(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.mknod_as(Owner::default(), parent, name, mode)
+    /// `mknod`: a regular file (`mode`'s type bits 0 or `S_IFREG`), a FIFO, a socket, or a
+    /// character or block device numbered `rdev`.
+    pub fn mknod(&self, parent: u64, name: &[u8], mode: u32, rdev: u32) -> Result<Attr> {
+        self.mknod_as(Owner::default(), parent, name, mode, rdev)
     }
 
-    pub fn mknod_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        match mode & 0o170000 {
-            0 | 0o100000 => self.make(parent, name, Kind::File, mode, None, owner),
-            _ => Err(Error::NotSupported("device, FIFO and socket nodes")),
-        }
+    pub fn mknod_as(
+        &self,
+        owner: Owner,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
+        let (kind, rdev) = match mode & 0o170000 {
+            0 | 0o100000 => (Kind::File, 0),
+            0o010000 => (Kind::Fifo, 0),
+            0o140000 => (Kind::Socket, 0),
+            0o020000 => (Kind::CharDev, rdev),
+            0o060000 => (Kind::BlockDev, rdev),
+            _ => return Err(Error::Invalid("mknod of an unknown file type")),
+        };
+        self.make(parent, name, kind, mode, None, owner, rdev)
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
@@ -243,7 +258,7 @@ impl<M: Media> Fs<M> {
     }
 
     pub fn mkdir_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.make(parent, name, Kind::Dir, mode, None, owner)
+        self.make(parent, name, Kind::Dir, mode, None, owner, 0)
     }
 
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
@@ -266,7 +281,7 @@ impl<M: Media> Fs<M> {
         if target.is_empty() {
             return Err(Error::Invalid("empty symlink target"));
         }
-        self.make(parent, name, Kind::Symlink, 0o777, Some(target), owner)
+        self.make(parent, name, Kind::Symlink, 0o777, Some(target), owner, 0)
     }
 
     /// A new name `newname` in `newparent` for `ino` (not a directory).
