@@ -52,6 +52,16 @@ fn slot_off<M: Media>(tx: &Tx<'_, M>, dir: u64, loc: &Loc) -> usize {
     b as usize * BLOCK + loc.slot * SLOT
 }
 
+/// What `make` creates.
+struct New<'a> {
+    kind: Kind,
+    mode: u32,
+    /// A symlink's target.
+    target: Option<&'a [u8]>,
+    owner: Owner,
+    rdev: u32,
+}
+
 impl<M: Media> Fs<M> {
     fn dir_of<'d>(&self, dirs: &'d Dirs, ino: u64) -> Result<&'d DirIndex> {
         match dirs.get(&ino) {
@@ -162,16 +172,14 @@ impl<M: Media> Fs<M> {
         }
     }
 
-    fn make(
-        &self,
-        parent: u64,
-        name: &[u8],
-        kind: Kind,
-        mode: u32,
-        target: Option<&[u8]>,
-        owner: Owner,
-        rdev: u32,
-    ) -> Result<Attr> {
+    fn make(&self, parent: u64, name: &[u8], new: New<'_>) -> Result<Attr> {
+        let New {
+            kind,
+            mode,
+            target,
+            owner,
+            rdev,
+        } = new;
         check_name(name)?;
         let mut dirs = self.ns.write();
         let idx = self.dir_of(&dirs, parent)?;
@@ -225,7 +233,17 @@ impl<M: Media> Fs<M> {
 
     /// Create a regular file owned by `owner`.
     pub fn create_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.make(parent, name, Kind::File, mode, None, owner, 0)
+        self.make(
+            parent,
+            name,
+            New {
+                kind: Kind::File,
+                mode,
+                target: None,
+                owner,
+                rdev: 0,
+            },
+        )
     }
 
     /// `mknod`: a regular file (`mode`'s type bits 0 or `S_IFREG`), a FIFO, a socket, or a
@@ -250,7 +268,17 @@ impl<M: Media> Fs<M> {
             0o060000 => (Kind::BlockDev, rdev),
             _ => return Err(Error::Invalid("mknod of an unknown file type")),
         };
-        self.make(parent, name, kind, mode, None, owner, rdev)
+        self.make(
+            parent,
+            name,
+            New {
+                kind,
+                mode,
+                target: None,
+                owner,
+                rdev,
+            },
+        )
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
@@ -258,7 +286,17 @@ impl<M: Media> Fs<M> {
     }
 
     pub fn mkdir_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.make(parent, name, Kind::Dir, mode, None, owner, 0)
+        self.make(
+            parent,
+            name,
+            New {
+                kind: Kind::Dir,
+                mode,
+                target: None,
+                owner,
+                rdev: 0,
+            },
+        )
     }
 
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
@@ -281,7 +319,17 @@ impl<M: Media> Fs<M> {
         if target.is_empty() {
             return Err(Error::Invalid("empty symlink target"));
         }
-        self.make(parent, name, Kind::Symlink, 0o777, Some(target), owner, 0)
+        self.make(
+            parent,
+            name,
+            New {
+                kind: Kind::Symlink,
+                mode: 0o777,
+                target: Some(target),
+                owner,
+                rdev: 0,
+            },
+        )
     }
 
     /// A new name `newname` in `newparent` for `ino` (not a directory).
