@@ -1,5 +1,5 @@
 //! `pmkit fs mount` end to end, through the kernel: random POSIX operations (writes, truncates,
-//! directories, every rename flag, symlinks, hard links, chmod, xattrs) run on the FUSE mount
+//! directories, every rename flag, symlinks, hard links, FIFOs, chmod, xattrs) run on the FUSE mount
 //! and on a reference tree in tmpfs, the kernel's own file system as the model: each operation
 //! must succeed or fail with the same errno on both, and the trees must be equal after every
 //! step batch, after unmount + remount, and `pmkit fs check` clean. Then kill -9 of the daemon

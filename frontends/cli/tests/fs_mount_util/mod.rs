@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -186,6 +186,11 @@ pub enum Snap {
         xattrs: BTreeMap<String, Vec<u8>>,
     },
     Symlink(PathBuf),
+    /// A FIFO (the only special file the operations make).
+    Fifo {
+        mode: u32,
+        nlink: u64,
+    },
 }
 
 fn xattrs(p: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -230,6 +235,11 @@ pub fn snapshot(root: &Path) -> BTreeMap<String, Snap> {
                 }
             } else if m.file_type().is_symlink() {
                 Snap::Symlink(std::fs::read_link(&p).unwrap())
+            } else if std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()) {
+                Snap::Fifo {
+                    mode: m.mode() & 0o7777,
+                    nlink: m.nlink(),
+                }
             } else {
                 Snap::File {
                     mode: m.mode() & 0o7777,
@@ -272,6 +282,7 @@ pub enum Op {
     Chmod(String, u32),
     SetXattr(String, String, u8),
     RemoveXattr(String, String),
+    Mkfifo(String),
 }
 
 const NAMES: [&str; 8] = ["a", "b", "c", "d0", "d1", "d0/e", "d0/f", "d1/g"];
@@ -279,7 +290,8 @@ const NAMES: [&str; 8] = ["a", "b", "c", "d0", "d1", "d0/e", "d0/f", "d1/g"];
 pub fn random_op(r: &mut Rng) -> Op {
     let mut name = || NAMES[r.below(NAMES.len() as u64) as usize].to_string();
     let (a, b) = (name(), name());
-    match r.below(12) {
+    match r.below(13) {
+        12 => Op::Mkfifo(a),
         0..=2 => Op::Write(
             a,
             r.below(9000),
@@ -328,16 +340,20 @@ fn io(r: std::io::Result<()>) -> Result<(), i32> {
 pub fn apply(root: &Path, op: &Op) -> Result<(), i32> {
     match op {
         Op::Write(p, off, len, seed) => io((|| {
+            // O_NONBLOCK: opening a FIFO for writing fails (ENXIO, no reader) instead of
+            // waiting for a reader; regular files ignore it.
             let f = std::fs::OpenOptions::new()
                 .create(true)
                 .write(true)
                 .truncate(false)
+                .custom_flags(libc::O_NONBLOCK)
                 .open(root.join(p))?;
             let data: Vec<u8> = (0..*len).map(|i| seed.wrapping_add(i as u8) | 1).collect();
             f.write_all_at(&data, *off)
         })()),
         Op::Truncate(p, n) => io(std::fs::OpenOptions::new()
             .write(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(root.join(p))
             .and_then(|f| f.set_len(*n))),
         Op::Mkdir(p) => io(std::fs::create_dir(root.join(p))),
@@ -371,6 +387,11 @@ pub fn apply(root: &Path, op: &Op) -> Result<(), i32> {
             errno_of(unsafe {
                 libc::lsetxattr(p.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0)
             })
+        }
+        Op::Mkfifo(p) => {
+            let p = c(root, p);
+            // SAFETY: a valid path.
+            errno_of(unsafe { libc::mkfifo(p.as_ptr(), 0o640) })
         }
         Op::RemoveXattr(p, name) => {
             let (p, n) = (c(root, p), CString::new(name.as_str()).unwrap());
