@@ -24,6 +24,8 @@ cargo build --workspace --locked
 # tests run 3 trials each here; scripts/soak.sh runs as many as asked.
 export PMKIT_KILL_TRIALS="${PMKIT_KILL_TRIALS:-3}" PMKIT_ATTACH_TRIALS="${PMKIT_ATTACH_TRIALS:-3}"
 cargo test --workspace --locked --no-fail-fast "$@"
+# pjdfstest (installed from crates.io by the script, ~50 s to build) against `pmkit fs mount`.
+bash scripts/pjdfstest.sh
 # The fuzz targets (every on-media decoder and the NBD parser) over their seeds and generated
 # inputs, on stable; the libFuzzer binaries are built too.
 bash scripts/fuzz.sh

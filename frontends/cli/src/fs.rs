@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use pmkit::args::parse_size;
-use pmkit_fs::{Fs, MkfsOptions};
+use pmkit_fs::{Fs, MkfsOptions, Protect};
 use pmkit_media::{Region, RegionOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -36,6 +36,28 @@ enum Cmd {
         pool: PathBuf,
         #[arg(long)]
         json: bool,
+    },
+    /// Mount POOL on DIR with FUSE and serve it in the foreground until `pmkit fs umount DIR`
+    /// or SIGTERM/SIGINT; then the pool is marked clean. A stale mount on DIR is detached.
+    Mount {
+        pool: PathBuf,
+        dir: PathBuf,
+        /// FUSE worker threads.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Protection of PM from stray stores: auto, none, kernel, pkey.
+        #[arg(long, default_value = "auto")]
+        protect: Protect,
+        /// Make every write all-or-nothing (copy-on-write), not in place.
+        #[arg(long)]
+        atomic: bool,
+    },
+    /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
+    Umount {
+        dir: PathBuf,
+        /// Seconds to wait for the daemon to exit.
+        #[arg(long, default_value_t = 60)]
+        wait: u64,
     },
     /// Check a file system without changing it; exit status 1 if it has problems.
     Check {
@@ -139,6 +161,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 }
             }
         }
+        Cmd::Mount {
+            pool,
+            dir,
+            threads,
+            protect,
+            atomic,
+        } => crate::fs_mount::mount(&pool, &dir, threads, protect, atomic)?,
+        Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
         Cmd::Check { pool, json } => {
             let region = open_ro(&pool)?;
             let r = pmkit_fs::check(&region);

@@ -8,6 +8,7 @@ mod attach;
 mod bench;
 mod blk;
 mod fs;
+mod fs_mount;
 mod obj;
 mod probe;
 mod serve;

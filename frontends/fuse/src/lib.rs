@@ -10,10 +10,15 @@
 //! Requests arrive over /dev/fuse (fuser, a worker per CPU on cloned descriptors) or, where the
 //! kernel offers it, over FUSE's io_uring transport ([`uring`], a queue per CPU); both answer
 //! through the same operations, so their semantics are the same.
+//!
+//! [`pmfs`] and [`pmfs_mount`] are the other FUSE front end: a PMFS pool (`pmkit-fs`) mounted as
+//! a whole file system (`pmkit fs mount`).
 
 pub mod attach;
 mod file;
 pub mod holders;
+pub mod pmfs;
+pub mod pmfs_mount;
 pub mod uring;
 
 pub use file::{Disk, DiskError, DiskFile, DISK_NAME};

@@ -53,6 +53,7 @@ impl<M: Media> Fs<M> {
             mtime: n.mtime,
             ctime: n.ctime,
             blocks: blocks.len() as u64,
+            rdev: n.rdev,
         }
     }
 

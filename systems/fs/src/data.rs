@@ -117,8 +117,9 @@ impl<M: Media> Fs<M> {
         let (first, last) = (off / BLOCK as u64, (end - 1) / BLOCK as u64);
         let node = self.inode(ino);
         if !cow && (first..=last).all(|i| tree::lookup(&self.pm, node.root, node.height, i) != 0) {
+            self.pm.check()?;
             self.write_fast(ino, node, off, data);
-            return Ok(());
+            return self.pm.check();
         }
         let mut tx = self.tx();
         let mut node = tx.inode(ino);

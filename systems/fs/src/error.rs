@@ -39,6 +39,10 @@ pub enum Error {
     NoAttr,
     #[error("media error at byte {0}: the data cannot be read")]
     Media(usize),
+    #[error("protection {mode} is not available: {why}")]
+    ProtectUnavailable { mode: &'static str, why: String },
+    #[error("a write to the media failed ({0}); the mount stopped writing there, as a crash would: unmount and mount again to recover")]
+    WriteFailed(String),
     #[error("not a pmkit file system: {0}")]
     NotFs(String),
     #[error("corrupt file system; mount refused:\n{0}")]
@@ -61,9 +65,9 @@ impl Error {
             Error::NoSpace | Error::NoInodes { .. } => 28, // ENOSPC
             Error::TooManyLinks { .. } => 31,              // EMLINK
             Error::TooBig { .. } => 7,                     // E2BIG
-            Error::NotSupported(_) => 95,                  // EOPNOTSUPP
+            Error::NotSupported(_) | Error::ProtectUnavailable { .. } => 95, // EOPNOTSUPP
             Error::NoAttr => 61,                           // ENODATA
-            Error::Media(_) | Error::NotFs(_) | Error::Corrupt(_) => 5, // EIO
+            Error::Media(_) | Error::NotFs(_) | Error::Corrupt(_) | Error::WriteFailed(_) => 5, // EIO
         }
     }
 }

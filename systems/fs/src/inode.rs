@@ -15,15 +15,31 @@ pub enum Kind {
     File = 1,
     Dir = 2,
     Symlink = 3,
+    /// Special files: no data, only attributes (`rdev` for the devices).
+    Fifo = 4,
+    Socket = 5,
+    CharDev = 6,
+    BlockDev = 7,
 }
 
 impl Kind {
+    /// A FIFO, socket or device: an inode with attributes and no data.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev
+        )
+    }
     pub fn from_u8(v: u8) -> Option<Kind> {
         Some(match v {
             0 => Kind::Free,
             1 => Kind::File,
             2 => Kind::Dir,
             3 => Kind::Symlink,
+            4 => Kind::Fifo,
+            5 => Kind::Socket,
+            6 => Kind::CharDev,
+            7 => Kind::BlockDev,
             _ => return None,
         })
     }
@@ -46,6 +62,8 @@ pub struct Inode {
     pub orphan_next: u64,
     pub parent: u64,
     pub trunc: u64,
+    /// Device number of a character or block device (0 otherwise).
+    pub rdev: u32,
 }
 
 impl Inode {
@@ -72,6 +90,7 @@ impl Inode {
         put(72, &self.orphan_next.to_le_bytes());
         put(80, &self.parent.to_le_bytes());
         put(88, &self.trunc.to_le_bytes());
+        put(96, &self.rdev.to_le_bytes());
         b
     }
     /// Decode any 128 bytes (validation is the walk's job).
@@ -94,6 +113,7 @@ impl Inode {
             orphan_next: u64at(72),
             parent: u64at(80),
             trunc: u64at(88),
+            rdev: u32at(96),
         }
     }
 }

@@ -18,6 +18,7 @@ mod mount;
 mod ns;
 mod overlay;
 mod pm;
+mod protect;
 mod tree;
 mod tx;
 mod walk;
@@ -42,6 +43,7 @@ pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
 pub use pm::Counters;
 #[doc(hidden)]
 pub use pm::Faults;
+pub use protect::Protect;
 pub use xattr::XattrFlags;
 
 /// The superblock mount would use (the valid copy with the higher generation), read only.
@@ -101,6 +103,8 @@ impl MkfsOptions {
 #[derive(Clone, Debug, Default)]
 pub struct MountOptions {
     pub data: DataMode,
+    /// How PM is protected from stray stores (see `docs/fs.md`, Protection).
+    pub protect: Protect,
     #[doc(hidden)]
     pub faults: Faults,
 }
@@ -133,6 +137,8 @@ pub struct Attr {
     pub ctime: u64,
     /// 4 KiB blocks the file uses: data and radix tree nodes (counted by a walk of its tree).
     pub blocks: u64,
+    /// Device number (character and block devices; 0 otherwise).
+    pub rdev: u32,
 }
 
 /// What `setattr` changes (`None`: leave it).
@@ -144,6 +150,13 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<u64>,
     pub mtime: Option<u64>,
+}
+
+/// Who a new node belongs to (the `*_as` constructors; the plain ones give root).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// `rename` flags.

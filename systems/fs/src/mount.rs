@@ -96,7 +96,7 @@ impl<M: Media> Fs<M> {
     pub fn mount(media: M, opts: &MountOptions) -> Result<(Fs<M>, Recovery)> {
         let (sb, repaired) = pick_sb(&media)?;
         let geo = sb.geo;
-        let pm = Pm::new(media, opts.faults);
+        let pm = Pm::protected(media, opts.faults, opts.protect)?;
         let (gens, replay) =
             journal::recover(&pm, &geo).map_err(|p| Error::Corrupt(p.join("\n")))?;
         let w = walk::walk(&pm, &geo);
@@ -146,6 +146,11 @@ impl<M: Media> Fs<M> {
         self.pm.into_media()
     }
 
+    /// The protection mode in force (`Auto` resolved), and why it was chosen.
+    pub fn protection(&self) -> (crate::Protect, &str) {
+        self.pm.protection()
+    }
+
     /// PM traffic since mount.
     pub fn counters(&self) -> crate::Counters {
         self.pm.counters()
@@ -156,8 +161,10 @@ impl<M: Media> Fs<M> {
     }
 
     pub(crate) fn commit(&self, tx: Tx<'_, M>) -> Result<()> {
+        self.pm.check()?;
         let mut lane = self.journal.take();
-        tx.commit(&mut lane)
+        tx.commit(&mut lane)?;
+        self.pm.check()
     }
 
     /// Link `ino` at the head of the orphan list (in `tx`); returns the new list.

@@ -7,7 +7,7 @@ use crate::inode::{Inode, Kind};
 use crate::layout::{BLOCK, LINK_MAX, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 use crate::tree;
 use crate::tx::Tx;
-use crate::{attr::now, Attr, Fs, RenameFlags};
+use crate::{attr::now, Attr, Fs, Owner, RenameFlags};
 use pmkit_media::Media;
 use std::collections::HashMap;
 
@@ -50,6 +50,16 @@ fn slot_off<M: Media>(tx: &Tx<'_, M>, dir: u64, loc: &Loc) -> usize {
     let b = tree::lookup(tx, d.root, d.height, loc.block);
     assert!(b != 0, "directory {dir} block {} is a hole", loc.block);
     b as usize * BLOCK + loc.slot * SLOT
+}
+
+/// What `make` creates.
+struct New<'a> {
+    kind: Kind,
+    mode: u32,
+    /// A symlink's target.
+    target: Option<&'a [u8]>,
+    owner: Owner,
+    rdev: u32,
 }
 
 impl<M: Media> Fs<M> {
@@ -162,14 +172,14 @@ impl<M: Media> Fs<M> {
         }
     }
 
-    fn make(
-        &self,
-        parent: u64,
-        name: &[u8],
-        kind: Kind,
-        mode: u32,
-        target: Option<&[u8]>,
-    ) -> Result<Attr> {
+    fn make(&self, parent: u64, name: &[u8], new: New<'_>) -> Result<Attr> {
+        let New {
+            kind,
+            mode,
+            target,
+            owner,
+            rdev,
+        } = new;
         check_name(name)?;
         let mut dirs = self.ns.write();
         let idx = self.dir_of(&dirs, parent)?;
@@ -183,6 +193,9 @@ impl<M: Media> Fs<M> {
             kind: kind as u8,
             links: 1,
             mode: mode & 0o7777,
+            uid: owner.uid,
+            gid: owner.gid,
+            rdev,
             mtime: t,
             ctime: t,
             atime: t,
@@ -213,24 +226,90 @@ impl<M: Media> Fs<M> {
         self.getattr(ino)
     }
 
-    /// Create a regular file.
+    /// Create a regular file (owned by root: see [`Fs::create_as`]).
     pub fn create(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.make(parent, name, Kind::File, mode, None)
+        self.create_as(Owner::default(), parent, name, mode)
     }
 
-    /// `mknod`: regular files only (`mode`'s type bits 0 or `S_IFREG`).
-    pub fn mknod(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        match mode & 0o170000 {
-            0 | 0o100000 => self.make(parent, name, Kind::File, mode, None),
-            _ => Err(Error::NotSupported("device, FIFO and socket nodes")),
-        }
+    /// Create a regular file owned by `owner`.
+    pub fn create_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(
+            parent,
+            name,
+            New {
+                kind: Kind::File,
+                mode,
+                target: None,
+                owner,
+                rdev: 0,
+            },
+        )
+    }
+
+    /// `mknod`: a regular file (`mode`'s type bits 0 or `S_IFREG`), a FIFO, a socket, or a
+    /// character or block device numbered `rdev`.
+    pub fn mknod(&self, parent: u64, name: &[u8], mode: u32, rdev: u32) -> Result<Attr> {
+        self.mknod_as(Owner::default(), parent, name, mode, rdev)
+    }
+
+    pub fn mknod_as(
+        &self,
+        owner: Owner,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
+        let (kind, rdev) = match mode & 0o170000 {
+            0 | 0o100000 => (Kind::File, 0),
+            0o010000 => (Kind::Fifo, 0),
+            0o140000 => (Kind::Socket, 0),
+            0o020000 => (Kind::CharDev, rdev),
+            0o060000 => (Kind::BlockDev, rdev),
+            _ => return Err(Error::Invalid("mknod of an unknown file type")),
+        };
+        self.make(
+            parent,
+            name,
+            New {
+                kind,
+                mode,
+                target: None,
+                owner,
+                rdev,
+            },
+        )
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.make(parent, name, Kind::Dir, mode, None)
+        self.mkdir_as(Owner::default(), parent, name, mode)
+    }
+
+    pub fn mkdir_as(&self, owner: Owner, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make(
+            parent,
+            name,
+            New {
+                kind: Kind::Dir,
+                mode,
+                target: None,
+                owner,
+                rdev: 0,
+            },
+        )
     }
 
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
+        self.symlink_as(Owner::default(), parent, name, target)
+    }
+
+    pub fn symlink_as(
+        &self,
+        owner: Owner,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Attr> {
         if target.len() > SYMLINK_MAX {
             return Err(Error::NameTooLong {
                 len: target.len(),
@@ -240,7 +319,17 @@ impl<M: Media> Fs<M> {
         if target.is_empty() {
             return Err(Error::Invalid("empty symlink target"));
         }
-        self.make(parent, name, Kind::Symlink, 0o777, Some(target))
+        self.make(
+            parent,
+            name,
+            New {
+                kind: Kind::Symlink,
+                mode: 0o777,
+                target: Some(target),
+                owner,
+                rdev: 0,
+            },
+        )
     }
 
     /// A new name `newname` in `newparent` for `ino` (not a directory).

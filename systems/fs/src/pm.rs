@@ -1,9 +1,19 @@
-//! The one module that stores to PM. Every write, flush and fence of the file system passes
-//! here, so protection (write windows, the kernel write path) can be added in one place, and
-//! the counters (bytes journaled, fences) are exact.
+//! The one module that stores to PM. Every load, store, flush and fence of the file system
+//! passes here, so protection (`protect.rs`: pkey windows, the kernel write path) is applied in
+//! one place, and the counters (bytes journaled, fences) are exact.
+//!
+//! In `kernel` mode a store is a `pwrite` and can fail (an I/O error from the file behind the
+//! mapping). The first failure *poisons* the mount: that store and every later one are dropped,
+//! so the media stops changing exactly there, as if the machine had crashed at that store (the
+//! state the crash suite proves recovery handles), and every write operation from then on fails with
+//! `Error::WriteFailed` (EIO); reads see the media as it was left. The next mount recovers.
 
+use crate::error::{Error, Result};
+use crate::protect::{Gate, Protect};
+use pmkit_media::protect::PkeyWindow;
 use pmkit_media::{Domain, Fence, Flush, Media};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 
 /// Test-only fault injection: drop one ordering step so the crash suite must see violations.
 #[doc(hidden)]
@@ -28,6 +38,11 @@ pub struct Pm<M> {
     m: M,
     adr: bool,
     pub(crate) faults: Faults,
+    gate: Gate,
+    /// The protection mode in force and why it was chosen.
+    mode: (Protect, String),
+    /// The first failed kernel write: the mount is poisoned (see the module docs).
+    failed: OnceLock<String>,
     fences: AtomicU64,
     journal_bytes: AtomicU64,
     transactions: AtomicU64,
@@ -35,12 +50,31 @@ pub struct Pm<M> {
 }
 
 impl<M: Media> Pm<M> {
+    /// PM without protection (mkfs, check).
     pub fn new(m: M, faults: Faults) -> Pm<M> {
+        Self::with_gate(
+            m,
+            faults,
+            Gate::Open,
+            (Protect::None, "mkfs or check".into()),
+        )
+    }
+
+    /// PM under protection mode `want` (resolved and applied to the mapping now).
+    pub fn protected(m: M, faults: Faults, want: Protect) -> Result<Pm<M>> {
+        let (gate, mode, why) = Gate::resolve(&m, want)?;
+        Ok(Self::with_gate(m, faults, gate, (mode, why)))
+    }
+
+    fn with_gate(m: M, faults: Faults, gate: Gate, mode: (Protect, String)) -> Pm<M> {
         let adr = m.domain() == Domain::Adr;
         Pm {
             m,
             adr,
             faults,
+            gate,
+            mode,
+            failed: OnceLock::new(),
             fences: AtomicU64::new(0),
             journal_bytes: AtomicU64::new(0),
             transactions: AtomicU64::new(0),
@@ -50,15 +84,73 @@ impl<M: Media> Pm<M> {
     pub fn media(&self) -> &M {
         &self.m
     }
+    /// The protection mode in force, and why.
+    pub fn protection(&self) -> (Protect, &str) {
+        (self.mode.0, &self.mode.1)
+    }
+    /// Give the media back with its ordinary rights. Should `mprotect` fail (it cannot on a
+    /// whole mapping short of running out of kernel memory), the mapping stays protected: a
+    /// later store by the owner faults, loudly, rather than anything being corrupted.
     pub fn into_media(self) -> M {
+        let _ = self.gate.unprotect(self.m.mapping());
         self.m
     }
+    /// Fails once a kernel write has failed (the mount is poisoned).
+    pub fn check(&self) -> Result<()> {
+        match self.failed.get() {
+            Some(e) => Err(Error::WriteFailed(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// A read window (pkey mode: loads and flushes need the key's read rights).
+    #[inline]
+    fn read_window(&self) -> Option<PkeyWindow> {
+        match &self.gate {
+            Gate::Pkey(k) => Some(k.open_read()),
+            _ => None,
+        }
+    }
+
+    /// Store `src` at `off`: `nt` for write_nt's meaning (durable after the next fence).
+    #[inline]
+    fn store(&self, off: usize, src: &[u8], nt: bool) {
+        self.bytes_written.fetch_add(src.len() as u64, Relaxed);
+        match &self.gate {
+            Gate::Open if nt => self.m.write_nt(off, src),
+            Gate::Open => self.m.write(off, src),
+            Gate::Pkey(k) => {
+                let _w = k.open_write();
+                if nt {
+                    self.m.write_nt(off, src)
+                } else {
+                    self.m.write(off, src)
+                }
+            }
+            Gate::Kernel(kw) => {
+                if self.failed.get().is_some() {
+                    return;
+                }
+                if let Err(e) = kw.write(off, src) {
+                    let _ = self.failed.set(e.to_string());
+                    return;
+                }
+                // On a plain file the kernel's copy is cached stores into the page cache:
+                // write the lines back so the next fence orders them, as after nt stores.
+                if nt && !kw.durable_at_return() && self.adr {
+                    self.m.flush(off, src.len(), Flush::best());
+                }
+            }
+        }
+    }
+
     pub fn read(&self, off: usize, dst: &mut [u8]) {
+        let _w = self.read_window();
         self.m.read(off, dst)
     }
     pub fn read_u64(&self, off: usize) -> u64 {
         let mut b = [0u8; 8];
-        self.m.read(off, &mut b);
+        self.read(off, &mut b);
         u64::from_le_bytes(b)
     }
     pub fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
@@ -66,27 +158,44 @@ impl<M: Media> Pm<M> {
     }
     /// Cached stores; durable after `flush` and a fence.
     pub fn write(&self, off: usize, src: &[u8]) {
-        self.bytes_written.fetch_add(src.len() as u64, Relaxed);
-        self.m.write(off, src)
+        self.store(off, src, false)
     }
     /// Streaming stores; durable after the next fence.
     pub fn write_nt(&self, off: usize, src: &[u8]) {
-        self.bytes_written.fetch_add(src.len() as u64, Relaxed);
-        self.m.write_nt(off, src)
+        self.store(off, src, true)
     }
     pub fn flush(&self, off: usize, len: usize) {
-        if self.adr && len > 0 {
-            self.m.flush(off, len, Flush::best());
+        if !self.adr || len == 0 {
+            return;
+        }
+        match &self.gate {
+            // A write through the kernel to DAX or emulated PM is durable at return.
+            Gate::Kernel(kw) if kw.durable_at_return() => {}
+            _ => {
+                let _w = self.read_window();
+                self.m.flush(off, len, Flush::best());
+            }
         }
     }
     pub fn fence(&self) {
         self.fences.fetch_add(1, Relaxed);
         self.m.fence(Fence::Sfence);
     }
-    /// An atomic 8-byte store, not flushed.
+    /// An atomic 8-byte store (8-aligned), not flushed. In `kernel` mode a `pwrite` of the 8
+    /// aligned bytes: on DAX the kernel copies them with one 8-byte non-temporal store.
     pub fn store_u64(&self, off: usize, v: u64) {
-        self.bytes_written.fetch_add(8, Relaxed);
-        self.m.store_u64(off, v)
+        assert_eq!(off % 8, 0, "8-byte store at unaligned {off}");
+        match &self.gate {
+            Gate::Kernel(_) => self.store(off, &v.to_le_bytes(), false),
+            _ => {
+                self.bytes_written.fetch_add(8, Relaxed);
+                let _w = match &self.gate {
+                    Gate::Pkey(k) => Some(k.open_write()),
+                    _ => None,
+                };
+                self.m.store_u64(off, v)
+            }
+        }
     }
     /// An atomic 8-byte store, flushed and fenced.
     pub fn persist_u64(&self, off: usize, v: u64) {
@@ -94,11 +203,22 @@ impl<M: Media> Pm<M> {
         self.flush(off, 8);
         self.fence();
     }
-    /// An atomic 16-byte store (16-aligned), flushed and fenced.
+    /// A 16-byte store (16-aligned), flushed and fenced. Atomic for concurrent readers under
+    /// `none` and `pkey`; in `kernel` mode a `pwrite` of the 16 aligned bytes, which the
+    /// callers' locks make safe (see docs/fs.md, Protection).
     pub fn persist_u128(&self, off: usize, v: u128) {
         assert_eq!(off % 16, 0, "16-byte store at unaligned {off}");
-        self.bytes_written.fetch_add(16, Relaxed);
-        self.m.store_u128(off, v);
+        match &self.gate {
+            Gate::Kernel(_) => self.store(off, &v.to_le_bytes(), false),
+            _ => {
+                self.bytes_written.fetch_add(16, Relaxed);
+                let _w = match &self.gate {
+                    Gate::Pkey(k) => Some(k.open_write()),
+                    _ => None,
+                };
+                self.m.store_u128(off, v)
+            }
+        }
         self.flush(off, 16);
         self.fence();
     }

@@ -90,6 +90,16 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
                 node.size, node.height
             ));
         }
+        let special = node.kind().is_some_and(Kind::is_special);
+        if special && (node.size != 0 || node.root != 0 || node.height != 0) {
+            problems.push(format!(
+                "inode {ino}: special file (kind {}) with size {} or data",
+                node.kind, node.size
+            ));
+        }
+        if !special && node.rdev != 0 {
+            problems.push(format!("inode {ino}: device number on a non-device"));
+        }
         if node.size > MAX_FILE_SIZE {
             problems.push(format!("inode {ino}: size {} over the limit", node.size));
         }
@@ -212,7 +222,7 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
             break;
         }
         let node = ino_at(o);
-        if !node.is(Kind::File) && !node.is(Kind::Symlink) {
+        if node.is(Kind::Dir) || node.is(Kind::Free) || node.kind().is_none() {
             problems.push(format!(
                 "orphan list: inode {o} is not a file (kind {})",
                 node.kind

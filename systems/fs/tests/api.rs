@@ -70,8 +70,8 @@ fn limits_and_errors() {
         Err(Error::FileTooBig { .. })
     ));
     assert!(matches!(
-        fs.mknod(ROOT, b"fifo", 0o010644),
-        Err(Error::NotSupported(_))
+        fs.mknod(ROOT, b"door", 0o170644, 0),
+        Err(Error::Invalid(_))
     ));
     assert!(matches!(
         fs.setxattr(f.ino, b"trusted.x", b"v", XattrFlags::Either),
@@ -351,4 +351,70 @@ fn atomic_writes_up_to_their_bound() {
     fs.write(f.ino, 0, &mib).unwrap(); // in place: cut into transactions
     assert_eq!(fs.read(f.ino, 0, 1 << 20).unwrap(), mib);
     assert!(pmkit_fs::check(&fs.unmount()).is_clean());
+}
+
+#[test]
+fn special_files_keep_kind_and_device_number_across_a_remount() {
+    let fs = fresh(4 << 20);
+    let fifo = fs.mknod(ROOT, b"fifo", 0o010640, 0).unwrap();
+    let sock = fs.mknod(ROOT, b"sock", 0o140600, 0).unwrap();
+    let chr = fs.mknod(ROOT, b"chr", 0o020600, 0x0501).unwrap();
+    let blk = fs.mknod(ROOT, b"blk", 0o060600, 0x0803).unwrap();
+    let reg = fs.mknod(ROOT, b"reg", 0o100600, 77).unwrap();
+    let kinds = [
+        (fifo, Kind::Fifo, 0),
+        (sock, Kind::Socket, 0),
+        (chr, Kind::CharDev, 0x0501),
+        (blk, Kind::BlockDev, 0x0803),
+        (reg, Kind::File, 0),
+    ];
+    for (a, kind, rdev) in kinds {
+        assert_eq!(
+            (a.kind, a.rdev, a.size, a.links),
+            (kind, rdev, 0, 1),
+            "{a:?}"
+        );
+    }
+    assert_eq!(fifo.mode, 0o640);
+    assert!(matches!(
+        fs.write(fifo.ino, 0, b"x"),
+        Err(Error::Invalid(_))
+    ));
+    let trunc = SetAttr {
+        size: Some(10),
+        ..SetAttr::default()
+    };
+    assert!(matches!(
+        fs.setattr(chr.ino, &trunc),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        fs.fallocate(blk.ino, 0, 10),
+        Err(Error::Invalid(_))
+    ));
+    fs.link(chr.ino, ROOT, b"chr2").unwrap();
+    fs.rename(ROOT, b"sock", ROOT, b"sock2", RenameFlags::Replace)
+        .unwrap();
+    fs.unlink(ROOT, b"fifo").unwrap();
+    let r = fs.unmount();
+    assert!(pmkit_fs::check(&r).is_clean());
+    let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
+    assert!(matches!(fs.lookup(ROOT, b"fifo"), Err(Error::NotFound)));
+    let c = fs.lookup(ROOT, b"chr2").unwrap();
+    assert_eq!(
+        (c.ino, c.kind, c.rdev, c.links),
+        (chr.ino, Kind::CharDev, 0x0501, 2)
+    );
+    assert_eq!(fs.lookup(ROOT, b"sock2").unwrap().kind, Kind::Socket);
+    assert_eq!(fs.lookup(ROOT, b"blk").unwrap().rdev, 0x0803);
+    let names: Vec<_> = fs
+        .readdir(ROOT)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.kind))
+        .collect();
+    assert!(
+        names.contains(&(b"blk".to_vec(), Kind::BlockDev)),
+        "{names:?}"
+    );
 }

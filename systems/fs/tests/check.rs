@@ -185,3 +185,28 @@ fn a_lane_filled_to_its_last_entry_is_valid() {
         assert!(rep.is_clean(), "after {i} changes: {:?}", rep.problems);
     }
 }
+
+#[test]
+fn special_files_with_data_or_stray_device_numbers() {
+    let sim = CrashSim::new(LEN);
+    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    let p = fs.mknod(ROOT, b"p", 0o010644, 0).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    fs.unmount();
+    let mut b = [0u8; SB_LEN];
+    sim.read(0, &mut b);
+    let sb = Superblock::decode(&b, LEN).unwrap();
+    assert!(check(&sim).is_clean());
+    let clean = sim.image();
+    set_word(&sim, sb.geo.inode_off(p.ino), 100); // size of a FIFO
+    let text = refused(sim, "FIFO with a size");
+    assert!(
+        text.contains("special file (kind 4) with size 100"),
+        "{text}"
+    );
+    let sim = CrashSim::from_image(clean);
+    set_word(&sim, sb.geo.inode_off(f.ino) + 96, 0x0801); // rdev on a regular file
+    let text = refused(sim, "device number on a file");
+    assert!(text.contains("device number on a non-device"), "{text}");
+}

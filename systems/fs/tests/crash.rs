@@ -183,7 +183,11 @@ fn crash_ops(
         image,
         &opts,
         |sim| {
-            let mo = MountOptions { data: mode, faults };
+            let mo = MountOptions {
+                data: mode,
+                faults,
+                ..MountOptions::default()
+            };
             let (fs, _) = Fs::mount(Arc::clone(sim), &mo).unwrap();
             let mut model = model;
             for op in ops {

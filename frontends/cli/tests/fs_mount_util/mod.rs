@@ -1,0 +1,402 @@
+//! Helpers of the FUSE mount tests: the daemon as a child process, a canonical snapshot of a
+//! directory tree (names, kinds, modes, sizes, contents, link counts, xattrs), and random POSIX
+//! operations run the same way on two trees.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io::{BufRead, BufReader};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn pmkit() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pmkit"))
+}
+
+pub fn run_ok(args: &[&str]) -> String {
+    let o = pmkit().args(args).output().unwrap();
+    let t = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "pmkit {args:?}: {t}");
+    t
+}
+
+/// Root and /dev/fuse: what a FUSE mount needs. Missing, the test is skipped, except in CI
+/// (CI set), where it fails saying why.
+pub fn can_run() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let fuse = Path::new("/dev/fuse").exists();
+    if root && fuse {
+        return true;
+    }
+    let why = format!("needs root ({root}) and /dev/fuse ({fuse})");
+    assert!(std::env::var_os("CI").is_none(), "FUSE mount test {why}");
+    eprintln!("skipped: {why}");
+    false
+}
+
+/// A scratch pool in /dev/shm and a mount point.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+    pub pool: PathBuf,
+    pub mnt: PathBuf,
+}
+
+pub fn scratch(size: &str) -> Scratch {
+    let dir = tempfile::Builder::new()
+        .prefix("pmkit-fsmount")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let pool = dir.path().join("pool");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    run_ok(&[
+        "fs",
+        "mkfs",
+        pool.to_str().unwrap(),
+        "--size",
+        size,
+        "--inodes",
+        "2048",
+    ]);
+    Scratch { dir, pool, mnt }
+}
+
+/// A running `pmkit fs mount`.
+pub struct Daemon {
+    pub child: Child,
+    pub mnt: PathBuf,
+    pub stderr: PathBuf,
+    /// Detach the mount when dropped (not after a kill -9 whose stale mount is the point).
+    detach: bool,
+}
+
+impl Daemon {
+    pub fn start(s: &Scratch, extra: &[&str]) -> Daemon {
+        let stderr = s
+            .dir
+            .path()
+            .join(format!("daemon-{}.err", rand_u64() % 1_000_000));
+        let mut child = pmkit()
+            .args([
+                "fs",
+                "mount",
+                s.pool.to_str().unwrap(),
+                s.mnt.to_str().unwrap(),
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) if l.starts_with("ready: serving") => {}
+            r => panic!(
+                "daemon not ready ({r:?}): {}",
+                std::fs::read_to_string(&stderr).unwrap_or_default()
+            ),
+        }
+        Daemon {
+            child,
+            mnt: s.mnt.clone(),
+            stderr,
+            detach: true,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// `pmkit fs umount`, then the daemon must have exited 0.
+    pub fn umount(mut self) -> String {
+        let out = run_ok(&["fs", "umount", self.mnt.to_str().unwrap()]);
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "daemon exit {st:?}: {}", self.log());
+        out
+    }
+
+    /// Wait for the daemon to exit (after a signal); its status.
+    pub fn wait(mut self, limit: Duration) -> std::process::ExitStatus {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(t.elapsed() < limit, "daemon did not exit: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Daemon {
+    /// kill -9 the daemon and reap it, leaving its (now stale) mount in place.
+    pub fn kill_9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.detach = false;
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if !self.detach {
+            return;
+        }
+        let c = CString::new(self.mnt.as_os_str().as_bytes()).unwrap();
+        // SAFETY: detaching our own test mount (if still there) so no mount outlives the test.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id() as u64);
+    h.finish()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Snap {
+    Dir {
+        mode: u32,
+    },
+    File {
+        mode: u32,
+        nlink: u64,
+        data: Vec<u8>,
+        xattrs: BTreeMap<String, Vec<u8>>,
+    },
+    Symlink(PathBuf),
+    /// A FIFO (the only special file the operations make).
+    Fifo {
+        mode: u32,
+        nlink: u64,
+    },
+}
+
+fn xattrs(p: &Path) -> BTreeMap<String, Vec<u8>> {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 4096];
+    // SAFETY: the buffer is valid for its length.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(
+        n >= 0,
+        "listxattr {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+    names.truncate(n as usize);
+    let mut out = BTreeMap::new();
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let cn = CString::new(name).unwrap();
+        let mut v = vec![0u8; 4096];
+        // SAFETY: as above.
+        let m = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+        assert!(m >= 0, "getxattr: {}", std::io::Error::last_os_error());
+        v.truncate(m as usize);
+        out.insert(String::from_utf8_lossy(name).into_owned(), v);
+    }
+    out
+}
+
+/// Every path under `root` (relative), with what it is.
+pub fn snapshot(root: &Path) -> BTreeMap<String, Snap> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        for e in std::fs::read_dir(root.join(&rel)).unwrap() {
+            let e = e.unwrap();
+            let r = rel.join(e.file_name());
+            let p = root.join(&r);
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let s = if m.is_dir() {
+                todo.push(r.clone());
+                Snap::Dir {
+                    mode: m.mode() & 0o7777,
+                }
+            } else if m.file_type().is_symlink() {
+                Snap::Symlink(std::fs::read_link(&p).unwrap())
+            } else if std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()) {
+                Snap::Fifo {
+                    mode: m.mode() & 0o7777,
+                    nlink: m.nlink(),
+                }
+            } else {
+                Snap::File {
+                    mode: m.mode() & 0o7777,
+                    nlink: m.nlink(),
+                    data: std::fs::read(&p).unwrap(),
+                    xattrs: xattrs(&p),
+                }
+            };
+            out.insert(r.to_string_lossy().into_owned(), s);
+        }
+    }
+    out
+}
+
+/// A small deterministic generator (xorshift64*).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    Write(String, u64, usize, u8),
+    Truncate(String, u64),
+    Mkdir(String),
+    Rmdir(String),
+    Unlink(String),
+    Rename(String, String, u32),
+    Symlink(String, String),
+    Link(String, String),
+    Chmod(String, u32),
+    SetXattr(String, String, u8),
+    RemoveXattr(String, String),
+    Mkfifo(String),
+}
+
+const NAMES: [&str; 8] = ["a", "b", "c", "d0", "d1", "d0/e", "d0/f", "d1/g"];
+
+pub fn random_op(r: &mut Rng) -> Op {
+    let mut name = || NAMES[r.below(NAMES.len() as u64) as usize].to_string();
+    let (a, b) = (name(), name());
+    match r.below(13) {
+        12 => Op::Mkfifo(a),
+        0..=2 => Op::Write(
+            a,
+            r.below(9000),
+            r.below(6000) as usize + 1,
+            r.below(250) as u8,
+        ),
+        3 => Op::Truncate(a, r.below(10_000)),
+        4 => Op::Mkdir(a),
+        5 => Op::Rmdir(a),
+        6 => Op::Unlink(a),
+        7 => {
+            let flags = [0, 0, libc::RENAME_NOREPLACE, libc::RENAME_EXCHANGE][r.below(4) as usize];
+            Op::Rename(a, b, flags)
+        }
+        8 => Op::Symlink(a, b),
+        9 => Op::Link(a, b),
+        10 => Op::Chmod(a, [0o600, 0o644, 0o755, 0o1777][r.below(4) as usize]),
+        _ => {
+            let x = format!("user.x{}", r.below(3));
+            if r.below(3) == 0 {
+                Op::RemoveXattr(a, x)
+            } else {
+                Op::SetXattr(a, x, r.below(250) as u8)
+            }
+        }
+    }
+}
+
+fn c(root: &Path, rel: &str) -> CString {
+    CString::new(root.join(rel).as_os_str().as_bytes()).unwrap()
+}
+
+fn errno_of(r: i32) -> Result<(), i32> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    }
+}
+
+fn io(r: std::io::Result<()>) -> Result<(), i32> {
+    r.map_err(|e| e.raw_os_error().unwrap_or(-1))
+}
+
+/// Run `op` on the tree at `root`: Ok, or the errno.
+pub fn apply(root: &Path, op: &Op) -> Result<(), i32> {
+    match op {
+        Op::Write(p, off, len, seed) => io((|| {
+            // O_NONBLOCK: opening a FIFO for writing fails (ENXIO, no reader) instead of
+            // waiting for a reader; regular files ignore it.
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(false)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(root.join(p))?;
+            let data: Vec<u8> = (0..*len).map(|i| seed.wrapping_add(i as u8) | 1).collect();
+            f.write_all_at(&data, *off)
+        })()),
+        Op::Truncate(p, n) => io(std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(root.join(p))
+            .and_then(|f| f.set_len(*n))),
+        Op::Mkdir(p) => io(std::fs::create_dir(root.join(p))),
+        Op::Rmdir(p) => io(std::fs::remove_dir(root.join(p))),
+        Op::Unlink(p) => io(std::fs::remove_file(root.join(p))),
+        Op::Rename(a, b, flags) => {
+            let (a, b) = (c(root, a), c(root, b));
+            // SAFETY: valid NUL-terminated paths.
+            errno_of(unsafe {
+                libc::renameat2(
+                    libc::AT_FDCWD,
+                    a.as_ptr(),
+                    libc::AT_FDCWD,
+                    b.as_ptr(),
+                    *flags,
+                )
+            })
+        }
+        Op::Symlink(p, target) => io(std::os::unix::fs::symlink(target, root.join(p))),
+        Op::Link(a, b) => io(std::fs::hard_link(root.join(a), root.join(b))),
+        Op::Chmod(p, mode) => {
+            let p = c(root, p);
+            // SAFETY: a valid path; fchmodat without following a final symlink is refused on
+            // Linux, so plain chmod (following) on both trees alike.
+            errno_of(unsafe { libc::chmod(p.as_ptr(), *mode) })
+        }
+        Op::SetXattr(p, name, v) => {
+            let (p, n) = (c(root, p), CString::new(name.as_str()).unwrap());
+            let val = vec![*v; 1 + *v as usize % 40];
+            // SAFETY: valid path, name and value buffer.
+            errno_of(unsafe {
+                libc::lsetxattr(p.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0)
+            })
+        }
+        Op::Mkfifo(p) => {
+            let p = c(root, p);
+            // SAFETY: a valid path.
+            errno_of(unsafe { libc::mkfifo(p.as_ptr(), 0o640) })
+        }
+        Op::RemoveXattr(p, name) => {
+            let (p, n) = (c(root, p), CString::new(name.as_str()).unwrap());
+            // SAFETY: valid path and name.
+            errno_of(unsafe { libc::lremovexattr(p.as_ptr(), n.as_ptr()) })
+        }
+    }
+}

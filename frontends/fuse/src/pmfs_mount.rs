@@ -1,0 +1,443 @@
+//! `pmkit fs mount POOL DIR` and `pmkit fs umount DIR`: run a PMFS FUSE session until the
+//! directory is unmounted or the daemon gets SIGTERM/SIGINT/SIGHUP, then let the session finish
+//! its requests and mark the pool clean. A stale mount left by a daemon that died (every access
+//! gives ENOTCONN) is detached before mounting again.
+
+use crate::pmfs::PmFs;
+use pmkit_fs::{DataMode, Fs, Protect, Recovery};
+use pmkit_media::{Region, RegionOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The FUSE subtype asked for (the kernel shows it only when mounted through fusermount:
+/// mounts are recognised by their source, `pmkit-fs[PID]:POOL`, instead).
+pub const SUBTYPE: &str = "pmkit-fs";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("{0}")]
+    Pool(String),
+    #[error("{dir}: {why}")]
+    Dir { dir: PathBuf, why: String },
+    #[error("{0}")]
+    Fs(#[from] pmkit_fs::Error),
+    #[error("FUSE: {0}")]
+    Fuse(String),
+}
+
+type Result<T> = std::result::Result<T, MountError>;
+
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// FUSE worker threads (each with its own /dev/fuse clone).
+    pub threads: usize,
+    pub protect: Protect,
+    pub data: DataMode,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            threads: 4,
+            protect: Protect::Auto,
+            data: DataMode::InPlace,
+        }
+    }
+}
+
+/// One line of /proc/self/mountinfo: mount point, file system type, source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountEntry {
+    pub dir: PathBuf,
+    pub fstype: String,
+    pub source: String,
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            let digits = std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or("");
+            if let Ok(v) = u8::from_str_radix(digits, 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// The mount at `dir` (an absolute path), if any (the last one: it is the visible one).
+pub fn mount_at(dir: &Path) -> Option<MountEntry> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|&x| x == "-")?;
+            let at = PathBuf::from(std::ffi::OsStr::from_bytes(&unescape(f.get(4)?)));
+            Some(MountEntry {
+                dir: at,
+                fstype: f.get(sep + 1)?.to_string(),
+                source: String::from_utf8_lossy(&unescape(f.get(sep + 2)?)).into_owned(),
+            })
+        })
+        .rfind(|m| m.dir == dir)
+}
+
+/// `dir` made absolute without touching it (a stale FUSE mount point cannot be resolved: its
+/// parent is).
+pub fn absolute(dir: &Path) -> Result<PathBuf> {
+    let bad = |why: String| MountError::Dir {
+        dir: dir.to_path_buf(),
+        why,
+    };
+    let name = dir
+        .file_name()
+        .ok_or_else(|| bad("not a directory name".into()))?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let parent = std::fs::canonicalize(parent).map_err(|e| bad(e.to_string()))?;
+    Ok(parent.join(name))
+}
+
+/// Whether `m` is a PMFS FUSE mount.
+pub fn is_pmfs(m: &MountEntry) -> bool {
+    m.fstype.starts_with("fuse") && m.source.starts_with("pmkit-fs[")
+}
+
+/// The daemon's pid, from the mount's source (`pmkit-fs[PID]:POOL`).
+pub fn daemon_pid(m: &MountEntry) -> Option<i32> {
+    let rest = m.source.strip_prefix("pmkit-fs[")?;
+    rest.split_once(']')?.0.parse().ok()
+}
+
+/// A FUSE mount whose daemon is gone: requests fail with ENOTCONN. Asked with `statfs`, which
+/// always reaches the daemon (a `stat` may be answered from the kernel's attribute cache).
+fn is_stale(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: an all-zero statfs is a valid out-buffer.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid out-buffer.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
+}
+
+fn umount2(dir: &Path, flags: i32) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a NUL-terminated path; umount2 reads it and nothing else.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Detach a stale FUSE mount at `dir` (its daemon is gone). `Ok(None)`: there was none.
+pub fn clean_stale(dir: &Path) -> Result<Option<String>> {
+    let Some(m) = mount_at(dir) else {
+        return Ok(None);
+    };
+    let bad = |why: String| MountError::Dir {
+        dir: dir.to_path_buf(),
+        why,
+    };
+    if !m.fstype.starts_with("fuse") || !is_stale(dir) {
+        if is_pmfs(&m) {
+            return Err(bad(format!(
+                "already mounted by a live daemon ({}); run `pmkit fs umount {}` first",
+                m.source,
+                dir.display()
+            )));
+        }
+        return Ok(None);
+    }
+    umount2(dir, libc::MNT_DETACH).map_err(|e| {
+        bad(format!(
+            "a stale FUSE mount ({}) is in the way and cannot be detached ({e}); run `umount -l {}`",
+            m.source,
+            dir.display()
+        ))
+    })?;
+    Ok(Some(format!(
+        "detached a stale FUSE mount of {} on {} (its daemon had died)",
+        m.source,
+        dir.display()
+    )))
+}
+
+/// A mounted PMFS being served.
+pub struct Served {
+    pub dir: PathBuf,
+    pub recovery: Recovery,
+    pub protection: (Protect, String),
+    pub notes: Vec<String>,
+    fs: Arc<Fs<Region>>,
+    session: fuser::BackgroundSession,
+}
+
+/// Mount `pool` on `dir` and start serving it. Call with SIGTERM, SIGINT and SIGHUP blocked
+/// (see [`block_signals`]) so that the session threads never take them.
+pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
+    let dir = absolute(dir)?;
+    let mut notes = Vec::new();
+    notes.extend(clean_stale(&dir)?);
+    if !dir.is_dir() {
+        return Err(MountError::Dir {
+            dir,
+            why: "not a directory".into(),
+        });
+    }
+    let region = Region::open(pool, &RegionOptions::default())
+        .map_err(|e| MountError::Pool(format!("{}: cannot open: {e}", pool.display())))?;
+    match region.try_lock(true) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(MountError::Pool(format!(
+                "{}: in use by another process",
+                pool.display()
+            )))
+        }
+        Err(e) => return Err(MountError::Pool(format!("{}: {e}", pool.display()))),
+    }
+    notes.extend(region.notes().iter().cloned());
+    let mo = pmkit_fs::MountOptions {
+        data: o.data,
+        protect: o.protect,
+        ..Default::default()
+    };
+    let (fs, recovery) = Fs::mount(region, &mo)?;
+    let (p, why) = fs.protection();
+    let protection = (p, why.to_string());
+    let fs = Arc::new(fs);
+    let pool_abs = std::fs::canonicalize(pool).unwrap_or(pool.to_path_buf());
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::FSName(format!(
+            "pmkit-fs[{}]:{}",
+            std::process::id(),
+            pool_abs.display()
+        )),
+        fuser::MountOption::Subtype(SUBTYPE.into()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    cfg.acl = fuser::SessionACL::All;
+    cfg.n_threads = Some(o.threads.clamp(1, 64));
+    cfg.clone_fd = true;
+    let session = match fuser::spawn_mount(PmFs::new(Arc::clone(&fs)), &dir, &cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            // Nothing was served: give the pool back clean.
+            if let Ok(fs) = Arc::try_unwrap(fs) {
+                drop(fs.unmount());
+            }
+            return Err(MountError::Fuse(format!("{}: {e}", dir.display())));
+        }
+    };
+    Ok(Served {
+        dir,
+        recovery,
+        protection,
+        notes,
+        fs,
+        session,
+    })
+}
+
+/// Block SIGTERM, SIGINT and SIGHUP in the calling thread (and the threads it starts later),
+/// so that [`Served::run`] takes them with `sigtimedwait`.
+pub fn block_signals() {
+    // SAFETY: sigset manipulation on a local set, then pthread_sigmask of this thread.
+    unsafe {
+        let set = stop_set();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+fn stop_set() -> libc::sigset_t {
+    // SAFETY: an all-zero sigset_t is a valid value to initialize with sigemptyset.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t owned here.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+    }
+    set
+}
+
+/// Wait up to `d` for a stop signal; the signal number, if one came.
+fn wait_signal(d: Duration) -> Option<i32> {
+    let set = stop_set();
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: valid set and timeout; no siginfo wanted.
+    let s = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+    (s > 0).then_some(s)
+}
+
+/// How a served mount ended.
+#[derive(Debug)]
+pub struct Ended {
+    /// The signal that asked for the stop (`None`: unmounted from outside).
+    pub signal: Option<i32>,
+    /// The unmount was lazy: files were open when the signal came.
+    pub lazy: bool,
+}
+
+impl Served {
+    /// Serve until `dir` is unmounted (by `pmkit fs umount`, `umount`, `fusermount -u`) or a
+    /// stop signal comes (then unmount it; lazily when it is busy, serving the open files until
+    /// they are closed). Then wait for the session's requests, and mark the pool clean.
+    pub fn run(self, mut log: impl FnMut(&str)) -> Result<Ended> {
+        let mut ended = Ended {
+            signal: None,
+            lazy: false,
+        };
+        while !self.session.guard.is_finished() {
+            let Some(sig) = wait_signal(Duration::from_millis(200)) else {
+                continue;
+            };
+            if ended.signal.is_some() {
+                log("still waiting for open files on the detached mount to be closed");
+                continue;
+            }
+            ended.signal = Some(sig);
+            match umount2(&self.dir, 0) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    log(&format!(
+                        "{} is busy: detaching it; serving the open files until they close",
+                        self.dir.display()
+                    ));
+                    ended.lazy = true;
+                    umount2(&self.dir, libc::MNT_DETACH).map_err(|e| MountError::Dir {
+                        dir: self.dir.clone(),
+                        why: format!("cannot unmount: {e}"),
+                    })?;
+                }
+                // Unmounted from outside at the same moment: the session ends by itself.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                Err(e) => {
+                    return Err(MountError::Dir {
+                        dir: self.dir.clone(),
+                        why: format!("cannot unmount: {e}"),
+                    })
+                }
+            }
+        }
+        let Served { fs, session, .. } = self;
+        session
+            .join()
+            .map_err(|e| MountError::Fuse(format!("session: {e}")))?;
+        // The session's threads are joined and its file system dropped: this is the last
+        // handle, and no request is in flight.
+        let fs = Arc::try_unwrap(fs)
+            .map_err(|_| MountError::Fuse("the file system is still shared".into()))?;
+        drop(fs.unmount());
+        Ok(ended)
+    }
+}
+
+/// `pmkit fs umount DIR`: unmount a PMFS FUSE mount and wait (up to `wait`) for its daemon to
+/// mark the pool clean and exit. A stale mount (daemon dead) is detached.
+pub fn umount(dir: &Path, wait: Duration) -> Result<String> {
+    let dir = absolute(dir)?;
+    let bad = |why: String| MountError::Dir {
+        dir: dir.clone(),
+        why,
+    };
+    let m = mount_at(&dir).ok_or_else(|| bad("not a mount point".into()))?;
+    if !is_pmfs(&m) {
+        return Err(bad(format!(
+            "not a pmkit fs mount (it is {} from {})",
+            m.fstype, m.source
+        )));
+    }
+    if is_stale(&dir) {
+        umount2(&dir, libc::MNT_DETACH).map_err(|e| bad(format!("cannot detach: {e}")))?;
+        return Ok(format!(
+            "detached a stale mount of {} (its daemon had died; the next mount recovers the pool)",
+            m.source
+        ));
+    }
+    if let Err(e) = umount2(&dir, 0) {
+        if e.raw_os_error() == Some(libc::EBUSY) {
+            let who = crate::holders::describe(&crate::holders::of_mount(&dir));
+            return Err(bad(format!("busy (held by {who})")));
+        }
+        return Err(bad(format!("cannot unmount: {e}")));
+    }
+    let Some(pid) = daemon_pid(&m) else {
+        return Ok(format!("unmounted {}", m.source));
+    };
+    let deadline = Instant::now() + wait;
+    while alive(pid) {
+        if Instant::now() >= deadline {
+            return Err(bad(format!(
+                "unmounted, but daemon {pid} has not exited after {wait:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(format!(
+        "unmounted {}; daemon {pid} marked the pool clean and exited",
+        m.source
+    ))
+}
+
+/// Whether process `pid` is running (a zombie, exited but not yet reaped by its parent, is
+/// not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command, which is in parentheses and may hold anything.
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_and_daemon_pids_parse() {
+        assert_eq!(unescape(r"/a\040b\134c"), b"/a b\\c");
+        assert_eq!(unescape(r"plain\0"), b"plain\\0");
+        let m = MountEntry {
+            dir: "/x".into(),
+            fstype: "fuse".into(),
+            source: "pmkit-fs[4242]:/dev/shm/p".into(),
+        };
+        assert_eq!(daemon_pid(&m), Some(4242));
+        assert!(is_pmfs(&m));
+        let other = MountEntry {
+            source: "pmkit".into(),
+            ..m
+        };
+        assert_eq!(daemon_pid(&other), None);
+        assert!(!is_pmfs(&other));
+        assert!(mount_at(Path::new("/")).is_some(), "/ is a mount point");
+        assert!(alive(std::process::id() as i32));
+        assert!(!alive(i32::MAX));
+    }
+}

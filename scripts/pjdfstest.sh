@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# pjdfstest (crates.io `pjdfstest`, the Rust port) against `pmkit fs mount`: install it when
+# missing (about 50 s to build), mount a fresh pool in /dev/shm, run the suite with
+# scripts/pjdfstest/pmfs.toml (expected failures listed there, justified in
+# scripts/pjdfstest/expected-failures.md), unmount, and require `pmkit fs check` clean.
+# Needs root and /dev/fuse; without them it is skipped, except in CI (CI set), where it fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+require_cargo
+if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ]; then
+    echo "pjdfstest: needs root and /dev/fuse" >&2
+    [ -z "${CI:-}" ] && exit 0
+    exit 1
+fi
+version=0.2.2
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+tools="$target/tools"
+if ! "$tools/bin/pjdfstest" --version 2>/dev/null | grep -q "$version"; then
+    CARGO_TARGET_DIR="$target/tools-build" cargo install pjdfstest --version "$version" --locked --root "$tools"
+fi
+cargo build --locked -p pmkit
+pmkit="$target/debug/pmkit"
+work=$(mktemp -d /dev/shm/pmkit-pjdfstest.XXXXXX)
+chmod 755 "$work"  # the suite switches to other users, who must reach the mount
+mkdir "$work/mnt"
+cleanup() {
+    "$pmkit" fs umount "$work/mnt" >/dev/null 2>&1 || umount -l "$work/mnt" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+"$pmkit" fs mkfs "$work/pool" --size 256M --inodes 16384 >/dev/null
+"$pmkit" fs mount "$work/pool" "$work/mnt" >"$work/mount.out" 2>"$work/mount.err" &
+for _ in $(seq 100); do
+    grep -q "^ready: serving" "$work/mount.out" 2>/dev/null && break
+    sleep 0.1
+done
+grep -q "^ready: serving" "$work/mount.out" || { cat "$work/mount.err" >&2; exit 1; }
+cfg="$PWD/scripts/pjdfstest/pmfs.toml"
+(cd "$work/mnt" && "$tools/bin/pjdfstest" -c "$cfg" -p "$work/mnt") >"$work/pjdfstest.log" 2>&1 || {
+    grep -E "FAILED$|^Summary" "$work/pjdfstest.log" >&2
+    echo "pjdfstest: unexpected failures (full log: $work/pjdfstest.log, kept)" >&2
+    trap - EXIT
+    "$pmkit" fs umount "$work/mnt" >&2 || true
+    exit 1
+}
+grep "^Summary" "$work/pjdfstest.log"
+"$pmkit" fs umount "$work/mnt"
+wait
+"$pmkit" fs check "$work/pool"
