@@ -16,6 +16,7 @@ pub mod persist;
 pub mod protect;
 pub mod raw;
 pub mod region;
+pub mod sigsegv;
 
 pub use cpu::{features, CpuFeatures};
 pub use error::{MediaError, Result};

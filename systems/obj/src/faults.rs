@@ -9,7 +9,6 @@
 //! action, so genuine protection faults (a write to a read-only or detached object) still kill.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 /// Most shadows tracked at once in the process.
 pub const MAX_TRACKED: usize = 1024;
@@ -30,29 +29,11 @@ const EMPTY: Slot = Slot {
     words: AtomicPtr::new(std::ptr::null_mut()),
 };
 static TABLE: [Slot; MAX_TRACKED] = [EMPTY; MAX_TRACKED];
-/// The SIGSEGV action in place before ours (leaked once, read by the handler).
-static OLD: OnceLock<usize> = OnceLock::new();
+/// Our SIGSEGV handler and the action it replaced.
+static OLD: pmkit_media::sigsegv::Chained = pmkit_media::sigsegv::Chained::new();
 
 fn install() -> std::io::Result<()> {
-    let mut err = None;
-    OLD.get_or_init(|| {
-        // SAFETY: sigaction with a zeroed struct and our handler; the old action is kept.
-        unsafe {
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = handler as *const () as usize;
-            new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
-            libc::sigemptyset(&mut new.sa_mask);
-            let old: &'static mut libc::sigaction = Box::leak(Box::new(std::mem::zeroed()));
-            if libc::sigaction(libc::SIGSEGV, &new, old) != 0 {
-                err = Some(std::io::Error::last_os_error());
-            }
-            old as *mut libc::sigaction as usize
-        }
-    });
-    match err {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    OLD.install(handler)
 }
 
 /// Track write faults in `[start, start+len)` (page aligned) into the bitset at `words`, which
@@ -95,7 +76,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     // A key fault in a tracked buffer is a thread without the buffer's key (not a first
     // store): opening the page would not help, the store would fault forever.
     if code == SEGV_PKUERR {
-        chain(sig, info, ctx);
+        OLD.chain(sig, info, ctx);
         return;
     }
     for s in TABLE.iter() {
@@ -118,31 +99,5 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             break;
         }
     }
-    chain(sig, info, ctx);
-}
-
-/// Not ours: hand the fault to the previous action.
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let old = OLD.get().copied().unwrap_or(0) as *const libc::sigaction;
-    // SAFETY: `old` was filled by sigaction at install and is never freed.
-    unsafe {
-        if !old.is_null()
-            && (*old).sa_sigaction != libc::SIG_DFL
-            && (*old).sa_sigaction != libc::SIG_IGN
-        {
-            if (*old).sa_flags & libc::SA_SIGINFO != 0 {
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                    std::mem::transmute((*old).sa_sigaction);
-                f(sig, info, ctx);
-            } else {
-                let f: extern "C" fn(libc::c_int) = std::mem::transmute((*old).sa_sigaction);
-                f(sig);
-            }
-            return;
-        }
-        // Default action: restore it and return; the faulting access repeats and kills us.
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
-    }
+    OLD.chain(sig, info, ctx);
 }

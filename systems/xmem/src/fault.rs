@@ -11,7 +11,6 @@ use crate::config::MAX_REGIONS;
 use crate::sys;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 /// Most `XMem` instances alive at once in a process.
 pub const MAX_INSTANCES: usize = 64;
@@ -42,7 +41,8 @@ const EMPTY: Slot = Slot {
     states: AtomicPtr::new(std::ptr::null_mut()),
 };
 static TABLE: [Slot; MAX_INSTANCES] = [EMPTY; MAX_INSTANCES];
-static OLD: OnceLock<usize> = OnceLock::new();
+/// Our SIGSEGV handler and the action it replaced.
+static OLD: pmkit_media::sigsegv::Chained = pmkit_media::sigsegv::Chained::new();
 /// Writes that faulted on a migrating region and waited (process-wide, for tests and stats).
 static PARKED: AtomicU64 = AtomicU64::new(0);
 
@@ -68,26 +68,7 @@ type Pool = [Option<&'static [AtomicU32]>; MAX_INSTANCES];
 static POOL: parking_lot::Mutex<Pool> = parking_lot::const_mutex([None; MAX_INSTANCES]);
 
 fn install() -> std::io::Result<()> {
-    let mut err = None;
-    OLD.get_or_init(|| {
-        // SAFETY: sigaction with a zeroed struct and our handler; the old action is kept (leaked)
-        // for chaining.
-        unsafe {
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = handler as *const () as usize;
-            new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
-            libc::sigemptyset(&mut new.sa_mask);
-            let old: &'static mut libc::sigaction = Box::leak(Box::new(std::mem::zeroed()));
-            if libc::sigaction(libc::SIGSEGV, &new, old) != 0 {
-                err = Some(std::io::Error::last_os_error());
-            }
-            old as *mut libc::sigaction as usize
-        }
-    });
-    match err {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    OLD.install(handler)
 }
 
 /// A registered reservation: its slot and its region state words (all `UNUSED` at first).
@@ -202,31 +183,5 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             }
         }
     }
-    chain(sig, info, ctx);
-}
-
-/// Not ours: hand the fault to the previous action, or restore the default and return (the
-/// access repeats and kills the process, as it would have without us).
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let old = OLD.get().copied().unwrap_or(0) as *const libc::sigaction;
-    // SAFETY: `old` was filled by sigaction at install and is never freed.
-    unsafe {
-        if !old.is_null()
-            && (*old).sa_sigaction != libc::SIG_DFL
-            && (*old).sa_sigaction != libc::SIG_IGN
-        {
-            if (*old).sa_flags & libc::SA_SIGINFO != 0 {
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                    std::mem::transmute((*old).sa_sigaction);
-                f(sig, info, ctx);
-            } else {
-                let f: extern "C" fn(libc::c_int) = std::mem::transmute((*old).sa_sigaction);
-                f(sig);
-            }
-            return;
-        }
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
-    }
+    OLD.chain(sig, info, ctx);
 }
