@@ -15,7 +15,6 @@
 use crate::error::{MediaError, Result};
 use crate::region::{Region, RegionKind};
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The kernel write path of one region: a handle on its file, and what a write through it means.
@@ -89,10 +88,8 @@ impl KernelWriter {
 
     /// Write `src` at region offset `off` (all of it: short writes are continued).
     pub fn write(&self, off: usize, src: &[u8]) -> Result<()> {
-        self.check(off, src.len());
-        self.file
-            .write_all_at(src, off as u64)
-            .map_err(|e| self.error(off, e))
+        // SAFETY: `src` is valid for reads of its length for the whole call.
+        unsafe { self.write_from(off, src.as_ptr(), src.len()) }
     }
 
     /// Write `len` bytes from `src`, memory other code may change while the call runs (a user's

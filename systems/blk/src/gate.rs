@@ -369,7 +369,8 @@ impl Gate {
                 Protect::None => None,
                 // On the simulator, `kernel` models the kernel's DAX copy (no file needed).
                 Protect::Kernel if region.is_none() => None,
-                Protect::Kernel => KernelWriter::new(region.unwrap()).err().map(|e| e.to_string()),
+                // Read-only opens never get here (they run unprotected), so the kind decides.
+                Protect::Kernel => KernelWriter::supports(region.unwrap()).err().map(|e| e.to_string()),
                 _ if region.is_none() => Some("it needs a real mapping (this media is a simulator)".into()),
                 Protect::Pkey if !pku => Some("this CPU or kernel has no memory protection keys (pku/ospke)".into()),
                 Protect::Private if !file_backed => {

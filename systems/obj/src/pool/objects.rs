@@ -46,17 +46,18 @@ impl<M: Media> Pool<M> {
         let made = (|| {
             let (off, len) = (offset as usize, 2 * cap as usize);
             let window = self.open_area(off, len, Rights::ReadWrite)?;
-            // Both slots start equal (zero), so the first attach copies nothing.
-            const ZEROES: [u8; PAGE] = [0; PAGE];
-            let zeroed = (0..len)
-                .step_by(PAGE)
-                .try_for_each(|page_off| self.area_write(off + page_off, &ZEROES));
+            // Both slots start equal (zero), so the first attach copies nothing. Zeroed in
+            // runs of up to 64 KiB: one store call each (a `pwrite` with the kernel guard).
+            static ZEROES: [u8; 16 * PAGE] = [0; 16 * PAGE];
+            let zeroed = (0..len).step_by(ZEROES.len()).try_for_each(|at| {
+                self.area_write(off + at, &ZEROES[..ZEROES.len().min(len - at)])
+            });
             drop(window);
             self.close_area(off, len)?;
             zeroed?;
             if self.checksum() {
                 // Both slots' tables say "zero page", durable with the rest by the fence.
-                let zero_crc = super::checksum::page_crc(&ZEROES);
+                let zero_crc = super::checksum::page_crc(&ZEROES[..PAGE]);
                 self.store_crcs(&descriptor, 0, 0, 2 * cap as usize / PAGE, |_| Ok(zero_crc))?;
             }
             let entry_off = self.geometry.entry_off(index);
