@@ -66,6 +66,10 @@ const MAX_CHUNK: usize = 8;
 // A chunk's map entries are contiguous 8-byte words; one chunk's entries fit in two lines at
 // most, and a lane holds at least one block per chunk slot it may pop.
 const _: () = assert!(MAX_CHUNK * MAP_ENTRY as usize <= 2 * pmkit_media::LINE);
+const _: () = assert!(
+    MAX_CHUNK <= crate::gate::MAX_WORDS,
+    "a chunk's entries go in one call"
+);
 const _: () = assert!(FREE_PER_LANE >= 1 && MAX_LANES >= 1);
 
 /// The DRAM copy of the map. Entry `b` is read and written only under block `b`'s stripe
@@ -424,9 +428,7 @@ impl AtomicMap {
             assert!(*old < nphys, "the DRAM map holds only in-range entries");
         }
         dp.gate.write(&dp.media, off, len, &dp.windows, |v| {
-            for (j, &e) in entries.iter().enumerate() {
-                v.store_u64(off + j * 8, e);
-            }
+            v.store_words(off, entries);
             if !now {
                 // Lazy: the lane's next write or a FLUSH makes them durable.
             } else if msync {

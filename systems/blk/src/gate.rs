@@ -40,6 +40,34 @@ pub enum View<'a, M> {
 }
 
 impl<M: Media> View<'_, M> {
+    /// Store consecutive aligned 8-byte words at `off`, each atomically (not flushed). Through
+    /// the kernel this is one `pwrite` for all of them: the kernel's DAX copy stores aligned
+    /// words whole, and on emulated PM only the process can die, never mid-word.
+    pub fn store_words(&self, off: usize, words: &[u64]) {
+        match self {
+            View::Kernel {
+                m,
+                kw: Some(kw),
+                err,
+            } if words.len() > 1 => {
+                let mut bytes = [0u8; 8 * MAX_WORDS];
+                assert!(
+                    words.len() <= MAX_WORDS,
+                    "at most {MAX_WORDS} words per call"
+                );
+                for (b, w) in bytes.chunks_exact_mut(8).zip(words) {
+                    b.copy_from_slice(&w.to_le_bytes());
+                }
+                Self::kernel_store(m, Some(kw), err, off, &bytes[..8 * words.len()], false);
+            }
+            _ => {
+                for (j, &w) in words.iter().enumerate() {
+                    self.store_u64(off + 8 * j, w);
+                }
+            }
+        }
+    }
+
     /// A store through the kernel, with `write_nt`'s meaning (durable after the next fence)
     /// when `nt`, else a cached store's (durable once flushed).
     fn kernel_store(
@@ -199,6 +227,9 @@ fn kernel_misuse() -> ! {
 fn lazy_misuse() -> ! {
     panic!("a barrier view only flushes and syncs; data access must open a window")
 }
+
+/// Most words one [`View::store_words`] call takes (a chunk of the atomic map).
+pub const MAX_WORDS: usize = 16;
 
 /// The protection mode's way of opening windows.
 pub enum Gate {
