@@ -213,6 +213,10 @@ fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file() {
             durable.extend(acked);
         }
         check_clean(&s);
+        println!(
+            "pmfs kill trial {trial} (fsync): {} fsynced files so far",
+            durable.len()
+        );
     }
     assert!(durable.len() > 10, "{}", durable.len());
     let d = Daemon::start(&s, &[]);

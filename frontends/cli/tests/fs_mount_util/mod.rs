@@ -50,6 +50,11 @@ pub struct Scratch {
 }
 
 pub fn scratch(size: &str) -> Scratch {
+    scratch_with(size, 2048)
+}
+
+/// A scratch pool with `inodes` inodes.
+pub fn scratch_with(size: &str, inodes: u32) -> Scratch {
     let dir = tempfile::Builder::new()
         .prefix("pmkit-fsmount")
         .tempdir_in("/dev/shm")
@@ -64,7 +69,7 @@ pub fn scratch(size: &str) -> Scratch {
         "--size",
         size,
         "--inodes",
-        "2048",
+        &inodes.to_string(),
     ]);
     Scratch { dir, pool, mnt }
 }
