@@ -238,7 +238,7 @@ fn kill_9_under_fio_loses_no_completed_write() {
 /// A deterministic tree of `files` files (sizes 0-96 KiB, some empty, a few large) in `dirs`
 /// directories, with a symlink and a hard link here and there.
 fn make_tree(root: &Path, dirs: usize, files: usize) {
-    let mut rng = Rng(0x5eed_0f_7a2);
+    let mut rng = Rng(0x5eed_f7a2);
     for d in 0..dirs {
         std::fs::create_dir_all(root.join(format!("d{:03}/sub{}", d, d % 3))).unwrap();
     }
