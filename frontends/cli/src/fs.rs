@@ -51,6 +51,11 @@ enum Cmd {
         /// Make every write all-or-nothing (copy-on-write), not in place.
         #[arg(long)]
         atomic: bool,
+        /// Keep per-request statistics as JSON in FILE (rewritten every second and at
+        /// unmount): per kind of request, count, errors, mean time in the library, bytes
+        /// journaled, fences, transactions and bytes stored.
+        #[arg(long, value_name = "FILE")]
+        stats: Option<PathBuf>,
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
@@ -167,7 +172,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             threads,
             protect,
             atomic,
-        } => crate::fs_mount::mount(&pool, &dir, threads, protect, atomic)?,
+            stats,
+        } => crate::fs_mount::mount(&pool, &dir, threads, protect, atomic, stats.as_deref())?,
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
         Cmd::Check { pool, json } => {
             let region = open_ro(&pool)?;

@@ -1,10 +1,13 @@
 //! `pmkit fs mount POOL DIR` (a foreground FUSE daemon) and `pmkit fs umount DIR`.
 
 use anyhow::Result;
+use pmkit::stats_file::StatsWriter;
 use pmkit_fs::{DataMode, Protect};
 use pmkit_fuse::pmfs_mount::{self, MountOptions};
+use pmkit_fuse::pmfs_stats::MountStats;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The line `mount` prints on stdout once the file system is mounted and served.
@@ -16,6 +19,7 @@ pub fn mount(
     threads: usize,
     protect: Protect,
     atomic: bool,
+    stats: Option<&Path>,
 ) -> Result<()> {
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
@@ -61,7 +65,20 @@ pub fn mount(
         served.dir.display()
     );
     std::io::stdout().flush()?;
+    let table = served.op_stats();
+    let writer = match stats {
+        Some(p) => {
+            let t = Arc::clone(&table);
+            Some(StatsWriter::spawn(p.to_path_buf(), move || {
+                MountStats::new(&t)
+            })?)
+        }
+        None => None,
+    };
     let ended = served.run(|m| eprintln!("{m}"))?;
+    if let Some(w) = writer {
+        w.finish(&MountStats::new(&table))?;
+    }
     match ended.signal {
         Some(s) => eprintln!(
             "signal {s}: unmounted{}",

@@ -230,3 +230,47 @@ fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file() {
     d.umount();
     check_clean(&s);
 }
+
+#[test]
+fn stats_give_the_journal_bytes_and_fences_of_each_request() {
+    if !can_run() {
+        return;
+    }
+    let s = scratch("64M");
+    let stats = s.dir.path().join("stats.json");
+    let d = Daemon::start(&s, &["--stats", stats.to_str().unwrap()]);
+    for i in 0..20 {
+        std::fs::File::create(s.mnt.join(format!("f{i}"))).unwrap();
+        std::fs::create_dir(s.mnt.join(format!("d{i}"))).unwrap();
+        std::fs::rename(
+            s.mnt.join(format!("f{i}")),
+            s.mnt.join(format!("d{i}/f{i}")),
+        )
+        .unwrap();
+    }
+    d.umount();
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let row = |op: &str| {
+        j["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["op"] == op)
+            .unwrap_or_else(|| panic!("no {op} row: {j}"))
+            .clone()
+    };
+    for op in ["create", "mkdir", "rename"] {
+        let r = row(op);
+        assert_eq!(r["ops"], 20, "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+        // One transaction each: undo entries plus a commit entry, 64 bytes apiece, 3 fences
+        // (4 when the lane wraps).
+        let jb = r["journal_bytes_per_op"].as_f64().unwrap();
+        let fences = r["fences_per_op"].as_f64().unwrap();
+        assert!((128.0..=1024.0).contains(&jb), "{op}: {jb} journal bytes per op");
+        assert!((3.0..=4.0).contains(&fences), "{op}: {fences} fences per op");
+    }
+    // Lookups change nothing on PM.
+    assert_eq!(row("lookup")["journal_bytes"], 0);
+    assert!(j["journal_bytes"].as_u64().unwrap() >= 60 * 128, "{j}");
+}

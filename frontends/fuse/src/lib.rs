@@ -19,6 +19,7 @@ mod file;
 pub mod holders;
 pub mod pmfs;
 pub mod pmfs_mount;
+pub mod pmfs_stats;
 pub mod uring;
 
 pub use file::{Disk, DiskError, DiskFile, DISK_NAME};

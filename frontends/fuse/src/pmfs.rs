@@ -8,6 +8,7 @@
 //! mmap, and dropped at each open (no `FOPEN_KEEP_CACHE`); attributes and entries are cached
 //! for [`TTL`]: every change goes through this kernel, which invalidates what it changes.
 
+use crate::pmfs_stats::{Op, OpStats};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -41,6 +42,7 @@ pub struct PmFs {
     /// in several calls neither skips nor repeats an entry that stays.
     listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
+    stats: Arc<OpStats>,
 }
 
 fn errno(e: pmkit_fs::Error) -> Errno {
@@ -104,14 +106,27 @@ fn owner(req: &Request) -> Owner {
 }
 
 impl PmFs {
-    pub fn new(fs: Arc<Fs<Region>>) -> PmFs {
+    pub fn new(fs: Arc<Fs<Region>>, stats: Arc<OpStats>) -> PmFs {
         PmFs {
+            stats,
             fs,
             gens: Mutex::new(HashMap::new()),
             next_gen: AtomicU64::new(1),
             listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
         }
+    }
+
+    /// One call of the library, counted in the statistics as a request of kind `op`.
+    fn lib<T>(
+        &self,
+        op: Op,
+        f: impl FnOnce(&Fs<Region>) -> pmkit_fs::Result<T>,
+    ) -> pmkit_fs::Result<T> {
+        let t = self.stats.start(op);
+        let r = f(&self.fs);
+        t.done(r.is_ok());
+        r
     }
 
     fn gen(&self, ino: u64) -> Generation {
@@ -139,7 +154,7 @@ impl PmFs {
 
     /// A directory's entries, `.` and `..` first (the library lists them).
     fn listing(&self, ino: u64) -> pmkit_fs::Result<Arc<Vec<DirEntry>>> {
-        self.fs.readdir(ino).map(Arc::new)
+        self.lib(Op::Readdir, |fs| fs.readdir(ino)).map(Arc::new)
     }
 }
 
@@ -168,14 +183,17 @@ impl Filesystem for PmFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(self.fs.lookup(parent.into(), name.as_bytes()), reply)
+        self.entry(
+            self.lib(Op::Lookup, |fs| fs.lookup(parent.into(), name.as_bytes())),
+            reply,
+        )
     }
 
     // `forget`: nothing to do. An inode lives while it has links or open handles (the
     // library's open counts and orphan list); the kernel's lookup counts add nothing to that.
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.into()) {
+        match self.lib(Op::Getattr, |fs| fs.getattr(ino.into())) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
@@ -207,14 +225,14 @@ impl Filesystem for PmFs {
             atime: atime.map(ns_of),
             mtime: mtime.map(ns_of),
         };
-        match self.fs.setattr(ino.into(), &s) {
+        match self.lib(Op::Setattr, |fs| fs.setattr(ino.into(), &s)) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(ino.into()) {
+        match self.lib(Op::Readlink, |fs| fs.readlink(ino.into())) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
         }
@@ -230,9 +248,9 @@ impl Filesystem for PmFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .fs
-            .mknod_as(owner(req), parent.into(), name.as_bytes(), mode, rdev);
+        let r = self.lib(Op::Mknod, |fs| {
+            fs.mknod_as(owner(req), parent.into(), name.as_bytes(), mode, rdev)
+        });
         self.created(r, reply)
     }
 
@@ -245,18 +263,24 @@ impl Filesystem for PmFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .fs
-            .mkdir_as(owner(req), parent.into(), name.as_bytes(), mode);
+        let r = self.lib(Op::Mkdir, |fs| {
+            fs.mkdir_as(owner(req), parent.into(), name.as_bytes(), mode)
+        });
         self.created(r, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.fs.unlink(parent.into(), name.as_bytes()), reply)
+        empty(
+            self.lib(Op::Unlink, |fs| fs.unlink(parent.into(), name.as_bytes())),
+            reply,
+        )
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.fs.rmdir(parent.into(), name.as_bytes()), reply)
+        empty(
+            self.lib(Op::Rmdir, |fs| fs.rmdir(parent.into(), name.as_bytes())),
+            reply,
+        )
     }
 
     fn symlink(
@@ -267,12 +291,14 @@ impl Filesystem for PmFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = self.fs.symlink_as(
-            owner(req),
-            parent.into(),
-            link_name.as_bytes(),
-            target.as_os_str().as_bytes(),
-        );
+        let r = self.lib(Op::Symlink, |fs| {
+            fs.symlink_as(
+                owner(req),
+                parent.into(),
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+            )
+        });
         self.created(r, reply)
     }
 
@@ -296,13 +322,15 @@ impl Filesystem for PmFs {
             // RENAME_WHITEOUT (overlayfs) or a combination: not supported.
             return reply.error(Errno::EINVAL);
         };
-        let r = self.fs.rename(
-            parent.into(),
-            name.as_bytes(),
-            newparent.into(),
-            newname.as_bytes(),
-            f,
-        );
+        let r = self.lib(Op::Rename, |fs| {
+            fs.rename(
+                parent.into(),
+                name.as_bytes(),
+                newparent.into(),
+                newname.as_bytes(),
+                f,
+            )
+        });
         empty(r, reply)
     }
 
@@ -314,15 +342,15 @@ impl Filesystem for PmFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .fs
-            .link(ino.into(), newparent.into(), newname.as_bytes());
+        let r = self.lib(Op::Link, |fs| {
+            fs.link(ino.into(), newparent.into(), newname.as_bytes())
+        });
         self.entry(r, reply)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // O_TRUNC arrives as a setattr before the open (no atomic_o_trunc).
-        match self.fs.open(ino.into()) {
+        match self.lib(Op::Open, |fs| fs.open(ino.into())) {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }
@@ -339,7 +367,7 @@ impl Filesystem for PmFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.into(), offset, size as usize) {
+        match self.lib(Op::Read, |fs| fs.read(ino.into(), offset, size as usize)) {
             Ok(b) => reply.data(&b),
             Err(e) => reply.error(errno(e)),
         }
@@ -357,7 +385,7 @@ impl Filesystem for PmFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.into(), offset, data) {
+        match self.lib(Op::Write, |fs| fs.write(ino.into(), offset, data)) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
         }
@@ -385,7 +413,7 @@ impl Filesystem for PmFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty(self.fs.release(ino.into()), reply)
+        empty(self.lib(Op::Release, |fs| fs.release(ino.into())), reply)
     }
 
     fn fsync(
@@ -396,7 +424,7 @@ impl Filesystem for PmFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(self.fs.fsync(ino.into()), reply)
+        empty(self.lib(Op::Fsync, |fs| fs.fsync(ino.into())), reply)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -460,11 +488,13 @@ impl Filesystem for PmFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(self.fs.fsync(ino.into()), reply)
+        empty(self.lib(Op::Fsync, |fs| fs.fsync(ino.into())), reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let t = self.stats.start(Op::Statfs);
         let s = self.fs.statfs();
+        t.done(true);
         reply.statfs(
             s.blocks,
             s.free_blocks,
@@ -497,20 +527,22 @@ impl Filesystem for PmFs {
             _ => return reply.error(Errno::EINVAL),
         };
         empty(
-            self.fs.setxattr(ino.into(), name.as_bytes(), value, f),
+            self.lib(Op::Xattr, |fs| {
+                fs.setxattr(ino.into(), name.as_bytes(), value, f)
+            }),
             reply,
         )
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(ino.into(), name.as_bytes()) {
+        match self.lib(Op::Xattr, |fs| fs.getxattr(ino.into(), name.as_bytes())) {
             Ok(v) => xattr_reply(&v, size, reply),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(ino.into()) {
+        match self.lib(Op::Xattr, |fs| fs.listxattr(ino.into())) {
             Ok(names) => {
                 let mut buf = Vec::new();
                 for n in names {
@@ -524,7 +556,10 @@ impl Filesystem for PmFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.fs.removexattr(ino.into(), name.as_bytes()), reply)
+        empty(
+            self.lib(Op::Xattr, |fs| fs.removexattr(ino.into(), name.as_bytes())),
+            reply,
+        )
     }
 
     fn create(
@@ -537,10 +572,10 @@ impl Filesystem for PmFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self
-            .fs
-            .create_as(owner(req), parent.into(), name.as_bytes(), mode)
-            .and_then(|a| self.fs.open(a.ino).map(|()| a));
+        let r = self.lib(Op::Create, |fs| {
+            fs.create_as(owner(req), parent.into(), name.as_bytes(), mode)
+                .and_then(|a| fs.open(a.ino).map(|()| a))
+        });
         match r {
             Ok(a) => {
                 let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
@@ -571,6 +606,9 @@ impl Filesystem for PmFs {
             // KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE, COLLAPSE/INSERT_RANGE: not in the library.
             return reply.error(Errno::EOPNOTSUPP);
         }
-        empty(self.fs.fallocate(ino.into(), offset, length), reply)
+        empty(
+            self.lib(Op::Fallocate, |fs| fs.fallocate(ino.into(), offset, length)),
+            reply,
+        )
     }
 }

@@ -4,6 +4,7 @@
 //! gives ENOTCONN) is detached before mounting again.
 
 use crate::pmfs::PmFs;
+use crate::pmfs_stats::OpStats;
 use pmkit_fs::{DataMode, Fs, Protect, Recovery};
 use pmkit_media::{Region, RegionOptions};
 use std::os::unix::ffi::OsStrExt;
@@ -184,6 +185,7 @@ pub struct Served {
     pub protection: (Protect, String),
     pub notes: Vec<String>,
     fs: Arc<Fs<Region>>,
+    stats: Arc<OpStats>,
     session: fuser::BackgroundSession,
 }
 
@@ -237,7 +239,9 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(o.threads.clamp(1, 64));
     cfg.clone_fd = true;
-    let session = match fuser::spawn_mount(PmFs::new(Arc::clone(&fs)), &dir, &cfg) {
+    let stats = Arc::new(OpStats::default());
+    let served = PmFs::new(Arc::clone(&fs), Arc::clone(&stats));
+    let session = match fuser::spawn_mount(served, &dir, &cfg) {
         Ok(s) => s,
         Err(e) => {
             // Nothing was served: give the pool back clean.
@@ -253,6 +257,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         protection,
         notes,
         fs,
+        stats,
         session,
     })
 }
@@ -302,6 +307,11 @@ pub struct Ended {
 }
 
 impl Served {
+    /// The per-request statistics, live (for `--stats`).
+    pub fn op_stats(&self) -> Arc<OpStats> {
+        Arc::clone(&self.stats)
+    }
+
     /// Serve until `dir` is unmounted (by `pmkit fs umount`, `umount`, `fusermount -u`) or a
     /// stop signal comes (then unmount it; lazily when it is busy, serving the open files until
     /// they are closed). Then wait for the session's requests, and mark the pool clean.

@@ -40,9 +40,9 @@ pub use error::{Error, Result};
 pub use inode::Kind;
 pub use journal::Replay;
 pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
-pub use pm::Counters;
 #[doc(hidden)]
 pub use pm::Faults;
+pub use pm::{thread_counters, Counters};
 pub use protect::Protect;
 pub use xattr::XattrFlags;
 

@@ -34,6 +34,46 @@ pub struct Counters {
     pub bytes_written: u64,
 }
 
+impl Counters {
+    fn plus(self, o: Counters) -> Counters {
+        Counters {
+            fences: self.fences + o.fences,
+            journal_bytes: self.journal_bytes + o.journal_bytes,
+            transactions: self.transactions + o.transactions,
+            bytes_written: self.bytes_written + o.bytes_written,
+        }
+    }
+
+    /// What was counted between `earlier` and `self` (two readings of the same counters).
+    pub fn since(self, earlier: Counters) -> Counters {
+        Counters {
+            fences: self.fences - earlier.fences,
+            journal_bytes: self.journal_bytes - earlier.journal_bytes,
+            transactions: self.transactions - earlier.transactions,
+            bytes_written: self.bytes_written - earlier.bytes_written,
+        }
+    }
+}
+
+thread_local! {
+    /// The calling thread's share of every mount's counters: an operation runs in one thread,
+    /// so the difference of two readings around it is exactly its own traffic, whatever other
+    /// threads do meanwhile (the per-operation statistics of the FUSE mount).
+    static MINE: std::cell::Cell<Counters> = const {
+        std::cell::Cell::new(Counters {
+            fences: 0,
+            journal_bytes: 0,
+            transactions: 0,
+            bytes_written: 0,
+        })
+    };
+}
+
+/// The counters of PM traffic made by the calling thread (on any mount) since it started.
+pub fn thread_counters() -> Counters {
+    MINE.with(|m| m.get())
+}
+
 pub struct Pm<M> {
     m: M,
     adr: bool,
@@ -115,7 +155,10 @@ impl<M: Media> Pm<M> {
     /// Store `src` at `off`: `nt` for write_nt's meaning (durable after the next fence).
     #[inline]
     fn store(&self, off: usize, src: &[u8], nt: bool) {
-        self.bytes_written.fetch_add(src.len() as u64, Relaxed);
+        self.tally(Counters {
+            bytes_written: src.len() as u64,
+            ..Counters::default()
+        });
         match &self.gate {
             Gate::Open if nt => self.m.write_nt(off, src),
             Gate::Open => self.m.write(off, src),
@@ -178,7 +221,10 @@ impl<M: Media> Pm<M> {
         }
     }
     pub fn fence(&self) {
-        self.fences.fetch_add(1, Relaxed);
+        self.tally(Counters {
+            fences: 1,
+            ..Counters::default()
+        });
         self.m.fence(Fence::Sfence);
     }
     /// An atomic 8-byte store (8-aligned), not flushed. In `kernel` mode a `pwrite` of the 8
@@ -188,7 +234,10 @@ impl<M: Media> Pm<M> {
         match &self.gate {
             Gate::Kernel(_) => self.store(off, &v.to_le_bytes(), false),
             _ => {
-                self.bytes_written.fetch_add(8, Relaxed);
+                self.tally(Counters {
+                    bytes_written: 8,
+                    ..Counters::default()
+                });
                 let _w = match &self.gate {
                     Gate::Pkey(k) => Some(k.open_write()),
                     _ => None,
@@ -211,7 +260,10 @@ impl<M: Media> Pm<M> {
         match &self.gate {
             Gate::Kernel(_) => self.store(off, &v.to_le_bytes(), false),
             _ => {
-                self.bytes_written.fetch_add(16, Relaxed);
+                self.tally(Counters {
+                    bytes_written: 16,
+                    ..Counters::default()
+                });
                 let _w = match &self.gate {
                     Gate::Pkey(k) => Some(k.open_write()),
                     _ => None,
@@ -223,10 +275,31 @@ impl<M: Media> Pm<M> {
         self.fence();
     }
     pub fn note_journal(&self, bytes: u64) {
-        self.journal_bytes.fetch_add(bytes, Relaxed);
+        self.tally(Counters {
+            journal_bytes: bytes,
+            ..Counters::default()
+        });
     }
     pub fn note_tx(&self) {
-        self.transactions.fetch_add(1, Relaxed);
+        self.tally(Counters {
+            transactions: 1,
+            ..Counters::default()
+        });
+    }
+    /// Add `c` to the mount's counters and to the calling thread's.
+    #[inline]
+    fn tally(&self, c: Counters) {
+        for (counter, n) in [
+            (&self.fences, c.fences),
+            (&self.journal_bytes, c.journal_bytes),
+            (&self.transactions, c.transactions),
+            (&self.bytes_written, c.bytes_written),
+        ] {
+            if n != 0 {
+                counter.fetch_add(n, Relaxed);
+            }
+        }
+        MINE.with(|m| m.set(m.get().plus(c)));
     }
     pub fn counters(&self) -> Counters {
         Counters {
