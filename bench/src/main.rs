@@ -7,6 +7,7 @@
 mod atomic;
 mod attach;
 mod figures;
+mod fs_protect;
 mod host;
 mod kernel_path;
 mod nbd;
@@ -70,6 +71,12 @@ enum Cmd {
     ///
     /// Rounds: 3. --quick: a 64 MiB file, short runs, one round.
     KernelPath(kernel_path::Args),
+    /// What protecting PM from stray stores costs PMFS (the library, no FUSE): none, kernel
+    /// (pwrite), pt (mprotect around each store) and pkey where the CPU has it, on appends with
+    /// fsync, overwrites, create, rename and stat, 1 and 2 threads (PMFS thesis Fig. 18).
+    ///
+    /// Rounds: 3. --quick: short runs, one round.
+    FsProtect(fs_protect::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -83,5 +90,6 @@ fn main() -> std::process::ExitCode {
         Cmd::Pmo(a) => pmo::run(a),
         Cmd::Atomic(a) => atomic::run(a),
         Cmd::KernelPath(a) => kernel_path::run(a),
+        Cmd::FsProtect(a) => fs_protect::run(a),
     })
 }

@@ -45,7 +45,8 @@ enum Cmd {
         /// FUSE worker threads.
         #[arg(long, default_value_t = 4)]
         threads: usize,
-        /// Protection of PM from stray stores: auto, none, kernel, pkey.
+        /// Protection of PM from stray stores: auto, none, kernel, pkey, pt (mprotect around
+        /// every store: a costly baseline, never picked by auto).
         #[arg(long, default_value = "auto")]
         protect: Protect,
         /// Make every write all-or-nothing (copy-on-write), not in place.

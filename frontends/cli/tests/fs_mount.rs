@@ -267,8 +267,14 @@ fn stats_give_the_journal_bytes_and_fences_of_each_request() {
         // (4 when the lane wraps).
         let jb = r["journal_bytes_per_op"].as_f64().unwrap();
         let fences = r["fences_per_op"].as_f64().unwrap();
-        assert!((128.0..=1024.0).contains(&jb), "{op}: {jb} journal bytes per op");
-        assert!((3.0..=4.0).contains(&fences), "{op}: {fences} fences per op");
+        assert!(
+            (128.0..=1024.0).contains(&jb),
+            "{op}: {jb} journal bytes per op"
+        );
+        assert!(
+            (3.0..=4.0).contains(&fences),
+            "{op}: {fences} fences per op"
+        );
     }
     // Lookups change nothing on PM.
     assert_eq!(row("lookup")["journal_bytes"], 0);

@@ -143,6 +143,35 @@ impl<M: Media> Pm<M> {
         }
     }
 
+    /// `pt` mode: make the pages of `[off, off+len)` writable, run `store`, make them read-only
+    /// again, all under `lock` (two windows on one page would otherwise close each other). A
+    /// failed `mprotect` poisons the mount like a failed kernel write: the store is dropped.
+    fn pt_window(
+        &self,
+        lock: &parking_lot::Mutex<()>,
+        off: usize,
+        len: usize,
+        store: impl FnOnce(),
+    ) {
+        use pmkit_media::protect::Access;
+        let r = self
+            .m
+            .mapping()
+            .expect("pt mode is refused on media without a mapping");
+        let _g = lock.lock();
+        if self.failed.get().is_some() {
+            return;
+        }
+        if let Err(e) = r.set_access(off, len, Access::ReadWrite) {
+            let _ = self.failed.set(e.to_string());
+            return;
+        }
+        store();
+        if let Err(e) = r.set_access(off, len, Access::Read) {
+            let _ = self.failed.set(e.to_string());
+        }
+    }
+
     /// A read window (pkey mode: loads and flushes need the key's read rights).
     #[inline]
     fn read_window(&self) -> Option<PkeyWindow> {
@@ -170,6 +199,13 @@ impl<M: Media> Pm<M> {
                     self.m.write(off, src)
                 }
             }
+            Gate::Pages(lock) => self.pt_window(lock, off, src.len(), || {
+                if nt {
+                    self.m.write_nt(off, src)
+                } else {
+                    self.m.write(off, src)
+                }
+            }),
             Gate::Kernel(kw) => {
                 if self.failed.get().is_some() {
                     return;
@@ -233,16 +269,19 @@ impl<M: Media> Pm<M> {
         assert_eq!(off % 8, 0, "8-byte store at unaligned {off}");
         match &self.gate {
             Gate::Kernel(_) => self.store(off, &v.to_le_bytes(), false),
-            _ => {
+            gate => {
                 self.tally(Counters {
                     bytes_written: 8,
                     ..Counters::default()
                 });
-                let _w = match &self.gate {
-                    Gate::Pkey(k) => Some(k.open_write()),
-                    _ => None,
-                };
-                self.m.store_u64(off, v)
+                match gate {
+                    Gate::Pkey(k) => {
+                        let _w = k.open_write();
+                        self.m.store_u64(off, v)
+                    }
+                    Gate::Pages(lock) => self.pt_window(lock, off, 8, || self.m.store_u64(off, v)),
+                    _ => self.m.store_u64(off, v),
+                }
             }
         }
     }
@@ -259,16 +298,21 @@ impl<M: Media> Pm<M> {
         assert_eq!(off % 16, 0, "16-byte store at unaligned {off}");
         match &self.gate {
             Gate::Kernel(_) => self.store(off, &v.to_le_bytes(), false),
-            _ => {
+            gate => {
                 self.tally(Counters {
                     bytes_written: 16,
                     ..Counters::default()
                 });
-                let _w = match &self.gate {
-                    Gate::Pkey(k) => Some(k.open_write()),
-                    _ => None,
-                };
-                self.m.store_u128(off, v)
+                match gate {
+                    Gate::Pkey(k) => {
+                        let _w = k.open_write();
+                        self.m.store_u128(off, v)
+                    }
+                    Gate::Pages(lock) => {
+                        self.pt_window(lock, off, 16, || self.m.store_u128(off, v))
+                    }
+                    _ => self.m.store_u128(off, v),
+                }
             }
         }
         self.flush(off, 16);

@@ -6,6 +6,7 @@
 //! | `none`   | read-write                         | a CPU store                              |
 //! | `pkey`   | pages tagged with a key that every thread has access-disabled | WRPKRU opens the key in this thread for the one store (and for each load or flush: a read window) |
 //! | `kernel` | `PROT_READ`, for good              | `pwrite(2)` on the file behind the mapping (durable at return on DAX and tmpfs) |
+//! | `pt`     | `PROT_READ`                        | `mprotect` the store's pages read-write, store, `mprotect` them back (the thesis's page-table toggling; one lock serializes the windows, so one store's close never cuts another's) |
 
 use crate::error::{Error, Result};
 use pmkit_media::protect::{Access, Pkey};
@@ -24,6 +25,10 @@ pub enum Protect {
     Kernel,
     /// PM behind a protection key; each store opens a per-thread WRPKRU write window.
     Pkey,
+    /// Page rights: PM read-only, each store's pages made writable around it (`mprotect`).
+    /// Never picked by `Auto`: it is the costly baseline the other modes are measured against
+    /// (PMFS's Fig. 18: write windows against page-table toggling).
+    Pt,
 }
 
 impl Protect {
@@ -33,6 +38,7 @@ impl Protect {
             Protect::None => "none",
             Protect::Kernel => "kernel",
             Protect::Pkey => "pkey",
+            Protect::Pt => "pt",
         }
     }
 }
@@ -51,9 +57,10 @@ impl std::str::FromStr for Protect {
             "none" => Protect::None,
             "kernel" => Protect::Kernel,
             "pkey" => Protect::Pkey,
+            "pt" => Protect::Pt,
             _ => {
                 return Err(format!(
-                    "unknown protection {s:?} (auto, none, kernel, pkey)"
+                    "unknown protection {s:?} (auto, none, kernel, pkey, pt)"
                 ))
             }
         })
@@ -65,6 +72,8 @@ pub(crate) enum Gate {
     Open,
     Kernel(KernelWriter),
     Pkey(Pkey),
+    /// `pt`: the lock every store's mprotect window holds.
+    Pages(parking_lot::Mutex<()>),
 }
 
 fn unavailable(mode: Protect, why: impl Into<String>) -> Error {
@@ -97,6 +106,14 @@ impl Gate {
                     .map_err(|e| unavailable(mode, e.to_string()))?;
                 Gate::Kernel(kw)
             }
+            (Protect::Pt, Some(r)) => {
+                if r.is_read_only() {
+                    return Err(unavailable(mode, "the region is opened read-only"));
+                }
+                r.set_access(0, r.len(), Access::Read)
+                    .map_err(|e| unavailable(mode, e.to_string()))?;
+                Gate::Pages(parking_lot::Mutex::new(()))
+            }
             (Protect::Pkey, Some(r)) => {
                 let k = Pkey::alloc().map_err(|e| unavailable(mode, e.to_string()))?;
                 r.set_pkey(&k, Access::ReadWrite)
@@ -116,7 +133,7 @@ impl Gate {
         let Some(r) = region else { return Ok(()) };
         let done = match self {
             Gate::Open => Ok(()),
-            Gate::Kernel(_) => r.set_access(0, r.len(), Access::ReadWrite),
+            Gate::Kernel(_) | Gate::Pages(_) => r.set_access(0, r.len(), Access::ReadWrite),
             // Back to the default key 0, which every thread may use.
             Gate::Pkey(_) => r.set_access_key(0, r.len(), Access::ReadWrite, None),
         };

@@ -14,7 +14,7 @@ const OPS_OK: &str = "fs operations ok";
 
 /// The modes this machine can run: `pkey` only where the CPU has protection keys.
 fn modes() -> Vec<Protect> {
-    let mut m = vec![Protect::None, Protect::Kernel, Protect::Auto];
+    let mut m = vec![Protect::None, Protect::Kernel, Protect::Pt, Protect::Auto];
     if pmkit_media::features().pku {
         m.push(Protect::Pkey);
     }
@@ -156,7 +156,7 @@ fn auto_picks_pkey_or_kernel_on_a_file_and_none_where_there_is_nothing_to_protec
     assert_eq!(fs.protection().0, Protect::None, "{}", fs.protection().1);
     let sim = CrashSim::new(2 << 20);
     Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
-    for p in [Protect::Kernel, Protect::Pkey] {
+    for p in [Protect::Kernel, Protect::Pkey, Protect::Pt] {
         let o = MountOptions {
             protect: p,
             ..MountOptions::default()

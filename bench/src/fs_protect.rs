@@ -1,0 +1,300 @@
+//! `pmkit bench fs-protect`: what protecting PM from stray stores costs PMFS (the library called
+//! directly, no FUSE), per protection mode, in the spirit of PMFS's Fig. 18 (write windows
+//! against page-table toggling):
+//! - `none`: PM mapped read-write, nothing to pay (the baseline);
+//! - `kernel`: PM read-only, every store a `pwrite` (the default without pkeys);
+//! - `pt`: PM read-only, each store's pages made writable around it with `mprotect` (page-table
+//!   toggling: the thesis's costly alternative);
+//! - `pkey`: a WRPKRU write window per store (the thesis's CR0.WP windows in user space), where
+//!   the CPU has protection keys; elsewhere the report says it was not run.
+//!
+//! Workloads, per thread in its own directory: 4 KiB append + fsync, 4 KiB random overwrite,
+//! 64 B random overwrite (16 MiB files), create + unlink of an empty file, rename, and stat
+//! (no store: what the read path pays); 1 and 2 threads. Every (mode, workload) runs on a fresh
+//! pool in `--dir`.
+
+use crate::report::{median, plot, rotated_rounds, BenchFlags};
+use anyhow::{Context, Result};
+use pmkit_fs::{Fs, MkfsOptions, MountOptions, Protect, RenameFlags, ROOT};
+use pmkit_media::{Region, RegionOptions};
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    #[command(flatten)]
+    pub flags: BenchFlags,
+    /// Milliseconds per (mode, workload) per round (default: 300, quick: 30)
+    #[arg(long)]
+    pub ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+enum Work {
+    Append4kFsync,
+    Overwrite4k,
+    Overwrite64,
+    CreateUnlink,
+    Rename,
+    Stat,
+}
+
+const WORKS: [Work; 6] = [
+    Work::Append4kFsync,
+    Work::Overwrite4k,
+    Work::Overwrite64,
+    Work::CreateUnlink,
+    Work::Rename,
+    Work::Stat,
+];
+
+impl Work {
+    fn name(self) -> &'static str {
+        match self {
+            Work::Append4kFsync => "append 4K+fsync",
+            Work::Overwrite4k => "overwrite 4K",
+            Work::Overwrite64 => "overwrite 64B",
+            Work::CreateUnlink => "create+unlink",
+            Work::Rename => "rename",
+            Work::Stat => "stat",
+        }
+    }
+}
+
+/// Size of each thread's data file.
+const FILE: u64 = 16 << 20;
+
+#[derive(Serialize)]
+struct CellResult {
+    workload: Work,
+    threads: usize,
+    /// Median microseconds per operation (per thread), in `modes` order.
+    us_per_op: Vec<f64>,
+    /// Every round's value, per mode.
+    rounds: Vec<Vec<f64>>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    benchmark: &'static str,
+    cpu: String,
+    dir: String,
+    ms: u64,
+    rounds: usize,
+    modes: Vec<String>,
+    /// Modes this CPU cannot run (and why).
+    not_run: Vec<String>,
+    results: Vec<CellResult>,
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let ms = a.ms.unwrap_or(if a.flags.quick { 30 } else { 300 });
+    let rounds = a.flags.rounds(3);
+    let mut modes = vec![Protect::None, Protect::Kernel, Protect::Pt];
+    let mut not_run = vec![];
+    if pmkit_media::features().pku {
+        modes.push(Protect::Pkey);
+    } else {
+        not_run.push("pkey: this CPU has no memory protection keys (pku)".to_string());
+    }
+    let cells: Vec<(Work, usize)> = WORKS.iter().flat_map(|&w| [(w, 1), (w, 2)]).collect();
+    let bar = a.flags.progress(rounds * cells.len() * modes.len());
+    let raw = rotated_rounds(rounds, cells.len(), modes.len(), &bar, |r, ci, mi| {
+        let (work, threads) = cells[ci];
+        measure(
+            &a.flags.dir,
+            modes[mi],
+            work,
+            threads,
+            ms,
+            (r * 7 + ci) as u64,
+        )
+    })?;
+    let results = cells
+        .iter()
+        .zip(raw)
+        .map(|(&(workload, threads), per_mode)| CellResult {
+            workload,
+            threads,
+            us_per_op: per_mode.iter().map(|v| median(v.iter().copied())).collect(),
+            rounds: per_mode,
+        })
+        .collect();
+    let report = Report {
+        benchmark: "fs-protect",
+        cpu: crate::host::cpu_label(),
+        dir: a.flags.dir.display().to_string(),
+        ms,
+        rounds,
+        modes: modes.iter().map(|m| m.name().to_string()).collect(),
+        not_run,
+        results,
+    };
+    a.flags.emit(&report, draw, print)
+}
+
+/// Microseconds per operation of one thread, `threads` threads at once, on a fresh pool.
+fn measure(
+    dir: &std::path::Path,
+    mode: Protect,
+    work: Work,
+    threads: usize,
+    ms: u64,
+    seed: u64,
+) -> Result<f64> {
+    let path = dir.join(format!("pmkit-bench-fs-protect-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let region = Region::create(&path, 256 << 20, &RegionOptions::default())
+        .with_context(|| format!("creating the scratch pool {}", path.display()))?;
+    // The mapping keeps the file alive; the name goes now so nothing is left behind.
+    std::fs::remove_file(&path).ok();
+    Fs::mkfs(&region, &MkfsOptions::default())?;
+    let o = MountOptions {
+        protect: mode,
+        ..MountOptions::default()
+    };
+    let (fs, _) = Fs::mount(region, &o).with_context(|| format!("mounting with {mode}"))?;
+    let per_thread: Vec<Result<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let fs = &fs;
+                s.spawn(move || one_thread(fs, work, t, ms, seed * 31 + t as u64))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .collect()
+    });
+    drop(fs.unmount());
+    let v: Vec<f64> = per_thread.into_iter().collect::<Result<_>>()?;
+    Ok(v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn one_thread(fs: &Fs<Region>, work: Work, t: usize, ms: u64, seed: u64) -> Result<f64> {
+    let home = fs.mkdir(ROOT, format!("t{t}").as_bytes(), 0o755)?.ino;
+    let file = fs.create(home, b"data", 0o644)?.ino;
+    fs.open(file)?;
+    if matches!(work, Work::Overwrite4k | Work::Overwrite64) {
+        fs.fallocate(file, 0, FILE)?;
+    }
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let buf = vec![0x5au8; 4096];
+    let dur = Duration::from_millis(ms);
+    let (mut ops, mut busy) = (0u64, Duration::ZERO);
+    let mut size = 0u64;
+    while busy < dur {
+        // 64 operations per timed batch; resets (truncating a full file) stay outside it.
+        if work == Work::Append4kFsync && size + 64 * 4096 > FILE {
+            fs.setattr(
+                file,
+                &pmkit_fs::SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            )?;
+            size = 0;
+        }
+        let t0 = Instant::now();
+        for i in 0..64u64 {
+            match work {
+                Work::Append4kFsync => {
+                    fs.write(file, size, &buf)?;
+                    fs.fsync(file)?;
+                    size += 4096;
+                }
+                Work::Overwrite4k => {
+                    fs.write(file, next(FILE / 4096) * 4096, &buf)?;
+                }
+                Work::Overwrite64 => {
+                    fs.write(file, next(FILE / 64) * 64, &buf[..64])?;
+                }
+                Work::CreateUnlink => {
+                    fs.create(home, b"tmp", 0o644)?;
+                    fs.unlink(home, b"tmp")?;
+                }
+                Work::Rename => {
+                    let (a, b): (&[u8], &[u8]) = if i % 2 == 0 {
+                        (b"data", b"moved")
+                    } else {
+                        (b"moved", b"data")
+                    };
+                    fs.rename(home, a, home, b, RenameFlags::Replace)?;
+                }
+                Work::Stat => {
+                    fs.getattr(file)?;
+                }
+            }
+        }
+        busy += t0.elapsed();
+        ops += 64;
+    }
+    // A rename batch is an even count: the file is back at "data".
+    fs.release(file)?;
+    Ok(busy.as_secs_f64() * 1e6 / ops as f64)
+}
+
+fn print(r: &Report) {
+    println!(
+        "PMFS library, µs per operation per thread, median of {} round(s) of {} ms, pools in {}; CPU: {}",
+        r.rounds, r.ms, r.dir, r.cpu
+    );
+    print!("{:<20}", "workload");
+    for m in &r.modes {
+        print!(" {m:>16}");
+    }
+    println!();
+    for c in &r.results {
+        print!("{:<20}", format!("{} x{}", c.workload.name(), c.threads));
+        let base = c.us_per_op[0].max(1e-9);
+        for v in &c.us_per_op {
+            print!(" {:>8.2} ({:>4.2}x)", v, v / base);
+        }
+        println!();
+    }
+    println!("(in brackets: time relative to `none`; 1.00x = protection is free)");
+    for n in &r.not_run {
+        println!("not run: {n}");
+    }
+}
+
+fn draw(path: &std::path::Path, r: &Report) -> Result<()> {
+    let panels: Vec<plot::BarPanel> = [1, 2]
+        .into_iter()
+        .map(|threads| {
+            let cells: Vec<&CellResult> =
+                r.results.iter().filter(|c| c.threads == threads).collect();
+            plot::BarPanel {
+                title: format!("{threads} thread(s): time relative to none"),
+                groups: cells.iter().map(|c| c.workload.name().into()).collect(),
+                series: r
+                    .modes
+                    .iter()
+                    .enumerate()
+                    .map(|(mi, m)| {
+                        let v = cells
+                            .iter()
+                            .map(|c| c.us_per_op[mi] / c.us_per_op[0].max(1e-9))
+                            .collect();
+                        (m.clone(), v)
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    plot::bars(
+        path,
+        &format!("PMFS: the cost of protection ({})", r.cpu),
+        "time per op / none's (lower is better)",
+        &panels,
+        1,
+    )
+}
