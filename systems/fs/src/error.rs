@@ -47,6 +47,12 @@ pub enum Error {
     NotFs(String),
     #[error("corrupt file system; mount refused:\n{0}")]
     Corrupt(String),
+    #[error("descriptor {0} is not open (or not open for this)")]
+    BadFd(u32),
+    #[error("too many levels of symbolic links")]
+    Loop,
+    #[error("too many open descriptors (the limit is {max})")]
+    TooManyFds { max: usize },
 }
 
 impl Error {
@@ -68,6 +74,9 @@ impl Error {
             Error::NotSupported(_) | Error::ProtectUnavailable { .. } => 95, // EOPNOTSUPP
             Error::NoAttr => 61,                           // ENODATA
             Error::Media(_) | Error::NotFs(_) | Error::Corrupt(_) | Error::WriteFailed(_) => 5, // EIO
+            Error::BadFd(_) => 9,           // EBADF
+            Error::Loop => 40,              // ELOOP
+            Error::TooManyFds { .. } => 24, // EMFILE
         }
     }
 }

@@ -18,6 +18,7 @@ mod mount;
 mod ns;
 mod overlay;
 mod pm;
+pub mod posix;
 mod protect;
 mod tree;
 mod tx;

@@ -1,0 +1,562 @@
+//! The file system used in place by one process, with paths and descriptors, no FUSE and no
+//! kernel on the way (PMFS's library access; what the C ABI and an LD_PRELOAD shim serve).
+//!
+//! [`Posix`] wraps a mounted [`Fs`]: it resolves paths (from the pool's root; there is no
+//! current directory: a relative path is taken from the root too), follows symbolic links (at
+//! most [`SYMLOOP_MAX`] per resolution, then `ELOOP`), and keeps a table of descriptors with
+//! their own offsets and access modes (at most [`MAX_FDS`]). Every call is durable when it
+//! returns, as the library's are: `fsync` is a fence.
+//!
+//! There are no permission checks: the process holds the pool exclusively (the caller locks
+//! it, as `pmkit fs mount` does) and owns every file in it.
+
+use crate::{Attr, DirEntry, Error, Fs, Kind, RenameFlags, Result, SetAttr, StatFs, ROOT};
+use parking_lot::Mutex;
+use pmkit_media::Media;
+use std::sync::Arc;
+
+/// Most descriptors open at once.
+pub const MAX_FDS: usize = 1 << 16;
+/// Most symbolic links one path resolution follows (Linux's value).
+pub const SYMLOOP_MAX: u32 = 40;
+/// Longest path accepted (Linux's `PATH_MAX`).
+pub const PATH_MAX: usize = 4096;
+
+/// How a file is opened: the `O_*` flags of open(2) this layer honours. Others (`O_CLOEXEC`,
+/// `O_SYNC`, `O_DSYNC`, `O_DIRECT`, `O_NOATIME`, ...) are accepted and change nothing here:
+/// every write is already durable when it returns and nothing is cached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    pub append: bool,
+    pub create: bool,
+    pub excl: bool,
+    pub trunc: bool,
+    pub directory: bool,
+    pub nofollow: bool,
+}
+
+impl OpenFlags {
+    /// From open(2)'s flag word.
+    pub fn from_bits(f: i32) -> Result<OpenFlags> {
+        let (read, write) = match f & libc::O_ACCMODE {
+            libc::O_RDONLY => (true, false),
+            libc::O_WRONLY => (false, true),
+            libc::O_RDWR => (true, true),
+            _ => return Err(Error::Invalid("access mode (O_ACCMODE) is 3")),
+        };
+        if f & libc::O_TMPFILE == libc::O_TMPFILE {
+            return Err(Error::NotSupported("O_TMPFILE"));
+        }
+        let has = |b: i32| f & b != 0;
+        Ok(OpenFlags {
+            read,
+            write,
+            append: has(libc::O_APPEND),
+            create: has(libc::O_CREAT),
+            excl: has(libc::O_EXCL),
+            trunc: has(libc::O_TRUNC),
+            directory: has(libc::O_DIRECTORY),
+            nofollow: has(libc::O_NOFOLLOW),
+        })
+    }
+}
+
+/// A descriptor number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fd(pub u32);
+
+struct Desc {
+    ino: u64,
+    kind: Kind,
+    flags: OpenFlags,
+    /// A directory removed while open: its attributes at removal (links 0). The library frees
+    /// a removed directory at once (only files wait for their last close), so the descriptor
+    /// must stop reaching the inode, whose number a new file may take.
+    removed: Mutex<Option<Attr>>,
+    /// The file offset; its lock also orders `read`/`write` calls on one descriptor.
+    off: Mutex<u64>,
+}
+
+/// Where `lseek` counts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Whence {
+    Set,
+    Cur,
+    End,
+}
+
+/// A path resolved up to its last component.
+struct Resolved {
+    parent: u64,
+    name: Vec<u8>,
+    /// The last component's attributes (after following it when asked), if it exists.
+    attr: Option<Attr>,
+}
+
+/// A mounted file system with paths and descriptors (see the module docs).
+pub struct Posix<M: Media> {
+    fs: Fs<M>,
+    fds: Mutex<Vec<Option<Arc<Desc>>>>,
+    /// Serializes appends (find the end, write there) across descriptors.
+    append: Mutex<()>,
+}
+
+fn components(path: &[u8]) -> Result<Vec<Vec<u8>>> {
+    if path.is_empty() {
+        return Err(Error::NotFound);
+    }
+    if path.len() >= PATH_MAX {
+        return Err(Error::NameTooLong {
+            len: path.len(),
+            max: PATH_MAX - 1,
+        });
+    }
+    Ok(path
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
+impl<M: Media> Posix<M> {
+    pub fn new(fs: Fs<M>) -> Posix<M> {
+        Posix {
+            fs,
+            fds: Mutex::new(Vec::new()),
+            append: Mutex::new(()),
+        }
+    }
+
+    /// The inode API underneath.
+    pub fn fs(&self) -> &Fs<M> {
+        &self.fs
+    }
+
+    /// Close every descriptor and unmount (marks the pool clean); the media back.
+    pub fn unmount(self) -> M {
+        for d in self.fds.into_inner().into_iter().flatten() {
+            if d.kind != Kind::Dir {
+                let _ = self.fs.release(d.ino);
+            }
+        }
+        self.fs.unmount()
+    }
+
+    /// Resolve `path`: every component but the last must be a directory (symbolic links on
+    /// the way are followed); the last is followed too when `follow`.
+    fn resolve(&self, path: &[u8], follow: bool) -> Result<Resolved> {
+        let mut todo = components(path)?;
+        todo.reverse(); // a stack: the next component last
+        let mut cur = ROOT;
+        let mut links = 0u32;
+        let mut last = Resolved {
+            parent: ROOT,
+            name: b".".to_vec(),
+            attr: Some(self.fs.getattr(ROOT)?),
+        };
+        while let Some(name) = todo.pop() {
+            let is_last = todo.is_empty();
+            let attr = match self.fs.lookup(cur, &name) {
+                Ok(a) => Some(a),
+                Err(Error::NotFound) if is_last => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(a) = attr.filter(|a| a.kind == Kind::Symlink && (follow || !is_last)) {
+                links += 1;
+                if links > SYMLOOP_MAX {
+                    return Err(Error::Loop);
+                }
+                let target = self.fs.readlink(a.ino)?;
+                if target.first() == Some(&b'/') {
+                    cur = ROOT;
+                }
+                let mut more = components(&target)?;
+                more.reverse();
+                todo.extend(more);
+                if todo.is_empty() {
+                    // A link to "/" (or to ".").
+                    last = Resolved {
+                        parent: cur,
+                        name: b".".to_vec(),
+                        attr: Some(self.fs.getattr(cur)?),
+                    };
+                }
+                continue;
+            }
+            if is_last {
+                last = Resolved {
+                    parent: cur,
+                    name,
+                    attr,
+                };
+            } else {
+                let a = attr.expect("only the last component may be missing");
+                if a.kind != Kind::Dir {
+                    return Err(Error::NotDir);
+                }
+                cur = a.ino;
+            }
+        }
+        Ok(last)
+    }
+
+    /// The parent directory and name of a path whose last component is made or removed.
+    fn parent_of(&self, path: &[u8]) -> Result<(u64, Vec<u8>)> {
+        let r = self.resolve(path, false)?;
+        if r.name == b"." || r.name == b".." {
+            return Err(Error::BadName("the last component is . or .."));
+        }
+        Ok((r.parent, r.name))
+    }
+
+    fn desc(&self, fd: Fd) -> Result<Arc<Desc>> {
+        self.fds
+            .lock()
+            .get(fd.0 as usize)
+            .and_then(Option::clone)
+            .ok_or(Error::BadFd(fd.0))
+    }
+
+    /// Run `remove`, which may remove directory `gone` (when it is one); if it succeeds, every
+    /// descriptor of that directory is marked removed (see [`Desc::removed`]).
+    fn removing_dir<T>(&self, gone: Option<Attr>, remove: impl FnOnce() -> Result<T>) -> Result<T> {
+        let out = remove()?;
+        if let Some(a) = gone.filter(|a| a.kind == Kind::Dir) {
+            for d in self.fds.lock().iter().flatten() {
+                if d.ino == a.ino && d.kind == Kind::Dir {
+                    *d.removed.lock() = Some(Attr {
+                        links: 0,
+                        size: 0,
+                        ..a
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// open(2): `mode` is used when the file is created.
+    pub fn open(&self, path: &[u8], flags: i32, mode: u32) -> Result<Fd> {
+        let f = OpenFlags::from_bits(flags)?;
+        if f.create && f.directory {
+            // As Linux since 6.4, whether or not the path exists.
+            return Err(Error::Invalid("O_CREAT with O_DIRECTORY"));
+        }
+        // O_CREAT|O_EXCL never follows a final link (it must create the name itself).
+        let follow = !(f.nofollow || (f.create && f.excl));
+        let r = self.resolve(path, follow)?;
+        let attr = match r.attr {
+            Some(_) if f.create && f.excl => return Err(Error::Exists),
+            Some(a) => a,
+            None if f.create => self.fs.create(r.parent, &r.name, mode & 0o7777)?,
+            None => return Err(Error::NotFound),
+        };
+        match attr.kind {
+            // Linux refuses O_CREAT on an existing directory too, whatever the access mode.
+            Kind::Dir if f.write || f.trunc || f.create => return Err(Error::IsDir),
+            Kind::Dir => {}
+            // O_DIRECTORY first: Linux answers ENOTDIR for a final link under O_NOFOLLOW too.
+            _ if f.directory => return Err(Error::NotDir),
+            Kind::Symlink => return Err(Error::Loop), // O_NOFOLLOW on a link
+            Kind::File => {}
+            _ => return Err(Error::NotSupported("opening a special file in place")),
+        }
+        if attr.kind == Kind::File {
+            self.fs.open(attr.ino)?;
+            if f.trunc && f.write && attr.size > 0 {
+                let cut = SetAttr {
+                    size: Some(0),
+                    ..SetAttr::default()
+                };
+                if let Err(e) = self.fs.setattr(attr.ino, &cut) {
+                    let _ = self.fs.release(attr.ino);
+                    return Err(e);
+                }
+            }
+        }
+        let d = Arc::new(Desc {
+            ino: attr.ino,
+            kind: attr.kind,
+            flags: f,
+            removed: Mutex::new(None),
+            off: Mutex::new(0),
+        });
+        let mut fds = self.fds.lock();
+        let slot = match fds.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if fds.len() < MAX_FDS => {
+                fds.push(None);
+                fds.len() - 1
+            }
+            None => {
+                drop(fds);
+                if attr.kind == Kind::File {
+                    let _ = self.fs.release(attr.ino);
+                }
+                return Err(Error::TooManyFds { max: MAX_FDS });
+            }
+        };
+        fds[slot] = Some(d);
+        Ok(Fd(slot as u32))
+    }
+
+    pub fn close(&self, fd: Fd) -> Result<()> {
+        let d = self
+            .fds
+            .lock()
+            .get_mut(fd.0 as usize)
+            .and_then(Option::take)
+            .ok_or(Error::BadFd(fd.0))?;
+        if d.kind == Kind::File {
+            self.fs.release(d.ino)?;
+        }
+        Ok(())
+    }
+
+    fn readable(&self, fd: Fd) -> Result<Arc<Desc>> {
+        let d = self.desc(fd)?;
+        match (d.kind, d.flags.read) {
+            (Kind::Dir, _) => Err(Error::IsDir),
+            (_, false) => Err(Error::BadFd(fd.0)),
+            _ => Ok(d),
+        }
+    }
+
+    fn writable(&self, fd: Fd) -> Result<Arc<Desc>> {
+        let d = self.desc(fd)?;
+        if !d.flags.write {
+            return Err(Error::BadFd(fd.0));
+        }
+        Ok(d)
+    }
+
+    /// pread(2): up to `buf.len()` bytes at `off`; 0 at or past the end.
+    pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
+        let d = self.readable(fd)?;
+        let data = self.fs.read(d.ino, off, buf.len())?;
+        buf[..data.len()].copy_from_slice(&data);
+        Ok(data.len())
+    }
+
+    /// read(2) at the descriptor's offset, which advances.
+    pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize> {
+        let d = self.readable(fd)?;
+        let mut off = d.off.lock();
+        let data = self.fs.read(d.ino, *off, buf.len())?;
+        buf[..data.len()].copy_from_slice(&data);
+        *off += data.len() as u64;
+        Ok(data.len())
+    }
+
+    /// Write at the end of the file, whatever other descriptors do; the new end.
+    fn append_write(&self, d: &Desc, data: &[u8]) -> Result<u64> {
+        let _g = self.append.lock();
+        let end = self.fs.getattr(d.ino)?.size;
+        let n = self.fs.write(d.ino, end, data)?;
+        Ok(end + n as u64)
+    }
+
+    /// pwrite(2). As on Linux, a descriptor opened with `O_APPEND` appends whatever `off` says.
+    pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize> {
+        let d = self.writable(fd)?;
+        if d.flags.append {
+            self.append_write(&d, data)?;
+            return Ok(data.len());
+        }
+        self.fs.write(d.ino, off, data)
+    }
+
+    /// write(2) at the descriptor's offset (or at the end with `O_APPEND`), which advances.
+    pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize> {
+        let d = self.writable(fd)?;
+        let mut off = d.off.lock();
+        if d.flags.append {
+            *off = self.append_write(&d, data)?;
+            return Ok(data.len());
+        }
+        let n = self.fs.write(d.ino, *off, data)?;
+        *off += n as u64;
+        Ok(n)
+    }
+
+    /// lseek(2); the new offset. Seeking past the end is allowed (a later write makes a hole).
+    pub fn lseek(&self, fd: Fd, delta: i64, whence: Whence) -> Result<u64> {
+        let d = self.desc(fd)?;
+        let mut off = d.off.lock();
+        let base = match whence {
+            Whence::Set => 0,
+            Whence::Cur => *off,
+            // A directory has no end to seek from (as tmpfs and ext4 answer).
+            Whence::End if d.kind == Kind::Dir => {
+                return Err(Error::Invalid("SEEK_END on a directory"))
+            }
+            Whence::End => self.fs.getattr(d.ino)?.size,
+        };
+        let new = base
+            .checked_add_signed(delta)
+            .ok_or(Error::Invalid("offset before the start of the file"))?;
+        *off = new;
+        Ok(new)
+    }
+
+    /// fsync(2) and fdatasync(2): every write was durable at return; this is a fence.
+    pub fn fsync(&self, fd: Fd) -> Result<()> {
+        let d = self.desc(fd)?;
+        if d.removed.lock().is_some() {
+            return Ok(());
+        }
+        self.fs.fsync(d.ino)
+    }
+
+    pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
+        let d = self.desc(fd)?;
+        if !d.flags.write || d.kind != Kind::File {
+            // Linux: EINVAL for a descriptor not open for writing (EBADF is for no descriptor).
+            return Err(Error::Invalid("the descriptor is not open for writing"));
+        }
+        self.fs
+            .setattr(
+                d.ino,
+                &SetAttr {
+                    size: Some(len),
+                    ..SetAttr::default()
+                },
+            )
+            .map(drop)
+    }
+
+    pub fn fstat(&self, fd: Fd) -> Result<Attr> {
+        let d = self.desc(fd)?;
+        if let Some(a) = *d.removed.lock() {
+            return Ok(a);
+        }
+        self.fs.getattr(d.ino)
+    }
+
+    fn existing(&self, path: &[u8], follow: bool) -> Result<Attr> {
+        self.resolve(path, follow)?.attr.ok_or(Error::NotFound)
+    }
+
+    /// stat(2): follows a final symbolic link.
+    pub fn stat(&self, path: &[u8]) -> Result<Attr> {
+        self.existing(path, true)
+    }
+
+    /// lstat(2): a final symbolic link itself.
+    pub fn lstat(&self, path: &[u8]) -> Result<Attr> {
+        self.existing(path, false)
+    }
+
+    pub fn mkdir(&self, path: &[u8], mode: u32) -> Result<Attr> {
+        let (p, n) = self.parent_of(path)?;
+        self.fs.mkdir(p, &n, mode & 0o7777)
+    }
+
+    pub fn rmdir(&self, path: &[u8]) -> Result<()> {
+        let (p, n) = self.parent_of(path)?;
+        let gone = self.fs.lookup(p, &n).ok();
+        self.removing_dir(gone, || self.fs.rmdir(p, &n))
+    }
+
+    pub fn unlink(&self, path: &[u8]) -> Result<()> {
+        let (p, n) = self.parent_of(path)?;
+        self.fs.unlink(p, &n)
+    }
+
+    /// rename(2) and renameat2(2)'s `RENAME_NOREPLACE` / `RENAME_EXCHANGE`.
+    pub fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> Result<()> {
+        let (p1, n1) = self.parent_of(from)?;
+        let (p2, n2) = self.parent_of(to)?;
+        self.fs.lookup(p1, &n1)?;
+        let target = self.fs.lookup(p2, &n2).ok();
+        // As Linux (before any type check): a target that is an ancestor of the source's
+        // directory is ENOTEMPTY (the FUSE mount gets this from the kernel's VFS).
+        if let Some(t) = target.filter(|t| t.kind == Kind::Dir) {
+            let mut cur = p1;
+            // Bounded: no chain of parents is longer than the inode table.
+            for _ in 0..=self.fs.statfs().inodes {
+                if cur == t.ino {
+                    return Err(Error::NotEmpty);
+                }
+                if cur == ROOT {
+                    break;
+                }
+                cur = self.fs.lookup(cur, b"..")?.ino;
+            }
+        }
+        // A directory renamed over another removes that one (EXCHANGE removes nothing).
+        let gone = match flags {
+            RenameFlags::Exchange => None,
+            _ => target,
+        };
+        self.removing_dir(gone, || self.fs.rename(p1, &n1, p2, &n2, flags))
+    }
+
+    /// link(2): a new name `new` for the file `old` (not followed if a symbolic link, as Linux).
+    pub fn link(&self, old: &[u8], new: &[u8]) -> Result<Attr> {
+        let a = self.existing(old, false)?;
+        let (p, n) = self.parent_of(new)?;
+        // Linux looks the new name up first: an existing one is EEXIST even for a directory.
+        if self.fs.lookup(p, &n).is_ok() {
+            return Err(Error::Exists);
+        }
+        self.fs.link(a.ino, p, &n)
+    }
+
+    pub fn symlink(&self, target: &[u8], path: &[u8]) -> Result<Attr> {
+        let (p, n) = self.parent_of(path)?;
+        self.fs.symlink(p, &n, target)
+    }
+
+    pub fn readlink(&self, path: &[u8]) -> Result<Vec<u8>> {
+        let a = self.existing(path, false)?;
+        if a.kind != Kind::Symlink {
+            return Err(Error::Invalid("not a symbolic link"));
+        }
+        self.fs.readlink(a.ino)
+    }
+
+    /// The entries of a directory, `.` and `..` first.
+    pub fn readdir(&self, path: &[u8]) -> Result<Vec<DirEntry>> {
+        let a = self.existing(path, true)?;
+        self.fs.readdir(a.ino)
+    }
+
+    pub fn chmod(&self, path: &[u8], mode: u32) -> Result<()> {
+        let a = self.existing(path, true)?;
+        let s = SetAttr {
+            mode: Some(mode & 0o7777),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    pub fn truncate(&self, path: &[u8], len: u64) -> Result<()> {
+        let a = self.existing(path, true)?;
+        if a.kind == Kind::Dir {
+            return Err(Error::IsDir);
+        }
+        let s = SetAttr {
+            size: Some(len),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    /// utimensat(2) with explicit times (nanoseconds since the epoch; `None`: unchanged).
+    pub fn utimens(&self, path: &[u8], atime: Option<u64>, mtime: Option<u64>) -> Result<()> {
+        let a = self.existing(path, true)?;
+        let s = SetAttr {
+            atime,
+            mtime,
+            ..SetAttr::default()
+        };
+        self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        self.fs.statfs()
+    }
+}
