@@ -229,7 +229,8 @@ fn on_kernel(root: &Path, fds: &mut [Option<i32>; 4], op: &Op) -> Out {
     let fd = |i: usize| fds[i].unwrap_or(9999);
     let num = |r: i64| if r < 0 { errno() } else { Out::Num(r as u64) };
     let unit = |r: i32| if r < 0 { errno() } else { Out::Ok };
-    // SAFETY (every call below): plain system calls on paths and buffers this function owns.
+    // SAFETY: plain system calls on paths and buffers this function owns, each valid for the
+    // length passed.
     unsafe {
         match op {
             Op::Open(p, f, i) => {
