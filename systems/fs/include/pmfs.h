@@ -1,0 +1,73 @@
+/* pmfs.h: PMFS (pmkit-fs) used in place by one process, no FUSE and no kernel on the data path.
+ *
+ * Link with -lpmkit_fs (libpmkit_fs.so, `cargo build -p pmkit-fs`). The calls mirror the POSIX
+ * calls of the same name: on failure they return -1 (pmfs_mount: NULL) and set errno;
+ * pmfs_errmsg() then says what failed, in words. Descriptors are the pool's own (small
+ * integers), not kernel descriptors: pass them only to pmfs_* calls.
+ *
+ * Guarantees (docs/fs.md): every call that changes metadata is atomic and durable when it
+ * returns; data written by pmfs_write/pmfs_pwrite is durable when they return, so pmfs_fsync is
+ * a fence. Paths are taken from the pool's root ("/a/b" and "a/b" are the same file); there is
+ * no current directory and no permission check: the process owns the pool.
+ *
+ * One process holds a pool at a time (a lock on the file): a second pmfs_mount, here or in
+ * another process, or `pmkit fs mount` of the same pool, fails with EBUSY.
+ * PMFS_PROTECT=auto|none|kernel|pkey|pt in the environment picks how the pool is protected
+ * from stray stores (default auto: protection keys where the CPU has them, else read-only
+ * mapping with writes through the kernel).
+ *
+ * Every call is thread-safe.
+ */
+#ifndef PMKIT_PMFS_H
+#define PMKIT_PMFS_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct PmfsHandle pmfs_t;
+
+/* The calling thread's last error message (valid until its next failing call). */
+const char *pmfs_errmsg(void);
+
+/* Make a file system on the file `path`, created with `size` bytes if missing.
+ * inodes: 0 for the default (4096). */
+int pmfs_mkfs(const char *path, uint64_t size, uint32_t inodes);
+/* Mount (recovering after a crash, always); NULL and errno on failure. */
+pmfs_t *pmfs_mount(const char *path);
+/* Close every descriptor, unmount (marks the pool clean), free `fs`. */
+int pmfs_unmount(pmfs_t *fs);
+
+/* flags: O_RDONLY, O_WRONLY, O_RDWR with O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_DIRECTORY,
+ * O_NOFOLLOW; others (O_CLOEXEC, O_SYNC, O_DIRECT, ...) change nothing. */
+int pmfs_open(pmfs_t *fs, const char *path, int flags, unsigned mode);
+int pmfs_close(pmfs_t *fs, int fd);
+ssize_t pmfs_read(pmfs_t *fs, int fd, void *buf, size_t n);
+ssize_t pmfs_write(pmfs_t *fs, int fd, const void *buf, size_t n);
+ssize_t pmfs_pread(pmfs_t *fs, int fd, void *buf, size_t n, off_t off);
+ssize_t pmfs_pwrite(pmfs_t *fs, int fd, const void *buf, size_t n, off_t off);
+off_t pmfs_lseek(pmfs_t *fs, int fd, off_t off, int whence);
+int pmfs_fsync(pmfs_t *fs, int fd);
+int pmfs_ftruncate(pmfs_t *fs, int fd, off_t len);
+int pmfs_fstat(pmfs_t *fs, int fd, struct stat *st);
+
+int pmfs_stat(pmfs_t *fs, const char *path, struct stat *st);
+int pmfs_lstat(pmfs_t *fs, const char *path, struct stat *st);
+int pmfs_mkdir(pmfs_t *fs, const char *path, unsigned mode);
+int pmfs_rmdir(pmfs_t *fs, const char *path);
+int pmfs_unlink(pmfs_t *fs, const char *path);
+int pmfs_rename(pmfs_t *fs, const char *from, const char *to);
+int pmfs_link(pmfs_t *fs, const char *old_path, const char *new_path);
+int pmfs_symlink(pmfs_t *fs, const char *target, const char *path);
+ssize_t pmfs_readlink(pmfs_t *fs, const char *path, char *buf, size_t n);
+int pmfs_truncate(pmfs_t *fs, const char *path, off_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,562 @@
+//! The C ABI (`include/pmfs.h`): a PMFS pool used in place by one process through POSIX-shaped
+//! calls (`pmfs_open`, `pmfs_pwrite`, `pmfs_stat`, ...) over [`Posix`]. Calls answer as the
+//! system calls they mirror: -1 (or NULL) with `errno` set, and a message for `pmfs_errmsg()`.
+//! A bad descriptor is EBADF, never undefined behaviour; panics are caught at the boundary
+//! (EIO, "internal error").
+//!
+//! The process holds the pool exclusively (`flock`, as `pmkit fs mount` does): a second
+//! `pmfs_mount` of it, here or in another process, or a FUSE mount, gets EBUSY.
+
+use crate::posix::{Fd, Posix, Whence};
+use crate::{Attr, Error, Fs, Kind, MkfsOptions, MountOptions, Protect, RenameFlags};
+use pmkit_media::{Region, RegionOptions};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Opaque to C: a mounted pool.
+pub struct PmfsHandle {
+    fs: Posix<Region>,
+}
+
+thread_local! {
+    static LAST: RefCell<CString> = RefCell::new(CString::default());
+}
+
+type Failure = (c_int, String);
+
+fn fail(e: Error) -> Failure {
+    (e.errno(), e.to_string())
+}
+
+fn inval(msg: &str) -> Failure {
+    (libc::EINVAL, msg.to_string())
+}
+
+/// Run `f` at the boundary: `Ok(v)` gives `v`; an error sets errno and the message and gives
+/// `err`; a panic is EIO.
+fn guard<T>(err: T, f: impl FnOnce() -> Result<T, Failure>) -> T {
+    let (code, msg) = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => return v,
+        Ok(Err(e)) => e,
+        Err(_) => (
+            libc::EIO,
+            "internal error (a bug in pmkit-fs: it panicked)".to_string(),
+        ),
+    };
+    let c = CString::new(msg.replace('\0', " ")).expect("NULs replaced");
+    LAST.with(|l| *l.borrow_mut() = c);
+    // SAFETY: errno is the calling thread's own variable.
+    unsafe { *libc::__errno_location() = code };
+    err
+}
+
+/// # Safety
+/// `s` must be NULL or a NUL-terminated string.
+unsafe fn cstr<'a>(s: *const c_char, what: &str) -> Result<&'a [u8], Failure> {
+    if s.is_null() {
+        return Err((libc::EFAULT, format!("{what} is NULL")));
+    }
+    // SAFETY: `s` is not NULL (checked) and NUL-terminated (the caller's contract).
+    Ok(unsafe { CStr::from_ptr(s) }.to_bytes())
+}
+
+/// # Safety
+/// `p` must be NULL or a handle from `pmfs_mount` not yet unmounted.
+unsafe fn handle<'a>(p: *mut PmfsHandle) -> Result<&'a Posix<Region>, Failure> {
+    if p.is_null() {
+        return Err(inval("the file system handle is NULL"));
+    }
+    // SAFETY: not NULL (checked) and mounted (the caller's contract) until `pmfs_unmount`.
+    Ok(unsafe { &(*p).fs })
+}
+
+fn fd(n: c_int) -> Result<Fd, Failure> {
+    u32::try_from(n)
+        .map(Fd)
+        .map_err(|_| fail(Error::BadFd(u32::MAX)))
+}
+
+/// The message of the calling thread's last error (valid until its next failing call).
+#[no_mangle]
+pub extern "C" fn pmfs_errmsg() -> *const c_char {
+    LAST.with(|l| l.borrow().as_ptr())
+}
+
+/// Make a file system on the file `path` (created with `size` bytes if missing; an existing
+/// file keeps its size). `inodes` 0 takes the default.
+///
+/// # Safety
+/// `path` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_mkfs(path: *const c_char, size: u64, inodes: u32) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let p = path_of(unsafe { cstr(path, "path") }?);
+        let opts = RegionOptions::default();
+        let region = if p.exists() {
+            Region::open(p, &opts)
+        } else {
+            Region::create(p, size, &opts)
+        }
+        .map_err(|e| (libc::EIO, format!("{}: {e}", p.display())))?;
+        let mut o = MkfsOptions::default();
+        if inodes > 0 {
+            o.inodes = inodes;
+        }
+        Fs::mkfs(&region, &o).map_err(fail)?;
+        Ok(0)
+    })
+}
+
+/// A path from C bytes (paths are bytes on Unix).
+fn path_of(b: &[u8]) -> &std::path::Path {
+    std::path::Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b))
+}
+
+/// Mount the pool at `path` for this process: NULL and errno on failure (EBUSY: in use by
+/// another process or mount). `PMFS_PROTECT=auto|none|kernel|pkey|pt` picks the protection
+/// (default auto: see docs/fs.md, Protection).
+///
+/// # Safety
+/// `path` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_mount(path: *const c_char) -> *mut PmfsHandle {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the caller's contract.
+        let p = path_of(unsafe { cstr(path, "path") }?);
+        let protect = match std::env::var("PMFS_PROTECT") {
+            Ok(v) if !v.is_empty() => v
+                .parse::<Protect>()
+                .map_err(|e| inval(&format!("PMFS_PROTECT: {e}")))?,
+            _ => Protect::Auto,
+        };
+        let region = Region::open(p, &RegionOptions::default())
+            .map_err(|e| (libc::EIO, format!("{}: {e}", p.display())))?;
+        match region.try_lock(true) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err((
+                    libc::EBUSY,
+                    format!(
+                        "{}: in use by another process or a `pmkit fs mount`",
+                        p.display()
+                    ),
+                ))
+            }
+            Err(e) => return Err((libc::EIO, format!("{}: {e}", p.display()))),
+        }
+        let o = MountOptions {
+            protect,
+            ..MountOptions::default()
+        };
+        let (fs, _) = Fs::mount(region, &o).map_err(fail)?;
+        Ok(Box::into_raw(Box::new(PmfsHandle { fs: Posix::new(fs) })))
+    })
+}
+
+/// Close every descriptor, unmount (the pool is marked clean) and free the handle.
+///
+/// # Safety
+/// `fs` must be NULL or a handle from `pmfs_mount`, not used again after this call.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_unmount(fs: *mut PmfsHandle) -> c_int {
+    guard(-1, || {
+        if fs.is_null() {
+            return Err(inval("the file system handle is NULL"));
+        }
+        // SAFETY: a handle from `pmfs_mount` (the caller's contract), given back once.
+        let h = unsafe { Box::from_raw(fs) };
+        drop(h.fs.unmount());
+        Ok(0)
+    })
+}
+
+/// open(2) on the pool: a descriptor of this pool (not a kernel one), or -1.
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_open(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    flags: c_int,
+    mode: u32,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
+        let f = h.open(p, flags, mode).map_err(fail)?;
+        Ok(f.0 as c_int)
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_close(fs: *mut PmfsHandle, d: c_int) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        unsafe { handle(fs) }?.close(fd(d)?).map_err(fail)?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `buf` must be NULL with `n` 0, or valid for `n` bytes, owned by the caller (never PM).
+#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
+unsafe fn out_buf<'a>(buf: *mut c_void, n: usize) -> Result<&'a mut [u8], Failure> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if buf.is_null() {
+        return Err((libc::EFAULT, "buf is NULL".into()));
+    }
+    // SAFETY: not NULL (checked), valid for `n` bytes of writes and not used by anyone else
+    // during the call (the caller's contract).
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) })
+}
+
+/// # Safety
+/// As [`out_buf`], for reads.
+#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
+unsafe fn in_buf<'a>(buf: *const c_void, n: usize) -> Result<&'a [u8], Failure> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if buf.is_null() {
+        return Err((libc::EFAULT, "buf is NULL".into()));
+    }
+    // SAFETY: not NULL (checked), valid for `n` bytes of reads and not written during the
+    // call (the caller's contract).
+    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) })
+}
+
+/// # Safety
+/// `fs` a mounted handle; `buf` valid for `n` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_read(
+    fs: *mut PmfsHandle,
+    d: c_int,
+    buf: *mut c_void,
+    n: usize,
+) -> isize {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, b) = unsafe { (handle(fs)?, out_buf(buf, n)?) };
+        Ok(h.read(fd(d)?, b).map_err(fail)? as isize)
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle; `buf` valid for `n` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_pread(
+    fs: *mut PmfsHandle,
+    d: c_int,
+    buf: *mut c_void,
+    n: usize,
+    off: i64,
+) -> isize {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, b) = unsafe { (handle(fs)?, out_buf(buf, n)?) };
+        let off = u64::try_from(off).map_err(|_| inval("negative offset"))?;
+        Ok(h.pread(fd(d)?, b, off).map_err(fail)? as isize)
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle; `buf` valid for `n` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_write(
+    fs: *mut PmfsHandle,
+    d: c_int,
+    buf: *const c_void,
+    n: usize,
+) -> isize {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, b) = unsafe { (handle(fs)?, in_buf(buf, n)?) };
+        Ok(h.write(fd(d)?, b).map_err(fail)? as isize)
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle; `buf` valid for `n` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_pwrite(
+    fs: *mut PmfsHandle,
+    d: c_int,
+    buf: *const c_void,
+    n: usize,
+    off: i64,
+) -> isize {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, b) = unsafe { (handle(fs)?, in_buf(buf, n)?) };
+        let off = u64::try_from(off).map_err(|_| inval("negative offset"))?;
+        Ok(h.pwrite(fd(d)?, b, off).map_err(fail)? as isize)
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_lseek(fs: *mut PmfsHandle, d: c_int, off: i64, whence: c_int) -> i64 {
+    guard(-1, || {
+        let w = match whence {
+            libc::SEEK_SET => Whence::Set,
+            libc::SEEK_CUR => Whence::Cur,
+            libc::SEEK_END => Whence::End,
+            _ => return Err(inval("whence is not SEEK_SET, SEEK_CUR or SEEK_END")),
+        };
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(fs) }?;
+        Ok(h.lseek(fd(d)?, off, w).map_err(fail)? as i64)
+    })
+}
+
+/// fsync(2) and fdatasync(2): writes are durable when they return; this is a fence.
+///
+/// # Safety
+/// `fs` a mounted handle.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_fsync(fs: *mut PmfsHandle, d: c_int) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        unsafe { handle(fs) }?.fsync(fd(d)?).map_err(fail)?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_ftruncate(fs: *mut PmfsHandle, d: c_int, len: i64) -> c_int {
+    guard(-1, || {
+        let len = u64::try_from(len).map_err(|_| inval("negative length"))?;
+        // SAFETY: the caller's contract.
+        unsafe { handle(fs) }?
+            .ftruncate(fd(d)?, len)
+            .map_err(fail)?;
+        Ok(0)
+    })
+}
+
+fn fill_stat(a: &Attr, st: &mut libc::stat) {
+    let fmt = match a.kind {
+        Kind::Dir => libc::S_IFDIR,
+        Kind::Symlink => libc::S_IFLNK,
+        Kind::Fifo => libc::S_IFIFO,
+        Kind::Socket => libc::S_IFSOCK,
+        Kind::CharDev => libc::S_IFCHR,
+        Kind::BlockDev => libc::S_IFBLK,
+        Kind::File | Kind::Free => libc::S_IFREG,
+    };
+    let secs = |ns: u64| ((ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as i64);
+    st.st_ino = a.ino;
+    st.st_mode = fmt | (a.mode & 0o7777);
+    st.st_nlink = a.links as u64;
+    st.st_uid = a.uid;
+    st.st_gid = a.gid;
+    st.st_rdev = a.rdev as u64;
+    st.st_size = a.size as i64;
+    st.st_blksize = 4096;
+    st.st_blocks = (a.blocks * 8) as i64;
+    (st.st_atime, st.st_atime_nsec) = secs(a.atime);
+    (st.st_mtime, st.st_mtime_nsec) = secs(a.mtime);
+    (st.st_ctime, st.st_ctime_nsec) = secs(a.ctime);
+}
+
+/// # Safety
+/// `st` must be NULL or valid for writing one `struct stat`.
+unsafe fn stat_out(a: Attr, st: *mut libc::stat) -> Result<c_int, Failure> {
+    if st.is_null() {
+        return Err((libc::EFAULT, "st is NULL".into()));
+    }
+    // SAFETY: not NULL (checked) and valid for one write (the caller's contract); zeroed
+    // first so fields PMFS has no value for (st_dev) are 0.
+    unsafe {
+        st.write(std::mem::zeroed());
+        fill_stat(&a, &mut *st);
+    }
+    Ok(0)
+}
+
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string; `st` valid for one `struct stat`.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_stat(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    st: *mut libc::stat,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
+        let a = h.stat(p).map_err(fail)?;
+        // SAFETY: the caller's contract.
+        unsafe { stat_out(a, st) }
+    })
+}
+
+/// # Safety
+/// As [`pmfs_stat`].
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_lstat(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    st: *mut libc::stat,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
+        let a = h.lstat(p).map_err(fail)?;
+        // SAFETY: the caller's contract.
+        unsafe { stat_out(a, st) }
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle; `st` valid for one `struct stat`.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_fstat(fs: *mut PmfsHandle, d: c_int, st: *mut libc::stat) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let a = unsafe { handle(fs) }?.fstat(fd(d)?).map_err(fail)?;
+        // SAFETY: the caller's contract.
+        unsafe { stat_out(a, st) }
+    })
+}
+
+/// One path argument, one call of `Posix`.
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+unsafe fn on_path(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    f: impl FnOnce(&Posix<Region>, &[u8]) -> crate::Result<()>,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
+        f(h, p).map_err(fail)?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_mkdir(fs: *mut PmfsHandle, path: *const c_char, mode: u32) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { on_path(fs, path, |h, p| h.mkdir(p, mode).map(drop)) }
+}
+
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_rmdir(fs: *mut PmfsHandle, path: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { on_path(fs, path, |h, p| h.rmdir(p)) }
+}
+
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_unlink(fs: *mut PmfsHandle, path: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { on_path(fs, path, |h, p| h.unlink(p)) }
+}
+
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_truncate(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    len: i64,
+) -> c_int {
+    let Ok(len) = u64::try_from(len) else {
+        return guard(-1, || Err(inval("negative length")));
+    };
+    // SAFETY: the caller's contract.
+    unsafe { on_path(fs, path, |h, p| h.truncate(p, len)) }
+}
+
+/// Two path arguments, one call of `Posix`.
+///
+/// # Safety
+/// `fs` a mounted handle; `a` and `b` NUL-terminated strings.
+unsafe fn on_paths(
+    fs: *mut PmfsHandle,
+    a: *const c_char,
+    b: *const c_char,
+    f: impl FnOnce(&Posix<Region>, &[u8], &[u8]) -> crate::Result<()>,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, a, b) = unsafe { (handle(fs)?, cstr(a, "path")?, cstr(b, "path")?) };
+        f(h, a, b).map_err(fail)?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle; `from` and `to` NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_rename(
+    fs: *mut PmfsHandle,
+    from: *const c_char,
+    to: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { on_paths(fs, from, to, |h, a, b| h.rename(a, b, RenameFlags::Replace)) }
+}
+
+/// # Safety
+/// `fs` a mounted handle; `old` and `new` NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_link(
+    fs: *mut PmfsHandle,
+    old: *const c_char,
+    new: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { on_paths(fs, old, new, |h, a, b| h.link(a, b).map(drop)) }
+}
+
+/// # Safety
+/// `fs` a mounted handle; `target` and `path` NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_symlink(
+    fs: *mut PmfsHandle,
+    target: *const c_char,
+    path: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { on_paths(fs, target, path, |h, t, p| h.symlink(t, p).map(drop)) }
+}
+
+/// readlink(2): the target's bytes (not NUL-terminated, cut at `n`), their count, or -1.
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string; `buf` valid for `n` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_readlink(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    buf: *mut c_char,
+    n: usize,
+) -> isize {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p, b) = unsafe { (handle(fs)?, cstr(path, "path")?, out_buf(buf.cast(), n)?) };
+        let t = h.readlink(p).map_err(fail)?;
+        let k = t.len().min(b.len());
+        b[..k].copy_from_slice(&t[..k]);
+        Ok(k as isize)
+    })
+}
