@@ -1,7 +1,9 @@
 //! PM speed emulation on DRAM, as PMBD did it: slow a copy down by a factor of the cycles it
 //! took (`rdsx`/`wrsx`), enforce a minimum latency per request (`rdlat`/`wrlat`), and cap
-//! bandwidth with a token bucket (`rdbw`/`wrbw`). Off by default; on, it applies to every layer
-//! that routes its copies through [`Emulator::read`] / [`Emulator::write`].
+//! bandwidth with a token bucket (`rdbw`/`wrbw`), and make every ordering fence cost at least
+//! `barrier` nanoseconds (PMFS's Fig. 15c: what a slower persistence barrier does to a file
+//! system). Off by default; on, it applies to every layer that routes its copies through
+//! [`Emulator::read`] / [`Emulator::write`] and its fences through [`Emulator::barrier`].
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +22,8 @@ pub struct EmulationSpec {
     /// Bandwidth caps in MB/s (0 = none).
     pub rdbw_mbs: u64,
     pub wrbw_mbs: u64,
+    /// Nanoseconds each persistence barrier (fence) takes at least, beyond its own cost.
+    pub barrier_ns: u64,
 }
 
 impl Default for EmulationSpec {
@@ -31,6 +35,7 @@ impl Default for EmulationSpec {
             wrlat_ns: 0,
             rdbw_mbs: 0,
             wrbw_mbs: 0,
+            barrier_ns: 0,
         }
     }
 }
@@ -43,7 +48,8 @@ impl EmulationSpec {
 
 impl std::str::FromStr for EmulationSpec {
     type Err = String;
-    /// `rdsx=2,wrsx=10,rdlat=300,wrlat=1000,rdbw=4000,wrbw=1000` (any subset; `off` for none).
+    /// `rdsx=2,wrsx=10,rdlat=300,wrlat=1000,rdbw=4000,wrbw=1000,barrier=500` (any subset;
+    /// `off` for none).
     fn from_str(s: &str) -> Result<Self, String> {
         let mut e = EmulationSpec::default();
         if s == "off" || s.is_empty() {
@@ -67,14 +73,33 @@ impl std::str::FromStr for EmulationSpec {
                 "wrlat" => e.wrlat_ns = n,
                 "rdbw" => e.rdbw_mbs = n,
                 "wrbw" => e.wrbw_mbs = n,
+                "barrier" if n > MAX_BARRIER_NS => {
+                    return Err(format!("barrier must be at most {MAX_BARRIER_NS} ns"))
+                }
+                "barrier" => e.barrier_ns = n,
                 other => {
                     return Err(format!(
-                        "unknown emulation key {other:?} (rdsx, wrsx, rdlat, wrlat, rdbw, wrbw)"
+                        "unknown emulation key {other:?} (rdsx, wrsx, rdlat, wrlat, rdbw, wrbw, barrier)"
                     ))
                 }
             }
         }
         Ok(e)
+    }
+}
+
+/// The longest barrier emulated (1 ms): beyond it a fence is a sleep, not a barrier.
+pub const MAX_BARRIER_NS: u64 = 1_000_000;
+
+/// Spin `ns` nanoseconds after a fence (the emulated barrier latency; 0: nothing).
+#[inline]
+pub fn barrier_delay(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let t = Instant::now();
+    while (t.elapsed().as_nanos() as u64) < ns {
+        std::hint::spin_loop();
     }
 }
 
@@ -164,6 +189,12 @@ impl Emulator {
         )
     }
 
+    /// After a persistence fence: wait the emulated barrier latency (`barrier`).
+    #[inline]
+    pub fn barrier(&self) {
+        barrier_delay(self.spec.barrier_ns);
+    }
+
     fn run<R>(
         &self,
         bytes: usize,
@@ -236,6 +267,20 @@ mod tests {
         assert!("rdsx=0".parse::<EmulationSpec>().is_err());
         assert!("bogus=1".parse::<EmulationSpec>().is_err());
         assert!("off".parse::<EmulationSpec>().unwrap().is_off());
+        let b: EmulationSpec = "barrier=700".parse().unwrap();
+        assert_eq!(b.barrier_ns, 700);
+        assert!(!b.is_off());
+        assert!("barrier=2000000".parse::<EmulationSpec>().is_err());
+    }
+
+    #[test]
+    fn a_barrier_takes_at_least_its_latency() {
+        let e = Emulator::new("barrier=50000".parse().unwrap());
+        let t = Instant::now();
+        for _ in 0..10 {
+            e.barrier();
+        }
+        assert!(t.elapsed().as_nanos() >= 500_000, "10 barriers of 50 µs");
     }
 
     #[test]

@@ -45,7 +45,8 @@ pub struct EngineArgs {
     /// Read every write back and compare
     #[arg(long)]
     pub write_verify: bool,
-    /// PM speed emulation: rdsx=N,wrsx=N,rdlat=NS,wrlat=NS,rdbw=MBS,wrbw=MBS (any subset)
+    /// PM speed emulation: rdsx=N,wrsx=N,rdlat=NS,wrlat=NS,rdbw=MBS,wrbw=MBS,barrier=NS (any
+    /// subset; barrier: every persistence fence takes at least NS more)
     #[arg(long, value_name = "SPEC")]
     pub emulate: Option<EmulationSpec>,
     /// Largest request accepted (K, M suffixes)

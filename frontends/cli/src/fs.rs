@@ -57,6 +57,10 @@ enum Cmd {
         /// journaled, fences, transactions and bytes stored.
         #[arg(long, value_name = "FILE")]
         stats: Option<PathBuf>,
+        /// Emulate a slower persistence barrier: every fence takes at least N more
+        /// nanoseconds (0-1000000).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        barrier_ns: u64,
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
@@ -174,7 +178,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
             protect,
             atomic,
             stats,
-        } => crate::fs_mount::mount(&pool, &dir, threads, protect, atomic, stats.as_deref())?,
+            barrier_ns,
+        } => crate::fs_mount::mount(
+            &pool,
+            &dir,
+            &crate::fs_mount::Opts {
+                threads,
+                protect,
+                atomic,
+                stats: stats.as_deref(),
+                barrier_ns,
+            },
+        )?,
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
         Cmd::Check { pool, json } => {
             let region = open_ro(&pool)?;

@@ -13,21 +13,25 @@ use std::time::Duration;
 /// The line `mount` prints on stdout once the file system is mounted and served.
 pub const READY: &str = "ready: serving";
 
-pub fn mount(
-    pool: &Path,
-    dir: &Path,
-    threads: usize,
-    protect: Protect,
-    atomic: bool,
-    stats: Option<&Path>,
-) -> Result<()> {
+/// What `pmkit fs mount` was asked for.
+pub struct Opts<'a> {
+    pub threads: usize,
+    pub protect: Protect,
+    pub atomic: bool,
+    pub stats: Option<&'a Path>,
+    pub barrier_ns: u64,
+}
+
+pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
+    let (threads, stats) = (a.threads, a.stats);
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
     pmfs_mount::block_signals();
     let o = MountOptions {
         threads,
-        protect,
-        data: if atomic {
+        protect: a.protect,
+        barrier_ns: a.barrier_ns,
+        data: if a.atomic {
             DataMode::Atomic
         } else {
             DataMode::InPlace

@@ -36,6 +36,8 @@ pub struct MountOptions {
     pub threads: usize,
     pub protect: Protect,
     pub data: DataMode,
+    /// Emulated barrier latency (see `pmkit_fs::MountOptions::barrier_ns`).
+    pub barrier_ns: u64,
 }
 
 impl Default for MountOptions {
@@ -44,6 +46,7 @@ impl Default for MountOptions {
             threads: 4,
             protect: Protect::Auto,
             data: DataMode::InPlace,
+            barrier_ns: 0,
         }
     }
 }
@@ -217,6 +220,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     let mo = pmkit_fs::MountOptions {
         data: o.data,
         protect: o.protect,
+        barrier_ns: o.barrier_ns,
         ..Default::default()
     };
     let (fs, recovery) = Fs::mount(region, &mo)?;

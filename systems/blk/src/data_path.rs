@@ -82,6 +82,7 @@ impl<M: Media> DataPath<M> {
                         p.write(v, moff, src);
                     }
                     p.fence(v);
+                    self.emu.barrier();
                     if fua && deferred {
                         p.persist_now(v, moff, len)
                     } else {
@@ -142,6 +143,7 @@ impl<M: Media> DataPath<M> {
     pub(crate) fn barrier(&self) -> Result<()> {
         self.gate
             .barrier(&self.media, |v| self.persister.barrier(v))??;
+        self.emu.barrier();
         Ok(())
     }
 

@@ -14,7 +14,8 @@
  * another process, or `pmkit fs mount` of the same pool, fails with EBUSY.
  * PMFS_PROTECT=auto|none|kernel|pkey|pt in the environment picks how the pool is protected
  * from stray stores (default auto: protection keys where the CPU has them, else read-only
- * mapping with writes through the kernel).
+ * mapping with writes through the kernel). PMFS_BARRIER_NS=N emulates a slower persistence
+ * barrier: every fence takes at least N more nanoseconds.
  *
  * Every call is thread-safe.
  */

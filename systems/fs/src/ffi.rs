@@ -116,7 +116,8 @@ fn path_of(b: &[u8]) -> &std::path::Path {
 
 /// Mount the pool at `path` for this process: NULL and errno on failure (EBUSY: in use by
 /// another process or mount). `PMFS_PROTECT=auto|none|kernel|pkey|pt` picks the protection
-/// (default auto: see docs/fs.md, Protection).
+/// (default auto: see docs/fs.md, Protection); `PMFS_BARRIER_NS=N` emulates a slower
+/// persistence barrier (every fence at least N ns more).
 ///
 /// # Safety
 /// `path` must be a NUL-terminated string.
@@ -146,8 +147,15 @@ pub unsafe extern "C" fn pmfs_mount(path: *const c_char) -> *mut PmfsHandle {
             }
             Err(e) => return Err((libc::EIO, format!("{}: {e}", p.display()))),
         }
+        let barrier_ns = match std::env::var("PMFS_BARRIER_NS") {
+            Ok(v) if !v.is_empty() => v
+                .parse::<u64>()
+                .map_err(|_| inval("PMFS_BARRIER_NS is not a number of nanoseconds"))?,
+            _ => 0,
+        };
         let o = MountOptions {
             protect,
+            barrier_ns,
             ..MountOptions::default()
         };
         let (fs, _) = Fs::mount(region, &o).map_err(fail)?;

@@ -107,6 +107,9 @@ pub struct MountOptions {
     pub data: DataMode,
     /// How PM is protected from stray stores (see `docs/fs.md`, Protection).
     pub protect: Protect,
+    /// Emulated persistence-barrier latency: every fence takes at least this many more
+    /// nanoseconds (PMFS's Fig. 15c; at most `pmkit_media::emulate::MAX_BARRIER_NS`).
+    pub barrier_ns: u64,
     #[doc(hidden)]
     pub faults: Faults,
 }

@@ -94,9 +94,12 @@ impl<M: Media> Fs<M> {
 
     /// Mount: recover the journal, walk the tree, finish the orphans. Refuses corrupt media.
     pub fn mount(media: M, opts: &MountOptions) -> Result<(Fs<M>, Recovery)> {
+        if opts.barrier_ns > pmkit_media::emulate::MAX_BARRIER_NS {
+            return Err(Error::Invalid("barrier_ns is over 1 ms"));
+        }
         let (sb, repaired) = pick_sb(&media)?;
         let geo = sb.geo;
-        let pm = Pm::protected(media, opts.faults, opts.protect)?;
+        let pm = Pm::protected(media, opts.faults, opts.protect)?.with_barrier_ns(opts.barrier_ns);
         let (gens, replay) =
             journal::recover(&pm, &geo).map_err(|p| Error::Corrupt(p.join("\n")))?;
         let w = walk::walk(&pm, &geo);

@@ -87,6 +87,8 @@ pub struct Pm<M> {
     journal_bytes: AtomicU64,
     transactions: AtomicU64,
     bytes_written: AtomicU64,
+    /// Emulated persistence-barrier latency added to every fence (0: none).
+    barrier_ns: u64,
 }
 
 impl<M: Media> Pm<M> {
@@ -119,7 +121,14 @@ impl<M: Media> Pm<M> {
             journal_bytes: AtomicU64::new(0),
             transactions: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
+            barrier_ns: 0,
         }
+    }
+
+    /// Make every fence take at least `ns` more nanoseconds (emulating a slower barrier).
+    pub fn with_barrier_ns(mut self, ns: u64) -> Pm<M> {
+        self.barrier_ns = ns;
+        self
     }
     pub fn media(&self) -> &M {
         &self.m
@@ -262,6 +271,7 @@ impl<M: Media> Pm<M> {
             ..Counters::default()
         });
         self.m.fence(Fence::Sfence);
+        pmkit_media::emulate::barrier_delay(self.barrier_ns);
     }
     /// An atomic 8-byte store (8-aligned), not flushed. In `kernel` mode a `pwrite` of the 8
     /// aligned bytes: on DAX the kernel copies them with one 8-byte non-temporal store.
