@@ -7,6 +7,7 @@
 mod atomic;
 mod attach;
 mod figures;
+mod fs;
 mod host;
 mod kernel_path;
 mod nbd;
@@ -70,6 +71,12 @@ enum Cmd {
     ///
     /// Rounds: 3. --quick: a 64 MiB file, short runs, one round.
     KernelPath(kernel_path::Args),
+    /// PMFS over FUSE (`pmkit fs mount`, each kernel cache mode) against ext4 on `pmkit attach`,
+    /// ext4 on a /dev/shm loop device and tmpfs: 4 KiB append + fsync, create, stat, open+read,
+    /// rename, unlink with 1 and 2 threads; then bytes written per metadata operation.
+    ///
+    /// Needs root, /dev/fuse, e2fsprogs. Rounds: 3. --quick: small counts, one round.
+    Fs(fs::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -83,5 +90,6 @@ fn main() -> std::process::ExitCode {
         Cmd::Pmo(a) => pmo::run(a),
         Cmd::Atomic(a) => atomic::run(a),
         Cmd::KernelPath(a) => kernel_path::run(a),
+        Cmd::Fs(a) => fs::run(a),
     })
 }

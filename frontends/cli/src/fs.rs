@@ -51,6 +51,11 @@ enum Cmd {
         /// Make every write all-or-nothing (copy-on-write), not in place.
         #[arg(long)]
         atomic: bool,
+        /// What the kernel may cache: none, short (attributes and names 1 s) or long
+        /// (attributes, names and missing names 1 h, pages kept across opens). Never a
+        /// writeback cache: a returned write is on PM. See docs/fs.md.
+        #[arg(long, default_value_t = pmkit_fuse::pmfs_cache::CacheMode::default())]
+        cache: pmkit_fuse::pmfs_cache::CacheMode,
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
@@ -167,7 +172,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             threads,
             protect,
             atomic,
-        } => crate::fs_mount::mount(&pool, &dir, threads, protect, atomic)?,
+            cache,
+        } => crate::fs_mount::mount(&pool, &dir, threads, protect, atomic, cache)?,
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
         Cmd::Check { pool, json } => {
             let region = open_ro(&pool)?;

@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use pmkit_fs::{DataMode, Protect};
+use pmkit_fuse::pmfs_cache::CacheMode;
 use pmkit_fuse::pmfs_mount::{self, MountOptions};
 use std::io::Write;
 use std::path::Path;
@@ -16,6 +17,7 @@ pub fn mount(
     threads: usize,
     protect: Protect,
     atomic: bool,
+    cache: CacheMode,
 ) -> Result<()> {
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
@@ -28,6 +30,7 @@ pub fn mount(
         } else {
             DataMode::InPlace
         },
+        cache,
     };
     let served = pmfs_mount::mount(pool, dir, &o)?;
     for n in &served.notes {
@@ -55,7 +58,7 @@ pub fn mount(
         served.protection.0, served.protection.1
     );
     println!(
-        "{READY} {} on {} with {threads} threads; stop with `pmkit fs umount {}` or SIGTERM",
+        "{READY} {} on {} with {threads} threads, cache {cache}; stop with `pmkit fs umount {}` or SIGTERM",
         pool.display(),
         served.dir.display(),
         served.dir.display()

@@ -4,6 +4,7 @@
 //! gives ENOTCONN) is detached before mounting again.
 
 use crate::pmfs::PmFs;
+use crate::pmfs_cache::CacheMode;
 use pmkit_fs::{DataMode, Fs, Protect, Recovery};
 use pmkit_media::{Region, RegionOptions};
 use std::os::unix::ffi::OsStrExt;
@@ -35,6 +36,8 @@ pub struct MountOptions {
     pub threads: usize,
     pub protect: Protect,
     pub data: DataMode,
+    /// What the kernel may cache (`--cache`).
+    pub cache: CacheMode,
 }
 
 impl Default for MountOptions {
@@ -43,6 +46,7 @@ impl Default for MountOptions {
             threads: 4,
             protect: Protect::Auto,
             data: DataMode::InPlace,
+            cache: CacheMode::default(),
         }
     }
 }
@@ -237,7 +241,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(o.threads.clamp(1, 64));
     cfg.clone_fd = true;
-    let session = match fuser::spawn_mount(PmFs::new(Arc::clone(&fs)), &dir, &cfg) {
+    let session = match fuser::spawn_mount(PmFs::new(Arc::clone(&fs), o.cache), &dir, &cfg) {
         Ok(s) => s,
         Err(e) => {
             // Nothing was served: give the pool back clean.
@@ -302,6 +306,12 @@ pub struct Ended {
 }
 
 impl Served {
+    /// The library's counters since mount (bytes journaled, fences, transactions, bytes
+    /// written to PM): what the benchmark reads around each operation.
+    pub fn counters(&self) -> pmkit_fs::Counters {
+        self.fs.counters()
+    }
+
     /// Serve until `dir` is unmounted (by `pmkit fs umount`, `umount`, `fusermount -u`) or a
     /// stop signal comes (then unmount it; lazily when it is busy, serving the open files until
     /// they are closed). Then wait for the session's requests, and mark the pool clean.
