@@ -37,6 +37,9 @@ pub struct Args {
     /// Cache modes of the PMFS mount to measure, each a target (none, short, long).
     #[arg(long, value_delimiter = ',', default_value = "none,short,long")]
     cache: Vec<CacheMode>,
+    /// Protection of the PMFS mount (`pmkit fs mount --protect`: auto, none, kernel, pkey).
+    #[arg(long, default_value = "auto")]
+    pmfs_protect: pmkit_fs::Protect,
     /// FUSE worker threads of the PMFS mount and of the attachment (`pmkit fs mount`'s default).
     #[arg(long, default_value_t = 4)]
     fuse_threads: usize,
@@ -128,6 +131,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .max(journal_calls as u32 * 3)
             .saturating_add(1024),
         fuse_threads: a.fuse_threads.clamp(1, 64),
+        pmfs_protect: a.pmfs_protect,
     };
     let base = Scratch::dir(&std::env::temp_dir(), "fs")?;
     let mnt = base.path().join("mnt");

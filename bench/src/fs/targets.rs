@@ -42,6 +42,8 @@ pub struct Sizes {
     pub inodes: u32,
     /// FUSE threads of the PMFS mount and of the attachment.
     pub fuse_threads: usize,
+    /// Protection of the PMFS mount.
+    pub pmfs_protect: pmkit_fs::Protect,
 }
 
 /// A mounted target.
@@ -99,6 +101,7 @@ pub fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> 
             let o = MountOptions {
                 threads: s.fuse_threads.max(1),
                 cache,
+                protect: s.pmfs_protect,
                 ..Default::default()
             };
             let served = pmfs_mount::mount(&file, mnt, &o).map_err(|e| {

@@ -117,10 +117,12 @@ impl PmFs {
             next_fh: AtomicU64::new(1),
             cache,
             ttl: cache.ttl(),
+            // No FLUSH at close: a returned write is already durable, so `flush` has nothing
+            // to do, and skipping it saves a round trip per close.
             fopen: if cache.keep_pages() {
-                FopenFlags::FOPEN_KEEP_CACHE
+                FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_KEEP_CACHE
             } else {
-                FopenFlags::empty()
+                FopenFlags::FOPEN_NOFLUSH
             },
         }
     }
