@@ -52,8 +52,8 @@ enum Cmd {
         #[arg(long)]
         atomic: bool,
         /// What the kernel may cache: none, short (attributes and names 1 s) or long
-        /// (attributes, names and missing names 1 h, pages kept across opens). Never a
-        /// writeback cache: a returned write is on PM. See docs/fs.md.
+        /// (attributes, names and missing names 1 h, pages kept across opens; the default).
+        /// Never a writeback cache: a returned write is on PM. See docs/fs.md.
         #[arg(long, default_value_t = pmkit_fuse::pmfs_cache::CacheMode::default())]
         cache: pmkit_fuse::pmfs_cache::CacheMode,
     },

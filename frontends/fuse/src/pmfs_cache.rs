@@ -16,10 +16,11 @@ pub enum CacheMode {
     /// Nothing cached: every `stat` and every path component is a request to the daemon.
     None,
     /// Attributes and names for 1 s; pages dropped at each open (the first mount's choice).
-    #[default]
     Short,
     /// Attributes and names for an hour, missing names too (negative entries, so a `create`
     /// skips its failing `lookup` next time), and pages kept across opens (`FOPEN_KEEP_CACHE`).
+    /// The default: measured by `pmkit bench fs` (docs/fs.md).
+    #[default]
     Long,
 }
 
