@@ -100,7 +100,10 @@ fn quick_json_has_every_target_and_workload() {
         assert!(o["ext4_device_bytes"].as_f64().unwrap() > 0.0, "{o}");
     }
     let drawn = std::fs::read_to_string(&svg).unwrap();
-    assert!(drawn.contains("<svg") && drawn.contains("pmfs-short"), "plot drawn");
+    assert!(
+        drawn.contains("<svg") && drawn.contains("pmfs-short"),
+        "plot drawn"
+    );
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains("pmkit-bench-fs"), "left mounted: {mounts}");
     // Nothing left in the bench directory but the plot.

@@ -56,7 +56,7 @@ struct PhaseTime {
 /// Run every workload with `threads` threads under `dir` (in `dir/t{threads}-{k}`), and remove
 /// what they made.
 pub fn run(dir: &Path, threads: usize, c: Counts) -> Result<Vec<Measured>> {
-    ensure!(threads >= 1 && threads <= 64, "1 to 64 threads");
+    ensure!((1..=64).contains(&threads), "1 to 64 threads");
     let barrier = Barrier::new(threads);
     let per_thread: Vec<Vec<PhaseTime>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)

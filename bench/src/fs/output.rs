@@ -21,7 +21,11 @@ pub(super) fn draw(p: &Path, r: &Report) -> Result<()> {
             panels.push(plot::BarPanel {
                 title: format!(
                     "{th} thread(s), {}: ops/s / ext4 on attach",
-                    if append { "append" } else { "metadata and reads" }
+                    if append {
+                        "append"
+                    } else {
+                        "metadata and reads"
+                    }
                 ),
                 groups: rows.iter().map(|x| x.workload.to_string()).collect(),
                 series: r
