@@ -89,13 +89,13 @@ struct Report {
 }
 
 /// `pmkit attach` over /dev/fuse.
-const PMKIT_DEV: &str = "attach-dev";
+pub(crate) const PMKIT_DEV: &str = "attach-dev";
 /// `pmkit attach` over FUSE io_uring.
 const PMKIT_URING: &str = "attach-uring";
-const RAMDISK: &str = "shm-loop";
+pub(crate) const RAMDISK: &str = "shm-loop";
 
-/// A mounted ext4 on one of the targets.
-enum Mounted {
+/// A mounted ext4 on one of the targets (also `bench fs`'s ext4 targets).
+pub(crate) enum Mounted {
     Pmkit {
         dev: Arc<pmkit_blk::Device<pmkit_media::Region>>,
         att: Box<pmkit_fuse::attach::Attachment>,
@@ -105,7 +105,9 @@ enum Mounted {
     },
 }
 
-fn mount_target(
+/// Make `which` (a device file `file` of `size` bytes, or a loop device over it for
+/// [`RAMDISK`]), format it ext4 and mount it on `mnt`.
+pub(crate) fn mount_target(
     which: &'static str,
     file: &Path,
     mnt: &Path,
@@ -160,7 +162,8 @@ fn mount_target(
     }
 }
 
-fn unmount_target(m: Mounted, mnt: &Path, file: &Path) -> Result<()> {
+/// Unmount what [`mount_target`] mounted and remove its file.
+pub(crate) fn unmount_target(m: Mounted, mnt: &Path, file: &Path) -> Result<()> {
     match m {
         Mounted::Pmkit { dev, mut att } => {
             att.detach()?;

@@ -7,6 +7,7 @@
 mod atomic;
 mod attach;
 mod figures;
+mod fs;
 mod fs_protect;
 mod host;
 mod kernel_path;
@@ -71,6 +72,12 @@ enum Cmd {
     ///
     /// Rounds: 3. --quick: a 64 MiB file, short runs, one round.
     KernelPath(kernel_path::Args),
+    /// PMFS over FUSE (`pmkit fs mount`, each kernel cache mode) against ext4 on `pmkit attach`,
+    /// ext4 on a /dev/shm loop device and tmpfs: 4 KiB append + fsync, create, stat, open+read,
+    /// rename, unlink with 1 and 2 threads; then bytes written per metadata operation.
+    ///
+    /// Needs root, /dev/fuse, e2fsprogs. Rounds: 3. --quick: small counts, one round.
+    Fs(fs::Args),
     /// What protecting PM from stray stores costs PMFS (the library, no FUSE): none, kernel
     /// (pwrite), pt (mprotect around each store) and pkey where the CPU has it, on appends with
     /// fsync, overwrites, create, rename and stat, 1 and 2 threads (PMFS thesis Fig. 18).
@@ -90,6 +97,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Pmo(a) => pmo::run(a),
         Cmd::Atomic(a) => atomic::run(a),
         Cmd::KernelPath(a) => kernel_path::run(a),
+        Cmd::Fs(a) => fs::run(a),
         Cmd::FsProtect(a) => fs_protect::run(a),
     })
 }

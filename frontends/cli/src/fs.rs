@@ -61,6 +61,11 @@ enum Cmd {
         /// nanoseconds (0-1000000).
         #[arg(long, value_name = "N", default_value_t = 0)]
         barrier_ns: u64,
+        /// What the kernel may cache: none, short (attributes and names 1 s) or long
+        /// (attributes, names and missing names 1 h, pages kept across opens; the default).
+        /// Never a writeback cache: a returned write is on PM. See docs/fs.md.
+        #[arg(long, default_value_t = pmkit_fuse::pmfs_cache::CacheMode::default())]
+        cache: pmkit_fuse::pmfs_cache::CacheMode,
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
@@ -179,6 +184,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             atomic,
             stats,
             barrier_ns,
+            cache,
         } => crate::fs_mount::mount(
             &pool,
             &dir,
@@ -188,6 +194,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 atomic,
                 stats: stats.as_deref(),
                 barrier_ns,
+                cache,
             },
         )?,
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,

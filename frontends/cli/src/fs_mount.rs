@@ -3,6 +3,7 @@
 use anyhow::Result;
 use pmkit::stats_file::StatsWriter;
 use pmkit_fs::{DataMode, Protect};
+use pmkit_fuse::pmfs_cache::CacheMode;
 use pmkit_fuse::pmfs_mount::{self, MountOptions};
 use pmkit_fuse::pmfs_stats::MountStats;
 use std::io::Write;
@@ -20,6 +21,7 @@ pub struct Opts<'a> {
     pub atomic: bool,
     pub stats: Option<&'a Path>,
     pub barrier_ns: u64,
+    pub cache: CacheMode,
 }
 
 pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
@@ -36,6 +38,7 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         } else {
             DataMode::InPlace
         },
+        cache: a.cache,
     };
     let served = pmfs_mount::mount(pool, dir, &o)?;
     for n in &served.notes {
@@ -63,9 +66,10 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         served.protection.0, served.protection.1
     );
     println!(
-        "{READY} {} on {} with {threads} threads; stop with `pmkit fs umount {}` or SIGTERM",
+        "{READY} {} on {} with {threads} threads, cache {}; stop with `pmkit fs umount {}` or SIGTERM",
         pool.display(),
         served.dir.display(),
+        a.cache,
         served.dir.display()
     );
     std::io::stdout().flush()?;

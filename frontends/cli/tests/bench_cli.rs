@@ -27,6 +27,7 @@ fn bench_runs_pmkit_bench_or_says_how_to_build_it() {
             "nbd",
             "pmo",
             "atomic",
+            "fs",
         ] {
             assert!(out.contains(sub), "{sub} missing from {out}");
         }

@@ -18,6 +18,7 @@ pub mod attach;
 mod file;
 pub mod holders;
 pub mod pmfs;
+pub mod pmfs_cache;
 pub mod pmfs_mount;
 pub mod pmfs_stats;
 pub mod uring;

@@ -5,9 +5,10 @@
 //!
 //! Kernel caching (see docs/fs.md, "The FUSE mount"): no writeback cache (a `write` reaches the
 //! library, and so PM, before it returns); the page cache is used write-through for reads and
-//! mmap, and dropped at each open (no `FOPEN_KEEP_CACHE`); attributes and entries are cached
-//! for [`TTL`]: every change goes through this kernel, which invalidates what it changes.
+//! mmap; how long attributes, names and pages may be kept is the mount's [`CacheMode`] (every
+//! change goes through this kernel, which invalidates what it changes).
 
+use crate::pmfs_cache::CacheMode;
 use crate::pmfs_stats::{Op, OpStats};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -26,8 +27,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// How long the kernel may trust attributes and names (every change passes through it).
-pub const TTL: Duration = Duration::from_secs(1);
 /// Largest write request.
 const MAX_WRITE: u32 = 1 << 20;
 
@@ -43,6 +42,11 @@ pub struct PmFs {
     listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
     stats: Arc<OpStats>,
+    cache: CacheMode,
+    /// `cache.ttl()`.
+    ttl: Duration,
+    /// The open flags every open and create replies with.
+    fopen: FopenFlags,
 }
 
 fn errno(e: pmkit_fs::Error) -> Errno {
@@ -106,7 +110,7 @@ fn owner(req: &Request) -> Owner {
 }
 
 impl PmFs {
-    pub fn new(fs: Arc<Fs<Region>>, stats: Arc<OpStats>) -> PmFs {
+    pub fn new(fs: Arc<Fs<Region>>, cache: CacheMode, stats: Arc<OpStats>) -> PmFs {
         PmFs {
             stats,
             fs,
@@ -114,6 +118,15 @@ impl PmFs {
             next_gen: AtomicU64::new(1),
             listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            cache,
+            ttl: cache.ttl(),
+            // No FLUSH at close: a returned write is already durable, so `flush` has nothing
+            // to do, and skipping it saves a round trip per close.
+            fopen: if cache.keep_pages() {
+                FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::FOPEN_NOFLUSH
+            },
         }
     }
 
@@ -139,7 +152,7 @@ impl PmFs {
             Ok(a) => {
                 let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
                 self.gens.lock().insert(a.ino, g);
-                reply.entry(&TTL, &file_attr(&a), Generation(g))
+                reply.entry(&self.ttl, &file_attr(&a), Generation(g))
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -147,7 +160,7 @@ impl PmFs {
 
     fn entry(&self, r: pmkit_fs::Result<Attr>, reply: ReplyEntry) {
         match r {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), self.gen(a.ino)),
+            Ok(a) => reply.entry(&self.ttl, &file_attr(&a), self.gen(a.ino)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -183,10 +196,31 @@ impl Filesystem for PmFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(
-            self.lib(Op::Lookup, |fs| fs.lookup(parent.into(), name.as_bytes())),
-            reply,
-        )
+        match self.lib(Op::Lookup, |fs| fs.lookup(parent.into(), name.as_bytes())) {
+            // A negative entry (inode 0): the kernel remembers the name is missing until it
+            // makes it itself or the TTL ends.
+            Err(e) if self.cache.negative() && e.errno() == libc::ENOENT => {
+                let missing = FileAttr {
+                    ino: INodeNo(0),
+                    size: 0,
+                    blocks: 0,
+                    atime: UNIX_EPOCH,
+                    mtime: UNIX_EPOCH,
+                    ctime: UNIX_EPOCH,
+                    crtime: UNIX_EPOCH,
+                    kind: FileType::RegularFile,
+                    perm: 0,
+                    nlink: 0,
+                    uid: 0,
+                    gid: 0,
+                    rdev: 0,
+                    blksize: 4096,
+                    flags: 0,
+                };
+                reply.entry(&self.ttl, &missing, Generation(0))
+            }
+            r => self.entry(r, reply),
+        }
     }
 
     // `forget`: nothing to do. An inode lives while it has links or open handles (the
@@ -194,7 +228,7 @@ impl Filesystem for PmFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.lib(Op::Getattr, |fs| fs.getattr(ino.into())) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -226,7 +260,7 @@ impl Filesystem for PmFs {
             mtime: mtime.map(ns_of),
         };
         match self.lib(Op::Setattr, |fs| fs.setattr(ino.into(), &s)) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -351,7 +385,7 @@ impl Filesystem for PmFs {
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // O_TRUNC arrives as a setattr before the open (no atomic_o_trunc).
         match self.lib(Op::Open, |fs| fs.open(ino.into())) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(()) => reply.opened(FileHandle(0), self.fopen),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -581,11 +615,11 @@ impl Filesystem for PmFs {
                 let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
                 self.gens.lock().insert(a.ino, g);
                 reply.created(
-                    &TTL,
+                    &self.ttl,
                     &file_attr(&a),
                     Generation(g),
                     FileHandle(0),
-                    FopenFlags::empty(),
+                    self.fopen,
                 )
             }
             Err(e) => reply.error(errno(e)),

@@ -4,6 +4,7 @@
 //! gives ENOTCONN) is detached before mounting again.
 
 use crate::pmfs::PmFs;
+use crate::pmfs_cache::CacheMode;
 use crate::pmfs_stats::OpStats;
 use pmkit_fs::{DataMode, Fs, Protect, Recovery};
 use pmkit_media::{Region, RegionOptions};
@@ -38,6 +39,8 @@ pub struct MountOptions {
     pub data: DataMode,
     /// Emulated barrier latency (see `pmkit_fs::MountOptions::barrier_ns`).
     pub barrier_ns: u64,
+    /// What the kernel may cache (`--cache`).
+    pub cache: CacheMode,
 }
 
 impl Default for MountOptions {
@@ -47,6 +50,7 @@ impl Default for MountOptions {
             protect: Protect::Auto,
             data: DataMode::InPlace,
             barrier_ns: 0,
+            cache: CacheMode::default(),
         }
     }
 }
@@ -244,7 +248,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     cfg.n_threads = Some(o.threads.clamp(1, 64));
     cfg.clone_fd = true;
     let stats = Arc::new(OpStats::default());
-    let served = PmFs::new(Arc::clone(&fs), Arc::clone(&stats));
+    let served = PmFs::new(Arc::clone(&fs), o.cache, Arc::clone(&stats));
     let session = match fuser::spawn_mount(served, &dir, &cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -314,6 +318,12 @@ impl Served {
     /// The per-request statistics, live (for `--stats`).
     pub fn op_stats(&self) -> Arc<OpStats> {
         Arc::clone(&self.stats)
+    }
+
+    /// The library's counters since mount (bytes journaled, fences, transactions, bytes
+    /// written to PM): what the benchmark reads around each operation.
+    pub fn counters(&self) -> pmkit_fs::Counters {
+        self.fs.counters()
     }
 
     /// Serve until `dir` is unmounted (by `pmkit fs umount`, `umount`, `fusermount -u`) or a

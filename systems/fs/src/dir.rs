@@ -130,6 +130,11 @@ impl DirIndex {
     /// A run of `n` free slots: (block, slot), or None (the caller adds a block).
     pub fn find_free(&self, n: usize) -> Option<(u64, usize)> {
         for (b, &w) in self.used.iter().enumerate() {
+            // A block with fewer free slots than asked for (most of a big directory's) holds
+            // no run: skip it without trying every position.
+            if ((!w).count_ones() as usize) < n {
+                continue;
+            }
             for s in 0..=SLOTS - n {
                 let mask = if n == 64 {
                     u64::MAX

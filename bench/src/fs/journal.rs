@@ -1,0 +1,135 @@
+//! Bytes written per metadata operation (thesis Table 3: touch 512 B, mkdir 320 B, mv 384 B),
+//! each operation a plain system call on the mount, one thread, `n` times:
+//! - PMFS: the library's counters of the mounted file system (`Served::counters`, the same
+//!   `Counters` that `pmkit fs info` derives its per-operation costs from), read before and after
+//!   the calls: bytes of journal entries, and every byte the library stored to PM (journal,
+//!   inodes, directory entries, bitmaps, data). Each call is durable when it returns: nothing is
+//!   synced.
+//! - ext4 on `pmkit attach`: bytes the PM block device wrote (its `Stats::write_bytes`, what
+//!   `pmkit attach --stats` reports) from before the call to after a `syncfs` that follows it,
+//!   so each call's journal commit (descriptor, whole 4 KiB metadata blocks, commit block) is
+//!   counted; checkpoints of those blocks to their home locations come later, when the journal
+//!   fills, and are not counted.
+
+use super::targets::Up;
+use anyhow::{ensure, Context, Result};
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+/// The operations, as `(name, the library's op_costs name)`.
+pub const OPS: [(&str, &str); 5] = [
+    ("touch (create)", "create (touch)"),
+    ("mkdir", "mkdir"),
+    ("mv (rename)", "rename (mv)"),
+    ("rm (unlink)", "unlink"),
+    ("append 4K+fsync", "append 4 KiB (new block)"),
+];
+
+/// What one operation wrote, averaged over the calls.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PerOp {
+    pub op: &'static str,
+    /// PMFS through the mount: journal bytes per call.
+    pub pmfs_journal_bytes: f64,
+    /// PMFS through the mount: all bytes stored to PM per call.
+    pub pmfs_pm_bytes: f64,
+    /// PMFS library alone (`pmkit_fs::op_costs`, one call on an in-memory file system).
+    pub pmfs_library_journal_bytes: Option<u64>,
+    /// ext4 on attach: device bytes written per call + syncfs.
+    pub ext4_device_bytes: f64,
+    /// ext4 on attach: device flushes per call + syncfs.
+    pub ext4_flushes: f64,
+    /// The thesis's figure (Table 3), where it gives one.
+    pub thesis_bytes: Option<u64>,
+}
+
+fn syncfs(mnt: &Path) -> Result<()> {
+    let d = File::open(mnt)?;
+    // SAFETY: a valid open descriptor; syncfs reads nothing else.
+    let r = unsafe { libc::syncfs(d.as_raw_fd()) };
+    ensure!(r == 0, "syncfs: {}", std::io::Error::last_os_error());
+    Ok(())
+}
+
+/// Run every operation `n` times in `mnt/journal`; `read()` gives the counter (bytes, second
+/// counter) of the target, `sync` whether to `syncfs` after each call. One value per op.
+fn measure(
+    mnt: &Path,
+    n: usize,
+    sync: bool,
+    read: &dyn Fn() -> (u64, u64),
+) -> Result<Vec<(f64, f64)>> {
+    let dir = mnt.join("journal");
+    fs::create_dir(&dir)?;
+    let name = |p: &str, i: usize| dir.join(format!("{p}{i:04}"));
+    syncfs(mnt)?;
+    let block = [0x33u8; 4096];
+    let mut append = File::create(dir.join("append"))?;
+    append.sync_all()?;
+    syncfs(mnt)?;
+    let mut out = vec![];
+    for (op, _) in OPS {
+        let (b0, c0) = read();
+        for i in 0..n {
+            match op {
+                "touch (create)" => drop(File::create(name("f", i))?),
+                "mkdir" => fs::create_dir(name("d", i))?,
+                "mv (rename)" => fs::rename(name("f", i), name("g", i))?,
+                "rm (unlink)" => fs::remove_file(name("g", i))?,
+                _ => {
+                    append.write_all(&block)?;
+                    append.sync_all()?;
+                }
+            }
+            if sync {
+                syncfs(mnt)?;
+            }
+        }
+        let (b1, c1) = read();
+        out.push(((b1 - b0) as f64 / n as f64, (c1 - c0) as f64 / n as f64));
+    }
+    drop(append);
+    fs::remove_dir_all(&dir)?;
+    Ok(out)
+}
+
+/// The per-operation figures of a PMFS mount (`pmfs`) and of ext4 on attach (`ext4`), both
+/// mounted on their directories.
+pub fn per_op(pmfs: (&Up, &Path), ext4: (&Up, &Path), n: usize) -> Result<Vec<PerOp>> {
+    ensure!(n >= 1, "at least one call per operation");
+    let (p, pm) = pmfs;
+    p.pmfs_counters().context("not a PMFS mount")?;
+    let journal = measure(pm, n, false, &|| {
+        let c = p.pmfs_counters().unwrap_or_default();
+        (c.journal_bytes, c.bytes_written)
+    })
+    .context("journal bytes on PMFS")?;
+    let (e, em) = ext4;
+    e.device_writes().context("not ext4 on attach")?;
+    let device = measure(em, n, true, &|| e.device_writes().unwrap_or_default())
+        .context("device bytes on ext4 on attach")?;
+    let lib = pmkit_fs::op_costs();
+    Ok(OPS
+        .iter()
+        .zip(journal.iter().zip(&device))
+        .map(|(&(op, lib_op), (&(jb, pmb), &(db, fl)))| PerOp {
+            op,
+            pmfs_journal_bytes: jb,
+            pmfs_pm_bytes: pmb,
+            pmfs_library_journal_bytes: lib
+                .iter()
+                .find(|c| c.op == lib_op)
+                .map(|c| c.journal_bytes),
+            ext4_device_bytes: db,
+            ext4_flushes: fl,
+            thesis_bytes: match op {
+                "touch (create)" => Some(512),
+                "mkdir" => Some(320),
+                "mv (rename)" => Some(384),
+                _ => None,
+            },
+        })
+        .collect())
+}
