@@ -48,7 +48,8 @@ enum Cmd {
         /// Protection of PM from stray stores: auto, none, kernel, pkey.
         #[arg(long, default_value = "auto")]
         protect: Protect,
-        /// Make every write all-or-nothing (copy-on-write), not in place.
+        /// Files created by this mount are atomic: every write all-or-nothing (copy-on-write),
+        /// not in place. Per file: the xattr `user.pmkit.atomic` ("1"/"0") shows and sets it.
         #[arg(long)]
         atomic: bool,
     },
