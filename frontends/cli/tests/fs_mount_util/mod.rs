@@ -244,7 +244,7 @@ pub fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
     let mut v = vec![0u8; 256];
     // SAFETY: the buffer is valid for its length.
     let m = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
-    errno_of(m as i32)?;
+    errno_of(m.min(0) as i32)?;
     v.truncate(m as usize);
     Ok(v)
 }
