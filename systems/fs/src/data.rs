@@ -110,7 +110,7 @@ impl<M: Media> Fs<M> {
     /// transaction, the size extended to cover it. False: not eligible, or no whole 2 MiB chunk
     /// is free (the caller falls back to 4 KiB blocks).
     fn try_huge(&self, ino: u64, pos: u64, end: u64, data: Option<&[u8]>) -> Result<bool> {
-        if self.opts.small_blocks || pos % HUGE_BYTES != 0 || end - pos < HUGE_BYTES {
+        if self.opts.small_blocks || !pos.is_multiple_of(HUGE_BYTES) || end - pos < HUGE_BYTES {
             return Ok(false);
         }
         let idx = pos / BLOCK as u64;

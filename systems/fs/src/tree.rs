@@ -47,6 +47,8 @@ impl<M: Media> Reader for Tx<'_, M> {
 pub const HUGE: u64 = 1 << 63;
 /// File blocks in a huge block.
 pub const HUGE_BLOCKS: u64 = FANOUT;
+// the allocator's chunks are the huge blocks
+const _: () = assert!(HUGE_BLOCKS == crate::alloc::CHUNK);
 
 /// The first block of the huge block `ptr` names, if it names one.
 pub fn huge(ptr: u64) -> Option<u64> {
@@ -153,7 +155,7 @@ pub fn span_empty(r: &impl Reader, root: u64, height: u8, idx: u64) -> bool {
 /// Point the 2 MiB-aligned span of file blocks from `idx` at the huge block `run` (its first
 /// block), growing the tree; the span must be empty (`span_empty`).
 pub fn set_huge<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, idx: u64, run: u64) -> Result<()> {
-    assert!(idx % HUGE_BLOCKS == 0 && run % HUGE_BLOCKS == 0);
+    assert!(idx.is_multiple_of(HUGE_BLOCKS) && run.is_multiple_of(HUGE_BLOCKS));
     while idx >= tree_cap(ino.height) || ino.height == 0 {
         if ino.height >= MAX_HEIGHT {
             return Err(Error::FileTooBig { max: MAX_FILE_SIZE });

@@ -123,7 +123,7 @@ impl<'a, M: Media> Tx<'a, M> {
     /// A new huge block (512 contiguous, 2 MiB-aligned blocks) holding `content` (zero-padded),
     /// written with streaming stores; `None` when no whole 2 MiB chunk is free.
     pub fn new_huge(&mut self, content: &[u8]) -> Option<u64> {
-        let n = crate::tree::HUGE_BLOCKS;
+        let n = crate::alloc::CHUNK;
         assert!(content.len() <= n as usize * BLOCK);
         let run = self.alloc.lock().huge()?;
         self.allocated.extend(run..run + n);
