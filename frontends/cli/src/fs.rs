@@ -136,9 +136,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     report.free_inodes
                 );
                 println!(
-                    "data blocks: {} ({} free)",
+                    "data blocks: {} ({} free; {} whole 2 MiB chunks free for huge blocks)",
                     g.data_blocks(),
-                    report.free_blocks
+                    report.free_blocks,
+                    report.free_huge_blocks
                 );
                 println!(
                     "files:       {}, directories {}, orphans {}",

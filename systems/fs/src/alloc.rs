@@ -140,3 +140,43 @@ impl Alloc {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_stay_whole_while_there_is_other_space() {
+        let mut b = Bitmap::new(3 * CHUNK + 76);
+        assert_eq!(b.free_chunks(), 3);
+        b.set(3);
+        assert_eq!(b.free_chunks(), 2);
+        // single items come from the used chunk, then the partial one at the end
+        for _ in 0..CHUNK - 1 + 76 {
+            let i = b.take().unwrap();
+            assert!(
+                !(CHUNK..3 * CHUNK).contains(&i),
+                "took {i} from a whole chunk"
+            );
+        }
+        assert_eq!((b.free_chunks(), b.free()), (2, 2 * CHUNK));
+        assert_eq!(b.take_chunk(), Some(CHUNK));
+        assert_eq!((b.free_chunks(), b.free()), (1, CHUNK));
+        // the last whole chunk is broken only when nothing else is left
+        assert_eq!(b.take(), Some(2 * CHUNK));
+        assert_eq!(b.take_chunk(), None);
+        b.clear(2 * CHUNK);
+        for i in 3 * CHUNK..3 * CHUNK + 10 {
+            b.clear(i);
+        }
+        assert_eq!(
+            b.free_chunks(),
+            1,
+            "a partial chunk at the end is never whole"
+        );
+        assert_eq!(b.take_chunk(), Some(2 * CHUNK));
+        assert_eq!(b.free(), 10);
+        while b.take().is_some() {}
+        assert_eq!(b.free(), 0);
+    }
+}
