@@ -244,12 +244,17 @@ impl<M: Media> Fs<M> {
         }
         (node.size, node.mtime, node.ctime) = (size, t, t);
         let keep = size.div_ceil(BLOCK as u64);
-        if tree::prune(&mut tx, &mut node, keep, self.prune_budget())? {
-            tx.put_inode(ino, &node);
-            return self.commit(tx);
+        match tree::prune(&mut tx, &mut node, keep, self.prune_budget(), false) {
+            Ok(true) => {
+                tx.put_inode(ino, &node);
+                return self.commit(tx);
+            }
+            Ok(false) | Err(Error::NoSpace) => {}
+            Err(e) => return Err(e),
         }
         drop(tx);
-        // Too big for one transaction: record the target on the orphan list first.
+        // Too big for one transaction, or no block free for a huge block's split node: record
+        // the target on the orphan list first (then the cut tail is beyond the size).
         let mut list = self.orphans.lock();
         let mut tx = self.tx();
         let mut node = tx.inode(ino);
@@ -271,7 +276,7 @@ impl<M: Media> Fs<M> {
         loop {
             let mut tx = self.tx();
             let mut node = tx.inode(ino);
-            let done = tree::prune(&mut tx, &mut node, keep, self.prune_budget())?;
+            let done = tree::prune(&mut tx, &mut node, keep, self.prune_budget(), true)?;
             tx.put_inode(ino, &node);
             self.commit(tx)?;
             if done {

@@ -215,12 +215,15 @@ pub fn collect(r: &impl Reader, node: u64, level: u8, out: &mut Vec<u64>) {
 
 /// Clear the pointers to file blocks `keep..`, at most `budget` of them; the freed blocks go to
 /// `tx.free_after`. Returns true when nothing beyond `keep` is left. Cutting a huge block takes
-/// one new block (its split node): `NoSpace` when there is none.
+/// one new block (its split node): with none free, `NoSpace`, unless `spare_tail` (the size is
+/// already committed at or below `keep`, so the cut tail is invisible): then the tail's last
+/// block becomes the node.
 pub fn prune<M: Media>(
     tx: &mut Tx<'_, M>,
     ino: &mut Inode,
     keep: u64,
     budget: usize,
+    spare_tail: bool,
 ) -> Result<bool> {
     if ino.root == 0 {
         return Ok(true);
@@ -238,23 +241,42 @@ pub fn prune<M: Media>(
     }
     if ino.height == 1 && huge(ino.root).is_some() {
         if keep < HUGE_BLOCKS {
-            ino.root = split_cut(tx, ino.root, 0, keep)?;
+            ino.root = split_cut(tx, ino.root, 0, keep, spare_tail)?;
         }
         return Ok(true);
     }
     let mut left = budget;
-    prune_node(tx, ino.root, ino.height, 0, keep, &mut left)?;
+    prune_node(tx, ino.root, ino.height, 0, (keep, spare_tail), &mut left)?;
     Ok(left > 0)
 }
 
 /// Cut the huge block `ptr` (file blocks from `base`) at `keep`: a fresh node naming the blocks
 /// below `keep`; the rest go to `tx.free_after`. Nothing is logged but the caller's swap.
-fn split_cut<M: Media>(tx: &mut Tx<'_, M>, ptr: u64, base: u64, keep: u64) -> Result<u64> {
+fn split_cut<M: Media>(
+    tx: &mut Tx<'_, M>,
+    ptr: u64,
+    base: u64,
+    keep: u64,
+    spare_tail: bool,
+) -> Result<u64> {
     let run = huge(ptr).expect("huge pointer");
-    let kept = keep.saturating_sub(base).min(HUGE_BLOCKS);
+    let kept = keep.saturating_sub(base).min(HUGE_BLOCKS - 1);
     let words: Vec<u8> = (0..kept).flat_map(|i| (run + i).to_le_bytes()).collect();
+    let last = run + HUGE_BLOCKS - 1;
+    let node = match tx.new_block(&words) {
+        Ok(b) => b,
+        Err(Error::NoSpace) if spare_tail => {
+            // beyond the committed size: a crash before the commit leaves bytes no one reads
+            let mut b = vec![0u8; BLOCK];
+            b[..words.len()].copy_from_slice(&words);
+            tx.write_fresh(last as usize * BLOCK, &b);
+            tx.free_after.extend(run + kept..last);
+            return Ok(last);
+        }
+        Err(e) => return Err(e),
+    };
     tx.free_after.extend(run + kept..run + HUGE_BLOCKS);
-    tx.new_block(&words)
+    Ok(node)
 }
 
 fn prune_node<M: Media>(
@@ -262,7 +284,7 @@ fn prune_node<M: Media>(
     node: u64,
     level: u8,
     base: u64,
-    keep: u64,
+    (keep, spare_tail): (u64, bool),
     left: &mut usize,
 ) -> Result<()> {
     let span = tree_cap(level - 1);
@@ -283,11 +305,11 @@ fn prune_node<M: Media>(
             *left -= 1;
         } else if level == 2 && huge(ptr).is_some() {
             // a huge block cut by the new size: split it, freeing the blocks beyond `keep`
-            let b = split_cut(tx, ptr, child, keep)?;
+            let b = split_cut(tx, ptr, child, keep, spare_tail)?;
             tx.write_u64(node as usize * BLOCK + slot * 8, b);
             *left -= 1;
         } else {
-            prune_node(tx, ptr, level - 1, child, keep, left)?;
+            prune_node(tx, ptr, level - 1, child, (keep, spare_tail), left)?;
         }
     }
     Ok(())

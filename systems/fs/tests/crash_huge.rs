@@ -168,3 +168,52 @@ fn set_atomic_crashes_anywhere() {
         assert!(rep.fences >= 15, "{rep}");
     }
 }
+
+/// No block free for the split node: the truncate goes through the orphan list (size first) and
+/// the cut tail's last block becomes the node; a crash anywhere leaves the old file or the new.
+#[test]
+fn a_cut_on_a_full_disk_crashes_anywhere() {
+    let setup = |fs: &Fs<&CrashSim>| {
+        let a = fs.create(pmkit_fs::ROOT, b"a", 0o644).unwrap();
+        fs.write(a.ino, 0, &data_of(0, HUGE as usize, 6)).unwrap();
+        let c = fs.create(pmkit_fs::ROOT, b"c", 0o644).unwrap();
+        let mut off = 0;
+        while fs.fallocate(c.ino, off, 4096).is_ok() {
+            off += 4096;
+        }
+        let mut n = 0;
+        while fs.statfs().free_blocks > 0 {
+            let e = fs.create(pmkit_fs::ROOT, format!("e{n}").as_bytes(), 0o644);
+            fs.write(e.unwrap().ino, 0, b"x").unwrap();
+            n += 1;
+        }
+    };
+    let work = |fs: &Fs<Arc<CrashSim>>, a: &Mutex<Acked>| {
+        let mut after = a.lock().before.clone().unwrap();
+        after
+            .0
+            .get_mut("a")
+            .unwrap()
+            .data
+            .truncate((MIB + 100) as usize);
+        a.lock().after = Some(after.clone());
+        let ino = common::ino_of(fs, "a").unwrap();
+        let s = pmkit_fs::SetAttr {
+            size: Some(MIB + 100),
+            ..Default::default()
+        };
+        fs.setattr(ino, &s).unwrap();
+        assert_eq!(
+            fs.getattr(ino).unwrap().blocks,
+            258,
+            "the tail's block is the node"
+        );
+        let mut g = a.lock();
+        (g.before, g.after) = (Some(after), None);
+    };
+    for domain in [Domain::Adr, Domain::Eadr] {
+        let rep = crash_custom_with(7 << 20, &setup, &work, domain, &|_, _| {});
+        assert!(rep.is_clean(), "{rep}\n{:?}", rep.violations.first());
+        assert!(rep.fences >= 6, "{rep}");
+    }
+}

@@ -252,3 +252,42 @@ fn check_names_bad_huge_pointers_and_flags() {
     assert!(t.contains("flags 0x1"), "{t}");
     let _ = BLOCK;
 }
+
+#[test]
+fn a_truncate_cutting_a_huge_block_on_a_full_disk_reuses_its_tail() {
+    let o = MountOptions::default();
+    let fs = fresh(7 << 20, &o);
+    let a = fs.create(ROOT, b"a", 0o644).unwrap();
+    let d = data_of(0, HUGE as usize, 6);
+    fs.write(a.ino, 0, &d).unwrap();
+    // fill every other block
+    let c = fs.create(ROOT, b"c", 0o644).unwrap();
+    let mut off = 0;
+    loop {
+        match fs.fallocate(c.ino, off, 4096) {
+            Ok(()) => off += 4096,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(fs.statfs().free_blocks <= 1, "{:?}", fs.statfs());
+    while fs.statfs().free_blocks > 0 {
+        // what the last fallocate could not use (a node and a block need two)
+        let e = fs.create(ROOT, b"e", 0o644).unwrap();
+        fs.write(e.ino, 0, b"x").unwrap();
+    }
+    let cut = MIB + 100;
+    truncate(&fs, a.ino, cut);
+    let at = fs.getattr(a.ino).unwrap();
+    assert_eq!(
+        at.blocks,
+        257 + 1,
+        "257 data blocks and the node (the tail's last block)"
+    );
+    let fs = remount(fs, &o);
+    assert_eq!(
+        fs.read(a.ino, 0, HUGE as usize).unwrap(),
+        &d[..cut as usize]
+    );
+    assert_eq!(fs.statfs().free_blocks, 512 - 257 - 1);
+}
