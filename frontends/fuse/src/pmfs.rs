@@ -520,11 +520,9 @@ impl Filesystem for PmFs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         if name.as_bytes() == ATOMIC_XATTR {
-            return match self.fs.getattr(ino.into()) {
-                Ok(a) if a.kind == Kind::File => {
-                    xattr_reply(if a.atomic { b"1" } else { b"0" }, size, reply)
-                }
-                Ok(_) => reply.error(Errno::NO_XATTR),
+            return match self.fs.atomic(ino.into()) {
+                Ok(Some(on)) => xattr_reply(if on { b"1" } else { b"0" }, size, reply),
+                Ok(None) => reply.error(Errno::NO_XATTR),
                 Err(e) => reply.error(errno(e)),
             };
         }
@@ -542,7 +540,7 @@ impl Filesystem for PmFs {
                     buf.extend_from_slice(&n);
                     buf.push(0);
                 }
-                if matches!(self.fs.getattr(ino.into()), Ok(a) if a.kind == Kind::File) {
+                if matches!(self.fs.atomic(ino.into()), Ok(Some(_))) {
                     buf.extend_from_slice(ATOMIC_XATTR);
                     buf.push(0);
                 }

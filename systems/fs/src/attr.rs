@@ -95,6 +95,15 @@ impl<M: Media> Fs<M> {
         Ok(self.attr_of(ino, &n))
     }
 
+    /// The atomic flag of a regular file; `None` for other kinds. Cheap (no tree walk, unlike
+    /// `getattr`'s block count).
+    pub fn atomic(&self, ino: u64) -> Result<Option<bool>> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        let n = self.live(ino)?;
+        Ok(n.is(Kind::File).then(|| n.atomic()))
+    }
+
     /// Make every later write to the regular file `ino` all-or-nothing (`true`: copy-on-write
     /// and a journaled pointer swap) or in place (`false`). Persistent (an inode flag), one
     /// transaction; allowed any time, since each write reads the flag under the inode's lock.

@@ -182,6 +182,8 @@ fn the_atomic_flag_is_per_file_inherited_and_persistent() {
     let b = fs.create(ROOT, b"b", 0o644).unwrap();
     assert!(!b.atomic);
     assert!(fs.getattr(a.ino).unwrap().atomic, "kept across a remount");
+    assert_eq!(fs.atomic(a.ino).unwrap(), Some(true));
+    assert_eq!(fs.atomic(dir.ino).unwrap(), None);
     let max = fs.max_atomic_write();
     let big = vec![1u8; max as usize + 1];
     assert!(matches!(
