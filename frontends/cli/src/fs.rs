@@ -49,7 +49,8 @@ enum Cmd {
         /// every store: a costly baseline, never picked by auto).
         #[arg(long, default_value = "auto")]
         protect: Protect,
-        /// Make every write all-or-nothing (copy-on-write), not in place.
+        /// Files created by this mount are atomic: every write all-or-nothing (copy-on-write),
+        /// not in place. Per file: the xattr `user.pmkit.atomic` ("1"/"0") shows and sets it.
         #[arg(long)]
         atomic: bool,
         /// Keep per-request statistics as JSON in FILE (rewritten every second and at
@@ -150,9 +151,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     report.free_inodes
                 );
                 println!(
-                    "data blocks: {} ({} free)",
+                    "data blocks: {} ({} free; {} whole 2 MiB chunks free for huge blocks)",
                     g.data_blocks(),
-                    report.free_blocks
+                    report.free_blocks,
+                    report.free_huge_blocks
                 );
                 println!(
                     "files:       {}, directories {}, orphans {}",

@@ -63,6 +63,60 @@ fn random_operations_match_tmpfs_across_a_remount() {
     d.umount();
 }
 
+/// `user.pmkit.atomic` shows and sets a file's atomic flag: `--atomic` makes new files atomic,
+/// the flag survives a remount, it cannot be removed; a fallocate of whole 2 MiB spans gets huge
+/// blocks (st_blocks: 512 blocks of 4 KiB each, one node).
+#[test]
+fn the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks() {
+    if !can_run() {
+        return;
+    }
+    const X: &str = "user.pmkit.atomic";
+    let s = scratch("32M");
+    let d = Daemon::start(&s, &["--atomic"]);
+    let (a, b, dir) = (s.mnt.join("a"), s.mnt.join("b"), s.mnt.join("d"));
+    std::fs::write(&a, b"x").unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    assert_eq!(
+        get_xattr(&a, X),
+        Ok(b"1".to_vec()),
+        "--atomic: new files are atomic"
+    );
+    assert!(xattr_names(&a).contains(&X.to_string()));
+    assert!(!xattr_names(&dir).contains(&X.to_string()));
+    assert_eq!(get_xattr(&dir, X), Err(libc::ENODATA));
+    assert_eq!(set_xattr(&a, X, Some(b"0")), Ok(()));
+    assert_eq!(get_xattr(&a, X), Ok(b"0".to_vec()));
+    assert_eq!(set_xattr(&a, X, Some(b"yes")), Err(libc::EINVAL));
+    assert_eq!(set_xattr(&a, X, None), Err(libc::EPERM));
+    d.umount();
+    let d = Daemon::start(&s, &[]);
+    assert_eq!(get_xattr(&a, X), Ok(b"0".to_vec()), "kept across a remount");
+    std::fs::write(&b, vec![7u8; 8192]).unwrap();
+    assert_eq!(get_xattr(&b, X), Ok(b"0".to_vec()));
+    assert_eq!(set_xattr(&b, X, Some(b"1")), Ok(()));
+    let f = std::fs::OpenOptions::new().write(true).open(&b).unwrap();
+    f.write_all_at(b"atomic", 100).unwrap();
+    let h = std::fs::File::create(s.mnt.join("h")).unwrap();
+    // SAFETY: fallocate on an open file of ours.
+    let r = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&h), 0, 0, 4 << 20) };
+    assert_eq!(r, 0, "fallocate: {}", std::io::Error::last_os_error());
+    let m = std::os::unix::fs::MetadataExt::blocks(&h.metadata().unwrap());
+    assert_eq!(
+        m,
+        (2 * 512 + 1) * 8,
+        "two huge blocks and a node, in 512-byte units"
+    );
+    drop((f, h));
+    d.umount();
+    check_clean(&s);
+    let d = Daemon::start(&s, &[]);
+    assert_eq!(get_xattr(&b, X), Ok(b"1".to_vec()));
+    let got = std::fs::read(&b).unwrap();
+    assert_eq!(&got[100..106], b"atomic");
+    d.umount();
+}
+
 #[test]
 fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean() {
     if !can_run() {

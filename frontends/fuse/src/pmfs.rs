@@ -30,6 +30,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Largest write request.
 const MAX_WRITE: u32 = 1 << 20;
 
+/// A virtual xattr of regular files: `"1"` when writes to the file are all-or-nothing (its
+/// inode's atomic flag, `Fs::set_atomic`), `"0"` when in place. Setting it sets the flag; it
+/// is listed but never stored as an xattr, and cannot be removed (EPERM: set "0").
+pub const ATOMIC_XATTR: &[u8] = b"user.pmkit.atomic";
+
 /// The FUSE file system over a mounted PMFS.
 pub struct PmFs {
     fs: Arc<Fs<Region>>,
@@ -560,6 +565,20 @@ impl Filesystem for PmFs {
             libc::XATTR_REPLACE => XattrFlags::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
+        if name.as_bytes() == ATOMIC_XATTR {
+            let on = match value {
+                b"1" => true,
+                b"0" => false,
+                _ => return reply.error(Errno::EINVAL),
+            };
+            if f == XattrFlags::Create {
+                return reply.error(Errno::EEXIST); // every regular file has it
+            }
+            return empty(
+                self.lib(Op::Xattr, |fs| fs.set_atomic(ino.into(), on)),
+                reply,
+            );
+        }
         empty(
             self.lib(Op::Xattr, |fs| {
                 fs.setxattr(ino.into(), name.as_bytes(), value, f)
@@ -569,6 +588,13 @@ impl Filesystem for PmFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if name.as_bytes() == ATOMIC_XATTR {
+            return match self.lib(Op::Xattr, |fs| fs.atomic(ino.into())) {
+                Ok(Some(on)) => xattr_reply(if on { b"1" } else { b"0" }, size, reply),
+                Ok(None) => reply.error(Errno::NO_XATTR),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         match self.lib(Op::Xattr, |fs| fs.getxattr(ino.into(), name.as_bytes())) {
             Ok(v) => xattr_reply(&v, size, reply),
             Err(e) => reply.error(errno(e)),
@@ -583,6 +609,10 @@ impl Filesystem for PmFs {
                     buf.extend_from_slice(&n);
                     buf.push(0);
                 }
+                if matches!(self.fs.atomic(ino.into()), Ok(Some(_))) {
+                    buf.extend_from_slice(ATOMIC_XATTR);
+                    buf.push(0);
+                }
                 xattr_reply(&buf, size, reply)
             }
             Err(e) => reply.error(errno(e)),
@@ -590,6 +620,9 @@ impl Filesystem for PmFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if name.as_bytes() == ATOMIC_XATTR {
+            return reply.error(Errno::EPERM);
+        }
         empty(
             self.lib(Op::Xattr, |fs| fs.removexattr(ino.into(), name.as_bytes())),
             reply,

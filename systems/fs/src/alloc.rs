@@ -1,12 +1,20 @@
 //! DRAM allocators for blocks and inodes, rebuilt by the mount walk (never journaled: a crash
 //! loses nothing, because the walk recomputes them from what the tree references).
+//!
+//! The bitmap keeps a free count per chunk of 512 items (2 MiB of blocks): a 2 MiB-aligned free
+//! run is a chunk whose count is 512, and single allocations prefer chunks already in use, so
+//! whole free chunks stay whole for huge blocks as long as there is other space.
 
 use crate::error::{Error, Result};
 
-/// A bitmap allocator with next-fit search.
+/// Items per chunk: the 4 KiB blocks of one 2 MiB huge block.
+pub const CHUNK: u64 = 512;
+
+/// A bitmap allocator with per-chunk free counts.
 #[derive(Debug, Clone)]
 pub struct Bitmap {
     bits: Vec<u64>,
+    chunk_free: Vec<u16>,
     len: u64,
     next: u64,
     free: u64,
@@ -15,8 +23,12 @@ pub struct Bitmap {
 impl Bitmap {
     /// All `len` items free.
     pub fn new(len: u64) -> Bitmap {
+        let chunks = len.div_ceil(CHUNK);
         Bitmap {
             bits: vec![0; len.div_ceil(64) as usize],
+            chunk_free: (0..chunks)
+                .map(|c| ((c + 1) * CHUNK).min(len).saturating_sub(c * CHUNK) as u16)
+                .collect(),
             len,
             next: 0,
             free: len,
@@ -24,6 +36,13 @@ impl Bitmap {
     }
     pub fn free(&self) -> u64 {
         self.free
+    }
+    /// Whole free 2 MiB chunks.
+    pub fn free_chunks(&self) -> u64 {
+        self.chunk_free
+            .iter()
+            .filter(|&&f| f as u64 == CHUNK)
+            .count() as u64
     }
     pub fn is_used(&self, i: u64) -> bool {
         self.bits[(i / 64) as usize] & (1 << (i % 64)) != 0
@@ -35,27 +54,66 @@ impl Bitmap {
             return false;
         }
         self.bits[(i / 64) as usize] |= 1 << (i % 64);
+        self.chunk_free[(i / CHUNK) as usize] -= 1;
         self.free -= 1;
         true
     }
     pub fn clear(&mut self, i: u64) {
         assert!(self.is_used(i), "freeing {i}, which is free");
         self.bits[(i / 64) as usize] &= !(1 << (i % 64));
+        self.chunk_free[(i / CHUNK) as usize] += 1;
         self.free += 1;
     }
+    fn first_free_in(&self, c: u64) -> Option<u64> {
+        let (a, b) = (c * CHUNK / 64, ((c + 1) * CHUNK).min(self.len).div_ceil(64));
+        for w in a..b {
+            let z = !self.bits[w as usize];
+            if z != 0 {
+                let i = w * 64 + z.trailing_zeros() as u64;
+                if i < self.len {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+    /// One free item: next-fit over chunks, chunks in use before whole free ones.
     pub fn take(&mut self) -> Option<u64> {
         if self.free == 0 {
             return None;
         }
-        for k in 0..self.len {
-            let i = (self.next + k) % self.len;
-            if !self.is_used(i) {
+        let n = self.chunk_free.len() as u64;
+        let start = self.next / CHUNK;
+        for pass in 0..2 {
+            for k in 0..n {
+                let c = (start + k) % n;
+                let f = self.chunk_free[c as usize] as u64;
+                if f == 0 || (pass == 0 && f == CHUNK) {
+                    continue;
+                }
+                let i = self.first_free_in(c).expect("chunk count says free");
                 self.set(i);
-                self.next = (i + 1) % self.len;
+                self.next = i;
                 return Some(i);
             }
         }
         unreachable!("free count {} but no free bit", self.free)
+    }
+    /// A whole free chunk (512 items, the first a multiple of 512), all marked used.
+    pub fn take_chunk(&mut self) -> Option<u64> {
+        let n = self.chunk_free.len() as u64;
+        let start = self.next / CHUNK;
+        for k in 0..n {
+            let c = (start + k) % n;
+            if self.chunk_free[c as usize] as u64 == CHUNK {
+                let w = (c * CHUNK / 64) as usize;
+                self.bits[w..w + (CHUNK / 64) as usize].fill(u64::MAX);
+                self.chunk_free[c as usize] = 0;
+                self.free -= CHUNK;
+                return Some(c * CHUNK);
+            }
+        }
+        None
     }
 }
 
@@ -72,9 +130,53 @@ impl Alloc {
     pub fn block(&mut self) -> Result<u64> {
         self.blocks.take().ok_or(Error::NoSpace)
     }
+    /// The first of 512 contiguous, 2 MiB-aligned free blocks (`None`: no whole chunk free).
+    pub fn huge(&mut self) -> Option<u64> {
+        self.blocks.take_chunk()
+    }
     pub fn inode(&mut self) -> Result<u64> {
         self.inodes.take().ok_or(Error::NoInodes {
             max: self.max_inodes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_stay_whole_while_there_is_other_space() {
+        let mut b = Bitmap::new(3 * CHUNK + 76);
+        assert_eq!(b.free_chunks(), 3);
+        b.set(3);
+        assert_eq!(b.free_chunks(), 2);
+        // single items come from the used chunk, then the partial one at the end
+        for _ in 0..CHUNK - 1 + 76 {
+            let i = b.take().unwrap();
+            assert!(
+                !(CHUNK..3 * CHUNK).contains(&i),
+                "took {i} from a whole chunk"
+            );
+        }
+        assert_eq!((b.free_chunks(), b.free()), (2, 2 * CHUNK));
+        assert_eq!(b.take_chunk(), Some(CHUNK));
+        assert_eq!((b.free_chunks(), b.free()), (1, CHUNK));
+        // the last whole chunk is broken only when nothing else is left
+        assert_eq!(b.take(), Some(2 * CHUNK));
+        assert_eq!(b.take_chunk(), None);
+        b.clear(2 * CHUNK);
+        for i in 3 * CHUNK..3 * CHUNK + 10 {
+            b.clear(i);
+        }
+        assert_eq!(
+            b.free_chunks(),
+            1,
+            "a partial chunk at the end is never whole"
+        );
+        assert_eq!(b.take_chunk(), Some(2 * CHUNK));
+        assert_eq!(b.free(), 10);
+        while b.take().is_some() {}
+        assert_eq!(b.free(), 0);
     }
 }

@@ -53,6 +53,7 @@ impl<M: Media> Fs<M> {
             mtime: n.mtime,
             ctime: n.ctime,
             blocks: blocks.len() as u64,
+            atomic: n.atomic(),
             rdev: n.rdev,
         }
     }
@@ -92,6 +93,38 @@ impl<M: Media> Fs<M> {
         }
         let n = self.live(ino)?;
         Ok(self.attr_of(ino, &n))
+    }
+
+    /// The atomic flag of a regular file; `None` for other kinds. Cheap (no tree walk, unlike
+    /// `getattr`'s block count).
+    pub fn atomic(&self, ino: u64) -> Result<Option<bool>> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        let n = self.live(ino)?;
+        Ok(n.is(Kind::File).then(|| n.atomic()))
+    }
+
+    /// Make every later write to the regular file `ino` all-or-nothing (`true`: copy-on-write
+    /// and a journaled pointer swap) or in place (`false`). Persistent (an inode flag), one
+    /// transaction; allowed any time, since each write reads the flag under the inode's lock.
+    pub fn set_atomic(&self, ino: u64, on: bool) -> Result<()> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        let n = self.live(ino)?;
+        match n.kind() {
+            Some(Kind::File) => {}
+            Some(Kind::Dir) => return Err(Error::IsDir),
+            _ => return Err(Error::Invalid("atomic mode of a non-regular file")),
+        }
+        if n.atomic() == on {
+            return Ok(());
+        }
+        let mut tx = self.tx();
+        let mut n = tx.inode(ino);
+        n.flags ^= crate::inode::FLAG_ATOMIC;
+        n.ctime = now();
+        tx.put_inode(ino, &n);
+        self.commit(tx)
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
@@ -171,6 +204,7 @@ impl<M: Media> Fs<M> {
             block_size: BLOCK as u32,
             blocks: self.geo.data_blocks(),
             free_blocks: a.blocks.free(),
+            free_huge_blocks: a.blocks.free_chunks(),
             inodes: self.geo.inodes as u64 - 1,
             free_inodes: a.inodes.free(),
             name_max: NAME_MAX as u32,

@@ -21,6 +21,8 @@ pub struct CheckReport {
     pub dirs: u64,
     pub blocks: u64,
     pub free_blocks: u64,
+    /// Whole free 2 MiB chunks (room for that many huge blocks).
+    pub free_huge_blocks: u64,
     pub inodes: u64,
     pub free_inodes: u64,
     pub orphans: u64,
@@ -70,6 +72,7 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
     r.dirs = w.dirs_count;
     r.blocks = sb.geo.data_blocks();
     r.free_blocks = w.alloc.blocks.free();
+    r.free_huge_blocks = w.alloc.blocks.free_chunks();
     r.inodes = sb.geo.inodes as u64 - 1;
     r.free_inodes = w.alloc.inodes.free();
     r.orphans = w.orphans.len() as u64;

@@ -5,12 +5,15 @@ use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind, SIZE_MTIME};
 use crate::layout::{BLOCK, MAX_FILE_SIZE};
 use crate::tree;
+use crate::tree::HUGE_BLOCKS;
 use crate::tx::Tx;
-use crate::{attr::now, DataMode, Fs};
+use crate::{attr::now, Fs};
 use pmkit_media::Media;
 
 /// Blocks per in-place write transaction.
 const CHUNK: u64 = 16;
+/// Bytes of a huge block.
+const HUGE_BYTES: u64 = HUGE_BLOCKS * BLOCK as u64;
 
 impl<M: Media> Fs<M> {
     /// Blocks one all-or-nothing write (or fallocate step) may touch.
@@ -18,7 +21,7 @@ impl<M: Media> Fs<M> {
         ((self.geo.lane_entries as u64 - 16) * 2).min(256)
     }
 
-    /// The largest write `DataMode::Atomic` accepts, in bytes.
+    /// The largest write an atomic file (`Fs::set_atomic`, `DataMode::Atomic`) accepts, in bytes.
     pub fn max_atomic_write(&self) -> u64 {
         (self.atomic_blocks() - 1) * BLOCK as u64
     }
@@ -59,7 +62,8 @@ impl<M: Media> Fs<M> {
         Ok(out)
     }
 
-    /// Write `data` at `off`; durable when it returns (see `DataMode` for atomicity).
+    /// Write `data` at `off`; durable when it returns; all-or-nothing when the file is atomic
+    /// (see `DataMode`).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
@@ -76,7 +80,7 @@ impl<M: Media> Fs<M> {
         if data.is_empty() {
             return Ok(0);
         }
-        if self.opts.data == DataMode::Atomic {
+        if node.atomic() {
             if data.len() as u64 > self.max_atomic_write() {
                 return Err(Error::TooBig {
                     len: data.len() as u64,
@@ -88,12 +92,49 @@ impl<M: Media> Fs<M> {
         }
         let mut pos = off;
         while pos < end {
+            let piece = &data[(pos - off) as usize..];
+            if self.try_huge(ino, pos, end, Some(piece))? {
+                pos += HUGE_BYTES;
+                continue;
+            }
             let next = ((pos / BLOCK as u64 / CHUNK + 1) * CHUNK * BLOCK as u64).min(end);
             let piece = &data[(pos - off) as usize..(next - off) as usize];
             self.write_chunk(ino, pos, piece, false)?;
             pos = next;
         }
         Ok(data.len())
+    }
+
+    /// If `[pos, pos + 2 MiB)` is 2 MiB-aligned, inside `..end`, and the file has no block there,
+    /// give it a huge block holding `data` (its first 2 MiB; zeros for `None`: fallocate) in one
+    /// transaction, the size extended to cover it. False: not eligible, or no whole 2 MiB chunk
+    /// is free (the caller falls back to 4 KiB blocks).
+    fn try_huge(&self, ino: u64, pos: u64, end: u64, data: Option<&[u8]>) -> Result<bool> {
+        if self.opts.small_blocks || !pos.is_multiple_of(HUGE_BYTES) || end - pos < HUGE_BYTES {
+            return Ok(false);
+        }
+        let idx = pos / BLOCK as u64;
+        let node = self.inode(ino);
+        if !tree::span_empty(&self.pm, node.root, node.height, idx) {
+            return Ok(false);
+        }
+        let mut tx = self.tx();
+        let mut node = tx.inode(ino);
+        self.zero_gap(&mut tx, &node, pos);
+        let content = data.map(|d| &d[..HUGE_BYTES as usize]).unwrap_or(&[]);
+        let Some(run) = tx.new_huge(content) else {
+            return Ok(false);
+        };
+        tree::set_huge(&mut tx, &mut node, idx, run)?;
+        let t = now();
+        node.size = node.size.max(pos + HUGE_BYTES);
+        node.ctime = t;
+        if data.is_some() {
+            node.mtime = t;
+        }
+        tx.put_inode(ino, &node);
+        self.commit(tx)?;
+        Ok(true)
     }
 
     /// Zero the bytes of the last block from the old size up to `upto` (they are beyond the
@@ -203,12 +244,17 @@ impl<M: Media> Fs<M> {
         }
         (node.size, node.mtime, node.ctime) = (size, t, t);
         let keep = size.div_ceil(BLOCK as u64);
-        if tree::prune(&mut tx, &mut node, keep, self.prune_budget()) {
-            tx.put_inode(ino, &node);
-            return self.commit(tx);
+        match tree::prune(&mut tx, &mut node, keep, self.prune_budget(), false) {
+            Ok(true) => {
+                tx.put_inode(ino, &node);
+                return self.commit(tx);
+            }
+            Ok(false) | Err(Error::NoSpace) => {}
+            Err(e) => return Err(e),
         }
         drop(tx);
-        // Too big for one transaction: record the target on the orphan list first.
+        // Too big for one transaction, or no block free for a huge block's split node: record
+        // the target on the orphan list first (then the cut tail is beyond the size).
         let mut list = self.orphans.lock();
         let mut tx = self.tx();
         let mut node = tx.inode(ino);
@@ -230,7 +276,7 @@ impl<M: Media> Fs<M> {
         loop {
             let mut tx = self.tx();
             let mut node = tx.inode(ino);
-            let done = tree::prune(&mut tx, &mut node, keep, self.prune_budget());
+            let done = tree::prune(&mut tx, &mut node, keep, self.prune_budget(), true)?;
             tx.put_inode(ino, &node);
             self.commit(tx)?;
             if done {
@@ -266,7 +312,8 @@ impl<M: Media> Fs<M> {
     }
 
     /// Allocate zeroed blocks for `[off, off+len)` and extend the size to cover it (mode 0).
-    /// Atomic up to `max_atomic_write` bytes; beyond, in steps of that size, each atomic.
+    /// Atomic up to `max_atomic_write` bytes; beyond, in steps of that size (and one step per
+    /// huge block), each atomic.
     pub fn fallocate(&self, ino: u64, off: u64, len: u64) -> Result<()> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
@@ -287,7 +334,14 @@ impl<M: Media> Fs<M> {
         let mut idx = off / BLOCK as u64;
         let last = (end - 1) / BLOCK as u64;
         while idx <= last {
-            let stop = (idx + step).min(last + 1);
+            if self.try_huge(ino, idx * BLOCK as u64, end, None)? {
+                idx += HUGE_BLOCKS;
+                continue;
+            }
+            // steps end at 2 MiB boundaries, so the next span can still get a huge block
+            let stop = (idx + step)
+                .min(last + 1)
+                .min((idx / HUGE_BLOCKS + 1) * HUGE_BLOCKS);
             let mut tx = self.tx();
             let mut node = tx.inode(ino);
             let new_end = end.min(stop * BLOCK as u64);

@@ -6,6 +6,10 @@ use crate::layout::INODE;
 /// Offset of `{size, mtime}` inside an inode (one 16-byte store).
 pub const SIZE_MTIME: usize = 0;
 pub const MTIME: usize = 8;
+/// Inode flag (byte 26): every write to this file is all-or-nothing (`DataMode::Atomic`).
+pub const FLAG_ATOMIC: u8 = 1;
+/// The flags this version knows; the walk reports any other bit.
+pub const FLAGS_KNOWN: u8 = FLAG_ATOMIC;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(u8)]
@@ -52,6 +56,8 @@ pub struct Inode {
     pub root: u64,
     pub height: u8,
     pub kind: u8,
+    /// `FLAG_*` bits (byte 26, padding before format version 1 had it: always 0 there).
+    pub flags: u8,
     pub ctime: u64,
     pub links: u32,
     pub mode: u32,
@@ -73,13 +79,16 @@ impl Inode {
     pub fn is(&self, k: Kind) -> bool {
         self.kind == k as u8
     }
+    pub fn atomic(&self) -> bool {
+        self.flags & FLAG_ATOMIC != 0
+    }
     pub fn encode(&self) -> [u8; INODE] {
         let mut b = [0u8; INODE];
         let mut put = |o: usize, v: &[u8]| b[o..o + v.len()].copy_from_slice(v);
         put(0, &self.size.to_le_bytes());
         put(8, &self.mtime.to_le_bytes());
         put(16, &self.root.to_le_bytes());
-        put(24, &[self.height, self.kind]);
+        put(24, &[self.height, self.kind, self.flags]);
         put(32, &self.ctime.to_le_bytes());
         put(40, &self.links.to_le_bytes());
         put(44, &self.mode.to_le_bytes());
@@ -103,6 +112,7 @@ impl Inode {
             root: u64at(16),
             height: b[24],
             kind: b[25],
+            flags: b[26],
             ctime: u64at(32),
             links: u32at(40),
             mode: u32at(44),

@@ -61,7 +61,8 @@ use std::collections::HashMap;
 /// The root directory's inode number.
 pub const ROOT: u64 = layout::ROOT_INO;
 
-/// How writes reach the media (see `docs/fs.md`).
+/// How writes reach the media (see `docs/fs.md`). Per file (the inode's atomic flag,
+/// [`Fs::set_atomic`]); `MountOptions::data` is what new files get.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DataMode {
     /// Overwrites in place (streaming stores); durable at return, not atomic.
@@ -104,7 +105,10 @@ impl MkfsOptions {
 
 #[derive(Clone, Debug, Default)]
 pub struct MountOptions {
+    /// The data mode of files created by this mount (each file keeps its own: `Fs::set_atomic`).
     pub data: DataMode,
+    /// Never allocate 2 MiB blocks (4 KiB only): for comparisons.
+    pub small_blocks: bool,
     /// How PM is protected from stray stores (see `docs/fs.md`, Protection).
     pub protect: Protect,
     /// Emulated persistence-barrier latency: every fence takes at least this many more
@@ -140,8 +144,11 @@ pub struct Attr {
     pub atime: u64,
     pub mtime: u64,
     pub ctime: u64,
-    /// 4 KiB blocks the file uses: data and radix tree nodes (counted by a walk of its tree).
+    /// 4 KiB blocks the file uses: data (a huge block counts 512) and radix tree nodes (counted
+    /// by a walk of its tree).
     pub blocks: u64,
+    /// Writes to this file are all-or-nothing (its inode's atomic flag).
+    pub atomic: bool,
     /// Device number (character and block devices; 0 otherwise).
     pub rdev: u32,
 }
@@ -186,6 +193,8 @@ pub struct StatFs {
     pub block_size: u32,
     pub blocks: u64,
     pub free_blocks: u64,
+    /// Whole free 2 MiB-aligned chunks: huge blocks a write could get now.
+    pub free_huge_blocks: u64,
     pub inodes: u64,
     pub free_inodes: u64,
     pub name_max: u32,

@@ -201,6 +201,9 @@ impl<M: Media> Fs<M> {
             atime: t,
             ..Default::default()
         };
+        if kind == Kind::File && self.opts.data == crate::DataMode::Atomic {
+            node.flags = crate::inode::FLAG_ATOMIC; // new files take the mount's default
+        }
         let mut posts = Vec::new();
         if kind == Kind::Dir {
             node.links = 2;

@@ -1,6 +1,11 @@
 //! The per-inode radix tree: 4 KiB nodes of 512 block pointers, height 0..=3 (height 0: the root
 //! is the file's only block). Lookup, set (growing the tree), prune (truncate), and a validating
 //! walk for mount and check.
+//!
+//! A pointer that stands for a level-1 subtree (512 file blocks, 2 MiB) may instead name a huge
+//! block: bit 63 ([`HUGE`]) set, the low bits the first of 512 contiguous data blocks whose number
+//! is a multiple of 512 (2 MiB-aligned on the media). Anywhere else the bit makes the pointer
+//! invalid (the walk reports it).
 
 use crate::error::{Error, Result};
 use crate::inode::Inode;
@@ -38,6 +43,18 @@ impl<M: Media> Reader for Tx<'_, M> {
     }
 }
 
+/// The flag of a huge-block pointer.
+pub const HUGE: u64 = 1 << 63;
+/// File blocks in a huge block.
+pub const HUGE_BLOCKS: u64 = FANOUT;
+// the allocator's chunks are the huge blocks
+const _: () = assert!(HUGE_BLOCKS == crate::alloc::CHUNK);
+
+/// The first block of the huge block `ptr` names, if it names one.
+pub fn huge(ptr: u64) -> Option<u64> {
+    (ptr & HUGE != 0).then_some(ptr & !HUGE)
+}
+
 /// The block holding file block `idx`, or 0 for a hole.
 pub fn lookup(r: &impl Reader, root: u64, height: u8, idx: u64) -> u64 {
     if idx >= tree_cap(height) {
@@ -47,6 +64,11 @@ pub fn lookup(r: &impl Reader, root: u64, height: u8, idx: u64) -> u64 {
     for level in (1..=height).rev() {
         if node == 0 {
             return 0;
+        }
+        if level == 1 {
+            if let Some(run) = huge(node) {
+                return run + idx % FANOUT;
+            }
         }
         let slot = (idx / tree_cap(level - 1)) % FANOUT;
         node = r.word(node as usize * BLOCK + slot as usize * 8);
@@ -73,6 +95,9 @@ pub fn set<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, idx: u64, ptr: u64) ->
     if ino.root == 0 {
         ino.root = tx.new_block(&[])?;
     }
+    if ino.height == 1 && huge(ino.root).is_some() {
+        ino.root = split(tx, ino.root)?;
+    }
     let mut node = ino.root;
     for level in (1..=ino.height).rev() {
         let slot = (idx / tree_cap(level - 1)) % FANOUT;
@@ -86,6 +111,10 @@ pub fn set<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, idx: u64, ptr: u64) ->
             let b = tx.new_block(&[])?;
             tx.write_u64(off, b);
             b
+        } else if level == 2 && huge(cur).is_some() {
+            let b = split(tx, cur)?;
+            tx.write_u64(off, b);
+            b
         } else {
             cur
         };
@@ -93,10 +122,88 @@ pub fn set<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, idx: u64, ptr: u64) ->
     unreachable!("height {} loop returns at level 1", ino.height)
 }
 
+/// A fresh level-1 node naming the 512 blocks of the huge block `ptr`: the same data, now
+/// 4 KiB blocks that can be replaced or freed one by one. The caller swaps the pointer in.
+pub fn split<M: Media>(tx: &mut Tx<'_, M>, ptr: u64) -> Result<u64> {
+    let run = huge(ptr).expect("split of a huge pointer");
+    let words: Vec<u8> = (0..HUGE_BLOCKS)
+        .flat_map(|i| (run + i).to_le_bytes())
+        .collect();
+    tx.new_block(&words)
+}
+
+/// Is there no block at all in the 2 MiB-aligned range of file blocks from `idx`?
+pub fn span_empty(r: &impl Reader, root: u64, height: u8, idx: u64) -> bool {
+    debug_assert_eq!(idx % HUGE_BLOCKS, 0);
+    if root == 0 || idx >= tree_cap(height) {
+        return true;
+    }
+    if height <= 1 {
+        return false; // idx is 0 and the root holds block 0 (height 0) or the span (height 1)
+    }
+    let mut node = root;
+    for level in (2..=height).rev() {
+        let slot = (idx / tree_cap(level - 1)) % FANOUT;
+        node = r.word(node as usize * BLOCK + slot as usize * 8);
+        if node == 0 {
+            return true;
+        }
+    }
+    false
+}
+
+/// Point the 2 MiB-aligned span of file blocks from `idx` at the huge block `run` (its first
+/// block), growing the tree; the span must be empty (`span_empty`).
+pub fn set_huge<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, idx: u64, run: u64) -> Result<()> {
+    assert!(idx.is_multiple_of(HUGE_BLOCKS) && run.is_multiple_of(HUGE_BLOCKS));
+    while idx >= tree_cap(ino.height) || ino.height == 0 {
+        if ino.height >= MAX_HEIGHT {
+            return Err(Error::FileTooBig { max: MAX_FILE_SIZE });
+        }
+        if ino.root != 0 {
+            ino.root = tx.new_block(&ino.root.to_le_bytes())?;
+        }
+        ino.height += 1;
+    }
+    if ino.height == 1 {
+        assert_eq!(ino.root, 0, "huge block over a non-empty span");
+        ino.root = run | HUGE;
+        return Ok(());
+    }
+    if ino.root == 0 {
+        ino.root = tx.new_block(&[])?;
+    }
+    let mut node = ino.root;
+    for level in (2..=ino.height).rev() {
+        let slot = (idx / tree_cap(level - 1)) % FANOUT;
+        let off = node as usize * BLOCK + slot as usize * 8;
+        let cur = tx.read_u64(off);
+        if level == 2 {
+            assert_eq!(cur, 0, "huge block over a non-empty span");
+            tx.write_u64(off, run | HUGE);
+            return Ok(());
+        }
+        node = if cur == 0 {
+            let b = tx.new_block(&[])?;
+            tx.write_u64(off, b);
+            b
+        } else {
+            cur
+        };
+    }
+    unreachable!("height {} loop returns at level 2", ino.height)
+}
+
 /// Every block of the subtree at `node` (of `level`; 0 = a data block), nodes included.
 pub fn collect(r: &impl Reader, node: u64, level: u8, out: &mut Vec<u64>) {
     if node == 0 {
         return;
+    }
+    if level == 1 {
+        if let Some(run) = huge(node) {
+            out.extend(run..run + HUGE_BLOCKS);
+            return;
+        }
     }
     out.push(node);
     if level > 0 {
@@ -107,10 +214,19 @@ pub fn collect(r: &impl Reader, node: u64, level: u8, out: &mut Vec<u64>) {
 }
 
 /// Clear the pointers to file blocks `keep..`, at most `budget` of them; the freed blocks go to
-/// `tx.free_after`. Returns true when nothing beyond `keep` is left.
-pub fn prune<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, keep: u64, budget: usize) -> bool {
+/// `tx.free_after`. Returns true when nothing beyond `keep` is left. Cutting a huge block takes
+/// one new block (its split node): with none free, `NoSpace`, unless `spare_tail` (the size is
+/// already committed at or below `keep`, so the cut tail is invisible): then the tail's last
+/// block becomes the node.
+pub fn prune<M: Media>(
+    tx: &mut Tx<'_, M>,
+    ino: &mut Inode,
+    keep: u64,
+    budget: usize,
+    spare_tail: bool,
+) -> Result<bool> {
     if ino.root == 0 {
-        return true;
+        return Ok(true);
     }
     if keep == 0 {
         let mut blocks = Vec::new();
@@ -118,14 +234,49 @@ pub fn prune<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, keep: u64, budget: u
         tx.free_after.extend(blocks);
         ino.root = 0;
         ino.height = 0;
-        return true;
+        return Ok(true);
     }
     if ino.height == 0 {
-        return true;
+        return Ok(true);
+    }
+    if ino.height == 1 && huge(ino.root).is_some() {
+        if keep < HUGE_BLOCKS {
+            ino.root = split_cut(tx, ino.root, 0, keep, spare_tail)?;
+        }
+        return Ok(true);
     }
     let mut left = budget;
-    prune_node(tx, ino.root, ino.height, 0, keep, &mut left);
-    left > 0
+    prune_node(tx, ino.root, ino.height, 0, (keep, spare_tail), &mut left)?;
+    Ok(left > 0)
+}
+
+/// Cut the huge block `ptr` (file blocks from `base`) at `keep`: a fresh node naming the blocks
+/// below `keep`; the rest go to `tx.free_after`. Nothing is logged but the caller's swap.
+fn split_cut<M: Media>(
+    tx: &mut Tx<'_, M>,
+    ptr: u64,
+    base: u64,
+    keep: u64,
+    spare_tail: bool,
+) -> Result<u64> {
+    let run = huge(ptr).expect("huge pointer");
+    let kept = keep.saturating_sub(base).min(HUGE_BLOCKS - 1);
+    let words: Vec<u8> = (0..kept).flat_map(|i| (run + i).to_le_bytes()).collect();
+    let last = run + HUGE_BLOCKS - 1;
+    let node = match tx.new_block(&words) {
+        Ok(b) => b,
+        Err(Error::NoSpace) if spare_tail => {
+            // beyond the committed size: a crash before the commit leaves bytes no one reads
+            let mut b = vec![0u8; BLOCK];
+            b[..words.len()].copy_from_slice(&words);
+            tx.write_fresh(last as usize * BLOCK, &b);
+            tx.free_after.extend(run + kept..last);
+            return Ok(last);
+        }
+        Err(e) => return Err(e),
+    };
+    tx.free_after.extend(run + kept..run + HUGE_BLOCKS);
+    Ok(node)
 }
 
 fn prune_node<M: Media>(
@@ -133,9 +284,9 @@ fn prune_node<M: Media>(
     node: u64,
     level: u8,
     base: u64,
-    keep: u64,
+    (keep, spare_tail): (u64, bool),
     left: &mut usize,
-) {
+) -> Result<()> {
     let span = tree_cap(level - 1);
     let ptrs = tx.node(node);
     for (slot, &ptr) in ptrs.iter().enumerate() {
@@ -144,7 +295,7 @@ fn prune_node<M: Media>(
             continue;
         }
         if *left == 0 {
-            return;
+            return Ok(());
         }
         if child >= keep {
             let mut blocks = Vec::new();
@@ -152,10 +303,16 @@ fn prune_node<M: Media>(
             tx.free_after.extend(blocks);
             tx.write_u64(node as usize * BLOCK + slot * 8, 0);
             *left -= 1;
+        } else if level == 2 && huge(ptr).is_some() {
+            // a huge block cut by the new size: split it, freeing the blocks beyond `keep`
+            let b = split_cut(tx, ptr, child, keep, spare_tail)?;
+            tx.write_u64(node as usize * BLOCK + slot * 8, b);
+            *left -= 1;
         } else {
-            prune_node(tx, ptr, level - 1, child, keep, left);
+            prune_node(tx, ptr, level - 1, child, (keep, spare_tail), left)?;
         }
     }
+    Ok(())
 }
 
 /// Walk a tree read from the media, checking every pointer, calling `visit(block, is_node,
@@ -184,8 +341,19 @@ fn walk_node(
     if node == 0 {
         return Ok(());
     }
+    if let (1, Some(run)) = (level, huge(node)) {
+        if run % HUGE_BLOCKS != 0 || !geo.is_data(run) || !geo.is_data(run + HUGE_BLOCKS - 1) {
+            return Err(format!(
+                "huge block at {run}: not 2 MiB-aligned or not inside the data area"
+            ));
+        }
+        for i in 0..HUGE_BLOCKS {
+            visit(run + i, false, base + i)?;
+        }
+        return Ok(());
+    }
     if !geo.is_data(node) {
-        return Err(format!("pointer to block {node}, outside the data area"));
+        return Err(format!("pointer to block {node:#x}, outside the data area"));
     }
     visit(node, level > 0, base)?;
     if level > 0 {

@@ -120,6 +120,24 @@ impl<'a, M: Media> Tx<'a, M> {
         });
         Ok(b)
     }
+    /// A new huge block (512 contiguous, 2 MiB-aligned blocks) holding `content` (zero-padded),
+    /// written with streaming stores; `None` when no whole 2 MiB chunk is free.
+    pub fn new_huge(&mut self, content: &[u8]) -> Option<u64> {
+        let n = crate::alloc::CHUNK;
+        assert!(content.len() <= n as usize * BLOCK);
+        let run = self.alloc.lock().huge()?;
+        self.allocated.extend(run..run + n);
+        self.fresh.extend(run..run + n);
+        let mut data = content.to_vec();
+        data.resize(n as usize * BLOCK, 0);
+        self.writes.push(W {
+            off: run as usize * BLOCK,
+            data,
+            logged: false,
+            nt: true,
+        });
+        Some(run)
+    }
     pub fn alloc_inode(&mut self) -> Result<u64> {
         let i = self.alloc.lock().inode()?;
         self.allocated_inodes.push(i);

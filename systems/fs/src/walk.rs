@@ -4,7 +4,7 @@
 
 use crate::alloc::{Alloc, Bitmap};
 use crate::dir::{self, DirIndex, Loc};
-use crate::inode::{Inode, Kind};
+use crate::inode::{Inode, Kind, FLAGS_KNOWN};
 use crate::layout::{Geometry, BLOCK, INODE, MAX_FILE_SIZE, META_INO, ROOT_INO, SYMLINK_MAX};
 use crate::pm::Pm;
 use crate::tree;
@@ -95,6 +95,12 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
             problems.push(format!(
                 "inode {ino}: special file (kind {}) with size {} or data",
                 node.kind, node.size
+            ));
+        }
+        if node.flags & !FLAGS_KNOWN != 0 || (node.flags != 0 && !node.is(Kind::File)) {
+            problems.push(format!(
+                "inode {ino}: flags {:#x} on kind {}",
+                node.flags, node.kind
             ));
         }
         if !special && node.rdev != 0 {

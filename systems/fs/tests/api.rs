@@ -348,6 +348,12 @@ fn atomic_writes_up_to_their_bound() {
     assert!(pmkit_fs::check(&media).is_clean());
     let (fs, _) = Fs::mount(media, &MountOptions::default()).unwrap();
     let mib = vec![9u8; 1 << 20];
+    assert!(fs.getattr(f.ino).unwrap().atomic, "the file keeps its mode");
+    assert!(matches!(
+        fs.write(f.ino, 0, &mib),
+        Err(Error::TooBig { .. })
+    ));
+    fs.set_atomic(f.ino, false).unwrap();
     fs.write(f.ino, 0, &mib).unwrap(); // in place: cut into transactions
     assert_eq!(fs.read(f.ino, 0, 1 << 20).unwrap(), mib);
     assert!(pmkit_fs::check(&fs.unmount()).is_clean());

@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::crashcheck::{crash_custom, torn_ok, verify, Acked};
 use common::{data_of, diff, run_op, snap, Model, Op, Snap};
 use parking_lot::Mutex;
 use pmkit_fs::{DataMode, Faults, Fs, MkfsOptions, MountOptions, RenameFlags};
@@ -18,14 +19,6 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 
 const LEN: usize = 128 << 10;
-
-#[derive(Default)]
-struct Acked {
-    before: Option<Snap>,
-    after: Option<Snap>,
-    /// An in-place write in flight: (path, offset, data).
-    torn: Option<(String, u64, Vec<u8>)>,
-}
 
 fn s(x: &str) -> String {
     x.to_string()
@@ -74,7 +67,10 @@ fn surface() -> Vec<Op> {
 fn base(mode: DataMode) -> (Vec<u8>, Model) {
     let sim = CrashSim::new(LEN);
     Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
-    let mut model = Model::default();
+    let mut model = Model {
+        atomic_default: mode == DataMode::Atomic,
+        ..Model::default()
+    };
     let (fs, _) = Fs::mount(
         &sim,
         &MountOptions {
@@ -89,73 +85,6 @@ fn base(mode: DataMode) -> (Vec<u8>, Model) {
     }
     fs.unmount();
     (sim.image(), model)
-}
-
-fn torn_ok(got: &Snap, before: &Snap, after: &Snap, path: &str, off: u64, data: &[u8]) -> bool {
-    // every name of the written inode (hard links) shows the same bytes
-    let Some(group) = before.0.get(path).map(|e| e.group.clone()) else {
-        return false;
-    };
-    let (Some(be), Some(ae), Some(ge)) = (before.0.get(path), after.0.get(path), got.0.get(path))
-    else {
-        return false;
-    };
-    let side = if ge.data.len() == ae.data.len() {
-        after
-    } else if ge.data.len() == be.data.len() {
-        before
-    } else {
-        return false;
-    };
-    for (i, &new) in data.iter().enumerate() {
-        let at = off as usize + i;
-        if at < ge.data.len() {
-            let old = be.data.get(at).copied().unwrap_or(0);
-            if ge.data[at] != old && ge.data[at] != new {
-                return false;
-            }
-        }
-    }
-    let mut o = side.clone();
-    for (p, e) in o.0.iter_mut() {
-        if e.group == group {
-            e.data = ge.data.clone();
-            if got.0.get(p).map(|g| &g.data) != Some(&ge.data) {
-                return false;
-            }
-        }
-    }
-    *got == o
-}
-
-fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Snap, String> {
-    let rep = pmkit_fs::check(m);
-    if !rep.is_clean() {
-        return Err(format!("check before mount: {:?}", rep.problems));
-    }
-    let (fs, _) = Fs::mount(
-        Arc::clone(m),
-        &MountOptions {
-            data: mode,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| format!("mount failed: {e}"))?;
-    let got = snap(&fs)?;
-    let before = a.before.as_ref().expect("model state");
-    let ok = got == *before
-        || a.after.as_ref() == Some(&got)
-        || matches!((&a.torn, &a.after), (Some((p, off, d)), Some(after)) if torn_ok(&got, before, after, p, *off, d));
-    if !ok {
-        let after = a.after.as_ref().map(|s| diff(&got, s)).unwrap_or_default();
-        return Err(format!("tree after recovery is neither before nor after the op in flight: vs before: {}; vs after: {after}", diff(&got, before)));
-    }
-    let media = fs.unmount();
-    let rep = pmkit_fs::check(&media);
-    if !rep.is_clean() || !rep.clean {
-        return Err(format!("check after mount and unmount: {:?}", rep.problems));
-    }
-    Ok(got)
 }
 
 /// Crash at every fence of `ops` run on the setup tree.
@@ -197,7 +126,7 @@ fn crash_ops(
                     let mut a = a2.lock();
                     a.after = Some(next.snap());
                     a.torn = match op {
-                        Op::Write(p, off, len, seed) if mode == DataMode::InPlace => {
+                        Op::Write(p, off, len, seed) if !model.is_atomic(p) => {
                             Some((p.clone(), *off, data_of(*off, *len, *seed)))
                         }
                         _ => None,
@@ -479,46 +408,6 @@ fn media_len_matches_tiny_geometry() {
     assert_eq!(sim.len(), LEN);
     let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
     assert!(fs.statfs().blocks >= 20);
-}
-
-/// A workload on a mounted simulator that records what it acknowledged.
-type Work = dyn Fn(&Fs<Arc<CrashSim>>, &Mutex<Acked>) + Sync;
-
-/// Crash at every fence of `work` run on the tree `setup` builds (media of `len` bytes); the
-/// check is `verify` against `before` / `after` as the workload sets them.
-fn crash_custom(
-    len: usize,
-    setup: &dyn Fn(&Fs<&CrashSim>),
-    work: &Work,
-    domain: Domain,
-) -> CrashReport {
-    let sim = CrashSim::new(len);
-    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
-    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
-    setup(&fs);
-    let before = snap(&fs).unwrap();
-    fs.unmount();
-    let acked = Arc::new(Mutex::new(Acked {
-        before: Some(before),
-        ..Default::default()
-    }));
-    let a2 = Arc::clone(&acked);
-    let opts = CrashOpts {
-        domain,
-        k: 8,
-        random_images: 32,
-        ..Default::default()
-    };
-    check_every_fence_from(
-        sim.image(),
-        &opts,
-        |sim| {
-            let (fs, _) = Fs::mount(Arc::clone(sim), &MountOptions::default()).unwrap();
-            work(&fs, &a2);
-            fs.unmount();
-        },
-        |m| verify(m, &acked.lock(), DataMode::InPlace).map(|_| ()),
-    )
 }
 
 /// A truncate too big for one transaction goes through the orphan list; a crash anywhere in it

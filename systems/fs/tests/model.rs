@@ -45,6 +45,38 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (path(), 0u32..0o7777).prop_map(|(p, m)| Step::Op(Op::Chmod(p, m))),
         1 => (path(), any::<u8>()).prop_map(|(p, v)| Step::Op(Op::SetXattr(p, "user.a".into(), v))),
         1 => path().prop_map(|p| Step::Op(Op::RemoveXattr(p, "user.a".into()))),
+        1 => (path(), any::<bool>()).prop_map(|(p, on)| Step::Op(Op::SetAtomic(p, on))),
+        1 => Just(Step::Remount),
+    ]
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Offsets and lengths around 2 MiB boundaries: whole aligned spans (huge blocks), spans off by
+/// a block or a byte, small writes into them.
+fn big_off() -> impl Strategy<Value = u64> {
+    (0u64..4, prop_oneof![Just(0u64), Just(4096), 1u64..3 * MIB]).prop_map(|(k, d)| k * 2 * MIB + d)
+}
+
+fn big_len() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(2 * MIB),
+        Just(4 * MIB),
+        Just(2 * MIB + 4096),
+        1u64..20_000
+    ]
+}
+
+fn big_step() -> impl Strategy<Value = Step> {
+    let p = || prop::sample::select(&["f", "g", "d/h"][..]).prop_map(|s| s.to_string());
+    prop_oneof![
+        2 => p().prop_map(|p| Step::Op(Op::Create(p))),
+        6 => (p(), big_off(), big_len(), any::<u8>()).prop_map(|(p, o, l, s)| Step::Op(Op::Write(p, o, l as usize, s))),
+        3 => (p(), big_off()).prop_map(|(p, s)| Step::Op(Op::Truncate(p, s))),
+        2 => (p(), big_off(), big_len()).prop_map(|(p, o, l)| Step::Op(Op::Fallocate(p, o, l))),
+        2 => (p(), any::<bool>()).prop_map(|(p, on)| Step::Op(Op::SetAtomic(p, on))),
+        1 => p().prop_map(|p| Step::Op(Op::Unlink(p))),
+        1 => (p(), p()).prop_map(|(a, b)| Step::Op(Op::Rename(a, b, RenameFlags::Replace))),
         1 => Just(Step::Remount),
     ]
 }
@@ -59,12 +91,20 @@ fn opts() -> MkfsOptions {
 
 fn run<M: Media>(media: M, steps: &[Step], mode: DataMode) -> Result<(), TestCaseError> {
     Fs::mkfs(&media, &opts()).unwrap();
+    run_mounted(media, steps, mode)
+}
+
+fn run_mounted<M: Media>(media: M, steps: &[Step], mode: DataMode) -> Result<(), TestCaseError> {
     let mo = MountOptions {
         data: mode,
         ..Default::default()
     };
     let (mut fs, _) = Fs::mount(media, &mo).unwrap();
-    let mut model = Model::default();
+    let mut model = Model {
+        atomic_default: mode == DataMode::Atomic,
+        max_atomic: Some(fs.max_atomic_write()),
+        ..Model::default()
+    };
     for (i, s) in steps.iter().enumerate() {
         match s {
             Step::Op(op) => {
@@ -111,5 +151,21 @@ proptest! {
         let r = Region::create(&dir.path().join("pool"), 2 << 20, &RegionOptions::default()).unwrap();
         let mode = if atomic { DataMode::Atomic } else { DataMode::InPlace };
         run(r, &steps, mode)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// 2 MiB blocks on 24 MiB (some huge spans fall back to 4 KiB blocks when the chunks run
+    /// out), files atomic or not, directory `d` made first.
+    #[test]
+    fn model_with_2mib_blocks(steps in prop::collection::vec(big_step(), 1..24), atomic in any::<bool>()) {
+        let mode = if atomic { DataMode::Atomic } else { DataMode::InPlace };
+        let sim = CrashSim::new(24 << 20);
+        Fs::mkfs(&sim, &opts()).unwrap();
+        let mut all = vec![Step::Op(Op::Mkdir("d".into()))];
+        all.extend(steps);
+        run_mounted(sim, &all, mode)?;
     }
 }

@@ -211,7 +211,9 @@ fn xattrs(p: &Path) -> BTreeMap<String, Vec<u8>> {
     );
     names.truncate(n as usize);
     let mut out = BTreeMap::new();
-    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+    // the virtual `user.pmkit.*` xattrs (the atomic flag) have no counterpart in tmpfs
+    let real = |n: &&[u8]| !n.is_empty() && !n.starts_with(b"user.pmkit.");
+    for name in names.split(|&b| b == 0).filter(real) {
         let cn = CString::new(name).unwrap();
         let mut v = vec![0u8; 4096];
         // SAFETY: as above.
@@ -224,6 +226,49 @@ fn xattrs(p: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// Every path under `root` (relative), with what it is.
+/// Every xattr name `p` lists, virtual ones included.
+pub fn xattr_names(p: &Path) -> Vec<String> {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 4096];
+    // SAFETY: the buffer is valid for its length.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n >= 0, "listxattr: {}", std::io::Error::last_os_error());
+    names.truncate(n as usize);
+    let names = names.split(|&b| b == 0).filter(|n| !n.is_empty());
+    names
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}
+
+/// One xattr's value, or the errno.
+pub fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let (c, cn) = (
+        CString::new(p.as_os_str().as_bytes()).unwrap(),
+        CString::new(name).unwrap(),
+    );
+    let mut v = vec![0u8; 256];
+    // SAFETY: the buffer is valid for its length.
+    let m = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+    errno_of(m.min(0) as i32)?;
+    v.truncate(m as usize);
+    Ok(v)
+}
+
+/// Set (`Some`) or remove (`None`) an xattr; the errno on failure.
+pub fn set_xattr(p: &Path, name: &str, value: Option<&[u8]>) -> Result<(), i32> {
+    let (c, cn) = (
+        CString::new(p.as_os_str().as_bytes()).unwrap(),
+        CString::new(name).unwrap(),
+    );
+    // SAFETY: valid C strings and a valid value buffer.
+    errno_of(unsafe {
+        match value {
+            Some(v) => libc::lsetxattr(c.as_ptr(), cn.as_ptr(), v.as_ptr().cast(), v.len(), 0),
+            None => libc::lremovexattr(c.as_ptr(), cn.as_ptr()),
+        }
+    })
+}
+
 pub fn snapshot(root: &Path) -> BTreeMap<String, Snap> {
     let mut out = BTreeMap::new();
     let mut todo = vec![PathBuf::new()];

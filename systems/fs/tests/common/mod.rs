@@ -2,6 +2,8 @@
 //! both sides run, and a canonical snapshot of each side to compare.
 #![allow(dead_code)]
 
+pub mod crashcheck;
+
 use pmkit_fs::{Error, Fs, Kind, RenameFlags, SetAttr, XattrFlags, ROOT};
 use pmkit_media::Media;
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +23,8 @@ pub enum Op {
     Chmod(String, u32),
     SetXattr(String, String, u8),
     RemoveXattr(String, String),
+    /// `Fs::set_atomic` on a regular file.
+    SetAtomic(String, bool),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +33,8 @@ pub struct MNode {
     pub data: Vec<u8>,
     pub mode: u32,
     pub xattrs: BTreeMap<String, Vec<u8>>,
+    /// The file's atomic flag.
+    pub atomic: bool,
 }
 
 /// The model: path -> node id, id -> node.
@@ -36,7 +42,11 @@ pub struct MNode {
 pub struct Model {
     pub paths: BTreeMap<String, u64>,
     pub nodes: HashMap<u64, MNode>,
-    next: u64,
+    pub next: u64,
+    /// New files are atomic (the mount's `DataMode::Atomic`).
+    pub atomic_default: bool,
+    /// The largest write an atomic file takes (`Fs::max_atomic_write`; `None`: unbounded).
+    pub max_atomic: Option<u64>,
 }
 
 fn parent_of(p: &str) -> &str {
@@ -66,6 +76,7 @@ impl Model {
             data,
             mode,
             xattrs: BTreeMap::new(),
+            atomic: kind == Kind::File && self.atomic_default,
         };
         self.nodes.insert(self.next, n);
         self.paths.insert(p.to_string(), self.next);
@@ -75,6 +86,10 @@ impl Model {
         if !self.paths.values().any(|&v| v == id) {
             self.nodes.remove(&id);
         }
+    }
+    /// Is `p` a regular file with the atomic flag?
+    pub fn is_atomic(&self, p: &str) -> bool {
+        self.paths.get(p).is_some_and(|id| self.nodes[id].atomic)
     }
     fn node_mut(&mut self, p: &str) -> Option<&mut MNode> {
         let id = *self.paths.get(p)?;
@@ -105,10 +120,14 @@ impl Model {
                 }
             }
             Op::Write(p, off, len, seed) => {
+                let max = self.max_atomic;
                 let n = self
                     .node_mut(p)
                     .filter(|n| n.kind == Kind::File)
                     .ok_or(())?;
+                if n.atomic && max.is_some_and(|m| *len as u64 > m) {
+                    return Err(());
+                }
                 let end = *off as usize + len;
                 if n.data.len() < end {
                     n.data.resize(end, 0);
@@ -202,6 +221,13 @@ impl Model {
             Op::RemoveXattr(p, name) => {
                 self.node_mut(p).ok_or(())?.xattrs.remove(name).ok_or(())?;
             }
+            Op::SetAtomic(p, on) => {
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
+                n.atomic = *on;
+            }
         }
         Ok(())
     }
@@ -263,6 +289,7 @@ impl Model {
                     mode: n.mode,
                     group,
                     xattrs: x,
+                    atomic: n.atomic,
                 },
             );
         }
@@ -279,6 +306,7 @@ pub struct Ent {
     /// The first path (in order) naming the same inode: hard links agree.
     pub group: String,
     pub xattrs: Vec<(String, Vec<u8>)>,
+    pub atomic: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -358,6 +386,7 @@ pub fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
             XattrFlags::Either,
         ),
         Op::RemoveXattr(p, name) => fs.removexattr(ino_of(fs, p)?, name.as_bytes()),
+        Op::SetAtomic(p, on) => fs.set_atomic(ino_of(fs, p)?, *on),
     }
 }
 
@@ -425,6 +454,7 @@ pub fn snap<M: Media>(fs: &Fs<M>) -> Result<Snap, String> {
                     mode: a.mode,
                     group: String::new(),
                     xattrs,
+                    atomic: a.atomic,
                 },
             );
             out.get_mut(&path).unwrap().group = e.ino.to_string();
@@ -450,8 +480,8 @@ pub fn diff(a: &Snap, b: &Snap) -> String {
             Some(f) if f != e => {
                 let first = e.data.iter().zip(&f.data).position(|(x, y)| x != y);
                 out.push(format!(
-                    "{p}: kind {:?}/{:?} len {}/{} first differing byte {first:?} links {}/{} mode {:o}/{:o} group {}/{} xattrs {:?}/{:?}",
-                    e.kind, f.kind, e.data.len(), f.data.len(), e.links, f.links, e.mode, f.mode, e.group, f.group, e.xattrs, f.xattrs
+                    "{p}: kind {:?}/{:?} len {}/{} first differing byte {first:?} links {}/{} mode {:o}/{:o} group {}/{} xattrs {:?}/{:?} atomic {}/{}",
+                    e.kind, f.kind, e.data.len(), f.data.len(), e.links, f.links, e.mode, f.mode, e.group, f.group, e.xattrs, f.xattrs, e.atomic, f.atomic
                 ));
             }
             _ => {}

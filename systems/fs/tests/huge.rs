@@ -1,0 +1,295 @@
+//! 2 MiB blocks and the per-file atomic flag, one call at a time: what gets a huge block, reads,
+//! overwrites, truncates that cut one, stat and statfs, the fallback when no 2 MiB chunk is free,
+//! the flag's inheritance and persistence, and `check` on bad huge pointers and flags.
+
+mod common;
+
+use common::data_of;
+use pmkit_fs::layout::{Superblock, BLOCK, SB_LEN};
+use pmkit_fs::{check, DataMode, Error, Fs, MkfsOptions, MountOptions, SetAttr, ROOT};
+use pmkit_media::crashsim::CrashSim;
+use pmkit_media::Media;
+
+const MIB: u64 = 1 << 20;
+const HUGE: u64 = 2 * MIB;
+
+fn mount<M: Media>(m: M, o: &MountOptions) -> Fs<M> {
+    let (fs, _) = Fs::mount(m, o).unwrap();
+    fs
+}
+
+fn fresh(len: usize, o: &MountOptions) -> Fs<CrashSim> {
+    let sim = CrashSim::new(len);
+    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
+    mount(sim, o)
+}
+
+fn remount(fs: Fs<CrashSim>, o: &MountOptions) -> Fs<CrashSim> {
+    let m = fs.unmount();
+    let rep = check(&m);
+    assert!(rep.is_clean() && rep.clean, "{:?}", rep.problems);
+    mount(m, o)
+}
+
+fn truncate<M: Media>(fs: &Fs<M>, ino: u64, size: u64) {
+    let s = SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    fs.setattr(ino, &s).unwrap();
+}
+
+#[test]
+fn an_aligned_2mib_write_gets_one_huge_block() {
+    let o = MountOptions::default();
+    let fs = fresh(12 << 20, &o);
+    let whole = fs.statfs().free_huge_blocks;
+    assert!(whole >= 4, "{:?}", fs.statfs());
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    let d = data_of(0, HUGE as usize, 7);
+    fs.write(f.ino, 0, &d).unwrap();
+    let a = fs.getattr(f.ino).unwrap();
+    assert_eq!((a.size, a.blocks), (HUGE, 512), "a huge block at the root");
+    assert_eq!(fs.statfs().free_huge_blocks, whole - 1);
+    assert_eq!(fs.read(f.ino, 0, HUGE as usize).unwrap(), d);
+    // not aligned: 4 KiB blocks (511 of the span [2 MiB, 4 MiB) and 2 of the next one)
+    let d2 = data_of(HUGE + 4096, HUGE as usize, 3);
+    fs.write(f.ino, HUGE + 4096, &d2).unwrap();
+    let a = fs.getattr(f.ino).unwrap();
+    assert_eq!(
+        a.blocks,
+        512 + 512 + 3,
+        "the huge block, 512 small ones, three nodes"
+    );
+    // in-place overwrite inside the huge block
+    fs.write(f.ino, 5000, b"hello").unwrap();
+    let fs = remount(fs, &o);
+    let back = fs.read(f.ino, 0, 3 * HUGE as usize).unwrap();
+    assert_eq!(back.len() as u64, 2 * HUGE + 4096);
+    assert_eq!(&back[5000..5005], b"hello");
+    assert_eq!(&back[..5000], &d[..5000]);
+    assert_eq!(&back[5005..HUGE as usize], &d[5005..]);
+    assert_eq!(&back[HUGE as usize + 4096..], &d2[..]);
+    // fallocate of whole spans: huge blocks of zeros
+    let g = fs.create(ROOT, b"g", 0o644).unwrap();
+    fs.fallocate(g.ino, HUGE, 2 * HUGE).unwrap();
+    let a = fs.getattr(g.ino).unwrap();
+    assert_eq!(a.size, 3 * HUGE);
+    assert_eq!(a.blocks, 2 * 512 + 1, "two huge blocks under one node");
+    assert!(fs
+        .read(g.ino, 0, 3 * HUGE as usize)
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0));
+    remount(fs, &o);
+}
+
+#[test]
+fn a_truncate_cutting_a_huge_block_keeps_the_head() {
+    let o = MountOptions::default();
+    for height2 in [false, true] {
+        let fs = fresh(12 << 20, &o);
+        let f = fs.create(ROOT, b"f", 0o644).unwrap();
+        let base = if height2 { HUGE } else { 0 };
+        let d = data_of(base, HUGE as usize, 1);
+        fs.write(f.ino, base, &d).unwrap();
+        let free0 = fs.statfs().free_blocks;
+        let cut = base + MIB + 100;
+        truncate(&fs, f.ino, cut);
+        let a = fs.getattr(f.ino).unwrap();
+        let nodes = if height2 { 2 } else { 1 };
+        assert_eq!(a.blocks, 257 + nodes, "257 data blocks kept, a split node");
+        assert_eq!(fs.statfs().free_blocks, free0 + 255 - 1);
+        let fs = remount(fs, &o);
+        // grow again: the cut tail reads as zeros
+        fs.write(f.ino, base + HUGE - 10, b"end").unwrap();
+        let back = fs.read(f.ino, base, HUGE as usize).unwrap();
+        assert_eq!(&back[..(MIB + 100) as usize], &d[..(MIB + 100) as usize]);
+        assert!(back[(MIB + 100) as usize..HUGE as usize - 10]
+            .iter()
+            .all(|&b| b == 0));
+        // cut on the boundary and to zero
+        truncate(&fs, f.ino, base);
+        truncate(&fs, f.ino, 0);
+        assert_eq!(fs.getattr(f.ino).unwrap().blocks, 0);
+        let fs = remount(fs, &o);
+        assert_eq!(fs.statfs().free_huge_blocks, 5);
+    }
+}
+
+#[test]
+fn no_free_chunk_falls_back_to_4k_blocks() {
+    // 7 MiB: chunk 0 holds the metadata, chunks 1 and 2 are whole, chunk 3 is half there
+    let o = MountOptions::default();
+    let fs = fresh(7 << 20, &o);
+    assert_eq!(fs.statfs().free_huge_blocks, 2);
+    for n in [b"a", b"b"] {
+        let f = fs.create(ROOT, n, 0o644).unwrap();
+        fs.write(f.ino, 0, &data_of(0, HUGE as usize, 2)).unwrap();
+        assert_eq!(fs.getattr(f.ino).unwrap().blocks, 512);
+    }
+    assert_eq!(fs.statfs().free_huge_blocks, 0);
+    let c = fs.create(ROOT, b"c", 0o644).unwrap();
+    let d = data_of(0, HUGE as usize, 4);
+    fs.write(c.ino, 0, &d).unwrap();
+    assert_eq!(
+        fs.getattr(c.ino).unwrap().blocks,
+        513,
+        "4 KiB blocks and a node"
+    );
+    let fs = remount(fs, &o);
+    assert_eq!(fs.read(c.ino, 0, HUGE as usize).unwrap(), d);
+    // the small-blocks option never takes a chunk
+    let o = MountOptions {
+        small_blocks: true,
+        ..MountOptions::default()
+    };
+    let fs = fresh(12 << 20, &o);
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &d).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().blocks, 513);
+}
+
+#[test]
+fn an_atomic_write_into_a_huge_block_splits_it() {
+    let o = MountOptions::default();
+    let fs = fresh(12 << 20, &o);
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    let mut d = data_of(0, HUGE as usize, 9);
+    fs.write(f.ino, 0, &d).unwrap();
+    fs.set_atomic(f.ino, true).unwrap();
+    fs.write(f.ino, 4 * 4096 + 10, b"atomic").unwrap();
+    d[4 * 4096 + 10..4 * 4096 + 16].copy_from_slice(b"atomic");
+    let a = fs.getattr(f.ino).unwrap();
+    assert_eq!(a.blocks, 513, "the huge block is now a node of 512 blocks");
+    let fs = remount(fs, &o);
+    assert_eq!(fs.read(f.ino, 0, HUGE as usize).unwrap(), d);
+}
+
+#[test]
+fn the_atomic_flag_is_per_file_inherited_and_persistent() {
+    let atomic = MountOptions {
+        data: DataMode::Atomic,
+        ..MountOptions::default()
+    };
+    let plain = MountOptions::default();
+    let fs = fresh(4 << 20, &atomic);
+    let a = fs.create(ROOT, b"a", 0o644).unwrap();
+    assert!(a.atomic, "new files take the mount's default");
+    let dir = fs.mkdir(ROOT, b"d", 0o755).unwrap();
+    assert!(!dir.atomic);
+    let fs = remount(fs, &plain);
+    let b = fs.create(ROOT, b"b", 0o644).unwrap();
+    assert!(!b.atomic);
+    assert!(fs.getattr(a.ino).unwrap().atomic, "kept across a remount");
+    assert_eq!(fs.atomic(a.ino).unwrap(), Some(true));
+    assert_eq!(fs.atomic(dir.ino).unwrap(), None);
+    let max = fs.max_atomic_write();
+    let big = vec![1u8; max as usize + 1];
+    assert!(matches!(
+        fs.write(a.ino, 0, &big),
+        Err(Error::TooBig { .. })
+    ));
+    fs.write(b.ino, 0, &big).unwrap();
+    fs.set_atomic(a.ino, false).unwrap();
+    fs.write(a.ino, 0, &big).unwrap();
+    fs.set_atomic(b.ino, true).unwrap();
+    assert!(matches!(
+        fs.write(b.ino, 0, &big),
+        Err(Error::TooBig { .. })
+    ));
+    assert!(matches!(fs.set_atomic(dir.ino, true), Err(Error::IsDir)));
+    let s = fs.symlink(ROOT, b"s", b"a").unwrap();
+    assert!(matches!(fs.set_atomic(s.ino, true), Err(Error::Invalid(_))));
+    let fs = remount(fs, &plain);
+    assert!(!fs.getattr(a.ino).unwrap().atomic);
+    assert!(fs.getattr(b.ino).unwrap().atomic);
+}
+
+fn sb_of(sim: &CrashSim) -> Superblock {
+    let mut b = [0u8; SB_LEN];
+    sim.read(0, &mut b);
+    Superblock::decode(&b, sim.len()).unwrap()
+}
+
+#[test]
+fn check_names_bad_huge_pointers_and_flags() {
+    let fs = fresh(8 << 20, &MountOptions::default());
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &data_of(0, HUGE as usize, 1)).unwrap();
+    let sim = fs.unmount();
+    let sb = sb_of(&sim);
+    let root_at = sb.geo.inode_off(f.ino) + 16;
+    let mut w = [0u8; 8];
+    sim.read(root_at, &mut w);
+    let root = u64::from_le_bytes(w);
+    assert_eq!(root >> 63, 1, "the root is a huge pointer");
+    let bad = |v: u64, at: usize, what: &str| {
+        let m = CrashSim::new(sim.len());
+        m.write(0, &sim.image());
+        m.write(at, &v.to_le_bytes());
+        let rep = check(&m);
+        assert!(!rep.is_clean(), "{what}: check found nothing");
+        rep.problems.join("\n")
+    };
+    let t = bad(root + 1, root_at, "misaligned");
+    assert!(t.contains("not 2 MiB-aligned"), "{t}");
+    let t = bad(
+        (1 << 63) | (sb.geo.blocks / 512 * 512),
+        root_at,
+        "past the end",
+    );
+    assert!(t.contains("huge block"), "{t}");
+    // the flag at the wrong level: height 2 with the huge pointer as the root
+    let t = bad(2 | 1 << 8, root_at + 8, "wrong level");
+    assert!(t.contains("outside the data area"), "{t}");
+    // an unknown inode flag; the atomic flag on a directory
+    let t = bad(1 | 1 << 8 | 0x80 << 16, root_at + 8, "unknown flag");
+    assert!(t.contains("flags 0x80"), "{t}");
+    let t = bad(
+        1 << 16 | 2 << 8,
+        sb.geo.inode_off(ROOT) + 24,
+        "flag on a dir",
+    );
+    assert!(t.contains("flags 0x1"), "{t}");
+    let _ = BLOCK;
+}
+
+#[test]
+fn a_truncate_cutting_a_huge_block_on_a_full_disk_reuses_its_tail() {
+    let o = MountOptions::default();
+    let fs = fresh(7 << 20, &o);
+    let a = fs.create(ROOT, b"a", 0o644).unwrap();
+    let d = data_of(0, HUGE as usize, 6);
+    fs.write(a.ino, 0, &d).unwrap();
+    // fill every other block
+    let c = fs.create(ROOT, b"c", 0o644).unwrap();
+    let mut off = 0;
+    loop {
+        match fs.fallocate(c.ino, off, 4096) {
+            Ok(()) => off += 4096,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(fs.statfs().free_blocks <= 1, "{:?}", fs.statfs());
+    while fs.statfs().free_blocks > 0 {
+        // what the last fallocate could not use (a node and a block need two)
+        let e = fs.create(ROOT, b"e", 0o644).unwrap();
+        fs.write(e.ino, 0, b"x").unwrap();
+    }
+    let cut = MIB + 100;
+    truncate(&fs, a.ino, cut);
+    let at = fs.getattr(a.ino).unwrap();
+    assert_eq!(
+        at.blocks,
+        257 + 1,
+        "257 data blocks and the node (the tail's last block)"
+    );
+    let fs = remount(fs, &o);
+    assert_eq!(
+        fs.read(a.ino, 0, HUGE as usize).unwrap(),
+        &d[..cut as usize]
+    );
+    assert_eq!(fs.statfs().free_blocks, 512 - 257 - 1);
+}
