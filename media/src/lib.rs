@@ -11,6 +11,7 @@ pub mod cpu;
 pub mod crashsim;
 pub mod emulate;
 pub mod error;
+pub mod extent_map;
 pub mod kernel_write;
 pub mod persist;
 pub mod protect;

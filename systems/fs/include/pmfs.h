@@ -67,6 +67,16 @@ int pmfs_symlink(pmfs_t *fs, const char *target, const char *path);
 ssize_t pmfs_readlink(pmfs_t *fs, const char *path, char *buf, size_t n);
 int pmfs_truncate(pmfs_t *fs, const char *path, off_t len);
 
+/* Direct access (XIP): map file bytes [off, off + len) of `fd` (opened O_RDWR) at one
+ * address; loads and stores go straight to PM. off and len are multiples of 4096; holes are
+ * allocated and the file grows to off + len if shorter. Stores are durable after
+ * pmfs_persist() of their bytes (no journal: only aligned 8-byte stores are atomic). While
+ * mapped, the file stays alive and its blocks stay put: a truncate into the range, or making the
+ * file atomic, fails with EBUSY; an atomic file cannot be mapped (EINVAL). */
+void *pmfs_map(pmfs_t *fs, int fd, off_t off, size_t len);
+int pmfs_persist(pmfs_t *fs, const void *p, size_t len);
+int pmfs_unmap(pmfs_t *fs, void *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -73,7 +73,10 @@ impl<M: Media> Fs<M> {
         let n = self.live(ino)?;
         if let Some(size) = s.size {
             match n.kind() {
-                Some(Kind::File) => self.truncate(ino, size)?,
+                Some(Kind::File) => {
+                    self.check_pins_for_size(ino, size)?;
+                    self.truncate(ino, size)?
+                }
                 Some(Kind::Dir) => return Err(Error::IsDir),
                 _ => return Err(Error::Invalid("size of a non-regular file")),
             }
@@ -118,6 +121,9 @@ impl<M: Media> Fs<M> {
         }
         if n.atomic() == on {
             return Ok(());
+        }
+        if on {
+            self.check_unpinned(ino)?;
         }
         let mut tx = self.tx();
         let mut n = tx.inode(ino);

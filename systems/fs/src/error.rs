@@ -53,6 +53,8 @@ pub enum Error {
     Loop,
     #[error("too many open descriptors (the limit is {max})")]
     TooManyFds { max: usize },
+    #[error("busy: {0}")]
+    Busy(&'static str),
 }
 
 impl Error {
@@ -77,6 +79,7 @@ impl Error {
             Error::BadFd(_) => 9,           // EBADF
             Error::Loop => 40,              // ELOOP
             Error::TooManyFds { .. } => 24, // EMFILE
+            Error::Busy(_) => 16,           // EBUSY
         }
     }
 }

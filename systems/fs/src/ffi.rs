@@ -568,3 +568,53 @@ pub unsafe extern "C" fn pmfs_readlink(
         Ok(k as isize)
     })
 }
+
+/// Map file bytes `[off, off + len)` of `fd` (open read-write) for direct access (XIP): the
+/// address of a view of the file's PM, or NULL and errno. See `Posix::map` for the rules.
+///
+/// # Safety
+/// `fs` a mounted handle.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_map(
+    fs: *mut PmfsHandle,
+    d: c_int,
+    off: i64,
+    len: usize,
+) -> *mut c_void {
+    guard(std::ptr::null_mut(), || {
+        let off = u64::try_from(off).map_err(|_| inval("negative offset"))?;
+        // SAFETY: the caller's contract.
+        let v = unsafe { handle(fs) }?
+            .map(fd(d)?, off, len as u64)
+            .map_err(fail)?;
+        Ok(v.ptr.cast())
+    })
+}
+
+/// Make `[p, p + len)` of a mapped range durable (flush and fence).
+///
+/// # Safety
+/// `fs` a mounted handle.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_persist(fs: *mut PmfsHandle, p: *const c_void, len: usize) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        unsafe { handle(fs) }?
+            .persist(p.cast(), len)
+            .map_err(fail)?;
+        Ok(0)
+    })
+}
+
+/// Unmap the range `pmfs_map` returned at `p`.
+///
+/// # Safety
+/// `fs` a mounted handle; no pointer into the range is used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_unmap(fs: *mut PmfsHandle, p: *mut c_void) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        unsafe { handle(fs) }?.unmap(p.cast()).map_err(fail)?;
+        Ok(0)
+    })
+}

@@ -25,6 +25,7 @@ mod tree;
 mod tx;
 mod walk;
 mod xattr;
+pub mod xip;
 
 pub use check::{check, CheckReport};
 pub use costs::{op_costs, OpCost};
@@ -213,6 +214,8 @@ pub struct Fs<M: Media> {
     orphans: Mutex<Vec<u64>>,
     journal: journal::Journal,
     alloc: Mutex<alloc::Alloc>,
+    /// File ranges mapped for direct access, by inode (see `xip.rs`).
+    pins: Mutex<HashMap<u64, Vec<(u64, u64)>>>,
 }
 
 impl<M: Media> std::fmt::Debug for Fs<M> {

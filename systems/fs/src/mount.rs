@@ -128,6 +128,7 @@ impl<M: Media> Fs<M> {
             orphans: Mutex::new(w.orphans.clone()),
             journal: Journal::new(&gens),
             alloc: Mutex::new(w.alloc),
+            pins: Mutex::new(std::collections::HashMap::new()),
         };
         for o in w.orphans {
             fs.finish_orphan(o)?;

@@ -12,7 +12,9 @@
 
 use crate::{Attr, DirEntry, Error, Fs, Kind, RenameFlags, Result, SetAttr, StatFs, ROOT};
 use parking_lot::Mutex;
-use pmkit_media::Media;
+use pmkit_media::extent_map::ExtentMap;
+use pmkit_media::{Media, Region};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Most descriptors open at once.
@@ -101,6 +103,23 @@ pub struct Posix<M: Media> {
     fds: Mutex<Vec<Option<Arc<Desc>>>>,
     /// Serializes appends (find the end, write there) across descriptors.
     append: Mutex<()>,
+    /// Ranges mapped for direct access, by address (see [`Posix::map`]).
+    maps: Mutex<HashMap<usize, Mapped>>,
+}
+
+/// A file range mapped for direct access: its address and length. Loads and stores through
+/// `ptr` go straight to PM; stores are durable after [`Posix::persist`] of their bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapView {
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
+struct Mapped {
+    ino: u64,
+    off: u64,
+    len: u64,
+    view: ExtentMap,
 }
 
 fn components(path: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -126,6 +145,7 @@ impl<M: Media> Posix<M> {
             fs,
             fds: Mutex::new(Vec::new()),
             append: Mutex::new(()),
+            maps: Mutex::new(HashMap::new()),
         }
     }
 
@@ -134,8 +154,14 @@ impl<M: Media> Posix<M> {
         &self.fs
     }
 
-    /// Close every descriptor and unmount (marks the pool clean); the media back.
+    /// Unmap every mapped range, close every descriptor and unmount (marks the pool clean);
+    /// the media back.
     pub fn unmount(self) -> M {
+        for (_, m) in self.maps.into_inner() {
+            drop(m.view);
+            self.fs.unpin(m.ino, m.off, m.len);
+            let _ = self.fs.release(m.ino);
+        }
         for d in self.fds.into_inner().into_iter().flatten() {
             if d.kind != Kind::Dir {
                 let _ = self.fs.release(d.ino);
@@ -558,5 +584,86 @@ impl<M: Media> Posix<M> {
 
     pub fn statfs(&self) -> StatFs {
         self.fs.statfs()
+    }
+}
+
+/// Direct access (XIP): needs the mapping's file, so a `Region`.
+impl Posix<Region> {
+    /// Map file bytes `[off, off + len)` of `fd` (opened read-write) for direct access: holes
+    /// in the range are allocated and the file grows to `off + len` if shorter (as
+    /// `posix_fallocate`), and the range's PM is mapped at one address, in file order (2 MiB
+    /// blocks at 2 MiB-aligned addresses). `off` and `len` are multiples of 4 KiB.
+    ///
+    /// While mapped, the file stays open (an unlink frees nothing until [`Posix::unmap`]) and
+    /// its blocks stay put: a truncate that would cut the range, or turning the file atomic,
+    /// fails with EBUSY; an atomic file cannot be mapped (EINVAL). Stores through the view
+    /// bypass the protection mode (that is what direct access is for) and the journal: they
+    /// are durable after [`Posix::persist`], with no atomicity beyond 8 aligned bytes.
+    pub fn map(&self, fd: Fd, off: u64, len: u64) -> Result<MapView> {
+        let d = self.desc(fd)?;
+        if d.kind != Kind::File || !(d.flags.read && d.flags.write) {
+            return Err(Error::BadFd(fd.0));
+        }
+        self.fs.fallocate(d.ino, off, len)?;
+        self.fs.open(d.ino)?;
+        let extents = match self.fs.pin_extents(d.ino, off, len) {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = self.fs.release(d.ino);
+                return Err(e);
+            }
+        };
+        let view = match ExtentMap::new(self.fs.media(), &extents) {
+            Ok(v) => v,
+            Err(e) => {
+                self.fs.unpin(d.ino, off, len);
+                let _ = self.fs.release(d.ino);
+                return Err(Error::NotSupported(match e.os_error() {
+                    Some(libc::ENOMEM) => "direct access: out of address space or map count",
+                    _ => "direct access: the pool cannot be mapped here",
+                }));
+            }
+        };
+        let out = MapView {
+            ptr: view.as_ptr(),
+            len: view.len(),
+        };
+        self.maps.lock().insert(
+            out.ptr as usize,
+            Mapped {
+                ino: d.ino,
+                off,
+                len,
+                view,
+            },
+        );
+        Ok(out)
+    }
+
+    /// Make `[ptr, ptr + len)`, inside one mapped range, durable (flush and fence).
+    pub fn persist(&self, ptr: *const u8, len: usize) -> Result<()> {
+        let maps = self.maps.lock();
+        let m = maps
+            .values()
+            .find(|m| m.view.contains(ptr, len))
+            .ok_or(Error::Invalid(
+                "persist of bytes outside every mapped range",
+            ))?;
+        let off = ptr as usize - m.view.as_ptr() as usize;
+        m.view
+            .persist(off, len)
+            .map_err(|_| Error::WriteFailed("msync of a mapped range failed".into()))
+    }
+
+    /// Unmap the range [`Posix::map`] returned at `ptr`; its pointers must not be used again.
+    pub fn unmap(&self, ptr: *mut u8) -> Result<()> {
+        let m = self
+            .maps
+            .lock()
+            .remove(&(ptr as usize))
+            .ok_or(Error::Invalid("not the address of a mapped range"))?;
+        drop(m.view);
+        self.fs.unpin(m.ino, m.off, m.len);
+        self.fs.release(m.ino)
     }
 }

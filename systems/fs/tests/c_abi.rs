@@ -68,6 +68,7 @@ fn c_example_builds_and_runs() {
         "size after remount: 1100 bytes, links 1",
         "record 42 reads: record 042",
         "latest -> app.log.1",
+        "through the map: direct store",
         "read of a closed descriptor: EBADF",
         "open of a missing file: ENOENT",
         "rmdir of a non-empty directory: ENOTEMPTY",
