@@ -234,14 +234,20 @@ fn rebuild_sb<M: Media>(
     None
 }
 
-/// Does the media look like a file system of `geo`: every lane header a generation and a head
-/// in range, and a root directory in inode slot 1?
+/// Does the media look like a file system of `geo`: most lane headers a generation and a head
+/// in range (a damaged one is reset later), and a root directory in inode slot 1?
 fn plausible<M: Media>(pm: &Pm<M>, geo: &Geometry) -> std::result::Result<(), String> {
-    for l in 0..geo.lanes {
-        let w = pm.read_u64(geo.lane_off(l));
-        if w >> 32 == 0 || w as u32 > geo.lane_entries {
-            return Err(format!("no journal lane header for lane {l}"));
-        }
+    let headers = (0..geo.lanes)
+        .filter(|&l| {
+            let w = pm.read_u64(geo.lane_off(l));
+            w >> 32 != 0 && w as u32 <= geo.lane_entries
+        })
+        .count() as u32;
+    if headers * 2 < geo.lanes {
+        return Err(format!(
+            "only {headers} of {} journal lane headers where it puts them",
+            geo.lanes
+        ));
     }
     let mut b = [0u8; INODE];
     pm.read(geo.inode_off(ROOT_INO), &mut b);
