@@ -28,6 +28,7 @@ use crate::inode::{Inode, Kind};
 use crate::journal::{self, Entry, Journal};
 use crate::layout::{Geometry, Superblock, BLOCK, INODE, LINE, ROOT_INO, SB_LEN, SB_OFFS};
 use crate::mount::read_sbs;
+use crate::overlay::Overlay;
 use crate::pm::{Faults, Pm};
 use crate::tree;
 use crate::tx::Tx;
@@ -203,7 +204,7 @@ fn rebuild_sb<M: Media>(
                 continue;
             }
         };
-        if let Err(e) = plausible(pm, &geo) {
+        if let Err(e) = plausible(pm, &geo).and_then(|()| fits(pm.media(), &geo)) {
             why_not.push(format!("{what}: {e}"));
             continue;
         }
@@ -260,6 +261,25 @@ fn plausible<M: Media>(pm: &Pm<M>, geo: &Geometry) -> std::result::Result<(), St
         return Err("no root directory in inode slot 1".into());
     }
     Ok(())
+}
+
+/// The signs of a wrong geometry, from the mount walk run on a copy-on-write overlay with
+/// `geo`: a pointer below its data area (too many inodes: data blocks inside its inode table)
+/// or a record naming an inode past its table (too few). Repair would cut those apart, so a
+/// geometry that shows them is refused.
+fn fits<M: Media>(media: &M, geo: &Geometry) -> std::result::Result<(), String> {
+    let over = Overlay::new(media);
+    let pm = Pm::new(&over, Faults::default());
+    let _ = journal::recover(&pm, geo); // rolled back on the overlay when the journal allows
+    let w = crate::walk::walk(&pm, geo);
+    match w
+        .problems
+        .iter()
+        .find(|p| p.contains("outside the data area") || p.contains("out of range"))
+    {
+        Some(p) => Err(format!("the tree does not fit it ({p})")),
+        None => Ok(()),
+    }
 }
 
 /// Lanes recovery would call garbage: report what they held and reset them (entries zeroed and

@@ -162,6 +162,20 @@ fn both_superblocks_bad_with_an_unusual_geometry_needs_the_numbers() {
     };
     assert!(!repair_with(&sim, &wrong).unwrap().is_clean());
     assert!(sim.image() == img, "a refused repair changed the media");
+    // the root is where these put it, but the tree does not fit the inode count: too few
+    // (records name inodes past the table) or too many (data blocks inside the table)
+    for inodes in [4, 100] {
+        let wrong = RepairOptions {
+            geometry: Some(GeometryHint {
+                lanes: 3,
+                lane_entries: 80,
+                inodes,
+            }),
+        };
+        let rep = repair_with(&sim, &wrong).unwrap();
+        assert!(rep.unfixed[0].contains("does not fit"), "{inodes}: {rep:?}");
+        assert!(sim.image() == img, "a refused repair changed the media");
+    }
     let right = RepairOptions {
         geometry: Some(GeometryHint {
             lanes: 3,
