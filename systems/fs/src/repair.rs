@@ -292,8 +292,20 @@ fn reset_bad_lanes<M: Media>(pm: &Pm<M>, geo: &Geometry, rep: &mut RepairReport)
         let (gen, head) = ((word >> 32) as u32, word as u32);
         let mut why = None;
         let mut run = 0;
+        // An entry of a later generation than the header's: the header went back (damage), and
+        // a later transaction's head could walk into that stale entry and roll it back.
+        let gens: Vec<u32> = (0..entries)
+            .map(|i| (pm.read_u64(off + (1 + i as usize) * LINE + 56) >> 32) as u32)
+            .collect();
+        let ahead = gens.iter().filter(|&&g| g > gen).count();
         if head > entries {
             why = Some(format!("head {head} beyond its {entries} entries"));
+        } else if ahead > 0 {
+            let g = gens.iter().max().copied().unwrap_or(0);
+            why = Some(format!(
+                "entries of generation up to {g}, ahead of the header's {gen}"
+            ));
+            run = ahead;
         } else {
             for i in head..entries {
                 let mut b = [0u8; LINE];
@@ -318,9 +330,8 @@ fn reset_bad_lanes<M: Media>(pm: &Pm<M>, geo: &Geometry, rep: &mut RepairReport)
         pm.flush(off, 8);
         pm.fence();
         let what = format!(
-            "journal lane {l}: garbage ({why}): {run} entries from head {} dropped, not rolled \
-             back; lane reset (generation {next}, head 0)",
-            head.min(entries)
+            "journal lane {l}: garbage ({why}): {run} entries dropped, not rolled back; lane \
+             reset (generation {next}, head 0)"
         );
         note(rep, what, off);
     }
@@ -436,7 +447,7 @@ fn relink_lost<M: Media>(
         let mut dir = tx.inode(lf);
         if node.is(Kind::Dir) {
             node.parent = lf;
-            dir.links += 1;
+            dir.links = dir.links.saturating_add(1);
         } else {
             node.links = 1;
         }
@@ -488,7 +499,7 @@ fn make_lost_found<M: Media>(
     tx.put_inode(ino, &node);
     add_record(&mut tx, ROOT_INO, name.as_bytes(), ino, Kind::Dir as u8)?;
     let mut root = tx.inode(ROOT_INO);
-    root.links += 1;
+    root.links = root.links.saturating_add(1); // garbage counts are set right later
     tx.put_inode(ROOT_INO, &root);
     tx.commit(&mut j.take())?;
     pm.check()?;
