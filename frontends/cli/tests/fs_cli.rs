@@ -75,6 +75,18 @@ fn check_repair() {
     damage();
     let o = pmkit(&["fs", "check", p]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // mount refuses it (before any FUSE work) naming the problems and the one command to run
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let o = pmkit(&["fs", "mount", p, mnt.to_str().unwrap()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let msg = text(&o);
+    assert!(
+        msg.contains("mount refused (2 problems)")
+            && msg.contains("inode 2: link count 5 but 1 names")
+            && msg.contains(&format!("pmkit fs check {p} --repair")),
+        "{msg}"
+    );
     // a holder of the lock (as a mount holds it) makes repair refuse; `-o`: the lock stays
     // with flock itself, not the sleep it runs, so killing flock releases it
     let mut holder = std::process::Command::new("flock")
