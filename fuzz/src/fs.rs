@@ -88,10 +88,17 @@ pub fn fs_repair(data: &[u8]) {
     };
     let after = check(&sim);
     if !rep.is_clean() {
-        assert!(!after.is_clean(), "repair reported problems check does not see");
+        assert!(
+            !after.is_clean(),
+            "repair reported problems check does not see"
+        );
         return;
     }
-    assert!(after.is_clean(), "repaired clean but check: {:?}", after.problems);
+    assert!(
+        after.is_clean(),
+        "repaired clean but check: {:?}",
+        after.problems
+    );
     let (fs, _) = Fs::mount(&sim, &MountOptions::default()).expect("repaired clean, mount fails");
     if let Ok(n) = fs.create(ROOT, b"after-repair", 0o644) {
         let _ = fs.write(n.ino, 0, b"repaired");

@@ -106,9 +106,14 @@ fn check_repair() {
     let o = pmkit(&["fs", "check", p, "--repair"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    assert!(out.contains("problem: inode 2: link count 5 but 1 names"), "{out}");
     assert!(
-        out.contains("fixed: inode 9 (File) was in use but nothing named it: linked as /lost+found/#9"),
+        out.contains("problem: inode 2: link count 5 but 1 names"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "fixed: inode 9 (File) was in use but nothing named it: linked as /lost+found/#9"
+        ),
         "{out}"
     );
     assert!(out.contains("clean after repair"), "{out}");
@@ -121,7 +126,9 @@ fn check_repair() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let fixes = v["fixes"].as_array().unwrap();
     assert!(
-        fixes.iter().any(|f| f["ino"] == 2 && f["what"].as_str().unwrap().contains("link count")),
+        fixes
+            .iter()
+            .any(|f| f["ino"] == 2 && f["what"].as_str().unwrap().contains("link count")),
         "{fixes:?}"
     );
     assert_eq!(v["unfixed"].as_array().unwrap().len(), 0);
@@ -132,10 +139,18 @@ fn check_repair() {
     std::fs::write(&pool, &image).unwrap();
     let o = pmkit(&["fs", "check", p, "--repair"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("--geometry LANES,ENTRIES,INODES"), "{}", text(&o));
+    assert!(
+        text(&o).contains("--geometry LANES,ENTRIES,INODES"),
+        "{}",
+        text(&o)
+    );
     let o = pmkit(&["fs", "check", p, "--repair", "--geometry", "8,256,128"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("both superblocks were bad"), "{}", text(&o));
+    assert!(
+        text(&o).contains("both superblocks were bad"),
+        "{}",
+        text(&o)
+    );
     let o = pmkit(&["fs", "check", p]);
     assert!(o.status.success(), "{}", text(&o));
 }

@@ -66,7 +66,10 @@ pub fn damaged_text(problems: &[String], pool: &str) -> String {
         s += &format!("\n  {p}");
     }
     if problems.len() > SHOWN {
-        s += &format!("\n  ... and {} more (`pmkit fs check {pool}` lists them)", problems.len() - SHOWN);
+        s += &format!(
+            "\n  ... and {} more (`pmkit fs check {pool}` lists them)",
+            problems.len() - SHOWN
+        );
     }
     s += &format!("\nto repair it (not mounted): pmkit fs check {pool} --repair");
     s

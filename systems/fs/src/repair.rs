@@ -256,7 +256,7 @@ fn plausible<M: Media>(pm: &Pm<M>, geo: &Geometry) -> std::result::Result<(), St
     if !root.is(Kind::Dir)
         || root.parent != ROOT_INO
         || root.links < 2
-        || root.size % BLOCK as u64 != 0
+        || !root.size.is_multiple_of(BLOCK as u64)
     {
         return Err("no root directory in inode slot 1".into());
     }
@@ -264,19 +264,31 @@ fn plausible<M: Media>(pm: &Pm<M>, geo: &Geometry) -> std::result::Result<(), St
 }
 
 /// The signs of a wrong geometry, from the mount walk run on a copy-on-write overlay with
-/// `geo`: a pointer below its data area (too many inodes: data blocks inside its inode table)
-/// or a record naming an inode past its table (too few). Repair would cut those apart, so a
-/// geometry that shows them is refused.
+/// `geo`: a pointer into its journal or inode table (too many inodes: data blocks inside the
+/// table) or a record naming an inode past its table that the media could hold (too few).
+/// Repair would cut those apart, so a geometry that shows them is refused. (Pointers past the
+/// media and inode numbers no media could hold are plain damage, not signs.)
 fn fits<M: Media>(media: &M, geo: &Geometry) -> std::result::Result<(), String> {
     let over = Overlay::new(media);
     let pm = Pm::new(&over, Faults::default());
     let _ = journal::recover(&pm, geo); // rolled back on the overlay when the journal allows
     let w = crate::walk::walk(&pm, geo);
-    match w
-        .problems
-        .iter()
-        .find(|p| p.contains("outside the data area") || p.contains("out of range"))
-    {
+    let number_after = |p: &str, key: &str| -> Option<u64> {
+        let rest = &p[p.find(key)? + key.len()..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    };
+    let most_inodes = (media.len() / INODE) as u64;
+    let sign = w.problems.iter().find(|p| {
+        let low_block = p.contains("outside the data area")
+            && number_after(p, "pointer to block ").is_some_and(|b| b > 0 && b < geo.data_block);
+        let high_ino = p.contains("out of range")
+            && number_after(p, "names inode ").is_some_and(|i| i < most_inodes);
+        low_block || high_ino
+    });
+    match sign {
         Some(p) => Err(format!("the tree does not fit it ({p})")),
         None => Ok(()),
     }
@@ -338,12 +350,7 @@ fn reset_bad_lanes<M: Media>(pm: &Pm<M>, geo: &Geometry, rep: &mut RepairReport)
 }
 
 /// Scan, fix, scan again, until a scan proposes nothing or a round changes nothing.
-fn rounds<M: Media>(
-    pm: &Pm<M>,
-    geo: &Geometry,
-    j: &Journal,
-    rep: &mut RepairReport,
-) -> Result<()> {
+fn rounds<M: Media>(pm: &Pm<M>, geo: &Geometry, j: &Journal, rep: &mut RepairReport) -> Result<()> {
     for _ in 0..MAX_ROUNDS {
         let s = scan::scan(pm, geo);
         let alloc = Mutex::new(Alloc {

@@ -80,7 +80,11 @@ fn repaired(sim: &CrashSim, what: &str) -> (RepairReport, String) {
     assert!(rep.is_clean(), "{what}: {rep:#?}");
     assert_eq!(rep.problems, before.problems);
     let after = check(sim);
-    assert!(after.is_clean(), "{what}: after repair {:?}", after.problems);
+    assert!(
+        after.is_clean(),
+        "{what}: after repair {:?}",
+        after.problems
+    );
     let text = rep
         .fixes
         .iter()
@@ -117,7 +121,9 @@ fn one_bad_superblock_is_rewritten() {
     let rep = repair(&sim).unwrap();
     assert!(rep.is_clean(), "{rep:?}");
     assert!(
-        rep.fixes[0].what.contains("superblock B (checksum mismatch): rewritten from superblock A"),
+        rep.fixes[0]
+            .what
+            .contains("superblock B (checksum mismatch): rewritten from superblock A"),
         "{rep:?}"
     );
     assert_eq!(rep.fixes[0].offset, Some(SB_OFFS[1] as u64));
@@ -150,7 +156,10 @@ fn both_superblocks_bad_with_an_unusual_geometry_needs_the_numbers() {
     let rep = repair(&sim).unwrap();
     assert!(!rep.is_clean());
     assert!(rep.fixes.is_empty(), "{rep:?}");
-    assert!(rep.unfixed[0].contains("--geometry LANES,ENTRIES,INODES"), "{rep:?}");
+    assert!(
+        rep.unfixed[0].contains("--geometry LANES,ENTRIES,INODES"),
+        "{rep:?}"
+    );
     assert!(sim.image() == img, "a refused repair changed the media");
     // wrong numbers are refused too
     let wrong = RepairOptions {
@@ -240,7 +249,11 @@ fn a_lane_generation_that_went_back_is_reset() {
     let fs = mount(&sim);
     for i in 0..20u32 {
         fs.mkdir(ROOT, format!("n{i}").as_bytes(), 0o755).unwrap();
-        assert!(check(&sim).is_clean(), "after {i}: {:?}", check(&sim).problems);
+        assert!(
+            check(&sim).is_clean(),
+            "after {i}: {:?}",
+            check(&sim).problems
+        );
     }
     intact_f(&fs);
 }
@@ -253,13 +266,23 @@ fn a_pointer_out_of_range_is_cut_to_a_hole() {
     set_word(&sim, node as usize * BLOCK + 8, sb.geo.blocks + 7);
     let (rep, text) = repaired(&sim, "pointer");
     assert!(text.contains("outside the data area: cut"), "{text}");
-    let f = rep.fixes.iter().find(|f| f.what.contains("outside")).unwrap();
-    assert_eq!((f.ino, f.offset), (Some(3), Some((node as usize * BLOCK + 8) as u64)));
+    let f = rep
+        .fixes
+        .iter()
+        .find(|f| f.what.contains("outside"))
+        .unwrap();
+    assert_eq!(
+        (f.ino, f.offset),
+        (Some(3), Some((node as usize * BLOCK + 8) as u64))
+    );
     let fs = mount(&sim);
     let data = fs.read(3, 0, 10_000).unwrap();
     assert_eq!(data.len(), 6000, "the file keeps its size");
     assert_eq!(&data[..BLOCK], &F_DATA[..BLOCK], "and its first block");
-    assert!(data[BLOCK..].iter().all(|&b| b == 0), "the cut range is a hole");
+    assert!(
+        data[BLOCK..].iter().all(|&b| b == 0),
+        "the cut range is a hole"
+    );
     intact_k(&fs);
 }
 
@@ -269,7 +292,10 @@ fn a_loop_is_cut() {
     let node = word(&sim, sb.geo.inode_off(3) + 16);
     set_word(&sim, node as usize * BLOCK + 8, node);
     let (_, text) = repaired(&sim, "loop");
-    assert!(text.contains(&format!("pointer to block {node} owned already")), "{text}");
+    assert!(
+        text.contains(&format!("pointer to block {node} owned already")),
+        "{text}"
+    );
     let fs = mount(&sim);
     let data = fs.read(3, 0, 10_000).unwrap();
     assert_eq!(&data[..BLOCK], &F_DATA[..BLOCK]);
@@ -287,11 +313,19 @@ fn a_doubly_owned_block_stays_with_its_first_owner() {
     set_word(&sim, g, 4096);
     set_word(&sim, g + 16, first);
     let (rep, text) = repaired(&sim, "shared block");
-    let f = rep.fixes.iter().find(|f| f.what.contains("owned already")).unwrap();
+    let f = rep
+        .fixes
+        .iter()
+        .find(|f| f.what.contains("owned already"))
+        .unwrap();
     assert_eq!((f.ino, f.block), (Some(4), Some(first)), "{text}");
     let fs = mount(&sim);
     intact_f(&fs);
-    assert_eq!(fs.read(4, 0, 10_000).unwrap(), vec![0u8; 4096], "g lost it: a hole");
+    assert_eq!(
+        fs.read(4, 0, 10_000).unwrap(),
+        vec![0u8; 4096],
+        "g lost it: a hole"
+    );
     intact_k(&fs);
 }
 
@@ -303,7 +337,10 @@ fn records_naming_free_or_out_of_range_inodes_are_removed() {
     put_record(&sim, root_block, 20, b"far", 999, 1);
     let (_, text) = repaired(&sim, "records");
     assert!(text.contains("entry \"g\" names free inode 4"), "{text}");
-    assert!(text.contains("entry \"far\" names inode 999 out of range"), "{text}");
+    assert!(
+        text.contains("entry \"far\" names inode 999 out of range"),
+        "{text}"
+    );
     let fs = mount(&sim);
     let d = fs.lookup(ROOT, b"d").unwrap();
     assert!(matches!(fs.lookup(d.ino, b"g"), Err(Error::NotFound)));
@@ -317,7 +354,10 @@ fn a_directory_reachable_twice_keeps_its_first_link() {
     let root_block = word(&sim, sb.geo.inode_off(ROOT) + 16);
     put_record(&sim, root_block, 30, b"again", 2, 2);
     let (_, text) = repaired(&sim, "reachable twice");
-    assert!(text.contains("entry \"again\" names directory 2, reachable already"), "{text}");
+    assert!(
+        text.contains("entry \"again\" names directory 2, reachable already"),
+        "{text}"
+    );
     let fs = mount(&sim);
     assert!(fs.lookup(ROOT, b"d").is_ok());
     assert!(matches!(fs.lookup(ROOT, b"again"), Err(Error::NotFound)));
@@ -330,8 +370,14 @@ fn wrong_link_counts_are_set() {
     sim.write(sb.geo.inode_off(3) + 40, &7u32.to_le_bytes());
     sim.write(sb.geo.inode_off(ROOT) + 40, &9u32.to_le_bytes());
     let (_, text) = repaired(&sim, "links");
-    assert!(text.contains("inode 3: link count 7 but 1 names: set to 1"), "{text}");
-    assert!(text.contains("inode 1: link count 9 but 3 names: set to 3"), "{text}");
+    assert!(
+        text.contains("inode 3: link count 7 but 1 names: set to 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("inode 1: link count 9 but 3 names: set to 3"),
+        "{text}"
+    );
     let fs = mount(&sim);
     assert_eq!(fs.getattr(3).unwrap().links, 1);
     intact_f(&fs);
@@ -346,13 +392,23 @@ fn lost_inodes_go_to_lost_and_found() {
     sim.write(sb.geo.inode_off(20), &node);
     // and d's record removed from the root: the directory and everything in it is lost
     let root_block = word(&sim, sb.geo.inode_off(ROOT) + 16);
-    assert_eq!(word(&sim, root_block as usize * BLOCK), 2, "d is the first record");
+    assert_eq!(
+        word(&sim, root_block as usize * BLOCK),
+        2,
+        "d is the first record"
+    );
     set_word(&sim, root_block as usize * BLOCK, 0);
     let (rep, text) = repaired(&sim, "lost");
     eprintln!("{text}");
     assert!(text.contains("created /lost+found"), "{text}");
-    assert!(text.contains("inode 2 (Dir) was in use but nothing named it: linked as /lost+found/#2"), "{text}");
-    assert!(text.contains("inode 20 (File) was in use but nothing named it: linked as /lost+found/#20"), "{text}");
+    assert!(
+        text.contains("inode 2 (Dir) was in use but nothing named it: linked as /lost+found/#2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("inode 20 (File) was in use but nothing named it: linked as /lost+found/#20"),
+        "{text}"
+    );
     assert!(rep.fixes.iter().any(|f| f.ino == Some(20)));
     let fs = mount(&sim);
     let lf = fs.lookup(ROOT, b"lost+found").unwrap();
@@ -360,7 +416,11 @@ fn lost_inodes_go_to_lost_and_found() {
     assert_eq!(d.ino, 2);
     assert_eq!(fs.lookup(lf.ino, b"#20").unwrap().ino, 20);
     let f = fs.lookup(d.ino, b"f").unwrap();
-    assert_eq!(fs.read(f.ino, 0, 10_000).unwrap(), F_DATA, "the lost subtree is whole");
+    assert_eq!(
+        fs.read(f.ino, 0, 10_000).unwrap(),
+        F_DATA,
+        "the lost subtree is whole"
+    );
     assert_eq!(fs.getattr(lf.ino).unwrap().links, 3);
     intact_k(&fs);
     // lost+found is reused the next time
@@ -450,7 +510,11 @@ fn random_damage_is_repaired_or_reported() {
             left += 1;
             let after = check(&m);
             assert!(!after.is_clean(), "round {round}: {rep:?}");
-            assert!(after.problems.iter().all(|p| rep.unfixed.contains(p)) || rep.unfixed[0].contains("--geometry"), "round {round}: {rep:?}");
+            assert!(
+                after.problems.iter().all(|p| rep.unfixed.contains(p))
+                    || rep.unfixed[0].contains("--geometry"),
+                "round {round}: {rep:?}"
+            );
         }
     }
     eprintln!(

@@ -148,7 +148,10 @@ impl<M: Media> State<'_, M> {
                     let what = format!(
                         "inode {ino}: file block {i} (block {b}) beyond its size {size}: pointer cut"
                     );
-                    self.push(fix(what, Some(ino), Some(b), Some(at)), vec![(at, vec![0; 8])]);
+                    self.push(
+                        fix(what, Some(ino), Some(b), Some(at)),
+                        vec![(at, vec![0; 8])],
+                    );
                 } else {
                     keep.push((i, b, at));
                 }
@@ -350,7 +353,7 @@ pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
             .enumerate()
             .take_while(|&(k, &(i, _, _))| i == k as u64)
             .count();
-        if node.size % BLOCK as u64 != 0 || data.len() as u64 != node.size / BLOCK as u64 {
+        if !node.size.is_multiple_of(BLOCK as u64) || data.len() as u64 != node.size / BLOCK as u64 {
             let size = (contiguous * BLOCK) as u64;
             let off = st.ioff(d, F_SIZE);
             let mut writes = vec![(off, size.to_le_bytes().to_vec())];
@@ -376,16 +379,21 @@ pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
             let (recs, bad) = lenient_parse(&buf);
             for s in bad {
                 let at = b as usize * BLOCK + s * SLOT;
-                let what =
-                    format!("directory {d} block {fb} slot {s}: unreadable record cleared");
-                st.push(fix(what, Some(d), Some(b), Some(at)), vec![(at, vec![0; 8])]);
+                let what = format!("directory {d} block {fb} slot {s}: unreadable record cleared");
+                st.push(
+                    fix(what, Some(d), Some(b), Some(at)),
+                    vec![(at, vec![0; 8])],
+                );
             }
             for r in recs {
                 let at = b as usize * BLOCK + r.slot * SLOT;
                 let name = String::from_utf8_lossy(&r.name).into_owned();
                 let remove = |st: &mut State<'_, M>, why: String| {
                     let what = format!("directory {d}: entry {name:?} {why}: record removed");
-                    st.push(fix(what, Some(d), Some(b), Some(at)), vec![(at, vec![0; 8])]);
+                    st.push(
+                        fix(what, Some(d), Some(b), Some(at)),
+                        vec![(at, vec![0; 8])],
+                    );
                 };
                 if r.ino == META_INO || r.ino >= n as u64 {
                     remove(&mut st, format!("names inode {} out of range", r.ino));
@@ -552,7 +560,10 @@ fn orphans<M: Media>(st: &mut State<'_, M>, visited: &mut HashSet<u64>) {
         };
         if bad_link || node.is(Kind::Dir) || node.is(Kind::Free) || node.kind().is_none() {
             let what = format!("orphan list: bad link from inode {pred} to inode {o}: list cut");
-            st.push(fix(what, Some(pred), None, Some(at)), vec![(at, vec![0; 8])]);
+            st.push(
+                fix(what, Some(pred), None, Some(at)),
+                vec![(at, vec![0; 8])],
+            );
             return;
         }
         let named_unlinked = node.links == 0 && visited.contains(&o);
