@@ -353,7 +353,8 @@ pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
             .enumerate()
             .take_while(|&(k, &(i, _, _))| i == k as u64)
             .count();
-        if !node.size.is_multiple_of(BLOCK as u64) || data.len() as u64 != node.size / BLOCK as u64 {
+        if !node.size.is_multiple_of(BLOCK as u64) || data.len() as u64 != node.size / BLOCK as u64
+        {
             let size = (contiguous * BLOCK) as u64;
             let off = st.ioff(d, F_SIZE);
             let mut writes = vec![(off, size.to_le_bytes().to_vec())];
