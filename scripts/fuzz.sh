@@ -32,7 +32,7 @@ cargo build --manifest-path "$manifest" --bins --locked
 
 [ -n "$run_secs" ] || exit 0
 cd fuzz
-targets=(nbd_server nbd_starttls blk_superblock blk_image obj_pool fs_image)
+targets=(nbd_server nbd_starttls blk_superblock blk_image obj_pool fs_image fs_repair)
 if cargo +nightly fuzz --version >/dev/null 2>&1; then
     # cargo-fuzz: coverage plus AddressSanitizer (nightly).
     for target in "${targets[@]}"; do

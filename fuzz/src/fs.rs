@@ -5,7 +5,7 @@
 use crate::input::{mutate, Input};
 use pmkit_fs::decoders::{dir_block, xattr_block, Entry, Inode};
 use pmkit_fs::layout::{Superblock, BLOCK, INODE, LINE, SB_LEN};
-use pmkit_fs::{check, Fs, MkfsOptions, MountOptions, RenameFlags, XattrFlags, ROOT};
+use pmkit_fs::{check, repair, Fs, MkfsOptions, MountOptions, RenameFlags, XattrFlags, ROOT};
 use pmkit_media::crashsim::CrashSim;
 use std::sync::OnceLock;
 
@@ -58,24 +58,74 @@ fn raw_decoders(input: &mut Input<'_>) {
     let _ = Inode::decode(block[..INODE].try_into().expect("128 bytes"));
 }
 
+/// The image an input describes (see [`fs_image`]), or None for the raw decoders.
+fn image_of(input: &mut Input<'_>, mode: u8) -> Option<Vec<u8>> {
+    match mode & 3 {
+        0 => None,
+        3 => {
+            let mut v = input.rest().to_vec();
+            v.truncate(LEN);
+            Some(v)
+        }
+        k => {
+            let mut image = base_image(k as usize - 1).to_vec();
+            mutate(&mut image, HOT, input);
+            Some(image)
+        }
+    }
+}
+
+/// `repair` on any image (byte 0 as in [`fs_image`]; 0 takes the base image with the rest of
+/// the input as edits): it never panics, and either leaves a file system that `check` calls
+/// clean and mount takes (and that works), or says what is left, which `check` still finds.
+pub fn fs_repair(data: &[u8]) {
+    let mut input = Input::new(data);
+    let mode = input.u8();
+    let image = image_of(&mut input, mode | (mode & 3 == 0) as u8).expect("an image");
+    let sim = CrashSim::from_image(image);
+    let Ok(rep) = repair(&sim) else {
+        return; // a store failed: not on the simulator
+    };
+    let after = check(&sim);
+    if !rep.is_clean() {
+        assert!(
+            !after.is_clean(),
+            "repair reported problems check does not see"
+        );
+        return;
+    }
+    assert!(
+        after.is_clean(),
+        "repaired clean but check: {:?}",
+        after.problems
+    );
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).expect("repaired clean, mount fails");
+    if let Ok(n) = fs.create(ROOT, b"after-repair", 0o644) {
+        let _ = fs.write(n.ino, 0, b"repaired");
+    }
+    let _ = fs.mkdir(ROOT, b"nd", 0o755);
+    fs.unmount();
+    let used = check(&sim);
+    assert!(
+        used.is_clean(),
+        "a repaired image failed check after use: {:?}\nrepair: {:#?}",
+        used.problems,
+        rep.fixes.iter().map(|f| &f.what).collect::<Vec<_>>()
+    );
+    assert!(
+        repair(&sim).expect("repair").fixes.is_empty(),
+        "a second repair found more to fix"
+    );
+}
+
 /// Byte 0: bit 0-1: 0 the raw decoders on the rest of the input; 1 the base image, 2 the base
 /// image with an orphan, 3 arbitrary bytes as the image; the rest edits the image (see
 /// `input::mutate`).
 pub fn fs_image(data: &[u8]) {
     let mut input = Input::new(data);
     let mode = input.u8();
-    let image = match mode & 3 {
-        0 => return raw_decoders(&mut input),
-        3 => {
-            let mut v = input.rest().to_vec();
-            v.truncate(LEN);
-            v
-        }
-        k => {
-            let mut image = base_image(k as usize - 1).to_vec();
-            mutate(&mut image, HOT, &mut input);
-            image
-        }
+    let Some(image) = image_of(&mut input, mode) else {
+        return raw_decoders(&mut input);
     };
     let sim = CrashSim::from_image(image);
     let _ = check(&sim);

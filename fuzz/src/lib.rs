@@ -17,7 +17,9 @@
 //! - [`obj_pool`]: a whole object pool image with bytes or structures changed, through
 //!   `Pool::check`, `Pool::open` and a read of every object;
 //! - [`fs_image`]: the file system's structure decoders on raw bytes, and whole file system
-//!   images with bytes changed, through `check`, `mount`, a walk, a few operations and `check`.
+//!   images with bytes changed, through `check`, `mount`, a walk, a few operations and `check`;
+//! - [`fs_repair`]: the same images through `repair`: never a panic, and clean afterwards (check,
+//!   mount, use) or the problems left reported.
 
 mod blk;
 mod fs;
@@ -26,7 +28,7 @@ mod nbd;
 mod obj;
 
 pub use blk::{blk_image, blk_superblock};
-pub use fs::fs_image;
+pub use fs::{fs_image, fs_repair};
 pub use nbd::{nbd_server, nbd_starttls};
 pub use obj::obj_pool;
 
@@ -34,11 +36,12 @@ pub use obj::obj_pool;
 pub type Target = fn(&[u8]);
 
 /// Every target by name, for the stable test runner.
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("nbd_server", nbd_server),
     ("nbd_starttls", nbd_starttls),
     ("blk_superblock", blk_superblock),
     ("blk_image", blk_image),
     ("obj_pool", obj_pool),
     ("fs_image", fs_image),
+    ("fs_repair", fs_repair),
 ];

@@ -215,3 +215,8 @@ fn obj_pool() {
 fn fs_image() {
     fuzz("fs_image", 3_000, 4096);
 }
+
+#[test]
+fn fs_repair() {
+    fuzz("fs_repair", 3_000, 4096);
+}

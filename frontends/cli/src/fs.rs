@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use pmkit::args::parse_size;
-use pmkit_fs::{Fs, MkfsOptions, Protect};
+use pmkit_fs::{Fs, GeometryHint, MkfsOptions, Protect, RepairOptions};
 use pmkit_media::{Region, RegionOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -75,11 +75,20 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         wait: u64,
     },
-    /// Check a file system without changing it; exit status 1 if it has problems.
+    /// Check a file system without changing it; exit status 1 if it has problems. With
+    /// --repair, fix what can be fixed (the pool must not be mounted); exit status 1 if problems
+    /// remain.
     Check {
         pool: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Fix the problems found (each fix crash-safe; see docs/fs.md, Repair).
+        #[arg(long)]
+        repair: bool,
+        /// With --repair, when both superblocks are bad: the pool's mkfs numbers
+        /// LANES,ENTRIES,INODES (the --lanes, --lane-entries and --inodes it was made with).
+        #[arg(long, value_parser = parse_geometry, requires = "repair")]
+        geometry: Option<GeometryHint>,
     },
 }
 
@@ -200,7 +209,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
             },
         )?,
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
-        Cmd::Check { pool, json } => {
+        Cmd::Check {
+            pool,
+            json,
+            repair: true,
+            geometry,
+        } => return repair(&pool, json, geometry),
+        Cmd::Check { pool, json, .. } => {
             let region = open_ro(&pool)?;
             let r = pmkit_fs::check(&region);
             if json {
@@ -229,4 +244,91 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_geometry(s: &str) -> std::result::Result<GeometryHint, String> {
+    let n: Vec<u32> = s
+        .split(',')
+        .map(|v| v.trim().parse::<u32>().map_err(|e| format!("{v:?}: {e}")))
+        .collect::<std::result::Result<_, _>>()?;
+    match n[..] {
+        [lanes, lane_entries, inodes] => Ok(GeometryHint {
+            lanes,
+            lane_entries,
+            inodes,
+        }),
+        _ => Err("expected LANES,ENTRIES,INODES (three numbers)".into()),
+    }
+}
+
+/// `pmkit fs check POOL --repair`: lock the pool as a mount does (so neither runs while the
+/// other does), repair, print every problem and fix.
+fn repair(pool: &Path, json: bool, geometry: Option<GeometryHint>) -> Result<ExitCode> {
+    let region = Region::open(pool, &RegionOptions::default())
+        .with_context(|| format!("{}: cannot open for repair", pool.display()))?;
+    if !region
+        .try_lock(true)
+        .with_context(|| format!("{}", pool.display()))?
+    {
+        let mounts = pmkit_fuse::pmfs_mount::mounts_of(pool);
+        let by = match mounts.first() {
+            Some(m) => format!(
+                "it is mounted on {} (`pmkit fs mount`, pid {}); unmount it first: pmkit fs umount {}",
+                m.dir.display(),
+                pmkit_fuse::pmfs_mount::daemon_pid(m).map_or("?".into(), |p| p.to_string()),
+                m.dir.display()
+            ),
+            None => "another process holds its lock (a `pmkit fs mount` or another repair); \
+                     stop it first"
+                .into(),
+        };
+        anyhow::bail!("{}: not repaired: {by}", pool.display());
+    }
+    let r = pmkit_fs::repair_with(&region, &RepairOptions { geometry })
+        .with_context(|| format!("{}: repair", pool.display()))?;
+    region.unlock();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        for p in &r.problems {
+            println!("problem: {p}");
+        }
+        for f in &r.fixes {
+            let mut at = Vec::new();
+            if let Some(i) = f.ino {
+                at.push(format!("inode {i}"));
+            }
+            if let Some(b) = f.block {
+                at.push(format!("block {b}"));
+            }
+            if let Some(o) = f.offset {
+                at.push(format!("byte {o}"));
+            }
+            println!("fixed: {} [{}]", f.what, at.join(", "));
+        }
+        for u in &r.unfixed {
+            println!("left: {u}");
+        }
+        if r.is_clean() {
+            println!(
+                "{}: clean after repair ({} fixes): {} files, {} directories",
+                pool.display(),
+                r.fixes.len(),
+                r.after.files,
+                r.after.dirs
+            );
+        } else {
+            println!(
+                "{}: NOT clean: {} problems left after {} fixes; mount will refuse it",
+                pool.display(),
+                r.unfixed.len(),
+                r.fixes.len()
+            );
+        }
+    }
+    Ok(if r.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -42,3 +42,115 @@ fn mkfs_info_check_and_a_damaged_pool() {
         text(&o)
     );
 }
+
+/// `pmkit fs check POOL --repair`: a wrong link count and an unnamed inode fixed (text and
+/// JSON), refused while another process holds the pool's lock, and both superblocks rebuilt
+/// once given the mkfs numbers.
+#[test]
+fn check_repair() {
+    use pmkit_fs::{Fs, MountOptions, ROOT};
+    use pmkit_media::{Region, RegionOptions};
+    let dir = shm_dir("pmkit-cli-fsrepair");
+    let pool = dir.path().join("pool");
+    let p = pool.to_str().unwrap();
+    let o = pmkit(&["fs", "mkfs", p, "--size", "8M", "--inodes", "128"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let geo = {
+        let region = Region::open(&pool, &RegionOptions::default()).unwrap();
+        let (fs, _) = Fs::mount(&region, &MountOptions::default()).unwrap();
+        let f = fs.create(ROOT, b"f", 0o644).unwrap();
+        fs.write(f.ino, 0, b"hello").unwrap();
+        fs.unmount();
+        pmkit_fs::superblock(&region).unwrap().geo
+    };
+    let damage = || {
+        let mut image = std::fs::read(&pool).unwrap();
+        let f = geo.inode_off(2);
+        image[f + 40..f + 44].copy_from_slice(&5u32.to_le_bytes()); // f's link count
+        let (a, b) = (geo.inode_off(2), geo.inode_off(9));
+        image.copy_within(a..a + 16, b); // size, mtime: a file nothing names
+        image[b + 25] = 1;
+        std::fs::write(&pool, &image).unwrap();
+    };
+    damage();
+    let o = pmkit(&["fs", "check", p]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // mount refuses it (before any FUSE work) naming the problems and the one command to run
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let o = pmkit(&["fs", "mount", p, mnt.to_str().unwrap()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let msg = text(&o);
+    assert!(
+        msg.contains("mount refused (2 problems)")
+            && msg.contains("inode 2: link count 5 but 1 names")
+            && msg.contains(&format!("pmkit fs check {p} --repair")),
+        "{msg}"
+    );
+    // a holder of the lock (as a mount holds it) makes repair refuse; `-o`: the lock stays
+    // with flock itself, not the sleep it runs, so killing flock releases it
+    let mut holder = std::process::Command::new("flock")
+        .args(["-n", "-o", p, "sleep", "30"])
+        .spawn()
+        .expect("flock(1) from util-linux");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let o = pmkit(&["fs", "check", p, "--repair"]);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("not repaired: another process holds its lock"),
+        "{}",
+        text(&o)
+    );
+    let o = pmkit(&["fs", "check", p, "--repair"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("problem: inode 2: link count 5 but 1 names"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "fixed: inode 9 (File) was in use but nothing named it: linked as /lost+found/#9"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("clean after repair"), "{out}");
+    let o = pmkit(&["fs", "check", p]);
+    assert!(o.status.success(), "{}", text(&o));
+    // JSON
+    damage();
+    let o = pmkit(&["fs", "check", p, "--repair", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let fixes = v["fixes"].as_array().unwrap();
+    assert!(
+        fixes
+            .iter()
+            .any(|f| f["ino"] == 2 && f["what"].as_str().unwrap().contains("link count")),
+        "{fixes:?}"
+    );
+    assert_eq!(v["unfixed"].as_array().unwrap().len(), 0);
+    // both superblocks bad, a geometry that is not the default: the numbers are needed
+    let mut image = std::fs::read(&pool).unwrap();
+    image[0] ^= 1;
+    image[2048] ^= 1;
+    std::fs::write(&pool, &image).unwrap();
+    let o = pmkit(&["fs", "check", p, "--repair"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("--geometry LANES,ENTRIES,INODES"),
+        "{}",
+        text(&o)
+    );
+    let o = pmkit(&["fs", "check", p, "--repair", "--geometry", "8,256,128"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("both superblocks were bad"),
+        "{}",
+        text(&o)
+    );
+    let o = pmkit(&["fs", "check", p]);
+    assert!(o.status.success(), "{}", text(&o));
+}

@@ -4,7 +4,8 @@
 //! must succeed or fail with the same errno on both, and the trees must be equal after every
 //! step batch, after unmount + remount, and `pmkit fs check` clean. Then kill -9 of the daemon
 //! while files are written and fsynced: the next `pmkit fs mount` detaches the stale mount,
-//! `check` is clean and every fsynced file is intact. And SIGTERM: unmounts, marks clean.
+//! `check` is clean and every fsynced file is intact. And SIGTERM: unmounts, marks clean. A
+//! second mount, and `check --repair`, of a mounted pool are refused.
 //!
 //! Needs root and /dev/fuse; skipped without them, except in CI (CI set), where it fails.
 //! `PMKIT_KILL_TRIALS=N` runs N kill -9 trials (default 2).
@@ -137,6 +138,20 @@ fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("already mounted"),
+        "{err}"
+    );
+    // repair refuses a mounted pool, naming the mount and the command that unmounts it
+    let o = pmkit()
+        .args(["fs", "check", s.pool.to_str().unwrap(), "--repair"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let mnt = std::fs::canonicalize(&s.mnt).unwrap();
+    assert!(
+        !o.status.success()
+            && err.contains(&format!("not repaired: it is mounted on {}", mnt.display()))
+            && err.contains(&format!("pid {}", d.child.id()))
+            && err.contains(&format!("pmkit fs umount {}", mnt.display())),
         "{err}"
     );
     // SAFETY: signalling our own child.

@@ -85,7 +85,23 @@ fn unescape(s: &str) -> Vec<u8> {
 
 /// The mount at `dir` (an absolute path), if any (the last one: it is the visible one).
 pub fn mount_at(dir: &Path) -> Option<MountEntry> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts().into_iter().rfind(|m| m.dir == dir)
+}
+
+/// The PMFS mounts serving `pool` (by their source, `pmkit-fs[PID]:POOL`).
+pub fn mounts_of(pool: &Path) -> Vec<MountEntry> {
+    let pool = std::fs::canonicalize(pool).unwrap_or(pool.to_path_buf());
+    let want = format!("]:{}", pool.display());
+    mounts()
+        .into_iter()
+        .filter(|m| is_pmfs(m) && m.source.ends_with(&want))
+        .collect()
+}
+
+fn mounts() -> Vec<MountEntry> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
     info.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
@@ -97,7 +113,7 @@ pub fn mount_at(dir: &Path) -> Option<MountEntry> {
                 source: String::from_utf8_lossy(&unescape(f.get(sep + 2)?)).into_owned(),
             })
         })
-        .rfind(|m| m.dir == dir)
+        .collect()
 }
 
 /// `dir` made absolute without touching it (a stale FUSE mount point cannot be resolved: its
@@ -227,7 +243,15 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         barrier_ns: o.barrier_ns,
         ..Default::default()
     };
-    let (fs, recovery) = Fs::mount(region, &mo)?;
+    let (fs, recovery) = Fs::mount(region, &mo).map_err(|e| match e {
+        // name the pool in the one command that repairs it
+        pmkit_fs::Error::Damaged { problems } => MountError::Pool(format!(
+            "{}: {}",
+            pool.display(),
+            pmkit_fs::damaged_text(&problems, &pool.display().to_string())
+        )),
+        e => e.into(),
+    })?;
     let (p, why) = fs.protection();
     let protection = (p, why.to_string());
     let fs = Arc::new(fs);

@@ -45,8 +45,12 @@ pub enum Error {
     WriteFailed(String),
     #[error("not a pmkit file system: {0}")]
     NotFs(String),
-    #[error("corrupt file system; mount refused:\n{0}")]
+    #[error("corrupt file system: {0}")]
     Corrupt(String),
+    /// Mount found problems (`check` names the same ones); `pmkit fs check POOL --repair`
+    /// fixes them.
+    #[error("{}", damaged_text(problems, "POOL"))]
+    Damaged { problems: Vec<String> },
     #[error("descriptor {0} is not open (or not open for this)")]
     BadFd(u32),
     #[error("too many levels of symbolic links")]
@@ -55,6 +59,28 @@ pub enum Error {
     TooManyFds { max: usize },
     #[error("busy: {0}")]
     Busy(&'static str),
+}
+
+/// The message for damaged media: the first problems, how many more, and the one command that
+/// repairs `pool`.
+pub fn damaged_text(problems: &[String], pool: &str) -> String {
+    const SHOWN: usize = 5;
+    let mut s = format!(
+        "the file system is damaged; mount refused ({} problem{}):",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" }
+    );
+    for p in problems.iter().take(SHOWN) {
+        s += &format!("\n  {p}");
+    }
+    if problems.len() > SHOWN {
+        s += &format!(
+            "\n  ... and {} more (`pmkit fs check {pool}` lists them)",
+            problems.len() - SHOWN
+        );
+    }
+    s += &format!("\nto repair it (not mounted): pmkit fs check {pool} --repair");
+    s
 }
 
 impl Error {
@@ -75,11 +101,15 @@ impl Error {
             Error::TooBig { .. } => 7,                     // E2BIG
             Error::NotSupported(_) | Error::ProtectUnavailable { .. } => 95, // EOPNOTSUPP
             Error::NoAttr => 61,                           // ENODATA
-            Error::Media(_) | Error::NotFs(_) | Error::Corrupt(_) | Error::WriteFailed(_) => 5, // EIO
-            Error::BadFd(_) => 9,           // EBADF
-            Error::Loop => 40,              // ELOOP
-            Error::TooManyFds { .. } => 24, // EMFILE
-            Error::Busy(_) => 16,           // EBUSY
+            Error::Media(_)
+            | Error::NotFs(_)
+            | Error::Corrupt(_)
+            | Error::Damaged { .. }
+            | Error::WriteFailed(_) => 5, // EIO
+            Error::BadFd(_) => 9,                          // EBADF
+            Error::Loop => 40,                             // ELOOP
+            Error::TooManyFds { .. } => 24,                // EMFILE
+            Error::Busy(_) => 16,                          // EBUSY
         }
     }
 }

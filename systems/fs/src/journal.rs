@@ -235,6 +235,21 @@ pub fn recover<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Result<(Vec<u32>, Replay
             undo.push(pending);
             continue;
         }
+        // Entries never carry a later generation than their lane's header (the header is bumped
+        // and fenced before the first entry of a generation is written). One that does means the
+        // header went back: a later transaction's head could reach that stale entry, and the
+        // next recovery would roll back an old operation.
+        let ahead = (0..geo.lane_entries)
+            .map(|i| (pm.read_u64(entry_off(geo, l, i) + 56) >> 32) as u32)
+            .max()
+            .filter(|&g| g > gen);
+        if let Some(g) = ahead {
+            problems.push(format!(
+                "journal lane {l}: entries of generation {g}, ahead of its header's {gen}"
+            ));
+            undo.push(pending);
+            continue;
+        }
         for i in head..geo.lane_entries {
             let mut b = [0u8; LINE];
             pm.read(entry_off(geo, l, i), &mut b);

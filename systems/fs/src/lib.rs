@@ -21,6 +21,7 @@ mod overlay;
 mod pm;
 pub mod posix;
 mod protect;
+mod repair;
 mod tree;
 mod tx;
 mod walk;
@@ -39,7 +40,7 @@ pub mod decoders {
     pub use crate::journal::Entry;
     pub use crate::xattr::decode as xattr_block;
 }
-pub use error::{Error, Result};
+pub use error::{damaged_text, Error, Result};
 pub use inode::Kind;
 pub use journal::Replay;
 pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
@@ -47,6 +48,7 @@ pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
 pub use pm::Faults;
 pub use pm::{thread_counters, Counters};
 pub use protect::Protect;
+pub use repair::{repair, repair_with, Fix, GeometryHint, RepairOptions, RepairReport};
 pub use xattr::XattrFlags;
 
 /// The superblock mount would use (the valid copy with the higher generation), read only.

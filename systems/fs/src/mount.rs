@@ -97,14 +97,28 @@ impl<M: Media> Fs<M> {
         if opts.barrier_ns > pmkit_media::emulate::MAX_BARRIER_NS {
             return Err(Error::Invalid("barrier_ns is over 1 ms"));
         }
-        let (sb, repaired) = pick_sb(&media)?;
+        let (sb, repaired) = pick_sb(&media).map_err(|e| {
+            // A copy with the magic: a damaged pmkit file system (repair can rebuild the
+            // superblocks), not some other content.
+            let ours = read_sbs(&media)
+                .iter()
+                .any(|s| matches!(s, Err(w) if w != "bad magic" && w != "media too small"));
+            match e {
+                e @ Error::NotFs(_) if ours => Error::Damaged {
+                    problems: vec![format!("both superblocks are bad: {e}")],
+                },
+                e => e,
+            }
+        })?;
         let geo = sb.geo;
         let pm = Pm::protected(media, opts.faults, opts.protect)?.with_barrier_ns(opts.barrier_ns);
         let (gens, replay) =
-            journal::recover(&pm, &geo).map_err(|p| Error::Corrupt(p.join("\n")))?;
+            journal::recover(&pm, &geo).map_err(|problems| Error::Damaged { problems })?;
         let w = walk::walk(&pm, &geo);
         if !w.problems.is_empty() {
-            return Err(Error::Corrupt(w.problems.join("\n")));
+            return Err(Error::Damaged {
+                problems: w.problems,
+            });
         }
         let sb = Superblock {
             geo,

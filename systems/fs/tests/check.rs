@@ -40,7 +40,7 @@ fn refused(sim: CrashSim, what: &str) -> String {
     assert!(!rep.is_clean(), "{what}: check found nothing");
     let text = rep.problems.join("\n");
     match Fs::mount(sim, &MountOptions::default()) {
-        Err(e @ (Error::Corrupt(_) | Error::NotFs(_))) => assert!(e.errno() == 5),
+        Err(e @ (Error::Damaged { .. } | Error::NotFs(_))) => assert!(e.errno() == 5),
         other => panic!("{what}: mount gave {other:?}"),
     }
     text

@@ -43,7 +43,9 @@ fn stores_through_the_view_are_the_files_bytes_in_every_protection_mode() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let pool = pool(dir.path());
         let fs = mounted(&pool, protect);
-        let fd = fs.open(b"/data", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+        let fd = fs
+            .open(b"/data", libc::O_RDWR | libc::O_CREAT, 0o644)
+            .unwrap();
         fs.pwrite(fd, b"written by pwrite", 8192).unwrap();
         let v = fs.map(fd, 0, 64 << 10).unwrap();
         assert_eq!(v.len, 64 << 10);
@@ -66,7 +68,11 @@ fn stores_through_the_view_are_the_files_bytes_in_every_protection_mode() {
         let fd = fs.open(b"/data", libc::O_RDONLY, 0).unwrap();
         let mut b = vec![0u8; 5000];
         fs.pread(fd, &mut b, 60_000).unwrap();
-        assert_eq!(b, vec![7u8; 5000], "{protect}: persisted stores survive a remount");
+        assert_eq!(
+            b,
+            vec![7u8; 5000],
+            "{protect}: persisted stores survive a remount"
+        );
         drop(fs.unmount());
         let region = Region::open(&pool, &RegionOptions::default()).unwrap();
         let report = pmkit_fs::check(&region);
@@ -79,11 +85,20 @@ fn two_mib_blocks_map_at_two_mib_aligned_addresses() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = pool(dir.path());
     let fs = mounted(&pool, Protect::Auto);
-    let fd = fs.open(b"/big", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    let fd = fs
+        .open(b"/big", libc::O_RDWR | libc::O_CREAT, 0o644)
+        .unwrap();
     let v = fs.map(fd, 0, 4 << 20).unwrap();
-    assert_eq!(v.ptr as usize % (2 << 20), 0, "a huge block at a 2 MiB boundary");
+    assert_eq!(
+        v.ptr as usize % (2 << 20),
+        0,
+        "a huge block at a 2 MiB boundary"
+    );
     let a = fs.fstat(fd).unwrap();
-    assert_eq!(a.blocks, 1025, "two huge blocks and the one node naming them");
+    assert_eq!(
+        a.blocks, 1025,
+        "two huge blocks and the one node naming them"
+    );
     store(v.ptr, (4 << 20) - 8, &42u64.to_le_bytes());
     fs.persist(v.ptr.wrapping_add((4 << 20) - 8), 8).unwrap();
     let mut b = [0u8; 8];
@@ -101,7 +116,11 @@ fn the_rules_while_mapped() {
     let fd = fs.open(b"/f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
     let v = fs.map(fd, 4096, 8192).unwrap();
     let busy = |r: pmkit_fs::Result<()>| r.unwrap_err().errno();
-    assert_eq!(busy(fs.ftruncate(fd, 8192)), libc::EBUSY, "a cut into the range");
+    assert_eq!(
+        busy(fs.ftruncate(fd, 8192)),
+        libc::EBUSY,
+        "a cut into the range"
+    );
     fs.ftruncate(fd, 12288).unwrap(); // the range's end: allowed
     fs.ftruncate(fd, 1 << 20).unwrap(); // growing: allowed
     let ino = fs.fstat(fd).unwrap().ino;
@@ -114,10 +133,18 @@ fn the_rules_while_mapped() {
     fs.pread(fd, &mut b, 4096).unwrap();
     assert_eq!(&b, b"still here");
     fs.close(fd).unwrap();
-    assert_eq!(load(v.ptr, 0, 10), b"still here", "the view outlives the descriptor");
+    assert_eq!(
+        load(v.ptr, 0, 10),
+        b"still here",
+        "the view outlives the descriptor"
+    );
     let before = fs.statfs().free_inodes;
     fs.unmap(v.ptr).unwrap();
-    assert_eq!(fs.statfs().free_inodes, before + 1, "freed at the last unmap");
+    assert_eq!(
+        fs.statfs().free_inodes,
+        before + 1,
+        "freed at the last unmap"
+    );
     drop(fs.unmount());
 }
 
@@ -127,9 +154,17 @@ fn bad_maps_are_refused() {
     let pool = pool(dir.path());
     let fs = mounted(&pool, Protect::Auto);
     let err = |r: pmkit_fs::Result<pmkit_fs::posix::MapView>| r.unwrap_err().errno();
-    let ro = fs.open(b"/ro", libc::O_RDONLY | libc::O_CREAT, 0o644).unwrap();
-    assert_eq!(err(fs.map(ro, 0, 4096)), libc::EBADF, "needs a read-write descriptor");
-    let rw = fs.open(b"/rw", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    let ro = fs
+        .open(b"/ro", libc::O_RDONLY | libc::O_CREAT, 0o644)
+        .unwrap();
+    assert_eq!(
+        err(fs.map(ro, 0, 4096)),
+        libc::EBADF,
+        "needs a read-write descriptor"
+    );
+    let rw = fs
+        .open(b"/rw", libc::O_RDWR | libc::O_CREAT, 0o644)
+        .unwrap();
     assert_eq!(err(fs.map(rw, 100, 4096)), libc::EINVAL, "unaligned offset");
     assert_eq!(err(fs.map(rw, 0, 100)), libc::EINVAL, "unaligned length");
     let ino = fs.fstat(rw).unwrap().ino;
@@ -138,8 +173,15 @@ fn bad_maps_are_refused() {
     let d = fs.open(b"/", libc::O_RDONLY, 0).unwrap();
     assert_eq!(err(fs.map(d, 0, 4096)), libc::EBADF, "a directory");
     let x = 0u8;
-    assert_eq!(fs.persist(&x, 1).unwrap_err().errno(), libc::EINVAL, "not mapped");
-    assert_eq!(fs.unmap(std::ptr::null_mut()).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(
+        fs.persist(&x, 1).unwrap_err().errno(),
+        libc::EINVAL,
+        "not mapped"
+    );
+    assert_eq!(
+        fs.unmap(std::ptr::null_mut()).unwrap_err().errno(),
+        libc::EINVAL
+    );
     let _ = fs.lseek(rw, 0, Whence::Set);
     drop(fs.unmount());
 }

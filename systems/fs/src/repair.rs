@@ -1,0 +1,567 @@
+//! `repair`: fix what `check` finds, in place, crash-safely. See `docs/fs.md`, "Repair".
+//!
+//! Order: superblocks, then the journal, then the tree in rounds (`scan.rs` proposes fixes from
+//! the mount walk's rules, each is applied, and the media is scanned again until a scan finds
+//! nothing), then `check` says what is left.
+//!
+//! Crash safety. Two kinds of store:
+//! - *ordered stores* before the journal is usable: a superblock copy rewritten from the other
+//!   (one 64-byte line, flushed and fenced; torn, it is still a bad copy and mount takes the
+//!   good one), and a garbage lane reset (its entries zeroed and fenced first, then its header
+//!   `gen << 32 | 0` in one 8-byte store: a prefix leaves the lane garbage or empty, never
+//!   half-valid);
+//! - *transactions* (`Tx`, the journal every operation uses) for everything in the tree: one
+//!   transaction per fix (a cut pointer, a removed record, a field set, a lost inode linked with
+//!   its record and counts, lost+found created with its record in the root). A crash leaves each
+//!   fix whole or not begun; the next mount or repair rolls back the one in flight, and running
+//!   repair again finishes the rest. A fix whose stores do not fit one lane is split into
+//!   transactions whose every prefix is a state repair fixes further (a directory's size set
+//!   first, its pointers past the size cut after).
+
+mod scan;
+
+use crate::alloc::{Alloc, Bitmap};
+use crate::check::{check, CheckReport};
+use crate::dir;
+use crate::error::{Error, Result};
+use crate::inode::{Inode, Kind};
+use crate::journal::{self, Entry, Journal};
+use crate::layout::{Geometry, Superblock, BLOCK, INODE, LINE, ROOT_INO, SB_LEN, SB_OFFS};
+use crate::mount::read_sbs;
+use crate::overlay::Overlay;
+use crate::pm::{Faults, Pm};
+use crate::tree;
+use crate::tx::Tx;
+use crate::MkfsOptions;
+use parking_lot::Mutex;
+use pmkit_media::Media;
+use scan::F_LINKS;
+
+/// Rounds of scan-and-fix before repair gives up (each round fixes at least one thing, or it
+/// stops; a lost subtree takes one round per level).
+const MAX_ROUNDS: usize = 1000;
+/// Stores per transaction when a fix is split (each store is at most one inode: three entries).
+const STORES_PER_TX: usize = 16;
+
+/// One fix repair made: what, and where.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Fix {
+    pub what: String,
+    pub ino: Option<u64>,
+    pub block: Option<u64>,
+    /// Byte offset on the media of the first store.
+    pub offset: Option<u64>,
+}
+
+/// The mkfs numbers of a pool, for a repair whose superblocks are both bad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GeometryHint {
+    pub lanes: u32,
+    pub lane_entries: u32,
+    pub inodes: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RepairOptions {
+    /// The geometry to rebuild the superblocks from when both are bad (otherwise the mkfs
+    /// defaults are tried).
+    pub geometry: Option<GeometryHint>,
+}
+
+/// What `repair` found and did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RepairReport {
+    /// `check`'s problems before the repair.
+    pub problems: Vec<String>,
+    /// Every fix, in the order made.
+    pub fixes: Vec<Fix>,
+    /// What is still wrong (empty: `check` is clean and mount works).
+    pub unfixed: Vec<String>,
+    /// `check` after the repair.
+    pub after: CheckReport,
+}
+
+impl RepairReport {
+    pub fn is_clean(&self) -> bool {
+        self.unfixed.is_empty()
+    }
+}
+
+/// Repair the file system on `media` (not mounted) with the default options.
+pub fn repair<M: Media>(media: &M) -> Result<RepairReport> {
+    repair_with(media, &RepairOptions::default())
+}
+
+/// Repair the file system on `media` (not mounted). `Err` only when a store to the media fails;
+/// everything repair cannot fix is in `unfixed`.
+pub fn repair_with<M: Media>(media: &M, o: &RepairOptions) -> Result<RepairReport> {
+    let mut rep = RepairReport {
+        problems: check(media).problems,
+        ..Default::default()
+    };
+    let pm = Pm::new(media, Faults::default());
+    let Some(geo) = superblocks(&pm, o, &mut rep) else {
+        rep.after = check(media);
+        return Ok(rep);
+    };
+    reset_bad_lanes(&pm, &geo, &mut rep);
+    match journal::recover(&pm, &geo) {
+        Ok((gens, replay)) => {
+            if replay.rolled_back > 0 {
+                rep.fixes.push(Fix {
+                    what: format!(
+                        "journal: {} uncommitted transactions rolled back ({} entries), as mount does",
+                        replay.rolled_back, replay.entries
+                    ),
+                    ino: None,
+                    block: None,
+                    offset: None,
+                });
+            }
+            if let Err(e) = rounds(&pm, &geo, &Journal::new(&gens), &mut rep) {
+                rep.unfixed.push(format!("repair stopped: {e}"));
+            }
+        }
+        Err(p) => rep
+            .unfixed
+            .extend(p.into_iter().map(|p| format!("{p} (left as it is)"))),
+    }
+    pm.check()?;
+    rep.after = check(media);
+    rep.unfixed.extend(rep.after.problems.iter().cloned());
+    Ok(rep)
+}
+
+fn note(rep: &mut RepairReport, what: String, offset: usize) {
+    rep.fixes.push(Fix {
+        what,
+        ino: None,
+        block: None,
+        offset: Some(offset as u64),
+    });
+}
+
+/// The geometry to repair with: from a good superblock (rewriting a bad copy from it), or
+/// rebuilt when both are bad; None (and why in `unfixed`) when it cannot be found.
+fn superblocks<M: Media>(
+    pm: &Pm<M>,
+    o: &RepairOptions,
+    rep: &mut RepairReport,
+) -> Option<Geometry> {
+    let sbs = read_sbs(pm.media());
+    let (good, bad) = match &sbs {
+        [Ok(a), Ok(b)] => return Some(if b.mount_gen > a.mount_gen { b } else { a }.geo),
+        [Ok(s), Err(why)] => (*s, Some((1, why))),
+        [Err(why), Ok(s)] => (*s, Some((0, why))),
+        [Err(a), Err(b)] => return rebuild_sb(pm, o, rep, a, b),
+    };
+    if let Some((i, why)) = bad {
+        // One line, flushed and fenced: torn, it is still a bad copy (CRC) and the good one
+        // stays what mount reads.
+        let name = ["A", "B"];
+        pm.write(SB_OFFS[i], &good.encode());
+        pm.flush(SB_OFFS[i], SB_LEN);
+        pm.fence();
+        let what = format!(
+            "superblock {} ({why}): rewritten from superblock {}",
+            name[i],
+            name[1 - i]
+        );
+        note(rep, what, SB_OFFS[i]);
+    }
+    Some(good.geo)
+}
+
+/// Both superblocks bad: try the geometry given, or the mkfs defaults; accept one only if the
+/// journal lane headers and the root directory are where it puts them.
+fn rebuild_sb<M: Media>(
+    pm: &Pm<M>,
+    o: &RepairOptions,
+    rep: &mut RepairReport,
+    a: &str,
+    b: &str,
+) -> Option<Geometry> {
+    let blocks = (pm.media().len() / BLOCK) as u64;
+    let hint = |m: MkfsOptions| GeometryHint {
+        lanes: m.lanes,
+        lane_entries: m.lane_entries,
+        inodes: m.inodes,
+    };
+    let tries = match o.geometry {
+        Some(g) => vec![g],
+        None => vec![hint(MkfsOptions::default()), hint(MkfsOptions::tiny())],
+    };
+    let mut why_not = Vec::new();
+    for h in tries {
+        let what = format!(
+            "{} lanes of {} entries, {} inodes",
+            h.lanes, h.lane_entries, h.inodes
+        );
+        let geo = match Geometry::new(blocks, h.lanes, h.lane_entries, h.inodes) {
+            Ok(g) => g,
+            Err(e) => {
+                why_not.push(format!("{what}: {e}"));
+                continue;
+            }
+        };
+        if let Err(e) = plausible(pm, &geo).and_then(|()| fits(pm.media(), &geo)) {
+            why_not.push(format!("{what}: {e}"));
+            continue;
+        }
+        let sb = Superblock {
+            geo,
+            mount_gen: 1,
+            clean: false,
+        };
+        // A then B, each fenced: a crash between leaves A good, which mount takes.
+        for off in SB_OFFS {
+            pm.write(off, &sb.encode());
+            pm.flush(off, SB_LEN);
+            pm.fence();
+        }
+        let what = format!(
+            "both superblocks were bad (A: {a}; B: {b}): rebuilt for {what} (the journal lanes and the root directory are where that geometry puts them)"
+        );
+        note(rep, what, SB_OFFS[0]);
+        return Some(geo);
+    }
+    rep.unfixed.push(format!(
+        "both superblocks are bad (A: {a}; B: {b}) and the geometry could not be found ({}); \
+         nothing was changed. Repair needs the numbers the pool was made with: run again with \
+         --geometry LANES,ENTRIES,INODES (the --lanes, --lane-entries and --inodes given to \
+         `pmkit fs mkfs`)",
+        why_not.join("; ")
+    ));
+    None
+}
+
+/// Does the media look like a file system of `geo`: most lane headers a generation and a head
+/// in range (a damaged one is reset later), and a root directory in inode slot 1?
+fn plausible<M: Media>(pm: &Pm<M>, geo: &Geometry) -> std::result::Result<(), String> {
+    let headers = (0..geo.lanes)
+        .filter(|&l| {
+            let w = pm.read_u64(geo.lane_off(l));
+            w >> 32 != 0 && w as u32 <= geo.lane_entries
+        })
+        .count() as u32;
+    if headers * 2 < geo.lanes {
+        return Err(format!(
+            "only {headers} of {} journal lane headers where it puts them",
+            geo.lanes
+        ));
+    }
+    let mut b = [0u8; INODE];
+    pm.read(geo.inode_off(ROOT_INO), &mut b);
+    let root = Inode::decode(&b);
+    if !root.is(Kind::Dir)
+        || root.parent != ROOT_INO
+        || root.links < 2
+        || !root.size.is_multiple_of(BLOCK as u64)
+    {
+        return Err("no root directory in inode slot 1".into());
+    }
+    Ok(())
+}
+
+/// The signs of a wrong geometry, from the mount walk run on a copy-on-write overlay with
+/// `geo`: a pointer into its journal or inode table (too many inodes: data blocks inside the
+/// table) or a record naming an inode past its table that the media could hold (too few).
+/// Repair would cut those apart, so a geometry that shows them is refused. (Pointers past the
+/// media and inode numbers no media could hold are plain damage, not signs.)
+fn fits<M: Media>(media: &M, geo: &Geometry) -> std::result::Result<(), String> {
+    let over = Overlay::new(media);
+    let pm = Pm::new(&over, Faults::default());
+    let _ = journal::recover(&pm, geo); // rolled back on the overlay when the journal allows
+    let w = crate::walk::walk(&pm, geo);
+    // The walk writes block numbers in decimal or, for pointers, in hex (`0x..`).
+    let number_after = |p: &str, key: &str| -> Option<u64> {
+        let rest = &p[p.find(key)? + key.len()..];
+        let (rest, radix) = match rest.strip_prefix("0x") {
+            Some(hex) => (hex, 16),
+            None => (rest, 10),
+        };
+        let end = rest
+            .find(|c: char| !c.is_digit(radix))
+            .unwrap_or(rest.len());
+        u64::from_str_radix(&rest[..end], radix).ok()
+    };
+    let most_inodes = (media.len() / INODE) as u64;
+    let sign = w.problems.iter().find(|p| {
+        let low_block = p.contains("outside the data area")
+            && number_after(p, "pointer to block ").is_some_and(|b| b > 0 && b < geo.data_block);
+        let high_ino = p.contains("out of range")
+            && number_after(p, "names inode ").is_some_and(|i| i < most_inodes);
+        low_block || high_ino
+    });
+    match sign {
+        Some(p) => Err(format!("the tree does not fit it ({p})")),
+        None => Ok(()),
+    }
+}
+
+/// Lanes recovery would call garbage: report what they held and reset them (entries zeroed and
+/// fenced, then a new generation at head 0).
+fn reset_bad_lanes<M: Media>(pm: &Pm<M>, geo: &Geometry, rep: &mut RepairReport) {
+    let entries = geo.lane_entries;
+    for l in 0..geo.lanes {
+        let off = geo.lane_off(l);
+        let word = pm.read_u64(off);
+        let (gen, head) = ((word >> 32) as u32, word as u32);
+        let mut why = None;
+        let mut run = 0;
+        // An entry of a later generation than the header's: the header went back (damage), and
+        // a later transaction's head could walk into that stale entry and roll it back.
+        let gens: Vec<u32> = (0..entries)
+            .map(|i| (pm.read_u64(off + (1 + i as usize) * LINE + 56) >> 32) as u32)
+            .collect();
+        let ahead = gens.iter().filter(|&&g| g > gen).count();
+        if head > entries {
+            why = Some(format!("head {head} beyond its {entries} entries"));
+        } else if ahead > 0 {
+            let g = gens.iter().max().copied().unwrap_or(0);
+            why = Some(format!(
+                "entries of generation up to {g}, ahead of the header's {gen}"
+            ));
+            run = ahead;
+        } else {
+            for i in head..entries {
+                let mut b = [0u8; LINE];
+                pm.read(off + (1 + i as usize) * LINE, &mut b);
+                let e = Entry::decode(&b);
+                if e.gen != gen || gen == 0 {
+                    break;
+                }
+                if why.is_none() {
+                    why = e.invalid(geo).map(|w| format!("entry {i}: {w}"));
+                }
+                run += 1;
+            }
+        }
+        let Some(why) = why else { continue };
+        let len = entries as usize * LINE;
+        pm.write(off + LINE, &vec![0u8; len]);
+        pm.flush(off + LINE, len);
+        pm.fence();
+        let next = if gen >= u32::MAX - 1 { 1 } else { gen + 1 };
+        pm.store_u64(off, (next as u64) << 32);
+        pm.flush(off, 8);
+        pm.fence();
+        let what = format!(
+            "journal lane {l}: garbage ({why}): {run} entries dropped, not rolled back; lane \
+             reset (generation {next}, head 0)"
+        );
+        note(rep, what, off);
+    }
+}
+
+/// Scan, fix, scan again, until a scan proposes nothing or a round changes nothing.
+fn rounds<M: Media>(pm: &Pm<M>, geo: &Geometry, j: &Journal, rep: &mut RepairReport) -> Result<()> {
+    for _ in 0..MAX_ROUNDS {
+        let s = scan::scan(pm, geo);
+        let alloc = Mutex::new(Alloc {
+            blocks: s.blocks.clone(),
+            inodes: inode_bitmap(pm, geo),
+            max_inodes: geo.inodes,
+            open: Default::default(),
+        });
+        let before = pm.counters().bytes_written;
+        if !s.local.is_empty() {
+            for f in s.local {
+                apply(pm, geo, &alloc, j, &f.writes)?;
+                rep.fixes.push(f.fix);
+            }
+        } else if !s.lost.is_empty() {
+            relink_lost(pm, geo, &alloc, j, &s, rep)?;
+        } else if !s.links.is_empty() {
+            for &(ino, have, want) in &s.links {
+                let off = geo.inode_off(ino) + F_LINKS;
+                apply(pm, geo, &alloc, j, &[(off, want.to_le_bytes().to_vec())])?;
+                rep.fixes.push(Fix {
+                    what: format!("inode {ino}: link count {have} but {want} names: set to {want}"),
+                    ino: Some(ino),
+                    block: None,
+                    offset: Some(off as u64),
+                });
+            }
+        } else {
+            return Ok(());
+        }
+        if pm.counters().bytes_written == before {
+            return Ok(()); // no progress: check names what is left
+        }
+    }
+    Ok(())
+}
+
+/// Every inode slot that is not free (and the meta inode): a transaction's new inodes come from
+/// the others.
+fn inode_bitmap<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Bitmap {
+    let mut table = vec![0u8; geo.inodes as usize * INODE];
+    pm.read(geo.inode_off(0), &mut table);
+    let mut bits = Bitmap::new(geo.inodes as u64);
+    bits.set(crate::layout::META_INO);
+    for (i, c) in table.chunks(INODE).enumerate() {
+        if c[25] != Kind::Free as u8 {
+            bits.set(i as u64);
+        }
+    }
+    bits
+}
+
+/// The stores of one fix, in one transaction (split when they cannot fit one lane).
+fn apply<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+    alloc: &Mutex<Alloc>,
+    j: &Journal,
+    writes: &[(usize, Vec<u8>)],
+) -> Result<()> {
+    for chunk in writes.chunks(STORES_PER_TX) {
+        let mut tx = Tx::new(pm, geo, alloc);
+        for (off, b) in chunk {
+            tx.write(*off, b);
+        }
+        tx.commit(&mut j.take())?;
+        pm.check()?;
+    }
+    Ok(())
+}
+
+/// Link each lost inode into lost+found (made first if missing) as `#<ino>`: one transaction
+/// each, holding the record, the inode's link count (files) or parent (directories) and
+/// lost+found's own count.
+fn relink_lost<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+    alloc: &Mutex<Alloc>,
+    j: &Journal,
+    s: &scan::Scan,
+    rep: &mut RepairReport,
+) -> Result<()> {
+    let (lf, lf_name) = match s.lost_found {
+        Some(i) => (i, "lost+found".to_string()),
+        None => make_lost_found(pm, geo, alloc, j, s, rep)?,
+    };
+    for &ino in &s.lost {
+        let mut tx = Tx::new(pm, geo, alloc);
+        let mut node = tx.inode(ino);
+        let mut name = format!("#{ino}");
+        let mut k = 0;
+        loop {
+            match add_record(&mut tx, lf, name.as_bytes(), ino, node.kind) {
+                Err(Error::Exists) if k < 100 => {
+                    k += 1;
+                    name = format!("#{ino}.{k}");
+                }
+                r => break r?,
+            }
+        }
+        let mut dir = tx.inode(lf);
+        if node.is(Kind::Dir) {
+            node.parent = lf;
+            dir.links = dir.links.saturating_add(1);
+        } else {
+            node.links = 1;
+        }
+        tx.put_inode(ino, &node);
+        tx.put_inode(lf, &dir);
+        tx.commit(&mut j.take())?;
+        pm.check()?;
+        let kind = Kind::from_u8(node.kind).map_or("inode".into(), |k| format!("{k:?}"));
+        rep.fixes.push(Fix {
+            what: format!(
+                "inode {ino} ({kind}) was in use but nothing named it: linked as /{lf_name}/{name}"
+            ),
+            ino: Some(ino),
+            block: None,
+            offset: Some(geo.inode_off(ino) as u64),
+        });
+    }
+    Ok(())
+}
+
+/// A new `/lost+found` (or `lost+found.N` when a non-directory holds the name).
+fn make_lost_found<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+    alloc: &Mutex<Alloc>,
+    j: &Journal,
+    s: &scan::Scan,
+    rep: &mut RepairReport,
+) -> Result<(u64, String)> {
+    let name = (0..)
+        .map(|k| match k {
+            0 => "lost+found".to_string(),
+            k => format!("lost+found.{k}"),
+        })
+        .find(|n| !s.root_names.contains(n.as_bytes()))
+        .expect("a free name");
+    let mut tx = Tx::new(pm, geo, alloc);
+    let ino = tx.alloc_inode()?;
+    let now = crate::attr::now();
+    let node = Inode {
+        kind: Kind::Dir as u8,
+        links: 2,
+        mode: 0o700,
+        parent: ROOT_INO,
+        mtime: now,
+        ctime: now,
+        ..Default::default()
+    };
+    tx.put_inode(ino, &node);
+    add_record(&mut tx, ROOT_INO, name.as_bytes(), ino, Kind::Dir as u8)?;
+    let mut root = tx.inode(ROOT_INO);
+    root.links = root.links.saturating_add(1); // garbage counts are set right later
+    tx.put_inode(ROOT_INO, &root);
+    tx.commit(&mut j.take())?;
+    pm.check()?;
+    rep.fixes.push(Fix {
+        what: format!("created /{name} (inode {ino}) for inodes nothing named"),
+        ino: Some(ino),
+        block: None,
+        offset: Some(geo.inode_off(ino) as u64),
+    });
+    Ok((ino, name))
+}
+
+/// Add a record `name -> ino` to directory `d` in `tx`: in free slots of its blocks, or in a
+/// new block at its end. `Exists` if the name is taken.
+fn add_record<M: Media>(tx: &mut Tx<'_, M>, d: u64, name: &[u8], ino: u64, kind: u8) -> Result<()> {
+    let need = dir::slots_for(name.len());
+    let mut node = tx.inode(d);
+    let nblocks = node.size / BLOCK as u64;
+    let mut at = None;
+    for fb in 0..nblocks {
+        let b = tree::lookup(tx, node.root, node.height, fb);
+        if b == 0 {
+            continue;
+        }
+        let mut buf = vec![0u8; BLOCK];
+        tx.read(b as usize * BLOCK, &mut buf);
+        let Ok(recs) = dir::parse(&buf) else { continue };
+        if recs.iter().any(|r| r.name == name) {
+            return Err(Error::Exists);
+        }
+        let mut used = [false; dir::SLOTS];
+        for r in &recs {
+            used[r.slot..r.slot + r.nslots].fill(true);
+        }
+        if at.is_none() {
+            at = (0..=dir::SLOTS - need)
+                .find(|&s| used[s..s + need].iter().all(|u| !u))
+                .map(|s| b as usize * BLOCK + s * dir::SLOT);
+        }
+    }
+    let at = match at {
+        Some(at) => at,
+        None => {
+            let b = tx.new_block(&[])?;
+            tree::set(tx, &mut node, nblocks, b)?;
+            node.size += BLOCK as u64;
+            tx.put_inode(d, &node);
+            b as usize * BLOCK
+        }
+    };
+    tx.write(at, &dir::encode(name, ino, kind));
+    Ok(())
+}
