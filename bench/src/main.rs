@@ -14,6 +14,7 @@ mod pmdk;
 mod pmo;
 mod report;
 mod workload;
+mod xmem_alloc;
 
 use clap::{Parser, Subcommand};
 
@@ -70,6 +71,11 @@ enum Cmd {
     ///
     /// Rounds: 3. --quick: a 64 MiB file, short runs, one round.
     KernelPath(kernel_path::Args),
+    /// X-Mem's per-tag allocator against glibc malloc, jemalloc and mimalloc: small and large
+    /// objects, batch and churn patterns, 1 and 2 threads.
+    ///
+    /// Rounds: 3. --quick: fewer cells, 20 ms runs, one round.
+    XmemAlloc(xmem_alloc::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -83,5 +89,6 @@ fn main() -> std::process::ExitCode {
         Cmd::Pmo(a) => pmo::run(a),
         Cmd::Atomic(a) => atomic::run(a),
         Cmd::KernelPath(a) => kernel_path::run(a),
+        Cmd::XmemAlloc(a) => xmem_alloc::run(a),
     })
 }
