@@ -8,7 +8,8 @@
 //! objects through their `GlobalAlloc` impls; the process's global allocator stays glibc's.
 //! Every object gets its first 8 bytes written (as a user would), nothing more, so the figures
 //! are the allocators' own cost, not page faults of touched memory. With 2 threads, X-Mem's
-//! threads share one tag (the harder case: one heap).
+//! threads share one tag (the harder case: one heap). `xmem-nocache` is X-Mem with its
+//! per-thread caches off (`Config::thread_cache`): every call takes the tag's heap lock.
 
 use crate::report::{median, plot, rotated_rounds, BenchFlags};
 use anyhow::{Context, Result};
@@ -29,6 +30,10 @@ pub struct Args {
     /// Only the small-object cells (16-256 B) or only the large ones (64 KiB-1 MiB)
     #[arg(long, value_parser = ["small", "large"])]
     pub only: Option<String>,
+    /// Run only this allocator (e.g. under `valgrind --tool=callgrind`, to count instructions
+    /// per call of one allocator)
+    #[arg(long, value_parser = PEERS)]
+    pub peer: Option<String>,
 }
 
 /// An allocator under test: alloc and free by (size, align 16).
@@ -72,7 +77,7 @@ impl Peer for Xmem<'_> {
     }
 }
 
-const PEERS: [&str; 4] = ["glibc", "jemalloc", "mimalloc", "xmem"];
+const PEERS: [&str; 5] = ["glibc", "jemalloc", "mimalloc", "xmem", "xmem-nocache"];
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 #[serde(rename_all = "kebab-case")]
@@ -132,7 +137,7 @@ struct CellResult {
     cell: Cell,
     /// Median million alloc+free pairs per second (all threads), in `peers` order.
     mops: Vec<f64>,
-    /// X-Mem's throughput over jemalloc's.
+    /// X-Mem's throughput (thread caches on) over jemalloc's.
     xmem_vs_jemalloc: f64,
     rounds: Vec<Vec<f64>>,
 }
@@ -156,15 +161,29 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .dir
         .join(format!("pmkit-bench-xmem-alloc-{}", std::process::id()));
     // Everything fits the DRAM budget: this measures the allocator, not a tier.
-    let mut cfg = Config::new(&path, 256 << 20, 1 << 30);
-    cfg.reserve = 16 << 30;
-    let x = XMem::new(cfg).with_context(|| format!("X-Mem with its PM file {}", path.display()))?;
-    let tag = x.tag("bench")?;
+    let make = |name: &str, thread_cache: bool| -> Result<XMem> {
+        let path = path.with_extension(name);
+        let mut cfg = Config::new(&path, 256 << 20, 1 << 30);
+        cfg.reserve = 16 << 30;
+        cfg.thread_cache = thread_cache;
+        XMem::new(cfg).with_context(|| format!("X-Mem with its PM file {}", path.display()))
+    };
+    let (x, xn) = (make("cache", true)?, make("nocache", false)?);
+    let (tag, tag_n) = (x.tag("bench")?, xn.tag("bench")?);
     let sys = Global(System);
     let je = Global(tikv_jemallocator::Jemalloc);
     let mi = Global(mimalloc::MiMalloc);
     let xm = Xmem(&x, tag);
-    let peers: [&dyn Peer; 4] = [&sys, &je, &mi, &xm];
+    let xmn = Xmem(&xn, tag_n);
+    let all: [&dyn Peer; 5] = [&sys, &je, &mi, &xm, &xmn];
+    let names: Vec<&'static str> = PEERS
+        .into_iter()
+        .filter(|p| a.peer.as_deref().is_none_or(|q| q == *p))
+        .collect();
+    let peers: Vec<&dyn Peer> = (0..PEERS.len())
+        .filter(|&i| names.contains(&PEERS[i]))
+        .map(|i| all[i])
+        .collect();
     let mut cells = Vec::new();
     for (min, max) in [
         (16, 16),
@@ -199,14 +218,20 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(measure(peers[pi], cells[ci], ms, (r * 131 + ci * 7) as u64))
     })?;
     x.check_invariants();
+    xn.check_invariants();
     let results = cells
         .iter()
         .zip(raw)
         .map(|(&cell, per_peer)| {
             let mops: Vec<f64> = per_peer.iter().map(|v| median(v.iter().copied())).collect();
+            let of = |n: &str| names.iter().position(|p| *p == n).map(|i| mops[i]);
+            let ratio = match (of("xmem"), of("jemalloc")) {
+                (Some(x), Some(j)) => x / j.max(1e-12),
+                _ => f64::NAN,
+            };
             CellResult {
                 cell,
-                xmem_vs_jemalloc: mops[3] / mops[1].max(1e-12),
+                xmem_vs_jemalloc: ratio,
                 mops,
                 rounds: per_peer,
             }
@@ -217,7 +242,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         cpu: crate::host::cpu_label(),
         ms,
         rounds,
-        peers: PEERS.to_vec(),
+        peers: names.clone(),
         results,
     };
     a.flags.emit(&report, draw, print)
@@ -321,13 +346,13 @@ fn print(r: &Report) {
     );
     print!("{:<20}", "cell");
     for p in &r.peers {
-        print!(" {p:>10}");
+        print!(" {p:>12}");
     }
     println!(" {:>12}", "xmem/jemalloc");
     for c in &r.results {
         print!("{:<20}", c.cell.name());
         for v in &c.mops {
-            print!(" {v:>10.2}");
+            print!(" {v:>12.2}");
         }
         println!(" {:>12.2}x", c.xmem_vs_jemalloc);
     }

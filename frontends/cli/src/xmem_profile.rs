@@ -147,7 +147,7 @@ impl<'a> Classifier<'a> {
             groups.push((r.name.clone(), (r.end - r.start).div_ceil(region), sum));
         }
         let mut run: Option<(u64, u64, [u64; 3])> = None;
-        let mut close = |run: Option<(u64, u64, [u64; 3])>, groups: &mut Vec<_>| {
+        let close = |run: Option<(u64, u64, [u64; 3])>, groups: &mut Vec<_>| {
             if let Some((first, last, sum)) = run {
                 let name = format!(
                     "0x{:x}-0x{:x}",

@@ -45,6 +45,9 @@ pub struct Config {
     pub pm: PmSpec,
     /// `L(p, m)` of the placement model.
     pub latencies: Latencies,
+    /// Per-thread caches of small objects (`tcache`). Off: every small `alloc`/`free` takes the
+    /// tag's heap lock, and a region's live bytes count exactly the objects the program holds.
+    pub thread_cache: bool,
 }
 
 impl Config {
@@ -61,6 +64,7 @@ impl Config {
                 bytes: pm_bytes,
             },
             latencies: Latencies::default(),
+            thread_cache: true,
         }
     }
 

@@ -111,6 +111,13 @@ impl Heap {
         self.regions.iter().filter(|r| r.is_some()).count()
     }
 
+    /// The regions of the heap, lowest first.
+    pub fn region_ids(&self) -> Vec<usize> {
+        (0..self.regions.len())
+            .filter(|&r| self.regions[r].is_some())
+            .collect()
+    }
+
     /// Take back wholly free region `r` (it goes back to the reservation).
     pub fn remove_region(&mut self, r: usize) {
         assert!(self.region_is_empty(r), "region {r} is not empty");

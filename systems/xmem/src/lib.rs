@@ -188,14 +188,14 @@ impl XMem {
             .get(t.0 as usize)
             .and_then(|h| h.get())
             .map(|h| &**h)
-            .ok_or(XmemError::UnknownTag(t.0))
+            .ok_or_else(|| XmemError::UnknownTag(t.0))
     }
 
     fn with_tag<R>(&self, t: Tag, f: impl FnOnce(&mut TagEntry) -> R) -> Result<R> {
         let mut tags = self.tags.write();
         let e = tags
             .get_mut(t.0 as usize)
-            .ok_or(XmemError::UnknownTag(t.0))?;
+            .ok_or_else(|| XmemError::UnknownTag(t.0))?;
         Ok(f(e))
     }
 
@@ -286,7 +286,7 @@ impl XMem {
                 why: "align must be a power of two <= 4096 and size at most one region",
             });
         }
-        if let Some(c) = classes::class_of(size, align) {
+        if let Some(c) = classes::class_of(size, align).filter(|_| self.cfg.thread_cache) {
             if let Some(a) = self.alloc_cached(t, c)? {
                 return Ok(NonNull::new(a as *mut u8).expect("region addresses are not null"));
             }
@@ -306,7 +306,7 @@ impl XMem {
     /// empty; `None` when the thread has no cache (exiting): the caller uses the heap.
     fn alloc_cached(&self, t: Tag, c: usize) -> Result<Option<usize>> {
         let heap = self.heaps.get(t.0 as usize).and_then(|h| h.get());
-        let heap = heap.ok_or(XmemError::UnknownTag(t.0))?;
+        let heap = heap.ok_or_else(|| XmemError::UnknownTag(t.0))?;
         let got = tcache::with_list(
             self.id,
             t.0,
@@ -345,9 +345,11 @@ impl XMem {
     /// No reference into the object may be used after the call.
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
         let addr = p.as_ptr() as usize;
-        let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
+        let tag = self
+            .owner_of(addr)
+            .ok_or_else(|| XmemError::ForeignPointer(addr))?;
         let off = addr - self.space.base();
-        if let Some(c) = self.sides.class_at(off) {
+        if let Some(c) = self.cached_class(off) {
             // A slab page: the live bit says whether the program holds an object here (its
             // slab cannot go away while it does). The object goes to this thread's cache.
             if !self.sides.take_live(off) {
@@ -389,6 +391,15 @@ impl XMem {
         Ok(())
     }
 
+    /// The class of the slab page at `off` when thread caches are on (their objects' frees
+    /// and sizes go by the live bits); `None` sends the caller to the heap.
+    fn cached_class(&self, off: usize) -> Option<usize> {
+        self.cfg
+            .thread_cache
+            .then(|| self.sides.class_at(off))
+            .flatten()
+    }
+
     /// Give objects known to be allocated in tag `t`'s heap (cached ones) back to it, and any
     /// region this leaves empty back to the reservation (as `free` does).
     fn free_to_heap(&self, t: Tag, addrs: &[usize]) {
@@ -409,9 +420,19 @@ impl XMem {
 
     /// Give this thread's cached free objects of this `XMem` back to their heaps (they go back
     /// by themselves when the thread exits). Regions this empties return to the reservation.
+    /// Also returns the regions of those tags that other threads' exits left empty.
     pub fn flush_thread_cache(&self) {
         for (tag, addrs) in tcache::drain(self.id) {
             self.free_to_heap(Tag(tag), &addrs);
+            let heap = self.heaps[tag as usize]
+                .get()
+                .expect("a cached tag has a heap");
+            let mut h = heap.lock();
+            for r in h.region_ids() {
+                if h.region_is_empty(r) && h.region_count() > 1 && self.release_region(r).is_ok() {
+                    h.remove_region(r);
+                }
+            }
         }
     }
 
@@ -438,9 +459,11 @@ impl XMem {
     /// The usable size of a live object (at least what was asked for), and its tag.
     pub fn usable_size(&self, p: NonNull<u8>) -> Result<(usize, Tag)> {
         let addr = p.as_ptr() as usize;
-        let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
+        let tag = self
+            .owner_of(addr)
+            .ok_or_else(|| XmemError::ForeignPointer(addr))?;
         let off = addr - self.space.base();
-        if let Some(c) = self.sides.class_at(off) {
+        if let Some(c) = self.cached_class(off) {
             // Cached objects are allocated in the heap but not held: the live bit decides.
             return match self.sides.is_live(off) {
                 true => Ok((classes::SIZES[c], Tag(tag))),
@@ -449,7 +472,7 @@ impl XMem {
         }
         let size = self.heap(Tag(tag))?.lock().usable_size(addr);
         size.map(|s| (s, Tag(tag)))
-            .ok_or(XmemError::ForeignPointer(addr))
+            .ok_or_else(|| XmemError::ForeignPointer(addr))
     }
 
     fn owner_of(&self, addr: usize) -> Option<u32> {
@@ -543,7 +566,9 @@ impl XMem {
     /// The placement's view of tag `t`: its priority and Eq. 3 benefit.
     fn candidate(&self, t: Tag) -> Result<place::Candidate> {
         let tags = self.tags.read();
-        let e = tags.get(t.0 as usize).ok_or(XmemError::UnknownTag(t.0))?;
+        let e = tags
+            .get(t.0 as usize)
+            .ok_or_else(|| XmemError::UnknownTag(t.0))?;
         Ok(place::Candidate {
             priority: e.priority,
             benefit: self.cfg.latencies.benefit(&e.profile),
@@ -679,7 +704,7 @@ impl XMem {
     /// The NUMA node holding the page at `p` (which must be touched), from `get_mempolicy`.
     pub fn node_of(&self, p: NonNull<u8>) -> Result<u32> {
         self.region_of(p.as_ptr() as usize)
-            .ok_or(XmemError::ForeignPointer(p.as_ptr() as usize))?;
+            .ok_or_else(|| XmemError::ForeignPointer(p.as_ptr() as usize))?;
         sys::node_of(p.as_ptr() as usize)
     }
 
@@ -687,7 +712,7 @@ impl XMem {
     /// `[node]` for DRAM regions when `Config::fast_node` is set, the default (0) otherwise.
     pub fn policy_of(&self, p: NonNull<u8>) -> Result<(i32, Vec<u32>)> {
         self.region_of(p.as_ptr() as usize)
-            .ok_or(XmemError::ForeignPointer(p.as_ptr() as usize))?;
+            .ok_or_else(|| XmemError::ForeignPointer(p.as_ptr() as usize))?;
         sys::policy_of(p.as_ptr() as usize)
     }
 

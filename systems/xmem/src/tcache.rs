@@ -122,7 +122,9 @@ struct Bin {
     lists: [Vec<usize>; COUNT],
 }
 
-struct Bins(Vec<Bin>);
+/// A thread's bins, and the index of the one used last (programs use few tags at a time, and
+/// the last one is usually the next).
+struct Bins(Vec<Bin>, usize);
 
 impl Drop for Bins {
     /// Thread exit: every cached object goes back to its heap (if its `XMem` still lives). A
@@ -140,7 +142,7 @@ impl Drop for Bins {
 }
 
 thread_local! {
-    static BINS: RefCell<Bins> = const { RefCell::new(Bins(Vec::new())) };
+    static BINS: RefCell<Bins> = const { RefCell::new(Bins(Vec::new(), 0)) };
 }
 
 /// Run `f` on this thread's list for (xmem, tag, class); `None` when the thread's storage is
@@ -154,8 +156,15 @@ pub fn with_list<R>(
 ) -> Option<R> {
     BINS.try_with(|b| {
         let mut b = b.try_borrow_mut().ok()?;
-        let bins = &mut b.0;
-        let i = match bins.iter().position(|x| x.xmem == xmem && x.tag == tag) {
+        let Bins(bins, last) = &mut *b;
+        let hit = bins
+            .get(*last)
+            .is_some_and(|x| x.xmem == xmem && x.tag == tag);
+        let i = match hit {
+            true => Some(*last),
+            false => bins.iter().position(|x| x.xmem == xmem && x.tag == tag),
+        };
+        let i = match i {
             Some(i) => i,
             None => {
                 // Forget the lists of dropped instances before adding one.
@@ -169,6 +178,7 @@ pub fn with_list<R>(
                 bins.len() - 1
             }
         };
+        *last = i;
         Some(f(&mut bins[i].lists[c]))
     })
     .ok()
