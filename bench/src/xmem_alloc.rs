@@ -8,8 +8,9 @@
 //! objects through their `GlobalAlloc` impls; the process's global allocator stays glibc's.
 //! Every object gets its first 8 bytes written (as a user would), nothing more, so the figures
 //! are the allocators' own cost, not page faults of touched memory. With 2 threads, X-Mem's
-//! threads share one tag (the harder case: one heap). `xmem-nocache` is X-Mem with its
-//! per-thread caches off (`Config::thread_cache`): every call takes the tag's heap lock.
+//! threads share one tag (the harder case: one heap). `xmem` is X-Mem as configured by
+//! default (every call takes the tag's heap lock); `xmem-tcache` has its per-thread caches of
+//! small objects on (`Config::thread_cache`).
 
 use crate::report::{median, plot, rotated_rounds, BenchFlags};
 use anyhow::{Context, Result};
@@ -77,7 +78,7 @@ impl Peer for Xmem<'_> {
     }
 }
 
-const PEERS: [&str; 5] = ["glibc", "jemalloc", "mimalloc", "xmem", "xmem-nocache"];
+const PEERS: [&str; 5] = ["glibc", "jemalloc", "mimalloc", "xmem", "xmem-tcache"];
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 #[serde(rename_all = "kebab-case")]
@@ -137,7 +138,7 @@ struct CellResult {
     cell: Cell,
     /// Median million alloc+free pairs per second (all threads), in `peers` order.
     mops: Vec<f64>,
-    /// X-Mem's throughput (thread caches on) over jemalloc's.
+    /// X-Mem's throughput (default configuration) over jemalloc's.
     xmem_vs_jemalloc: f64,
     rounds: Vec<Vec<f64>>,
 }
@@ -168,7 +169,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         cfg.thread_cache = thread_cache;
         XMem::new(cfg).with_context(|| format!("X-Mem with its PM file {}", path.display()))
     };
-    let (x, xn) = (make("cache", true)?, make("nocache", false)?);
+    let (x, xn) = (make("plain", false)?, make("tcache", true)?);
     let (tag, tag_n) = (x.tag("bench")?, xn.tag("bench")?);
     let sys = Global(System);
     let je = Global(tikv_jemallocator::Jemalloc);

@@ -29,8 +29,8 @@ enum Cmd {
         /// A saved `valgrind --tool=lackey --trace-mem=yes` log (instead of running a program).
         #[arg(long, conflicts_with = "program")]
         trace: Option<PathBuf>,
-        /// Write the profile here (per structure name; `pmkit xmem place`, `XMem::load_profiles`
-        /// and `xmem_load_profiles` read it).
+        /// Write the profile here (per structure name; `pmkit xmem place` and `XMem::load_profiles`
+        /// read it).
         #[arg(long, short)]
         out: Option<PathBuf>,
         /// Keep valgrind's log of the run here (it is removed otherwise).

@@ -358,7 +358,7 @@ impl XMem {
             let heap = self.heaps[tag as usize]
                 .get()
                 .expect("a region's tag has a heap");
-            let spill = tcache::with_list(
+            let cached = tcache::with_list(
                 self.id,
                 tag,
                 || Arc::downgrade(heap),
@@ -366,13 +366,15 @@ impl XMem {
                 |list| {
                     list.push(addr);
                     let keep = tcache::batch(c);
-                    (list.len() > 2 * keep).then(|| list.split_off(keep))
+                    if list.len() > 2 * keep {
+                        // The excess goes back under one lock, in place (no allocation here).
+                        self.free_to_heap(Tag(tag), &list[keep..]);
+                        list.truncate(keep);
+                    }
                 },
             );
-            match spill {
-                Some(None) => {}
-                Some(Some(v)) => self.free_to_heap(Tag(tag), &v),
-                None => self.free_to_heap(Tag(tag), &[addr]),
+            if cached.is_none() {
+                self.free_to_heap(Tag(tag), &[addr]);
             }
             return Ok(());
         }

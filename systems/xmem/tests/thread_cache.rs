@@ -9,14 +9,25 @@ use common::*;
 use pmkit_xmem::XmemError;
 use std::ptr::NonNull;
 
+/// `regions` regions of 2 MiB, PM and DRAM for half each, thread caches on.
+fn cached(regions: usize) -> (pmkit_xmem::XMem, tempfile::TempDir) {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let half = (regions / 2 * 2 * MIB) as u64;
+    let mut cfg = pmkit_xmem::Config::new(dir.path().join("pm"), half, half);
+    cfg.region_size = 2 * MIB;
+    cfg.reserve = regions * 2 * MIB;
+    cfg.thread_cache = true;
+    (pmkit_xmem::XMem::new(cfg).unwrap(), dir)
+}
+
 fn live_bytes(x: &pmkit_xmem::XMem) -> usize {
     x.regions().iter().map(|r| r.bytes).sum()
 }
 
 #[test]
 fn cached_objects_are_not_live_and_go_back_at_thread_exit() {
-    let f = fixture(8, 8, 4);
-    let x = &f.xmem;
+    let (x, _dir) = cached(8);
+    let x = &x;
     let t = x.tag("t").unwrap();
     let p = x.alloc(t, 64, 8).unwrap();
     fill(p.as_ptr(), 64, 3);
@@ -63,8 +74,8 @@ fn cached_objects_are_not_live_and_go_back_at_thread_exit() {
 
 #[test]
 fn cross_thread_frees_and_a_flush_returns_emptied_regions() {
-    let f = fixture(16, 16, 8);
-    let x = &f.xmem;
+    let (x, _dir) = cached(32);
+    let x = &x;
     let t = x.tag("t").unwrap();
     // 64-byte objects filling more than two 2 MiB regions, allocated here, freed elsewhere.
     let v: Vec<usize> = (0..80_000)
