@@ -8,7 +8,7 @@
 
 use crate::classes::{self, SLAB_PAGES};
 use crate::config::PAGE;
-use crate::tcache::Sides;
+use crate::sides::Sides;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

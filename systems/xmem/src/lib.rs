@@ -18,6 +18,7 @@ pub mod heap;
 mod migrate;
 pub mod place;
 pub mod profiles;
+mod sides;
 mod space;
 mod sys;
 mod tcache;
@@ -32,12 +33,12 @@ pub use tier::Tier;
 
 use heap::Heap;
 use parking_lot::{Mutex, RwLock};
+use sides::Sides;
 use space::Space;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tcache::Sides;
 use tier::{Dram, Pm};
 
 /// Numbers of `XMem` instances, for the thread caches.
@@ -183,6 +184,8 @@ impl XMem {
         self.with_tag(t, |e| e.name.clone())
     }
 
+    // `ok_or` would build (and drop) an error on every call of this hot path.
+    #[allow(clippy::unnecessary_lazy_evaluations)]
     fn heap(&self, t: Tag) -> Result<&Mutex<Heap>> {
         self.heaps
             .get(t.0 as usize)
@@ -195,7 +198,7 @@ impl XMem {
         let mut tags = self.tags.write();
         let e = tags
             .get_mut(t.0 as usize)
-            .ok_or_else(|| XmemError::UnknownTag(t.0))?;
+            .ok_or(XmemError::UnknownTag(t.0))?;
         Ok(f(e))
     }
 
@@ -304,6 +307,8 @@ impl XMem {
 
     /// A small object from this thread's cache for (tag, class), refilled from the heap when
     /// empty; `None` when the thread has no cache (exiting): the caller uses the heap.
+    // `ok_or` would build (and drop) an error on every call of this hot path.
+    #[allow(clippy::unnecessary_lazy_evaluations)]
     fn alloc_cached(&self, t: Tag, c: usize) -> Result<Option<usize>> {
         let heap = self.heaps.get(t.0 as usize).and_then(|h| h.get());
         let heap = heap.ok_or_else(|| XmemError::UnknownTag(t.0))?;
@@ -343,6 +348,8 @@ impl XMem {
     ///
     /// # Safety
     /// No reference into the object may be used after the call.
+    // `ok_or` would build (and drop) an error on every call of this hot path.
+    #[allow(clippy::unnecessary_lazy_evaluations)]
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
         let addr = p.as_ptr() as usize;
         let tag = self
@@ -461,9 +468,7 @@ impl XMem {
     /// The usable size of a live object (at least what was asked for), and its tag.
     pub fn usable_size(&self, p: NonNull<u8>) -> Result<(usize, Tag)> {
         let addr = p.as_ptr() as usize;
-        let tag = self
-            .owner_of(addr)
-            .ok_or_else(|| XmemError::ForeignPointer(addr))?;
+        let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
         let off = addr - self.space.base();
         if let Some(c) = self.cached_class(off) {
             // Cached objects are allocated in the heap but not held: the live bit decides.
@@ -474,7 +479,7 @@ impl XMem {
         }
         let size = self.heap(Tag(tag))?.lock().usable_size(addr);
         size.map(|s| (s, Tag(tag)))
-            .ok_or_else(|| XmemError::ForeignPointer(addr))
+            .ok_or(XmemError::ForeignPointer(addr))
     }
 
     fn owner_of(&self, addr: usize) -> Option<u32> {
@@ -568,9 +573,7 @@ impl XMem {
     /// The placement's view of tag `t`: its priority and Eq. 3 benefit.
     fn candidate(&self, t: Tag) -> Result<place::Candidate> {
         let tags = self.tags.read();
-        let e = tags
-            .get(t.0 as usize)
-            .ok_or_else(|| XmemError::UnknownTag(t.0))?;
+        let e = tags.get(t.0 as usize).ok_or(XmemError::UnknownTag(t.0))?;
         Ok(place::Candidate {
             priority: e.priority,
             benefit: self.cfg.latencies.benefit(&e.profile),
@@ -706,7 +709,7 @@ impl XMem {
     /// The NUMA node holding the page at `p` (which must be touched), from `get_mempolicy`.
     pub fn node_of(&self, p: NonNull<u8>) -> Result<u32> {
         self.region_of(p.as_ptr() as usize)
-            .ok_or_else(|| XmemError::ForeignPointer(p.as_ptr() as usize))?;
+            .ok_or(XmemError::ForeignPointer(p.as_ptr() as usize))?;
         sys::node_of(p.as_ptr() as usize)
     }
 
@@ -714,7 +717,7 @@ impl XMem {
     /// `[node]` for DRAM regions when `Config::fast_node` is set, the default (0) otherwise.
     pub fn policy_of(&self, p: NonNull<u8>) -> Result<(i32, Vec<u32>)> {
         self.region_of(p.as_ptr() as usize)
-            .ok_or_else(|| XmemError::ForeignPointer(p.as_ptr() as usize))?;
+            .ok_or(XmemError::ForeignPointer(p.as_ptr() as usize))?;
         sys::policy_of(p.as_ptr() as usize)
     }
 
