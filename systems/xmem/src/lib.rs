@@ -18,6 +18,7 @@ pub mod heap;
 mod migrate;
 pub mod place;
 pub mod profiles;
+mod referenced;
 mod sides;
 mod space;
 mod sys;
@@ -600,6 +601,28 @@ impl XMem {
                 (i, tier, c, Tag(tag))
             })
             .collect()
+    }
+
+    /// Start a window of the online access signal (an extension beyond the thesis): clear the
+    /// referenced bits of every page of the process (`/proc/self/clear_refs`). The kernel's
+    /// page aging sees those pages as not recently used afterwards.
+    pub fn clear_referenced(&self) -> Result<()> {
+        referenced::clear()
+    }
+
+    /// Bytes of each region in use touched (read or written) since [`XMem::clear_referenced`],
+    /// from `/proc/self/smaps`: (region index, bytes), every region in use listed. A coarse
+    /// signal (pages, not patterns) a caller can turn into priorities between profiles.
+    pub fn referenced(&self) -> Result<Vec<(usize, u64)>> {
+        let shift = self.cfg.region_size.trailing_zeros();
+        let base = self.space.base();
+        let len = self.space.regions() << shift;
+        let m = referenced::read(base, len, shift)?;
+        Ok(self
+            .placement_view()
+            .into_iter()
+            .map(|(i, ..)| (i, m.get(&i).copied().unwrap_or(0)))
+            .collect())
     }
 
     /// Fast-tier slots in the budget and in use.
