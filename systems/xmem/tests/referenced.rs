@@ -43,7 +43,9 @@ fn touched_bytes_are_counted_per_region() {
         );
         touch(pa, 256 << 10);
         let r = by_region(x);
-        assert!(get(&r, ra) >= 256 << 10, "round {round}: {r:?}");
+        // Most of the 256 KiB: the kernel does not report every touched page as referenced
+        // (seen: 224-256 KiB), so only the order of magnitude and the separation are checked.
+        assert!(get(&r, ra) >= 128 << 10, "round {round}: {r:?}");
         assert!(
             get(&r, rb) <= 64 << 10,
             "round {round}: the neighbour untouched: {r:?}"
