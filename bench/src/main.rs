@@ -16,6 +16,7 @@ mod pmdk;
 mod pmo;
 mod report;
 mod workload;
+mod xmem_alloc;
 
 use clap::{Parser, Subcommand};
 
@@ -84,6 +85,11 @@ enum Cmd {
     ///
     /// Rounds: 3. --quick: short runs, one round.
     FsProtect(fs_protect::Args),
+    /// X-Mem's per-tag allocator against glibc malloc, jemalloc and mimalloc: small and large
+    /// objects, batch and churn patterns, 1 and 2 threads.
+    ///
+    /// Rounds: 3. --quick: fewer cells, 20 ms runs, one round.
+    XmemAlloc(xmem_alloc::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -99,5 +105,6 @@ fn main() -> std::process::ExitCode {
         Cmd::KernelPath(a) => kernel_path::run(a),
         Cmd::Fs(a) => fs::run(a),
         Cmd::FsProtect(a) => fs_protect::run(a),
+        Cmd::XmemAlloc(a) => xmem_alloc::run(a),
     })
 }

@@ -13,6 +13,8 @@ mod obj;
 mod probe;
 mod serve;
 mod serve_access;
+mod xmem;
+mod xmem_profile;
 
 use clap::{Parser, Subcommand};
 
@@ -40,6 +42,9 @@ enum Cmd {
     Obj(obj::Args),
     /// PMFS, a crash-consistent file system on PM: mkfs, info and check (docs/fs.md).
     Fs(fs::Args),
+    /// X-Mem (docs/xmem.md): profile a program's accesses per data structure (valgrind
+    /// lackey), plan a fast-tier budget from the profile, describe a profile.
+    Xmem(xmem::Args),
     /// Show this machine's PM-relevant CPU features and measure each persistence primitive and
     /// protection window.
     Probe(probe::Args),
@@ -75,6 +80,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Obj(a) => obj::run(a),
         Cmd::Fs(a) => fs::run(a),
+        Cmd::Xmem(a) => xmem::run(a),
         Cmd::Serve(a) => serve::run(*a),
     })
 }

@@ -45,6 +45,11 @@ pub struct Config {
     pub pm: PmSpec,
     /// `L(p, m)` of the placement model.
     pub latencies: Latencies,
+    /// Per-thread caches of small objects (`tcache`). Off (the default): every small
+    /// `alloc`/`free` takes the tag's heap lock, a region's live bytes count exactly the objects
+    /// the program holds and a region emptied by a `free` goes back at once. On: faster when
+    /// threads churn objects of one tag, slower for batches (docs/xmem.md, "Allocation speed").
+    pub thread_cache: bool,
 }
 
 impl Config {
@@ -61,6 +66,7 @@ impl Config {
                 bytes: pm_bytes,
             },
             latencies: Latencies::default(),
+            thread_cache: false,
         }
     }
 

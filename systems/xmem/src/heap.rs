@@ -8,7 +8,9 @@
 
 use crate::classes::{self, SLAB_PAGES};
 use crate::config::PAGE;
+use crate::sides::Sides;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// What a page of a region is used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +52,8 @@ pub struct NotOurs;
 pub struct Heap {
     base: usize,
     pages_per_region: usize,
+    /// log2(pages_per_region): page -> region is a shift, not a division.
+    ppr_shift: u32,
     /// Page maps by region index (`None`: not this heap's region). Regions are handed out in
     /// address order, so this grows to the highest index the tag owns, 8 bytes per region.
     regions: Vec<Option<Box<RegionPages>>>,
@@ -60,20 +64,25 @@ pub struct Heap {
     free_slab_ids: Vec<u32>,
     /// Per class, the slabs with at least one free object.
     partial: Vec<Vec<u32>>,
+    /// The lock-free page -> class map `free` reads (kept in step with the slabs here).
+    sides: Arc<Sides>,
 }
 
 impl Heap {
-    pub fn new(base: usize, region_size: usize) -> Heap {
+    pub fn new(base: usize, region_size: usize, sides: Arc<Sides>) -> Heap {
         assert!(region_size.is_multiple_of(SLAB_PAGES * PAGE));
+        assert!(region_size.is_power_of_two());
         Heap {
             base,
             pages_per_region: region_size / PAGE,
+            ppr_shift: (region_size / PAGE).trailing_zeros(),
             regions: Vec::new(),
             runs_by_len: BTreeSet::new(),
             runs_by_start: BTreeMap::new(),
             slabs: Vec::new(),
             free_slab_ids: Vec::new(),
             partial: vec![Vec::new(); classes::COUNT],
+            sides,
         }
     }
 
@@ -102,6 +111,13 @@ impl Heap {
         self.regions.iter().filter(|r| r.is_some()).count()
     }
 
+    /// The regions of the heap, lowest first.
+    pub fn region_ids(&self) -> Vec<usize> {
+        (0..self.regions.len())
+            .filter(|&r| self.regions[r].is_some())
+            .collect()
+    }
+
     /// Take back wholly free region `r` (it goes back to the reservation).
     pub fn remove_region(&mut self, r: usize) {
         assert!(self.region_is_empty(r), "region {r} is not empty");
@@ -125,7 +141,8 @@ impl Heap {
         }
     }
 
-    fn alloc_small(&mut self, c: usize) -> Option<usize> {
+    /// Allocate one object of class `c` (`None`: no room, as for [`Heap::alloc`]).
+    pub fn alloc_small(&mut self, c: usize) -> Option<usize> {
         let id = match self.partial[c].last() {
             Some(&id) => id,
             None => self.new_slab(c)?,
@@ -168,6 +185,7 @@ impl Heap {
             }
         };
         self.mark(first_pg, SLAB_PAGES, PageUse::Slab(id), PageUse::Slab(id));
+        self.sides.set_class(first_pg * PAGE, SLAB_PAGES, Some(c));
         self.partial[c].push(id);
         Some(id)
     }
@@ -214,9 +232,8 @@ impl Heap {
     pub fn free(&mut self, addr: usize) -> Result<(), NotOurs> {
         let off = addr.checked_sub(self.base).ok_or(NotOurs)?;
         let pg = off / PAGE;
-        let r = pg / self.pages_per_region;
-        let pages = self.pages(r).ok_or(NotOurs)?;
-        match pages.pages[pg % self.pages_per_region] {
+        let pages = self.pages(pg >> self.ppr_shift).ok_or(NotOurs)?;
+        match pages.pages[pg & (self.pages_per_region - 1)] {
             PageUse::Free | PageUse::LargeTail => Err(NotOurs),
             PageUse::LargeHead(n) => {
                 if !off.is_multiple_of(PAGE) {
@@ -238,8 +255,8 @@ impl Heap {
             .expect("page names a live slab");
         let size = classes::SIZES[slab.class];
         let rel = off - slab.first_pg * PAGE;
-        let k = rel / size;
-        if !rel.is_multiple_of(size)
+        let k = classes::index_in_slab(rel, slab.class);
+        if k * size != rel
             || k >= classes::per_slab(slab.class)
             || slab.used_bits[k / 64] & (1 << (k % 64)) == 0
         {
@@ -260,6 +277,7 @@ impl Heap {
             self.slabs[id as usize] = None;
             self.free_slab_ids.push(id);
             self.mark(first_pg, SLAB_PAGES, PageUse::Free, PageUse::Free);
+            self.sides.set_class(first_pg * PAGE, SLAB_PAGES, None);
             self.insert_run(first_pg, SLAB_PAGES);
         }
         Ok(())
@@ -271,7 +289,7 @@ impl Heap {
 
     fn region_pages(&mut self, pg: usize) -> &mut RegionPages {
         self.regions
-            .get_mut(pg / self.pages_per_region)
+            .get_mut(pg >> self.ppr_shift)
             .and_then(|p| p.as_deref_mut())
             .expect("page in a region of this heap")
     }
@@ -341,8 +359,9 @@ impl Heap {
             while i < ppr {
                 match rp.pages[i] {
                     PageUse::Free => {
-                        // Every free page is in exactly one run.
+                        // Every free page is in exactly one run, and no slab's.
                         let pg = r * ppr + i;
+                        assert_eq!(self.sides.class_at(pg * PAGE), None, "free page class");
                         let (&s, &n) = self.runs_by_start.range(..=pg).next_back().expect("run");
                         assert!(s <= pg && pg < s + n, "free page {pg} in no run");
                         i += 1;
@@ -355,6 +374,10 @@ impl Heap {
                     PageUse::Slab(id) => {
                         let s = self.slabs[id as usize].as_ref().expect("live slab");
                         assert_eq!(s.first_pg, r * ppr + i);
+                        for p in 0..SLAB_PAGES {
+                            let at = (r * ppr + i + p) * PAGE;
+                            assert_eq!(self.sides.class_at(at), Some(s.class), "page class");
+                        }
                         live += s.used() * classes::SIZES[s.class];
                         let ones: u32 = s.used_bits.iter().map(|w| w.count_ones()).sum();
                         assert_eq!(ones as usize, s.used());

@@ -18,8 +18,11 @@ pub mod heap;
 mod migrate;
 pub mod place;
 pub mod profiles;
+mod referenced;
+mod sides;
 mod space;
 mod sys;
+mod tcache;
 pub mod tier;
 pub mod trace;
 
@@ -31,12 +34,16 @@ pub use tier::Tier;
 
 use heap::Heap;
 use parking_lot::{Mutex, RwLock};
+use sides::Sides;
 use space::Space;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tier::{Dram, Pm};
+
+/// Numbers of `XMem` instances, for the thread caches.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// How many writes in this process have faulted on a migrating region and waited for it.
 pub fn parked_writes() -> u64 {
@@ -106,8 +113,13 @@ pub struct XMem {
     /// Tag id + 1 of each region's owner (0 = unused), read without locks by `free`.
     owner: Box<[AtomicU32]>,
     tags: RwLock<Vec<TagEntry>>,
-    /// Each tag's heap, by tag id (set once when the tag is made; no lock to find one).
-    heaps: Box<[OnceLock<Box<Mutex<Heap>>>]>,
+    /// Each tag's heap, by tag id (set once when the tag is made; no lock to find one). Thread
+    /// caches hold a `Weak` to give their objects back at thread exit.
+    heaps: Box<[OnceLock<Arc<Mutex<Heap>>>]>,
+    /// Page classes and live bits, read by `free` without a heap lock (see `tcache`).
+    sides: Arc<Sides>,
+    /// This instance's number in the thread caches (never reused in a process).
+    id: u64,
     table: Mutex<Table>,
     /// One migration (or rebalance) at a time.
     moving: Mutex<()>,
@@ -132,6 +144,8 @@ impl XMem {
             }),
             tags: RwLock::new(Vec::new()),
             heaps: (0..MAX_TAGS).map(|_| OnceLock::new()).collect(),
+            sides: Arc::new(Sides::new(n, cfg.region_size)),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             moving: Mutex::new(()),
             space,
             cfg,
@@ -162,8 +176,8 @@ impl XMem {
             profile: [0.0; 3],
         });
         let id = tags.len() - 1;
-        let fresh = Heap::new(self.space.base(), self.cfg.region_size);
-        assert!(self.heaps[id].set(Box::new(Mutex::new(fresh))).is_ok());
+        let fresh = Heap::new(self.space.base(), self.cfg.region_size, self.sides.clone());
+        assert!(self.heaps[id].set(Arc::new(Mutex::new(fresh))).is_ok());
         Ok(Tag(id as u32))
     }
 
@@ -171,12 +185,14 @@ impl XMem {
         self.with_tag(t, |e| e.name.clone())
     }
 
+    // `ok_or` would build (and drop) an error on every call of this hot path.
+    #[allow(clippy::unnecessary_lazy_evaluations)]
     fn heap(&self, t: Tag) -> Result<&Mutex<Heap>> {
         self.heaps
             .get(t.0 as usize)
             .and_then(|h| h.get())
             .map(|h| &**h)
-            .ok_or(XmemError::UnknownTag(t.0))
+            .ok_or_else(|| XmemError::UnknownTag(t.0))
     }
 
     fn with_tag<R>(&self, t: Tag, f: impl FnOnce(&mut TagEntry) -> R) -> Result<R> {
@@ -237,17 +253,29 @@ impl XMem {
     }
 
     /// Save every tag's profile under its name (see [`profiles`]), for later runs.
+    /// Each tag's region count goes with it (at least 1), for planning without the program.
     pub fn save_profiles(&self, path: &std::path::Path) -> Result<()> {
-        profiles::save(path, &self.profiles())
+        let regions = self.regions();
+        let saved: Vec<profiles::Saved> = self
+            .profiles()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, f))| profiles::Saved {
+                name,
+                f,
+                regions: (regions.iter().filter(|r| r.tag.0 as usize == i).count() as u64).max(1),
+            })
+            .collect();
+        profiles::save(path, &saved)
     }
 
     /// Load profiles saved by [`XMem::save_profiles`]: each named tag (made if new) gets its
     /// profile. Returns how many were set. A bad file changes nothing.
     pub fn load_profiles(&self, path: &std::path::Path) -> Result<usize> {
         let loaded = profiles::load(path)?;
-        for (name, f) in &loaded {
-            let t = self.tag(name)?;
-            self.set_profile(t, *f)?;
+        for s in &loaded {
+            let t = self.tag(&s.name)?;
+            self.set_profile(t, s.f)?;
         }
         Ok(loaded.len())
     }
@@ -262,6 +290,11 @@ impl XMem {
                 why: "align must be a power of two <= 4096 and size at most one region",
             });
         }
+        if let Some(c) = classes::class_of(size, align).filter(|_| self.cfg.thread_cache) {
+            if let Some(a) = self.alloc_cached(t, c)? {
+                return Ok(NonNull::new(a as *mut u8).expect("region addresses are not null"));
+            }
+        }
         let mut h = self.heap(t)?.lock();
         loop {
             if let Some(a) = h.alloc(size, align) {
@@ -273,14 +306,86 @@ impl XMem {
         }
     }
 
+    /// A small object from this thread's cache for (tag, class), refilled from the heap when
+    /// empty; `None` when the thread has no cache (exiting): the caller uses the heap.
+    // `ok_or` would build (and drop) an error on every call of this hot path.
+    #[allow(clippy::unnecessary_lazy_evaluations)]
+    fn alloc_cached(&self, t: Tag, c: usize) -> Result<Option<usize>> {
+        let heap = self.heaps.get(t.0 as usize).and_then(|h| h.get());
+        let heap = heap.ok_or_else(|| XmemError::UnknownTag(t.0))?;
+        let got = tcache::with_list(
+            self.id,
+            t.0,
+            || Arc::downgrade(heap),
+            c,
+            |list| {
+                if list.is_empty() {
+                    let mut h = heap.lock();
+                    while list.is_empty() {
+                        while list.len() < tcache::batch(c) {
+                            match h.alloc_small(c) {
+                                Some(a) => list.push(a),
+                                None => break,
+                            }
+                        }
+                        if list.is_empty() {
+                            let r = self.new_region(t)?;
+                            h.add_region(r);
+                        }
+                    }
+                    // Hand out in address order.
+                    list.reverse();
+                }
+                let a = list.pop().expect("refilled above");
+                self.sides.set_live(a - self.space.base());
+                Ok(a)
+            },
+        );
+        got.transpose()
+    }
+
     /// `xfree`: give back an object. A pointer this `XMem` did not hand out (or already took
     /// back) is refused with [`XmemError::ForeignPointer`] and nothing changes.
     ///
     /// # Safety
     /// No reference into the object may be used after the call.
+    // `ok_or` would build (and drop) an error on every call of this hot path.
+    #[allow(clippy::unnecessary_lazy_evaluations)]
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
         let addr = p.as_ptr() as usize;
-        let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
+        let tag = self
+            .owner_of(addr)
+            .ok_or_else(|| XmemError::ForeignPointer(addr))?;
+        let off = addr - self.space.base();
+        if let Some(c) = self.cached_class(off) {
+            // A slab page: the live bit says whether the program holds an object here (its
+            // slab cannot go away while it does). The object goes to this thread's cache.
+            if !self.sides.take_live(off) {
+                return Err(XmemError::ForeignPointer(addr));
+            }
+            let heap = self.heaps[tag as usize]
+                .get()
+                .expect("a region's tag has a heap");
+            let cached = tcache::with_list(
+                self.id,
+                tag,
+                || Arc::downgrade(heap),
+                c,
+                |list| {
+                    list.push(addr);
+                    let keep = tcache::batch(c);
+                    if list.len() > 2 * keep {
+                        // The excess goes back under one lock, in place (no allocation here).
+                        self.free_to_heap(Tag(tag), &list[keep..]);
+                        list.truncate(keep);
+                    }
+                },
+            );
+            if cached.is_none() {
+                self.free_to_heap(Tag(tag), &[addr]);
+            }
+            return Ok(());
+        }
         let mut h = self.heap(Tag(tag))?.lock();
         h.free(addr).map_err(|_| XmemError::ForeignPointer(addr))?;
         // A region left wholly free goes back to the reservation (the thesis's root allocator),
@@ -294,6 +399,51 @@ impl XMem {
             h.remove_region(r);
         }
         Ok(())
+    }
+
+    /// The class of the slab page at `off` when thread caches are on (their objects' frees
+    /// and sizes go by the live bits); `None` sends the caller to the heap.
+    fn cached_class(&self, off: usize) -> Option<usize> {
+        self.cfg
+            .thread_cache
+            .then(|| self.sides.class_at(off))
+            .flatten()
+    }
+
+    /// Give objects known to be allocated in tag `t`'s heap (cached ones) back to it, and any
+    /// region this leaves empty back to the reservation (as `free` does).
+    fn free_to_heap(&self, t: Tag, addrs: &[usize]) {
+        let heap = self.heaps[t.0 as usize]
+            .get()
+            .expect("a cached tag has a heap");
+        let mut h = heap.lock();
+        for &a in addrs {
+            h.free(a).expect("a cached object is allocated in its heap");
+        }
+        for &a in addrs {
+            let r = self.space.region_of(a).expect("in the reservation");
+            if h.region_is_empty(r) && h.region_count() > 1 && self.release_region(r).is_ok() {
+                h.remove_region(r);
+            }
+        }
+    }
+
+    /// Give this thread's cached free objects of this `XMem` back to their heaps (they go back
+    /// by themselves when the thread exits). Regions this empties return to the reservation.
+    /// Also returns the regions of those tags that other threads' exits left empty.
+    pub fn flush_thread_cache(&self) {
+        for (tag, addrs) in tcache::drain(self.id) {
+            self.free_to_heap(Tag(tag), &addrs);
+            let heap = self.heaps[tag as usize]
+                .get()
+                .expect("a cached tag has a heap");
+            let mut h = heap.lock();
+            for r in h.region_ids() {
+                if h.region_is_empty(r) && h.region_count() > 1 && self.release_region(r).is_ok() {
+                    h.remove_region(r);
+                }
+            }
+        }
     }
 
     /// Give unused region `r` back: its pages and tier slot are released, its address range is
@@ -320,6 +470,14 @@ impl XMem {
     pub fn usable_size(&self, p: NonNull<u8>) -> Result<(usize, Tag)> {
         let addr = p.as_ptr() as usize;
         let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
+        let off = addr - self.space.base();
+        if let Some(c) = self.cached_class(off) {
+            // Cached objects are allocated in the heap but not held: the live bit decides.
+            return match self.sides.is_live(off) {
+                true => Ok((classes::SIZES[c], Tag(tag))),
+                false => Err(XmemError::ForeignPointer(addr)),
+            };
+        }
         let size = self.heap(Tag(tag))?.lock().usable_size(addr);
         size.map(|s| (s, Tag(tag)))
             .ok_or(XmemError::ForeignPointer(addr))
@@ -443,6 +601,28 @@ impl XMem {
                 (i, tier, c, Tag(tag))
             })
             .collect()
+    }
+
+    /// Start a window of the online access signal (an extension beyond the thesis): clear the
+    /// referenced bits of every page of the process (`/proc/self/clear_refs`). The kernel's
+    /// page aging sees those pages as not recently used afterwards.
+    pub fn clear_referenced(&self) -> Result<()> {
+        referenced::clear()
+    }
+
+    /// Bytes of each region in use touched (read or written) since [`XMem::clear_referenced`],
+    /// from `/proc/self/smaps`: (region index, bytes), every region in use listed. A coarse
+    /// signal (pages, not patterns) a caller can turn into priorities between profiles.
+    pub fn referenced(&self) -> Result<Vec<(usize, u64)>> {
+        let shift = self.cfg.region_size.trailing_zeros();
+        let base = self.space.base();
+        let len = self.space.regions() << shift;
+        let m = referenced::read(base, len, shift)?;
+        Ok(self
+            .placement_view()
+            .into_iter()
+            .map(|(i, ..)| (i, m.get(&i).copied().unwrap_or(0)))
+            .collect())
     }
 
     /// Fast-tier slots in the budget and in use.

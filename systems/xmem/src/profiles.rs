@@ -1,68 +1,110 @@
 //! Profiles saved per tag name, so a profiling run's `F_i(p)` is reused by later runs (tags are
 //! numbered by first use, names are stable). The file is text, one tag per line:
-//! `name<TAB>chase<TAB>random<TAB>streaming`, after a header line naming the format.
+//! `name<TAB>chase<TAB>random<TAB>streaming<TAB>regions`, after a header line naming the format.
+//! `regions` is how many regions the tag had when it was profiled: what `pmkit xmem place`
+//! needs to plan a fast-tier budget without the program. Version 1 files (no `regions` column)
+//! still load, with 1 region per tag.
 
 use crate::error::{Result, XmemError};
 use crate::place::PerPattern;
 use std::path::Path;
 
-const HEADER: &str =
+const HEADER_V1: &str =
     "# pmkit-xmem profile v1: name, then accesses per region: chase random streaming";
+const HEADER: &str =
+    "# pmkit-xmem profile v2: name, then accesses per region: chase random streaming, then regions";
+
+/// Most regions a saved tag may claim (the reservation's limit).
+const MAX_SAVED_REGIONS: u64 = crate::config::MAX_REGIONS as u64;
+
+/// One tag's saved profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Saved {
+    pub name: String,
+    /// `F_i(p)`: accesses per region, by pattern.
+    pub f: PerPattern,
+    /// Regions the tag had when profiled (at least 1).
+    pub regions: u64,
+}
 
 /// Whether `name` can be a tag name (non-empty, no control characters: it goes on one line).
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty() && !name.chars().any(char::is_control)
 }
 
-pub fn encode(profiles: &[(String, PerPattern)]) -> String {
+pub fn encode(profiles: &[Saved]) -> String {
     let mut s = format!("{HEADER}\n");
-    for (name, f) in profiles {
-        assert!(valid_name(name));
-        s.push_str(&format!("{name}\t{}\t{}\t{}\n", f[0], f[1], f[2]));
+    for p in profiles {
+        assert!(valid_name(&p.name));
+        let f = p.f;
+        s.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{}\n",
+            p.name, f[0], f[1], f[2], p.regions
+        ));
     }
     s
 }
 
-pub fn decode(text: &str) -> Result<Vec<(String, PerPattern)>> {
+pub fn decode(text: &str) -> Result<Vec<Saved>> {
     let bad = |n: usize, why: &str| XmemError::BadConfig(format!("profile line {n}: {why}"));
     let mut lines = text.lines().enumerate();
-    match lines.next() {
-        Some((_, h)) if h == HEADER => {}
+    let cols = match lines.next() {
+        Some((_, h)) if h == HEADER => 5,
+        Some((_, h)) if h == HEADER_V1 => 4,
         _ => return Err(bad(1, "not a pmkit-xmem profile (header missing)")),
-    }
-    let mut out = Vec::new();
+    };
+    let mut out: Vec<Saved> = Vec::new();
     for (i, line) in lines {
         if line.is_empty() {
             continue;
         }
         let parts: Vec<&str> = line.split('\t').collect();
-        if parts.len() != 4 || !valid_name(parts[0]) {
+        if parts.len() != cols || !valid_name(parts[0]) {
             return Err(bad(
                 i + 1,
-                "expected name<TAB>chase<TAB>random<TAB>streaming",
+                if cols == 5 {
+                    "expected name<TAB>chase<TAB>random<TAB>streaming<TAB>regions"
+                } else {
+                    "expected name<TAB>chase<TAB>random<TAB>streaming"
+                },
             ));
         }
+        if out.iter().any(|s| s.name == parts[0]) {
+            return Err(bad(i + 1, "a tag name appears twice"));
+        }
         let mut f = [0.0; 3];
-        for (k, v) in parts[1..].iter().enumerate() {
+        for (k, v) in parts[1..4].iter().enumerate() {
             f[k] = v
                 .parse::<f64>()
                 .ok()
                 .filter(|x| x.is_finite() && *x >= 0.0)
                 .ok_or_else(|| bad(i + 1, "counts must be finite numbers >= 0"))?;
         }
-        out.push((parts[0].to_owned(), f));
+        let regions = match parts.get(4) {
+            None => 1,
+            Some(v) => v
+                .parse::<u64>()
+                .ok()
+                .filter(|n| (1..=MAX_SAVED_REGIONS).contains(n))
+                .ok_or_else(|| bad(i + 1, "regions must be a whole number from 1 to 65536"))?,
+        };
+        out.push(Saved {
+            name: parts[0].to_owned(),
+            f,
+            regions,
+        });
     }
     Ok(out)
 }
 
-pub fn save(path: &Path, profiles: &[(String, PerPattern)]) -> Result<()> {
+pub fn save(path: &Path, profiles: &[Saved]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let io = |what, source| XmemError::Os { what, source };
     std::fs::write(&tmp, encode(profiles)).map_err(|e| io("write profile", e))?;
     std::fs::rename(&tmp, path).map_err(|e| io("rename profile", e))
 }
 
-pub fn load(path: &Path) -> Result<Vec<(String, PerPattern)>> {
+pub fn load(path: &Path) -> Result<Vec<Saved>> {
     let text = std::fs::read_to_string(path).map_err(|source| XmemError::Os {
         what: "read profile",
         source,
@@ -76,17 +118,33 @@ mod tests {
 
     #[test]
     fn profiles_round_trip_and_bad_files_are_refused() {
+        let saved = |name: &str, f, regions| Saved {
+            name: name.into(),
+            f,
+            regions,
+        };
         let p = vec![
-            ("hash table".to_string(), [83.5, 1.0, 0.0]),
-            ("slab-64".to_string(), [0.0, 70.25, 3e9]),
+            saved("hash table", [83.5, 1.0, 0.0], 3),
+            saved("slab-64", [0.0, 70.25, 3e9], 1),
         ];
         assert_eq!(decode(&encode(&p)).unwrap(), p);
         assert!(decode("hash\t1\t2\t3\n").is_err(), "no header");
         let h = format!("{HEADER}\n");
-        assert!(decode(&format!("{h}hash\t1\t2\n")).is_err());
-        assert!(decode(&format!("{h}hash\t1\t-2\t3\n")).is_err());
-        assert!(decode(&format!("{h}hash\t1\tNaN\t3\n")).is_err());
-        assert!(decode(&format!("{h}\t1\t2\t3\n")).is_err());
+        assert!(
+            decode(&format!("{h}hash\t1\t2\t3\n")).is_err(),
+            "no regions"
+        );
+        assert!(decode(&format!("{h}hash\t1\t-2\t3\t1\n")).is_err());
+        assert!(decode(&format!("{h}hash\t1\tNaN\t3\t1\n")).is_err());
+        assert!(decode(&format!("{h}\t1\t2\t3\t1\n")).is_err());
+        assert!(decode(&format!("{h}hash\t1\t2\t3\t0\n")).is_err());
+        assert!(decode(&format!("{h}a\t1\t2\t3\t1\na\t1\t2\t3\t1\n")).is_err());
+        // Version 1 files still load, one region per tag.
+        let v1 = format!("{HEADER_V1}\nhash\t1\t2\t3\n");
+        assert_eq!(
+            decode(&v1).unwrap(),
+            vec![saved("hash", [1.0, 2.0, 3.0], 1)]
+        );
         assert!(!valid_name("a\nb") && !valid_name("") && valid_name("a b"));
     }
 }

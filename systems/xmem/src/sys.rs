@@ -211,6 +211,17 @@ pub fn bind(addr: usize, len: usize, node: u32) -> Result<()> {
     Ok(())
 }
 
+/// Mark `[addr, addr+len)` as left out of core dumps (`MADV_DONTDUMP`). X-Mem sets it on odd
+/// regions only so that neighbouring regions never merge into one VMA (their flags differ) and
+/// `smaps` reports each region apart (`referenced.rs`).
+pub fn dontdump(addr: usize, len: usize) -> Result<()> {
+    // SAFETY: MADV_DONTDUMP changes a flag of the mapping, never its contents or rights.
+    if unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTDUMP) } != 0 {
+        return Err(XmemError::os("madvise(MADV_DONTDUMP)"));
+    }
+    Ok(())
+}
+
 /// The NUMA node holding the (faulted-in) page at `addr`, from `get_mempolicy`.
 pub fn node_of(addr: usize) -> Result<u32> {
     let mut node: libc::c_int = -1;

@@ -1,0 +1,225 @@
+//! `pmkit xmem profile`: classify the memory accesses of an unmodified program (from a
+//! `valgrind --tool=lackey --trace-mem=yes` log, run here or saved before) and save a profile per
+//! data structure, in the format `XMem::load_profiles` and `pmkit xmem place` read.
+//!
+//! An unmodified program has no tags, so accesses are grouped by address: each `--tag
+//! NAME=START-END` range is one data structure (the program's own log of its allocations can
+//! name them); the rest are cut into windows of `--region-size` and runs of adjacent touched
+//! windows become one structure each, named by their address range (a large `malloc` is its own
+//! `mmap`, so big arrays come out as ranges of their own).
+//!
+//! What lackey loses: it logs addresses, never the loaded values, so the classifier's pointer
+//! chasing rule (a load whose value points at a later access's line) cannot fire. Linked lists,
+//! trees and hash chains come out as random (or streaming), and their benefit is underrated.
+
+use anyhow::{bail, Context, Result};
+use pmkit_xmem::classify::{self, Access, BUFFER};
+use pmkit_xmem::profiles::{self, Saved};
+use pmkit_xmem::trace::parse_lackey;
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+/// A user-named address range.
+#[derive(Clone, Debug)]
+pub struct NamedRange {
+    pub name: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// `NAME=START-END` (hex with 0x, or decimal), END exclusive.
+pub fn parse_range(s: &str) -> Result<NamedRange, String> {
+    let (name, range) = s.split_once('=').ok_or_else(|| {
+        format!("{s:?}: expected NAME=START-END, e.g. hash=0x7f0000000000-0x7f0004000000")
+    })?;
+    let (a, b) = range
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?}: expected START-END after '='"))?;
+    let num = |t: &str| {
+        let t = t.trim();
+        match t.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16),
+            None => t.parse(),
+        }
+        .map_err(|_| format!("{t:?} is not an address (0x... or decimal)"))
+    };
+    let (start, end) = (num(a)?, num(b)?);
+    if !profiles::valid_name(name) || end <= start {
+        return Err(format!(
+            "{s:?}: the name must be non-empty and START below END"
+        ));
+    }
+    Ok(NamedRange {
+        name: name.to_owned(),
+        start,
+        end,
+    })
+}
+
+/// Where an access is counted: a named range's region, or an address window.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Key {
+    Named(usize, u64),
+    Window(u64),
+}
+
+/// What `profile` found: per structure, its profile and how many accesses it had.
+pub struct Profiled {
+    pub tags: Vec<(Saved, u64)>,
+    /// Data accesses read from the log, and whether `max` cut it short.
+    pub accesses: u64,
+    pub truncated: bool,
+}
+
+pub struct Classifier<'a> {
+    ranges: &'a [NamedRange],
+    shift: u32,
+    buf: Vec<Access>,
+    counts: BTreeMap<Key, [u64; 3]>,
+    accesses: u64,
+}
+
+impl<'a> Classifier<'a> {
+    pub fn new(ranges: &'a [NamedRange], region_size: u64) -> Classifier<'a> {
+        assert!(region_size.is_power_of_two());
+        Classifier {
+            ranges,
+            shift: region_size.trailing_zeros(),
+            buf: Vec::with_capacity(BUFFER),
+            counts: BTreeMap::new(),
+            accesses: 0,
+        }
+    }
+
+    fn push(&mut self, a: Access) {
+        self.buf.push(a);
+        self.accesses += 1;
+        if self.buf.len() == BUFFER {
+            self.flush();
+        }
+    }
+
+    /// Classify the buffer (the thesis's 4096 accesses, in log order) and count.
+    fn flush(&mut self) {
+        for (addr, p) in classify::classify(&mut self.buf) {
+            let key = match self
+                .ranges
+                .iter()
+                .position(|r| (r.start..r.end).contains(&addr))
+            {
+                Some(i) => Key::Named(i, (addr - self.ranges[i].start) >> self.shift),
+                None => Key::Window(addr >> self.shift),
+            };
+            self.counts.entry(key).or_insert([0; 3])[p as usize] += 1;
+        }
+        self.buf.clear();
+    }
+
+    /// Read a lackey log, at most `max` data accesses.
+    pub fn read(&mut self, r: impl BufRead, max: u64) -> Result<bool> {
+        for line in r.lines() {
+            let line = line.context("reading the trace")?;
+            for a in parse_lackey(&line) {
+                if self.accesses >= max {
+                    return Ok(true);
+                }
+                self.push(a);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Group the counts into structures with at least `min_accesses` classified accesses.
+    pub fn finish(mut self, min_accesses: u64, truncated: bool) -> Profiled {
+        self.flush();
+        let region = 1u64 << self.shift;
+        // (name, regions, summed counts)
+        let mut groups: Vec<(String, u64, [u64; 3])> = Vec::new();
+        for (i, r) in self.ranges.iter().enumerate() {
+            let mut sum = [0u64; 3];
+            for (_, c) in self
+                .counts
+                .range(Key::Named(i, 0)..=Key::Named(i, u64::MAX))
+            {
+                add(&mut sum, c);
+            }
+            groups.push((r.name.clone(), (r.end - r.start).div_ceil(region), sum));
+        }
+        let mut run: Option<(u64, u64, [u64; 3])> = None;
+        let close = |run: Option<(u64, u64, [u64; 3])>, groups: &mut Vec<_>| {
+            if let Some((first, last, sum)) = run {
+                let name = format!(
+                    "0x{:x}-0x{:x}",
+                    first << self.shift,
+                    (last + 1) << self.shift
+                );
+                groups.push((name, last - first + 1, sum));
+            }
+        };
+        for (k, c) in &self.counts {
+            let Key::Window(w) = *k else { continue };
+            run = match run {
+                Some((first, last, mut sum)) if last + 1 == w => {
+                    add(&mut sum, c);
+                    Some((first, w, sum))
+                }
+                other => {
+                    close(other, &mut groups);
+                    Some((w, w, *c))
+                }
+            };
+        }
+        close(run, &mut groups);
+        let tags = groups
+            .into_iter()
+            .filter(|g| g.2.iter().sum::<u64>() >= min_accesses.max(1))
+            .map(|(name, regions, sum)| {
+                let total = sum.iter().sum();
+                let f = sum.map(|n| n as f64 / regions as f64);
+                (Saved { name, f, regions }, total)
+            })
+            .collect();
+        Profiled {
+            tags,
+            accesses: self.accesses,
+            truncated,
+        }
+    }
+}
+
+fn add(sum: &mut [u64; 3], c: &[u64; 3]) {
+    for (s, n) in sum.iter_mut().zip(c) {
+        *s += n;
+    }
+}
+
+/// Run `program` under `valgrind --tool=lackey --trace-mem=yes`, the log going to `log`.
+pub fn run_lackey(program: &[String], log: &Path) -> Result<std::process::ExitStatus> {
+    let mut cmd = std::process::Command::new("valgrind");
+    cmd.arg("--tool=lackey")
+        .arg("--trace-mem=yes")
+        .arg(format!("--log-file={}", log.display()))
+        .args(program);
+    match cmd.status() {
+        Ok(s) => Ok(s),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "valgrind is not installed (apt-get install valgrind), or pass a saved lackey log with --trace FILE"
+        ),
+        Err(e) => Err(e).context("starting valgrind"),
+    }
+}
+
+/// A scratch path for the lackey log, removed on drop unless kept.
+pub struct LogFile {
+    pub path: PathBuf,
+    pub keep: bool,
+}
+
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}

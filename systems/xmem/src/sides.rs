@@ -1,0 +1,97 @@
+//! The lock-free side tables of a reservation, DRAM metadata outside the regions: per region,
+//! the size class of each page (0 = not a slab page; kept by the heap under its lock) and one
+//! *live* bit per 16-byte granule, set while the object starting there is held by the program.
+//! `free` checks and clears the bit with one atomic `fetch_and` (used with the thread caches,
+//! `tcache`): a bit that was clear is a foreign, interior or double free.
+
+use crate::config::PAGE;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+/// Granule of the live bitmap: every small object starts at a multiple of 16 bytes.
+pub const GRANULE: usize = 16;
+
+struct Side {
+    class: Box<[AtomicU8]>,
+    live: Box<[AtomicU64]>,
+}
+
+/// The side tables of one reservation, made per region on first use.
+pub struct Sides {
+    shift: u32,
+    regions: Box<[OnceLock<Side>]>,
+}
+
+impl Sides {
+    pub fn new(regions: usize, region_size: usize) -> Sides {
+        assert!(region_size.is_power_of_two() && region_size >= PAGE);
+        Sides {
+            shift: region_size.trailing_zeros(),
+            regions: (0..regions).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn side(&self, off: usize) -> &Side {
+        self.regions[off >> self.shift].get_or_init(|| {
+            let size = 1usize << self.shift;
+            Side {
+                class: (0..size / PAGE).map(|_| AtomicU8::new(0)).collect(),
+                live: (0..size / GRANULE / 64)
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            }
+        })
+    }
+
+    fn in_region(&self, off: usize) -> usize {
+        off & ((1usize << self.shift) - 1)
+    }
+
+    /// Mark `n` pages from byte offset `off` (from the reservation's base) as a slab of class
+    /// `c`, or as no slab (`None`). Called by the heap under its lock.
+    pub fn set_class(&self, off: usize, n: usize, c: Option<usize>) {
+        let v = c.map_or(0, |c| c as u8 + 1);
+        let side = self.side(off);
+        let first = self.in_region(off) / PAGE;
+        for a in &side.class[first..first + n] {
+            a.store(v, Ordering::Release);
+        }
+    }
+
+    /// The class of the slab holding byte offset `off`, if it is a slab page.
+    #[inline]
+    pub fn class_at(&self, off: usize) -> Option<usize> {
+        let side = self.regions.get(off >> self.shift)?.get()?;
+        let v = side.class[self.in_region(off) / PAGE].load(Ordering::Acquire);
+        (v as usize).checked_sub(1)
+    }
+
+    fn bit(&self, off: usize) -> (&AtomicU64, u64) {
+        let g = self.in_region(off) / GRANULE;
+        (&self.side(off).live[g / 64], 1 << (g % 64))
+    }
+
+    /// The object at `off` is handed to the program.
+    #[inline]
+    pub fn set_live(&self, off: usize) {
+        let (w, m) = self.bit(off);
+        let old = w.fetch_or(m, Ordering::AcqRel);
+        debug_assert_eq!(old & m, 0, "handed out twice");
+    }
+
+    /// Take the object at `off` back from the program: false if it was not held (foreign,
+    /// interior or double free).
+    #[inline]
+    pub fn take_live(&self, off: usize) -> bool {
+        if !off.is_multiple_of(GRANULE) {
+            return false;
+        }
+        let (w, m) = self.bit(off);
+        w.fetch_and(!m, Ordering::AcqRel) & m != 0
+    }
+
+    pub fn is_live(&self, off: usize) -> bool {
+        let (w, m) = self.bit(off);
+        off.is_multiple_of(GRANULE) && w.load(Ordering::Acquire) & m != 0
+    }
+}
