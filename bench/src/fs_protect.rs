@@ -13,7 +13,7 @@
 //! (no store: what the read path pays); 1 and 2 threads. Every (mode, workload) runs on a fresh
 //! pool in `--dir`.
 
-use crate::report::{median, plot, rotated_rounds, BenchFlags};
+use crate::report::{mean_over_threads, median, plot, rotated_rounds, BenchFlags};
 use anyhow::{Context, Result};
 use pmkit_fs::{Fs, MkfsOptions, MountOptions, Protect, RenameFlags, ROOT};
 use pmkit_media::{Region, RegionOptions};
@@ -156,21 +156,11 @@ fn measure(
         ..MountOptions::default()
     };
     let (fs, _) = Fs::mount(region, &o).with_context(|| format!("mounting with {mode}"))?;
-    let per_thread: Vec<Result<f64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let fs = &fs;
-                s.spawn(move || one_thread(fs, work, t, ms, seed * 31 + t as u64))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("bench thread"))
-            .collect()
+    let us = mean_over_threads(threads, |t| {
+        one_thread(&fs, work, t, ms, seed * 31 + t as u64)
     });
     drop(fs.unmount());
-    let v: Vec<f64> = per_thread.into_iter().collect::<Result<_>>()?;
-    Ok(v.iter().sum::<f64>() / v.len() as f64)
+    us
 }
 
 fn one_thread(fs: &Fs<Region>, work: Work, t: usize, ms: u64, seed: u64) -> Result<f64> {

@@ -10,7 +10,7 @@
 //! With `--threads 2` every configuration runs in two threads at once, on the same file: the
 //! kernel's buffered write path takes the file's inode lock, so it shows whether writers scale.
 
-use crate::report::{median, plot, rotated_rounds, BenchFlags};
+use crate::report::{mean_over_threads, median, plot, rotated_rounds, BenchFlags};
 use anyhow::{bail, Context, Result};
 use io_uring::{opcode, types, IoUring};
 use pmkit_media::protect::Access;
@@ -162,22 +162,11 @@ fn measure(
         Access::Read
     };
     region.set_access(0, region.len(), access)?;
-    let per_thread: Vec<Result<f64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..cell.threads)
-            .map(|t| {
-                s.spawn(move || {
-                    one_thread(region, writer, way, cell.bytes, ms, seed * 31 + t as u64)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("writer thread"))
-            .collect()
+    let ns = mean_over_threads(cell.threads, |t| {
+        one_thread(region, writer, way, cell.bytes, ms, seed * 31 + t as u64)
     });
     region.set_access(0, region.len(), Access::ReadWrite)?;
-    let v: Vec<f64> = per_thread.into_iter().collect::<Result<_>>()?;
-    Ok(v.iter().sum::<f64>() / v.len() as f64)
+    ns
 }
 
 fn one_thread(

@@ -107,6 +107,21 @@ pub fn rotated_rounds<T>(
     Ok(out)
 }
 
+/// Run `f(t)` in `threads` threads at once (t = 0..threads) and return the mean of their
+/// results, or the first error.
+pub fn mean_over_threads(threads: usize, f: impl Fn(usize) -> Result<f64> + Sync) -> Result<f64> {
+    let f = &f;
+    let per_thread: Vec<Result<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|t| s.spawn(move || f(t))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread"))
+            .collect()
+    });
+    let v: Vec<f64> = per_thread.into_iter().collect::<Result<_>>()?;
+    Ok(v.iter().sum::<f64>() / v.len().max(1) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
