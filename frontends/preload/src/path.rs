@@ -128,6 +128,20 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: c_uint) -> c_int {
     unsafe { creat(path, mode) }
 }
 
+/// AT_SYMLINK_NOFOLLOW, unless a trailing slash asks for the directory a link names.
+fn nofollow(flags: c_int, p: &[u8]) -> bool {
+    flags & libc::AT_SYMLINK_NOFOLLOW != 0 && !p.ends_with(b"/")
+}
+
+/// The attributes fstatat/statx report; "name/" of a non-directory is ENOTDIR.
+fn attr_at(fs: &pmkit_fs::posix::Posix<pmkit_media::Region>, p: &[u8], flags: c_int) -> Result<pmkit_fs::Attr, c_int> {
+    let a = if nofollow(flags, p) { fs.lstat(p) } else { fs.stat(p) }.map_err(en)?;
+    if p.ends_with(b"/") && a.kind != pmkit_fs::Kind::Dir {
+        return Err(libc::ENOTDIR);
+    }
+    Ok(a)
+}
+
 /// fstatat(2): stat/lstat of a pool path, fstat of a shim descriptor with AT_EMPTY_PATH.
 ///
 /// # Safety
@@ -146,9 +160,9 @@ pub unsafe extern "C" fn fstatat(dirfd: c_int, path: *const c_char, st: *mut lib
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => enter(-1, |fs| {
-            let a = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 { fs.lstat(&p) } else { fs.stat(&p) };
+            let a = attr_at(fs, &p, flags)?;
             // SAFETY: the caller's contract.
-            unsafe { fill_stat(&a.map_err(en)?, st) }
+            unsafe { fill_stat(&a, st) }
         }),
         Route::Real => real!(fstatat(dirfd, path, st, flags) as fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int),
     }
@@ -286,9 +300,9 @@ pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, 
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => enter(-1, |fs| {
-            let a = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 { fs.lstat(&p) } else { fs.stat(&p) };
+            let a = attr_at(fs, &p, flags)?;
             // SAFETY: the caller's contract.
-            unsafe { fill_statx(&a.map_err(en)?, stx) }
+            unsafe { fill_statx(&a, stx) }
         }),
         Route::Real => real!(statx(dirfd, path, flags, mask, stx) as fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int),
     }

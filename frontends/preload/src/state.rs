@@ -315,11 +315,16 @@ pub unsafe fn route(dirfd: c_int, path: *const libc::c_char) -> Route {
     let full = if p[0] == b'/' {
         p.to_vec()
     } else if dirfd == libc::AT_FDCWD {
-        let _b = Busy::new();
-        let Ok(cwd) = std::env::current_dir() else {
-            return Route::Real;
+        let mut v = match crate::cwd::get() {
+            Some(v) => v,
+            None => {
+                let _b = Busy::new();
+                let Ok(cwd) = std::env::current_dir() else {
+                    return Route::Real;
+                };
+                std::os::unix::ffi::OsStrExt::as_bytes(cwd.as_os_str()).to_vec()
+            }
         };
-        let mut v = std::os::unix::ffi::OsStrExt::as_bytes(cwd.as_os_str()).to_vec();
         v.push(b'/');
         v.extend_from_slice(p);
         v
