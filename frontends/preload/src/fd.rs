@@ -488,14 +488,3 @@ pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut i64, n: usiz
     }
     real!(sendfile(out, inp, off, n) as fn(c_int, c_int, *mut i64, usize) -> isize)
 }
-
-/// # Safety
-/// fdopendir(3)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut c_void {
-    if lookup(fd).is_some() {
-        state::set_errno(libc::ENOTSUP);
-        return std::ptr::null_mut();
-    }
-    real!(fdopendir(fd) as fn(c_int) -> *mut c_void)
-}

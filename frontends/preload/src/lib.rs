@@ -11,7 +11,7 @@
 //! - [`real`]: libc's own functions (`dlsym(RTLD_NEXT, ...)`).
 //! - [`stat`]: `struct stat`/`statx` as the kernel fills them.
 //! - [`fd`]: calls on descriptors; [`path`]: calls on paths; [`cwd`]: a current directory
-//!   inside the pool.
+//!   inside the pool; [`dir`]: directory streams.
 //!
 //! Variadic C functions (`open`, `openat`, `fcntl`) are defined with their optional argument
 //! as a fixed one: on x86_64 and aarch64 Linux an integer variadic argument travels in the
@@ -23,6 +23,7 @@ compile_error!("pmkit-preload supports Linux on x86_64 and aarch64 only (variadi
 #[macro_use]
 mod real;
 mod cwd;
+mod dir;
 mod fd;
 mod path;
 mod stat;

@@ -570,20 +570,6 @@ pub unsafe extern "C" fn __readlink_chk(path: *const c_char, buf: *mut c_char, n
     unsafe { readlinkat(libc::AT_FDCWD, path, buf, n.min(buflen)) }
 }
 
-/// Directory streams under the prefix are not served: ENOTSUP, never the (empty) kernel
-/// directory's listing.
-///
-/// # Safety
-/// opendir(3)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut c_void {
-    // SAFETY: the caller's contract.
-    match unsafe { route(libc::AT_FDCWD, path) } {
-        Route::Pool(_) => enter(std::ptr::null_mut(), |_| Err(libc::ENOTSUP)),
-        Route::Real => real!(opendir(path) as fn(*const c_char) -> *mut c_void),
-    }
-}
-
 /// stdio streams on pool files are not served (glibc's stdio calls the kernel directly, past
 /// this library): ENOTSUP, never a file of the same name in the kernel's tree.
 ///
@@ -605,3 +591,43 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
     // SAFETY: the caller's contract.
     unsafe { fopen(path, mode) }
 }
+
+/// Extended attributes are not served (ls -l and cp -a ask for ACLs and security labels):
+/// ENOTSUP for pool paths, which those tools take as "none".
+macro_rules! no_xattr_path {
+    ($name:ident($($a:ident: $t:ty),*)) => {
+        /// # Safety
+        /// The xattr(7) call's contract.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, $($a: $t),*) -> isize {
+            // SAFETY: the caller's contract.
+            match unsafe { route(libc::AT_FDCWD, path) } {
+                Route::Pool(_) => enter(-1, |_| Err(libc::ENOTSUP)),
+                Route::Real => real!($name(path, $($a),*) as fn(*const c_char, $($t),*) -> isize),
+            }
+        }
+    };
+}
+
+no_xattr_path!(getxattr(name: *const c_char, v: *mut c_void, n: usize));
+no_xattr_path!(lgetxattr(name: *const c_char, v: *mut c_void, n: usize));
+no_xattr_path!(listxattr(list: *mut c_char, n: usize));
+no_xattr_path!(llistxattr(list: *mut c_char, n: usize));
+
+/// As [`getxattr`], for descriptors.
+macro_rules! no_xattr_fd {
+    ($name:ident($($a:ident: $t:ty),*)) => {
+        /// # Safety
+        /// The xattr(7) call's contract.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, $($a: $t),*) -> isize {
+            if state::lookup(fd).is_some() {
+                return enter(-1, |_| Err(libc::ENOTSUP));
+            }
+            real!($name(fd, $($a),*) as fn(c_int, $($t),*) -> isize)
+        }
+    };
+}
+
+no_xattr_fd!(fgetxattr(name: *const c_char, v: *mut c_void, n: usize));
+no_xattr_fd!(flistxattr(list: *mut c_char, n: usize));

@@ -1,4 +1,4 @@
-//! Unmodified programs (sh, cat, cp, dd, mkdir, mv, rm, python3) under the shim: what they
+//! Unmodified programs (sh, cat, cp, dd, mkdir, mv, rm, ln, ls, find, stat, python3) under the shim: what they
 //! leave is checked through pmkit_fs after they exit, and nothing reached the kernel's tree
 //! under the prefix.
 
@@ -62,6 +62,19 @@ fn coreutils_shell_and_python() {
         s.m("py")
     );
     assert_eq!(s.ok("python3", &["-c", &py]), "2345\n10 0o600\n01234567AB\n");
+    // Directory streams: ls, find, rm -r, python's listdir.
+    assert_eq!(s.ok("ls", &[&s.m("d")]), "b\ne\nlx\n");
+    let ll = s.ok("ls", &["-l", &s.m("d")]);
+    assert!(ll.contains("lx -> ../x") && ll.starts_with("total"), "{ll}");
+    s.ok("mkdir", &["-p", &s.m("t/u/v")]);
+    s.ok("cp", &[src, &s.m("t/u/v/w")]);
+    assert_eq!(
+        s.ok("find", &[&s.m("t")]),
+        format!("{}\n{}\n{}\n{}\n", s.m("t"), s.m("t/u"), s.m("t/u/v"), s.m("t/u/v/w"))
+    );
+    s.ok("rm", &["-r", &s.m("t")]);
+    let listed = s.ok("python3", &["-c", &format!("import os; print(sorted(os.listdir('{}')))", s.m(""))]);
+    assert_eq!(listed, "['d', 'py', 'x']\n");
     // A missing file is the pool's ENOENT, not the kernel's (same answer, checked anyway).
     let out = s.cmd("cat").arg(s.m("nope")).output().unwrap();
     assert!(!out.status.success());
