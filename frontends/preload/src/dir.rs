@@ -149,7 +149,11 @@ pub unsafe extern "C" fn readdir64_r(
 ) -> c_int {
     if !ours(d) {
         return real!(readdir64_r(d, entry, result)
-            as fn(*mut c_void, *mut libc::dirent64, *mut *mut libc::dirent64) -> c_int);
+            as fn(
+                *mut c_void,
+                *mut libc::dirent64,
+                *mut *mut libc::dirent64,
+            ) -> c_int);
     }
     // SAFETY: ours (checked); `entry` and `result` valid (the caller's contract).
     unsafe {

@@ -62,8 +62,11 @@ pub extern "C" fn close(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize {
     if let Some(o) = lookup(fd) {
-        // SAFETY: the caller's contract.
-        return enter(-1, |p| Ok(p.read(o.fd, unsafe { out_buf(buf, n) }?).map_err(en)? as isize));
+        return enter(-1, |p| {
+            // SAFETY: the caller's contract.
+            let b = unsafe { out_buf(buf, n) }?;
+            Ok(p.read(o.fd, b).map_err(en)? as isize)
+        });
     }
     real!(read(fd, buf, n) as fn(c_int, *mut c_void, usize) -> isize)
 }
@@ -84,8 +87,11 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: usize, bufle
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize {
     if let Some(o) = lookup(fd) {
-        // SAFETY: the caller's contract.
-        return enter(-1, |p| Ok(p.write(o.fd, unsafe { in_buf(buf, n) }?).map_err(en)? as isize));
+        return enter(-1, |p| {
+            // SAFETY: the caller's contract.
+            let b = unsafe { in_buf(buf, n) }?;
+            Ok(p.write(o.fd, b).map_err(en)? as isize)
+        });
     }
     real!(write(fd, buf, n) as fn(c_int, *const c_void, usize) -> isize)
 }
@@ -138,7 +144,7 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: usize, off: 
 ///
 /// # Safety
 /// `iov` valid for `cnt` entries.
-unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<libc::iovec>, c_int> {
+unsafe fn iovecs(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<libc::iovec>, c_int> {
     if !(0..=1024).contains(&cnt) {
         return Err(libc::EINVAL);
     }
@@ -324,7 +330,15 @@ pub unsafe extern "C" fn mmap(
         state::set_errno(libc::ENODEV);
         return libc::MAP_FAILED;
     }
-    real!(mmap(addr, len, prot, flags, fd, off) as fn(*mut c_void, usize, c_int, c_int, c_int, i64) -> *mut c_void)
+    real!(mmap(addr, len, prot, flags, fd, off)
+        as fn(
+            *mut c_void,
+            usize,
+            c_int,
+            c_int,
+            c_int,
+            i64,
+        ) -> *mut c_void)
 }
 
 /// # Safety

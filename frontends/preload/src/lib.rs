@@ -17,7 +17,10 @@
 //! as a fixed one: on x86_64 and aarch64 Linux an integer variadic argument travels in the
 //! same register as a fixed one, and it is read only when the flags say it was passed.
 
-#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
 compile_error!("pmkit-preload supports Linux on x86_64 and aarch64 only (variadic ABI)");
 
 #[macro_use]

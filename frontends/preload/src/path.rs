@@ -22,7 +22,9 @@ fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
         // SAFETY: a plain system call.
         let k = unsafe { libc::epoll_create1(cloexec) };
         if k < 0 {
-            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE);
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE);
             let _ = p.close(fd);
             return Err(e);
         }
@@ -30,11 +32,7 @@ fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
         while path.len() > 1 && path.ends_with(b"/") {
             path.pop();
         }
-        let o = Open {
-            fd,
-            flags,
-            path,
-        };
+        let o = Open { fd, flags, path };
         drop(state::insert(k, Arc::new(o)));
         Ok(k)
     })
@@ -43,21 +41,38 @@ fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
 /// # Safety
 /// open(2)'s contract; `mode` is read only with O_CREAT or O_TMPFILE.
 #[no_mangle]
-pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => {
-            let mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 { mode } else { 0 };
+            let mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
+                mode
+            } else {
+                0
+            };
             open_pool(p, flags, mode)
         }
-        Route::Real => real!(openat(dirfd, path, flags, mode) as fn(c_int, *const c_char, c_int, c_uint) -> c_int),
+        Route::Real => {
+            real!(openat(dirfd, path, flags, mode)
+                as fn(c_int, *const c_char, c_int, c_uint) -> c_int)
+        }
     }
 }
 
 /// # Safety
 /// open(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { openat(dirfd, path, flags, mode) }
 }
@@ -117,7 +132,14 @@ pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: 
 #[no_mangle]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: c_uint) -> c_int {
     // SAFETY: the caller's contract.
-    unsafe { openat(libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode) }
+    unsafe {
+        openat(
+            libc::AT_FDCWD,
+            path,
+            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+            mode,
+        )
+    }
 }
 
 /// # Safety
@@ -134,8 +156,17 @@ fn nofollow(flags: c_int, p: &[u8]) -> bool {
 }
 
 /// The attributes fstatat/statx report; "name/" of a non-directory is ENOTDIR.
-fn attr_at(fs: &pmkit_fs::posix::Posix<pmkit_media::Region>, p: &[u8], flags: c_int) -> Result<pmkit_fs::Attr, c_int> {
-    let a = if nofollow(flags, p) { fs.lstat(p) } else { fs.stat(p) }.map_err(en)?;
+fn attr_at(
+    fs: &pmkit_fs::posix::Posix<pmkit_media::Region>,
+    p: &[u8],
+    flags: c_int,
+) -> Result<pmkit_fs::Attr, c_int> {
+    let a = if nofollow(flags, p) {
+        fs.lstat(p)
+    } else {
+        fs.stat(p)
+    }
+    .map_err(en)?;
     if p.ends_with(b"/") && a.kind != pmkit_fs::Kind::Dir {
         return Err(libc::ENOTDIR);
     }
@@ -147,7 +178,12 @@ fn attr_at(fs: &pmkit_fs::posix::Posix<pmkit_media::Region>, p: &[u8], flags: c_
 /// # Safety
 /// fstatat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fstatat(dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int {
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
     if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() {
         // SAFETY: not NULL, NUL-terminated (the caller's contract).
         if unsafe { *path } == 0 {
@@ -164,14 +200,20 @@ pub unsafe extern "C" fn fstatat(dirfd: c_int, path: *const c_char, st: *mut lib
             // SAFETY: the caller's contract.
             unsafe { fill_stat(&a, st) }
         }),
-        Route::Real => real!(fstatat(dirfd, path, st, flags) as fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int),
+        Route::Real => real!(fstatat(dirfd, path, st, flags)
+            as fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int),
     }
 }
 
 /// # Safety
 /// fstatat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fstatat64(dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int {
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { fstatat(dirfd, path, st, flags) }
 }
@@ -226,7 +268,9 @@ pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, st: *mut libc:
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
         Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, 0) },
-        Route::Real => real!(__xstat(ver, path, st) as fn(c_int, *const c_char, *mut libc::stat) -> c_int),
+        Route::Real => {
+            real!(__xstat(ver, path, st) as fn(c_int, *const c_char, *mut libc::stat) -> c_int)
+        }
     }
 }
 
@@ -246,7 +290,9 @@ pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, st: *mut libc
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
         Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) },
-        Route::Real => real!(__lxstat(ver, path, st) as fn(c_int, *const c_char, *mut libc::stat) -> c_int),
+        Route::Real => {
+            real!(__lxstat(ver, path, st) as fn(c_int, *const c_char, *mut libc::stat) -> c_int)
+        }
     }
 }
 
@@ -261,19 +307,32 @@ pub unsafe extern "C" fn __lxstat64(ver: c_int, path: *const c_char, st: *mut li
 /// # Safety
 /// fstatat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __fxstatat(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int {
+pub unsafe extern "C" fn __fxstatat(
+    ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         // SAFETY: the caller's contract.
         Route::Pool(_) => unsafe { fstatat(dirfd, path, st, flags) },
-        Route::Real => real!(__fxstatat(ver, dirfd, path, st, flags) as fn(c_int, c_int, *const c_char, *mut libc::stat, c_int) -> c_int),
+        Route::Real => real!(__fxstatat(ver, dirfd, path, st, flags)
+            as fn(c_int, c_int, *const c_char, *mut libc::stat, c_int) -> c_int),
     }
 }
 
 /// # Safety
 /// fstatat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __fxstatat64(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int {
+pub unsafe extern "C" fn __fxstatat64(
+    ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { __fxstatat(ver, dirfd, path, st, flags) }
 }
@@ -283,10 +342,20 @@ pub unsafe extern "C" fn __fxstatat64(ver: c_int, dirfd: c_int, path: *const c_c
 /// # Safety
 /// statx(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, stx: *mut libc::statx) -> c_int {
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    stx: *mut libc::statx,
+) -> c_int {
     let shim_fd = if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() {
         // SAFETY: not NULL, NUL-terminated (the caller's contract).
-        if unsafe { *path } == 0 { state::lookup(dirfd) } else { None }
+        if unsafe { *path } == 0 {
+            state::lookup(dirfd)
+        } else {
+            None
+        }
     } else {
         None
     };
@@ -304,7 +373,8 @@ pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, 
             // SAFETY: the caller's contract.
             unsafe { fill_statx(&a, stx) }
         }),
-        Route::Real => real!(statx(dirfd, path, flags, mask, stx) as fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int),
+        Route::Real => real!(statx(dirfd, path, flags, mask, stx)
+            as fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int),
     }
 }
 
@@ -313,14 +383,27 @@ pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, 
 /// # Safety
 /// faccessat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn faccessat(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => enter(-1, |fs| {
-            if flags & libc::AT_SYMLINK_NOFOLLOW != 0 { fs.lstat(&p) } else { fs.stat(&p) }.map_err(en)?;
+            if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+                fs.lstat(&p)
+            } else {
+                fs.stat(&p)
+            }
+            .map_err(en)?;
             Ok(0)
         }),
-        Route::Real => real!(faccessat(dirfd, path, mode, flags) as fn(c_int, *const c_char, c_int, c_int) -> c_int),
+        Route::Real => {
+            real!(faccessat(dirfd, path, mode, flags)
+                as fn(c_int, *const c_char, c_int, c_int) -> c_int)
+        }
     }
 }
 
@@ -337,7 +420,10 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
 }
 
 /// One path, one call of the library.
-fn on_pool(p: Vec<u8>, f: impl FnOnce(&pmkit_fs::posix::Posix<pmkit_media::Region>, &[u8]) -> pmkit_fs::Result<()>) -> c_int {
+fn on_pool(
+    p: Vec<u8>,
+    f: impl FnOnce(&pmkit_fs::posix::Posix<pmkit_media::Region>, &[u8]) -> pmkit_fs::Result<()>,
+) -> c_int {
     enter(-1, |fs| f(fs, &p).map(|_| 0).map_err(en))
 }
 
@@ -349,7 +435,9 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) if flags & libc::AT_REMOVEDIR != 0 => on_pool(p, |fs, p| fs.rmdir(p)),
         Route::Pool(p) => on_pool(p, |fs, p| fs.unlink(p)),
-        Route::Real => real!(unlinkat(dirfd, path, flags) as fn(c_int, *const c_char, c_int) -> c_int),
+        Route::Real => {
+            real!(unlinkat(dirfd, path, flags) as fn(c_int, *const c_char, c_int) -> c_int)
+        }
     }
 }
 
@@ -382,7 +470,9 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: c_uint
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => on_pool(p, |fs, p| fs.mkdir(p, state::umasked(mode)).map(drop)),
-        Route::Real => real!(mkdirat(dirfd, path, mode) as fn(c_int, *const c_char, c_uint) -> c_int),
+        Route::Real => {
+            real!(mkdirat(dirfd, path, mode) as fn(c_int, *const c_char, c_uint) -> c_int)
+        }
     }
 }
 
@@ -428,11 +518,19 @@ pub unsafe extern "C" fn chmod(path: *const c_char, mode: c_uint) -> c_int {
     }
 }
 
+/// Two pool paths.
+type PathPair = (Vec<u8>, Vec<u8>);
+
 /// Two routes: both in the pool, both outside (None), or EXDEV.
 ///
 /// # Safety
 /// `a`, `b` NULL or NUL-terminated.
-unsafe fn two(da: c_int, a: *const c_char, db: c_int, b: *const c_char) -> Option<Result<(Vec<u8>, Vec<u8>), c_int>> {
+unsafe fn two(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+) -> Option<Result<PathPair, c_int>> {
     // SAFETY: the caller's contract.
     match unsafe { (route(da, a), route(db, b)) } {
         (Route::Real, Route::Real) => None,
@@ -444,10 +542,17 @@ unsafe fn two(da: c_int, a: *const c_char, db: c_int, b: *const c_char) -> Optio
 /// # Safety
 /// renameat2(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn renameat2(da: c_int, a: *const c_char, db: c_int, b: *const c_char, flags: c_uint) -> c_int {
+pub unsafe extern "C" fn renameat2(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+    flags: c_uint,
+) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { two(da, a, db, b) } {
-        None => real!(renameat2(da, a, db, b, flags) as fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int),
+        None => real!(renameat2(da, a, db, b, flags)
+            as fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int),
         Some(r) => enter(-1, |fs| {
             let (x, y) = r?;
             let f = match flags {
@@ -464,7 +569,12 @@ pub unsafe extern "C" fn renameat2(da: c_int, a: *const c_char, db: c_int, b: *c
 /// # Safety
 /// renameat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn renameat(da: c_int, a: *const c_char, db: c_int, b: *const c_char) -> c_int {
+pub unsafe extern "C" fn renameat(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { renameat2(da, a, db, b, 0) }
 }
@@ -480,10 +590,17 @@ pub unsafe extern "C" fn rename(a: *const c_char, b: *const c_char) -> c_int {
 /// # Safety
 /// linkat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn linkat(da: c_int, a: *const c_char, db: c_int, b: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C" fn linkat(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+    flags: c_int,
+) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { two(da, a, db, b) } {
-        None => real!(linkat(da, a, db, b, flags) as fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int),
+        None => real!(linkat(da, a, db, b, flags)
+            as fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int),
         Some(r) => enter(-1, |fs| {
             let (x, y) = r?;
             fs.link(&x, &y).map(|_| 0).map_err(en)
@@ -505,10 +622,16 @@ pub unsafe extern "C" fn link(a: *const c_char, b: *const c_char) -> c_int {
 /// # Safety
 /// symlinkat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, path: *const c_char) -> c_int {
+pub unsafe extern "C" fn symlinkat(
+    target: *const c_char,
+    dirfd: c_int,
+    path: *const c_char,
+) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
-        Route::Real => real!(symlinkat(target, dirfd, path) as fn(*const c_char, c_int, *const c_char) -> c_int),
+        Route::Real => {
+            real!(symlinkat(target, dirfd, path) as fn(*const c_char, c_int, *const c_char) -> c_int)
+        }
         Route::Pool(p) => {
             if target.is_null() {
                 state::set_errno(libc::EFAULT);
@@ -537,10 +660,16 @@ pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> 
 /// # Safety
 /// readlinkat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn readlinkat(dirfd: c_int, path: *const c_char, buf: *mut c_char, n: usize) -> isize {
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    n: usize,
+) -> isize {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
-        Route::Real => real!(readlinkat(dirfd, path, buf, n) as fn(c_int, *const c_char, *mut c_char, usize) -> isize),
+        Route::Real => real!(readlinkat(dirfd, path, buf, n)
+            as fn(c_int, *const c_char, *mut c_char, usize) -> isize),
         Route::Pool(p) => enter(-1, |fs| {
             let t = fs.readlink(&p).map_err(en)?;
             if n == 0 || buf.is_null() {
@@ -565,7 +694,12 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: usiz
 /// # Safety
 /// readlink(2)'s contract (fortified).
 #[no_mangle]
-pub unsafe extern "C" fn __readlink_chk(path: *const c_char, buf: *mut c_char, n: usize, buflen: usize) -> isize {
+pub unsafe extern "C" fn __readlink_chk(
+    path: *const c_char,
+    buf: *mut c_char,
+    n: usize,
+    buflen: usize,
+) -> isize {
     // SAFETY: the caller's contract, at most `buflen` bytes.
     unsafe { readlinkat(libc::AT_FDCWD, path, buf, n.min(buflen)) }
 }

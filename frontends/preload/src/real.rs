@@ -2,7 +2,7 @@
 
 /// Call libc's `name` with the arguments, typed as the C prototype `fn(types) -> ret`.
 macro_rules! real {
-    ($name:ident($($arg:expr),* $(,)?) as fn($($t:ty),*) -> $r:ty) => {{
+    ($name:ident($($arg:expr),* $(,)?) as fn($($t:ty),* $(,)?) -> $r:ty) => {{
         static P: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let mut p = P.load(std::sync::atomic::Ordering::Relaxed);
         if p == 0 {
@@ -22,7 +22,10 @@ pub fn lookup(name: &'static str) -> usize {
     // SAFETY: `name` is NUL-terminated (the macro appends it).
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) };
     if p.is_null() {
-        let msg = format!("pmkit-preload: libc has no {}\n", name.trim_end_matches('\0'));
+        let msg = format!(
+            "pmkit-preload: libc has no {}\n",
+            name.trim_end_matches('\0')
+        );
         // SAFETY: a write of our own buffer to stderr, then abort.
         unsafe {
             libc::write(2, msg.as_ptr().cast(), msg.len());

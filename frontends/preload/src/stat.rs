@@ -72,7 +72,7 @@ pub unsafe fn fill_statx(a: &Attr, stx: *mut libc::statx) -> Result<c_int, c_int
     let mut x: libc::statx = unsafe { std::mem::zeroed() };
     x.stx_mask = libc::STATX_BASIC_STATS;
     x.stx_blksize = 4096;
-    x.stx_nlink = a.links as u32;
+    x.stx_nlink = a.links;
     x.stx_uid = a.uid;
     x.stx_gid = a.gid;
     x.stx_mode = (fmt(a.kind) | (a.mode & 0o7777)) as u16;

@@ -1,7 +1,7 @@
 //! Crash safety and the shim's limits: a program killed with SIGKILL while writing through the
 //! shim leaves a pool that checks clean after recovery with every fsynced file intact; a
 //! forked child using the parent's descriptor, mmap of a shim file, a second process on the
-//! pool, O_APPEND changes by fcntl and stdio get clear errors, and nothing
+//! pool, a descriptor kept across exec, O_APPEND changes by fcntl and stdio get clear errors, and nothing
 //! reaches the kernel's tree under the prefix.
 
 mod common;
@@ -61,7 +61,11 @@ fn kill9_keeps_fsynced_files() {
     for i in 0..done {
         let want: Vec<u8> = format!("{i:08}").into_bytes().repeat(512 * 16);
         let got = read_all(&p, format!("/g{i}").as_bytes());
-        assert!(got == want, "g{i}: {} bytes, not the fsynced contents", got.len());
+        assert!(
+            got == want,
+            "g{i}: {} bytes, not the fsynced contents",
+            got.len()
+        );
     }
     drop(p.unmount());
     let region =
@@ -158,6 +162,21 @@ fn limits_give_clear_errors() {
         ),
     );
     assert_eq!(out, "1 True True\n");
+
+    // exec: the new image mounts the pool itself (the lock went with the old image's
+    // close-on-exec descriptor); a shim descriptor kept across exec is only a kernel number
+    // there (an epoll instance): writing to it fails, it reaches no file.
+    let (out, _) = py(
+        &s,
+        &format!(
+            "import os\n\
+             fd = os.open('{f}', os.O_RDONLY)\n\
+             os.set_inheritable(fd, True)\n\
+             os.dup2(fd, 3)\n\
+             os.execvp('sh', ['sh', '-c', 'head -c 6 {f}; echo; echo x >&3 || echo write failed'])\n"
+        ),
+    );
+    assert_eq!(out, "parent\nwrite failed\n");
 
     // stdio under the prefix: ENOTSUP, never a kernel file of that name.
     // awk opens its input with open(2) and writes its output with stdio's fopen.

@@ -23,9 +23,21 @@ fn coreutils_shell_and_python() {
     s.ok("cp", &[src, &s.m("in")]);
     let out = s.dir().join("out");
     s.ok("cp", &[&s.m("in"), out.to_str().unwrap()]);
-    assert!(std::fs::read(&out).unwrap() == data, "cp out of the pool differs");
+    assert!(
+        std::fs::read(&out).unwrap() == data,
+        "cp out of the pool differs"
+    );
     let dd_of = format!("of={}", s.m("x"));
-    s.ok("dd", &[&format!("if={src}"), &dd_of, "bs=4k", "count=100", "conv=fsync"]);
+    s.ok(
+        "dd",
+        &[
+            &format!("if={src}"),
+            &dd_of,
+            "bs=4k",
+            "count=100",
+            "conv=fsync",
+        ],
+    );
     s.ok("mkdir", &[&s.m("d")]);
     s.ok("mkdir", &["-p", &s.m("d/e/f")]);
     s.ok("mv", &[&s.m("a"), &s.m("d/b")]);
@@ -33,11 +45,15 @@ fn coreutils_shell_and_python() {
     s.ok("ln", &["-s", "../x", &s.m("d/lx")]);
     assert_eq!(s.ok("readlink", &[&s.m("d/lx")]), "../x\n");
     assert_eq!(
-        s.ok("stat", &["-L", "-c", "%s %F", &s.m("d/lx")]).trim_end(),
+        s.ok("stat", &["-L", "-c", "%s %F", &s.m("d/lx")])
+            .trim_end(),
         "409600 regular file"
     );
     let out = s.cmd("stat").arg(s.m("d/lx/")).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Not a directory"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Not a directory"),
+        "{out:?}"
+    );
     // Relative paths from a real current directory, through `..`, and from one in the pool.
     s.ok("sh", &["-c", "printf rel > mnt/d/../d/e/rel"]);
     // (Builtins only: the current directory in the pool does not survive exec.)
@@ -61,7 +77,10 @@ fn coreutils_shell_and_python() {
         s.m("py"),
         s.m("py")
     );
-    assert_eq!(s.ok("python3", &["-c", &py]), "2345\n10 0o600\n01234567AB\n");
+    assert_eq!(
+        s.ok("python3", &["-c", &py]),
+        "2345\n10 0o600\n01234567AB\n"
+    );
     // Directory streams: ls, find, rm -r, python's listdir.
     assert_eq!(s.ok("ls", &[&s.m("d")]), "b\ne\nlx\n");
     let ll = s.ok("ls", &["-l", &s.m("d")]);
@@ -70,10 +89,22 @@ fn coreutils_shell_and_python() {
     s.ok("cp", &[src, &s.m("t/u/v/w")]);
     assert_eq!(
         s.ok("find", &[&s.m("t")]),
-        format!("{}\n{}\n{}\n{}\n", s.m("t"), s.m("t/u"), s.m("t/u/v"), s.m("t/u/v/w"))
+        format!(
+            "{}\n{}\n{}\n{}\n",
+            s.m("t"),
+            s.m("t/u"),
+            s.m("t/u/v"),
+            s.m("t/u/v/w")
+        )
     );
     s.ok("rm", &["-r", &s.m("t")]);
-    let listed = s.ok("python3", &["-c", &format!("import os; print(sorted(os.listdir('{}')))", s.m(""))]);
+    let listed = s.ok(
+        "python3",
+        &[
+            "-c",
+            &format!("import os; print(sorted(os.listdir('{}')))", s.m("")),
+        ],
+    );
     assert_eq!(listed, "['d', 'py', 'x']\n");
     // A missing file is the pool's ENOENT, not the kernel's (same answer, checked anyway).
     let out = s.cmd("cat").arg(s.m("nope")).output().unwrap();

@@ -20,7 +20,12 @@ pub struct Shim {
 /// `cargo test` alone does not).
 fn so() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let so = exe.parent().unwrap().parent().unwrap().join("libpmkit_preload.so");
+    let so = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libpmkit_preload.so");
     assert!(
         so.exists(),
         "{} missing: build the cdylib first (cargo build -p pmkit-preload)",
@@ -112,7 +117,9 @@ pub fn assert_ok(out: &Output, what: &str) {
 
 /// A whole file of the pool.
 pub fn read_all(p: &Posix<Region>, path: &[u8]) -> Vec<u8> {
-    let a = p.stat(path).unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(path)));
+    let a = p
+        .stat(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(path)));
     p.fs().read(a.ino, 0, a.size as usize).unwrap()
 }
 
