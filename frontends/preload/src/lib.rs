@@ -11,7 +11,8 @@
 //! - [`real`]: libc's own functions (`dlsym(RTLD_NEXT, ...)`).
 //! - [`stat`]: `struct stat`/`statx` as the kernel fills them.
 //! - [`fd`]: calls on descriptors; [`path`]: calls on paths; [`cwd`]: a current directory
-//!   inside the pool; [`dir`]: directory streams.
+//!   inside the pool; [`dir`]: directory streams;
+//!   [`xattr`]: extended attributes (refused).
 //!
 //! Variadic C functions (`open`, `openat`, `fcntl`) are defined with their optional argument
 //! as a fixed one: on x86_64 and aarch64 Linux an integer variadic argument travels in the
@@ -31,3 +32,4 @@ mod fd;
 mod path;
 mod stat;
 mod state;
+mod xattr;
