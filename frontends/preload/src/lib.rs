@@ -12,6 +12,7 @@
 //! - [`stat`]: `struct stat`/`statx` as the kernel fills them.
 //! - [`fd`]: calls on descriptors; [`path`]: calls on paths; [`cwd`]: a current directory
 //!   inside the pool; [`dir`]: directory streams;
+//!   [`meta`]: chmod, times, statfs;
 //!   [`xattr`]: extended attributes (refused).
 //!
 //! Variadic C functions (`open`, `openat`, `fcntl`) are defined with their optional argument
@@ -29,6 +30,7 @@ mod real;
 mod cwd;
 mod dir;
 mod fd;
+mod meta;
 mod path;
 mod stat;
 mod state;

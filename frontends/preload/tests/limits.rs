@@ -1,7 +1,7 @@
 //! Crash safety and the shim's limits: a program killed with SIGKILL while writing through the
 //! shim leaves a pool that checks clean after recovery with every fsynced file intact; a
 //! forked child using the parent's descriptor, mmap of a shim file, a second process on the
-//! pool, a descriptor kept across exec, O_APPEND changes by fcntl and stdio get clear errors, and nothing
+//! pool, a descriptor kept across exec, O_APPEND changes by fcntl, special files and stdio get clear errors, and nothing
 //! reaches the kernel's tree under the prefix.
 
 mod common;
@@ -177,6 +177,22 @@ fn limits_give_clear_errors() {
         ),
     );
     assert_eq!(out, "parent\nwrite failed\n");
+
+    // Special files are refused (never made in the kernel's directory); owners are kept.
+    let (out, _) = py(
+        &s,
+        &format!(
+            "import os, errno\n\
+             for f in (lambda: os.mknod('{f}-node'), lambda: os.mkfifo('{f}-fifo')):\n\
+             \x20   try:\n\
+             \x20       f(); print('made')\n\
+             \x20   except OSError as e:\n\
+             \x20       print(errno.errorcode[e.errno])\n\
+             os.chown('{f}', 7, 8)\n\
+             st = os.stat('{f}'); print(st.st_uid, st.st_gid)\n"
+        ),
+    );
+    assert_eq!(out, "ENOTSUP\nENOTSUP\n7 8\n"); // EOPNOTSUPP, the same number on Linux
 
     // stdio under the prefix: ENOTSUP, never a kernel file of that name.
     // awk opens its input with open(2) and writes its output with stdio's fopen.

@@ -1,4 +1,5 @@
-//! Unmodified programs (sh, cat, cp, dd, mkdir, mv, rm, ln, ls, find, stat, python3) under the shim: what they
+//! Unmodified programs (sh, cat, cp, dd, mkdir, mv, rm, ln, ls, find, stat,
+//! touch, chmod, python3) under the shim: what they
 //! leave is checked through pmkit_fs after they exit, and nothing reached the kernel's tree
 //! under the prefix.
 
@@ -81,6 +82,17 @@ fn coreutils_shell_and_python() {
         s.ok("python3", &["-c", &py]),
         "2345\n10 0o600\n01234567AB\n"
     );
+    // Attributes: touch (futimens/utimensat), chmod (fchmodat), stat -f (statfs).
+    s.ok("touch", &["-d", "@1000000000", &s.m("d/t")]);
+    s.ok("chmod", &["640", &s.m("d/t")]);
+    assert_eq!(
+        s.ok("stat", &["-c", "%Y %a", &s.m("d/t")]),
+        "1000000000 640\n"
+    );
+    assert!(s
+        .ok("stat", &["-f", "-c", "%t", &s.m("")])
+        .contains("504d4653"));
+    s.ok("rm", &[&s.m("d/t")]);
     // Directory streams: ls, find, rm -r, python's listdir.
     assert_eq!(s.ok("ls", &[&s.m("d")]), "b\ne\nlx\n");
     let ll = s.ok("ls", &["-l", &s.m("d")]);
