@@ -502,3 +502,52 @@ pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut i64, n: usiz
     }
     real!(sendfile(out, inp, off, n) as fn(c_int, c_int, *mut i64, usize) -> isize)
 }
+
+/// Descriptors closed past this library's `close`: by `close_range`/`closefrom`, or by glibc
+/// inside `fclose` of a stream `fdopen` made over a shim descriptor. The table forgets them,
+/// so a number the kernel gives out again is never taken for a pool file.
+fn stale(lo: c_int, hi: c_int) {
+    if state::busy() {
+        return;
+    }
+    for fd in state::numbers() {
+        if fd >= lo && fd <= hi {
+            drop(state::remove(fd));
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn close_range(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
+    let r = real!(close_range(lo, hi, flags) as fn(c_uint, c_uint, c_int) -> c_int);
+    if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        stale(
+            lo.min(c_int::MAX as c_uint) as c_int,
+            hi.min(c_int::MAX as c_uint) as c_int,
+        );
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn closefrom(lo: c_int) {
+    real!(closefrom(lo) as fn(c_int) -> ());
+    stale(lo, c_int::MAX);
+}
+
+/// # Safety
+/// fclose(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fclose(f: *mut libc::FILE) -> c_int {
+    let fd = if f.is_null() {
+        -1
+    } else {
+        // SAFETY: a live stream (the caller's contract).
+        unsafe { libc::fileno(f) }
+    };
+    let r = real!(fclose(f) as fn(*mut libc::FILE) -> c_int);
+    if fd >= 0 {
+        stale(fd, fd);
+    }
+    r
+}

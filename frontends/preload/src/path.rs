@@ -58,8 +58,14 @@ pub unsafe extern "C" fn openat(
             open_pool(p, flags, mode)
         }
         Route::Real => {
-            real!(openat(dirfd, path, flags, mode)
-                as fn(c_int, *const c_char, c_int, c_uint) -> c_int)
+            let r = real!(openat(dirfd, path, flags, mode)
+                as fn(c_int, *const c_char, c_int, c_uint) -> c_int);
+            if r >= 0 && !state::busy() {
+                // The kernel gave out a number the table still holds: the shim descriptor
+                // was closed past this library (see `fd::stale`); forget it.
+                drop(state::remove(r));
+            }
+            r
         }
     }
 }

@@ -273,6 +273,17 @@ pub fn insert(fd: c_int, o: Arc<Open>) -> Option<Arc<Open>> {
     old
 }
 
+/// The numbers in the table.
+pub fn numbers() -> Vec<c_int> {
+    if NFDS.load(Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
+    let g = FDS.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()
+        .map(|m| m.keys().copied().collect())
+        .unwrap_or_default()
+}
+
 /// Forget `fd`; its entry is returned (dropping the last one closes the pool descriptor).
 pub fn remove(fd: c_int) -> Option<Arc<Open>> {
     if NFDS.load(Ordering::Acquire) == 0 {

@@ -1,7 +1,7 @@
 //! Crash safety and the shim's limits: a program killed with SIGKILL while writing through the
 //! shim leaves a pool that checks clean after recovery with every fsynced file intact; a
 //! forked child using the parent's descriptor, mmap of a shim file, a second process on the
-//! pool, a descriptor kept across exec, O_APPEND changes by fcntl, special files and stdio get clear errors, and nothing
+//! pool, a descriptor kept across exec or closed by close_range, O_APPEND changes by fcntl, special files and stdio get clear errors, and nothing
 //! reaches the kernel's tree under the prefix.
 
 mod common;
@@ -177,6 +177,23 @@ fn limits_give_clear_errors() {
         ),
     );
     assert_eq!(out, "parent\nwrite failed\n");
+
+    // A shim descriptor closed past `close` (close_range) is forgotten: the kernel's next
+    // file with that number is the kernel's.
+    let real = s.dir().join("real");
+    std::fs::write(&real, b"kernel").unwrap();
+    let (out, _) = py(
+        &s,
+        &format!(
+            "import os\n\
+             fd = os.open('{f}', os.O_RDONLY)\n\
+             os.closerange(fd, fd + 1)\n\
+             fd2 = os.open('{}', os.O_RDONLY)\n\
+             print(fd2 == fd, os.read(fd2, 6))\n",
+            real.display()
+        ),
+    );
+    assert_eq!(out, "True b'kernel'\n");
 
     // Special files are refused (never made in the kernel's directory); owners are kept.
     let (out, _) = py(
