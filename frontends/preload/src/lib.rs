@@ -6,14 +6,14 @@
 //! every call goes to libc. docs/fs.md, "LD_PRELOAD shim", states what is served and the
 //! limits (static binaries, fork, exec, mmap, stdio, one process per pool).
 //!
-//! - [`state`]: configuration, the pool (mounted on the first call under the prefix), the
+//! - `state`: configuration, the pool (mounted on the first call under the prefix), the
 //!   table of the shim's descriptors, the reentrancy guard and the call boundary.
-//! - [`real`]: libc's own functions (`dlsym(RTLD_NEXT, ...)`).
-//! - [`stat`]: `struct stat`/`statx` as the kernel fills them.
-//! - [`fd`]: calls on descriptors; [`path`]: calls on paths; [`cwd`]: a current directory
-//!   inside the pool; [`dir`]: directory streams;
-//!   [`meta`]: chmod, times, statfs;
-//!   [`xattr`]: extended attributes (refused).
+//! - `real`: libc's own functions (`dlsym(RTLD_NEXT, ...)`).
+//! - `stat`: `struct stat`/`statx` as the kernel fills them.
+//! - `fd`: calls on descriptors; `path`: calls on paths; `cwd`: a current directory
+//!   inside the pool; `dir`: directory streams;
+//!   `meta`: chmod, times, statfs;
+//!   `xattr`: extended attributes (refused).
 //!
 //! Variadic C functions (`open`, `openat`, `fcntl`) are defined with their optional argument
 //! as a fixed one: on x86_64 and aarch64 Linux an integer variadic argument travels in the
