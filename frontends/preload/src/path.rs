@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 /// open(2) of a pool path: a pool descriptor behind a new kernel number.
 fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
-    enter(-1, |p| {
+    // A stale entry the new number replaces is dropped after `enter` (its drop closes a pool
+    // descriptor, which takes the pool's lock again).
+    let mut gone = None;
+    let r = enter(-1, |p| {
         let fd = p.open(&path, flags, state::umasked(mode)).map_err(en)?;
         let cloexec = if flags & libc::O_CLOEXEC != 0 {
             libc::EPOLL_CLOEXEC
@@ -33,9 +36,11 @@ fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
             path.pop();
         }
         let o = Open { fd, flags, path };
-        drop(state::insert(k, Arc::new(o)));
+        gone = state::insert(k, Arc::new(o));
         Ok(k)
-    })
+    });
+    drop(gone);
+    r
 }
 
 /// # Safety

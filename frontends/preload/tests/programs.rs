@@ -118,6 +118,21 @@ fn coreutils_shell_and_python() {
         ],
     );
     assert_eq!(listed, "['d', 'py', 'x']\n");
+    // Threads: four writers on files of their own and on one O_APPEND log at once.
+    let threads = format!(
+        "import os, threading\n\
+         def work(t):\n\
+         \x20   fd = os.open('{m}/t%d' % t, os.O_CREAT | os.O_WRONLY, 0o644)\n\
+         \x20   log = os.open('{m}/log', os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)\n\
+         \x20   for i in range(300):\n\
+         \x20       os.write(fd, b'%d:%04d\\n' % (t, i))\n\
+         \x20       os.write(log, b'%d:%04d\\n' % (t, i))\n\
+         \x20   os.close(fd); os.close(log)\n\
+         ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]\n\
+         [t.start() for t in ts]; [t.join() for t in ts]\n",
+        m = s.mnt.display()
+    );
+    s.ok("python3", &["-c", &threads]);
     // A missing file is the pool's ENOENT, not the kernel's (same answer, checked anyway).
     let out = s.cmd("cat").arg(s.m("nope")).output().unwrap();
     assert!(!out.status.success());
@@ -134,6 +149,19 @@ fn coreutils_shell_and_python() {
     assert_eq!(read_all(&p, b"/d/e/in-d"), b"in\n");
     assert_eq!(read_all(&p, b"/py"), b"01234567AB");
     assert_eq!(p.readlink(b"/d/lx").unwrap(), b"../x");
+    let mut log: Vec<Vec<u8>> = read_all(&p, b"/log")
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    assert_eq!(log.len(), 1200, "every append landed once");
+    log.sort();
+    log.dedup();
+    assert_eq!(log.len(), 1200);
+    for t in 0..4 {
+        let want: String = (0..300).map(|i| format!("{t}:{i:04}\n")).collect();
+        assert_eq!(read_all(&p, format!("/t{t}").as_bytes()), want.as_bytes());
+    }
     drop(p.unmount());
 }
 
