@@ -406,7 +406,11 @@ pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
     if let Some(o) = lookup(fd) {
         match cmd {
-            libc::F_GETFL => return o.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC),
+            libc::F_GETFL => {
+                // As the kernel: the open-time flags are not kept.
+                let gone = libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY;
+                return o.flags & !(gone | libc::O_CLOEXEC);
+            }
             libc::F_SETFL => {
                 if (arg as c_int ^ o.flags) & libc::O_APPEND != 0 {
                     state::set_errno(libc::EINVAL);
