@@ -1,5 +1,5 @@
 //! Unmodified programs (sh, cat, cp, dd, mkdir, mv, rm, ln, ls, find, stat,
-//! touch, chmod, python3) under the shim: what they
+//! touch, chmod, tar, cmp, python3) under the shim: what they
 //! leave is checked through pmkit_fs after they exit, and nothing reached the kernel's tree
 //! under the prefix.
 
@@ -109,7 +109,14 @@ fn coreutils_shell_and_python() {
             s.m("t/u/v/w")
         )
     );
-    s.ok("rm", &["-r", &s.m("t")]);
+    // tar reads the tree out (fstatat, openat, fdopendir) and writes it back in elsewhere.
+    let tar = s.dir().join("t.tar");
+    let tar = tar.to_str().unwrap();
+    s.ok("tar", &["-C", &s.m("t"), "-cf", tar, "."]);
+    s.ok("mkdir", &[&s.m("t2")]);
+    s.ok("tar", &["-C", &s.m("t2"), "-xf", tar]);
+    s.ok("cmp", &[&s.m("t/u/v/w"), &s.m("t2/u/v/w")]);
+    s.ok("rm", &["-r", &s.m("t"), &s.m("t2")]);
     let listed = s.ok(
         "python3",
         &[
