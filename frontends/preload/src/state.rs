@@ -306,8 +306,8 @@ pub enum Route {
 }
 
 /// Decide where `path`, relative to `dirfd` when not absolute, goes: under the prefix (after
-/// lexical normalization against the current directory or a shim directory descriptor) it is
-/// the pool's; relative to a kernel directory descriptor it is libc's.
+/// lexical normalization against the current directory, a shim directory descriptor, or a
+/// kernel directory descriptor's path from /proc) it is the pool's, elsewhere libc's.
 ///
 /// # Safety
 /// `path` must be NULL or a NUL-terminated string.
@@ -350,7 +350,19 @@ pub unsafe fn route(dirfd: c_int, path: *const libc::c_char) -> Route {
         }
         return Route::Pool(n);
     } else {
-        return Route::Real;
+        // A kernel directory descriptor: its path, from /proc (a directory above the prefix,
+        // as find and rm -r open them, leads into the pool).
+        let _b = Busy::new();
+        let Ok(dir) = std::fs::read_link(format!("/proc/self/fd/{dirfd}")) else {
+            return Route::Real;
+        };
+        let mut v = std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()).to_vec();
+        if v.first() != Some(&b'/') {
+            return Route::Real; // not a directory ("pipe:[...]", "anon_inode:...")
+        }
+        v.push(b'/');
+        v.extend_from_slice(p);
+        v
     };
     let n = normalize(&full);
     let rest = if n == c.prefix {

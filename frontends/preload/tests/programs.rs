@@ -116,6 +116,9 @@ fn coreutils_shell_and_python() {
     s.ok("mkdir", &[&s.m("t2")]);
     s.ok("tar", &["-C", &s.m("t2"), "-xf", tar]);
     s.ok("cmp", &[&s.m("t/u/v/w"), &s.m("t2/u/v/w")]);
+    // find from above the prefix: openat relative to a kernel directory descriptor.
+    let above = s.ok("find", &[s.dir().to_str().unwrap(), "-name", "w"]);
+    assert_eq!(above, format!("{}\n{}\n", s.m("t/u/v/w"), s.m("t2/u/v/w")));
     s.ok("rm", &["-r", &s.m("t"), &s.m("t2")]);
     let listed = s.ok(
         "python3",
