@@ -228,3 +228,31 @@ fn limits_give_clear_errors() {
     assert!(p.stat(b"/out").is_err());
     drop(p.unmount());
 }
+
+#[test]
+fn missing_pool_fails_clearly_and_leaks_nothing() {
+    let s = Shim::new();
+    let out = s
+        .cmd("sh")
+        .env("PMKIT_PRELOAD_POOL", s.dir().join("no-such-pool"))
+        .args(["-c", &format!("echo x > {}", s.m("a"))])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no-such-pool") && err.contains("cannot open the pool"),
+        "{err}"
+    );
+    s.assert_prefix_empty();
+    // A relative prefix is refused (inert, one line): the kernel serves everything.
+    let out = s
+        .cmd("sh")
+        .env("PMKIT_PRELOAD_PREFIX", "mnt")
+        .args(["-c", "echo x > mnt/k"])
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "relative prefix");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be an absolute path"));
+    assert_eq!(std::fs::read(s.mnt.join("k")).unwrap(), b"x\n");
+}
