@@ -111,6 +111,37 @@ pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: usize, off: i64) 
 }
 
 /// # Safety
+/// pread(2)'s contract (fortified: `buflen` is the buffer's size).
+#[no_mangle]
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: usize,
+    off: i64,
+    buflen: usize,
+) -> isize {
+    if lookup(fd).is_some() {
+        // SAFETY: the caller's contract, at most `buflen` bytes.
+        return unsafe { pread(fd, buf, n.min(buflen), off) };
+    }
+    real!(__pread_chk(fd, buf, n, off, buflen) as fn(c_int, *mut c_void, usize, i64, usize) -> isize)
+}
+
+/// # Safety
+/// pread(2)'s contract (fortified).
+#[no_mangle]
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: usize,
+    off: i64,
+    buflen: usize,
+) -> isize {
+    // SAFETY: the caller's contract.
+    unsafe { __pread_chk(fd, buf, n, off, buflen) }
+}
+
+/// # Safety
 /// pread(2)'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
