@@ -1,0 +1,113 @@
+//! A current directory inside the pool: the kernel cannot change into a pool directory, so
+//! `chdir`/`fchdir` there keep it here (the kernel's stays at the prefix directory when that
+//! exists) and `getcwd` answers it; relative paths are resolved against it (see
+//! [`crate::state::route`]).
+
+use crate::state::{self, config, en, enter, lookup, route, Route};
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+static VCWD: Mutex<Option<Vec<u8>>> = Mutex::new(None);
+static HAS: AtomicBool = AtomicBool::new(false);
+
+/// The current directory when it is inside the pool: its full (prefix-included) path.
+pub fn get() -> Option<Vec<u8>> {
+    if !HAS.load(Ordering::Acquire) {
+        return None;
+    }
+    VCWD.lock().ok()?.clone()
+}
+
+fn set(v: Option<Vec<u8>>) {
+    let mut g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
+    HAS.store(v.is_some(), Ordering::Release);
+    *g = v;
+}
+
+/// Enter pool directory `p` (a path from the pool's root).
+fn enter_pool(p: Vec<u8>) -> c_int {
+    enter(-1, |fs| {
+        let a = fs.stat(&p).map_err(en)?;
+        if a.kind != pmkit_fs::Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        let prefix = &config().ok_or(libc::EIO)?.prefix;
+        let mut full = prefix.clone();
+        if p != b"/" {
+            full.extend_from_slice(&p);
+        }
+        // The kernel's current directory: the prefix directory, if it exists (so that paths
+        // leaving the pool by `..` start near where they should; see docs/fs.md).
+        if let Ok(c) = std::ffi::CString::new(prefix.clone()) {
+            real!(chdir(c.as_ptr()) as fn(*const c_char) -> c_int);
+        }
+        set(Some(full));
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// chdir(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(p) => enter_pool(p),
+        Route::Real => {
+            let r = real!(chdir(path) as fn(*const c_char) -> c_int);
+            if r == 0 && !state::busy() {
+                set(None);
+            }
+            r
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn fchdir(fd: c_int) -> c_int {
+    if let Some(o) = lookup(fd) {
+        return enter_pool(o.path.clone());
+    }
+    let r = real!(fchdir(fd) as fn(c_int) -> c_int);
+    if r == 0 && !state::busy() {
+        set(None);
+    }
+    r
+}
+
+/// # Safety
+/// getcwd(3)'s contract (a NULL `buf` is allocated with malloc, as glibc does).
+#[no_mangle]
+pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: usize) -> *mut c_char {
+    let v = if state::busy() { None } else { get() };
+    let Some(v) = v else {
+        return real!(getcwd(buf, size) as fn(*mut c_char, usize) -> *mut c_char);
+    };
+    let need = v.len() + 1;
+    let out = if buf.is_null() {
+        let n = if size == 0 { need } else { size };
+        if n < need {
+            state::set_errno(libc::ERANGE);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: plain allocation; the caller frees it (glibc's contract for NULL).
+        let p = unsafe { libc::malloc(n) }.cast::<c_char>();
+        if p.is_null() {
+            state::set_errno(libc::ENOMEM);
+            return p;
+        }
+        p
+    } else if size < need {
+        state::set_errno(libc::ERANGE);
+        return std::ptr::null_mut();
+    } else {
+        buf
+    };
+    // SAFETY: `out` holds at least `need` bytes (checked or allocated).
+    unsafe {
+        std::ptr::copy_nonoverlapping(v.as_ptr(), out.cast::<u8>(), v.len());
+        *out.add(v.len()) = 0;
+    }
+    out
+}

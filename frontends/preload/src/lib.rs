@@ -1,0 +1,37 @@
+//! An opt-in LD_PRELOAD shim: the POSIX file calls of an unmodified, dynamically linked
+//! program on paths under a prefix are served in process from a PMFS pool, with no kernel and
+//! no FUSE on the way (the approach of SplitFS's U-Split, Kadekodi et al., SOSP 2019, and of
+//! pmemfile). `PMKIT_PRELOAD_POOL=/dev/shm/pool PMKIT_PRELOAD_PREFIX=/mnt/pmfs
+//! LD_PRELOAD=libpmkit_preload.so prog ...`; without both variables the library is inert and
+//! every call goes to libc. docs/fs.md, "LD_PRELOAD shim", states what is served and the
+//! limits (static binaries, fork, exec, mmap, stdio, one process per pool).
+//!
+//! - `state`: configuration, the pool (mounted on the first call under the prefix), the
+//!   table of the shim's descriptors, the reentrancy guard and the call boundary.
+//! - `real`: libc's own functions (`dlsym(RTLD_NEXT, ...)`).
+//! - `stat`: `struct stat`/`statx` as the kernel fills them.
+//! - `fd`: calls on descriptors; `path`: calls on paths; `cwd`: a current directory
+//!   inside the pool; `dir`: directory streams;
+//!   `meta`: chmod, times, statfs;
+//!   `xattr`: extended attributes (refused).
+//!
+//! Variadic C functions (`open`, `openat`, `fcntl`) are defined with their optional argument
+//! as a fixed one: on x86_64 and aarch64 Linux an integer variadic argument travels in the
+//! same register as a fixed one, and it is read only when the flags say it was passed.
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+compile_error!("pmkit-preload supports Linux on x86_64 and aarch64 only (variadic ABI)");
+
+#[macro_use]
+mod real;
+mod cwd;
+mod dir;
+mod fd;
+mod meta;
+mod path;
+mod stat;
+mod state;
+mod xattr;

@@ -1,0 +1,368 @@
+//! Attribute changes and file system figures: `chmod`'s descriptor and *at forms, `utimensat`,
+//! `futimens`, `statfs`, `fstatfs` for pool files and shim descriptors.
+
+use crate::state::{en, enter, lookup, route, Route};
+use pmkit_fs::posix::Posix;
+use pmkit_fs::SetAttr;
+use pmkit_media::Region;
+use std::ffi::{c_char, c_int, c_uint};
+
+/// `f_type` of pool files in `statfs` ("PMFS").
+pub const PMFS_MAGIC: i64 = 0x504d_4653;
+
+fn set(p: &Posix<Region>, ino: u64, s: &SetAttr) -> Result<c_int, c_int> {
+    p.fs().setattr(ino, s).map(|_| 0).map_err(en)
+}
+
+/// The inode of a pool path (following a final link unless `nofollow`).
+fn ino_of(p: &Posix<Region>, path: &[u8], nofollow: bool) -> Result<u64, c_int> {
+    let a = if nofollow {
+        p.lstat(path)
+    } else {
+        p.stat(path)
+    };
+    Ok(a.map_err(en)?.ino)
+}
+
+#[no_mangle]
+pub extern "C" fn fchmod(fd: c_int, mode: c_uint) -> c_int {
+    if let Some(o) = lookup(fd) {
+        return enter(-1, |p| {
+            let ino = p.fstat(o.fd).map_err(en)?.ino;
+            let s = SetAttr {
+                mode: Some(mode & 0o7777),
+                ..SetAttr::default()
+            };
+            set(p, ino, &s)
+        });
+    }
+    real!(fchmod(fd, mode) as fn(c_int, c_uint) -> c_int)
+}
+
+/// # Safety
+/// fchmodat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fchmodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_uint,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(p) => enter(-1, |fs| {
+            let ino = ino_of(fs, &p, flags & libc::AT_SYMLINK_NOFOLLOW != 0)?;
+            let s = SetAttr {
+                mode: Some(mode & 0o7777),
+                ..SetAttr::default()
+            };
+            set(fs, ino, &s)
+        }),
+        Route::Real => {
+            real!(fchmodat(dirfd, path, mode, flags)
+                as fn(c_int, *const c_char, c_uint, c_int) -> c_int)
+        }
+    }
+}
+
+/// utimensat's two times: NULL is now for both; `UTIME_NOW`, `UTIME_OMIT` per entry.
+///
+/// # Safety
+/// `t` NULL or valid for two `struct timespec`.
+unsafe fn times(t: *const libc::timespec) -> Result<SetAttr, c_int> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let one = |ts: libc::timespec| match ts.tv_nsec {
+        libc::UTIME_NOW => Ok(Some(now)),
+        libc::UTIME_OMIT => Ok(None),
+        n if !(0..1_000_000_000).contains(&n) || ts.tv_sec < 0 => Err(libc::EINVAL),
+        n => Ok(Some(ts.tv_sec as u64 * 1_000_000_000 + n as u64)),
+    };
+    if t.is_null() {
+        return Ok(SetAttr {
+            atime: Some(now),
+            mtime: Some(now),
+            ..SetAttr::default()
+        });
+    }
+    // SAFETY: valid for two entries (the caller's contract).
+    let (a, m) = unsafe { (*t, *t.add(1)) };
+    Ok(SetAttr {
+        atime: one(a)?,
+        mtime: one(m)?,
+        ..SetAttr::default()
+    })
+}
+
+/// # Safety
+/// futimens(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
+    if let Some(o) = lookup(fd) {
+        return enter(-1, |p| {
+            let ino = p.fstat(o.fd).map_err(en)?.ino;
+            // SAFETY: the caller's contract.
+            set(p, ino, &unsafe { times(t) }?)
+        });
+    }
+    real!(futimens(fd, t) as fn(c_int, *const libc::timespec) -> c_int)
+}
+
+/// # Safety
+/// utimensat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn utimensat(
+    dirfd: c_int,
+    path: *const c_char,
+    t: *const libc::timespec,
+    flags: c_int,
+) -> c_int {
+    if path.is_null() && lookup(dirfd).is_some() {
+        // SAFETY: the caller's contract (Linux's utimensat with a NULL path is futimens).
+        return unsafe { futimens(dirfd, t) };
+    }
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(p) => enter(-1, |fs| {
+            let ino = ino_of(fs, &p, flags & libc::AT_SYMLINK_NOFOLLOW != 0)?;
+            // SAFETY: the caller's contract.
+            set(fs, ino, &unsafe { times(t) }?)
+        }),
+        Route::Real => real!(utimensat(dirfd, path, t, flags)
+            as fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int),
+    }
+}
+
+/// # Safety
+/// `out` NULL or valid for one `struct statfs`.
+unsafe fn fill_statfs(p: &Posix<Region>, out: *mut libc::statfs) -> Result<c_int, c_int> {
+    if out.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let s = p.statfs();
+    // SAFETY: all-zero is a valid `struct statfs`.
+    let mut f: libc::statfs = unsafe { std::mem::zeroed() };
+    f.f_type = PMFS_MAGIC as _;
+    f.f_bsize = s.block_size as _;
+    f.f_frsize = s.block_size as _;
+    f.f_blocks = s.blocks;
+    f.f_bfree = s.free_blocks;
+    f.f_bavail = s.free_blocks;
+    f.f_files = s.inodes;
+    f.f_ffree = s.free_inodes;
+    f.f_namelen = s.name_max as _;
+    // SAFETY: not NULL (checked), valid for one write (the caller's contract).
+    unsafe { out.write(f) };
+    Ok(0)
+}
+
+/// # Safety
+/// statfs(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn statfs(path: *const c_char, out: *mut libc::statfs) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(p) => enter(-1, |fs| {
+            fs.stat(&p).map_err(en)?;
+            // SAFETY: the caller's contract.
+            unsafe { fill_statfs(fs, out) }
+        }),
+        Route::Real => real!(statfs(path, out) as fn(*const c_char, *mut libc::statfs) -> c_int),
+    }
+}
+
+/// # Safety
+/// statfs(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn statfs64(path: *const c_char, out: *mut libc::statfs) -> c_int {
+    // SAFETY: the caller's contract (statfs64 is statfs here).
+    unsafe { statfs(path, out) }
+}
+
+/// # Safety
+/// fstatfs(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fstatfs(fd: c_int, out: *mut libc::statfs) -> c_int {
+    if lookup(fd).is_some() {
+        // SAFETY: the caller's contract.
+        return enter(-1, |fs| unsafe { fill_statfs(fs, out) });
+    }
+    real!(fstatfs(fd, out) as fn(c_int, *mut libc::statfs) -> c_int)
+}
+
+/// # Safety
+/// fstatfs(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fstatfs64(fd: c_int, out: *mut libc::statfs) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { fstatfs(fd, out) }
+}
+
+/// chown's ids: `u32::MAX` (-1) leaves one unchanged.
+fn owner(uid: c_uint, gid: c_uint) -> SetAttr {
+    SetAttr {
+        uid: (uid != u32::MAX).then_some(uid),
+        gid: (gid != u32::MAX).then_some(gid),
+        ..SetAttr::default()
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn fchown(fd: c_int, uid: c_uint, gid: c_uint) -> c_int {
+    if let Some(o) = lookup(fd) {
+        return enter(-1, |p| {
+            let ino = p.fstat(o.fd).map_err(en)?.ino;
+            set(p, ino, &owner(uid, gid))
+        });
+    }
+    real!(fchown(fd, uid, gid) as fn(c_int, c_uint, c_uint) -> c_int)
+}
+
+/// # Safety
+/// fchownat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fchownat(
+    dirfd: c_int,
+    path: *const c_char,
+    uid: c_uint,
+    gid: c_uint,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(p) => enter(-1, |fs| {
+            let ino = ino_of(fs, &p, flags & libc::AT_SYMLINK_NOFOLLOW != 0)?;
+            set(fs, ino, &owner(uid, gid))
+        }),
+        Route::Real => real!(fchownat(dirfd, path, uid, gid, flags)
+            as fn(c_int, *const c_char, c_uint, c_uint, c_int) -> c_int),
+    }
+}
+
+/// # Safety
+/// chown(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn chown(path: *const c_char, uid: c_uint, gid: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { fchownat(libc::AT_FDCWD, path, uid, gid, 0) },
+        Route::Real => real!(chown(path, uid, gid) as fn(*const c_char, c_uint, c_uint) -> c_int),
+    }
+}
+
+/// # Safety
+/// lchown(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn lchown(path: *const c_char, uid: c_uint, gid: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe {
+            fchownat(libc::AT_FDCWD, path, uid, gid, libc::AT_SYMLINK_NOFOLLOW)
+        },
+        Route::Real => real!(lchown(path, uid, gid) as fn(*const c_char, c_uint, c_uint) -> c_int),
+    }
+}
+
+/// Special files (device nodes, FIFOs) are not made in the pool: EOPNOTSUPP, never a node in
+/// the kernel's directory at the prefix (glibc's mkfifo calls mknodat past this library, so
+/// both are caught here).
+///
+/// # Safety
+/// mknodat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn mknodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_uint,
+    dev: u64,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(_) => enter(-1, |_| Err(libc::EOPNOTSUPP)),
+        Route::Real => {
+            real!(mknodat(dirfd, path, mode, dev) as fn(c_int, *const c_char, c_uint, u64) -> c_int)
+        }
+    }
+}
+
+/// # Safety
+/// mknod(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn mknod(path: *const c_char, mode: c_uint, dev: u64) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(_) => enter(-1, |_| Err(libc::EOPNOTSUPP)),
+        Route::Real => real!(mknod(path, mode, dev) as fn(*const c_char, c_uint, u64) -> c_int),
+    }
+}
+
+/// # Safety
+/// mkfifo(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(_) => enter(-1, |_| Err(libc::EOPNOTSUPP)),
+        Route::Real => {
+            real!(mkfifoat(dirfd, path, mode) as fn(c_int, *const c_char, c_uint) -> c_int)
+        }
+    }
+}
+
+/// # Safety
+/// mkfifo(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { mkfifoat(libc::AT_FDCWD, path, mode) }
+}
+
+/// # Safety
+/// utimes(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(_) => {
+            let ts = (!tv.is_null()).then(|| {
+                // SAFETY: valid for two entries (the caller's contract).
+                let (a, m) = unsafe { (*tv, *tv.add(1)) };
+                [a, m].map(|t| libc::timespec {
+                    tv_sec: t.tv_sec,
+                    tv_nsec: t.tv_usec * 1000,
+                })
+            });
+            let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+            // SAFETY: the caller's contract; `p` NULL or two entries.
+            unsafe { utimensat(libc::AT_FDCWD, path, p, 0) }
+        }
+        Route::Real => real!(utimes(path, tv) as fn(*const c_char, *const libc::timeval) -> c_int),
+    }
+}
+
+/// # Safety
+/// utime(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn utime(path: *const c_char, t: *const libc::utimbuf) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(_) => {
+            let ts = (!t.is_null()).then(|| {
+                // SAFETY: valid for one entry (the caller's contract).
+                let u = unsafe { *t };
+                [u.actime, u.modtime].map(|s| libc::timespec {
+                    tv_sec: s,
+                    tv_nsec: 0,
+                })
+            });
+            let p = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+            // SAFETY: the caller's contract; `p` NULL or two entries.
+            unsafe { utimensat(libc::AT_FDCWD, path, p, 0) }
+        }
+        Route::Real => real!(utime(path, t) as fn(*const c_char, *const libc::utimbuf) -> c_int),
+    }
+}

@@ -1,0 +1,738 @@
+//! Calls on paths: served when the path is under the prefix (see [`state::route`]), libc's
+//! otherwise. A call naming one path under the prefix and one outside (rename, link) is
+//! EXDEV, as between two file systems.
+
+use crate::stat::{fill_stat, fill_statx};
+use crate::state::{self, en, enter, route, Open, Route};
+use pmkit_fs::RenameFlags;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::Arc;
+
+/// open(2) of a pool path: a pool descriptor behind a new kernel number.
+fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
+    // A stale entry the new number replaces is dropped after `enter` (its drop closes a pool
+    // descriptor, which takes the pool's lock again).
+    let mut gone = None;
+    let r = enter(-1, |p| {
+        let fd = p.open(&path, flags, state::umasked(mode)).map_err(en)?;
+        let cloexec = if flags & libc::O_CLOEXEC != 0 {
+            libc::EPOLL_CLOEXEC
+        } else {
+            0
+        };
+        // The kernel number: an epoll instance answers read, write, mmap, getdents... with
+        // an error, so a call the shim does not serve fails rather than reaching some file.
+        // SAFETY: a plain system call.
+        let k = unsafe { libc::epoll_create1(cloexec) };
+        if k < 0 {
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE);
+            let _ = p.close(fd);
+            return Err(e);
+        }
+        let mut path = path;
+        while path.len() > 1 && path.ends_with(b"/") {
+            path.pop();
+        }
+        let o = Open { fd, flags, path };
+        gone = state::insert(k, Arc::new(o));
+        Ok(k)
+    });
+    drop(gone);
+    r
+}
+
+/// # Safety
+/// open(2)'s contract; `mode` is read only with O_CREAT or O_TMPFILE.
+#[no_mangle]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(p) => {
+            let mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
+                mode
+            } else {
+                0
+            };
+            open_pool(p, flags, mode)
+        }
+        Route::Real => {
+            let r = real!(openat(dirfd, path, flags, mode)
+                as fn(c_int, *const c_char, c_int, c_uint) -> c_int);
+            if r >= 0 && !state::busy() {
+                // The kernel gave out a number the table still holds: the shim descriptor
+                // was closed past this library (see `fd::stale`); forget it.
+                drop(state::remove(r));
+            }
+            r
+        }
+    }
+}
+
+/// # Safety
+/// open(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { openat(dirfd, path, flags, mode) }
+}
+
+/// # Safety
+/// open(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { openat(libc::AT_FDCWD, path, flags, mode) }
+}
+
+/// # Safety
+/// open(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { openat(libc::AT_FDCWD, path, flags, mode) }
+}
+
+/// Fortified open (flags not known at compile time; no O_CREAT).
+///
+/// # Safety
+/// open(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { openat(libc::AT_FDCWD, path, flags, 0) }
+}
+
+/// # Safety
+/// open(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { openat(libc::AT_FDCWD, path, flags, 0) }
+}
+
+/// # Safety
+/// openat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { openat(dirfd, path, flags, 0) }
+}
+
+/// # Safety
+/// openat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { openat(dirfd, path, flags, 0) }
+}
+
+/// # Safety
+/// creat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        openat(
+            libc::AT_FDCWD,
+            path,
+            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+            mode,
+        )
+    }
+}
+
+/// # Safety
+/// creat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { creat(path, mode) }
+}
+
+/// AT_SYMLINK_NOFOLLOW, unless a trailing slash asks for the directory a link names.
+fn nofollow(flags: c_int, p: &[u8]) -> bool {
+    flags & libc::AT_SYMLINK_NOFOLLOW != 0 && !p.ends_with(b"/")
+}
+
+/// The attributes fstatat/statx report; "name/" of a non-directory is ENOTDIR.
+fn attr_at(
+    fs: &pmkit_fs::posix::Posix<pmkit_media::Region>,
+    p: &[u8],
+    flags: c_int,
+) -> Result<pmkit_fs::Attr, c_int> {
+    let a = if nofollow(flags, p) {
+        fs.lstat(p)
+    } else {
+        fs.stat(p)
+    }
+    .map_err(en)?;
+    if p.ends_with(b"/") && a.kind != pmkit_fs::Kind::Dir {
+        return Err(libc::ENOTDIR);
+    }
+    Ok(a)
+}
+
+/// fstatat(2): stat/lstat of a pool path, fstat of a shim descriptor with AT_EMPTY_PATH.
+///
+/// # Safety
+/// fstatat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() {
+        // SAFETY: not NULL, NUL-terminated (the caller's contract).
+        if unsafe { *path } == 0 {
+            if let Some(o) = state::lookup(dirfd) {
+                // SAFETY: the caller's contract.
+                return unsafe { crate::fd::fstat_shim(&o, st) };
+            }
+        }
+    }
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(p) => enter(-1, |fs| {
+            let a = attr_at(fs, &p, flags)?;
+            // SAFETY: the caller's contract.
+            unsafe { fill_stat(&a, st) }
+        }),
+        Route::Real => real!(fstatat(dirfd, path, st, flags)
+            as fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int),
+    }
+}
+
+/// # Safety
+/// fstatat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { fstatat(dirfd, path, st, flags) }
+}
+
+/// # Safety
+/// stat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, 0) },
+        Route::Real => real!(stat(path, st) as fn(*const c_char, *mut libc::stat) -> c_int),
+    }
+}
+
+/// # Safety
+/// stat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { stat(path, st) }
+}
+
+/// # Safety
+/// lstat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) },
+        Route::Real => real!(lstat(path, st) as fn(*const c_char, *mut libc::stat) -> c_int),
+    }
+}
+
+/// # Safety
+/// lstat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { lstat(path, st) }
+}
+
+/// Pre-2.33 entry points older binaries call.
+///
+/// # Safety
+/// stat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, 0) },
+        Route::Real => {
+            real!(__xstat(ver, path, st) as fn(c_int, *const c_char, *mut libc::stat) -> c_int)
+        }
+    }
+}
+
+/// # Safety
+/// stat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __xstat64(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { __xstat(ver, path, st) }
+}
+
+/// # Safety
+/// lstat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) },
+        Route::Real => {
+            real!(__lxstat(ver, path, st) as fn(c_int, *const c_char, *mut libc::stat) -> c_int)
+        }
+    }
+}
+
+/// # Safety
+/// lstat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat64(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { __lxstat(ver, path, st) }
+}
+
+/// # Safety
+/// fstatat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat(
+    ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { fstatat(dirfd, path, st, flags) },
+        Route::Real => real!(__fxstatat(ver, dirfd, path, st, flags)
+            as fn(c_int, c_int, *const c_char, *mut libc::stat, c_int) -> c_int),
+    }
+}
+
+/// # Safety
+/// fstatat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat64(
+    ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { __fxstatat(ver, dirfd, path, st, flags) }
+}
+
+/// statx(2) (ls uses it): the basic fields.
+///
+/// # Safety
+/// statx(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    stx: *mut libc::statx,
+) -> c_int {
+    let shim_fd = if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() {
+        // SAFETY: not NULL, NUL-terminated (the caller's contract).
+        if unsafe { *path } == 0 {
+            state::lookup(dirfd)
+        } else {
+            None
+        }
+    } else {
+        None
+    };
+    if let Some(o) = shim_fd {
+        return enter(-1, |p| {
+            let a = p.fstat(o.fd).map_err(en)?;
+            // SAFETY: the caller's contract.
+            unsafe { fill_statx(&a, stx) }
+        });
+    }
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(p) => enter(-1, |fs| {
+            let a = attr_at(fs, &p, flags)?;
+            // SAFETY: the caller's contract.
+            unsafe { fill_statx(&a, stx) }
+        }),
+        Route::Real => real!(statx(dirfd, path, flags, mask, stx)
+            as fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int),
+    }
+}
+
+/// access: existence only (the process owns the pool; no permission checks).
+///
+/// # Safety
+/// faccessat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(p) => enter(-1, |fs| {
+            if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+                fs.lstat(&p)
+            } else {
+                fs.stat(&p)
+            }
+            .map_err(en)?;
+            Ok(0)
+        }),
+        Route::Real => {
+            real!(faccessat(dirfd, path, mode, flags)
+                as fn(c_int, *const c_char, c_int, c_int) -> c_int)
+        }
+    }
+}
+
+/// # Safety
+/// access(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { faccessat(libc::AT_FDCWD, path, mode, 0) },
+        Route::Real => real!(access(path, mode) as fn(*const c_char, c_int) -> c_int),
+    }
+}
+
+/// One path, one call of the library.
+fn on_pool(
+    p: Vec<u8>,
+    f: impl FnOnce(&pmkit_fs::posix::Posix<pmkit_media::Region>, &[u8]) -> pmkit_fs::Result<()>,
+) -> c_int {
+    enter(-1, |fs| f(fs, &p).map(|_| 0).map_err(en))
+}
+
+/// # Safety
+/// unlinkat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(p) if flags & libc::AT_REMOVEDIR != 0 => on_pool(p, |fs, p| fs.rmdir(p)),
+        Route::Pool(p) => on_pool(p, |fs, p| fs.unlink(p)),
+        Route::Real => {
+            real!(unlinkat(dirfd, path, flags) as fn(c_int, *const c_char, c_int) -> c_int)
+        }
+    }
+}
+
+/// # Safety
+/// unlink(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(p) => on_pool(p, |fs, p| fs.unlink(p)),
+        Route::Real => real!(unlink(path) as fn(*const c_char) -> c_int),
+    }
+}
+
+/// # Safety
+/// rmdir(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(p) => on_pool(p, |fs, p| fs.rmdir(p)),
+        Route::Real => real!(rmdir(path) as fn(*const c_char) -> c_int),
+    }
+}
+
+/// # Safety
+/// mkdirat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Pool(p) => on_pool(p, |fs, p| fs.mkdir(p, state::umasked(mode)).map(drop)),
+        Route::Real => {
+            real!(mkdirat(dirfd, path, mode) as fn(c_int, *const c_char, c_uint) -> c_int)
+        }
+    }
+}
+
+/// # Safety
+/// mkdir(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(p) => on_pool(p, |fs, p| fs.mkdir(p, state::umasked(mode)).map(drop)),
+        Route::Real => real!(mkdir(path, mode) as fn(*const c_char, c_uint) -> c_int),
+    }
+}
+
+/// # Safety
+/// truncate(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: i64) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(_) if len < 0 => enter(-1, |_| Err(libc::EINVAL)),
+        Route::Pool(p) => on_pool(p, |fs, p| fs.truncate(p, len as u64)),
+        Route::Real => real!(truncate(path, len) as fn(*const c_char, i64) -> c_int),
+    }
+}
+
+/// # Safety
+/// truncate(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: i64) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { truncate(path, len) }
+}
+
+/// # Safety
+/// chmod(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: c_uint) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(p) => on_pool(p, |fs, p| fs.chmod(p, mode)),
+        Route::Real => real!(chmod(path, mode) as fn(*const c_char, c_uint) -> c_int),
+    }
+}
+
+/// Two pool paths.
+type PathPair = (Vec<u8>, Vec<u8>);
+
+/// Two routes: both in the pool, both outside (None), or EXDEV.
+///
+/// # Safety
+/// `a`, `b` NULL or NUL-terminated.
+unsafe fn two(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+) -> Option<Result<PathPair, c_int>> {
+    // SAFETY: the caller's contract.
+    match unsafe { (route(da, a), route(db, b)) } {
+        (Route::Real, Route::Real) => None,
+        (Route::Pool(x), Route::Pool(y)) => Some(Ok((x, y))),
+        _ => Some(Err(libc::EXDEV)),
+    }
+}
+
+/// # Safety
+/// renameat2(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { two(da, a, db, b) } {
+        None => real!(renameat2(da, a, db, b, flags)
+            as fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int),
+        Some(r) => enter(-1, |fs| {
+            let (x, y) = r?;
+            let f = match flags {
+                0 => RenameFlags::Replace,
+                libc::RENAME_NOREPLACE => RenameFlags::NoReplace,
+                libc::RENAME_EXCHANGE => RenameFlags::Exchange,
+                _ => return Err(libc::EINVAL),
+            };
+            fs.rename(&x, &y, f).map(|_| 0).map_err(en)
+        }),
+    }
+}
+
+/// # Safety
+/// renameat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn renameat(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { renameat2(da, a, db, b, 0) }
+}
+
+/// # Safety
+/// rename(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn rename(a: *const c_char, b: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { renameat2(libc::AT_FDCWD, a, libc::AT_FDCWD, b, 0) }
+}
+
+/// # Safety
+/// linkat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn linkat(
+    da: c_int,
+    a: *const c_char,
+    db: c_int,
+    b: *const c_char,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { two(da, a, db, b) } {
+        None => real!(linkat(da, a, db, b, flags)
+            as fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int),
+        Some(r) => enter(-1, |fs| {
+            let (x, y) = r?;
+            fs.link(&x, &y).map(|_| 0).map_err(en)
+        }),
+    }
+}
+
+/// # Safety
+/// link(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn link(a: *const c_char, b: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { linkat(libc::AT_FDCWD, a, libc::AT_FDCWD, b, 0) }
+}
+
+/// symlinkat: the link is made in the pool; an absolute target under the prefix is stored
+/// from the pool's root (links resolve inside the pool); other targets are stored as given.
+///
+/// # Safety
+/// symlinkat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(
+    target: *const c_char,
+    dirfd: c_int,
+    path: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Real => {
+            real!(symlinkat(target, dirfd, path) as fn(*const c_char, c_int, *const c_char) -> c_int)
+        }
+        Route::Pool(p) => {
+            if target.is_null() {
+                state::set_errno(libc::EFAULT);
+                return -1;
+            }
+            // SAFETY: not NULL, NUL-terminated (the caller's contract).
+            let t = unsafe { CStr::from_ptr(target) }.to_bytes();
+            // SAFETY: as above.
+            let t = match unsafe { route(libc::AT_FDCWD, target) } {
+                Route::Pool(inner) if t.first() == Some(&b'/') => inner,
+                _ => t.to_vec(),
+            };
+            on_pool(p, |fs, p| fs.symlink(&t, p).map(drop))
+        }
+    }
+}
+
+/// # Safety
+/// symlink(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { symlinkat(target, libc::AT_FDCWD, path) }
+}
+
+/// # Safety
+/// readlinkat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    n: usize,
+) -> isize {
+    // SAFETY: the caller's contract.
+    match unsafe { route(dirfd, path) } {
+        Route::Real => real!(readlinkat(dirfd, path, buf, n)
+            as fn(c_int, *const c_char, *mut c_char, usize) -> isize),
+        Route::Pool(p) => enter(-1, |fs| {
+            let t = fs.readlink(&p).map_err(en)?;
+            if n == 0 || buf.is_null() {
+                return Err(if n == 0 { libc::EINVAL } else { libc::EFAULT });
+            }
+            let k = t.len().min(n);
+            // SAFETY: `buf` valid for `n` bytes (the caller's contract); `k <= n`.
+            unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast::<u8>(), k) };
+            Ok(k as isize)
+        }),
+    }
+}
+
+/// # Safety
+/// readlink(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: usize) -> isize {
+    // SAFETY: the caller's contract.
+    unsafe { readlinkat(libc::AT_FDCWD, path, buf, n) }
+}
+
+/// # Safety
+/// readlink(2)'s contract (fortified).
+#[no_mangle]
+pub unsafe extern "C" fn __readlink_chk(
+    path: *const c_char,
+    buf: *mut c_char,
+    n: usize,
+    buflen: usize,
+) -> isize {
+    // SAFETY: the caller's contract, at most `buflen` bytes.
+    unsafe { readlinkat(libc::AT_FDCWD, path, buf, n.min(buflen)) }
+}
+
+/// stdio streams on pool files are not served (glibc's stdio calls the kernel directly, past
+/// this library): ENOTSUP, never a file of the same name in the kernel's tree.
+///
+/// # Safety
+/// fopen(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(_) => enter(std::ptr::null_mut(), |_| Err(libc::ENOTSUP)),
+        Route::Real => real!(fopen(path, mode) as fn(*const c_char, *const c_char) -> *mut c_void),
+    }
+}
+
+/// # Safety
+/// fopen(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    unsafe { fopen(path, mode) }
+}

@@ -1,0 +1,380 @@
+//! The shim's state: configuration (read once), the pool (mounted on the first call under the
+//! prefix, unmounted at exit), the table of descriptors it handed out, the reentrancy guard,
+//! and [`enter`], the boundary every served call goes through.
+
+use pmkit_fs::posix::{Fd, Posix};
+use pmkit_fs::{Fs, MountOptions, Protect};
+use pmkit_media::{Region, RegionOptions};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+thread_local! {
+    /// Set while the shim's own code runs: the libc calls it makes (std opening the pool,
+    /// mmap, write to stderr) resolve to this library's exports too, and must go to libc.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+pub fn busy() -> bool {
+    BUSY.with(Cell::get)
+}
+
+/// Marks the thread busy until dropped.
+struct Busy(bool);
+
+impl Busy {
+    fn new() -> Busy {
+        Busy(BUSY.with(|b| b.replace(true)))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let was = self.0;
+        BUSY.with(|b| b.set(was));
+    }
+}
+
+pub struct Config {
+    /// Absolute, normalized (see [`normalize`]), never "/".
+    pub prefix: Vec<u8>,
+    pub pool: PathBuf,
+}
+
+static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
+
+/// The configuration, or None (inert) when `PMKIT_PRELOAD_POOL` or `PMKIT_PRELOAD_PREFIX` is
+/// missing or empty.
+pub fn config() -> Option<&'static Config> {
+    CONFIG
+        .get_or_init(|| {
+            let _b = Busy::new();
+            let pool = std::env::var_os("PMKIT_PRELOAD_POOL").filter(|v| !v.is_empty())?;
+            let prefix = std::env::var_os("PMKIT_PRELOAD_PREFIX").filter(|v| !v.is_empty())?;
+            let raw = std::os::unix::ffi::OsStrExt::as_bytes(prefix.as_os_str()).to_vec();
+            let prefix = normalize(&raw);
+            if raw.first() != Some(&b'/') || prefix == b"/" {
+                warn(&format!(
+                    "PMKIT_PRELOAD_PREFIX={} must be an absolute path other than /: inert",
+                    String::from_utf8_lossy(&raw)
+                ));
+                return None;
+            }
+            Some(Config {
+                prefix,
+                pool: PathBuf::from(pool),
+            })
+        })
+        .as_ref()
+}
+
+/// `path` (absolute) with empty and `.` components dropped and `..` applied lexically.
+pub fn normalize(path: &[u8]) -> Vec<u8> {
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for c in path.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    let mut out = Vec::with_capacity(path.len() + 1);
+    for c in parts {
+        out.push(b'/');
+        out.extend_from_slice(c);
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
+/// One line on stderr, prefixed with the library's name.
+pub fn warn(msg: &str) {
+    let _b = Busy::new();
+    let line = format!("pmkit-preload: {msg}\n");
+    // SAFETY: a write of our own buffer; the guard sends it to libc.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
+type Pool = RwLock<Option<Posix<Region>>>;
+
+/// The mounted pool, or the errno every call under the prefix gets.
+static POOL: OnceLock<Result<Pool, c_int>> = OnceLock::new();
+/// Set in a child of fork: the parent owns the pool.
+static FORKED: AtomicBool = AtomicBool::new(false);
+static FORK_WARNED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn after_fork_child() {
+    FORKED.store(true, Ordering::SeqCst);
+}
+
+extern "C" fn at_exit() {
+    if FORKED.load(Ordering::SeqCst) {
+        return;
+    }
+    let _b = Busy::new();
+    if let Some(Ok(p)) = POOL.get() {
+        // Descriptors still open are closed by the unmount; the pool is marked clean.
+        let taken = p.write().map(|mut g| g.take());
+        if let Ok(Some(posix)) = taken {
+            drop(posix.unmount());
+        }
+    }
+}
+
+fn mount(c: &Config) -> Result<Pool, c_int> {
+    let fail = |code: c_int, msg: String| {
+        warn(&format!("{}: {msg}", c.pool.display()));
+        code
+    };
+    let protect = match std::env::var("PMFS_PROTECT") {
+        Ok(v) if !v.is_empty() => v
+            .parse::<Protect>()
+            .map_err(|e| fail(libc::EINVAL, format!("PMFS_PROTECT: {e}")))?,
+        _ => Protect::Auto,
+    };
+    let region = Region::open(&c.pool, &RegionOptions::default())
+        .map_err(|e| fail(libc::EIO, format!("cannot open the pool: {e}")))?;
+    match region.try_lock(true) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(fail(
+                libc::EBUSY,
+                "in use by another process or a `pmkit fs mount` (one process per pool)".into(),
+            ))
+        }
+        Err(e) => return Err(fail(libc::EIO, format!("cannot lock the pool: {e}"))),
+    }
+    let o = MountOptions {
+        protect,
+        ..MountOptions::default()
+    };
+    let (fs, _) = Fs::mount(region, &o).map_err(|e| fail(e.errno(), format!("mount: {e}")))?;
+    // SAFETY: registering handlers of ours that only store an atomic / unmount under the
+    // guard; both live as long as the process (this library is never unloaded).
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_child));
+        libc::atexit(at_exit);
+    }
+    Ok(RwLock::new(Some(Posix::new(fs))))
+}
+
+/// Run a served call: `f` gets the pool; an error sets errno and gives `err`. A child of
+/// fork, a pool that failed to mount, one unmounted at exit, and a panic are errors too.
+pub fn enter<T>(err: T, f: impl FnOnce(&Posix<Region>) -> Result<T, c_int>) -> T {
+    let _b = Busy::new();
+    let r = if FORKED.load(Ordering::SeqCst) {
+        if !FORK_WARNED.swap(true, Ordering::SeqCst) {
+            warn("a child of fork cannot use its parent's pool (one process per pool): EIO");
+        }
+        Err(libc::EIO)
+    } else {
+        match config().map(|c| POOL.get_or_init(|| mount(c))) {
+            None => Err(libc::EIO),
+            Some(Err(e)) => Err(*e),
+            Some(Ok(pool)) => match pool.read() {
+                Ok(g) => match g.as_ref() {
+                    Some(p) => catch_unwind(AssertUnwindSafe(|| f(p))).unwrap_or_else(|_| {
+                        warn("internal error (a bug: it panicked): EIO");
+                        Err(libc::EIO)
+                    }),
+                    None => Err(libc::EIO), // unmounted at exit
+                },
+                Err(_) => Err(libc::EIO),
+            },
+        }
+    };
+    match r {
+        Ok(v) => v,
+        Err(code) => {
+            set_errno(code);
+            err
+        }
+    }
+}
+
+pub fn set_errno(code: c_int) {
+    // SAFETY: errno is the calling thread's own variable.
+    unsafe { *libc::__errno_location() = code };
+}
+
+/// `mode` less the process's umask, as the kernel applies it to a file or directory it
+/// creates.
+pub fn umasked(mode: u32) -> u32 {
+    // SAFETY: umask only swaps the process's mask; the old one is put back at once.
+    let old = unsafe {
+        let old = libc::umask(0);
+        libc::umask(old);
+        old
+    };
+    mode & !old
+}
+
+/// errno of a library error.
+pub fn en(e: pmkit_fs::Error) -> c_int {
+    e.errno()
+}
+
+/// A descriptor the shim handed out: a kernel descriptor number (an epoll instance, so that
+/// the kernel answers any call the shim does not serve with an error, never with data or a
+/// change elsewhere) stands for a pool descriptor. dup'd numbers share one `Open`, as they
+/// share one open file description in the kernel.
+pub struct Open {
+    pub fd: Fd,
+    /// open(2)'s flags.
+    pub flags: c_int,
+    /// The pool path it was opened by (for *at calls relative to a directory).
+    pub path: Vec<u8>,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if FORKED.load(Ordering::SeqCst) {
+            return; // the parent's descriptor; the child only drops its number
+        }
+        let _b = Busy::new();
+        if let Some(Ok(p)) = POOL.get() {
+            if let Ok(g) = p.read() {
+                if let Some(p) = g.as_ref() {
+                    let _ = p.close(self.fd);
+                }
+            }
+        }
+    }
+}
+
+static FDS: Mutex<Option<HashMap<c_int, Arc<Open>>>> = Mutex::new(None);
+/// Entries in `FDS`: calls on descriptors skip the lock while it is 0.
+static NFDS: AtomicUsize = AtomicUsize::new(0);
+
+/// The shim's descriptor `fd`, if it is one (never while the shim's own code runs).
+pub fn lookup(fd: c_int) -> Option<Arc<Open>> {
+    if NFDS.load(Ordering::Acquire) == 0 || busy() {
+        return None;
+    }
+    let g = FDS.lock().ok()?;
+    g.as_ref()?.get(&fd).cloned()
+}
+
+/// Record `fd` as standing for `o`; an entry it replaces is returned (to drop unlocked).
+pub fn insert(fd: c_int, o: Arc<Open>) -> Option<Arc<Open>> {
+    let mut g = FDS.lock().unwrap_or_else(|e| e.into_inner());
+    let old = g.get_or_insert_with(HashMap::new).insert(fd, o);
+    if old.is_none() {
+        NFDS.fetch_add(1, Ordering::AcqRel);
+    }
+    old
+}
+
+/// The numbers in the table.
+pub fn numbers() -> Vec<c_int> {
+    if NFDS.load(Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
+    let g = FDS.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()
+        .map(|m| m.keys().copied().collect())
+        .unwrap_or_default()
+}
+
+/// Forget `fd`; its entry is returned (dropping the last one closes the pool descriptor).
+pub fn remove(fd: c_int) -> Option<Arc<Open>> {
+    if NFDS.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let mut g = FDS.lock().unwrap_or_else(|e| e.into_inner());
+    let old = g.as_mut()?.remove(&fd);
+    if old.is_some() {
+        NFDS.fetch_sub(1, Ordering::AcqRel);
+    }
+    old
+}
+
+/// Where a path argument goes.
+pub enum Route {
+    /// To libc (not under the prefix, the shim inert or busy).
+    Real,
+    /// To the pool, by this path from its root.
+    Pool(Vec<u8>),
+}
+
+/// Decide where `path`, relative to `dirfd` when not absolute, goes: under the prefix (after
+/// lexical normalization against the current directory, a shim directory descriptor, or a
+/// kernel directory descriptor's path from /proc) it is the pool's, elsewhere libc's.
+///
+/// # Safety
+/// `path` must be NULL or a NUL-terminated string.
+pub unsafe fn route(dirfd: c_int, path: *const libc::c_char) -> Route {
+    if path.is_null() || busy() {
+        return Route::Real;
+    }
+    let Some(c) = config() else {
+        return Route::Real;
+    };
+    // SAFETY: not NULL (checked), NUL-terminated (the caller's contract).
+    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    if p.is_empty() {
+        return Route::Real;
+    }
+    let full = if p[0] == b'/' {
+        p.to_vec()
+    } else if dirfd == libc::AT_FDCWD {
+        let mut v = match crate::cwd::get() {
+            Some(v) => v,
+            None => {
+                let _b = Busy::new();
+                let Ok(cwd) = std::env::current_dir() else {
+                    return Route::Real;
+                };
+                std::os::unix::ffi::OsStrExt::as_bytes(cwd.as_os_str()).to_vec()
+            }
+        };
+        v.push(b'/');
+        v.extend_from_slice(p);
+        v
+    } else if let Some(o) = lookup(dirfd) {
+        // Relative to a shim directory: inside the pool whatever `..` says at its root.
+        let mut v = o.path.clone();
+        v.push(b'/');
+        v.extend_from_slice(p);
+        let mut n = normalize(&v);
+        if p.ends_with(b"/") {
+            n.push(b'/');
+        }
+        return Route::Pool(n);
+    } else {
+        // A kernel directory descriptor: its path, from /proc (a directory above the prefix,
+        // as find and rm -r open them, leads into the pool).
+        let _b = Busy::new();
+        let Ok(dir) = std::fs::read_link(format!("/proc/self/fd/{dirfd}")) else {
+            return Route::Real;
+        };
+        let mut v = std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()).to_vec();
+        if v.first() != Some(&b'/') {
+            return Route::Real; // not a directory ("pipe:[...]", "anon_inode:...")
+        }
+        v.push(b'/');
+        v.extend_from_slice(p);
+        v
+    };
+    let n = normalize(&full);
+    let rest = if n == c.prefix {
+        b"/".to_vec()
+    } else if n.starts_with(&c.prefix) && n[c.prefix.len()] == b'/' {
+        n[c.prefix.len()..].to_vec()
+    } else {
+        return Route::Real;
+    };
+    let mut rest = rest;
+    if p.ends_with(b"/") && rest != b"/" {
+        rest.push(b'/'); // "file/" is ENOTDIR, as the kernel says
+    }
+    Route::Pool(rest)
+}

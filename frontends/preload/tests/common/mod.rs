@@ -1,0 +1,137 @@
+//! A pool, a prefix directory and the shim for running unmodified programs under LD_PRELOAD.
+
+#![allow(dead_code)]
+
+use pmkit_fs::posix::Posix;
+use pmkit_fs::{Fs, MkfsOptions, MountOptions};
+use pmkit_media::{Region, RegionOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Shim {
+    pub dir: tempfile::TempDir,
+    pub pool: PathBuf,
+    /// The prefix: a real, empty directory the shim serves from the pool.
+    pub mnt: PathBuf,
+    pub so: PathBuf,
+}
+
+/// The cdylib next to the test binary's directory (`cargo build -p pmkit-preload` makes it;
+/// `cargo test` alone does not).
+fn so() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let so = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libpmkit_preload.so");
+    assert!(
+        so.exists(),
+        "{} missing: build the cdylib first (cargo build -p pmkit-preload)",
+        so.display()
+    );
+    so
+}
+
+/// Whether `tool` runs; outside CI a missing tool skips the test, in CI it fails.
+pub fn have(tool: &str) -> bool {
+    match Command::new(tool).arg("--version").output() {
+        Ok(_) => true,
+        Err(e) if std::env::var("CI").is_err() => {
+            eprintln!("note: skipping: {tool} missing ({e})");
+            false
+        }
+        Err(e) => panic!("{tool} missing in CI ({e}): see scripts/test-packages.txt"),
+    }
+}
+
+impl Shim {
+    pub fn new() -> Shim {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let pool = dir.path().join("pool");
+        let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
+        Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
+        drop(region);
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        Shim {
+            dir,
+            pool,
+            mnt,
+            so: so(),
+        }
+    }
+
+    /// `p` under the prefix, as a string for command lines.
+    pub fn m(&self, p: &str) -> String {
+        format!("{}/{p}", self.mnt.display())
+    }
+
+    /// A command with the shim preloaded and configured.
+    pub fn cmd(&self, prog: &str) -> Command {
+        let mut c = Command::new(prog);
+        c.env("LD_PRELOAD", &self.so)
+            .env("PMKIT_PRELOAD_POOL", &self.pool)
+            .env("PMKIT_PRELOAD_PREFIX", &self.mnt)
+            .current_dir(self.dir.path());
+        c
+    }
+
+    /// Run `prog args` under the shim; panics unless it succeeds. Its stdout.
+    pub fn ok(&self, prog: &str, args: &[&str]) -> String {
+        let out = self.cmd(prog).args(args).output().unwrap();
+        assert_ok(&out, &format!("{prog} {args:?}"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pool, checked clean (no problems) and mounted by this test process.
+    pub fn mount(&self) -> (Posix<Region>, pmkit_fs::Recovery) {
+        let region = Region::open(&self.pool, &RegionOptions::default()).unwrap();
+        let report = pmkit_fs::check(&region);
+        assert!(report.problems.is_empty(), "{report:?}");
+        let (fs, rec) = Fs::mount(region, &MountOptions::default()).unwrap();
+        (Posix::new(fs), rec)
+    }
+
+    /// Nothing reached the kernel's tree under the prefix.
+    pub fn assert_prefix_empty(&self) {
+        let left: Vec<_> = std::fs::read_dir(&self.mnt).unwrap().collect();
+        assert!(left.is_empty(), "leaked into the kernel's tree: {left:?}");
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+pub fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A whole file of the pool.
+pub fn read_all(p: &Posix<Region>, path: &[u8]) -> Vec<u8> {
+    let a = p
+        .stat(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(path)));
+    p.fs().read(a.ino, 0, a.size as usize).unwrap()
+}
+
+/// Deterministic bytes (xorshift).
+pub fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -1,0 +1,258 @@
+//! Crash safety and the shim's limits: a program killed with SIGKILL while writing through the
+//! shim leaves a pool that checks clean after recovery with every fsynced file intact; a
+//! forked child using the parent's descriptor, mmap of a shim file, a second process on the
+//! pool, a descriptor kept across exec or closed by close_range, O_APPEND changes by fcntl, special files and stdio get clear errors, and nothing
+//! reaches the kernel's tree under the prefix.
+
+mod common;
+use common::{have, read_all, Shim};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+#[test]
+fn kill9_keeps_fsynced_files() {
+    if !have("python3") {
+        return;
+    }
+    let s = Shim::new();
+    // Files f0, f1, ... of 64 KiB each (its number repeated), each fsynced then reported;
+    // the last one is being written when the kill lands.
+    let py = format!(
+        "import os, sys\n\
+         i = 0\n\
+         while True:\n\
+         \x20   fd = os.open('{}/f%d' % i, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)\n\
+         \x20   for k in range(16):\n\
+         \x20       os.write(fd, (b'%08d' % i) * 512)\n\
+         \x20   os.fsync(fd)\n\
+         \x20   os.close(fd)\n\
+         \x20   os.rename('{}/f%d' % i, '{}/g%d' % i)\n\
+         \x20   print(i, flush=True)\n\
+         \x20   i += 1\n",
+        s.mnt.display(),
+        s.mnt.display(),
+        s.mnt.display()
+    );
+    let mut child = s
+        .cmd("python3")
+        .args(["-c", &py])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut done = 0;
+    for l in lines.by_ref() {
+        done = l.unwrap().trim().parse::<u32>().unwrap() + 1;
+        if done >= 40 {
+            break;
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // Lines already buffered name more durable files.
+    for l in lines {
+        done = done.max(l.unwrap().trim().parse::<u32>().unwrap() + 1);
+    }
+    assert!(done >= 40, "the writer stopped early ({done} files)");
+    s.assert_prefix_empty();
+    let (p, rec) = s.mount(); // check() before the mount: no problems
+    assert!(!rec.was_clean, "killed: the pool was not unmounted");
+    for i in 0..done {
+        let want: Vec<u8> = format!("{i:08}").into_bytes().repeat(512 * 16);
+        let got = read_all(&p, format!("/g{i}").as_bytes());
+        assert!(
+            got == want,
+            "g{i}: {} bytes, not the fsynced contents",
+            got.len()
+        );
+    }
+    drop(p.unmount());
+    let region =
+        pmkit_media::Region::open(&s.pool, &pmkit_media::RegionOptions::default()).unwrap();
+    let report = pmkit_fs::check(&region);
+    assert!(report.is_clean() && report.clean, "{report:?}");
+}
+
+/// Run a python3 script under the shim; its stdout and stderr.
+fn py(s: &Shim, script: &str) -> (String, String) {
+    let out = s.cmd("python3").args(["-c", script]).output().unwrap();
+    common::assert_ok(&out, script);
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn limits_give_clear_errors() {
+    if !have("python3") {
+        return;
+    }
+    let s = Shim::new();
+    let f = s.m("f");
+    // fork: the child's use of the parent's descriptor (and of any pool path) is EIO with one
+    // line on stderr; its close works; the parent goes on.
+    let (out, err) = py(
+        &s,
+        &format!(
+            "import os, errno\n\
+             fd = os.open('{f}', os.O_CREAT | os.O_RDWR, 0o644)\n\
+             os.write(fd, b'parent')\n\
+             pid = os.fork()\n\
+             if pid == 0:\n\
+             \x20   r = []\n\
+             \x20   for op in (lambda: os.write(fd, b'child'), lambda: os.pread(fd, 4, 0), lambda: os.stat('{f}')):\n\
+             \x20       try:\n\
+             \x20           op(); r.append('ok')\n\
+             \x20       except OSError as e:\n\
+             \x20           r.append(errno.errorcode[e.errno])\n\
+             \x20   os.close(fd)\n\
+             \x20   print('child', *r, flush=True)\n\
+             \x20   os._exit(0)\n\
+             os.waitpid(pid, 0)\n\
+             print('parent', os.pread(fd, 16, 0).decode())\n"
+        ),
+    );
+    assert_eq!(out, "child EIO EIO EIO\nparent parent\n", "{err}");
+    assert_eq!(err.matches("child of fork").count(), 1, "{err}");
+
+    // mmap of a shim file: ENODEV; fcntl may not turn O_APPEND on; F_GETFL works.
+    let (out, _) = py(
+        &s,
+        &format!(
+            "import os, mmap, fcntl, errno\n\
+             fd = os.open('{f}', os.O_RDWR)\n\
+             os.ftruncate(fd, 8192)\n\
+             try:\n\
+             \x20   mmap.mmap(fd, 4096); print('mapped')\n\
+             except OSError as e:\n\
+             \x20   print('mmap', errno.errorcode[e.errno])\n\
+             print(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR)\n\
+             try:\n\
+             \x20   fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND); print('set')\n\
+             except OSError as e:\n\
+             \x20   print('setfl', errno.errorcode[e.errno])\n\
+             fd2 = os.dup(fd)\n\
+             os.lseek(fd, 4, os.SEEK_SET)\n\
+             print(os.lseek(fd2, 0, os.SEEK_CUR), os.read(fd2, 2))\n\
+             os.close(fd)\n\
+             print(os.read(fd2, 2))\n\
+             os.close(fd2)\n\
+             try:\n\
+             \x20   os.read(fd2, 1)\n\
+             except OSError as e:\n\
+             \x20   print('closed', errno.errorcode[e.errno])\n"
+        ),
+    );
+    assert_eq!(
+        out,
+        "mmap ENODEV\nTrue\nsetfl EINVAL\n4 b'nt'\nb'\\x00\\x00'\nclosed EBADF\n"
+    );
+
+    // One process per pool: while one holds it, another's first call under the prefix is
+    // EBUSY with one line naming the pool.
+    let (out, _) = py(
+        &s,
+        &format!(
+            "import os, subprocess\n\
+             fd = os.open('{f}', os.O_RDONLY)\n\
+             r = subprocess.run(['cat', '{f}'], capture_output=True, text=True)\n\
+             print(r.returncode, 'busy' in r.stderr, 'one process per pool' in r.stderr)\n"
+        ),
+    );
+    assert_eq!(out, "1 True True\n");
+
+    // exec: the new image mounts the pool itself (the lock went with the old image's
+    // close-on-exec descriptor); a shim descriptor kept across exec is only a kernel number
+    // there (an epoll instance): writing to it fails, it reaches no file.
+    let (out, _) = py(
+        &s,
+        &format!(
+            "import os\n\
+             fd = os.open('{f}', os.O_RDONLY)\n\
+             os.set_inheritable(fd, True)\n\
+             os.dup2(fd, 3)\n\
+             os.execvp('sh', ['sh', '-c', 'head -c 6 {f}; echo; echo x >&3 || echo write failed'])\n"
+        ),
+    );
+    assert_eq!(out, "parent\nwrite failed\n");
+
+    // A shim descriptor closed past `close` (close_range) is forgotten: the kernel's next
+    // file with that number is the kernel's.
+    let real = s.dir().join("real");
+    std::fs::write(&real, b"kernel").unwrap();
+    let (out, _) = py(
+        &s,
+        &format!(
+            "import os\n\
+             fd = os.open('{f}', os.O_RDONLY)\n\
+             os.closerange(fd, fd + 1)\n\
+             fd2 = os.open('{}', os.O_RDONLY)\n\
+             print(fd2 == fd, os.read(fd2, 6))\n",
+            real.display()
+        ),
+    );
+    assert_eq!(out, "True b'kernel'\n");
+
+    // Special files are refused (never made in the kernel's directory); owners are kept.
+    let (out, _) = py(
+        &s,
+        &format!(
+            "import os, errno\n\
+             for f in (lambda: os.mknod('{f}-node'), lambda: os.mkfifo('{f}-fifo')):\n\
+             \x20   try:\n\
+             \x20       f(); print('made')\n\
+             \x20   except OSError as e:\n\
+             \x20       print(errno.errorcode[e.errno])\n\
+             os.chown('{f}', 7, 8)\n\
+             st = os.stat('{f}'); print(st.st_uid, st.st_gid)\n"
+        ),
+    );
+    assert_eq!(out, "ENOTSUP\nENOTSUP\n7 8\n"); // EOPNOTSUPP, the same number on Linux
+
+    // stdio under the prefix: ENOTSUP, never a kernel file of that name.
+    // awk opens its input with open(2) and writes its output with stdio's fopen.
+    if have("awk") {
+        let awk = s
+            .cmd("awk")
+            .args(["BEGIN { print \"x\" > \"mnt/out\" }"])
+            .output()
+            .unwrap();
+        assert!(!awk.status.success(), "{awk:?}");
+    }
+    s.assert_prefix_empty();
+    let (p, rec) = s.mount();
+    assert!(rec.was_clean);
+    assert_eq!(&read_all(&p, b"/f")[..6], b"parent");
+    assert!(p.stat(b"/out").is_err());
+    drop(p.unmount());
+}
+
+#[test]
+fn missing_pool_fails_clearly_and_leaks_nothing() {
+    let s = Shim::new();
+    let out = s
+        .cmd("sh")
+        .env("PMKIT_PRELOAD_POOL", s.dir().join("no-such-pool"))
+        .args(["-c", &format!("echo x > {}", s.m("a"))])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no-such-pool") && err.contains("cannot open the pool"),
+        "{err}"
+    );
+    s.assert_prefix_empty();
+    // A relative prefix is refused (inert, one line): the kernel serves everything.
+    let out = s
+        .cmd("sh")
+        .env("PMKIT_PRELOAD_PREFIX", "mnt")
+        .args(["-c", "echo x > mnt/k"])
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "relative prefix");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be an absolute path"));
+    assert_eq!(std::fs::read(s.mnt.join("k")).unwrap(), b"x\n");
+}
