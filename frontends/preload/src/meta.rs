@@ -1,7 +1,7 @@
 //! Attribute changes and file system figures: `chmod`'s descriptor and *at forms, `utimensat`,
 //! `futimens`, `statfs`, `fstatfs` for pool files and shim descriptors.
 
-use crate::state::{en, enter, lookup, route, Route};
+use crate::state::{en, enter, lookup, route, umasked, Route};
 use pmkit_fs::posix::Posix;
 use pmkit_fs::SetAttr;
 use pmkit_media::Region;
@@ -267,9 +267,11 @@ pub unsafe extern "C" fn lchown(path: *const c_char, uid: c_uint, gid: c_uint) -
     }
 }
 
-/// Special files (device nodes, FIFOs) are not made in the pool: EOPNOTSUPP, never a node in
-/// the kernel's directory at the prefix (glibc's mkfifo calls mknodat past this library, so
-/// both are caught here).
+/// Special files (FIFOs, sockets, device nodes) are made in the pool as nodes with no data: a
+/// program can list, stat, rename and remove them; opening one is EOPNOTSUPP (nothing in the
+/// process serves a FIFO or a device). The device number is kept in the kernel's 32-bit
+/// encoding (the same as for majors under 4096). glibc's mkfifo calls mknodat past this
+/// library, so both are caught here.
 ///
 /// # Safety
 /// mknodat(2)'s contract.
@@ -282,7 +284,10 @@ pub unsafe extern "C" fn mknodat(
 ) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
-        Route::Pool(_) => enter(-1, |_| Err(libc::EOPNOTSUPP)),
+        Route::Pool(p) => enter(-1, |fs| {
+            let mode = (mode & libc::S_IFMT) | umasked(mode & 0o7777);
+            fs.mknod(&p, mode, dev as u32).map(|_| 0).map_err(en)
+        }),
         Route::Real => {
             real!(mknodat(dirfd, path, mode, dev) as fn(c_int, *const c_char, c_uint, u64) -> c_int)
         }
@@ -295,7 +300,8 @@ pub unsafe extern "C" fn mknodat(
 pub unsafe extern "C" fn mknod(path: *const c_char, mode: c_uint, dev: u64) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
-        Route::Pool(_) => enter(-1, |_| Err(libc::EOPNOTSUPP)),
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { mknodat(libc::AT_FDCWD, path, mode, dev) },
         Route::Real => real!(mknod(path, mode, dev) as fn(*const c_char, c_uint, u64) -> c_int),
     }
 }
@@ -306,7 +312,8 @@ pub unsafe extern "C" fn mknod(path: *const c_char, mode: c_uint, dev: u64) -> c
 pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: c_uint) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
-        Route::Pool(_) => enter(-1, |_| Err(libc::EOPNOTSUPP)),
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { mknodat(dirfd, path, libc::S_IFIFO | (mode & 0o7777), 0) },
         Route::Real => {
             real!(mkfifoat(dirfd, path, mode) as fn(c_int, *const c_char, c_uint) -> c_int)
         }

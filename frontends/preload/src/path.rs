@@ -5,7 +5,7 @@
 use crate::stat::{fill_stat, fill_statx};
 use crate::state::{self, en, enter, route, Open, Route};
 use pmkit_fs::RenameFlags;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
 /// open(2) of a pool path: a pool descriptor behind a new kernel number.
@@ -648,12 +648,14 @@ pub unsafe extern "C" fn symlinkat(
                 state::set_errno(libc::EFAULT);
                 return -1;
             }
-            // SAFETY: not NULL, NUL-terminated (the caller's contract).
-            let t = unsafe { CStr::from_ptr(target) }.to_bytes();
+            let Some(t) = state::copy_c_string(target) else {
+                state::set_errno(libc::EFAULT);
+                return -1;
+            };
             // SAFETY: as above.
             let t = match unsafe { route(libc::AT_FDCWD, target) } {
                 Route::Pool(inner) if t.first() == Some(&b'/') => inner,
-                _ => t.to_vec(),
+                _ => t,
             };
             on_pool(p, |fs, p| fs.symlink(&t, p).map(drop))
         }

@@ -7,7 +7,7 @@ use pmkit_fs::{Fs, MountOptions, Protect};
 use pmkit_media::{Region, RegionOptions};
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::ffi::{c_int, CStr};
+use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -297,6 +297,42 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
     old
 }
 
+/// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the
+/// pointer: `process_vm_readv` on this process reads it, one page at a time, and answers EFAULT
+/// for memory that is not readable, where a plain load would fault. `None`: unreadable, or no
+/// NUL within `PATH_MAX` bytes.
+pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
+    const PAGE: usize = 4096;
+    let mut out = Vec::new();
+    let mut at = ptr as usize;
+    while out.len() < libc::PATH_MAX as usize {
+        let chunk = PAGE - at % PAGE;
+        let mut buf = vec![0u8; chunk];
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: chunk,
+        };
+        let remote = libc::iovec {
+            iov_base: at as *mut libc::c_void,
+            iov_len: chunk,
+        };
+        // SAFETY: the kernel copies from our own address space into `buf`, which is ours and
+        // `chunk` bytes long; an unreadable source is an error return, never a fault.
+        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return None;
+        }
+        let n = n as usize;
+        if let Some(z) = buf[..n].iter().position(|&b| b == 0) {
+            out.extend_from_slice(&buf[..z]);
+            return Some(out);
+        }
+        out.extend_from_slice(&buf[..n]);
+        at += n;
+    }
+    None
+}
+
 /// Where a path argument goes.
 pub enum Route {
     /// To libc (not under the prefix, the shim inert or busy).
@@ -318,8 +354,12 @@ pub unsafe fn route(dirfd: c_int, path: *const libc::c_char) -> Route {
     let Some(c) = config() else {
         return Route::Real;
     };
-    // SAFETY: not NULL (checked), NUL-terminated (the caller's contract).
-    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    // A bad pointer goes to libc, whose system call answers EFAULT as the kernel would; reading
+    // it here would crash the program instead.
+    let Some(owned) = copy_c_string(path) else {
+        return Route::Real;
+    };
+    let p = &owned[..];
     if p.is_empty() {
         return Route::Real;
     }

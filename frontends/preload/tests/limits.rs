@@ -195,21 +195,24 @@ fn limits_give_clear_errors() {
     );
     assert_eq!(out, "True b'kernel'\n");
 
-    // Special files are refused (never made in the kernel's directory); owners are kept.
+    // Special files are made in the pool (never in the kernel's directory), stat as what they
+    // are, and cannot be opened (nothing in the process serves them); owners are kept.
     let (out, _) = py(
         &s,
         &format!(
-            "import os, errno\n\
-             for f in (lambda: os.mknod('{f}-node'), lambda: os.mkfifo('{f}-fifo')):\n\
-             \x20   try:\n\
-             \x20       f(); print('made')\n\
-             \x20   except OSError as e:\n\
-             \x20       print(errno.errorcode[e.errno])\n\
+            "import os, errno, stat\n\
+             os.mknod('{f}-node', 0o600 | stat.S_IFCHR, os.makedev(1, 3)); os.mkfifo('{f}-fifo')\n\
+             a, b = os.stat('{f}-node'), os.stat('{f}-fifo')\n\
+             print(stat.S_ISCHR(a.st_mode), os.major(a.st_rdev), os.minor(a.st_rdev), stat.S_ISFIFO(b.st_mode))\n\
+             try:\n\
+             \x20   os.open('{f}-fifo', os.O_RDONLY | os.O_NONBLOCK); print('opened')\n\
+             except OSError as e:\n\
+             \x20   print(errno.errorcode[e.errno])\n\
              os.chown('{f}', 7, 8)\n\
              st = os.stat('{f}'); print(st.st_uid, st.st_gid)\n"
         ),
     );
-    assert_eq!(out, "ENOTSUP\nENOTSUP\n7 8\n"); // EOPNOTSUPP, the same number on Linux
+    assert_eq!(out, "True 1 3 True\nENOTSUP\n7 8\n"); // EOPNOTSUPP, the same number on Linux
 
     // stdio under the prefix: ENOTSUP, never a kernel file of that name.
     // awk opens its input with open(2) and writes its output with stdio's fopen.

@@ -480,6 +480,17 @@ impl<M: Media> Posix<M> {
         self.fs.mkdir(p, &n, mode & 0o7777)
     }
 
+    /// mknod(2): a FIFO, socket or device node (`mode` carries the type bits; `rdev` the
+    /// device number in the kernel's 32-bit encoding), or an empty regular file.
+    pub fn mknod(&self, path: &[u8], mode: u32, rdev: u32) -> Result<Attr> {
+        let (p, n) = self.parent_of(path)?;
+        let fmt = mode & libc::S_IFMT;
+        if fmt == 0 || fmt == libc::S_IFREG {
+            return self.fs.create(p, &n, mode & 0o7777);
+        }
+        self.fs.mknod(p, &n, mode, rdev)
+    }
+
     pub fn rmdir(&self, path: &[u8]) -> Result<()> {
         let (p, n) = self.parent_of(path)?;
         let gone = self.fs.lookup(p, &n).ok();
