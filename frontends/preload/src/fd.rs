@@ -291,6 +291,51 @@ pub extern "C" fn ftruncate64(fd: c_int, len: i64) -> c_int {
     ftruncate(fd, len)
 }
 
+/// fallocate(2) on a shim descriptor: mode 0 only (the pool has no KEEP_SIZE or hole
+/// punching: EOPNOTSUPP).
+#[no_mangle]
+pub extern "C" fn fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
+    if let Some(o) = lookup(fd) {
+        return enter(-1, |p| {
+            if mode != 0 {
+                return Err(libc::EOPNOTSUPP);
+            }
+            p.fallocate(o.fd, offset(off)?, offset(len)?).map_err(en)?;
+            Ok(0)
+        });
+    }
+    real!(fallocate(fd, mode, off, len) as fn(c_int, c_int, i64, i64) -> c_int)
+}
+
+#[no_mangle]
+pub extern "C" fn fallocate64(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
+    fallocate(fd, mode, off, len)
+}
+
+/// posix_fallocate(3): the error number as its result, errno untouched, as glibc does.
+#[no_mangle]
+pub extern "C" fn posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int {
+    if let Some(o) = lookup(fd) {
+        if off < 0 || len <= 0 {
+            return libc::EINVAL;
+        }
+        let saved = crate::state::errno();
+        let r = enter(-1, |p| {
+            p.fallocate(o.fd, off as u64, len as u64).map_err(en)?;
+            Ok(0)
+        });
+        let code = if r == 0 { 0 } else { crate::state::errno() };
+        crate::state::set_errno(saved);
+        return code;
+    }
+    real!(posix_fallocate(fd, off, len) as fn(c_int, i64, i64) -> c_int)
+}
+
+#[no_mangle]
+pub extern "C" fn posix_fallocate64(fd: c_int, off: i64, len: i64) -> c_int {
+    posix_fallocate(fd, off, len)
+}
+
 /// fstat of a shim descriptor.
 ///
 /// # Safety

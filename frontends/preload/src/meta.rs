@@ -158,6 +158,48 @@ unsafe fn fill_statfs(p: &Posix<Region>, out: *mut libc::statfs) -> Result<c_int
     Ok(0)
 }
 
+/// The pool's answer to pathconf(3) (glibc computes several from an internal statfs this
+/// library does not see, and would ask the kernel about a path only the pool has).
+fn pool_pathconf(name: c_int) -> Result<libc::c_long, c_int> {
+    Ok(match name {
+        libc::_PC_NAME_MAX => pmkit_fs::NAME_MAX as libc::c_long,
+        libc::_PC_PATH_MAX => libc::PATH_MAX as libc::c_long,
+        libc::_PC_LINK_MAX => 65_000,
+        libc::_PC_SYMLINK_MAX => pmkit_fs::SYMLINK_MAX as libc::c_long,
+        libc::_PC_NO_TRUNC | libc::_PC_CHOWN_RESTRICTED => 1,
+        libc::_PC_PIPE_BUF => libc::PIPE_BUF as libc::c_long,
+        libc::_PC_FILESIZEBITS => 64,
+        libc::_PC_REC_XFER_ALIGN | libc::_PC_ALLOC_SIZE_MIN | libc::_PC_REC_MIN_XFER_SIZE => 4096,
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+/// # Safety
+/// pathconf(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn pathconf(path: *const c_char, name: c_int) -> libc::c_long {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(p) => enter(-1, |fs| {
+            fs.stat(&p).map_err(en)?;
+            pool_pathconf(name)
+        }),
+        Route::Real => {
+            real!(pathconf(path, name) as fn(*const c_char, c_int) -> libc::c_long)
+        }
+    }
+}
+
+/// # Safety
+/// fpathconf(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fpathconf(fd: c_int, name: c_int) -> libc::c_long {
+    match lookup(fd) {
+        Some(_) => enter(-1, |_| pool_pathconf(name)),
+        None => real!(fpathconf(fd, name) as fn(c_int, c_int) -> libc::c_long),
+    }
+}
+
 /// # Safety
 /// statfs(2)'s contract.
 #[no_mangle]

@@ -200,6 +200,12 @@ pub fn enter<T>(err: T, f: impl FnOnce(&Posix<Region>) -> Result<T, c_int>) -> T
     }
 }
 
+/// The calling thread's errno.
+pub fn errno() -> c_int {
+    // SAFETY: errno is the calling thread's own variable.
+    unsafe { *libc::__errno_location() }
+}
+
 pub fn set_errno(code: c_int) {
     // SAFETY: errno is the calling thread's own variable.
     unsafe { *libc::__errno_location() = code };

@@ -8,7 +8,8 @@
 //! returns, as the library's are: `fsync` is a fence.
 //!
 //! There are no permission checks: the process holds the pool exclusively (the caller locks
-//! it, as `pmkit fs mount` does) and owns every file in it.
+//! it, as `pmkit fs mount` does) and may do anything in it. New nodes belong to the caller's
+//! effective user and group, as the kernel would make them.
 
 use crate::{Attr, DirEntry, Error, Fs, Kind, RenameFlags, Result, SetAttr, StatFs, ROOT};
 use parking_lot::Mutex;
@@ -120,6 +121,17 @@ struct Mapped {
     off: u64,
     len: u64,
     view: ExtentMap,
+}
+
+/// Who new nodes belong to: the calling thread's effective user and group, as the kernel does.
+fn caller() -> crate::Owner {
+    // SAFETY: geteuid and getegid cannot fail.
+    unsafe {
+        crate::Owner {
+            uid: libc::geteuid(),
+            gid: libc::getegid(),
+        }
+    }
 }
 
 fn components(path: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -276,7 +288,9 @@ impl<M: Media> Posix<M> {
         let attr = match r.attr {
             Some(_) if f.create && f.excl => return Err(Error::Exists),
             Some(a) => a,
-            None if f.create => self.fs.create(r.parent, &r.name, mode & 0o7777)?,
+            None if f.create => self
+                .fs
+                .create_as(caller(), r.parent, &r.name, mode & 0o7777)?,
             None => return Err(Error::NotFound),
         };
         match attr.kind {
@@ -453,6 +467,16 @@ impl<M: Media> Posix<M> {
             .map(drop)
     }
 
+    /// fallocate(2) mode 0 and posix_fallocate(3): allocate `[off, off + len)`, growing the
+    /// file if it ends there.
+    pub fn fallocate(&self, fd: Fd, off: u64, len: u64) -> Result<()> {
+        let d = self.writable(fd)?;
+        if d.kind != Kind::File {
+            return Err(Error::Invalid("fallocate of a non-regular file"));
+        }
+        self.fs.fallocate(d.ino, off, len)
+    }
+
     pub fn fstat(&self, fd: Fd) -> Result<Attr> {
         let d = self.desc(fd)?;
         if let Some(a) = *d.removed.lock() {
@@ -477,7 +501,7 @@ impl<M: Media> Posix<M> {
 
     pub fn mkdir(&self, path: &[u8], mode: u32) -> Result<Attr> {
         let (p, n) = self.parent_of(path)?;
-        self.fs.mkdir(p, &n, mode & 0o7777)
+        self.fs.mkdir_as(caller(), p, &n, mode & 0o7777)
     }
 
     /// mknod(2): a FIFO, socket or device node (`mode` carries the type bits; `rdev` the
@@ -486,9 +510,9 @@ impl<M: Media> Posix<M> {
         let (p, n) = self.parent_of(path)?;
         let fmt = mode & libc::S_IFMT;
         if fmt == 0 || fmt == libc::S_IFREG {
-            return self.fs.create(p, &n, mode & 0o7777);
+            return self.fs.create_as(caller(), p, &n, mode & 0o7777);
         }
-        self.fs.mknod(p, &n, mode, rdev)
+        self.fs.mknod_as(caller(), p, &n, mode, rdev)
     }
 
     pub fn rmdir(&self, path: &[u8]) -> Result<()> {
@@ -544,7 +568,7 @@ impl<M: Media> Posix<M> {
 
     pub fn symlink(&self, target: &[u8], path: &[u8]) -> Result<Attr> {
         let (p, n) = self.parent_of(path)?;
-        self.fs.symlink(p, &n, target)
+        self.fs.symlink_as(caller(), p, &n, target)
     }
 
     pub fn readlink(&self, path: &[u8]) -> Result<Vec<u8>> {
