@@ -241,8 +241,12 @@ impl<M: Media> Fs<M> {
             }
             last
         };
-        if last && self.live(ino)?.links == 0 {
-            self.free_orphan(ino)?;
+        if last {
+            if self.live(ino)?.links == 0 {
+                self.free_orphan(ino)?;
+            } else {
+                self.trim_prealloc(ino)?;
+            }
         }
         Ok(())
     }

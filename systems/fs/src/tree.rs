@@ -364,3 +364,55 @@ fn walk_node(
     }
     Ok(())
 }
+
+/// The data blocks that exist for file blocks `from..to`, as (file block, block) in order; at
+/// most `limit` of them. Holes cost nothing: only subtrees that exist are read.
+pub fn present(
+    r: &impl Reader,
+    root: u64,
+    height: u8,
+    (from, to): (u64, u64),
+    limit: usize,
+) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let to = to.min(tree_cap(height));
+    if from < to && height <= MAX_HEIGHT {
+        present_node(r, root, height, 0, (from, to), limit, &mut out);
+    }
+    out
+}
+
+fn present_node(
+    r: &impl Reader,
+    node: u64,
+    level: u8,
+    base: u64,
+    (from, to): (u64, u64),
+    limit: usize,
+    out: &mut Vec<(u64, u64)>,
+) {
+    if node == 0 || out.len() >= limit {
+        return;
+    }
+    if level == 0 {
+        out.push((base, node));
+        return;
+    }
+    if let (1, Some(run)) = (level, huge(node)) {
+        for i in from.max(base)..to.min(base + HUGE_BLOCKS) {
+            if out.len() >= limit {
+                return;
+            }
+            out.push((i, run + (i - base)));
+        }
+        return;
+    }
+    let span = tree_cap(level - 1);
+    let first = from.saturating_sub(base) / span;
+    let last = ((to - 1 - base) / span).min(FANOUT - 1);
+    let ptrs = r.node(node);
+    for slot in first..=last {
+        let b = base + slot * span;
+        present_node(r, ptrs[slot as usize], level - 1, b, (from, to), limit, out);
+    }
+}
