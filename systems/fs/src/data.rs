@@ -210,17 +210,35 @@ impl<M: Media> Fs<M> {
         let stop = ((last / w + 1) * w)
             .min(last + 1 + free / 16)
             .min(MAX_FILE_SIZE / BLOCK as u64);
-        for idx in last + 1..stop {
-            if tree::lookup(&*tx, node.root, node.height, idx) != 0 {
-                continue;
-            }
-            let Ok(b) = tx.alloc_block() else { break };
-            if tree::set(tx, node, idx, b).is_err() {
+        if stop <= last + 1 {
+            return;
+        }
+        // the first through `tree::set` (it may grow the tree from height 0), the rest as one
+        // range of pointer words in the same level-1 node (one staged write, not one per block)
+        if tree::lookup(&*tx, node.root, node.height, last + 1) == 0 {
+            let Ok(b) = tx.alloc_block() else { return };
+            if tree::set(tx, node, last + 1, b).is_err() {
                 // no block for a node: the tree is as it was, the block goes back
                 tx.free_after.push(b);
-                break;
+                return;
             }
         }
+        let n = (stop - last - 2) as usize;
+        let Some(at) = tree::leaf_slot(&*tx, node.root, node.height, last + 2) else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        let mut words = vec![0u8; n * 8];
+        tx.read(at, &mut words);
+        for w in words.chunks_mut(8) {
+            if w.iter().all(|&x| x == 0) {
+                let Ok(b) = tx.alloc_block() else { break };
+                w.copy_from_slice(&b.to_le_bytes());
+            }
+        }
+        tx.write(at, &words);
     }
 
     /// Give back the blocks beyond the size (preallocation) at the last close. Caller holds the

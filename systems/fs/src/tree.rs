@@ -132,6 +132,27 @@ pub fn split<M: Media>(tx: &mut Tx<'_, M>, ptr: u64) -> Result<u64> {
     tx.new_block(&words)
 }
 
+/// The byte offset of the pointer to file block `idx` in its level-1 node, if the path to that
+/// node exists (height 1 or more, no huge block on the way).
+pub fn leaf_slot(r: &impl Reader, root: u64, height: u8, idx: u64) -> Option<usize> {
+    if height == 0 || idx >= tree_cap(height) {
+        return None;
+    }
+    let mut node = root;
+    for level in (1..=height).rev() {
+        if node == 0 || (level == 1 && huge(node).is_some()) {
+            return None;
+        }
+        let slot = (idx / tree_cap(level - 1)) % FANOUT;
+        let off = node as usize * BLOCK + slot as usize * 8;
+        if level == 1 {
+            return Some(off);
+        }
+        node = r.word(off);
+    }
+    None
+}
+
 /// Is there no block at all in the 2 MiB-aligned range of file blocks from `idx`?
 pub fn span_empty(r: &impl Reader, root: u64, height: u8, idx: u64) -> bool {
     debug_assert_eq!(idx % HUGE_BLOCKS, 0);
