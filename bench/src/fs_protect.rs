@@ -8,15 +8,23 @@
 //! - `pkey`: a WRPKRU write window per store (the thesis's CR0.WP windows in user space), where
 //!   the CPU has protection keys; elsewhere the report says it was not run.
 //!
-//! Workloads, per thread in its own directory: 4 KiB append + fsync, 4 KiB random overwrite,
+//! Workloads, per thread in its own directory: 4 KiB append + fsync (with the preallocation
+//! past the end of the file that makes most appends skip the journal, and without it:
+//! `MountOptions::no_prealloc`, every append that starts a block a transaction), 4 KiB random overwrite,
 //! 64 B random overwrite (16 MiB files), create + unlink of an empty file, rename, and stat
 //! (no store: what the read path pays); 1 and 2 threads. Every (mode, workload) runs on a fresh
-//! pool in `--dir`.
+//! pool in `--dir`, populated (`MAP_POPULATE`: the first touch of a tmpfs page, a page fault
+//! and a page cleared, is no cost of PM and was a large part of the append figure).
+//!
+//! The reference issue 18 sets the append against: a raw 4 KiB non-temporal write plus a fence
+//! (`pmkit_media::Persister`, as `bench kernel-path`'s `nt store`) into a region in `--dir`, at
+//! sequential offsets as an append's, measured in the same run; the report prints each mode's
+//! append time over it.
 
 use crate::report::{mean_over_threads, median, plot, rotated_rounds, BenchFlags};
 use anyhow::{Context, Result};
 use pmkit_fs::{Fs, MkfsOptions, MountOptions, Protect, RenameFlags, ROOT};
-use pmkit_media::{Region, RegionOptions};
+use pmkit_media::{Persister, Region, RegionOptions, WriteScheme};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -34,6 +42,7 @@ pub struct Args {
 #[serde(rename_all = "kebab-case")]
 enum Work {
     Append4kFsync,
+    Append4kFsyncNoPrealloc,
     Overwrite4k,
     Overwrite64,
     CreateUnlink,
@@ -41,8 +50,9 @@ enum Work {
     Stat,
 }
 
-const WORKS: [Work; 6] = [
+const WORKS: [Work; 7] = [
     Work::Append4kFsync,
+    Work::Append4kFsyncNoPrealloc,
     Work::Overwrite4k,
     Work::Overwrite64,
     Work::CreateUnlink,
@@ -54,6 +64,7 @@ impl Work {
     fn name(self) -> &'static str {
         match self {
             Work::Append4kFsync => "append 4K+fsync",
+            Work::Append4kFsyncNoPrealloc => "  no prealloc",
             Work::Overwrite4k => "overwrite 4K",
             Work::Overwrite64 => "overwrite 64B",
             Work::CreateUnlink => "create+unlink",
@@ -87,6 +98,16 @@ struct Report {
     /// Modes this CPU cannot run (and why).
     not_run: Vec<String>,
     results: Vec<CellResult>,
+    /// The reference: a raw 4 KiB non-temporal write + fence, per thread count.
+    raw_nt_4k_fence: Vec<RawResult>,
+}
+
+#[derive(Serialize)]
+struct RawResult {
+    threads: usize,
+    /// Median microseconds per write + fence (per thread).
+    us_per_op: f64,
+    rounds: Vec<f64>,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -100,7 +121,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         not_run.push("pkey: this CPU has no memory protection keys (pku)".to_string());
     }
     let cells: Vec<(Work, usize)> = WORKS.iter().flat_map(|&w| [(w, 1), (w, 2)]).collect();
-    let bar = a.flags.progress(rounds * cells.len() * modes.len());
+    let bar = a.flags.progress(rounds * (cells.len() * modes.len() + 2));
     let raw = rotated_rounds(rounds, cells.len(), modes.len(), &bar, |r, ci, mi| {
         let (work, threads) = cells[ci];
         measure(
@@ -122,6 +143,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
             rounds: per_mode,
         })
         .collect();
+    let raw = rotated_rounds(rounds, 2, 1, &bar, |_, ci, _| {
+        raw_nt(&a.flags.dir, ci + 1, ms)
+    })?;
+    let raw_nt_4k_fence = raw
+        .into_iter()
+        .enumerate()
+        .map(|(ci, mut v)| {
+            let rounds = v.remove(0);
+            RawResult {
+                threads: ci + 1,
+                us_per_op: median(rounds.iter().copied()),
+                rounds,
+            }
+        })
+        .collect();
     let report = Report {
         benchmark: "fs-protect",
         cpu: crate::host::cpu_label(),
@@ -131,6 +167,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         modes: modes.iter().map(|m| m.name().to_string()).collect(),
         not_run,
         results,
+        raw_nt_4k_fence,
     };
     a.flags.emit(&report, draw, print)
 }
@@ -146,13 +183,21 @@ fn measure(
 ) -> Result<f64> {
     let path = dir.join(format!("pmkit-bench-fs-protect-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    let region = Region::create(&path, 256 << 20, &RegionOptions::default())
-        .with_context(|| format!("creating the scratch pool {}", path.display()))?;
+    let region = Region::create(
+        &path,
+        256 << 20,
+        &RegionOptions {
+            populate: true,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("creating the scratch pool {}", path.display()))?;
     // The mapping keeps the file alive; the name goes now so nothing is left behind.
     std::fs::remove_file(&path).ok();
     Fs::mkfs(&region, &MkfsOptions::default())?;
     let o = MountOptions {
         protect: mode,
+        no_prealloc: work == Work::Append4kFsyncNoPrealloc,
         ..MountOptions::default()
     };
     let (fs, _) = Fs::mount(region, &o).with_context(|| format!("mounting with {mode}"))?;
@@ -183,7 +228,8 @@ fn one_thread(fs: &Fs<Region>, work: Work, t: usize, ms: u64, seed: u64) -> Resu
     let mut size = 0u64;
     while busy < dur {
         // 64 operations per timed batch; resets (truncating a full file) stay outside it.
-        if work == Work::Append4kFsync && size + 64 * 4096 > FILE {
+        let append = matches!(work, Work::Append4kFsync | Work::Append4kFsyncNoPrealloc);
+        if append && size + 64 * 4096 > FILE {
             fs.setattr(
                 file,
                 &pmkit_fs::SetAttr {
@@ -196,7 +242,7 @@ fn one_thread(fs: &Fs<Region>, work: Work, t: usize, ms: u64, seed: u64) -> Resu
         let t0 = Instant::now();
         for i in 0..64u64 {
             match work {
-                Work::Append4kFsync => {
+                Work::Append4kFsync | Work::Append4kFsyncNoPrealloc => {
                     fs.write(file, size, &buf)?;
                     fs.fsync(file)?;
                     size += 4096;
@@ -232,6 +278,51 @@ fn one_thread(fs: &Fs<Region>, work: Work, t: usize, ms: u64, seed: u64) -> Resu
     Ok(busy.as_secs_f64() * 1e6 / ops as f64)
 }
 
+/// Microseconds per raw 4 KiB non-temporal write + fence, per thread, `threads` threads at once,
+/// each writing its own 16 MiB at sequential offsets (as an append does) in a fresh region.
+fn raw_nt(dir: &std::path::Path, threads: usize, ms: u64) -> Result<f64> {
+    let path = dir.join(format!("pmkit-bench-fs-protect-raw-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    // populated: the page faults of a first touch are not part of a raw write
+    let opts = RegionOptions {
+        populate: true,
+        ..Default::default()
+    };
+    let region = Region::create(&path, threads as u64 * FILE, &opts)
+        .with_context(|| format!("creating the scratch file {}", path.display()))?;
+    std::fs::remove_file(&path).ok();
+    let nt = Persister::new(WriteScheme::Nt, region.len(), region.domain());
+    let per_thread: Vec<f64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (region, nt) = (&region, &nt);
+                s.spawn(move || {
+                    let buf = vec![0x5au8; 4096];
+                    let base = t * FILE as usize;
+                    let dur = Duration::from_millis(ms);
+                    let (mut ops, mut busy, mut off) = (0u64, Duration::ZERO, 0usize);
+                    while busy < dur {
+                        let t0 = Instant::now();
+                        for _ in 0..64 {
+                            nt.write(region, base + off, &buf);
+                            nt.fence(region);
+                            off = (off + 4096) % FILE as usize;
+                        }
+                        busy += t0.elapsed();
+                        ops += 64;
+                    }
+                    busy.as_secs_f64() * 1e6 / ops as f64
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .collect()
+    });
+    Ok(per_thread.iter().sum::<f64>() / per_thread.len() as f64)
+}
+
 fn print(r: &Report) {
     println!(
         "PMFS library, µs per operation per thread, median of {} round(s) of {} ms, pools in {}; CPU: {}",
@@ -251,6 +342,25 @@ fn print(r: &Report) {
         println!();
     }
     println!("(in brackets: time relative to `none`; 1.00x = protection is free)");
+    for raw in &r.raw_nt_4k_fence {
+        print!(
+            "{:<20} {:>8.2} µs; append 4K+fsync / raw:",
+            format!("raw nt 4K+fence x{}", raw.threads),
+            raw.us_per_op
+        );
+        let append = r
+            .results
+            .iter()
+            .find(|c| c.workload == Work::Append4kFsync && c.threads == raw.threads);
+        for (m, v) in r
+            .modes
+            .iter()
+            .zip(append.map(|c| &c.us_per_op[..]).unwrap_or(&[]))
+        {
+            print!(" {m} {:.2}x", v / raw.us_per_op.max(1e-9));
+        }
+        println!();
+    }
     for n in &r.not_run {
         println!("not run: {n}");
     }

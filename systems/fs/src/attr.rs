@@ -225,23 +225,37 @@ impl<M: Media> Fs<M> {
         Ok(())
     }
 
-    /// Drop an open handle; the last one of an unlinked file frees it.
+    /// Drop an open handle; the last one of an unlinked file frees it, the last one of a linked
+    /// file gives back its preallocation. Closes take the namespace lock for reading, so they
+    /// run in parallel; only freeing an unlinked file takes it for writing.
     pub fn release(&self, ino: u64) -> Result<()> {
-        let _ns = self.ns.write();
-        let last = {
+        {
+            let _ns = self.ns.read();
             let mut a = self.alloc.lock();
             let c = a
                 .open
                 .get_mut(&ino)
                 .ok_or(Error::Invalid("release without open"))?;
             *c -= 1;
-            let last = *c == 0;
-            if last {
-                a.open.remove(&ino);
+            if *c > 0 {
+                return Ok(());
             }
-            last
-        };
-        if last && self.live(ino)?.links == 0 {
+            a.open.remove(&ino);
+            drop(a);
+            // Links only change under the write lock, which this read lock holds off: a file
+            // linked now stays linked until the trim is done (under its stripe, as a write).
+            if self.live(ino)?.links > 0 {
+                return self.trim_prealloc(ino);
+            }
+        }
+        let _ns = self.ns.write();
+        // Between the two locks another handle may have been opened (by number) on the
+        // unlinked file, and even closed, freeing it (its slot may be a new inode now): free
+        // only an orphan without links that nobody holds. Each lock alone (alloc, orphans),
+        // never nested, so the order `orphans, lane, allocator` of truncates stands.
+        let held = self.alloc.lock().open.contains_key(&ino);
+        let orphan = self.orphans.lock().contains(&ino);
+        if !held && orphan && self.live(ino).is_ok_and(|n| n.links == 0) {
             self.free_orphan(ino)?;
         }
         Ok(())

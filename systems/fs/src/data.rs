@@ -12,6 +12,9 @@ use pmkit_media::Media;
 
 /// Blocks per in-place write transaction.
 const CHUNK: u64 = 16;
+/// Preallocation window bounds, in blocks (see `Fs::prealloc`).
+const PREALLOC_MIN: u64 = 16;
+const PREALLOC_MAX: u64 = 256;
 /// Bytes of a huge block.
 const HUGE_BYTES: u64 = HUGE_BLOCKS * BLOCK as u64;
 
@@ -137,19 +140,13 @@ impl<M: Media> Fs<M> {
         Ok(true)
     }
 
-    /// Zero the bytes of the last block from the old size up to `upto` (they are beyond the
-    /// end of the file, so a crash either way is invisible).
+    /// Zero what the file owns from the old size up to `upto`: bytes beyond the size are
+    /// undefined (the tail of the last block, preallocated blocks, an append cut by a crash),
+    /// so they are zeroed before a size covers them. Invisible until then, so a crash either
+    /// way is too.
     fn zero_gap(&self, tx: &mut Tx<'_, M>, node: &Inode, upto: u64) {
-        let tail = node.size % BLOCK as u64;
-        if tail == 0 || upto <= node.size {
-            return;
-        }
-        let idx = node.size / BLOCK as u64;
-        let b = tree::lookup(tx, node.root, node.height, idx);
-        if b != 0 {
-            let stop = (upto - idx * BLOCK as u64).min(BLOCK as u64);
-            let zeros = vec![0u8; (stop - tail) as usize];
-            tx.write_fresh(b as usize * BLOCK + tail as usize, &zeros);
+        for (at, len) in gap(&*tx, node, upto) {
+            tx.write_fresh(at, &vec![0u8; len]);
         }
     }
 
@@ -185,6 +182,9 @@ impl<M: Media> Fs<M> {
             let new = tx.new_block(&content)?;
             tree::set(&mut tx, &mut node, idx, new)?;
         }
+        if !cow && end > node.size {
+            self.prealloc(&mut tx, &mut node, last);
+        }
         let t = now();
         node.size = node.size.max(end);
         (node.mtime, node.ctime) = (t, t);
@@ -192,19 +192,86 @@ impl<M: Media> Fs<M> {
         self.commit(tx)
     }
 
+    /// An append that needed a block: give the file the rest of an aligned window of blocks
+    /// beyond `last` too (pointers set, size unchanged), so the appends that follow find their
+    /// blocks allocated and take the fast path (no transaction). The window grows with the file
+    /// (an eighth of it, 16 to 256 blocks, at most half a lane of pointers so the transaction
+    /// fits), divides 512 (so it stays inside `last`'s level-1 node and 2 MiB span: no new node
+    /// but at height 0, no span a huge block could take), and takes at most a sixteenth of the
+    /// free blocks. Unzeroed: bytes beyond the size are zeroed before a size covers them.
+    fn prealloc(&self, tx: &mut Tx<'_, M>, node: &mut Inode, last: u64) {
+        if self.opts.no_prealloc {
+            return;
+        }
+        let lane = self.geo.lane_entries as u64 / 2;
+        let cap = (1u64 << (63 - lane.leading_zeros())).min(PREALLOC_MAX);
+        let w = ((last + 1).next_power_of_two() / 8).clamp(PREALLOC_MIN, cap);
+        let free = self.alloc.lock().blocks.free();
+        let stop = ((last / w + 1) * w)
+            .min(last + 1 + free / 16)
+            .min(MAX_FILE_SIZE / BLOCK as u64);
+        if stop <= last + 1 {
+            return;
+        }
+        // the first through `tree::set` (it may grow the tree from height 0), the rest as one
+        // range of pointer words in the same level-1 node (one staged write, not one per block)
+        if tree::lookup(&*tx, node.root, node.height, last + 1) == 0 {
+            let Ok(b) = tx.alloc_block() else { return };
+            if tree::set(tx, node, last + 1, b).is_err() {
+                // no block for a node: the tree is as it was, the block goes back
+                tx.free_after.push(b);
+                return;
+            }
+        }
+        let n = (stop - last - 2) as usize;
+        let Some(at) = tree::leaf_slot(&*tx, node.root, node.height, last + 2) else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        let mut words = vec![0u8; n * 8];
+        tx.read(at, &mut words);
+        for w in words.chunks_mut(8) {
+            if w.iter().all(|&x| x == 0) {
+                let Ok(b) = tx.alloc_block() else { break };
+                w.copy_from_slice(&b.to_le_bytes());
+            }
+        }
+        tx.write(at, &words);
+    }
+
+    /// Give back the blocks beyond the size (preallocation) at the last close. Caller holds the
+    /// namespace lock; the inode is live.
+    pub(crate) fn trim_prealloc(&self, ino: u64) -> Result<()> {
+        let _g = self.stripe(ino).lock();
+        let node = self.inode(ino);
+        let keep = node.size.div_ceil(BLOCK as u64);
+        let beyond = tree::present(&self.pm, node.root, node.height, (keep, u64::MAX), 1);
+        if !node.is(Kind::File) || beyond.is_empty() {
+            return Ok(());
+        }
+        loop {
+            let mut tx = self.tx();
+            let mut node = tx.inode(ino);
+            // the size is at or below `keep` already: a cut huge block may spare its tail
+            let done = tree::prune(&mut tx, &mut node, keep, self.prune_budget(), true)?;
+            tx.put_inode(ino, &node);
+            self.commit(tx)?;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
     /// Every block is allocated: stream the data in place, fence, then publish size and mtime
     /// with one 16-byte store (no journal).
     fn write_fast(&self, ino: u64, node: Inode, off: u64, data: &[u8]) {
         let end = off + data.len() as u64;
-        let tail = node.size % BLOCK as u64;
-        let gap_blk = tree::lookup(&self.pm, node.root, node.height, node.size / BLOCK as u64);
-        if off > node.size && tail != 0 && gap_blk != 0 {
+        for (at, len) in gap(&self.pm, &node, off) {
             // bytes beyond the end of the file: zero them before the size covers them
-            let b = gap_blk;
-            let stop = (off - node.size / BLOCK as u64 * BLOCK as u64).min(BLOCK as u64);
-            let at = b as usize * BLOCK + tail as usize;
-            self.pm.write(at, &vec![0u8; (stop - tail) as usize]);
-            self.pm.flush(at, (stop - tail) as usize);
+            self.pm.write(at, &vec![0u8; len]);
+            self.pm.flush(at, len);
         }
         let mut pos = off;
         while pos < end {
@@ -360,4 +427,21 @@ impl<M: Media> Fs<M> {
         }
         Ok(())
     }
+}
+
+/// The media byte ranges of what the file owns in `[size, upto)` (bytes beyond the size).
+fn gap(r: &impl tree::Reader, node: &Inode, upto: u64) -> Vec<(usize, usize)> {
+    if upto <= node.size {
+        return Vec::new();
+    }
+    let blk = BLOCK as u64;
+    let span = (node.size / blk, upto.div_ceil(blk));
+    tree::present(r, node.root, node.height, span, usize::MAX)
+        .into_iter()
+        .filter_map(|(i, b)| {
+            let a = node.size.max(i * blk) - i * blk;
+            let e = upto.min((i + 1) * blk) - i * blk;
+            (e > a).then_some((b as usize * BLOCK + a as usize, (e - a) as usize))
+        })
+        .collect()
 }

@@ -112,6 +112,9 @@ pub struct MountOptions {
     pub data: DataMode,
     /// Never allocate 2 MiB blocks (4 KiB only): for comparisons.
     pub small_blocks: bool,
+    /// Never preallocate blocks beyond the end of a file on append: for comparisons (every
+    /// append that starts a block is then a transaction).
+    pub no_prealloc: bool,
     /// How PM is protected from stray stores (see `docs/fs.md`, Protection).
     pub protect: Protect,
     /// Emulated persistence-barrier latency: every fence takes at least this many more

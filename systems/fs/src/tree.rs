@@ -132,6 +132,27 @@ pub fn split<M: Media>(tx: &mut Tx<'_, M>, ptr: u64) -> Result<u64> {
     tx.new_block(&words)
 }
 
+/// The byte offset of the pointer to file block `idx` in its level-1 node, if the path to that
+/// node exists (height 1 or more, no huge block on the way).
+pub fn leaf_slot(r: &impl Reader, root: u64, height: u8, idx: u64) -> Option<usize> {
+    if height == 0 || idx >= tree_cap(height) {
+        return None;
+    }
+    let mut node = root;
+    for level in (1..=height).rev() {
+        if node == 0 || (level == 1 && huge(node).is_some()) {
+            return None;
+        }
+        let slot = (idx / tree_cap(level - 1)) % FANOUT;
+        let off = node as usize * BLOCK + slot as usize * 8;
+        if level == 1 {
+            return Some(off);
+        }
+        node = r.word(off);
+    }
+    None
+}
+
 /// Is there no block at all in the 2 MiB-aligned range of file blocks from `idx`?
 pub fn span_empty(r: &impl Reader, root: u64, height: u8, idx: u64) -> bool {
     debug_assert_eq!(idx % HUGE_BLOCKS, 0);
@@ -363,4 +384,56 @@ fn walk_node(
         }
     }
     Ok(())
+}
+
+/// The data blocks that exist for file blocks `from..to`, as (file block, block) in order; at
+/// most `limit` of them. Holes cost nothing: only subtrees that exist are read.
+pub fn present(
+    r: &impl Reader,
+    root: u64,
+    height: u8,
+    (from, to): (u64, u64),
+    limit: usize,
+) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let to = to.min(tree_cap(height));
+    if from < to && height <= MAX_HEIGHT {
+        present_node(r, root, height, 0, (from, to), limit, &mut out);
+    }
+    out
+}
+
+fn present_node(
+    r: &impl Reader,
+    node: u64,
+    level: u8,
+    base: u64,
+    (from, to): (u64, u64),
+    limit: usize,
+    out: &mut Vec<(u64, u64)>,
+) {
+    if node == 0 || out.len() >= limit {
+        return;
+    }
+    if level == 0 {
+        out.push((base, node));
+        return;
+    }
+    if let (1, Some(run)) = (level, huge(node)) {
+        for i in from.max(base)..to.min(base + HUGE_BLOCKS) {
+            if out.len() >= limit {
+                return;
+            }
+            out.push((i, run + (i - base)));
+        }
+        return;
+    }
+    let span = tree_cap(level - 1);
+    let first = from.saturating_sub(base) / span;
+    let last = ((to - 1 - base) / span).min(FANOUT - 1);
+    let ptrs = r.node(node);
+    for slot in first..=last {
+        let b = base + slot * span;
+        present_node(r, ptrs[slot as usize], level - 1, b, (from, to), limit, out);
+    }
 }

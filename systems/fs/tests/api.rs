@@ -164,7 +164,12 @@ fn rename_flags_links_symlinks_xattrs() {
 fn unlinked_but_open_survives_until_release_and_remount() {
     let r = Region::anonymous(4 << 20).unwrap();
     Fs::mkfs(&r, &MkfsOptions::default()).unwrap();
-    let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
+    // exact block counts: no preallocation (tests/crash_prealloc.rs covers it)
+    let exact = MountOptions {
+        no_prealloc: true,
+        ..MountOptions::default()
+    };
+    let (fs, _) = Fs::mount(r, &exact).unwrap();
     let f = fs.create(ROOT, b"f", 0o644).unwrap();
     fs.write(f.ino, 0, &[7u8; 9000]).unwrap();
     let free0 = fs.statfs().free_blocks;
@@ -284,7 +289,12 @@ fn a_sparse_file_grows_to_height_three_and_shrinks() {
         ..MkfsOptions::default()
     };
     Fs::mkfs(&r, &o).unwrap();
-    let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
+    // exact block counts: no preallocation (tests/crash_prealloc.rs covers it)
+    let exact = MountOptions {
+        no_prealloc: true,
+        ..MountOptions::default()
+    };
+    let (fs, _) = Fs::mount(r, &exact).unwrap();
     let f = fs.create(ROOT, b"sparse", 0o644).unwrap();
     let far = 3u64 << 30; // past the 1 GiB a height-2 tree covers
     fs.write(f.ino, 10, b"near").unwrap();
@@ -423,4 +433,64 @@ fn special_files_keep_kind_and_device_number_across_a_remount() {
         names.contains(&(b"blk".to_vec(), Kind::BlockDev)),
         "{names:?}"
     );
+}
+
+/// Preallocated blocks are not zeroed when allocated: whatever a freed file left in them must
+/// read as zeros once the size covers them (a write past the end, a truncate or fallocate that
+/// grows), and the last close gives them back.
+#[test]
+fn preallocated_blocks_read_as_zeros_once_the_size_covers_them() {
+    for grow in ["write", "truncate", "fallocate"] {
+        let fs = fresh(4 << 20);
+        // a file of 0xff fills blocks and is freed: the lowest free blocks are reused first
+        let x = fs.create(ROOT, b"x", 0o644).unwrap();
+        fs.write(x.ino, 0, &[0xffu8; 60 << 10]).unwrap();
+        fs.unlink(ROOT, b"x").unwrap();
+        let f = fs.create(ROOT, b"f", 0o644).unwrap();
+        fs.open(f.ino).unwrap();
+        fs.write(f.ino, 0, &[1u8; 100]).unwrap();
+        let a = fs.getattr(f.ino).unwrap();
+        assert!(
+            a.blocks > 2,
+            "{grow}: no preallocation ({} blocks)",
+            a.blocks
+        );
+        let end = 40_000u64;
+        match grow {
+            "write" => {
+                fs.write(f.ino, end - 10, &[2u8; 10]).unwrap();
+            }
+            "truncate" => {
+                fs.setattr(
+                    f.ino,
+                    &SetAttr {
+                        size: Some(end),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+            }
+            _ => fs.fallocate(f.ino, 100, end - 100).unwrap(),
+        };
+        let back = fs.read(f.ino, 0, end as usize).unwrap();
+        assert_eq!(back.len() as u64, end, "{grow}");
+        assert!(back[..100].iter().all(|&b| b == 1), "{grow}");
+        let stale = back[100..end as usize - 10].iter().position(|&b| b != 0);
+        assert_eq!(stale, None, "{grow}: bytes beyond the old size not zeroed");
+        let before = fs.getattr(f.ino).unwrap().blocks;
+        fs.release(f.ino).unwrap();
+        let after = fs.getattr(f.ino).unwrap().blocks;
+        // 10 data blocks and the level-1 node stay
+        assert_eq!(
+            after, 11,
+            "{grow}: trimmed at the last close (had {before})"
+        );
+        assert!(
+            before > after,
+            "{grow}: nothing was preallocated past {end}"
+        );
+        let media = fs.unmount();
+        let rep = pmkit_fs::check(&media);
+        assert!(rep.is_clean(), "{grow}: {rep:?}");
+    }
 }

@@ -708,6 +708,16 @@ fn a_clean_pool_of_every_kind_gets_no_fix() {
         fs.set_atomic(flagged.ino, data == DataMode::InPlace)
             .unwrap();
         fs.write(flagged.ino, 0, b"atomic or not").unwrap();
+        // blocks preallocated past the end of a file (appends of an in-place file)
+        let pre = fs.create(ROOT, b"prealloc", 0o644).unwrap();
+        fs.set_atomic(pre.ino, false).unwrap();
+        fs.write(pre.ino, 0, &[3u8; 5000]).unwrap();
+        fs.write(pre.ino, 5000, &[4u8; 100]).unwrap();
+        let a = fs.getattr(pre.ino).unwrap();
+        assert!(
+            a.blocks > a.size.div_ceil(4096) + 1,
+            "no preallocation: {a:?}"
+        );
         fs.setxattr(big.ino, b"user.a", b"1", XattrFlags::Either)
             .unwrap();
         fs.link(big.ino, ROOT, b"big-link").unwrap();

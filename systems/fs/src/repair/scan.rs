@@ -141,7 +141,8 @@ impl<M: Media> State<'_, M> {
             size = MAX_FILE_SIZE;
         }
         let end = size.div_ceil(BLOCK as u64);
-        if !self.pruning.contains(&ino) {
+        // as the walk: a regular file may own blocks beyond its size (preallocation)
+        if !node.is(Kind::File) && !self.pruning.contains(&ino) {
             let mut keep = Vec::new();
             for (i, b, at) in data {
                 if i >= end {
