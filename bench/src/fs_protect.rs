@@ -292,35 +292,24 @@ fn raw_nt(dir: &std::path::Path, threads: usize, ms: u64) -> Result<f64> {
         .with_context(|| format!("creating the scratch file {}", path.display()))?;
     std::fs::remove_file(&path).ok();
     let nt = Persister::new(WriteScheme::Nt, region.len(), region.domain());
-    let per_thread: Vec<f64> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (region, nt) = (&region, &nt);
-                s.spawn(move || {
-                    let buf = vec![0x5au8; 4096];
-                    let base = t * FILE as usize;
-                    let dur = Duration::from_millis(ms);
-                    let (mut ops, mut busy, mut off) = (0u64, Duration::ZERO, 0usize);
-                    while busy < dur {
-                        let t0 = Instant::now();
-                        for _ in 0..64 {
-                            nt.write(region, base + off, &buf);
-                            nt.fence(region);
-                            off = (off + 4096) % FILE as usize;
-                        }
-                        busy += t0.elapsed();
-                        ops += 64;
-                    }
-                    busy.as_secs_f64() * 1e6 / ops as f64
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("bench thread"))
-            .collect()
-    });
-    Ok(per_thread.iter().sum::<f64>() / per_thread.len() as f64)
+    let (region, nt) = (&region, &nt);
+    mean_over_threads(threads, |t| {
+        let buf = vec![0x5au8; 4096];
+        let base = t * FILE as usize;
+        let dur = Duration::from_millis(ms);
+        let (mut ops, mut busy, mut off) = (0u64, Duration::ZERO, 0usize);
+        while busy < dur {
+            let t0 = Instant::now();
+            for _ in 0..64 {
+                nt.write(region, base + off, &buf);
+                nt.fence(region);
+                off = (off + 4096) % FILE as usize;
+            }
+            busy += t0.elapsed();
+            ops += 64;
+        }
+        Ok(busy.as_secs_f64() * 1e6 / ops as f64)
+    })
 }
 
 fn print(r: &Report) {
