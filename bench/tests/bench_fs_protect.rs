@@ -1,6 +1,7 @@
 //! Smoke test of `pmkit-bench fs-protect`: a short run must measure every workload in every
 //! protection mode this CPU has (1 and 2 threads), with positive times, draw its plot, and
-//! name pkey as not run where the CPU lacks it. No timing assertions (the machine is shared).
+//! name pkey as not run where the CPU lacks it, and measure the raw nt 4 KiB + fence reference.
+//! No timing assertions (the machine is shared).
 
 use serde_json::Value;
 use std::process::Command;
@@ -35,7 +36,10 @@ fn quick_json_has_every_mode_and_workload() {
     assert_eq!(modes.contains(&"pkey"), pku, "{modes:?}");
     assert_eq!(v["not_run"].as_array().unwrap().is_empty(), pku);
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 12, "6 workloads x 1 and 2 threads");
+    assert_eq!(results.len(), 14, "7 workloads x 1 and 2 threads");
+    let raw = v["raw_nt_4k_fence"].as_array().unwrap();
+    assert_eq!(raw.len(), 2, "the raw reference, 1 and 2 threads: {raw:?}");
+    assert!(raw.iter().all(|r| r["us_per_op"].as_f64().unwrap() > 0.0));
     for r in results {
         let us = r["us_per_op"].as_array().unwrap();
         assert_eq!(us.len(), modes.len(), "{r}");
