@@ -249,6 +249,16 @@ impl<M: Media> Posix<M> {
         Ok((r.parent, r.name))
     }
 
+    /// As [`Posix::parent_of`] for a path to be made: one that exists (the root, `.`, `..`
+    /// included) is EEXIST first, as Linux answers `mkdir("/")`.
+    fn new_name(&self, path: &[u8]) -> Result<(u64, Vec<u8>)> {
+        let r = self.resolve(path, false)?;
+        if r.attr.is_some() {
+            return Err(Error::Exists);
+        }
+        Ok((r.parent, r.name))
+    }
+
     fn desc(&self, fd: Fd) -> Result<Arc<Desc>> {
         self.fds
             .lock()
@@ -500,14 +510,14 @@ impl<M: Media> Posix<M> {
     }
 
     pub fn mkdir(&self, path: &[u8], mode: u32) -> Result<Attr> {
-        let (p, n) = self.parent_of(path)?;
+        let (p, n) = self.new_name(path)?;
         self.fs.mkdir_as(caller(), p, &n, mode & 0o7777)
     }
 
     /// mknod(2): a FIFO, socket or device node (`mode` carries the type bits; `rdev` the
     /// device number in the kernel's 32-bit encoding), or an empty regular file.
     pub fn mknod(&self, path: &[u8], mode: u32, rdev: u32) -> Result<Attr> {
-        let (p, n) = self.parent_of(path)?;
+        let (p, n) = self.new_name(path)?;
         let fmt = mode & libc::S_IFMT;
         if fmt == 0 || fmt == libc::S_IFREG {
             return self.fs.create_as(caller(), p, &n, mode & 0o7777);
@@ -567,7 +577,7 @@ impl<M: Media> Posix<M> {
     }
 
     pub fn symlink(&self, target: &[u8], path: &[u8]) -> Result<Attr> {
-        let (p, n) = self.parent_of(path)?;
+        let (p, n) = self.new_name(path)?;
         self.fs.symlink_as(caller(), p, &n, target)
     }
 
