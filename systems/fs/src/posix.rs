@@ -298,9 +298,18 @@ impl<M: Media> Posix<M> {
         let attr = match r.attr {
             Some(_) if f.create && f.excl => return Err(Error::Exists),
             Some(a) => a,
-            None if f.create => self
-                .fs
-                .create_as(caller(), r.parent, &r.name, mode & 0o7777)?,
+            None if f.create => {
+                match self
+                    .fs
+                    .create_as(caller(), r.parent, &r.name, mode & 0o7777)
+                {
+                    Ok(a) => a,
+                    // Another thread made the name since the lookup: without O_EXCL, open
+                    // what it made, as the kernel's atomic O_CREAT would.
+                    Err(Error::Exists) if !f.excl => self.fs.lookup(r.parent, &r.name)?,
+                    Err(e) => return Err(e),
+                }
+            }
             None => return Err(Error::NotFound),
         };
         match attr.kind {
