@@ -1,28 +1,13 @@
 //! Attributes as the kernel reports them: `struct stat` and `struct statx`.
 
-use pmkit_fs::{Attr, Kind};
+use pmkit_fs::posix::{secs, stat_of, type_bits};
+use pmkit_fs::Attr;
 use std::ffi::c_int;
 
 /// The device number pool files report (major 0, an unnamed-device minor no kernel file
 /// system of this host is likely to hold): tools that compare `st_dev` (cp, find -xdev) see
 /// a file system of its own.
 pub const DEV_MINOR: u32 = 0xfe;
-
-fn fmt(k: Kind) -> u32 {
-    match k {
-        Kind::Dir => libc::S_IFDIR,
-        Kind::Symlink => libc::S_IFLNK,
-        Kind::Fifo => libc::S_IFIFO,
-        Kind::Socket => libc::S_IFSOCK,
-        Kind::CharDev => libc::S_IFCHR,
-        Kind::BlockDev => libc::S_IFBLK,
-        Kind::File | Kind::Free => libc::S_IFREG,
-    }
-}
-
-fn secs(ns: u64) -> (i64, i64) {
-    ((ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as i64)
-}
 
 /// Fill `*st` (zeroed first).
 ///
@@ -32,21 +17,8 @@ pub unsafe fn fill_stat(a: &Attr, st: *mut libc::stat) -> Result<c_int, c_int> {
     if st.is_null() {
         return Err(libc::EFAULT);
     }
-    // SAFETY: all-zero is a valid `struct stat`.
-    let mut s: libc::stat = unsafe { std::mem::zeroed() };
+    let mut s = stat_of(a);
     s.st_dev = libc::makedev(0, DEV_MINOR);
-    s.st_ino = a.ino;
-    s.st_mode = fmt(a.kind) | (a.mode & 0o7777);
-    s.st_nlink = a.links as _;
-    s.st_uid = a.uid;
-    s.st_gid = a.gid;
-    s.st_rdev = a.rdev as u64;
-    s.st_size = a.size as i64;
-    s.st_blksize = 4096;
-    s.st_blocks = (a.blocks * 8) as i64;
-    (s.st_atime, s.st_atime_nsec) = secs(a.atime);
-    (s.st_mtime, s.st_mtime_nsec) = secs(a.mtime);
-    (s.st_ctime, s.st_ctime_nsec) = secs(a.ctime);
     // SAFETY: not NULL (checked), valid for one write (the caller's contract).
     unsafe { st.write(s) };
     Ok(0)
@@ -75,7 +47,7 @@ pub unsafe fn fill_statx(a: &Attr, stx: *mut libc::statx) -> Result<c_int, c_int
     x.stx_nlink = a.links;
     x.stx_uid = a.uid;
     x.stx_gid = a.gid;
-    x.stx_mode = (fmt(a.kind) | (a.mode & 0o7777)) as u16;
+    x.stx_mode = (type_bits(a.kind) | (a.mode & 0o7777)) as u16;
     x.stx_ino = a.ino;
     x.stx_size = a.size;
     x.stx_blocks = a.blocks * 8;

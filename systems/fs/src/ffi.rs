@@ -8,7 +8,7 @@
 //! `pmfs_mount` of it, here or in another process, or a FUSE mount, gets EBUSY.
 
 use crate::posix::{Fd, Posix, Whence};
-use crate::{Attr, Error, Fs, Kind, MkfsOptions, MountOptions, Protect, RenameFlags};
+use crate::{Attr, Error, Fs, MkfsOptions, MountOptions, Protect, RenameFlags};
 use pmkit_media::{Region, RegionOptions};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -352,43 +352,14 @@ pub unsafe extern "C" fn pmfs_ftruncate(fs: *mut PmfsHandle, d: c_int, len: i64)
     })
 }
 
-fn fill_stat(a: &Attr, st: &mut libc::stat) {
-    let fmt = match a.kind {
-        Kind::Dir => libc::S_IFDIR,
-        Kind::Symlink => libc::S_IFLNK,
-        Kind::Fifo => libc::S_IFIFO,
-        Kind::Socket => libc::S_IFSOCK,
-        Kind::CharDev => libc::S_IFCHR,
-        Kind::BlockDev => libc::S_IFBLK,
-        Kind::File | Kind::Free => libc::S_IFREG,
-    };
-    let secs = |ns: u64| ((ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as i64);
-    st.st_ino = a.ino;
-    st.st_mode = fmt | (a.mode & 0o7777);
-    st.st_nlink = a.links as u64;
-    st.st_uid = a.uid;
-    st.st_gid = a.gid;
-    st.st_rdev = a.rdev as u64;
-    st.st_size = a.size as i64;
-    st.st_blksize = 4096;
-    st.st_blocks = (a.blocks * 8) as i64;
-    (st.st_atime, st.st_atime_nsec) = secs(a.atime);
-    (st.st_mtime, st.st_mtime_nsec) = secs(a.mtime);
-    (st.st_ctime, st.st_ctime_nsec) = secs(a.ctime);
-}
-
 /// # Safety
 /// `st` must be NULL or valid for writing one `struct stat`.
 unsafe fn stat_out(a: Attr, st: *mut libc::stat) -> Result<c_int, Failure> {
     if st.is_null() {
         return Err((libc::EFAULT, "st is NULL".into()));
     }
-    // SAFETY: not NULL (checked) and valid for one write (the caller's contract); zeroed
-    // first so fields PMFS has no value for (st_dev) are 0.
-    unsafe {
-        st.write(std::mem::zeroed());
-        fill_stat(&a, &mut *st);
-    }
+    // SAFETY: not NULL (checked) and valid for one write (the caller's contract).
+    unsafe { st.write(crate::posix::stat_of(&a)) };
     Ok(0)
 }
 

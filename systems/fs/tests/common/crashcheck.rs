@@ -1,7 +1,7 @@
 //! The crash tests' checking: what a workload acknowledged, and whether a recovered image is
 //! the tree before or after the operation in flight (in-place writes: each byte old or new).
 
-use super::{diff, snap, Snap};
+use super::{data_of, diff, run_op, snap, Model, Op, Snap};
 use parking_lot::Mutex;
 use pmkit_fs::{DataMode, Fs, MkfsOptions, MountOptions};
 use pmkit_media::crashsim::{check_every_fence_from, CrashOpts, CrashReport, CrashSim};
@@ -139,4 +139,49 @@ pub fn crash_custom_with(
             Ok(())
         },
     )
+}
+
+/// Crash at every fence of `ops` run after `setup` (both on a fresh tiny file system of `len`
+/// bytes mounted in place); `check(fs)` runs after each op of the workload.
+pub fn crash_seq(
+    len: usize,
+    setup: &[Op],
+    ops: &[Op],
+    domain: Domain,
+    probe: &(dyn Fn(&Fs<Arc<CrashSim>>, &Op) + Sync),
+    seen: &(dyn Fn(&Snap, &Acked) + Sync),
+) -> CrashReport {
+    let mut model = Model::default();
+    for op in setup {
+        model.apply(op).unwrap();
+    }
+    let setup_fs = |fs: &Fs<&CrashSim>| {
+        for op in setup {
+            run_op(fs, op).unwrap();
+        }
+        assert!(snap(fs).unwrap() == model.snap(), "setup matches its model");
+    };
+    let work = |fs: &Fs<Arc<CrashSim>>, a: &Mutex<Acked>| {
+        let mut model = model.clone();
+        for op in ops {
+            let mut next = model.clone();
+            next.apply(op).unwrap();
+            {
+                let mut g = a.lock();
+                g.after = Some(next.snap());
+                g.torn = match op {
+                    Op::Write(p, off, len, seed) if !model.is_atomic(p) => {
+                        Some((p.clone(), *off, data_of(*off, *len, *seed)))
+                    }
+                    _ => None,
+                };
+            }
+            run_op(fs, op).unwrap();
+            probe(fs, op);
+            model = next;
+            let mut g = a.lock();
+            (g.before, g.after, g.torn) = (Some(model.snap()), None, None);
+        }
+    };
+    crash_custom_with(len, &setup_fs, &work, domain, seen)
 }
