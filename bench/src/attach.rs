@@ -144,22 +144,30 @@ pub(crate) fn mount_target(
             att: Box::new(att),
         })
     } else {
-        let f = std::fs::File::create(file)?;
-        f.set_len(size)?;
-        drop(f);
-        let dev = sh(Command::new("losetup").args(["--find", "--show"]).arg(file))?
-            .trim()
-            .to_string();
-        let r = sh(Command::new("mkfs.ext4")
-            .args(["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
-            .arg(&dev))
-        .and_then(|_| sh(Command::new("mount").arg(&dev).arg(mnt)));
-        if let Err(e) = r {
-            let _ = sh(Command::new("losetup").arg("-d").arg(&dev));
-            return Err(e);
-        }
-        Ok(Mounted::Loop { dev })
+        mount_loop(file, mnt, size, "ext4")
     }
+}
+
+/// Make a `size`-byte file `file`, a loop device over it, a `fstype` file system (`mkfs.FSTYPE`:
+/// ext2, ext4) on that, and mount it on `mnt`.
+pub(crate) fn mount_loop(file: &Path, mnt: &Path, size: u64, fstype: &str) -> Result<Mounted> {
+    let f = std::fs::File::create(file)?;
+    f.set_len(size)?;
+    drop(f);
+    let dev = sh(Command::new("losetup").args(["--find", "--show"]).arg(file))?
+        .trim()
+        .to_string();
+    let mut mkfs = Command::new(format!("mkfs.{fstype}"));
+    mkfs.args(["-F", "-q"]);
+    if fstype == "ext4" {
+        mkfs.args(["-E", "lazy_itable_init=0,lazy_journal_init=0"]);
+    }
+    let r = sh(mkfs.arg(&dev)).and_then(|_| sh(Command::new("mount").arg(&dev).arg(mnt)));
+    if let Err(e) = r {
+        let _ = sh(Command::new("losetup").arg("-d").arg(&dev));
+        return Err(e);
+    }
+    Ok(Mounted::Loop { dev })
 }
 
 /// Unmount what [`mount_target`] mounted and remove its file.

@@ -9,6 +9,8 @@
 mod journal;
 mod load;
 mod output;
+// The library and shim targets serve the issue-18 figures being added beside `bench fs`.
+#[allow(dead_code)]
 mod targets;
 
 use crate::host::{cpu_label, need_root, need_tool, Scratch};
@@ -123,7 +125,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let mut cache = a.cache.clone();
     cache.dedup();
     let mut targets: Vec<Target> = cache.iter().map(|&c| Target::Pmfs(c)).collect();
-    targets.extend([Target::Ext4Attach, Target::Ext4Loop, Target::Tmpfs]);
+    targets.extend([
+        Target::Ext4Attach,
+        Target::Ext4Loop,
+        Target::Ext2Loop,
+        Target::Tmpfs,
+    ]);
     let files_all = counts.files * THREADS.iter().sum::<usize>() + load::READ_FILES * 2 + 64;
     let sizes = Sizes {
         bytes: a.size_mib.max(512) << 20,
@@ -132,6 +139,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .saturating_add(1024),
         fuse_threads: a.fuse_threads.clamp(1, 64),
         pmfs_protect: a.pmfs_protect,
+        barrier_ns: 0,
     };
     let base = Scratch::dir(&std::env::temp_dir(), "fs")?;
     let mnt = base.path().join("mnt");

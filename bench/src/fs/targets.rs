@@ -1,9 +1,13 @@
-//! The file systems `bench fs` compares, each made afresh, mounted on one directory and torn
-//! down (unmounted, loop device detached, files removed) after use, also when a workload fails.
+//! The file systems the `bench fs*` commands compare, each made afresh, mounted on one directory
+//! and torn down (unmounted, loop device detached, files removed) after use, also when a workload
+//! fails. PMFS comes three ways: over FUSE, in process through the library ([`Target::Library`],
+//! for workloads written against `pmkit_fs::posix`) and through the LD_PRELOAD shim
+//! ([`Target::Shim`], for unmodified programs, started with [`Up::env`]); the last two make the
+//! pool and leave the directory empty: the shim serves it as its prefix.
 
-use crate::attach::{mount_target, unmount_target, Mounted, PMKIT_DEV, RAMDISK};
+use crate::attach::{mount_loop, mount_target, unmount_target, Mounted, PMKIT_DEV};
 use crate::host::sh;
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 use pmkit::args::EngineArgs;
 use pmkit_fuse::pmfs_cache::CacheMode;
 use pmkit_fuse::pmfs_mount::{self, MountOptions, Served};
@@ -15,10 +19,16 @@ use std::process::Command;
 pub enum Target {
     /// PMFS over FUSE (`pmkit fs mount`, in this process) with a cache mode.
     Pmfs(CacheMode),
+    /// PMFS through the library in the measuring process (`pmkit_fs::posix::Posix`).
+    Library,
+    /// PMFS through `libpmkit_preload.so` in a child program.
+    Shim,
     /// ext4 on `pmkit attach` (PMBD as a FUSE file + loop device): the thesis's baseline.
     Ext4Attach,
     /// ext4 on a loop device over a /dev/shm file.
     Ext4Loop,
+    /// ext2 (no journal) on a loop device over a /dev/shm file.
+    Ext2Loop,
     Tmpfs,
 }
 
@@ -26,8 +36,11 @@ impl Target {
     pub fn name(self) -> String {
         match self {
             Target::Pmfs(c) => format!("pmfs-{c}"),
+            Target::Library => "pmfs-lib".into(),
+            Target::Shim => "pmfs-shim".into(),
             Target::Ext4Attach => "ext4-attach".into(),
             Target::Ext4Loop => "ext4-loop".into(),
+            Target::Ext2Loop => "ext2-loop".into(),
             Target::Tmpfs => "tmpfs".into(),
         }
     }
@@ -42,14 +55,28 @@ pub struct Sizes {
     pub inodes: u32,
     /// FUSE threads of the PMFS mount and of the attachment.
     pub fuse_threads: usize,
-    /// Protection of the PMFS mount.
+    /// Protection of PMFS (mount, library and shim).
     pub pmfs_protect: pmkit_fs::Protect,
+    /// Extra ns per persistence fence of PMFS (thesis Fig. 15c; 0: none).
+    pub barrier_ns: u64,
 }
 
 /// A mounted target.
 pub enum Up {
-    Pmfs { served: Served, pool: PathBuf },
-    Ext4(Mounted, PathBuf),
+    Pmfs {
+        served: Served,
+        pool: PathBuf,
+    },
+    /// A made, unmounted pool for [`Target::Library`] or [`Target::Shim`].
+    Pool {
+        pool: PathBuf,
+        prefix: PathBuf,
+        protect: pmkit_fs::Protect,
+        barrier_ns: u64,
+        shim: bool,
+    },
+    /// ext2 or ext4 on attach or a loop device, and its file.
+    Disk(Mounted, PathBuf),
     Tmpfs,
 }
 
@@ -65,13 +92,107 @@ impl Up {
     /// Bytes the device under ext4 has written and flushes it took, for ext4 on attach.
     pub fn device_writes(&self) -> Option<(u64, u64)> {
         match self {
-            Up::Ext4(Mounted::Pmkit { dev, .. }, _) => {
+            Up::Disk(Mounted::Pmkit { dev, .. }, _) => {
                 let s = dev.stats();
                 Some((s.write_bytes, s.flushes))
             }
             _ => None,
         }
     }
+
+    /// The pool [`Target::Library`] opens (`pmkit_fs::posix`), with its protection and barrier.
+    pub fn library(&self) -> Option<(&Path, pmkit_fs::Protect, u64)> {
+        match self {
+            Up::Pool {
+                pool,
+                protect,
+                barrier_ns,
+                shim: false,
+                ..
+            } => Some((pool, *protect, *barrier_ns)),
+            _ => None,
+        }
+    }
+
+    /// Mount the pool of [`Target::Library`] in this process, held exclusively as the C ABI and
+    /// the shim hold it. Unmount it (`Posix::unmount`) before [`down`].
+    pub fn open_library(&self) -> Result<pmkit_fs::posix::Posix<pmkit_media::Region>> {
+        let (pool, protect, barrier_ns) = self
+            .library()
+            .context("open_library: this target is not the PMFS library")?;
+        let region = pmkit_media::Region::open(pool, &pmkit_media::RegionOptions::default())
+            .with_context(|| format!("opening the pool {}", pool.display()))?;
+        ensure!(
+            region.try_lock(true)?,
+            "{}: in use by another process",
+            pool.display()
+        );
+        let o = pmkit_fs::MountOptions {
+            protect,
+            barrier_ns,
+            ..Default::default()
+        };
+        let (fs, _) = pmkit_fs::Fs::mount(region, &o)
+            .with_context(|| format!("mounting {} with {protect}", pool.display()))?;
+        Ok(pmkit_fs::posix::Posix::new(fs))
+    }
+
+    /// Environment for a child program that works in the mounted directory: the shim's variables
+    /// for [`Target::Shim`], nothing for the others.
+    pub fn env(&self) -> Result<Vec<(String, String)>> {
+        let Up::Pool {
+            pool,
+            prefix,
+            protect,
+            barrier_ns,
+            shim: true,
+        } = self
+        else {
+            return Ok(vec![]);
+        };
+        let lib = shim_path()?;
+        Ok(vec![
+            ("LD_PRELOAD".into(), lib.display().to_string()),
+            ("PMKIT_PRELOAD_POOL".into(), pool.display().to_string()),
+            ("PMKIT_PRELOAD_PREFIX".into(), prefix.display().to_string()),
+            ("PMFS_PROTECT".into(), protect.to_string()),
+            ("PMFS_BARRIER_NS".into(), barrier_ns.to_string()),
+        ])
+    }
+}
+
+/// `libpmkit_preload.so`: `$PMKIT_PRELOAD_LIB`, or beside this binary (cargo puts both in
+/// target/release).
+pub fn shim_path() -> Result<PathBuf> {
+    let p = match std::env::var_os("PMKIT_PRELOAD_LIB") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()?
+            .parent()
+            .context("the bench binary has no directory")?
+            .join("libpmkit_preload.so"),
+    };
+    ensure!(
+        p.is_file(),
+        "the LD_PRELOAD shim {} is missing: build it (`cargo build --release -p pmkit-preload`) \
+         or name it in PMKIT_PRELOAD_LIB",
+        p.display()
+    );
+    Ok(p)
+}
+
+/// Make a PMFS pool of `s.bytes` at `file`.
+fn make_pool(file: &Path, s: &Sizes) -> Result<()> {
+    let _ = std::fs::remove_file(file);
+    let region =
+        pmkit_media::Region::open_or_create(file, s.bytes, &pmkit_media::RegionOptions::default())
+            .with_context(|| format!("creating the pool {}", file.display()))?;
+    let o = pmkit_fs::MkfsOptions {
+        inodes: s.inodes,
+        lanes: 8,
+        lane_entries: 256,
+    };
+    pmkit_fs::Fs::mkfs(&region, &o).context("mkfs of the PMFS pool")?;
+    Ok(())
 }
 
 /// Make target `t` in `dir` (for its files) and mount it on `mnt`.
@@ -83,25 +204,12 @@ pub fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> 
     ));
     match t {
         Target::Pmfs(cache) => {
-            let _ = std::fs::remove_file(&file);
-            {
-                let region = pmkit_media::Region::open_or_create(
-                    &file,
-                    s.bytes,
-                    &pmkit_media::RegionOptions::default(),
-                )
-                .with_context(|| format!("creating the pool {}", file.display()))?;
-                let o = pmkit_fs::MkfsOptions {
-                    inodes: s.inodes,
-                    lanes: 8,
-                    lane_entries: 256,
-                };
-                pmkit_fs::Fs::mkfs(&region, &o).context("mkfs of the PMFS pool")?;
-            }
+            make_pool(&file, s)?;
             let o = MountOptions {
                 threads: s.fuse_threads.max(1),
                 cache,
                 protect: s.pmfs_protect,
+                barrier_ns: s.barrier_ns,
                 ..Default::default()
             };
             let served = pmfs_mount::mount(&file, mnt, &o).map_err(|e| {
@@ -110,22 +218,29 @@ pub fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> 
             })?;
             Ok(Up::Pmfs { served, pool: file })
         }
-        Target::Ext4Attach | Target::Ext4Loop => {
-            let which = if t == Target::Ext4Attach {
-                PMKIT_DEV
-            } else {
-                RAMDISK
-            };
+        Target::Library | Target::Shim => {
+            make_pool(&file, s)?;
+            Ok(Up::Pool {
+                pool: file,
+                prefix: mnt.to_path_buf(),
+                protect: s.pmfs_protect,
+                barrier_ns: s.barrier_ns,
+                shim: t == Target::Shim,
+            })
+        }
+        Target::Ext4Attach => {
             let m = mount_target(
-                which,
+                PMKIT_DEV,
                 &file,
                 mnt,
                 s.bytes,
                 &engine.to_options(),
                 s.fuse_threads,
             )?;
-            Ok(Up::Ext4(m, file))
+            Ok(Up::Disk(m, file))
         }
+        Target::Ext4Loop => Ok(Up::Disk(mount_loop(&file, mnt, s.bytes, "ext4")?, file)),
+        Target::Ext2Loop => Ok(Up::Disk(mount_loop(&file, mnt, s.bytes, "ext2")?, file)),
         Target::Tmpfs => {
             sh(Command::new("mount")
                 .args(["-t", "tmpfs", "-o"])
@@ -153,7 +268,17 @@ pub fn down(u: Up, mnt: &Path) -> Result<()> {
             r?;
             ended.map_err(|e| anyhow::anyhow!("unmounting PMFS: {e}"))?;
         }
-        Up::Ext4(m, file) => unmount_target(m, mnt, &file)?,
+        Up::Pool { pool, .. } => {
+            std::fs::remove_file(&pool)
+                .with_context(|| format!("removing the pool {}", pool.display()))?;
+            // What a program left under the prefix went to the pool, never here.
+            ensure!(
+                std::fs::read_dir(mnt)?.next().is_none(),
+                "{} is not empty: the shim let files through to the kernel",
+                mnt.display()
+            );
+        }
+        Up::Disk(m, file) => unmount_target(m, mnt, &file)?,
         Up::Tmpfs => {
             sh(Command::new("umount").arg(mnt))?;
         }
