@@ -9,6 +9,7 @@ mod attach;
 mod figures;
 mod fs;
 mod fs_protect;
+mod hmep_calibrate;
 mod host;
 mod kernel_path;
 mod nbd;
@@ -90,6 +91,12 @@ enum Cmd {
     ///
     /// Rounds: 3. --quick: fewer cells, 20 ms runs, one round.
     XmemAlloc(xmem_alloc::Args),
+    /// This machine's memory per access pattern (pointer chase, random, sequential, streams)
+    /// and backing (4 KiB pages, huge pages, a /dev/shm file), and each slow-memory preset's
+    /// stall per access derived from it (`pmkit hmep calibrate` runs this).
+    ///
+    /// Rounds: 3 runs per backing. --quick: 64 MiB buffers, one run.
+    HmepCalibrate(hmep_calibrate::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -106,5 +113,6 @@ fn main() -> std::process::ExitCode {
         Cmd::Fs(a) => fs::run(a),
         Cmd::FsProtect(a) => fs_protect::run(a),
         Cmd::XmemAlloc(a) => xmem_alloc::run(a),
+        Cmd::HmepCalibrate(a) => hmep_calibrate::run(a),
     })
 }

@@ -21,14 +21,19 @@ pub struct Args {
 pub const BENCH_BIN: &str = "pmkit-bench";
 
 pub fn run(a: Args) -> Result<ExitCode> {
+    exec("pmkit bench", &a.args)
+}
+
+/// Replace this process with `pmkit-bench ARGS`, named `name` in its messages.
+pub fn exec(name: &str, args: &[OsString]) -> Result<ExitCode> {
     let Some(exe) = pmkit::sibling::find(BENCH_BIN) else {
         bail!(
-            "`pmkit bench` runs the {BENCH_BIN} binary, which is neither next to this pmkit nor on \
+            "`{name}` runs the {BENCH_BIN} binary, which is neither next to this pmkit nor on \
              PATH: build it with `cargo build --release -p pmkit-bench`"
         );
     };
     let mut c = Command::new(&exe);
-    c.arg0("pmkit bench").args(&a.args);
+    c.arg0(name).args(args);
     // `bench nbd` starts this binary's `serve`.
     if let Ok(me) = std::env::current_exe() {
         c.env("PMKIT_BIN", me);

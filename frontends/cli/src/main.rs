@@ -9,6 +9,7 @@ mod bench;
 mod blk;
 mod fs;
 mod fs_mount;
+mod hmep;
 mod obj;
 mod probe;
 mod serve;
@@ -45,6 +46,9 @@ enum Cmd {
     /// X-Mem (docs/xmem.md): profile a program's accesses per data structure (valgrind
     /// lackey), plan a fast-tier budget from the profile, describe a profile.
     Xmem(xmem::Args),
+    /// HMEP (docs/hmep.md): slower memory emulated by a model on machines without it: the
+    /// presets and their sources, this machine's calibration, a preset's ns per access.
+    Hmep(hmep::Args),
     /// Show this machine's PM-relevant CPU features and measure each persistence primitive and
     /// protection window.
     Probe(probe::Args),
@@ -81,6 +85,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Obj(a) => obj::run(a),
         Cmd::Fs(a) => fs::run(a),
         Cmd::Xmem(a) => xmem::run(a),
+        Cmd::Hmep(a) => hmep::run(a),
         Cmd::Serve(a) => serve::run(*a),
     })
 }

@@ -1,0 +1,180 @@
+//! `pmkit hmep calibrate` (`pmkit-bench hmep-calibrate`): this machine's memory per access
+//! pattern and backing (thesis Fig. 3 and 22), medians over runs, a table or JSON and a plot;
+//! and, per preset, the stall per access the model derives from it (`pmkit_hmep::model`). The
+//! JSON is what `pmkit hmep model --calibration FILE` reads.
+
+use crate::host::cpu_label;
+use crate::report::{plot, BenchFlags};
+use anyhow::{Context, Result};
+use pmkit_hmep::calib::{self, Calibration, Options};
+use pmkit_hmep::mem::Backing;
+use pmkit_hmep::model::Model;
+use pmkit_hmep::preset::{self, Mode};
+use serde::Serialize;
+use std::path::Path;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    flags: BenchFlags,
+    /// Buffer per backing in MiB, a power of two (default 1024, quick 64; keep it ≥ 32x the
+    /// last-level cache so the loads miss).
+    #[arg(long)]
+    size_mib: Option<usize>,
+    /// Backings: anon (4 KiB pages), thp (anonymous, 2 MiB pages asked for), file (a shared
+    /// mapping of a file in --dir: emulated PM).
+    #[arg(long, value_delimiter = ',', default_value = "anon,thp,file")]
+    backing: Vec<String>,
+    /// The backing the models treat as the fast tier (local DRAM).
+    #[arg(long, default_value = "anon")]
+    fast: String,
+    /// Mode of every preset's latency (default: each preset's own).
+    #[arg(long)]
+    mode: Option<Mode>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    #[serde(flatten)]
+    calibration: Calibration,
+    runs: usize,
+    /// The models of every preset over the fast backing: what "slow" means in every emulated
+    /// result on this machine.
+    models: Vec<Model>,
+    /// Emulation level of the models (always the model: this machine has no slow memory).
+    level: &'static str,
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let backings = a
+        .backing
+        .iter()
+        .map(|b| match b.as_str() {
+            "anon" => Ok(Backing::Anon),
+            "thp" => Ok(Backing::AnonThp),
+            "file" => Ok(Backing::File(a.flags.dir.clone())),
+            _ => anyhow::bail!("--backing {b:?}: the backings are anon, thp and file"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut o = if a.flags.quick {
+        Options::quick(backings)
+    } else {
+        Options::full(backings)
+    };
+    if let Some(m) = a.size_mib {
+        o.bytes = m << 20;
+    }
+    o.runs = a.flags.rounds(o.runs);
+    let bar = a.flags.progress(o.backings.len() * o.runs);
+    let c = calib::run(&o, cpu_label(), &mut |b| {
+        bar.set_message(b.to_string());
+        bar.inc();
+    })
+    .context("calibrating")?;
+    bar.finish();
+    let fast_name = match a.fast.as_str() {
+        "anon" => Backing::Anon.name(),
+        "thp" => Backing::AnonThp.name(),
+        "file" => Backing::File(a.flags.dir.clone()).name(),
+        f => anyhow::bail!("--fast {f:?}: one of the backings"),
+    };
+    let models = match c.tier(&fast_name) {
+        Some(fast) => preset::all()
+            .iter()
+            .filter_map(|p| Model::new(p, fast, a.mode).ok())
+            .collect(),
+        None => vec![],
+    };
+    let report = Report {
+        calibration: c,
+        runs: o.runs,
+        models,
+        level: "model (no slow memory on this machine: presets scaled from this calibration)",
+    };
+    a.flags.emit(&report, draw, table)
+}
+
+fn table(r: &Report) {
+    let c = &r.calibration;
+    println!("CPU: {}; medians of {} run(s)", c.cpu, r.runs);
+    println!(
+        "{:<24} {:>8} {:>6} {:>10} {:>10} {:>8} {:>9} {:>9}",
+        "backing", "MiB", "huge", "chase ns", "random ns", "seq ns", "read GB/s", "write GB/s"
+    );
+    for t in &c.tiers {
+        println!(
+            "{:<24} {:>8} {:>5.0}% {:>10.1} {:>10.2} {:>8.2} {:>9.1} {:>9.1}",
+            t.backing,
+            t.bytes >> 20,
+            t.huge_fraction * 100.0,
+            t.chase_ns,
+            t.random_ns,
+            t.seq_ns,
+            t.read_gbs,
+            t.write_gbs
+        );
+    }
+    if r.models.is_empty() {
+        return;
+    }
+    println!(
+        "\nns per access on the slow tier ({}), fast = measured:",
+        r.level
+    );
+    println!(
+        "{:<15} {:>8} {:>9} {:>9} {:>9} {:>11}",
+        "preset", "mode", "chase", "random", "stream", "write line"
+    );
+    for m in &r.models {
+        println!(
+            "{:<15} {:>8} {:>9.1} {:>9.2} {:>9.2} {:>11.2}",
+            m.preset, m.mode, m.slow[0], m.slow[1], m.slow[2], m.slow_write_random_ns
+        );
+    }
+}
+
+fn draw(p: &Path, r: &Report) -> Result<()> {
+    let c = &r.calibration;
+    let groups: Vec<String> = c.tiers.iter().map(|t| t.backing.clone()).collect();
+    let chase = plot::BarPanel {
+        title: "dependent loads (pointer chase), ns each".into(),
+        groups: groups.clone(),
+        series: vec![(
+            "pointer chase".into(),
+            c.tiers.iter().map(|t| t.chase_ns).collect(),
+        )],
+    };
+    let indep = plot::BarPanel {
+        title: "independent loads, ns each".into(),
+        groups: groups.clone(),
+        series: vec![
+            (
+                "random".into(),
+                c.tiers.iter().map(|t| t.random_ns).collect(),
+            ),
+            (
+                "sequential".into(),
+                c.tiers.iter().map(|t| t.seq_ns).collect(),
+            ),
+        ],
+    };
+    let bw = plot::BarPanel {
+        title: "one-thread stream, GB/s".into(),
+        groups,
+        series: vec![
+            ("read".into(), c.tiers.iter().map(|t| t.read_gbs).collect()),
+            (
+                "write".into(),
+                c.tiers.iter().map(|t| t.write_gbs).collect(),
+            ),
+        ],
+    };
+    plot::bars(
+        p,
+        &format!("Memory per access pattern: {}", c.cpu),
+        "",
+        &[chase, indep, bw],
+        3,
+    )
+}

@@ -1,0 +1,17 @@
+//! pmkit-hmep: emulating slower memory honestly on machines that have none (no PM, no PMU, one
+//! NUMA node). The thesis's HMEP stalled cores from hardware counters and throttled the memory
+//! controller; neither is available here, so every slow-memory number this crate produces comes
+//! from a model, and says which:
+//! - [`preset`]: slow memories as their sources measured them (the thesis's HMEP settings, Intel
+//!   Optane DC PMM, CXL-attached DRAM), with the sources, in absolute, ratio and delta modes;
+//! - [`calib`]: this machine's memory per access pattern and backing (`pmkit hmep calibrate`);
+//! - [`model`]: a preset resolved against a calibration into the stall per access of each
+//!   pattern on each tier, which is X-Mem's placement input.
+
+pub mod calib;
+pub mod error;
+pub mod mem;
+pub mod model;
+pub mod preset;
+
+pub use error::{HmepError, Result};

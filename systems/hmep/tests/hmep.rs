@@ -1,0 +1,139 @@
+//! Presets, the model's arithmetic and a quick calibration on real memory.
+
+use pmkit_hmep::calib::{self, Options, Runs, Tier};
+use pmkit_hmep::mem::{Backing, Buf};
+use pmkit_hmep::model::Model;
+use pmkit_hmep::preset::{self, Mode};
+use pmkit_hmep::HmepError;
+use pmkit_xmem::place::Pattern;
+
+fn tier(chase: f64, random: f64, seq: f64, read: f64, write: f64) -> Tier {
+    Tier {
+        backing: "test".into(),
+        bytes: 0,
+        huge_fraction: 0.0,
+        chase_ns: chase,
+        random_ns: random,
+        seq_ns: seq,
+        read_gbs: read,
+        write_gbs: write,
+        runs: Runs::default(),
+    }
+}
+
+#[test]
+fn every_preset_is_valid_named_once_and_sourced() {
+    let all = preset::all();
+    assert!(all.len() >= 10, "thesis x6, optane x2, cxl x2");
+    for p in &all {
+        p.validate().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(all.iter().filter(|q| q.name == p.name).count(), 1);
+        assert!(
+            p.sources.iter().all(|s| s.len() > 20),
+            "{}: a real citation",
+            p.name
+        );
+    }
+    assert!(matches!(
+        preset::by_name("nope"),
+        Err(HmepError::UnknownPreset(_))
+    ));
+}
+
+#[test]
+fn modes_scale_the_preset_as_documented() {
+    let p = preset::by_name("thesis-600-5").unwrap();
+    // Ratio: 600/150 = 4x the local latency.
+    assert_eq!(p.latency_ns(200.0, None).unwrap(), 800.0);
+    // Absolute: the source's ns, refused when not slower than local.
+    assert_eq!(p.latency_ns(200.0, Some(Mode::Absolute)).unwrap(), 600.0);
+    assert!(matches!(
+        p.latency_ns(700.0, Some(Mode::Absolute)),
+        Err(HmepError::NotSlower { .. })
+    ));
+    // Delta: the source's distance over its DRAM, added.
+    assert_eq!(p.latency_ns(200.0, Some(Mode::Delta)).unwrap(), 650.0);
+    let cxl = preset::by_name("cxl-direct").unwrap();
+    assert_eq!(cxl.latency_ns(200.0, None).unwrap(), 280.0);
+    assert!(cxl.latency_ns(200.0, Some(Mode::Ratio)).is_err());
+}
+
+#[test]
+fn the_model_follows_its_formulas() {
+    // Local: chase 200 ns, random 10 ns (MLP 20), sequential 2 ns (PF 100), 20 GB/s.
+    let fast = tier(200.0, 10.0, 2.0, 20.0, 10.0);
+    let p = preset::by_name("optane-1dimm").unwrap();
+    let m = Model::new(&p, &fast, None).unwrap();
+    let lat = 200.0 * 305.0 / 81.0;
+    assert!((m.slow[Pattern::PointerChase as usize] - lat).abs() < 1e-9);
+    // Random: max(lat/20, 256 B / 6.6 GB/s) = max(37.65, 38.79): bandwidth-bound on XPLines.
+    let r = (lat / 20.0).max(256.0 / 6.6);
+    assert!((m.slow[Pattern::Random as usize] - r).abs() < 1e-9);
+    let s = (lat / 100.0).max(64.0 / 6.6);
+    assert!((m.slow[Pattern::Streaming as usize] - s).abs() < 1e-9);
+    assert_eq!(m.fast, [200.0, 10.0, 2.0]);
+    assert!((m.slow_write_random_ns - 256.0 / 2.3).abs() < 1e-9);
+    // Every preset, on a plausible machine: the slow tier is never faster, and a dependent miss
+    // gains the most (random and streaming trade places when bandwidth is scarce: at 5 GB/s a
+    // streamed line costs 12.8 ns).
+    for p in preset::all() {
+        let m = Model::new(&p, &fast, None).unwrap();
+        let l = m.latencies();
+        l.validate().unwrap();
+        let d: Vec<f64> = (0..3).map(|i| l.slow[i] - l.fast[i]).collect();
+        assert!(d[0] > d[1] && d[0] > d[2], "{}: {d:?}", p.name);
+    }
+}
+
+#[test]
+fn the_chase_is_one_cycle_through_every_line() {
+    let mut b = Buf::new(&Backing::Anon, 2 << 20).unwrap();
+    for seed in [1, 2, 0xdead_beef] {
+        b.link_cycle(seed);
+        assert_eq!(b.cycle_len(), (2 << 20) / 64);
+    }
+    assert!(
+        Buf::new(&Backing::Anon, 3 << 20).is_err(),
+        "not a power of two"
+    );
+}
+
+#[test]
+fn a_quick_calibration_measures_every_backing() {
+    let dir = tempdir_in_shm();
+    let o = Options {
+        bytes: 8 << 20,
+        chase_steps: 20_000,
+        random_loads: 100_000,
+        ..Options::quick(vec![
+            Backing::Anon,
+            Backing::AnonThp,
+            Backing::File(dir.clone()),
+        ])
+    };
+    let mut steps = 0;
+    let c = calib::run(&o, "test".into(), &mut |_| steps += 1).unwrap();
+    assert_eq!(steps, 3);
+    assert_eq!(c.tiers.len(), 3);
+    for t in &c.tiers {
+        for v in [t.chase_ns, t.random_ns, t.seq_ns, t.read_gbs, t.write_gbs] {
+            assert!(v.is_finite() && v > 0.0, "{t:?}");
+        }
+        assert!((0.0..=1.0).contains(&t.huge_fraction));
+    }
+    assert_eq!(c.tiers[2].backing, format!("file:{}", dir.display()));
+    // The file is gone with the buffer.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+fn tempdir_in_shm() -> std::path::PathBuf {
+    let base = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let d = base.join(format!("pmkit-hmep-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
