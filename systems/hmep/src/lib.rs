@@ -6,12 +6,16 @@
 //!   Optane DC PMM, CXL-attached DRAM), with the sources, in absolute, ratio and delta modes;
 //! - [`calib`]: this machine's memory per access pattern and backing (`pmkit hmep calibrate`);
 //! - [`model`]: a preset resolved against a calibration into the stall per access of each
-//!   pattern on each tier, which is X-Mem's placement input.
+//!   pattern on each tier, which is X-Mem's placement input;
+//! - [`sim`] over [`cache`]: emulation level 3, a traced run's misses per structure and pattern,
+//!   from which any placement's time is predicted.
 
+pub mod cache;
 pub mod calib;
 pub mod error;
 pub mod mem;
 pub mod model;
 pub mod preset;
+pub mod sim;
 
 pub use error::{HmepError, Result};

@@ -137,3 +137,79 @@ fn tempdir_in_shm() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+mod sim {
+    use pmkit_hmep::cache::Cache;
+    use pmkit_hmep::sim::{delta, predict, Misses, Sim};
+
+    #[test]
+    fn the_cache_keeps_what_fits_and_loses_what_does_not() {
+        let mut c = Cache::new(64 << 10, 8);
+        assert_eq!(c.bytes(), 64 << 10);
+        for pass in 0..3 {
+            for a in (0..32u64 << 10).step_by(64) {
+                let hit = c.access(a);
+                assert_eq!(hit, pass > 0, "32 KiB fits in 64 KiB");
+            }
+        }
+        let mut c = Cache::new(64 << 10, 8);
+        for _ in 0..3 {
+            for a in (0..128u64 << 10).step_by(64) {
+                assert!(!c.access(a), "LRU over twice its size misses every time");
+            }
+        }
+        // One set, two ways: the least recent goes.
+        let mut c = Cache::new(128, 2);
+        assert!(!c.access(0) && !c.access(64) && c.access(0));
+        assert!(!c.access(128), "evicts line 1 (64), the least recent");
+        assert!(c.access(0) && !c.access(64));
+    }
+
+    #[test]
+    fn misses_are_charged_the_pattern_of_their_line() {
+        const BASE: u64 = 0x7f00_0000_0000;
+        let mut s = Sim::new(Cache::new(1 << 20, 16), 3);
+        // Structure 0: a stream over 64 MiB; 1: a linked list whose loads read the next node's
+        // address; 2: random lines.
+        let mut rng = 0x1234_5678u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let nodes: Vec<u64> = (0..40_000)
+            .map(|_| BASE + (1 << 32) + (next() % (1 << 22)) * 64)
+            .collect();
+        for i in 0..40_000u64 {
+            s.access(0, BASE + i * 64, 0);
+            s.access(1, nodes[i as usize], nodes[(i as usize + 1) % nodes.len()]);
+            s.access(2, BASE + (2 << 32) + (next() % (1 << 22)) * 64, 0);
+        }
+        let m = s.finish();
+        assert_eq!(m.accesses, vec![40_000; 3]);
+        let share =
+            |s: usize, p: usize| m.misses[s][p] as f64 / m.misses[s].iter().sum::<u64>() as f64;
+        assert!(share(0, 2) > 0.95, "stream: {:?}", m.misses[0]);
+        assert!(share(1, 0) > 0.95, "chase: {:?}", m.misses[1]);
+        assert!(share(2, 1) > 0.95, "random: {:?}", m.misses[2]);
+    }
+
+    #[test]
+    fn a_prediction_adds_only_the_slow_structures_misses() {
+        let m = Misses {
+            misses: vec![[10, 0, 0], [0, 100, 1000]],
+            accesses: vec![10, 1100],
+        };
+        let d = [50.0, 2.0, 0.5];
+        assert_eq!(predict(1e6, &m, &[false, false], &d, 1.0), 1e6);
+        assert_eq!(predict(1e6, &m, &[true, false], &d, 2.0), 1e6 + 1000.0);
+        assert_eq!(
+            predict(1e6, &m, &[true, true], &d, 1.0),
+            1e6 + 500.0 + 200.0 + 500.0
+        );
+        let t = |c: f64| super::tier(c, c / 10.0, c / 100.0, 10.0, 10.0);
+        assert_eq!(delta(&t(100.0), &t(300.0)), [200.0, 20.0, 2.0]);
+        assert_eq!(delta(&t(300.0), &t(100.0)), [0.0; 3]);
+    }
+}
