@@ -9,7 +9,7 @@ mod attach;
 mod figures;
 mod fs;
 mod fs_protect;
-mod hmep_calibrate;
+mod hmep;
 mod host;
 mod kernel_path;
 mod nbd;
@@ -96,7 +96,13 @@ enum Cmd {
     /// stall per access derived from it (`pmkit hmep calibrate` runs this).
     ///
     /// Rounds: 3 runs per backing. --quick: 64 MiB buffers, one run.
-    HmepCalibrate(hmep_calibrate::Args),
+    HmepCalibrate(hmep::calibrate::Args),
+    /// HMEP's trace simulator (level 3) against wall clock on a real tier pair (huge pages
+    /// against 4 KiB pages): xgraph's PageRank and BFS under every placement of its three
+    /// X-Mem tags, measured and predicted from one traced run.
+    ///
+    /// Rounds: 3. --quick: a scale-12 graph, one round.
+    HmepValidate(hmep::ValidateArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -113,6 +119,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Fs(a) => fs::run(a),
         Cmd::FsProtect(a) => fs_protect::run(a),
         Cmd::XmemAlloc(a) => xmem_alloc::run(a),
-        Cmd::HmepCalibrate(a) => hmep_calibrate::run(a),
+        Cmd::HmepCalibrate(a) => hmep::calibrate::run(a),
+        Cmd::HmepValidate(a) => hmep::validate(a),
     })
 }

@@ -73,6 +73,19 @@ impl Sim {
         self.buf.clear();
     }
 
+    /// Forget the counts but keep the cache's contents: trace a warm-up pass, reset, then trace
+    /// the pass to count (as timed runs measure warm caches).
+    pub fn reset_counts(&mut self) {
+        if !self.buf.is_empty() {
+            self.flush();
+        }
+        let n = self.out.accesses.len();
+        self.out = Misses {
+            misses: vec![[0; 3]; n],
+            accesses: vec![0; n],
+        };
+    }
+
     pub fn finish(mut self) -> Misses {
         if !self.buf.is_empty() {
             self.flush();

@@ -20,6 +20,7 @@ pub mod place;
 pub mod profiles;
 mod referenced;
 mod sides;
+pub mod slice;
 mod space;
 mod sys;
 mod tcache;
@@ -30,6 +31,7 @@ pub use boxed::XBox;
 pub use config::{Config, PmSpec, DEFAULT_REGION, MAX_REGIONS, MAX_TAGS, PAGE};
 pub use error::{Result, XmemError};
 pub use place::{Latencies, Pattern, PerPattern};
+pub use slice::XSlice;
 pub use tier::Tier;
 
 use heap::Heap;

@@ -1,0 +1,380 @@
+//! HMEP benchmarks: `hmep-calibrate` ([`calibrate`]) and `hmep-validate`: the trace simulator
+//! (emulation level 3) against wall clock on the one real tier pair these machines have, X-Mem's
+//! own tiers with fast = anonymous memory with transparent huge pages and slow = the /dev/shm
+//! file (4 KiB pages). xgraph ([`graph`]) runs pull PageRank and BFS under every placement of its
+//! three tags; one traced run per kernel gives the misses per tag and pattern, and the
+//! calibration of the two backings gives ΔL per pattern; the prediction for a placement is the
+//! all-fast time plus the slow tags' misses times ΔL.
+
+pub mod calibrate;
+mod graph;
+
+use crate::host::cpu_label;
+use crate::report::{median, plot, BenchFlags};
+use anyhow::{ensure, Context, Result};
+use graph::{Graph, TAGS};
+use pmkit_hmep::cache::{llc, Cache};
+use pmkit_hmep::calib::{self, Options, Tier as CalTier};
+use pmkit_hmep::mem::Backing;
+use pmkit_hmep::sim::{delta, predict, Misses, Sim};
+use pmkit_xmem::{Config, PerPattern, Tier, XMem};
+use serde::Serialize;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    flags: BenchFlags,
+    /// R-MAT scale: 2^scale vertices (default 21, quick 12).
+    #[arg(long)]
+    scale: Option<u32>,
+    /// Edges per vertex.
+    #[arg(long, default_value_t = 16)]
+    edge_factor: usize,
+    /// PageRank iterations per timed run (default 4, quick 2).
+    #[arg(long)]
+    iters: Option<usize>,
+    /// BFS runs per timed run (default 4, quick 2).
+    #[arg(long)]
+    bfs_runs: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct Row {
+    placement: String,
+    slow: [bool; 3],
+    measured_ms: f64,
+    predicted_ms: f64,
+    error_pct: f64,
+}
+
+#[derive(Serialize)]
+struct App {
+    name: &'static str,
+    /// Misses per tag (in `tags` order) by pattern (chase, random, streaming) of one traced run,
+    /// and accesses.
+    traced: Misses,
+    /// Traced runs per timed run.
+    scale: f64,
+    rows: Vec<Row>,
+    /// Per tag: time saved by having it alone fast against everything slow, measured and
+    /// predicted (ms).
+    benefit_measured_ms: Vec<f64>,
+    benefit_predicted_ms: Vec<f64>,
+    same_ranking: bool,
+    max_abs_error_pct: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    cpu: String,
+    level: &'static str,
+    rounds: usize,
+    tags: [&'static str; 3],
+    vertices: usize,
+    edges: usize,
+    region_mib: usize,
+    llc_bytes: usize,
+    llc_ways: usize,
+    fast: CalTier,
+    slow: CalTier,
+    /// ns per access more on the slow tier, per pattern (chase, random, streaming).
+    delta_ns: PerPattern,
+    apps: Vec<App>,
+}
+
+fn placement_name(slow: &[bool; 3]) -> String {
+    TAGS.iter()
+        .zip(slow)
+        .map(|(t, &s)| format!("{t}:{}", if s { "4k" } else { "thp" }))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Put each tag's regions on the tier `slow` says (slow moves first, so the budget holds).
+fn place(x: &XMem, slow: &[bool; 3]) -> Result<()> {
+    let regions = x.regions();
+    for want_slow in [true, false] {
+        for r in &regions {
+            let name = x.tag_name(r.tag)?;
+            let i = TAGS
+                .iter()
+                .position(|t| *t == name)
+                .context("an xgraph tag")?;
+            if slow[i] == want_slow {
+                x.move_region(r.index, if want_slow { Tier::Slow } else { Tier::Fast })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
+    let quick = a.flags.quick;
+    let scale = a.scale.unwrap_or(if quick { 12 } else { 21 });
+    let iters = a.iters.unwrap_or(if quick { 2 } else { 4 }).max(1);
+    let bfs_runs = a.bfs_runs.unwrap_or(if quick { 2 } else { 4 }).max(1);
+    let rounds = a.flags.rounds(3);
+    let bar = a.flags.progress(2 + 2 + rounds * 8);
+
+    // ΔL per pattern between the two backings X-Mem's tiers use.
+    bar.set_message("calibrating anon-thp and the /dev/shm file");
+    let mut o = Options::quick(vec![Backing::AnonThp, Backing::File(a.flags.dir.clone())]);
+    if !quick {
+        o.bytes = 256 << 20;
+        o.runs = 3;
+        o.chase_steps = 1_000_000;
+        o.random_loads = 10_000_000;
+    }
+    let cal = calib::run(&o, cpu_label(), &mut |_| {})?;
+    let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
+    let d = delta(&fast, &slow);
+    bar.inc();
+
+    // X-Mem with one region per tag, all three fit in the fast budget and in PM.
+    let n = 1usize << scale;
+    let adj = (n + 1) * 8 + (a.edge_factor << scale) * 4;
+    let region = (adj + (8 << 20)).next_power_of_two().max(2 << 20);
+    let pm = a
+        .flags
+        .dir
+        .join(format!("pmkit-hmep-validate-{}.pm", std::process::id()));
+    let _ = std::fs::remove_file(&pm);
+    let mut cfg = Config::new(&pm, 3 * region as u64, 3 * region as u64);
+    cfg.region_size = region;
+    cfg.thp = true;
+    let x = XMem::new(cfg).context("starting X-Mem")?;
+    bar.set_message(format!("building an R-MAT graph, scale {scale}"));
+    let mut g = Graph::build(&x, scale, a.edge_factor, 0x5eed)?;
+    ensure!(
+        x.regions().len() == 3,
+        "one region per tag: {} regions",
+        x.regions().len()
+    );
+    bar.inc();
+
+    // One traced run of each kernel, everything in the fast tier.
+    let (llc_bytes, llc_ways) = llc();
+    bar.set_message("tracing one PageRank iteration and one BFS");
+    place(&x, &[false; 3])?;
+    let root = g.root();
+    let g_edges = g.edges;
+    let mut sim = Sim::new(Cache::new(llc_bytes, llc_ways), 3);
+    g.reset_ranks();
+    g.pagerank_iter(&mut sim); // warm the modelled cache as timed runs are warm
+    sim.reset_counts();
+    g.pagerank_iter(&mut sim);
+    let pr_trace = sim.finish();
+    bar.inc();
+    let mut sim = Sim::new(Cache::new(llc_bytes, llc_ways), 3);
+    g.bfs(root, &mut sim);
+    sim.reset_counts();
+    let reached = g.bfs(root, &mut sim);
+    let bfs_trace = sim.finish();
+    bar.inc();
+
+    // Every placement, rounds rotated.
+    let masks: Vec<[bool; 3]> = (0..8u8)
+        .map(|m| [m & 1 != 0, m & 2 != 0, m & 4 != 0])
+        .collect();
+    let mut pr_ms = vec![vec![]; 8];
+    let mut bfs_ms = vec![vec![]; 8];
+    let mut rank_sum = None;
+    for r in 0..rounds {
+        for k in 0..8 {
+            let i = (k + r) % 8;
+            bar.set_message(format!(
+                "round {}/{rounds}: {}",
+                r + 1,
+                placement_name(&masks[i])
+            ));
+            place(&x, &masks[i])?;
+            g.reset_ranks();
+            g.pagerank_iter(&mut ()); // warm caches and TLBs
+            g.reset_ranks();
+            let t = Instant::now();
+            let mut sum = 0.0;
+            for _ in 0..iters {
+                sum = g.pagerank_iter(&mut ());
+            }
+            pr_ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+            // The same ranks under every placement: migration kept every byte.
+            let s = *rank_sum.get_or_insert(sum);
+            ensure!(
+                sum == s,
+                "PageRank changed with the placement: {sum} vs {s}"
+            );
+            let t = Instant::now();
+            for _ in 0..bfs_runs {
+                let got = g.bfs(root, &mut ());
+                ensure!(got == reached, "BFS reached {got}, traced {reached}");
+            }
+            bfs_ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+            bar.inc();
+        }
+    }
+    bar.finish();
+    drop(g);
+    drop(x);
+
+    let apps = vec![
+        app("pagerank", pr_trace, iters as f64, &masks, &pr_ms, &d),
+        app("bfs", bfs_trace, bfs_runs as f64, &masks, &bfs_ms, &d),
+    ];
+    let report = Report {
+        cpu: cal.cpu.clone(),
+        level: "level 3 (trace simulator) against wall clock on a real tier pair: anonymous \
+                memory with huge pages (fast) and the /dev/shm file with 4 KiB pages (slow)",
+        rounds,
+        tags: TAGS,
+        vertices: n,
+        edges: g_edges,
+        region_mib: region >> 20,
+        llc_bytes,
+        llc_ways,
+        fast,
+        slow,
+        delta_ns: d,
+        apps,
+    };
+    a.flags.emit(&report, draw, table)
+}
+
+fn app(
+    name: &'static str,
+    traced: Misses,
+    scale: f64,
+    masks: &[[bool; 3]],
+    ms: &[Vec<f64>],
+    d: &PerPattern,
+) -> App {
+    let measured: Vec<f64> = ms.iter().map(|v| median(v.iter().copied())).collect();
+    let base_ns = measured[0] * 1e6;
+    let rows: Vec<Row> = masks
+        .iter()
+        .zip(&measured)
+        .map(|(m, &meas)| {
+            let pred = predict(base_ns, &traced, m, d, scale) / 1e6;
+            Row {
+                placement: placement_name(m),
+                slow: *m,
+                measured_ms: meas,
+                predicted_ms: pred,
+                error_pct: (pred - meas) / meas * 100.0,
+            }
+        })
+        .collect();
+    // Benefit of tag s: all slow (mask 7) against all slow but s (mask 7 with bit s cleared).
+    let benefit = |v: &dyn Fn(usize) -> f64| -> Vec<f64> {
+        (0..3).map(|s| v(7) - v(7 & !(1 << s))).collect()
+    };
+    let bm = benefit(&|i| rows[i].measured_ms);
+    let bp = benefit(&|i| rows[i].predicted_ms);
+    let order = |b: &[f64]| {
+        let mut o: Vec<usize> = (0..3).collect();
+        o.sort_by(|&i, &j| b[j].total_cmp(&b[i]));
+        o
+    };
+    App {
+        name,
+        scale,
+        same_ranking: order(&bm) == order(&bp),
+        max_abs_error_pct: rows.iter().map(|r| r.error_pct.abs()).fold(0.0, f64::max),
+        benefit_measured_ms: bm,
+        benefit_predicted_ms: bp,
+        traced,
+        rows,
+    }
+}
+
+fn table(r: &Report) {
+    println!("CPU: {}; {}", r.cpu, r.level);
+    println!(
+        "graph: {} vertices, {} edges; regions {} MiB; cache model {} MiB, {} ways; rounds {}",
+        r.vertices,
+        r.edges,
+        r.region_mib,
+        r.llc_bytes >> 20,
+        r.llc_ways,
+        r.rounds
+    );
+    println!(
+        "tiers: fast {} ({:.0}% huge) chase {:.1} ns, slow {} chase {:.1} ns; ΔL chase {:.1}, random {:.2}, stream {:.2} ns",
+        r.fast.backing,
+        r.fast.huge_fraction * 100.0,
+        r.fast.chase_ns,
+        r.slow.backing,
+        r.slow.chase_ns,
+        r.delta_ns[0],
+        r.delta_ns[1],
+        r.delta_ns[2]
+    );
+    for a in &r.apps {
+        println!("\n{} (x{} per timed run)", a.name, a.scale);
+        for (t, m) in TAGS.iter().zip(&a.traced.misses) {
+            println!(
+                "  traced misses {t:<10} chase {:>10} random {:>10} stream {:>10}",
+                m[0], m[1], m[2]
+            );
+        }
+        println!(
+            "  {:<44} {:>12} {:>12} {:>8}",
+            "placement", "measured ms", "predicted", "error"
+        );
+        for row in &a.rows {
+            println!(
+                "  {:<44} {:>12.1} {:>12.1} {:>7.1}%",
+                row.placement, row.measured_ms, row.predicted_ms, row.error_pct
+            );
+        }
+        println!(
+            "  benefit per tag alone fast (ms), measured {:?} predicted {:?}; same ranking: {}; max |error| {:.1}%",
+            a.benefit_measured_ms.iter().map(|v| (v * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            a.benefit_predicted_ms.iter().map(|v| (v * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            a.same_ranking,
+            a.max_abs_error_pct
+        );
+    }
+}
+
+fn draw(p: &Path, r: &Report) -> Result<()> {
+    let panels: Vec<plot::BarPanel> = r
+        .apps
+        .iter()
+        .map(|a| plot::BarPanel {
+            title: format!(
+                "{}: ms per timed run (adjacency/vertex/messages: t = huge, 4 = 4 KiB)",
+                a.name
+            ),
+            groups: a
+                .rows
+                .iter()
+                .map(|row| {
+                    row.slow
+                        .iter()
+                        .map(|&s| if s { '4' } else { 't' })
+                        .collect()
+                })
+                .collect(),
+            series: vec![
+                (
+                    "measured".into(),
+                    a.rows.iter().map(|x| x.measured_ms).collect(),
+                ),
+                (
+                    "predicted (level 3)".into(),
+                    a.rows.iter().map(|x| x.predicted_ms).collect(),
+                ),
+            ],
+        })
+        .collect();
+    plot::bars(
+        p,
+        &format!("HMEP level 3 against wall clock: {}", r.cpu),
+        "ms",
+        &panels,
+        2,
+    )
+}
