@@ -42,6 +42,27 @@ pub fn can_run() -> bool {
     false
 }
 
+/// The FUSE transports a mount test runs over: `dev` (/dev/fuse), and `uring` (FUSE over
+/// io_uring) where the kernel offers it (/sys/module/fuse/parameters/enable_uring = Y; in CI,
+/// where scripts/test.sh turns it on, its absence fails the test). `PMKIT_FS_TRANSPORT=dev` or
+/// `uring` runs one only.
+pub fn transports() -> Vec<&'static str> {
+    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|s| s.trim() == "Y");
+    match std::env::var("PMKIT_FS_TRANSPORT").as_deref() {
+        Ok("dev") => return vec!["dev"],
+        Ok("uring") => return vec!["uring"],
+        _ => {}
+    }
+    if uring {
+        return vec!["dev", "uring"];
+    }
+    let why = "FUSE over io_uring is off (echo Y > /sys/module/fuse/parameters/enable_uring)";
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("the uring transport skipped: {why}");
+    vec!["dev"]
+}
+
 /// A scratch pool in /dev/shm and a mount point.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
