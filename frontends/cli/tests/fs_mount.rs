@@ -214,9 +214,9 @@ fn sigterm_with_a_file_open_detaches_and_serves_it_until_closed_over(t: &str) {
     f.write_all(b"before ").unwrap();
     // SAFETY: signalling our own child.
     unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
-    let t = std::time::Instant::now();
+    let t0 = std::time::Instant::now();
     while !d.log().contains("is busy: detaching") {
-        assert!(t.elapsed() < Duration::from_secs(10), "{}", d.log());
+        assert!(t0.elapsed() < Duration::from_secs(10), "{}", d.log());
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(

@@ -130,7 +130,15 @@ impl Daemon {
             }
         });
         match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(l) if l.starts_with("ready: serving") => {}
+            Ok(l) if l.starts_with("ready: serving") => {
+                // The transport asked for is the one serving.
+                let asked = extra.windows(2).find(|w| w[0] == "--transport");
+                match asked.map(|w| w[1]) {
+                    Some("uring") => assert!(l.contains("over FUSE io_uring"), "{l}"),
+                    Some("dev") => assert!(l.contains("over /dev/fuse"), "{l}"),
+                    _ => {}
+                }
+            }
             r => panic!(
                 "daemon not ready ({r:?}): {}",
                 std::fs::read_to_string(&stderr).unwrap_or_default()
