@@ -45,7 +45,7 @@ pub fn can_run() -> bool {
 /// The FUSE transports a mount test runs over: `dev` (/dev/fuse), and `uring` (FUSE over
 /// io_uring) where the kernel offers it (/sys/module/fuse/parameters/enable_uring = Y; in CI,
 /// where scripts/test.sh turns it on, its absence fails the test). `PMKIT_FS_TRANSPORT=dev` or
-/// `uring` runs one only.
+/// `uring` runs one only (and is the transport of the tests that name none).
 pub fn transports() -> Vec<&'static str> {
     let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
         .is_ok_and(|s| s.trim() == "Y");
@@ -110,6 +110,12 @@ impl Daemon {
             .dir
             .path()
             .join(format!("daemon-{}.err", rand_u64() % 1_000_000));
+        // Tests that name no transport get PMKIT_FS_TRANSPORT's, if set (else auto).
+        let env_t = std::env::var("PMKIT_FS_TRANSPORT").ok();
+        let mut extra: Vec<&str> = extra.to_vec();
+        if let Some(t) = env_t.as_deref().filter(|_| !extra.contains(&"--transport")) {
+            extra.extend(["--transport", t]);
+        }
         let mut child = pmkit()
             .args([
                 "fs",
@@ -117,7 +123,7 @@ impl Daemon {
                 s.pool.to_str().unwrap(),
                 s.mnt.to_str().unwrap(),
             ])
-            .args(extra)
+            .args(&extra)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
