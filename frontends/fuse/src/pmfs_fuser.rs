@@ -331,9 +331,11 @@ impl Filesystem for PmFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.ops.readdir(ino.into(), fh.into(), offset, |ino, off, kind, name| {
-            reply.add(INodeNo(ino), off, kind, OsStr::from_bytes(name))
-        });
+        let r = self
+            .ops
+            .readdir(ino.into(), fh.into(), offset, |ino, off, kind, name| {
+                reply.add(INodeNo(ino), off, kind, OsStr::from_bytes(name))
+            });
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),

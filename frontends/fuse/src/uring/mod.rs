@@ -94,5 +94,6 @@ impl Transport {
 }
 
 /// Why `--transport uring` was refused.
-pub const NOT_OFFERED: &str = "the kernel does not offer FUSE over io_uring (needs CONFIG_FUSE_IO_URING and \
+pub const NOT_OFFERED: &str =
+    "the kernel does not offer FUSE over io_uring (needs CONFIG_FUSE_IO_URING and \
      `echo Y > /sys/module/fuse/parameters/enable_uring` as root); use --transport dev or auto";
