@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 type R = Result<u32, i32>;
 
-/// The request's payload, split at NULs: `names(p, n)` gives the first `n` NUL-terminated
+/// The request's payload, split at NULs: `names::<N>(p)` gives the first `N` NUL-terminated
 /// strings and what follows them.
 fn names<const N: usize>(p: &[u8]) -> Result<([&[u8]; N], &[u8]), i32> {
     let mut out = [&[][..]; N];
@@ -46,7 +46,7 @@ fn empty(r: Result<(), i32>) -> R {
     r.map(|()| 0)
 }
 
-/// Bytes into the payload buffer (at most `limit`, the request's size).
+/// Bytes into the payload buffer (the handler keeps to the request's size).
 fn data(p: &mut [u8], d: &[u8]) -> R {
     let n = d.len().min(p.len());
     p[..n].copy_from_slice(&d[..n]);
@@ -68,8 +68,8 @@ impl Handler for PmfsOps {
             gid: h.gid,
         };
         let ttl = self.ttl();
-        // The request's arguments, copied out of the buffer the reply goes into (names are
-        // short; WRITE, the one large payload, is served from the buffer below).
+        // The request's bytes in the payload buffer; the reply overwrites them once the
+        // handler has returned (its answer owns what it needs).
         let n = (h.payload_sz as usize).min(buf.len());
         match h.opcode {
             op::WRITE => {
@@ -85,7 +85,7 @@ impl Handler for PmfsOps {
             }
             op::LOOKUP => {
                 let ([name], _) = names(&buf[..n])?;
-                let r = self.lookup(ino, &name.to_vec());
+                let r = self.lookup(ino, name);
                 entry(buf, r, ttl)
             }
             op::GETATTR => self.getattr(ino).map(|a| abi::attr_out(buf, &a, ttl)),
@@ -116,19 +116,19 @@ impl Handler for PmfsOps {
             }
             op::SYMLINK => {
                 let ([name, target], _) = names(&buf[..n])?;
-                let r = self.symlink(who, ino, &name.to_vec(), &target.to_vec());
+                let r = self.symlink(who, ino, name, target);
                 entry(buf, r, ttl)
             }
             op::MKNOD => {
                 // fuse_mknod_in: mode @0, rdev @4.
                 let ([name], _) = names(&buf[..n])?;
-                let r = self.mknod(who, ino, &name.to_vec(), u32_at(oi, 0), u32_at(oi, 4));
+                let r = self.mknod(who, ino, name, u32_at(oi, 0), u32_at(oi, 4));
                 entry(buf, r, ttl)
             }
             op::MKDIR => {
                 // fuse_mkdir_in: mode @0.
                 let ([name], _) = names(&buf[..n])?;
-                let r = self.mkdir(who, ino, &name.to_vec(), u32_at(oi, 0));
+                let r = self.mkdir(who, ino, name, u32_at(oi, 0));
                 entry(buf, r, ttl)
             }
             op::UNLINK => empty(self.unlink(ino, names::<1>(&buf[..n])?.0[0])),
@@ -146,7 +146,7 @@ impl Handler for PmfsOps {
             op::LINK => {
                 // fuse_link_in: oldnodeid @0; the node is the new parent.
                 let ([name], _) = names(&buf[..n])?;
-                let r = self.link(u64_at(oi, 0), ino, &name.to_vec());
+                let r = self.link(u64_at(oi, 0), ino, name);
                 entry(buf, r, ttl)
             }
             op::OPEN => opened(buf, self.open(ino)),
@@ -193,7 +193,7 @@ impl Handler for PmfsOps {
             op::GETXATTR => {
                 // fuse_getxattr_in: size @0.
                 let ([name], _) = names(&buf[..n])?;
-                let r = self.getxattr(ino, &name.to_vec(), u32_at(oi, 0));
+                let r = self.getxattr(ino, name, u32_at(oi, 0));
                 xattr(buf, r)
             }
             op::LISTXATTR => xattr(buf, self.listxattr(ino, u32_at(oi, 0))),
@@ -202,7 +202,7 @@ impl Handler for PmfsOps {
                 // fuse_create_in: flags @0, mode @4; the reply is fuse_entry_out then
                 // fuse_open_out.
                 let ([name], _) = names(&buf[..n])?;
-                let (e, o) = self.create(who, ino, &name.to_vec(), u32_at(oi, 4))?;
+                let (e, o) = self.create(who, ino, name, u32_at(oi, 4))?;
                 let len = abi::entry_out(buf, &e.attr, e.generation, ttl);
                 Ok(len + abi::open_out(&mut buf[len as usize..], o.fh, o.flags.bits()))
             }
