@@ -10,6 +10,9 @@
 #
 #   scripts/fuse-roundtrip.sh PMKIT [N]      e.g. scripts/fuse-roundtrip.sh target/release/pmkit
 #
+# REPS=R (default 5) repeats the whole measurement R times, the transports alternating, and
+# prints every row, then the median of each column per transport and call.
+#
 # Needs root, /dev/fuse, python3, and /sys/module/fuse/parameters/enable_uring = Y for uring
 # (left as it is: the uring row is skipped when it is N).
 set -euo pipefail
@@ -18,7 +21,14 @@ n=${2:-50000}
 transports="dev"
 [ "$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)" = Y ] && transports="dev uring"
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs; $n calls each"
-printf '%-6s %-12s %10s %14s %12s %10s\n' transport call "us/call" "requests/call" "library us" "rest us"
+reps=${REPS:-5}
+rows=$(mktemp)
+trap 'rm -f "$rows"' EXIT
+header() {
+    printf '%-6s %-12s %10s %14s %12s %10s\n' transport call "us/call" "requests/call" "library us" "rest us"
+}
+header
+for rep in $(seq "$reps"); do
 for t in $transports; do
     work=$(mktemp -d /dev/shm/pmkit-rt.XXXXXX)
     mkdir "$work/mnt"
@@ -66,3 +76,16 @@ for line in open(times):
 EOF
     rm -rf "$work"
 done
+done | tee "$rows"
+echo "median of $reps:"
+header
+python3 - "$rows" <<'EOF'
+import statistics, sys
+by = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    by.setdefault((f[0], f[1] + " " + f[2]), []).append([float(x) for x in f[3:]])
+for (t, call), v in by.items():
+    m = [statistics.median(c) for c in zip(*v)]
+    print(f"{t:<6} {call:<12} {m[0]:10.2f} {m[1]:14.2f} {m[2]:12.2f} {m[3]:10.2f}")
+EOF
