@@ -123,7 +123,11 @@ struct Queue {
 
 impl Queue {
     fn new(fd: OwnedFd, qid: u16) -> Result<Queue, UringError> {
-        pin_to_cpu(qid as usize);
+        // Experiment knob (issue 17, attach qd16): PMKIT_FUSE_URING_PIN=0 leaves the queue
+        // threads to the scheduler.
+        if std::env::var("PMKIT_FUSE_URING_PIN").as_deref() != Ok("0") {
+            pin_to_cpu(qid as usize);
+        }
         // Completions are only reaped by this thread, in io_uring_enter: let the kernel run
         // their task work then, not interrupt us for each (needs 6.1; plain ring otherwise).
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
