@@ -5,6 +5,9 @@
 # scripts/pjdfstest/expected-failures.md), unmount, and require `pmkit fs check` clean.
 # Needs root and /dev/fuse; without them it is skipped, except in CI (CI set), where it fails.
 #
+#   PMKIT_FS_TRANSPORT=dev|uring     mount over that FUSE transport (default auto: io_uring where
+#                                    the kernel offers it); PMKIT_PROFILE=release uses a release
+#                                    build instead of the debug one
 #   scripts/pjdfstest.sh --preload   the same suite through the LD_PRELOAD shim (frontends/preload)
 #                                    instead of the FUSE mount; a report, not a gate (docs/fs.md
 #                                    lists what fails there and why)
@@ -25,8 +28,13 @@ tools="$target/tools"
 if ! "$tools/bin/pjdfstest" --version 2>/dev/null | grep -q "$version"; then
     CARGO_TARGET_DIR="$target/tools-build" cargo install pjdfstest --version "$version" --locked --root "$tools"
 fi
-cargo build --locked -p pmkit
-pmkit="$target/debug/pmkit"
+profile="${PMKIT_PROFILE:-debug}"
+if [ "$profile" = release ]; then
+    cargo build --locked --release -p pmkit
+else
+    cargo build --locked -p pmkit
+fi
+pmkit="$target/$profile/pmkit"
 work=$(mktemp -d /dev/shm/pmkit-pjdfstest.XXXXXX)
 chmod 755 "$work"  # the suite switches to other users, who must reach the mount
 mkdir "$work/mnt"
@@ -48,12 +56,14 @@ if $preload; then
     "$pmkit" fs check "$work/pool"
     exit 0
 fi
-"$pmkit" fs mount "$work/pool" "$work/mnt" >"$work/mount.out" 2>"$work/mount.err" &
+"$pmkit" fs mount "$work/pool" "$work/mnt" --transport "${PMKIT_FS_TRANSPORT:-auto}" \
+    >"$work/mount.out" 2>"$work/mount.err" &
 for _ in $(seq 100); do
     grep -q "^ready: serving" "$work/mount.out" 2>/dev/null && break
     sleep 0.1
 done
 grep -q "^ready: serving" "$work/mount.out" || { cat "$work/mount.err" >&2; exit 1; }
+grep "^ready: serving" "$work/mount.out"
 (cd "$work/mnt" && "$tools/bin/pjdfstest" -c "$cfg" -p "$work/mnt") >"$work/pjdfstest.log" 2>&1 || {
     grep -E "FAILED$|^Summary" "$work/pjdfstest.log" >&2
     echo "pjdfstest: unexpected failures (full log: $work/pjdfstest.log, kept)" >&2

@@ -39,6 +39,10 @@ pub struct Args {
     /// Cache modes of the PMFS mount to measure, each a target (none, short, long).
     #[arg(long, value_delimiter = ',', default_value = "none,short,long")]
     cache: Vec<CacheMode>,
+    /// FUSE transports of the PMFS mount, each a target per cache mode: dev (/dev/fuse, named
+    /// pmfs-CACHE), uring (FUSE over io_uring, pmfs-CACHE-uring; needs enable_uring = Y).
+    #[arg(long, value_delimiter = ',', default_value = "dev")]
+    pmfs_transports: Vec<pmkit_fuse::uring::Transport>,
     /// Protection of the PMFS mount (`pmkit fs mount --protect`: auto, none, kernel, pkey).
     #[arg(long, default_value = "auto")]
     pmfs_protect: pmkit_fs::Protect,
@@ -124,7 +128,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let journal_calls = q(a.journal_calls, 200, 20);
     let mut cache = a.cache.clone();
     cache.dedup();
-    let mut targets: Vec<Target> = cache.iter().map(|&c| Target::Pmfs(c)).collect();
+    let mut targets: Vec<Target> = cache
+        .iter()
+        .flat_map(|&c| a.pmfs_transports.iter().map(move |&t| Target::pmfs(c, t)))
+        .collect();
+    targets.dedup();
     targets.extend([
         Target::Ext4Attach,
         Target::Ext4Loop,

@@ -11,14 +11,17 @@ use anyhow::{ensure, Context, Result};
 use pmkit::args::EngineArgs;
 use pmkit_fuse::pmfs_cache::CacheMode;
 use pmkit_fuse::pmfs_mount::{self, MountOptions, Served};
+use pmkit_fuse::uring::Transport;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// One file system under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// PMFS over FUSE (`pmkit fs mount`, in this process) with a cache mode.
+    /// PMFS over FUSE (`pmkit fs mount`, in this process) with a cache mode, over /dev/fuse.
     Pmfs(CacheMode),
+    /// The same over FUSE's io_uring transport (`pmkit fs mount --transport uring`).
+    PmfsUring(CacheMode),
     /// PMFS through the library in the measuring process (`pmkit_fs::posix::Posix`).
     Library,
     /// PMFS through `libpmkit_preload.so` in a child program.
@@ -33,9 +36,24 @@ pub enum Target {
 }
 
 impl Target {
+    /// PMFS over FUSE with cache mode `c`, over transport `t` (`Auto`: io_uring where the
+    /// kernel offers it).
+    pub fn pmfs(c: CacheMode, t: Transport) -> Target {
+        let uring = match t {
+            Transport::Auto => pmkit_fuse::uring::enabled(),
+            t => t == Transport::Uring,
+        };
+        if uring {
+            Target::PmfsUring(c)
+        } else {
+            Target::Pmfs(c)
+        }
+    }
+
     pub fn name(self) -> String {
         match self {
             Target::Pmfs(c) => format!("pmfs-{c}"),
+            Target::PmfsUring(c) => format!("pmfs-{c}-uring"),
             Target::Library => "pmfs-lib".into(),
             Target::Shim => "pmfs-shim".into(),
             Target::Ext4Attach => "ext4-attach".into(),
@@ -203,11 +221,16 @@ pub fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> 
         std::process::id()
     ));
     match t {
-        Target::Pmfs(cache) => {
+        Target::Pmfs(cache) | Target::PmfsUring(cache) => {
             make_pool(&file, s)?;
             let o = MountOptions {
                 threads: s.fuse_threads.max(1),
                 cache,
+                transport: if matches!(t, Target::PmfsUring(_)) {
+                    Transport::Uring
+                } else {
+                    Transport::Dev
+                },
                 protect: s.pmfs_protect,
                 barrier_ns: s.barrier_ns,
                 ..Default::default()

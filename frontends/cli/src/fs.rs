@@ -42,9 +42,14 @@ enum Cmd {
     Mount {
         pool: PathBuf,
         dir: PathBuf,
-        /// FUSE worker threads.
+        /// FUSE worker threads on /dev/fuse (the io_uring transport has one queue per CPU).
         #[arg(long, default_value_t = 4)]
         threads: usize,
+        /// How FUSE requests reach the daemon: uring (FUSE over io_uring, a queue per CPU;
+        /// needs the kernel's /sys/module/fuse/parameters/enable_uring = Y), dev (/dev/fuse,
+        /// --threads workers), auto (uring where the kernel offers it, else dev).
+        #[arg(long, value_name = "auto|dev|uring", default_value_t = pmkit_fuse::uring::Transport::Auto)]
+        transport: pmkit_fuse::uring::Transport,
         /// Protection of PM from stray stores: auto, none, kernel, pkey, pt (mprotect around
         /// every store: a costly baseline, never picked by auto).
         #[arg(long, default_value = "auto")]
@@ -196,6 +201,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             stats,
             barrier_ns,
             cache,
+            transport,
         } => crate::fs_mount::mount(
             &pool,
             &dir,
@@ -206,6 +212,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 stats: stats.as_deref(),
                 barrier_ns,
                 cache,
+                transport,
             },
         )?,
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,

@@ -22,6 +22,7 @@ pub struct Opts<'a> {
     pub stats: Option<&'a Path>,
     pub barrier_ns: u64,
     pub cache: CacheMode,
+    pub transport: pmkit_fuse::uring::Transport,
 }
 
 pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
@@ -39,6 +40,7 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
             DataMode::InPlace
         },
         cache: a.cache,
+        transport: a.transport,
     };
     let served = pmfs_mount::mount(pool, dir, &o)?;
     for n in &served.notes {
@@ -66,9 +68,13 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         served.protection.0, served.protection.1
     );
     println!(
-        "{READY} {} on {} with {threads} threads, cache {}; stop with `pmkit fs umount {}` or SIGTERM",
+        "{READY} {} on {} over {}, cache {}; stop with `pmkit fs umount {}` or SIGTERM",
         pool.display(),
         served.dir.display(),
+        match served.transport {
+            pmkit_fuse::uring::Transport::Uring => "FUSE io_uring (a queue per CPU)".to_string(),
+            _ => format!("/dev/fuse with {threads} threads"),
+        },
         a.cache,
         served.dir.display()
     );

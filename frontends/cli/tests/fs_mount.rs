@@ -7,8 +7,9 @@
 //! `check` is clean and every fsynced file is intact. And SIGTERM: unmounts, marks clean. A
 //! second mount, and `check --repair`, of a mounted pool are refused.
 //!
-//! Needs root and /dev/fuse; skipped without them, except in CI (CI set), where it fails.
-//! `PMKIT_KILL_TRIALS=N` runs N kill -9 trials (default 2).
+//! Every test runs over both FUSE transports (`--transport dev`, then `uring` where the kernel
+//! offers it; see `transports`). Needs root and /dev/fuse; skipped without them, except in CI
+//! (CI set), where it fails. `PMKIT_KILL_TRIALS=N` runs N kill -9 trials (default 2).
 
 mod fs_mount_util;
 
@@ -27,10 +28,17 @@ fn random_operations_match_tmpfs_across_a_remount() {
     if !can_run() {
         return;
     }
+    for t in transports() {
+        eprintln!("transport {t}");
+        random_operations_match_tmpfs_across_a_remount_over(t);
+    }
+}
+
+fn random_operations_match_tmpfs_across_a_remount_over(t: &str) {
     let s = scratch("64M");
     let reference = s.dir.path().join("reference");
     std::fs::create_dir(&reference).unwrap();
-    let d = Daemon::start(&s, &["--threads", "2"]);
+    let d = Daemon::start(&s, &["--transport", t, "--threads", "2"]);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut outcomes = [0usize; 2];
     for step in 0..600 {
@@ -58,7 +66,7 @@ fn random_operations_match_tmpfs_across_a_remount() {
         info.contains("clean") && !info.contains("not unmounted cleanly"),
         "{info}"
     );
-    let d = Daemon::start(&s, &[]);
+    let d = Daemon::start(&s, &["--transport", t]);
     assert!(d.log().contains("last unmount clean"), "{}", d.log());
     assert_eq!(snapshot(&s.mnt), want, "after remount");
     d.umount();
@@ -72,9 +80,16 @@ fn the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks() {
     if !can_run() {
         return;
     }
+    for t in transports() {
+        eprintln!("transport {t}");
+        the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks_over(t);
+    }
+}
+
+fn the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks_over(t: &str) {
     const X: &str = "user.pmkit.atomic";
     let s = scratch("32M");
-    let d = Daemon::start(&s, &["--atomic"]);
+    let d = Daemon::start(&s, &["--transport", t, "--atomic"]);
     let (a, b, dir) = (s.mnt.join("a"), s.mnt.join("b"), s.mnt.join("d"));
     std::fs::write(&a, b"x").unwrap();
     std::fs::create_dir(&dir).unwrap();
@@ -91,7 +106,7 @@ fn the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks() {
     assert_eq!(set_xattr(&a, X, Some(b"yes")), Err(libc::EINVAL));
     assert_eq!(set_xattr(&a, X, None), Err(libc::EPERM));
     d.umount();
-    let d = Daemon::start(&s, &[]);
+    let d = Daemon::start(&s, &["--transport", t]);
     assert_eq!(get_xattr(&a, X), Ok(b"0".to_vec()), "kept across a remount");
     std::fs::write(&b, vec![7u8; 8192]).unwrap();
     assert_eq!(get_xattr(&b, X), Ok(b"0".to_vec()));
@@ -111,7 +126,7 @@ fn the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks() {
     drop((f, h));
     d.umount();
     check_clean(&s);
-    let d = Daemon::start(&s, &[]);
+    let d = Daemon::start(&s, &["--transport", t]);
     assert_eq!(get_xattr(&b, X), Ok(b"1".to_vec()));
     let got = std::fs::read(&b).unwrap();
     assert_eq!(&got[100..106], b"atomic");
@@ -123,8 +138,15 @@ fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean() {
     if !can_run() {
         return;
     }
+    for t in transports() {
+        eprintln!("transport {t}");
+        a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean_over(t);
+    }
+}
+
+fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean_over(t: &str) {
     let s = scratch("16M");
-    let d = Daemon::start(&s, &[]);
+    let d = Daemon::start(&s, &["--transport", t]);
     std::fs::write(s.mnt.join("f"), b"kept").unwrap();
     let o = pmkit()
         .args([
@@ -132,6 +154,8 @@ fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean() {
             "mount",
             s.pool.to_str().unwrap(),
             s.mnt.to_str().unwrap(),
+            "--transport",
+            t,
         ])
         .output()
         .unwrap();
@@ -167,7 +191,7 @@ fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean() {
     check_clean(&s);
     let info = run_ok(&["fs", "info", s.pool.to_str().unwrap()]);
     assert!(!info.contains("not unmounted cleanly"), "{info}");
-    let d = Daemon::start(&s, &[]);
+    let d = Daemon::start(&s, &["--transport", t]);
     assert_eq!(std::fs::read(s.mnt.join("f")).unwrap(), b"kept");
     d.umount();
 }
@@ -177,15 +201,22 @@ fn sigterm_with_a_file_open_detaches_and_serves_it_until_closed() {
     if !can_run() {
         return;
     }
+    for t in transports() {
+        eprintln!("transport {t}");
+        sigterm_with_a_file_open_detaches_and_serves_it_until_closed_over(t);
+    }
+}
+
+fn sigterm_with_a_file_open_detaches_and_serves_it_until_closed_over(t: &str) {
     let s = scratch("16M");
-    let d = Daemon::start(&s, &[]);
+    let d = Daemon::start(&s, &["--transport", t]);
     let mut f = std::fs::File::create(s.mnt.join("held")).unwrap();
     f.write_all(b"before ").unwrap();
     // SAFETY: signalling our own child.
     unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
-    let t = std::time::Instant::now();
+    let t0 = std::time::Instant::now();
     while !d.log().contains("is busy: detaching") {
-        assert!(t.elapsed() < Duration::from_secs(10), "{}", d.log());
+        assert!(t0.elapsed() < Duration::from_secs(10), "{}", d.log());
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
@@ -210,7 +241,7 @@ fn sigterm_with_a_file_open_detaches_and_serves_it_until_closed() {
         "{log}"
     );
     check_clean(&s);
-    let d = Daemon::start(&s, &[]);
+    let d = Daemon::start(&s, &["--transport", t]);
     assert_eq!(std::fs::read(s.mnt.join("held")).unwrap(), b"before after");
     d.umount();
 }
@@ -226,6 +257,13 @@ fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file() {
     if !can_run() {
         return;
     }
+    for t in transports() {
+        eprintln!("transport {t}");
+        kill_9_of_the_daemon_while_writing_loses_no_fsynced_file_over(t);
+    }
+}
+
+fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file_over(t: &str) {
     let trials: usize = std::env::var("PMKIT_KILL_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -234,7 +272,7 @@ fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file() {
     // Files acknowledged by fsync, with their content (name -> (i, round)).
     let mut durable: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     for trial in 0..trials {
-        let d = Daemon::start(&s, &["--threads", "2"]);
+        let d = Daemon::start(&s, &["--transport", t, "--threads", "2"]);
         if trial > 0 {
             assert!(
                 d.log().contains("detached a stale FUSE mount"),
@@ -288,7 +326,7 @@ fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file() {
         );
     }
     assert!(durable.len() > 10, "{}", durable.len());
-    let d = Daemon::start(&s, &[]);
+    let d = Daemon::start(&s, &["--transport", t]);
     for (name, &(i, round)) in &durable {
         assert_eq!(
             std::fs::read(s.mnt.join(name)).unwrap(),
@@ -305,9 +343,16 @@ fn stats_give_the_journal_bytes_and_fences_of_each_request() {
     if !can_run() {
         return;
     }
+    for t in transports() {
+        eprintln!("transport {t}");
+        stats_give_the_journal_bytes_and_fences_of_each_request_over(t);
+    }
+}
+
+fn stats_give_the_journal_bytes_and_fences_of_each_request_over(t: &str) {
     let s = scratch("64M");
     let stats = s.dir.path().join("stats.json");
-    let d = Daemon::start(&s, &["--stats", stats.to_str().unwrap()]);
+    let d = Daemon::start(&s, &["--transport", t, "--stats", stats.to_str().unwrap()]);
     for i in 0..20 {
         std::fs::File::create(s.mnt.join(format!("f{i}"))).unwrap();
         std::fs::create_dir(s.mnt.join(format!("d{i}"))).unwrap();

@@ -209,6 +209,15 @@ fn kill_9_under_fio_loses_no_completed_write() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+        // Kill while both jobs write: after their files exist (a loaded machine can take
+        // longer than the sleep to start fio; killed before its jobs run, fio saves no state).
+        let t0 = std::time::Instant::now();
+        while (0..2).any(|j| {
+            std::fs::metadata(dir.join(format!("pmkit.{j}.0"))).map_or(true, |m| m.len() == 0)
+        }) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "fio did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         std::thread::sleep(Duration::from_millis(800 + 400 * trial as u64));
         d.kill_9();
         // fio sees the mount go away, stops with errors and writes its state files.

@@ -74,40 +74,7 @@ impl std::str::FromStr for Mkfs {
     }
 }
 
-/// How FUSE requests reach this process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    /// io_uring where the kernel offers it, else /dev/fuse.
-    #[default]
-    Auto,
-    /// `read`/`writev` on /dev/fuse, a worker per CPU on cloned descriptors.
-    Dev,
-    /// FUSE over io_uring, a queue per CPU; attach fails where the kernel does not offer it.
-    Uring,
-}
-
-impl std::str::FromStr for Transport {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "auto" => Ok(Transport::Auto),
-            "dev" => Ok(Transport::Dev),
-            "uring" => Ok(Transport::Uring),
-            _ => Err(format!("unknown transport {s:?} (auto, dev, uring)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Transport::Auto => "auto",
-            Transport::Dev => "dev",
-            Transport::Uring => "uring",
-        })
-    }
-}
+pub use crate::uring::Transport;
 
 #[derive(Debug, Clone)]
 pub struct AttachOptions {

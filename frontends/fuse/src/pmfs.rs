@@ -1,7 +1,12 @@
 //! PMFS (`pmkit-fs`) as a FUSE file system: each FUSE low-level operation is one call of the
 //! library, by inode number (FUSE's root, 1, is the library's `ROOT`). The library does the
 //! work, the locking and the durability; this layer converts types and maps typed errors to
-//! errno (`pmkit_fs::Error::errno`). `pmfs_mount.rs` runs the session.
+//! errno (`pmkit_fs::Error::errno`).
+//!
+//! [`PmfsOps`] holds the handlers, one per operation, with plain arguments and typed answers,
+//! whatever carries the requests: `pmfs_fuser.rs` drives them from fuser (/dev/fuse), and
+//! `uring/pmfs.rs` from FUSE over io_uring's ring buffers, so both transports answer every
+//! request with the same code. `pmfs_mount.rs` runs the session.
 //!
 //! Kernel caching (see docs/fs.md, "The FUSE mount"): no writeback cache (a `write` reaches the
 //! library, and so PM, before it returns); the page cache is used write-through for reads and
@@ -10,33 +15,48 @@
 
 use crate::pmfs_cache::CacheMode;
 use crate::pmfs_stats::{Op, OpStats};
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
-};
+use fuser::{FileAttr, FileType, FopenFlags, INodeNo};
 use parking_lot::Mutex;
-use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr, XattrFlags};
+use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr, StatFs, XattrFlags};
 use pmkit_media::Region;
 use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Largest write request.
-const MAX_WRITE: u32 = 1 << 20;
+pub const MAX_WRITE: u32 = 1 << 20;
 
 /// A virtual xattr of regular files: `"1"` when writes to the file are all-or-nothing (its
 /// inode's atomic flag, `Fs::set_atomic`), `"0"` when in place. Setting it sets the flag; it
 /// is listed but never stored as an xattr, and cannot be removed (EPERM: set "0").
 pub const ATOMIC_XATTR: &[u8] = b"user.pmkit.atomic";
 
-/// The FUSE file system over a mounted PMFS.
-pub struct PmFs {
+/// A positive errno.
+pub type Errno = i32;
+type R<T> = std::result::Result<T, Errno>;
+
+/// A name the kernel now knows: its attributes and generation (`fuse_entry_out`).
+pub struct Entry {
+    pub attr: FileAttr,
+    pub generation: u64,
+}
+
+/// An open handle and the `FOPEN_*` flags to answer with (`fuse_open_out`).
+#[derive(Clone, Copy)]
+pub struct Opened {
+    pub fh: u64,
+    pub flags: FopenFlags,
+}
+
+/// An xattr answer: the size when asked with size 0, else the bytes.
+pub enum Xattr {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// The handlers over a mounted PMFS, shared by both transports.
+pub struct PmfsOps {
     fs: Arc<Fs<Region>>,
     /// Generation of each inode slot created in this session: a slot freed and used again gets
     /// a new one, so the kernel never takes a new file for an old one it still remembers.
@@ -58,23 +78,21 @@ fn errno(e: pmkit_fs::Error) -> Errno {
     if e.errno() == libc::EIO {
         tracing::warn!("pmfs: {e}");
     }
-    Errno::from_i32(e.errno())
+    e.errno()
 }
 
 fn time(ns: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
-fn ns_of(t: TimeOrNow) -> u64 {
-    let t = match t {
-        TimeOrNow::SpecificTime(t) => t,
-        TimeOrNow::Now => SystemTime::now(),
-    };
-    t.duration_since(UNIX_EPOCH)
+/// Nanoseconds since the epoch of `t` (`None`: now).
+pub fn ns_of(t: Option<SystemTime>) -> u64 {
+    t.unwrap_or_else(SystemTime::now)
+        .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn file_type(k: Kind) -> FileType {
+pub fn file_type(k: Kind) -> FileType {
     match k {
         Kind::Dir => FileType::Directory,
         Kind::Symlink => FileType::Symlink,
@@ -107,16 +125,20 @@ pub fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
-fn owner(req: &Request) -> Owner {
-    Owner {
-        uid: req.uid(),
-        gid: req.gid(),
+/// The answer to an xattr read of `data` into a buffer of `size` (0: just the size).
+fn xattr_answer(data: Vec<u8>, size: u32) -> R<Xattr> {
+    if size == 0 {
+        Ok(Xattr::Size(data.len() as u32))
+    } else if (size as usize) < data.len() {
+        Err(libc::ERANGE)
+    } else {
+        Ok(Xattr::Data(data))
     }
 }
 
-impl PmFs {
-    pub fn new(fs: Arc<Fs<Region>>, cache: CacheMode, stats: Arc<OpStats>) -> PmFs {
-        PmFs {
+impl PmfsOps {
+    pub fn new(fs: Arc<Fs<Region>>, cache: CacheMode, stats: Arc<OpStats>) -> PmfsOps {
+        PmfsOps {
             stats,
             fs,
             gens: Mutex::new(HashMap::new()),
@@ -135,77 +157,51 @@ impl PmFs {
         }
     }
 
+    /// How long the kernel may keep names and attributes.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// One call of the library, counted in the statistics as a request of kind `op`.
-    fn lib<T>(
-        &self,
-        op: Op,
-        f: impl FnOnce(&Fs<Region>) -> pmkit_fs::Result<T>,
-    ) -> pmkit_fs::Result<T> {
+    fn lib<T>(&self, op: Op, f: impl FnOnce(&Fs<Region>) -> pmkit_fs::Result<T>) -> R<T> {
         let t = self.stats.start(op);
         let r = f(&self.fs);
         t.done(r.is_ok());
-        r
+        r.map_err(errno)
     }
 
-    fn gen(&self, ino: u64) -> Generation {
-        Generation(self.gens.lock().get(&ino).copied().unwrap_or(0))
+    fn gen(&self, ino: u64) -> u64 {
+        self.gens.lock().get(&ino).copied().unwrap_or(0)
     }
 
-    /// Reply to a call that made a new inode.
-    fn created(&self, r: pmkit_fs::Result<Attr>, reply: ReplyEntry) {
-        match r {
-            Ok(a) => {
-                let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
-                self.gens.lock().insert(a.ino, g);
-                reply.entry(&self.ttl, &file_attr(&a), Generation(g))
-            }
-            Err(e) => reply.error(errno(e)),
+    /// The entry of a call that made a new inode: a new generation.
+    fn created(&self, a: Attr) -> Entry {
+        let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
+        self.gens.lock().insert(a.ino, g);
+        Entry {
+            attr: file_attr(&a),
+            generation: g,
         }
     }
 
-    fn entry(&self, r: pmkit_fs::Result<Attr>, reply: ReplyEntry) {
-        match r {
-            Ok(a) => reply.entry(&self.ttl, &file_attr(&a), self.gen(a.ino)),
-            Err(e) => reply.error(errno(e)),
+    fn entry(&self, a: Attr) -> Entry {
+        Entry {
+            attr: file_attr(&a),
+            generation: self.gen(a.ino),
         }
     }
 
     /// A directory's entries, `.` and `..` first (the library lists them).
-    fn listing(&self, ino: u64) -> pmkit_fs::Result<Arc<Vec<DirEntry>>> {
+    fn listing(&self, ino: u64) -> R<Arc<Vec<DirEntry>>> {
         self.lib(Op::Readdir, |fs| fs.readdir(ino)).map(Arc::new)
     }
-}
 
-fn empty(r: pmkit_fs::Result<()>, reply: ReplyEmpty) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(e)),
-    }
-}
-
-/// An xattr reply: the size when asked with size 0, ERANGE when the buffer is too small.
-fn xattr_reply(data: &[u8], size: u32, reply: ReplyXattr) {
-    if size == 0 {
-        reply.size(data.len() as u32)
-    } else if (size as usize) < data.len() {
-        reply.error(Errno::ERANGE)
-    } else {
-        reply.data(data)
-    }
-}
-
-impl Filesystem for PmFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(MAX_WRITE);
-        Ok(())
-    }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.lib(Op::Lookup, |fs| fs.lookup(parent.into(), name.as_bytes())) {
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> R<Entry> {
+        match self.lib(Op::Lookup, |fs| fs.lookup(parent, name)) {
             // A negative entry (inode 0): the kernel remembers the name is missing until it
             // makes it itself or the TTL ends.
-            Err(e) if self.cache.negative() && e.errno() == libc::ENOENT => {
-                let missing = FileAttr {
+            Err(libc::ENOENT) if self.cache.negative() => Ok(Entry {
+                attr: FileAttr {
                     ino: INodeNo(0),
                     size: 0,
                     blocks: 0,
@@ -221,461 +217,224 @@ impl Filesystem for PmFs {
                     rdev: 0,
                     blksize: 4096,
                     flags: 0,
-                };
-                reply.entry(&self.ttl, &missing, Generation(0))
-            }
-            r => self.entry(r, reply),
+                },
+                generation: 0,
+            }),
+            r => r.map(|a| self.entry(a)),
         }
     }
 
     // `forget`: nothing to do. An inode lives while it has links or open handles (the
     // library's open counts and orphan list); the kernel's lookup counts add nothing to that.
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.lib(Op::Getattr, |fs| fs.getattr(ino.into())) {
-            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+    pub fn getattr(&self, ino: u64) -> R<FileAttr> {
+        self.lib(Op::Getattr, |fs| fs.getattr(ino))
+            .map(|a| file_attr(&a))
     }
 
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        let s = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: atime.map(ns_of),
-            mtime: mtime.map(ns_of),
-        };
-        match self.lib(Op::Setattr, |fs| fs.setattr(ino.into(), &s)) {
-            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+    pub fn setattr(&self, ino: u64, s: &SetAttr) -> R<FileAttr> {
+        self.lib(Op::Setattr, |fs| fs.setattr(ino, s))
+            .map(|a| file_attr(&a))
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.lib(Op::Readlink, |fs| fs.readlink(ino.into())) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(e)),
-        }
+    pub fn readlink(&self, ino: u64) -> R<Vec<u8>> {
+        self.lib(Op::Readlink, |fs| fs.readlink(ino))
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        let r = self.lib(Op::Mknod, |fs| {
-            fs.mknod_as(owner(req), parent.into(), name.as_bytes(), mode, rdev)
-        });
-        self.created(r, reply)
+    pub fn mknod(&self, o: Owner, parent: u64, name: &[u8], mode: u32, rdev: u32) -> R<Entry> {
+        self.lib(Op::Mknod, |fs| fs.mknod_as(o, parent, name, mode, rdev))
+            .map(|a| self.created(a))
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let r = self.lib(Op::Mkdir, |fs| {
-            fs.mkdir_as(owner(req), parent.into(), name.as_bytes(), mode)
-        });
-        self.created(r, reply)
+    pub fn mkdir(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<Entry> {
+        self.lib(Op::Mkdir, |fs| fs.mkdir_as(o, parent, name, mode))
+            .map(|a| self.created(a))
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(
-            self.lib(Op::Unlink, |fs| fs.unlink(parent.into(), name.as_bytes())),
-            reply,
-        )
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> R<()> {
+        self.lib(Op::Unlink, |fs| fs.unlink(parent, name))
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(
-            self.lib(Op::Rmdir, |fs| fs.rmdir(parent.into(), name.as_bytes())),
-            reply,
-        )
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> R<()> {
+        self.lib(Op::Rmdir, |fs| fs.rmdir(parent, name))
     }
 
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        let r = self.lib(Op::Symlink, |fs| {
-            fs.symlink_as(
-                owner(req),
-                parent.into(),
-                link_name.as_bytes(),
-                target.as_os_str().as_bytes(),
-            )
-        });
-        self.created(r, reply)
+    pub fn symlink(&self, o: Owner, parent: u64, name: &[u8], target: &[u8]) -> R<Entry> {
+        self.lib(Op::Symlink, |fs| fs.symlink_as(o, parent, name, target))
+            .map(|a| self.created(a))
     }
 
-    fn rename(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        let f = if flags.is_empty() {
-            pmkit_fs::RenameFlags::Replace
-        } else if flags == RenameFlags::RENAME_NOREPLACE {
-            pmkit_fs::RenameFlags::NoReplace
-        } else if flags == RenameFlags::RENAME_EXCHANGE {
-            pmkit_fs::RenameFlags::Exchange
-        } else {
+    /// `flags`: the `RENAME_*` bits of rename(2).
+    pub fn rename(&self, parent: u64, name: &[u8], to: u64, to_name: &[u8], flags: u32) -> R<()> {
+        let f = match flags {
+            0 => pmkit_fs::RenameFlags::Replace,
+            libc::RENAME_NOREPLACE => pmkit_fs::RenameFlags::NoReplace,
+            libc::RENAME_EXCHANGE => pmkit_fs::RenameFlags::Exchange,
             // RENAME_WHITEOUT (overlayfs) or a combination: not supported.
-            return reply.error(Errno::EINVAL);
+            _ => return Err(libc::EINVAL),
         };
-        let r = self.lib(Op::Rename, |fs| {
-            fs.rename(
-                parent.into(),
-                name.as_bytes(),
-                newparent.into(),
-                newname.as_bytes(),
-                f,
-            )
-        });
-        empty(r, reply)
+        self.lib(Op::Rename, |fs| fs.rename(parent, name, to, to_name, f))
     }
 
-    fn link(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        let r = self.lib(Op::Link, |fs| {
-            fs.link(ino.into(), newparent.into(), newname.as_bytes())
-        });
-        self.entry(r, reply)
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> R<Entry> {
+        self.lib(Op::Link, |fs| fs.link(ino, newparent, newname))
+            .map(|a| self.entry(a))
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    pub fn open(&self, ino: u64) -> R<Opened> {
         // O_TRUNC arrives as a setattr before the open (no atomic_o_trunc).
-        match self.lib(Op::Open, |fs| fs.open(ino.into())) {
-            Ok(()) => reply.opened(FileHandle(0), self.fopen),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.lib(Op::Open, |fs| fs.open(ino)).map(|()| Opened {
+            fh: 0,
+            flags: self.fopen,
+        })
     }
 
-    fn read(
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> R<Vec<u8>> {
+        self.lib(Op::Read, |fs| fs.read(ino, offset, size as usize))
+    }
+
+    /// Durable when it returns (the library writes PM and persists before returning).
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> R<u32> {
+        self.lib(Op::Write, |fs| fs.write(ino, offset, data))
+            .map(|n| n as u32)
+    }
+
+    /// Every write is durable when it returned: nothing is buffered to flush at close.
+    pub fn flush(&self) -> R<()> {
+        Ok(())
+    }
+
+    pub fn release(&self, ino: u64) -> R<()> {
+        self.lib(Op::Release, |fs| fs.release(ino))
+    }
+
+    /// fsync and fsyncdir.
+    pub fn fsync(&self, ino: u64) -> R<()> {
+        self.lib(Op::Fsync, |fs| fs.fsync(ino))
+    }
+
+    pub fn opendir(&self, ino: u64) -> R<Opened> {
+        let l = self.listing(ino)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.listings.lock().insert(fh, l);
+        Ok(Opened {
+            fh,
+            flags: FopenFlags::empty(),
+        })
+    }
+
+    /// The entries of directory `ino` (handle `fh`) from `offset` on, each given to `add` with
+    /// the offset of the next; `add` returns true when the reply is full.
+    pub fn readdir(
         &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
+        ino: u64,
+        fh: u64,
         offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        match self.lib(Op::Read, |fs| fs.read(ino.into(), offset, size as usize)) {
-            Ok(b) => reply.data(&b),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        match self.lib(Op::Write, |fs| fs.write(ino.into(), offset, data)) {
-            Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        // Every write is durable when it returned: nothing is buffered to flush at close.
-        reply.ok()
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        empty(self.lib(Op::Release, |fs| fs.release(ino.into())), reply)
-    }
-
-    fn fsync(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        empty(self.lib(Op::Fsync, |fs| fs.fsync(ino.into())), reply)
-    }
-
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.listing(ino.into()) {
-            Ok(l) => {
-                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                self.listings.lock().insert(fh, l);
-                reply.opened(FileHandle(fh), FopenFlags::empty())
-            }
-            Err(e) => reply.error(errno(e)),
-        }
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        let fh = u64::from(fh);
+        mut add: impl FnMut(u64, u64, FileType, &[u8]) -> bool,
+    ) -> R<()> {
         let cached = self.listings.lock().get(&fh).cloned();
         let list = match cached {
             // A rewind (offset 0) lists again.
             Some(l) if offset > 0 => l,
-            _ => match self.listing(ino.into()) {
-                Ok(l) => {
-                    self.listings.lock().insert(fh, Arc::clone(&l));
-                    l
-                }
-                Err(e) => return reply.error(errno(e)),
-            },
+            _ => {
+                let l = self.listing(ino)?;
+                self.listings.lock().insert(fh, Arc::clone(&l));
+                l
+            }
         };
         for (i, e) in list.iter().enumerate().skip(offset as usize) {
-            let name = OsStr::from_bytes(&e.name);
-            if reply.add(INodeNo(e.ino), i as u64 + 1, file_type(e.kind), name) {
+            if add(e.ino, i as u64 + 1, file_type(e.kind), &e.name) {
                 break;
             }
         }
-        reply.ok()
+        Ok(())
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.listings.lock().remove(&u64::from(fh));
-        reply.ok()
+    pub fn releasedir(&self, fh: u64) -> R<()> {
+        self.listings.lock().remove(&fh);
+        Ok(())
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        empty(self.lib(Op::Fsync, |fs| fs.fsync(ino.into())), reply)
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    pub fn statfs(&self) -> StatFs {
         let t = self.stats.start(Op::Statfs);
         let s = self.fs.statfs();
         t.done(true);
-        reply.statfs(
-            s.blocks,
-            s.free_blocks,
-            s.free_blocks,
-            s.inodes,
-            s.free_inodes,
-            s.block_size,
-            s.name_max,
-            s.block_size,
-        )
+        s
     }
 
-    fn setxattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        position: u32,
-        reply: ReplyEmpty,
-    ) {
-        if position != 0 {
-            return reply.error(Errno::EINVAL);
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32, pos: u32) -> R<()> {
+        if pos != 0 {
+            return Err(libc::EINVAL);
         }
         let f = match flags {
             0 => XattrFlags::Either,
             libc::XATTR_CREATE => XattrFlags::Create,
             libc::XATTR_REPLACE => XattrFlags::Replace,
-            _ => return reply.error(Errno::EINVAL),
+            _ => return Err(libc::EINVAL),
         };
-        if name.as_bytes() == ATOMIC_XATTR {
+        if name == ATOMIC_XATTR {
             let on = match value {
                 b"1" => true,
                 b"0" => false,
-                _ => return reply.error(Errno::EINVAL),
+                _ => return Err(libc::EINVAL),
             };
             if f == XattrFlags::Create {
-                return reply.error(Errno::EEXIST); // every regular file has it
+                return Err(libc::EEXIST); // every regular file has it
             }
-            return empty(
-                self.lib(Op::Xattr, |fs| fs.set_atomic(ino.into(), on)),
-                reply,
-            );
+            return self.lib(Op::Xattr, |fs| fs.set_atomic(ino, on));
         }
-        empty(
-            self.lib(Op::Xattr, |fs| {
-                fs.setxattr(ino.into(), name.as_bytes(), value, f)
-            }),
-            reply,
-        )
+        self.lib(Op::Xattr, |fs| fs.setxattr(ino, name, value, f))
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if name.as_bytes() == ATOMIC_XATTR {
-            return match self.lib(Op::Xattr, |fs| fs.atomic(ino.into())) {
-                Ok(Some(on)) => xattr_reply(if on { b"1" } else { b"0" }, size, reply),
-                Ok(None) => reply.error(Errno::NO_XATTR),
-                Err(e) => reply.error(errno(e)),
+    pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> R<Xattr> {
+        if name == ATOMIC_XATTR {
+            return match self.lib(Op::Xattr, |fs| fs.atomic(ino))? {
+                Some(on) => xattr_answer(if on { b"1" } else { b"0" }.to_vec(), size),
+                None => Err(libc::ENODATA),
             };
         }
-        match self.lib(Op::Xattr, |fs| fs.getxattr(ino.into(), name.as_bytes())) {
-            Ok(v) => xattr_reply(&v, size, reply),
-            Err(e) => reply.error(errno(e)),
-        }
+        let v = self.lib(Op::Xattr, |fs| fs.getxattr(ino, name))?;
+        xattr_answer(v, size)
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.lib(Op::Xattr, |fs| fs.listxattr(ino.into())) {
-            Ok(names) => {
-                let mut buf = Vec::new();
-                for n in names {
-                    buf.extend_from_slice(&n);
-                    buf.push(0);
-                }
-                if matches!(self.fs.atomic(ino.into()), Ok(Some(_))) {
-                    buf.extend_from_slice(ATOMIC_XATTR);
-                    buf.push(0);
-                }
-                xattr_reply(&buf, size, reply)
-            }
-            Err(e) => reply.error(errno(e)),
+    pub fn listxattr(&self, ino: u64, size: u32) -> R<Xattr> {
+        let names = self.lib(Op::Xattr, |fs| fs.listxattr(ino))?;
+        let mut buf = Vec::new();
+        for n in names {
+            buf.extend_from_slice(&n);
+            buf.push(0);
         }
+        if matches!(self.fs.atomic(ino), Ok(Some(_))) {
+            buf.extend_from_slice(ATOMIC_XATTR);
+            buf.push(0);
+        }
+        xattr_answer(buf, size)
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if name.as_bytes() == ATOMIC_XATTR {
-            return reply.error(Errno::EPERM);
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> R<()> {
+        if name == ATOMIC_XATTR {
+            return Err(libc::EPERM);
         }
-        empty(
-            self.lib(Op::Xattr, |fs| fs.removexattr(ino.into(), name.as_bytes())),
-            reply,
-        )
+        self.lib(Op::Xattr, |fs| fs.removexattr(ino, name))
     }
 
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let r = self.lib(Op::Create, |fs| {
-            fs.create_as(owner(req), parent.into(), name.as_bytes(), mode)
+    pub fn create(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<(Entry, Opened)> {
+        let a = self.lib(Op::Create, |fs| {
+            fs.create_as(o, parent, name, mode)
                 .and_then(|a| fs.open(a.ino).map(|()| a))
-        });
-        match r {
-            Ok(a) => {
-                let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
-                self.gens.lock().insert(a.ino, g);
-                reply.created(
-                    &self.ttl,
-                    &file_attr(&a),
-                    Generation(g),
-                    FileHandle(0),
-                    self.fopen,
-                )
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+        })?;
+        let opened = Opened {
+            fh: 0,
+            flags: self.fopen,
+        };
+        Ok((self.created(a), opened))
     }
 
-    fn fallocate(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
+    pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
         if mode != 0 {
             // KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE, COLLAPSE/INSERT_RANGE: not in the library.
-            return reply.error(Errno::EOPNOTSUPP);
+            return Err(libc::EOPNOTSUPP);
         }
-        empty(
-            self.lib(Op::Fallocate, |fs| fs.fallocate(ino.into(), offset, length)),
-            reply,
-        )
+        self.lib(Op::Fallocate, |fs| fs.fallocate(ino, offset, length))
     }
 }

@@ -3,13 +3,17 @@
 //! its requests and mark the pool clean. A stale mount left by a daemon that died (every access
 //! gives ENOTCONN) is detached before mounting again.
 
-use crate::pmfs::PmFs;
+use crate::pmfs::PmfsOps;
 use crate::pmfs_cache::CacheMode;
+use crate::pmfs_fuser::PmFs;
 use crate::pmfs_stats::OpStats;
+use crate::uring::{self, Transport};
 use pmkit_fs::{DataMode, Fs, Protect, Recovery};
 use pmkit_media::{Region, RegionOptions};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +45,9 @@ pub struct MountOptions {
     pub barrier_ns: u64,
     /// What the kernel may cache (`--cache`).
     pub cache: CacheMode,
+    /// How requests reach the daemon (`--transport`): the io_uring queues (a queue per CPU,
+    /// `threads` does not apply to them) or /dev/fuse.
+    pub transport: Transport,
 }
 
 impl Default for MountOptions {
@@ -51,6 +58,7 @@ impl Default for MountOptions {
             data: DataMode::InPlace,
             barrier_ns: 0,
             cache: CacheMode::default(),
+            transport: Transport::Auto,
         }
     }
 }
@@ -207,15 +215,22 @@ pub struct Served {
     pub recovery: Recovery,
     pub protection: (Protect, String),
     pub notes: Vec<String>,
+    /// The transport in use: `Dev` or `Uring`.
+    pub transport: Transport,
     fs: Arc<Fs<Region>>,
     stats: Arc<OpStats>,
     session: fuser::BackgroundSession,
+    /// The io_uring queues, when the transport is `Uring`; they hold the handlers (and so the
+    /// file system) until the connection ends.
+    uring: Option<uring::Queues>,
 }
 
 /// Mount `pool` on `dir` and start serving it. Call with SIGTERM, SIGINT and SIGHUP blocked
 /// (see [`block_signals`]) so that the session threads never take them.
 pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     let dir = absolute(dir)?;
+    // Before touching the pool: `--transport uring` where the kernel has it off.
+    let want_uring = o.transport.wants_uring().map_err(MountError::Fuse)?;
     let mut notes = Vec::new();
     notes.extend(clean_stale(&dir)?);
     if !dir.is_dir() {
@@ -272,25 +287,58 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     cfg.n_threads = Some(o.threads.clamp(1, 64));
     cfg.clone_fd = true;
     let stats = Arc::new(OpStats::default());
-    let served = PmFs::new(Arc::clone(&fs), o.cache, Arc::clone(&stats));
-    let session = match fuser::spawn_mount(served, &dir, &cfg) {
+    let ops = Arc::new(PmfsOps::new(Arc::clone(&fs), o.cache, Arc::clone(&stats)));
+    let (served, granted) = PmFs::new(Arc::clone(&ops), want_uring);
+    let give_back = |fs: Arc<Fs<Region>>, why: String| {
+        // Nothing was served: give the pool back clean.
+        if let Ok(fs) = Arc::try_unwrap(fs) {
+            drop(fs.unmount());
+        }
+        MountError::Fuse(why)
+    };
+    // Session::new mounts and completes INIT, which says whether io_uring was granted; the
+    // queues register before fuser's workers start. Dropping the session unmounts.
+    let session = match fuser::Session::new(served, &dir, &cfg) {
         Ok(s) => s,
         Err(e) => {
-            // Nothing was served: give the pool back clean.
-            if let Ok(fs) = Arc::try_unwrap(fs) {
-                drop(fs.unmount());
-            }
-            return Err(MountError::Fuse(format!("{}: {e}", dir.display())));
+            drop(ops);
+            return Err(give_back(fs, format!("{}: {e}", dir.display())));
         }
+    };
+    let mut queues = None;
+    if granted.load(Ordering::Acquire) {
+        match uring::start(session.as_fd(), Arc::clone(&ops)) {
+            Ok(q) => queues = Some(q),
+            Err(e) if o.transport == Transport::Uring => {
+                drop((session, ops));
+                return Err(give_back(fs, e.to_string()));
+            }
+            Err(e) => tracing::warn!("{e}; serving /dev/fuse instead"),
+        }
+    } else if want_uring && o.transport == Transport::Uring {
+        drop((session, ops));
+        return Err(give_back(fs, uring::NOT_OFFERED.into()));
+    }
+    drop(ops);
+    let transport = if queues.is_some() {
+        Transport::Uring
+    } else {
+        Transport::Dev
+    };
+    let session = match session.spawn() {
+        Ok(s) => s,
+        Err(e) => return Err(MountError::Fuse(format!("{}: {e}", dir.display()))),
     };
     Ok(Served {
         dir,
         recovery,
         protection,
         notes,
+        transport,
         fs,
         stats,
         session,
+        uring: queues,
     })
 }
 
@@ -390,12 +438,24 @@ impl Served {
                 }
             }
         }
-        let Served { fs, session, .. } = self;
+        let Served {
+            fs, session, uring, ..
+        } = self;
         session
             .join()
             .map_err(|e| MountError::Fuse(format!("session: {e}")))?;
-        // The session's threads are joined and its file system dropped: this is the last
-        // handle, and no request is in flight.
+        // The kernel ends the queues' commands when the connection goes (ENOTCONN).
+        if let Some(q) = uring {
+            if !q.join(Duration::from_secs(10)) {
+                return Err(MountError::Fuse(
+                    "a FUSE io_uring queue did not end with the connection; the pool is left \
+                     to recovery at the next mount"
+                        .into(),
+                ));
+            }
+        }
+        // The session's threads and the queues are joined and their handlers dropped: this is
+        // the last handle, and no request is in flight.
         let fs = Arc::try_unwrap(fs)
             .map_err(|_| MountError::Fuse("the file system is still shared".into()))?;
         drop(fs.unmount());

@@ -42,6 +42,27 @@ pub fn can_run() -> bool {
     false
 }
 
+/// The FUSE transports a mount test runs over: `dev` (/dev/fuse), and `uring` (FUSE over
+/// io_uring) where the kernel offers it (/sys/module/fuse/parameters/enable_uring = Y; in CI,
+/// where scripts/test.sh turns it on, its absence fails the test). `PMKIT_FS_TRANSPORT=dev` or
+/// `uring` runs one only (and is the transport of the tests that name none).
+pub fn transports() -> Vec<&'static str> {
+    let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|s| s.trim() == "Y");
+    match std::env::var("PMKIT_FS_TRANSPORT").as_deref() {
+        Ok("dev") => return vec!["dev"],
+        Ok("uring") => return vec!["uring"],
+        _ => {}
+    }
+    if uring {
+        return vec!["dev", "uring"];
+    }
+    let why = "FUSE over io_uring is off (echo Y > /sys/module/fuse/parameters/enable_uring)";
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("the uring transport skipped: {why}");
+    vec!["dev"]
+}
+
 /// A scratch pool in /dev/shm and a mount point.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
@@ -89,6 +110,12 @@ impl Daemon {
             .dir
             .path()
             .join(format!("daemon-{}.err", rand_u64() % 1_000_000));
+        // Tests that name no transport get PMKIT_FS_TRANSPORT's, if set (else auto).
+        let env_t = std::env::var("PMKIT_FS_TRANSPORT").ok();
+        let mut extra: Vec<&str> = extra.to_vec();
+        if let Some(t) = env_t.as_deref().filter(|_| !extra.contains(&"--transport")) {
+            extra.extend(["--transport", t]);
+        }
         let mut child = pmkit()
             .args([
                 "fs",
@@ -96,7 +123,7 @@ impl Daemon {
                 s.pool.to_str().unwrap(),
                 s.mnt.to_str().unwrap(),
             ])
-            .args(extra)
+            .args(&extra)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
@@ -109,7 +136,15 @@ impl Daemon {
             }
         });
         match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(l) if l.starts_with("ready: serving") => {}
+            Ok(l) if l.starts_with("ready: serving") => {
+                // The transport asked for is the one serving.
+                let asked = extra.windows(2).find(|w| w[0] == "--transport");
+                match asked.map(|w| w[1]) {
+                    Some("uring") => assert!(l.contains("over FUSE io_uring"), "{l}"),
+                    Some("dev") => assert!(l.contains("over /dev/fuse"), "{l}"),
+                    _ => {}
+                }
+            }
             r => panic!(
                 "daemon not ready ({r:?}): {}",
                 std::fs::read_to_string(&stderr).unwrap_or_default()

@@ -1,6 +1,6 @@
 //! The parts of the FUSE wire format (`include/uapi/linux/fuse.h`, ABI 7.42+) the io_uring
 //! transport reads and writes itself: the ring entry's header buffer, the request header,
-//! the few per-opcode structs a single-file device needs, and the replies. Everything is
+//! the per-opcode structs the block device and PMFS get, and the replies. Everything is
 //! native-endian bytes at fixed offsets, so parsing needs no `unsafe`.
 
 use fuser::{FileAttr, FileType};
@@ -46,6 +46,9 @@ pub struct InHeader {
     pub opcode: u32,
     pub unique: u64,
     pub nodeid: u64,
+    /// The caller's credentials (`fuse_in_header.uid`, `.gid`).
+    pub uid: u32,
+    pub gid: u32,
     /// Bytes of the request in the payload buffer (names, WRITE data).
     pub payload_sz: u32,
     /// The id to echo in COMMIT_AND_FETCH.
@@ -58,6 +61,8 @@ impl InHeader {
             opcode: u32_at(h, 4),
             unique: u64_at(h, 8),
             nodeid: u64_at(h, 16),
+            uid: u32_at(h, 24),
+            gid: u32_at(h, 28),
             commit_id: u64_at(h, ENT_IN_OUT + 8),
             payload_sz: u32_at(h, ENT_IN_OUT + 16),
         }
@@ -80,26 +85,62 @@ pub fn set_reply(h: &mut [u8], unique: u64, errno: i32, payload_len: u32) {
 /// Opcodes (`enum fuse_opcode`).
 pub mod op {
     pub const LOOKUP: u32 = 1;
+    pub const FORGET: u32 = 2;
     pub const GETATTR: u32 = 3;
     pub const SETATTR: u32 = 4;
+    pub const READLINK: u32 = 5;
+    pub const SYMLINK: u32 = 6;
+    pub const MKNOD: u32 = 8;
+    pub const MKDIR: u32 = 9;
+    pub const UNLINK: u32 = 10;
+    pub const RMDIR: u32 = 11;
+    pub const RENAME: u32 = 12;
+    pub const LINK: u32 = 13;
     pub const OPEN: u32 = 14;
     pub const READ: u32 = 15;
     pub const WRITE: u32 = 16;
     pub const STATFS: u32 = 17;
     pub const RELEASE: u32 = 18;
     pub const FSYNC: u32 = 20;
+    pub const SETXATTR: u32 = 21;
+    pub const GETXATTR: u32 = 22;
+    pub const LISTXATTR: u32 = 23;
+    pub const REMOVEXATTR: u32 = 24;
     pub const FLUSH: u32 = 25;
     pub const OPENDIR: u32 = 27;
     pub const READDIR: u32 = 28;
     pub const RELEASEDIR: u32 = 29;
     pub const FSYNCDIR: u32 = 30;
     pub const ACCESS: u32 = 34;
+    pub const CREATE: u32 = 35;
     pub const DESTROY: u32 = 38;
+    pub const BATCH_FORGET: u32 = 42;
     pub const FALLOCATE: u32 = 43;
+    pub const RENAME2: u32 = 45;
 }
 
-/// `FATTR_SIZE` in `fuse_setattr_in.valid`.
+/// `fuse_setattr_in.valid` bits.
+pub const FATTR_MODE: u32 = 1 << 0;
+pub const FATTR_UID: u32 = 1 << 1;
+pub const FATTR_GID: u32 = 1 << 2;
 pub const FATTR_SIZE: u32 = 1 << 3;
+pub const FATTR_ATIME: u32 = 1 << 4;
+pub const FATTR_MTIME: u32 = 1 << 5;
+pub const FATTR_ATIME_NOW: u32 = 1 << 7;
+pub const FATTR_MTIME_NOW: u32 = 1 << 8;
+
+/// The `S_IF*` bits of a file type.
+fn type_bits(kind: FileType) -> u32 {
+    match kind {
+        FileType::Directory => libc::S_IFDIR,
+        FileType::RegularFile => libc::S_IFREG,
+        FileType::Symlink => libc::S_IFLNK,
+        FileType::NamedPipe => libc::S_IFIFO,
+        FileType::CharDevice => libc::S_IFCHR,
+        FileType::BlockDevice => libc::S_IFBLK,
+        FileType::Socket => libc::S_IFSOCK,
+    }
+}
 
 fn secs_nsecs(t: SystemTime) -> (u64, u32) {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -108,10 +149,7 @@ fn secs_nsecs(t: SystemTime) -> (u64, u32) {
 
 /// `struct fuse_attr` (88 bytes) at `b[0..88]`.
 fn put_attr(b: &mut [u8], a: &FileAttr) {
-    let kind = match a.kind {
-        FileType::Directory => libc::S_IFDIR,
-        _ => libc::S_IFREG,
-    };
+    let kind = type_bits(a.kind);
     put64(b, 0, a.ino.into());
     put64(b, 8, a.size);
     put64(b, 16, a.blocks);
@@ -133,10 +171,11 @@ fn put_attr(b: &mut [u8], a: &FileAttr) {
     put32(b, 84, a.flags);
 }
 
-/// `struct fuse_entry_out` (128 bytes): the reply to LOOKUP.
-pub fn entry_out(b: &mut [u8], a: &FileAttr, ttl: Duration) -> u32 {
+/// `struct fuse_entry_out` (128 bytes): the reply to LOOKUP and to the calls that make a name.
+pub fn entry_out(b: &mut [u8], a: &FileAttr, generation: u64, ttl: Duration) -> u32 {
     b[..128].fill(0);
     put64(b, 0, a.ino.into());
+    put64(b, 8, generation);
     put64(b, 16, ttl.as_secs());
     put64(b, 24, ttl.as_secs());
     put32(b, 32, ttl.subsec_nanos());
@@ -154,11 +193,43 @@ pub fn attr_out(b: &mut [u8], a: &FileAttr, ttl: Duration) -> u32 {
     104
 }
 
-/// `struct fuse_open_out` (16 bytes): fh 0 and the open flags.
-pub fn open_out(b: &mut [u8], open_flags: u32) -> u32 {
+/// `struct fuse_open_out` (16 bytes): a handle and the open flags.
+pub fn open_out(b: &mut [u8], fh: u64, open_flags: u32) -> u32 {
     b[..16].fill(0);
+    put64(b, 0, fh);
     put32(b, 8, open_flags);
     16
+}
+
+/// `struct fuse_getxattr_out` (8 bytes): the size of a value or list, for a request of size 0.
+pub fn getxattr_out(b: &mut [u8], size: u32) -> u32 {
+    put32(b, 0, size);
+    put32(b, 4, 0);
+    8
+}
+
+/// `struct fuse_kstatfs` inside `fuse_statfs_out` (80 bytes).
+pub struct Statfs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+pub fn statfs_out(b: &mut [u8], s: &Statfs) -> u32 {
+    b[..80].fill(0);
+    put64(b, 0, s.blocks);
+    put64(b, 8, s.bfree);
+    put64(b, 16, s.bavail);
+    put64(b, 24, s.files);
+    put64(b, 32, s.ffree);
+    put32(b, 40, s.bsize);
+    put32(b, 44, s.namelen);
+    put32(b, 48, s.bsize); // frsize
+    80
 }
 
 /// `struct fuse_write_out` (8 bytes).
@@ -166,17 +237,6 @@ pub fn write_out(b: &mut [u8], size: u32) -> u32 {
     put32(b, 0, size);
     put32(b, 4, 0);
     8
-}
-
-/// `struct fuse_statfs_out` (80 bytes): `blocks` of `bsize`, no free space reported.
-pub fn statfs_out(b: &mut [u8], blocks: u64, bsize: u32) -> u32 {
-    b[..80].fill(0);
-    put64(b, 0, blocks);
-    put64(b, 24, 2); // files
-    put32(b, 40, bsize);
-    put32(b, 44, 255); // namelen
-    put32(b, 48, bsize); // frsize
-    80
 }
 
 /// One `struct fuse_dirent` at `b[at..]`: the new end, or `None` when it does not fit in
@@ -188,7 +248,7 @@ pub fn dirent(
     ino: u64,
     off: u64,
     kind: FileType,
-    name: &str,
+    name: &[u8],
 ) -> Option<usize> {
     let len = (24 + name.len()).div_ceil(8) * 8;
     if at + len > limit {
@@ -199,7 +259,7 @@ pub fn dirent(
     put64(d, 0, ino);
     put64(d, 8, off);
     put32(d, 16, name.len() as u32);
-    put32(d, 20, if kind == FileType::Directory { 4 } else { 8 }); // DT_DIR, DT_REG
-    d[24..24 + name.len()].copy_from_slice(name.as_bytes());
+    put32(d, 20, type_bits(kind) >> 12); // DT_* is S_IF* >> 12
+    d[24..24 + name.len()].copy_from_slice(name);
     Some(at + len)
 }

@@ -4,12 +4,37 @@
 //! `IORING_OP_URING_CMD` on the FUSE descriptor; once every CPU's queue has one, the kernel
 //! sends requests through the rings instead of /dev/fuse (interrupts and forgets still come
 //! through /dev/fuse, which fuser's workers keep serving). No Rust FUSE crate we use speaks
-//! this protocol (fuser 0.18 does not), so this module does, for the handful of opcodes a
-//! single-file device gets.
+//! this protocol (fuser 0.18 does not, and its dispatcher cannot be fed request bytes from
+//! elsewhere), so this module does: the queues carry any request to a [`Handler`], which
+//! decodes the opcodes its file system serves and calls the same handlers fuser's `Filesystem`
+//! calls: `ops.rs` for the block device (`file.rs`'s `Core`), `pmfs.rs` for PMFS
+//! (`crate::pmfs::PmfsOps`).
+
+use serde::{Deserialize, Serialize};
 
 mod abi;
 mod ops;
+mod pmfs;
 mod queue;
+
+/// What answers the requests that arrive on a connection's rings.
+pub(crate) trait Handler: Send + Sync + 'static {
+    /// Answer request `h` (its fixed in-struct `op_in`, its names or data in `payload`) by
+    /// writing the reply's bytes into `payload`: their count, or a positive errno.
+    fn answer(&self, h: &abi::InHeader, op_in: &[u8], payload: &mut [u8]) -> Result<u32, i32>;
+}
+
+/// Answer the request in an entry's `header`/`payload` (as the kernel filled them) in place;
+/// the commit id to send with COMMIT_AND_FETCH.
+fn handle<H: Handler>(handler: &H, header: &mut [u8], payload: &mut [u8]) -> u64 {
+    let h = abi::InHeader::parse(header);
+    let (errno, len) = match handler.answer(&h, abi::op_in(header), payload) {
+        Ok(len) => (0, len),
+        Err(e) => (e, 0),
+    };
+    abi::set_reply(header, h.unique, errno, len);
+    h.commit_id
+}
 
 pub(crate) use queue::start;
 pub use queue::{Queues, UringError, QUEUE_DEPTH};
@@ -19,3 +44,56 @@ pub fn enabled() -> bool {
     std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
         .is_ok_and(|s| s.trim() == "Y")
 }
+
+/// How FUSE requests reach this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// io_uring where the kernel offers it, else /dev/fuse.
+    #[default]
+    Auto,
+    /// `read`/`writev` on /dev/fuse, a worker per CPU on cloned descriptors.
+    Dev,
+    /// FUSE over io_uring, a queue per CPU; attach and mount fail where the kernel does not offer it.
+    Uring,
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Transport::Auto),
+            "dev" => Ok(Transport::Dev),
+            "uring" => Ok(Transport::Uring),
+            _ => Err(format!("unknown transport {s:?} (auto, dev, uring)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Auto => "auto",
+            Transport::Dev => "dev",
+            Transport::Uring => "uring",
+        })
+    }
+}
+
+impl Transport {
+    /// Whether to ask for io_uring at INIT; refused (with the command that enables it) for
+    /// `uring` where the kernel does not offer it.
+    pub fn wants_uring(self) -> Result<bool, String> {
+        match self {
+            Transport::Dev => Ok(false),
+            Transport::Auto => Ok(enabled()),
+            Transport::Uring if enabled() => Ok(true),
+            Transport::Uring => Err(NOT_OFFERED.into()),
+        }
+    }
+}
+
+/// Why `--transport uring` was refused.
+pub const NOT_OFFERED: &str =
+    "the kernel does not offer FUSE over io_uring (needs CONFIG_FUSE_IO_URING and \
+     `echo Y > /sys/module/fuse/parameters/enable_uring` as root); use --transport dev or auto";

@@ -1,21 +1,16 @@
-//! One request from a ring entry, answered in place: the opcodes a single-file device gets
+//! One request of the block device from a ring entry, answered in place: the opcodes a
+//! single-file device gets
 //! (the same answers as the fuser file system in `file.rs`, through the shared `Core`).
 //! Anything else gets ENOSYS, which the kernel remembers for optional operations.
 
 use super::abi::{self, op, u32_at, u64_at, InHeader};
+use super::Handler;
 use crate::file::{is_fua, Core, Disk, DISK_INO, DISK_NAME, ENTRIES, OPEN_FLAGS, TTL};
 
-/// Answer the request in `header`/`payload` (as the kernel filled them) by writing the
-/// reply into the same buffers. `payload` is the entry's whole payload buffer. Returns the
-/// commit id to send with COMMIT_AND_FETCH.
-pub fn handle<D: Disk>(core: &Core<D>, header: &mut [u8], payload: &mut [u8]) -> u64 {
-    let h = InHeader::parse(header);
-    let (errno, len) = match answer(core, &h, abi::op_in(header), payload) {
-        Ok(len) => (0, len),
-        Err(e) => (e, 0),
-    };
-    abi::set_reply(header, h.unique, errno, len);
-    h.commit_id
+impl<D: Disk> Handler for Core<D> {
+    fn answer(&self, h: &InHeader, op_in: &[u8], p: &mut [u8]) -> Result<u32, i32> {
+        answer(self, h, op_in, p)
+    }
 }
 
 /// The reply's payload length, or a positive errno.
@@ -27,7 +22,7 @@ fn answer<D: Disk>(core: &Core<D>, h: &InHeader, op_in: &[u8], p: &mut [u8]) -> 
             let name = &p[..(h.payload_sz as usize).min(p.len())];
             let name = name.split(|&c| c == 0).next().unwrap_or(&[]);
             if ino == 1 && name == DISK_NAME.as_bytes() {
-                Ok(abi::entry_out(p, &core.attr(DISK_INO), TTL))
+                Ok(abi::entry_out(p, &core.attr(DISK_INO), 0, TTL))
             } else {
                 Err(libc::ENOENT)
             }
@@ -44,9 +39,9 @@ fn answer<D: Disk>(core: &Core<D>, h: &InHeader, op_in: &[u8], p: &mut [u8]) -> 
             }
             Ok(abi::attr_out(p, &core.attr(ino), TTL))
         }
-        op::OPEN if ino == DISK_INO => Ok(abi::open_out(p, OPEN_FLAGS)),
+        op::OPEN if ino == DISK_INO => Ok(abi::open_out(p, 0, OPEN_FLAGS)),
         op::OPEN => Err(libc::EISDIR),
-        op::OPENDIR if ino == 1 => Ok(abi::open_out(p, 0)),
+        op::OPENDIR if ino == 1 => Ok(abi::open_out(p, 0, 0)),
         op::OPENDIR => Err(libc::ENOTDIR),
         op::READ => {
             // fuse_read_in: offset @8, size @16. The data goes straight into the payload
@@ -62,8 +57,17 @@ fn answer<D: Disk>(core: &Core<D>, h: &InHeader, op_in: &[u8], p: &mut [u8]) -> 
             Ok(abi::write_out(p, n))
         }
         op::STATFS => {
-            let (blocks, bs) = core.statfs();
-            Ok(abi::statfs_out(p, blocks, bs))
+            let (blocks, bsize) = core.statfs();
+            let s = abi::Statfs {
+                blocks,
+                bfree: 0,
+                bavail: 0,
+                files: 2,
+                ffree: 0,
+                bsize,
+                namelen: 255,
+            };
+            Ok(abi::statfs_out(p, &s))
         }
         // The device's FLUSH: fsync must make every completed write durable.
         op::FSYNC => core.fsync().map(|_| 0),
@@ -84,7 +88,7 @@ fn answer<D: Disk>(core: &Core<D>, h: &InHeader, op_in: &[u8], p: &mut [u8]) -> 
             let mut at = 0;
             for (i, (ino, kind, name)) in ENTRIES.iter().enumerate().skip(u64_at(op_in, 8) as usize)
             {
-                match abi::dirent(p, at, limit, *ino, (i + 1) as u64, *kind, name) {
+                match abi::dirent(p, at, limit, *ino, (i + 1) as u64, *kind, name.as_bytes()) {
                     Some(end) => at = end,
                     None => break,
                 }

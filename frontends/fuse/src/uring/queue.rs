@@ -6,8 +6,8 @@
 //! (COMMIT_AND_FETCH): one `io_uring_enter` per batch instead of a `read` and a `writev`
 //! per request, and the kernel queues a request on the queue of the CPU that issued it.
 
-use super::{abi, ops};
-use crate::file::{Core, Disk, MAX_IO};
+use super::{abi, Handler};
+use crate::file::MAX_IO;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{mpsc, Arc};
@@ -72,21 +72,21 @@ fn possible_cpus() -> usize {
 }
 
 /// Start a queue per CPU on the FUSE connection `fd` (after an INIT that granted
-/// `FUSE_OVER_IO_URING`), serving `core`. Returns once every queue has registered its
+/// `FUSE_OVER_IO_URING`), answering with `handler`. Returns once every queue has registered its
 /// entries, or with the first queue's error.
-pub fn start<D: Disk>(fd: BorrowedFd<'_>, core: Arc<Core<D>>) -> Result<Queues, UringError> {
+pub(crate) fn start<H: Handler>(fd: BorrowedFd<'_>, handler: Arc<H>) -> Result<Queues, UringError> {
     let n = possible_cpus().min(u16::MAX as usize) as u16;
     let (tx, rx) = mpsc::channel();
     let mut threads = vec![];
     for qid in 0..n {
         let fd = fd.try_clone_to_owned().map_err(queue_err(qid, "dup"))?;
-        let (core, tx) = (core.clone(), tx.clone());
+        let (handler, tx) = (handler.clone(), tx.clone());
         let t = std::thread::Builder::new()
             .name(format!("fuse-uring-{qid}"))
             .spawn(move || match Queue::new(fd, qid) {
                 Ok(mut q) => {
                     let _ = tx.send(Ok(()));
-                    q.serve(&core)
+                    q.serve(&*handler)
                 }
                 Err(e) => {
                     let _ = tx.send(Err(e));
@@ -123,7 +123,11 @@ struct Queue {
 
 impl Queue {
     fn new(fd: OwnedFd, qid: u16) -> Result<Queue, UringError> {
-        pin_to_cpu(qid as usize);
+        // Experiment knob (issue 17, attach qd16): PMKIT_FUSE_URING_PIN=0 leaves the queue
+        // threads to the scheduler.
+        if std::env::var("PMKIT_FUSE_URING_PIN").as_deref() != Ok("0") {
+            pin_to_cpu(qid as usize);
+        }
         // Completions are only reaped by this thread, in io_uring_enter: let the kernel run
         // their task work then, not interrupt us for each (needs 6.1; plain ring otherwise).
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
@@ -185,7 +189,7 @@ impl Queue {
     }
 
     /// Serve requests until the connection ends.
-    fn serve<D: Disk>(&mut self, core: &Core<D>) {
+    fn serve<H: Handler>(&mut self, handler: &H) {
         let mut done = std::mem::take(&mut self.early);
         done.reserve(QUEUE_DEPTH);
         let mut in_kernel = QUEUE_DEPTH;
@@ -205,7 +209,7 @@ impl Queue {
                     continue;
                 }
                 let e = &mut self.entries[idx as usize];
-                let commit_id = ops::handle(core, &mut e.header, &mut e.payload);
+                let commit_id = super::handle(handler, &mut e.header, &mut e.payload);
                 let sqe = opcode::UringCmd80::new(
                     types::Fd(self.fd.as_raw_fd()),
                     abi::CMD_COMMIT_AND_FETCH,

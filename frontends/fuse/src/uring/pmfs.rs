@@ -1,0 +1,221 @@
+//! One PMFS request from a ring entry: decode the opcode's in-struct and names, call the
+//! handler in [`PmfsOps`] that fuser's `Filesystem` (`pmfs_fuser.rs`) calls for the same
+//! opcode, and encode its answer in the entry's payload buffer. Anything PMFS does not serve
+//! gets ENOSYS, as from fuser (the kernel remembers that for optional operations).
+//!
+//! Layout over io_uring: the opcode's first argument (its fixed struct, empty for LOOKUP,
+//! UNLINK, RMDIR, SYMLINK, READLINK and REMOVEXATTR) is in `op_in`; the remaining arguments
+//! (names, each NUL-terminated, then a SYMLINK target, a SETXATTR value, WRITE data) are
+//! concatenated in the payload, `payload_sz` bytes.
+
+use super::abi::{self, op, u32_at, u64_at, InHeader};
+use super::Handler;
+use crate::pmfs::{Entry, Opened, PmfsOps, Xattr};
+use pmkit_fs::{Owner, SetAttr};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+type R = Result<u32, i32>;
+
+/// The request's payload, split at NULs: `names::<N>(p)` gives the first `N` NUL-terminated
+/// strings and what follows them.
+fn names<const N: usize>(p: &[u8]) -> Result<([&[u8]; N], &[u8]), i32> {
+    let mut out = [&[][..]; N];
+    let mut rest = p;
+    for slot in out.iter_mut() {
+        let end = rest.iter().position(|&c| c == 0).ok_or(libc::EINVAL)?;
+        *slot = &rest[..end];
+        rest = &rest[end + 1..];
+    }
+    Ok((out, rest))
+}
+
+/// `secs`/`nsecs` of a `fuse_setattr_in` time, or now.
+fn when(valid: u32, now_bit: u32, secs: u64, nsecs: u32) -> Option<SystemTime> {
+    (valid & now_bit == 0).then(|| UNIX_EPOCH + Duration::new(secs, nsecs))
+}
+
+fn entry(p: &mut [u8], r: Result<Entry, i32>, ttl: Duration) -> R {
+    r.map(|e| abi::entry_out(p, &e.attr, e.generation, ttl))
+}
+
+fn opened(p: &mut [u8], r: Result<Opened, i32>) -> R {
+    r.map(|o| abi::open_out(p, o.fh, o.flags.bits()))
+}
+
+fn empty(r: Result<(), i32>) -> R {
+    r.map(|()| 0)
+}
+
+/// Bytes into the payload buffer (the handler keeps to the request's size).
+fn data(p: &mut [u8], d: &[u8]) -> R {
+    let n = d.len().min(p.len());
+    p[..n].copy_from_slice(&d[..n]);
+    Ok(n as u32)
+}
+
+fn xattr(p: &mut [u8], r: Result<Xattr, i32>) -> R {
+    match r? {
+        Xattr::Size(n) => Ok(abi::getxattr_out(p, n)),
+        Xattr::Data(d) => data(p, &d),
+    }
+}
+
+impl Handler for PmfsOps {
+    fn answer(&self, h: &InHeader, oi: &[u8], buf: &mut [u8]) -> R {
+        let ino = h.nodeid;
+        let who = Owner {
+            uid: h.uid,
+            gid: h.gid,
+        };
+        let ttl = self.ttl();
+        // The request's bytes in the payload buffer; the reply overwrites them once the
+        // handler has returned (its answer owns what it needs).
+        let n = (h.payload_sz as usize).min(buf.len());
+        match h.opcode {
+            op::WRITE => {
+                // fuse_write_in: offset @8, size @16; the data is the payload.
+                let size = (u32_at(oi, 16) as usize).min(n);
+                let w = self.write(ino, u64_at(oi, 8), &buf[..size])?;
+                Ok(abi::write_out(buf, w))
+            }
+            op::READ => {
+                // fuse_read_in: offset @8, size @16.
+                let d = self.read(ino, u64_at(oi, 8), u32_at(oi, 16))?;
+                data(buf, &d)
+            }
+            op::LOOKUP => {
+                let ([name], _) = names(&buf[..n])?;
+                let r = self.lookup(ino, name);
+                entry(buf, r, ttl)
+            }
+            op::GETATTR => self.getattr(ino).map(|a| abi::attr_out(buf, &a, ttl)),
+            op::SETATTR => {
+                // fuse_setattr_in: valid @0, size @16, atime @32, mtime @40, atimensec @56,
+                // mtimensec @60, mode @68, uid @76, gid @80.
+                let v = u32_at(oi, 0);
+                let has = |bit: u32| v & bit != 0;
+                let s = SetAttr {
+                    mode: has(abi::FATTR_MODE).then(|| u32_at(oi, 68)),
+                    uid: has(abi::FATTR_UID).then(|| u32_at(oi, 76)),
+                    gid: has(abi::FATTR_GID).then(|| u32_at(oi, 80)),
+                    size: has(abi::FATTR_SIZE).then(|| u64_at(oi, 16)),
+                    atime: has(abi::FATTR_ATIME).then(|| {
+                        let t = when(v, abi::FATTR_ATIME_NOW, u64_at(oi, 32), u32_at(oi, 56));
+                        crate::pmfs::ns_of(t)
+                    }),
+                    mtime: has(abi::FATTR_MTIME).then(|| {
+                        let t = when(v, abi::FATTR_MTIME_NOW, u64_at(oi, 40), u32_at(oi, 60));
+                        crate::pmfs::ns_of(t)
+                    }),
+                };
+                self.setattr(ino, &s).map(|a| abi::attr_out(buf, &a, ttl))
+            }
+            op::READLINK => {
+                let t = self.readlink(ino)?;
+                data(buf, &t)
+            }
+            op::SYMLINK => {
+                let ([name, target], _) = names(&buf[..n])?;
+                let r = self.symlink(who, ino, name, target);
+                entry(buf, r, ttl)
+            }
+            op::MKNOD => {
+                // fuse_mknod_in: mode @0, rdev @4.
+                let ([name], _) = names(&buf[..n])?;
+                let r = self.mknod(who, ino, name, u32_at(oi, 0), u32_at(oi, 4));
+                entry(buf, r, ttl)
+            }
+            op::MKDIR => {
+                // fuse_mkdir_in: mode @0.
+                let ([name], _) = names(&buf[..n])?;
+                let r = self.mkdir(who, ino, name, u32_at(oi, 0));
+                entry(buf, r, ttl)
+            }
+            op::UNLINK => empty(self.unlink(ino, names::<1>(&buf[..n])?.0[0])),
+            op::RMDIR => empty(self.rmdir(ino, names::<1>(&buf[..n])?.0[0])),
+            op::RENAME | op::RENAME2 => {
+                // fuse_rename_in: newdir @0; fuse_rename2_in adds flags @8.
+                let flags = if h.opcode == op::RENAME2 {
+                    u32_at(oi, 8)
+                } else {
+                    0
+                };
+                let ([from, to], _) = names(&buf[..n])?;
+                empty(self.rename(ino, from, u64_at(oi, 0), to, flags))
+            }
+            op::LINK => {
+                // fuse_link_in: oldnodeid @0; the node is the new parent.
+                let ([name], _) = names(&buf[..n])?;
+                let r = self.link(u64_at(oi, 0), ino, name);
+                entry(buf, r, ttl)
+            }
+            op::OPEN => opened(buf, self.open(ino)),
+            op::FLUSH => empty(self.flush()),
+            op::RELEASE => empty(self.release(ino)),
+            op::FSYNC | op::FSYNCDIR => empty(self.fsync(ino)),
+            op::OPENDIR => opened(buf, self.opendir(ino)),
+            op::READDIR => {
+                // fuse_read_in: fh @0, offset @8, size @16.
+                let limit = (u32_at(oi, 16) as usize).min(buf.len());
+                let mut at = 0;
+                self.readdir(ino, u64_at(oi, 0), u64_at(oi, 8), |ino, off, kind, name| {
+                    match abi::dirent(buf, at, limit, ino, off, kind, name) {
+                        Some(end) => {
+                            at = end;
+                            false
+                        }
+                        None => true,
+                    }
+                })?;
+                Ok(at as u32)
+            }
+            op::RELEASEDIR => empty(self.releasedir(u64_at(oi, 0))),
+            op::STATFS => {
+                let s = self.statfs();
+                let k = abi::Statfs {
+                    blocks: s.blocks,
+                    bfree: s.free_blocks,
+                    bavail: s.free_blocks,
+                    files: s.inodes,
+                    ffree: s.free_inodes,
+                    bsize: s.block_size,
+                    namelen: s.name_max,
+                };
+                Ok(abi::statfs_out(buf, &k))
+            }
+            op::SETXATTR => {
+                // fuse_setxattr_in: size @0, flags @4 (8 bytes: fuser does not ask for
+                // FUSE_SETXATTR_EXT); the payload is the name, then the value.
+                let ([name], rest) = names(&buf[..n])?;
+                let value = &rest[..(u32_at(oi, 0) as usize).min(rest.len())];
+                empty(self.setxattr(ino, name, value, u32_at(oi, 4) as i32, 0))
+            }
+            op::GETXATTR => {
+                // fuse_getxattr_in: size @0.
+                let ([name], _) = names(&buf[..n])?;
+                let r = self.getxattr(ino, name, u32_at(oi, 0));
+                xattr(buf, r)
+            }
+            op::LISTXATTR => xattr(buf, self.listxattr(ino, u32_at(oi, 0))),
+            op::REMOVEXATTR => empty(self.removexattr(ino, names::<1>(&buf[..n])?.0[0])),
+            op::CREATE => {
+                // fuse_create_in: flags @0, mode @4; the reply is fuse_entry_out then
+                // fuse_open_out.
+                let ([name], _) = names(&buf[..n])?;
+                let (e, o) = self.create(who, ino, name, u32_at(oi, 4))?;
+                let len = abi::entry_out(buf, &e.attr, e.generation, ttl);
+                Ok(len + abi::open_out(&mut buf[len as usize..], o.fh, o.flags.bits()))
+            }
+            op::FALLOCATE => {
+                // fuse_fallocate_in: offset @8, length @16, mode @24.
+                let r = self.fallocate(ino, u64_at(oi, 8), u64_at(oi, 16), u32_at(oi, 24) as i32);
+                empty(r)
+            }
+            // The kernel sends these over /dev/fuse, never a ring; nothing to do for either.
+            op::FORGET | op::BATCH_FORGET | op::DESTROY => Ok(0),
+            // ACCESS (the mount checks permissions itself: default_permissions), INTERRUPT
+            // (requests are not cancelled), and the rest: as fuser answers them.
+            _ => Err(libc::ENOSYS),
+        }
+    }
+}
