@@ -107,7 +107,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     super::preflight("fs-barrier")?;
-    ensure!(!a.barrier_ns.is_empty(), "--barrier-ns: give at least one value");
+    ensure!(
+        !a.barrier_ns.is_empty(),
+        "--barrier-ns: give at least one value"
+    );
     ensure!(
         a.barrier_ns.iter().all(|&b| b <= 1_000_000),
         "--barrier-ns: at most 1000000 ns (1 ms) per barrier"
@@ -163,7 +166,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         pmfs_protect: a.pmfs_protect.to_string(),
         barrier_ns: a.barrier_ns.clone(),
         fences: vec![
-            ("pmfs-lib".into(), "persistence fences of the library".into()),
+            (
+                "pmfs-lib".into(),
+                "persistence fences of the library".into(),
+            ),
             ("pmfs-shim".into(), "not counted (in the child)".into()),
             (
                 "ext4-attach".into(),

@@ -161,9 +161,17 @@ pub fn prefill_fio(file: &Path, bytes: u64, env: &[(String, String)]) -> Result<
         .arg(format!("--size={bytes}"));
     let v = fio_json(&mut c).with_context(|| format!("prefilling {}", file.display()))?;
     let j = &v["jobs"][0];
-    ensure!(j["error"] == 0, "fio prefill of {}: error {}", file.display(), j["error"]);
+    ensure!(
+        j["error"] == 0,
+        "fio prefill of {}: error {}",
+        file.display(),
+        j["error"]
+    );
     let written = j["write"]["io_bytes"].as_u64().unwrap_or(0);
-    ensure!(written >= bytes, "fio prefill wrote {written} of {bytes} bytes");
+    ensure!(
+        written >= bytes,
+        "fio prefill wrote {written} of {bytes} bytes"
+    );
     Ok(())
 }
 
@@ -237,7 +245,10 @@ mod tests {
     fn fig13_syncs_every_256k_written() {
         let j = Job::fig13(Pattern::RandWrite, 64, 1 << 20, 10);
         assert_eq!(j.sync_every, 4096);
-        assert_eq!(Job::fig13(Pattern::SeqWrite, 256 << 10, 1 << 20, 10).sync_every, 1);
+        assert_eq!(
+            Job::fig13(Pattern::SeqWrite, 256 << 10, 1 << 20, 10).sync_every,
+            1
+        );
         assert_eq!(Job::fig13(Pattern::SeqRead, 64, 1 << 20, 10).sync_every, 0);
         assert_eq!(j.label(), "randwrite 64B");
         let s = Job::synced(Pattern::RandWrite, 4096, 1 << 20, 10);

@@ -53,7 +53,11 @@ pub fn run(p: &Lib, fd: Fd, job: &Job, seed: u64) -> Result<Measured> {
             p.pread(fd, &mut buf, off)
         }
         .with_context(|| format!("library {} at {off}", job.label()))?;
-        ensure!(n == buf.len(), "library {}: short I/O at {off}", job.label());
+        ensure!(
+            n == buf.len(),
+            "library {}: short I/O at {off}",
+            job.label()
+        );
         ops += 1;
         if write && job.sync_every > 0 {
             since_sync += 1;

@@ -164,7 +164,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let mut jobs: Vec<Job> = Pattern::ALL
         .iter()
-        .flat_map(|&p| sizes.iter().map(move |&bs| Job::fig13(p, bs, file_bytes, ms)))
+        .flat_map(|&p| {
+            sizes
+                .iter()
+                .map(move |&bs| Job::fig13(p, bs, file_bytes, ms))
+        })
         .collect();
     let goal_job = Job::synced(Pattern::RandWrite, 64, file_bytes, ms);
     jobs.push(goal_job);

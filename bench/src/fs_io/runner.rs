@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 pub enum Work {
     Io(Job),
     /// Create (open O_CREAT|O_EXCL + close) and unlink empty files for this many ms.
-    CreateUnlink { ms: u64 },
+    CreateUnlink {
+        ms: u64,
+    },
 }
 
 impl Work {
