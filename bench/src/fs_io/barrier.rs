@@ -10,7 +10,7 @@
 
 use super::job::{Job, Pattern};
 use super::runner::{self, Work};
-use crate::fs::targets::{self, Sizes, Target};
+use crate::fs::targets::{self, Target};
 use crate::host::{cpu_label, Scratch};
 use crate::report::{median, plot, rotated_rounds, BenchFlags};
 use anyhow::{ensure, Context, Result};
@@ -126,13 +126,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let runs = rotated_rounds(rounds, cells, TARGETS.len(), &bar, |r, c, i| {
         let (t, ns) = (TARGETS[i], a.barrier_ns[c]);
         bar.set_message(format!("round {}/{rounds}: {} {ns} ns", r + 1, t.name()));
-        let s = Sizes {
-            bytes: a.size_mib.max(file_bytes * 3 >> 20).max(256) << 20,
-            inodes: 4096,
-            fuse_threads: 4,
-            pmfs_protect: a.pmfs_protect,
-            barrier_ns: ns,
-        };
+        let s = super::sizes_for(a.size_mib, file_bytes, a.pmfs_protect, ns);
         let mut engine = a.engine.clone();
         engine.emulate = Some(EmulationSpec {
             barrier_ns: ns,

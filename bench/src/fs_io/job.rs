@@ -108,7 +108,7 @@ impl Job {
 
 /// `64B`, `4K`, `256K`.
 pub fn size_label(b: u64) -> String {
-    if b >= 1 << 10 && b % (1 << 10) == 0 {
+    if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
         format!("{}K", b >> 10)
     } else {
         format!("{b}B")
@@ -265,7 +265,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for _ in 0..10_000 {
             let off = o.next(&r);
-            assert!(off % 64 == 0 && off + 64 <= 1 << 20);
+            assert!(off.is_multiple_of(64) && off + 64 <= 1 << 20);
             seen.insert(off);
         }
         assert!(seen.len() > 9000, "spread over the file: {}", seen.len());

@@ -139,6 +139,18 @@ fn preflight(what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The targets' sizes: a pool or device of `size_mib` MiB, at least 3 times the job file and
+/// 256 MiB.
+fn sizes_for(size_mib: u64, file_bytes: u64, protect: pmkit_fs::Protect, barrier_ns: u64) -> Sizes {
+    Sizes {
+        bytes: size_mib.max((file_bytes * 3) >> 20).max(256) << 20,
+        inodes: 4096,
+        fuse_threads: 4,
+        pmfs_protect: protect,
+        barrier_ns,
+    }
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     preflight("fs-io")?;
     let quick = a.flags.quick;
@@ -173,13 +185,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let goal_job = Job::synced(Pattern::RandWrite, 64, file_bytes, ms);
     jobs.push(goal_job);
     let works: Vec<Work> = jobs.iter().map(|&j| Work::Io(j)).collect();
-    let s = Sizes {
-        bytes: a.size_mib.max(file_bytes * 3 >> 20).max(256) << 20,
-        inodes: 4096,
-        fuse_threads: 4,
-        pmfs_protect: a.pmfs_protect,
-        barrier_ns: 0,
-    };
+    let s = sizes_for(a.size_mib, file_bytes, a.pmfs_protect, 0);
     let base = Scratch::dir(&std::env::temp_dir(), "fs-io")?;
     let mnt = base.path().join("mnt");
     std::fs::create_dir_all(&mnt)?;
