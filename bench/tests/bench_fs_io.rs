@@ -45,8 +45,12 @@ fn ready() -> bool {
     ok
 }
 
+/// One bench at a time: a mount of one would look like a leak of the other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Run `pmkit-bench ARGS --quick --json --dir DIR --plot DIR/plot.svg`; its JSON and the SVG.
 fn bench(args: &[&str], tag: &str) -> (Value, String) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::Builder::new()
         .prefix(&format!("pmkit-bench-{tag}"))
         .tempdir_in("/dev/shm")
