@@ -268,6 +268,8 @@ mod tests {
             assert!(off.is_multiple_of(64) && off + 64 <= 1 << 20);
             seen.insert(off);
         }
-        assert!(seen.len() > 9000, "spread over the file: {}", seen.len());
+        // 10,000 uniform draws with replacement from 16,384 blocks hit about
+        // 16384 * (1 - e^(-10000/16384)) = 7,490 of them.
+        assert!(seen.len() > 7200, "spread over the file: {}", seen.len());
     }
 }
