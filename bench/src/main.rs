@@ -8,6 +8,7 @@ mod atomic;
 mod attach;
 mod figures;
 mod fs;
+mod fs_io;
 mod fs_protect;
 mod hmep;
 mod host;
@@ -103,6 +104,21 @@ enum Cmd {
     ///
     /// Rounds: 3. --quick: a scale-12 graph, one round.
     HmepValidate(hmep::ValidateArgs),
+    /// fio-style sequential and random reads and writes, 64 B to 256 KiB, 1 thread, fdatasync
+    /// every 256 KiB written, on PMFS (library, LD_PRELOAD shim, FUSE), ext4 on `pmkit attach`,
+    /// ext2/ext4 on a /dev/shm loop and tmpfs (PMFS thesis Fig. 13); then 64 B random writes
+    /// with fdatasync after each (issue 18's goal: library and shim >= 10x ext4 on attach).
+    ///
+    /// Needs root, /dev/fuse, e2fsprogs, fio and libpmkit_preload.so beside this binary
+    /// (`cargo build --release -p pmkit-preload`). Rounds: 2. --quick: 64 B and 4 KiB, 8 MiB
+    /// file, 200 ms cells, one round.
+    FsIo(fs_io::Args),
+    /// Throughput as every persistence barrier takes longer (PMFS thesis Fig. 15c): 4 KiB and
+    /// 64 B random writes and 256 KiB sequential writes with fdatasync each, create+unlink, on
+    /// the PMFS library, the LD_PRELOAD shim and ext4 on `pmkit attach`, with barriers per second.
+    ///
+    /// Needs what fs-io needs. Rounds: 2. --quick: 8 MiB file, 100 ms per workload, one round.
+    FsBarrier(fs_io::barrier::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -121,5 +137,7 @@ fn main() -> std::process::ExitCode {
         Cmd::XmemAlloc(a) => xmem_alloc::run(a),
         Cmd::HmepCalibrate(a) => hmep::calibrate::run(a),
         Cmd::HmepValidate(a) => hmep::validate(a),
+        Cmd::FsIo(a) => fs_io::run(a),
+        Cmd::FsBarrier(a) => fs_io::barrier::run(a),
     })
 }

@@ -140,6 +140,16 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
             .map_err(|e| fail(libc::EINVAL, format!("PMFS_PROTECT: {e}")))?,
         _ => Protect::Auto,
     };
+    // As the C ABI's pmfs_mount: an emulated slower persistence barrier (thesis Fig. 15c).
+    let barrier_ns = match std::env::var("PMFS_BARRIER_NS") {
+        Ok(v) if !v.is_empty() => v.parse::<u64>().map_err(|_| {
+            fail(
+                libc::EINVAL,
+                format!("PMFS_BARRIER_NS={v:?} is not a number of nanoseconds"),
+            )
+        })?,
+        _ => 0,
+    };
     let region = Region::open(&c.pool, &RegionOptions::default())
         .map_err(|e| fail(libc::EIO, format!("cannot open the pool: {e}")))?;
     match region.try_lock(true) {
@@ -154,6 +164,7 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
     }
     let o = MountOptions {
         protect,
+        barrier_ns,
         ..MountOptions::default()
     };
     let (fs, _) = Fs::mount(region, &o).map_err(|e| fail(e.errno(), format!("mount: {e}")))?;

@@ -259,3 +259,32 @@ fn missing_pool_fails_clearly_and_leaks_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("must be an absolute path"));
     assert_eq!(std::fs::read(s.mnt.join("k")).unwrap(), b"x\n");
 }
+
+#[test]
+fn barrier_setting_is_read_and_checked() {
+    let s = Shim::new();
+    let run = |ns: &str| {
+        s.cmd("sh")
+            .env("PMFS_BARRIER_NS", ns)
+            .args(["-c", &format!("echo x > {}", s.m("b"))])
+            .output()
+            .unwrap()
+    };
+    let out = run("soon");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("PMFS_BARRIER_NS"), "{err}");
+    // Over the emulator's limit (1 ms): the mount refuses it.
+    let out = run("2000000");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("barrier_ns"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.assert_prefix_empty();
+    common::assert_ok(&run("500"), "a 500 ns barrier");
+    let (p, _) = s.mount();
+    assert_eq!(read_all(&p, b"/b"), b"x\n");
+    drop(p.unmount());
+}
