@@ -8,6 +8,7 @@ mod atomic;
 mod attach;
 mod figures;
 mod fs;
+mod fs_layers;
 mod fs_protect;
 mod host;
 mod kernel_path;
@@ -90,6 +91,16 @@ enum Cmd {
     ///
     /// Rounds: 3. --quick: fewer cells, 20 ms runs, one round.
     XmemAlloc(xmem_alloc::Args),
+    /// What each layer costs per 4 KiB read, 4 KiB write, create, stat and 4 KiB append + fsync
+    /// (Oikawa's layer-cost study; issue 18 figure 6): the PMFS library (C ABI), the LD_PRELOAD
+    /// shim, the FUSE mount, ext4 on attach, NBD (`pmkit serve` through libnbd), ext4 on a
+    /// /dev/shm loop and tmpfs. Time and CPU (driver and daemon), system calls (strace) and
+    /// user-space instructions (callgrind) per operation, and issue 18's stat/append goals.
+    ///
+    /// Needs root, /dev/fuse, cc, e2fsprogs, strace, valgrind, libnbd-dev, libpmkit_fs.so and
+    /// libpmkit_preload.so (`cargo build --release -p pmkit-fs -p pmkit-preload`). Rounds: 3.
+    /// --quick: 200 operations per timed run, 20 per strace run, 10 per callgrind run, one round.
+    FsLayers(fs_layers::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -106,5 +117,6 @@ fn main() -> std::process::ExitCode {
         Cmd::Fs(a) => fs::run(a),
         Cmd::FsProtect(a) => fs_protect::run(a),
         Cmd::XmemAlloc(a) => xmem_alloc::run(a),
+        Cmd::FsLayers(a) => fs_layers::run(a),
     })
 }
