@@ -12,8 +12,8 @@
 //! 2. traced: system calls per operation of the driver (`strace -f -c` from its start) and of
 //!    the daemon (`strace -f -c -p`, attached for the N operations), each less the same run
 //!    with N = 0 (the setup alone), over N;
-//! 3. counted: user-space instructions per operation of the driver (under valgrind's callgrind
-//!    from its start) and of the daemon (one daemon under callgrind per layer, its counts read
+//! 3. counted: user-space instructions per operation of the driver (under valgrind's callgrind,
+//!    counting only its N operations: it zeroes and dumps the counts itself) and of the daemon (one daemon under callgrind per layer, its counts read
 //!    from "go" to the driver's exit with `callgrind_control`), each less an N = 0 run, over N.
 //!
 //! Then the goals of issue 18 side by side: library and shim at least tmpfs's rate for 4 KiB
@@ -32,6 +32,7 @@ use layer::{Ctx, Layer, Running, OPS};
 use pmkit::args::EngineArgs;
 use probe::{Drivers, Outcome};
 use serde::Serialize;
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 #[derive(clap::Args)]
@@ -380,8 +381,8 @@ fn trace(l: Layer, d: &Drivers, c: &Ctx, n: usize, cells: &mut [Cell]) -> Result
     })
 }
 
-/// User-space instructions per operation of `l`'s driver (callgrind from its start, less an
-/// N = 0 run) and of its daemon (one daemon under callgrind for every operation, counted from
+/// User-space instructions per operation of `l`'s driver (the window of its N operations, less
+/// an N = 0 run) and of its daemon (one daemon under callgrind for every operation, counted from
 /// "go" to the driver's exit, less the same window of an N = 0 run).
 fn count(l: Layer, d: &Drivers, c: &Ctx, n: usize, cells: &mut [Cell]) -> Result<()> {
     let dmn = c.scratch.join(format!("cg-daemon-{}", l.name()));
@@ -399,7 +400,9 @@ fn count(l: Layer, d: &Drivers, c: &Ctx, n: usize, cells: &mut [Cell]) -> Result
                 let zero = || window.as_ref().map_or(Ok(()), |w| w.zero());
                 drive(d, run, op, k, c, Some(&zero), &probe::callgrind(&app))?;
                 let daemon = window.as_mut().map(|w| w.dump()).transpose()?;
-                got.push((probe::callgrind_ir(&app)?, daemon));
+                // The driver dumped its count of the N operations to APP.1.
+                let ops = PathBuf::from(format!("{}.1", app.display()));
+                got.push((probe::callgrind_ir(&ops)?, daemon));
             }
             let per = |a: u64, b: u64| (b as f64 - a as f64) / n as f64;
             if let Some(cl) = cell(cells, l, op) {
