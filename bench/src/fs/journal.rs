@@ -134,10 +134,9 @@ fn measure(
                     append.write_all(&block)?;
                     append.sync_all()?;
                 }
-                "truncate 64K to 0" => File::options()
-                    .write(true)
-                    .open(name("t", i))?
-                    .set_len(0)?,
+                "truncate 64K to 0" => {
+                    File::options().write(true).open(name("t", i))?.set_len(0)?
+                }
                 "ftruncate +64K" => grow.set_len((i as u64 + 1) << 16)?,
                 "link" => fs::hard_link(dir.join("linked"), name("h", i))?,
                 "symlink" => std::os::unix::fs::symlink("linked", name("s", i))?,

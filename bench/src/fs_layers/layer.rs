@@ -55,13 +55,10 @@ impl Layer {
     }
 
     pub fn parse(s: &str) -> Result<Layer> {
-        LAYERS
-            .into_iter()
-            .find(|l| l.name() == s)
-            .with_context(|| {
-                let names: Vec<_> = LAYERS.iter().map(|l| l.name()).collect();
-                format!("unknown layer {s:?}: one of {}", names.join(", "))
-            })
+        LAYERS.into_iter().find(|l| l.name() == s).with_context(|| {
+            let names: Vec<_> = LAYERS.iter().map(|l| l.name()).collect();
+            format!("unknown layer {s:?}: one of {}", names.join(", "))
+        })
     }
 
     /// Whether `op` means something on this layer: NBD has no names (no create, no stat).
@@ -123,9 +120,11 @@ pub fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
             file: None,
         });
     }
-    let file = c
-        .dir
-        .join(format!("pmkit-bench-layers-{}-{}", layer.name(), std::process::id()));
+    let file = c.dir.join(format!(
+        "pmkit-bench-layers-{}-{}",
+        layer.name(),
+        std::process::id()
+    ));
     let _ = std::fs::remove_file(&file);
     let s = &c.sizes;
     let mut cmd = match wrap.split_first() {
@@ -179,9 +178,7 @@ pub fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
                 .args(c.engine_args());
         }
     }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {:?}", cmd))?;
+    let mut child = cmd.spawn().with_context(|| format!("starting {:?}", cmd))?;
     // Under valgrind the daemon starts slowly.
     let limit = Duration::from_secs(if wrap.is_empty() { 60 } else { 300 });
     let ready = if layer == Layer::Nbd {
@@ -272,7 +269,11 @@ pub fn down(r: Running, mnt: &Path) -> Result<()> {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(300) {
             if let Some(st) = d.try_wait()? {
-                anyhow::ensure!(st.success(), "the {} daemon exited with {st}", r.layer.name());
+                anyhow::ensure!(
+                    st.success(),
+                    "the {} daemon exited with {st}",
+                    r.layer.name()
+                );
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));

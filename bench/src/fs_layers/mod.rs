@@ -392,7 +392,10 @@ fn count(l: Layer, d: &Drivers, c: &Ctx, n: usize, cells: &mut [Cell]) -> Result
         vec![]
     };
     on_layer(l, c, &wrap, |run| {
-        let mut window = run.daemon.as_ref().map(|p| probe::Window::new(p.id(), &dmn));
+        let mut window = run
+            .daemon
+            .as_ref()
+            .map(|p| probe::Window::new(p.id(), &dmn));
         for op in OPS.into_iter().filter(|op| l.has(op)) {
             let mut got = vec![];
             for k in [0, n] {

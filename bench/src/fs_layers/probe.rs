@@ -220,7 +220,10 @@ pub fn callgrind_ir(file: &Path) -> Result<u64> {
     let s = std::fs::read_to_string(file)
         .with_context(|| format!("reading callgrind's output {}", file.display()))?;
     s.lines()
-        .find_map(|l| l.strip_prefix("totals:").or_else(|| l.strip_prefix("summary:")))
+        .find_map(|l| {
+            l.strip_prefix("totals:")
+                .or_else(|| l.strip_prefix("summary:"))
+        })
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .with_context(|| format!("no totals in {}", file.display()))
@@ -342,7 +345,10 @@ pub fn run_driver(
             _ => {}
         }
     }
-    ensure!(o.ns > 0.0 || line.contains("ns=0"), "bad driver output: {line}");
+    ensure!(
+        o.ns > 0.0 || line.contains("ns=0"),
+        "bad driver output: {line}"
+    );
     if let (Some(a), Some(b)) = (d0, d1) {
         o.daemon_us = Some(((b.0 - a.0) * 1e6, (b.1 - a.1) * 1e6));
     }
