@@ -26,8 +26,8 @@ fn bin_dir() -> PathBuf {
 }
 
 fn missing() -> Vec<String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
     let mut m: Vec<String> = vec![];
+    // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         m.push("root".into());
     }
