@@ -280,7 +280,7 @@ fn one_thread(fs: &Fs<Region>, work: Work, t: usize, ms: u64, seed: u64) -> Resu
 
 /// Microseconds per raw 4 KiB non-temporal write + fence, per thread, `threads` threads at once,
 /// each writing its own 16 MiB at sequential offsets (as an append does) in a fresh region.
-fn raw_nt(dir: &std::path::Path, threads: usize, ms: u64) -> Result<f64> {
+pub(crate) fn raw_nt(dir: &std::path::Path, threads: usize, ms: u64) -> Result<f64> {
     let path = dir.join(format!("pmkit-bench-fs-protect-raw-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     // populated: the page faults of a first touch are not part of a raw write

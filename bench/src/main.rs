@@ -9,6 +9,7 @@ mod attach;
 mod figures;
 mod fs;
 mod fs_io;
+mod fs_layers;
 mod fs_protect;
 mod hmep;
 mod host;
@@ -119,6 +120,16 @@ enum Cmd {
     ///
     /// Needs what fs-io needs. Rounds: 2. --quick: 8 MiB file, 100 ms per workload, one round.
     FsBarrier(fs_io::barrier::Args),
+    /// What each layer costs per 4 KiB read, 4 KiB write, create, stat and 4 KiB append + fsync
+    /// (Oikawa's layer-cost study; issue 18 figure 6): the PMFS library (C ABI), the LD_PRELOAD
+    /// shim, the FUSE mount, ext4 on attach, NBD (`pmkit serve` through libnbd), ext4 on a
+    /// /dev/shm loop and tmpfs. Time and CPU (driver and daemon), system calls (strace) and
+    /// user-space instructions (callgrind) per operation, and issue 18's stat/append goals.
+    ///
+    /// Needs root, /dev/fuse, cc, e2fsprogs, strace, valgrind, libnbd-dev, libpmkit_fs.so and
+    /// libpmkit_preload.so (`cargo build --release -p pmkit-fs -p pmkit-preload`). Rounds: 3.
+    /// --quick: 200 operations per timed run, 20 per strace run, 10 per callgrind run, one round.
+    FsLayers(fs_layers::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -139,5 +150,6 @@ fn main() -> std::process::ExitCode {
         Cmd::HmepValidate(a) => hmep::validate(a),
         Cmd::FsIo(a) => fs_io::run(a),
         Cmd::FsBarrier(a) => fs_io::barrier::run(a),
+        Cmd::FsLayers(a) => fs_layers::run(a),
     })
 }

@@ -290,7 +290,7 @@ impl Drop for Served {
     }
 }
 
-fn wait_for_socket(p: &Path, child: &mut Child, what: &str) -> Result<()> {
+pub(crate) fn wait_for_socket(p: &Path, child: &mut Child, what: &str) -> Result<()> {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(30) {
         if std::os::unix::net::UnixStream::connect(p).is_ok() {
@@ -337,7 +337,7 @@ fn split_model(m: &str) -> Result<(&str, Option<u64>)> {
 
 /// The `pmkit` binary that serves: the one that ran `pmkit bench` (it says so in `PMKIT_BIN`),
 /// else the one next to this binary or on PATH.
-fn pmkit_exe() -> Result<PathBuf> {
+pub(crate) fn pmkit_exe() -> Result<PathBuf> {
     std::env::var_os("PMKIT_BIN")
         .map(PathBuf::from)
         .or_else(|| pmkit::sibling::find("pmkit"))

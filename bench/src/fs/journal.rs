@@ -1,5 +1,8 @@
-//! Bytes written per metadata operation (thesis Table 3: touch 512 B, mkdir 320 B, mv 384 B),
-//! each operation a plain system call on the mount, one thread, `n` times:
+//! Bytes written per metadata operation (thesis Table 3: touch 512 B, mkdir 320 B, mv 384 B;
+//! beside them unlink, 4 KiB append + fsync, truncate of a 64 KiB file to 0, ftruncate
+//! extending by 64 KiB, link, symlink, chmod and setxattr), each operation a plain system call
+//! on the mount, one thread, `n` times; what an operation needs first (the 64 KiB file a
+//! truncate shrinks, the file a setxattr names) is made before its counters are read:
 //! - PMFS: the library's counters of the mounted file system (`Served::counters`, the same
 //!   `Counters` that `pmkit fs info` derives its per-operation costs from), read before and after
 //!   the calls: bytes of journal entries, and every byte the library stored to PM (journal,
@@ -19,12 +22,18 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// The operations, as `(name, the library's op_costs name)`.
-pub const OPS: [(&str, &str); 5] = [
+pub const OPS: [(&str, &str); 11] = [
     ("touch (create)", "create (touch)"),
     ("mkdir", "mkdir"),
     ("mv (rename)", "rename (mv)"),
     ("rm (unlink)", "unlink"),
     ("append 4K+fsync", "append 4 KiB (new block)"),
+    ("truncate 64K to 0", "truncate"),
+    ("ftruncate +64K", "-"),
+    ("link", "-"),
+    ("symlink", "-"),
+    ("chmod", "chmod"),
+    ("setxattr 16 B", "-"),
 ];
 
 /// What one operation wrote, averaged over the calls.
@@ -53,8 +62,32 @@ fn syncfs(mnt: &Path) -> Result<()> {
     Ok(())
 }
 
+fn setxattr(p: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(p.as_os_str().as_bytes())?;
+    let value = [0x42u8; 16];
+    // SAFETY: NUL-terminated path and name, and a value buffer of the length passed.
+    let r = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            c"user.pmkit.bench".as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    ensure!(
+        r == 0,
+        "setxattr {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+    Ok(())
+}
+
 /// Run every operation `n` times in `mnt/journal`; `read()` gives the counter (bytes, second
-/// counter) of the target, `sync` whether to `syncfs` after each call. One value per op.
+/// counter) of the target, `sync` whether to `syncfs` after each call (and after what it needs
+/// first, so that is not counted). One value per op.
 fn measure(
     mnt: &Path,
     n: usize,
@@ -68,29 +101,63 @@ fn measure(
     let block = [0x33u8; 4096];
     let mut append = File::create(dir.join("append"))?;
     append.sync_all()?;
+    let grow = File::create(dir.join("grow"))?;
+    grow.sync_all()?;
+    File::create(dir.join("linked"))?.sync_all()?;
     syncfs(mnt)?;
     let mut out = vec![];
     for (op, _) in OPS {
-        let (b0, c0) = read();
+        let (mut bytes, mut other) = (0u64, 0u64);
         for i in 0..n {
+            // What the call needs, not counted.
+            match op {
+                "truncate 64K to 0" => {
+                    let mut f = File::create(name("t", i))?;
+                    for _ in 0..16 {
+                        f.write_all(&block)?;
+                    }
+                    f.sync_all()?;
+                }
+                "setxattr 16 B" => File::create(name("x", i))?.sync_all()?,
+                _ => {}
+            }
+            if sync {
+                syncfs(mnt)?;
+            }
+            let (b0, c0) = read();
             match op {
                 "touch (create)" => drop(File::create(name("f", i))?),
                 "mkdir" => fs::create_dir(name("d", i))?,
                 "mv (rename)" => fs::rename(name("f", i), name("g", i))?,
                 "rm (unlink)" => fs::remove_file(name("g", i))?,
-                _ => {
+                "append 4K+fsync" => {
                     append.write_all(&block)?;
                     append.sync_all()?;
                 }
+                "truncate 64K to 0" => {
+                    File::options().write(true).open(name("t", i))?.set_len(0)?
+                }
+                "ftruncate +64K" => grow.set_len((i as u64 + 1) << 16)?,
+                "link" => fs::hard_link(dir.join("linked"), name("h", i))?,
+                "symlink" => std::os::unix::fs::symlink("linked", name("s", i))?,
+                "chmod" => {
+                    use std::os::unix::fs::PermissionsExt;
+                    let mode = if i % 2 == 0 { 0o600 } else { 0o644 };
+                    fs::set_permissions(dir.join("linked"), fs::Permissions::from_mode(mode))?
+                }
+                "setxattr 16 B" => setxattr(&name("x", i))?,
+                _ => unreachable!("operation {op}"),
             }
             if sync {
                 syncfs(mnt)?;
             }
+            let (b1, c1) = read();
+            bytes += b1 - b0;
+            other += c1 - c0;
         }
-        let (b1, c1) = read();
-        out.push(((b1 - b0) as f64 / n as f64, (c1 - c0) as f64 / n as f64));
+        out.push((bytes as f64 / n as f64, other as f64 / n as f64));
     }
-    drop(append);
+    drop((append, grow));
     fs::remove_dir_all(&dir)?;
     Ok(out)
 }
