@@ -11,7 +11,7 @@ mod load;
 mod output;
 // The library and shim targets serve the issue-18 figures being added beside `bench fs`.
 #[allow(dead_code)]
-mod targets;
+pub(crate) mod targets;
 
 use crate::host::{cpu_label, need_root, need_tool, Scratch};
 use crate::report::{median, rotated_rounds, BenchFlags};
