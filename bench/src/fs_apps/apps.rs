@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use pmkit::args::EngineArgs;
 use serde::Serialize;
 use std::io::Write;
+use std::path::Path;
 use std::process::{ExitCode, Stdio};
 use std::time::Instant;
 
@@ -246,8 +247,14 @@ fn one(ctx: &Ctx, app: App, n: &Counts) -> Result<f64> {
             Ok(v)
         }
         App::Fsmark => {
+            // fs_mark takes directory names under 40 bytes: a relative one, from the folder
+            // holding the mount, where its log (written with stdio) goes too.
+            let parent = ctx.mnt.parent().context("the mount point has no parent")?;
+            let rel = ctx.mnt.file_name().context("the mount point has no name")?;
             let mut c = ctx.cmd("fs_mark")?;
-            c.arg("-d").arg(ctx.path("fsmark"));
+            c.current_dir(parent)
+                .arg("-d")
+                .arg(Path::new(rel).join("fsmark"));
             c.args(["-s", "4096", "-t", "1", "-S", "1", "-L", "1", "-n"]);
             c.arg(n.fsmark_files.to_string());
             let (_, out) = ctx.timed(&mut c, true).map_err(fail)?;
