@@ -83,7 +83,10 @@ fn quick(cmd: &str, extra: &[&str]) -> Value {
         )
     });
     let drawn = std::fs::read_to_string(&svg).unwrap();
-    assert!(drawn.contains("<svg") && drawn.contains("pmfs-shim"), "plot");
+    assert!(
+        drawn.contains("<svg") && drawn.contains("pmfs-shim"),
+        "plot"
+    );
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     // (Its mount point; the other test may be running beside this one.)
     let mine = format!("pmkit-bench-fs-apps-{pid}");
@@ -141,7 +144,14 @@ fn fs_tree_quick_has_every_step_on_every_configuration() {
 
 #[test]
 fn fs_apps_quick_has_every_load_on_every_configuration() {
-    if !ready(&["mkfs.ext4", "mkfs.ext2", "losetup", "sqlite3", "fs_mark", "postmark"]) {
+    if !ready(&[
+        "mkfs.ext4",
+        "mkfs.ext2",
+        "losetup",
+        "sqlite3",
+        "fs_mark",
+        "postmark",
+    ]) {
         return;
     }
     let v = quick("fs-apps", &[]);

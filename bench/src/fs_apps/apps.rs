@@ -61,7 +61,9 @@ impl App {
     fn not_on_shim(self) -> Option<&'static str> {
         match self {
             App::Dbench => Some("dbench forks a process per client; the shim serves one process"),
-            App::Pgbench => Some("PostgreSQL forks a backend per connection; the shim serves one process"),
+            App::Pgbench => {
+                Some("PostgreSQL forks a backend per connection; the shim serves one process")
+            }
             _ => None,
         }
     }
@@ -177,7 +179,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 let (tool, pkg) = app.tool();
                 let ok = need_tool(tool, "").is_ok();
                 if !ok {
-                    skipped.push(format!("{app:?}: {tool} not installed (apt-get install {pkg})"));
+                    skipped.push(format!(
+                        "{app:?}: {tool} not installed (apt-get install {pkg})"
+                    ));
                 }
                 ok
             })
@@ -188,7 +192,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let (tool, pkg) = app.tool();
         need_tool(
             tool,
-            &format!("apt-get install {pkg} (scripts/bench-packages.txt), or leave it out with --apps"),
+            &format!(
+                "apt-get install {pkg} (scripts/bench-packages.txt), or leave it out with --apps"
+            ),
         )?;
         if *app == App::Pgbench {
             bench_apps::pg_bin("pgbench")?;
@@ -227,8 +233,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         notes: NOTES.to_vec(),
         samples,
     };
-    a.flags
-        .emit(&report, output::draw_apps, output::print_apps)
+    a.flags.emit(&report, output::draw_apps, output::print_apps)
 }
 
 /// `why` as an error.

@@ -160,12 +160,17 @@ pub fn generated(tar_dir: &Path, files: u64) -> Result<Source> {
     let top = "gen-tree";
     let root = tar_dir.join("tree");
     for i in 0..files {
-        let d = root.join(top).join(format!("d{}", i / 256)).join(format!("e{}", (i / 16) % 16));
+        let d = root
+            .join(top)
+            .join(format!("d{}", i / 256))
+            .join(format!("e{}", (i / 16) % 16));
         std::fs::create_dir_all(&d)?;
         let len = 512 + (i * 7919 % 24) as usize * 1024;
         let mut body = format!("/* generated file {i} */\n");
         if i % 3 == 0 {
-            body.push_str(&format!("{PATTERN}(one_{i});\nint x;\n{PATTERN}(two_{i});\n"));
+            body.push_str(&format!(
+                "{PATTERN}(one_{i});\nint x;\n{PATTERN}(two_{i});\n"
+            ));
         }
         let fill = "abcdefghijklmnopqrstuvwxyz0123456789 int y = 0;\n";
         while body.len() < len {

@@ -109,12 +109,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
         notes: NOTES.to_vec(),
         samples,
     };
-    a.flags
-        .emit(&report, output::draw_tree, output::print_tree)
+    a.flags.emit(&report, output::draw_tree, output::print_tree)
 }
 
 /// `find MNT` arguments for what is left at the top but lost+found (ext2/ext4 make it).
-const LEFT: [&str; 7] = ["-mindepth", "1", "-maxdepth", "1", "!", "-name", "lost+found"];
+const LEFT: [&str; 7] = [
+    "-mindepth",
+    "1",
+    "-maxdepth",
+    "1",
+    "!",
+    "-name",
+    "lost+found",
+];
 
 /// Count the lines of `out`.
 fn lines(out: &str) -> u64 {
@@ -144,13 +151,19 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
         let mut size = cmd("cp", "stat")?;
         let size = super::run_tool(size.args(["-c", "%s"]).arg(&tar)).map_err(e("cp"))?;
         if size.trim() != src.tar_bytes.to_string() {
-            return Err(("cp", format!("the copy has {} bytes, not {}", size.trim(), src.tar_bytes)));
+            return Err((
+                "cp",
+                format!("the copy has {} bytes, not {}", size.trim(), src.tar_bytes),
+            ));
         }
         got.push(("cp".into(), Outcome::Value(t)));
 
         ctx.mkdir("a").map_err(e("untar"))?;
         let (t, _) = ctx
-            .timed(cmd("untar", "tar")?.arg("-xf").arg(&tar).arg("-C").arg(&a), true)
+            .timed(
+                cmd("untar", "tar")?.arg("-xf").arg(&tar).arg("-C").arg(&a),
+                true,
+            )
             .map_err(e("untar"))?;
         got.push(("untar".into(), Outcome::Value(t)));
 
@@ -158,7 +171,10 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
             .timed(cmd("find", "find")?.arg(&top_a).args(["-type", "f"]), false)
             .map_err(e("find"))?;
         if lines(&out) != src.files {
-            return Err(("find", format!("found {} files, not {}", lines(&out), src.files)));
+            return Err((
+                "find",
+                format!("found {} files, not {}", lines(&out), src.files),
+            ));
         }
         got.push(("find".into(), Outcome::Value(t)));
 
@@ -183,7 +199,10 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
             .timed(cmd("cp -r", "find")?.arg(&b).args(["-type", "f"]), false)
             .map_err(e("cp -r"))?;
         if lines(&out) != src.files {
-            return Err(("cp -r", format!("the copy has {} files, not {}", lines(&out), src.files)));
+            return Err((
+                "cp -r",
+                format!("the copy has {} files, not {}", lines(&out), src.files),
+            ));
         }
         got.push(("cp -r".into(), Outcome::Value(t)));
 
@@ -194,7 +213,10 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
             .timed(cmd("rm -r", "find")?.arg(ctx.mnt).args(LEFT), false)
             .map_err(e("rm -r"))?;
         if out.trim() != tar.display().to_string() {
-            return Err(("rm -r", format!("left behind: {}", super::first_lines(&out))));
+            return Err((
+                "rm -r",
+                format!("left behind: {}", super::first_lines(&out)),
+            ));
         }
         got.push(("rm -r".into(), Outcome::Value(t)));
         ctx.remove("tree.tar").map_err(e("rm -r"))?;
