@@ -9,7 +9,7 @@
 //! workload on each, in rotated order.
 //! Needs root, /dev/fuse, e2fsprogs, fio and PostgreSQL (scripts/bench-attach.sh installs them).
 
-mod apps;
+pub(crate) mod apps;
 
 use crate::host::{cpu_label, need_root, need_tool, sh, Scratch};
 use crate::report::{median, plot, rotated_rounds, BenchFlags};
@@ -326,7 +326,7 @@ fn workloads(
         add("pgbench", pgbench(mnt, scale, clients, tx)?, "tps");
     }
     if sqlite_tx > 0 {
-        add("sqlite sync FULL", sqlite(mnt, sqlite_tx)?, "rows/s");
+        add("sqlite sync FULL", sqlite(mnt, sqlite_tx, &[])?, "rows/s");
     }
     let direct = ["--ioengine=libaio", "--direct=1"];
     let (iops, _) = fio(

@@ -10,6 +10,7 @@ mod figures;
 mod fs;
 mod fs_io;
 mod fs_layers;
+mod fs_apps;
 mod fs_protect;
 mod hmep;
 mod host;
@@ -130,6 +131,19 @@ enum Cmd {
     /// libpmkit_preload.so (`cargo build --release -p pmkit-fs -p pmkit-preload`). Rounds: 3.
     /// --quick: 200 operations per timed run, 20 per strace run, 10 per callgrind run, one round.
     FsLayers(fs_layers::Args),
+    /// PMFS thesis Fig. 14: cp, untar, find, grep -r, cp -r and rm -r of a Linux source tree
+    /// (Debian's linux-source-6.1, part of it unless --full) through the LD_PRELOAD shim, the
+    /// FUSE mount, ext4 on `pmkit attach`, ext2/ext4 on a /dev/shm loop device and tmpfs.
+    ///
+    /// Needs root, /dev/fuse, e2fsprogs, linux-source-6.1 and the shim (`cargo build --release
+    /// -p pmkit-preload`). Rounds: 3. --quick: a generated tree of --files files, one round.
+    FsTree(fs_apps::TreeArgs),
+    /// Filebench-like loads on the same configurations: dbench, postmark, fs_mark, sqlite3
+    /// with synchronous=FULL and pgbench, each with its own rate; N/A where a load forks.
+    ///
+    /// Needs root, /dev/fuse, e2fsprogs, the shim and the programs (scripts/bench-packages.txt).
+    /// Rounds: 2. --quick: sqlite3, fs_mark and postmark (those installed), small counts, one round.
+    FsApps(fs_apps::AppsArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -151,5 +165,7 @@ fn main() -> std::process::ExitCode {
         Cmd::FsIo(a) => fs_io::run(a),
         Cmd::FsBarrier(a) => fs_io::barrier::run(a),
         Cmd::FsLayers(a) => fs_layers::run(a),
+        Cmd::FsTree(a) => fs_apps::run_tree(a),
+        Cmd::FsApps(a) => fs_apps::run_apps(a),
     })
 }

@@ -114,8 +114,9 @@ pub const SQLITE_ROWS_PER_TX: u32 = 100;
 
 /// `tx` transactions of [`SQLITE_ROWS_PER_TX`] 100-byte rows each into a fresh database in
 /// `mnt`, rollback journal, `synchronous = FULL` (every commit fsyncs the journal and the
-/// database): rows per second, by the sqlite3 shell.
-pub fn sqlite(mnt: &Path, tx: u32) -> Result<f64> {
+/// database): rows per second, by the sqlite3 shell, started with `env` (the LD_PRELOAD
+/// shim's variables for PMFS in process; none for a mounted file system).
+pub fn sqlite(mnt: &Path, tx: u32, env: &[(String, String)]) -> Result<f64> {
     use std::io::Write;
     let db = mnt.join("bench.db");
     let _ = std::fs::remove_file(&db);
@@ -132,6 +133,7 @@ pub fn sqlite(mnt: &Path, tx: u32) -> Result<f64> {
     }
     let t = Instant::now();
     let mut child = Command::new("sqlite3")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .arg(&db)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

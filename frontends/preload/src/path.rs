@@ -464,6 +464,21 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 }
 
 /// # Safety
+/// remove(3)'s contract. glibc's `remove` calls its own `unlink` and `rmdir` inside libc, past
+/// this library, so it is caught here (postmark deletes with it).
+#[no_mangle]
+pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(p) => on_pool(p, |fs, p| match fs.unlink(p) {
+            Err(e) if e.errno() == libc::EISDIR => fs.rmdir(p),
+            r => r,
+        }),
+        Route::Real => real!(remove(path) as fn(*const c_char) -> c_int),
+    }
+}
+
+/// # Safety
 /// rmdir(2)'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {

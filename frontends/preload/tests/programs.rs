@@ -189,3 +189,30 @@ fn inert_without_configuration() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "k\n");
     assert_eq!(std::fs::read(s.mnt.join("k")).unwrap(), b"k\n");
 }
+
+#[test]
+fn remove_of_a_file_and_a_directory() {
+    if !have("python3") {
+        return;
+    }
+    let s = Shim::new();
+    // remove(3) through ctypes (glibc's own calls unlink inside libc, past the shim).
+    let py = format!(
+        "import ctypes, os\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         os.mkdir('{d}')\n\
+         os.close(os.open('{f}', os.O_CREAT | os.O_WRONLY))\n\
+         assert libc.remove(b'{f}') == 0, ctypes.get_errno()\n\
+         assert libc.remove(b'{d}') == 0, ctypes.get_errno()\n\
+         assert libc.remove(b'{d}') == -1 and ctypes.get_errno() == 2\n\
+         print(sorted(os.listdir('{m}')))\n",
+        d = s.m("d"),
+        f = s.m("f"),
+        m = s.m("")
+    );
+    assert_eq!(s.ok("python3", &["-c", &py]), "[]\n");
+    let (p, _) = s.mount();
+    assert!(p.lstat(b"/d").is_err() && p.lstat(b"/f").is_err());
+    drop(p.unmount());
+    s.assert_prefix_empty();
+}
