@@ -11,6 +11,16 @@ use std::sync::OnceLock;
 /// Granule of the live bitmap: every small object starts at a multiple of 16 bytes.
 pub const GRANULE: usize = 16;
 
+/// What [`Sides::take`] found at an offset.
+pub enum Taken {
+    /// Not a slab page (a large object, or nothing): the heap decides.
+    NotSlab,
+    /// A slab page of this class, and the object starting there was held: now it is not.
+    Live(usize),
+    /// A slab page but no held object starts there: a foreign, interior or double free.
+    NotLive,
+}
+
 struct Side {
     class: Box<[AtomicU8]>,
     live: Box<[AtomicU64]>,
@@ -43,6 +53,7 @@ impl Sides {
         })
     }
 
+    #[inline]
     fn in_region(&self, off: usize) -> usize {
         off & ((1usize << self.shift) - 1)
     }
@@ -66,9 +77,35 @@ impl Sides {
         (v as usize).checked_sub(1)
     }
 
+    /// The live bit of `off`, on a slab page (whose region has its tables since the slab was
+    /// made: no initialisation check on this path).
+    #[inline]
     fn bit(&self, off: usize) -> (&AtomicU64, u64) {
+        let side = self.regions[off >> self.shift].get();
+        let side = side.expect("a slab page's region has side tables");
         let g = self.in_region(off) / GRANULE;
-        (&self.side(off).live[g / 64], 1 << (g % 64))
+        (&side.live[g / 64], 1 << (g % 64))
+    }
+
+    /// `free`'s check with the caches on: whether `off` is on a slab page and, if so, take the
+    /// object starting there back from the program (one atomic `fetch_and`).
+    #[inline]
+    pub fn take(&self, off: usize) -> Taken {
+        let Some(side) = self.regions.get(off >> self.shift).and_then(|s| s.get()) else {
+            return Taken::NotSlab;
+        };
+        let at = self.in_region(off);
+        let Some(c) = (side.class[at / PAGE].load(Ordering::Acquire) as usize).checked_sub(1)
+        else {
+            return Taken::NotSlab;
+        };
+        let g = at / GRANULE;
+        let m = 1u64 << (g % 64);
+        if off.is_multiple_of(GRANULE) && side.live[g / 64].fetch_and(!m, Ordering::AcqRel) & m != 0 {
+            Taken::Live(c)
+        } else {
+            Taken::NotLive
+        }
     }
 
     /// The object at `off` is handed to the program.
