@@ -5,20 +5,19 @@
 
 use crate::error::{Result, XmemError};
 use crate::{tcache, Tag, XMem};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 impl XMem {
     /// A small object of class `c` from this thread's cache for tag `t`, refilled from the
     /// heap when empty; `None` when the thread has no cache (exiting): the caller uses the heap.
     #[inline]
     pub(crate) fn alloc_cached(&self, t: Tag, c: usize) -> Option<Result<usize>> {
-        let Some(heap) = self.heaps.get(t.0 as usize).and_then(|h| h.get()) else {
-            return Some(Err(XmemError::UnknownTag(t.0)));
-        };
+        // The heap is looked up only for a new slot (an unknown tag gets a slot without a
+        // heap, and its refill fails with `UnknownTag`) and for a refill.
         tcache::with_slot(
             self.id,
             t.0,
-            || Arc::downgrade(heap),
+            || self.heaps.get(t.0 as usize).and_then(|h| h.get()).map_or_else(Weak::new, Arc::downgrade),
             |slot| {
                 let list = &mut slot.lists[c];
                 let a = match list.pop() {
@@ -53,13 +52,10 @@ impl XMem {
     /// thread's cache.
     #[inline]
     pub(crate) fn free_cached(&self, tag: u32, addr: usize, c: usize) -> Result<()> {
-        let heap = self.heaps[tag as usize]
-            .get()
-            .expect("a region's tag has a heap");
         let cached = tcache::with_slot(
             self.id,
             tag,
-            || Arc::downgrade(heap),
+            || Arc::downgrade(self.heaps[tag as usize].get().expect("a slab's tag has a heap")),
             |slot| {
                 let list = &mut slot.lists[c];
                 if !list.push(addr) {
@@ -91,9 +87,11 @@ impl XMem {
             .get()
             .expect("a cached tag has a heap");
         let mut h = heap.lock();
-        for &a in addrs {
-            if h.free_known(a) {
-                let r = self.space.region_of(a).expect("in the reservation");
+        let mut rest = addrs;
+        while !rest.is_empty() {
+            let (n, emptied) = h.free_batch(rest);
+            rest = &rest[n..];
+            if let Some(r) = emptied {
                 if h.region_is_empty(r) && h.region_count() > 1 && self.release_region(r).is_ok() {
                     h.remove_region(r);
                 }

@@ -106,12 +106,14 @@ pub struct Heap {
     free_slab_ids: Vec<u32>,
     /// Per class, the slabs with at least one free object.
     partial: Vec<Vec<u32>>,
-    /// The lock-free page -> class map `free` reads (kept in step with the slabs here).
+    /// The lock-free page -> (class, tag) map `free` reads (kept in step with the slabs here).
     sides: Arc<Sides>,
+    /// The tag this heap serves (recorded with each slab page).
+    tag: u32,
 }
 
 impl Heap {
-    pub fn new(base: usize, region_size: usize, sides: Arc<Sides>) -> Heap {
+    pub fn new(base: usize, region_size: usize, sides: Arc<Sides>, tag: u32) -> Heap {
         assert!(region_size.is_multiple_of(SLAB_PAGES * PAGE));
         assert!(region_size.is_power_of_two());
         Heap {
@@ -125,6 +127,7 @@ impl Heap {
             free_slab_ids: Vec::new(),
             partial: vec![Vec::new(); classes::COUNT],
             sides,
+            tag,
         }
     }
 
@@ -255,7 +258,7 @@ impl Heap {
             }
         };
         self.mark(first_pg, SLAB_PAGES, PageUse::Slab(id), PageUse::Slab(id));
-        self.sides.set_class(first_pg * PAGE, SLAB_PAGES, Some(c));
+        self.sides.set_class(first_pg * PAGE, SLAB_PAGES, Some((c, self.tag)));
         self.partial[c].push(id);
         Some(id)
     }
@@ -319,19 +322,42 @@ impl Heap {
         }
     }
 
-    /// Free a small object known to be allocated here (a cached one: its live bit was
-    /// checked); returns whether its region now holds no live object.
-    #[inline]
-    pub fn free_known(&mut self, addr: usize) -> bool {
-        let off = addr - self.base;
-        let (r, pg) = (off / PAGE >> self.ppr_shift, off / PAGE & (self.pages_per_region - 1));
-        let pages = self.pages(r).expect("a cached object is in a region of its heap");
-        let PageUse::Slab(id) = pages.pages[pg] else {
-            panic!("a cached object at {addr:#x} is not on a slab page");
-        };
-        self.free_small(id, off)
-            .expect("a cached object is allocated in its heap");
-        self.pages(r).is_some_and(|p| p.live == 0)
+    /// Free small objects known to be allocated here (cached ones: their live bits were
+    /// checked). A run of objects in one slab costs a bit each; the slab's lists and its
+    /// region's live bytes are updated once per run. Stops after a run that leaves its region
+    /// without live objects: returns how many were freed and that region.
+    pub fn free_batch(&mut self, addrs: &[usize]) -> (usize, Option<usize>) {
+        let mut i = 0;
+        while i < addrs.len() {
+            let off = addrs[i] - self.base;
+            let (r, pg) = (off / PAGE >> self.ppr_shift, off / PAGE & (self.pages_per_region - 1));
+            let pages = self.pages(r).expect("a cached object is in a region of its heap");
+            let PageUse::Slab(id) = pages.pages[pg] else {
+                panic!("a cached object at {:#x} is not on a slab page", addrs[i]);
+            };
+            let slab = self.slabs[id as usize].as_mut().expect("a live slab");
+            let (c, start) = (slab.class, self.base + slab.first_pg * PAGE);
+            let size = classes::SIZES[c];
+            let mut n = 0;
+            while let Some(rel) = addrs.get(i).and_then(|a| a.checked_sub(start)) {
+                if rel >= SLAB_PAGES * PAGE {
+                    break;
+                }
+                let k = classes::index_in_slab(rel, c);
+                assert!(
+                    k * size == rel && k < classes::per_slab(c) && slab.is_used(k),
+                    "a cached object is allocated in its slab"
+                );
+                slab.put(k);
+                n += 1;
+                i += 1;
+            }
+            self.freed(id, n);
+            if self.pages(r).is_some_and(|p| p.live == 0) {
+                return (i, Some(r));
+            }
+        }
+        (i, None)
     }
 
     fn free_small(&mut self, id: u32, off: usize) -> Result<(), NotOurs> {
@@ -348,12 +374,20 @@ impl Heap {
             return Err(NotOurs);
         }
         slab.put(k);
+        self.freed(id, 1);
+        Ok(())
+    }
+
+    /// Bookkeeping after `n` objects of slab `id` were put back: its partial-list entry, its
+    /// region's live bytes, and the slab itself when empty.
+    fn freed(&mut self, id: u32, n: usize) {
+        let slab = self.slabs[id as usize].as_mut().expect("a live slab");
         let (c, first_pg, empty) = (slab.class, slab.first_pg, slab.used() == 0);
         if !slab.in_partial {
             slab.in_partial = true;
             self.partial[c].push(id);
         }
-        self.region_pages(first_pg).live -= size;
+        self.region_pages(first_pg).live -= n * classes::SIZES[c];
         // An empty slab goes back to the page runs unless it is its class's only partial slab
         // (keeps one warm slab per class, so alloc/free of one object does not churn pages).
         if empty && self.partial[c].len() > 1 {
@@ -364,7 +398,6 @@ impl Heap {
             self.sides.set_class(first_pg * PAGE, SLAB_PAGES, None);
             self.insert_run(first_pg, SLAB_PAGES);
         }
-        Ok(())
     }
 
     fn pages(&self, r: usize) -> Option<&RegionPages> {

@@ -177,7 +177,12 @@ impl XMem {
             profile: [0.0; 3],
         });
         let id = tags.len() - 1;
-        let fresh = Heap::new(self.space.base(), self.cfg.region_size, self.sides.clone());
+        let fresh = Heap::new(
+            self.space.base(),
+            self.cfg.region_size,
+            self.sides.clone(),
+            id as u32,
+        );
         assert!(self.heaps[id].set(Arc::new(Mutex::new(fresh))).is_ok());
         Ok(Tag(id as u32))
     }
@@ -331,22 +336,23 @@ impl XMem {
     #[inline]
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
         let addr = p.as_ptr() as usize;
-        let tag = self
-            .owner_of(addr)
-            .ok_or_else(|| XmemError::ForeignPointer(addr))?;
         if self.cfg.thread_cache {
-            // A slab page: the live bit says whether the program holds an object starting here.
-            match self.sides.take(addr - self.space.base()) {
-                Taken::Live(c) => return self.free_cached(tag, addr, c),
+            // A slab page (an address below the base wraps to beyond every region): the live
+            // bit says whether the program holds an object starting here.
+            match self.sides.take(addr.wrapping_sub(self.space.base())) {
+                Taken::Live { class, tag } => return self.free_cached(tag, addr, class),
                 Taken::NotLive => return Err(XmemError::ForeignPointer(addr)),
                 Taken::NotSlab => {}
             }
         }
-        self.free_slow(tag, addr)
+        self.free_slow(addr)
     }
 
     #[inline(never)]
-    fn free_slow(&self, tag: u32, addr: usize) -> Result<()> {
+    fn free_slow(&self, addr: usize) -> Result<()> {
+        let tag = self
+            .owner_of(addr)
+            .ok_or_else(|| XmemError::ForeignPointer(addr))?;
         let mut h = self.heap(Tag(tag))?.lock();
         h.free(addr).map_err(|_| XmemError::ForeignPointer(addr))?;
         // A region left wholly free goes back to the reservation (the thesis's root allocator),
