@@ -3,7 +3,7 @@
 //! live bit (refusing a foreign, interior or double free) and pushes. The heap lock is taken
 //! once per [`tcache::BATCH`] objects, to refill or to spill.
 
-use crate::error::{Result, XmemError};
+use crate::error::Result;
 use crate::{tcache, Tag, XMem};
 use std::sync::{Arc, Weak};
 

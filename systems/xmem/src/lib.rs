@@ -43,6 +43,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tier::{Dram, Pm};
 
+/// (instance, tag) pairs one thread caches objects for at once (the least recently added
+/// gives its objects back to make room).
+pub const THREAD_CACHE_SLOTS: usize = tcache::MAX_SLOTS;
+
 /// Numbers of `XMem` instances, for the thread caches.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
