@@ -17,7 +17,12 @@ impl XMem {
         tcache::with_slot(
             self.id,
             t.0,
-            || self.heaps.get(t.0 as usize).and_then(|h| h.get()).map_or_else(Weak::new, Arc::downgrade),
+            || {
+                self.heaps
+                    .get(t.0 as usize)
+                    .and_then(|h| h.get())
+                    .map_or_else(Weak::new, Arc::downgrade)
+            },
             |slot| {
                 let list = &mut slot.lists[c];
                 let a = match list.pop() {
@@ -55,7 +60,13 @@ impl XMem {
         let cached = tcache::with_slot(
             self.id,
             tag,
-            || Arc::downgrade(self.heaps[tag as usize].get().expect("a slab's tag has a heap")),
+            || {
+                Arc::downgrade(
+                    self.heaps[tag as usize]
+                        .get()
+                        .expect("a slab's tag has a heap"),
+                )
+            },
             |slot| {
                 let list = &mut slot.lists[c];
                 if !list.push(addr) {

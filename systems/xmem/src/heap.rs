@@ -258,7 +258,8 @@ impl Heap {
             }
         };
         self.mark(first_pg, SLAB_PAGES, PageUse::Slab(id), PageUse::Slab(id));
-        self.sides.set_class(first_pg * PAGE, SLAB_PAGES, Some((c, self.tag)));
+        self.sides
+            .set_class(first_pg * PAGE, SLAB_PAGES, Some((c, self.tag)));
         self.partial[c].push(id);
         Some(id)
     }
@@ -330,8 +331,13 @@ impl Heap {
         let mut i = 0;
         while i < addrs.len() {
             let off = addrs[i] - self.base;
-            let (r, pg) = (off / PAGE >> self.ppr_shift, off / PAGE & (self.pages_per_region - 1));
-            let pages = self.pages(r).expect("a cached object is in a region of its heap");
+            let (r, pg) = (
+                off / PAGE >> self.ppr_shift,
+                off / PAGE & (self.pages_per_region - 1),
+            );
+            let pages = self
+                .pages(r)
+                .expect("a cached object is in a region of its heap");
             let PageUse::Slab(id) = pages.pages[pg] else {
                 panic!("a cached object at {:#x} is not on a slab page", addrs[i]);
             };
@@ -367,10 +373,7 @@ impl Heap {
         let size = classes::SIZES[slab.class];
         let rel = off - slab.first_pg * PAGE;
         let k = classes::index_in_slab(rel, slab.class);
-        if k * size != rel
-            || k >= classes::per_slab(slab.class)
-            || !slab.is_used(k)
-        {
+        if k * size != rel || k >= classes::per_slab(slab.class) || !slab.is_used(k) {
             return Err(NotOurs);
         }
         slab.put(k);
@@ -499,7 +502,10 @@ impl Heap {
                         let free: u32 = s.free_bits.iter().map(|w| w.count_ones()).sum();
                         assert_eq!(free as usize, s.nfree, "free count");
                         let n = classes::per_slab(s.class);
-                        assert!((n..s.free_bits.len() * 64).all(|k| s.is_used(k)), "tail bits");
+                        assert!(
+                            (n..s.free_bits.len() * 64).all(|k| s.is_used(k)),
+                            "tail bits"
+                        );
                         assert!(s.free_bits[..s.hint].iter().all(|&w| w == 0), "hint");
                         i += SLAB_PAGES;
                     }

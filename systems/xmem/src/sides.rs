@@ -103,7 +103,8 @@ impl Sides {
         }
         let g = at / GRANULE;
         let m = 1u64 << (g % 64);
-        if off.is_multiple_of(GRANULE) && side.live[g / 64].fetch_and(!m, Ordering::AcqRel) & m != 0 {
+        if off.is_multiple_of(GRANULE) && side.live[g / 64].fetch_and(!m, Ordering::AcqRel) & m != 0
+        {
             Taken::Live {
                 class: (v & 0xff) as usize - 1,
                 tag: (v >> 8) - 1,

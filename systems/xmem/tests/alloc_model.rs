@@ -85,7 +85,9 @@ fn run_model(ops: Vec<Op>, thread_cache: bool) -> Result<(), TestCaseError> {
                     let again = unsafe { x.free(p) };
                     prop_assert!(
                         matches!(again, Err(pmkit_xmem::XmemError::ForeignPointer(_))),
-                        "second free of {:?} not refused: {:?}", p, again
+                        "second free of {:?} not refused: {:?}",
+                        p,
+                        again
                     );
                 }
             }
@@ -98,13 +100,19 @@ fn run_model(ops: Vec<Op>, thread_cache: bool) -> Result<(), TestCaseError> {
     for l in &live {
         let a = l.p.as_ptr() as usize;
         let r = x.region_of(a).expect("object in a used region");
-        prop_assert_eq!(x.region_of(a + l.size - 1), Some(r), "object crosses a region");
+        prop_assert_eq!(
+            x.region_of(a + l.size - 1),
+            Some(r),
+            "object crosses a region"
+        );
         let info = regions.iter().find(|i| i.index == r).unwrap();
         prop_assert_eq!(info.tag, tags[l.tag]);
         prop_assert!(holds(l.p.as_ptr(), l.size, l.seed));
     }
-    let mut spans: Vec<(usize, usize)> =
-        live.iter().map(|l| (l.p.as_ptr() as usize, l.size)).collect();
+    let mut spans: Vec<(usize, usize)> = live
+        .iter()
+        .map(|l| (l.p.as_ptr() as usize, l.size))
+        .collect();
     spans.sort();
     for w in spans.windows(2) {
         prop_assert!(w[0].0 + w[0].1 <= w[1].0, "objects overlap");

@@ -177,7 +177,10 @@ fn a_double_free_is_refused_wherever_the_object_went() {
         .unwrap();
     });
     for &a in &first {
-        assert!(refused(x, NonNull::new(a as *mut u8).unwrap()), "after thread exit");
+        assert!(
+            refused(x, NonNull::new(a as *mut u8).unwrap()),
+            "after thread exit"
+        );
     }
     for p in second {
         // SAFETY: live, freed once.
@@ -211,7 +214,11 @@ fn slots_are_bounded_and_an_evicted_slot_gives_its_objects_back() {
             // gave theirs back.
             let regions = x.regions();
             for (i, t) in tags.iter().enumerate() {
-                let bytes: usize = regions.iter().filter(|r| r.tag == *t).map(|r| r.bytes).sum();
+                let bytes: usize = regions
+                    .iter()
+                    .filter(|r| r.tag == *t)
+                    .map(|r| r.bytes)
+                    .sum();
                 assert_eq!(bytes, if i < 4 { 0 } else { 32 * 64 }, "tag {i}");
             }
         })
@@ -225,7 +232,10 @@ fn slots_are_bounded_and_an_evicted_slot_gives_its_objects_back() {
 #[test]
 fn an_unknown_tag_is_refused_with_the_cache_on() {
     let (other, _d1) = cached(8);
-    let foreign = (0..3).map(|i| other.tag(&format!("o{i}")).unwrap()).last().unwrap();
+    let foreign = (0..3)
+        .map(|i| other.tag(&format!("o{i}")).unwrap())
+        .last()
+        .unwrap();
     let (x, _d2) = cached(8);
     let t = x.tag("only").unwrap();
     for _ in 0..2 {

@@ -13,7 +13,12 @@ pub struct Fixture {
 /// `regions` regions of 2 MiB reserved, PM for `pm_regions`, DRAM budget for `fast_regions`
 /// (per-thread caches as by default).
 pub fn fixture(regions: usize, pm_regions: usize, fast_regions: usize) -> Fixture {
-    fixture_with(regions, pm_regions, fast_regions, Config::new("x", 0, 0).thread_cache)
+    fixture_with(
+        regions,
+        pm_regions,
+        fast_regions,
+        Config::new("x", 0, 0).thread_cache,
+    )
 }
 
 /// As [`fixture`], with the per-thread caches on or off.
