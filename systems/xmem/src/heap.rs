@@ -332,8 +332,8 @@ impl Heap {
         while i < addrs.len() {
             let off = addrs[i] - self.base;
             let (r, pg) = (
-                off / PAGE >> self.ppr_shift,
-                off / PAGE & (self.pages_per_region - 1),
+                (off / PAGE) >> self.ppr_shift,
+                (off / PAGE) & (self.pages_per_region - 1),
             );
             let pages = self
                 .pages(r)

@@ -354,9 +354,7 @@ impl XMem {
 
     #[inline(never)]
     fn free_slow(&self, addr: usize) -> Result<()> {
-        let tag = self
-            .owner_of(addr)
-            .ok_or_else(|| XmemError::ForeignPointer(addr))?;
+        let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
         let mut h = self.heap(Tag(tag))?.lock();
         h.free(addr).map_err(|_| XmemError::ForeignPointer(addr))?;
         // A region left wholly free goes back to the reservation (the thesis's root allocator),
