@@ -9,8 +9,8 @@
 //! Every object gets its first 8 bytes written (as a user would), nothing more, so the figures
 //! are the allocators' own cost, not page faults of touched memory. With 2 threads, X-Mem's
 //! threads share one tag (the harder case: one heap). `xmem` is X-Mem as configured by
-//! default (every call takes the tag's heap lock); `xmem-tcache` has its per-thread caches of
-//! small objects on (`Config::thread_cache`).
+//! default (per-thread caches of small objects, `Config::thread_cache`); `xmem-nocache` has
+//! them off (every call takes the tag's heap lock).
 
 use crate::report::{median, plot, rotated_rounds, BenchFlags};
 use anyhow::{Context, Result};
@@ -78,7 +78,7 @@ impl Peer for Xmem<'_> {
     }
 }
 
-const PEERS: [&str; 5] = ["glibc", "jemalloc", "mimalloc", "xmem", "xmem-tcache"];
+const PEERS: [&str; 5] = ["glibc", "jemalloc", "mimalloc", "xmem", "xmem-nocache"];
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 #[serde(rename_all = "kebab-case")]
@@ -169,7 +169,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         cfg.thread_cache = thread_cache;
         XMem::new(cfg).with_context(|| format!("X-Mem with its PM file {}", path.display()))
     };
-    let (x, xn) = (make("plain", false)?, make("tcache", true)?);
+    let (x, xn) = (make("cached", true)?, make("nocache", false)?);
     let (tag, tag_n) = (x.tag("bench")?, xn.tag("bench")?);
     let sys = Global(System);
     let je = Global(tikv_jemallocator::Jemalloc);

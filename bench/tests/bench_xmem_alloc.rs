@@ -38,7 +38,7 @@ fn quick_json_has_every_cell_and_allocator() {
         .collect();
     assert_eq!(
         peers,
-        ["glibc", "jemalloc", "mimalloc", "xmem", "xmem-tcache"]
+        ["glibc", "jemalloc", "mimalloc", "xmem", "xmem-nocache"]
     );
     let cells = v["results"].as_array().unwrap();
     // 6 sizes (the quick run drops the small mixed one) x 2 patterns x 2 thread counts.

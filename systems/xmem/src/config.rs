@@ -45,10 +45,13 @@ pub struct Config {
     pub pm: PmSpec,
     /// `L(p, m)` of the placement model.
     pub latencies: Latencies,
-    /// Per-thread caches of small objects (`tcache`). Off (the default): every small
-    /// `alloc`/`free` takes the tag's heap lock, a region's live bytes count exactly the objects
-    /// the program holds and a region emptied by a `free` goes back at once. On: faster when
-    /// threads churn objects of one tag, slower for batches (docs/xmem.md, "Allocation speed").
+    /// Per-thread caches of small objects (`tcache`; on by default). On: a small `alloc`/`free`
+    /// is a push or pop on the calling thread's array for (tag, class) plus one live bit, and
+    /// the tag's heap lock is taken once per 32 objects; a region's live bytes count the objects
+    /// threads cache too, and a region emptied through a cache goes back to the reservation at
+    /// the cache's next spill or `XMem::flush_thread_cache`. Off: every small call takes the
+    /// heap lock, live bytes are exact and an emptied region goes back at once
+    /// (docs/xmem.md, "Allocation speed").
     pub thread_cache: bool,
 }
 
@@ -66,7 +69,7 @@ impl Config {
                 bytes: pm_bytes,
             },
             latencies: Latencies::default(),
-            thread_cache: false,
+            thread_cache: true,
         }
     }
 

@@ -32,16 +32,58 @@ struct RegionPages {
 struct Slab {
     first_pg: usize,
     class: usize,
-    /// Free object indices (a stack).
-    free: Vec<u32>,
-    /// One bit per object: handed out.
-    used_bits: Vec<u64>,
+    /// One bit per object: set while it is free (bits past the last object are clear).
+    free_bits: Vec<u64>,
+    /// Free objects, and the lowest word of `free_bits` that may have a set bit.
+    nfree: usize,
+    hint: usize,
     in_partial: bool,
 }
 
 impl Slab {
+    fn new(first_pg: usize, class: usize) -> Slab {
+        let n = classes::per_slab(class);
+        let mut free_bits = vec![!0u64; n.div_ceil(64)];
+        if !n.is_multiple_of(64) {
+            *free_bits.last_mut().expect("at least one word") = (1u64 << (n % 64)) - 1;
+        }
+        Slab {
+            first_pg,
+            class,
+            free_bits,
+            nfree: n,
+            hint: 0,
+            in_partial: true,
+        }
+    }
+
     fn used(&self) -> usize {
-        classes::per_slab(self.class) - self.free.len()
+        classes::per_slab(self.class) - self.nfree
+    }
+
+    fn is_used(&self, k: usize) -> bool {
+        self.free_bits[k / 64] & (1 << (k % 64)) == 0
+    }
+
+    /// Take the lowest free object (the slab has one).
+    #[inline]
+    fn take(&mut self) -> usize {
+        debug_assert!(self.nfree > 0);
+        while self.free_bits[self.hint] == 0 {
+            self.hint += 1;
+        }
+        let w = &mut self.free_bits[self.hint];
+        let b = w.trailing_zeros() as usize;
+        *w &= *w - 1;
+        self.nfree -= 1;
+        self.hint * 64 + b
+    }
+
+    #[inline]
+    fn put(&mut self, k: usize) {
+        self.free_bits[k / 64] |= 1 << (k % 64);
+        self.nfree += 1;
+        self.hint = self.hint.min(k / 64);
     }
 }
 
@@ -64,12 +106,14 @@ pub struct Heap {
     free_slab_ids: Vec<u32>,
     /// Per class, the slabs with at least one free object.
     partial: Vec<Vec<u32>>,
-    /// The lock-free page -> class map `free` reads (kept in step with the slabs here).
+    /// The lock-free page -> (class, tag) map `free` reads (kept in step with the slabs here).
     sides: Arc<Sides>,
+    /// The tag this heap serves (recorded with each slab page).
+    tag: u32,
 }
 
 impl Heap {
-    pub fn new(base: usize, region_size: usize, sides: Arc<Sides>) -> Heap {
+    pub fn new(base: usize, region_size: usize, sides: Arc<Sides>, tag: u32) -> Heap {
         assert!(region_size.is_multiple_of(SLAB_PAGES * PAGE));
         assert!(region_size.is_power_of_two());
         Heap {
@@ -83,6 +127,7 @@ impl Heap {
             free_slab_ids: Vec::new(),
             partial: vec![Vec::new(); classes::COUNT],
             sides,
+            tag,
         }
     }
 
@@ -150,11 +195,9 @@ impl Heap {
         let slab = self.slabs[id as usize]
             .as_mut()
             .expect("partial slab exists");
-        let k = slab.free.pop().expect("partial slab has a free object") as usize;
-        debug_assert_eq!(slab.used_bits[k / 64] & (1 << (k % 64)), 0);
-        slab.used_bits[k / 64] |= 1 << (k % 64);
+        let k = slab.take();
         let addr = self.base + slab.first_pg * PAGE + k * classes::SIZES[c];
-        let (first_pg, full) = (slab.first_pg, slab.free.is_empty());
+        let (first_pg, full) = (slab.first_pg, slab.nfree == 0);
         if full {
             slab.in_partial = false;
             let popped = self.partial[c].pop();
@@ -164,16 +207,46 @@ impl Heap {
         Some(addr)
     }
 
+    /// Allocate up to `out.len()` objects of class `c` into `out`, taking whole runs of a
+    /// slab's free stack at once (one partial-list and live-bytes update per slab, not per
+    /// object). Returns how many; fewer when no region has room (the caller adds one). The
+    /// last one written has the lowest address (a stack popping from the end hands them out
+    /// in address order).
+    pub fn alloc_batch(&mut self, c: usize, out: &mut [usize]) -> usize {
+        let size = classes::SIZES[c];
+        let mut got = 0;
+        while got < out.len() {
+            let id = match self.partial[c].last() {
+                Some(&id) => id,
+                None => match self.new_slab(c) {
+                    Some(id) => id,
+                    None => break,
+                },
+            };
+            let slab = self.slabs[id as usize]
+                .as_mut()
+                .expect("partial slab exists");
+            let base = self.base + slab.first_pg * PAGE;
+            let take = (out.len() - got).min(slab.nfree);
+            for o in &mut out[got..got + take] {
+                *o = base + slab.take() * size;
+            }
+            got += take;
+            let first_pg = slab.first_pg;
+            if slab.nfree == 0 {
+                slab.in_partial = false;
+                let popped = self.partial[c].pop();
+                debug_assert_eq!(popped, Some(id));
+            }
+            self.region_pages(first_pg).live += take * size;
+        }
+        out[..got].reverse();
+        got
+    }
+
     fn new_slab(&mut self, c: usize) -> Option<u32> {
         let first_pg = self.take_run(SLAB_PAGES)?;
-        let n = classes::per_slab(c);
-        let slab = Slab {
-            first_pg,
-            class: c,
-            free: (0..n as u32).rev().collect(),
-            used_bits: vec![0; n.div_ceil(64)],
-            in_partial: true,
-        };
+        let slab = Slab::new(first_pg, c);
         let id = match self.free_slab_ids.pop() {
             Some(id) => {
                 self.slabs[id as usize] = Some(slab);
@@ -185,7 +258,8 @@ impl Heap {
             }
         };
         self.mark(first_pg, SLAB_PAGES, PageUse::Slab(id), PageUse::Slab(id));
-        self.sides.set_class(first_pg * PAGE, SLAB_PAGES, Some(c));
+        self.sides
+            .set_class(first_pg * PAGE, SLAB_PAGES, Some((c, self.tag)));
         self.partial[c].push(id);
         Some(id)
     }
@@ -220,7 +294,7 @@ impl Heap {
                 let k = rel / size;
                 let live = rel.is_multiple_of(size)
                     && k < classes::per_slab(slab.class)
-                    && slab.used_bits[k / 64] & (1 << (k % 64)) != 0;
+                    && slab.is_used(k);
                 live.then_some(size)
             }
             _ => None,
@@ -249,6 +323,49 @@ impl Heap {
         }
     }
 
+    /// Free small objects known to be allocated here (cached ones: their live bits were
+    /// checked). A run of objects in one slab costs a bit each; the slab's lists and its
+    /// region's live bytes are updated once per run. Stops after a run that leaves its region
+    /// without live objects: returns how many were freed and that region.
+    pub fn free_batch(&mut self, addrs: &[usize]) -> (usize, Option<usize>) {
+        let mut i = 0;
+        while i < addrs.len() {
+            let off = addrs[i] - self.base;
+            let (r, pg) = (
+                (off / PAGE) >> self.ppr_shift,
+                (off / PAGE) & (self.pages_per_region - 1),
+            );
+            let pages = self
+                .pages(r)
+                .expect("a cached object is in a region of its heap");
+            let PageUse::Slab(id) = pages.pages[pg] else {
+                panic!("a cached object at {:#x} is not on a slab page", addrs[i]);
+            };
+            let slab = self.slabs[id as usize].as_mut().expect("a live slab");
+            let (c, start) = (slab.class, self.base + slab.first_pg * PAGE);
+            let size = classes::SIZES[c];
+            let mut n = 0;
+            while let Some(rel) = addrs.get(i).and_then(|a| a.checked_sub(start)) {
+                if rel >= SLAB_PAGES * PAGE {
+                    break;
+                }
+                let k = classes::index_in_slab(rel, c);
+                assert!(
+                    k * size == rel && k < classes::per_slab(c) && slab.is_used(k),
+                    "a cached object is allocated in its slab"
+                );
+                slab.put(k);
+                n += 1;
+                i += 1;
+            }
+            self.freed(id, n);
+            if self.pages(r).is_some_and(|p| p.live == 0) {
+                return (i, Some(r));
+            }
+        }
+        (i, None)
+    }
+
     fn free_small(&mut self, id: u32, off: usize) -> Result<(), NotOurs> {
         let slab = self.slabs[id as usize]
             .as_mut()
@@ -256,20 +373,24 @@ impl Heap {
         let size = classes::SIZES[slab.class];
         let rel = off - slab.first_pg * PAGE;
         let k = classes::index_in_slab(rel, slab.class);
-        if k * size != rel
-            || k >= classes::per_slab(slab.class)
-            || slab.used_bits[k / 64] & (1 << (k % 64)) == 0
-        {
+        if k * size != rel || k >= classes::per_slab(slab.class) || !slab.is_used(k) {
             return Err(NotOurs);
         }
-        slab.used_bits[k / 64] &= !(1 << (k % 64));
-        slab.free.push(k as u32);
+        slab.put(k);
+        self.freed(id, 1);
+        Ok(())
+    }
+
+    /// Bookkeeping after `n` objects of slab `id` were put back: its partial-list entry, its
+    /// region's live bytes, and the slab itself when empty.
+    fn freed(&mut self, id: u32, n: usize) {
+        let slab = self.slabs[id as usize].as_mut().expect("a live slab");
         let (c, first_pg, empty) = (slab.class, slab.first_pg, slab.used() == 0);
         if !slab.in_partial {
             slab.in_partial = true;
             self.partial[c].push(id);
         }
-        self.region_pages(first_pg).live -= size;
+        self.region_pages(first_pg).live -= n * classes::SIZES[c];
         // An empty slab goes back to the page runs unless it is its class's only partial slab
         // (keeps one warm slab per class, so alloc/free of one object does not churn pages).
         if empty && self.partial[c].len() > 1 {
@@ -280,7 +401,6 @@ impl Heap {
             self.sides.set_class(first_pg * PAGE, SLAB_PAGES, None);
             self.insert_run(first_pg, SLAB_PAGES);
         }
-        Ok(())
     }
 
     fn pages(&self, r: usize) -> Option<&RegionPages> {
@@ -379,8 +499,14 @@ impl Heap {
                             assert_eq!(self.sides.class_at(at), Some(s.class), "page class");
                         }
                         live += s.used() * classes::SIZES[s.class];
-                        let ones: u32 = s.used_bits.iter().map(|w| w.count_ones()).sum();
-                        assert_eq!(ones as usize, s.used());
+                        let free: u32 = s.free_bits.iter().map(|w| w.count_ones()).sum();
+                        assert_eq!(free as usize, s.nfree, "free count");
+                        let n = classes::per_slab(s.class);
+                        assert!(
+                            (n..s.free_bits.len() * 64).all(|k| s.is_used(k)),
+                            "tail bits"
+                        );
+                        assert!(s.free_bits[..s.hint].iter().all(|&w| w == 0), "hint");
                         i += SLAB_PAGES;
                     }
                 }

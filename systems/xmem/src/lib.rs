@@ -12,6 +12,7 @@ pub mod classes;
 pub mod classify;
 pub mod config;
 pub mod error;
+mod fast;
 mod fault;
 pub mod ffi;
 pub mod heap;
@@ -36,13 +37,17 @@ pub use tier::Tier;
 
 use heap::Heap;
 use parking_lot::{Mutex, RwLock};
-use sides::Sides;
+use sides::{Sides, Taken};
 use space::Space;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tier::{Dram, Pm};
+
+/// (instance, tag) pairs one thread caches objects for at once (the least recently added
+/// gives its objects back to make room).
+pub const THREAD_CACHE_SLOTS: usize = tcache::MAX_SLOTS;
 
 /// Numbers of `XMem` instances, for the thread caches.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -178,7 +183,12 @@ impl XMem {
             profile: [0.0; 3],
         });
         let id = tags.len() - 1;
-        let fresh = Heap::new(self.space.base(), self.cfg.region_size, self.sides.clone());
+        let fresh = Heap::new(
+            self.space.base(),
+            self.cfg.region_size,
+            self.sides.clone(),
+            id as u32,
+        );
         assert!(self.heaps[id].set(Arc::new(Mutex::new(fresh))).is_ok());
         Ok(Tag(id as u32))
     }
@@ -284,7 +294,21 @@ impl XMem {
 
     /// Allocate `size` bytes aligned to `align` (a power of two, at most a page) in tag `t`'s
     /// regions. Not zeroed.
+    #[inline]
     pub fn alloc(&self, t: Tag, size: usize, align: usize) -> Result<NonNull<u8>> {
+        // The fast path: a small object with at most 16-byte alignment from the thread cache.
+        if self.cfg.thread_cache && size <= classes::MAX_SMALL && align <= 16 {
+            if let Some(c) = classes::class_of(size, align).filter(|_| align.is_power_of_two()) {
+                if let Some(a) = self.alloc_cached(t, c) {
+                    return a.map(|a| NonNull::new(a as *mut u8).expect("not null"));
+                }
+            }
+        }
+        self.alloc_slow(t, size, align)
+    }
+
+    #[inline(never)]
+    fn alloc_slow(&self, t: Tag, size: usize, align: usize) -> Result<NonNull<u8>> {
         if !align.is_power_of_two() || align > PAGE || size > self.cfg.region_size {
             return Err(XmemError::BadLayout {
                 size,
@@ -293,8 +317,8 @@ impl XMem {
             });
         }
         if let Some(c) = classes::class_of(size, align).filter(|_| self.cfg.thread_cache) {
-            if let Some(a) = self.alloc_cached(t, c)? {
-                return Ok(NonNull::new(a as *mut u8).expect("region addresses are not null"));
+            if let Some(a) = self.alloc_cached(t, c) {
+                return a.map(|a| NonNull::new(a as *mut u8).expect("not null"));
             }
         }
         let mut h = self.heap(t)?.lock();
@@ -308,44 +332,6 @@ impl XMem {
         }
     }
 
-    /// A small object from this thread's cache for (tag, class), refilled from the heap when
-    /// empty; `None` when the thread has no cache (exiting): the caller uses the heap.
-    // `ok_or` would build (and drop) an error on every call of this hot path.
-    #[allow(clippy::unnecessary_lazy_evaluations)]
-    fn alloc_cached(&self, t: Tag, c: usize) -> Result<Option<usize>> {
-        let heap = self.heaps.get(t.0 as usize).and_then(|h| h.get());
-        let heap = heap.ok_or_else(|| XmemError::UnknownTag(t.0))?;
-        let got = tcache::with_list(
-            self.id,
-            t.0,
-            || Arc::downgrade(heap),
-            c,
-            |list| {
-                if list.is_empty() {
-                    let mut h = heap.lock();
-                    while list.is_empty() {
-                        while list.len() < tcache::batch(c) {
-                            match h.alloc_small(c) {
-                                Some(a) => list.push(a),
-                                None => break,
-                            }
-                        }
-                        if list.is_empty() {
-                            let r = self.new_region(t)?;
-                            h.add_region(r);
-                        }
-                    }
-                    // Hand out in address order.
-                    list.reverse();
-                }
-                let a = list.pop().expect("refilled above");
-                self.sides.set_live(a - self.space.base());
-                Ok(a)
-            },
-        );
-        got.transpose()
-    }
-
     /// `xfree`: give back an object. A pointer this `XMem` did not hand out (or already took
     /// back) is refused with [`XmemError::ForeignPointer`] and nothing changes.
     ///
@@ -353,41 +339,24 @@ impl XMem {
     /// No reference into the object may be used after the call.
     // `ok_or` would build (and drop) an error on every call of this hot path.
     #[allow(clippy::unnecessary_lazy_evaluations)]
+    #[inline]
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
         let addr = p.as_ptr() as usize;
-        let tag = self
-            .owner_of(addr)
-            .ok_or_else(|| XmemError::ForeignPointer(addr))?;
-        let off = addr - self.space.base();
-        if let Some(c) = self.cached_class(off) {
-            // A slab page: the live bit says whether the program holds an object here (its
-            // slab cannot go away while it does). The object goes to this thread's cache.
-            if !self.sides.take_live(off) {
-                return Err(XmemError::ForeignPointer(addr));
+        if self.cfg.thread_cache {
+            // A slab page (an address below the base wraps to beyond every region): the live
+            // bit says whether the program holds an object starting here.
+            match self.sides.take(addr.wrapping_sub(self.space.base())) {
+                Taken::Live { class, tag } => return self.free_cached(tag, addr, class),
+                Taken::NotLive => return Err(XmemError::ForeignPointer(addr)),
+                Taken::NotSlab => {}
             }
-            let heap = self.heaps[tag as usize]
-                .get()
-                .expect("a region's tag has a heap");
-            let cached = tcache::with_list(
-                self.id,
-                tag,
-                || Arc::downgrade(heap),
-                c,
-                |list| {
-                    list.push(addr);
-                    let keep = tcache::batch(c);
-                    if list.len() > 2 * keep {
-                        // The excess goes back under one lock, in place (no allocation here).
-                        self.free_to_heap(Tag(tag), &list[keep..]);
-                        list.truncate(keep);
-                    }
-                },
-            );
-            if cached.is_none() {
-                self.free_to_heap(Tag(tag), &[addr]);
-            }
-            return Ok(());
         }
+        self.free_slow(addr)
+    }
+
+    #[inline(never)]
+    fn free_slow(&self, addr: usize) -> Result<()> {
+        let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
         let mut h = self.heap(Tag(tag))?.lock();
         h.free(addr).map_err(|_| XmemError::ForeignPointer(addr))?;
         // A region left wholly free goes back to the reservation (the thesis's root allocator),
@@ -401,51 +370,6 @@ impl XMem {
             h.remove_region(r);
         }
         Ok(())
-    }
-
-    /// The class of the slab page at `off` when thread caches are on (their objects' frees
-    /// and sizes go by the live bits); `None` sends the caller to the heap.
-    fn cached_class(&self, off: usize) -> Option<usize> {
-        self.cfg
-            .thread_cache
-            .then(|| self.sides.class_at(off))
-            .flatten()
-    }
-
-    /// Give objects known to be allocated in tag `t`'s heap (cached ones) back to it, and any
-    /// region this leaves empty back to the reservation (as `free` does).
-    fn free_to_heap(&self, t: Tag, addrs: &[usize]) {
-        let heap = self.heaps[t.0 as usize]
-            .get()
-            .expect("a cached tag has a heap");
-        let mut h = heap.lock();
-        for &a in addrs {
-            h.free(a).expect("a cached object is allocated in its heap");
-        }
-        for &a in addrs {
-            let r = self.space.region_of(a).expect("in the reservation");
-            if h.region_is_empty(r) && h.region_count() > 1 && self.release_region(r).is_ok() {
-                h.remove_region(r);
-            }
-        }
-    }
-
-    /// Give this thread's cached free objects of this `XMem` back to their heaps (they go back
-    /// by themselves when the thread exits). Regions this empties return to the reservation.
-    /// Also returns the regions of those tags that other threads' exits left empty.
-    pub fn flush_thread_cache(&self) {
-        for (tag, addrs) in tcache::drain(self.id) {
-            self.free_to_heap(Tag(tag), &addrs);
-            let heap = self.heaps[tag as usize]
-                .get()
-                .expect("a cached tag has a heap");
-            let mut h = heap.lock();
-            for r in h.region_ids() {
-                if h.region_is_empty(r) && h.region_count() > 1 && self.release_region(r).is_ok() {
-                    h.remove_region(r);
-                }
-            }
-        }
     }
 
     /// Give unused region `r` back: its pages and tier slot are released, its address range is

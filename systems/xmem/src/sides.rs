@@ -5,14 +5,26 @@
 //! `tcache`): a bit that was clear is a foreign, interior or double free.
 
 use crate::config::PAGE;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// Granule of the live bitmap: every small object starts at a multiple of 16 bytes.
 pub const GRANULE: usize = 16;
 
+/// What [`Sides::take`] found at an offset.
+pub enum Taken {
+    /// Not a slab page (a large object, or nothing): the heap decides.
+    NotSlab,
+    /// A slab page of this class and tag, and the object starting there was held: now it
+    /// is not.
+    Live { class: usize, tag: u32 },
+    /// A slab page but no held object starts there: a foreign, interior or double free.
+    NotLive,
+}
+
 struct Side {
-    class: Box<[AtomicU8]>,
+    /// Per page: 0, or `(tag + 1) << 8 | (class + 1)` for a slab page.
+    class: Box<[AtomicU32]>,
     live: Box<[AtomicU64]>,
 }
 
@@ -35,7 +47,7 @@ impl Sides {
         self.regions[off >> self.shift].get_or_init(|| {
             let size = 1usize << self.shift;
             Side {
-                class: (0..size / PAGE).map(|_| AtomicU8::new(0)).collect(),
+                class: (0..size / PAGE).map(|_| AtomicU32::new(0)).collect(),
                 live: (0..size / GRANULE / 64)
                     .map(|_| AtomicU64::new(0))
                     .collect(),
@@ -43,14 +55,15 @@ impl Sides {
         })
     }
 
+    #[inline]
     fn in_region(&self, off: usize) -> usize {
         off & ((1usize << self.shift) - 1)
     }
 
     /// Mark `n` pages from byte offset `off` (from the reservation's base) as a slab of class
     /// `c`, or as no slab (`None`). Called by the heap under its lock.
-    pub fn set_class(&self, off: usize, n: usize, c: Option<usize>) {
-        let v = c.map_or(0, |c| c as u8 + 1);
+    pub fn set_class(&self, off: usize, n: usize, slab: Option<(usize, u32)>) {
+        let v = slab.map_or(0, |(c, tag)| (tag + 1) << 8 | (c as u32 + 1));
         let side = self.side(off);
         let first = self.in_region(off) / PAGE;
         for a in &side.class[first..first + n] {
@@ -63,12 +76,42 @@ impl Sides {
     pub fn class_at(&self, off: usize) -> Option<usize> {
         let side = self.regions.get(off >> self.shift)?.get()?;
         let v = side.class[self.in_region(off) / PAGE].load(Ordering::Acquire);
-        (v as usize).checked_sub(1)
+        ((v & 0xff) as usize).checked_sub(1)
     }
 
+    /// The live bit of `off`, on a slab page (whose region has its tables since the slab was
+    /// made: no initialisation check on this path).
+    #[inline]
     fn bit(&self, off: usize) -> (&AtomicU64, u64) {
+        let side = self.regions[off >> self.shift].get();
+        let side = side.expect("a slab page's region has side tables");
         let g = self.in_region(off) / GRANULE;
-        (&self.side(off).live[g / 64], 1 << (g % 64))
+        (&side.live[g / 64], 1 << (g % 64))
+    }
+
+    /// `free`'s check with the caches on: whether `off` is on a slab page and, if so, take the
+    /// object starting there back from the program (one atomic `fetch_and`).
+    #[inline]
+    pub fn take(&self, off: usize) -> Taken {
+        let Some(side) = self.regions.get(off >> self.shift).and_then(|s| s.get()) else {
+            return Taken::NotSlab;
+        };
+        let at = self.in_region(off);
+        let v = side.class[at / PAGE].load(Ordering::Acquire);
+        if v == 0 {
+            return Taken::NotSlab;
+        }
+        let g = at / GRANULE;
+        let m = 1u64 << (g % 64);
+        if off.is_multiple_of(GRANULE) && side.live[g / 64].fetch_and(!m, Ordering::AcqRel) & m != 0
+        {
+            Taken::Live {
+                class: (v & 0xff) as usize - 1,
+                tag: (v >> 8) - 1,
+            }
+        } else {
+            Taken::NotLive
+        }
     }
 
     /// The object at `off` is handed to the program.

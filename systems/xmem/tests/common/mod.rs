@@ -10,8 +10,24 @@ pub struct Fixture {
     _dir: tempfile::TempDir,
 }
 
-/// `regions` regions of 2 MiB reserved, PM for `pm_regions`, DRAM budget for `fast_regions`.
+/// `regions` regions of 2 MiB reserved, PM for `pm_regions`, DRAM budget for `fast_regions`
+/// (per-thread caches as by default).
 pub fn fixture(regions: usize, pm_regions: usize, fast_regions: usize) -> Fixture {
+    fixture_with(
+        regions,
+        pm_regions,
+        fast_regions,
+        Config::new("x", 0, 0).thread_cache,
+    )
+}
+
+/// As [`fixture`], with the per-thread caches on or off.
+pub fn fixture_with(
+    regions: usize,
+    pm_regions: usize,
+    fast_regions: usize,
+    thread_cache: bool,
+) -> Fixture {
     let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     let mut cfg = Config::new(
         dir.path().join("pm.img"),
@@ -20,6 +36,7 @@ pub fn fixture(regions: usize, pm_regions: usize, fast_regions: usize) -> Fixtur
     );
     cfg.region_size = 2 * MIB;
     cfg.reserve = regions * 2 * MIB;
+    cfg.thread_cache = thread_cache;
     Fixture {
         xmem: XMem::new(cfg).expect("XMem::new"),
         _dir: dir,
