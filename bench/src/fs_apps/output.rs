@@ -5,7 +5,7 @@ use crate::report::plot;
 use anyhow::Result;
 use std::path::Path;
 
-/// A cell as text: the value (ratio to ext4 on attach), "n/a [k]" or "FAILED [k]" with `k`
+/// A cell as text: the value (ratio to ext4 on attach), "n/a \[k\]" or "FAILED \[k\]" with `k`
 /// the footnote giving the reason.
 fn print_rows(rows: &[Row], targets: &[String]) {
     let mut notes: Vec<String> = vec![];

@@ -5,7 +5,7 @@
 //! sends requests through the rings instead of /dev/fuse (interrupts and forgets still come
 //! through /dev/fuse, which fuser's workers keep serving). No Rust FUSE crate we use speaks
 //! this protocol (fuser 0.18 does not, and its dispatcher cannot be fed request bytes from
-//! elsewhere), so this module does: the queues carry any request to a [`Handler`], which
+//! elsewhere), so this module does: the queues carry any request to a `Handler`, which
 //! decodes the opcodes its file system serves and calls the same handlers fuser's `Filesystem`
 //! calls: `ops.rs` for the block device (`file.rs`'s `Core`), `pmfs.rs` for PMFS
 //! (`crate::pmfs::PmfsOps`).
