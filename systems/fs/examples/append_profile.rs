@@ -1,7 +1,9 @@
 //! A profiling loop, not a benchmark of record (that is `pmkit bench fs-protect`): 4 KiB appends
 //! plus fsync into one file on a populated pool in /dev/shm, protection `none`, for `perf`.
 //!
-//! `cargo run --release -p pmkit-fs --example append_profile [-- SECONDS]` (default 3).
+//! `cargo run --release -p pmkit-fs --example append_profile [-- SECONDS [COUNT]]` (default 3
+//! seconds; with COUNT, exactly COUNT appends after 1,000 to warm up: for
+//! `valgrind --tool=callgrind`, instructions per append).
 
 use pmkit_fs::{Fs, MkfsOptions, MountOptions, Protect, SetAttr, ROOT};
 use pmkit_media::{Region, RegionOptions};
@@ -23,10 +25,17 @@ fn main() {
         ..Default::default()
     };
     let (fs, _) = Fs::mount(r, &mo).expect("mount");
+    let count: Option<u64> = std::env::args().nth(2).map(|a| a.parse().expect("COUNT"));
     let f = fs.create(ROOT, b"f", 0o644).expect("create").ino;
+    // open, as a writer would be: the last close trims the preallocation
+    fs.open(f).expect("open");
     let buf = vec![0x5au8; 4096];
     let (t0, mut n, mut size) = (Instant::now(), 0u64, 0u64);
-    while t0.elapsed() < Duration::from_secs(secs) {
+    let more = |n: u64| match count {
+        Some(c) => n < c + 1000,
+        None => t0.elapsed() < Duration::from_secs(secs),
+    };
+    while more(n) {
         if size >= 16 << 20 {
             let cut = SetAttr {
                 size: Some(0),

@@ -7,7 +7,7 @@
  *
  * Guarantees (docs/fs.md): every call that changes metadata is atomic and durable when it
  * returns; data written by pmfs_write/pmfs_pwrite is durable when they return, so pmfs_fsync is
- * a fence. Paths are taken from the pool's root ("/a/b" and "a/b" are the same file); there is
+ * a no-op. Paths are taken from the pool's root ("/a/b" and "a/b" are the same file); there is
  * no current directory and no permission check: the process owns the pool.
  *
  * One process holds a pool at a time (a lock on the file): a second pmfs_mount, here or in

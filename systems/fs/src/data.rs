@@ -90,19 +90,23 @@ impl<M: Media> Fs<M> {
                     max: self.max_atomic_write(),
                 });
             }
-            self.write_chunk(ino, off, data, true)?;
+            self.write_tx(ino, off, data, true)?;
             return Ok(data.len());
         }
         let mut pos = off;
+        // the inode as read by `live`, until a step changes it
+        let mut known = Some(node);
         while pos < end {
             let piece = &data[(pos - off) as usize..];
             if self.try_huge(ino, pos, end, Some(piece))? {
                 pos += HUGE_BYTES;
+                known = None;
                 continue;
             }
             let next = ((pos / BLOCK as u64 / CHUNK + 1) * CHUNK * BLOCK as u64).min(end);
             let piece = &data[(pos - off) as usize..(next - off) as usize];
-            self.write_chunk(ino, pos, piece, false)?;
+            let node = known.take().unwrap_or_else(|| self.inode(ino));
+            self.write_chunk(ino, node, pos, piece)?;
             pos = next;
         }
         Ok(data.len())
@@ -150,15 +154,27 @@ impl<M: Media> Fs<M> {
         }
     }
 
-    fn write_chunk(&self, ino: u64, off: u64, data: &[u8], cow: bool) -> Result<()> {
+    /// An in-place write of at most `CHUNK` blocks; `node` is the inode as it is now.
+    fn write_chunk(&self, ino: u64, node: Inode, off: u64, data: &[u8]) -> Result<()> {
         let end = off + data.len() as u64;
         let (first, last) = (off / BLOCK as u64, (end - 1) / BLOCK as u64);
-        let node = self.inode(ino);
-        if !cow && (first..=last).all(|i| tree::lookup(&self.pm, node.root, node.height, i) != 0) {
-            self.pm.check()?;
-            self.write_fast(ino, node, off, data);
-            return self.pm.check();
+        // one lookup per block, kept for the stores (at most CHUNK + 1 blocks)
+        let mut blocks = [0u64; CHUNK as usize + 1];
+        for (i, b) in (first..=last).zip(blocks.iter_mut()) {
+            *b = tree::lookup(&self.pm, node.root, node.height, i);
+            if *b == 0 {
+                return self.write_tx(ino, off, data, false);
+            }
         }
+        self.pm.check()?;
+        self.write_fast(ino, node, off, data, &blocks[..(last - first + 1) as usize]);
+        self.pm.check()
+    }
+
+    /// A write as one transaction: blocks a write needs (or every block, copy-on-write).
+    fn write_tx(&self, ino: u64, off: u64, data: &[u8], cow: bool) -> Result<()> {
+        let end = off + data.len() as u64;
+        let (first, last) = (off / BLOCK as u64, (end - 1) / BLOCK as u64);
         let mut tx = self.tx();
         let mut node = tx.inode(ino);
         self.zero_gap(&mut tx, &node, off);
@@ -266,19 +282,21 @@ impl<M: Media> Fs<M> {
 
     /// Every block is allocated: stream the data in place, fence, then publish size and mtime
     /// with one 16-byte store (no journal).
-    fn write_fast(&self, ino: u64, node: Inode, off: u64, data: &[u8]) {
+    /// `blocks`: the media block of each file block the write touches, in order.
+    fn write_fast(&self, ino: u64, node: Inode, off: u64, data: &[u8], blocks: &[u64]) {
         let end = off + data.len() as u64;
         for (at, len) in gap(&self.pm, &node, off) {
             // bytes beyond the end of the file: zero them before the size covers them
             self.pm.write(at, &vec![0u8; len]);
             self.pm.flush(at, len);
         }
+        let first = off / BLOCK as u64;
         let mut pos = off;
         while pos < end {
             let idx = pos / BLOCK as u64;
             let in_blk = (pos % BLOCK as u64) as usize;
             let n = ((BLOCK - in_blk) as u64).min(end - pos) as usize;
-            let b = tree::lookup(&self.pm, node.root, node.height, idx);
+            let b = blocks[(idx - first) as usize];
             let o = (pos - off) as usize;
             self.pm
                 .write_nt(b as usize * BLOCK + in_blk, &data[o..o + n]);

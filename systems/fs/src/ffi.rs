@@ -325,7 +325,7 @@ pub unsafe extern "C" fn pmfs_lseek(fs: *mut PmfsHandle, d: c_int, off: i64, whe
     })
 }
 
-/// fsync(2) and fdatasync(2): writes are durable when they return; this is a fence.
+/// fsync(2) and fdatasync(2): writes are durable when they return; nothing left to do.
 ///
 /// # Safety
 /// `fs` a mounted handle.

@@ -5,7 +5,7 @@
 //! current directory: a relative path is taken from the root too), follows symbolic links (at
 //! most [`SYMLOOP_MAX`] per resolution, then `ELOOP`), and keeps a table of descriptors with
 //! their own offsets and access modes (at most [`MAX_FDS`]). Every call is durable when it
-//! returns, as the library's are: `fsync` is a fence.
+//! returns, as the library's are: `fsync` has nothing left to do.
 //!
 //! There are no permission checks: the process holds the pool exclusively (the caller locks
 //! it, as `pmkit fs mount` does) and may do anything in it. New nodes belong to the caller's
@@ -497,7 +497,7 @@ impl<M: Media> Posix<M> {
         Ok(new)
     }
 
-    /// fsync(2) and fdatasync(2): every write was durable at return; this is a fence.
+    /// fsync(2) and fdatasync(2): every write was durable at return; nothing left to do.
     pub fn fsync(&self, fd: Fd) -> Result<()> {
         let d = self.desc(fd)?;
         if d.removed.lock().is_some() {

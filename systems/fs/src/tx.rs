@@ -11,6 +11,30 @@ use crate::pm::Pm;
 use parking_lot::Mutex;
 use pmkit_media::Media;
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A hasher for block numbers (the `fresh` set): one multiply, no SipHash. Block numbers come
+/// from this process's allocator, not from an adversary, so flooding is no concern, and a
+/// preallocating append inserts up to 128 of them in one transaction.
+#[derive(Default)]
+pub(crate) struct BlockHasher(u64);
+
+impl Hasher for BlockHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        // Fibonacci hashing: the high bits, which hashbrown uses, depend on every bit of `v`
+        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type BlockSet = HashSet<u64, BuildHasherDefault<BlockHasher>>;
 
 struct W {
     off: usize,
@@ -24,7 +48,7 @@ pub struct Tx<'a, M> {
     geo: &'a Geometry,
     alloc: &'a Mutex<Alloc>,
     writes: Vec<W>,
-    fresh: HashSet<u64>,
+    fresh: BlockSet,
     /// Blocks to free once the transaction is durable.
     pub free_after: Vec<u64>,
     /// Inodes to free once the transaction is durable.
@@ -41,7 +65,7 @@ impl<'a, M: Media> Tx<'a, M> {
             geo,
             alloc,
             writes: Vec::new(),
-            fresh: HashSet::new(),
+            fresh: BlockSet::default(),
             free_after: Vec::new(),
             free_inodes_after: Vec::new(),
             allocated: Vec::new(),
