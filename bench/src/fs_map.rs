@@ -92,7 +92,11 @@ struct Cell {
 
 impl Cell {
     fn label(self) -> String {
-        format!("rand{}-{}", if self.write { "write" } else { "read" }, self.bs)
+        format!(
+            "rand{}-{}",
+            if self.write { "write" } else { "read" },
+            self.bs
+        )
     }
 }
 
@@ -211,7 +215,7 @@ impl View<'_> {
             }
             std::hint::black_box(&mut buf);
             ops += 1;
-            if ops % CLOCK_EVERY == 0 && t.elapsed() >= limit {
+            if ops.is_multiple_of(CLOCK_EVERY) && t.elapsed() >= limit {
                 break;
             }
         }
@@ -226,8 +230,7 @@ impl View<'_> {
         for l in text.lines() {
             let head = l.split_whitespace().next().unwrap_or("");
             if let Some((a, b)) = head.split_once('-') {
-                if let (Ok(a), Ok(b)) =
-                    (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
                 {
                     inside = a < hi && b > lo;
                     vmas += usize::from(inside);
@@ -235,7 +238,11 @@ impl View<'_> {
                 }
             }
             if inside && (l.starts_with("FilePmdMapped:") || l.starts_with("ShmemPmdMapped:")) {
-                pmd_kb += l.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+                pmd_kb += l
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
             }
         }
         (vmas, pmd_kb << 10)
@@ -316,7 +323,13 @@ fn run_pmfs(
 }
 
 /// A kernel file system: prefill `mnt/data`, mmap it shared, measure, unmap.
-fn run_kernel(t: Target, mnt: &Path, file: u64, cells: &[Cell], ms: u64) -> Result<(Backing, Vec<f64>)> {
+fn run_kernel(
+    t: Target,
+    mnt: &Path,
+    file: u64,
+    cells: &[Cell],
+    ms: u64,
+) -> Result<(Backing, Vec<f64>)> {
     let path = mnt.join("data");
     {
         use std::io::Write;
@@ -330,7 +343,10 @@ fn run_kernel(t: Target, mnt: &Path, file: u64, cells: &[Cell], ms: u64) -> Resu
         }
         f.sync_all()?;
     }
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)?;
     let len = file as usize;
     // SAFETY: a fresh shared mapping of a file we hold open; unmapped below.
     let ptr = unsafe {
@@ -388,7 +404,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let ms = a.ms.unwrap_or(if quick { 100 } else { 1000 }).max(10);
     let mib = a.file_mib.unwrap_or(if quick { 8 } else { 64 });
     ensure!(
-        mib >= 2 && mib % 2 == 0 && mib <= 4096,
+        mib >= 2 && mib.is_multiple_of(2) && mib <= 4096,
         "--file-mib {mib}: a multiple of 2 MiB (whole huge blocks), at most 4096"
     );
     let file = mib << 20;
@@ -405,7 +421,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     sizes.dedup();
     for &s in &sizes {
         ensure!(
-            s >= 1 && file % s == 0 && s <= file,
+            s >= 1 && file.is_multiple_of(s) && s <= file,
             "--sizes: {s} must divide the file size ({mib} MiB)"
         );
     }
@@ -522,7 +538,10 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
                 .enumerate()
                 .map(|(i, c)| {
                     let pts = r.summary.iter().filter(|x| x.write == w);
-                    (c.clone(), pts.map(|x| (x.bs as f64, x.cells[i].mb_s)).collect())
+                    (
+                        c.clone(),
+                        pts.map(|x| (x.bs as f64, x.cells[i].mb_s)).collect(),
+                    )
                 })
                 .collect(),
         })
@@ -561,7 +580,10 @@ fn print_table(r: &Report) {
     for row in &r.summary {
         print!("{:<18}", row.cell);
         for c in &row.cells {
-            print!(" {:>18}", format!("{:.1} ({:.2}x)", c.mb_s, c.vs_ext4_attach));
+            print!(
+                " {:>18}",
+                format!("{:.1} ({:.2}x)", c.mb_s, c.vs_ext4_attach)
+            );
         }
         println!();
     }
@@ -569,7 +591,12 @@ fn print_table(r: &Report) {
     for b in &r.backing {
         println!(
             "  {:<14} {:>5} {:>6} {:>6} {:>10} {:>10}",
-            b.config, b.addr_2m_aligned, b.vmas, b.extents, b.bytes_in_2m_extents, b.pmd_mapped_bytes
+            b.config,
+            b.addr_2m_aligned,
+            b.vmas,
+            b.extents,
+            b.bytes_in_2m_extents,
+            b.pmd_mapped_bytes
         );
     }
 }

@@ -120,7 +120,10 @@ fn fs_map_quick_has_every_configuration_and_cell() {
     // Every mapping's backing is recorded; the fallocated PMFS file is all 2 MiB-shaped.
     let backing = v["backing"].as_array().unwrap();
     assert_eq!(backing.len(), want.len());
-    let b2m = backing.iter().find(|b| b["config"] == "pmfs-map-2m").unwrap();
+    let b2m = backing
+        .iter()
+        .find(|b| b["config"] == "pmfs-map-2m")
+        .unwrap();
     assert_eq!(b2m["bytes_in_2m_extents"], 4u64 << 20, "{b2m}");
     assert_eq!(b2m["addr_2m_aligned"], true, "{b2m}");
     for b in backing {
