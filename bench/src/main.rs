@@ -11,6 +11,7 @@ mod fs;
 mod fs_apps;
 mod fs_io;
 mod fs_layers;
+mod fs_map;
 mod fs_protect;
 mod hmep;
 mod host;
@@ -144,6 +145,14 @@ enum Cmd {
     /// Needs root, /dev/fuse, e2fsprogs, the shim and the programs (scripts/bench-packages.txt).
     /// Rounds: 2. --quick: sqlite3, fs_mark and postmark (those installed), small counts, one round.
     FsApps(fs_apps::AppsArgs),
+    /// Random reads and writes, 64 B to 256 KiB, 1 thread, through a memory mapping of one
+    /// file (PMFS thesis Fig. 16): PMFS direct access (`Posix::map`, a file of 2 MiB blocks and
+    /// one of 4 KiB blocks, writes persisted) against mmap(MAP_SHARED) + msync(MS_SYNC) on
+    /// ext4 on `pmkit attach`, ext2/ext4 on a /dev/shm loop device and tmpfs.
+    ///
+    /// Needs root, /dev/fuse, e2fsprogs. Rounds: 3. --quick: 64 B and 4 KiB, 8 MiB file,
+    /// 100 ms cells, one round.
+    FsMap(fs_map::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -167,5 +176,6 @@ fn main() -> std::process::ExitCode {
         Cmd::FsLayers(a) => fs_layers::run(a),
         Cmd::FsTree(a) => fs_apps::run_tree(a),
         Cmd::FsApps(a) => fs_apps::run_apps(a),
+        Cmd::FsMap(a) => fs_map::run(a),
     })
 }
