@@ -150,12 +150,20 @@ pub fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
                 .arg(&file))?;
             // /dev/fuse, not io_uring: valgrind runs the daemon for the instruction counts, and
             // it cannot follow io_uring (the mount hung under it).
-            cmd.args(["fs", "mount", "--transport", "dev", "--cache", "long", "--threads"])
-                .arg(s.fuse_threads.to_string())
-                .arg("--protect")
-                .arg(s.pmfs_protect.to_string())
-                .arg(&file)
-                .arg(c.mnt);
+            cmd.args([
+                "fs",
+                "mount",
+                "--transport",
+                "dev",
+                "--cache",
+                "long",
+                "--threads",
+            ])
+            .arg(s.fuse_threads.to_string())
+            .arg("--protect")
+            .arg(s.pmfs_protect.to_string())
+            .arg(&file)
+            .arg(c.mnt);
         }
         Layer::Ext4Attach => {
             // /dev/fuse, not io_uring: valgrind runs the daemon for the instruction counts.
