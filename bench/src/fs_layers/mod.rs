@@ -43,7 +43,7 @@ pub struct Args {
     /// 5000; stat 50000; append4k_fsync 4000; quick: 200]
     #[arg(long)]
     n: Option<usize>,
-    /// Operations per strace run [default: 1000; quick: 20]
+    /// Operations per strace run [default: 1000; quick: 200]
     #[arg(long)]
     strace_n: Option<usize>,
     /// Operations per callgrind run [default: 1000; quick: 10]
@@ -167,7 +167,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let quick = a.flags.quick;
     let rounds = a.flags.rounds(3);
     let n_of = |op: &str| a.n.unwrap_or(if quick { 200 } else { default_n(op) });
-    let strace_n = a.strace_n.unwrap_or(if quick { 20 } else { 1000 }).max(1);
+    let strace_n = a.strace_n.unwrap_or(if quick { 200 } else { 1000 }).max(1);
     let valgrind_n = a.valgrind_n.unwrap_or(if quick { 10 } else { 1000 }).max(1);
     let scratch = Scratch::dir(&std::env::temp_dir(), "fs-layers")?;
     let mnt = scratch.path().join("mnt");

@@ -297,8 +297,12 @@ impl XMem {
     #[inline]
     pub fn alloc(&self, t: Tag, size: usize, align: usize) -> Result<NonNull<u8>> {
         // The fast path: a small object with at most 16-byte alignment from the thread cache.
-        if self.cfg.thread_cache && size <= classes::MAX_SMALL && align <= 16 {
-            if let Some(c) = classes::class_of(size, align).filter(|_| align.is_power_of_two()) {
+        if self.cfg.thread_cache
+            && size <= classes::MAX_SMALL
+            && align <= 16
+            && align.is_power_of_two()
+        {
+            if let Some(c) = classes::class_of(size, align) {
                 if let Some(a) = self.alloc_cached(t, c) {
                     return a.map(|a| NonNull::new(a as *mut u8).expect("not null"));
                 }
