@@ -103,7 +103,7 @@ pub fn bars(
     Ok(())
 }
 
-/// One line chart: x values shared by every series.
+/// One line chart, linear axes: a single panel of [`line_panels`].
 pub fn lines(
     path: &Path,
     title: &str,
@@ -111,45 +111,18 @@ pub fn lines(
     y_label: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<()> {
-    let root = SVGBackend::new(path, (720, 460)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let pts = series.iter().flat_map(|(_, v)| v.iter().copied());
-    let (xmax, ymax) = pts.fold((1e-9f64, 1e-9f64), |(a, b), (x, y)| (a.max(x), b.max(y)));
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..xmax * 1.05, 0f64..ymax * 1.15)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
-        .draw()
-        .map_err(err)?;
-    for (si, (name, pts)) in series.iter().enumerate() {
-        let color = COLORS[si % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(err)?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)?;
-    Ok(())
+    let axes = Axes {
+        x_label,
+        y_label,
+        log_x: false,
+        log_y: false,
+        x_fmt: |v| format!("{v}"),
+    };
+    let panel = LinePanel {
+        title: String::new(),
+        series: series.to_vec(),
+    };
+    line_panels(path, title, axes, &[panel], 1)
 }
 
 /// One panel of lines: (series name, points) with x values of its own per series.
