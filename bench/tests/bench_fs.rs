@@ -4,16 +4,12 @@
 //! /dev/fuse, mkfs.ext4 and losetup: skipped (with a note) without them, except under CI where
 //! they are required. No timing assertions (the machine is shared).
 
+mod common;
+
+use common::{have, json_of};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 #[test]
 fn quick_json_has_every_target_and_workload() {
@@ -42,12 +38,7 @@ fn quick_json_has_every_target_and_workload() {
         .expect("run pmkit-bench");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "pmkit-bench fs failed: {err}");
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "--json prints only JSON ({e}): {}",
-            String::from_utf8_lossy(&o.stdout)
-        )
-    });
+    let v: Value = json_of(&o);
     let targets: Vec<&str> = v["targets"]
         .as_array()
         .unwrap()

@@ -6,16 +6,12 @@
 //! bench binary): skipped (with a note) without them, except under CI where they are required.
 //! No timing assertions (the machine is shared).
 
+mod common;
+
+use common::{have, json_of};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 fn shim() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_pmkit-bench")).with_file_name("libpmkit_preload.so")
@@ -74,12 +70,7 @@ fn bench(args: &[&str], tag: &str) -> (Value, String) {
         .expect("run pmkit-bench");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "pmkit-bench {args:?} failed: {err}");
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "--json prints only JSON ({e}): {}",
-            String::from_utf8_lossy(&o.stdout)
-        )
-    });
+    let v: Value = json_of(&o);
     let drawn = std::fs::read_to_string(&svg).unwrap();
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains("pmkit-bench-fs"), "left mounted: {mounts}");

@@ -6,16 +6,12 @@
 //! libpmkit_preload.so beside the bench binary: skipped (with a note) without them, except under
 //! CI where they are required. No timing assertions (the machine is shared).
 
+mod common;
+
+use common::{have, json_of};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// target/release (or debug), where cargo put the bench and the two shared libraries.
 fn bin_dir() -> PathBuf {
@@ -84,12 +80,7 @@ fn quick_json_has_every_layer_and_operation() {
         .expect("run pmkit-bench");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "pmkit-bench fs-layers failed: {err}");
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "--json prints only JSON ({e}): {}",
-            String::from_utf8_lossy(&o.stdout)
-        )
-    });
+    let v: Value = json_of(&o);
     let layers = [
         "library",
         "shim",

@@ -4,16 +4,12 @@
 //! mounted. Needs root, /dev/fuse, mkfs.ext4/mkfs.ext2 and losetup: skipped (with a note)
 //! without them, except under CI where they are required. No timing assertions.
 
+mod common;
+
+use common::{have, json_of};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// Whether the machine can run the bench; under CI it must.
 fn ready() -> bool {
@@ -59,12 +55,7 @@ fn fs_map_quick_has_every_configuration_and_cell() {
         .expect("run pmkit-bench");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "pmkit-bench fs-map failed: {err}");
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "--json prints only JSON ({e}): {}",
-            String::from_utf8_lossy(&o.stdout)
-        )
-    });
+    let v: Value = json_of(&o);
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     // The bench mounts every target on /tmp/pmkit-bench-fs-map-PID/mnt.
     assert!(

@@ -1,0 +1,22 @@
+//! What the benches' smoke tests share: tool checks and reading a `--json` run.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+/// `tool` is on PATH.
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The JSON a `--json` run printed, which must be all it printed on stdout.
+pub fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "--json prints only JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
