@@ -4,6 +4,7 @@
 //! BFS. Every access can go through a [`Probe`] so one traced run feeds the simulator; the timed
 //! runs use `()` (compiled away).
 
+use super::probe::Probe;
 use anyhow::{ensure, Result};
 use pmkit_xmem::{XMem, XSlice};
 
@@ -12,24 +13,6 @@ pub const TAGS: [&str; 3] = ["adjacency", "vertex", "messages"];
 const ADJ: usize = 0;
 const VTX: usize = 1;
 const MSG: usize = 2;
-
-/// Sees every access of the kernels: structure, address, pointer-sized value (0 otherwise).
-pub trait Probe {
-    fn touch<T>(&mut self, s: usize, at: &T);
-}
-
-impl Probe for () {
-    #[inline(always)]
-    fn touch<T>(&mut self, _: usize, _: &T) {}
-}
-
-impl Probe for pmkit_hmep::sim::Sim {
-    #[inline]
-    fn touch<T>(&mut self, s: usize, at: &T) {
-        // Graph structures hold indices, never addresses: no value is a pointer.
-        self.access(s, at as *const T as u64, 0);
-    }
-}
 
 pub struct Graph<'a> {
     pub n: usize,
@@ -139,7 +122,7 @@ impl<'a> Graph<'a> {
         for u in 0..n {
             p.touch(VTX, &self.rank[u]);
             p.touch(VTX, &self.inv_deg[u]);
-            p.touch(MSG, &self.contrib[u]);
+            p.store(MSG, &self.contrib[u]);
             self.contrib[u] = self.rank[u] * self.inv_deg[u];
         }
         let base = 0.15 / n as f64;
@@ -154,7 +137,7 @@ impl<'a> Graph<'a> {
                 p.touch(MSG, &self.contrib[u]);
                 sum += self.contrib[u];
             }
-            p.touch(VTX, &self.rank[v]);
+            p.store(VTX, &self.rank[v]);
             self.rank[v] = base + 0.85 * sum;
             total += self.rank[v];
         }
@@ -179,8 +162,9 @@ impl<'a> Graph<'a> {
                     let v = self.cols[e] as usize;
                     p.touch(VTX, &self.parent[v]);
                     if self.parent[v] == u32::MAX {
+                        p.store(VTX, &self.parent[v]);
                         self.parent[v] = u as u32;
-                        p.touch(MSG, &self.next[out]);
+                        p.store(MSG, &self.next[out]);
                         self.next[out] = v as u32;
                         out += 1;
                     }

@@ -8,6 +8,7 @@
 
 pub mod calibrate;
 mod graph;
+pub mod probe;
 
 use crate::host::cpu_label;
 use crate::report::{median, plot, BenchFlags};
