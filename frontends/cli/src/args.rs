@@ -160,6 +160,32 @@ pub fn parse_io_model(s: &str) -> Result<IoModel, String> {
         .ok_or_else(|| format!("{s:?}: expected `inline` or `threaded:N`"))
 }
 
+/// `NAME=N`: a structure's X-Mem priority.
+pub fn parse_priority(s: &str) -> Result<(String, i32), String> {
+    let (n, p) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?}: expected NAME=PRIORITY"))?;
+    let p = p
+        .parse()
+        .map_err(|_| format!("{p:?} is not a whole number"))?;
+    Ok((n.to_owned(), p))
+}
+
+/// `CHASE,RANDOM,STREAMING`: stalls per access by pattern.
+pub fn parse_latencies(s: &str) -> Result<[f64; 3], String> {
+    let v: Vec<f64> = s
+        .split(',')
+        .map(|x| x.trim().parse::<f64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("{s:?}: expected three numbers, chase,random,streaming"))?;
+    match v[..] {
+        [a, b, c] => Ok([a, b, c]),
+        _ => Err(format!(
+            "{s:?}: expected three numbers, chase,random,streaming"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ mod serve;
 mod serve_access;
 mod xmem;
 mod xmem_profile;
+mod xmem_run;
 
 use clap::{Parser, Subcommand};
 

@@ -1,12 +1,13 @@
 //! `pmkit xmem ...`: X-Mem's profiler and placement model from the command line (systems/xmem,
 //! docs/xmem.md). `profile` classifies an unmodified program's accesses (valgrind lackey) into
 //! a profile saved per structure name; `place` runs the thesis's model and greedy on a saved
-//! profile for a fast-tier budget; `stats` describes a profile (patterns, benefit, rank).
+//! profile for a fast-tier budget; `stats` describes a profile (patterns, benefit, rank); `run`
+//! runs an X-Mem program with tiers, profile and priorities chosen outside it (`xmem_run.rs`).
 
 use crate::xmem_profile::{self, Classifier, LogFile, NamedRange};
 use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
-use pmkit::args::{human_size, parse_size};
+use pmkit::args::{human_size, parse_latencies, parse_priority, parse_size};
 use pmkit_xmem::place::{self, Candidate, Latencies};
 use pmkit_xmem::profiles::{self, Saved};
 use serde::Serialize;
@@ -81,34 +82,15 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-}
-
-fn parse_priority(s: &str) -> Result<(String, i32), String> {
-    let (n, p) = s
-        .rsplit_once('=')
-        .ok_or_else(|| format!("{s:?}: expected NAME=PRIORITY"))?;
-    let p = p
-        .parse()
-        .map_err(|_| format!("{p:?} is not a whole number"))?;
-    Ok((n.to_owned(), p))
-}
-
-fn parse_latencies(s: &str) -> Result<[f64; 3], String> {
-    let v: Vec<f64> = s
-        .split(',')
-        .map(|x| x.trim().parse::<f64>())
-        .collect::<Result<_, _>>()
-        .map_err(|_| format!("{s:?}: expected three numbers, chase,random,streaming"))?;
-    match v[..] {
-        [a, b, c] => Ok([a, b, c]),
-        _ => Err(format!(
-            "{s:?}: expected three numbers, chase,random,streaming"
-        )),
-    }
+    /// Run a program written against X-Mem's C ABI (xmem.h) with the tiers, a saved profile
+    /// and priorities chosen here (passed to its xmem_init in PMKIT_XMEM, overriding its own
+    /// spec), then print where each structure's regions ended up.
+    Run(crate::xmem_run::RunArgs),
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.cmd {
+        Cmd::Run(r) => crate::xmem_run::run(r),
         Cmd::Profile {
             trace,
             out,

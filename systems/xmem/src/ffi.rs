@@ -5,7 +5,7 @@
 //! functions return NULL instead. Panics are caught at the boundary (`XMEM_EINTERNAL`).
 
 use crate::error::XmemError;
-use crate::{Config, Tag, XMem};
+use crate::{spec, Tag, XMem};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -79,49 +79,9 @@ fn tag(t: c_int) -> Result<Tag, (c_int, String)> {
         .map_err(|_| (XMEM_ENOTAG, format!("unknown tag {t}")))
 }
 
-fn size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (n, unit) = t.split_at(split);
-    let n: u64 = n.parse().map_err(|_| format!("{s:?} is not a size"))?;
-    let shift = match unit {
-        "" => 0,
-        "K" | "k" => 10,
-        "M" | "m" => 20,
-        "G" | "g" => 30,
-        "T" | "t" => 40,
-        _ => return Err(format!("{s:?}: unknown unit (K, M, G or T)")),
-    };
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
-}
-
-/// Parse `key=value,...` (keys: `pm`, `pm_size`, `budget`, `region`, `reserve`, `thp`) over the
-/// defaults: `/dev/shm/xmem-<pid>.img`, 1G of PM, 256M of DRAM, 64M regions, 64G reserved.
-fn parse_spec(spec: &str) -> Result<Config, String> {
-    let mut cfg = Config::new(
-        format!("/dev/shm/xmem-{}.img", std::process::id()),
-        1 << 30,
-        256 << 20,
-    );
-    for kv in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| format!("{kv:?}: expected key=value"))?;
-        match k.trim() {
-            "pm" => cfg.pm.path = v.trim().into(),
-            "pm_size" => cfg.pm.bytes = size(v)?,
-            "budget" => cfg.fast_budget = size(v)?,
-            "region" => cfg.region_size = size(v)? as usize,
-            "reserve" => cfg.reserve = size(v)? as usize,
-            "thp" => cfg.thp = matches!(v.trim(), "1" | "on" | "yes" | "true"),
-            other => return Err(format!("unknown key {other:?}")),
-        }
-    }
-    Ok(cfg)
-}
-
-/// Set up the process's X-Mem from `spec` (NULL or "" for the defaults). Once per process.
+/// Set up the process's X-Mem from `spec` (NULL or "" for the defaults), with the keys of the
+/// environment variable `PMKIT_XMEM` (what `pmkit xmem run` sets) overriding it; see
+/// [`crate::spec`]. Once per process.
 ///
 /// # Safety
 /// `spec` is NULL or a NUL-terminated string.
@@ -137,19 +97,55 @@ pub unsafe extern "C" fn xmem_init(spec: *const c_char) -> c_int {
                 .map_err(|_| (XMEM_EINVAL, "spec is not UTF-8".to_string()))?
                 .to_owned()
         };
-        let cfg = parse_spec(&s).map_err(|m| (XMEM_EINVAL, m))?;
+        let env = std::env::var(spec::ENV).ok();
+        let sp = spec::parse(&s, env.as_deref()).map_err(|m| (XMEM_EINVAL, m))?;
         if XMEM.get().is_some() {
             return Err((XMEM_EINIT, "xmem_init was called already".into()));
         }
-        let path = cfg.pm.path.clone();
-        let x = XMem::new(cfg).map_err(err)?;
+        let path = sp.cfg.pm.path.clone();
+        let x = XMem::new(sp.cfg).map_err(err)?;
         // The process-wide instance is never dropped, so the PM file it created is unlinked now;
         // its mappings and descriptor stay valid until the process ends.
         let _ = std::fs::remove_file(&path);
+        if let Some(p) = &sp.profile {
+            x.load_profiles(p).map_err(|e| {
+                (
+                    code(&e),
+                    format!("loading the profile {}: {e}", p.display()),
+                )
+            })?;
+        }
+        for (name, n) in &sp.priorities {
+            let t = x.tag(name).map_err(err)?;
+            x.set_priority(t, *n).map_err(err)?;
+        }
         XMEM.set(x)
             .map_err(|_| (XMEM_EINIT, "xmem_init raced with itself".to_string()))?;
+        if let Some(p) = sp.stats {
+            let _ = STATS_AT_EXIT.set(p);
+            // SAFETY: registers a plain function with no arguments; it only reads statics.
+            if unsafe { libc::atexit(write_stats_at_exit) } != 0 {
+                return Err((XMEM_EINTERNAL, "atexit refused the stats writer".into()));
+            }
+        }
         Ok(XMEM_OK)
     })
+}
+
+/// Where `stats=` asked the regions to be written at exit.
+static STATS_AT_EXIT: OnceLock<std::path::PathBuf> = OnceLock::new();
+
+/// Write the stats document beside its final name, then rename, so a reader never sees half.
+extern "C" fn write_stats_at_exit() {
+    let (Some(path), Some(x)) = (STATS_AT_EXIT.get(), XMEM.get()) else {
+        return;
+    };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let tmp = path.with_extension("tmp");
+        if std::fs::write(&tmp, stats_json(x)).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+    }));
 }
 
 /// The tag named `name` (made on first use): >= 0, or a negative code.
@@ -377,18 +373,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn specs_parse_and_bad_ones_are_refused() {
-        let c = parse_spec("pm=/dev/shm/x.img, pm_size=2G,budget=128M,region=2M,reserve=1G,thp=on")
-            .unwrap();
-        assert_eq!(c.pm.path.to_str(), Some("/dev/shm/x.img"));
-        assert_eq!(
-            (c.pm.bytes, c.fast_budget, c.region_size, c.reserve, c.thp),
-            (2 << 30, 128 << 20, 2 << 20, 1 << 30, true)
-        );
-        assert!(parse_spec("").is_ok());
-        assert!(parse_spec("budget").is_err());
-        assert!(parse_spec("budget=12Q").is_err());
-        assert!(parse_spec("colour=blue").is_err());
+    fn json_strings_are_escaped() {
         assert_eq!(json_str("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
     }
 }

@@ -23,6 +23,7 @@ mod referenced;
 mod sides;
 pub mod slice;
 mod space;
+pub mod spec;
 mod sys;
 mod tcache;
 pub mod tier;
