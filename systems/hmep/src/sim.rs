@@ -35,7 +35,8 @@ pub struct Unit {
     pub structure: u16,
     pub accesses: u64,
     pub stores: u64,
-    /// Accesses by the pattern the classifier gave their line (X-Mem's profile `F(p)`).
+    /// Accesses by the pattern the classifier gave their line, a line counted once per buffer
+    /// of 4,096 as the thesis's profiler does (X-Mem's profile `F(p)`).
     pub classified: [u64; 3],
     /// Accesses that missed the cache model, by pattern.
     pub misses: [u64; 3],
@@ -198,13 +199,17 @@ impl Sim {
     fn flush(&mut self) {
         let mut acc: Vec<Access> = self.buf.iter().map(|b| b.access).collect();
         let labels = classify::classify(&mut acc);
+        // The thesis's profiler counts a line once per buffer (repeats are assumed cached).
+        let mut counted = vec![false; labels.len()];
         for b in &self.buf {
             let line = b.access.addr / classify::LINE;
             let i = labels.partition_point(|l| l.0 / classify::LINE < line);
-            let p = labels
-                .get(i)
-                .filter(|l| l.0 / classify::LINE == line)
-                .map_or(Pattern::Random, |l| l.1) as usize;
+            let found = labels.get(i).filter(|l| l.0 / classify::LINE == line);
+            let p = found.map_or(Pattern::Random, |l| l.1) as usize;
+            let first = match found {
+                Some(_) => !std::mem::replace(&mut counted[i], true),
+                None => true,
+            };
             let mut u = Unit {
                 structure: b.s,
                 accesses: 1,
@@ -215,7 +220,7 @@ impl Sim {
                 walks_2m_on_hits: (b.walk_2m && !b.miss) as u64,
                 ..Unit::default()
             };
-            u.classified[p] = 1;
+            u.classified[p] = first as u64;
             if b.miss {
                 u.misses[p] = 1;
                 self.out.misses[b.s as usize][p] += 1;

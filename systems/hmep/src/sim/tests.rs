@@ -67,7 +67,8 @@ fn per_unit_counts_add_up_and_group_into_regions() {
     assert_eq!(m.units[1].accesses, 4);
     assert_eq!(m.units[1].stores, 4);
     assert_eq!(m.accesses, vec![32, 4]);
-    // Every access is classified once, and misses are a subset.
+    // Every line is classified once per buffer (each is touched once here), and misses are a
+    // subset.
     for u in &m.units {
         assert_eq!(u.classified.iter().sum::<u64>(), u.accesses);
         assert!(u.misses.iter().sum::<u64>() <= u.accesses);
@@ -83,6 +84,20 @@ fn per_unit_counts_add_up_and_group_into_regions() {
     assert_eq!((rb.structure, rb.accesses, rb.stores), (1, 4, 4));
     assert_eq!(ra.walks_4k, 8); // one per page, in reach
     assert_eq!(ra.walks_2m, 1);
+}
+
+#[test]
+fn a_line_is_classified_once_per_buffer() {
+    let mut sim = Sim::with_tlb(Cache::new(64 << 10, 4), 1, small_tlb());
+    // 100 lines, each touched 4 times in one buffer: 400 accesses, 100 classified.
+    for _ in 0..4 {
+        for l in 0..100u64 {
+            sim.access(0, (1 << 30) + l * 64 * 3, 0);
+        }
+    }
+    let m = sim.finish();
+    assert_eq!(m.units[0].accesses, 400);
+    assert_eq!(m.units[0].classified.iter().sum::<u64>(), 100);
 }
 
 #[test]
