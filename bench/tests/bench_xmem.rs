@@ -8,10 +8,11 @@ mod common;
 
 use std::process::Command;
 
-const POLICIES: [&str; 8] = [
+const POLICIES: [&str; 9] = [
     "fast-only",
     "slow-only",
     "x-mem",
+    "x-mem-misses",
     "first-touch",
     "page-hotness",
     "memkind-ratio",
@@ -79,7 +80,13 @@ fn quick_json_has_every_policy_and_the_model_invariants() {
                 );
                 assert!(w(name) <= w("slow-only"), "{name}: {pt}");
             }
-            for name in ["x-mem", "first-touch", "memkind-ratio", "oracle-tag-order"] {
+            for name in [
+                "x-mem",
+                "x-mem-misses",
+                "first-touch",
+                "memkind-ratio",
+                "oracle-tag-order",
+            ] {
                 assert!(t("oracle") <= t(name) + eps, "oracle above {name}: {pt}");
             }
             // First touch fills in allocation order, which is one order of the tags.
