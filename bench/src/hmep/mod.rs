@@ -336,6 +336,10 @@ fn table(r: &Report) {
                 "  traced walks  {t:<10} 4k {:>10} 2m {:>10} (on cache hits: 4k {:>10} 2m {:>10}), stores {:>10}",
                 u.walks_4k, u.walks_2m, u.walks_4k_on_hits, u.walks_2m_on_hits, u.stores
             );
+            println!(
+                "  L1 dTLB misses on cache hits {t:<10} 4k {:>10} 2m {:>10} (not charged)",
+                u.l1_tlb_misses_4k_on_hits, u.l1_tlb_misses_2m_on_hits
+            );
         }
         println!(
             "  {:<44} {:>12} {:>12} {:>8}",

@@ -45,6 +45,10 @@ pub struct Unit {
     pub walks_2m: u64,
     pub walks_4k_on_hits: u64,
     pub walks_2m_on_hits: u64,
+    /// L1 dTLB misses (L2 TLB hits and walks) on cache hits, at each page size: counted, not
+    /// charged (see docs/hmep.md).
+    pub l1_tlb_misses_4k_on_hits: u64,
+    pub l1_tlb_misses_2m_on_hits: u64,
 }
 
 impl Unit {
@@ -59,6 +63,8 @@ impl Unit {
         self.walks_2m += o.walks_2m;
         self.walks_4k_on_hits += o.walks_4k_on_hits;
         self.walks_2m_on_hits += o.walks_2m_on_hits;
+        self.l1_tlb_misses_4k_on_hits += o.l1_tlb_misses_4k_on_hits;
+        self.l1_tlb_misses_2m_on_hits += o.l1_tlb_misses_2m_on_hits;
     }
 
     /// The extra ns of this unit on a slow tier: misses times ΔL per pattern, plus the walks on
@@ -122,6 +128,8 @@ struct Pending {
     store: bool,
     walk_4k: bool,
     walk_2m: bool,
+    l1_4k: bool,
+    l1_2m: bool,
 }
 
 pub struct Sim {
@@ -188,6 +196,8 @@ impl Sim {
             store,
             walk_4k,
             walk_2m,
+            l1_4k: self.tlb_4k.last_l1_miss,
+            l1_2m: self.tlb_2m.last_l1_miss,
         });
         if self.buf.len() == BUFFER {
             self.flush();
@@ -218,6 +228,8 @@ impl Sim {
                 walks_2m: b.walk_2m as u64,
                 walks_4k_on_hits: (b.walk_4k && !b.miss) as u64,
                 walks_2m_on_hits: (b.walk_2m && !b.miss) as u64,
+                l1_tlb_misses_4k_on_hits: (b.l1_4k && !b.miss) as u64,
+                l1_tlb_misses_2m_on_hits: (b.l1_2m && !b.miss) as u64,
                 ..Unit::default()
             };
             u.classified[p] = first as u64;

@@ -196,6 +196,9 @@ pub struct Tlb {
     l1: Array,
     l2: Array,
     pub accesses: u64,
+    /// Accesses that missed the L1 dTLB (walks included), and the last access's outcome.
+    pub l1_misses: u64,
+    pub last_l1_miss: bool,
     pub walks: u64,
 }
 
@@ -208,6 +211,8 @@ impl Tlb {
             l1: Array::new(l.l1),
             l2: Array::new(l.l2),
             accesses: 0,
+            l1_misses: 0,
+            last_l1_miss: false,
             walks: 0,
         }
     }
@@ -218,9 +223,12 @@ impl Tlb {
     pub fn access(&mut self, addr: u64) -> bool {
         let page = addr >> self.shift;
         self.accesses += 1;
+        self.last_l1_miss = false;
         if self.l1.access(page) {
             return false;
         }
+        self.l1_misses += 1;
+        self.last_l1_miss = true;
         if self.l2.access(page) {
             return false;
         }
@@ -273,6 +281,8 @@ mod tests {
         }
         // LRU over a cycle longer than the reach misses every access.
         assert_eq!(k4.walks, 4096);
+        assert_eq!(k4.l1_misses, 4096);
+        assert_eq!(m2.l1_misses, 2);
         // 4 MiB is two huge pages: two cold walks.
         assert_eq!(m2.walks, 2);
         assert_eq!(k4.reach(), 1 << 20);
@@ -289,6 +299,8 @@ mod tests {
         }
         assert_eq!(t.walks, 1000);
         assert_eq!(t.accesses, 10_000);
+        // 1000 pages cycle through the 72-entry L1 and hit the L2 after the first lap.
+        assert_eq!(t.l1_misses, 10_000);
     }
 
     #[test]

@@ -44,6 +44,8 @@ fn a_4k_stride_walks_every_access_on_4k_pages_and_twice_on_2m() {
     assert_eq!(u.walks_4k_on_hits, 2048);
     assert_eq!(u.walks_2m_on_hits, 0);
     assert_eq!(u.extra_walks(), 2048.0);
+    assert_eq!(u.l1_tlb_misses_4k_on_hits, 2048);
+    assert_eq!(u.l1_tlb_misses_2m_on_hits, 0);
     assert_eq!(m.pages.len(), 1024);
     assert!(m.pages.values().all(|p| p.accesses == 3 && p.walks_4k == 3));
 }
