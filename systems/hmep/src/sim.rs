@@ -68,7 +68,7 @@ impl Unit {
     }
 
     /// The extra ns of this unit on a slow tier: misses times ΔL per pattern, plus the walks on
-    /// cache hits it takes more there (`tlb_walks`, see [`extra_walks`]) times `walk_ns`.
+    /// cache hits it takes more there (`tlb_walks`, see [`Unit::extra_walks`]) times `walk_ns`.
     pub fn slow_cost(&self, delta: &PerPattern, tlb_walks: f64, walk_ns: f64) -> f64 {
         (0..3)
             .map(|p| self.misses[p] as f64 * delta[p])
