@@ -22,6 +22,7 @@ mod pmo;
 mod report;
 mod workload;
 mod xmem_alloc;
+mod xmem_tiers;
 
 use clap::{Parser, Subcommand};
 
@@ -153,6 +154,13 @@ enum Cmd {
     /// Needs root, /dev/fuse, e2fsprogs. Rounds: 3. --quick: 64 B and 4 KiB, 8 MiB file,
     /// 100 ms cells, one round.
     FsMap(fs_map::Args),
+    /// X-Mem against fast-only, slow-only, first-touch, page hotness, memkind's static ratio and
+    /// two oracles (thesis Fig. 24-30), per slow-memory preset and DRAM share of 1/32 to 1/2,
+    /// for xgraph's PageRank and BFS: every time predicted by HMEP's trace simulator (level 3)
+    /// from one traced pass and the measured fast-only time.
+    ///
+    /// Rounds: 3 (of 4 timed passes). --quick: a scale-12 graph, 16 KiB units, 2 presets.
+    Xmem(xmem_tiers::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -177,5 +185,6 @@ fn main() -> std::process::ExitCode {
         Cmd::FsTree(a) => fs_apps::run_tree(a),
         Cmd::FsApps(a) => fs_apps::run_apps(a),
         Cmd::FsMap(a) => fs_map::run(a),
+        Cmd::Xmem(a) => xmem_tiers::run(a),
     })
 }

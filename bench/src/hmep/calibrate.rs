@@ -35,6 +35,13 @@ pub struct Args {
 }
 
 #[derive(Serialize)]
+struct PageWalk {
+    fast: String,
+    slow: String,
+    ns: f64,
+}
+
+#[derive(Serialize)]
 struct Report {
     #[serde(flatten)]
     calibration: Calibration,
@@ -42,6 +49,11 @@ struct Report {
     /// The models of every preset over the fast backing: what "slow" means in every emulated
     /// result on this machine.
     models: Vec<Model>,
+    /// ns per page walk in front of a cache hit, between the huge-page tier and each 4 KiB one
+    /// (`pmkit_hmep::calib::walk_ns`).
+    page_walks: Vec<PageWalk>,
+    /// Where the TLB sizes of the walk model come from.
+    tlb: pmkit_hmep::tlb::Geometry,
     /// Emulation level of the models (always the model: this machine has no slow memory).
     level: &'static str,
 }
@@ -86,7 +98,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .collect(),
         None => vec![],
     };
+    let find = |n: &str| c.tiers.iter().find(|t| t.backing.starts_with(n));
+    let page_walks = match find("anon-thp") {
+        Some(f) => c
+            .tiers
+            .iter()
+            .filter(|s| s.huge_fraction < 0.5)
+            .map(|s| PageWalk {
+                fast: f.backing.clone(),
+                slow: s.backing.clone(),
+                ns: calib::walk_ns(f, s),
+            })
+            .collect(),
+        None => vec![],
+    };
     let report = Report {
+        page_walks,
+        tlb: pmkit_hmep::tlb::Geometry::host(),
         calibration: c,
         runs: o.runs,
         models,
@@ -113,6 +141,23 @@ fn table(r: &Report) {
             t.seq_ns,
             t.read_gbs,
             t.write_gbs
+        );
+    }
+    println!(
+        "\npage walks (a chase over one line in each of {} pages, in the cache; walks per load from the TLB model: {}):",
+        c.tiers.first().map_or(0, |t| t.tlb_pages),
+        r.tlb.source
+    );
+    for t in &c.tiers {
+        println!(
+            "{:<24} {:>8.1} ns per load, modelled walks per load 4k {:.2} 2m {:.2}",
+            t.backing, t.tlb_chase_ns, t.tlb_walks_4k, t.tlb_walks_2m
+        );
+    }
+    for w in &r.page_walks {
+        println!(
+            "page walk on a cache hit, {} against {}: {:.1} ns",
+            w.slow, w.fast, w.ns
         );
     }
     if r.models.is_empty() {

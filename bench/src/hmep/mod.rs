@@ -4,10 +4,11 @@
 //! file (4 KiB pages). xgraph ([`graph`]) runs pull PageRank and BFS under every placement of its
 //! three tags; one traced run per kernel gives the misses per tag and pattern, and the
 //! calibration of the two backings gives ΔL per pattern; the prediction for a placement is the
-//! all-fast time plus the slow tags' misses times ΔL.
+//! all-fast time plus the slow tags' misses times ΔL, plus the page walks on cache hits their
+//! 4 KiB pages add (the TLB model) times the calibrated walk cost.
 
 pub mod calibrate;
-mod graph;
+pub(crate) mod graph;
 pub mod probe;
 
 use crate::host::cpu_label;
@@ -17,7 +18,7 @@ use graph::{Graph, TAGS};
 use pmkit_hmep::cache::{llc, Cache};
 use pmkit_hmep::calib::{self, Options, Tier as CalTier};
 use pmkit_hmep::mem::Backing;
-use pmkit_hmep::sim::{delta, predict, Misses, Sim};
+use pmkit_hmep::sim::{delta, predict_tlb, Misses, Sim};
 use pmkit_xmem::{Config, PerPattern, Tier, XMem};
 use serde::Serialize;
 use std::path::Path;
@@ -83,6 +84,9 @@ struct Report {
     slow: CalTier,
     /// ns per access more on the slow tier, per pattern (chase, random, streaming).
     delta_ns: PerPattern,
+    /// ns per page walk in front of a cache hit (the calibration's TLB chases), charged per walk
+    /// the slow tier's 4 KiB pages take beyond the fast tier's huge pages.
+    walk_ns: f64,
     apps: Vec<App>,
 }
 
@@ -132,6 +136,7 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
     let cal = calib::run(&o, cpu_label(), &mut |_| {})?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
     let d = delta(&fast, &slow);
+    let walk = calib::walk_ns(&fast, &slow);
     bar.inc();
 
     // X-Mem with one region per tag, all three fit in the fast budget and in PM.
@@ -221,8 +226,8 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
     drop(x);
 
     let apps = vec![
-        app("pagerank", pr_trace, iters as f64, &masks, &pr_ms, &d),
-        app("bfs", bfs_trace, bfs_runs as f64, &masks, &bfs_ms, &d),
+        app("pagerank", pr_trace, iters as f64, &masks, &pr_ms, &d, walk),
+        app("bfs", bfs_trace, bfs_runs as f64, &masks, &bfs_ms, &d, walk),
     ];
     let report = Report {
         cpu: cal.cpu.clone(),
@@ -238,6 +243,7 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
         fast,
         slow,
         delta_ns: d,
+        walk_ns: walk,
         apps,
     };
     a.flags.emit(&report, draw, table)
@@ -250,6 +256,7 @@ fn app(
     masks: &[[bool; 3]],
     ms: &[Vec<f64>],
     d: &PerPattern,
+    walk_ns: f64,
 ) -> App {
     let measured: Vec<f64> = ms.iter().map(|v| median(v.iter().copied())).collect();
     let base_ns = measured[0] * 1e6;
@@ -257,7 +264,7 @@ fn app(
         .iter()
         .zip(&measured)
         .map(|(m, &meas)| {
-            let pred = predict(base_ns, &traced, m, d, scale) / 1e6;
+            let pred = predict_tlb(base_ns, &traced, m, d, walk_ns, scale) / 1e6;
             Row {
                 placement: placement_name(m),
                 slow: *m,
@@ -312,12 +319,26 @@ fn table(r: &Report) {
         r.delta_ns[1],
         r.delta_ns[2]
     );
+    println!(
+        "TLB chase ({} pages): fast {:.1} ns, slow {:.1} ns per load; page walk on a cache hit {:.1} ns",
+        r.slow.tlb_pages, r.fast.tlb_chase_ns, r.slow.tlb_chase_ns, r.walk_ns
+    );
     for a in &r.apps {
         println!("\n{} (x{} per timed run)", a.name, a.scale);
         for (t, m) in TAGS.iter().zip(&a.traced.misses) {
             println!(
                 "  traced misses {t:<10} chase {:>10} random {:>10} stream {:>10}",
                 m[0], m[1], m[2]
+            );
+        }
+        for (t, u) in TAGS.iter().zip(&a.traced.units) {
+            println!(
+                "  traced walks  {t:<10} 4k {:>10} 2m {:>10} (on cache hits: 4k {:>10} 2m {:>10}), stores {:>10}",
+                u.walks_4k, u.walks_2m, u.walks_4k_on_hits, u.walks_2m_on_hits, u.stores
+            );
+            println!(
+                "  L1 dTLB misses on cache hits {t:<10} 4k {:>10} 2m {:>10} (not charged)",
+                u.l1_tlb_misses_4k_on_hits, u.l1_tlb_misses_2m_on_hits
             );
         }
         println!(

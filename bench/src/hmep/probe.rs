@@ -37,7 +37,7 @@ impl Probe for () {
 
 impl Probe for Sim {
     #[inline]
-    fn access(&mut self, s: usize, addr: u64, value: u64, _store: bool) {
-        Sim::access(self, s, addr, value);
+    fn access(&mut self, s: usize, addr: u64, value: u64, store: bool) {
+        Sim::access_rw(self, s, addr, value, store);
     }
 }

@@ -7,8 +7,9 @@
 //! - [`calib`]: this machine's memory per access pattern and backing (`pmkit hmep calibrate`);
 //! - [`model`]: a preset resolved against a calibration into the stall per access of each
 //!   pattern on each tier, which is X-Mem's placement input;
-//! - [`sim`] over [`cache`]: emulation level 3, a traced run's misses per structure and pattern,
-//!   from which any placement's time is predicted.
+//! - [`sim`] over [`cache`] and [`tlb`]: emulation level 3, a traced run's misses per pattern
+//!   and page walks per page size, per structure and per 4 KiB page, from which any placement's
+//!   time is predicted.
 
 pub mod cache;
 pub mod calib;
@@ -17,5 +18,6 @@ pub mod mem;
 pub mod model;
 pub mod preset;
 pub mod sim;
+pub mod tlb;
 
 pub use error::{HmepError, Result};

@@ -179,6 +179,38 @@ impl Buf {
         }
     }
 
+    /// Link one line in each of the first `pages` 4 KiB pages into one random cycle (Sattolo
+    /// again, over pages), the line inside each page picked at random so the lines spread over
+    /// the cache's sets: a chase over it touches `pages` lines (inside the cache) on `pages`
+    /// pages (beyond a TLB's reach), so what 4 KiB pages add to it is the page walks. Returns
+    /// the line the cycle starts at ([`Buf::chase_from`]).
+    pub fn link_pages(&mut self, seed: u64, pages: usize) -> u64 {
+        const LINES_PER_PAGE: usize = 4096 / LINE;
+        assert!(
+            pages >= 2 && pages * 4096 <= self.len,
+            "{pages} pages in a {} byte buffer",
+            self.len
+        );
+        let mut rng = Rng(seed | 1);
+        let line: Vec<usize> = (0..pages)
+            .map(|p| p * LINES_PER_PAGE + (rng.next_u64() % LINES_PER_PAGE as u64) as usize)
+            .collect();
+        let mut next: Vec<usize> = (0..pages).collect();
+        for i in (1..pages).rev() {
+            let j = (rng.next_u64() % i as u64) as usize;
+            next.swap(i, j);
+        }
+        for (p, &q) in next.iter().enumerate() {
+            // SAFETY: line[p] < pages * LINES_PER_PAGE <= lines, inside the buffer.
+            unsafe {
+                self.base
+                    .add(line[p] * WORDS_PER_LINE)
+                    .write_volatile(line[q] as u64)
+            };
+        }
+        line[0] as u64
+    }
+
     /// Follow the cycle `steps` times from line 0: each load's address depends on the value
     /// the one before loaded. Returns the line reached (to keep the loop).
     pub fn chase(&self, steps: u64) -> u64 {
@@ -199,7 +231,8 @@ impl Buf {
         }
     }
 
-    fn chase_from(&self, mut at: u64, steps: u64) -> u64 {
+    /// Follow the cycle `steps` times from line `at`; returns the line reached.
+    pub fn chase_from(&self, mut at: u64, steps: u64) -> u64 {
         let n = self.lines() as u64;
         for _ in 0..steps {
             assert!(

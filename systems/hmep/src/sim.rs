@@ -1,89 +1,268 @@
-//! The trace simulator (emulation level 3): a traced run's accesses go through a cache model and
-//! the thesis's classifier, giving per structure the memory misses of each pattern, a sufficient
-//! statistic: any placement's time is then predicted as
-//! `measured time with everything fast + Σ over slow structures Σ_p misses(p) · ΔL(p)`,
-//! so every placement, preset and fast-tier share is swept from one trace. Bandwidth queueing is
-//! not modelled (the validation tier pair has equal bandwidth; a preset whose bandwidth binds is
-//! charged per access through `L(p)` already).
+//! The trace simulator (emulation level 3): a traced run's accesses go through a cache model, two
+//! TLB models (4 KiB and 2 MiB pages, side by side) and the thesis's classifier, giving per
+//! structure and per 4 KiB page the accesses and memory misses of each pattern, the stores and
+//! the page walks: a sufficient statistic. Any placement's time is then predicted as
+//! `measured time with everything fast + Σ over slow units Σ_p misses(p) · ΔL(p)
+//!  + (walks on cache hits at the slow tier's page size − at the fast tier's) · walk cost`,
+//! so every placement of structures, regions or pages, preset and fast-tier share is swept from
+//! one trace. Bandwidth queueing is not modelled (the validation tier pair has equal bandwidth;
+//! a preset whose bandwidth binds is charged per access through `L(p)` already).
+//!
+//! Why walks on cache hits only: ΔL(p) is calibrated on buffers far larger than any TLB's reach,
+//! so it already holds the walk of every miss; what it cannot see is a walk in front of a load
+//! that then hits the cache (hmep-validate measured BFS's adjacency at +123 ms on 4 KiB pages
+//! against +8 ms from misses alone).
 
 use crate::cache::Cache;
 use crate::calib::Tier;
+use crate::tlb::{Geometry, Tlb, PAGE_2M, PAGE_4K};
 use pmkit_xmem::classify::{self, Access, BUFFER};
 use pmkit_xmem::place::{Pattern, PerPattern};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Most structures one simulation tells apart.
 pub const MAX_STRUCTURES: usize = 64;
+/// Most 4 KiB pages counted one by one (16 GiB, about 400 MiB of counters); accesses to further
+/// pages are counted in [`Misses::overflow`].
+pub const MAX_PAGES: usize = 1 << 22;
 
-/// Misses by pattern (`Pattern as usize`) and accesses, per structure.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+/// What one unit (a structure, a page) did in the trace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Unit {
+    /// The structure that last touched it (a page belongs to one X-Mem tag).
+    pub structure: u16,
+    pub accesses: u64,
+    pub stores: u64,
+    /// Accesses by the pattern the classifier gave their line, a line counted once per buffer
+    /// of 4,096 as the thesis's profiler does (X-Mem's profile `F(p)`).
+    pub classified: [u64; 3],
+    /// Accesses that missed the cache model, by pattern.
+    pub misses: [u64; 3],
+    /// Page walks with 4 KiB and with 2 MiB pages, all and those in front of a cache hit.
+    pub walks_4k: u64,
+    pub walks_2m: u64,
+    pub walks_4k_on_hits: u64,
+    pub walks_2m_on_hits: u64,
+    /// L1 dTLB misses (L2 TLB hits and walks) on cache hits, at each page size: counted, not
+    /// charged (see docs/hmep.md).
+    pub l1_tlb_misses_4k_on_hits: u64,
+    pub l1_tlb_misses_2m_on_hits: u64,
+}
+
+impl Unit {
+    fn add(&mut self, o: &Unit) {
+        self.accesses += o.accesses;
+        self.stores += o.stores;
+        for p in 0..3 {
+            self.classified[p] += o.classified[p];
+            self.misses[p] += o.misses[p];
+        }
+        self.walks_4k += o.walks_4k;
+        self.walks_2m += o.walks_2m;
+        self.walks_4k_on_hits += o.walks_4k_on_hits;
+        self.walks_2m_on_hits += o.walks_2m_on_hits;
+        self.l1_tlb_misses_4k_on_hits += o.l1_tlb_misses_4k_on_hits;
+        self.l1_tlb_misses_2m_on_hits += o.l1_tlb_misses_2m_on_hits;
+    }
+
+    /// The extra ns of this unit on a slow tier: misses times ΔL per pattern, plus the walks on
+    /// cache hits it takes more there (`tlb_walks`, see [`Unit::extra_walks`]) times `walk_ns`.
+    pub fn slow_cost(&self, delta: &PerPattern, tlb_walks: f64, walk_ns: f64) -> f64 {
+        (0..3)
+            .map(|p| self.misses[p] as f64 * delta[p])
+            .sum::<f64>()
+            + tlb_walks * walk_ns
+    }
+
+    /// Walks on cache hits with 4 KiB pages beyond those with 2 MiB pages (the validation tier
+    /// pair: slow = 4 KiB, fast = huge pages).
+    pub fn extra_walks(&self) -> f64 {
+        self.walks_4k_on_hits.saturating_sub(self.walks_2m_on_hits) as f64
+    }
+}
+
+/// A multiplicative hash for page numbers (SipHash would cost more than the cache model).
+#[derive(Default)]
+pub struct PageHasher(u64);
+
+impl Hasher for PageHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+pub type PageMap = HashMap<u64, Unit, BuildHasherDefault<PageHasher>>;
+
+/// The result of a simulation: per structure (index = structure) and per 4 KiB page.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Misses {
+    /// Misses by pattern (`Pattern as usize`) per structure (the same as `units[s].misses`).
     pub misses: Vec<[u64; 3]>,
     pub accesses: Vec<u64>,
+    pub units: Vec<Unit>,
+    /// Per 4 KiB page number (`addr >> 12`); too many to print, so not serialised.
+    #[serde(skip)]
+    pub pages: PageMap,
+    /// Accesses to pages beyond [`MAX_PAGES`].
+    pub overflow: Unit,
+    /// The TLB sizes the walks were counted with.
+    pub tlb: Geometry,
+}
+
+/// One buffered access: the classifier needs 4,096 of them together.
+#[derive(Clone, Copy)]
+struct Pending {
+    access: Access,
+    s: u16,
+    miss: bool,
+    store: bool,
+    walk_4k: bool,
+    walk_2m: bool,
+    l1_4k: bool,
+    l1_2m: bool,
 }
 
 pub struct Sim {
     cache: Cache,
-    /// The current buffer: access, structure, missed.
-    buf: Vec<(Access, u16, bool)>,
+    tlb_4k: Tlb,
+    tlb_2m: Tlb,
+    buf: Vec<Pending>,
     out: Misses,
+    page_limit: usize,
 }
 
 impl Sim {
+    /// A simulation with this CPU's TLB sizes ([`Geometry::host`]).
     pub fn new(cache: Cache, structures: usize) -> Sim {
+        Sim::with_tlb(cache, structures, Geometry::host())
+    }
+
+    pub fn with_tlb(cache: Cache, structures: usize, tlb: Geometry) -> Sim {
         assert!((1..=MAX_STRUCTURES).contains(&structures));
         Sim {
             cache,
+            tlb_4k: Tlb::new(&tlb, PAGE_4K),
+            tlb_2m: Tlb::new(&tlb, PAGE_2M),
             buf: Vec::with_capacity(BUFFER),
-            out: Misses {
-                misses: vec![[0; 3]; structures],
-                accesses: vec![0; structures],
-            },
+            out: Sim::empty(structures, tlb),
+            page_limit: MAX_PAGES,
         }
     }
 
-    /// One access of structure `s` at `addr` that loaded or stored `value` (0 when not a
-    /// pointer-sized word).
+    fn empty(n: usize, tlb: Geometry) -> Misses {
+        Misses {
+            misses: vec![[0; 3]; n],
+            accesses: vec![0; n],
+            units: vec![Unit::default(); n],
+            pages: PageMap::default(),
+            overflow: Unit::default(),
+            tlb,
+        }
+    }
+
+    /// Count at most `n` pages one by one (≤ [`MAX_PAGES`]); the rest go to the overflow.
+    pub fn limit_pages(&mut self, n: usize) {
+        self.page_limit = n.min(MAX_PAGES);
+    }
+
+    /// One load of structure `s` at `addr` that loaded `value` (0 when not a pointer-sized
+    /// word).
     #[inline]
     pub fn access(&mut self, s: usize, addr: u64, value: u64) {
+        self.access_rw(s, addr, value, false);
+    }
+
+    /// One access, a store when `store`.
+    #[inline]
+    pub fn access_rw(&mut self, s: usize, addr: u64, value: u64, store: bool) {
+        assert!(s < self.out.units.len(), "structure {s} out of range");
         let miss = !self.cache.access(addr);
-        self.out.accesses[s] += 1;
-        self.buf.push((Access { addr, value }, s as u16, miss));
+        let walk_4k = self.tlb_4k.access(addr);
+        let walk_2m = self.tlb_2m.access(addr);
+        self.buf.push(Pending {
+            access: Access { addr, value },
+            s: s as u16,
+            miss,
+            store,
+            walk_4k,
+            walk_2m,
+            l1_4k: self.tlb_4k.last_l1_miss,
+            l1_2m: self.tlb_2m.last_l1_miss,
+        });
         if self.buf.len() == BUFFER {
             self.flush();
         }
     }
 
-    /// Classify the buffer (all its accesses, as the thesis's profiler sees them) and charge each
-    /// miss its line's pattern.
+    /// Classify the buffer (all its accesses, as the thesis's profiler sees them) and count
+    /// each access under its structure and page with its line's pattern.
     fn flush(&mut self) {
-        let mut acc: Vec<Access> = self.buf.iter().map(|b| b.0).collect();
+        let mut acc: Vec<Access> = self.buf.iter().map(|b| b.access).collect();
         let labels = classify::classify(&mut acc);
-        for &(a, s, miss) in &self.buf {
-            if !miss {
-                continue;
-            }
-            let line = a.addr / classify::LINE;
+        // The thesis's profiler counts a line once per buffer (repeats are assumed cached).
+        let mut counted = vec![false; labels.len()];
+        for b in &self.buf {
+            let line = b.access.addr / classify::LINE;
             let i = labels.partition_point(|l| l.0 / classify::LINE < line);
-            let p = labels
-                .get(i)
-                .filter(|l| l.0 / classify::LINE == line)
-                .map_or(Pattern::Random, |l| l.1);
-            self.out.misses[s as usize][p as usize] += 1;
+            let found = labels.get(i).filter(|l| l.0 / classify::LINE == line);
+            let p = found.map_or(Pattern::Random, |l| l.1) as usize;
+            let first = match found {
+                Some(_) => !std::mem::replace(&mut counted[i], true),
+                None => true,
+            };
+            let mut u = Unit {
+                structure: b.s,
+                accesses: 1,
+                stores: b.store as u64,
+                walks_4k: b.walk_4k as u64,
+                walks_2m: b.walk_2m as u64,
+                walks_4k_on_hits: (b.walk_4k && !b.miss) as u64,
+                walks_2m_on_hits: (b.walk_2m && !b.miss) as u64,
+                l1_tlb_misses_4k_on_hits: (b.l1_4k && !b.miss) as u64,
+                l1_tlb_misses_2m_on_hits: (b.l1_2m && !b.miss) as u64,
+                ..Unit::default()
+            };
+            u.classified[p] = first as u64;
+            if b.miss {
+                u.misses[p] = 1;
+                self.out.misses[b.s as usize][p] += 1;
+            }
+            self.out.accesses[b.s as usize] += 1;
+            self.out.units[b.s as usize].add(&u);
+            let page = b.access.addr >> PAGE_4K;
+            let room = self.out.pages.len() < self.page_limit;
+            match self.out.pages.get_mut(&page) {
+                Some(e) => {
+                    e.structure = b.s;
+                    e.add(&u);
+                }
+                None if room => {
+                    self.out.pages.insert(page, u);
+                }
+                None => self.out.overflow.add(&u),
+            }
         }
         self.buf.clear();
     }
 
-    /// Forget the counts but keep the cache's contents: trace a warm-up pass, reset, then trace
-    /// the pass to count (as timed runs measure warm caches).
+    /// Forget the counts but keep the cache's and TLBs' contents: trace a warm-up pass, reset,
+    /// then trace the pass to count (as timed runs measure warm caches).
     pub fn reset_counts(&mut self) {
         if !self.buf.is_empty() {
             self.flush();
         }
-        let n = self.out.accesses.len();
-        self.out = Misses {
-            misses: vec![[0; 3]; n],
-            accesses: vec![0; n],
-        };
+        let n = self.out.units.len();
+        self.out = Sim::empty(n, self.out.tlb.clone());
     }
 
     pub fn finish(mut self) -> Misses {
@@ -91,6 +270,22 @@ impl Sim {
             self.flush();
         }
         self.out
+    }
+}
+
+impl Misses {
+    /// Sum the pages into units of `1 << shift` bytes (X-Mem regions): unit number → counts.
+    pub fn group_pages(&self, shift: u32) -> PageMap {
+        assert!(shift >= PAGE_4K);
+        let mut out = PageMap::default();
+        for (&page, u) in &self.pages {
+            let e = out.entry(page >> (shift - PAGE_4K)).or_insert(Unit {
+                structure: u.structure,
+                ..Unit::default()
+            });
+            e.add(u);
+        }
+        out
     }
 }
 
@@ -105,15 +300,32 @@ pub fn delta(fast: &Tier, slow: &Tier) -> PerPattern {
 
 /// Predicted ns of a run whose all-fast time is `fast_ns`, with the structures `slow[s]` on the
 /// slow tier, each miss of pattern p costing `delta[p]` more there; `scale` multiplies the
-/// traced misses (a trace of one iteration of many).
+/// traced counts (a trace of one iteration of many). No TLB term: for presets, whose slow
+/// memory is mapped with the same (huge) pages as the fast tier.
 pub fn predict(fast_ns: f64, m: &Misses, slow: &[bool], delta: &PerPattern, scale: f64) -> f64 {
+    predict_tlb(fast_ns, m, slow, delta, 0.0, scale)
+}
+
+/// [`predict`] on the validation tier pair (slow = 4 KiB pages, fast = 2 MiB): each slow
+/// structure also pays `walk_ns` per walk on a cache hit that 4 KiB pages take beyond 2 MiB.
+pub fn predict_tlb(
+    fast_ns: f64,
+    m: &Misses,
+    slow: &[bool],
+    delta: &PerPattern,
+    walk_ns: f64,
+    scale: f64,
+) -> f64 {
     assert_eq!(slow.len(), m.misses.len());
-    let extra: f64 = m
-        .misses
-        .iter()
-        .zip(slow)
-        .filter(|(_, &s)| s)
-        .map(|(c, _)| (0..3).map(|p| c[p] as f64 * delta[p]).sum::<f64>())
+    let extra: f64 = (0..slow.len())
+        .filter(|&s| slow[s])
+        .map(|s| {
+            let misses: f64 = (0..3).map(|p| m.misses[s][p] as f64 * delta[p]).sum();
+            misses + m.units.get(s).map_or(0.0, |u| u.extra_walks()) * walk_ns
+        })
         .sum();
     fast_ns + extra * scale
 }
+
+#[cfg(test)]
+mod tests;

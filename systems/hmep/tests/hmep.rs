@@ -18,6 +18,10 @@ fn tier(chase: f64, random: f64, seq: f64, read: f64, write: f64) -> Tier {
         read_gbs: read,
         write_gbs: write,
         runs: Runs::default(),
+        tlb_chase_ns: 0.0,
+        tlb_pages: 0,
+        tlb_walks_4k: 0.0,
+        tlb_walks_2m: 0.0,
     }
 }
 
@@ -200,6 +204,7 @@ mod sim {
         let m = Misses {
             misses: vec![[10, 0, 0], [0, 100, 1000]],
             accesses: vec![10, 1100],
+            ..Misses::default()
         };
         let d = [50.0, 2.0, 0.5];
         assert_eq!(predict(1e6, &m, &[false, false], &d, 1.0), 1e6);

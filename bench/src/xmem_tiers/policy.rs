@@ -1,0 +1,325 @@
+//! The placement policies `bench xmem` compares, each deciding which units of an application's
+//! data get the fast tier's `k` unit slots (or `k_pages` 4 KiB pages), from one trace:
+//! - fast-only and slow-only: the bounds;
+//! - X-Mem: the thesis's greedy (`pmkit_xmem::place`) over units with Eq. 3's benefit from each
+//!   tag's profile (its classified accesses per pattern, shared evenly by its units, as X-Mem's
+//!   per-tag profile is);
+//! - X-Mem with a cache-filtered profile (`x-mem-misses`): the same greedy, each tag's profile
+//!   its traced cache misses per pattern instead of its accesses (what the thesis's profiler
+//!   would give with a cache model in front of it: its structures dwarfed the cache, these may
+//!   not);
+//! - first-touch DRAM-first (Linux's default): units in allocation order until DRAM is full;
+//! - page hotness (tag-blind, what TPP-like OS tiering converges to): the 4 KiB pages with the
+//!   most accesses in the trace;
+//! - memkind's static ratio: each tag's first `fraction` of its units;
+//! - oracle over tag orders (thesis §4.10.1): every order of the tags, units filled tag by tag
+//!   in allocation order, the best;
+//! - oracle: the `k` units whose slow-tier cost is largest (the exact optimum of the model at
+//!   unit granularity, so no unit-granular policy beats it).
+//!
+//! A policy's outcome is the modelled extra cost and the stores of what it leaves slow.
+
+use pmkit_hmep::sim::Unit;
+use pmkit_xmem::place::{greedy, Candidate, Latencies, PerPattern};
+use serde::Serialize;
+
+/// Every policy, in report order.
+pub const POLICIES: [&str; 9] = [
+    "fast-only",
+    "slow-only",
+    "x-mem",
+    "x-mem-misses",
+    "first-touch",
+    "page-hotness",
+    "memkind-ratio",
+    "oracle-tag-order",
+    "oracle",
+];
+
+/// Most tags the tag-order oracle enumerates (10! orders).
+pub const MAX_TAGS: usize = 10;
+
+/// An application's data as the policies see it.
+pub struct Data {
+    pub tags: usize,
+    /// Placement units (X-Mem regions) in allocation order: tag and trace counts.
+    pub units: Vec<Unit>,
+    /// Every traced 4 KiB page inside the units.
+    pub pages: Vec<Unit>,
+    pub unit_bytes: u64,
+}
+
+impl Data {
+    /// 4 KiB pages per unit.
+    pub fn unit_pages(&self) -> f64 {
+        self.unit_bytes as f64 / 4096.0
+    }
+}
+
+/// What a placement leaves on the slow tier.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Outcome {
+    /// Modelled extra ns of one traced pass.
+    pub slow_ns: f64,
+    /// Stores of one traced pass to the slow tier.
+    pub slow_stores: u64,
+}
+
+fn sum<'a>(units: impl Iterator<Item = (&'a Unit, f64)>) -> Outcome {
+    units.fold(
+        Outcome {
+            slow_ns: 0.0,
+            slow_stores: 0,
+        },
+        |o, (u, c)| Outcome {
+            slow_ns: o.slow_ns + c,
+            slow_stores: o.slow_stores + u.stores,
+        },
+    )
+}
+
+/// The units left slow by `fast` (one flag per unit).
+fn slow_units(d: &Data, cost: &[f64], fast: &[bool]) -> Outcome {
+    sum(d
+        .units
+        .iter()
+        .zip(cost)
+        .zip(fast)
+        .filter(|(_, &f)| !f)
+        .map(|((u, &c), _)| (u, c)))
+}
+
+/// The cost of a unit being slow: its misses times ΔL per pattern (presets map the slow tier
+/// with the fast tier's page size, so no TLB term).
+pub fn cost(u: &Unit, delta: &PerPattern) -> f64 {
+    u.slow_cost(delta, 0.0, 0.0)
+}
+
+/// Run `policy` with `k` unit slots (`k_pages` page slots for page hotness) at `fraction`.
+pub fn run(
+    policy: &str,
+    d: &Data,
+    delta: &PerPattern,
+    lat: &Latencies,
+    k: usize,
+    k_pages: usize,
+    fraction: f64,
+) -> Outcome {
+    let cost: Vec<f64> = d.units.iter().map(|u| cost(u, delta)).collect();
+    let n = d.units.len();
+    let by_rank = |rank: &dyn Fn(usize) -> f64| {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| rank(b).total_cmp(&rank(a)).then(a.cmp(&b)));
+        let mut fast = vec![false; n];
+        for &i in order.iter().take(k) {
+            fast[i] = true;
+        }
+        fast
+    };
+    match policy {
+        "fast-only" => slow_units(d, &cost, &vec![true; n]),
+        "slow-only" => slow_units(d, &cost, &vec![false; n]),
+        "x-mem" => slow_units(d, &cost, &greedy(&xmem_candidates(d, lat, false), k)),
+        "x-mem-misses" => slow_units(d, &cost, &greedy(&xmem_candidates(d, lat, true), k)),
+        "first-touch" => slow_units(d, &cost, &(0..n).map(|i| i < k).collect::<Vec<_>>()),
+        "page-hotness" => {
+            let mut order: Vec<usize> = (0..d.pages.len()).collect();
+            order.sort_by(|&a, &b| {
+                d.pages[b]
+                    .accesses
+                    .cmp(&d.pages[a].accesses)
+                    .then(a.cmp(&b))
+            });
+            sum(order
+                .iter()
+                .skip(k_pages)
+                .map(|&i| (&d.pages[i], self::cost(&d.pages[i], delta))))
+        }
+        "memkind-ratio" => slow_units(d, &cost, &static_ratio(d, fraction, k)),
+        "oracle-tag-order" => slow_units(d, &cost, &best_tag_order(d, &cost, k)),
+        "oracle" => slow_units(d, &cost, &by_rank(&|i| cost[i])),
+        _ => unreachable!("unknown policy {policy}"),
+    }
+}
+
+/// X-Mem's view: each unit of tag t has Eq. 3's benefit of t's profile per unit (its classified
+/// accesses, or its cache misses when `misses`).
+fn xmem_candidates(d: &Data, lat: &Latencies, misses: bool) -> Vec<Candidate> {
+    let mut profile = vec![[0.0f64; 3]; d.tags];
+    let mut count = vec![0usize; d.tags];
+    for u in &d.units {
+        let t = u.structure as usize;
+        count[t] += 1;
+        let f = if misses { &u.misses } else { &u.classified };
+        for p in 0..3 {
+            profile[t][p] += f[p] as f64;
+        }
+    }
+    d.units
+        .iter()
+        .map(|u| {
+            let t = u.structure as usize;
+            let f = profile[t].map(|v| v / count[t].max(1) as f64);
+            Candidate {
+                priority: 0,
+                benefit: lat.benefit(&f),
+            }
+        })
+        .collect()
+}
+
+/// memkind's static ratio: each tag's first `fraction` of its units (rounded down, so the
+/// total stays within `k`).
+fn static_ratio(d: &Data, fraction: f64, k: usize) -> Vec<bool> {
+    let mut per_tag = vec![0usize; d.tags];
+    for u in &d.units {
+        per_tag[u.structure as usize] += 1;
+    }
+    let mut left: Vec<usize> = per_tag
+        .iter()
+        .map(|&n| (n as f64 * fraction).floor() as usize)
+        .collect();
+    let mut budget = k;
+    d.units
+        .iter()
+        .map(|u| {
+            let t = u.structure as usize;
+            let take = left[t] > 0 && budget > 0;
+            if take {
+                left[t] -= 1;
+                budget -= 1;
+            }
+            take
+        })
+        .collect()
+}
+
+/// The best order of tags, filling `k` units tag by tag in allocation order.
+fn best_tag_order(d: &Data, cost: &[f64], k: usize) -> Vec<bool> {
+    assert!(d.tags <= MAX_TAGS, "at most {MAX_TAGS} tags for the oracle");
+    let fill = |order: &[usize]| -> Vec<bool> {
+        let mut fast = vec![false; d.units.len()];
+        let mut left = k;
+        for &t in order {
+            for (i, u) in d.units.iter().enumerate() {
+                if left > 0 && u.structure as usize == t {
+                    fast[i] = true;
+                    left -= 1;
+                }
+            }
+        }
+        fast
+    };
+    let saved = |fast: &[bool]| -> f64 {
+        cost.iter()
+            .zip(fast)
+            .filter(|(_, &f)| f)
+            .map(|(c, _)| c)
+            .sum()
+    };
+    let mut order: Vec<usize> = (0..d.tags).collect();
+    let mut best = fill(&order);
+    let mut best_saved = saved(&best);
+    // Every permutation (lexicographic successors from the sorted one).
+    while next_permutation(&mut order) {
+        let f = fill(&order);
+        let s = saved(&f);
+        if s > best_saved {
+            (best, best_saved) = (f, s);
+        }
+    }
+    best
+}
+
+fn next_permutation(v: &mut [usize]) -> bool {
+    let Some(i) = (1..v.len()).rev().find(|&i| v[i - 1] < v[i]) else {
+        return false;
+    };
+    let j = (i..v.len()).rev().find(|&j| v[j] > v[i - 1]).unwrap();
+    v.swap(i - 1, j);
+    v[i..].reverse();
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(tag: u16, misses: u64, accesses: u64, stores: u64) -> Unit {
+        Unit {
+            structure: tag,
+            accesses,
+            stores,
+            classified: [0, accesses, 0],
+            misses: [0, misses, 0],
+            ..Unit::default()
+        }
+    }
+
+    /// Tag 0: two cold units allocated first; tag 1: two hot ones.
+    fn data() -> Data {
+        let units = vec![
+            unit(0, 1, 100, 5),
+            unit(0, 1, 100, 5),
+            unit(1, 50, 1000, 1),
+            unit(1, 40, 900, 1),
+        ];
+        Data {
+            tags: 2,
+            pages: units.clone(),
+            units,
+            unit_bytes: 4096,
+        }
+    }
+
+    #[test]
+    fn policies_on_a_small_case() {
+        let d = data();
+        let delta = [0.0, 10.0, 0.0];
+        let lat = Latencies {
+            fast: [0.0; 3],
+            slow: [0.0, 10.0, 0.0],
+        };
+        let r = |p: &str| run(p, &d, &delta, &lat, 2, 2, 0.5);
+        assert_eq!(r("fast-only").slow_ns, 0.0);
+        assert_eq!(r("slow-only").slow_ns, 920.0);
+        assert_eq!(r("slow-only").slow_stores, 12);
+        // First touch takes the cold tag: the hot one stays slow.
+        assert_eq!(r("first-touch").slow_ns, 900.0);
+        assert_eq!(r("first-touch").slow_stores, 2);
+        // X-Mem, the oracles and page hotness take the hot tag.
+        for p in [
+            "x-mem",
+            "x-mem-misses",
+            "oracle",
+            "oracle-tag-order",
+            "page-hotness",
+        ] {
+            assert_eq!(r(p).slow_ns, 20.0, "{p}");
+            assert_eq!(r(p).slow_stores, 10, "{p}");
+        }
+        // Many accesses but few misses: X-Mem's access profile takes the cached tag, its miss
+        // profile does not.
+        let mut d = data();
+        d.units[0].classified = [0, 10_000, 0];
+        d.units[1].classified = [0, 10_000, 0];
+        let r = |p: &str| run(p, &d, &delta, &lat, 2, 2, 0.5);
+        assert_eq!(r("x-mem").slow_ns, 900.0);
+        assert_eq!(r("x-mem-misses").slow_ns, 20.0);
+        let d = data();
+        let r = |p: &str| run(p, &d, &delta, &lat, 2, 2, 0.5);
+        // Static ratio: one unit of each tag.
+        assert_eq!(r("memkind-ratio").slow_ns, 10.0 + 40.0 * 10.0);
+    }
+
+    #[test]
+    fn permutations_are_all_visited() {
+        let mut v = vec![0, 1, 2, 3];
+        let mut n = 1;
+        while next_permutation(&mut v) {
+            n += 1;
+        }
+        assert_eq!(n, 24);
+        assert_eq!(v, vec![3, 2, 1, 0]);
+    }
+}
