@@ -8,6 +8,7 @@
 
 pub mod calibrate;
 mod graph;
+pub mod kv;
 pub mod probe;
 
 use crate::host::cpu_label;
