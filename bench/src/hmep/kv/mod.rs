@@ -24,6 +24,8 @@ pub mod proto;
 pub mod server;
 pub mod slab;
 pub mod store;
+#[cfg(test)]
+mod tests;
 pub mod workload;
 
 use super::probe;
