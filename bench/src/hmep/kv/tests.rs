@@ -209,7 +209,10 @@ fn etc_load_and_run_stay_in_their_tags() {
     assert_eq!(load(&mut s, &w, &mut ()).unwrap(), 20_000);
     let st = run(&mut s, &w, &w.requests(20_000, 1), &mut ());
     assert_eq!(st.gets + st.sets, 20_000);
-    assert_eq!(st.hits, st.gets, "no evictions under the limit: every get hits");
+    assert_eq!(
+        st.hits, st.gets,
+        "no evictions under the limit: every get hits"
+    );
     check_placement(&x, &s).unwrap();
     // Every class got items and so a region of its own tag.
     assert!(s.classes().iter().all(|c| c.2 > 0), "{:?}", s.classes());
