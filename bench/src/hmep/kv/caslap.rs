@@ -19,6 +19,8 @@ pub struct CaslapRun {
     pub ops: usize,
     pub load_ops_per_s: f64,
     pub ops_per_s: f64,
+    /// ETC-mix ops/s of every round (the bench reports the median).
+    pub rounds_ops_per_s: Vec<f64>,
     pub get_hits: u64,
     pub cmd_get: u64,
 }
@@ -149,6 +151,7 @@ pub fn run(
         ops,
         load_ops_per_s: load,
         ops_per_s: r,
+        rounds_ops_per_s: vec![r],
         get_hits: h1 - h0,
         cmd_get: g1 - g0,
     })
