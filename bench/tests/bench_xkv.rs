@@ -58,7 +58,11 @@ fn need(tool: &str) -> bool {
 
 #[test]
 fn protocol_over_a_socket() {
-    let srv = server(&[]);
+    let dir = tempfile::Builder::new()
+        .prefix("pmkit-xkv-proto")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let srv = server(&["--dir", dir.path().to_str().unwrap()]);
     let mut input = b"set a 5 0 3\r\nabc\r\nset b 7 0 2 noreply\r\nxy\r\n\
         get a b missing\r\ngets a\r\nadd a 0 0 1\r\nz\r\nreplace nope 0 0 1\r\nz\r\n\
         append a 0 0 1\r\nz\r\nget\r\nset bad x 0 1\r\n"
@@ -103,6 +107,9 @@ fn protocol_over_a_socket() {
     let long = format!("get {}\r\n", "k ".repeat(5000));
     let out = talk(srv.1, long.as_bytes());
     assert_eq!(out, "CLIENT_ERROR line too long\r\n");
+    // Killed, the server leaves no PM file behind (it unlinked it at start).
+    drop(srv);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 #[test]

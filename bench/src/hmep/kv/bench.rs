@@ -44,7 +44,7 @@ pub struct XkvArgs {
     #[arg(long, default_value_t = 8)]
     region_mib: usize,
     /// memcaslap operations per phase (load, then run) against xkv-serve; 0 skips it (default
-    /// 200000, quick 5000).
+    /// 400000, quick 5000).
     #[arg(long)]
     memcaslap_ops: Option<usize>,
     #[arg(long, default_value_t = 0x5eed)]

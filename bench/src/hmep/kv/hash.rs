@@ -136,10 +136,10 @@ impl<'a> Cuckoo<'a> {
         let b = self.b(bucket);
         p.touch(S_HASH, &b.tags);
         let mut out = [0; WAYS];
-        for way in 0..WAYS {
+        for (way, o) in out.iter_mut().enumerate() {
             if b.tags[way] == tag && b.items[way] != 0 {
-                out[way] = b.items[way];
-                p.load_ptr(S_HASH, &b.items[way], addr(out[way]));
+                *o = b.items[way];
+                p.load_ptr(S_HASH, &b.items[way], addr(*o));
             }
         }
         out

@@ -62,6 +62,9 @@ pub fn serve(a: ServeArgs) -> Result<ExitCode> {
         cfg.fast_budget = 0;
     }
     let x = XMem::new(cfg).with_context(|| format!("starting X-Mem over {}", pm.display()))?;
+    // X-Mem keeps the file open: unlinking it now means a server killed by a signal (how
+    // drivers stop it) leaves nothing in /dev/shm.
+    std::fs::remove_file(&pm).with_context(|| format!("unlinking {}", pm.display()))?;
     let store = Store::new(&x, &k)?;
     let l = TcpListener::bind(("127.0.0.1", a.port))
         .with_context(|| format!("binding 127.0.0.1:{}", a.port))?;

@@ -27,7 +27,7 @@ pub struct Class<'a> {
 
 impl<'a> Class<'a> {
     pub fn new(size: usize, tag: Tag) -> Class<'a> {
-        assert!(size >= 32 && size <= CHUNK);
+        assert!((32..=CHUNK).contains(&size));
         Class {
             size,
             tag,

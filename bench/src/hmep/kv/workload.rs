@@ -131,7 +131,7 @@ impl Zipf {
                     .min(self.n - 1)
             }
         };
-        debug_assert!(SCATTER % self.n != 0);
+        debug_assert!(!SCATTER.is_multiple_of(self.n));
         (rank as u128 * SCATTER as u128 % self.n as u128) as u64
     }
 }
