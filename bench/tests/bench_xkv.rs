@@ -222,6 +222,14 @@ fn bench_quick_json_reports_every_placement() {
         assert!(r["predicted_ms"].as_f64().unwrap() > 0.0, "{r}");
     }
     assert_eq!(v["stats"]["hits"], v["stats"]["gets"], "{v}");
+    for k in [
+        "benefit_measured_ms",
+        "benefit_predicted_ms",
+        "cost_measured_ms",
+        "cost_predicted_ms",
+    ] {
+        assert_eq!(v[k].as_array().unwrap().len(), 9, "{k}: {v}");
+    }
     let misses = v["traced"]["accesses"].as_array().unwrap();
     assert!(
         misses.iter().all(|m| m.as_u64().unwrap() > 0),

@@ -91,6 +91,12 @@ struct Report {
     same_ranking: bool,
     /// The tags the measured and the predicted benefit put first agree on.
     same_top: bool,
+    /// Per tag: ms lost by having it alone slow against everything fast (the other direction,
+    /// measured against the all-fast base the prediction starts from).
+    cost_measured_ms: Vec<f64>,
+    cost_predicted_ms: Vec<f64>,
+    same_cost_ranking: bool,
+    same_cost_top: bool,
     max_abs_error_pct: f64,
     memcaslap: Vec<CaslapRun>,
     memcaslap_note: String,
@@ -255,6 +261,13 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         |v: &dyn Fn(usize) -> f64| -> Vec<f64> { (0..N).map(|t| v(1) - v(2 + N + t)).collect() };
     let bm = benefit(&|i| rows[i].measured_ms);
     let bp = benefit(&|i| rows[i].predicted_ms);
+    // Cost of tag t alone slow: row 2 + t minus all fast (row 0).
+    let cm: Vec<f64> = (0..N)
+        .map(|t| rows[2 + t].measured_ms - rows[0].measured_ms)
+        .collect();
+    let cp: Vec<f64> = (0..N)
+        .map(|t| rows[2 + t].predicted_ms - rows[0].predicted_ms)
+        .collect();
     let order = |b: &[f64]| {
         let mut o: Vec<usize> = (0..N).collect();
         o.sort_by(|&i, &j| b[j].total_cmp(&b[i]));
@@ -324,6 +337,10 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         traced,
         same_ranking: order(&bm) == order(&bp),
         same_top: order(&bm)[0] == order(&bp)[0],
+        same_cost_ranking: order(&cm) == order(&cp),
+        same_cost_top: order(&cm)[0] == order(&cp)[0],
+        cost_measured_ms: cm,
+        cost_predicted_ms: cp,
         max_abs_error_pct: rows.iter().map(|r| r.error_pct.abs()).fold(0.0, f64::max),
         benefit_measured_ms: bm,
         benefit_predicted_ms: bp,
@@ -382,6 +399,13 @@ fn table(r: &Report) {
         r.same_top,
         r.max_abs_error_pct
     );
+    println!(
+        "cost per tag alone slow (ms):\n  measured  {:?}\n  predicted {:?}\n  same ranking: {}; same first: {}",
+        r1(&r.cost_measured_ms),
+        r1(&r.cost_predicted_ms),
+        r.same_cost_ranking,
+        r.same_cost_top
+    );
     for c in &r.memcaslap {
         println!(
             "memcaslap against xkv-serve, all {} (median of {}): load {:.0} ops/s, ETC mix {:.0} ops/s \
@@ -422,6 +446,14 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
             series: vec![
                 ("measured".into(), r.benefit_measured_ms.clone()),
                 ("predicted".into(), r.benefit_predicted_ms.clone()),
+            ],
+        },
+        plot::BarPanel {
+            title: "ms lost by a tag alone slow (against all fast)".into(),
+            groups: TAGS.iter().map(|t| t.to_string()).collect(),
+            series: vec![
+                ("measured".into(), r.cost_measured_ms.clone()),
+                ("predicted".into(), r.cost_predicted_ms.clone()),
             ],
         },
     ];
