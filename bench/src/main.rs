@@ -161,6 +161,16 @@ enum Cmd {
     ///
     /// Rounds: 3 (of 4 timed passes). --quick: a scale-12 graph, 16 KiB units, 2 presets.
     Xmem(xmem_tiers::Args),
+    /// xkv, the MemC3-like key-value store (X-Mem tags: the cuckoo hash and eight slab
+    /// classes), serving memcached's text protocol on 127.0.0.1 until killed.
+    XkvServe(hmep::kv::server::ServeArgs),
+    /// xkv in process on the real tier pair (huge pages against 4 KiB pages): an ETC-like
+    /// dataset, the level-3 simulator's prediction against wall clock for all fast, all slow
+    /// and each tag alone slow or fast, the per-tag benefit ranking, then memcaslap against
+    /// xkv-serve on all fast and all slow.
+    ///
+    /// Rounds: 3. --quick: a 16 MiB dataset, 50000 requests, one round, 5000 memcaslap ops.
+    Xkv(hmep::kv::bench::XkvArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -186,5 +196,7 @@ fn main() -> std::process::ExitCode {
         Cmd::FsApps(a) => fs_apps::run_apps(a),
         Cmd::FsMap(a) => fs_map::run(a),
         Cmd::Xmem(a) => xmem_tiers::run(a),
+        Cmd::XkvServe(a) => hmep::kv::server::serve(a),
+        Cmd::Xkv(a) => hmep::kv::bench::bench(a),
     })
 }

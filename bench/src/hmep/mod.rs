@@ -9,6 +9,7 @@
 
 pub mod calibrate;
 pub(crate) mod graph;
+pub mod kv;
 pub mod probe;
 
 use crate::host::cpu_label;

@@ -1,0 +1,467 @@
+//! `pmkit-bench xkv`: the key-value store in process (no sockets) on the real tier pair of
+//! `hmep-validate` (fast: anonymous memory with huge pages; slow: the /dev/shm file, 4 KiB
+//! pages). A seeded ETC-like dataset is loaded, one traced run feeds the level-3 simulator (one
+//! structure per tag), and timed runs of the placements that matter (all fast, all slow, each
+//! tag alone slow, each tag alone fast) are compared with `sim::predict`, with the per-tag
+//! benefit ranking measured against predicted. Then memcaslap against `xkv-serve` on all-fast
+//! and all-slow as the end-to-end check.
+
+use super::caslap::{self, CaslapRun};
+use super::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
+use crate::host::cpu_label;
+use crate::report::{median, plot, BenchFlags};
+use anyhow::{ensure, Context, Result};
+use pmkit_hmep::cache::{llc, Cache};
+use pmkit_hmep::calib::{self, Options, Tier as CalTier};
+use pmkit_hmep::mem::Backing;
+use pmkit_hmep::sim::{delta, predict, Misses, Sim};
+use pmkit_xmem::{PerPattern, Tier, XMem};
+use serde::Serialize;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+const N: usize = TAGS.len();
+
+#[derive(clap::Args)]
+pub struct XkvArgs {
+    #[command(flatten)]
+    flags: BenchFlags,
+    /// Dataset in MiB of slab items (default 1024: 32x a 32 MiB LLC; quick 16).
+    #[arg(long)]
+    dataset_mib: Option<usize>,
+    /// Requests per timed run (default 2000000, quick 50000).
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Requests of the traced run, after as many traced to warm the modelled cache (default
+    /// 400000, quick 20000).
+    #[arg(long)]
+    traced: Option<usize>,
+    /// Zipf theta of key popularity (0: uniform, as memcaslap draws).
+    #[arg(long, default_value_t = 0.99)]
+    zipf: f64,
+    /// X-Mem region size in MiB.
+    #[arg(long, default_value_t = 8)]
+    region_mib: usize,
+    /// memcaslap operations per phase (load, then run) against xkv-serve; 0 skips it (default
+    /// 400000, quick 5000).
+    #[arg(long)]
+    memcaslap_ops: Option<usize>,
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+}
+
+#[derive(Serialize)]
+struct Row {
+    placement: String,
+    slow: Vec<bool>,
+    measured_ms: f64,
+    predicted_ms: f64,
+    error_pct: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    cpu: String,
+    level: &'static str,
+    /// /proc/loadavg (1, 5, 15 minutes) at the start and at the end: the machine is shared.
+    load_average_start: String,
+    load_average: String,
+    rounds: usize,
+    tags: [&'static str; N],
+    keys: u32,
+    dataset_mib: usize,
+    slab_mib: usize,
+    hash_mib: usize,
+    region_mib: usize,
+    zipf: f64,
+    requests: usize,
+    traced_requests: usize,
+    stats: RunStats,
+    llc_bytes: usize,
+    llc_ways: usize,
+    fast: CalTier,
+    slow: CalTier,
+    delta_ns: PerPattern,
+    traced: Misses,
+    rows: Vec<Row>,
+    /// Per tag: ms saved by having it alone fast against everything slow.
+    benefit_measured_ms: Vec<f64>,
+    benefit_predicted_ms: Vec<f64>,
+    same_ranking: bool,
+    /// The tags the measured and the predicted benefit put first agree on.
+    same_top: bool,
+    /// Per tag: ms lost by having it alone slow against everything fast (the other direction,
+    /// measured against the all-fast base the prediction starts from).
+    cost_measured_ms: Vec<f64>,
+    cost_predicted_ms: Vec<f64>,
+    same_cost_ranking: bool,
+    same_cost_top: bool,
+    max_abs_error_pct: f64,
+    memcaslap: Vec<CaslapRun>,
+    memcaslap_note: String,
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn name(slow: &[bool]) -> String {
+    let s: Vec<&str> = TAGS
+        .iter()
+        .zip(slow)
+        .filter(|(_, &s)| s)
+        .map(|(t, _)| *t)
+        .collect();
+    match s.len() {
+        0 => "all fast".into(),
+        N => "all slow".into(),
+        1 => format!("{} slow", s[0]),
+        _ if s.len() == N - 1 => {
+            let f = TAGS.iter().zip(slow).find(|(_, &s)| !s).map(|(t, _)| *t);
+            format!("{} fast", f.unwrap_or("?"))
+        }
+        _ => s.join("+") + " slow",
+    }
+}
+
+/// Put each tag's regions where `slow` says (slow moves first, so the budget holds).
+fn place(x: &XMem, slow: &[bool]) -> Result<()> {
+    let regions = x.regions();
+    for want_slow in [true, false] {
+        for r in &regions {
+            let t = x.tag_name(r.tag)?;
+            let i = TAGS.iter().position(|n| *n == t).context("an xkv tag")?;
+            if slow[i] == want_slow {
+                x.move_region(r.index, if want_slow { Tier::Slow } else { Tier::Fast })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn bench(a: XkvArgs) -> Result<ExitCode> {
+    let quick = a.flags.quick;
+    let dataset_mib = a.dataset_mib.unwrap_or(if quick { 16 } else { 1024 });
+    let requests = a.requests.unwrap_or(if quick { 50_000 } else { 2_000_000 });
+    let traced_n = a.traced.unwrap_or(if quick { 20_000 } else { 400_000 });
+    let caslap_ops = a
+        .memcaslap_ops
+        .unwrap_or(if quick { 5_000 } else { 400_000 });
+    ensure!(
+        (4..=65_536).contains(&dataset_mib),
+        "--dataset-mib: 4..=65536"
+    );
+    ensure!(
+        requests >= 1000 && traced_n >= 1000,
+        "at least 1000 requests"
+    );
+    ensure!((0.0..1.0).contains(&a.zipf), "--zipf: 0 <= theta < 1");
+    let rounds = a.flags.rounds(3);
+    let masks: Vec<Vec<bool>> = std::iter::once(vec![false; N])
+        .chain(std::iter::once(vec![true; N]))
+        .chain((0..N).map(|s| (0..N).map(|i| i == s).collect()))
+        .chain((0..N).map(|s| (0..N).map(|i| i != s).collect()))
+        .collect();
+    let bar = a.flags.progress(3 + rounds * (masks.len() + 2));
+    let load_start = load_average();
+
+    bar.set_message("calibrating anon-thp and the /dev/shm file");
+    let mut o = Options::quick(vec![Backing::AnonThp, Backing::File(a.flags.dir.clone())]);
+    if !quick {
+        o.bytes = 256 << 20;
+        o.runs = 3;
+        o.chase_steps = 1_000_000;
+        o.random_loads = 10_000_000;
+    }
+    let cal = calib::run(&o, cpu_label(), &mut |_| {})?;
+    let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
+    let d = delta(&fast, &slow);
+    bar.inc();
+
+    // A dataset of `dataset_mib` of class-rounded items, with a limit above it: no evictions.
+    let mean = Workload::mean_item_bytes(a.seed);
+    let keys = ((dataset_mib << 20) as f64 / mean) as u32;
+    let mut k = KvConfig::new((dataset_mib << 20) * 5 / 4 + (16 << 20));
+    k.hash_items = keys as usize;
+    let w = Workload::etc(a.seed, keys, a.zipf);
+    let pm = a
+        .flags
+        .dir
+        .join(format!("pmkit-bench-xkv-{}.pm", std::process::id()));
+    let _ = std::fs::remove_file(&pm);
+    let x = XMem::new(xmem_config(&pm, &k, a.region_mib << 20, true)).context("starting X-Mem")?;
+    let mut s = Store::new(&x, &k)?;
+    bar.set_message(format!("loading {keys} items ({dataset_mib} MiB)"));
+    let loaded = load(&mut s, &w, &mut ())?;
+    ensure!(
+        loaded == keys as usize && s.counters.evictions == 0,
+        "loaded {loaded} of {keys} items with {} evictions",
+        s.counters.evictions
+    );
+    super::check_placement(&x, &s)?;
+    bar.inc();
+
+    let (llc_bytes, llc_ways) = llc();
+    bar.set_message(format!("tracing {traced_n} requests"));
+    let mut sim = Sim::new(Cache::new(llc_bytes, llc_ways), N);
+    run(&mut s, &w, &w.requests(traced_n, 1), &mut sim);
+    sim.reset_counts();
+    run(&mut s, &w, &w.requests(traced_n, 2), &mut sim);
+    let traced = sim.finish();
+    bar.inc();
+
+    let reqs = w.requests(requests, 3);
+    let warm = w.requests(requests / 10, 4);
+    let mut ms = vec![vec![]; masks.len()];
+    let mut stats: Option<RunStats> = None;
+    for r in 0..rounds {
+        for j in 0..masks.len() {
+            let i = (j + r) % masks.len();
+            bar.set_message(format!("round {}/{rounds}: {}", r + 1, name(&masks[i])));
+            place(&x, &masks[i])?;
+            run(&mut s, &w, &warm, &mut ());
+            let t = Instant::now();
+            let st = run(&mut s, &w, &reqs, &mut ());
+            ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+            // The same answers under every placement: migration kept every byte.
+            let first = stats.get_or_insert_with(|| st.clone());
+            ensure!(
+                *first == st,
+                "the run changed with the placement: {st:?} vs {first:?}"
+            );
+            bar.inc();
+        }
+    }
+    let (slab_mib, hash_mib) = (s.slab_bytes() >> 20, s.hash_bytes() >> 20);
+    drop(s);
+    drop(x);
+
+    let measured: Vec<f64> = ms.iter().map(|v| median(v.iter().copied())).collect();
+    let scale = requests as f64 / traced_n as f64;
+    let base_ns = measured[0] * 1e6;
+    let rows: Vec<Row> = masks
+        .iter()
+        .zip(&measured)
+        .map(|(m, &meas)| {
+            let pred = predict(base_ns, &traced, m, &d, scale) / 1e6;
+            Row {
+                placement: name(m),
+                slow: m.clone(),
+                measured_ms: meas,
+                predicted_ms: pred,
+                error_pct: (pred - meas) / meas * 100.0,
+            }
+        })
+        .collect();
+    // Benefit of tag t: all slow (row 1) minus "t fast" (row 2 + N + t).
+    let benefit =
+        |v: &dyn Fn(usize) -> f64| -> Vec<f64> { (0..N).map(|t| v(1) - v(2 + N + t)).collect() };
+    let bm = benefit(&|i| rows[i].measured_ms);
+    let bp = benefit(&|i| rows[i].predicted_ms);
+    // Cost of tag t alone slow: row 2 + t minus all fast (row 0).
+    let cm: Vec<f64> = (0..N)
+        .map(|t| rows[2 + t].measured_ms - rows[0].measured_ms)
+        .collect();
+    let cp: Vec<f64> = (0..N)
+        .map(|t| rows[2 + t].predicted_ms - rows[0].predicted_ms)
+        .collect();
+    let order = |b: &[f64]| {
+        let mut o: Vec<usize> = (0..N).collect();
+        o.sort_by(|&i, &j| b[j].total_cmp(&b[i]));
+        o
+    };
+
+    // memcaslap: rounds alternate the two tiers; the median ops/s of each is reported.
+    let mut runs: Vec<CaslapRun> = vec![];
+    let mut note = String::new();
+    if caslap_ops > 0 {
+        let mut all: [Vec<CaslapRun>; 2] = [vec![], vec![]];
+        'rounds: for r in 0..rounds {
+            for j in 0..2 {
+                let slow = (j + r) % 2 == 1;
+                bar.set_message(format!(
+                    "round {}/{rounds}: memcaslap against xkv-serve, {}",
+                    r + 1,
+                    if slow { "all slow" } else { "all fast" }
+                ));
+                let mib = dataset_mib.clamp(64, 1024);
+                match caslap::run(&a.flags.dir, mib, caslap_ops, caslap_ops, slow) {
+                    Ok(c) => all[slow as usize].push(c),
+                    Err(e) => {
+                        note = format!("memcaslap not run: {e:#}");
+                        break 'rounds;
+                    }
+                }
+                bar.inc();
+            }
+        }
+        if note.is_empty() {
+            for v in all {
+                let mut m = v[0].clone();
+                m.load_ops_per_s = median(v.iter().map(|c| c.load_ops_per_s));
+                m.ops_per_s = median(v.iter().map(|c| c.ops_per_s));
+                m.rounds_ops_per_s = v.iter().map(|c| c.ops_per_s).collect();
+                runs.push(m);
+            }
+        }
+    } else {
+        note = "memcaslap skipped (--memcaslap-ops 0)".into();
+    }
+    bar.finish();
+
+    let report = Report {
+        cpu: cal.cpu.clone(),
+        level: "level 3 (trace simulator) against wall clock on a real tier pair: anonymous \
+                memory with huge pages (fast) and the /dev/shm file with 4 KiB pages (slow)",
+        load_average_start: load_start,
+        load_average: load_average(),
+        rounds,
+        tags: TAGS,
+        keys,
+        dataset_mib,
+        slab_mib,
+        hash_mib,
+        region_mib: a.region_mib,
+        zipf: a.zipf,
+        requests,
+        traced_requests: traced_n,
+        stats: stats.unwrap_or_default(),
+        llc_bytes,
+        llc_ways,
+        fast,
+        slow,
+        delta_ns: d,
+        traced,
+        same_ranking: order(&bm) == order(&bp),
+        same_top: order(&bm)[0] == order(&bp)[0],
+        same_cost_ranking: order(&cm) == order(&cp),
+        same_cost_top: order(&cm)[0] == order(&cp)[0],
+        cost_measured_ms: cm,
+        cost_predicted_ms: cp,
+        max_abs_error_pct: rows.iter().map(|r| r.error_pct.abs()).fold(0.0, f64::max),
+        benefit_measured_ms: bm,
+        benefit_predicted_ms: bp,
+        rows,
+        memcaslap: runs,
+        memcaslap_note: note,
+    };
+    a.flags.emit(&report, draw, table)
+}
+
+fn r1(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|x| (x * 10.0).round() / 10.0).collect()
+}
+
+fn table(r: &Report) {
+    println!(
+        "CPU: {}; load average {}; {}",
+        r.cpu, r.load_average, r.level
+    );
+    println!(
+        "xkv: {} keys, {} MiB dataset ({} MiB slabs, {} MiB hash), Zipf {}, {} requests per timed run \
+         ({} traced), regions {} MiB, cache model {} MiB {} ways, rounds {}",
+        r.keys, r.dataset_mib, r.slab_mib, r.hash_mib, r.zipf, r.requests, r.traced_requests,
+        r.region_mib, r.llc_bytes >> 20, r.llc_ways, r.rounds
+    );
+    println!(
+        "run: {} gets ({} hits), {} sets; ΔL chase {:.1}, random {:.2}, stream {:.2} ns (fast {} {:.0}% huge, slow {})",
+        r.stats.gets, r.stats.hits, r.stats.sets, r.delta_ns[0], r.delta_ns[1], r.delta_ns[2],
+        r.fast.backing, r.fast.huge_fraction * 100.0, r.slow.backing
+    );
+    for (t, (m, acc)) in TAGS
+        .iter()
+        .zip(r.traced.misses.iter().zip(&r.traced.accesses))
+    {
+        println!(
+            "  traced {t:<10} accesses {acc:>10} misses chase {:>9} random {:>9} stream {:>9}",
+            m[0], m[1], m[2]
+        );
+    }
+    println!(
+        "  {:<20} {:>12} {:>12} {:>8}",
+        "placement", "measured ms", "predicted", "error"
+    );
+    for row in &r.rows {
+        println!(
+            "  {:<20} {:>12.1} {:>12.1} {:>7.1}%",
+            row.placement, row.measured_ms, row.predicted_ms, row.error_pct
+        );
+    }
+    println!(
+        "benefit per tag alone fast (ms, {:?}):\n  measured  {:?}\n  predicted {:?}\n  same ranking: {}; same first: {}; max |error| {:.1}%",
+        TAGS,
+        r1(&r.benefit_measured_ms),
+        r1(&r.benefit_predicted_ms),
+        r.same_ranking,
+        r.same_top,
+        r.max_abs_error_pct
+    );
+    println!(
+        "cost per tag alone slow (ms):\n  measured  {:?}\n  predicted {:?}\n  same ranking: {}; same first: {}",
+        r1(&r.cost_measured_ms),
+        r1(&r.cost_predicted_ms),
+        r.same_cost_ranking,
+        r.same_cost_top
+    );
+    for c in &r.memcaslap {
+        println!(
+            "memcaslap against xkv-serve, all {} (median of {}): load {:.0} ops/s, ETC mix {:.0} ops/s \
+             (rounds {:?}; {} of {} gets hit)",
+            c.tier,
+            c.rounds_ops_per_s.len(),
+            c.load_ops_per_s,
+            c.ops_per_s,
+            r1(&c.rounds_ops_per_s),
+            c.get_hits,
+            c.cmd_get
+        );
+    }
+    if !r.memcaslap_note.is_empty() {
+        println!("{}", r.memcaslap_note);
+    }
+}
+
+fn draw(p: &Path, r: &Report) -> Result<()> {
+    let panels = vec![
+        plot::BarPanel {
+            title: "ms per timed run by placement".into(),
+            groups: r.rows.iter().map(|x| x.placement.clone()).collect(),
+            series: vec![
+                (
+                    "measured".into(),
+                    r.rows.iter().map(|x| x.measured_ms).collect(),
+                ),
+                (
+                    "predicted (level 3)".into(),
+                    r.rows.iter().map(|x| x.predicted_ms).collect(),
+                ),
+            ],
+        },
+        plot::BarPanel {
+            title: "ms saved by a tag alone fast (against all slow)".into(),
+            groups: TAGS.iter().map(|t| t.to_string()).collect(),
+            series: vec![
+                ("measured".into(), r.benefit_measured_ms.clone()),
+                ("predicted".into(), r.benefit_predicted_ms.clone()),
+            ],
+        },
+        plot::BarPanel {
+            title: "ms lost by a tag alone slow (against all fast)".into(),
+            groups: TAGS.iter().map(|t| t.to_string()).collect(),
+            series: vec![
+                ("measured".into(), r.cost_measured_ms.clone()),
+                ("predicted".into(), r.cost_predicted_ms.clone()),
+            ],
+        },
+    ];
+    plot::bars(
+        p,
+        &format!("xkv on huge pages vs 4 KiB pages: {}", r.cpu),
+        "ms",
+        &panels,
+        1,
+    )
+}
