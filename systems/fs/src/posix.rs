@@ -151,6 +151,10 @@ pub struct Posix<M: Media> {
 pub struct MapView {
     pub ptr: *mut u8,
     pub len: usize,
+    /// Bytes of the view that are whole 2 MiB blocks of the file placed at 2 MiB-aligned
+    /// addresses (what the kernel can map with 2 MiB pages); the rest is 4 KiB blocks, mapped
+    /// with 4 KiB pages. [`Posix::map_parts`] says which.
+    pub huge_bytes: usize,
 }
 
 struct Mapped {
@@ -676,6 +680,71 @@ impl<M: Media> Posix<M> {
     pub fn statfs(&self) -> StatFs {
         self.fs.statfs()
     }
+
+    /// A per-file flag of the file at `path` (`follow`: through a final symbolic link); `None`
+    /// when it is not a regular file (only those have the flags).
+    pub fn flag(&self, path: &[u8], follow: bool, flag: FileFlag) -> Result<Option<bool>> {
+        let a = self.existing(path, follow)?;
+        self.flag_of(a.ino, flag)
+    }
+
+    /// Set or clear a per-file flag (`Fs::set_atomic`, `Fs::set_huge`): one transaction.
+    pub fn set_flag(&self, path: &[u8], follow: bool, flag: FileFlag, on: bool) -> Result<()> {
+        let a = self.existing(path, follow)?;
+        self.set_flag_of(a.ino, flag, on)
+    }
+
+    /// [`Posix::flag`] of an open descriptor's file.
+    pub fn fflag(&self, fd: Fd, flag: FileFlag) -> Result<Option<bool>> {
+        let d = self.desc(fd)?;
+        self.flag_of(d.ino, flag)
+    }
+
+    /// [`Posix::set_flag`] of an open descriptor's file.
+    pub fn set_fflag(&self, fd: Fd, flag: FileFlag, on: bool) -> Result<()> {
+        let d = self.desc(fd)?;
+        self.set_flag_of(d.ino, flag, on)
+    }
+
+    fn flag_of(&self, ino: u64, flag: FileFlag) -> Result<Option<bool>> {
+        match flag {
+            FileFlag::Atomic => self.fs.atomic(ino),
+            FileFlag::Huge => self.fs.huge(ino),
+        }
+    }
+
+    fn set_flag_of(&self, ino: u64, flag: FileFlag, on: bool) -> Result<()> {
+        match flag {
+            FileFlag::Atomic => self.fs.set_atomic(ino, on),
+            FileFlag::Huge => self.fs.set_huge(ino, on),
+        }
+    }
+}
+
+/// The per-file flags (inode flags), each one transaction to change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFlag {
+    /// Every write all-or-nothing (`Fs::set_atomic`).
+    Atomic,
+    /// Ask for 2 MiB blocks (`Fs::set_huge`).
+    Huge,
+}
+
+impl FileFlag {
+    /// The virtual extended attribute that shows and sets the flag (FUSE, the LD_PRELOAD shim).
+    pub const fn xattr(self) -> &'static [u8] {
+        match self {
+            FileFlag::Atomic => b"user.pmkit.atomic",
+            FileFlag::Huge => b"user.pmkit.huge",
+        }
+    }
+
+    /// The flag whose virtual extended attribute is `name`.
+    pub fn from_xattr(name: &[u8]) -> Option<FileFlag> {
+        [FileFlag::Atomic, FileFlag::Huge]
+            .into_iter()
+            .find(|f| f.xattr() == name)
+    }
 }
 
 /// Direct access (XIP): needs the mapping's file, so a `Region`.
@@ -718,6 +787,7 @@ impl Posix<Region> {
         let out = MapView {
             ptr: view.as_ptr(),
             len: view.len(),
+            huge_bytes: view.huge_parts().iter().map(|p| p.1).sum(),
         };
         self.maps.lock().insert(
             out.ptr as usize,
@@ -729,6 +799,17 @@ impl Posix<Region> {
             },
         );
         Ok(out)
+    }
+
+    /// The parts of the view [`Posix::map`] returned at `ptr` that can take 2 MiB pages, as
+    /// `(offset in the view, length)`: whole 2 MiB blocks (a file asks for them with
+    /// [`Posix::set_huge`], or writes a whole aligned 2 MiB span) at 2 MiB-aligned addresses.
+    pub fn map_parts(&self, ptr: *const u8) -> Result<Vec<(usize, usize)>> {
+        let maps = self.maps.lock();
+        let m = maps
+            .get(&(ptr as usize))
+            .ok_or(Error::Invalid("not the address of a mapped range"))?;
+        Ok(m.view.huge_parts().to_vec())
     }
 
     /// Make `[ptr, ptr + len)`, inside one mapped range, durable (flush and fence).
