@@ -73,7 +73,11 @@ impl ExtentMap {
             }
             at += n;
         }
-        let pad = if first_run.is_some() { HUGE as usize } else { 0 };
+        let pad = if first_run.is_some() {
+            HUGE as usize
+        } else {
+            0
+        };
         let reserved_len = len as usize + pad;
         // SAFETY: a fresh anonymous reservation; nothing else refers to it.
         let reserved = unsafe {

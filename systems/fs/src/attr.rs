@@ -124,7 +124,12 @@ impl<M: Media> Fs<M> {
     /// and a journaled pointer swap) or in place (`false`). Persistent (an inode flag), one
     /// transaction; allowed any time, since each write reads the flag under the inode's lock.
     pub fn set_atomic(&self, ino: u64, on: bool) -> Result<()> {
-        self.set_flag(ino, crate::inode::FLAG_ATOMIC, on, "atomic mode of a non-regular file")
+        self.set_flag(
+            ino,
+            crate::inode::FLAG_ATOMIC,
+            on,
+            "atomic mode of a non-regular file",
+        )
     }
 
     /// The huge flag of a regular file; `None` for other kinds. Cheap (no tree walk).
@@ -142,7 +147,12 @@ impl<M: Media> Fs<M> {
     /// Persistent (an inode flag), one transaction, allowed any time (it moves no block, so a
     /// mapped file may change it too); blocks already allocated stay as they are.
     pub fn set_huge(&self, ino: u64, on: bool) -> Result<()> {
-        self.set_flag(ino, crate::inode::FLAG_HUGE, on, "huge blocks for a non-regular file")
+        self.set_flag(
+            ino,
+            crate::inode::FLAG_HUGE,
+            on,
+            "huge blocks for a non-regular file",
+        )
     }
 
     fn set_flag(&self, ino: u64, flag: u8, on: bool, what: &'static str) -> Result<()> {

@@ -600,9 +600,7 @@ pub unsafe extern "C" fn pmfs_unmap(fs: *mut PmfsHandle, p: *mut c_void) -> c_in
 pub unsafe extern "C" fn pmfs_map_huge_bytes(fs: *mut PmfsHandle, p: *const c_void) -> i64 {
     guard(-1, || {
         // SAFETY: the caller's contract.
-        let parts = unsafe { handle(fs) }?
-            .map_parts(p.cast())
-            .map_err(fail)?;
+        let parts = unsafe { handle(fs) }?.map_parts(p.cast()).map_err(fail)?;
         Ok(parts.iter().map(|&(_, l)| l as i64).sum())
     })
 }
@@ -613,7 +611,11 @@ pub unsafe extern "C" fn pmfs_map_huge_bytes(fs: *mut PmfsHandle, p: *const c_vo
 /// # Safety
 /// `fs` a mounted handle; `path` a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn pmfs_set_huge(fs: *mut PmfsHandle, path: *const c_char, on: c_int) -> c_int {
+pub unsafe extern "C" fn pmfs_set_huge(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    on: c_int,
+) -> c_int {
     guard(-1, || {
         // SAFETY: the caller's contract.
         let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };

@@ -93,5 +93,9 @@ fn c_example_builds_and_runs() {
     assert_eq!(fs.read(log.ino, 0, 11).unwrap(), b"record 000\n");
     let huge = fs.lookup(pmkit_fs::ROOT, b"huge").unwrap();
     assert!(huge.huge, "the flag survives the unmount");
-    assert_eq!((huge.size, huge.blocks), (4 << 20, 1025), "two huge blocks and a node");
+    assert_eq!(
+        (huge.size, huge.blocks),
+        (4 << 20, 1025),
+        "two huge blocks and a node"
+    );
 }

@@ -312,7 +312,8 @@ fn a_hinted_file_takes_huge_blocks_zeroed_where_visible() {
     let fs = fresh(7 << 20, &o);
     // leave 0xff bytes in both whole chunks, then free them
     let junk = fs.create(ROOT, b"junk", 0o644).unwrap();
-    fs.write(junk.ino, 0, &vec![0xff; 2 * HUGE as usize]).unwrap();
+    fs.write(junk.ino, 0, &vec![0xff; 2 * HUGE as usize])
+        .unwrap();
     fs.unlink(ROOT, b"junk").unwrap();
     assert_eq!(fs.statfs().free_huge_blocks, 2);
     let f = fs.create(ROOT, b"f", 0o644).unwrap();
@@ -347,7 +348,11 @@ fn a_hinted_file_takes_huge_blocks_zeroed_where_visible() {
     assert_eq!(fs.statfs().free_huge_blocks, 0);
     fs.write(f.ino, HUGE + 4096, b"abc").unwrap();
     let a = fs.getattr(f.ino).unwrap();
-    assert_eq!(a.blocks, 512 + 1 + 2, "the huge block, one 4 KiB block, two nodes");
+    assert_eq!(
+        a.blocks,
+        512 + 1 + 2,
+        "the huge block, one 4 KiB block, two nodes"
+    );
     assert!(a.huge, "still asking");
     let back = fs.read(f.ino, 0, a.size as usize).unwrap();
     assert_eq!(&back[(HUGE + 4096) as usize..], b"abc");
@@ -355,7 +360,11 @@ fn a_hinted_file_takes_huge_blocks_zeroed_where_visible() {
     // clearing the flag: a truncate cuts the huge block again
     fs.set_huge(f.ino, false).unwrap();
     truncate(&fs, f.ino, 4096);
-    assert_eq!(fs.getattr(f.ino).unwrap().blocks, 1 + 1 + 1, "split: one block, two nodes");
+    assert_eq!(
+        fs.getattr(f.ino).unwrap().blocks,
+        1 + 1 + 1,
+        "split: one block, two nodes"
+    );
     let fs = remount(fs, &o);
     drop(fs);
 }

@@ -201,7 +201,12 @@ fn smaps_of(addr: usize) -> String {
             }
         }
         if inside && (line.starts_with("KernelPageSize") || line.starts_with("ShmemPmdMapped")) {
-            out.push_str(line.split_whitespace().collect::<Vec<_>>().join(" ").as_str());
+            out.push_str(
+                line.split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .as_str(),
+            );
             out.push_str("; ");
         }
     }
@@ -224,17 +229,28 @@ fn a_hinted_file_written_in_4k_appends_maps_2mib_aligned() {
     let hinted = mk(b"/hinted", true);
     let plain = mk(b"/plain", false);
     assert_eq!(fs.fflag(hinted, FileFlag::Huge).unwrap(), Some(true));
-    assert_eq!(fs.flag(b"/plain", true, FileFlag::Huge).unwrap(), Some(false));
+    assert_eq!(
+        fs.flag(b"/plain", true, FileFlag::Huge).unwrap(),
+        Some(false)
+    );
     // 1100 appends of 4 KiB: three spans, each a huge block (and the tree's one node)
     assert_eq!(fs.fstat(hinted).unwrap().blocks, 3 * 512 + 1);
     // a map from 4 KiB in: the view starts inside the first span, yet the 2 MiB block at file
     // offset 2 MiB lands at a 2 MiB-aligned address
     let v = fs.map(hinted, 4096, 4 << 20).unwrap();
     let parts = fs.map_parts(v.ptr).unwrap();
-    assert_eq!(parts, vec![((2 << 20) - 4096, 2 << 20)], "the whole span inside the view");
+    assert_eq!(
+        parts,
+        vec![((2 << 20) - 4096, 2 << 20)],
+        "the whole span inside the view"
+    );
     assert_eq!(v.huge_bytes, 2 << 20);
     let at = v.ptr as usize + parts[0].0;
-    assert_eq!(at % (2 << 20), 0, "address and pool offset both 2 MiB-aligned");
+    assert_eq!(
+        at % (2 << 20),
+        0,
+        "address and pool offset both 2 MiB-aligned"
+    );
     assert_eq!(load(v.ptr, parts[0].0, 4), vec![(512u32 % 256) as u8; 4]);
     // what the kernel gave (2 MiB pages only where shmem THP is on; never here: measured)
     eprintln!(
