@@ -314,6 +314,30 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
     old
 }
 
+/// This process's id, asked once (glibc's `getpid` is a system call) and forgotten in the child
+/// of a fork (a `pthread_atfork` handler), so the copy below reads this process and no other.
+/// A `vfork` child (or `posix_spawn`'s) shares the parent's memory, so the parent's id reads the
+/// same bytes; a raw `clone` without `CLONE_VM` is outside what the shim supports (docs/fs.md).
+fn own_pid() -> libc::pid_t {
+    static PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forget() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: registers a handler that only stores an atomic; this library is never unloaded.
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forget));
+    });
+    // SAFETY: getpid cannot fail.
+    let p = unsafe { libc::getpid() };
+    PID.store(p, Ordering::Relaxed);
+    p
+}
+
 /// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the
 /// pointer: `process_vm_readv` on this process reads it, one page at a time, and answers EFAULT
 /// for memory that is not readable, where a plain load would fault. `None`: unreadable, or no
@@ -335,7 +359,7 @@ pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
         };
         // SAFETY: the kernel copies from our own address space into `buf`, which is ours and
         // `chunk` bytes long; an unreadable source is an error return, never a fault.
-        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        let n = unsafe { libc::process_vm_readv(own_pid(), &local, 1, &remote, 1, 0) };
         if n <= 0 {
             return None;
         }
