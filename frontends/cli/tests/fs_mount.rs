@@ -164,7 +164,11 @@ fn the_huge_flag_over(t: &str) {
         f.write_all_at(&[i; 4096], u64::from(i) * 4096).unwrap();
     }
     let m = std::os::unix::fs::MetadataExt::blocks(&f.metadata().unwrap());
-    assert_eq!(m, 512 * 8, "12 KiB written, one 2 MiB block, in 512-byte units");
+    assert_eq!(
+        m,
+        512 * 8,
+        "12 KiB written, one 2 MiB block, in 512-byte units"
+    );
     drop(f);
     d.umount();
     check_clean(&s);

@@ -338,11 +338,66 @@ fn own_pid() -> libc::pid_t {
     p
 }
 
+thread_local! {
+    /// The calling thread's stack `(low, high)` from `pthread_getattr_np`, asked once per
+    /// thread (`(0, 0)`: unknown, do not use).
+    static STACK: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+fn thread_stack() -> (usize, usize) {
+    if let Some(r) = STACK.with(|c| c.get()) {
+        return r;
+    }
+    let _b = Busy::new(); // glibc reads /proc/self/maps for the main thread
+                          // SAFETY: a zeroed attr filled by pthread_getattr_np for the calling thread, read, destroyed.
+    let r = unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        let mut r = (0, 0);
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
+            let (mut addr, mut size) = (std::ptr::null_mut(), 0usize);
+            if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 && size > 0 {
+                r = (addr as usize, addr as usize + size);
+            }
+            libc::pthread_attr_destroy(&mut attr);
+        }
+        r
+    };
+    STACK.with(|c| c.set(Some(r)));
+    r
+}
+
+/// The string at `ptr` with no system call, when it lies on the calling thread's live stack:
+/// between this frame (a local's address: at or above the stack pointer) and the top of the
+/// thread's stack, memory the thread is running on, so mapped and readable. A pointer anywhere
+/// else (heap, data, another thread's stack, a signal or coroutine stack outside the thread's
+/// own, unmapped memory) gets `None`, and the caller reads it with `process_vm_readv`. C
+/// programs often build paths in stack buffers (`char path[PATH_MAX]`). The one case this does
+/// not cover: a pointer into part of the thread's own live stack that the program made
+/// unreadable itself (`mprotect` of its stack to `PROT_NONE`), where a load faults.
+fn copy_from_stack(ptr: *const libc::c_char) -> Option<Vec<u8>> {
+    let here = 0u8;
+    let sp = std::hint::black_box(&here) as *const u8 as usize;
+    let (lo, hi) = thread_stack();
+    let p = ptr as usize;
+    if !(lo <= sp && sp <= p && p < hi) {
+        return None;
+    }
+    let len = (hi - p).min(libc::PATH_MAX as usize);
+    // SAFETY: `[p, p + len)` lies between the current frame and the top of the running thread's
+    // stack (checked above), which is mapped and readable while the thread runs on it.
+    let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
+    let z = bytes.iter().position(|&b| b == 0)?;
+    Some(bytes[..z].to_vec())
+}
+
 /// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the
 /// pointer: `process_vm_readv` on this process reads it, one page at a time, and answers EFAULT
 /// for memory that is not readable, where a plain load would fault. `None`: unreadable, or no
 /// NUL within `PATH_MAX` bytes.
 pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
+    if let Some(v) = copy_from_stack(ptr) {
+        return Some(v);
+    }
     const PAGE: usize = 4096;
     let mut out = Vec::new();
     let mut at = ptr as usize;

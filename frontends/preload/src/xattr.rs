@@ -178,8 +178,9 @@ pub unsafe extern "C" fn fgetxattr(
 ) -> isize {
     match lookup(fd) {
         Some(o) => get(Target::Fd(o.fd), name, v, n),
-        None => real!(fgetxattr(fd, name, v, n)
-            as fn(c_int, *const c_char, *mut c_void, usize) -> isize),
+        None => {
+            real!(fgetxattr(fd, name, v, n) as fn(c_int, *const c_char, *mut c_void, usize) -> isize)
+        }
     }
 }
 
