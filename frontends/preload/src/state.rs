@@ -383,11 +383,18 @@ fn copy_from_stack(ptr: *const libc::c_char) -> Option<Vec<u8>> {
         return None;
     }
     let len = (hi - p).min(libc::PATH_MAX as usize);
-    // SAFETY: `[p, p + len)` lies between the current frame and the top of the running thread's
-    // stack (checked above), which is mapped and readable while the thread runs on it.
-    let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
-    let z = bytes.iter().position(|&b| b == 0)?;
-    Some(bytes[..z].to_vec())
+    let mut out = Vec::with_capacity(64);
+    for i in 0..len {
+        // SAFETY: `p + i` < `hi` lies between the current frame and the top of the running
+        // thread's stack (checked above), which is mapped and readable while the thread runs
+        // on it; a byte load, by raw pointer (the caller's memory is never a slice).
+        let b = unsafe { (p as *const u8).add(i).read() };
+        if b == 0 {
+            return Some(out);
+        }
+        out.push(b);
+    }
+    None
 }
 
 /// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the
