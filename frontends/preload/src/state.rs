@@ -383,18 +383,17 @@ fn copy_from_stack(ptr: *const libc::c_char) -> Option<Vec<u8>> {
         return None;
     }
     let len = (hi - p).min(libc::PATH_MAX as usize);
-    let mut out = Vec::with_capacity(64);
-    for i in 0..len {
-        // SAFETY: `p + i` < `hi` lies between the current frame and the top of the running
-        // thread's stack (checked above), which is mapped and readable while the thread runs
-        // on it; a byte load, by raw pointer (the caller's memory is never a slice).
-        let b = unsafe { (p as *const u8).add(i).read() };
-        if b == 0 {
-            return Some(out);
-        }
-        out.push(b);
+    // SAFETY: `[p, p + len)` lies between the current frame and the top of the running thread's
+    // stack (checked above), which is mapped and readable while the thread runs on it (libc's
+    // vector loads stay inside the pages of the range: `hi` is a page boundary).
+    let n = unsafe { libc::strnlen(ptr, len) };
+    if n == len {
+        return None;
     }
-    None
+    let mut out = vec![0u8; n];
+    // SAFETY: as above, `n` < `len` bytes of it, into our own buffer of `n` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), out.as_mut_ptr(), n) };
+    Some(out)
 }
 
 /// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the
