@@ -3,8 +3,12 @@
 //! is mapped (`MAP_SHARED | MAP_FIXED`) at its place in it, so the caller sees a file's blocks
 //! in file order, loads and stores going straight to PM with no copy and no system call.
 //!
-//! A 2 MiB-aligned extent of 2 MiB or more is placed at a 2 MiB-aligned address, so a DAX
-//! file system can map it with huge pages.
+//! The view is placed so that the first 2 MiB-aligned run of 2 MiB of the file inside an extent
+//! lands at a 2 MiB-aligned address; every other such run whose distance from it in the view is
+//! a multiple of 2 MiB (all of them, when the extents are a file's blocks in file order and its
+//! 2 MiB blocks lie at 2 MiB file offsets) is then aligned too. The address and the file offset
+//! both 2 MiB-aligned is what lets the kernel map a run with one huge page (DAX; tmpfs where
+//! `shmem_enabled` allows it). [`ExtentMap::huge_parts`] names the runs placed so.
 
 use crate::error::{MediaError, Result};
 use crate::raw::{self, Fence, Flush};
@@ -26,6 +30,8 @@ pub struct ExtentMap {
     reserved: *mut u8,
     reserved_len: usize,
     needs_msync: bool,
+    /// `(offset in the view, length)`: runs 2 MiB-aligned both in the file and in memory.
+    huge: Vec<(usize, usize)>,
 }
 
 // SAFETY: the view is plain shared memory; it is only unmapped by drop (which takes `self`).
@@ -56,8 +62,22 @@ impl ExtentMap {
             }
             len += n;
         }
-        let huge = extents[0].0.is_multiple_of(HUGE) && extents[0].1 >= HUGE;
-        let pad = if huge { HUGE as usize } else { 0 };
+        // where in the view the first 2 MiB-aligned run of the file begins, if any
+        let mut first_run = None;
+        let mut at = 0u64;
+        for &(off, n) in extents {
+            let m = off.next_multiple_of(HUGE);
+            if m + HUGE <= off + n {
+                first_run = Some(at + (m - off));
+                break;
+            }
+            at += n;
+        }
+        let pad = if first_run.is_some() {
+            HUGE as usize
+        } else {
+            0
+        };
         let reserved_len = len as usize + pad;
         // SAFETY: a fresh anonymous reservation; nothing else refers to it.
         let reserved = unsafe {
@@ -78,7 +98,30 @@ impl ExtentMap {
             ));
         }
         let reserved = reserved.cast::<u8>();
-        let skip = (reserved as usize).next_multiple_of(pad.max(1)) - reserved as usize;
+        let skip = match first_run {
+            Some(r) => {
+                let a = reserved as usize + r as usize;
+                a.next_multiple_of(HUGE as usize) - a
+            }
+            None => 0,
+        };
+        let base = reserved as usize + skip;
+        let mut huge: Vec<(usize, usize)> = Vec::new();
+        let mut at = 0usize;
+        for &(off, n) in extents {
+            let mut m = off.next_multiple_of(HUGE);
+            while m + HUGE <= off + n {
+                let v = at + (m - off) as usize;
+                if (base + v).is_multiple_of(HUGE as usize) {
+                    match huge.last_mut() {
+                        Some((o, l)) if *o + *l == v => *l += HUGE as usize,
+                        _ => huge.push((v, HUGE as usize)),
+                    }
+                }
+                m += HUGE;
+            }
+            at += n as usize;
+        }
         let view = ExtentMap {
             // SAFETY: `skip` < `pad` + 1, inside the reservation.
             base: unsafe { reserved.add(skip) },
@@ -86,6 +129,7 @@ impl ExtentMap {
             reserved,
             reserved_len,
             needs_msync: region.needs_msync(),
+            huge,
         };
         let mut at = 0usize;
         for &(off, n) in extents {
@@ -121,6 +165,13 @@ impl ExtentMap {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The parts of the view, `(offset, length)`, that are runs of whole 2 MiB both 2 MiB-
+    /// aligned in the file and in memory: where the kernel may use 2 MiB pages (the rest can
+    /// only get 4 KiB pages).
+    pub fn huge_parts(&self) -> &[(usize, usize)] {
+        &self.huge
     }
 
     pub fn is_empty(&self) -> bool {

@@ -28,6 +28,10 @@ pub struct Args {
     /// FUSE worker threads of the PMFS mount and of the attachment.
     #[arg(long, default_value_t = 4)]
     fuse_threads: usize,
+    /// Protection of the PMFS configurations (shim, FUSE mount): auto, none, kernel, pkey
+    /// (auto: `kernel` on a CPU without pku); `none` isolates what protection costs.
+    #[arg(long, default_value = "auto")]
+    pmfs_protect: pmkit_fs::Protect,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -83,7 +87,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         bytes,
         inodes,
         fuse_threads: a.fuse_threads.clamp(1, 64),
-        pmfs_protect: pmkit_fs::Protect::Auto,
+        pmfs_protect: a.pmfs_protect,
         barrier_ns: 0,
     };
     let samples = each_target(&a.flags, rounds, &sizes, &a.engine, |_, ctx| {

@@ -133,6 +133,52 @@ fn the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks_over(t: &st
     d.umount();
 }
 
+/// `user.pmkit.huge` shows and sets a file's huge flag: once set, 4 KiB writes through the mount
+/// (FUSE requests) take whole 2 MiB blocks; kept across a remount; not removable.
+#[test]
+fn the_huge_flag_is_a_virtual_xattr_and_hinted_writes_get_huge_blocks() {
+    if !can_run() {
+        return;
+    }
+    for t in transports() {
+        eprintln!("transport {t}");
+        the_huge_flag_over(t);
+    }
+}
+
+fn the_huge_flag_over(t: &str) {
+    const X: &str = "user.pmkit.huge";
+    let s = scratch("32M");
+    let d = Daemon::start(&s, &["--transport", t]);
+    let (h, dir) = (s.mnt.join("h"), s.mnt.join("d"));
+    std::fs::write(&h, b"").unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    assert_eq!(get_xattr(&h, X), Ok(b"0".to_vec()), "new files do not ask");
+    assert!(xattr_names(&h).contains(&X.to_string()));
+    assert_eq!(get_xattr(&dir, X), Err(libc::ENODATA));
+    assert_eq!(set_xattr(&h, X, Some(b"2")), Err(libc::EINVAL));
+    assert_eq!(set_xattr(&h, X, None), Err(libc::EPERM));
+    assert_eq!(set_xattr(&h, X, Some(b"1")), Ok(()));
+    let f = std::fs::OpenOptions::new().append(true).open(&h).unwrap();
+    for i in 0..3u8 {
+        f.write_all_at(&[i; 4096], u64::from(i) * 4096).unwrap();
+    }
+    let m = std::os::unix::fs::MetadataExt::blocks(&f.metadata().unwrap());
+    assert_eq!(
+        m,
+        512 * 8,
+        "12 KiB written, one 2 MiB block, in 512-byte units"
+    );
+    drop(f);
+    d.umount();
+    check_clean(&s);
+    let d = Daemon::start(&s, &["--transport", t]);
+    assert_eq!(get_xattr(&h, X), Ok(b"1".to_vec()), "kept across a remount");
+    let got = std::fs::read(&h).unwrap();
+    assert_eq!((got.len(), got[8192]), (12288, 2));
+    d.umount();
+}
+
 #[test]
 fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean() {
     if !can_run() {

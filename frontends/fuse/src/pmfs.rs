@@ -17,6 +17,7 @@ use crate::pmfs_cache::CacheMode;
 use crate::pmfs_stats::{Op, OpStats};
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo};
 use parking_lot::Mutex;
+use pmkit_fs::posix::FileFlag;
 use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr, StatFs, XattrFlags};
 use pmkit_media::Region;
 use std::collections::HashMap;
@@ -30,7 +31,35 @@ pub const MAX_WRITE: u32 = 1 << 20;
 /// A virtual xattr of regular files: `"1"` when writes to the file are all-or-nothing (its
 /// inode's atomic flag, `Fs::set_atomic`), `"0"` when in place. Setting it sets the flag; it
 /// is listed but never stored as an xattr, and cannot be removed (EPERM: set "0").
-pub const ATOMIC_XATTR: &[u8] = b"user.pmkit.atomic";
+pub const ATOMIC_XATTR: &[u8] = FileFlag::Atomic.xattr();
+
+/// A virtual xattr of regular files: `"1"` when the file asks for 2 MiB blocks (its inode's
+/// huge flag, `Fs::set_huge`), `"0"` otherwise; the same rules as [`ATOMIC_XATTR`].
+pub const HUGE_XATTR: &[u8] = FileFlag::Huge.xattr();
+
+/// Get or set a per-file flag of the library.
+fn flag_get<M: pmkit_media::Media>(
+    fs: &pmkit_fs::Fs<M>,
+    ino: u64,
+    f: FileFlag,
+) -> pmkit_fs::Result<Option<bool>> {
+    match f {
+        FileFlag::Atomic => fs.atomic(ino),
+        FileFlag::Huge => fs.huge(ino),
+    }
+}
+
+fn flag_set<M: pmkit_media::Media>(
+    fs: &pmkit_fs::Fs<M>,
+    ino: u64,
+    f: FileFlag,
+    on: bool,
+) -> pmkit_fs::Result<()> {
+    match f {
+        FileFlag::Atomic => fs.set_atomic(ino, on),
+        FileFlag::Huge => fs.set_huge(ino, on),
+    }
+}
 
 /// A positive errno.
 pub type Errno = i32;
@@ -372,7 +401,7 @@ impl PmfsOps {
             libc::XATTR_REPLACE => XattrFlags::Replace,
             _ => return Err(libc::EINVAL),
         };
-        if name == ATOMIC_XATTR {
+        if let Some(flag) = FileFlag::from_xattr(name) {
             let on = match value {
                 b"1" => true,
                 b"0" => false,
@@ -381,14 +410,14 @@ impl PmfsOps {
             if f == XattrFlags::Create {
                 return Err(libc::EEXIST); // every regular file has it
             }
-            return self.lib(Op::Xattr, |fs| fs.set_atomic(ino, on));
+            return self.lib(Op::Xattr, |fs| flag_set(fs, ino, flag, on));
         }
         self.lib(Op::Xattr, |fs| fs.setxattr(ino, name, value, f))
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> R<Xattr> {
-        if name == ATOMIC_XATTR {
-            return match self.lib(Op::Xattr, |fs| fs.atomic(ino))? {
+        if let Some(flag) = FileFlag::from_xattr(name) {
+            return match self.lib(Op::Xattr, |fs| flag_get(fs, ino, flag))? {
                 Some(on) => xattr_answer(if on { b"1" } else { b"0" }.to_vec(), size),
                 None => Err(libc::ENODATA),
             };
@@ -405,14 +434,16 @@ impl PmfsOps {
             buf.push(0);
         }
         if matches!(self.fs.atomic(ino), Ok(Some(_))) {
-            buf.extend_from_slice(ATOMIC_XATTR);
-            buf.push(0);
+            for x in [ATOMIC_XATTR, HUGE_XATTR] {
+                buf.extend_from_slice(x);
+                buf.push(0);
+            }
         }
         xattr_answer(buf, size)
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> R<()> {
-        if name == ATOMIC_XATTR {
+        if FileFlag::from_xattr(name).is_some() {
             return Err(libc::EPERM);
         }
         self.lib(Op::Xattr, |fs| fs.removexattr(ino, name))

@@ -206,14 +206,24 @@ pub unsafe extern "C" fn fstatat(
     }
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
-        Route::Pool(p) => enter(-1, |fs| {
-            let a = attr_at(fs, &p, flags)?;
-            // SAFETY: the caller's contract.
-            unsafe { fill_stat(&a, st) }
-        }),
+        // SAFETY: the caller's contract.
+        Route::Pool(p) => unsafe { stat_pool(&p, st, flags) },
         Route::Real => real!(fstatat(dirfd, path, st, flags)
             as fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int),
     }
+}
+
+/// stat or lstat (`AT_SYMLINK_NOFOLLOW` in `flags`) of a routed pool path: the path is copied
+/// once per call (one `process_vm_readv`), never routed twice.
+///
+/// # Safety
+/// `st` as fstatat(2)'s contract.
+unsafe fn stat_pool(p: &[u8], st: *mut libc::stat, flags: c_int) -> c_int {
+    enter(-1, |fs| {
+        let a = attr_at(fs, p, flags)?;
+        // SAFETY: the caller's contract.
+        unsafe { fill_stat(&a, st) }
+    })
 }
 
 /// # Safety
@@ -236,7 +246,7 @@ pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
-        Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, 0) },
+        Route::Pool(p) => unsafe { stat_pool(&p, st, 0) },
         Route::Real => real!(stat(path, st) as fn(*const c_char, *mut libc::stat) -> c_int),
     }
 }
@@ -256,7 +266,7 @@ pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_in
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
-        Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) },
+        Route::Pool(p) => unsafe { stat_pool(&p, st, libc::AT_SYMLINK_NOFOLLOW) },
         Route::Real => real!(lstat(path, st) as fn(*const c_char, *mut libc::stat) -> c_int),
     }
 }
@@ -278,7 +288,7 @@ pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, st: *mut libc:
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
-        Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, 0) },
+        Route::Pool(p) => unsafe { stat_pool(&p, st, 0) },
         Route::Real => {
             real!(__xstat(ver, path, st) as fn(c_int, *const c_char, *mut libc::stat) -> c_int)
         }
@@ -300,7 +310,7 @@ pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, st: *mut libc
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
-        Route::Pool(_) => unsafe { fstatat(libc::AT_FDCWD, path, st, libc::AT_SYMLINK_NOFOLLOW) },
+        Route::Pool(p) => unsafe { stat_pool(&p, st, libc::AT_SYMLINK_NOFOLLOW) },
         Route::Real => {
             real!(__lxstat(ver, path, st) as fn(c_int, *const c_char, *mut libc::stat) -> c_int)
         }

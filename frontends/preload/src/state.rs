@@ -314,11 +314,96 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
     old
 }
 
+/// This process's id, asked once (glibc's `getpid` is a system call) and forgotten in the child
+/// of a fork (a `pthread_atfork` handler), so the copy below reads this process and no other.
+/// A `vfork` child (or `posix_spawn`'s) shares the parent's memory, so the parent's id reads the
+/// same bytes; a raw `clone` without `CLONE_VM` is outside what the shim supports (docs/fs.md).
+fn own_pid() -> libc::pid_t {
+    static PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forget() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: registers a handler that only stores an atomic; this library is never unloaded.
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forget));
+    });
+    // SAFETY: getpid cannot fail.
+    let p = unsafe { libc::getpid() };
+    PID.store(p, Ordering::Relaxed);
+    p
+}
+
+thread_local! {
+    /// The calling thread's stack `(low, high)` from `pthread_getattr_np`, asked once per
+    /// thread (`(0, 0)`: unknown, do not use).
+    static STACK: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+fn thread_stack() -> (usize, usize) {
+    if let Some(r) = STACK.with(|c| c.get()) {
+        return r;
+    }
+    let _b = Busy::new(); // glibc reads /proc/self/maps for the main thread
+                          // SAFETY: a zeroed attr filled by pthread_getattr_np for the calling thread, read, destroyed.
+    let r = unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        let mut r = (0, 0);
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
+            let (mut addr, mut size) = (std::ptr::null_mut(), 0usize);
+            if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 && size > 0 {
+                r = (addr as usize, addr as usize + size);
+            }
+            libc::pthread_attr_destroy(&mut attr);
+        }
+        r
+    };
+    STACK.with(|c| c.set(Some(r)));
+    r
+}
+
+/// The string at `ptr` with no system call, when it lies on the calling thread's live stack:
+/// between this frame (a local's address: at or above the stack pointer) and the top of the
+/// thread's stack, memory the thread is running on, so mapped and readable. A pointer anywhere
+/// else (heap, data, another thread's stack, a signal or coroutine stack outside the thread's
+/// own, unmapped memory) gets `None`, and the caller reads it with `process_vm_readv`. C
+/// programs often build paths in stack buffers (`char path[PATH_MAX]`). The one case this does
+/// not cover: a pointer into part of the thread's own live stack that the program made
+/// unreadable itself (`mprotect` of its stack to `PROT_NONE`), where a load faults.
+fn copy_from_stack(ptr: *const libc::c_char) -> Option<Vec<u8>> {
+    let here = 0u8;
+    let sp = std::hint::black_box(&here) as *const u8 as usize;
+    let (lo, hi) = thread_stack();
+    let p = ptr as usize;
+    if !(lo <= sp && sp <= p && p < hi) {
+        return None;
+    }
+    let len = (hi - p).min(libc::PATH_MAX as usize);
+    // SAFETY: `[p, p + len)` lies between the current frame and the top of the running thread's
+    // stack (checked above), which is mapped and readable while the thread runs on it (libc's
+    // vector loads stay inside the pages of the range: `hi` is a page boundary).
+    let n = unsafe { libc::strnlen(ptr, len) };
+    if n == len {
+        return None;
+    }
+    let mut out = vec![0u8; n];
+    // SAFETY: as above, `n` < `len` bytes of it, into our own buffer of `n` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), out.as_mut_ptr(), n) };
+    Some(out)
+}
+
 /// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the
 /// pointer: `process_vm_readv` on this process reads it, one page at a time, and answers EFAULT
 /// for memory that is not readable, where a plain load would fault. `None`: unreadable, or no
 /// NUL within `PATH_MAX` bytes.
 pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
+    if let Some(v) = copy_from_stack(ptr) {
+        return Some(v);
+    }
     const PAGE: usize = 4096;
     let mut out = Vec::new();
     let mut at = ptr as usize;
@@ -335,7 +420,7 @@ pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
         };
         // SAFETY: the kernel copies from our own address space into `buf`, which is ours and
         // `chunk` bytes long; an unreadable source is an error return, never a fault.
-        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        let n = unsafe { libc::process_vm_readv(own_pid(), &local, 1, &remote, 1, 0) };
         if n <= 0 {
             return None;
         }

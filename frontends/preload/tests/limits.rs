@@ -288,3 +288,90 @@ fn barrier_setting_is_read_and_checked() {
     assert_eq!(read_all(&p, b"/b"), b"x\n");
     drop(p.unmount());
 }
+
+/// Paths are copied with one `process_vm_readv` of this process (its id cached, forgotten in a
+/// fork child): a bad pointer is still EFAULT, never a crash; a fork child reads its own memory
+/// (a buffer that says a kernel path in the parent and a pool path in the child routes to the
+/// pool, where a child gets EIO; with the parent's id it would read the kernel path).
+#[test]
+fn bad_path_pointers_are_efault_and_a_fork_child_reads_its_own_memory() {
+    if !have("python3") {
+        return;
+    }
+    let s = Shim::new();
+    let f = s.m("f");
+    let (out, err) = py(
+        &s,
+        &format!(
+            "import os, ctypes, errno\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             open('{f}', 'w').close()\n\
+             st = ctypes.create_string_buffer(256)\n\
+             r = []\n\
+             for p in (1, 4096, 0xffffffffffff0000):\n\
+             \x20   n = libc.stat(ctypes.c_void_p(p), st)\n\
+             \x20   r.append(errno.errorcode[ctypes.get_errno()] if n else 'ok')\n\
+             r.append('ok' if libc.stat(b'{f}', st) == 0 else 'fail')\n\
+             print(*r, flush=True)\n\
+             kernel = b'/tmp'.ljust(len(b'{f}'), b'/') + b'\\0'\n\
+             buf = ctypes.create_string_buffer(kernel, len(kernel))\n\
+             pid = os.fork()\n\
+             if pid == 0:\n\
+             \x20   ctypes.memmove(buf, b'{f}\\0', len(b'{f}') + 1)\n\
+             \x20   n = libc.stat(buf, st)\n\
+             \x20   print('child', errno.errorcode[ctypes.get_errno()] if n else 'ok', flush=True)\n\
+             \x20   os._exit(0)\n\
+             os.waitpid(pid, 0)\n"
+        ),
+    );
+    assert_eq!(out, "EFAULT EFAULT EFAULT ok\nchild EIO\n", "{err}");
+}
+
+/// The per-file flags as the virtual xattrs `user.pmkit.atomic` and `user.pmkit.huge`, by path
+/// and by descriptor: a hinted file's 4 KiB write takes a whole 2 MiB block; other names stay
+/// ENOTSUP.
+#[test]
+fn the_flags_are_virtual_xattrs_through_the_shim() {
+    if !have("python3") {
+        return;
+    }
+    let s = Shim::new();
+    let (f, d) = (s.m("f"), s.m("d"));
+    let (out, err) = py(
+        &s,
+        &format!(
+            "import os, errno\n\
+             def e(op):\n\
+             \x20   try:\n\
+             \x20       return op()\n\
+             \x20   except OSError as x:\n\
+             \x20       return errno.errorcode[x.errno]\n\
+             os.mkdir('{d}')\n\
+             fd = os.open('{f}', os.O_CREAT | os.O_RDWR, 0o644)\n\
+             print(sorted(os.listxattr('{f}')), os.listxattr('{d}'))\n\
+             print(os.getxattr('{f}', 'user.pmkit.huge'), e(lambda: os.getxattr('{d}', 'user.pmkit.huge')))\n\
+             os.setxattr(fd, 'user.pmkit.huge', b'1')\n\
+             print(os.getxattr(fd, 'user.pmkit.huge'), os.getxattr('{f}', 'user.pmkit.atomic'))\n\
+             os.write(fd, b'x' * 4096)\n\
+             print(os.fstat(fd).st_blocks * 512)\n\
+             print(e(lambda: os.setxattr('{f}', 'user.pmkit.huge', b'yes')), e(lambda: os.removexattr('{f}', 'user.pmkit.huge')), e(lambda: os.getxattr('{f}', 'user.other')), e(lambda: os.setxattr('{f}', 'user.pmkit.huge', b'1', os.XATTR_CREATE)))\n\
+             os.setxattr('{f}', 'user.pmkit.atomic', b'1')\n\
+             print(os.getxattr('{f}', 'user.pmkit.atomic'))\n"
+        ),
+    );
+    assert_eq!(
+        out,
+        "['user.pmkit.atomic', 'user.pmkit.huge'] []\n\
+         b'0' ENODATA\n\
+         b'1' b'0'\n\
+         2097152\n\
+         EINVAL EPERM ENOTSUP EEXIST\n\
+         b'1'\n",
+        "{err}"
+    );
+    s.assert_prefix_empty();
+    let (p, _) = s.mount();
+    let a = p.stat(b"/f").unwrap();
+    assert!(a.huge && a.atomic, "{a:?}");
+    drop(p.unmount());
+}

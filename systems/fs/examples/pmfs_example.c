@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pmfs.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,6 +85,30 @@ int main(int argc, char **argv) {
     CHECK(pmfs_pread(fs, m, back, 12, 4096));
     printf("through the map: %s\n", back);
     CHECK(pmfs_close(fs, m));
+
+    /* 2 MiB blocks on request: once the file asks, a one-byte write takes a whole 2 MiB
+     * block, and a map of the file gets 2 MiB-aligned extents (huge pages where the kernel
+     * gives them: DAX, or tmpfs with shmem THP on). */
+    int h = pmfs_open(fs, "/huge", O_RDWR | O_CREAT, 0644);
+    CHECK(h);
+    printf("huge flag of a new file: %d\n", pmfs_huge(fs, "/huge"));
+    CHECK(pmfs_set_huge(fs, "/huge", 1));
+    printf("huge flag after pmfs_set_huge: %d\n", pmfs_huge(fs, "/huge"));
+    CHECK(pmfs_write(fs, h, "x", 1));
+    struct stat hs;
+    CHECK(pmfs_fstat(fs, h, &hs));
+    printf("one byte written: %lld bytes allocated\n", (long long)hs.st_blocks * 512);
+    char *hv = pmfs_map(fs, h, 0, 4 << 20);
+    if (!hv) {
+        fprintf(stderr, "map: %s\n", pmfs_errmsg());
+        return 1;
+    }
+    printf("4 MiB mapped: %lld bytes in 2 MiB blocks, %s\n", pmfs_map_huge_bytes(fs, hv),
+           (uintptr_t)hv % (2u << 20) == 0 ? "2 MiB-aligned" : "not 2 MiB-aligned");
+    CHECK(pmfs_unmap(fs, hv));
+    CHECK(pmfs_close(fs, h));
+    printf("huge flag of a directory: %s\n",
+           pmfs_huge(fs, "/logs") < 0 && errno == EINVAL ? "EINVAL" : "wrong");
 
     /* Errors are errno values, as from the system calls. */
     printf("read of a closed descriptor: %s\n",

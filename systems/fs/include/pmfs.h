@@ -76,6 +76,16 @@ int pmfs_truncate(pmfs_t *fs, const char *path, off_t len);
 void *pmfs_map(pmfs_t *fs, int fd, off_t off, size_t len);
 int pmfs_persist(pmfs_t *fs, const void *p, size_t len);
 int pmfs_unmap(pmfs_t *fs, void *p);
+/* Bytes of the range mapped at p that are whole 2 MiB blocks at 2 MiB-aligned addresses
+ * (where the kernel can use 2 MiB pages; the rest gets 4 KiB pages), or -1. */
+long long pmfs_map_huge_bytes(pmfs_t *fs, const void *p);
+
+/* Per-file 2 MiB blocks (the inode's huge flag; one transaction, persistent): while set, every
+ * write or fallocate that allocates inside an empty 2 MiB-aligned span of the file takes a
+ * whole 2 MiB block (4 KiB blocks when no free 2 MiB chunk is left), so pmfs_map() of it gets
+ * 2 MiB-aligned extents. pmfs_huge() answers 1 or 0 (-1 and EINVAL: not a regular file). */
+int pmfs_set_huge(pmfs_t *fs, const char *path, int on);
+int pmfs_huge(pmfs_t *fs, const char *path);
 
 #ifdef __cplusplus
 }

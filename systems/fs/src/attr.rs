@@ -66,6 +66,7 @@ impl<M: Media> Fs<M> {
             ctime: n.ctime,
             blocks: blocks.len() as u64,
             atomic: n.atomic(),
+            huge: n.huge(),
             rdev: n.rdev,
         }
     }
@@ -123,23 +124,55 @@ impl<M: Media> Fs<M> {
     /// and a journaled pointer swap) or in place (`false`). Persistent (an inode flag), one
     /// transaction; allowed any time, since each write reads the flag under the inode's lock.
     pub fn set_atomic(&self, ino: u64, on: bool) -> Result<()> {
+        self.set_flag(
+            ino,
+            crate::inode::FLAG_ATOMIC,
+            on,
+            "atomic mode of a non-regular file",
+        )
+    }
+
+    /// The huge flag of a regular file; `None` for other kinds. Cheap (no tree walk).
+    pub fn huge(&self, ino: u64) -> Result<Option<bool>> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        let n = self.live(ino)?;
+        Ok(n.is(Kind::File).then(|| n.huge()))
+    }
+
+    /// Ask for 2 MiB blocks (`true`) for the regular file `ino`, or stop asking: while the flag
+    /// is set, a write or fallocate that allocates inside an empty 2 MiB-aligned span of the
+    /// file takes a whole huge block for the span (4 KiB blocks when no whole 2 MiB chunk is
+    /// free), and a truncate or the last close keeps the span its new size ends in whole.
+    /// Persistent (an inode flag), one transaction, allowed any time (it moves no block, so a
+    /// mapped file may change it too); blocks already allocated stay as they are.
+    pub fn set_huge(&self, ino: u64, on: bool) -> Result<()> {
+        self.set_flag(
+            ino,
+            crate::inode::FLAG_HUGE,
+            on,
+            "huge blocks for a non-regular file",
+        )
+    }
+
+    fn set_flag(&self, ino: u64, flag: u8, on: bool, what: &'static str) -> Result<()> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let n = self.live(ino)?;
         match n.kind() {
             Some(Kind::File) => {}
             Some(Kind::Dir) => return Err(Error::IsDir),
-            _ => return Err(Error::Invalid("atomic mode of a non-regular file")),
+            _ => return Err(Error::Invalid(what)),
         }
-        if n.atomic() == on {
+        if (n.flags & flag != 0) == on {
             return Ok(());
         }
-        if on {
+        if on && flag == crate::inode::FLAG_ATOMIC {
             self.check_unpinned(ino)?;
         }
         let mut tx = self.tx();
         let mut n = tx.inode(ino);
-        n.flags ^= crate::inode::FLAG_ATOMIC;
+        n.flags ^= flag;
         n.ctime = now();
         tx.put_inode(ino, &n);
         self.commit(tx)

@@ -94,12 +94,13 @@ impl<M: Media> Fs<M> {
             return Ok(data.len());
         }
         let mut pos = off;
+        let hinted = node.huge();
         // the inode as read by `live`, until a step changes it
         let mut known = Some(node);
         while pos < end {
             let piece = &data[(pos - off) as usize..];
-            if self.try_huge(ino, pos, end, Some(piece))? {
-                pos += HUGE_BYTES;
+            if let Some(next) = self.try_huge(ino, pos, end, Some(piece), hinted)? {
+                pos = next;
                 known = None;
                 continue;
             }
@@ -112,36 +113,58 @@ impl<M: Media> Fs<M> {
         Ok(data.len())
     }
 
-    /// If `[pos, pos + 2 MiB)` is 2 MiB-aligned, inside `..end`, and the file has no block there,
-    /// give it a huge block holding `data` (its first 2 MiB; zeros for `None`: fallocate) in one
-    /// transaction, the size extended to cover it. False: not eligible, or no whole 2 MiB chunk
-    /// is free (the caller falls back to 4 KiB blocks).
-    fn try_huge(&self, ino: u64, pos: u64, end: u64, data: Option<&[u8]>) -> Result<bool> {
-        if self.opts.small_blocks || !pos.is_multiple_of(HUGE_BYTES) || end - pos < HUGE_BYTES {
-            return Ok(false);
+    /// Give the 2 MiB-aligned span of the file holding `pos` a huge block, if the file has
+    /// nothing there and either the file asks for huge blocks (`hinted`: any write or fallocate
+    /// into the span) or `[pos, end)` covers the whole span from its start. One transaction: the
+    /// bytes `[pos, min(end, span end))` are `data` (zeros for `None`: fallocate), the size
+    /// grows to cover them, and of the rest of the block only what the new size covers is
+    /// zeroed (streamed into the unreachable block before the commit, so a crash leaves the
+    /// span empty or whole); the part beyond the size is left as it was, under the rule that
+    /// bytes beyond the size are zeroed before a size covers them. Returns where the span's part
+    /// of the range ends; `None`: not eligible, or no whole 2 MiB chunk is free (the caller
+    /// falls back to 4 KiB blocks).
+    fn try_huge(
+        &self,
+        ino: u64,
+        pos: u64,
+        end: u64,
+        data: Option<&[u8]>,
+        hinted: bool,
+    ) -> Result<Option<u64>> {
+        let start = pos / HUGE_BYTES * HUGE_BYTES;
+        let stop = start + HUGE_BYTES;
+        if self.opts.small_blocks || (!hinted && (start != pos || end < stop)) {
+            return Ok(None);
         }
-        let idx = pos / BLOCK as u64;
+        let idx = start / BLOCK as u64;
         let node = self.inode(ino);
         if !tree::span_empty(&self.pm, node.root, node.height, idx) {
-            return Ok(false);
+            return Ok(None);
         }
+        let wend = end.min(stop);
         let mut tx = self.tx();
         let mut node = tx.inode(ino);
-        self.zero_gap(&mut tx, &node, pos);
-        let content = data.map(|d| &d[..HUGE_BYTES as usize]).unwrap_or(&[]);
-        let Some(run) = tx.new_huge(content) else {
-            return Ok(false);
+        // blocks the file owns beyond its size before the span (the span itself is empty)
+        self.zero_gap(&mut tx, &node, start);
+        let size = node.size.max(wend);
+        let mut content = vec![0u8; (size.min(stop) - start) as usize];
+        if let Some(d) = data {
+            let at = (pos - start) as usize;
+            content[at..at + (wend - pos) as usize].copy_from_slice(&d[..(wend - pos) as usize]);
+        }
+        let Some(run) = tx.new_huge(&content) else {
+            return Ok(None);
         };
         tree::set_huge(&mut tx, &mut node, idx, run)?;
         let t = now();
-        node.size = node.size.max(pos + HUGE_BYTES);
+        node.size = size;
         node.ctime = t;
         if data.is_some() {
             node.mtime = t;
         }
         tx.put_inode(ino, &node);
         self.commit(tx)?;
-        Ok(true)
+        Ok(Some(wend))
     }
 
     /// Zero what the file owns from the old size up to `upto`: bytes beyond the size are
@@ -262,7 +285,7 @@ impl<M: Media> Fs<M> {
     pub(crate) fn trim_prealloc(&self, ino: u64) -> Result<()> {
         let _g = self.stripe(ino).lock();
         let node = self.inode(ino);
-        let keep = node.size.div_ceil(BLOCK as u64);
+        let keep = keep_blocks(&node, node.size);
         let beyond = tree::present(&self.pm, node.root, node.height, (keep, u64::MAX), 1);
         if !node.is(Kind::File) || beyond.is_empty() {
             return Ok(());
@@ -328,7 +351,7 @@ impl<M: Media> Fs<M> {
             return self.commit(tx);
         }
         (node.size, node.mtime, node.ctime) = (size, t, t);
-        let keep = size.div_ceil(BLOCK as u64);
+        let keep = keep_blocks(&node, size);
         match tree::prune(&mut tx, &mut node, keep, self.prune_budget(), false) {
             Ok(true) => {
                 tx.put_inode(ino, &node);
@@ -357,7 +380,7 @@ impl<M: Media> Fs<M> {
 
     /// Prune in transactions until nothing beyond `size` is left, then leave the orphan list.
     fn truncate_rest(&self, ino: u64, size: u64, list: &mut Vec<u64>) -> Result<()> {
-        let keep = size.div_ceil(BLOCK as u64);
+        let keep = keep_blocks(&self.inode(ino), size);
         loop {
             let mut tx = self.tx();
             let mut node = tx.inode(ino);
@@ -419,8 +442,9 @@ impl<M: Media> Fs<M> {
         let mut idx = off / BLOCK as u64;
         let last = (end - 1) / BLOCK as u64;
         while idx <= last {
-            if self.try_huge(ino, idx * BLOCK as u64, end, None)? {
-                idx += HUGE_BLOCKS;
+            let pos = (idx * BLOCK as u64).max(off);
+            if let Some(next) = self.try_huge(ino, pos, end, None, node.huge())? {
+                idx = next.div_ceil(BLOCK as u64);
                 continue;
             }
             // steps end at 2 MiB boundaries, so the next span can still get a huge block
@@ -444,6 +468,18 @@ impl<M: Media> Fs<M> {
             idx = stop;
         }
         Ok(())
+    }
+}
+
+/// The file blocks a file of `size` bytes keeps (a truncate or trim frees those from here on):
+/// the blocks the size covers; for a file that asks for huge blocks, up to the end of the
+/// 2 MiB span the size ends in, so its huge block stays whole.
+fn keep_blocks(node: &Inode, size: u64) -> u64 {
+    let keep = size.div_ceil(BLOCK as u64);
+    if node.huge() {
+        keep.next_multiple_of(HUGE_BLOCKS)
+    } else {
+        keep
     }
 }
 

@@ -7,7 +7,7 @@
 //! The process holds the pool exclusively (`flock`, as `pmkit fs mount` does): a second
 //! `pmfs_mount` of it, here or in another process, or a FUSE mount, gets EBUSY.
 
-use crate::posix::{Fd, Posix, Whence};
+use crate::posix::{Fd, FileFlag, Posix, Whence};
 use crate::{Attr, Error, Fs, MkfsOptions, MountOptions, Protect, RenameFlags};
 use pmkit_media::{Region, RegionOptions};
 use std::cell::RefCell;
@@ -587,5 +587,56 @@ pub unsafe extern "C" fn pmfs_unmap(fs: *mut PmfsHandle, p: *mut c_void) -> c_in
         // SAFETY: the caller's contract.
         unsafe { handle(fs) }?.unmap(p.cast()).map_err(fail)?;
         Ok(0)
+    })
+}
+
+/// The bytes of the range `pmfs_map` returned at `p` that are whole 2 MiB blocks at 2 MiB-
+/// aligned addresses (the kernel may map them with 2 MiB pages; the rest takes 4 KiB pages),
+/// or -1.
+///
+/// # Safety
+/// `fs` a mounted handle.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_map_huge_bytes(fs: *mut PmfsHandle, p: *const c_void) -> i64 {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let parts = unsafe { handle(fs) }?.map_parts(p.cast()).map_err(fail)?;
+        Ok(parts.iter().map(|&(_, l)| l as i64).sum())
+    })
+}
+
+/// Ask for 2 MiB blocks for the regular file at `path` (`on` non-zero) or stop asking (see
+/// `Fs::set_huge`): 0, or -1 and errno (EISDIR, EINVAL for other kinds).
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_set_huge(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    on: c_int,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
+        h.set_flag(p, true, FileFlag::Huge, on != 0).map_err(fail)?;
+        Ok(0)
+    })
+}
+
+/// Whether the regular file at `path` asks for 2 MiB blocks: 1, 0, or -1 and errno (EINVAL
+/// for a file of another kind).
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_huge(fs: *mut PmfsHandle, path: *const c_char) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
+        match h.flag(p, true, FileFlag::Huge).map_err(fail)? {
+            Some(on) => Ok(on as c_int),
+            None => Err(inval("only regular files have the huge flag")),
+        }
     })
 }

@@ -8,8 +8,11 @@ pub const SIZE_MTIME: usize = 0;
 pub const MTIME: usize = 8;
 /// Inode flag (byte 26): every write to this file is all-or-nothing (`DataMode::Atomic`).
 pub const FLAG_ATOMIC: u8 = 1;
+/// Inode flag (byte 26): the file asks for 2 MiB blocks: every allocation inside an empty
+/// 2 MiB-aligned span of it takes a whole huge block when one is free (`Fs::set_huge`).
+pub const FLAG_HUGE: u8 = 2;
 /// The flags this version knows; the walk reports any other bit.
-pub const FLAGS_KNOWN: u8 = FLAG_ATOMIC;
+pub const FLAGS_KNOWN: u8 = FLAG_ATOMIC | FLAG_HUGE;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(u8)]
@@ -81,6 +84,9 @@ impl Inode {
     }
     pub fn atomic(&self) -> bool {
         self.flags & FLAG_ATOMIC != 0
+    }
+    pub fn huge(&self) -> bool {
+        self.flags & FLAG_HUGE != 0
     }
     pub fn encode(&self) -> [u8; INODE] {
         let mut b = [0u8; INODE];

@@ -155,6 +155,8 @@ pub struct Attr {
     pub blocks: u64,
     /// Writes to this file are all-or-nothing (its inode's atomic flag).
     pub atomic: bool,
+    /// The file asks for 2 MiB blocks (its inode's huge flag, `Fs::set_huge`).
+    pub huge: bool,
     /// Device number (character and block devices; 0 otherwise).
     pub rdev: u32,
 }

@@ -11,6 +11,9 @@
 //! it, as `pmkit fs mount` does) and may do anything in it. New nodes belong to the caller's
 //! effective user and group, as the kernel would make them.
 
+mod flags;
+pub use flags::FileFlag;
+
 use crate::{Attr, DirEntry, Error, Fs, Kind, RenameFlags, Result, SetAttr, StatFs, ROOT};
 use parking_lot::Mutex;
 use pmkit_media::extent_map::ExtentMap;
@@ -151,6 +154,10 @@ pub struct Posix<M: Media> {
 pub struct MapView {
     pub ptr: *mut u8,
     pub len: usize,
+    /// Bytes of the view that are whole 2 MiB blocks of the file placed at 2 MiB-aligned
+    /// addresses (what the kernel can map with 2 MiB pages); the rest is 4 KiB blocks, mapped
+    /// with 4 KiB pages. [`Posix::map_parts`] says which.
+    pub huge_bytes: usize,
 }
 
 struct Mapped {
@@ -718,6 +725,7 @@ impl Posix<Region> {
         let out = MapView {
             ptr: view.as_ptr(),
             len: view.len(),
+            huge_bytes: view.huge_parts().iter().map(|p| p.1).sum(),
         };
         self.maps.lock().insert(
             out.ptr as usize,
@@ -729,6 +737,17 @@ impl Posix<Region> {
             },
         );
         Ok(out)
+    }
+
+    /// The parts of the view [`Posix::map`] returned at `ptr` that can take 2 MiB pages, as
+    /// `(offset in the view, length)`: whole 2 MiB blocks (a file asks for them with
+    /// [`Posix::set_huge`], or writes a whole aligned 2 MiB span) at 2 MiB-aligned addresses.
+    pub fn map_parts(&self, ptr: *const u8) -> Result<Vec<(usize, usize)>> {
+        let maps = self.maps.lock();
+        let m = maps
+            .get(&(ptr as usize))
+            .ok_or(Error::Invalid("not the address of a mapped range"))?;
+        Ok(m.view.huge_parts().to_vec())
     }
 
     /// Make `[ptr, ptr + len)`, inside one mapped range, durable (flush and fence).

@@ -144,19 +144,19 @@ impl<'a, M: Media> Tx<'a, M> {
         });
         Ok(b)
     }
-    /// A new huge block (512 contiguous, 2 MiB-aligned blocks) holding `content` (zero-padded),
-    /// written with streaming stores; `None` when no whole 2 MiB chunk is free.
+    /// A new huge block (512 contiguous, 2 MiB-aligned blocks) starting with `content`, written
+    /// with streaming stores; the bytes after it are not written (the caller's file size does
+    /// not cover them). `None` when no whole 2 MiB chunk is free.
     pub fn new_huge(&mut self, content: &[u8]) -> Option<u64> {
         let n = crate::alloc::CHUNK;
         assert!(content.len() <= n as usize * BLOCK);
         let run = self.alloc.lock().huge()?;
         self.allocated.extend(run..run + n);
         self.fresh.extend(run..run + n);
-        let mut data = content.to_vec();
-        data.resize(n as usize * BLOCK, 0);
+        // the rest of the 2 MiB stays as it was: beyond the file's size (see `Fs::try_huge`)
         self.writes.push(W {
             off: run as usize * BLOCK,
-            data,
+            data: content.to_vec(),
             logged: false,
             nt: true,
         });

@@ -69,6 +69,11 @@ fn c_example_builds_and_runs() {
         "record 42 reads: record 042",
         "latest -> app.log.1",
         "through the map: direct store",
+        "huge flag of a new file: 0",
+        "huge flag after pmfs_set_huge: 1",
+        "one byte written: 2097152 bytes allocated",
+        "4 MiB mapped: 4194304 bytes in 2 MiB blocks, 2 MiB-aligned",
+        "huge flag of a directory: EINVAL",
         "read of a closed descriptor: EBADF",
         "open of a missing file: ENOENT",
         "rmdir of a non-empty directory: ENOTEMPTY",
@@ -86,4 +91,11 @@ fn c_example_builds_and_runs() {
     let log = fs.lookup(logs.ino, b"app.log.1").unwrap();
     assert_eq!((log.kind, log.size), (Kind::File, 1100));
     assert_eq!(fs.read(log.ino, 0, 11).unwrap(), b"record 000\n");
+    let huge = fs.lookup(pmkit_fs::ROOT, b"huge").unwrap();
+    assert!(huge.huge, "the flag survives the unmount");
+    assert_eq!(
+        (huge.size, huge.blocks),
+        (4 << 20, 1025),
+        "two huge blocks and a node"
+    );
 }

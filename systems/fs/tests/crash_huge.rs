@@ -169,3 +169,53 @@ fn a_cut_on_a_full_disk_crashes_anywhere() {
         assert!(rep.fences >= 6, "{rep}");
     }
 }
+
+/// The per-file huge flag: set, then writes of any size into empty 2 MiB spans take a whole huge
+/// block (an append from 0, a small write into a hole inside the size, whose span's visible part
+/// must read as zeros), truncates keep the span whole while the flag is set and cut it again once
+/// it is cleared. Crashed at every fence: each image shows the flag and the data before or after
+/// the operation in flight, and the blocks are checked after each.
+#[test]
+fn the_huge_flag_and_hinted_writes_crash_anywhere() {
+    let setup = [Op::Create(s("h")), Op::Create(s("p"))];
+    let ops = [
+        Op::SetHuge(s("h"), true),
+        // 5000 bytes from 0: one huge block (the rest of it beyond the size, not written)
+        Op::Write(s("h"), 0, 5000, 1),
+        // grow over a hole, then 100 bytes into the span at 2 MiB: a huge block whose visible
+        // part around the write must read as zeros
+        Op::Truncate(s("h"), 3 * MIB + 300),
+        Op::Write(s("h"), HUGE + 12_345, 100, 2),
+        // shrink into the first span: its huge block kept whole; grow back: zeros
+        Op::Truncate(s("h"), 3000),
+        Op::Truncate(s("h"), MIB),
+        // the flag off: a truncate cuts (splits) the huge block again
+        Op::SetHuge(s("h"), false),
+        Op::Truncate(s("h"), 4096 + 10),
+        // a fallocate of 4 KiB on a hinted file takes a whole block too
+        Op::SetHuge(s("p"), true),
+        Op::Fallocate(s("p"), 8192, 4096),
+    ];
+    let probe = |fs: &Fs<Arc<CrashSim>>, op: &Op| {
+        let want = match op {
+            Op::Write(p, 0, 5000, _) if p == "h" => 512,
+            Op::Write(p, _, 100, _) if p == "h" => 1024 + 1,
+            // the first span kept whole, the second freed
+            Op::Truncate(p, 3000) | Op::Truncate(p, MIB) if p == "h" => 512 + 1,
+            Op::Truncate(p, 4106) if p == "h" => 2 + 1 + 1,
+            Op::Fallocate(p, ..) if p == "p" => 512,
+            _ => return,
+        };
+        let p = match op {
+            Op::Write(p, ..) | Op::Truncate(p, _) | Op::Fallocate(p, ..) => p,
+            _ => unreachable!(),
+        };
+        assert_eq!(blocks(fs, p), want, "{op:?}");
+    };
+    for domain in [Domain::Adr, Domain::Eadr] {
+        let rep = crash_seq(8 << 20, &setup, &ops, domain, &probe, &|_, _| {});
+        assert!(rep.is_clean(), "{rep}\n{:?}", rep.violations.first());
+        assert!(rep.fences >= 25, "{rep}");
+        eprintln!("{domain:?}: {rep}");
+    }
+}

@@ -297,3 +297,74 @@ fn a_truncate_cutting_a_huge_block_on_a_full_disk_reuses_its_tail() {
     );
     assert_eq!(fs.statfs().free_blocks, 512 - 257 - 1);
 }
+
+/// A hinted file: small writes take whole huge blocks; what the size covers around them reads
+/// as zeros even where the chunk held another file's bytes (mutation check: zero nothing but the
+/// written bytes and this fails); truncates keep the span the size ends in; with no whole chunk
+/// free, 4 KiB blocks (the flag still set, `blocks` says which).
+#[test]
+fn a_hinted_file_takes_huge_blocks_zeroed_where_visible() {
+    let o = MountOptions {
+        no_prealloc: true,
+        ..MountOptions::default()
+    };
+    // 7 MiB: chunks 1 and 2 whole
+    let fs = fresh(7 << 20, &o);
+    // leave 0xff bytes in both whole chunks, then free them
+    let junk = fs.create(ROOT, b"junk", 0o644).unwrap();
+    fs.write(junk.ino, 0, &vec![0xff; 2 * HUGE as usize])
+        .unwrap();
+    fs.unlink(ROOT, b"junk").unwrap();
+    assert_eq!(fs.statfs().free_huge_blocks, 2);
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    assert_eq!(fs.huge(f.ino).unwrap(), Some(false));
+    fs.set_huge(f.ino, true).unwrap();
+    assert!(fs.getattr(f.ino).unwrap().huge);
+    // 10 bytes at 100: one huge block; [0, 100) must read as zeros
+    fs.write(f.ino, 100, b"0123456789").unwrap();
+    let a = fs.getattr(f.ino).unwrap();
+    assert_eq!((a.size, a.blocks), (110, 512));
+    assert_eq!(fs.statfs().free_huge_blocks, 1);
+    let mut want = vec![0u8; 110];
+    want[100..].copy_from_slice(b"0123456789");
+    assert_eq!(fs.read(f.ino, 0, 200).unwrap(), want);
+    // growing over the undefined tail reads zeros (the gap rule)
+    truncate(&fs, f.ino, HUGE);
+    want.resize(HUGE as usize, 0);
+    assert_eq!(fs.read(f.ino, 0, HUGE as usize).unwrap(), want);
+    // a shrink keeps the span whole
+    truncate(&fs, f.ino, 5000);
+    assert_eq!(fs.getattr(f.ino).unwrap().blocks, 512);
+    // a directory and a symlink have no flag
+    let d = fs.mkdir(ROOT, b"d", 0o755).unwrap();
+    assert_eq!(fs.huge(d.ino).unwrap(), None);
+    assert!(matches!(fs.set_huge(d.ino, true), Err(Error::IsDir)));
+    // the flag persists
+    let fs = remount(fs, &o);
+    assert_eq!(fs.huge(f.ino).unwrap(), Some(true));
+    // the last chunk goes to another file; the next span of f falls back to 4 KiB blocks
+    let g = fs.create(ROOT, b"g", 0o644).unwrap();
+    fs.write(g.ino, 0, &data_of(0, HUGE as usize, 9)).unwrap();
+    assert_eq!(fs.statfs().free_huge_blocks, 0);
+    fs.write(f.ino, HUGE + 4096, b"abc").unwrap();
+    let a = fs.getattr(f.ino).unwrap();
+    assert_eq!(
+        a.blocks,
+        512 + 1 + 2,
+        "the huge block, one 4 KiB block, two nodes"
+    );
+    assert!(a.huge, "still asking");
+    let back = fs.read(f.ino, 0, a.size as usize).unwrap();
+    assert_eq!(&back[(HUGE + 4096) as usize..], b"abc");
+    assert!(back[5000..(HUGE + 4096) as usize].iter().all(|&b| b == 0));
+    // clearing the flag: a truncate cuts the huge block again
+    fs.set_huge(f.ino, false).unwrap();
+    truncate(&fs, f.ino, 4096);
+    assert_eq!(
+        fs.getattr(f.ino).unwrap().blocks,
+        1 + 1 + 1,
+        "split: one block, two nodes"
+    );
+    let fs = remount(fs, &o);
+    drop(fs);
+}

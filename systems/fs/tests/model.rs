@@ -46,6 +46,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (path(), any::<u8>()).prop_map(|(p, v)| Step::Op(Op::SetXattr(p, "user.a".into(), v))),
         1 => path().prop_map(|p| Step::Op(Op::RemoveXattr(p, "user.a".into()))),
         1 => (path(), any::<bool>()).prop_map(|(p, on)| Step::Op(Op::SetAtomic(p, on))),
+        1 => (path(), any::<bool>()).prop_map(|(p, on)| Step::Op(Op::SetHuge(p, on))),
         1 => Just(Step::Remount),
     ]
 }
@@ -75,6 +76,7 @@ fn big_step() -> impl Strategy<Value = Step> {
         3 => (p(), big_off()).prop_map(|(p, s)| Step::Op(Op::Truncate(p, s))),
         2 => (p(), big_off(), big_len()).prop_map(|(p, o, l)| Step::Op(Op::Fallocate(p, o, l))),
         2 => (p(), any::<bool>()).prop_map(|(p, on)| Step::Op(Op::SetAtomic(p, on))),
+        3 => (p(), any::<bool>()).prop_map(|(p, on)| Step::Op(Op::SetHuge(p, on))),
         1 => p().prop_map(|p| Step::Op(Op::Unlink(p))),
         1 => (p(), p()).prop_map(|(a, b)| Step::Op(Op::Rename(a, b, RenameFlags::Replace))),
         1 => Just(Step::Remount),

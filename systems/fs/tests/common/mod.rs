@@ -25,6 +25,8 @@ pub enum Op {
     RemoveXattr(String, String),
     /// `Fs::set_atomic` on a regular file.
     SetAtomic(String, bool),
+    /// `Fs::set_huge` on a regular file.
+    SetHuge(String, bool),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +37,8 @@ pub struct MNode {
     pub xattrs: BTreeMap<String, Vec<u8>>,
     /// The file's atomic flag.
     pub atomic: bool,
+    /// The file's huge flag.
+    pub huge: bool,
 }
 
 /// The model: path -> node id, id -> node.
@@ -77,6 +81,7 @@ impl Model {
             mode,
             xattrs: BTreeMap::new(),
             atomic: kind == Kind::File && self.atomic_default,
+            huge: false,
         };
         self.nodes.insert(self.next, n);
         self.paths.insert(p.to_string(), self.next);
@@ -228,6 +233,13 @@ impl Model {
                     .ok_or(())?;
                 n.atomic = *on;
             }
+            Op::SetHuge(p, on) => {
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
+                n.huge = *on;
+            }
         }
         Ok(())
     }
@@ -290,6 +302,7 @@ impl Model {
                     group,
                     xattrs: x,
                     atomic: n.atomic,
+                    huge: n.huge,
                 },
             );
         }
@@ -307,6 +320,7 @@ pub struct Ent {
     pub group: String,
     pub xattrs: Vec<(String, Vec<u8>)>,
     pub atomic: bool,
+    pub huge: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -387,6 +401,7 @@ pub fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
         ),
         Op::RemoveXattr(p, name) => fs.removexattr(ino_of(fs, p)?, name.as_bytes()),
         Op::SetAtomic(p, on) => fs.set_atomic(ino_of(fs, p)?, *on),
+        Op::SetHuge(p, on) => fs.set_huge(ino_of(fs, p)?, *on),
     }
 }
 
@@ -455,6 +470,7 @@ pub fn snap<M: Media>(fs: &Fs<M>) -> Result<Snap, String> {
                     group: String::new(),
                     xattrs,
                     atomic: a.atomic,
+                    huge: a.huge,
                 },
             );
             out.get_mut(&path).unwrap().group = e.ino.to_string();

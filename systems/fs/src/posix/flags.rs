@@ -1,0 +1,72 @@
+//! The per-file flags (inode flags) by path and by descriptor, and their virtual xattr names.
+
+use super::{Fd, Posix};
+use crate::error::Result;
+use pmkit_media::Media;
+
+impl<M: Media> Posix<M> {
+    /// A per-file flag of the file at `path` (`follow`: through a final symbolic link); `None`
+    /// when it is not a regular file (only those have the flags).
+    pub fn flag(&self, path: &[u8], follow: bool, flag: FileFlag) -> Result<Option<bool>> {
+        let a = self.existing(path, follow)?;
+        self.flag_of(a.ino, flag)
+    }
+
+    /// Set or clear a per-file flag (`Fs::set_atomic`, `Fs::set_huge`): one transaction.
+    pub fn set_flag(&self, path: &[u8], follow: bool, flag: FileFlag, on: bool) -> Result<()> {
+        let a = self.existing(path, follow)?;
+        self.set_flag_of(a.ino, flag, on)
+    }
+
+    /// [`Posix::flag`] of an open descriptor's file.
+    pub fn fflag(&self, fd: Fd, flag: FileFlag) -> Result<Option<bool>> {
+        let d = self.desc(fd)?;
+        self.flag_of(d.ino, flag)
+    }
+
+    /// [`Posix::set_flag`] of an open descriptor's file.
+    pub fn set_fflag(&self, fd: Fd, flag: FileFlag, on: bool) -> Result<()> {
+        let d = self.desc(fd)?;
+        self.set_flag_of(d.ino, flag, on)
+    }
+
+    fn flag_of(&self, ino: u64, flag: FileFlag) -> Result<Option<bool>> {
+        match flag {
+            FileFlag::Atomic => self.fs.atomic(ino),
+            FileFlag::Huge => self.fs.huge(ino),
+        }
+    }
+
+    fn set_flag_of(&self, ino: u64, flag: FileFlag, on: bool) -> Result<()> {
+        match flag {
+            FileFlag::Atomic => self.fs.set_atomic(ino, on),
+            FileFlag::Huge => self.fs.set_huge(ino, on),
+        }
+    }
+}
+
+/// The per-file flags (inode flags), each one transaction to change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFlag {
+    /// Every write all-or-nothing (`Fs::set_atomic`).
+    Atomic,
+    /// Ask for 2 MiB blocks (`Fs::set_huge`).
+    Huge,
+}
+
+impl FileFlag {
+    /// The virtual extended attribute that shows and sets the flag (FUSE, the LD_PRELOAD shim).
+    pub const fn xattr(self) -> &'static [u8] {
+        match self {
+            FileFlag::Atomic => b"user.pmkit.atomic",
+            FileFlag::Huge => b"user.pmkit.huge",
+        }
+    }
+
+    /// The flag whose virtual extended attribute is `name`.
+    pub fn from_xattr(name: &[u8]) -> Option<FileFlag> {
+        [FileFlag::Atomic, FileFlag::Huge]
+            .into_iter()
+            .find(|f| f.xattr() == name)
+    }
+}
