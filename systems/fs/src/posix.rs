@@ -741,7 +741,7 @@ impl Posix<Region> {
 
     /// The parts of the view [`Posix::map`] returned at `ptr` that can take 2 MiB pages, as
     /// `(offset in the view, length)`: whole 2 MiB blocks (a file asks for them with
-    /// [`Posix::set_huge`], or writes a whole aligned 2 MiB span) at 2 MiB-aligned addresses.
+    /// [`Posix::set_flag`] with [`FileFlag::Huge`], or writes a whole aligned 2 MiB span) at 2 MiB-aligned addresses.
     pub fn map_parts(&self, ptr: *const u8) -> Result<Vec<(usize, usize)>> {
         let maps = self.maps.lock();
         let m = maps

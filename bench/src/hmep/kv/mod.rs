@@ -1,6 +1,6 @@
 //! xkv: a MemC3-like key-value store as an X-Mem user (issue 20), speaking memcached's text
 //! protocol ([`proto`], [`server`]: `pmkit-bench xkv-serve`) and benchmarked in process
-//! ([`bench`]: `pmkit-bench xkv`).
+//! ([`mod@bench`]: `pmkit-bench xkv`).
 //!
 //! Structures, one X-Mem tag each, in structure-index order ([`TAGS`]): the cuckoo hash
 //! ("hash", [`hash`]) and eight slab classes of 64, 128, 256, ... 8192 B items ("slab-64" ...
