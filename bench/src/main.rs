@@ -156,7 +156,7 @@ enum Cmd {
     FsMap(fs_map::Args),
     /// X-Mem against fast-only, slow-only, first-touch, page hotness, memkind's static ratio and
     /// two oracles (thesis Fig. 24-30), per slow-memory preset and DRAM share of 1/32 to 1/2,
-    /// for xgraph's PageRank and BFS: every time predicted by HMEP's trace simulator (level 3)
+    /// for xgraph's PageRank and BFS and xkv's ETC requests: every time predicted by HMEP's trace simulator (level 3)
     /// from one traced pass and the measured fast-only time.
     ///
     /// Rounds: 3 (of 4 timed passes). --quick: a scale-12 graph, 16 KiB units, 2 presets.

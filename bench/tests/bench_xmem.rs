@@ -50,7 +50,7 @@ fn quick_json_has_every_policy_and_the_model_invariants() {
     assert_eq!(names, POLICIES);
     let apps = v["apps"].as_array().unwrap();
     let app_names: Vec<&str> = apps.iter().map(|a| a["name"].as_str().unwrap()).collect();
-    assert_eq!(app_names, ["pagerank", "bfs"]);
+    assert_eq!(app_names, ["pagerank", "bfs", "xkv"]);
     let eps = 1e-9;
     for a in apps {
         assert!(a["fast_only_ms"].as_f64().unwrap() > 0.0);

@@ -4,11 +4,12 @@
 //! level 3) from one traced pass per application and the measured all-fast time. This machine
 //! has no slow memory: every number but the fast-only time is a model output, and says so.
 //!
-//! [`app`] says what an application offers (xgraph's PageRank and BFS here), [`sweep`] traces,
+//! [`app`] says what an application offers (xgraph's PageRank and BFS; xkv in [`kv_app`]), [`sweep`] traces,
 //! times and sweeps it, [`policy`] holds the policies, [`output`] the table and plot.
 //! Migration cost (thesis Table 9) is measured by X-Mem's `migrate` example (docs/xmem.md).
 
 mod app;
+mod kv_app;
 mod output;
 mod policy;
 mod sweep;
@@ -60,6 +61,12 @@ pub struct Args {
     /// Uninstrumented passes per timed round (default 4, quick 2).
     #[arg(long)]
     reps: Option<usize>,
+    /// xkv's dataset in MiB (default 512, quick 8); 0 leaves xkv out.
+    #[arg(long)]
+    kv_mib: Option<usize>,
+    /// xkv's requests per pass (default 400000, quick 5000).
+    #[arg(long)]
+    kv_requests: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -110,7 +117,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let reps = a.reps.unwrap_or(if quick { 2 } else { 4 }).max(1);
     let rounds = a.flags.rounds(3);
     let presets: &[&str] = if quick { &QUICK_PRESETS } else { &PRESETS };
-    let bar = a.flags.progress(4);
+    let bar = a.flags.progress(5);
 
     // The fast tier (anonymous memory with huge pages), measured now; presets resolve on it.
     bar.set_message("calibrating anon-thp");
@@ -181,10 +188,31 @@ pub fn run(a: Args) -> Result<ExitCode> {
         )?);
         bar.inc();
     }
-    bar.finish();
     drop(g);
     drop(x);
     let _ = std::fs::remove_file(&pm);
+
+    // xkv in its own X-Mem (the graph's is gone), everything fast.
+    let kv_mib = a.kv_mib.unwrap_or(if quick { 8 } else { 512 });
+    let kv_requests = a.kv_requests.unwrap_or(if quick { 5_000 } else { 400_000 });
+    if kv_mib > 0 {
+        ensure!(
+            (4..=65_536).contains(&kv_mib) && kv_requests >= 1000,
+            "--kv-mib 4..=65536 (or 0) and --kv-requests >= 1000"
+        );
+        let (x, k) = kv_app::xmem(&pm, kv_mib)?;
+        bar.set_message(format!("xkv: loading {kv_mib} MiB"));
+        let (mut app, regions) = kv_app::KvApp::load(&x, &k, kv_requests)?;
+        bar.set_message("xkv: tracing and timing");
+        apps.push(sweep_app(
+            &mut app, &regions, llc, rounds, reps, unit_kib, &models,
+        )?);
+        bar.inc();
+        drop(app);
+        drop(x);
+        let _ = std::fs::remove_file(&pm);
+    }
+    bar.finish();
 
     let report = Report {
         cpu: cal.cpu.clone(),
