@@ -2,9 +2,10 @@
 //! `hmep-validate` (fast: anonymous memory with huge pages; slow: the /dev/shm file, 4 KiB
 //! pages). A seeded ETC-like dataset is loaded, one traced run feeds the level-3 simulator (one
 //! structure per tag), and timed runs of the placements that matter (all fast, all slow, each
-//! tag alone slow, each tag alone fast) are compared with `sim::predict`, with the per-tag
-//! benefit ranking measured against predicted. Then memcaslap against `xkv-serve` on all-fast
-//! and all-slow as the end-to-end check.
+//! tag alone slow, each tag alone fast) are compared with `sim::predict_tlb` (misses times ΔL
+//! plus the page walks on cache hits 4 KiB pages add, times the calibrated walk), with the
+//! per-tag benefit ranking measured against predicted. Then memcaslap against `xkv-serve` on
+//! all-fast and all-slow as the end-to-end check.
 
 use super::caslap::{self, CaslapRun};
 use super::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
@@ -14,7 +15,7 @@ use anyhow::{ensure, Context, Result};
 use pmkit_hmep::cache::{llc, Cache};
 use pmkit_hmep::calib::{self, Options, Tier as CalTier};
 use pmkit_hmep::mem::Backing;
-use pmkit_hmep::sim::{delta, predict, Misses, Sim};
+use pmkit_hmep::sim::{delta, predict_tlb, Misses, Sim};
 use pmkit_xmem::{PerPattern, Tier, XMem};
 use serde::Serialize;
 use std::path::Path;
@@ -83,6 +84,8 @@ struct Report {
     fast: CalTier,
     slow: CalTier,
     delta_ns: PerPattern,
+    /// ns per page walk in front of a cache hit that 4 KiB pages add (`calib::walk_ns`).
+    walk_ns: f64,
     traced: Misses,
     rows: Vec<Row>,
     /// Per tag: ms saved by having it alone fast against everything slow.
@@ -179,6 +182,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     let cal = calib::run(&o, cpu_label(), &mut |_| {})?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
     let d = delta(&fast, &slow);
+    let walk = calib::walk_ns(&fast, &slow);
     bar.inc();
 
     // A dataset of `dataset_mib` of class-rounded items, with a limit above it: no evictions.
@@ -246,7 +250,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         .iter()
         .zip(&measured)
         .map(|(m, &meas)| {
-            let pred = predict(base_ns, &traced, m, &d, scale) / 1e6;
+            let pred = predict_tlb(base_ns, &traced, m, &d, walk, scale) / 1e6;
             Row {
                 placement: name(m),
                 slow: m.clone(),
@@ -334,6 +338,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         fast,
         slow,
         delta_ns: d,
+        walk_ns: walk,
         traced,
         same_ranking: order(&bm) == order(&bp),
         same_top: order(&bm)[0] == order(&bp)[0],
