@@ -45,19 +45,22 @@ pub fn bars(
     let areas = body.split_evenly((rows, cols));
     for (panel, area) in panels.iter().zip(areas) {
         let n = panel.series.len().max(1);
-        let ymax = panel
-            .series
-            .iter()
-            .flat_map(|(_, v)| v.iter().copied())
-            .fold(0.0f64, f64::max)
-            .max(1e-9)
-            * 1.5; // headroom for the legend
+        // Bars may go below zero (a measured difference can); non-finite values draw as 0.
+        let finite = || {
+            panel
+                .series
+                .iter()
+                .flat_map(|(_, v)| v.iter().copied())
+                .filter(|v| v.is_finite())
+        };
+        let ymax = finite().fold(0.0f64, f64::max).max(1e-9) * 1.5; // headroom for the legend
+        let ymin = finite().fold(0.0f64, f64::min) * 1.1;
         let mut chart = ChartBuilder::on(&area)
             .caption(&panel.title, ("sans-serif", 16))
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(60)
-            .build_cartesian_2d(0f64..panel.groups.len() as f64, 0f64..ymax)
+            .build_cartesian_2d(0f64..panel.groups.len() as f64, ymin..ymax)
             .map_err(err)?;
         let groups = panel.groups.clone();
         chart
@@ -82,6 +85,7 @@ pub fn bars(
             chart
                 .draw_series(vals.iter().enumerate().map(|(g, &v)| {
                     let x0 = g as f64 + 0.1 + si as f64 * w;
+                    let v = if v.is_finite() { v } else { 0.0 };
                     Rectangle::new([(x0, 0.0), (x0 + w * 0.9, v)], color.filled())
                 }))
                 .map_err(err)?
