@@ -117,6 +117,19 @@ fn place(x: &XMem, slow: &[bool; 3]) -> Result<()> {
     Ok(())
 }
 
+/// The backings X-Mem's tiers use, calibrated for a benchmark that compares against them:
+/// quick (seconds) or 256 MiB, 3 runs and long chases (about a minute).
+pub(crate) fn calibrate_tiers(backings: Vec<Backing>, quick: bool) -> Result<calib::Calibration> {
+    let mut o = Options::quick(backings);
+    if !quick {
+        o.bytes = 256 << 20;
+        o.runs = 3;
+        o.chase_steps = 1_000_000;
+        o.random_loads = 10_000_000;
+    }
+    Ok(calib::run(&o, cpu_label(), &mut |_| {})?)
+}
+
 pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
     let quick = a.flags.quick;
     let scale = a.scale.unwrap_or(if quick { 12 } else { 21 });
@@ -127,14 +140,10 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
 
     // ΔL per pattern between the two backings X-Mem's tiers use.
     bar.set_message("calibrating anon-thp and the /dev/shm file");
-    let mut o = Options::quick(vec![Backing::AnonThp, Backing::File(a.flags.dir.clone())]);
-    if !quick {
-        o.bytes = 256 << 20;
-        o.runs = 3;
-        o.chase_steps = 1_000_000;
-        o.random_loads = 10_000_000;
-    }
-    let cal = calib::run(&o, cpu_label(), &mut |_| {})?;
+    let cal = calibrate_tiers(
+        vec![Backing::AnonThp, Backing::File(a.flags.dir.clone())],
+        quick,
+    )?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
     let d = delta(&fast, &slow);
     let walk = calib::walk_ns(&fast, &slow);

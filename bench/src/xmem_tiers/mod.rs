@@ -15,12 +15,11 @@ mod policy;
 mod sweep;
 
 use crate::hmep::graph::{Graph, TAGS};
-use crate::host::cpu_label;
 use crate::report::BenchFlags;
 use anyhow::{ensure, Context, Result};
 use app::{GraphKernel, Kernel, TracedApp};
 use pmkit_hmep::cache::llc;
-use pmkit_hmep::calib::{self, Options, Tier as CalTier};
+use pmkit_hmep::calib::Tier as CalTier;
 use pmkit_hmep::mem::Backing;
 use pmkit_hmep::model::Model;
 use pmkit_hmep::preset;
@@ -121,14 +120,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 
     // The fast tier (anonymous memory with huge pages), measured now; presets resolve on it.
     bar.set_message("calibrating anon-thp");
-    let mut o = Options::quick(vec![Backing::AnonThp]);
-    if !quick {
-        o.bytes = 256 << 20;
-        o.runs = 3;
-        o.chase_steps = 1_000_000;
-        o.random_loads = 10_000_000;
-    }
-    let cal = calib::run(&o, cpu_label(), &mut |_| {})?;
+    let cal = crate::hmep::calibrate_tiers(vec![Backing::AnonThp], quick)?;
     let fast = cal.tiers[0].clone();
     let models = presets
         .iter()

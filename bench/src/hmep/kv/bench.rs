@@ -9,11 +9,10 @@
 
 use super::caslap::{self, CaslapRun};
 use super::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
-use crate::host::cpu_label;
 use crate::report::{median, plot, BenchFlags};
 use anyhow::{ensure, Context, Result};
 use pmkit_hmep::cache::{llc, Cache};
-use pmkit_hmep::calib::{self, Options, Tier as CalTier};
+use pmkit_hmep::calib::{self, Tier as CalTier};
 use pmkit_hmep::mem::Backing;
 use pmkit_hmep::sim::{delta, predict_tlb, Misses, Sim};
 use pmkit_xmem::{PerPattern, Tier, XMem};
@@ -172,14 +171,10 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     let load_start = load_average();
 
     bar.set_message("calibrating anon-thp and the /dev/shm file");
-    let mut o = Options::quick(vec![Backing::AnonThp, Backing::File(a.flags.dir.clone())]);
-    if !quick {
-        o.bytes = 256 << 20;
-        o.runs = 3;
-        o.chase_steps = 1_000_000;
-        o.random_loads = 10_000_000;
-    }
-    let cal = calib::run(&o, cpu_label(), &mut |_| {})?;
+    let cal = super::super::calibrate_tiers(
+        vec![Backing::AnonThp, Backing::File(a.flags.dir.clone())],
+        quick,
+    )?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
     let d = delta(&fast, &slow);
     let walk = calib::walk_ns(&fast, &slow);
