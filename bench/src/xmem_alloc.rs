@@ -35,6 +35,9 @@ pub struct Args {
     /// per call of one allocator)
     #[arg(long, value_parser = PEERS)]
     pub peer: Option<String>,
+    /// Run only the cells whose name (as printed, e.g. "16 churn x1") contains this
+    #[arg(long)]
+    pub cell: Option<String>,
 }
 
 /// An allocator under test: alloc and free by (size, align 16).
@@ -205,15 +208,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         for pattern in [Pattern::Batch, Pattern::Churn] {
             for threads in [1, 2] {
-                cells.push(Cell {
+                let cell = Cell {
                     min,
                     max,
                     pattern,
                     threads,
-                });
+                };
+                if a.cell.as_deref().is_none_or(|n| cell.name().contains(n)) {
+                    cells.push(cell);
+                }
             }
         }
     }
+    anyhow::ensure!(!cells.is_empty(), "no cell matches --cell");
     let bar = a.flags.progress(rounds * cells.len() * peers.len());
     let raw = rotated_rounds(rounds, cells.len(), peers.len(), &bar, |r, ci, pi| {
         Ok(measure(peers[pi], cells[ci], ms, (r * 131 + ci * 7) as u64))

@@ -8,9 +8,10 @@ use crate::{tcache, Tag, XMem};
 use std::sync::{Arc, Weak};
 
 impl XMem {
-    /// A small object of class `c` from this thread's cache for tag `t`, refilled from the
-    /// heap when empty; `None` when the thread has no cache (exiting): the caller uses the heap.
-    #[inline]
+    /// A small object of class `c` from this thread's cache for tag `t` when `XMem::alloc`'s
+    /// fast path found nothing (the slot used last is another tag's or the stack is empty),
+    /// refilled from the heap when empty; `None` when the thread has no cache (exiting or
+    /// re-entered): the caller uses the heap.
     pub(crate) fn alloc_cached(&self, t: Tag, c: usize) -> Option<Result<usize>> {
         // The heap is looked up only for a new slot (an unknown tag gets a slot without a
         // heap, and its refill fails with `UnknownTag`) and for a refill.
@@ -52,11 +53,11 @@ impl XMem {
         }
     }
 
-    /// `free` of an object on a slab page (class `c`) whose live bit the caller just cleared
-    /// (its slab cannot go away while the program or a cache holds it): it goes to this
-    /// thread's cache.
-    #[inline]
-    pub(crate) fn free_cached(&self, tag: u32, addr: usize, c: usize) -> Result<()> {
+    /// `free` of an object on a slab page (class `c`) whose live byte the caller just cleared,
+    /// when `XMem::free`'s fast path could not push it (the slot used last is another tag's or
+    /// the stack is full): it goes to this thread's cache, spilling if need be, or to the heap
+    /// (its slab cannot go away while the program or a cache holds it).
+    pub(crate) fn free_cached_slow(&self, tag: u32, addr: usize, c: usize) {
         let cached = tcache::with_slot(
             self.id,
             tag,
@@ -78,7 +79,6 @@ impl XMem {
         if cached.is_none() {
             self.free_to_heap(Tag(tag), &[addr]);
         }
-        Ok(())
     }
 
     /// The class of the slab page at `off` when thread caches are on (their objects' frees

@@ -152,7 +152,7 @@ impl XMem {
             }),
             tags: RwLock::new(Vec::new()),
             heaps: (0..MAX_TAGS).map(|_| OnceLock::new()).collect(),
-            sides: Arc::new(Sides::new(n, cfg.region_size)),
+            sides: Arc::new(Sides::new(n, cfg.region_size)?),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             moving: Mutex::new(()),
             space,
@@ -297,19 +297,27 @@ impl XMem {
     /// regions. Not zeroed.
     #[inline]
     pub fn alloc(&self, t: Tag, size: usize, align: usize) -> Result<NonNull<u8>> {
-        // The fast path: a small object with at most 16-byte alignment from the thread cache.
-        if self.cfg.thread_cache
+        // The fast path (a pop from the thread's cache, no call), else everything else.
+        match self.alloc_fast(t, size, align) {
+            Some(p) => Ok(p),
+            None => self.alloc_slow(t, size, align),
+        }
+    }
+
+    /// A small object with at most 16-byte alignment from the thread cache's stack for (tag,
+    /// class) if the slot used last is `t`'s and the stack is not empty.
+    #[inline(always)]
+    fn alloc_fast(&self, t: Tag, size: usize, align: usize) -> Option<NonNull<u8>> {
+        if !(self.cfg.thread_cache
             && size <= classes::MAX_SMALL
             && align <= 16
-            && align.is_power_of_two()
+            && align.is_power_of_two())
         {
-            if let Some(c) = classes::class_of(size, align) {
-                if let Some(a) = self.alloc_cached(t, c) {
-                    return a.map(|a| NonNull::new(a as *mut u8).expect("not null"));
-                }
-            }
+            return None;
         }
-        self.alloc_slow(t, size, align)
+        let a = tcache::pop(self.id, t.0, classes::class_of(size, align)?)?;
+        self.sides.set_live(a - self.space.base());
+        NonNull::new(a as *mut u8)
     }
 
     #[inline(never)]
@@ -342,25 +350,38 @@ impl XMem {
     ///
     /// # Safety
     /// No reference into the object may be used after the call.
-    // `ok_or` would build (and drop) an error on every call of this hot path.
-    #[allow(clippy::unnecessary_lazy_evaluations)]
     #[inline]
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
         let addr = p.as_ptr() as usize;
+        // The fast path: a live small object pushed onto the thread's cache slot used last.
         if self.cfg.thread_cache {
-            // A slab page (an address below the base wraps to beyond every region): the live
-            // bit says whether the program holds an object starting here.
-            match self.sides.take(addr.wrapping_sub(self.space.base())) {
-                Taken::Live { class, tag } => return self.free_cached(tag, addr, class),
-                Taken::NotLive => return Err(XmemError::ForeignPointer(addr)),
-                Taken::NotSlab => {}
+            // (An address below the base wraps to beyond every region.)
+            let off = addr.wrapping_sub(self.space.base());
+            if let Some((class, tag)) = self.sides.peek(off) {
+                if tcache::push(self.id, tag, class, addr) {
+                    self.sides.clear(off);
+                    return Ok(());
+                }
             }
         }
         self.free_slow(addr)
     }
 
+    // `ok_or` would build (and drop) an error on every call.
+    #[allow(clippy::unnecessary_lazy_evaluations)]
     #[inline(never)]
     fn free_slow(&self, addr: usize) -> Result<()> {
+        if self.cfg.thread_cache {
+            // A slab page: the live byte says whether the program holds an object starting here.
+            match self.sides.take(addr.wrapping_sub(self.space.base())) {
+                Taken::Live { class, tag } => {
+                    self.free_cached_slow(tag, addr, class);
+                    return Ok(());
+                }
+                Taken::NotLive => return Err(XmemError::ForeignPointer(addr)),
+                Taken::NotSlab => {}
+            }
+        }
         let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
         let mut h = self.heap(Tag(tag))?.lock();
         h.free(addr).map_err(|_| XmemError::ForeignPointer(addr))?;
@@ -455,6 +476,7 @@ impl XMem {
                 regions: self.space.regions(),
             });
         }
+        self.sides.prepare(i)?;
         let (tier, slot) = if tb.dram.take() {
             if let Err(e) = self.space.map_fast(i, self.cfg.thp, self.cfg.fast_node) {
                 tb.dram.give();

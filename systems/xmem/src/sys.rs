@@ -306,3 +306,21 @@ pub fn physical_memory() -> u64 {
     };
     (pages.max(0) as u64).saturating_mul(size.max(0) as u64)
 }
+
+/// A read-only, zero-filled table of `len` bytes of fresh anonymous memory (`MAP_NORESERVE`):
+/// reads of untouched parts see the shared zero page and commit nothing; the owner makes parts
+/// writable with [`protect`] before writing them.
+pub fn map_table(len: usize) -> Result<usize> {
+    // SAFETY: no MAP_FIXED: the kernel picks unused address space.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    check(p, "mmap (side table)")
+}

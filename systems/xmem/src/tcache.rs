@@ -4,8 +4,9 @@
 //!
 //! - Each thread has up to [`MAX_SLOTS`] slots, one per (instance, tag) it used last; a slot
 //!   holds, per class, a fixed array stack of up to [`CAP`] free objects' addresses. The hot
-//!   path is: the thread-local (const-initialized), a compare with the slot used last, a pop or
-//!   push on an array. No hashing and no allocation.
+//!   path ([`pop`], [`push`]) is: the thread-local (const-initialized), a compare with the slot
+//!   used last, a pop or push on an array. No hashing, no allocation, no closure; everything
+//!   else (another slot, a refill, a spill) is [`with_slot`], off the hot path.
 //! - An empty stack is refilled with [`BATCH`] objects from the tag's heap under one lock
 //!   (`Heap::alloc_batch`); a full one gives its [`BATCH`] oldest back under one lock.
 //! - Double and foreign frees are refused by the live bits of `sides` (one atomic bit test and
@@ -19,6 +20,7 @@ use crate::classes::COUNT;
 use crate::heap::Heap;
 use parking_lot::Mutex;
 use std::cell::RefCell;
+use std::mem::ManuallyDrop;
 use std::sync::Weak;
 
 /// Objects one (thread, tag, class) stack holds at most.
@@ -103,18 +105,41 @@ impl Slot {
     }
 }
 
-/// A thread's slots, and the index of the one used last (programs use few tags at a time, and
-/// the last one is usually the next).
+/// A thread's slots, and which one was used last (programs use few tags at a time, and the
+/// last one is usually the next). No drop glue, so the thread-local is reached with no
+/// initialisation check on the hot path; [`Guard`] gives the objects back at thread exit.
 struct Cache {
-    slots: Vec<Box<Slot>>,
+    slots: ManuallyDrop<Vec<Box<Slot>>>,
     last: usize,
+    /// (instance, tag) of `slots[last]`, kept here so the hot path compares before it follows
+    /// the slot's pointer; instance 0 (never an `XMem`'s) while there is no slot.
+    last_xmem: u64,
+    last_tag: u32,
 }
 
-impl Drop for Cache {
-    /// Thread exit: every cached object goes back to its heap. A region this empties stays
-    /// with its tag until the tag's next flush.
+impl Cache {
+    fn point_at(&mut self, i: usize) {
+        self.last = i;
+        self.last_xmem = self.slots[i].xmem;
+        self.last_tag = self.slots[i].tag;
+    }
+}
+
+/// Registered (by its first use, when a thread adds its first slot) for its destructor: at
+/// thread exit every cached object goes back to its heap. A region this empties stays with its
+/// tag until the tag's next flush.
+struct Guard;
+
+impl Drop for Guard {
     fn drop(&mut self) {
-        for s in &mut self.slots {
+        let slots = CACHE.with(|c| {
+            let Ok(mut c) = c.try_borrow_mut() else {
+                return Vec::new();
+            };
+            c.last_xmem = 0;
+            std::mem::take(&mut *c.slots)
+        });
+        for mut s in slots {
             s.give_back();
         }
     }
@@ -123,36 +148,74 @@ impl Drop for Cache {
 thread_local! {
     static CACHE: RefCell<Cache> = const {
         RefCell::new(Cache {
-            slots: Vec::new(),
+            slots: ManuallyDrop::new(Vec::new()),
             last: 0,
+            last_xmem: 0,
+            last_tag: 0,
         })
     };
+    static GUARD: Guard = const { Guard };
 }
 
-/// Run `f` on this thread's slot for (xmem, tag); `None` when the thread's storage is gone
-/// (thread exit) or in use (re-entry): the caller takes the heap path instead.
-#[inline]
+/// The hot path of `alloc`: pop a free object of class `c` from this thread's slot used last,
+/// if it is (xmem, tag)'s and holds one. `None` sends the caller to [`with_slot`] (another
+/// slot, a refill, or no cache at all).
+#[inline(always)]
+pub fn pop(xmem: u64, tag: u32, c: usize) -> Option<usize> {
+    CACHE
+        .try_with(|cache| {
+            let mut cache = cache.try_borrow_mut().ok()?;
+            if cache.last_xmem != xmem || cache.last_tag != tag {
+                return None;
+            }
+            let last = cache.last;
+            cache.slots.get_mut(last)?.lists.get_mut(c)?.pop()
+        })
+        .ok()
+        .flatten()
+}
+
+/// The hot path of `free`: push `a` onto this thread's slot used last, if it is (xmem, tag)'s
+/// and has room. False sends the caller to [`with_slot`].
+#[inline(always)]
+pub fn push(xmem: u64, tag: u32, c: usize, a: usize) -> bool {
+    CACHE
+        .try_with(|cache| {
+            let Ok(mut cache) = cache.try_borrow_mut() else {
+                return false;
+            };
+            if cache.last_xmem != xmem || cache.last_tag != tag {
+                return false;
+            }
+            let last = cache.last;
+            cache
+                .slots
+                .get_mut(last)
+                .and_then(|s| s.lists.get_mut(c))
+                .is_some_and(|l| l.push(a))
+        })
+        .unwrap_or(false)
+}
+
+/// Run `f` on this thread's slot for (xmem, tag), making it the one used last (and adding it
+/// if new); `None` when the cache is in use (re-entry) or the thread is exiting and has given
+/// its objects back: the caller takes the heap path instead.
 pub fn with_slot<R>(
     xmem: u64,
     tag: u32,
     heap: impl FnOnce() -> Weak<Mutex<Heap>>,
     f: impl FnOnce(&mut Slot) -> R,
 ) -> Option<R> {
-    CACHE
-        .try_with(|c| {
-            let mut c = c.try_borrow_mut().ok()?;
-            let c = &mut *c;
-            let hit = c
-                .slots
-                .get(c.last)
-                .is_some_and(|s| s.xmem == xmem && s.tag == tag);
-            if !hit {
-                c.last = find_or_add(c, xmem, tag, heap);
-            }
-            Some(f(&mut c.slots[c.last]))
-        })
-        .ok()
-        .flatten()
+    CACHE.with(|c| {
+        let mut c = c.try_borrow_mut().ok()?;
+        let c = &mut *c;
+        if c.last_xmem != xmem || c.last_tag != tag {
+            let i = find_or_add(c, xmem, tag, heap)?;
+            c.point_at(i);
+        }
+        let last = c.last;
+        Some(f(&mut c.slots[last]))
+    })
 }
 
 #[cold]
@@ -162,10 +225,12 @@ fn find_or_add(
     xmem: u64,
     tag: u32,
     heap: impl FnOnce() -> Weak<Mutex<Heap>>,
-) -> usize {
+) -> Option<usize> {
     if let Some(i) = c.slots.iter().position(|s| s.xmem == xmem && s.tag == tag) {
-        return i;
+        return Some(i);
     }
+    // Register the exit hook before caching anything; a thread past it caches nothing more.
+    GUARD.try_with(|_| ()).ok()?;
     // Forget the slots of dropped instances, then make room by giving the oldest slot back.
     c.slots.retain(|s| s.heap.strong_count() > 0);
     if c.slots.len() >= MAX_SLOTS {
@@ -177,31 +242,27 @@ fn find_or_add(
         heap: heap(),
         lists: [const { List::new() }; COUNT],
     }));
-    c.slots.len() - 1
+    Some(c.slots.len() - 1)
 }
 
 /// Take every object this thread caches for `xmem`: (tag, addresses).
 pub fn drain(xmem: u64) -> Vec<(u32, Vec<usize>)> {
-    CACHE
-        .try_with(|c| {
-            let Ok(mut c) = c.try_borrow_mut() else {
-                return Vec::new();
-            };
-            c.slots
-                .iter_mut()
-                .filter(|s| s.xmem == xmem)
-                .map(|s| {
-                    let objs = s.lists.iter_mut().flat_map(List::take_all).collect();
-                    (s.tag, objs)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    CACHE.with(|c| {
+        let Ok(mut c) = c.try_borrow_mut() else {
+            return Vec::new();
+        };
+        c.slots
+            .iter_mut()
+            .filter(|s| s.xmem == xmem)
+            .map(|s| {
+                let objs = s.lists.iter_mut().flat_map(List::take_all).collect();
+                (s.tag, objs)
+            })
+            .collect()
+    })
 }
 
 /// How many (instance, tag) slots this thread holds (tests).
 pub fn slots() -> usize {
-    CACHE
-        .try_with(|c| c.try_borrow().map_or(0, |c| c.slots.len()))
-        .unwrap_or(0)
+    CACHE.with(|c| c.try_borrow().map_or(0, |c| c.slots.len()))
 }
