@@ -53,6 +53,17 @@ pub const THREAD_CACHE_SLOTS: usize = tcache::MAX_SLOTS;
 /// Numbers of `XMem` instances, for the thread caches.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A number for a new `XMem` (the thread caches key their slots by it, with the tag, in one
+/// word: below 2^32).
+fn next_id() -> u64 {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    assert!(
+        id < 1 << 32,
+        "more than 2^32 X-Mem instances made in this process"
+    );
+    id
+}
+
 /// How many writes in this process have faulted on a migrating region and waited for it.
 pub fn parked_writes() -> u64 {
     fault::parked()
@@ -153,7 +164,7 @@ impl XMem {
             tags: RwLock::new(Vec::new()),
             heaps: (0..MAX_TAGS).map(|_| OnceLock::new()).collect(),
             sides: Arc::new(Sides::new(n, cfg.region_size)?),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: next_id(),
             moving: Mutex::new(()),
             space,
             cfg,
@@ -295,7 +306,7 @@ impl XMem {
 
     /// Allocate `size` bytes aligned to `align` (a power of two, at most a page) in tag `t`'s
     /// regions. Not zeroed.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&self, t: Tag, size: usize, align: usize) -> Result<NonNull<u8>> {
         // The fast path (a pop from the thread's cache, no call), else everything else.
         match self.alloc_fast(t, size, align) {
@@ -350,16 +361,16 @@ impl XMem {
     ///
     /// # Safety
     /// No reference into the object may be used after the call.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn free(&self, p: NonNull<u8>) -> Result<()> {
         let addr = p.as_ptr() as usize;
         // The fast path: a live small object pushed onto the thread's cache slot used last.
         if self.cfg.thread_cache {
             // (An address below the base wraps to beyond every region.)
             let off = addr.wrapping_sub(self.space.base());
-            if let Some((class, tag)) = self.sides.peek(off) {
-                if tcache::push(self.id, tag, class, addr) {
-                    self.sides.clear(off);
+            if let Some((word, live)) = self.sides.peek(off) {
+                if tcache::push(self.id, sides::tag_of(word), sides::class_of(word), addr) {
+                    live.store(0, Ordering::Relaxed);
                     return Ok(());
                 }
             }

@@ -150,33 +150,26 @@ impl Sides {
         if off.is_multiple_of(GRANULE) && live.load(Ordering::Relaxed) != 0 {
             live.store(0, Ordering::Relaxed);
             Taken::Live {
-                class: (v & 0xff) as usize - 1,
-                tag: (v >> 8) - 1,
+                class: class_of(v),
+                tag: tag_of(v),
             }
         } else {
             Taken::NotLive
         }
     }
 
-    /// `free`'s fast path: the class and tag of the slab page at `off` if the program holds an
-    /// object starting at `off` (nothing changes; [`Sides::clear`] takes it back).
+    /// `free`'s fast path: the page word of the slab page at `off` (see [`Sides::class_at`];
+    /// [`tag_of`] and [`class_of`] read it) and the live byte, if the program holds an object
+    /// starting at `off`. Nothing changes; the caller stores 0 in the byte to take it back.
     #[inline(always)]
-    pub fn peek(&self, off: usize) -> Option<(usize, u32)> {
+    pub fn peek(&self, off: usize) -> Option<(u32, &AtomicU8)> {
         let v = self.class.items.get(off / PAGE)?.load(Ordering::Acquire);
         if v == 0 || !off.is_multiple_of(GRANULE) {
             return None;
         }
         // A slab page's region is ready, and `off` is inside the reservation.
-        if self.live.items[off / GRANULE].load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        Some(((v & 0xff) as usize - 1, (v >> 8) - 1))
-    }
-
-    /// The object at `off`, found live by [`Sides::peek`], is taken back from the program.
-    #[inline(always)]
-    pub fn clear(&self, off: usize) {
-        self.live.items[off / GRANULE].store(0, Ordering::Relaxed);
+        let live = &self.live.items[off / GRANULE];
+        (live.load(Ordering::Relaxed) != 0).then_some((v, live))
     }
 
     /// The object at `off` (on a slab page) is handed to the program.
@@ -191,4 +184,16 @@ impl Sides {
     pub fn is_live(&self, off: usize) -> bool {
         off.is_multiple_of(GRANULE) && self.live.items[off / GRANULE].load(Ordering::Relaxed) != 0
     }
+}
+
+/// The tag in a slab page's word.
+#[inline(always)]
+pub fn tag_of(word: u32) -> u32 {
+    (word >> 8) - 1
+}
+
+/// The size class in a slab page's word.
+#[inline(always)]
+pub fn class_of(word: u32) -> usize {
+    (word & 0xff) as usize - 1
 }

@@ -23,40 +23,43 @@ use std::cell::RefCell;
 use std::mem::ManuallyDrop;
 use std::sync::Weak;
 
-/// Objects one (thread, tag, class) stack holds at most.
-pub const CAP: usize = 64;
-/// Objects a refill takes from the heap, or a full stack gives back, under one lock.
-pub const BATCH: usize = 32;
+/// Objects one (thread, tag, class) stack holds at most: 255, so that the count fits a byte and
+/// indexes the 256-entry array with no bounds check (a slot is 32 classes x 2 KiB = 64 KiB).
+pub const CAP: usize = u8::MAX as usize;
+/// Objects a refill takes from the heap, or a full stack gives back, under one lock (with two
+/// threads on one tag, 32 made the heap lock the bottleneck: docs/xmem.md).
+pub const BATCH: usize = 128;
+const _: () = assert!(BATCH <= CAP && CAP < 256 && COUNT.is_power_of_two());
 /// (instance, tag) pairs one thread caches at once; the least recently added goes first.
 pub const MAX_SLOTS: usize = 8;
 
 /// A fixed array stack of free objects' addresses.
 pub struct List {
-    n: usize,
-    items: [usize; CAP],
+    n: u8,
+    items: [usize; CAP + 1],
 }
 
 impl List {
     const fn new() -> List {
         List {
             n: 0,
-            items: [0; CAP],
+            items: [0; CAP + 1],
         }
     }
 
     #[inline]
     pub fn pop(&mut self) -> Option<usize> {
         self.n = self.n.checked_sub(1)?;
-        Some(self.items[self.n])
+        Some(self.items[self.n as usize])
     }
 
     /// Push `a`; false (and nothing pushed) when the stack is full.
     #[inline]
     pub fn push(&mut self, a: usize) -> bool {
-        if self.n == CAP {
+        if self.n as usize == CAP {
             return false;
         }
-        self.items[self.n] = a;
+        self.items[self.n as usize] = a;
         self.n += 1;
         true
     }
@@ -67,20 +70,20 @@ impl List {
         debug_assert_eq!(self.n, 0);
         let got = f(&mut self.items[..BATCH]);
         assert!(got <= BATCH);
-        self.n = got;
+        self.n = got as u8;
         got
     }
 
     /// Hand the [`BATCH`] oldest objects to `f` and keep the rest. Called on a full stack.
     pub fn spill(&mut self, f: impl FnOnce(&[usize])) {
-        debug_assert_eq!(self.n, CAP);
+        debug_assert_eq!(self.n as usize, CAP);
         f(&self.items[..BATCH]);
-        self.items.copy_within(BATCH..self.n, 0);
-        self.n -= BATCH;
+        self.items.copy_within(BATCH..CAP, 0);
+        self.n -= BATCH as u8;
     }
 
     fn take_all(&mut self) -> impl Iterator<Item = usize> + '_ {
-        let n = std::mem::take(&mut self.n);
+        let n = std::mem::take(&mut self.n) as usize;
         self.items[..n].iter().copied()
     }
 }
@@ -105,24 +108,31 @@ impl Slot {
     }
 }
 
-/// A thread's slots, and which one was used last (programs use few tags at a time, and the
-/// last one is usually the next). No drop glue, so the thread-local is reached with no
+/// A thread's slots: the one used last (programs use few tags at a time, and the last one is
+/// usually the next) apart, with its key, so the hot path is one compare and one pointer; the
+/// others in order of last use. No drop glue, so the thread-local is reached with no
 /// initialisation check on the hot path; [`Guard`] gives the objects back at thread exit.
 struct Cache {
-    slots: ManuallyDrop<Vec<Box<Slot>>>,
-    last: usize,
-    /// (instance, tag) of `slots[last]`, kept here so the hot path compares before it follows
-    /// the slot's pointer; instance 0 (never an `XMem`'s) while there is no slot.
-    last_xmem: u64,
-    last_tag: u32,
+    active: ManuallyDrop<Option<Box<Slot>>>,
+    /// [`key`] of `active`; 0 (no `XMem`'s) while there is none.
+    active_key: u64,
+    others: ManuallyDrop<Vec<Box<Slot>>>,
 }
 
 impl Cache {
-    fn point_at(&mut self, i: usize) {
-        self.last = i;
-        self.last_xmem = self.slots[i].xmem;
-        self.last_tag = self.slots[i].tag;
+    fn take_all_slots(&mut self) -> Vec<Box<Slot>> {
+        self.active_key = 0;
+        let mut all = std::mem::take(&mut *self.others);
+        all.extend(self.active.take());
+        all
     }
+}
+
+/// (instance, tag) as one word: instance numbers start at 1 and stay below 2^32 (`XMem::new`).
+#[inline(always)]
+fn key(xmem: u64, tag: u32) -> u64 {
+    debug_assert!(xmem > 0 && xmem < 1 << 32);
+    xmem << 32 | tag as u64
 }
 
 /// Registered (by its first use, when a thread adds its first slot) for its destructor: at
@@ -132,12 +142,9 @@ struct Guard;
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let slots = CACHE.with(|c| {
-            let Ok(mut c) = c.try_borrow_mut() else {
-                return Vec::new();
-            };
-            c.last_xmem = 0;
-            std::mem::take(&mut *c.slots)
+        let slots = CACHE.with(|c| match c.try_borrow_mut() {
+            Ok(mut c) => c.take_all_slots(),
+            Err(_) => Vec::new(),
         });
         for mut s in slots {
             s.give_back();
@@ -148,10 +155,9 @@ impl Drop for Guard {
 thread_local! {
     static CACHE: RefCell<Cache> = const {
         RefCell::new(Cache {
-            slots: ManuallyDrop::new(Vec::new()),
-            last: 0,
-            last_xmem: 0,
-            last_tag: 0,
+            active: ManuallyDrop::new(None),
+            active_key: 0,
+            others: ManuallyDrop::new(Vec::new()),
         })
     };
     static GUARD: Guard = const { Guard };
@@ -162,14 +168,15 @@ thread_local! {
 /// slot, a refill, or no cache at all).
 #[inline(always)]
 pub fn pop(xmem: u64, tag: u32, c: usize) -> Option<usize> {
+    debug_assert!(c < COUNT);
     CACHE
         .try_with(|cache| {
             let mut cache = cache.try_borrow_mut().ok()?;
-            if cache.last_xmem != xmem || cache.last_tag != tag {
+            if cache.active_key != key(xmem, tag) {
                 return None;
             }
-            let last = cache.last;
-            cache.slots.get_mut(last)?.lists.get_mut(c)?.pop()
+            // (Classes are below COUNT, a power of two: the mask spares a bounds check.)
+            cache.active.as_mut()?.lists[c % COUNT].pop()
         })
         .ok()
         .flatten()
@@ -179,20 +186,19 @@ pub fn pop(xmem: u64, tag: u32, c: usize) -> Option<usize> {
 /// and has room. False sends the caller to [`with_slot`].
 #[inline(always)]
 pub fn push(xmem: u64, tag: u32, c: usize, a: usize) -> bool {
+    debug_assert!(c < COUNT);
     CACHE
         .try_with(|cache| {
             let Ok(mut cache) = cache.try_borrow_mut() else {
                 return false;
             };
-            if cache.last_xmem != xmem || cache.last_tag != tag {
+            if cache.active_key != key(xmem, tag) {
                 return false;
             }
-            let last = cache.last;
             cache
-                .slots
-                .get_mut(last)
-                .and_then(|s| s.lists.get_mut(c))
-                .is_some_and(|l| l.push(a))
+                .active
+                .as_mut()
+                .is_some_and(|s| s.lists[c % COUNT].push(a))
         })
         .unwrap_or(false)
 }
@@ -209,40 +215,48 @@ pub fn with_slot<R>(
     CACHE.with(|c| {
         let mut c = c.try_borrow_mut().ok()?;
         let c = &mut *c;
-        if c.last_xmem != xmem || c.last_tag != tag {
-            let i = find_or_add(c, xmem, tag, heap)?;
-            c.point_at(i);
+        if c.active_key != key(xmem, tag) {
+            activate(c, xmem, tag, heap)?;
         }
-        let last = c.last;
-        Some(f(&mut c.slots[last]))
+        c.active.as_mut().map(|s| f(s))
     })
 }
 
+/// Make (xmem, tag)'s slot the active one, adding it if new; `None` (and no slot active) when
+/// the thread is past its exit hook.
 #[cold]
 #[inline(never)]
-fn find_or_add(
+fn activate(
     c: &mut Cache,
     xmem: u64,
     tag: u32,
     heap: impl FnOnce() -> Weak<Mutex<Heap>>,
-) -> Option<usize> {
-    if let Some(i) = c.slots.iter().position(|s| s.xmem == xmem && s.tag == tag) {
-        return Some(i);
-    }
-    // Register the exit hook before caching anything; a thread past it caches nothing more.
-    GUARD.try_with(|_| ()).ok()?;
-    // Forget the slots of dropped instances, then make room by giving the oldest slot back.
-    c.slots.retain(|s| s.heap.strong_count() > 0);
-    if c.slots.len() >= MAX_SLOTS {
-        c.slots.remove(0).give_back();
-    }
-    c.slots.push(Box::new(Slot {
-        xmem,
-        tag,
-        heap: heap(),
-        lists: [const { List::new() }; COUNT],
-    }));
-    Some(c.slots.len() - 1)
+) -> Option<()> {
+    c.others.extend(c.active.take());
+    c.active_key = 0;
+    let slot = match c.others.iter().position(|s| s.xmem == xmem && s.tag == tag) {
+        Some(i) => c.others.remove(i),
+        None => {
+            // Register the exit hook before caching anything; a thread past it caches nothing
+            // more.
+            GUARD.try_with(|_| ()).ok()?;
+            // Forget the slots of dropped instances, then make room by giving the least
+            // recently used slot back.
+            c.others.retain(|s| s.heap.strong_count() > 0);
+            if c.others.len() >= MAX_SLOTS {
+                c.others.remove(0).give_back();
+            }
+            Box::new(Slot {
+                xmem,
+                tag,
+                heap: heap(),
+                lists: [const { List::new() }; COUNT],
+            })
+        }
+    };
+    *c.active = Some(slot);
+    c.active_key = key(xmem, tag);
+    Some(())
 }
 
 /// Take every object this thread caches for `xmem`: (tag, addresses).
@@ -251,8 +265,10 @@ pub fn drain(xmem: u64) -> Vec<(u32, Vec<usize>)> {
         let Ok(mut c) = c.try_borrow_mut() else {
             return Vec::new();
         };
-        c.slots
+        let c = &mut *c;
+        c.others
             .iter_mut()
+            .chain(c.active.iter_mut())
             .filter(|s| s.xmem == xmem)
             .map(|s| {
                 let objs = s.lists.iter_mut().flat_map(List::take_all).collect();
@@ -264,5 +280,8 @@ pub fn drain(xmem: u64) -> Vec<(u32, Vec<usize>)> {
 
 /// How many (instance, tag) slots this thread holds (tests).
 pub fn slots() -> usize {
-    CACHE.with(|c| c.try_borrow().map_or(0, |c| c.slots.len()))
+    CACHE.with(|c| {
+        c.try_borrow()
+            .map_or(0, |c| c.others.len() + usize::from(c.active.is_some()))
+    })
 }

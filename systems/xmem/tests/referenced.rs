@@ -43,11 +43,14 @@ fn touched_bytes_are_counted_per_region() {
         );
         touch(pa, 256 << 10);
         let r = by_region(x);
-        // Most of the 256 KiB: the kernel does not report every touched page as referenced
-        // (seen: 224-256 KiB), so only the order of magnitude and the separation are checked.
-        assert!(get(&r, ra) >= 128 << 10, "round {round}: {r:?}");
+        // Not every touched page is reported referenced: 224-256 KiB of the 256 KiB were seen
+        // on this VM's kernel on some days, 16-120 KiB on others (with the same binary). So the
+        // check is that the touched region counts and the neighbour counts far less: a merged
+        // VMA would split its count evenly between the two.
+        let (touched, neighbour) = (get(&r, ra), get(&r, rb));
+        assert!(touched >= 4 << 10, "round {round}: {r:?}");
         assert!(
-            get(&r, rb) <= 64 << 10,
+            neighbour <= touched / 4,
             "round {round}: the neighbour untouched: {r:?}"
         );
         // Move both regions to PM (and later back): each is still counted apart.
