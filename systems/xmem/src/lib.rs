@@ -49,6 +49,9 @@ use tier::{Dram, Pm};
 /// (instance, tag) pairs one thread caches objects for at once (the least recently added
 /// gives its objects back to make room).
 pub const THREAD_CACHE_SLOTS: usize = tcache::MAX_SLOTS;
+/// Small objects a thread cache takes from its tag's heap in one refill (and gives back in one
+/// spill), under one lock.
+pub const THREAD_CACHE_BATCH: usize = tcache::BATCH;
 
 /// Numbers of `XMem` instances, for the thread caches.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use pmkit_xmem::{XMem, XmemError, THREAD_CACHE_SLOTS};
+use pmkit_xmem::{XMem, XmemError, THREAD_CACHE_BATCH, THREAD_CACHE_SLOTS};
 use std::ptr::NonNull;
 
 /// `regions` regions of 2 MiB, PM and DRAM for half each, thread caches on.
@@ -210,7 +210,7 @@ fn slots_are_bounded_and_an_evicted_slot_gives_its_objects_back() {
                 assert!(XMem::thread_cache_slots() <= THREAD_CACHE_SLOTS);
             }
             assert_eq!(XMem::thread_cache_slots(), THREAD_CACHE_SLOTS);
-            // Each cached tag holds its one refill (32 objects of 64 B); the 4 evicted first
+            // Each cached tag holds its one refill (a batch of 64 B objects); the 4 evicted first
             // gave theirs back.
             let regions = x.regions();
             for (i, t) in tags.iter().enumerate() {
@@ -219,7 +219,11 @@ fn slots_are_bounded_and_an_evicted_slot_gives_its_objects_back() {
                     .filter(|r| r.tag == *t)
                     .map(|r| r.bytes)
                     .sum();
-                assert_eq!(bytes, if i < 4 { 0 } else { 32 * 64 }, "tag {i}");
+                assert_eq!(
+                    bytes,
+                    if i < 4 { 0 } else { THREAD_CACHE_BATCH * 64 },
+                    "tag {i}"
+                );
             }
         })
         .join()
