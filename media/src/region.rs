@@ -90,6 +90,8 @@ pub struct Region {
     on_tmpfs: bool,
     read_only: bool,
     notes: Vec<String>,
+    /// The alignment any mapping of part of the file must keep (device-dax: the device's).
+    map_align: usize,
 }
 
 // SAFETY: the mapping is plain shared memory; all access goes through raw-pointer copies and
@@ -193,6 +195,7 @@ impl Region {
             on_tmpfs: true,
             read_only: false,
             notes: vec![],
+            map_align: PAGE as usize,
         })
     }
 
@@ -259,6 +262,7 @@ impl Region {
             on_tmpfs,
             read_only: opts.read_only,
             notes,
+            map_align: PAGE as usize,
         })
     }
 
@@ -309,6 +313,7 @@ impl Region {
             on_tmpfs: false,
             read_only: opts.read_only,
             notes: vec![],
+            map_align: align as usize,
         })
     }
 
@@ -348,6 +353,12 @@ impl Region {
         self.read_only
     }
 
+    /// The alignment (bytes) of the offset and length of any `mmap` of part of this region's
+    /// file: a device-dax device's `align` (2 MiB or 1 GiB), else a page.
+    pub fn map_align(&self) -> usize {
+        self.map_align
+    }
+
     pub(crate) fn from_parts(
         ptr: *mut u8,
         len: usize,
@@ -365,6 +376,7 @@ impl Region {
             on_tmpfs: true,
             read_only: false,
             notes: vec![],
+            map_align: PAGE as usize,
         }
     }
 

@@ -16,13 +16,20 @@ pub struct RunArgs {
     /// The fast-tier (DRAM) budget, e.g. 256M (a whole number of regions is used).
     #[arg(long, value_parser = parse_size)]
     fast_budget: Option<u64>,
-    /// The slow tier's file (emulated PM on /dev/shm, or a file on a DAX file system). It must
-    /// not exist; it is removed when the program exits.
-    #[arg(long)]
+    /// The slow tier's file (emulated PM on /dev/shm, or a file on a DAX file system; it must
+    /// not exist and is removed when the program exits) or device-dax device (/dev/daxX.Y).
+    #[arg(long, conflicts_with = "slow_node")]
     pm: Option<PathBuf>,
     /// The slow tier's size.
     #[arg(long, value_parser = parse_size)]
     pm_size: Option<u64>,
+    /// Bind DRAM regions to this NUMA node.
+    #[arg(long)]
+    fast_node: Option<u32>,
+    /// The slow tier is this NUMA node (PM or CXL memory as a CPU-less node), --pm-size of it;
+    /// regions move by mbind. Needs --fast-node.
+    #[arg(long, requires = "fast_node")]
+    slow_node: Option<u32>,
     /// Region size (a power of two, 2M-1G).
     #[arg(long, value_parser = parse_size)]
     region_size: Option<u64>,
@@ -90,6 +97,12 @@ fn spec(a: &RunArgs, stats: &std::path::Path) -> Result<String> {
     }
     if let Some(r) = a.region_size {
         kv.push(format!("region={r}"));
+    }
+    if let Some(n) = a.fast_node {
+        kv.push(format!("fast_node={n}"));
+    }
+    if let Some(n) = a.slow_node {
+        kv.push(format!("slow_node={n}"));
     }
     if a.thp {
         kv.push("thp=on".into());

@@ -141,6 +141,42 @@ fn the_command_line_places_an_x_mem_program() {
     let (r, _) = run(&bin, &pm, &["--profile", &prof, "--priority", "cold=3"]);
     assert_eq!(in_dram(&r), ["cold"], "{r:?}");
 
+    // The slow tier as a NUMA node (node 0 for both tiers: this machine has one node, so the
+    // plumbing runs and nothing moves): no PM file, the same placement.
+    let o = pmkit(&[
+        "xmem",
+        "run",
+        "--json",
+        "--fast-budget",
+        "2M",
+        "--region-size",
+        "2M",
+        "--pm-size",
+        "64M",
+        "--fast-node",
+        "0",
+        "--slow-node",
+        "0",
+        "--",
+        &bin,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tiers: Vec<(&str, &str)> = v["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["tier"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        tiers.iter().filter(|t| t.1 == "dram").collect::<Vec<_>>(),
+        [&("cold", "dram")],
+        "{tiers:?}"
+    );
+    assert_eq!(tiers.len(), 4, "{tiers:?}");
+    let o = pmkit(&["xmem", "run", "--slow-node", "0", "--", &bin]);
+    assert!(!o.status.success(), "--slow-node needs --fast-node");
+
     // The program's exit code passes through.
     let o = pmkit(&["xmem", "run", "--pm", &pm, "--", &bin, "x"]);
     assert_eq!(o.status.code(), Some(7), "{}", text(&o));

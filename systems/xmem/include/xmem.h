@@ -30,9 +30,11 @@ enum {
     XMEM_EINTERNAL = -7 /* a bug in pmkit */
 };
 
-/* spec: NULL or "key=value,..." with keys pm (PM file; default /dev/shm/xmem-<pid>.img, removed
- * when created by X-Mem), pm_size (1G), budget (DRAM, 256M), region (64M, a power of two >= 2M),
- * reserve (address space, 64G), thp (on/off). Sizes take K, M, G, T. */
+/* spec: NULL or "key=value,..." with keys pm (PM file, or a device-dax device /dev/daxX.Y;
+ * default /dev/shm/xmem-<pid>.img, removed when created by X-Mem), pm_size (1G), budget (DRAM,
+ * 256M), region (64M, a power of two >= 2M), reserve (address space, 64G), thp (on/off),
+ * fast_node (bind DRAM regions to this NUMA node), slow_node (the slow tier is this NUMA node,
+ * pm_size of it, moved to by mbind; needs fast_node). Sizes take K, M, G, T. */
 int xmem_init(const char *spec);
 /* The tag named name (the same name gives the same tag): >= 0, or a negative code. */
 int xmem_tag(const char *name);

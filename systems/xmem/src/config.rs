@@ -41,8 +41,17 @@ pub struct Config {
     /// Bind DRAM regions to this NUMA node (`mbind(MPOL_BIND)`); `None`: the kernel's default
     /// policy. Must name an online node.
     pub fast_node: Option<u32>,
-    /// The slow tier.
+    /// The slow tier: a PM file or device-dax device (`pm.path`) of `pm.bytes`, unless
+    /// `slow_node` is set.
     pub pm: PmSpec,
+    /// The slow tier is this NUMA node (PM in the kernel's KMEM DAX mode, CXL memory: memory on
+    /// a CPU-less node) with a capacity of `pm.bytes`; `pm.path` is not used. Slow regions are
+    /// anonymous memory bound to it, and regions move between the tiers by
+    /// `mbind(MPOL_BIND, MPOL_MF_MOVE)`, the kernel migrating their pages at the same
+    /// addresses (the thesis's way). Needs `fast_node`, the node DRAM regions are bound and
+    /// moved to. The two may be the same node (to check the plumbing on a one-node machine:
+    /// then nothing moves).
+    pub slow_node: Option<u32>,
     /// `L(p, m)` of the placement model.
     pub latencies: Latencies,
     /// Per-thread caches of small objects (`tcache`; on by default). On: a small `alloc`/`free`
@@ -64,6 +73,7 @@ impl Config {
             fast_budget,
             thp: false,
             fast_node: None,
+            slow_node: None,
             pm: PmSpec {
                 path: pm_path.into(),
                 bytes: pm_bytes,
@@ -122,14 +132,21 @@ impl Config {
                 limit: self.reserve as u64,
             });
         }
-        if let Some(n) = self.fast_node {
+        for n in self.fast_node.iter().chain(&self.slow_node) {
             let online = std::path::Path::new("/sys/devices/system/node").join(format!("node{n}"));
-            if n >= 1024 || !online.exists() {
+            if *n >= 1024 || !online.exists() {
                 return bad(format!(
                     "NUMA node {n} does not exist ({})",
                     online.display()
                 ));
             }
+        }
+        if self.slow_node.is_some() && self.fast_node.is_none() {
+            return bad(
+                "a NUMA slow tier (slow_node) needs fast_node: the node DRAM regions are bound \
+                 and moved to"
+                    .into(),
+            );
         }
         self.latencies.validate()
     }

@@ -102,11 +102,10 @@ pub unsafe extern "C" fn xmem_init(spec: *const c_char) -> c_int {
         if XMEM.get().is_some() {
             return Err((XMEM_EINIT, "xmem_init was called already".into()));
         }
-        let path = sp.cfg.pm.path.clone();
         let x = XMem::new(sp.cfg).map_err(err)?;
         // The process-wide instance is never dropped, so the PM file it created is unlinked now;
         // its mappings and descriptor stay valid until the process ends.
-        let _ = std::fs::remove_file(&path);
+        x.unlink_pm_file();
         if let Some(p) = &sp.profile {
             x.load_profiles(p).map_err(|e| {
                 (

@@ -44,7 +44,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tier::{Dram, Pm};
+use tier::{Dram, Slow};
 
 /// (instance, tag) pairs one thread caches objects for at once (the least recently added
 /// gives its objects back to make room).
@@ -125,7 +125,7 @@ struct Table {
     free: std::collections::BTreeSet<usize>,
     entries: Vec<Option<Entry>>,
     dram: Dram,
-    pm: Pm,
+    slow: Slow,
 }
 
 /// The allocator. `Send + Sync`; share it by reference or `Arc`.
@@ -152,7 +152,7 @@ impl XMem {
     pub fn new(cfg: Config) -> Result<XMem> {
         cfg.validate()?;
         let space = Space::new(cfg.reserve, cfg.region_size)?;
-        let pm = Pm::open(&cfg.pm, cfg.region_size)?;
+        let slow = Slow::open(&cfg)?;
         let n = space.regions();
         let dram = Dram::new((cfg.fast_budget / cfg.region_size as u64) as usize);
         Ok(XMem {
@@ -162,7 +162,7 @@ impl XMem {
                 free: Default::default(),
                 entries: (0..n).map(|_| None).collect(),
                 dram,
-                pm,
+                slow,
             }),
             tags: RwLock::new(Vec::new()),
             heaps: (0..MAX_TAGS).map(|_| OnceLock::new()).collect(),
@@ -176,6 +176,15 @@ impl XMem {
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Remove the PM file now if X-Mem created it (its mappings stay valid until the `XMem` is
+    /// dropped); a device-dax device or a NUMA slow tier is left alone. For a process-wide
+    /// instance that is never dropped (the C ABI).
+    pub fn unlink_pm_file(&self) {
+        if let Slow::File(pm) = &mut self.table.lock().slow {
+            pm.unlink();
+        }
     }
 
     /// The tag named `name`, made on first use (names key profiles).
@@ -424,7 +433,7 @@ impl XMem {
         self.space.unmap_region(r)?;
         match tier {
             Tier::Fast => tb.dram.give(),
-            Tier::Slow => tb.pm.give(slot.expect("a PM region has a slot")),
+            Tier::Slow => tb.slow.give(slot.expect("a slow region has a slot")),
         }
         tb.entries[r] = None;
         tb.free.insert(r);
@@ -498,10 +507,14 @@ impl XMem {
             }
             (Tier::Fast, None)
         } else {
-            let slot = tb.pm.take()?;
-            let (fd, off) = (tb.pm.fd(), tb.pm.offset(slot));
-            if let Err(e) = self.space.map_slow(i, fd, off) {
-                tb.pm.give(slot);
+            let slot = tb.slow.take()?;
+            let mapped = match &tb.slow {
+                Slow::File(pm) => self.space.map_slow(i, pm.fd(), pm.offset(slot)),
+                // Fresh anonymous pages bound to the slow node.
+                Slow::Node(n) => self.space.map_fast(i, self.cfg.thp, Some(n.node)),
+            };
+            if let Err(e) = mapped {
+                tb.slow.give(slot);
                 return Err(e);
             }
             (Tier::Slow, Some(slot))
@@ -645,9 +658,13 @@ impl XMem {
         }
         match to {
             Tier::Slow => {
-                let slot = tb.pm.take()?;
-                if let Err(err) = migrate::to_slow(&self.space, index, &tb.pm, slot) {
-                    tb.pm.give(slot);
+                let slot = tb.slow.take()?;
+                let moved = match &tb.slow {
+                    Slow::File(pm) => migrate::to_slow(&self.space, index, pm, slot),
+                    Slow::Node(n) => self.space.rebind(index, n.node),
+                };
+                if let Err(err) = moved {
+                    tb.slow.give(slot);
                     return Err(err);
                 }
                 tb.dram.give();
@@ -659,13 +676,16 @@ impl XMem {
                         slots: tb.dram.slots(),
                     });
                 }
-                if let Err(err) =
-                    migrate::to_fast(&self.space, index, self.cfg.thp, self.cfg.fast_node)
-                {
+                let moved = match (&tb.slow, self.cfg.fast_node) {
+                    (Slow::Node(_), Some(fast)) => self.space.rebind(index, fast),
+                    _ => migrate::to_fast(&self.space, index, self.cfg.thp, self.cfg.fast_node),
+                };
+                if let Err(err) = moved {
                     tb.dram.give();
                     return Err(err);
                 }
-                tb.pm.give(e.slot.take().expect("a PM region has a slot"));
+                tb.slow
+                    .give(e.slot.take().expect("a slow region has a slot"));
             }
         }
         e.tier = to;
@@ -693,7 +713,8 @@ impl XMem {
             .count();
         assert_eq!(fast, tb.dram.used());
         assert!(fast <= tb.dram.slots());
-        assert_eq!(slow, tb.pm.used());
+        assert_eq!(slow, tb.slow.used());
+        assert!(slow <= tb.slow.slots());
     }
 
     /// The NUMA node holding the page at `p` (which must be touched), from `get_mempolicy`.

@@ -110,6 +110,13 @@ impl Space {
         Ok(())
     }
 
+    /// Bind mapped region `i` to NUMA node `node` and have the kernel move its pages there (a
+    /// NUMA slow tier's migration; no write protection: writers wait in the kernel).
+    pub fn rebind(&self, i: usize, node: u32) -> Result<()> {
+        assert_eq!(self.state(i).load(Ordering::Acquire), MAPPED);
+        sys::bind_move(self.addr(i), self.region_size(), node)
+    }
+
     /// Return mapped region `i` to the reservation: `PROT_NONE`, pages released, state unused.
     pub fn unmap_region(&self, i: usize) -> Result<()> {
         assert_eq!(self.state(i).load(Ordering::Acquire), MAPPED);

@@ -4,8 +4,9 @@
 //! keys override it, so an operator can size the tiers, load a saved profile and set
 //! priorities without rebuilding the program.
 //!
-//! Keys: `pm` (slow-tier file), `pm_size`, `budget` (fast-tier bytes), `region`, `reserve`,
-//! `thp` (on/off), `profile` (a file saved by `XMem::save_profiles` or `pmkit xmem profile`:
+//! Keys: `pm` (slow-tier file or device-dax device), `pm_size`, `budget` (fast-tier bytes),
+//! `region`, `reserve`, `thp` (on/off), `fast_node` and `slow_node` (NUMA nodes: DRAM regions
+//! bound to the first; the slow tier the second, `pm_size` of it), `profile` (a file saved by `XMem::save_profiles` or `pmkit xmem profile`:
 //! each named tag gets its profile before the program allocates), `priority` (`NAME:N`,
 //! repeatable), `slow_latency` (`CHASE:RANDOM:STREAMING`, the slow tier's stall per access for
 //! the placement model), `stats` (a file the regions are written to as JSON when the process
@@ -66,6 +67,11 @@ pub fn parse(program: &str, env: Option<&str>) -> Result<Spec, String> {
     Ok(spec)
 }
 
+fn node(v: &str) -> Result<u32, String> {
+    v.parse()
+        .map_err(|_| format!("NUMA node {v:?}: expected a number"))
+}
+
 fn apply(spec: &mut Spec, text: &str) -> Result<(), String> {
     let cfg = &mut spec.cfg;
     for kv in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -80,6 +86,8 @@ fn apply(spec: &mut Spec, text: &str) -> Result<(), String> {
             "region" => cfg.region_size = size(v)? as usize,
             "reserve" => cfg.reserve = size(v)? as usize,
             "thp" => cfg.thp = on(v)?,
+            "fast_node" => cfg.fast_node = Some(node(v)?),
+            "slow_node" => cfg.slow_node = Some(node(v)?),
             "profile" => spec.profile = Some(v.into()),
             "stats" => spec.stats = Some(v.into()),
             "priority" => {
@@ -133,7 +141,7 @@ mod tests {
     #[test]
     fn specs_parse_and_bad_ones_are_refused() {
         let s = parse(
-            "pm=/dev/shm/x.img, pm_size=2G,budget=128M,region=2M,reserve=1G,thp=on",
+            "pm=/dev/shm/x.img, pm_size=2G,budget=128M,region=2M,reserve=1G,thp=on,fast_node=0,slow_node=1",
             None,
         )
         .unwrap();
@@ -143,12 +151,15 @@ mod tests {
             (c.pm.bytes, c.fast_budget, c.region_size, c.reserve, c.thp),
             (2 << 30, 128 << 20, 2 << 20, 1 << 30, true)
         );
+        assert_eq!((c.fast_node, c.slow_node), (Some(0), Some(1)));
         assert!(parse("", None).is_ok());
         for bad in [
             "budget",
             "budget=12Q",
             "colour=blue",
             "thp=maybe",
+            "slow_node=one",
+            "fast_node=-1",
             "priority=hot",
             "priority=hot:x",
             "slow_latency=1:2",

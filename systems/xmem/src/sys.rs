@@ -189,6 +189,26 @@ const MASK_BITS: usize = 1024;
 /// Bind `[addr, addr+len)` to NUMA node `node` (`mbind(MPOL_BIND)`): its pages come from that
 /// node only. Pages already there are not moved (no `MPOL_MF_MOVE`); X-Mem binds fresh mappings.
 pub fn bind(addr: usize, len: usize, node: u32) -> Result<()> {
+    mbind(addr, len, node, 0, "mbind")
+}
+
+/// Bind `[addr, addr+len)` to NUMA node `node` and move its pages there
+/// (`mbind(MPOL_BIND, MPOL_MF_MOVE | MPOL_MF_STRICT)`): the kernel migrates each page at the
+/// same address, a thread touching one meanwhile waits in the kernel; a page that could not be
+/// moved is an error (`EIO`).
+pub fn bind_move(addr: usize, len: usize, node: u32) -> Result<()> {
+    const MPOL_MF_STRICT: u32 = 1;
+    const MPOL_MF_MOVE: u32 = 2;
+    mbind(
+        addr,
+        len,
+        node,
+        MPOL_MF_MOVE | MPOL_MF_STRICT,
+        "mbind(MPOL_MF_MOVE)",
+    )
+}
+
+fn mbind(addr: usize, len: usize, node: u32, flags: u32, what: &'static str) -> Result<()> {
     assert!((node as usize) < MASK_BITS);
     let mut mask = [0u64; MASK_BITS / 64];
     mask[node as usize / 64] |= 1 << (node % 64);
@@ -202,11 +222,11 @@ pub fn bind(addr: usize, len: usize, node: u32) -> Result<()> {
             MPOL_BIND,
             mask.as_ptr(),
             MASK_BITS + 1,
-            0u32,
+            flags,
         )
     };
     if r != 0 {
-        return Err(XmemError::os("mbind"));
+        return Err(XmemError::os(what));
     }
     Ok(())
 }

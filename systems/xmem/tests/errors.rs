@@ -178,3 +178,17 @@ fn an_existing_pm_file_is_refused_and_kept() {
     assert!(matches!(XMem::new(cfg), Err(XmemError::BadConfig(_))));
     assert_eq!(std::fs::read(&path).unwrap(), b"somebody's data");
 }
+
+/// A character device is taken as device-dax: one that is not (here `/dev/null`; this kernel
+/// has no device-dax to test the real path with) is refused by the media layer, and never
+/// removed, neither by the failed `XMem::new` nor by a C-ABI style unlink.
+#[test]
+fn a_character_device_that_is_not_device_dax_is_refused_and_kept() {
+    let mut cfg = Config::new("/dev/null", 4 * MIB as u64, 0);
+    cfg.region_size = 2 * MIB;
+    cfg.reserve = 8 * MIB;
+    let err = XMem::new(cfg).err().expect("refused");
+    assert!(matches!(err, XmemError::Media(_)), "{err:?}");
+    assert!(err.to_string().contains("dax"), "{err}");
+    assert!(std::path::Path::new("/dev/null").exists());
+}
