@@ -1,9 +1,10 @@
 //! Migration speed (compare with the thesis's Table 9: about 1 s per GiB DRAM -> NVM with 64 MB
 //! regions and 4 KiB pages on its emulator).
 //!
-//! `cargo run --release -p pmkit-xmem --example migrate -- [REGION_MIB] [GIB] [thp]`
+//! `cargo run --release -p pmkit-xmem --example migrate -- [REGION_MIB] [GIB] [thp|4k] [rights]`
 //! moves GIB (default 1) of full regions (default 64 MiB) DRAM -> PM (/dev/shm) and back, three
-//! rounds, and prints the median ms per GiB of each direction.
+//! rounds, and prints the median ms per GiB of each direction. `rights`: hold writers off by
+//! page rights instead of userfaultfd (`Config::uffd = false`).
 
 use pmkit_xmem::{Config, Tier, XMem};
 use std::time::Instant;
@@ -13,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let region_mib: usize = args.first().map_or(Ok(64), |s| s.parse())?;
     let gib: usize = args.get(1).map_or(Ok(1), |s| s.parse())?;
     let thp = args.get(2).is_some_and(|s| s == "thp");
+    let rights = args.get(3).is_some_and(|s| s == "rights");
     let region = region_mib << 20;
     let total = gib << 30;
     let n = total / region;
@@ -21,7 +23,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.region_size = region;
     cfg.reserve = 2 * total;
     cfg.thp = thp;
+    cfg.uffd = !rights;
     let x = XMem::new(cfg)?;
+    println!("write protection: {:?}", x.write_protection());
     let t = x.tag("data")?;
     let mut objs = Vec::new();
     for k in 0..n {

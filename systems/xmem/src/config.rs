@@ -54,6 +54,14 @@ pub struct Config {
     pub slow_node: Option<u32>,
     /// `L(p, m)` of the placement model.
     pub latencies: Latencies,
+    /// Hold off a migrating region's writers with userfaultfd write protection (on by
+    /// default) where the kernel (5.19+ for shmem, 6.4+ for unpopulated pages) and the
+    /// process's privileges allow it (root, or `vm.unprivileged_userfaultfd = 1`): every
+    /// writer, a system call writing on the program's behalf (`read(fd, buf, n)`) included,
+    /// waits in the kernel for the copy. Otherwise, or off: read-only page rights, the
+    /// program's writers wait in X-Mem's SIGSEGV handler and such a system call fails with
+    /// `EFAULT`. `XMem::write_protection` says which is in use.
+    pub uffd: bool,
     /// Per-thread caches of small objects (`tcache`; on by default). On: a small `alloc`/`free`
     /// is a push or pop on the calling thread's array for (tag, class) plus one live bit, and
     /// the tag's heap lock is taken once per 32 objects; a region's live bytes count the objects
@@ -80,6 +88,7 @@ impl Config {
             },
             latencies: Latencies::default(),
             thread_cache: true,
+            uffd: true,
         }
     }
 

@@ -59,6 +59,11 @@ pub fn note_begin() {
     BEGUN.fetch_add(1, Ordering::AcqRel);
 }
 
+/// Count `n` writes that waited for a migration outside the handler (userfaultfd).
+pub fn note_parked(n: u64) {
+    PARKED.fetch_add(n, Ordering::Relaxed);
+}
+
 /// How many writes have waited for a migration in this process.
 pub fn parked() -> u64 {
     PARKED.load(Ordering::Relaxed)

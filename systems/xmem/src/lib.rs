@@ -151,7 +151,7 @@ impl XMem {
     /// Validate `cfg`, reserve the address space and open the PM tier.
     pub fn new(cfg: Config) -> Result<XMem> {
         cfg.validate()?;
-        let space = Space::new(cfg.reserve, cfg.region_size)?;
+        let space = Space::new(cfg.reserve, cfg.region_size, cfg.uffd)?;
         let slow = Slow::open(&cfg)?;
         let n = space.regions();
         let dram = Dram::new((cfg.fast_budget / cfg.region_size as u64) as usize);
@@ -176,6 +176,18 @@ impl XMem {
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// How a migration holds off the region's writers: `"userfaultfd"` (every writer waits in
+    /// the kernel, system calls included) or `"page rights"` (the program's writes wait in
+    /// X-Mem's SIGSEGV handler; a system call writing into the region fails with `EFAULT`),
+    /// with the reason userfaultfd is not used. A region on a DAX file falls back to page
+    /// rights even when userfaultfd is available. (A NUMA slow tier's moves are the kernel's.)
+    pub fn write_protection(&self) -> (&'static str, Option<&str>) {
+        match self.space.uffd_unavailable() {
+            None => ("userfaultfd", None),
+            Some(why) => ("page rights", Some(why)),
+        }
     }
 
     /// Remove the PM file now if X-Mem created it (its mappings stay valid until the `XMem` is

@@ -5,7 +5,7 @@
 use crate::error::{Result, XmemError};
 use crate::fault::{self, Registration, MAPPED, MIGRATING, UNUSED};
 use crate::sys;
-use std::os::unix::io::RawFd;
+use std::os::unix::io::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 pub struct Space {
@@ -13,10 +13,25 @@ pub struct Space {
     len: usize,
     shift: u32,
     reg: Registration,
+    /// Write protection for migrations by userfaultfd, or why there is none (then by page
+    /// rights and the SIGSEGV handler).
+    uffd: std::result::Result<OwnedFd, String>,
+}
+
+/// How a migrating region's writers are held off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wp {
+    /// userfaultfd write protection: every writer, a system call's included, waits in the
+    /// kernel until the region's new pages are in place.
+    Uffd,
+    /// Read-only page rights: a program's write faults into `fault.rs` and waits there; a
+    /// system call writing into the region fails with `EFAULT`.
+    Signal,
 }
 
 impl Space {
-    pub fn new(len: usize, region_size: usize) -> Result<Space> {
+    /// `uffd`: hold off writers with userfaultfd where the kernel and privileges allow.
+    pub fn new(len: usize, region_size: usize, uffd: bool) -> Result<Space> {
         assert!(region_size.is_power_of_two() && len.is_multiple_of(region_size));
         let base = sys::reserve(len, region_size)?;
         let shift = region_size.trailing_zeros();
@@ -44,6 +59,11 @@ impl Space {
             len,
             shift,
             reg,
+            uffd: if uffd {
+                sys::uffd_open()
+            } else {
+                Err("turned off (Config::uffd)".into())
+            },
         })
     }
 
@@ -127,8 +147,14 @@ impl Space {
         Ok(())
     }
 
-    /// Migration step 1: writers to region `i` now fault and wait (see `fault.rs`).
-    pub fn begin_migration(&self, i: usize) -> Result<()> {
+    /// Why migrations hold writers off by page rights and not by userfaultfd, if they do.
+    pub fn uffd_unavailable(&self) -> Option<&str> {
+        self.uffd.as_ref().err().map(String::as_str)
+    }
+
+    /// Migration step 1: writers to region `i` now wait: in the kernel (userfaultfd write
+    /// protection, where the memory allows it) or in `fault.rs` (read-only rights).
+    pub fn begin_migration(&self, i: usize) -> Result<Wp> {
         let w = self.state(i);
         assert_eq!(
             w.load(Ordering::Acquire),
@@ -137,13 +163,19 @@ impl Space {
         );
         fault::note_begin();
         w.store(MIGRATING, Ordering::Release);
+        if let Ok(fd) = &self.uffd {
+            // A DAX file's pages cannot be write-protected this way: page rights then.
+            if sys::uffd_protect(fd, self.addr(i), self.region_size()).is_ok() {
+                return Ok(Wp::Uffd);
+            }
+        }
         // SAFETY: region `i` is ours and mapped; writers fault into the handler, which parks
         // them because the state says MIGRATING; readers are unaffected.
         if let Err(e) = unsafe { sys::protect(self.addr(i), self.region_size(), libc::PROT_READ) } {
-            self.end_migration(i);
+            self.end_migration(i, Wp::Signal);
             return Err(e);
         }
-        Ok(())
+        Ok(Wp::Signal)
     }
 
     /// Migration step 3 (PM destination): the file slot, already holding the region's bytes,
@@ -169,22 +201,32 @@ impl Space {
     }
 
     /// Restore write rights after a failed migration step (the old pages are still in place).
-    pub fn restore_rights(&self, i: usize) -> Result<()> {
-        // SAFETY: region `i` is ours and mapped.
-        unsafe {
-            sys::protect(
-                self.addr(i),
-                self.region_size(),
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
+    pub fn restore_rights(&self, i: usize, wp: Wp) -> Result<()> {
+        match (wp, &self.uffd) {
+            (Wp::Uffd, Ok(fd)) => sys::uffd_unprotect(fd, self.addr(i), self.region_size()),
+            // SAFETY: region `i` is ours and mapped.
+            _ => unsafe {
+                sys::protect(
+                    self.addr(i),
+                    self.region_size(),
+                    libc::PROT_READ | libc::PROT_WRITE,
+                )
+            },
         }
     }
 
-    /// Migration step 4: the region is writable again; wake the parked writers.
-    pub fn end_migration(&self, i: usize) {
+    /// Migration step 4: the region is writable again (new pages in place, or the old ones
+    /// restored); wake the writers that waited.
+    pub fn end_migration(&self, i: usize, wp: Wp) {
         let w = self.state(i);
         w.store(MAPPED, Ordering::Release);
         sys::futex_wake(w);
+        if let (Wp::Uffd, Ok(fd)) = (wp, &self.uffd) {
+            // Each queued message is a writer that waited; counted with the handler's.
+            fault::note_parked(sys::uffd_drain(fd));
+            sys::uffd_wake(fd, self.addr(i), self.region_size())
+                .expect("waking the writers of our own region");
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! caller must guarantee, and `space.rs` only ever passes ranges inside its own reservation.
 
 use crate::error::{Result, XmemError};
-use std::os::unix::io::RawFd;
+use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::AtomicU32;
 
 fn check(p: *mut libc::c_void, what: &'static str) -> Result<usize> {
@@ -343,4 +343,175 @@ pub fn map_table(len: usize) -> Result<usize> {
         )
     };
     check(p, "mmap (side table)")
+}
+
+// userfaultfd write protection (linux/userfaultfd.h). The constants are the kernel's ABI;
+// Debian 12's headers predate UFFD_FEATURE_WP_UNPOPULATED (Linux 6.4).
+const UFFD_API: u64 = 0xAA;
+const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
+const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
+const UFFDIO_UNREGISTER: libc::c_ulong = 0x8010_aa01;
+const UFFDIO_WAKE: libc::c_ulong = 0x8010_aa02;
+const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xc018_aa06;
+const UFFD_FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+const UFFD_FEATURE_WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
+const UFFD_FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
+const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
+const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
+/// `sizeof(struct uffd_msg)`.
+const UFFD_MSG: usize = 32;
+
+#[repr(C)]
+struct UffdioApi {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct UffdioRange {
+    start: u64,
+    len: u64,
+}
+
+#[repr(C)]
+struct UffdioRegister {
+    range: UffdioRange,
+    mode: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
+}
+
+/// A userfaultfd for write protection of anonymous and shmem memory, faults from system calls
+/// included (no `UFFD_USER_MODE_ONLY`), or why there is none: the kernel lacks the features,
+/// or the process may not handle kernel faults (it needs `CAP_SYS_PTRACE`, or
+/// `vm.unprivileged_userfaultfd = 1`).
+pub fn uffd_open() -> std::result::Result<OwnedFd, String> {
+    // SAFETY: userfaultfd takes flags only and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if fd < 0 {
+        return Err(format!(
+            "userfaultfd: {} (root, or vm.unprivileged_userfaultfd = 1, is needed for faults \
+             from system calls)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a descriptor just returned to us and owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let want = UFFD_FEATURE_PAGEFAULT_FLAG_WP
+        | UFFD_FEATURE_WP_HUGETLBFS_SHMEM
+        | UFFD_FEATURE_WP_UNPOPULATED;
+    let mut api = UffdioApi {
+        api: UFFD_API,
+        features: want,
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_API reads and writes one `struct uffdio_api`, which `api` is.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_API, &mut api) } != 0 {
+        return Err(format!(
+            "UFFDIO_API (write protection of anonymous, shmem and unpopulated pages): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if api.features & want != want {
+        return Err(format!(
+            "userfaultfd lacks write-protection features (has {:#x})",
+            api.features
+        ));
+    }
+    Ok(fd)
+}
+
+fn uffd_ioctl<T>(fd: &OwnedFd, req: libc::c_ulong, arg: &mut T, what: &'static str) -> Result<()> {
+    // SAFETY: each request below reads (and may write) exactly the struct `T` passed for it;
+    // none touches memory outside the registered ranges' page tables.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), req, arg as *mut T) } != 0 {
+        return Err(XmemError::os(what));
+    }
+    Ok(())
+}
+
+fn range(addr: usize, len: usize) -> UffdioRange {
+    UffdioRange {
+        start: addr as u64,
+        len: len as u64,
+    }
+}
+
+/// Register `[addr, addr+len)` for write-protect faults and write-protect every page of it,
+/// present or not: from now on a write to it, by the program or by a system call, waits in the
+/// kernel until [`uffd_wake`]. Fails on memory the kernel cannot write-protect (a DAX file).
+pub fn uffd_protect(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
+    let mut reg = UffdioRegister {
+        range: range(addr, len),
+        mode: UFFDIO_REGISTER_MODE_WP,
+        ioctls: 0,
+    };
+    uffd_ioctl(fd, UFFDIO_REGISTER, &mut reg, "UFFDIO_REGISTER")?;
+    let mut wp = UffdioWriteprotect {
+        range: range(addr, len),
+        mode: UFFDIO_WRITEPROTECT_MODE_WP,
+    };
+    if let Err(e) = uffd_ioctl(fd, UFFDIO_WRITEPROTECT, &mut wp, "UFFDIO_WRITEPROTECT") {
+        let _ = uffd_unregister(fd, addr, len);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Undo [`uffd_protect`] on the same mapping (a failed migration): writable again, unregistered.
+pub fn uffd_unprotect(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
+    let mut wp = UffdioWriteprotect {
+        range: range(addr, len),
+        mode: 0,
+    };
+    uffd_ioctl(
+        fd,
+        UFFDIO_WRITEPROTECT,
+        &mut wp,
+        "UFFDIO_WRITEPROTECT (off)",
+    )?;
+    uffd_unregister(fd, addr, len)
+}
+
+fn uffd_unregister(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
+    let mut r = range(addr, len);
+    uffd_ioctl(fd, UFFDIO_UNREGISTER, &mut r, "UFFDIO_UNREGISTER")
+}
+
+/// Wake every thread waiting on a write-protect fault in `[addr, addr+len)`; each retries its
+/// access (against whatever is mapped there now).
+pub fn uffd_wake(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
+    let mut r = range(addr, len);
+    uffd_ioctl(fd, UFFDIO_WAKE, &mut r, "UFFDIO_WAKE")
+}
+
+/// Read (and so count) the fault messages queued on `fd`: one per thread that waited.
+pub fn uffd_drain(fd: &OwnedFd) -> u64 {
+    let mut buf = [0u8; UFFD_MSG * 16];
+    let mut n = 0;
+    loop {
+        // SAFETY: reads at most `buf.len()` bytes into `buf`; the descriptor is non-blocking.
+        let r = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if r <= 0 {
+            return n;
+        }
+        n += r as u64 / UFFD_MSG as u64;
+    }
+}
+
+/// Fault in the page tables of `[addr, addr+len)` for reading (`MADV_POPULATE_READ`, Linux
+/// 5.14+), in one call rather than one fault per page during a copy. Write-protected shmem
+/// (a PM file on /dev/shm under userfaultfd) gets no fault-around, so without this a copy out
+/// of it takes a fault per 4 KiB page. Best effort: an older kernel's `EINVAL` is ignored.
+pub fn populate_read(addr: usize, len: usize) {
+    const MADV_POPULATE_READ: libc::c_int = 22;
+    // SAFETY: populating for reading changes no byte, right or mapping of the range.
+    let _ = unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_POPULATE_READ) };
 }

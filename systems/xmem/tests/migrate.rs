@@ -1,5 +1,7 @@
 //! Migration keeps bytes and virtual addresses while writer threads keep storing: writers that
-//! hit a region being moved wait (SIGSEGV handler + futex) and then succeed.
+//! hit a region being moved wait and then succeed, both ways X-Mem holds them off: userfaultfd
+//! write protection (the default where available: they wait in the kernel, and so do system
+//! calls writing into the region) and read-only page rights (SIGSEGV handler + futex).
 
 mod common;
 use common::*;
@@ -9,10 +11,39 @@ use std::sync::Arc;
 
 const WRITERS: usize = 2;
 
+/// Whether this process can use userfaultfd write protection; where it should (CI runs the
+/// tests as root on a kernel that has it) and cannot, that is a failure, not a skip.
+fn uffd_here(x: &pmkit_xmem::XMem) -> bool {
+    match x.write_protection() {
+        ("userfaultfd", _) => true,
+        (_, why) => {
+            let why = why.unwrap_or("?");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "userfaultfd write protection is unavailable in CI: {why}"
+            );
+            eprintln!("skipped: userfaultfd write protection is unavailable here: {why}");
+            false
+        }
+    }
+}
+
 #[test]
-fn bytes_and_addresses_survive_migration_under_concurrent_writers() {
+fn bytes_and_addresses_survive_migration_under_concurrent_writers_with_userfaultfd() {
     let f = fixture(8, 8, 2);
-    let x = &f.xmem;
+    if uffd_here(&f.xmem) {
+        concurrent_writers(&f.xmem);
+    }
+}
+
+#[test]
+fn bytes_and_addresses_survive_migration_under_concurrent_writers_with_page_rights() {
+    let f = fixture_cfg(8, 8, 2, |c| c.uffd = false);
+    assert_eq!(f.xmem.write_protection().0, "page rights");
+    concurrent_writers(&f.xmem);
+}
+
+fn concurrent_writers(x: &pmkit_xmem::XMem) {
     let t = x.tag("counters").unwrap();
     // One object filling a whole 2 MiB region: 262144 u64 slots.
     let p = x.alloc(t, 2 * MIB, 4096).unwrap().as_ptr() as usize;
@@ -188,5 +219,96 @@ fn a_new_region_displaces_a_weaker_dram_region() {
     x.set_priority(cold, 5).unwrap();
     let c2 = x.alloc(cold, 2 * MIB, 8).unwrap().as_ptr();
     assert_eq!((tier_of(c2), tier_of(h)), (Tier::Fast, Tier::Slow));
+    x.check_invariants();
+}
+
+/// The limit of page rights, gone with userfaultfd: a system call writing into a region being
+/// moved (`read(2)` into it, here from a pipe) waits for the move instead of failing with
+/// `EFAULT`, and every byte it wrote is in the new pages.
+#[test]
+fn a_system_call_writing_into_a_moving_region_waits_and_succeeds() {
+    let f = fixture(8, 8, 2);
+    let x = &f.xmem;
+    if !uffd_here(x) {
+        return;
+    }
+    const BLOCK: usize = 4096; // PIPE_BUF: each write and read moves one whole block
+    const SLOTS: usize = 2 * MIB / BLOCK;
+    let t = x.tag("buffers").unwrap();
+    let p = x.alloc(t, 2 * MIB, 4096).unwrap().as_ptr() as usize;
+    let r = x.region_of(p).unwrap();
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe writes two descriptors into `fds`.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (rd, wr) = (fds[0], fds[1]);
+    let stop = AtomicBool::new(false);
+    let reads = AtomicU64::new(0);
+    let parked_before = parked_writes();
+    let last = std::thread::scope(|s| {
+        // The writer: block n is n repeated in every word.
+        s.spawn(|| {
+            let mut block = [0u64; BLOCK / 8];
+            for n in 1u64.. {
+                block.fill(n);
+                // SAFETY: writes BLOCK bytes from `block`; the reader may have closed nothing yet.
+                let w = unsafe { libc::write(wr, block.as_ptr().cast(), BLOCK) };
+                if w != BLOCK as isize {
+                    break; // the read end is gone
+                }
+            }
+        });
+        // The reader: read(2) straight into the region, slot after slot.
+        let reader = s.spawn(|| {
+            let mut last = vec![0u64; SLOTS];
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let k = (n as usize) % SLOTS;
+                // SAFETY: the slot is inside the live 2 MiB allocation; only this thread
+                // writes it.
+                let got = unsafe { libc::read(rd, (p + k * BLOCK) as *mut libc::c_void, BLOCK) };
+                assert_eq!(
+                    got,
+                    BLOCK as isize,
+                    "read(2) into a moving region: {}",
+                    std::io::Error::last_os_error()
+                );
+                n += 1;
+                last[k] = n;
+                reads.store(n, Ordering::Relaxed);
+            }
+            last
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut moves = 0;
+        while !reader.is_finished()
+            && (moves < 12
+                || (parked_writes() == parked_before && std::time::Instant::now() < deadline))
+        {
+            let seen = reads.load(Ordering::Relaxed);
+            while reads.load(Ordering::Relaxed) == seen && !reader.is_finished() {
+                std::thread::yield_now();
+            }
+            x.move_region(r, Tier::Slow).unwrap();
+            x.move_region(r, Tier::Fast).unwrap();
+            moves += 2;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let last = reader.join();
+        // SAFETY: our descriptor; the writer's next write fails and it stops (also when the
+        // reader failed).
+        unsafe { libc::close(rd) };
+        last.unwrap()
+    });
+    // SAFETY: our descriptor.
+    unsafe { libc::close(wr) };
+    for (k, &n) in last.iter().enumerate().filter(|(_, n)| **n > 0) {
+        // SAFETY: inside the live allocation; the reader is done.
+        let w = unsafe { ((p + k * BLOCK) as *const u64).read() };
+        assert_eq!(w, n, "slot {k}: the last block read into it is lost");
+    }
+    assert!(
+        parked_writes() > parked_before,
+        "no read(2) ever waited for a migration"
+    );
     x.check_invariants();
 }

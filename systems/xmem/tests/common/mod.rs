@@ -28,6 +28,18 @@ pub fn fixture_with(
     fast_regions: usize,
     thread_cache: bool,
 ) -> Fixture {
+    fixture_cfg(regions, pm_regions, fast_regions, |c| {
+        c.thread_cache = thread_cache
+    })
+}
+
+/// As [`fixture`], with `set` changing the configuration last.
+pub fn fixture_cfg(
+    regions: usize,
+    pm_regions: usize,
+    fast_regions: usize,
+    set: impl FnOnce(&mut Config),
+) -> Fixture {
     let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     let mut cfg = Config::new(
         dir.path().join("pm.img"),
@@ -36,7 +48,7 @@ pub fn fixture_with(
     );
     cfg.region_size = 2 * MIB;
     cfg.reserve = regions * 2 * MIB;
-    cfg.thread_cache = thread_cache;
+    set(&mut cfg);
     Fixture {
         xmem: XMem::new(cfg).expect("XMem::new"),
         _dir: dir,
