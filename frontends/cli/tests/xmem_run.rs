@@ -65,9 +65,16 @@ fn build(dir: &Path) -> String {
     bin.to_str().unwrap().to_owned()
 }
 
-/// Run the program under `pmkit xmem run --json` with `extra` flags: the tier of each region
-/// by structure name, and the exit code.
+/// Run the program under `pmkit xmem run --json` with the PM file `pm` and `extra` flags: the
+/// tier of each region by structure name, and the exit code.
 fn run(bin: &str, pm: &str, extra: &[&str]) -> (Vec<(String, String)>, i32) {
+    let r = run_on(bin, &["--pm", pm], extra);
+    assert!(!Path::new(pm).exists(), "the PM file is removed at exit");
+    r
+}
+
+/// As [`run`], with the slow tier given by `slow` (`--pm F`, or NUMA nodes).
+fn run_on(bin: &str, slow: &[&str], extra: &[&str]) -> (Vec<(String, String)>, i32) {
     let mut args = vec![
         "xmem",
         "run",
@@ -78,16 +85,14 @@ fn run(bin: &str, pm: &str, extra: &[&str]) -> (Vec<(String, String)>, i32) {
         "2M",
         "--pm-size",
         "64M",
-        "--pm",
-        pm,
     ];
+    args.extend_from_slice(slow);
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", bin]);
     let o = pmkit(&args);
     let v: serde_json::Value =
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
     assert_eq!(v["fast_slots"], 1, "the budget from the command line: {v}");
-    assert!(!Path::new(pm).exists(), "the PM file is removed at exit");
     let regions = v["regions"]
         .as_array()
         .unwrap()
@@ -143,37 +148,10 @@ fn the_command_line_places_an_x_mem_program() {
 
     // The slow tier as a NUMA node (node 0 for both tiers: this machine has one node, so the
     // plumbing runs and nothing moves): no PM file, the same placement.
-    let o = pmkit(&[
-        "xmem",
-        "run",
-        "--json",
-        "--fast-budget",
-        "2M",
-        "--region-size",
-        "2M",
-        "--pm-size",
-        "64M",
-        "--fast-node",
-        "0",
-        "--slow-node",
-        "0",
-        "--",
-        &bin,
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let tiers: Vec<(&str, &str)> = v["regions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r["name"].as_str().unwrap(), r["tier"].as_str().unwrap()))
-        .collect();
-    assert_eq!(
-        tiers.iter().filter(|t| t.1 == "dram").collect::<Vec<_>>(),
-        [&("cold", "dram")],
-        "{tiers:?}"
-    );
-    assert_eq!(tiers.len(), 4, "{tiers:?}");
+    let (r, rc) = run_on(&bin, &["--fast-node", "0", "--slow-node", "0"], &[]);
+    assert_eq!(rc, 0);
+    assert_eq!(r.len(), 4, "{r:?}");
+    assert_eq!(in_dram(&r), ["cold"], "{r:?}");
     let o = pmkit(&["xmem", "run", "--slow-node", "0", "--", &bin]);
     assert!(!o.status.success(), "--slow-node needs --fast-node");
 

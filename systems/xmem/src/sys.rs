@@ -15,23 +15,34 @@ fn check(p: *mut libc::c_void, what: &'static str) -> Result<usize> {
     }
 }
 
+/// A fresh private anonymous mapping of `len` bytes where the kernel chooses, with `prot` and
+/// `flags` besides `MAP_PRIVATE | MAP_ANONYMOUS`.
+fn fresh(len: usize, prot: libc::c_int, flags: libc::c_int, what: &'static str) -> Result<usize> {
+    // SAFETY: no MAP_FIXED: the kernel picks unused address space, so nothing is clobbered.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+            -1,
+            0,
+        )
+    };
+    check(p, what)
+}
+
 /// Reserve `len` bytes of address space aligned to `align` (a power of two): `PROT_NONE`,
 /// no memory committed. Returns the aligned start.
 pub fn reserve(len: usize, align: usize) -> Result<usize> {
     assert!(align.is_power_of_two());
     let total = len.checked_add(align).expect("reservation size overflows");
-    // SAFETY: a fresh mapping chosen by the kernel (no MAP_FIXED) clobbers nothing.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            total,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    let raw = check(p, "mmap (reserve address space)")?;
+    let raw = fresh(
+        total,
+        libc::PROT_NONE,
+        libc::MAP_NORESERVE,
+        "mmap (reserve address space)",
+    )?;
     let start = (raw + align - 1) & !(align - 1);
     // SAFETY: both trimmed pieces lie inside the mapping just made, which nothing else uses.
     unsafe {
@@ -112,18 +123,7 @@ pub unsafe fn reserve_fixed(addr: usize, len: usize) -> Result<()> {
 
 /// Fresh anonymous read-write pages anywhere (a staging area for a copy into DRAM).
 pub fn map_anon(len: usize, thp: bool) -> Result<usize> {
-    // SAFETY: no MAP_FIXED: the kernel picks unused address space.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    let a = check(p, "mmap (staging)")?;
+    let a = fresh(len, libc::PROT_READ | libc::PROT_WRITE, 0, "mmap (staging)")?;
     if thp {
         advise_huge(a, len);
     }
@@ -331,18 +331,12 @@ pub fn physical_memory() -> u64 {
 /// reads of untouched parts see the shared zero page and commit nothing; the owner makes parts
 /// writable with [`protect`] before writing them.
 pub fn map_table(len: usize) -> Result<usize> {
-    // SAFETY: no MAP_FIXED: the kernel picks unused address space.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    check(p, "mmap (side table)")
+    fresh(
+        len,
+        libc::PROT_READ,
+        libc::MAP_NORESERVE,
+        "mmap (side table)",
+    )
 }
 
 // userfaultfd write protection (linux/userfaultfd.h). The constants are the kernel's ABI;
