@@ -1,10 +1,5 @@
-//! `XBox<T>`: a `Box`-like owner of one value in a tag's regions.
-//!
-//! Why not an allocator handle for `Vec`/`HashMap`: the standard collections take an allocator
-//! only through the unstable `Allocator` trait (`allocator_api`), which stable Rust (this
-//! workspace's toolchain) cannot implement or use, and the `allocator-api2` crate would bring its
-//! own copies of the collections. A C-style `XMem::alloc`/`free` plus this owner cover the thesis's
-//! use (large structures allocated by tag).
+//! `XBox<T>`: a `Box`-like owner of one value in a tag's regions, with no other crate's types in
+//! its signature. For collections, see `XAlloc` (`handle.rs`).
 
 use crate::error::Result;
 use crate::{Tag, XMem};
