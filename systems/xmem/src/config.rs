@@ -63,7 +63,7 @@ pub struct Config {
     /// `EFAULT`. `XMem::write_protection` says which is in use.
     pub uffd: bool,
     /// Per-thread caches of small objects (`tcache`; on by default). On: a small `alloc`/`free`
-    /// is a push or pop on the calling thread's array for (tag, class) plus one live bit, and
+    /// is a push or pop on the calling thread's array for (tag, class) plus one live byte, and
     /// the tag's heap lock is taken once per 32 objects; a region's live bytes count the objects
     /// threads cache too, and a region emptied through a cache goes back to the reservation at
     /// the cache's next spill or `XMem::flush_thread_cache`. Off: every small call takes the

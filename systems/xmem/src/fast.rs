@@ -1,7 +1,7 @@
-//! `XMem`'s small-object fast path over the per-thread caches (`tcache`): allocation pops the
-//! calling thread's stack for (tag, class) and sets the object's live bit; `free` clears the
-//! live bit (refusing a foreign, interior or double free) and pushes. The heap lock is taken
-//! once per [`tcache::BATCH`] objects, to refill or to spill.
+//! `XMem`'s small-object paths over the per-thread caches (`tcache`) beside the inlined fast
+//! path in `lib.rs` (a pop or push on the slot used last, and the object's live byte): another
+//! slot, a refill or a spill, and flushing. The heap lock is taken once per [`tcache::BATCH`]
+//! objects, to refill or to spill.
 
 use crate::error::Result;
 use crate::{tcache, Tag, XMem};
@@ -82,7 +82,7 @@ impl XMem {
     }
 
     /// The class of the slab page at `off` when thread caches are on (their objects' frees
-    /// and sizes go by the live bits); `None` sends the caller to the heap.
+    /// and sizes go by the live bytes); `None` sends the caller to the heap.
     #[inline]
     pub(crate) fn cached_class(&self, off: usize) -> Option<usize> {
         self.cfg

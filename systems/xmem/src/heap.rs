@@ -323,7 +323,7 @@ impl Heap {
         }
     }
 
-    /// Free small objects known to be allocated here (cached ones: their live bits were
+    /// Free small objects known to be allocated here (cached ones: their live bytes were
     /// checked). A run of objects in one slab costs a bit each; the slab's lists and its
     /// region's live bytes are updated once per run. Stops after a run that leaves its region
     /// without live objects: returns how many were freed and that region.

@@ -141,7 +141,7 @@ pub struct XMem {
     /// Each tag's heap, by tag id (set once when the tag is made; no lock to find one). Thread
     /// caches hold a `Weak` to give their objects back at thread exit.
     heaps: Box<[OnceLock<Arc<Mutex<Heap>>>]>,
-    /// Page classes and live bits, read by `free` without a heap lock (see `tcache`).
+    /// Page classes and live bytes, read by `free` without a heap lock (see `tcache`).
     sides: Arc<Sides>,
     /// This instance's number in the thread caches (never reused in a process).
     id: u64,
@@ -462,7 +462,7 @@ impl XMem {
         let tag = self.owner_of(addr).ok_or(XmemError::ForeignPointer(addr))?;
         let off = addr - self.space.base();
         if let Some(c) = self.cached_class(off) {
-            // Cached objects are allocated in the heap but not held: the live bit decides.
+            // Cached objects are allocated in the heap but not held: the live byte decides.
             return match self.sides.is_live(off) {
                 true => Ok((classes::SIZES[c], Tag(tag))),
                 false => Err(XmemError::ForeignPointer(addr)),

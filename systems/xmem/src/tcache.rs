@@ -9,9 +9,8 @@
 //!   else (another slot, a refill, a spill) is [`with_slot`], off the hot path.
 //! - An empty stack is refilled with [`BATCH`] objects from the tag's heap under one lock
 //!   (`Heap::alloc_batch`); a full one gives its [`BATCH`] oldest back under one lock.
-//! - Double and foreign frees are refused by the live bits of `sides` (one atomic bit test and
-//!   clear per `free`, before the object reaches a cache), so a cached object is never cached
-//!   twice.
+//! - Double and foreign frees are refused by the live bytes of `sides` (a byte load and store per
+//!   `free`, before the object reaches a cache), so a cached object is never cached twice.
 //! - A thread's objects go back to their heaps when the thread exits (the heap is held by
 //!   `Weak`, so a dropped `XMem` is skipped), when its slot is evicted for another tag, and on
 //!   `XMem::flush_thread_cache`.
