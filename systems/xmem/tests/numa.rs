@@ -133,10 +133,19 @@ fn a_numa_slow_tier_binds_regions_and_moves_them_by_mbind_on_node_0() {
                 // SAFETY: inside the 2 MiB object, 8-byte aligned; only this thread writes it.
                 unsafe { slot.write_volatile(i) };
                 i += 1;
+                written.store(i, Ordering::Relaxed);
             }
-            written.store(i, Ordering::Relaxed);
         });
+        // The writer has filled every slot once, and stores between any two swaps (on a loaded
+        // machine it may otherwise not run at all while the swaps, instant on one node, go by).
+        while written.load(Ordering::Relaxed) < SLOTS as u64 {
+            std::thread::yield_now();
+        }
         for round in 0..10 {
+            let seen = written.load(Ordering::Relaxed);
+            while written.load(Ordering::Relaxed) == seen {
+                std::thread::yield_now();
+            }
             // Demote first (into the spare slow slot), then promote: the budget always holds.
             let (down, up) = if round % 2 == 0 { (rf, rs) } else { (rs, rf) };
             x.move_region(down, Tier::Slow).unwrap();
