@@ -112,10 +112,11 @@ fn quick_json_has_every_layer_and_operation() {
             if !in_process {
                 assert!(c["syscalls_app"].as_f64().unwrap() >= 0.99, "{c}");
             } else {
-                // Per-op counts are (N-run - 0-run) / N; the program's start-up makes a few more
-                // or fewer calls from run to run (CI saw -14 over 20 operations), so a layer with
-                // none per operation may read slightly below 0.
-                assert!(c["syscalls_app"].as_f64().unwrap() >= -0.1, "{c}");
+                // Per-op counts are (N-run - 0-run) / N; the program's start-up makes more or
+                // fewer calls from run to run (CI saw -14 over 20 operations, and -29 over 200
+                // for the shim's read4k), so a layer with none per operation may read below 0:
+                // this only checks that the count is not wildly off.
+                assert!(c["syscalls_app"].as_f64().unwrap() >= -0.5, "{c}");
             }
             assert!(pos("instr_app"), "{c}");
             let app_cpu = c["app_user_us"].as_f64().unwrap() + c["app_sys_us"].as_f64().unwrap();
