@@ -1,6 +1,7 @@
 //! Moving one region between tiers at the same virtual address (see `docs/xmem.md`):
-//! write-protect (writers wait in the kernel with userfaultfd, else park in `fault.rs`), copy with the media layer's copies, put the
-//! destination pages at the region's address in one system call, restore rights, wake writers.
+//! write-protect (writers wait in the kernel with userfaultfd, else park in `fault.rs`), copy
+//! with the media layer's copies, put the destination pages at the region's address in one
+//! system call, restore rights, wake writers.
 //! On any failure the old pages stay in place and writable, and the error is returned.
 
 use crate::error::Result;

@@ -9,7 +9,7 @@
 //!   neighbouring objects without an atomic read-modify-write.
 //!
 //! Both tables are mapped read-only and `MAP_NORESERVE` (untouched parts read as zero and cost
-//! nothing); a region's part becomes writable the first time the heap makes a slab in it. Their
+//! nothing); a region's part becomes writable before the region's first use. Their
 //! cost is 1/1024 (classes) and 1/16 (live bytes) of the regions that hold slabs, in pages the
 //! kernel commits where slabs are (docs/xmem.md, "Allocation speed").
 
@@ -47,7 +47,7 @@ impl<T> Table<T> {
         // SAFETY: `addr` is a fresh mapping of `len` bytes, page-aligned (so aligned for `T`),
         // readable, zero-filled and owned by this table until `drop`; the `T`s here are
         // atomics, for which all-zero bytes are a valid value and shared mutation is allowed.
-        // Stores go only to parts made writable first (`Sides::writable`).
+        // Stores go only to parts made writable first (`Sides::prepare`).
         let items = unsafe { std::slice::from_raw_parts(addr as *const T, n) };
         Ok(Table { items })
     }
@@ -138,23 +138,18 @@ impl Sides {
     /// may then be taken twice, as glibc's and jemalloc's caches would take it.
     #[inline(always)]
     pub fn take(&self, off: usize) -> Taken {
-        let Some(c) = self.class.items.get(off / PAGE) else {
-            return Taken::NotSlab;
-        };
-        let v = c.load(Ordering::Acquire);
-        if v == 0 {
+        if self.class_at(off).is_none() {
             return Taken::NotSlab;
         }
-        // A slab page's region is ready, and `off` is inside the reservation.
-        let live = &self.live.items[off / GRANULE];
-        if off.is_multiple_of(GRANULE) && live.load(Ordering::Relaxed) != 0 {
-            live.store(0, Ordering::Relaxed);
-            Taken::Live {
-                class: class_of(v),
-                tag: tag_of(v),
+        match self.peek(off) {
+            Some((v, live)) => {
+                live.store(0, Ordering::Relaxed);
+                Taken::Live {
+                    class: class_of(v),
+                    tag: tag_of(v),
+                }
             }
-        } else {
-            Taken::NotLive
+            None => Taken::NotLive,
         }
     }
 

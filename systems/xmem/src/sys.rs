@@ -505,7 +505,6 @@ pub fn uffd_drain(fd: &OwnedFd) -> u64 {
 /// (a PM file on /dev/shm under userfaultfd) gets no fault-around, so without this a copy out
 /// of it takes a fault per 4 KiB page. Best effort: an older kernel's `EINVAL` is ignored.
 pub fn populate_read(addr: usize, len: usize) {
-    const MADV_POPULATE_READ: libc::c_int = 22;
     // SAFETY: populating for reading changes no byte, right or mapping of the range.
-    let _ = unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_POPULATE_READ) };
+    let _ = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_POPULATE_READ) };
 }
