@@ -41,12 +41,19 @@ fn touched_bytes_are_counted_per_region() {
             get(&r, ra) <= 64 << 10 && get(&r, rb) <= 64 << 10,
             "cleared: {r:?}"
         );
-        touch(pa, 256 << 10);
-        let r = by_region(x);
         // Not every touched page is reported referenced: 224-256 KiB of the 256 KiB were seen
-        // on this VM's kernel on some days, 16-120 KiB on others (with the same binary). So the
-        // check is that the touched region counts and the neighbour counts far less: a merged
-        // VMA would split its count evenly between the two.
+        // on this VM's kernel on some days, 16-120 KiB on others, and under load once none
+        // (with the same binary: the kernel's page aging clears accessed bits too). So the
+        // touch is repeated until the region counts (at most 5 times), and the check is that
+        // the neighbour counts far less: a merged VMA would split its count evenly.
+        let mut r = Vec::new();
+        for _ in 0..5 {
+            touch(pa, 256 << 10);
+            r = by_region(x);
+            if get(&r, ra) >= 4 << 10 {
+                break;
+            }
+        }
         let (touched, neighbour) = (get(&r, ra), get(&r, rb));
         assert!(touched >= 4 << 10, "round {round}: {r:?}");
         assert!(
