@@ -38,7 +38,10 @@ pub struct Args {
 struct PageWalk {
     fast: String,
     slow: String,
+    /// ns per page walk.
     ns: f64,
+    /// ns per L1 dTLB miss that hits the L2 TLB.
+    l1_ns: f64,
 }
 
 #[derive(Serialize)]
@@ -108,6 +111,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 fast: f.backing.clone(),
                 slow: s.backing.clone(),
                 ns: calib::walk_ns(f, s),
+                l1_ns: calib::l1_ns(f, s),
             })
             .collect(),
         None => vec![],
@@ -154,10 +158,20 @@ fn table(r: &Report) {
             t.backing, t.tlb_chase_ns, t.tlb_walks_4k, t.tlb_walks_2m
         );
     }
+    println!(
+        "L1 dTLB misses (a chase over one line in each of {} pages: beyond the L1 dTLB, inside the L2):",
+        c.tiers.first().map_or(0, |t| t.l1_pages)
+    );
+    for t in &c.tiers {
+        println!(
+            "{:<24} {:>8.1} ns per load, modelled L2 TLB hits per load 4k {:.2} 2m {:.2}",
+            t.backing, t.l1_chase_ns, t.l1_misses_4k, t.l1_misses_2m
+        );
+    }
     for w in &r.page_walks {
         println!(
-            "page walk on a cache hit, {} against {}: {:.1} ns",
-            w.slow, w.fast, w.ns
+            "on a cache hit, {} against {}: page walk {:.1} ns, L2 TLB hit {:.2} ns",
+            w.slow, w.fast, w.ns, w.l1_ns
         );
     }
     if r.models.is_empty() {

@@ -20,6 +20,7 @@
 //! A policy's outcome is the modelled extra cost and the stores of what it leaves slow.
 
 use pmkit_hmep::sim::Unit;
+use pmkit_hmep::tlb::TlbCost;
 use pmkit_xmem::place::{greedy, Candidate, Latencies, PerPattern};
 use serde::Serialize;
 
@@ -92,7 +93,7 @@ fn slow_units(d: &Data, cost: &[f64], fast: &[bool]) -> Outcome {
 /// The cost of a unit being slow: its misses times ΔL per pattern (presets map the slow tier
 /// with the fast tier's page size, so no TLB term).
 pub fn cost(u: &Unit, delta: &PerPattern) -> f64 {
-    u.slow_cost(delta, 0.0, 0.0)
+    u.slow_cost(delta, &TlbCost::NONE)
 }
 
 /// Run `policy` with `k` unit slots (`k_pages` page slots for page hotness) at `fraction`.

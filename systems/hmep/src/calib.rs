@@ -5,7 +5,7 @@
 
 use crate::error::Result;
 use crate::mem::{huge_backed, Backing, Buf, LINE};
-use crate::tlb::{Geometry, Tlb, PAGE_2M, PAGE_4K};
+use crate::tlb::{Geometry, Tlb, TlbCost, PAGE_2M, PAGE_4K};
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 use std::time::Instant;
@@ -80,6 +80,19 @@ pub struct Tier {
     pub tlb_walks_4k: f64,
     #[serde(default)]
     pub tlb_walks_2m: f64,
+    /// ns per dependent load of a chase over one line in each of `l1_pages` 4 KiB pages: more
+    /// pages than an L1 dTLB maps, fewer than the L2 TLB, so with 4 KiB pages every load misses
+    /// the L1 and hits the L2 ([`l1_ns`]); the fastest run. 0 in older calibrations.
+    #[serde(default)]
+    pub l1_chase_ns: f64,
+    #[serde(default)]
+    pub l1_pages: u64,
+    /// L1 dTLB misses that hit the L2 TLB, per load of that chase in the TLB model, with 4 KiB
+    /// and 2 MiB pages.
+    #[serde(default)]
+    pub l1_misses_4k: f64,
+    #[serde(default)]
+    pub l1_misses_2m: f64,
     /// Every run's value, per measurement, for the spread.
     pub runs: Runs,
 }
@@ -93,6 +106,8 @@ pub struct Runs {
     pub write_gbs: Vec<f64>,
     #[serde(default)]
     pub tlb_chase_ns: Vec<f64>,
+    #[serde(default)]
+    pub l1_chase_ns: Vec<f64>,
 }
 
 /// A calibration: the machine and one [`Tier`] per backing.
@@ -138,7 +153,10 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
     let mut r = Runs::default();
     let tlb_pages = TLB_PAGES.min(o.bytes / 4096);
     let tlb_steps = o.chase_steps.max(8 * tlb_pages as u64);
-    let mut walks = (0.0, 0.0);
+    let l1_pages = L1_PAGES.min(o.bytes / 4096);
+    let l1_steps = o.chase_steps.max(8 * l1_pages as u64);
+    let mut walks = Modelled::default();
+    let mut l1 = Modelled::default();
     for run in 0..o.runs.max(1) {
         // Warm the TLB and caches the same way before each kind.
         black_box(buf.chase(o.chase_steps / 10));
@@ -169,7 +187,16 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
         black_box(buf.chase_from(start, tlb_steps));
         r.tlb_chase_ns.push(ns_per(t, tlb_steps));
         if run == 0 {
-            walks = modelled_walks(&buf, start, tlb_pages as u64);
+            walks = modelled(&buf, start, tlb_pages as u64);
+        }
+        // The same over fewer pages: L1 dTLB misses that hit the L2 TLB.
+        let start = buf.link_pages(o.seed ^ 0x11, l1_pages);
+        black_box(buf.chase_from(start, 2 * l1_pages as u64));
+        let t = Instant::now();
+        black_box(buf.chase_from(start, l1_steps));
+        r.l1_chase_ns.push(ns_per(t, l1_steps));
+        if run == 0 {
+            l1 = modelled(&buf, start, l1_pages as u64);
         }
         buf.link_cycle(o.seed);
         step(&b.name());
@@ -188,8 +215,12 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
         // against 13-20 ns quiet).
         tlb_chase_ns: r.tlb_chase_ns.iter().copied().fold(f64::INFINITY, f64::min),
         tlb_pages: tlb_pages as u64,
-        tlb_walks_4k: walks.0,
-        tlb_walks_2m: walks.1,
+        tlb_walks_4k: walks.walks_4k,
+        tlb_walks_2m: walks.walks_2m,
+        l1_chase_ns: r.l1_chase_ns.iter().copied().fold(f64::INFINITY, f64::min),
+        l1_pages: l1_pages as u64,
+        l1_misses_4k: l1.l2_hits_4k,
+        l1_misses_2m: l1.l2_hits_2m,
         runs: r,
     })
 }
@@ -198,15 +229,30 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
 /// pages, inside any L1 TLB), 1 MiB of lines (inside the last-level cache).
 pub const TLB_PAGES: usize = 16384;
 
-/// Walks per load of the page cycle from `start` in the TLB model at 4 KiB and 2 MiB pages
-/// (one lap to warm, two counted).
-fn modelled_walks(buf: &Buf, start: u64, pages: u64) -> (f64, f64) {
+/// Pages of the L1 dTLB chase: 512 (beyond the 64-72 entries of an L1 dTLB, inside the
+/// 1,536-3,072 of an L2 TLB; one huge page).
+pub const L1_PAGES: usize = 512;
+
+/// Per load of a page cycle in the TLB model, at 4 KiB and at 2 MiB pages: walks, and L1 dTLB
+/// misses that hit the L2 TLB.
+#[derive(Default)]
+struct Modelled {
+    walks_4k: f64,
+    walks_2m: f64,
+    l2_hits_4k: f64,
+    l2_hits_2m: f64,
+}
+
+/// The page cycle from `start` through the TLB model (one lap to warm, two counted).
+fn modelled(buf: &Buf, start: u64, pages: u64) -> Modelled {
     let g = Geometry::host();
     let (mut k4, mut m2) = (Tlb::new(&g, PAGE_4K), Tlb::new(&g, PAGE_2M));
     let mut at = start;
     for lap in 0..3 {
         if lap == 1 {
-            (k4.walks, m2.walks) = (0, 0);
+            for t in [&mut k4, &mut m2] {
+                (t.walks, t.l1_misses) = (0, 0);
+            }
         }
         for _ in 0..pages {
             let addr = (buf.addr() + at as usize * LINE) as u64;
@@ -216,7 +262,12 @@ fn modelled_walks(buf: &Buf, start: u64, pages: u64) -> (f64, f64) {
         }
     }
     let n = (2 * pages) as f64;
-    (k4.walks as f64 / n, m2.walks as f64 / n)
+    Modelled {
+        walks_4k: k4.walks as f64 / n,
+        walks_2m: m2.walks as f64 / n,
+        l2_hits_4k: (k4.l1_misses - k4.walks) as f64 / n,
+        l2_hits_2m: (m2.l1_misses - m2.walks) as f64 / n,
+    }
 }
 
 /// ns per page walk in front of a cache hit, from the TLB chases of two tiers of different
@@ -235,6 +286,31 @@ pub fn walk_ns(fast: &Tier, slow: &Tier) -> f64 {
         return 0.0;
     }
     ((slow.tlb_chase_ns - fast.tlb_chase_ns) / dr).max(0.0)
+}
+
+/// ns per L1 dTLB miss that hits the L2 TLB in front of a cache hit, from the L1 chases of two
+/// tiers of different page sizes, as [`walk_ns`] (0 when not measured or the rates do not differ).
+pub fn l1_ns(fast: &Tier, slow: &Tier) -> f64 {
+    let rate = |t: &Tier| {
+        if t.huge_fraction >= 0.5 {
+            t.l1_misses_2m
+        } else {
+            t.l1_misses_4k
+        }
+    };
+    let dr = rate(slow) - rate(fast);
+    if dr < 0.1 || fast.l1_chase_ns <= 0.0 || slow.l1_chase_ns <= 0.0 {
+        return 0.0;
+    }
+    ((slow.l1_chase_ns - fast.l1_chase_ns) / dr).max(0.0)
+}
+
+/// What a translation costs the slow tier of a pair beyond the fast one, on cache hits.
+pub fn tlb_cost(fast: &Tier, slow: &Tier) -> TlbCost {
+    TlbCost {
+        walk_ns: walk_ns(fast, slow),
+        l1_ns: l1_ns(fast, slow),
+    }
 }
 
 /// Measure every backing of `o`.

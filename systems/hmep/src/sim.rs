@@ -3,7 +3,8 @@
 //! structure and per 4 KiB page the accesses and memory misses of each pattern, the stores and
 //! the page walks: a sufficient statistic. Any placement's time is then predicted as
 //! `measured time with everything fast + Σ over slow units Σ_p misses(p) · ΔL(p)
-//!  + (walks on cache hits at the slow tier's page size − at the fast tier's) · walk cost`,
+//!  + (walks on cache hits at the slow tier's page size − at the fast tier's) · walk cost
+//!  + (L2 TLB hits on cache hits, likewise) · L1 dTLB miss cost`,
 //! so every placement of structures, regions or pages, preset and fast-tier share is swept from
 //! one trace. Bandwidth queueing is not modelled (the validation tier pair has equal bandwidth;
 //! a preset whose bandwidth binds is charged per access through `L(p)` already).
@@ -15,7 +16,7 @@
 
 use crate::cache::Cache;
 use crate::calib::Tier;
-use crate::tlb::{Geometry, Tlb, PAGE_2M, PAGE_4K};
+use crate::tlb::{Geometry, Tlb, TlbCost, PAGE_2M, PAGE_4K};
 use pmkit_xmem::classify::{self, Access, BUFFER};
 use pmkit_xmem::place::{Pattern, PerPattern};
 use serde::Serialize;
@@ -45,8 +46,7 @@ pub struct Unit {
     pub walks_2m: u64,
     pub walks_4k_on_hits: u64,
     pub walks_2m_on_hits: u64,
-    /// L1 dTLB misses (L2 TLB hits and walks) on cache hits, at each page size: counted, not
-    /// charged (see docs/hmep.md).
+    /// L1 dTLB misses (L2 TLB hits and walks) on cache hits, at each page size.
     pub l1_tlb_misses_4k_on_hits: u64,
     pub l1_tlb_misses_2m_on_hits: u64,
 }
@@ -67,19 +67,25 @@ impl Unit {
         self.l1_tlb_misses_2m_on_hits += o.l1_tlb_misses_2m_on_hits;
     }
 
-    /// The extra ns of this unit on a slow tier: misses times ΔL per pattern, plus the walks on
-    /// cache hits it takes more there (`tlb_walks`, see [`Unit::extra_walks`]) times `walk_ns`.
-    pub fn slow_cost(&self, delta: &PerPattern, tlb_walks: f64, walk_ns: f64) -> f64 {
-        (0..3)
-            .map(|p| self.misses[p] as f64 * delta[p])
-            .sum::<f64>()
-            + tlb_walks * walk_ns
+    /// The extra ns of this unit on a slow tier: misses times ΔL per pattern, plus the walks and
+    /// the L2 TLB hits in front of cache hits it takes more there ([`Unit::extra_walks`],
+    /// [`Unit::extra_l2_tlb_hits`]) at `tlb`'s prices.
+    pub fn slow_cost(&self, delta: &PerPattern, tlb: &TlbCost) -> f64 {
+        let misses: f64 = (0..3).map(|p| self.misses[p] as f64 * delta[p]).sum();
+        misses + self.extra_walks() * tlb.walk_ns + self.extra_l2_tlb_hits() * tlb.l1_ns
     }
 
     /// Walks on cache hits with 4 KiB pages beyond those with 2 MiB pages (the validation tier
     /// pair: slow = 4 KiB, fast = huge pages).
     pub fn extra_walks(&self) -> f64 {
         self.walks_4k_on_hits.saturating_sub(self.walks_2m_on_hits) as f64
+    }
+
+    /// L1 dTLB misses that hit the L2 TLB, on cache hits, with 4 KiB pages beyond 2 MiB pages.
+    pub fn extra_l2_tlb_hits(&self) -> f64 {
+        let l2 = |l1: u64, walks: u64| l1.saturating_sub(walks);
+        l2(self.l1_tlb_misses_4k_on_hits, self.walks_4k_on_hits)
+            .saturating_sub(l2(self.l1_tlb_misses_2m_on_hits, self.walks_2m_on_hits)) as f64
     }
 }
 
@@ -303,26 +309,23 @@ pub fn delta(fast: &Tier, slow: &Tier) -> PerPattern {
 /// traced counts (a trace of one iteration of many). No TLB term: for presets, whose slow
 /// memory is mapped with the same (huge) pages as the fast tier.
 pub fn predict(fast_ns: f64, m: &Misses, slow: &[bool], delta: &PerPattern, scale: f64) -> f64 {
-    predict_tlb(fast_ns, m, slow, delta, 0.0, scale)
+    predict_tlb(fast_ns, m, slow, delta, &TlbCost::NONE, scale)
 }
 
 /// [`predict`] on the validation tier pair (slow = 4 KiB pages, fast = 2 MiB): each slow
-/// structure also pays `walk_ns` per walk on a cache hit that 4 KiB pages take beyond 2 MiB.
+/// structure also pays for the walks and L2 TLB hits its 4 KiB pages add in front of cache hits.
 pub fn predict_tlb(
     fast_ns: f64,
     m: &Misses,
     slow: &[bool],
     delta: &PerPattern,
-    walk_ns: f64,
+    tlb: &TlbCost,
     scale: f64,
 ) -> f64 {
-    assert_eq!(slow.len(), m.misses.len());
+    assert_eq!(slow.len(), m.units.len());
     let extra: f64 = (0..slow.len())
         .filter(|&s| slow[s])
-        .map(|s| {
-            let misses: f64 = (0..3).map(|p| m.misses[s][p] as f64 * delta[p]).sum();
-            misses + m.units.get(s).map_or(0.0, |u| u.extra_walks()) * walk_ns
-        })
+        .map(|s| m.units[s].slow_cost(delta, tlb))
         .sum();
     fast_ns + extra * scale
 }

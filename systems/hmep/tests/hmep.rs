@@ -22,6 +22,10 @@ fn tier(chase: f64, random: f64, seq: f64, read: f64, write: f64) -> Tier {
         tlb_pages: 0,
         tlb_walks_4k: 0.0,
         tlb_walks_2m: 0.0,
+        l1_chase_ns: 0.0,
+        l1_pages: 0,
+        l1_misses_4k: 0.0,
+        l1_misses_2m: 0.0,
     }
 }
 
@@ -124,6 +128,11 @@ fn a_quick_calibration_measures_every_backing() {
             assert!(v.is_finite() && v > 0.0, "{t:?}");
         }
         assert!((0.0..=1.0).contains(&t.huge_fraction));
+        // The L1 dTLB chase: 512 pages miss a 64-72 entry L1 and hit the L2 with 4 KiB pages,
+        // and stay in the L1 with 2 MiB pages.
+        assert_eq!(t.l1_pages, calib::L1_PAGES as u64);
+        assert!(t.l1_chase_ns.is_finite() && t.l1_chase_ns > 0.0, "{t:?}");
+        assert!(t.l1_misses_4k > 0.9 && t.l1_misses_2m < 0.1, "{t:?}");
     }
     assert_eq!(c.tiers[2].backing, format!("file:{}", dir.display()));
     // The file is gone with the buffer.
@@ -144,7 +153,7 @@ fn tempdir_in_shm() -> std::path::PathBuf {
 
 mod sim {
     use pmkit_hmep::cache::Cache;
-    use pmkit_hmep::sim::{delta, predict, Misses, Sim};
+    use pmkit_hmep::sim::{delta, predict, Misses, Sim, Unit};
 
     #[test]
     fn the_cache_keeps_what_fits_and_loses_what_does_not() {
@@ -201,9 +210,14 @@ mod sim {
 
     #[test]
     fn a_prediction_adds_only_the_slow_structures_misses() {
+        let unit = |misses| Unit {
+            misses,
+            ..Unit::default()
+        };
         let m = Misses {
             misses: vec![[10, 0, 0], [0, 100, 1000]],
             accesses: vec![10, 1100],
+            units: vec![unit([10, 0, 0]), unit([0, 100, 1000])],
             ..Misses::default()
         };
         let d = [50.0, 2.0, 0.5];

@@ -15,6 +15,7 @@ use pmkit_hmep::cache::{llc, Cache};
 use pmkit_hmep::calib::{self, Tier as CalTier};
 use pmkit_hmep::mem::Backing;
 use pmkit_hmep::sim::{delta, predict_tlb, Misses, Sim};
+use pmkit_hmep::tlb::TlbCost;
 use pmkit_xmem::{PerPattern, Tier, XMem};
 use serde::Serialize;
 use std::path::Path;
@@ -83,8 +84,9 @@ struct Report {
     fast: CalTier,
     slow: CalTier,
     delta_ns: PerPattern,
-    /// ns per page walk in front of a cache hit that 4 KiB pages add (`calib::walk_ns`).
-    walk_ns: f64,
+    /// ns per page walk and per L2 TLB hit in front of a cache hit that 4 KiB pages add
+    /// (`calib::tlb_cost`).
+    tlb: TlbCost,
     traced: Misses,
     rows: Vec<Row>,
     /// Per tag: ms saved by having it alone fast against everything slow.
@@ -177,7 +179,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     )?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
     let d = delta(&fast, &slow);
-    let walk = calib::walk_ns(&fast, &slow);
+    let tlb = calib::tlb_cost(&fast, &slow);
     bar.inc();
 
     // A dataset of `dataset_mib` of class-rounded items, with a limit above it: no evictions.
@@ -245,7 +247,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         .iter()
         .zip(&measured)
         .map(|(m, &meas)| {
-            let pred = predict_tlb(base_ns, &traced, m, &d, walk, scale) / 1e6;
+            let pred = predict_tlb(base_ns, &traced, m, &d, &tlb, scale) / 1e6;
             Row {
                 placement: name(m),
                 slow: m.clone(),
@@ -333,7 +335,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         fast,
         slow,
         delta_ns: d,
-        walk_ns: walk,
+        tlb,
         traced,
         same_ranking: order(&bm) == order(&bp),
         same_top: order(&bm)[0] == order(&bp)[0],

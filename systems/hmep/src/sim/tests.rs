@@ -113,15 +113,23 @@ fn predictions_charge_misses_and_walks_of_slow_structures_only() {
     m.units[0].misses = [10, 100, 1000];
     m.units[0].walks_4k_on_hits = 50;
     m.units[0].walks_2m_on_hits = 10;
+    // L1 dTLB misses on hits: 50 walks + 30 L2 hits at 4 KiB, 10 walks + 0 at 2 MiB.
+    m.units[0].l1_tlb_misses_4k_on_hits = 80;
+    m.units[0].l1_tlb_misses_2m_on_hits = 10;
     m.units[1].misses = [1, 1, 1];
     let d = [80.0, 2.0, 1.0];
-    // 10·80 + 100·2 + 1000·1 = 2000; walks (50 − 10) · 5 = 200.
+    let tlb = TlbCost {
+        walk_ns: 5.0,
+        l1_ns: 1.0,
+    };
+    // 10·80 + 100·2 + 1000·1 = 2000; walks (50 − 10) · 5 = 200; L2 hits (30 − 0) · 1 = 30.
+    assert_eq!(m.units[0].extra_l2_tlb_hits(), 30.0);
     assert_eq!(predict(0.0, &m, &[true, false], &d, 1.0), 2000.0);
-    assert_eq!(predict_tlb(0.0, &m, &[true, false], &d, 5.0, 1.0), 2200.0);
-    assert_eq!(predict_tlb(7.0, &m, &[false, false], &d, 5.0, 3.0), 7.0);
+    assert_eq!(predict_tlb(0.0, &m, &[true, false], &d, &tlb, 1.0), 2230.0);
+    assert_eq!(predict_tlb(7.0, &m, &[false, false], &d, &tlb, 3.0), 7.0);
     assert_eq!(
-        predict_tlb(0.0, &m, &[true, true], &d, 5.0, 2.0),
-        2.0 * (2200.0 + 83.0)
+        predict_tlb(0.0, &m, &[true, true], &d, &tlb, 2.0),
+        2.0 * (2230.0 + 83.0)
     );
 }
 
