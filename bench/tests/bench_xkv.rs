@@ -220,13 +220,16 @@ fn bench_quick_json_reports_every_placement() {
     for r in rows {
         assert!(r["measured_ms"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["predicted_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["emulated_ms"].as_f64().unwrap() > 0.0, "level 2: {r}");
     }
+    assert!(v["emulator_overhead_ns"].as_f64().unwrap() >= 0.0, "{v}");
     assert_eq!(v["stats"]["hits"], v["stats"]["gets"], "{v}");
     for k in [
         "benefit_measured_ms",
         "benefit_predicted_ms",
         "cost_measured_ms",
         "cost_predicted_ms",
+        "cost_emulated_ms",
     ] {
         assert_eq!(v[k].as_array().unwrap().len(), 9, "{k}: {v}");
     }

@@ -8,6 +8,7 @@
 //! 4 KiB pages add (the TLB model) times the calibrated walk cost.
 
 pub mod calibrate;
+pub(crate) mod chase;
 pub(crate) mod graph;
 pub mod kv;
 pub mod probe;
@@ -18,10 +19,12 @@ use anyhow::{ensure, Context, Result};
 use graph::{Graph, TAGS};
 use pmkit_hmep::cache::{llc, Cache};
 use pmkit_hmep::calib::{self, Options, Tier as CalTier};
+use pmkit_hmep::epoch::{self, Epoch, Stats as EpochStats};
 use pmkit_hmep::mem::Backing;
 use pmkit_hmep::sim::{delta, predict_tlb, Misses, Sim};
 use pmkit_hmep::tlb::TlbCost;
 use pmkit_xmem::{Config, PerPattern, Tier, XMem};
+use probe::Probe;
 use serde::Serialize;
 use std::path::Path;
 use std::process::ExitCode;
@@ -52,6 +55,20 @@ struct Row {
     measured_ms: f64,
     predicted_ms: f64,
     error_pct: f64,
+    /// Level 2: everything on the fast tier, the slow tags emulated by the epoch emulator.
+    emulated_ms: f64,
+    emulated_error_pct: f64,
+    /// What the emulator owed and could not pay (its own cost was above the modelled stall).
+    unpaid_ms: f64,
+}
+
+/// Level 2's runs of one kernel: per placement (mask order) the wall-clock ms of each round and
+/// the last round's emulator statistics, and the overhead measurement.
+struct Emulated {
+    ms: Vec<Vec<f64>>,
+    stats: Vec<EpochStats>,
+    /// ns per access the emulator costs (count-only runs against plain all-fast runs).
+    overhead_ns: f64,
 }
 
 #[derive(Serialize)]
@@ -69,6 +86,12 @@ struct App {
     benefit_predicted_ms: Vec<f64>,
     same_ranking: bool,
     max_abs_error_pct: f64,
+    /// Level 2: the emulator's own ns per access (taken off what it owes), the benefits and
+    /// ranking it gives, its largest error against wall clock.
+    emulator_overhead_ns: f64,
+    benefit_emulated_ms: Vec<f64>,
+    same_ranking_emulated: bool,
+    max_abs_emulated_error_pct: f64,
 }
 
 #[derive(Serialize)]
@@ -91,6 +114,8 @@ struct Report {
     /// tier's huge pages.
     tlb: TlbCost,
     apps: Vec<App>,
+    /// Level 2 on a dependent chase, where its stall per access is far above its own cost.
+    chase: chase::ChaseCheck,
 }
 
 fn placement_name(slow: &[bool; 3]) -> String {
@@ -138,7 +163,7 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
     let iters = a.iters.unwrap_or(if quick { 2 } else { 4 }).max(1);
     let bfs_runs = a.bfs_runs.unwrap_or(if quick { 2 } else { 4 }).max(1);
     let rounds = a.flags.rounds(3);
-    let bar = a.flags.progress(2 + 2 + rounds * 8);
+    let bar = a.flags.progress(2 + 2 + rounds * 8 + rounds * 10);
 
     // ΔL per pattern between the two backings X-Mem's tiers use.
     bar.set_message("calibrating anon-thp and the /dev/shm file");
@@ -233,18 +258,64 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
             bar.inc();
         }
     }
-    bar.finish();
+    // Level 2 on the same graph, everything on the fast tier.
+    place(&x, &[false; 3])?;
+    let cfg = |overhead_ns: f64, count_only: bool| {
+        let mut c = epoch::Config::new(d, tlb, llc_bytes, llc_ways);
+        c.overhead_ns = overhead_ns;
+        c.count_only = count_only;
+        c
+    };
+    let k = Kernels {
+        root,
+        reached,
+        iters,
+        bfs_runs,
+    };
+    let (pr_emu, bfs_emu) = emulate(&mut g, &k, &masks, rounds, &cfg, &|m| {
+        bar.set_message(format!("level 2: {m}"));
+        bar.inc();
+    })?;
     drop(g);
     drop(x);
+    bar.set_message("level 2: a dependent chase on each tier and emulated");
+    let chase = chase::run(
+        &a.flags.dir,
+        if quick { 64 << 20 } else { 512 << 20 },
+        if quick { 100_000 } else { 2_000_000 },
+        rounds,
+        d[0],
+        &cfg,
+    )?;
+    bar.finish();
 
     let apps = vec![
-        app("pagerank", pr_trace, iters as f64, &masks, &pr_ms, &d, &tlb),
-        app("bfs", bfs_trace, bfs_runs as f64, &masks, &bfs_ms, &d, &tlb),
+        app(
+            "pagerank",
+            pr_trace,
+            iters as f64,
+            &masks,
+            &pr_ms,
+            &pr_emu,
+            &d,
+            &tlb,
+        ),
+        app(
+            "bfs",
+            bfs_trace,
+            bfs_runs as f64,
+            &masks,
+            &bfs_ms,
+            &bfs_emu,
+            &d,
+            &tlb,
+        ),
     ];
     let report = Report {
         cpu: cal.cpu.clone(),
-        level: "level 3 (trace simulator) against wall clock on a real tier pair: anonymous \
-                memory with huge pages (fast) and the /dev/shm file with 4 KiB pages (slow)",
+        level: "level 3 (trace simulator) and level 2 (epoch emulator, everything on the fast \
+                tier) against wall clock on a real tier pair: anonymous memory with huge pages \
+                (fast) and the /dev/shm file with 4 KiB pages (slow)",
         rounds,
         tags: TAGS,
         vertices: n,
@@ -257,25 +328,30 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
         delta_ns: d,
         tlb,
         apps,
+        chase,
     };
     a.flags.emit(&report, draw, table)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn app(
     name: &'static str,
     traced: Misses,
     scale: f64,
     masks: &[[bool; 3]],
     ms: &[Vec<f64>],
+    emu: &Emulated,
     d: &PerPattern,
     tlb: &TlbCost,
 ) -> App {
     let measured: Vec<f64> = ms.iter().map(|v| median(v.iter().copied())).collect();
+    let emulated: Vec<f64> = emu.ms.iter().map(|v| median(v.iter().copied())).collect();
     let base_ns = measured[0] * 1e6;
     let rows: Vec<Row> = masks
         .iter()
-        .zip(&measured)
-        .map(|(m, &meas)| {
+        .enumerate()
+        .map(|(i, m)| {
+            let meas = measured[i];
             let pred = predict_tlb(base_ns, &traced, m, d, tlb, scale) / 1e6;
             Row {
                 placement: placement_name(m),
@@ -283,6 +359,9 @@ fn app(
                 measured_ms: meas,
                 predicted_ms: pred,
                 error_pct: (pred - meas) / meas * 100.0,
+                emulated_ms: emulated[i],
+                emulated_error_pct: (emulated[i] - meas) / meas * 100.0,
+                unpaid_ms: emu.stats[i].unpaid_ns / 1e6,
             }
         })
         .collect();
@@ -292,6 +371,7 @@ fn app(
     };
     let bm = benefit(&|i| rows[i].measured_ms);
     let bp = benefit(&|i| rows[i].predicted_ms);
+    let be = benefit(&|i| rows[i].emulated_ms);
     let order = |b: &[f64]| {
         let mut o: Vec<usize> = (0..3).collect();
         o.sort_by(|&i, &j| b[j].total_cmp(&b[i]));
@@ -301,12 +381,122 @@ fn app(
         name,
         scale,
         same_ranking: order(&bm) == order(&bp),
+        same_ranking_emulated: order(&bm) == order(&be),
         max_abs_error_pct: rows.iter().map(|r| r.error_pct.abs()).fold(0.0, f64::max),
+        max_abs_emulated_error_pct: rows
+            .iter()
+            .map(|r| r.emulated_error_pct.abs())
+            .fold(0.0, f64::max),
+        emulator_overhead_ns: emu.overhead_ns,
         benefit_measured_ms: bm,
         benefit_predicted_ms: bp,
+        benefit_emulated_ms: be,
         traced,
         rows,
     }
+}
+
+/// The kernels' parameters the timed runs use.
+struct Kernels {
+    root: u32,
+    reached: usize,
+    iters: usize,
+    bfs_runs: usize,
+}
+
+/// One timed PageRank run (`iters` iterations after a warm one) through probe `p`: ms.
+fn time_pagerank<P: Probe>(
+    g: &mut Graph,
+    k: &Kernels,
+    p: &mut P,
+    warm: &mut dyn FnMut(&mut P),
+) -> f64 {
+    g.reset_ranks();
+    g.pagerank_iter(p);
+    warm(p);
+    g.reset_ranks();
+    let t = Instant::now();
+    for _ in 0..k.iters {
+        g.pagerank_iter(p);
+    }
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// One timed BFS run (`bfs_runs` searches after a warm one) through probe `p`: ms.
+fn time_bfs<P: Probe>(
+    g: &mut Graph,
+    k: &Kernels,
+    p: &mut P,
+    warm: &mut dyn FnMut(&mut P),
+) -> Result<f64> {
+    g.bfs(k.root, p);
+    warm(p);
+    let t = Instant::now();
+    for _ in 0..k.bfs_runs {
+        let got = g.bfs(k.root, p);
+        ensure!(got == k.reached, "BFS reached {got}, traced {}", k.reached);
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
+/// Level 2: the emulator's own cost (count-only runs with every tag slow, against plain runs),
+/// then every placement emulated on the fast tier, rounds rotated. PageRank's and BFS's.
+fn emulate(
+    g: &mut Graph,
+    k: &Kernels,
+    masks: &[[bool; 3]],
+    rounds: usize,
+    cfg: &dyn Fn(f64, bool) -> epoch::Config,
+    step: &dyn Fn(&str),
+) -> Result<(Emulated, Emulated)> {
+    let reset = &mut |e: &mut Epoch| e.reset_counts();
+    let (mut plain, mut count) = ([vec![], vec![]], [vec![], vec![]]);
+    let mut accesses = [0u64; 2];
+    for _ in 0..rounds {
+        step("the emulator's own cost");
+        plain[0].push(time_pagerank(g, k, &mut (), &mut |_| {}));
+        plain[1].push(time_bfs(g, k, &mut (), &mut |_| {})?);
+        let mut e = Epoch::new(cfg(0.0, true), 7);
+        count[0].push(time_pagerank(g, k, &mut e, reset));
+        accesses[0] = e.finish().accesses;
+        let mut e = Epoch::new(cfg(0.0, true), 7);
+        count[1].push(time_bfs(g, k, &mut e, reset)?);
+        accesses[1] = e.finish().accesses;
+        step("the emulator's own cost");
+    }
+    let overhead: Vec<f64> = (0..2)
+        .map(|i| {
+            let extra = median(count[i].iter().copied()) - median(plain[i].iter().copied());
+            (extra * 1e6 / accesses[i].max(1) as f64).max(0.0)
+        })
+        .collect();
+    let mut out: Vec<Emulated> = overhead
+        .iter()
+        .map(|&o| Emulated {
+            ms: vec![vec![]; masks.len()],
+            stats: vec![EpochStats::default(); masks.len()],
+            overhead_ns: o,
+        })
+        .collect();
+    for r in 0..rounds {
+        for j in 0..masks.len() {
+            let i = (j + r) % masks.len();
+            step(&placement_name(&masks[i]));
+            let bits = masks[i]
+                .iter()
+                .enumerate()
+                .fold(0u64, |b, (s, &slow)| b | (u64::from(slow) << s));
+            let mut e = Epoch::new(cfg(overhead[0], false), bits);
+            out[0].ms[i].push(time_pagerank(g, k, &mut e, reset));
+            out[0].stats[i] = e.finish();
+            let mut e = Epoch::new(cfg(overhead[1], false), bits);
+            out[1].ms[i].push(time_bfs(g, k, &mut e, reset)?);
+            out[1].stats[i] = e.finish();
+        }
+    }
+    let bfs = out.pop().expect("two kernels");
+    let pr = out.pop().expect("two kernels");
+    Ok((pr, bfs))
 }
 
 fn table(r: &Report) {
@@ -339,6 +529,20 @@ fn table(r: &Report) {
         "L1 dTLB chase ({} pages): fast {:.1} ns, slow {:.1} ns per load; L2 TLB hit on a cache hit {:.2} ns",
         r.slow.l1_pages, r.fast.l1_chase_ns, r.slow.l1_chase_ns, r.tlb.l1_ns
     );
+    let c = &r.chase;
+    println!(
+        "level 2 on a dependent chase over {} MiB ({} loads): fast {:.1} ns, slow {:.1} ns, emulated {:.1} ns ({:+.1}%), level 3 {:.1} ns ({:+.1}%); emulator {:.1} ns per access taken off, {:.1} ns unpaid",
+        c.bytes >> 20,
+        c.steps,
+        c.fast_ns,
+        c.slow_ns,
+        c.emulated_ns,
+        c.emulated_error_pct,
+        c.predicted_ns,
+        c.predicted_error_pct,
+        c.overhead_ns,
+        c.unpaid_ns_per_access
+    );
     for a in &r.apps {
         println!("\n{} (x{} per timed run)", a.name, a.scale);
         for (t, m) in TAGS.iter().zip(&a.traced.misses) {
@@ -358,13 +562,19 @@ fn table(r: &Report) {
             );
         }
         println!(
-            "  {:<44} {:>12} {:>12} {:>8}",
-            "placement", "measured ms", "predicted", "error"
+            "  {:<44} {:>12} {:>12} {:>8} {:>12} {:>8} {:>8}",
+            "placement", "measured ms", "level 3", "error", "level 2", "error", "unpaid"
         );
         for row in &a.rows {
             println!(
-                "  {:<44} {:>12.1} {:>12.1} {:>7.1}%",
-                row.placement, row.measured_ms, row.predicted_ms, row.error_pct
+                "  {:<44} {:>12.1} {:>12.1} {:>7.1}% {:>12.1} {:>7.1}% {:>8.1}",
+                row.placement,
+                row.measured_ms,
+                row.predicted_ms,
+                row.error_pct,
+                row.emulated_ms,
+                row.emulated_error_pct,
+                row.unpaid_ms
             );
         }
         println!(
@@ -373,6 +583,13 @@ fn table(r: &Report) {
             a.benefit_predicted_ms.iter().map(|v| (v * 10.0).round() / 10.0).collect::<Vec<_>>(),
             a.same_ranking,
             a.max_abs_error_pct
+        );
+        println!(
+            "  level 2: emulator {:.1} ns per access (taken off); benefit per tag alone fast (ms) {:?}; same ranking: {}; max |error| {:.1}%",
+            a.emulator_overhead_ns,
+            a.benefit_emulated_ms.iter().map(|v| (v * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            a.same_ranking_emulated,
+            a.max_abs_emulated_error_pct
         );
     }
 }
@@ -405,12 +622,16 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
                     "predicted (level 3)".into(),
                     a.rows.iter().map(|x| x.predicted_ms).collect(),
                 ),
+                (
+                    "emulated (level 2)".into(),
+                    a.rows.iter().map(|x| x.emulated_ms).collect(),
+                ),
             ],
         })
         .collect();
     plot::bars(
         p,
-        &format!("HMEP level 3 against wall clock: {}", r.cpu),
+        &format!("HMEP levels 3 and 2 against wall clock: {}", r.cpu),
         "ms",
         &panels,
         2,

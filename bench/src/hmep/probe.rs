@@ -1,8 +1,9 @@
 //! What an X-Mem application reports to the trace simulator: every access of its kernels, with
 //! the structure (tag index), the address, whether it stored, and the loaded value when that value
 //! is an address (so the classifier can see pointer chasing). Timed runs use `()`, which compiles
-//! every call away; traced runs use [`Sim`].
+//! every call away; traced runs use [`Sim`] (level 3); emulated runs use [`Epoch`] (level 2).
 
+use pmkit_hmep::epoch::Epoch;
 use pmkit_hmep::sim::Sim;
 
 pub trait Probe {
@@ -39,5 +40,12 @@ impl Probe for Sim {
     #[inline]
     fn access(&mut self, s: usize, addr: u64, value: u64, store: bool) {
         Sim::access_rw(self, s, addr, value, store);
+    }
+}
+
+impl Probe for Epoch {
+    #[inline]
+    fn access(&mut self, s: usize, addr: u64, value: u64, _store: bool) {
+        Epoch::access(self, s, addr, value);
     }
 }

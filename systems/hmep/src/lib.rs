@@ -9,10 +9,14 @@
 //!   pattern on each tier, which is X-Mem's placement input;
 //! - [`sim`] over [`cache`] and [`tlb`]: emulation level 3, a traced run's misses per pattern
 //!   and page walks per page size, per structure and per 4 KiB page, from which any placement's
-//!   time is predicted.
+//!   time is predicted;
+//! - [`epoch`]: emulation level 2, the epoch emulator: instrumented code reports its accesses,
+//!   sampled cache and TLB models estimate the slow structures' misses and walks, and the thread
+//!   spins the modelled stall at each epoch's end, less the emulator's own cost.
 
 pub mod cache;
 pub mod calib;
+pub mod epoch;
 pub mod error;
 pub mod mem;
 pub mod model;

@@ -13,6 +13,7 @@ use crate::report::{median, plot, BenchFlags};
 use anyhow::{ensure, Context, Result};
 use pmkit_hmep::cache::{llc, Cache};
 use pmkit_hmep::calib::{self, Tier as CalTier};
+use pmkit_hmep::epoch::{self, Epoch, Stats as EpochStats};
 use pmkit_hmep::mem::Backing;
 use pmkit_hmep::sim::{delta, predict_tlb, Misses, Sim};
 use pmkit_hmep::tlb::TlbCost;
@@ -59,6 +60,11 @@ struct Row {
     measured_ms: f64,
     predicted_ms: f64,
     error_pct: f64,
+    /// Level 2: everything on the fast tier, the slow tags emulated by the epoch emulator.
+    emulated_ms: f64,
+    emulated_error_pct: f64,
+    /// What the emulator owed and could not pay (its own cost was above the modelled stall).
+    unpaid_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -102,6 +108,13 @@ struct Report {
     same_cost_ranking: bool,
     same_cost_top: bool,
     max_abs_error_pct: f64,
+    /// Level 2: the emulator's ns per access (count-only runs against plain ones, taken off
+    /// what it owes), the per-tag costs it gives, its ranking and its largest error.
+    emulator_overhead_ns: f64,
+    cost_emulated_ms: Vec<f64>,
+    same_cost_ranking_emulated: bool,
+    same_cost_top_emulated: bool,
+    max_abs_emulated_error_pct: f64,
     memcaslap: Vec<CaslapRun>,
     memcaslap_note: String,
 }
@@ -169,7 +182,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         .chain((0..N).map(|s| (0..N).map(|i| i == s).collect()))
         .chain((0..N).map(|s| (0..N).map(|i| i != s).collect()))
         .collect();
-    let bar = a.flags.progress(3 + rounds * (masks.len() + 2));
+    let bar = a.flags.progress(3 + rounds * (2 * masks.len() + 3));
     let load_start = load_average();
 
     bar.set_message("calibrating anon-thp and the /dev/shm file");
@@ -236,6 +249,57 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
             bar.inc();
         }
     }
+    // Level 2: everything fast, the slow tags emulated; first the emulator's own cost.
+    place(&x, &[false; N])?;
+    let cfg = |overhead_ns: f64, count_only: bool| {
+        let mut c = epoch::Config::new(d, tlb, llc_bytes, llc_ways);
+        c.overhead_ns = overhead_ns;
+        c.count_only = count_only;
+        c
+    };
+    let timed = |s: &mut Store, e: &mut Epoch| {
+        run(s, &w, &warm, e);
+        e.reset_counts();
+        let t = Instant::now();
+        run(s, &w, &reqs, e);
+        (t.elapsed().as_secs_f64() * 1e3, e.finish())
+    };
+    let (mut plain, mut count, mut accesses) = (vec![], vec![], 0);
+    for _ in 0..rounds {
+        bar.set_message("level 2: the emulator's own cost");
+        run(&mut s, &w, &warm, &mut ());
+        let t = Instant::now();
+        run(&mut s, &w, &reqs, &mut ());
+        plain.push(t.elapsed().as_secs_f64() * 1e3);
+        let (ms, st) = timed(&mut s, &mut Epoch::new(cfg(0.0, true), (1 << N) - 1));
+        count.push(ms);
+        accesses = st.accesses;
+        bar.inc();
+    }
+    let overhead_ns = ((median(count.iter().copied()) - median(plain.iter().copied())) * 1e6
+        / accesses.max(1) as f64)
+        .max(0.0);
+    let mut emu_ms = vec![vec![]; masks.len()];
+    let mut emu_stats = vec![EpochStats::default(); masks.len()];
+    for r in 0..rounds {
+        for j in 0..masks.len() {
+            let i = (j + r) % masks.len();
+            bar.set_message(format!(
+                "level 2, round {}/{rounds}: {}",
+                r + 1,
+                name(&masks[i])
+            ));
+            let bits = masks[i]
+                .iter()
+                .enumerate()
+                .fold(0u64, |b, (t, &slow)| b | (u64::from(slow) << t));
+            let (ms, st) = timed(&mut s, &mut Epoch::new(cfg(overhead_ns, false), bits));
+            emu_ms[i].push(ms);
+            emu_stats[i] = st;
+            bar.inc();
+        }
+    }
+    let emulated: Vec<f64> = emu_ms.iter().map(|v| median(v.iter().copied())).collect();
     let (slab_mib, hash_mib) = (s.slab_bytes() >> 20, s.hash_bytes() >> 20);
     drop(s);
     drop(x);
@@ -245,8 +309,9 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     let base_ns = measured[0] * 1e6;
     let rows: Vec<Row> = masks
         .iter()
-        .zip(&measured)
-        .map(|(m, &meas)| {
+        .enumerate()
+        .map(|(i, m)| {
+            let meas = measured[i];
             let pred = predict_tlb(base_ns, &traced, m, &d, &tlb, scale) / 1e6;
             Row {
                 placement: name(m),
@@ -254,6 +319,9 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
                 measured_ms: meas,
                 predicted_ms: pred,
                 error_pct: (pred - meas) / meas * 100.0,
+                emulated_ms: emulated[i],
+                emulated_error_pct: (emulated[i] - meas) / meas * 100.0,
+                unpaid_ms: emu_stats[i].unpaid_ns / 1e6,
             }
         })
         .collect();
@@ -268,6 +336,9 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         .collect();
     let cp: Vec<f64> = (0..N)
         .map(|t| rows[2 + t].predicted_ms - rows[0].predicted_ms)
+        .collect();
+    let ce: Vec<f64> = (0..N)
+        .map(|t| rows[2 + t].emulated_ms - rows[0].emulated_ms)
         .collect();
     let order = |b: &[f64]| {
         let mut o: Vec<usize> = (0..N).collect();
@@ -315,8 +386,9 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
 
     let report = Report {
         cpu: cal.cpu.clone(),
-        level: "level 3 (trace simulator) against wall clock on a real tier pair: anonymous \
-                memory with huge pages (fast) and the /dev/shm file with 4 KiB pages (slow)",
+        level: "level 3 (trace simulator) and level 2 (epoch emulator, everything on the fast \
+                tier) against wall clock on a real tier pair: anonymous memory with huge pages \
+                (fast) and the /dev/shm file with 4 KiB pages (slow)",
         load_average_start: load_start,
         load_average: load_average(),
         rounds,
@@ -341,9 +413,17 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         same_top: order(&bm)[0] == order(&bp)[0],
         same_cost_ranking: order(&cm) == order(&cp),
         same_cost_top: order(&cm)[0] == order(&cp)[0],
-        cost_measured_ms: cm,
         cost_predicted_ms: cp,
         max_abs_error_pct: rows.iter().map(|r| r.error_pct.abs()).fold(0.0, f64::max),
+        emulator_overhead_ns: overhead_ns,
+        same_cost_ranking_emulated: order(&cm) == order(&ce),
+        same_cost_top_emulated: order(&cm)[0] == order(&ce)[0],
+        cost_emulated_ms: ce,
+        cost_measured_ms: cm,
+        max_abs_emulated_error_pct: rows
+            .iter()
+            .map(|r| r.emulated_error_pct.abs())
+            .fold(0.0, f64::max),
         benefit_measured_ms: bm,
         benefit_predicted_ms: bp,
         rows,
@@ -383,13 +463,19 @@ fn table(r: &Report) {
         );
     }
     println!(
-        "  {:<20} {:>12} {:>12} {:>8}",
-        "placement", "measured ms", "predicted", "error"
+        "  {:<20} {:>12} {:>12} {:>8} {:>12} {:>8} {:>8}",
+        "placement", "measured ms", "level 3", "error", "level 2", "error", "unpaid"
     );
     for row in &r.rows {
         println!(
-            "  {:<20} {:>12.1} {:>12.1} {:>7.1}%",
-            row.placement, row.measured_ms, row.predicted_ms, row.error_pct
+            "  {:<20} {:>12.1} {:>12.1} {:>7.1}% {:>12.1} {:>7.1}% {:>8.1}",
+            row.placement,
+            row.measured_ms,
+            row.predicted_ms,
+            row.error_pct,
+            row.emulated_ms,
+            row.emulated_error_pct,
+            row.unpaid_ms
         );
     }
     println!(
@@ -407,6 +493,14 @@ fn table(r: &Report) {
         r1(&r.cost_predicted_ms),
         r.same_cost_ranking,
         r.same_cost_top
+    );
+    println!(
+        "level 2 (emulator {:.1} ns per access, taken off): cost per tag alone slow (ms) {:?}; same ranking: {}; same first: {}; max |error| {:.1}%",
+        r.emulator_overhead_ns,
+        r1(&r.cost_emulated_ms),
+        r.same_cost_ranking_emulated,
+        r.same_cost_top_emulated,
+        r.max_abs_emulated_error_pct
     );
     for c in &r.memcaslap {
         println!(
@@ -440,6 +534,10 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
                     "predicted (level 3)".into(),
                     r.rows.iter().map(|x| x.predicted_ms).collect(),
                 ),
+                (
+                    "emulated (level 2)".into(),
+                    r.rows.iter().map(|x| x.emulated_ms).collect(),
+                ),
             ],
         },
         plot::BarPanel {
@@ -456,6 +554,7 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
             series: vec![
                 ("measured".into(), r.cost_measured_ms.clone()),
                 ("predicted".into(), r.cost_predicted_ms.clone()),
+                ("emulated".into(), r.cost_emulated_ms.clone()),
             ],
         },
     ];
