@@ -59,7 +59,7 @@ pub fn table(r: &Report) {
         let mut presets: Vec<&str> = a.points.iter().map(|p| p.preset.as_str()).collect();
         presets.dedup();
         for pre in presets {
-            println!("  {pre}: time over fast-only (level 3)");
+            println!("  {pre}: time over fast-only (level 3, with bandwidth queueing)");
             print!("  {:<6}", "DRAM");
             for p in &r.policies {
                 print!(" {p:>16}");
@@ -74,6 +74,14 @@ pub fn table(r: &Report) {
                     " {:>9.3} {:>8}",
                     pt.xmem_over_oracle, pt.xmem_ahead_of_page_hotness
                 );
+            }
+            println!("  {pre}: of which bandwidth queueing, ms per pass");
+            for pt in a.points.iter().filter(|p| p.preset == pre) {
+                print!("  {:<6}", frac(pt.fraction));
+                for p in &pt.policies {
+                    print!(" {:>16.3}", p.queueing_ms);
+                }
+                println!();
             }
             println!("  {pre}: writes to the slow tier over slow-only's (Fig. 30)");
             for pt in a.points.iter().filter(|p| p.preset == pre) {

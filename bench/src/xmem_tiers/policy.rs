@@ -19,7 +19,7 @@
 //!
 //! A policy's outcome is the modelled extra cost and the stores of what it leaves slow.
 
-use pmkit_hmep::sim::Unit;
+use pmkit_hmep::sim::{Unit, Windows};
 use pmkit_hmep::tlb::TlbCost;
 use pmkit_xmem::place::{greedy, Candidate, Latencies, PerPattern};
 use serde::Serialize;
@@ -43,6 +43,8 @@ pub const MAX_TAGS: usize = 10;
 /// An application's data as the policies see it.
 pub struct Data {
     pub tags: usize,
+    /// The trace's windows (bandwidth queueing).
+    pub windows: Windows,
     /// Placement units (X-Mem regions) in allocation order: tag and trace counts.
     pub units: Vec<Unit>,
     /// Every traced 4 KiB page inside the units.
@@ -58,36 +60,58 @@ impl Data {
 }
 
 /// What a placement leaves on the slow tier.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
     /// Modelled extra ns of one traced pass.
     pub slow_ns: f64,
     /// Stores of one traced pass to the slow tier.
     pub slow_stores: u64,
+    /// Per tag, the memory misses left on the slow tier.
+    pub slow_misses: Vec<f64>,
 }
 
-fn sum<'a>(units: impl Iterator<Item = (&'a Unit, f64)>) -> Outcome {
+impl Outcome {
+    /// Per tag, the share of its misses on the slow tier (what bandwidth queueing charges).
+    pub fn shares(&self, d: &Data) -> Vec<f64> {
+        let mut all = vec![0.0; d.tags];
+        for u in &d.units {
+            all[u.structure as usize] += u.misses.iter().sum::<u64>() as f64;
+        }
+        self.slow_misses
+            .iter()
+            .zip(&all)
+            .map(|(&s, &a)| if a > 0.0 { (s / a).min(1.0) } else { 0.0 })
+            .collect()
+    }
+}
+
+fn sum<'a>(tags: usize, units: impl Iterator<Item = (&'a Unit, f64)>) -> Outcome {
     units.fold(
         Outcome {
             slow_ns: 0.0,
             slow_stores: 0,
+            slow_misses: vec![0.0; tags],
         },
-        |o, (u, c)| Outcome {
-            slow_ns: o.slow_ns + c,
-            slow_stores: o.slow_stores + u.stores,
+        |mut o, (u, c)| {
+            o.slow_ns += c;
+            o.slow_stores += u.stores;
+            o.slow_misses[u.structure as usize] += u.misses.iter().sum::<u64>() as f64;
+            o
         },
     )
 }
 
 /// The units left slow by `fast` (one flag per unit).
 fn slow_units(d: &Data, cost: &[f64], fast: &[bool]) -> Outcome {
-    sum(d
-        .units
-        .iter()
-        .zip(cost)
-        .zip(fast)
-        .filter(|(_, &f)| !f)
-        .map(|((u, &c), _)| (u, c)))
+    sum(
+        d.tags,
+        d.units
+            .iter()
+            .zip(cost)
+            .zip(fast)
+            .filter(|(_, &f)| !f)
+            .map(|((u, &c), _)| (u, c)),
+    )
 }
 
 /// The cost of a unit being slow: its misses times ΔL per pattern (presets map the slow tier
@@ -131,10 +155,13 @@ pub fn run(
                     .cmp(&d.pages[a].accesses)
                     .then(a.cmp(&b))
             });
-            sum(order
-                .iter()
-                .skip(k_pages)
-                .map(|&i| (&d.pages[i], self::cost(&d.pages[i], delta))))
+            sum(
+                d.tags,
+                order
+                    .iter()
+                    .skip(k_pages)
+                    .map(|&i| (&d.pages[i], self::cost(&d.pages[i], delta))),
+            )
         }
         "memkind-ratio" => slow_units(d, &cost, &static_ratio(d, fraction, k)),
         "oracle-tag-order" => slow_units(d, &cost, &best_tag_order(d, &cost, k)),
@@ -267,6 +294,7 @@ mod tests {
         ];
         Data {
             tags: 2,
+            windows: Windows::default(),
             pages: units.clone(),
             units,
             unit_bytes: 4096,

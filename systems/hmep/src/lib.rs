@@ -9,7 +9,8 @@
 //!   pattern on each tier, which is X-Mem's placement input;
 //! - [`sim`] over [`cache`] and [`tlb`]: emulation level 3, a traced run's misses per pattern
 //!   and page walks per page size, per structure and per 4 KiB page, from which any placement's
-//!   time is predicted;
+//!   time is predicted, with [`queue`]'s bandwidth queueing per window of the trace for slow
+//!   tiers of lower bandwidth;
 //! - [`epoch`]: emulation level 2, the epoch emulator: instrumented code reports its accesses,
 //!   sampled cache and TLB models estimate the slow structures' misses and walks, and the thread
 //!   spins the modelled stall at each epoch's end, less the emulator's own cost.
@@ -21,6 +22,7 @@ pub mod error;
 pub mod mem;
 pub mod model;
 pub mod preset;
+pub mod queue;
 pub mod sim;
 pub mod tlb;
 

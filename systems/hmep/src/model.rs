@@ -29,6 +29,8 @@ pub struct Model {
     pub slow_latency_ns: f64,
     pub slow_read_gbs: f64,
     pub slow_write_gbs: f64,
+    /// Bytes the slow device moves per access (its internal line, at least 64).
+    pub line_bytes: f64,
     /// ns per access, indexed by `Pattern as usize`.
     pub fast: PerPattern,
     pub slow: PerPattern,
@@ -68,6 +70,7 @@ impl Model {
             slow_latency_ns: lat,
             slow_read_gbs: rbw,
             slow_write_gbs: wbw,
+            line_bytes: moved,
             fast: fast_l,
             slow,
             slow_write_random_ns: moved / wbw,

@@ -123,6 +123,30 @@ pub struct Misses {
     pub overflow: Unit,
     /// The TLB sizes the walks were counted with.
     pub tlb: Geometry,
+    /// Per window of [`BUFFER`] accesses, per structure: the bursts bandwidth queueing needs.
+    #[serde(skip)]
+    pub windows: Windows,
+}
+
+/// Per window of consecutive accesses and per structure: the memory misses and the distinct
+/// lines stored to (each written back once at most per window), window-major.
+#[derive(Debug, Clone, Default)]
+pub struct Windows {
+    pub structures: usize,
+    /// Accesses per window (the last one may hold fewer: see `accesses`).
+    pub accesses: Vec<u32>,
+    pub misses: Vec<u32>,
+    pub stored_lines: Vec<u32>,
+}
+
+impl Windows {
+    pub fn len(&self) -> usize {
+        self.accesses.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.accesses.is_empty()
+    }
 }
 
 /// One buffered access: the classifier needs 4,096 of them together.
@@ -173,6 +197,10 @@ impl Sim {
             pages: PageMap::default(),
             overflow: Unit::default(),
             tlb,
+            windows: Windows {
+                structures: n,
+                ..Windows::default()
+            },
         }
     }
 
@@ -213,6 +241,7 @@ impl Sim {
     /// Classify the buffer (all its accesses, as the thesis's profiler sees them) and count
     /// each access under its structure and page with its line's pattern.
     fn flush(&mut self) {
+        self.count_window();
         let mut acc: Vec<Access> = self.buf.iter().map(|b| b.access).collect();
         let labels = classify::classify(&mut acc);
         // The thesis's profiler counts a line once per buffer (repeats are assumed cached).
@@ -259,6 +288,30 @@ impl Sim {
             }
         }
         self.buf.clear();
+    }
+
+    /// The buffer as one window: misses and distinct stored lines per structure.
+    fn count_window(&mut self) {
+        let w = &mut self.out.windows;
+        let n = w.structures;
+        let at = w.misses.len();
+        w.accesses.push(self.buf.len() as u32);
+        w.misses.resize(at + n, 0);
+        w.stored_lines.resize(at + n, 0);
+        let mut stored: Vec<(u16, u64)> = Vec::new();
+        for b in &self.buf {
+            if b.miss {
+                w.misses[at + b.s as usize] += 1;
+            }
+            if b.store {
+                stored.push((b.s, b.access.addr / classify::LINE));
+            }
+        }
+        stored.sort_unstable();
+        stored.dedup();
+        for (s, _) in stored {
+            w.stored_lines[at + s as usize] += 1;
+        }
     }
 
     /// Forget the counts but keep the cache's and TLBs' contents: trace a warm-up pass, reset,

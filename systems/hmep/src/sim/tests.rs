@@ -146,3 +146,31 @@ fn pages_beyond_the_bound_are_counted_as_overflow() {
     assert_eq!(m.overflow.accesses, 10);
     assert_eq!(m.units[0].accesses, 30);
 }
+
+#[test]
+fn windows_count_misses_and_distinct_stored_lines_per_structure() {
+    let mut sim = Sim::with_tlb(Cache::new(64 << 10, 4), 2, small_tlb());
+    let base = 1u64 << 40;
+    // One window: structure 0 stores twice to each of 10 lines (misses once each), structure
+    // 1 loads 5 lines twice.
+    for i in 0..10u64 {
+        sim.access_rw(0, base + i * 64, 0, true);
+        sim.access_rw(0, base + i * 64 + 8, 0, true);
+    }
+    for _ in 0..2 {
+        for i in 0..5u64 {
+            sim.access(1, base + (1 << 20) + i * 64, 0);
+        }
+    }
+    // Fill the window and start another.
+    for i in 0..(BUFFER as u64 - 30 + 3) {
+        sim.access(1, base + (1 << 20) + (i % 5) * 64, 0);
+    }
+    let m = sim.finish();
+    let w = &m.windows;
+    assert_eq!(w.len(), 2);
+    assert_eq!(w.accesses, vec![BUFFER as u32, 3]);
+    assert_eq!(&w.misses[..2], &[10, 5]);
+    assert_eq!(&w.stored_lines[..2], &[10, 0]);
+    assert_eq!(&w.misses[2..], &[0, 0]);
+}
