@@ -1,6 +1,7 @@
 //! `pmkit-bench hmep-validate --quick --json`: levels 3 and 2 against wall clock on the real tier
 //! pair, every placement of xgraph's tags, and level 2's dependent-chase check.
 
+#[allow(dead_code)] // shared helpers this test does not need (tool checks)
 mod common;
 
 use common::json_of;
