@@ -12,7 +12,7 @@ const POLICIES: [&str; 9] = [
     "fast-only",
     "slow-only",
     "x-mem",
-    "x-mem-misses",
+    "x-mem-unfiltered",
     "first-touch",
     "page-hotness",
     "memkind-ratio",
@@ -82,7 +82,7 @@ fn quick_json_has_every_policy_and_the_model_invariants() {
             }
             for name in [
                 "x-mem",
-                "x-mem-misses",
+                "x-mem-unfiltered",
                 "first-touch",
                 "memkind-ratio",
                 "oracle-tag-order",

@@ -210,7 +210,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         cpu: cal.cpu.clone(),
         level: "level 3 (trace simulator): predicted = measured fast-only time (huge pages) + \
                 the slow units' traced misses x (L(p, slow) - L(p, fast)) of each preset resolved \
-                on this machine; no TLB term (presets are mapped with the fast tier's huge pages)",
+                on this machine + bandwidth queueing per window of the trace; no TLB term \
+                (presets are mapped with the fast tier's huge pages)",
         rounds,
         reps,
         vertices: n,

@@ -93,6 +93,20 @@ pub fn table(r: &Report) {
             }
         }
     }
+    for a in &r.apps {
+        let n = a.points.len();
+        let count =
+            |f: &dyn Fn(&super::sweep::Point) -> bool| a.points.iter().filter(|p| f(p)).count();
+        println!(
+            "\n{}: x-mem within 10% of the oracle at {} of {n} points, ahead of page hotness at {}; \
+             unfiltered profile: within 10% at {}, ahead at {}",
+            a.name,
+            count(&|p| p.xmem_within_10pct_of_oracle),
+            count(&|p| p.xmem_ahead_of_page_hotness),
+            count(&|p| p.xmem_unfiltered_over_oracle <= 1.10),
+            count(&|p| p.xmem_unfiltered_ahead_of_page_hotness),
+        );
+    }
     println!("\nmigration: {}", r.migration);
 }
 

@@ -2,12 +2,13 @@
 //! data get the fast tier's `k` unit slots (or `k_pages` 4 KiB pages), from one trace:
 //! - fast-only and slow-only: the bounds;
 //! - X-Mem: the thesis's greedy (`pmkit_xmem::place`) over units with Eq. 3's benefit from each
-//!   tag's profile (its classified accesses per pattern, shared evenly by its units, as X-Mem's
-//!   per-tag profile is);
-//! - X-Mem with a cache-filtered profile (`x-mem-misses`): the same greedy, each tag's profile
-//!   its traced cache misses per pattern instead of its accesses (what the thesis's profiler
-//!   would give with a cache model in front of it: its structures dwarfed the cache, these may
-//!   not);
+//!   tag's profile as X-Mem's profiler gives it (`Tracer::with_cache`, `pmkit xmem profile`):
+//!   its accesses that miss a model of the last-level cache, per pattern, shared evenly by its
+//!   units as X-Mem's per-tag profile is;
+//! - X-Mem with the thesis's unfiltered profile (`x-mem-unfiltered`): the same greedy, each
+//!   tag's profile its classified accesses (a line once per buffer of 4,096, the rest assumed
+//!   cached: right for the thesis's structures, which dwarfed the cache, wrong for a small hot
+//!   one, which it ranks by accesses that never reach memory);
 //! - first-touch DRAM-first (Linux's default): units in allocation order until DRAM is full;
 //! - page hotness (tag-blind, what TPP-like OS tiering converges to): the 4 KiB pages with the
 //!   most accesses in the trace;
@@ -29,7 +30,7 @@ pub const POLICIES: [&str; 9] = [
     "fast-only",
     "slow-only",
     "x-mem",
-    "x-mem-misses",
+    "x-mem-unfiltered",
     "first-touch",
     "page-hotness",
     "memkind-ratio",
@@ -144,8 +145,8 @@ pub fn run(
     match policy {
         "fast-only" => slow_units(d, &cost, &vec![true; n]),
         "slow-only" => slow_units(d, &cost, &vec![false; n]),
-        "x-mem" => slow_units(d, &cost, &greedy(&xmem_candidates(d, lat, false), k)),
-        "x-mem-misses" => slow_units(d, &cost, &greedy(&xmem_candidates(d, lat, true), k)),
+        "x-mem" => slow_units(d, &cost, &greedy(&xmem_candidates(d, lat, true), k)),
+        "x-mem-unfiltered" => slow_units(d, &cost, &greedy(&xmem_candidates(d, lat, false), k)),
         "first-touch" => slow_units(d, &cost, &(0..n).map(|i| i < k).collect::<Vec<_>>()),
         "page-hotness" => {
             let mut order: Vec<usize> = (0..d.pages.len()).collect();
@@ -319,7 +320,7 @@ mod tests {
         // X-Mem, the oracles and page hotness take the hot tag.
         for p in [
             "x-mem",
-            "x-mem-misses",
+            "x-mem-unfiltered",
             "oracle",
             "oracle-tag-order",
             "page-hotness",
@@ -327,14 +328,14 @@ mod tests {
             assert_eq!(r(p).slow_ns, 20.0, "{p}");
             assert_eq!(r(p).slow_stores, 10, "{p}");
         }
-        // Many accesses but few misses: X-Mem's access profile takes the cached tag, its miss
-        // profile does not.
+        // Many accesses but few misses: the thesis's unfiltered profile takes the cached tag,
+        // X-Mem's cache-filtered one does not.
         let mut d = data();
         d.units[0].classified = [0, 10_000, 0];
         d.units[1].classified = [0, 10_000, 0];
         let r = |p: &str| run(p, &d, &delta, &lat, 2, 2, 0.5);
-        assert_eq!(r("x-mem").slow_ns, 900.0);
-        assert_eq!(r("x-mem-misses").slow_ns, 20.0);
+        assert_eq!(r("x-mem-unfiltered").slow_ns, 900.0);
+        assert_eq!(r("x-mem").slow_ns, 20.0);
         let d = data();
         let r = |p: &str| run(p, &d, &delta, &lat, 2, 2, 0.5);
         // Static ratio: one unit of each tag.

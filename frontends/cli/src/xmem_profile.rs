@@ -13,9 +13,10 @@
 //! trees and hash chains come out as random (or streaming), and their benefit is underrated.
 
 use anyhow::{bail, Context, Result};
+use pmkit_xmem::cache::Cache;
 use pmkit_xmem::classify::{self, Access, BUFFER};
 use pmkit_xmem::profiles::{self, Saved};
-use pmkit_xmem::trace::parse_lackey;
+use pmkit_xmem::trace::{label_misses, parse_lackey};
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -78,6 +79,9 @@ pub struct Classifier<'a> {
     buf: Vec<Access>,
     counts: BTreeMap<Key, [u64; 3]>,
     accesses: u64,
+    /// A cache model in front: only misses are counted (`Tracer::with_cache`'s profile).
+    cache: Option<Cache>,
+    missed: Vec<bool>,
 }
 
 impl<'a> Classifier<'a> {
@@ -89,10 +93,21 @@ impl<'a> Classifier<'a> {
             buf: Vec::with_capacity(BUFFER),
             counts: BTreeMap::new(),
             accesses: 0,
+            cache: None,
+            missed: Vec::new(),
         }
     }
 
+    /// Count only the accesses that miss `cache`.
+    pub fn with_cache(mut self, cache: Cache) -> Classifier<'a> {
+        self.cache = Some(cache);
+        self
+    }
+
     fn push(&mut self, a: Access) {
+        if let Some(c) = &mut self.cache {
+            self.missed.push(!c.access(a.addr));
+        }
         self.buf.push(a);
         self.accesses += 1;
         if self.buf.len() == BUFFER {
@@ -102,7 +117,12 @@ impl<'a> Classifier<'a> {
 
     /// Classify the buffer (the thesis's 4096 accesses, in log order) and count.
     fn flush(&mut self) {
-        for (addr, p) in classify::classify(&mut self.buf) {
+        let labels = match self.cache {
+            Some(_) => label_misses(&mut self.buf, &self.missed),
+            None => classify::classify(&mut self.buf),
+        };
+        self.missed.clear();
+        for (addr, p) in labels {
             let key = match self
                 .ranges
                 .iter()

@@ -15,7 +15,8 @@
 //!   sampled cache and TLB models estimate the slow structures' misses and walks, and the thread
 //!   spins the modelled stall at each epoch's end, less the emulator's own cost.
 
-pub mod cache;
+/// The cache model (X-Mem's profiler filters with it too, so it lives there).
+pub use pmkit_xmem::cache;
 pub mod calib;
 pub mod epoch;
 pub mod error;

@@ -8,6 +8,7 @@
 //! greedily and moves regions between DRAM and PM keeping their virtual addresses.
 
 pub mod boxed;
+pub mod cache;
 pub mod classes;
 pub mod classify;
 pub mod config;

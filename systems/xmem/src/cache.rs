@@ -1,8 +1,9 @@
 //! A set-associative LRU cache of 64-byte lines: the filter that decides which traced accesses
-//! reach memory, so only misses are charged the slow tier's latency. Sized like this machine's
-//! last-level cache ([`llc`]); one model per traced thread.
+//! reach memory, so only misses are charged the slow tier's latency (HMEP's simulator and
+//! emulator) and only misses are profiled ([`crate::trace::Tracer::with_cache`]). Sized like
+//! this machine's last-level cache ([`llc`]); one model per traced thread.
 
-use crate::mem::LINE;
+const LINE: usize = crate::classify::LINE as usize;
 
 /// Most ways per set (a linear scan per access stays cheap).
 pub const MAX_WAYS: usize = 64;
