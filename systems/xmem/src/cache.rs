@@ -1,6 +1,6 @@
 //! A set-associative LRU cache of 64-byte lines: the filter that decides which traced accesses
 //! reach memory, so only misses are charged the slow tier's latency (HMEP's simulator and
-//! emulator) and only misses are profiled ([`crate::trace::Tracer::with_cache`]). Sized like
+//! emulator) and only misses are profiled (the tracer's `with_cache`). Sized like
 //! this machine's last-level cache ([`llc`]); one model per traced thread.
 
 const LINE: usize = crate::classify::LINE as usize;
