@@ -98,11 +98,14 @@ pub fn table(r: &Report) {
         let count =
             |f: &dyn Fn(&super::sweep::Point) -> bool| a.points.iter().filter(|p| f(p)).count();
         println!(
-            "\n{}: x-mem within 10% of the oracle at {} of {n} points, ahead of page hotness at {}; \
-             unfiltered profile: within 10% at {}, ahead at {}",
+            "\n{}: x-mem within 10% of the oracle at {} of {n} points, ahead of page hotness at {} \
+             ({} of the {} where some placement of whole units is); unfiltered profile: within \
+             10% at {}, ahead at {}",
             a.name,
             count(&|p| p.xmem_within_10pct_of_oracle),
             count(&|p| p.xmem_ahead_of_page_hotness),
+            count(&|p| p.xmem_ahead_of_page_hotness && p.units_can_match_page_hotness),
+            count(&|p| p.units_can_match_page_hotness),
             count(&|p| p.xmem_unfiltered_over_oracle <= 1.10),
             count(&|p| p.xmem_unfiltered_ahead_of_page_hotness),
         );

@@ -5,9 +5,10 @@
 //! is modelled per window of the trace (4,096 accesses, a few µs), where bursts show:
 //! - the window's time is its share of the fast-only time (by accesses) plus its share of the
 //!   modelled stalls (by slow misses);
-//! - the device is busy `reads · line / read BW + writes · line / write BW` of it
-//!   (writes: distinct lines stored in the window, each written back once), so it is utilised
-//!   `ρ = busy / time`;
+//! - the device is busy `reads · line / read BW + writes · line / write BW` of it (writes:
+//!   distinct lines stored in the window, each written back once; `line` is the device's
+//!   internal line for random and chase misses and lone stored lines, 64 bytes for streaming
+//!   misses and runs of stored lines, which share it), so it is utilised `ρ = busy / time`;
 //! - each slow read waits an M/D/1 queue's `ρ / (2 (1 − ρ)) · service` (ρ capped at 0.95), but
 //!   never behind more than the MLP − 1 other requests a core keeps in flight, and overlapped
 //!   MLP-fold as independent misses are; posted writes wait for nothing;
@@ -78,12 +79,14 @@ pub fn queueing(
         (0..n).map(|s| v[i * n + s] as f64 * share[s]).sum::<f64>()
     };
     let total_accesses: f64 = w.accesses.iter().map(|&a| a as f64).sum();
-    let total_reads: f64 = (0..w.len()).map(|i| slow_of(&w.misses, i)).sum();
-    // GB/s is bytes per ns.
+    let reads_of = |i: usize| slow_of(&w.misses, i) + slow_of(&w.stream_misses, i);
+    let total_reads: f64 = (0..w.len()).map(reads_of).sum();
+    // GB/s is bytes per ns. In-order lines share the device's line: 64 bytes each.
     let (read_s, write_s) = (bw.line_bytes / bw.read_gbs, bw.line_bytes / bw.write_gbs);
+    let (read_seq_s, write_seq_s) = (64.0 / bw.read_gbs, 64.0 / bw.write_gbs);
     for i in 0..w.len() {
-        let reads = slow_of(&w.misses, i);
-        let writes = slow_of(&w.stored_lines, i);
+        let reads = reads_of(i);
+        let writes = slow_of(&w.stored_lines, i) + slow_of(&w.stored_seq_lines, i);
         if reads + writes == 0.0 {
             continue;
         }
@@ -91,7 +94,10 @@ pub fn queueing(
         if total_reads > 0.0 {
             time += stall_ns * reads / total_reads;
         }
-        let busy = reads * read_s + writes * write_s;
+        let busy = slow_of(&w.misses, i) * read_s
+            + slow_of(&w.stream_misses, i) * read_seq_s
+            + slow_of(&w.stored_lines, i) * write_s
+            + slow_of(&w.stored_seq_lines, i) * write_seq_s;
         let rho = busy / time.max(f64::MIN_POSITIVE);
         q.peak_utilisation = q.peak_utilisation.max(rho);
         let r = rho.min(RHO_CAP);
@@ -118,7 +124,9 @@ mod tests {
             structures: 1,
             accesses: vec![4096; misses.len()],
             misses: misses.to_vec(),
+            stream_misses: vec![0; misses.len()],
             stored_lines: stored.to_vec(),
+            stored_seq_lines: vec![0; misses.len()],
         }
     }
 
@@ -170,5 +178,16 @@ mod tests {
         let mlp8 = Bandwidth { mlp: 8.0, ..BW };
         let o = queueing(&windows(&[500, 500], &[0, 0]), &[1.0], 20_000.0, 0.0, &mlp8);
         assert!((o.extra_ns * 2.0 - even.extra_ns).abs() < 1e-6);
+        // In-order reads move 64 bytes of a 256-byte device line each: a quarter of the busy
+        // time of random ones.
+        let wide = Bandwidth {
+            line_bytes: 256.0,
+            ..BW
+        };
+        let mut seq = windows(&[0], &[0]);
+        seq.stream_misses = vec![1000];
+        let q_seq = queueing(&seq, &[1.0], 10_000.0, 0.0, &wide);
+        let q_rand = queueing(&windows(&[1000], &[0]), &[1.0], 10_000.0, 0.0, &wide);
+        assert!((q_rand.peak_utilisation - 4.0 * q_seq.peak_utilisation).abs() < 1e-9);
     }
 }

@@ -128,15 +128,20 @@ pub struct Misses {
     pub windows: Windows,
 }
 
-/// Per window of consecutive accesses and per structure: the memory misses and the distinct
-/// lines stored to (each written back once at most per window), window-major.
+/// Per window of consecutive accesses and per structure, window-major: the memory misses and
+/// the distinct lines stored to (each written back once at most per window), each split into
+/// those in order (streaming misses; stored lines next to another stored line: they share a
+/// device's larger internal line) and the rest (random and chase misses; lone stored lines:
+/// each moves a whole device line).
 #[derive(Debug, Clone, Default)]
 pub struct Windows {
     pub structures: usize,
     /// Accesses per window (the last one may hold fewer: see `accesses`).
     pub accesses: Vec<u32>,
     pub misses: Vec<u32>,
+    pub stream_misses: Vec<u32>,
     pub stored_lines: Vec<u32>,
+    pub stored_seq_lines: Vec<u32>,
 }
 
 impl Windows {
@@ -241,9 +246,9 @@ impl Sim {
     /// Classify the buffer (all its accesses, as the thesis's profiler sees them) and count
     /// each access under its structure and page with its line's pattern.
     fn flush(&mut self) {
-        self.count_window();
         let mut acc: Vec<Access> = self.buf.iter().map(|b| b.access).collect();
         let labels = classify::classify(&mut acc);
+        self.count_window(&labels);
         // The thesis's profiler counts a line once per buffer (repeats are assumed cached).
         let mut counted = vec![false; labels.len()];
         for b in &self.buf {
@@ -290,18 +295,34 @@ impl Sim {
         self.buf.clear();
     }
 
-    /// The buffer as one window: misses and distinct stored lines per structure.
-    fn count_window(&mut self) {
+    /// The buffer as one window: misses and distinct stored lines per structure (`labels` from
+    /// the classifier, to split the misses by pattern).
+    fn count_window(&mut self, labels: &[(u64, Pattern)]) {
         let w = &mut self.out.windows;
         let n = w.structures;
         let at = w.misses.len();
         w.accesses.push(self.buf.len() as u32);
-        w.misses.resize(at + n, 0);
-        w.stored_lines.resize(at + n, 0);
+        for v in [
+            &mut w.misses,
+            &mut w.stream_misses,
+            &mut w.stored_lines,
+            &mut w.stored_seq_lines,
+        ] {
+            v.resize(at + n, 0);
+        }
         let mut stored: Vec<(u16, u64)> = Vec::new();
         for b in &self.buf {
             if b.miss {
-                w.misses[at + b.s as usize] += 1;
+                let line = b.access.addr / classify::LINE;
+                let i = labels.partition_point(|l| l.0 / classify::LINE < line);
+                let stream = labels
+                    .get(i)
+                    .is_some_and(|l| l.0 / classify::LINE == line && l.1 == Pattern::Streaming);
+                if stream {
+                    w.stream_misses[at + b.s as usize] += 1;
+                } else {
+                    w.misses[at + b.s as usize] += 1;
+                }
             }
             if b.store {
                 stored.push((b.s, b.access.addr / classify::LINE));
@@ -309,8 +330,16 @@ impl Sim {
         }
         stored.sort_unstable();
         stored.dedup();
-        for (s, _) in stored {
-            w.stored_lines[at + s as usize] += 1;
+        for (i, &(s, line)) in stored.iter().enumerate() {
+            let next_to = |j: Option<usize>| {
+                j.and_then(|j| stored.get(j))
+                    .is_some_and(|&(t, l)| t == s && l.abs_diff(line) == 1)
+            };
+            if next_to(i.checked_sub(1)) || next_to(Some(i + 1)) {
+                w.stored_seq_lines[at + s as usize] += 1;
+            } else {
+                w.stored_lines[at + s as usize] += 1;
+            }
         }
     }
 

@@ -170,7 +170,10 @@ fn windows_count_misses_and_distinct_stored_lines_per_structure() {
     let w = &m.windows;
     assert_eq!(w.len(), 2);
     assert_eq!(w.accesses, vec![BUFFER as u32, 3]);
-    assert_eq!(&w.misses[..2], &[10, 5]);
-    assert_eq!(&w.stored_lines[..2], &[10, 0]);
+    // Ten lines in a row: streaming misses and stored lines that share device lines.
+    assert_eq!(&w.stream_misses[..2], &[10, 0]);
+    assert_eq!(&w.stored_seq_lines[..2], &[10, 0]);
+    assert_eq!(w.misses[1] + w.stream_misses[1], 5);
+    assert_eq!(&w.stored_lines[..2], &[0, 0]);
     assert_eq!(&w.misses[2..], &[0, 0]);
 }
