@@ -85,6 +85,11 @@ struct App {
     benefit_measured_ms: Vec<f64>,
     benefit_predicted_ms: Vec<f64>,
     same_ranking: bool,
+    /// Pairs of tags whose measured benefit order every round agrees on (the pairs the
+    /// measurement can rank), and how many of those levels 3 and 2 order alike.
+    ranked_pairs: usize,
+    ranked_pairs_agree: usize,
+    ranked_pairs_agree_emulated: usize,
     max_abs_error_pct: f64,
     /// Level 2: the emulator's own ns per access (taken off what it owes), the benefits and
     /// ranking it gives, its largest error against wall clock.
@@ -377,9 +382,21 @@ fn app(
         o.sort_by(|&i, &j| b[j].total_cmp(&b[i]));
         o
     };
+    let per_round: Vec<Vec<f64>> = (0..3)
+        .map(|t| {
+            (0..ms[7].len())
+                .map(|r| ms[7][r] - ms[7 & !(1 << t)][r])
+                .collect()
+        })
+        .collect();
+    let (ranked, agree) = ranked_pairs(&per_round, &bp);
+    let (_, agree_emulated) = ranked_pairs(&per_round, &be);
     App {
         name,
         scale,
+        ranked_pairs: ranked,
+        ranked_pairs_agree: agree,
+        ranked_pairs_agree_emulated: agree_emulated,
         same_ranking: order(&bm) == order(&bp),
         same_ranking_emulated: order(&bm) == order(&be),
         max_abs_error_pct: rows.iter().map(|r| r.error_pct.abs()).fold(0.0, f64::max),
@@ -394,6 +411,31 @@ fn app(
         traced,
         rows,
     }
+}
+
+/// The pairs of tags the measurement can rank, and how many of them `model` ranks alike.
+/// `per_round[t][r]` is tag t's measured figure in round r (a paired difference within the
+/// round); a pair counts when it has at least 3 rounds and every round puts it in the same
+/// order, so noise that flips between rounds ranks nothing.
+pub(crate) fn ranked_pairs(per_round: &[Vec<f64>], model: &[f64]) -> (usize, usize) {
+    let (mut ranked, mut agree) = (0, 0);
+    for a in 0..per_round.len() {
+        for b in a + 1..per_round.len() {
+            let d: Vec<f64> = per_round[a]
+                .iter()
+                .zip(&per_round[b])
+                .map(|(x, y)| x - y)
+                .collect();
+            if d.len() < 3 || !(d.iter().all(|&v| v > 0.0) || d.iter().all(|&v| v < 0.0)) {
+                continue;
+            }
+            ranked += 1;
+            if (d[0] > 0.0) == (model[a] > model[b]) && model[a] != model[b] {
+                agree += 1;
+            }
+        }
+    }
+    (ranked, agree)
 }
 
 /// The kernels' parameters the timed runs use.
@@ -585,6 +627,10 @@ fn table(r: &Report) {
             a.max_abs_error_pct
         );
         println!(
+            "  pairs of tags every round ranks alike: {}; level 3 agrees on {}, level 2 on {}",
+            a.ranked_pairs, a.ranked_pairs_agree, a.ranked_pairs_agree_emulated
+        );
+        println!(
             "  level 2: emulator {:.1} ns per access (taken off); benefit per tag alone fast (ms) {:?}; same ranking: {}; max |error| {:.1}%",
             a.emulator_overhead_ns,
             a.benefit_emulated_ms.iter().map(|v| (v * 10.0).round() / 10.0).collect::<Vec<_>>(),
@@ -636,4 +682,21 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
         &panels,
         2,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ranked_pairs;
+
+    #[test]
+    fn only_pairs_every_round_orders_alike_are_ranked() {
+        // Tag 0 above tag 1 in all three rounds; tag 2 flips against both.
+        let rounds = vec![vec![5.0, 6.0, 7.0], vec![1.0, 2.0, 1.5], vec![0.0, 9.0, 3.0]];
+        assert_eq!(ranked_pairs(&rounds, &[2.0, 1.0, 0.0]), (1, 1));
+        assert_eq!(ranked_pairs(&rounds, &[1.0, 2.0, 0.0]), (1, 0));
+        // A tie in the model agrees with nothing; two rounds rank nothing.
+        assert_eq!(ranked_pairs(&rounds, &[1.0, 1.0, 0.0]), (1, 0));
+        let two: Vec<Vec<f64>> = rounds.iter().map(|r| r[..2].to_vec()).collect();
+        assert_eq!(ranked_pairs(&two, &[2.0, 1.0, 0.0]), (0, 0));
+    }
 }

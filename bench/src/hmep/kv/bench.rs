@@ -107,6 +107,11 @@ struct Report {
     cost_predicted_ms: Vec<f64>,
     same_cost_ranking: bool,
     same_cost_top: bool,
+    /// Pairs of tags whose measured cost (alone slow) every round orders alike, and how many of
+    /// those levels 3 and 2 order alike (`hmep::ranked_pairs`).
+    cost_ranked_pairs: usize,
+    cost_ranked_pairs_agree: usize,
+    cost_ranked_pairs_agree_emulated: usize,
     max_abs_error_pct: f64,
     /// Level 2: the emulator's ns per access (count-only runs against plain ones, taken off
     /// what it owes), the per-tag costs it gives, its ranking and its largest error.
@@ -337,6 +342,9 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     let cp: Vec<f64> = (0..N)
         .map(|t| rows[2 + t].predicted_ms - rows[0].predicted_ms)
         .collect();
+    let per_round: Vec<Vec<f64>> = (0..N)
+        .map(|t| (0..ms[0].len()).map(|r| ms[2 + t][r] - ms[0][r]).collect())
+        .collect();
     let ce: Vec<f64> = (0..N)
         .map(|t| rows[2 + t].emulated_ms - rows[0].emulated_ms)
         .collect();
@@ -413,6 +421,9 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         same_top: order(&bm)[0] == order(&bp)[0],
         same_cost_ranking: order(&cm) == order(&cp),
         same_cost_top: order(&cm)[0] == order(&cp)[0],
+        cost_ranked_pairs: super::super::ranked_pairs(&per_round, &cp).0,
+        cost_ranked_pairs_agree: super::super::ranked_pairs(&per_round, &cp).1,
+        cost_ranked_pairs_agree_emulated: super::super::ranked_pairs(&per_round, &ce).1,
         cost_predicted_ms: cp,
         max_abs_error_pct: rows.iter().map(|r| r.error_pct.abs()).fold(0.0, f64::max),
         emulator_overhead_ns: overhead_ns,
@@ -493,6 +504,10 @@ fn table(r: &Report) {
         r1(&r.cost_predicted_ms),
         r.same_cost_ranking,
         r.same_cost_top
+    );
+    println!(
+        "pairs of tags every round orders alike by cost: {}; level 3 agrees on {}, level 2 on {}",
+        r.cost_ranked_pairs, r.cost_ranked_pairs_agree, r.cost_ranked_pairs_agree_emulated
     );
     println!(
         "level 2 (emulator {:.1} ns per access, taken off): cost per tag alone slow (ms) {:?}; same ranking: {}; same first: {}; max |error| {:.1}%",
