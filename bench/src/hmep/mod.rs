@@ -691,7 +691,11 @@ mod tests {
     #[test]
     fn only_pairs_every_round_orders_alike_are_ranked() {
         // Tag 0 above tag 1 in all three rounds; tag 2 flips against both.
-        let rounds = vec![vec![5.0, 6.0, 7.0], vec![1.0, 2.0, 1.5], vec![0.0, 9.0, 3.0]];
+        let rounds = vec![
+            vec![5.0, 6.0, 7.0],
+            vec![1.0, 2.0, 1.5],
+            vec![0.0, 9.0, 3.0],
+        ];
         assert_eq!(ranked_pairs(&rounds, &[2.0, 1.0, 0.0]), (1, 1));
         assert_eq!(ranked_pairs(&rounds, &[1.0, 2.0, 0.0]), (1, 0));
         // A tie in the model agrees with nothing; two rounds rank nothing.
