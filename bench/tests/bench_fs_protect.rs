@@ -40,6 +40,9 @@ fn quick_json_has_every_mode_and_workload() {
     let raw = v["raw_nt_4k_fence"].as_array().unwrap();
     assert_eq!(raw.len(), 2, "the raw reference, 1 and 2 threads: {raw:?}");
     assert!(raw.iter().all(|r| r["us_per_op"].as_f64().unwrap() > 0.0));
+    assert!(raw
+        .iter()
+        .all(|r| r["published_us_per_op"].as_f64().unwrap() > 0.0));
     for r in results {
         let us = r["us_per_op"].as_array().unwrap();
         assert_eq!(us.len(), modes.len(), "{r}");

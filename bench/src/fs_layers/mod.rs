@@ -225,7 +225,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let raw_nt_rounds = (0..rounds)
         .map(|_| {
             bar.inc();
-            crate::fs_protect::raw_nt(&a.flags.dir, 1, ms)
+            crate::fs_protect::raw_nt(&a.flags.dir, 1, ms, false)
         })
         .collect::<Result<Vec<f64>>>()?;
 
