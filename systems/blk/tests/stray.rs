@@ -151,7 +151,10 @@ fn stray_child_entry() {
 
 /// Run `stray_child_entry` for `mode` in a fresh process; how it ended.
 fn run_child(mode: Protect) -> std::process::ExitStatus {
+    // The child dies by the fault: its directory lives in one this process removes.
+    let base = shm_dir();
     std::process::Command::new(std::env::current_exe().unwrap())
+        .env(SHM_BASE, base.path())
         .args([
             "--exact",
             "stray_child_entry",

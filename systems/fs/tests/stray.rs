@@ -10,6 +10,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
 const CHILD: &str = "PMKIT_FS_STRAY_CHILD";
+/// A directory the parent removes, for the child's pool.
+const SHM_BASE: &str = "PMKIT_FS_STRAY_DIR";
 const OPS_OK: &str = "fs operations ok";
 
 /// The modes this machine can run: `pkey` only where the CPU has protection keys.
@@ -87,7 +89,9 @@ fn stray_child_entry() {
         return;
     };
     let protect: Protect = mode.parse().unwrap();
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    // In the parent's directory (`SHM_BASE`): this process dies without cleaning up.
+    let base = std::env::var_os(SHM_BASE).expect("the parent's directory");
+    let dir = tempfile::tempdir_in(base).unwrap();
     let (path, fs) = mounted(dir.path(), protect);
     exercise(&fs);
     println!("{OPS_OK}: {}", fs.protection().0);
@@ -106,7 +110,9 @@ fn stray_child_entry() {
 #[test]
 fn a_stray_store_from_another_thread_faults() {
     for protect in modes() {
+        let base = tempfile::tempdir_in("/dev/shm").unwrap();
         let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .env(SHM_BASE, base.path())
             .args([
                 "--exact",
                 "stray_child_entry",

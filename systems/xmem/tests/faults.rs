@@ -11,9 +11,12 @@ use std::process::Command;
 const CHILD: &str = "PMKIT_XMEM_FAULT_CHILD";
 
 fn run_child(case: &str) -> std::process::ExitStatus {
+    // The child dies by the fault: its fixture lives in a directory this process removes.
+    let base = tempfile::tempdir_in("/dev/shm").unwrap();
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env(CHILD, case)
+        .env(SHM_BASE, base.path())
         .output()
         .unwrap()
         .status

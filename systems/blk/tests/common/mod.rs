@@ -9,9 +9,20 @@ use std::path::PathBuf;
 pub fn shm_dir() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("pmkit-blk-test")
-        .tempdir_in("/dev/shm")
+        .tempdir_in(shm_base())
         .expect("cannot create a dir in /dev/shm")
 }
+
+/// Where test directories go: /dev/shm, or the directory a parent test handed a child process
+/// it expects to die (`SHM_BASE`), which the parent removes: a killed child cleans up nothing.
+#[allow(dead_code)]
+pub fn shm_base() -> std::path::PathBuf {
+    std::env::var_os(SHM_BASE).map_or_else(|| "/dev/shm".into(), Into::into)
+}
+
+/// The variable a parent sets to give its child processes a directory it will remove.
+#[allow(dead_code)]
+pub const SHM_BASE: &str = "PMKIT_TEST_SHM_BASE";
 
 /// Every protection mode this machine can run (pkey only with pku).
 pub fn modes() -> Vec<Protect> {
