@@ -225,6 +225,11 @@ pub fn set_errno(code: c_int) {
 /// `mode` less the process's umask, as the kernel applies it to a file or directory it
 /// creates.
 pub fn umasked(mode: u32) -> u32 {
+    // Nothing to clear (every open without O_CREAT): no need for the two system calls that
+    // read the mask.
+    if mode == 0 {
+        return 0;
+    }
     // SAFETY: umask only swaps the process's mask; the old one is put back at once.
     let old = unsafe {
         let old = libc::umask(0);
@@ -396,12 +401,56 @@ fn copy_from_stack(ptr: *const libc::c_char) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Where the process's brk heap starts (`/proc/self/stat` field 47, read once; 0: unknown).
+fn start_brk() -> usize {
+    static START: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *START.get_or_init(|| {
+        let _b = Busy::new(); // the read below must not come back through the shim
+        std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| {
+                // Fields after the command name (which may hold spaces) start at field 3.
+                let rest = &s[s.rfind(')')? + 1..];
+                rest.split_whitespace().nth(47 - 3)?.parse().ok()
+            })
+            .unwrap_or(0)
+    })
+}
+
+/// The string at `ptr` with no system call, when it lies in the brk heap (where malloc puts a
+/// single-threaded program's small strings: `find` and `grep` build their paths there): from
+/// the heap's start to the current break, memory the kernel keeps mapped and writable (the
+/// break is page-aligned in the mapping). `None` elsewhere. Not covered, as for the stack: a
+/// pointer into heap memory the program itself made unreadable with `mprotect`, or freed and
+/// trimmed away by another thread during the call (a use after free in the program).
+fn copy_from_brk(ptr: *const libc::c_char) -> Option<Vec<u8>> {
+    let lo = start_brk();
+    // SAFETY: sbrk(0) only reads glibc's cached break (no system call after the first).
+    let brk = unsafe { libc::sbrk(0) } as usize;
+    let p = ptr as usize;
+    if lo == 0 || brk == usize::MAX || !(lo <= p && p < brk) {
+        return None;
+    }
+    let hi = (brk + 4095) & !4095;
+    let len = (hi - p).min(libc::PATH_MAX as usize);
+    // SAFETY: `[p, p + len)` lies in the mapped heap `[start_brk, page_align(brk))` (checked
+    // above); libc's vector loads stay inside the pages of the range.
+    let n = unsafe { libc::strnlen(ptr, len) };
+    if n == len {
+        return None;
+    }
+    let mut out = vec![0u8; n];
+    // SAFETY: as above, `n` < `len` bytes of it, into our own buffer of `n` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), out.as_mut_ptr(), n) };
+    Some(out)
+}
+
 /// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the
 /// pointer: `process_vm_readv` on this process reads it, one page at a time, and answers EFAULT
 /// for memory that is not readable, where a plain load would fault. `None`: unreadable, or no
 /// NUL within `PATH_MAX` bytes.
 pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
-    if let Some(v) = copy_from_stack(ptr) {
+    if let Some(v) = copy_from_stack(ptr).or_else(|| copy_from_brk(ptr)) {
         return Some(v);
     }
     const PAGE: usize = 4096;

@@ -290,7 +290,9 @@ fn barrier_setting_is_read_and_checked() {
 }
 
 /// Paths are copied with one `process_vm_readv` of this process (its id cached, forgotten in a
-/// fork child): a bad pointer is still EFAULT, never a crash; a fork child reads its own memory
+/// fork child), or read in place on the stack or the brk heap (a 1000-byte buffer is malloc's,
+/// there): a bad pointer, one past the break included, is still EFAULT, never a crash; a fork
+/// child reads its own memory
 /// (a buffer that says a kernel path in the parent and a pool path in the child routes to the
 /// pool, where a child gets EIO; with the parent's id it would read the kernel path).
 #[test]
@@ -308,10 +310,14 @@ fn bad_path_pointers_are_efault_and_a_fork_child_reads_its_own_memory() {
              open('{f}', 'w').close()\n\
              st = ctypes.create_string_buffer(256)\n\
              r = []\n\
-             for p in (1, 4096, 0xffffffffffff0000):\n\
+             libc.sbrk.restype = ctypes.c_void_p\n\
+             past = libc.sbrk(0) + (1 << 20)\n\
+             for p in (1, 4096, 0xffffffffffff0000, past):\n\
              \x20   n = libc.stat(ctypes.c_void_p(p), st)\n\
              \x20   r.append(errno.errorcode[ctypes.get_errno()] if n else 'ok')\n\
              r.append('ok' if libc.stat(b'{f}', st) == 0 else 'fail')\n\
+             heap = ctypes.create_string_buffer(b'{f}', 1000)\n\
+             r.append('ok' if libc.stat(heap, st) == 0 else 'fail')\n\
              print(*r, flush=True)\n\
              kernel = b'/tmp'.ljust(len(b'{f}'), b'/') + b'\\0'\n\
              buf = ctypes.create_string_buffer(kernel, len(kernel))\n\
@@ -324,7 +330,10 @@ fn bad_path_pointers_are_efault_and_a_fork_child_reads_its_own_memory() {
              os.waitpid(pid, 0)\n"
         ),
     );
-    assert_eq!(out, "EFAULT EFAULT EFAULT ok\nchild EIO\n", "{err}");
+    assert_eq!(
+        out, "EFAULT EFAULT EFAULT EFAULT ok ok\nchild EIO\n",
+        "{err}"
+    );
 }
 
 /// The per-file flags as the virtual xattrs `user.pmkit.atomic` and `user.pmkit.huge`, by path
