@@ -387,16 +387,26 @@ fn copy_from_stack(ptr: *const libc::c_char) -> Option<Vec<u8>> {
     if !(lo <= sp && sp <= p && p < hi) {
         return None;
     }
-    let len = (hi - p).min(libc::PATH_MAX as usize);
-    // SAFETY: `[p, p + len)` lies between the current frame and the top of the running thread's
-    // stack (checked above), which is mapped and readable while the thread runs on it (libc's
-    // vector loads stay inside the pages of the range: `hi` is a page boundary).
+    // SAFETY: `[p, hi)` lies between the current frame and the top of the running thread's stack
+    // (checked above), which is mapped and readable while the thread runs on it; `hi` is a page
+    // boundary.
+    unsafe { copy_before(ptr, hi) }
+}
+
+/// The NUL-terminated string at `ptr` if it ends before `hi` and within `PATH_MAX` bytes.
+///
+/// # Safety
+/// `[ptr, hi)` must be mapped and readable, `hi` a page boundary (libc's vector loads stay
+/// inside the pages of the range).
+unsafe fn copy_before(ptr: *const libc::c_char, hi: usize) -> Option<Vec<u8>> {
+    let len = (hi - ptr as usize).min(libc::PATH_MAX as usize);
+    // SAFETY: the caller's contract.
     let n = unsafe { libc::strnlen(ptr, len) };
     if n == len {
         return None;
     }
     let mut out = vec![0u8; n];
-    // SAFETY: as above, `n` < `len` bytes of it, into our own buffer of `n` bytes.
+    // SAFETY: `n` < `len` bytes of the readable range, into our own buffer of `n` bytes.
     unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), out.as_mut_ptr(), n) };
     Some(out)
 }
@@ -431,18 +441,8 @@ fn copy_from_brk(ptr: *const libc::c_char) -> Option<Vec<u8>> {
     if lo == 0 || brk == usize::MAX || !(lo <= p && p < brk) {
         return None;
     }
-    let hi = (brk + 4095) & !4095;
-    let len = (hi - p).min(libc::PATH_MAX as usize);
-    // SAFETY: `[p, p + len)` lies in the mapped heap `[start_brk, page_align(brk))` (checked
-    // above); libc's vector loads stay inside the pages of the range.
-    let n = unsafe { libc::strnlen(ptr, len) };
-    if n == len {
-        return None;
-    }
-    let mut out = vec![0u8; n];
-    // SAFETY: as above, `n` < `len` bytes of it, into our own buffer of `n` bytes.
-    unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), out.as_mut_ptr(), n) };
-    Some(out)
+    // SAFETY: `[p, page_align(brk))` lies in the heap the kernel keeps mapped (checked above).
+    unsafe { copy_before(ptr, (brk + 4095) & !4095) }
 }
 
 /// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the

@@ -180,24 +180,24 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
         buf.write_all(run as u8);
         r.write_gbs.push(gbs(t, buf.len()));
 
-        // The write wiped the cycle: link the page cycle, time it warm, then relink.
-        let start = buf.link_pages(o.seed, tlb_pages);
-        black_box(buf.chase_from(start, 2 * tlb_pages as u64));
-        let t = Instant::now();
-        black_box(buf.chase_from(start, tlb_steps));
-        r.tlb_chase_ns.push(ns_per(t, tlb_steps));
-        if run == 0 {
-            walks = modelled(&buf, start, tlb_pages as u64);
-        }
-        // The same over fewer pages: L1 dTLB misses that hit the L2 TLB.
-        let start = buf.link_pages(o.seed ^ 0x11, l1_pages);
-        black_box(buf.chase_from(start, 2 * l1_pages as u64));
-        let t = Instant::now();
-        black_box(buf.chase_from(start, l1_steps));
-        r.l1_chase_ns.push(ns_per(t, l1_steps));
-        if run == 0 {
-            l1 = modelled(&buf, start, l1_pages as u64);
-        }
+        // The write wiped the cycle: link a page cycle, time it warm (ns per load), and count
+        // its modelled events on the first run; then relink the line cycle.
+        let mut page_chase = |seed: u64, pages: usize, steps: u64, model: &mut Modelled| {
+            let start = buf.link_pages(seed, pages);
+            black_box(buf.chase_from(start, 2 * pages as u64));
+            let t = Instant::now();
+            black_box(buf.chase_from(start, steps));
+            let ns = ns_per(t, steps);
+            if run == 0 {
+                *model = modelled(&buf, start, pages as u64);
+            }
+            ns
+        };
+        // Page walks, then (fewer pages) L1 dTLB misses that hit the L2 TLB.
+        r.tlb_chase_ns
+            .push(page_chase(o.seed, tlb_pages, tlb_steps, &mut walks));
+        r.l1_chase_ns
+            .push(page_chase(o.seed ^ 0x11, l1_pages, l1_steps, &mut l1));
         buf.link_cycle(o.seed);
         step(&b.name());
     }
@@ -274,35 +274,33 @@ fn modelled(buf: &Buf, start: u64, pages: u64) -> Modelled {
 /// page sizes: the time difference over the difference in modelled walks per load (0 when the
 /// tiers' page sizes do not differ, or a calibration lacks the chase).
 pub fn walk_ns(fast: &Tier, slow: &Tier) -> f64 {
-    let rate = |t: &Tier| {
-        if t.huge_fraction >= 0.5 {
-            t.tlb_walks_2m
-        } else {
-            t.tlb_walks_4k
-        }
-    };
-    let dr = rate(slow) - rate(fast);
-    if dr < 0.1 || fast.tlb_chase_ns <= 0.0 || slow.tlb_chase_ns <= 0.0 {
-        return 0.0;
-    }
-    ((slow.tlb_chase_ns - fast.tlb_chase_ns) / dr).max(0.0)
+    per_event_ns(fast, slow, |t| {
+        (t.tlb_chase_ns, t.tlb_walks_2m, t.tlb_walks_4k)
+    })
 }
 
 /// ns per L1 dTLB miss that hits the L2 TLB in front of a cache hit, from the L1 chases of two
-/// tiers of different page sizes, as [`walk_ns`] (0 when not measured or the rates do not differ).
+/// tiers of different page sizes, as [`walk_ns`].
 pub fn l1_ns(fast: &Tier, slow: &Tier) -> f64 {
-    let rate = |t: &Tier| {
-        if t.huge_fraction >= 0.5 {
-            t.l1_misses_2m
-        } else {
-            t.l1_misses_4k
-        }
+    per_event_ns(fast, slow, |t| {
+        (t.l1_chase_ns, t.l1_misses_2m, t.l1_misses_4k)
+    })
+}
+
+/// A chase's ns per load on each tier over the difference in its modelled events per load
+/// (`of` gives the chase's ns and the events per load with 2 MiB and with 4 KiB pages; a tier
+/// counts as huge-paged from half its buffer on).
+fn per_event_ns(fast: &Tier, slow: &Tier, of: impl Fn(&Tier) -> (f64, f64, f64)) -> f64 {
+    let at = |t: &Tier| {
+        let (ns, huge, small) = of(t);
+        (ns, if t.huge_fraction >= 0.5 { huge } else { small })
     };
-    let dr = rate(slow) - rate(fast);
-    if dr < 0.1 || fast.l1_chase_ns <= 0.0 || slow.l1_chase_ns <= 0.0 {
+    let ((fast_ns, fast_rate), (slow_ns, slow_rate)) = (at(fast), at(slow));
+    let dr = slow_rate - fast_rate;
+    if dr < 0.1 || fast_ns <= 0.0 || slow_ns <= 0.0 {
         return 0.0;
     }
-    ((slow.l1_chase_ns - fast.l1_chase_ns) / dr).max(0.0)
+    ((slow_ns - fast_ns) / dr).max(0.0)
 }
 
 /// What a translation costs the slow tier of a pair beyond the fast one, on cache hits.
