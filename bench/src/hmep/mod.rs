@@ -21,7 +21,7 @@ use pmkit_hmep::cache::{llc, Cache};
 use pmkit_hmep::calib::{self, Options, Tier as CalTier};
 use pmkit_hmep::epoch::{self, Epoch, Stats as EpochStats};
 use pmkit_hmep::mem::Backing;
-use pmkit_hmep::sim::{delta, predict_tlb, Misses, Sim};
+use pmkit_hmep::sim::{predict_tlb, Misses, Sim};
 use pmkit_hmep::tlb::TlbCost;
 use pmkit_xmem::{Config, PerPattern, Tier, XMem};
 use probe::Probe;
@@ -112,8 +112,11 @@ struct Report {
     llc_ways: usize,
     fast: CalTier,
     slow: CalTier,
-    /// ns per access more on the slow tier, per pattern (chase, random, streaming).
+    /// ns per access more on the slow tier, per pattern (chase, random, streaming): medians of
+    /// back-to-back paired differences (`calib::paired`).
     delta_ns: PerPattern,
+    /// Those pairs: every run's differences.
+    paired: calib::Paired,
     /// ns per page walk and per L2 TLB hit in front of a cache hit (the calibration's TLB
     /// chases), charged per walk and L2 TLB hit the slow tier's 4 KiB pages take beyond the fast
     /// tier's huge pages.
@@ -152,6 +155,14 @@ fn place(x: &XMem, slow: &[bool; 3]) -> Result<()> {
 /// The backings X-Mem's tiers use, calibrated for a benchmark that compares against them:
 /// quick (seconds) or 256 MiB, 3 runs and long chases (about a minute).
 pub(crate) fn calibrate_tiers(backings: Vec<Backing>, quick: bool) -> Result<calib::Calibration> {
+    Ok(calib::run(
+        &tier_options(backings, quick),
+        cpu_label(),
+        &mut |_| {},
+    )?)
+}
+
+fn tier_options(backings: Vec<Backing>, quick: bool) -> Options {
     let mut o = Options::quick(backings);
     if !quick {
         o.bytes = 256 << 20;
@@ -159,7 +170,18 @@ pub(crate) fn calibrate_tiers(backings: Vec<Backing>, quick: bool) -> Result<cal
         o.chase_steps = 1_000_000;
         o.random_loads = 10_000_000;
     }
-    Ok(calib::run(&o, cpu_label(), &mut |_| {})?)
+    o
+}
+
+/// The real tier pair's difference (huge-page anonymous memory against the file in `dir`),
+/// measured in back-to-back pairs: the ΔL and TLB costs the predictions use.
+pub(crate) fn pair_tiers(dir: &Path, quick: bool) -> Result<calib::Paired> {
+    let o = tier_options(vec![], quick);
+    Ok(calib::paired(
+        &Backing::AnonThp,
+        &Backing::File(dir.to_path_buf()),
+        &o,
+    )?)
 }
 
 pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
@@ -177,8 +199,9 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
         quick,
     )?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
-    let d = delta(&fast, &slow);
-    let tlb = calib::tlb_cost(&fast, &slow);
+    bar.set_message("the tier pair's differences, in back-to-back pairs");
+    let pair = pair_tiers(&a.flags.dir, quick)?;
+    let (d, tlb) = (pair.delta, pair.tlb);
     bar.inc();
 
     // X-Mem with one region per tag, all three fit in the fast budget and in PM.
@@ -332,6 +355,7 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
         slow,
         delta_ns: d,
         tlb,
+        paired: pair,
         apps,
         chase,
     };

@@ -6,6 +6,7 @@
 use crate::error::Result;
 use crate::mem::{huge_backed, Backing, Buf, LINE};
 use crate::tlb::{Geometry, Tlb, TlbCost, PAGE_2M, PAGE_4K};
+use pmkit_xmem::place::PerPattern;
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
 use std::time::Instant;
@@ -309,6 +310,110 @@ pub fn tlb_cost(fast: &Tier, slow: &Tier) -> TlbCost {
         walk_ns: walk_ns(fast, slow),
         l1_ns: l1_ns(fast, slow),
     }
+}
+
+/// What a slow backing costs beyond a fast one, measured in pairs: each run times the fast
+/// and then the slow buffer back to back, and every figure is the median of the runs' paired
+/// differences, so drift on a shared machine (which moves two tiers timed a minute apart by
+/// more than their difference) mostly cancels.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Paired {
+    pub runs: usize,
+    /// ns per access more on the slow backing: chase, random, streaming line (never below 0).
+    pub delta: PerPattern,
+    /// ns per page walk and per L2 TLB hit in front of a cache hit.
+    pub tlb: TlbCost,
+    /// Every run's differences: chase, random, line, TLB chase, L1 chase (ns per load).
+    pub differences: Vec<[f64; 5]>,
+}
+
+/// Measure `slow` against `fast` in pairs (`o.bytes` per backing, at least 5 runs).
+pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
+    let runs = o.runs.max(5);
+    let tlb_pages = TLB_PAGES.min(o.bytes / 4096);
+    let l1_pages = L1_PAGES.min(o.bytes / 4096);
+    let tlb_steps = o.chase_steps.max(8 * tlb_pages as u64);
+    let l1_steps = o.chase_steps.max(8 * l1_pages as u64);
+    // Per backing: the line cycle, and separate buffers for the two page cycles (linking pages
+    // writes over the line cycle).
+    struct Side {
+        lines: Buf,
+        tlb: (Buf, u64),
+        l1: (Buf, u64),
+        rates: (f64, f64),
+    }
+    let side = |b: &Backing| -> Result<Side> {
+        let mut lines = Buf::new(b, o.bytes)?;
+        lines.link_cycle(o.seed);
+        let mut tlb = Buf::new(b, (tlb_pages * 4096).next_power_of_two())?;
+        let ts = tlb.link_pages(o.seed, tlb_pages);
+        let mut l1 = Buf::new(b, (l1_pages * 4096).next_power_of_two().max(2 << 20))?;
+        let ls = l1.link_pages(o.seed ^ 0x11, l1_pages);
+        let huge = huge_backed(lines.addr())
+            .map(|(h, rss)| h as f64 / rss.max(1) as f64)
+            .unwrap_or(0.0)
+            >= 0.5;
+        let (w, l) = (
+            modelled(&tlb, ts, tlb_pages as u64),
+            modelled(&l1, ls, l1_pages as u64),
+        );
+        let rates = if huge {
+            (w.walks_2m, l.l2_hits_2m)
+        } else {
+            (w.walks_4k, l.l2_hits_4k)
+        };
+        Ok(Side {
+            lines,
+            tlb: (tlb, ts),
+            l1: (l1, ls),
+            rates,
+        })
+    };
+    let (f, s) = (side(fast)?, side(slow)?);
+    let time = |x: &Side, run: usize| -> [f64; 5] {
+        black_box(x.lines.chase(o.chase_steps / 10));
+        let t = Instant::now();
+        black_box(x.lines.chase(o.chase_steps));
+        let chase = ns_per(t, o.chase_steps);
+        let t = Instant::now();
+        black_box(x.lines.random(o.random_loads, o.seed ^ run as u64));
+        let random = ns_per(t, o.random_loads);
+        let t = Instant::now();
+        black_box(x.lines.sequential());
+        let line = ns_per(t, (x.lines.len() / LINE) as u64);
+        let page = |(b, start): &(Buf, u64), pages: usize, steps: u64| {
+            black_box(b.chase_from(*start, 2 * pages as u64));
+            let t = Instant::now();
+            black_box(b.chase_from(*start, steps));
+            ns_per(t, steps)
+        };
+        let tlb = page(&x.tlb, tlb_pages, tlb_steps);
+        let l1 = page(&x.l1, l1_pages, l1_steps);
+        [chase, random, line, tlb, l1]
+    };
+    let differences: Vec<[f64; 5]> = (0..runs)
+        .map(|run| {
+            let (a, b) = (time(&f, run), time(&s, run));
+            std::array::from_fn(|i| b[i] - a[i])
+        })
+        .collect();
+    let med = |i: usize| median(&differences.iter().map(|d| d[i]).collect::<Vec<_>>());
+    let per = |i: usize, dr: f64| {
+        if dr < 0.1 {
+            0.0
+        } else {
+            (med(i) / dr).max(0.0)
+        }
+    };
+    Ok(Paired {
+        runs,
+        delta: [med(0).max(0.0), med(1).max(0.0), med(2).max(0.0)],
+        tlb: TlbCost {
+            walk_ns: per(3, s.rates.0 - f.rates.0),
+            l1_ns: per(4, s.rates.1 - f.rates.1),
+        },
+        differences,
+    })
 }
 
 /// Measure every backing of `o`.

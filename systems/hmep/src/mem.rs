@@ -76,7 +76,10 @@ impl Buf {
                 (m, None)
             }
             Backing::File(dir) => {
-                let path = dir.join(format!("pmkit-hmep-{}-{len}", std::process::id()));
+                // Unique within the process too: several buffers of one size may be live.
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let path = dir.join(format!("pmkit-hmep-{}-{n}-{len}", std::process::id()));
                 let f = std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)

@@ -108,7 +108,7 @@ fn the_chase_is_one_cycle_through_every_line() {
 
 #[test]
 fn a_quick_calibration_measures_every_backing() {
-    let dir = tempdir_in_shm();
+    let dir = tempdir_in_shm("calibration");
     let o = Options {
         bytes: 8 << 20,
         chase_steps: 20_000,
@@ -140,13 +140,33 @@ fn a_quick_calibration_measures_every_backing() {
     std::fs::remove_dir(&dir).unwrap();
 }
 
-fn tempdir_in_shm() -> std::path::PathBuf {
+#[test]
+fn a_paired_calibration_gives_every_difference_of_every_run() {
+    let dir = tempdir_in_shm("paired");
+    let o = Options {
+        bytes: 8 << 20,
+        chase_steps: 20_000,
+        random_loads: 100_000,
+        ..Options::quick(vec![])
+    };
+    let p = calib::paired(&Backing::AnonThp, &Backing::File(dir.clone()), &o).unwrap();
+    assert_eq!(p.runs, 5, "at least five pairs");
+    assert_eq!(p.differences.len(), 5);
+    assert!(p.differences.iter().flatten().all(|d| d.is_finite()));
+    for v in p.delta.into_iter().chain([p.tlb.walk_ns, p.tlb.l1_ns]) {
+        assert!(v.is_finite() && v >= 0.0, "{p:?}");
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "files gone");
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+fn tempdir_in_shm(test: &str) -> std::path::PathBuf {
     let base = if std::path::Path::new("/dev/shm").is_dir() {
         std::path::PathBuf::from("/dev/shm")
     } else {
         std::env::temp_dir()
     };
-    let d = base.join(format!("pmkit-hmep-test-{}", std::process::id()));
+    let d = base.join(format!("pmkit-hmep-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

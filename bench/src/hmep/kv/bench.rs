@@ -12,10 +12,10 @@ use super::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
 use crate::report::{median, plot, BenchFlags};
 use anyhow::{ensure, Context, Result};
 use pmkit_hmep::cache::{llc, Cache};
-use pmkit_hmep::calib::{self, Tier as CalTier};
+use pmkit_hmep::calib::Tier as CalTier;
 use pmkit_hmep::epoch::{self, Epoch, Stats as EpochStats};
 use pmkit_hmep::mem::Backing;
-use pmkit_hmep::sim::{delta, predict_tlb, Misses, Sim};
+use pmkit_hmep::sim::{predict_tlb, Misses, Sim};
 use pmkit_hmep::tlb::TlbCost;
 use pmkit_xmem::{PerPattern, Tier, XMem};
 use serde::Serialize;
@@ -89,10 +89,12 @@ struct Report {
     llc_ways: usize,
     fast: CalTier,
     slow: CalTier,
+    /// Medians of back-to-back paired differences (`calib::paired`), as the TLB costs.
     delta_ns: PerPattern,
-    /// ns per page walk and per L2 TLB hit in front of a cache hit that 4 KiB pages add
-    /// (`calib::tlb_cost`).
+    /// ns per page walk and per L2 TLB hit in front of a cache hit that 4 KiB pages add.
     tlb: TlbCost,
+    /// The pairs' every run.
+    paired: pmkit_hmep::calib::Paired,
     traced: Misses,
     rows: Vec<Row>,
     /// Per tag: ms saved by having it alone fast against everything slow.
@@ -196,8 +198,8 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         quick,
     )?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
-    let d = delta(&fast, &slow);
-    let tlb = calib::tlb_cost(&fast, &slow);
+    let pair = super::super::pair_tiers(&a.flags.dir, quick)?;
+    let (d, tlb) = (pair.delta, pair.tlb);
     bar.inc();
 
     // A dataset of `dataset_mib` of class-rounded items, with a limit above it: no evictions.
@@ -416,6 +418,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         slow,
         delta_ns: d,
         tlb,
+        paired: pair,
         traced,
         same_ranking: order(&bm) == order(&bp),
         same_top: order(&bm)[0] == order(&bp)[0],
