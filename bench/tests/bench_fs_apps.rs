@@ -135,7 +135,16 @@ fn fs_tree_quick_has_every_step_on_every_configuration() {
     let v = quick("fs-tree", &["--files", "300"]);
     every_cell(
         &v,
-        &["start", "cp", "untar", "find", "grep -r", "cp -r", "rm -r"],
+        &[
+            "start",
+            "cp",
+            "untar",
+            "start, tree in",
+            "find",
+            "grep -r",
+            "cp -r",
+            "rm -r",
+        ],
     );
     assert_eq!(v["source"]["files"], 300, "{}", v["source"]);
     // One in three generated files holds the pattern on two lines.

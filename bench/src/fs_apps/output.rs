@@ -134,7 +134,7 @@ pub(super) fn draw_tree(p: &Path, r: &tree::Report) -> Result<()> {
     let rows: Vec<Row> = r
         .summary
         .iter()
-        .filter(|x| x.item != "start")
+        .filter(|x| !x.item.starts_with("start"))
         .cloned()
         .collect();
     plot::bars(
