@@ -52,14 +52,67 @@ pub struct ValidateArgs {
 struct Row {
     placement: String,
     slow: [bool; 3],
-    measured_ms: f64,
-    predicted_ms: f64,
-    error_pct: f64,
+    #[serde(flatten)]
+    v: Versus,
+}
+
+/// One placement against wall clock: measured, predicted by level 3, emulated by level 2 (the
+/// rows of `hmep-validate` and `bench xkv`).
+#[derive(Serialize, Clone, Copy)]
+pub(crate) struct Versus {
+    pub measured_ms: f64,
+    pub predicted_ms: f64,
+    pub error_pct: f64,
     /// Level 2: everything on the fast tier, the slow tags emulated by the epoch emulator.
-    emulated_ms: f64,
-    emulated_error_pct: f64,
+    pub emulated_ms: f64,
+    pub emulated_error_pct: f64,
     /// What the emulator owed and could not pay (its own cost was above the modelled stall).
-    unpaid_ms: f64,
+    pub unpaid_ms: f64,
+}
+
+impl Versus {
+    pub(crate) fn new(
+        measured_ms: f64,
+        predicted_ms: f64,
+        emulated_ms: f64,
+        unpaid_ms: f64,
+    ) -> Versus {
+        let err = |v: f64| (v - measured_ms) / measured_ms * 100.0;
+        Versus {
+            measured_ms,
+            predicted_ms,
+            error_pct: err(predicted_ms),
+            emulated_ms,
+            emulated_error_pct: err(emulated_ms),
+            unpaid_ms,
+        }
+    }
+
+    /// The largest |error| of level 3 and of level 2 over `rows`.
+    pub(crate) fn max_abs_errors<'a>(rows: impl Iterator<Item = &'a Versus>) -> (f64, f64) {
+        rows.fold((0.0, 0.0), |(p, e), v| {
+            (p.max(v.error_pct.abs()), e.max(v.emulated_error_pct.abs()))
+        })
+    }
+
+    /// Print the rows as a table, placement names in `width` columns.
+    pub(crate) fn table<'a>(width: usize, rows: impl Iterator<Item = (&'a str, &'a Versus)>) {
+        println!(
+            "  {:<width$} {:>12} {:>12} {:>8} {:>12} {:>8} {:>8}",
+            "placement", "measured ms", "level 3", "error", "level 2", "error", "unpaid"
+        );
+        for (name, v) in rows {
+            println!(
+                "  {name:<width$} {:>12.1} {:>12.1} {:>7.1}% {:>12.1} {:>7.1}% {:>8.1}",
+                v.measured_ms,
+                v.predicted_ms,
+                v.error_pct,
+                v.emulated_ms,
+                v.emulated_error_pct,
+                v.unpaid_ms
+            );
+        }
+    }
 }
 
 /// Level 2's runs of one kernel: per placement (mask order) the wall-clock ms of each round and
@@ -385,12 +438,7 @@ fn app(
             Row {
                 placement: placement_name(m),
                 slow: *m,
-                measured_ms: meas,
-                predicted_ms: pred,
-                error_pct: (pred - meas) / meas * 100.0,
-                emulated_ms: emulated[i],
-                emulated_error_pct: (emulated[i] - meas) / meas * 100.0,
-                unpaid_ms: emu.stats[i].unpaid_ns / 1e6,
+                v: Versus::new(meas, pred, emulated[i], emu.stats[i].unpaid_ns / 1e6),
             }
         })
         .collect();
@@ -398,9 +446,9 @@ fn app(
     let benefit = |v: &dyn Fn(usize) -> f64| -> Vec<f64> {
         (0..3).map(|s| v(7) - v(7 & !(1 << s))).collect()
     };
-    let bm = benefit(&|i| rows[i].measured_ms);
-    let bp = benefit(&|i| rows[i].predicted_ms);
-    let be = benefit(&|i| rows[i].emulated_ms);
+    let bm = benefit(&|i| rows[i].v.measured_ms);
+    let bp = benefit(&|i| rows[i].v.predicted_ms);
+    let be = benefit(&|i| rows[i].v.emulated_ms);
     let order = |b: &[f64]| {
         let mut o: Vec<usize> = (0..3).collect();
         o.sort_by(|&i, &j| b[j].total_cmp(&b[i]));
@@ -415,6 +463,7 @@ fn app(
         .collect();
     let (ranked, agree) = ranked_pairs(&per_round, &bp);
     let (_, agree_emulated) = ranked_pairs(&per_round, &be);
+    let max_abs = Versus::max_abs_errors(rows.iter().map(|r| &r.v));
     App {
         name,
         scale,
@@ -423,11 +472,8 @@ fn app(
         ranked_pairs_agree_emulated: agree_emulated,
         same_ranking: order(&bm) == order(&bp),
         same_ranking_emulated: order(&bm) == order(&be),
-        max_abs_error_pct: rows.iter().map(|r| r.error_pct.abs()).fold(0.0, f64::max),
-        max_abs_emulated_error_pct: rows
-            .iter()
-            .map(|r| r.emulated_error_pct.abs())
-            .fold(0.0, f64::max),
+        max_abs_error_pct: max_abs.0,
+        max_abs_emulated_error_pct: max_abs.1,
         emulator_overhead_ns: emu.overhead_ns,
         benefit_measured_ms: bm,
         benefit_predicted_ms: bp,
@@ -627,22 +673,7 @@ fn table(r: &Report) {
                 u.l1_tlb_misses_4k_on_hits, u.l1_tlb_misses_2m_on_hits
             );
         }
-        println!(
-            "  {:<44} {:>12} {:>12} {:>8} {:>12} {:>8} {:>8}",
-            "placement", "measured ms", "level 3", "error", "level 2", "error", "unpaid"
-        );
-        for row in &a.rows {
-            println!(
-                "  {:<44} {:>12.1} {:>12.1} {:>7.1}% {:>12.1} {:>7.1}% {:>8.1}",
-                row.placement,
-                row.measured_ms,
-                row.predicted_ms,
-                row.error_pct,
-                row.emulated_ms,
-                row.emulated_error_pct,
-                row.unpaid_ms
-            );
-        }
+        Versus::table(44, a.rows.iter().map(|r| (r.placement.as_str(), &r.v)));
         println!(
             "  benefit per tag alone fast (ms), measured {:?} predicted {:?}; same ranking: {}; max |error| {:.1}%",
             a.benefit_measured_ms.iter().map(|v| (v * 10.0).round() / 10.0).collect::<Vec<_>>(),
@@ -686,15 +717,15 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
             series: vec![
                 (
                     "measured".into(),
-                    a.rows.iter().map(|x| x.measured_ms).collect(),
+                    a.rows.iter().map(|x| x.v.measured_ms).collect(),
                 ),
                 (
                     "predicted (level 3)".into(),
-                    a.rows.iter().map(|x| x.predicted_ms).collect(),
+                    a.rows.iter().map(|x| x.v.predicted_ms).collect(),
                 ),
                 (
                     "emulated (level 2)".into(),
-                    a.rows.iter().map(|x| x.emulated_ms).collect(),
+                    a.rows.iter().map(|x| x.v.emulated_ms).collect(),
                 ),
             ],
         })

@@ -7,6 +7,7 @@
 //! per-tag benefit ranking measured against predicted. Then memcaslap against `xkv-serve` on
 //! all-fast and all-slow as the end-to-end check.
 
+use super::super::Versus;
 use super::caslap::{self, CaslapRun};
 use super::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
 use crate::report::{median, plot, BenchFlags};
@@ -57,14 +58,8 @@ pub struct XkvArgs {
 struct Row {
     placement: String,
     slow: Vec<bool>,
-    measured_ms: f64,
-    predicted_ms: f64,
-    error_pct: f64,
-    /// Level 2: everything on the fast tier, the slow tags emulated by the epoch emulator.
-    emulated_ms: f64,
-    emulated_error_pct: f64,
-    /// What the emulator owed and could not pay (its own cost was above the modelled stall).
-    unpaid_ms: f64,
+    #[serde(flatten)]
+    v: Versus,
 }
 
 #[derive(Serialize)]
@@ -318,32 +313,28 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
             Row {
                 placement: name(m),
                 slow: m.clone(),
-                measured_ms: meas,
-                predicted_ms: pred,
-                error_pct: (pred - meas) / meas * 100.0,
-                emulated_ms: emulated[i],
-                emulated_error_pct: (emulated[i] - meas) / meas * 100.0,
-                unpaid_ms: emu_stats[i].unpaid_ns / 1e6,
+                v: Versus::new(meas, pred, emulated[i], emu_stats[i].unpaid_ns / 1e6),
             }
         })
         .collect();
     // Benefit of tag t: all slow (row 1) minus "t fast" (row 2 + N + t).
     let benefit =
         |v: &dyn Fn(usize) -> f64| -> Vec<f64> { (0..N).map(|t| v(1) - v(2 + N + t)).collect() };
-    let bm = benefit(&|i| rows[i].measured_ms);
-    let bp = benefit(&|i| rows[i].predicted_ms);
+    let bm = benefit(&|i| rows[i].v.measured_ms);
+    let bp = benefit(&|i| rows[i].v.predicted_ms);
     // Cost of tag t alone slow: row 2 + t minus all fast (row 0).
     let cm: Vec<f64> = (0..N)
-        .map(|t| rows[2 + t].measured_ms - rows[0].measured_ms)
+        .map(|t| rows[2 + t].v.measured_ms - rows[0].v.measured_ms)
         .collect();
     let cp: Vec<f64> = (0..N)
-        .map(|t| rows[2 + t].predicted_ms - rows[0].predicted_ms)
+        .map(|t| rows[2 + t].v.predicted_ms - rows[0].v.predicted_ms)
         .collect();
     let per_round: Vec<Vec<f64>> = (0..N)
         .map(|t| (0..ms[0].len()).map(|r| ms[2 + t][r] - ms[0][r]).collect())
         .collect();
+    let max_abs = Versus::max_abs_errors(rows.iter().map(|r| &r.v));
     let ce: Vec<f64> = (0..N)
-        .map(|t| rows[2 + t].emulated_ms - rows[0].emulated_ms)
+        .map(|t| rows[2 + t].v.emulated_ms - rows[0].v.emulated_ms)
         .collect();
     let order = |b: &[f64]| {
         let mut o: Vec<usize> = (0..N).collect();
@@ -423,16 +414,13 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         cost_ranked_pairs_agree: super::super::ranked_pairs(&per_round, &cp).1,
         cost_ranked_pairs_agree_emulated: super::super::ranked_pairs(&per_round, &ce).1,
         cost_predicted_ms: cp,
-        max_abs_error_pct: rows.iter().map(|r| r.error_pct.abs()).fold(0.0, f64::max),
+        max_abs_error_pct: max_abs.0,
         emulator_overhead_ns: overhead_ns,
         same_cost_ranking_emulated: order(&cm) == order(&ce),
         same_cost_top_emulated: order(&cm)[0] == order(&ce)[0],
         cost_emulated_ms: ce,
         cost_measured_ms: cm,
-        max_abs_emulated_error_pct: rows
-            .iter()
-            .map(|r| r.emulated_error_pct.abs())
-            .fold(0.0, f64::max),
+        max_abs_emulated_error_pct: max_abs.1,
         benefit_measured_ms: bm,
         benefit_predicted_ms: bp,
         rows,
@@ -471,22 +459,7 @@ fn table(r: &Report) {
             m[0], m[1], m[2]
         );
     }
-    println!(
-        "  {:<20} {:>12} {:>12} {:>8} {:>12} {:>8} {:>8}",
-        "placement", "measured ms", "level 3", "error", "level 2", "error", "unpaid"
-    );
-    for row in &r.rows {
-        println!(
-            "  {:<20} {:>12.1} {:>12.1} {:>7.1}% {:>12.1} {:>7.1}% {:>8.1}",
-            row.placement,
-            row.measured_ms,
-            row.predicted_ms,
-            row.error_pct,
-            row.emulated_ms,
-            row.emulated_error_pct,
-            row.unpaid_ms
-        );
-    }
+    Versus::table(20, r.rows.iter().map(|r| (r.placement.as_str(), &r.v)));
     println!(
         "benefit per tag alone fast (ms, {:?}):\n  measured  {:?}\n  predicted {:?}\n  same ranking: {}; same first: {}; max |error| {:.1}%",
         TAGS,
@@ -541,15 +514,15 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
             series: vec![
                 (
                     "measured".into(),
-                    r.rows.iter().map(|x| x.measured_ms).collect(),
+                    r.rows.iter().map(|x| x.v.measured_ms).collect(),
                 ),
                 (
                     "predicted (level 3)".into(),
-                    r.rows.iter().map(|x| x.predicted_ms).collect(),
+                    r.rows.iter().map(|x| x.v.predicted_ms).collect(),
                 ),
                 (
                     "emulated (level 2)".into(),
-                    r.rows.iter().map(|x| x.emulated_ms).collect(),
+                    r.rows.iter().map(|x| x.v.emulated_ms).collect(),
                 ),
             ],
         },
