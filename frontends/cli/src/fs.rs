@@ -72,6 +72,10 @@ enum Cmd {
         /// Never a writeback cache: a returned write is on PM. See docs/fs.md.
         #[arg(long, default_value_t = pmkit_fuse::pmfs_cache::CacheMode::default())]
         cache: pmkit_fuse::pmfs_cache::CacheMode,
+        /// Walk and check every tree at mount even after a clean unmount, instead of loading
+        /// the allocator that unmount saved (a mount after a crash always walks).
+        #[arg(long)]
+        full_walk: bool,
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
@@ -183,6 +187,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                         "not unmounted cleanly"
                     }
                 );
+                println!("checkpoint:  {}", report.checkpoint);
                 println!("journal cost per operation (measured on an in-memory file system):");
                 for c in costs {
                     println!(
@@ -202,6 +207,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             barrier_ns,
             cache,
             transport,
+            full_walk,
         } => crate::fs_mount::mount(
             &pool,
             &dir,
@@ -213,6 +219,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 barrier_ns,
                 cache,
                 transport,
+                full_walk,
             },
         )?,
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
@@ -238,6 +245,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 for n in &r.notes {
                     println!("note: {n}");
                 }
+                println!("checkpoint: {}", r.checkpoint);
                 for p in &r.problems {
                     println!("problem: {p}");
                 }

@@ -23,6 +23,7 @@ pub struct Opts<'a> {
     pub barrier_ns: u64,
     pub cache: CacheMode,
     pub transport: pmkit_fuse::uring::Transport,
+    pub full_walk: bool,
 }
 
 pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
@@ -41,6 +42,7 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         },
         cache: a.cache,
         transport: a.transport,
+        full_walk: a.full_walk,
     };
     let served = pmfs_mount::mount(pool, dir, &o)?;
     for n in &served.notes {
@@ -48,8 +50,13 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     }
     let r = &served.recovery;
     eprintln!(
-        "mounted {}: last unmount {}, journal: {:?}, orphans finished {}{}",
+        "mounted {}{}: last unmount {}, journal: {:?}, orphans finished {}{}",
         pool.display(),
+        if r.from_checkpoint {
+            " from the clean-unmount checkpoint"
+        } else {
+            " after a full walk"
+        },
         if r.was_clean {
             "clean"
         } else {

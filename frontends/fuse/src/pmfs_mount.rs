@@ -48,6 +48,9 @@ pub struct MountOptions {
     /// How requests reach the daemon (`--transport`): the io_uring queues (a queue per CPU,
     /// `threads` does not apply to them) or /dev/fuse.
     pub transport: Transport,
+    /// Walk and check the whole pool even after a clean unmount (see
+    /// `pmkit_fs::MountOptions::full_walk`).
+    pub full_walk: bool,
 }
 
 impl Default for MountOptions {
@@ -59,6 +62,7 @@ impl Default for MountOptions {
             barrier_ns: 0,
             cache: CacheMode::default(),
             transport: Transport::Auto,
+            full_walk: false,
         }
     }
 }
@@ -256,6 +260,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         data: o.data,
         protect: o.protect,
         barrier_ns: o.barrier_ns,
+        full_walk: o.full_walk,
         ..Default::default()
     };
     let (fs, recovery) = Fs::mount(region, &mo).map_err(|e| match e {

@@ -3,7 +3,7 @@
 //! and [`enter`], the boundary every served call goes through.
 
 use pmkit_fs::posix::{Fd, Posix};
-use pmkit_fs::{Fs, MountOptions, Protect};
+use pmkit_fs::{Fs, MountOptions};
 use pmkit_media::{Region, RegionOptions};
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -134,22 +134,8 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
         warn(&format!("{}: {msg}", c.pool.display()));
         code
     };
-    let protect = match std::env::var("PMFS_PROTECT") {
-        Ok(v) if !v.is_empty() => v
-            .parse::<Protect>()
-            .map_err(|e| fail(libc::EINVAL, format!("PMFS_PROTECT: {e}")))?,
-        _ => Protect::Auto,
-    };
-    // As the C ABI's pmfs_mount: an emulated slower persistence barrier (thesis Fig. 15c).
-    let barrier_ns = match std::env::var("PMFS_BARRIER_NS") {
-        Ok(v) if !v.is_empty() => v.parse::<u64>().map_err(|_| {
-            fail(
-                libc::EINVAL,
-                format!("PMFS_BARRIER_NS={v:?} is not a number of nanoseconds"),
-            )
-        })?,
-        _ => 0,
-    };
+    // As the C ABI's pmfs_mount: PMFS_PROTECT, PMFS_BARRIER_NS, PMFS_FULL_WALK.
+    let o = MountOptions::from_env().map_err(|e| fail(libc::EINVAL, e))?;
     let region = Region::open(&c.pool, &RegionOptions::default())
         .map_err(|e| fail(libc::EIO, format!("cannot open the pool: {e}")))?;
     match region.try_lock(true) {
@@ -162,11 +148,6 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
         }
         Err(e) => return Err(fail(libc::EIO, format!("cannot lock the pool: {e}"))),
     }
-    let o = MountOptions {
-        protect,
-        barrier_ns,
-        ..MountOptions::default()
-    };
     let (fs, _) = Fs::mount(region, &o).map_err(|e| fail(e.errno(), format!("mount: {e}")))?;
     // SAFETY: registering handlers of ours that only store an atomic / unmount under the
     // guard; both live as long as the process (this library is never unloaded).

@@ -149,8 +149,13 @@ fn coreutils_shell_and_python() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("No such file"));
 
     s.assert_prefix_empty();
+    // Every program above mounted from the checkpoint the one before it saved at exit; check
+    // (in `mount`) finds the last one equal to its walk.
     let (p, rec) = s.mount();
-    assert!(rec.was_clean, "the shim unmounts at exit");
+    assert!(
+        rec.was_clean && rec.from_checkpoint,
+        "the shim unmounts at exit, saving the checkpoint: {rec:?}"
+    );
     assert_eq!(read_all(&p, b"/d/b"), b"hello\nmore\n");
     assert!(p.stat(b"/a").is_err() && p.stat(b"/in").is_err());
     assert!(read_all(&p, b"/x") == data[..409600], "dd's file differs");

@@ -15,7 +15,9 @@
  * PMFS_PROTECT=auto|none|kernel|pkey|pt in the environment picks how the pool is protected
  * from stray stores (default auto: protection keys where the CPU has them, else read-only
  * mapping with writes through the kernel). PMFS_BARRIER_NS=N emulates a slower persistence
- * barrier: every fence takes at least N more nanoseconds.
+ * barrier: every fence takes at least N more nanoseconds. PMFS_FULL_WALK=1 walks and checks
+ * the whole pool at mount even after a clean unmount (whose saved allocator is loaded
+ * otherwise).
  *
  * Every call is thread-safe.
  */

@@ -34,8 +34,68 @@ impl Bitmap {
             free: len,
         }
     }
+    /// Items, used and free.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
     pub fn free(&self) -> u64 {
         self.free
+    }
+    /// The bits, one per item (used: 1), 64 to a word: what the clean-unmount checkpoint saves.
+    pub fn words(&self) -> &[u64] {
+        &self.bits
+    }
+    /// The bitmap of `len` items whose bits are `words`; None when they do not fit (a word
+    /// count that does not match, or a bit set beyond `len`).
+    pub fn from_words(len: u64, words: Vec<u64>) -> Option<Bitmap> {
+        if words.len() as u64 != len.div_ceil(64) {
+            return None;
+        }
+        if !len.is_multiple_of(64) && words.last().is_some_and(|&w| w >> (len % 64) != 0) {
+            return None;
+        }
+        let mut b = Bitmap::new(len);
+        for c in 0..b.chunk_free.len() {
+            let (a, e) = (c * CHUNK as usize / 64, (c + 1) * CHUNK as usize / 64);
+            let used: u32 = words[a..e.min(words.len())]
+                .iter()
+                .map(|w| w.count_ones())
+                .sum();
+            b.chunk_free[c] -= used as u16;
+            b.free -= used as u64;
+        }
+        b.bits = words;
+        Some(b)
+    }
+    /// The first of `n` contiguous free items, without taking them.
+    pub fn find_run(&self, n: u64) -> Option<u64> {
+        assert!(n > 0);
+        let (mut run, mut i) = (0u64, 0u64);
+        while i < self.len {
+            let w = self.bits[(i / 64) as usize];
+            // Whole words at a time where they are all used or all free.
+            if i % 64 == 0 && w == u64::MAX {
+                (run, i) = (0, i + 64);
+                continue;
+            }
+            if i % 64 == 0 && w == 0 && i + 64 <= self.len {
+                if run + 64 >= n {
+                    return Some(i - run);
+                }
+                (run, i) = (run + 64, i + 64);
+                continue;
+            }
+            if w & (1 << (i % 64)) != 0 {
+                run = 0;
+            } else {
+                run += 1;
+                if run == n {
+                    return Some(i + 1 - n);
+                }
+            }
+            i += 1;
+        }
+        None
     }
     /// Whole free 2 MiB chunks.
     pub fn free_chunks(&self) -> u64 {
@@ -144,6 +204,34 @@ impl Alloc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_round_trip_and_runs_are_found() {
+        let mut b = Bitmap::new(3 * CHUNK + 76);
+        for i in [0, 5, 63, 64, 600, 3 * CHUNK + 75] {
+            b.set(i);
+        }
+        let c = Bitmap::from_words(b.len(), b.words().to_vec()).expect("fits");
+        assert_eq!((c.free(), c.free_chunks()), (b.free(), b.free_chunks()));
+        assert_eq!(c.chunk_free, b.chunk_free);
+        assert!(Bitmap::from_words(b.len(), vec![0; 3]).is_none());
+        let mut over = b.words().to_vec();
+        *over.last_mut().expect("words") |= 1 << 63;
+        assert!(Bitmap::from_words(b.len(), over).is_none());
+        assert_eq!(b.find_run(1), Some(1));
+        assert_eq!(b.find_run(57), Some(6));
+        assert_eq!(b.find_run(58), Some(65));
+        assert_eq!(b.find_run(535), Some(65));
+        assert_eq!(b.find_run(536), Some(601));
+        assert_eq!(b.find_run(3 * CHUNK + 76), None);
+        let mut full = Bitmap::new(130);
+        (0..130).for_each(|i| {
+            full.set(i);
+        });
+        full.clear(129);
+        assert_eq!(full.find_run(1), Some(129));
+        assert_eq!(full.find_run(2), None);
+    }
 
     #[test]
     fn chunks_stay_whole_while_there_is_other_space() {

@@ -1,12 +1,14 @@
 //! Attributes and lookups: getattr, setattr, lookup, readdir, readlink, statfs, open/release,
 //! fsync; the inode helpers every operation uses.
 
+use crate::dir::{DirIndex, Dirs};
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
 use crate::layout::{BLOCK, INODE, NAME_MAX, ROOT_INO, SYMLINK_MAX};
-use crate::tree;
+use crate::{tree, walk};
 use crate::{Attr, DirEntry, Fs, SetAttr, StatFs};
 use pmkit_media::Media;
+use std::sync::atomic::Ordering;
 
 /// Nanoseconds since the epoch.
 /// The time for an inode's times, in nanoseconds since the epoch: the coarse clock
@@ -27,6 +29,41 @@ pub fn now() -> u64 {
 }
 
 impl<M: Media> Fs<M> {
+    /// The index of directory `d` (None: not a directory), read from PM on its first use
+    /// after a mount from the clean-unmount checkpoint.
+    pub(crate) fn dir_index<'d>(&self, dirs: &'d Dirs, d: u64) -> Option<Result<&'d DirIndex>> {
+        let r = dirs.get(d, || {
+            let node = self.inode(d);
+            let data = self.verify_now(d, &node)?;
+            walk::dir_index(&self.pm, &self.geo, d, &node, &data)
+        })?;
+        Some(r.map_err(|e| Error::Damaged {
+            problems: vec![e.to_string()],
+        }))
+    }
+    /// Run the walk's checks of one inode once per mount (all are done at a mount that walks;
+    /// after one from the checkpoint, on each inode's first use: `walk::verify_inode`).
+    pub(crate) fn verified(&self, ino: u64, node: &Inode) -> Result<()> {
+        let (w, bit) = ((ino / 64) as usize, 1u64 << (ino % 64));
+        if self.checked[w].load(Ordering::Acquire) & bit != 0 {
+            return Ok(());
+        }
+        self.verify_now(ino, node)
+            .map(|_| ())
+            .map_err(|e| Error::Damaged { problems: vec![e] })
+    }
+    /// The checks of [`Fs::verified`], run now; the inode's data blocks.
+    fn verify_now(&self, ino: u64, node: &Inode) -> std::result::Result<Vec<(u64, u64)>, String> {
+        // The allocator lock alone, after the tree walk (never nested in another lock).
+        let used = |owned: &[u64]| {
+            let a = self.alloc.lock();
+            owned.iter().copied().find(|&b| !a.blocks.is_used(b))
+        };
+        let data = walk::verify_inode(&self.pm, &self.geo, ino, node, &used)?;
+        let (w, bit) = ((ino / 64) as usize, 1u64 << (ino % 64));
+        self.checked[w].fetch_or(bit, Ordering::Release);
+        Ok(data)
+    }
     pub(crate) fn valid_ino(&self, ino: u64) -> bool {
         ino >= ROOT_INO && ino < self.geo.inodes as u64
     }
@@ -44,6 +81,7 @@ impl<M: Media> Fs<M> {
         if n.is(Kind::Free) {
             return Err(Error::BadInode(ino));
         }
+        self.verified(ino, &n)?;
         Ok(n)
     }
     pub(crate) fn stripe(&self, ino: u64) -> &parking_lot::Mutex<()> {
@@ -186,17 +224,20 @@ impl<M: Media> Fs<M> {
             });
         }
         let dirs = self.ns.read();
-        let ino = match dirs.get(&parent) {
+        let ino = match self.dir_index(&dirs, parent) {
             None => {
                 self.live(parent)?;
                 return Err(Error::NotDir);
             }
             Some(d) if name == b"." => {
-                let _ = d;
+                d?;
                 parent
             }
-            Some(_) if name == b".." => self.inode(parent).parent,
-            Some(d) => d.entries.get(name).ok_or(Error::NotFound)?.ino,
+            Some(d) if name == b".." => {
+                d?;
+                self.inode(parent).parent
+            }
+            Some(d) => d?.entries.get(name).ok_or(Error::NotFound)?.ino,
         };
         let _g = self.stripe(ino).lock();
         let n = self.live(ino)?;
@@ -206,8 +247,8 @@ impl<M: Media> Fs<M> {
     /// Every entry of a directory, `.` and `..` first, then in slot order.
     pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
         let dirs = self.ns.read();
-        let d = match dirs.get(&ino) {
-            Some(d) => d,
+        let d = match self.dir_index(&dirs, ino) {
+            Some(d) => d?,
             None => {
                 self.live(ino)?;
                 return Err(Error::NotDir);

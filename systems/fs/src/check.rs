@@ -1,11 +1,11 @@
 //! `check`: the mount's recovery and walk on a copy-on-write overlay; names every problem and
 //! never writes the media.
 
-use crate::journal;
 use crate::mount::{pick_sb, read_sbs};
 use crate::overlay::Overlay;
 use crate::pm::{Faults, Pm};
 use crate::walk;
+use crate::{ckpt, journal};
 use pmkit_media::Media;
 
 /// What `check` found.
@@ -26,6 +26,9 @@ pub struct CheckReport {
     pub inodes: u64,
     pub free_inodes: u64,
     pub orphans: u64,
+    /// The clean-unmount checkpoint the next mount would load instead of walking: "matches the
+    /// walk", or why the next mount walks. One that disagrees with the walk is a problem.
+    pub checkpoint: String,
 }
 
 impl CheckReport {
@@ -76,5 +79,21 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
     r.inodes = sb.geo.inodes as u64 - 1;
     r.free_inodes = w.alloc.inodes.free();
     r.orphans = w.orphans.len() as u64;
+    r.checkpoint = match sb.clean {
+        false => "not used: the last unmount was not clean (the next mount walks)".into(),
+        true => match ckpt::load(&pm, &sb.geo, sb.mount_gen) {
+            Err(e) => format!("not used: {e} (the next mount walks)"),
+            Ok(s) => {
+                let dirs: Vec<u64> = w.dirs.keys().copied().collect();
+                let d = ckpt::diff(&s, &w.alloc, &dirs);
+                let ok = d.is_empty();
+                r.problems.extend(d);
+                match ok {
+                    true => "matches the walk (the next mount loads it)".into(),
+                    false => "disagrees with the walk: mount with a full walk".into(),
+                }
+            }
+        },
+    };
     r
 }

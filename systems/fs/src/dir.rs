@@ -1,9 +1,11 @@
 //! Directory blocks: 64-byte slots. A record is a head slot `{ino, name_len, kind, nslots,
 //! name[48]}` plus continuation slots `{0u64, name[56]}`; a slot whose first word is 0 is free.
-//! The DRAM index of one directory (name -> entry, slot bitmaps) is rebuilt at mount.
+//! The DRAM index of one directory (name -> entry, slot bitmaps) is built by the mount walk, or
+//! read when first used after a mount from the clean-unmount checkpoint ([`Dirs`]).
 
 use crate::layout::{BLOCK, NAME_MAX};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 pub const SLOT: usize = 64;
 pub const SLOTS: usize = BLOCK / SLOT;
@@ -162,5 +164,68 @@ impl DirIndex {
             self.subdirs -= 1;
         }
         Some(loc)
+    }
+}
+
+/// The indexes of every directory, by inode. After a walk every index is built; after a mount
+/// from the clean-unmount checkpoint only the set of directories is known, and each index is
+/// read from PM the first time it is used (a failure to read it is kept and given again).
+#[derive(Debug, Default)]
+pub struct Dirs {
+    map: HashMap<u64, OnceLock<Result<DirIndex, String>>>,
+}
+
+impl Dirs {
+    /// Every index built (the walk's).
+    pub fn built(map: HashMap<u64, DirIndex>) -> Dirs {
+        Dirs {
+            map: map
+                .into_iter()
+                .map(|(d, idx)| (d, OnceLock::from(Ok(idx))))
+                .collect(),
+        }
+    }
+    /// These directories, each index read when first used.
+    pub fn lazy(dirs: impl IntoIterator<Item = u64>) -> Dirs {
+        Dirs {
+            map: dirs.into_iter().map(|d| (d, OnceLock::new())).collect(),
+        }
+    }
+    /// Every directory's inode number, in no order.
+    pub fn inos(&self) -> impl Iterator<Item = u64> + '_ {
+        self.map.keys().copied()
+    }
+    /// The index of `d`, built by `load` if this is its first use; None when `d` is not a
+    /// directory. Two readers may both load a missing index; the first to finish keeps its.
+    pub fn get(
+        &self,
+        d: u64,
+        load: impl FnOnce() -> Result<DirIndex, String>,
+    ) -> Option<Result<&DirIndex, &str>> {
+        let cell = self.map.get(&d)?;
+        let r = match cell.get() {
+            Some(r) => r,
+            None => {
+                let v = load();
+                cell.get_or_init(|| v)
+            }
+        };
+        Some(r.as_ref().map_err(String::as_str))
+    }
+    /// The index of `d` to change, which must have been used (so built, without error) since
+    /// the namespace lock was taken for writing.
+    pub fn get_mut(&mut self, d: u64) -> &mut DirIndex {
+        match self.map.get_mut(&d).and_then(OnceLock::get_mut) {
+            Some(Ok(idx)) => idx,
+            _ => panic!("directory {d}: index changed before it was read"),
+        }
+    }
+    /// A new, empty directory.
+    pub fn insert_new(&mut self, d: u64) {
+        let old = self.map.insert(d, OnceLock::from(Ok(DirIndex::default())));
+        assert!(old.is_none(), "directory {d} added twice");
+    }
+    pub fn remove(&mut self, d: u64) {
+        self.map.remove(&d).expect("directory removed twice");
     }
 }

@@ -8,7 +8,7 @@
 //! `pmfs_mount` of it, here or in another process, or a FUSE mount, gets EBUSY.
 
 use crate::posix::{Fd, FileFlag, Posix, Whence};
-use crate::{Attr, Error, Fs, MkfsOptions, MountOptions, Protect, RenameFlags};
+use crate::{Attr, Error, Fs, MkfsOptions, MountOptions, RenameFlags};
 use pmkit_media::{Region, RegionOptions};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -115,9 +115,8 @@ fn path_of(b: &[u8]) -> &std::path::Path {
 }
 
 /// Mount the pool at `path` for this process: NULL and errno on failure (EBUSY: in use by
-/// another process or mount). `PMFS_PROTECT=auto|none|kernel|pkey|pt` picks the protection
-/// (default auto: see docs/fs.md, Protection); `PMFS_BARRIER_NS=N` emulates a slower
-/// persistence barrier (every fence at least N ns more).
+/// another process or mount). The environment sets the mount options
+/// ([`MountOptions::from_env`]: `PMFS_PROTECT`, `PMFS_BARRIER_NS`, `PMFS_FULL_WALK`).
 ///
 /// # Safety
 /// `path` must be a NUL-terminated string.
@@ -126,12 +125,7 @@ pub unsafe extern "C" fn pmfs_mount(path: *const c_char) -> *mut PmfsHandle {
     guard(std::ptr::null_mut(), || {
         // SAFETY: the caller's contract.
         let p = path_of(unsafe { cstr(path, "path") }?);
-        let protect = match std::env::var("PMFS_PROTECT") {
-            Ok(v) if !v.is_empty() => v
-                .parse::<Protect>()
-                .map_err(|e| inval(&format!("PMFS_PROTECT: {e}")))?,
-            _ => Protect::Auto,
-        };
+        let o = MountOptions::from_env().map_err(|e| inval(&e))?;
         let region = Region::open(p, &RegionOptions::default())
             .map_err(|e| (libc::EIO, format!("{}: {e}", p.display())))?;
         match region.try_lock(true) {
@@ -147,17 +141,6 @@ pub unsafe extern "C" fn pmfs_mount(path: *const c_char) -> *mut PmfsHandle {
             }
             Err(e) => return Err((libc::EIO, format!("{}: {e}", p.display()))),
         }
-        let barrier_ns = match std::env::var("PMFS_BARRIER_NS") {
-            Ok(v) if !v.is_empty() => v
-                .parse::<u64>()
-                .map_err(|_| inval("PMFS_BARRIER_NS is not a number of nanoseconds"))?,
-            _ => 0,
-        };
-        let o = MountOptions {
-            protect,
-            barrier_ns,
-            ..MountOptions::default()
-        };
         let (fs, _) = Fs::mount(region, &o).map_err(fail)?;
         Ok(Box::into_raw(Box::new(PmfsHandle { fs: Posix::new(fs) })))
     })

@@ -7,6 +7,7 @@
 mod alloc;
 mod attr;
 mod check;
+mod ckpt;
 mod costs;
 mod data;
 mod dir;
@@ -56,7 +57,6 @@ pub fn superblock<M: Media>(media: &M) -> Result<layout::Superblock> {
     mount::pick_sb(media).map(|(sb, _)| sb)
 }
 
-use dir::DirIndex;
 use parking_lot::{Mutex, RwLock};
 use pmkit_media::Media;
 use std::collections::HashMap;
@@ -120,8 +120,38 @@ pub struct MountOptions {
     /// Emulated persistence-barrier latency: every fence takes at least this many more
     /// nanoseconds (PMFS's Fig. 15c; at most `pmkit_media::emulate::MAX_BARRIER_NS`).
     pub barrier_ns: u64,
+    /// Walk and check the whole tree even after a clean unmount, instead of loading the
+    /// allocator from the checkpoint that unmount saved (mounts after a crash always walk).
+    pub full_walk: bool,
     #[doc(hidden)]
     pub faults: Faults,
+}
+
+impl MountOptions {
+    /// The defaults, changed by the environment as the C ABI and the LD_PRELOAD shim read it:
+    /// `PMFS_PROTECT=auto|none|kernel|pkey|pt`, `PMFS_BARRIER_NS=N` (an emulated slower
+    /// persistence barrier: every fence at least N ns more) and `PMFS_FULL_WALK=1` (walk and
+    /// check the whole pool even after a clean unmount). Err names the variable that is wrong.
+    pub fn from_env() -> std::result::Result<MountOptions, String> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let mut o = MountOptions::default();
+        if let Some(v) = var("PMFS_PROTECT") {
+            o.protect = v.parse().map_err(|e| format!("PMFS_PROTECT: {e}"))?;
+        }
+        if let Some(v) = var("PMFS_BARRIER_NS") {
+            o.barrier_ns = v
+                .parse()
+                .map_err(|_| format!("PMFS_BARRIER_NS={v:?} is not a number of nanoseconds"))?;
+        }
+        if let Some(v) = var("PMFS_FULL_WALK") {
+            o.full_walk = match v.as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(format!("PMFS_FULL_WALK={v:?}: 1 or 0")),
+            };
+        }
+        Ok(o)
+    }
 }
 
 /// What a mount found and did.
@@ -134,6 +164,9 @@ pub struct Recovery {
     pub orphans: u32,
     /// A superblock copy was bad and has been rewritten.
     pub superblock_repaired: bool,
+    /// The allocator came from the clean-unmount checkpoint: nothing was walked (directory
+    /// indexes are read when first used).
+    pub from_checkpoint: bool,
 }
 
 /// Attributes of an inode.
@@ -215,12 +248,15 @@ pub struct Fs<M: Media> {
     opts: MountOptions,
     sb: layout::Superblock,
     /// Directory indexes; namespace operations hold it for writing, the rest for reading.
-    ns: RwLock<HashMap<u64, DirIndex>>,
+    ns: RwLock<dir::Dirs>,
     stripes: Vec<Mutex<()>>,
     /// The orphan list, in DRAM order (head first); its lock serializes changes to it.
     orphans: Mutex<Vec<u64>>,
     journal: journal::Journal,
     alloc: Mutex<alloc::Alloc>,
+    /// A bit per inode whose tree has been checked this mount (`Fs::verified`): all of them
+    /// after a walk, none after a mount from the clean-unmount checkpoint.
+    checked: Box<[std::sync::atomic::AtomicU64]>,
     /// File ranges mapped for direct access, by inode (see `xip.rs`).
     pins: Mutex<HashMap<u64, Vec<(u64, u64)>>>,
 }

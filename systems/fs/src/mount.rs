@@ -1,6 +1,8 @@
 //! mkfs, mount (superblocks, journal recovery, the walk, orphans: one path, always run) and
 //! unmount.
 
+use crate::alloc::Alloc;
+use crate::dir::Dirs;
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
 use crate::journal::{self, Journal};
@@ -9,9 +11,10 @@ use crate::layout::{
 };
 use crate::pm::{Faults, Pm};
 use crate::tx::Tx;
-use crate::{walk, Fs, MkfsOptions, MountOptions, Recovery};
+use crate::{ckpt, walk, Fs, MkfsOptions, MountOptions, Recovery};
 use parking_lot::{Mutex, RwLock};
 use pmkit_media::Media;
+use std::sync::atomic::AtomicU64;
 
 fn write_sb<M: Media>(pm: &Pm<M>, sb: &Superblock) {
     let b = sb.encode();
@@ -62,6 +65,7 @@ impl<M: Media> Fs<M> {
         }
         pm.fence();
         let jlen = geo.lanes as usize * (geo.lane_entries as usize + 1) * LINE;
+        crate::ckpt::clear(&pm);
         pm.write(BLOCK, &vec![0u8; jlen]);
         for l in 0..geo.lanes {
             pm.store_u64(geo.lane_off(l), 1 << 32);
@@ -114,22 +118,46 @@ impl<M: Media> Fs<M> {
         let pm = Pm::protected(media, opts.faults, opts.protect)?.with_barrier_ns(opts.barrier_ns);
         let (gens, replay) =
             journal::recover(&pm, &geo).map_err(|problems| Error::Damaged { problems })?;
-        let w = walk::walk(&pm, &geo);
-        if !w.problems.is_empty() {
-            return Err(Error::Damaged {
-                problems: w.problems,
-            });
-        }
+        let was_clean = !repaired && sb_clean(&pm);
+        // After a clean unmount, with nothing in the journal, the checkpoint stands in for the
+        // walk; any other mount (or one that asks) walks the whole tree and checks it.
+        let saved = match sb.clean && replay == Default::default() && !opts.full_walk {
+            true => ckpt::load(&pm, &geo, sb.mount_gen).ok(),
+            false => None,
+        };
+        let from_checkpoint = saved.is_some();
+        let (alloc, dirs, orphans) = match saved {
+            Some(s) => {
+                let orphans = orphan_list(&pm, &geo)?;
+                let alloc = Alloc {
+                    blocks: s.blocks,
+                    inodes: s.inodes,
+                    max_inodes: geo.inodes,
+                    open: Default::default(),
+                };
+                (alloc, Dirs::lazy(s.dirs), orphans)
+            }
+            None => {
+                let w = walk::walk(&pm, &geo);
+                if !w.problems.is_empty() {
+                    return Err(Error::Damaged {
+                        problems: w.problems,
+                    });
+                }
+                (w.alloc, Dirs::built(w.dirs), w.orphans)
+            }
+        };
         let sb = Superblock {
             geo,
             mount_gen: sb.mount_gen + 1,
             clean: false,
         };
         let mut rec = Recovery {
-            was_clean: !repaired && sb_clean(&pm),
+            was_clean,
             journal: replay,
             orphans: 0,
             superblock_repaired: repaired,
+            from_checkpoint,
         };
         write_sb(&pm, &sb);
         let fs = Fs {
@@ -137,14 +165,17 @@ impl<M: Media> Fs<M> {
             geo,
             opts: opts.clone(),
             sb,
-            ns: RwLock::new(w.dirs),
+            ns: RwLock::new(dirs),
             stripes: (0..64).map(|_| Mutex::new(())).collect(),
-            orphans: Mutex::new(w.orphans.clone()),
+            orphans: Mutex::new(orphans.clone()),
             journal: Journal::new(&gens),
-            alloc: Mutex::new(w.alloc),
+            alloc: Mutex::new(alloc),
             pins: Mutex::new(std::collections::HashMap::new()),
+            checked: (0..(geo.inodes as u64).div_ceil(64))
+                .map(|_| AtomicU64::new(if from_checkpoint { 0 } else { u64::MAX }))
+                .collect(),
         };
-        for o in w.orphans {
+        for o in orphans {
             fs.finish_orphan(o)?;
             rec.orphans += 1;
         }
@@ -154,6 +185,15 @@ impl<M: Media> Fs<M> {
     /// Mark the file system clean and give the media back. Unlinked files still open stay on
     /// the orphan list; the next mount frees them.
     pub fn unmount(self) -> M {
+        // The checkpoint first: the clean superblock is what makes it count.
+        let dirs: Vec<u64> = self.ns.read().inos().collect();
+        ckpt::save(
+            &self.pm,
+            &self.geo,
+            self.sb.mount_gen,
+            &self.alloc.lock(),
+            &dirs,
+        );
         write_sb(
             &self.pm,
             &Superblock {
@@ -227,12 +267,35 @@ impl<M: Media> Fs<M> {
     /// An orphan found at mount: free it (no links) or finish its truncate.
     fn finish_orphan(&self, ino: u64) -> Result<()> {
         let node = self.inode(ino);
+        self.verified(ino, &node)?;
         if node.links == 0 {
             self.free_orphan(ino)
         } else {
             self.finish_truncate(ino, node.trunc)
         }
     }
+}
+
+/// The orphan list as the meta inode heads it, for a mount that does not walk (the walk checks
+/// it): a link out of range, to a free inode or back into the list is damage.
+fn orphan_list<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Result<Vec<u64>> {
+    let inode = |i: u64| {
+        let mut b = [0u8; INODE];
+        pm.read(geo.inode_off(i), &mut b);
+        Inode::decode(&b)
+    };
+    let mut out = Vec::new();
+    let mut o = inode(META_INO).orphan_next;
+    while o != 0 {
+        if o >= geo.inodes as u64 || out.contains(&o) || inode(o).is(Kind::Free) {
+            return Err(Error::Damaged {
+                problems: vec![format!("orphan list: bad or looping link to inode {o}")],
+            });
+        }
+        out.push(o);
+        o = inode(o).orphan_next;
+    }
+    Ok(out)
 }
 
 fn sb_clean<M: Media>(pm: &Pm<M>) -> bool {

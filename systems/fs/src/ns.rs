@@ -1,7 +1,7 @@
 //! Namespace operations: create, mkdir, mknod, symlink, link, unlink, rmdir, rename. Each is one
 //! journal transaction under the namespace lock; the DRAM directory indexes change after commit.
 
-use crate::dir::{self, DirIndex, Loc, SLOT};
+use crate::dir::{self, DirIndex, Dirs, Loc, SLOT};
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
 use crate::layout::{BLOCK, LINK_MAX, NAME_MAX, ROOT_INO, SYMLINK_MAX};
@@ -9,9 +9,6 @@ use crate::tree;
 use crate::tx::Tx;
 use crate::{attr::now, Attr, Fs, Owner, RenameFlags};
 use pmkit_media::Media;
-use std::collections::HashMap;
-
-type Dirs = HashMap<u64, DirIndex>;
 
 /// DRAM changes to make once a transaction has committed.
 enum Post {
@@ -64,8 +61,8 @@ struct New<'a> {
 
 impl<M: Media> Fs<M> {
     fn dir_of<'d>(&self, dirs: &'d Dirs, ino: u64) -> Result<&'d DirIndex> {
-        match dirs.get(&ino) {
-            Some(d) => Ok(d),
+        match self.dir_index(dirs, ino) {
+            Some(d) => d,
             None if self.valid_ino(ino) && !self.inode(ino).is(Kind::Free) => Err(Error::NotDir),
             None => Err(Error::NotFound),
         }
@@ -112,30 +109,27 @@ impl<M: Media> Fs<M> {
         for p in posts {
             match p {
                 Post::Insert(d, name, loc, grown) => {
-                    let idx = dirs.get_mut(&d).expect("parent index");
+                    let idx = dirs.get_mut(d);
                     if grown {
                         idx.used.push(0);
                     }
                     idx.insert(&name, loc);
                 }
                 Post::Remove(d, name) => {
-                    dirs.get_mut(&d)
-                        .expect("parent index")
-                        .remove(&name)
-                        .expect("entry");
+                    dirs.get_mut(d).remove(&name).expect("entry");
                 }
                 Post::Retarget(d, name, ino, kind) => {
-                    let idx = dirs.get_mut(&d).expect("parent index");
+                    let idx = dirs.get_mut(d);
                     let mut loc = idx.remove(&name).expect("entry");
                     loc.ino = ino;
                     loc.kind = kind;
                     idx.insert(&name, loc);
                 }
                 Post::NewDir(ino) => {
-                    dirs.insert(ino, DirIndex::default());
+                    dirs.insert_new(ino);
                 }
                 Post::DropDir(ino) => {
-                    dirs.remove(&ino);
+                    dirs.remove(ino);
                 }
                 Post::Orphans(list) => *self.orphans.lock() = list,
             }
@@ -380,11 +374,14 @@ impl<M: Media> Fs<M> {
         let mut dirs = self.ns.write();
         let idx = self.dir_of(&dirs, parent)?;
         let loc = *idx.entries.get(name).ok_or(Error::NotFound)?;
+        self.live(loc.ino)?; // its tree is checked before anything frees it
         let is_dir = loc.kind == Kind::Dir as u8;
         match (want_dir, is_dir) {
             (true, false) => return Err(Error::NotDir),
             (false, true) => return Err(Error::IsDir),
-            (true, true) if !dirs[&loc.ino].entries.is_empty() => return Err(Error::NotEmpty),
+            (true, true) if !self.dir_of(&dirs, loc.ino)?.entries.is_empty() => {
+                return Err(Error::NotEmpty)
+            }
             _ => {}
         }
         let mut tx = self.tx();
@@ -429,6 +426,11 @@ impl<M: Media> Fs<M> {
             .get(n1)
             .ok_or(Error::NotFound)?;
         let dst = self.dir_of(&dirs, p2)?.entries.get(n2).copied();
+        // Both trees are checked before anything frees or moves them.
+        self.live(src.ino)?;
+        if let Some(d) = dst {
+            self.live(d.ino)?;
+        }
         let dirk = Kind::Dir as u8;
         if src.kind == dirk && self.is_under(p2, src.ino) {
             return Err(Error::Invalid("cannot move a directory below itself"));
@@ -476,7 +478,7 @@ impl<M: Media> Fs<M> {
                 match (src.kind == dirk, d.kind == dirk) {
                     (true, false) => return Err(Error::NotDir),
                     (false, true) => return Err(Error::IsDir),
-                    (true, true) if !dirs[&d.ino].entries.is_empty() => {
+                    (true, true) if !self.dir_of(&dirs, d.ino)?.entries.is_empty() => {
                         return Err(Error::NotEmpty)
                     }
                     _ => {}
@@ -500,7 +502,8 @@ impl<M: Media> Fs<M> {
             }
             (_, None) => {
                 let kind = Kind::from_u8(src.kind).expect("entry kind");
-                let (loc, grown) = self.dir_add(&mut tx, &dirs[&p2], p2, n2, src.ino, kind)?;
+                let (loc, grown) =
+                    self.dir_add(&mut tx, self.dir_of(&dirs, p2)?, p2, n2, src.ino, kind)?;
                 tx.write_u64(src_off, 0);
                 if src.kind == dirk {
                     moved(&mut tx, src.ino, p1, p2);

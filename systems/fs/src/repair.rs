@@ -104,6 +104,15 @@ pub fn repair_with<M: Media>(media: &M, o: &RepairOptions) -> Result<RepairRepor
         rep.after = check(media);
         return Ok(rep);
     };
+    if !rep.problems.is_empty() {
+        // Fixes change the tree without updating any saved allocator: the next mount walks.
+        crate::ckpt::clear(&pm);
+        note(
+            &mut rep,
+            "clean-unmount checkpoint cleared (the next mount walks the tree)".into(),
+            crate::ckpt::REC_OFF,
+        );
+    }
     reset_bad_lanes(&pm, &geo, &mut rep);
     match journal::recover(&pm, &geo) {
         Ok((gens, replay)) => {

@@ -1,7 +1,8 @@
 //! Model-based property tests: random operation sequences against a plain in-memory model
 //! (`common::Model`, BTreeMaps), on a region in /dev/shm and on the crash simulator. After every
 //! step the file system and the model agree on success or failure and on the whole tree; at
-//! random points the file system is unmounted, checked and mounted again.
+//! random points the file system is unmounted, checked (the clean-unmount checkpoint must match
+//! the walk) and mounted again from that checkpoint.
 
 mod common;
 
@@ -123,9 +124,12 @@ fn run_mounted<M: Media>(media: M, steps: &[Step], mode: DataMode) -> Result<(),
                     i,
                     rep.problems
                 );
+                prop_assert!(rep.checkpoint.starts_with("matches"), "{}", rep.checkpoint);
                 let (f, rec) = Fs::mount(media, &mo).unwrap();
-                prop_assert!(rec.was_clean);
+                prop_assert!(rec.was_clean && rec.from_checkpoint, "{:?}", rec);
                 fs = f;
+                // No snapshot now: the next step runs on directory indexes not yet read.
+                continue;
             }
         }
         let got = snap(&fs).map_err(TestCaseError::fail)?;

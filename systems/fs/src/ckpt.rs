@@ -1,0 +1,234 @@
+//! The clean-unmount checkpoint: what the mount walk rebuilds from every tree (the block and
+//! inode bitmaps, and which inodes are directories), saved by a clean unmount so that the next
+//! mount reads (blocks + inodes) / 8 bytes instead of the whole pool. Directory indexes are then
+//! read when first used (`dir::Dirs`). The kernel's PMFS keeps its allocator across clean
+//! unmounts the same way.
+//!
+//! On the media: the contents in free data blocks, and one record line in block 0 between the
+//! two superblock copies that says where they are, for which mount generation, and their CRC.
+//! Why this is crash-safe without the journal:
+//! - the contents, then the record, are made durable before the superblock says clean, so a
+//!   superblock that says clean names a complete checkpoint (or an older, stale record);
+//! - a checkpoint counts only with a clean superblock of the same mount generation, and every
+//!   mount writes the superblock unclean, with the next generation, before it changes anything:
+//!   after a crash the superblock is unclean and the walk runs;
+//! - the blocks the contents occupy are free in the bitmap they save, so loading them frees
+//!   them, and no tree can point into them while they count.
+//!
+//! mkfs and repair clear the record. `check` loads the checkpoint beside its walk and reports
+//! any difference as a problem.
+
+use crate::alloc::{Alloc, Bitmap};
+use crate::layout::{Geometry, BLOCK, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS};
+use crate::pm::Pm;
+use pmkit_media::Media;
+
+/// Byte offset of the record line: block 0, between the superblock copies.
+pub const REC_OFF: usize = 1024;
+const _: () = assert!(REC_OFF >= SB_OFFS[0] + SB_LEN && REC_OFF + LINE <= SB_OFFS[1]);
+const REC_MAGIC: u64 = u64::from_le_bytes(*b"PMFSCKP1");
+/// The header of the contents: blocks, inodes, directories (three u64).
+const HEAD: usize = 24;
+
+/// What a checkpoint holds.
+#[derive(Debug)]
+pub struct Saved {
+    pub blocks: Bitmap,
+    pub inodes: Bitmap,
+    pub dirs: Vec<u64>,
+}
+
+struct Record {
+    gen: u64,
+    first: u64,
+    len: u64,
+    crc: u32,
+}
+
+impl Record {
+    fn encode(&self) -> [u8; LINE] {
+        let mut b = [0u8; LINE];
+        b[0..8].copy_from_slice(&REC_MAGIC.to_le_bytes());
+        b[8..16].copy_from_slice(&self.gen.to_le_bytes());
+        b[16..24].copy_from_slice(&self.first.to_le_bytes());
+        b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b[32..36].copy_from_slice(&self.crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+    fn decode(b: &[u8; LINE]) -> Result<Record, String> {
+        let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        if u64at(0) != REC_MAGIC {
+            return Err("none saved".into());
+        }
+        if crc32c::crc32c(&b[..60]) != u32at(60) {
+            return Err("record checksum mismatch".into());
+        }
+        Ok(Record {
+            gen: u64at(8),
+            first: u64at(16),
+            len: u64at(24),
+            crc: u32at(32),
+        })
+    }
+}
+
+fn contents_len(geo: &Geometry, dirs: usize) -> usize {
+    HEAD + 8 * (geo.blocks.div_ceil(64) + (geo.inodes as u64).div_ceil(64)) as usize + 8 * dirs
+}
+
+/// Save the checkpoint of generation `gen` (the superblock about to be written clean). Returns
+/// false, having written nothing, when no run of free blocks can hold it: the next mount walks.
+pub fn save<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64, alloc: &Alloc, dirs: &[u64]) -> bool {
+    let len = contents_len(geo, dirs.len());
+    let nblocks = len.div_ceil(BLOCK) as u64;
+    let Some(first) = alloc.blocks.find_run(nblocks) else {
+        return false;
+    };
+    assert!(geo.is_data(first) && geo.is_data(first + nblocks - 1));
+    let mut b = Vec::with_capacity(len);
+    for v in [geo.blocks, geo.inodes as u64, dirs.len() as u64] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    for w in alloc.blocks.words().iter().chain(alloc.inodes.words()) {
+        b.extend_from_slice(&w.to_le_bytes());
+    }
+    for d in dirs {
+        b.extend_from_slice(&d.to_le_bytes());
+    }
+    assert_eq!(b.len(), len);
+    let off = first as usize * BLOCK;
+    pm.write(off, &b);
+    pm.flush(off, len);
+    let rec = Record {
+        gen,
+        first,
+        len: len as u64,
+        crc: crc32c::crc32c(&b),
+    };
+    pm.write(REC_OFF, &rec.encode());
+    pm.flush(REC_OFF, LINE);
+    pm.fence();
+    true
+}
+
+/// Forget any checkpoint (mkfs, repair).
+pub fn clear<M: Media>(pm: &Pm<M>) {
+    pm.write(REC_OFF, &[0u8; LINE]);
+    pm.flush(REC_OFF, LINE);
+    pm.fence();
+}
+
+/// The checkpoint of generation `gen`, or why there is none to use.
+pub fn load<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64) -> Result<Saved, String> {
+    let mut line = [0u8; LINE];
+    pm.read(REC_OFF, &mut line);
+    let rec = Record::decode(&line)?;
+    if rec.gen != gen {
+        return Err(format!("stale (generation {}, superblock {gen})", rec.gen));
+    }
+    let len = rec.len as usize;
+    let nblocks = (len as u64).div_ceil(BLOCK as u64);
+    let fits = len >= contents_len(geo, 1)
+        && len <= contents_len(geo, geo.inodes as usize)
+        && geo.is_data(rec.first)
+        && rec
+            .first
+            .checked_add(nblocks)
+            .is_some_and(|e| e <= geo.blocks);
+    if !fits {
+        return Err(format!(
+            "record names {len} bytes at block {}, which this geometry cannot hold",
+            rec.first
+        ));
+    }
+    let mut b = vec![0u8; len];
+    pm.read(rec.first as usize * BLOCK, &mut b);
+    if crc32c::crc32c(&b) != rec.crc {
+        return Err("contents checksum mismatch".into());
+    }
+    let mut words = b
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8")));
+    let mut next = || words.next().expect("length checked");
+    let (nb, ni, nd) = (next(), next(), next());
+    if nb != geo.blocks || ni != geo.inodes as u64 || len != contents_len(geo, nd as usize) {
+        return Err(format!(
+            "contents for {nb} blocks, {ni} inodes, {nd} directories do not match the geometry \
+             ({} blocks, {} inodes) or the record's length {len}",
+            geo.blocks, geo.inodes
+        ));
+    }
+    let mut take = |n: u64| (0..n.div_ceil(64)).map(|_| next()).collect::<Vec<u64>>();
+    let bw = take(nb);
+    let iw = take(ni);
+    let dirs: Vec<u64> = (0..nd).map(|_| next()).collect();
+    let bad = |what: &str| Err(format!("contents disagree with the layout: {what}"));
+    let Some(blocks) = Bitmap::from_words(nb, bw) else {
+        return bad("block bits beyond the end");
+    };
+    let Some(inodes) = Bitmap::from_words(ni, iw) else {
+        return bad("inode bits beyond the end");
+    };
+    if (0..geo.data_block).any(|b| !blocks.is_used(b)) {
+        return bad("a metadata block is marked free");
+    }
+    if (rec.first..rec.first + nblocks).any(|b| blocks.is_used(b)) {
+        return bad("its own blocks are marked used");
+    }
+    if !inodes.is_used(META_INO) || !inodes.is_used(ROOT_INO) || !dirs.contains(&ROOT_INO) {
+        return bad("the meta or root inode is missing");
+    }
+    if dirs.iter().any(|&d| d >= ni || !inodes.is_used(d)) {
+        return bad("a directory names a free or out-of-range inode");
+    }
+    Ok(Saved {
+        blocks,
+        inodes,
+        dirs,
+    })
+}
+
+/// Where the saved state and the walk's differ (nothing: they agree).
+pub fn diff(s: &Saved, alloc: &Alloc, walk_dirs: &[u64]) -> Vec<String> {
+    let mut out = Vec::new();
+    let first_diff = |a: &Bitmap, b: &Bitmap| (0..a.len()).find(|&i| a.is_used(i) != b.is_used(i));
+    if let Some(b) = first_diff(&s.blocks, &alloc.blocks) {
+        out.push(format!(
+            "clean-unmount checkpoint: block {b} is {} there but {} by the walk ({} against {} \
+             free)",
+            if s.blocks.is_used(b) { "used" } else { "free" },
+            if alloc.blocks.is_used(b) {
+                "used"
+            } else {
+                "free"
+            },
+            s.blocks.free(),
+            alloc.blocks.free()
+        ));
+    }
+    if let Some(i) = first_diff(&s.inodes, &alloc.inodes) {
+        out.push(format!(
+            "clean-unmount checkpoint: inode {i} is {} there but {} by the walk",
+            if s.inodes.is_used(i) { "used" } else { "free" },
+            if alloc.inodes.is_used(i) {
+                "used"
+            } else {
+                "free"
+            }
+        ));
+    }
+    let (mut a, mut b) = (s.dirs.clone(), walk_dirs.to_vec());
+    a.sort_unstable();
+    b.sort_unstable();
+    if a != b {
+        out.push(format!(
+            "clean-unmount checkpoint: {} directories there, {} found by the walk",
+            a.len(),
+            b.len()
+        ));
+    }
+    out
+}
