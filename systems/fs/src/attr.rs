@@ -89,8 +89,6 @@ impl<M: Media> Fs<M> {
     }
 
     fn attr_of(&self, ino: u64, n: &Inode) -> Attr {
-        let mut blocks = Vec::new();
-        tree::collect(&self.pm, n.root, n.height, &mut blocks);
         Attr {
             ino,
             kind: n.kind().unwrap_or(Kind::Free),
@@ -102,7 +100,7 @@ impl<M: Media> Fs<M> {
             atime: n.atime,
             mtime: n.mtime,
             ctime: n.ctime,
-            blocks: blocks.len() as u64,
+            blocks: tree::count(&self.pm, n.root, n.height),
             atomic: n.atomic(),
             huge: n.huge(),
             rdev: n.rdev,

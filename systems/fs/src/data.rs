@@ -285,9 +285,12 @@ impl<M: Media> Fs<M> {
     pub(crate) fn trim_prealloc(&self, ino: u64) -> Result<()> {
         let _g = self.stripe(ino).lock();
         let node = self.inode(ino);
+        if !node.is(Kind::File) {
+            return Ok(());
+        }
         let keep = keep_blocks(&node, node.size);
         let beyond = tree::present(&self.pm, node.root, node.height, (keep, u64::MAX), 1);
-        if !node.is(Kind::File) || beyond.is_empty() {
+        if beyond.is_empty() {
             return Ok(());
         }
         loop {

@@ -22,6 +22,12 @@ pub trait Reader {
             .map(|s| self.word(block as usize * BLOCK + s * 8))
             .collect()
     }
+    /// Slots `first..=last` of a node.
+    fn slots(&self, block: u64, first: u64, last: u64) -> Vec<u64> {
+        (first..=last)
+            .map(|s| self.word(block as usize * BLOCK + s as usize * 8))
+            .collect()
+    }
 }
 
 impl<M: Media> Reader for Pm<M> {
@@ -29,9 +35,21 @@ impl<M: Media> Reader for Pm<M> {
         self.read_u64(off)
     }
     fn node(&self, block: u64) -> Vec<u64> {
-        let mut b = vec![0u8; BLOCK];
+        // One copy out of PM into the stack, one allocation (stat and the first use of every
+        // file after a checkpoint mount read a node each).
+        let mut b = [0u8; BLOCK];
         self.read(block as usize * BLOCK, &mut b);
-        b.chunks(8)
+        b.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect()
+    }
+    fn slots(&self, block: u64, first: u64, last: u64) -> Vec<u64> {
+        assert!(first <= last && last < FANOUT);
+        let mut b = [0u8; BLOCK];
+        let n = (last - first + 1) as usize * 8;
+        self.read(block as usize * BLOCK + first as usize * 8, &mut b[..n]);
+        b[..n]
+            .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect()
     }
@@ -234,6 +252,25 @@ pub fn collect(r: &impl Reader, node: u64, level: u8, out: &mut Vec<u64>) {
     }
 }
 
+/// How many blocks the subtree at `node` (of `level`) holds, nodes included: `collect`'s count
+/// without the list (stat's block count).
+pub fn count(r: &impl Reader, node: u64, level: u8) -> u64 {
+    match (node, level) {
+        (0, _) => 0,
+        (_, 0) => 1,
+        (_, 1) if huge(node).is_some() => HUGE_BLOCKS,
+        // The children of a level-1 node are data blocks: count them in place.
+        (_, 1) => 1 + r.node(node).iter().filter(|&&c| c != 0).count() as u64,
+        _ => {
+            1 + r
+                .node(node)
+                .into_iter()
+                .map(|c| count(r, c, level - 1))
+                .sum::<u64>()
+        }
+    }
+}
+
 /// Clear the pointers to file blocks `keep..`, at most `budget` of them; the freed blocks go to
 /// `tx.free_after`. Returns true when nothing beyond `keep` is left. Cutting a huge block takes
 /// one new block (its split node): with none free, `NoSpace`, unless `spare_tail` (the size is
@@ -380,7 +417,9 @@ fn walk_node(
     if level > 0 {
         let span = tree_cap(level - 1);
         for (slot, c) in r.node(node).into_iter().enumerate() {
-            walk_node(r, geo, c, level - 1, base + slot as u64 * span, visit)?;
+            if c != 0 {
+                walk_node(r, geo, c, level - 1, base + slot as u64 * span, visit)?;
+            }
         }
     }
     Ok(())
@@ -431,9 +470,61 @@ fn present_node(
     let span = tree_cap(level - 1);
     let first = from.saturating_sub(base) / span;
     let last = ((to - 1 - base) / span).min(FANOUT - 1);
-    let ptrs = r.node(node);
-    for slot in first..=last {
-        let b = base + slot * span;
-        present_node(r, ptrs[slot as usize], level - 1, b, (from, to), limit, out);
+    // Only the slots in range: a small read or a close reads a few words, not the node.
+    let ptrs = r.slots(node, first, last);
+    for (slot, &p) in (first..=last).zip(&ptrs) {
+        if p != 0 {
+            present_node(r, p, level - 1, base + slot * span, (from, to), limit, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Words by byte offset; absent words read 0.
+    struct Words(HashMap<usize, u64>);
+
+    impl Reader for Words {
+        fn word(&self, off: usize) -> u64 {
+            self.0.get(&off).copied().unwrap_or(0)
+        }
+    }
+
+    #[test]
+    fn count_is_collects_length() {
+        // A height-3 tree: root 100 -> level-2 node 101 (slots 0, 7) -> level-1 nodes 102
+        // (data 200, 201 in slots 0 and 511) and a huge run at 1024; slot 3 of the root is a
+        // second level-2 node 103 with one level-1 node 104 holding one block.
+        let mut w = HashMap::new();
+        let at = |b: u64, s: usize| b as usize * BLOCK + s * 8;
+        w.insert(at(100, 0), 101);
+        w.insert(at(100, 3), 103);
+        w.insert(at(101, 0), 102);
+        w.insert(at(101, 7), 1024 | HUGE);
+        w.insert(at(102, 0), 200);
+        w.insert(at(102, 511), 201);
+        w.insert(at(103, 1), 104);
+        w.insert(at(104, 9), 300);
+        let r = Words(w);
+        for (root, level) in [
+            (100, 3),
+            (101, 2),
+            (102, 1),
+            (1024 | HUGE, 1),
+            (200, 0),
+            (0, 2),
+        ] {
+            let mut all = Vec::new();
+            collect(&r, root, level, &mut all);
+            assert_eq!(
+                count(&r, root, level),
+                all.len() as u64,
+                "{root:#x} at {level}"
+            );
+        }
+        assert_eq!(count(&r, 100, 3), 1 + (1 + 3 + 512) + (1 + 2));
     }
 }
