@@ -221,7 +221,10 @@ impl<M: Media> Fs<M> {
             let new = tx.new_block(&content)?;
             tree::set(&mut tx, &mut node, idx, new)?;
         }
-        if !cow && end > node.size {
+        // Not on a file's first write: most files are written once and closed (untar, cp),
+        // and a window would cost its pointers now and a second transaction to trim at close.
+        // The second append that needs a block starts the window.
+        if !cow && end > node.size && node.size > 0 {
             self.prealloc(&mut tx, &mut node, last);
         }
         let t = now();

@@ -448,10 +448,13 @@ fn preallocated_blocks_read_as_zeros_once_the_size_covers_them() {
         fs.unlink(ROOT, b"x").unwrap();
         let f = fs.create(ROOT, b"f", 0o644).unwrap();
         fs.open(f.ino).unwrap();
+        // A file's first write preallocates nothing; the next append that needs a block does.
         fs.write(f.ino, 0, &[1u8; 100]).unwrap();
+        assert_eq!(fs.getattr(f.ino).unwrap().blocks, 1, "{grow}: first write");
+        fs.write(f.ino, 100, &[1u8; 4000]).unwrap();
         let a = fs.getattr(f.ino).unwrap();
         assert!(
-            a.blocks > 2,
+            a.blocks > 3,
             "{grow}: no preallocation ({} blocks)",
             a.blocks
         );
@@ -474,8 +477,8 @@ fn preallocated_blocks_read_as_zeros_once_the_size_covers_them() {
         };
         let back = fs.read(f.ino, 0, end as usize).unwrap();
         assert_eq!(back.len() as u64, end, "{grow}");
-        assert!(back[..100].iter().all(|&b| b == 1), "{grow}");
-        let stale = back[100..end as usize - 10].iter().position(|&b| b != 0);
+        assert!(back[..4100].iter().all(|&b| b == 1), "{grow}");
+        let stale = back[4100..end as usize - 10].iter().position(|&b| b != 0);
         assert_eq!(stale, None, "{grow}: bytes beyond the old size not zeroed");
         let before = fs.getattr(f.ino).unwrap().blocks;
         fs.release(f.ino).unwrap();

@@ -719,7 +719,7 @@ fn a_clean_pool_of_every_kind_gets_no_fix() {
         let pre = fs.create(ROOT, b"prealloc", 0o644).unwrap();
         fs.set_atomic(pre.ino, false).unwrap();
         fs.write(pre.ino, 0, &[3u8; 5000]).unwrap();
-        fs.write(pre.ino, 5000, &[4u8; 100]).unwrap();
+        fs.write(pre.ino, 5000, &[4u8; 4000]).unwrap(); // needs block 2: the window starts
         let a = fs.getattr(pre.ino).unwrap();
         assert!(
             a.blocks > a.size.div_ceil(4096) + 1,
