@@ -1,7 +1,7 @@
 //! mkfs, mount (superblocks, journal recovery, the walk, orphans: one path, always run) and
 //! unmount.
 
-use crate::alloc::Alloc;
+use crate::alloc::{Alloc, Bitmap};
 use crate::dir::Dirs;
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
@@ -85,6 +85,16 @@ impl<M: Media> Fs<M> {
         pm.write(geo.inode_off(ROOT_INO), &root.encode());
         pm.flush(geo.inode_off(0), tlen);
         pm.fence();
+        // The empty file system's checkpoint, so that even the first mount reads no inode table.
+        let mut alloc = Alloc {
+            blocks: Bitmap::new(geo.blocks),
+            inodes: Bitmap::new(geo.inodes as u64),
+            max_inodes: geo.inodes,
+            open: Default::default(),
+        };
+        (0..geo.data_block).for_each(|b| assert!(alloc.blocks.set(b)));
+        assert!(alloc.inodes.set(META_INO) && alloc.inodes.set(ROOT_INO));
+        ckpt::save(&pm, &geo, 0, &alloc, &[ROOT_INO]);
         write_sb(
             &pm,
             &Superblock {

@@ -234,3 +234,99 @@ fn special_files_with_data_or_stray_device_numbers() {
     let text = refused(sim, "device number on a file");
     assert!(text.contains("device number on a non-device"), "{text}");
 }
+
+/// When a mount loads the clean-unmount checkpoint and when it walks: after mkfs and every
+/// clean unmount it loads; after a crash, with a stale or damaged record, or when asked, it
+/// walks; repair of damage forgets the checkpoint.
+#[test]
+fn the_checkpoint_is_used_only_after_a_clean_unmount() {
+    const REC: usize = 1024; // ckpt::REC_OFF: block 0, between the superblock copies
+    let walk = MountOptions {
+        full_walk: true,
+        ..MountOptions::default()
+    };
+    let sim = CrashSim::new(LEN);
+    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
+    assert!(check(&sim).checkpoint.starts_with("matches"), "after mkfs");
+    let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(rec.from_checkpoint, "{rec:?}");
+    let d = fs.mkdir(ROOT, b"d", 0o755).unwrap();
+    let f = fs.create(d.ino, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &[7u8; 9000]).unwrap();
+    // A crash (the image as it is, mounted): the superblock is unclean, mount walks.
+    let crashed = CrashSim::from_image(sim.image());
+    let c = check(&crashed);
+    assert!(c.is_clean() && c.checkpoint.contains("not clean"), "{c:?}");
+    let (fs2, rec) = Fs::mount(&crashed, &MountOptions::default()).unwrap();
+    assert!(!rec.was_clean && !rec.from_checkpoint, "{rec:?}");
+    assert_eq!(fs2.read(f.ino, 0, 9000).unwrap(), vec![7u8; 9000]);
+    fs2.unmount();
+    // A clean unmount: the next mount loads, and finds the file through a lazily read index.
+    fs.unmount();
+    assert!(check(&sim).checkpoint.starts_with("matches"));
+    let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(rec.from_checkpoint, "{rec:?}");
+    let got = fs.lookup(d.ino, b"f").unwrap();
+    assert_eq!((got.ino, got.size, got.blocks), (f.ino, 9000, 4)); // 3 data, 1 node
+    fs.unmount();
+    // Asked to walk: walks (and saves a new checkpoint at unmount).
+    let (fs, rec) = Fs::mount(&sim, &walk).unwrap();
+    assert!(rec.was_clean && !rec.from_checkpoint, "{rec:?}");
+    fs.unmount();
+    // A record of another generation, or a damaged one: walks.
+    let mut line = [0u8; 64];
+    sim.read(REC, &mut line);
+    let mut stale = line;
+    stale[8] ^= 1; // the generation (its CRC now fails too: either way, no checkpoint)
+    sim.write(REC, &stale);
+    let c = check(&sim);
+    assert!(
+        c.is_clean() && c.checkpoint.starts_with("not used"),
+        "{c:?}"
+    );
+    let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(!rec.from_checkpoint, "{rec:?}");
+    fs.unmount();
+    // Contents that disagree with the tree (a used block saved as free): check names it,
+    // repair forgets the checkpoint, and the next mount walks.
+    sim.read(REC, &mut line);
+    let first = u64::from_le_bytes(line[16..24].try_into().unwrap()) as usize;
+    // The last used block (a data block: allocation starts after the metadata), saved as free.
+    let words = first * BLOCK + 24; // the block bitmap, after the three-word header
+    let nwords = sb_of(&sim).geo.blocks.div_ceil(64) as usize;
+    let mut b = [0u8; 8];
+    let at = (0..nwords)
+        .rev()
+        .map(|i| words + 8 * i)
+        .find(|&at| {
+            sim.read(at, &mut b);
+            u64::from_le_bytes(b) != 0
+        })
+        .unwrap();
+    sim.read(at, &mut b);
+    let w = u64::from_le_bytes(b);
+    sim.write(at, &(w & !(1 << (63 - w.leading_zeros()))).to_le_bytes());
+    // (its CRC no longer holds: rewrite the record's contents CRC as unmount would)
+    let mut contents = vec![0u8; u64::from_le_bytes(line[24..32].try_into().unwrap()) as usize];
+    sim.read(first * BLOCK, &mut contents);
+    line[32..36].copy_from_slice(&crc32c::crc32c(&contents).to_le_bytes());
+    let crc = crc32c::crc32c(&line[..60]);
+    line[60..64].copy_from_slice(&crc.to_le_bytes());
+    sim.write(REC, &line);
+    let c = check(&sim);
+    assert!(
+        !c.is_clean() && c.problems.iter().any(|p| p.contains("checkpoint")),
+        "{c:?}"
+    );
+    let rep = pmkit_fs::repair(&sim).unwrap();
+    assert!(rep.is_clean(), "{rep:?}");
+    let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(!rec.from_checkpoint, "{rec:?}");
+    fs.unmount();
+}
+
+fn sb_of(sim: &CrashSim) -> Superblock {
+    let mut b = [0u8; SB_LEN];
+    sim.read(SB_OFFS[0], &mut b);
+    Superblock::decode(&b, LEN).unwrap()
+}
