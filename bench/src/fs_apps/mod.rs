@@ -29,15 +29,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-/// The configurations, in table order.
-const TARGETS: [Target; 6] = [
-    Target::Shim,
-    Target::Pmfs(CacheMode::Long),
-    Target::Ext4Attach,
-    Target::Ext2Loop,
-    Target::Ext4Loop,
-    Target::Tmpfs,
-];
+/// The configurations, in table order: the PMFS mount over /dev/fuse, and over FUSE io_uring
+/// too where the kernel offers it (what `pmkit fs mount` picks by default there).
+fn targets() -> &'static [Target] {
+    static T: std::sync::OnceLock<Vec<Target>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let mut t = vec![Target::Shim, Target::Pmfs(CacheMode::Long)];
+        if pmkit_fuse::uring::enabled() {
+            t.push(Target::PmfsUring(CacheMode::Long));
+        }
+        t.extend([
+            Target::Ext4Attach,
+            Target::Ext2Loop,
+            Target::Ext4Loop,
+            Target::Tmpfs,
+        ]);
+        t
+    })
+}
 
 /// The ratio base.
 const BASE: &str = "ext4-attach";
@@ -204,9 +213,9 @@ fn each_target(
     let base = Scratch::dir(&std::env::temp_dir(), "fs-apps")?;
     let mnt = base.path().join("mnt");
     std::fs::create_dir_all(&mnt)?;
-    let bar = flags.progress(rounds * TARGETS.len());
-    let runs = rotated_rounds(rounds, 1, TARGETS.len(), &bar, |r, _, i| {
-        let t = TARGETS[i];
+    let bar = flags.progress(rounds * targets().len());
+    let runs = rotated_rounds(rounds, 1, targets().len(), &bar, |r, _, i| {
+        let t = targets()[i];
         bar.set_message(format!("round {}/{rounds}: {}", r + 1, t.name()));
         let up = targets::up(t, &flags.dir, &mnt, sizes, engine)
             .with_context(|| format!("setting up {}", t.name()))?;
@@ -260,7 +269,7 @@ fn summarize(samples: &[Sample], items: &[Item]) -> Vec<Row> {
         .iter()
         .map(|it| {
             let base = cell_of(it.name, BASE).0;
-            let cells = TARGETS
+            let cells = targets()
                 .iter()
                 .map(|t| {
                     let (value, not_applicable, failed) = cell_of(it.name, &t.name());
@@ -291,5 +300,5 @@ fn summarize(samples: &[Sample], items: &[Item]) -> Vec<Row> {
 
 /// The configurations' names, in table order.
 fn target_names() -> Vec<String> {
-    TARGETS.iter().map(|t| t.name()).collect()
+    targets().iter().map(|t| t.name()).collect()
 }
