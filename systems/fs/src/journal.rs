@@ -114,8 +114,7 @@ fn write_entry<M: Media>(pm: &Pm<M>, off: usize, e: &Entry) {
     let mut b = [0u8; 56];
     b[0..8].copy_from_slice(&e.target.to_le_bytes());
     b[8..56].copy_from_slice(&e.data);
-    pm.write(off, &b);
-    pm.store_u64(off + 56, e.word()); // last: a matching generation means the line is whole
+    pm.write_line(off, &b, e.word()); // word last: a matching generation means the line is whole
     pm.flush(off, LINE);
 }
 

@@ -273,6 +273,27 @@ impl<M: Media> Pm<M> {
         self.m.fence(Fence::Sfence);
         pmkit_media::emulate::barrier_delay(self.barrier_ns);
     }
+    /// A 64-byte line whose last word says it is whole (a journal entry): the first 56 bytes,
+    /// then the word as an atomic 8-byte store; not flushed. In `kernel` mode the line is one
+    /// `pwrite`: the kernel's copy (on DAX, 8-byte non-temporal stores) keeps the word atomic,
+    /// and two calls would not order the word after the rest either (no fence between the
+    /// calls' non-temporal stores), so the second call bought nothing but a system call.
+    pub fn write_line(&self, off: usize, body: &[u8; 56], word: u64) {
+        assert_eq!(off % 64, 0, "line store at unaligned {off}");
+        match &self.gate {
+            Gate::Kernel(_) => {
+                let mut line = [0u8; 64];
+                line[..56].copy_from_slice(body);
+                line[56..].copy_from_slice(&word.to_le_bytes());
+                self.store(off, &line, false);
+            }
+            _ => {
+                self.write(off, body);
+                self.store_u64(off + 56, word);
+            }
+        }
+    }
+
     /// An atomic 8-byte store (8-aligned), not flushed. In `kernel` mode a `pwrite` of the 8
     /// aligned bytes: on DAX the kernel copies them with one 8-byte non-temporal store.
     pub fn store_u64(&self, off: usize, v: u64) {
@@ -361,6 +382,34 @@ impl<M: Media> Pm<M> {
             journal_bytes: self.journal_bytes.load(Relaxed),
             transactions: self.transactions.load(Relaxed),
             bytes_written: self.bytes_written.load(Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmkit_media::{Region, RegionOptions};
+
+    /// A journal line lands whole in every mode that can run here: one `pwrite` in `kernel`
+    /// mode, body then word otherwise.
+    #[test]
+    fn a_line_is_its_body_then_its_word_in_every_mode() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        for (i, want) in [Protect::None, Protect::Kernel].into_iter().enumerate() {
+            let path = dir.path().join(format!("pool{i}"));
+            let r = Region::create(&path, 1 << 20, &RegionOptions::default()).unwrap();
+            let pm = Pm::protected(r, Faults::default(), want).unwrap();
+            assert_eq!(pm.protection().0, want);
+            let body: [u8; 56] = std::array::from_fn(|k| k as u8 + 1);
+            pm.write_line(4096 + 128, &body, 0x1122_3344_5566_7788);
+            pm.flush(4096 + 128, 64);
+            pm.fence();
+            pm.check().unwrap();
+            let mut got = [0u8; 64];
+            pm.read(4096 + 128, &mut got);
+            assert_eq!(&got[..56], &body[..], "{want}");
+            assert_eq!(got[56..], 0x1122_3344_5566_7788u64.to_le_bytes(), "{want}");
         }
     }
 }
