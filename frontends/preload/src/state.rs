@@ -426,12 +426,60 @@ fn copy_from_brk(ptr: *const libc::c_char) -> Option<Vec<u8>> {
     unsafe { copy_before(ptr, (brk + 4095) & !4095) }
 }
 
+/// The main program's readable loaded segments (ELF `PT_LOAD` with `PF_R`), rounded out to
+/// pages: its string literals, globals and static buffers. The loader maps them for the life of
+/// the process (a program is never unloaded), so they stay readable. Read once.
+fn image_segments() -> &'static [(usize, usize)] {
+    static SEGS: std::sync::OnceLock<Vec<(usize, usize)>> = std::sync::OnceLock::new();
+    unsafe extern "C" fn first_object(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        out: *mut libc::c_void,
+    ) -> c_int {
+        // SAFETY: the loader passes a valid `info` for the call; `out` is the Vec we passed.
+        let (info, out) = unsafe { (&*info, &mut *out.cast::<Vec<(usize, usize)>>()) };
+        for k in 0..info.dlpi_phnum as usize {
+            // SAFETY: `dlpi_phdr` holds `dlpi_phnum` program headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(k) };
+            if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_R != 0 && ph.p_memsz > 0 {
+                let lo = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                let hi = lo + ph.p_memsz as usize;
+                out.push((lo & !4095, (hi + 4095) & !4095));
+            }
+        }
+        1 // the first object is the main program: stop
+    }
+    SEGS.get_or_init(|| {
+        let _b = Busy::new();
+        let mut v: Vec<(usize, usize)> = Vec::new();
+        // SAFETY: the callback only reads the headers the loader hands it and pushes to `v`,
+        // which outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(first_object), (&mut v as *mut Vec<_>).cast()) };
+        v
+    })
+}
+
+/// The string at `ptr` with no system call, when it lies in the main program's loaded image
+/// (a literal, a global, a static buffer: postmark builds its paths in one).
+fn copy_from_image(ptr: *const libc::c_char) -> Option<Vec<u8>> {
+    let p = ptr as usize;
+    let &(_, hi) = image_segments()
+        .iter()
+        .find(|&&(lo, hi)| lo <= p && p < hi)?;
+    // SAFETY: `[p, hi)` lies in a readable segment of the main program, mapped for the life
+    // of the process; `hi` is a page boundary.
+    unsafe { copy_before(ptr, hi) }
+}
+
 /// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the
 /// pointer: `process_vm_readv` on this process reads it, one page at a time, and answers EFAULT
 /// for memory that is not readable, where a plain load would fault. `None`: unreadable, or no
 /// NUL within `PATH_MAX` bytes.
 pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
-    if let Some(v) = copy_from_stack(ptr).or_else(|| copy_from_brk(ptr)) {
+    if let Some(v) = copy_from_stack(ptr)
+        .or_else(|| copy_from_brk(ptr))
+        .or_else(|| copy_from_image(ptr))
+    {
         return Some(v);
     }
     const PAGE: usize = 4096;

@@ -221,3 +221,50 @@ fn remove_of_a_file_and_a_directory() {
     drop(p.unmount());
     s.assert_prefix_empty();
 }
+
+/// Paths in the program's own image (a string literal, a static buffer) are read with no
+/// system call, and served: a C program built here, whose paths are neither on the stack nor
+/// in the heap.
+#[test]
+fn paths_in_the_programs_image() {
+    if !have("cc") {
+        return;
+    }
+    let s = Shim::new();
+    let src = s.dir().join("image.c");
+    let bin = s.dir().join("image");
+    std::fs::write(
+        &src,
+        r#"#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static char buf[4096]; /* .bss */
+int main(void) {
+    strcpy(buf, MNT "/static");
+    int fd = open(buf, O_CREAT | O_WRONLY, 0644);
+    if (fd < 0 || write(fd, "image", 5) != 5 || close(fd) != 0) { perror(buf); return 1; }
+    struct stat st;
+    if (stat(MNT "/static", &st) != 0) { perror("stat of a literal"); return 1; }
+    printf("%lld\n", (long long)st.st_size);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new("cc")
+        .arg(format!("-DMNT=\"{}\"", s.mnt.display()))
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "cc");
+    assert_eq!(s.ok(bin.to_str().unwrap(), &[]), "5\n");
+    s.assert_prefix_empty();
+    let (p, _) = s.mount();
+    assert_eq!(read_all(&p, b"/static"), b"image");
+    drop(p.unmount());
+}
