@@ -6,6 +6,7 @@
 //! whole free chunks stay whole for huge blocks as long as there is other space.
 
 use crate::error::{Error, Result};
+use crate::layout::{Geometry, META_INO};
 
 /// Items per chunk: the 4 KiB blocks of one 2 MiB huge block.
 pub const CHUNK: u64 = 512;
@@ -187,6 +188,25 @@ pub struct Alloc {
 }
 
 impl Alloc {
+    /// An allocator over these bitmaps (the inode bitmap's length is the inode count), with
+    /// nothing open.
+    pub fn new(blocks: Bitmap, inodes: Bitmap) -> Alloc {
+        let max_inodes = u32::try_from(inodes.len()).expect("inode counts fit u32");
+        Alloc {
+            blocks,
+            inodes,
+            max_inodes,
+            open: Default::default(),
+        }
+    }
+    /// What any file system of `geo` holds before its tree: the metadata blocks (superblocks,
+    /// journal, inode table) and the meta inode.
+    pub fn base(geo: &Geometry) -> Alloc {
+        let mut a = Alloc::new(Bitmap::new(geo.blocks), Bitmap::new(geo.inodes as u64));
+        (0..geo.data_block).for_each(|b| assert!(a.blocks.set(b)));
+        assert!(a.inodes.set(META_INO));
+        a
+    }
     pub fn block(&mut self) -> Result<u64> {
         self.blocks.take().ok_or(Error::NoSpace)
     }

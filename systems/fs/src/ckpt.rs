@@ -257,20 +257,13 @@ mod tests {
             let geo = Geometry::new(blocks, 1, 64, inodes).unwrap();
             let sim = CrashSim::new(blocks as usize * BLOCK);
             let pm = Pm::new(&sim, Faults::default());
-            let mut a = Alloc {
-                blocks: Bitmap::new(geo.blocks),
-                inodes: Bitmap::new(geo.inodes as u64),
-                max_inodes: geo.inodes,
-                open: Default::default(),
-            };
-            (0..geo.data_block).for_each(|b| { a.blocks.set(b); });
+            let mut a = Alloc::base(&geo);
             // Used blocks in the lower half of the data area, so a run stays free for the
             // checkpoint itself.
             let span = (geo.blocks - geo.data_block) / 2;
             for f in used_b {
                 a.blocks.set(geo.data_block + (f * span as f64) as u64);
             }
-            a.inodes.set(META_INO);
             a.inodes.set(ROOT_INO);
             let mut dirs = vec![ROOT_INO];
             for (k, f) in used_i.iter().enumerate() {

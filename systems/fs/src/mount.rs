@@ -1,7 +1,7 @@
 //! mkfs, mount (superblocks, journal recovery, the walk, orphans: one path, always run) and
 //! unmount.
 
-use crate::alloc::{Alloc, Bitmap};
+use crate::alloc::Alloc;
 use crate::dir::Dirs;
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
@@ -86,14 +86,8 @@ impl<M: Media> Fs<M> {
         pm.flush(geo.inode_off(0), tlen);
         pm.fence();
         // The empty file system's checkpoint, so that even the first mount reads no inode table.
-        let mut alloc = Alloc {
-            blocks: Bitmap::new(geo.blocks),
-            inodes: Bitmap::new(geo.inodes as u64),
-            max_inodes: geo.inodes,
-            open: Default::default(),
-        };
-        (0..geo.data_block).for_each(|b| assert!(alloc.blocks.set(b)));
-        assert!(alloc.inodes.set(META_INO) && alloc.inodes.set(ROOT_INO));
+        let mut alloc = Alloc::base(&geo);
+        assert!(alloc.inodes.set(ROOT_INO));
         ckpt::save(&pm, &geo, 0, &alloc, &[ROOT_INO]);
         write_sb(
             &pm,
@@ -139,13 +133,7 @@ impl<M: Media> Fs<M> {
         let (alloc, dirs, orphans) = match saved {
             Some(s) => {
                 let orphans = orphan_list(&pm, &geo)?;
-                let alloc = Alloc {
-                    blocks: s.blocks,
-                    inodes: s.inodes,
-                    max_inodes: geo.inodes,
-                    open: Default::default(),
-                };
-                (alloc, Dirs::lazy(s.dirs), orphans)
+                (Alloc::new(s.blocks, s.inodes), Dirs::lazy(s.dirs), orphans)
             }
             None => {
                 let w = walk::walk(&pm, &geo);

@@ -367,12 +367,7 @@ fn reset_bad_lanes<M: Media>(pm: &Pm<M>, geo: &Geometry, rep: &mut RepairReport)
 fn rounds<M: Media>(pm: &Pm<M>, geo: &Geometry, j: &Journal, rep: &mut RepairReport) -> Result<()> {
     for _ in 0..MAX_ROUNDS {
         let s = scan::scan(pm, geo);
-        let alloc = Mutex::new(Alloc {
-            blocks: s.blocks.clone(),
-            inodes: inode_bitmap(pm, geo),
-            max_inodes: geo.inodes,
-            open: Default::default(),
-        });
+        let alloc = Mutex::new(Alloc::new(s.blocks.clone(), inode_bitmap(pm, geo)));
         let before = pm.counters().bytes_written;
         if !s.local.is_empty() {
             for f in s.local {

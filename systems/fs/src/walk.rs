@@ -22,12 +22,11 @@ pub struct Walked {
 
 pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     let mut problems = Vec::new();
-    let mut blocks = Bitmap::new(geo.blocks);
-    for b in 0..geo.data_block {
-        blocks.set(b);
-    }
-    let mut inodes = Bitmap::new(geo.inodes as u64);
-    inodes.set(META_INO);
+    let Alloc {
+        mut blocks,
+        mut inodes,
+        ..
+    } = Alloc::base(geo);
     let n = geo.inodes as usize;
     let mut table = vec![0u8; n * INODE];
     pm.read(geo.inode_off(0), &mut table);
@@ -192,12 +191,7 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
             }
         }
     }
-    let alloc = Alloc {
-        blocks,
-        inodes,
-        max_inodes: geo.inodes,
-        open: HashMap::new(),
-    };
+    let alloc = Alloc::new(blocks, inodes);
     Walked {
         alloc,
         dirs,
