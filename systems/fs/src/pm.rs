@@ -391,12 +391,16 @@ mod tests {
     use super::*;
     use pmkit_media::{Region, RegionOptions};
 
-    /// A journal line lands whole in every mode that can run here: one `pwrite` in `kernel`
-    /// mode, body then word otherwise.
+    /// A journal line lands whole in every mode: one `pwrite` in `kernel` mode, body then word
+    /// otherwise (`pkey` where the CPU has protection keys; `kernel` and `pt` forced on any).
     #[test]
     fn a_line_is_its_body_then_its_word_in_every_mode() {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-        for (i, want) in [Protect::None, Protect::Kernel].into_iter().enumerate() {
+        let mut modes = vec![Protect::None, Protect::Kernel, Protect::Pt];
+        if pmkit_media::features().pku {
+            modes.push(Protect::Pkey);
+        }
+        for (i, want) in modes.into_iter().enumerate() {
             let path = dir.path().join(format!("pool{i}"));
             let r = Region::create(&path, 1 << 20, &RegionOptions::default()).unwrap();
             let pm = Pm::protected(r, Faults::default(), want).unwrap();

@@ -35,14 +35,9 @@ impl<M: Media> Reader for Pm<M> {
         self.read_u64(off)
     }
     fn node(&self, block: u64) -> Vec<u64> {
-        // One copy out of PM into the stack, one allocation (stat and the first use of every
-        // file after a checkpoint mount read a node each).
-        let mut b = [0u8; BLOCK];
-        self.read(block as usize * BLOCK, &mut b);
-        b.chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect()
+        self.slots(block, 0, FANOUT - 1)
     }
+    /// One copy out of PM into the stack, one allocation.
     fn slots(&self, block: u64, first: u64, last: u64) -> Vec<u64> {
         assert!(first <= last && last < FANOUT);
         let mut b = [0u8; BLOCK];
