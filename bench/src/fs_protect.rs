@@ -121,7 +121,11 @@ struct RawResult {
 pub fn run(a: Args) -> Result<ExitCode> {
     let ms = a.ms.unwrap_or(if a.flags.quick { 30 } else { 300 });
     let rounds = a.flags.rounds(3);
-    let mut modes = vec![Protect::None, Protect::Kernel, Protect::Pt];
+    let mut modes = if std::env::var_os("FSP_NONE").is_some() {
+        vec![Protect::None]
+    } else {
+        vec![Protect::None, Protect::Kernel, Protect::Pt]
+    };
     let mut not_run = vec![];
     if pmkit_media::features().pku {
         modes.push(Protect::Pkey);

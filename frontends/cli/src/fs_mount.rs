@@ -70,6 +70,12 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
             ""
         }
     );
+    if r.cut_appends > 0 {
+        eprintln!(
+            "{} file(s) had their last append cut by the crash: their size went back to before it",
+            r.cut_appends
+        );
+    }
     eprintln!(
         "protection {}: {}",
         served.protection.0, served.protection.1

@@ -48,6 +48,10 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
     }
     let sb = match pick_sb(media) {
         Ok((sb, _)) => sb,
+        Err(e @ crate::Error::Version { .. }) => {
+            r.problems.push(e.to_string());
+            return r;
+        }
         Err(e) => {
             r.problems.push(format!("both superblocks are bad: {e}"));
             return r;
@@ -71,6 +75,8 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
     }
     let w = walk::walk(&pm, &sb.geo);
     r.problems.extend(w.problems);
+    r.notes
+        .extend(w.cut.iter().map(|c| c.describe() + " (mount does it)"));
     r.files = w.files;
     r.dirs = w.dirs_count;
     r.blocks = sb.geo.data_blocks();

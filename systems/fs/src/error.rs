@@ -45,6 +45,12 @@ pub enum Error {
     WriteFailed(String),
     #[error("not a pmkit file system: {0}")]
     NotFs(String),
+    #[error(
+        "the file system is format version {found}; this build reads version {reads} only \
+        (version 2 put the append tail record where version 1 kept atime): copy the files out \
+        with the pmkit that made it, then make the file system again"
+    )]
+    Version { found: u32, reads: u32 },
     #[error("corrupt file system: {0}")]
     Corrupt(String),
     /// Mount found problems (`check` names the same ones); `pmkit fs check POOL --repair`
@@ -103,6 +109,7 @@ impl Error {
             Error::NoAttr => 61,                           // ENODATA
             Error::Media(_)
             | Error::NotFs(_)
+            | Error::Version { .. }
             | Error::Corrupt(_)
             | Error::Damaged { .. }
             | Error::WriteFailed(_) => 5, // EIO

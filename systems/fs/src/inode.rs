@@ -6,6 +6,8 @@ use crate::layout::INODE;
 /// Offset of `{size, mtime}` inside an inode (one 16-byte store).
 pub const SIZE_MTIME: usize = 0;
 pub const MTIME: usize = 8;
+/// Offset of the one-fence append's tail record (`tail.rs`), in the same line as the size.
+pub const TAIL: usize = 56;
 /// Inode flag (byte 26): every write to this file is all-or-nothing (`DataMode::Atomic`).
 pub const FLAG_ATOMIC: u8 = 1;
 /// Inode flag (byte 26): the file asks for 2 MiB blocks: every allocation inside an empty
@@ -67,6 +69,9 @@ pub struct Inode {
     pub uid: u32,
     pub gid: u32,
     pub atime: u64,
+    /// The tail record of the last one-fence append (`tail::Tail`, 0: none). Transactions
+    /// write it as 0 (`Tx::put_inode`): only the append fast path sets it.
+    pub tail: u64,
     pub xattr: u64,
     pub orphan_next: u64,
     pub parent: u64,
@@ -100,12 +105,13 @@ impl Inode {
         put(44, &self.mode.to_le_bytes());
         put(48, &self.uid.to_le_bytes());
         put(52, &self.gid.to_le_bytes());
-        put(56, &self.atime.to_le_bytes());
+        put(56, &self.tail.to_le_bytes());
         put(64, &self.xattr.to_le_bytes());
         put(72, &self.orphan_next.to_le_bytes());
         put(80, &self.parent.to_le_bytes());
         put(88, &self.trunc.to_le_bytes());
         put(96, &self.rdev.to_le_bytes());
+        put(104, &self.atime.to_le_bytes());
         b
     }
     /// Decode any 128 bytes (validation is the walk's job).
@@ -124,7 +130,8 @@ impl Inode {
             mode: u32at(44),
             uid: u32at(48),
             gid: u32at(52),
-            atime: u64at(56),
+            atime: u64at(104),
+            tail: u64at(56),
             xattr: u64at(64),
             orphan_next: u64at(72),
             parent: u64at(80),

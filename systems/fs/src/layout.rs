@@ -11,7 +11,8 @@ pub const NAME_MAX: usize = 255;
 pub const SYMLINK_MAX: usize = 4095;
 pub const LINK_MAX: u32 = 65_000;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
-pub const VERSION: u32 = 1;
+/// 2: the inode's byte 56 holds the one-fence append's tail record and atime moved to 104.
+pub const VERSION: u32 = 2;
 /// Byte offsets of the two superblock copies (both in block 0).
 pub const SB_OFFS: [usize; 2] = [0, 2048];
 pub const SB_LEN: usize = 64;
@@ -108,6 +109,13 @@ impl Superblock {
     }
 
     /// Decode one copy; `Err` says why it is not valid. Never panics on any bytes.
+    /// The format version of a copy whose magic and checksum hold (`None`: not a valid copy).
+    pub fn version(b: &[u8; SB_LEN]) -> Option<u32> {
+        let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let ok = b[..8] == MAGIC.to_le_bytes() && crc32c::crc32c(&b[..60]) == u32at(60);
+        ok.then(|| u32at(8))
+    }
+
     pub fn decode(b: &[u8; SB_LEN], media_len: usize) -> std::result::Result<Superblock, String> {
         let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));

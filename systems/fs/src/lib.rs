@@ -23,6 +23,8 @@ mod pm;
 pub mod posix;
 mod protect;
 mod repair;
+mod tail;
+mod tally;
 mod tree;
 mod tx;
 mod walk;
@@ -47,9 +49,9 @@ pub use journal::Replay;
 pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
 #[doc(hidden)]
 pub use pm::Faults;
-pub use pm::{thread_counters, Counters};
 pub use protect::Protect;
 pub use repair::{repair, repair_with, Fix, GeometryHint, RepairOptions, RepairReport};
+pub use tally::{thread_counters, Counters};
 pub use xattr::XattrFlags;
 
 /// The superblock mount would use (the valid copy with the higher generation), read only.
@@ -167,6 +169,9 @@ pub struct Recovery {
     /// The allocator came from the clean-unmount checkpoint: nothing was walked (directory
     /// indexes are read when first used).
     pub from_checkpoint: bool,
+    /// Files whose last append a crash cut (its bytes not all on the media): their size went
+    /// back to what it was before that append (`tail.rs`).
+    pub cut_appends: u32,
 }
 
 /// Attributes of an inode.

@@ -4,10 +4,10 @@
 use crate::alloc::Alloc;
 use crate::dir::Dirs;
 use crate::error::{Error, Result};
-use crate::inode::{Inode, Kind};
+use crate::inode::{Inode, Kind, SIZE_MTIME, TAIL};
 use crate::journal::{self, Journal};
 use crate::layout::{
-    Geometry, Superblock, BLOCK, INODE, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS,
+    Geometry, Superblock, BLOCK, INODE, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS, VERSION,
 };
 use crate::pm::{Faults, Pm};
 use crate::tx::Tx;
@@ -37,8 +37,27 @@ pub fn read_sbs<M: Media>(m: &M) -> [std::result::Result<Superblock, String>; 2]
     })
 }
 
+/// A superblock copy whose magic and checksum hold but whose format version is not this
+/// build's: nothing here may read or "repair" that layout.
+pub fn other_version<M: Media>(m: &M) -> Option<Error> {
+    SB_OFFS.iter().find_map(|&off| {
+        let mut b = [0u8; SB_LEN];
+        (m.len() >= off + SB_LEN).then(|| m.read(off, &mut b))?;
+        match Superblock::version(&b) {
+            Some(found) if found != VERSION => Some(Error::Version {
+                found,
+                reads: VERSION,
+            }),
+            _ => None,
+        }
+    })
+}
+
 /// The superblock mount uses: the valid copy with the higher generation.
 pub fn pick_sb<M: Media>(m: &M) -> Result<(Superblock, bool)> {
+    if let Some(e) = other_version(m) {
+        return Err(e);
+    }
     match read_sbs(m) {
         [Ok(a), Ok(b)] => Ok((if b.mount_gen > a.mount_gen { b } else { a }, a != b)),
         [Ok(s), Err(_)] | [Err(_), Ok(s)] => Ok((s, true)),
@@ -130,10 +149,11 @@ impl<M: Media> Fs<M> {
             false => None,
         };
         let from_checkpoint = saved.is_some();
-        let (alloc, dirs, orphans) = match saved {
+        let (alloc, dirs, orphans, cut) = match saved {
             Some(s) => {
                 let orphans = orphan_list(&pm, &geo)?;
-                (Alloc::new(s.blocks, s.inodes), Dirs::lazy(s.dirs), orphans)
+                let d = Dirs::lazy(s.dirs);
+                (Alloc::new(s.blocks, s.inodes), d, orphans, Vec::new())
             }
             None => {
                 let w = walk::walk(&pm, &geo);
@@ -142,9 +162,18 @@ impl<M: Media> Fs<M> {
                         problems: w.problems,
                     });
                 }
-                (w.alloc, Dirs::built(w.dirs), w.orphans)
+                (w.alloc, Dirs::built(w.dirs), w.orphans, w.cut)
             }
         };
+        for c in &cut {
+            // The size first: the record no longer applies to it, so a crash in between
+            // leaves nothing to undo twice. Then the record, which a later size could match.
+            let at = geo.inode_off(c.ino);
+            pm.store_u64(at + SIZE_MTIME, c.to);
+            pm.store_u64(at + TAIL, 0);
+            pm.flush(at, LINE);
+            pm.fence();
+        }
         let sb = Superblock {
             geo,
             mount_gen: sb.mount_gen + 1,
@@ -156,6 +185,7 @@ impl<M: Media> Fs<M> {
             orphans: 0,
             superblock_repaired: repaired,
             from_checkpoint,
+            cut_appends: cut.len() as u32,
         };
         write_sb(&pm, &sb);
         let fs = Fs {

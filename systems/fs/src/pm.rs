@@ -10,9 +10,9 @@
 
 use crate::error::{Error, Result};
 use crate::protect::{Gate, Protect};
+use crate::tally::{Counters, Tally};
 use pmkit_media::protect::PkeyWindow;
 use pmkit_media::{Domain, Fence, Flush, Media};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 /// Test-only fault injection: drop one ordering step so the crash suite must see violations.
@@ -23,55 +23,8 @@ pub struct Faults {
     pub skip_apply_fence: bool,
     /// Skip the fence between the undo entries and the in-place writes.
     pub skip_log_fence: bool,
-}
-
-/// Counters of PM traffic since mount.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub fences: u64,
-    pub journal_bytes: u64,
-    pub transactions: u64,
-    pub bytes_written: u64,
-}
-
-impl Counters {
-    fn plus(self, o: Counters) -> Counters {
-        Counters {
-            fences: self.fences + o.fences,
-            journal_bytes: self.journal_bytes + o.journal_bytes,
-            transactions: self.transactions + o.transactions,
-            bytes_written: self.bytes_written + o.bytes_written,
-        }
-    }
-
-    /// What was counted between `earlier` and `self` (two readings of the same counters).
-    pub fn since(self, earlier: Counters) -> Counters {
-        Counters {
-            fences: self.fences - earlier.fences,
-            journal_bytes: self.journal_bytes - earlier.journal_bytes,
-            transactions: self.transactions - earlier.transactions,
-            bytes_written: self.bytes_written - earlier.bytes_written,
-        }
-    }
-}
-
-thread_local! {
-    /// The calling thread's share of every mount's counters: an operation runs in one thread,
-    /// so the difference of two readings around it is exactly its own traffic, whatever other
-    /// threads do meanwhile (the per-operation statistics of the FUSE mount).
-    static MINE: std::cell::Cell<Counters> = const {
-        std::cell::Cell::new(Counters {
-            fences: 0,
-            journal_bytes: 0,
-            transactions: 0,
-            bytes_written: 0,
-        })
-    };
-}
-
-/// The counters of PM traffic made by the calling thread (on any mount) since it started.
-pub fn thread_counters() -> Counters {
-    MINE.with(|m| m.get())
+    /// Publish a one-fence append's size without its tail record (`tail.rs`).
+    pub skip_tail_record: bool,
 }
 
 pub struct Pm<M> {
@@ -83,10 +36,7 @@ pub struct Pm<M> {
     mode: (Protect, String),
     /// The first failed kernel write: the mount is poisoned (see the module docs).
     failed: OnceLock<String>,
-    fences: AtomicU64,
-    journal_bytes: AtomicU64,
-    transactions: AtomicU64,
-    bytes_written: AtomicU64,
+    tally: Tally,
     /// Emulated persistence-barrier latency added to every fence (0: none).
     barrier_ns: u64,
 }
@@ -117,10 +67,7 @@ impl<M: Media> Pm<M> {
             gate,
             mode,
             failed: OnceLock::new(),
-            fences: AtomicU64::new(0),
-            journal_bytes: AtomicU64::new(0),
-            transactions: AtomicU64::new(0),
-            bytes_written: AtomicU64::new(0),
+            tally: Tally::default(),
             barrier_ns: 0,
         }
     }
@@ -252,6 +199,10 @@ impl<M: Media> Pm<M> {
     pub fn write_nt(&self, off: usize, src: &[u8]) {
         self.store(off, src, true)
     }
+    /// Every store is a system call durable at return (`kernel` protection).
+    pub fn stores_are_calls(&self) -> bool {
+        matches!(self.gate, Gate::Kernel(_))
+    }
     pub fn flush(&self, off: usize, len: usize) {
         if !self.adr || len == 0 {
             return;
@@ -326,6 +277,12 @@ impl<M: Media> Pm<M> {
     /// `none` and `pkey`; in `kernel` mode a `pwrite` of the 16 aligned bytes, which the
     /// callers' locks make safe (see docs/fs.md, Protection).
     pub fn persist_u128(&self, off: usize, v: u128) {
+        self.store_u128(off, v);
+        self.flush(off, 16);
+        self.fence();
+    }
+    /// The store of [`Self::persist_u128`], not flushed.
+    pub fn store_u128(&self, off: usize, v: u128) {
         assert_eq!(off % 16, 0, "16-byte store at unaligned {off}");
         match &self.gate {
             Gate::Kernel(_) => self.store(off, &v.to_le_bytes(), false),
@@ -346,8 +303,6 @@ impl<M: Media> Pm<M> {
                 }
             }
         }
-        self.flush(off, 16);
-        self.fence();
     }
     pub fn note_journal(&self, bytes: u64) {
         self.tally(Counters {
@@ -361,28 +316,14 @@ impl<M: Media> Pm<M> {
             ..Counters::default()
         });
     }
-    /// Add `c` to the mount's counters and to the calling thread's.
+    /// Add `c` to the mount's counters and to the calling thread's (no locked instruction:
+    /// `tally.rs`).
     #[inline]
     fn tally(&self, c: Counters) {
-        for (counter, n) in [
-            (&self.fences, c.fences),
-            (&self.journal_bytes, c.journal_bytes),
-            (&self.transactions, c.transactions),
-            (&self.bytes_written, c.bytes_written),
-        ] {
-            if n != 0 {
-                counter.fetch_add(n, Relaxed);
-            }
-        }
-        MINE.with(|m| m.set(m.get().plus(c)));
+        self.tally.add(c)
     }
     pub fn counters(&self) -> Counters {
-        Counters {
-            fences: self.fences.load(Relaxed),
-            journal_bytes: self.journal_bytes.load(Relaxed),
-            transactions: self.transactions.load(Relaxed),
-            bytes_written: self.bytes_written.load(Relaxed),
-        }
+        self.tally.get()
     }
 }
 

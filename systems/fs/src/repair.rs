@@ -95,6 +95,10 @@ pub fn repair<M: Media>(media: &M) -> Result<RepairReport> {
 /// Repair the file system on `media` (not mounted). `Err` only when a store to the media fails;
 /// everything repair cannot fix is in `unfixed`.
 pub fn repair_with<M: Media>(media: &M, o: &RepairOptions) -> Result<RepairReport> {
+    // Another format's layout is not damage: rebuilding its superblocks would misread it.
+    if let Some(e) = crate::mount::other_version(media) {
+        return Err(e);
+    }
     let mut rep = RepairReport {
         problems: check(media).problems,
         ..Default::default()

@@ -7,7 +7,7 @@ use crate::dir::{self, DirIndex, Loc, Rec};
 use crate::inode::{Inode, Kind, FLAGS_KNOWN};
 use crate::layout::{Geometry, BLOCK, INODE, MAX_FILE_SIZE, META_INO, ROOT_INO, SYMLINK_MAX};
 use crate::pm::Pm;
-use crate::tree;
+use crate::{tail, tree};
 use pmkit_media::Media;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -15,9 +15,31 @@ pub struct Walked {
     pub alloc: Alloc,
     pub dirs: HashMap<u64, DirIndex>,
     pub orphans: Vec<u64>,
+    /// Files whose last one-fence append did not reach the media whole.
+    pub cut: Vec<CutAppend>,
     pub problems: Vec<String>,
     pub files: u64,
     pub dirs_count: u64,
+}
+
+/// A file whose last append a crash cut: its size goes back from `from` to `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CutAppend {
+    pub ino: u64,
+    pub from: u64,
+    pub to: u64,
+}
+
+impl CutAppend {
+    pub fn describe(&self) -> String {
+        format!(
+            "inode {}: its last append ({} bytes) did not reach the media whole; the size goes back from {} to {}",
+            self.ino,
+            self.from - self.to,
+            self.from,
+            self.to
+        )
+    }
 }
 
 pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
@@ -191,11 +213,30 @@ pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
             }
         }
     }
+    // Appends a crash cut (`tail.rs`): looked for only in a sound tree, which the reads need.
+    let mut cut = Vec::new();
+    if problems.is_empty() {
+        for i in 1..geo.inodes as u64 {
+            let node = ino_at(i);
+            if node.is(Kind::File) && node.tail != 0 {
+                if let Some(size) =
+                    tail::cut_append(pm, node.root, node.height, node.size, node.tail)
+                {
+                    cut.push(CutAppend {
+                        ino: i,
+                        from: node.size,
+                        to: size,
+                    });
+                }
+            }
+        }
+    }
     let alloc = Alloc::new(blocks, inodes);
     Walked {
         alloc,
         dirs,
         orphans,
+        cut,
         problems,
         files,
         dirs_count: ndirs,

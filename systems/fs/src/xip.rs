@@ -48,6 +48,13 @@ impl<M: Media> Fs<M> {
                 "the mapped range goes past the end of the file",
             ));
         }
+        if n.tail != 0 {
+            // Stores through the mapping change bytes the append's record may vouch for, and
+            // no record follows them: it goes now (`tail.rs`). Appends while mapped land past
+            // every pinned range (a pin ends inside the size).
+            self.pm
+                .persist_u64(self.geo.inode_off(ino) + crate::inode::TAIL, 0);
+        }
         let mut out: Vec<(u64, u64)> = Vec::new();
         for idx in off / b..end / b {
             let blk = tree::lookup(&self.pm, n.root, n.height, idx);

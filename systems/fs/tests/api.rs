@@ -276,9 +276,9 @@ fn journal_costs_per_operation() {
         assert_eq!((c.transactions, c.fences), (1, 3), "{op}");
         assert!(c.journal_bytes <= max, "{op}: {} bytes", c.journal_bytes);
     }
-    // the append fast path: no journal, two fences (data, then the 16-byte size+mtime store)
+    // the append fast path: no journal, one fence (data, tail record and size together)
     let c = get("append 100 B in an allocated block");
-    assert_eq!((c.journal_bytes, c.fences, c.transactions), (0, 2, 0));
+    assert_eq!((c.journal_bytes, c.fences, c.transactions), (0, 1, 0));
 }
 
 #[test]

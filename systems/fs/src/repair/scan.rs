@@ -27,6 +27,8 @@ pub const F_ORPHAN: usize = 72;
 pub const F_PARENT: usize = 80;
 pub const F_TRUNC: usize = 88;
 pub const F_RDEV: usize = 96;
+/// The one-fence append's tail record: cleared with every size repair sets (`tail.rs`).
+pub const F_TAIL: usize = crate::inode::TAIL;
 
 /// One proposed fix: what it is, and the stores that make it (applied in one transaction).
 pub struct Found {
@@ -116,9 +118,10 @@ impl<M: Media> State<'_, M> {
                 node.kind, node.size
             );
             let (s, r) = (self.ioff(ino, F_SIZE), self.ioff(ino, F_ROOT));
+            let t = self.ioff(ino, F_TAIL);
             self.push(
                 fix(what, Some(ino), None, Some(s)),
-                vec![(s, vec![0u8; 8]), (r, vec![0u8; 9])],
+                vec![(s, vec![0u8; 8]), (r, vec![0u8; 9]), (t, vec![0u8; 8])],
             );
             return Vec::new();
         }
@@ -134,9 +137,13 @@ impl<M: Media> State<'_, M> {
         if size > MAX_FILE_SIZE {
             let what = format!("inode {ino}: size {size} over the limit: set to {MAX_FILE_SIZE}");
             let off = self.ioff(ino, F_SIZE);
+            let t = self.ioff(ino, F_TAIL);
             self.push(
                 fix(what, Some(ino), None, Some(off)),
-                vec![(off, MAX_FILE_SIZE.to_le_bytes().to_vec())],
+                vec![
+                    (off, MAX_FILE_SIZE.to_le_bytes().to_vec()),
+                    (t, vec![0u8; 8]),
+                ],
             );
             size = MAX_FILE_SIZE;
         }
@@ -388,7 +395,8 @@ pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
         {
             let size = (contiguous * BLOCK) as u64;
             let off = st.ioff(d, F_SIZE);
-            let mut writes = vec![(off, size.to_le_bytes().to_vec())];
+            let t = st.ioff(d, F_TAIL);
+            let mut writes = vec![(off, size.to_le_bytes().to_vec()), (t, vec![0u8; 8])];
             // blocks past the first hole cannot be kept: their pointers are cut
             for &(i, _, a) in &data {
                 if i >= contiguous as u64 {

@@ -6,6 +6,7 @@ use parking_lot::Mutex;
 use pmkit_fs::{DataMode, Fs, MkfsOptions, MountOptions};
 use pmkit_media::crashsim::{check_every_fence_from, CrashOpts, CrashReport, CrashSim};
 use pmkit_media::Domain;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 #[derive(Default)]
@@ -53,12 +54,16 @@ pub fn torn_ok(got: &Snap, before: &Snap, after: &Snap, path: &str, off: u64, da
     *got == o
 }
 
+/// Appends cut by a crash that recovery rolled back, over every image verified in this test
+/// binary (a test that counts them runs alone in its binary).
+pub static CUT_APPENDS: AtomicU64 = AtomicU64::new(0);
+
 pub fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Snap, String> {
     let rep = pmkit_fs::check(m);
     if !rep.is_clean() {
         return Err(format!("check before mount: {:?}", rep.problems));
     }
-    let (fs, _) = Fs::mount(
+    let (fs, rec) = Fs::mount(
         Arc::clone(m),
         &MountOptions {
             data: mode,
@@ -66,6 +71,7 @@ pub fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Snap, Stri
         },
     )
     .map_err(|e| format!("mount failed: {e}"))?;
+    CUT_APPENDS.fetch_add(rec.cut_appends as u64, Relaxed);
     let got = snap(&fs)?;
     let before = a.before.as_ref().expect("model state");
     let ok = got == *before
@@ -105,6 +111,18 @@ pub fn crash_custom_with(
     domain: Domain,
     seen: &(dyn Fn(&Snap, &Acked) + Sync + '_),
 ) -> CrashReport {
+    crash_custom_mount(len, setup, work, domain, seen, &MountOptions::default())
+}
+
+/// `crash_custom_with`, the workload's mount made with `mount` (faults, protection).
+pub fn crash_custom_mount(
+    len: usize,
+    setup: &dyn Fn(&Fs<&CrashSim>),
+    work: &Work<'_>,
+    domain: Domain,
+    seen: &(dyn Fn(&Snap, &Acked) + Sync + '_),
+    mount: &MountOptions,
+) -> CrashReport {
     let sim = CrashSim::new(len);
     Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
     let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
@@ -128,7 +146,7 @@ pub fn crash_custom_with(
         sim.image(),
         &opts,
         |sim| {
-            let (fs, _) = Fs::mount(Arc::clone(sim), &MountOptions::default()).unwrap();
+            let (fs, _) = Fs::mount(Arc::clone(sim), mount).unwrap();
             work(&fs, &a2);
             fs.unmount();
         },
@@ -151,6 +169,20 @@ pub fn crash_seq(
     probe: &(dyn Fn(&Fs<Arc<CrashSim>>, &Op) + Sync),
     seen: &(dyn Fn(&Snap, &Acked) + Sync),
 ) -> CrashReport {
+    let mount = MountOptions::default();
+    crash_seq_mount(len, setup, ops, domain, probe, seen, &mount)
+}
+
+/// `crash_seq`, the workload's mount made with `mount`.
+pub fn crash_seq_mount(
+    len: usize,
+    setup: &[Op],
+    ops: &[Op],
+    domain: Domain,
+    probe: &(dyn Fn(&Fs<Arc<CrashSim>>, &Op) + Sync),
+    seen: &(dyn Fn(&Snap, &Acked) + Sync),
+    mount: &MountOptions,
+) -> CrashReport {
     let mut model = Model::default();
     for op in setup {
         model.apply(op).unwrap();
@@ -170,6 +202,13 @@ pub fn crash_seq(
                 let mut g = a.lock();
                 g.after = Some(next.snap());
                 g.torn = match op {
+                    // An append of under 64 KiB is all or nothing too: the size moves only
+                    // when every byte it covers is there (docs/fs.md, the one-fence append).
+                    Op::Write(p, off, len, _)
+                        if model.size_of(p).is_some_and(|s| *off >= s) && *len < 65_536 =>
+                    {
+                        None
+                    }
                     Op::Write(p, off, len, seed) if !model.is_atomic(p) => {
                         Some((p.clone(), *off, data_of(*off, *len, *seed)))
                     }
@@ -183,5 +222,5 @@ pub fn crash_seq(
             (g.before, g.after, g.torn) = (Some(model.snap()), None, None);
         }
     };
-    crash_custom_with(len, &setup_fs, &work, domain, seen)
+    crash_custom_mount(len, &setup_fs, &work, domain, seen, mount)
 }

@@ -93,6 +93,10 @@ impl Model {
         }
     }
     /// Is `p` a regular file with the atomic flag?
+    /// The file's size, if `p` names one.
+    pub fn size_of(&self, p: &str) -> Option<u64> {
+        self.paths.get(p).map(|id| self.nodes[id].data.len() as u64)
+    }
     pub fn is_atomic(&self, p: &str) -> bool {
         self.paths.get(p).is_some_and(|id| self.nodes[id].atomic)
     }
