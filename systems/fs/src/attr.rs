@@ -85,7 +85,7 @@ impl<M: Media> Fs<M> {
         Ok(n)
     }
     pub(crate) fn stripe(&self, ino: u64) -> &parking_lot::Mutex<()> {
-        &self.stripes[ino as usize % self.stripes.len()]
+        &self.stripes[ino as usize % self.stripes.len()].0
     }
 
     fn attr_of(&self, ino: u64, n: &Inode) -> Attr {

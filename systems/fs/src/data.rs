@@ -275,13 +275,18 @@ impl<M: Media> Fs<M> {
         }
         let mut words = vec![0u8; n * 8];
         tx.read(at, &mut words);
+        let empty = words.chunks(8).filter(|w| w.iter().all(|&x| x == 0));
+        let mut got = tx.alloc_unwritten(empty.count()).into_iter();
         for w in words.chunks_mut(8) {
             if w.iter().all(|&x| x == 0) {
-                let Ok(b) = tx.alloc_block() else { break };
+                let Some(b) = got.next() else { break };
                 w.copy_from_slice(&b.to_le_bytes());
             }
         }
-        tx.write(at, &words);
+        // Not logged: the slots were empty and lie beyond the size, so a crash that keeps
+        // some of them only leaves the file owning free blocks past its end, which the walk
+        // counts as its own (preallocation) and a trim gives back.
+        tx.write_fresh(at, &words);
     }
 
     /// Give back the blocks beyond the size (preallocation) at the last close. Caller holds the
@@ -329,41 +334,45 @@ impl<M: Media> Fs<M> {
                 self.pm.persist_u64(at + TAIL, 0);
             }
         }
-        for (at, len) in gap(&self.pm, &node, off) {
-            // bytes beyond the end of the file: zero them before the size covers them
-            self.pm.write(at, &vec![0u8; len]);
-            self.pm.flush(at, len);
-        }
-        let first = off / BLOCK as u64;
-        let mut pos = off;
-        while pos < end {
-            let idx = pos / BLOCK as u64;
-            let in_blk = (pos % BLOCK as u64) as usize;
-            let n = ((BLOCK - in_blk) as u64).min(end - pos) as usize;
-            let b = blocks[(idx - first) as usize];
-            let o = (pos - off) as usize;
-            self.pm
-                .write_nt(b as usize * BLOCK + in_blk, &data[o..o + n]);
-            pos += n as u64;
-        }
+        let stream = || {
+            let first = off / BLOCK as u64;
+            let mut pos = off;
+            while pos < end {
+                let idx = pos / BLOCK as u64;
+                let in_blk = (pos % BLOCK as u64) as usize;
+                let n = ((BLOCK - in_blk) as u64).min(end - pos) as usize;
+                let b = blocks[(idx - first) as usize];
+                let o = (pos - off) as usize;
+                self.pm
+                    .write_nt(b as usize * BLOCK + in_blk, &data[o..o + n]);
+                pos += n as u64;
+            }
+        };
         let t = now();
-        // computed while the streamed lines drain (nothing between waits for them)
-        if let Some(crc) = one_fence.then(|| tail::crc(data)) {
-            // record, then size, in one line; 8-byte stores (a 16-byte one is a locked
-            // cmpxchg16b, which waits for the streamed lines like a fence)
-            let rec = Tail::new(end, end - off, crc);
-            let rec = if self.pm.faults.skip_tail_record {
-                0
-            } else {
-                rec.encode()
+        if one_fence {
+            // The record, size and mtime first, in the inode's line (record before size:
+            // `tail.rs`), flushed, then the data: the line's write-back overlaps the data's
+            // streaming and the one fence waits for both. Nothing before the fence may be a
+            // locked instruction (it would wait like one): 8-byte stores, not a 16-byte
+            // cmpxchg16b; the counters take none (`tally.rs`).
+            let rec = match self.pm.faults.skip_tail_record {
+                false => Tail::new(end, end - off, tail::crc(data)).encode(),
+                true => 0,
             };
             self.pm.store_u64(at + TAIL, rec);
             self.pm.store_u64(at + SIZE_MTIME, end);
             self.pm.store_u64(at + crate::inode::MTIME, t);
             self.pm.flush(at, LINE);
+            stream();
             self.pm.fence();
             return;
         }
+        for (at, len) in gap(&self.pm, &node, off) {
+            // bytes beyond the end of the file: zero them before the size covers them
+            self.pm.write(at, &vec![0u8; len]);
+            self.pm.flush(at, len);
+        }
+        stream();
         self.pm.fence();
         if end > node.size {
             if node.tail != 0 {

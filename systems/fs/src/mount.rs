@@ -194,7 +194,7 @@ impl<M: Media> Fs<M> {
             opts: opts.clone(),
             sb,
             ns: RwLock::new(dirs),
-            stripes: (0..64).map(|_| Mutex::new(())).collect(),
+            stripes: (0..64).map(|_| crate::Stripe::default()).collect(),
             orphans: Mutex::new(orphans.clone()),
             journal: Journal::new(&gens),
             alloc: Mutex::new(alloc),

@@ -130,6 +130,16 @@ impl<'a, M: Media> Tx<'a, M> {
         self.fresh.insert(b);
         Ok(b)
     }
+    /// Up to `n` new blocks under one lock of the allocator (fewer when it runs out), each
+    /// returned to it if the transaction is dropped; for blocks this transaction only points
+    /// at (preallocation): not in the fresh set, so a write to one would be logged.
+    pub fn alloc_unwritten(&mut self, n: usize) -> Vec<u64> {
+        let mut a = self.alloc.lock();
+        let got: Vec<u64> = std::iter::from_fn(|| a.block().ok()).take(n).collect();
+        drop(a);
+        self.allocated.extend_from_slice(&got);
+        got
+    }
     /// A new block holding `content` (zero-padded to a block), written with streaming stores.
     pub fn new_block(&mut self, content: &[u8]) -> Result<u64> {
         assert!(content.len() <= BLOCK);
