@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 const LEN: usize = 160 << 10;
 
-/// A small tree: /d/f (two blocks, an xattr), /d/g, /s (symlink), /e/h (a hard link of f);
+/// A small tree: /d/f (two blocks, the last append's tail record, an xattr), /d/g, /s (symlink), /e/h (a hard link of f);
 /// kind 1: the same with a file unlinked while open (an orphan).
 fn base_image(kind: usize) -> &'static [u8] {
     static IMAGES: [OnceLock<Vec<u8>>; 2] = [const { OnceLock::new() }; 2];
@@ -23,6 +23,8 @@ fn base_image(kind: usize) -> &'static [u8] {
         let d = fs.mkdir(ROOT, b"d", 0o755).unwrap();
         let f = fs.create(d.ino, b"f", 0o644).unwrap();
         fs.write(f.ino, 0, &[7u8; 6000]).unwrap();
+        // into the block it owns: a one-fence append, so the image has a tail record
+        fs.write(f.ino, 6000, &[8u8; 100]).unwrap();
         fs.setxattr(f.ino, b"user.x", b"value", XattrFlags::Either)
             .unwrap();
         fs.create(d.ino, b"g", 0o644).unwrap();

@@ -17,6 +17,9 @@ pub struct CpuFeatures {
     pub pku: bool,
     pub rtm: bool,
     pub cmpxchg16b: bool,
+    /// AVX-512F, VPCLMULQDQ and SSE4.2 (with the OS saving zmm state): what the fused
+    /// stream-and-CRC-32C copy (`raw::stream_lines_crc32c`) needs.
+    pub crc_fold: bool,
 }
 
 impl CpuFeatures {
@@ -67,6 +70,9 @@ fn detect() -> CpuFeatures {
         pku: ecx7 & (1 << 3) != 0 && ecx7 & (1 << 4) != 0,
         rtm: ebx7 & (1 << 11) != 0,
         cmpxchg16b: std::arch::is_x86_feature_detected!("cmpxchg16b"),
+        crc_fold: std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("vpclmulqdq")
+            && std::arch::is_x86_feature_detected!("sse4.2"),
     }
 }
 
@@ -82,5 +88,6 @@ fn detect() -> CpuFeatures {
         pku: false,
         rtm: false,
         cmpxchg16b: false,
+        crc_fold: false,
     }
 }

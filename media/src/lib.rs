@@ -61,6 +61,14 @@ pub trait Media: Send + Sync {
     fn write(&self, off: usize, src: &[u8]);
     /// Store `src` at `off` with non-temporal stores (partial lines are stored and flushed).
     fn write_nt(&self, off: usize, src: &[u8]);
+    /// [`Self::write_nt`] that also returns `crc32c::crc32c_append(crc, src)`, the CRC-32C of
+    /// the bytes stored, chained onto `crc`. A mapping computes it in the copy loop itself (from
+    /// the registers the streaming stores write) when the store is whole, aligned lines and the
+    /// CPU can; the default stores, then checksums.
+    fn write_nt_crc32c(&self, off: usize, src: &[u8], crc: u32) -> u32 {
+        self.write_nt(off, src);
+        crc32c::crc32c_append(crc, src)
+    }
     /// [`Self::read`] into memory other code may reach while the copy runs (a buffer a user
     /// may hold a pointer to), written only through raw pointers, never as a `&mut [u8]`.
     ///
@@ -165,6 +173,9 @@ macro_rules! forward_media {
             }
             fn write_nt(&self, off: usize, src: &[u8]) {
                 (**self).write_nt(off, src)
+            }
+            fn write_nt_crc32c(&self, off: usize, src: &[u8], crc: u32) -> u32 {
+                (**self).write_nt_crc32c(off, src, crc)
             }
             unsafe fn write_nt_from(&self, off: usize, src: *const u8, len: usize) {
                 // SAFETY: the caller's contract is the same as the target's.

@@ -519,6 +519,21 @@ impl crate::Media for Region {
             )
         }
     }
+    fn write_nt_crc32c(&self, off: usize, src: &[u8], crc: u32) -> u32 {
+        let p = self.at_w(off, src.len());
+        if (p as usize).is_multiple_of(raw::LINE) && src.len().is_multiple_of(raw::LINE) {
+            // SAFETY: bounds checked by `at_w`, `p` is line-aligned (checked) and whole lines
+            // follow; `src` is our caller's buffer, which cannot overlap the mapping as a `&[u8]`
+            // while we store into it (PM is never turned into a slice).
+            let fused =
+                unsafe { raw::stream_lines_crc32c(p, src.as_ptr(), src.len() / raw::LINE, crc) };
+            if let Some(c) = fused {
+                return c;
+            }
+        }
+        self.write_nt(off, src);
+        crc32c::crc32c_append(crc, src)
+    }
     #[inline]
     unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
         let p = self.at(off, len);

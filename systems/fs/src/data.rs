@@ -334,7 +334,9 @@ impl<M: Media> Fs<M> {
                 self.pm.persist_u64(at + TAIL, 0);
             }
         }
-        let stream = || {
+        // The data, streamed block by block; with `crc`, the CRC32C of all of it, computed in
+        // the same loop (`Pm::write_nt_crc`).
+        let stream = |mut crc: Option<u32>| {
             let first = off / BLOCK as u64;
             let mut pos = off;
             while pos < end {
@@ -342,28 +344,34 @@ impl<M: Media> Fs<M> {
                 let in_blk = (pos % BLOCK as u64) as usize;
                 let n = ((BLOCK - in_blk) as u64).min(end - pos) as usize;
                 let b = blocks[(idx - first) as usize];
-                let o = (pos - off) as usize;
-                self.pm
-                    .write_nt(b as usize * BLOCK + in_blk, &data[o..o + n]);
+                let (at, piece) = (
+                    b as usize * BLOCK + in_blk,
+                    &data[(pos - off) as usize..][..n],
+                );
+                match crc {
+                    Some(c) => crc = Some(self.pm.write_nt_crc(at, piece, c)),
+                    None => self.pm.write_nt(at, piece),
+                }
                 pos += n as u64;
             }
+            crc
         };
         let t = now();
         if one_fence {
-            // The record, size and mtime first, in the inode's line (record before size:
-            // `tail.rs`), flushed, then the data: the line's write-back overlaps the data's
-            // streaming and the one fence waits for both. Nothing before the fence may be a
-            // locked instruction (it would wait like one): 8-byte stores, not a 16-byte
-            // cmpxchg16b; the counters take none (`tally.rs`).
+            // The data with its CRC, then the record, the size and the mtime in the inode's
+            // line (record before size: `tail.rs`), flushed, and one fence for all of it.
+            // Nothing before the fence may be a locked instruction (it would wait for the
+            // streamed lines like a fence): 8-byte stores, not a 16-byte cmpxchg16b; the
+            // counters take none (`tally.rs`).
+            let crc = stream(Some(0)).expect("asked for a CRC");
             let rec = match self.pm.faults.skip_tail_record {
-                false => Tail::new(end, end - off, tail::crc(data)).encode(),
+                false => Tail::new(end, end - off, crc).encode(),
                 true => 0,
             };
             self.pm.store_u64(at + TAIL, rec);
             self.pm.store_u64(at + SIZE_MTIME, end);
             self.pm.store_u64(at + crate::inode::MTIME, t);
             self.pm.flush(at, LINE);
-            stream();
             self.pm.fence();
             return;
         }
@@ -372,7 +380,7 @@ impl<M: Media> Fs<M> {
             self.pm.write(at, &vec![0u8; len]);
             self.pm.flush(at, len);
         }
-        stream();
+        stream(None);
         self.pm.fence();
         if end > node.size {
             if node.tail != 0 {

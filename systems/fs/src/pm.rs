@@ -203,6 +203,28 @@ impl<M: Media> Pm<M> {
     pub fn stores_are_calls(&self) -> bool {
         matches!(self.gate, Gate::Kernel(_))
     }
+    /// [`Self::write_nt`] that also returns `crc32c_append(crc, src)`, computed in the copy's
+    /// loop where the media can (a mapped region on a CPU with VPCLMULQDQ: the loop waits on
+    /// its stores, so the CRC costs next to nothing), else beside it.
+    pub fn write_nt_crc(&self, off: usize, src: &[u8], crc: u32) -> u32 {
+        match &self.gate {
+            Gate::Open | Gate::Pkey(_) => {
+                self.tally(Counters {
+                    bytes_written: src.len() as u64,
+                    ..Counters::default()
+                });
+                let _w = match &self.gate {
+                    Gate::Pkey(k) => Some(k.open_write()),
+                    _ => None,
+                };
+                self.m.write_nt_crc32c(off, src, crc)
+            }
+            _ => {
+                self.store(off, src, true);
+                crc32c::crc32c_append(crc, src)
+            }
+        }
+    }
     pub fn flush(&self, off: usize, len: usize) {
         if !self.adr || len == 0 {
             return;
