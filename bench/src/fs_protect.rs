@@ -40,6 +40,10 @@ pub struct Args {
     /// append goal, measured in a fraction of the time
     #[arg(long)]
     pub append_only: bool,
+    /// Protection modes to run, comma-separated (kernel, pt, pkey; `none`, the baseline, always
+    /// runs); default: all of them, pkey where the CPU has protection keys
+    #[arg(long, value_delimiter = ',')]
+    pub modes: Vec<Protect>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -121,15 +125,18 @@ struct RawResult {
 pub fn run(a: Args) -> Result<ExitCode> {
     let ms = a.ms.unwrap_or(if a.flags.quick { 30 } else { 300 });
     let rounds = a.flags.rounds(3);
-    let mut modes = if std::env::var_os("FSP_NONE").is_some() {
-        vec![Protect::None]
-    } else {
-        vec![Protect::None, Protect::Kernel, Protect::Pt]
+    let pku = pmkit_media::features().pku;
+    let mut modes = match a.modes.is_empty() {
+        true => vec![Protect::None, Protect::Kernel, Protect::Pt, Protect::Pkey],
+        false => a.modes.clone(),
     };
+    // `none` is the baseline every other mode is reported against: always run, first
+    modes.retain(|m| !matches!(m, Protect::Auto | Protect::None));
+    modes.dedup();
+    modes.insert(0, Protect::None);
     let mut not_run = vec![];
-    if pmkit_media::features().pku {
-        modes.push(Protect::Pkey);
-    } else {
+    if !pku && modes.contains(&Protect::Pkey) {
+        modes.retain(|m| *m != Protect::Pkey);
         not_run.push("pkey: this CPU has no memory protection keys (pku)".to_string());
     }
     let cells: Vec<(Work, usize)> = WORKS

@@ -238,17 +238,15 @@ impl<M: Media> Fs<M> {
     /// An append that needed a block: give the file the rest of an aligned window of blocks
     /// beyond `last` too (pointers set, size unchanged), so the appends that follow find their
     /// blocks allocated and take the fast path (no transaction). The window grows with the file
-    /// (an eighth of it, 16 to 256 blocks, at most half a lane of pointers so the transaction
-    /// fits), divides 512 (so it stays inside `last`'s level-1 node and 2 MiB span: no new node
-    /// but at height 0, no span a huge block could take), and takes at most a sixteenth of the
-    /// free blocks. Unzeroed: bytes beyond the size are zeroed before a size covers them.
+    /// (an eighth of it, 16 to 256 blocks), divides 512 (so it stays inside `last`'s level-1
+    /// node and 2 MiB span: no new node but at height 0, no span a huge block could take), and
+    /// takes at most a sixteenth of the free blocks. Unzeroed: bytes beyond the size are zeroed before a size covers them.
     fn prealloc(&self, tx: &mut Tx<'_, M>, node: &mut Inode, last: u64) {
         if self.opts.no_prealloc {
             return;
         }
-        let lane = self.geo.lane_entries as u64 / 2;
-        let cap = (1u64 << (63 - lane.leading_zeros())).min(PREALLOC_MAX);
-        let w = ((last + 1).next_power_of_two() / 8).clamp(PREALLOC_MIN, cap);
+        // (no bound from the lane: the pointer words are not logged, below)
+        let w = ((last + 1).next_power_of_two() / 8).clamp(PREALLOC_MIN, PREALLOC_MAX);
         let free = self.alloc.lock().blocks.free();
         let stop = ((last / w + 1) * w)
             .min(last + 1 + free / 16)
@@ -368,9 +366,9 @@ impl<M: Media> Fs<M> {
                 false => Tail::new(end, end - off, crc).encode(),
                 true => 0,
             };
-            self.pm.store_u64(at + TAIL, rec);
-            self.pm.store_u64(at + SIZE_MTIME, end);
-            self.pm.store_u64(at + crate::inode::MTIME, t);
+            let mtime = at + crate::inode::MTIME;
+            let words = [(at + TAIL, rec), (at + SIZE_MTIME, end), (mtime, t)];
+            self.pm.store_words(at, &words);
             self.pm.flush(at, LINE);
             self.pm.fence();
             return;

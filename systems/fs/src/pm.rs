@@ -9,6 +9,7 @@
 //! `Error::WriteFailed` (EIO); reads see the media as it was left. The next mount recovers.
 
 use crate::error::{Error, Result};
+use crate::layout::LINE;
 use crate::protect::{Gate, Protect};
 use crate::tally::{Counters, Tally};
 use pmkit_media::protect::PkeyWindow;
@@ -285,6 +286,40 @@ impl<M: Media> Pm<M> {
                     }
                     Gate::Pages(lock) => self.pt_window(lock, off, 8, || self.m.store_u64(off, v)),
                     _ => self.m.store_u64(off, v),
+                }
+            }
+        }
+    }
+    /// Atomic 8-byte stores, in this order, all in the line at `line` (not flushed): one
+    /// protection window for all of them where a window costs (`pt`: two `mprotect` calls).
+    pub fn store_words(&self, line: usize, words: &[(usize, u64)]) {
+        assert_eq!(line % LINE, 0, "line at unaligned {line}");
+        assert!(words
+            .iter()
+            .all(|&(o, _)| o / LINE == line / LINE && o % 8 == 0));
+        let all = || {
+            for &(o, v) in words {
+                self.m.store_u64(o, v)
+            }
+        };
+        match &self.gate {
+            Gate::Kernel(_) => {
+                for &(o, v) in words {
+                    self.store_u64(o, v)
+                }
+            }
+            gate => {
+                self.tally(Counters {
+                    bytes_written: 8 * words.len() as u64,
+                    ..Counters::default()
+                });
+                match gate {
+                    Gate::Pkey(k) => {
+                        let _w = k.open_write();
+                        all()
+                    }
+                    Gate::Pages(lock) => self.pt_window(lock, line, LINE, all),
+                    _ => all(),
                 }
             }
         }

@@ -6,7 +6,7 @@ use crate::alloc::Alloc;
 use crate::error::{Error, Result};
 use crate::inode::Inode;
 use crate::journal::{self, Lane};
-use crate::layout::{Geometry, BLOCK, INODE};
+use crate::layout::{Geometry, BLOCK, INODE, LINE};
 use crate::pm::Pm;
 use parking_lot::Mutex;
 use pmkit_media::Media;
@@ -194,8 +194,9 @@ impl<'a, M: Media> Tx<'a, M> {
             nt: false,
         });
     }
-    /// (undo ranges with original bytes, the same ranges with final bytes): the union of the
-    /// logged ranges, cut down to the 8-byte words that change.
+    /// (undo ranges with original bytes, redo ranges with final bytes): the union of the
+    /// logged ranges, the undo cut down to the 8-byte words that change, the redo to those
+    /// words merged across gaps of up to a line.
     #[allow(clippy::type_complexity)]
     fn undo(&self) -> (Vec<(usize, Vec<u8>)>, Vec<(usize, Vec<u8>)>) {
         let mut iv: Vec<(usize, usize)> = self
@@ -223,11 +224,23 @@ impl<'a, M: Media> Tx<'a, M> {
                     fin[x - a..y - a].copy_from_slice(&w.data[x - w.off..y - w.off]);
                 }
             }
-            // changed words, runs merged across gaps of less than two words
+            // Undo: the changed words, runs merged across gaps of less than two words. Redo:
+            // runs merged across gaps of up to a line (the words between hold what they hold,
+            // so storing them again changes nothing, torn or not, and needs no undo): one
+            // `pwrite` in `kernel` mode where there would be two (an inode's two lines at a
+            // create), at most a line more stored.
             let mut run: Option<(usize, usize)> = None;
+            let mut span: Option<(usize, usize)> = None;
             let mut push = |r: (usize, usize)| {
                 undo.push((a + r.0, orig[r.0..r.1].to_vec()));
-                redo.push((a + r.0, fin[r.0..r.1].to_vec()));
+                span = match span {
+                    Some((s, e)) if r.0 <= e + LINE => Some((s, r.1)),
+                    Some((s, e)) => {
+                        redo.push((a + s, fin[s..e].to_vec()));
+                        Some(r)
+                    }
+                    None => Some(r),
+                };
             };
             for k in (0..b - a).step_by(8) {
                 if orig[k..k + 8] != fin[k..k + 8] {
@@ -243,6 +256,9 @@ impl<'a, M: Media> Tx<'a, M> {
             }
             if let Some(r) = run {
                 push(r);
+            }
+            if let Some((x, y)) = span {
+                redo.push((a + x, fin[x..y].to_vec()));
             }
         }
         (undo, redo)
