@@ -82,7 +82,7 @@ pub struct Sizes {
 /// A mounted target.
 pub enum Up {
     Pmfs {
-        served: Served,
+        served: Box<Served>,
         pool: PathBuf,
     },
     /// A made, unmounted pool for [`Target::Library`] or [`Target::Shim`].
@@ -239,7 +239,10 @@ pub fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> 
                 let _ = std::fs::remove_file(&file);
                 anyhow::anyhow!("mounting PMFS on {}: {e}", mnt.display())
             })?;
-            Ok(Up::Pmfs { served, pool: file })
+            Ok(Up::Pmfs {
+                served: Box::new(served),
+                pool: file,
+            })
         }
         Target::Library | Target::Shim => {
             make_pool(&file, s)?;
