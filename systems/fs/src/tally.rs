@@ -11,7 +11,6 @@ use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::ThreadId;
 
 /// Counters of PM traffic since mount.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,14 +67,14 @@ impl Shard {
     }
 }
 
-/// Most threads one mount keeps a shard for; beyond them, threads share the last shard under
-/// its lock (correct, only slower).
+/// Most threads one mount keeps a shard for; beyond them (and for a thread whose locals are
+/// already gone) the counts go to one shared set under a lock (correct, only slower).
 pub const MAX_SHARDS: usize = 1024;
 
 /// A mount's counters.
 pub struct Tally {
     id: u64,
-    shards: Mutex<Vec<(ThreadId, Arc<Shard>)>>,
+    shards: Mutex<Vec<(libc::pid_t, Arc<Shard>)>>,
     /// For threads beyond `MAX_SHARDS`.
     shared: Mutex<Counters>,
 }
@@ -98,7 +97,7 @@ thread_local! {
 
 /// The counters of PM traffic made by the calling thread (on any mount) since it started.
 pub fn thread_counters() -> Counters {
-    MINE.with(|m| m.get())
+    MINE.try_with(|m| m.get()).unwrap_or_default()
 }
 
 impl Default for Tally {
@@ -116,22 +115,35 @@ impl Tally {
     /// Add `c` to the mount's counters and to the calling thread's.
     #[inline]
     pub fn add(&self, c: Counters) {
-        MINE.with(|m| m.set(m.get().plus(c)));
-        let hit = LAST.with(|l| match &*l.borrow() {
+        // `try_with`: a thread's locals are gone while it exits, and a process's last stores
+        // (an LD_PRELOAD shim unmounting at exit) may come from such a thread.
+        let _ = MINE.try_with(|m| m.set(m.get().plus(c)));
+        let hit = LAST.try_with(|l| match &*l.borrow() {
             Some((id, s)) if *id == self.id => {
                 s.add(c);
                 true
             }
             _ => false,
         });
-        if !hit {
-            self.add_slow(c);
+        match hit {
+            Ok(true) => {}
+            Ok(false) => self.add_slow(c),
+            Err(_) => self.add_shared(c),
         }
+    }
+
+    /// Into the counters every thread without a shard shares, under their lock.
+    fn add_shared(&self, c: Counters) {
+        let mut sh = self.shared.lock();
+        *sh = sh.plus(c);
     }
 
     #[cold]
     fn add_slow(&self, c: Counters) {
-        let me = std::thread::current().id();
+        // the kernel's thread id: `thread::current` may be gone while a thread exits. A tid
+        // reused by a later thread takes over a shard whose writer has ended: still one writer.
+        // SAFETY: gettid has no arguments and cannot fail.
+        let me = unsafe { libc::gettid() };
         let mut shards = self.shards.lock();
         let s = match shards.iter().find(|(t, _)| *t == me) {
             Some((_, s)) => Arc::clone(s),
@@ -141,14 +153,13 @@ impl Tally {
                 s
             }
             None => {
-                let mut sh = self.shared.lock();
-                *sh = sh.plus(c);
-                return;
+                drop(shards);
+                return self.add_shared(c);
             }
         };
         drop(shards);
         s.add(c);
-        LAST.with(|l| *l.borrow_mut() = Some((self.id, s)));
+        let _ = LAST.try_with(|l| *l.borrow_mut() = Some((self.id, s)));
     }
 
     /// The sum over every thread.
