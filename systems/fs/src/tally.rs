@@ -208,4 +208,35 @@ mod tests {
         assert_eq!(got.journal_bytes, 4001 * 64);
         assert_eq!(other.get().fences, 1);
     }
+
+    /// A count made while the thread's locals are being destroyed (a shim's unmount at exit)
+    /// lands in the shared set instead of panicking.
+    #[test]
+    fn counts_from_a_thread_whose_locals_are_gone() {
+        struct AtExit(Arc<Tally>);
+        impl Drop for AtExit {
+            fn drop(&mut self) {
+                self.0.add(Counters {
+                    fences: 1,
+                    ..Counters::default()
+                });
+            }
+        }
+        thread_local! {
+            static EXIT: RefCell<Option<AtExit>> = const { RefCell::new(None) };
+        }
+        let t = Arc::new(Tally::default());
+        let t2 = Arc::clone(&t);
+        std::thread::spawn(move || {
+            // registered before the tally's own locals, so destroyed after them
+            EXIT.with(|e| *e.borrow_mut() = Some(AtExit(Arc::clone(&t2))));
+            t2.add(Counters {
+                fences: 1,
+                ..Counters::default()
+            });
+        })
+        .join()
+        .unwrap();
+        assert_eq!(t.get().fences, 2);
+    }
 }
