@@ -379,6 +379,14 @@ impl<M: Media> Fs<M> {
             self.pm.flush(at, len);
         }
         stream(None);
+        if end <= node.size {
+            // An overwrite: nothing is published, so the mtime needs no order against the
+            // bytes (after a crash either may be old); one fence for both.
+            self.pm.store_u64(at + crate::inode::MTIME, t);
+            self.pm.flush(at, LINE);
+            self.pm.fence();
+            return;
+        }
         self.pm.fence();
         if end > node.size {
             if node.tail != 0 {
