@@ -75,8 +75,14 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
     }
     let w = walk::walk(&pm, &sb.geo);
     r.problems.extend(w.problems);
-    r.notes
-        .extend(w.cut.iter().map(|c| c.describe() + " (mount does it)"));
+    // After a crash a cut append is expected and the mount's walk undoes it. After a clean
+    // unmount every append had finished, so a record that disagrees is damage to the bytes;
+    // a walking mount still sets the size back, one from the checkpoint does not look.
+    let how = match sb.clean {
+        false => " (mount does it)",
+        true => " (after a clean unmount this is damage: `pmkit fs mount --full-walk` does it)",
+    };
+    r.notes.extend(w.cut.iter().map(|c| c.describe() + how));
     r.files = w.files;
     r.dirs = w.dirs_count;
     r.blocks = sb.geo.data_blocks();

@@ -124,3 +124,36 @@ fn a_mapped_range_is_not_rolled_back() {
     assert_eq!(fs.getattr(f).unwrap().size, 12_288);
     assert_eq!(fs.read(f, 8192, 4096).unwrap(), vec![9u8; 4096]);
 }
+
+/// After a clean unmount every append had finished: a record that disagrees with its bytes is
+/// damage, named so by `check`; a walking mount still sets the size back.
+#[test]
+fn a_record_that_disagrees_after_a_clean_unmount_is_damage() {
+    use pmkit_media::crashsim::CrashSim;
+    let sim = CrashSim::new(1 << 20);
+    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644).unwrap().ino;
+    fs.write(f, 0, &[1u8; 5000]).unwrap();
+    fs.write(f, 5000, &[2u8; 100]).unwrap(); // into the block it owns: one fence, a record
+    fs.unmount();
+    assert!(pmkit_fs::check(&sim).notes.is_empty());
+    let img = sim.image();
+    let at = img.windows(100).position(|w| w == [2u8; 100]).unwrap();
+    sim.write(at + 50, &[3]);
+    let rep = pmkit_fs::check(&sim);
+    assert!(rep.is_clean(), "{rep:?}");
+    assert!(
+        rep.notes
+            .iter()
+            .any(|n| n.contains("inode") && n.contains("damage")),
+        "{rep:?}"
+    );
+    let walk = MountOptions {
+        full_walk: true,
+        ..MountOptions::default()
+    };
+    let (fs, rec) = Fs::mount(&sim, &walk).unwrap();
+    assert_eq!(rec.cut_appends, 1);
+    assert_eq!(fs.getattr(f).unwrap().size, 5000);
+}
