@@ -325,11 +325,14 @@ impl<M: Media> Fs<M> {
         // record would be one more call.
         let one_fence =
             off == node.size && end - off <= tail::MAX_LEN && !self.pm.stores_are_calls();
-        if node.tail != 0 && !one_fence {
+        // a record left from the last one-fence append (cleared below where it would lie)
+        let mut record = node.tail != 0;
+        if record && !one_fence {
             // The record vouches for the bytes it covers: it goes before any of them change.
             let t = Tail::decode(node.tail);
             if t.applies(node.size) && off < node.size && end > node.size - t.len as u64 {
                 self.pm.persist_u64(at + TAIL, 0);
+                record = false;
             }
         }
         // The data, streamed block by block; with `crc`, the CRC32C of all of it, computed in
@@ -387,17 +390,14 @@ impl<M: Media> Fs<M> {
             self.pm.fence();
             return;
         }
+        // A write that grows the file: the bytes before the size that publishes them.
         self.pm.fence();
-        if end > node.size {
-            if node.tail != 0 {
-                // before the size in the same line: an old record never meets a new size
-                self.pm.store_u64(at + TAIL, 0);
-            }
-            self.pm
-                .persist_u128(at + SIZE_MTIME, (t as u128) << 64 | end as u128);
-        } else {
-            self.pm.persist_u64(at + crate::inode::MTIME, t);
+        if record {
+            // before the size in the same line: an old record never meets a new size
+            self.pm.store_u64(at + TAIL, 0);
         }
+        self.pm
+            .persist_u128(at + SIZE_MTIME, (t as u128) << 64 | end as u128);
     }
 
     /// Set the size (caller holds the namespace read lock and the inode's stripe).

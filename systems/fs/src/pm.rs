@@ -146,23 +146,6 @@ impl<M: Media> Pm<M> {
             ..Counters::default()
         });
         match &self.gate {
-            Gate::Open if nt => self.m.write_nt(off, src),
-            Gate::Open => self.m.write(off, src),
-            Gate::Pkey(k) => {
-                let _w = k.open_write();
-                if nt {
-                    self.m.write_nt(off, src)
-                } else {
-                    self.m.write(off, src)
-                }
-            }
-            Gate::Pages(lock) => self.pt_window(lock, off, src.len(), || {
-                if nt {
-                    self.m.write_nt(off, src)
-                } else {
-                    self.m.write(off, src)
-                }
-            }),
             Gate::Kernel(kw) => {
                 if self.failed.get().is_some() {
                     return;
@@ -177,6 +160,25 @@ impl<M: Media> Pm<M> {
                     self.m.flush(off, src.len(), Flush::best());
                 }
             }
+            _ => self.in_window(off, src.len(), || match nt {
+                true => self.m.write_nt(off, src),
+                false => self.m.write(off, src),
+            }),
+        }
+    }
+
+    /// Run `stores` (CPU stores into `[off, off+len)`) inside the write window the gate needs:
+    /// none when PM is open, the key's write rights (`pkey`), the pages made writable (`pt`).
+    /// `kernel` mode makes no CPU store: its stores are `pwrite`s (`store`).
+    fn in_window(&self, off: usize, len: usize, stores: impl FnOnce()) {
+        match &self.gate {
+            Gate::Open => stores(),
+            Gate::Pkey(k) => {
+                let _w = k.open_write();
+                stores()
+            }
+            Gate::Pages(lock) => self.pt_window(lock, off, len, stores),
+            Gate::Kernel(_) => unreachable!("kernel mode stores by pwrite"),
         }
     }
 
@@ -208,23 +210,20 @@ impl<M: Media> Pm<M> {
     /// loop where the media can (a mapped region on a CPU with VPCLMULQDQ: the loop waits on
     /// its stores, so the CRC costs next to nothing), else beside it.
     pub fn write_nt_crc(&self, off: usize, src: &[u8], crc: u32) -> u32 {
-        match &self.gate {
-            Gate::Open | Gate::Pkey(_) => {
-                self.tally(Counters {
-                    bytes_written: src.len() as u64,
-                    ..Counters::default()
-                });
-                let _w = match &self.gate {
-                    Gate::Pkey(k) => Some(k.open_write()),
-                    _ => None,
-                };
-                self.m.write_nt_crc32c(off, src, crc)
-            }
-            _ => {
-                self.store(off, src, true);
-                crc32c::crc32c_append(crc, src)
-            }
+        if self.stores_are_calls() {
+            self.store(off, src, true);
+            return crc32c::crc32c_append(crc, src);
         }
+        self.tally(Counters {
+            bytes_written: src.len() as u64,
+            ..Counters::default()
+        });
+        let mut out = None;
+        self.in_window(off, src.len(), || {
+            out = Some(self.m.write_nt_crc32c(off, src, crc))
+        });
+        // no store (a poisoned `pt` mount, which the caller's check reports): the CRC anyway
+        out.unwrap_or_else(|| crc32c::crc32c_append(crc, src))
     }
     pub fn flush(&self, off: usize, len: usize) {
         if !self.adr || len == 0 {
@@ -272,23 +271,7 @@ impl<M: Media> Pm<M> {
     /// aligned bytes: on DAX the kernel copies them with one 8-byte non-temporal store.
     pub fn store_u64(&self, off: usize, v: u64) {
         assert_eq!(off % 8, 0, "8-byte store at unaligned {off}");
-        match &self.gate {
-            Gate::Kernel(_) => self.store(off, &v.to_le_bytes(), false),
-            gate => {
-                self.tally(Counters {
-                    bytes_written: 8,
-                    ..Counters::default()
-                });
-                match gate {
-                    Gate::Pkey(k) => {
-                        let _w = k.open_write();
-                        self.m.store_u64(off, v)
-                    }
-                    Gate::Pages(lock) => self.pt_window(lock, off, 8, || self.m.store_u64(off, v)),
-                    _ => self.m.store_u64(off, v),
-                }
-            }
-        }
+        self.store_words(off / LINE * LINE, &[(off, v)])
     }
     /// Atomic 8-byte stores, in this order, all in the line at `line` (not flushed): one
     /// protection window for all of them where a window costs (`pt`: two `mprotect` calls).
@@ -297,32 +280,21 @@ impl<M: Media> Pm<M> {
         assert!(words
             .iter()
             .all(|&(o, _)| o / LINE == line / LINE && o % 8 == 0));
-        let all = || {
+        if self.stores_are_calls() {
+            for &(o, v) in words {
+                self.store(o, &v.to_le_bytes(), false)
+            }
+            return;
+        }
+        self.tally(Counters {
+            bytes_written: 8 * words.len() as u64,
+            ..Counters::default()
+        });
+        self.in_window(line, LINE, || {
             for &(o, v) in words {
                 self.m.store_u64(o, v)
             }
-        };
-        match &self.gate {
-            Gate::Kernel(_) => {
-                for &(o, v) in words {
-                    self.store_u64(o, v)
-                }
-            }
-            gate => {
-                self.tally(Counters {
-                    bytes_written: 8 * words.len() as u64,
-                    ..Counters::default()
-                });
-                match gate {
-                    Gate::Pkey(k) => {
-                        let _w = k.open_write();
-                        all()
-                    }
-                    Gate::Pages(lock) => self.pt_window(lock, line, LINE, all),
-                    _ => all(),
-                }
-            }
-        }
+        });
     }
     /// An atomic 8-byte store, flushed and fenced.
     pub fn persist_u64(&self, off: usize, v: u64) {
@@ -334,32 +306,19 @@ impl<M: Media> Pm<M> {
     /// `none` and `pkey`; in `kernel` mode a `pwrite` of the 16 aligned bytes, which the
     /// callers' locks make safe (see docs/fs.md, Protection).
     pub fn persist_u128(&self, off: usize, v: u128) {
-        self.store_u128(off, v);
-        self.flush(off, 16);
-        self.fence();
-    }
-    /// The store of [`Self::persist_u128`], not flushed.
-    pub fn store_u128(&self, off: usize, v: u128) {
         assert_eq!(off % 16, 0, "16-byte store at unaligned {off}");
-        match &self.gate {
-            Gate::Kernel(_) => self.store(off, &v.to_le_bytes(), false),
-            gate => {
+        match self.stores_are_calls() {
+            true => self.store(off, &v.to_le_bytes(), false),
+            false => {
                 self.tally(Counters {
                     bytes_written: 16,
                     ..Counters::default()
                 });
-                match gate {
-                    Gate::Pkey(k) => {
-                        let _w = k.open_write();
-                        self.m.store_u128(off, v)
-                    }
-                    Gate::Pages(lock) => {
-                        self.pt_window(lock, off, 16, || self.m.store_u128(off, v))
-                    }
-                    _ => self.m.store_u128(off, v),
-                }
+                self.in_window(off, 16, || self.m.store_u128(off, v));
             }
         }
+        self.flush(off, 16);
+        self.fence();
     }
     pub fn note_journal(&self, bytes: u64) {
         self.tally(Counters {

@@ -9,7 +9,7 @@ mod common;
 use common::crashcheck::{crash_custom_with, crash_seq, Acked};
 use common::{data_of, Op, Snap};
 use parking_lot::Mutex;
-use pmkit_fs::Fs;
+use pmkit_fs::{Fs, MountOptions};
 use pmkit_media::crashsim::CrashSim;
 use pmkit_media::Domain;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -164,7 +164,8 @@ fn a_cut_on_a_full_disk_crashes_anywhere() {
         (g.before, g.after) = (Some(after), None);
     };
     for domain in [Domain::Adr, Domain::Eadr] {
-        let rep = crash_custom_with(7 << 20, &setup, &work, domain, &|_, _| {});
+        let mount = MountOptions::default();
+        let rep = crash_custom_with(7 << 20, &setup, &work, domain, &|_, _| {}, &mount);
         assert!(rep.is_clean(), "{rep}\n{:?}", rep.violations.first());
         assert!(rep.fences >= 6, "{rep}");
     }

@@ -100,22 +100,13 @@ pub fn crash_custom(
     work: &Work<'_>,
     domain: Domain,
 ) -> CrashReport {
-    crash_custom_with(len, setup, work, domain, &|_, _| {})
+    let mount = MountOptions::default();
+    crash_custom_with(len, setup, work, domain, &|_, _| {}, &mount)
 }
 
-/// `crash_custom`, calling `seen(recovered tree, acknowledged)` for every image that passed.
+/// `crash_custom`, calling `seen(recovered tree, acknowledged)` for every image that passed,
+/// the workload's mount made with `mount` (faults, protection).
 pub fn crash_custom_with(
-    len: usize,
-    setup: &dyn Fn(&Fs<&CrashSim>),
-    work: &Work<'_>,
-    domain: Domain,
-    seen: &(dyn Fn(&Snap, &Acked) + Sync + '_),
-) -> CrashReport {
-    crash_custom_mount(len, setup, work, domain, seen, &MountOptions::default())
-}
-
-/// `crash_custom_with`, the workload's mount made with `mount` (faults, protection).
-pub fn crash_custom_mount(
     len: usize,
     setup: &dyn Fn(&Fs<&CrashSim>),
     work: &Work<'_>,
@@ -222,5 +213,5 @@ pub fn crash_seq_mount(
             (g.before, g.after, g.torn) = (Some(model.snap()), None, None);
         }
     };
-    crash_custom_mount(len, &setup_fs, &work, domain, seen, mount)
+    crash_custom_with(len, &setup_fs, &work, domain, seen, mount)
 }
