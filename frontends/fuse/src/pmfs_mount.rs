@@ -157,9 +157,15 @@ pub fn daemon_pid(m: &MountEntry) -> Option<i32> {
     rest.split_once(']')?.0.parse().ok()
 }
 
-/// A FUSE mount whose daemon is gone: requests fail with ENOTCONN. Asked with `statfs`, which
-/// always reaches the daemon (a `stat` may be answered from the kernel's attribute cache).
-fn is_stale(dir: &Path) -> bool {
+/// A FUSE mount whose daemon is gone. For a PMFS mount whose daemon (named in the source) has
+/// exited, that alone decides: after a kill -9 over io_uring the kernel tears the connection down
+/// only once the ring's exit work has run, and a request in that window waits and then ends with
+/// ECONNABORTED, not ENOTCONN. Otherwise asked with `statfs`, which always reaches the daemon (a
+/// `stat` may be answered from the kernel's attribute cache).
+fn is_stale(dir: &Path, m: &MountEntry) -> bool {
+    if daemon_pid(m).is_some_and(|pid| !alive(pid)) {
+        return true;
+    }
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return false;
     };
@@ -167,7 +173,11 @@ fn is_stale(dir: &Path) -> bool {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a valid out-buffer.
     let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN)
+    r != 0
+        && matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOTCONN | libc::ECONNABORTED)
+        )
 }
 
 fn umount2(dir: &Path, flags: i32) -> std::io::Result<()> {
@@ -189,7 +199,7 @@ pub fn clean_stale(dir: &Path) -> Result<Option<String>> {
         dir: dir.to_path_buf(),
         why,
     };
-    if !m.fstype.starts_with("fuse") || !is_stale(dir) {
+    if !m.fstype.starts_with("fuse") || !is_stale(dir, &m) {
         if is_pmfs(&m) {
             return Err(bad(format!(
                 "already mounted by a live daemon ({}); run `pmkit fs umount {}` first",
@@ -483,7 +493,7 @@ pub fn umount(dir: &Path, wait: Duration) -> Result<String> {
             m.fstype, m.source
         )));
     }
-    if is_stale(&dir) {
+    if is_stale(&dir, &m) {
         umount2(&dir, libc::MNT_DETACH).map_err(|e| bad(format!("cannot detach: {e}")))?;
         return Ok(format!(
             "detached a stale mount of {} (its daemon had died; the next mount recovers the pool)",
