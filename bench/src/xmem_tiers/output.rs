@@ -37,8 +37,15 @@ pub fn table(r: &Report) {
     );
     for m in &r.models {
         println!(
-            "  {:<14} ({}) slow: chase {:.1} ns, random {:.2} ns, stream {:.2} ns",
-            m.preset, m.mode, m.slow[0], m.slow[1], m.slow[2]
+            "  {:<14} ({}) slow: chase {:.1} ns, random {:.2} ns, stream {:.2} ns; a line written \
+             back {:.1} ns (fast {:.2})",
+            m.preset,
+            m.mode,
+            m.slow[0],
+            m.slow[1],
+            m.slow[2],
+            m.slow_write_random_ns,
+            m.fast_write_ns
         );
     }
     for a in &r.apps {
@@ -52,8 +59,8 @@ pub fn table(r: &Report) {
         );
         for (t, u) in a.tags.iter().zip(&a.per_tag) {
             println!(
-                "  {t:<10} accesses {:>11} stores {:>10} misses chase/random/stream {}/{}/{}",
-                u.accesses, u.stores, u.misses[0], u.misses[1], u.misses[2]
+                "  {t:<10} accesses {:>11} stores {:>10} writebacks {:>9} misses chase/random/stream {}/{}/{}",
+                u.accesses, u.stores, u.writebacks, u.misses[0], u.misses[1], u.misses[2]
             );
         }
         let mut presets: Vec<&str> = a.points.iter().map(|p| p.preset.as_str()).collect();
@@ -98,11 +105,12 @@ pub fn table(r: &Report) {
         let count =
             |f: &dyn Fn(&super::sweep::Point) -> bool| a.points.iter().filter(|p| f(p)).count();
         println!(
-            "\n{}: x-mem within 10% of the oracle at {} of {n} points, ahead of page hotness at {} \
-             ({} of the {} where some placement of whole units is); unfiltered profile: within \
-             10% at {}, ahead at {}",
+            "\n{}: x-mem within 10% of the oracle at {} of {n} points (without the write term: \
+             {}), ahead of page hotness at {} ({} of the {} where some placement of whole units \
+             is); unfiltered profile: within 10% at {}, ahead at {}",
             a.name,
             count(&|p| p.xmem_within_10pct_of_oracle),
+            count(&|p| p.xmem_reads_over_oracle <= 1.10),
             count(&|p| p.xmem_ahead_of_page_hotness),
             count(&|p| p.xmem_ahead_of_page_hotness && p.units_can_match_page_hotness),
             count(&|p| p.units_can_match_page_hotness),

@@ -3,8 +3,11 @@
 //! - fast-only and slow-only: the bounds;
 //! - X-Mem: the thesis's greedy (`pmkit_xmem::place`) over units with Eq. 3's benefit from each
 //!   tag's profile as X-Mem's profiler gives it (`Tracer::with_cache`, `pmkit xmem profile`):
-//!   its accesses that miss a model of the last-level cache, per pattern, shared evenly by its
-//!   units as X-Mem's per-tag profile is;
+//!   its accesses that miss a model of the last-level cache, per pattern, and the dirty lines
+//!   the model evicts (writebacks, at the preset's write cost: the write term), shared evenly by
+//!   its units as X-Mem's per-tag profile is;
+//! - X-Mem without the write term (`x-mem-reads`): the same, writebacks ignored (the thesis's
+//!   Eq. 3 on the filtered profile);
 //! - X-Mem with the thesis's unfiltered profile (`x-mem-unfiltered`): the same greedy, each
 //!   tag's profile its classified accesses (a line once per buffer of 4,096, the rest assumed
 //!   cached: right for the thesis's structures, which dwarfed the cache, wrong for a small hot
@@ -22,14 +25,15 @@
 
 use pmkit_hmep::sim::{Unit, Windows};
 use pmkit_hmep::tlb::TlbCost;
-use pmkit_xmem::place::{greedy, Candidate, Latencies, PerPattern};
+use pmkit_xmem::place::{greedy, Candidate, Latencies, PerPattern, Profile};
 use serde::Serialize;
 
 /// Every policy, in report order.
-pub const POLICIES: [&str; 9] = [
+pub const POLICIES: [&str; 10] = [
     "fast-only",
     "slow-only",
     "x-mem",
+    "x-mem-reads",
     "x-mem-unfiltered",
     "first-touch",
     "page-hotness",
@@ -145,8 +149,21 @@ pub fn run(
     match policy {
         "fast-only" => slow_units(d, &cost, &vec![true; n]),
         "slow-only" => slow_units(d, &cost, &vec![false; n]),
-        "x-mem" => slow_units(d, &cost, &greedy(&xmem_candidates(d, lat, true), k)),
-        "x-mem-unfiltered" => slow_units(d, &cost, &greedy(&xmem_candidates(d, lat, false), k)),
+        "x-mem" => slow_units(
+            d,
+            &cost,
+            &greedy(&xmem_candidates(d, lat, Profiler::Full), k),
+        ),
+        "x-mem-reads" => slow_units(
+            d,
+            &cost,
+            &greedy(&xmem_candidates(d, lat, Profiler::MissesOnly), k),
+        ),
+        "x-mem-unfiltered" => slow_units(
+            d,
+            &cost,
+            &greedy(&xmem_candidates(d, lat, Profiler::Thesis), k),
+        ),
         "first-touch" => slow_units(d, &cost, &(0..n).map(|i| i < k).collect::<Vec<_>>()),
         "page-hotness" => {
             let mut order: Vec<usize> = (0..d.pages.len()).collect();
@@ -171,27 +188,48 @@ pub fn run(
     }
 }
 
-/// X-Mem's view: each unit of tag t has Eq. 3's benefit of t's profile per unit (its classified
-/// accesses, or its cache misses when `misses`).
-fn xmem_candidates(d: &Data, lat: &Latencies, misses: bool) -> Vec<Candidate> {
-    let mut profile = vec![[0.0f64; 3]; d.tags];
+/// What X-Mem's profiler counts.
+#[derive(Clone, Copy, PartialEq)]
+enum Profiler {
+    /// Cache misses by pattern and writebacks (X-Mem's default).
+    Full,
+    /// Cache misses by pattern alone.
+    MissesOnly,
+    /// The thesis's classified accesses (a line once per buffer).
+    Thesis,
+}
+
+/// X-Mem's view: each unit of tag t has Eq. 3's benefit of t's profile per unit.
+fn xmem_candidates(d: &Data, lat: &Latencies, what: Profiler) -> Vec<Candidate> {
+    let mut profile = vec![Profile::default(); d.tags];
     let mut count = vec![0usize; d.tags];
     for u in &d.units {
         let t = u.structure as usize;
         count[t] += 1;
-        let f = if misses { &u.misses } else { &u.classified };
+        let f = if what == Profiler::Thesis {
+            &u.classified
+        } else {
+            &u.misses
+        };
         for p in 0..3 {
-            profile[t][p] += f[p] as f64;
+            profile[t].f[p] += f[p] as f64;
+        }
+        if what == Profiler::Full {
+            profile[t].writebacks += u.writebacks as f64;
         }
     }
     d.units
         .iter()
         .map(|u| {
             let t = u.structure as usize;
-            let f = profile[t].map(|v| v / count[t].max(1) as f64);
+            let n = count[t].max(1) as f64;
+            let p = Profile {
+                f: profile[t].f.map(|v| v / n),
+                writebacks: profile[t].writebacks / n,
+            };
             Candidate {
                 priority: 0,
-                benefit: lat.benefit(&f),
+                benefit: lat.benefit(&p),
             }
         })
         .collect()
@@ -309,6 +347,7 @@ mod tests {
         let lat = Latencies {
             fast: [0.0; 3],
             slow: [0.0, 10.0, 0.0],
+            ..Latencies::default()
         };
         let r = |p: &str| run(p, &d, &delta, &lat, 2, 2, 0.5);
         assert_eq!(r("fast-only").slow_ns, 0.0);
@@ -320,6 +359,7 @@ mod tests {
         // X-Mem, the oracles and page hotness take the hot tag.
         for p in [
             "x-mem",
+            "x-mem-reads",
             "x-mem-unfiltered",
             "oracle",
             "oracle-tag-order",
@@ -340,6 +380,23 @@ mod tests {
         let r = |p: &str| run(p, &d, &delta, &lat, 2, 2, 0.5);
         // Static ratio: one unit of each tag.
         assert_eq!(r("memkind-ratio").slow_ns, 10.0 + 40.0 * 10.0);
+        // The cold tag writes back: with a write cost X-Mem keeps it in DRAM, without one (or
+        // with the cost but blind to writes) it does not.
+        let mut d = data();
+        d.units[0].writebacks = 20;
+        d.units[1].writebacks = 20;
+        let costly = Latencies {
+            slow_write: 100.0,
+            ..lat.clone()
+        };
+        let fast_tag = |p: &str, l: &Latencies| {
+            let o = run(p, &d, &delta, l, 2, 2, 0.5);
+            // Slow misses per tag: the tag with none left slow is the one in DRAM.
+            o.slow_misses.iter().position(|&m| m == 0.0)
+        };
+        assert_eq!(fast_tag("x-mem", &lat), Some(1));
+        assert_eq!(fast_tag("x-mem", &costly), Some(0));
+        assert_eq!(fast_tag("x-mem-reads", &costly), Some(1));
     }
 
     #[test]

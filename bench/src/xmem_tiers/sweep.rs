@@ -152,6 +152,8 @@ pub struct Point {
     /// is, page hotness wins by its finer grain (4 KiB pages against 2 MiB units) and no
     /// unit-granular policy, X-Mem included, can be ahead.
     pub units_can_match_page_hotness: bool,
+    /// X-Mem without the write term (the thesis's Eq. 3 on the filtered profile) over the oracle.
+    pub xmem_reads_over_oracle: f64,
     /// The same two for X-Mem with the thesis's unfiltered profile.
     pub xmem_unfiltered_over_oracle: f64,
     pub xmem_unfiltered_ahead_of_page_hotness: bool,
@@ -207,6 +209,7 @@ pub fn evaluate(d: &Data, models: &[Model], fractions: &[f64], base_ns: f64) -> 
                 xmem_within_10pct_of_oracle: t("x-mem") <= 1.10 * t("oracle"),
                 xmem_ahead_of_page_hotness: t("x-mem") <= t("page-hotness"),
                 units_can_match_page_hotness: t("oracle") <= t("page-hotness"),
+                xmem_reads_over_oracle: t("x-mem-reads") / t("oracle"),
                 xmem_unfiltered_over_oracle: t("x-mem-unfiltered") / t("oracle"),
                 xmem_unfiltered_ahead_of_page_hotness: t("x-mem-unfiltered") <= t("page-hotness"),
                 policies,
@@ -243,6 +246,7 @@ fn best_known(mut p: Vec<PolicyResult>) -> Vec<PolicyResult> {
         "oracle",
         &[
             "x-mem",
+            "x-mem-reads",
             "x-mem-unfiltered",
             "first-touch",
             "memkind-ratio",

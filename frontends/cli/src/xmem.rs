@@ -8,7 +8,7 @@ use crate::xmem_profile::{self, Classifier, LogFile, NamedRange};
 use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use pmkit::args::{human_size, parse_latencies, parse_priority, parse_size};
-use pmkit_xmem::place::{self, Candidate, Latencies};
+use pmkit_xmem::place::{self, Candidate, Latencies, Profile};
 use pmkit_xmem::profiles::{self, Saved};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -77,6 +77,10 @@ enum Cmd {
         /// Slow-tier stall per access, chase,random,streaming (fast is 0) [default: 26,3.8,1].
         #[arg(long, value_parser = parse_latencies)]
         slow_latency: Option<[f64; 3]>,
+        /// ns per line written back to the slow tier, the write term of Eq. 3 (fast writes
+        /// cost 0) [default: 0, the thesis's model]. Optane-like media: about 100.
+        #[arg(long, default_value_t = 0.0)]
+        slow_write: f64,
         #[arg(long)]
         json: bool,
     },
@@ -84,6 +88,9 @@ enum Cmd {
     /// dominant pattern, the Eq. 3 benefit per region and its rank.
     Stats {
         profile: PathBuf,
+        /// ns per line written back to the slow tier (see `place --slow-write`).
+        #[arg(long, default_value_t = 0.0)]
+        slow_write: f64,
         #[arg(long)]
         json: bool,
     },
@@ -159,6 +166,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             region_size,
             priorities,
             slow_latency,
+            slow_write,
             json,
         } => {
             let saved = load(&profile)?;
@@ -173,8 +181,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
             let lat = Latencies {
                 fast: [0.0; 3],
                 slow: slow_latency.unwrap_or(Latencies::default().slow),
+                fast_write: 0.0,
+                slow_write,
             };
-            lat.validate().context("--slow-latency")?;
+            lat.validate().context("--slow-latency or --slow-write")?;
             let plan = plan(&saved, &priorities, &lat, fast_budget, region_size);
             if json {
                 println!("{}", serde_json::to_string_pretty(&plan)?);
@@ -183,9 +193,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Stats { profile, json } => {
+        Cmd::Stats {
+            profile,
+            slow_write,
+            json,
+        } => {
             let saved = load(&profile)?;
-            let s = stats(&saved, &Latencies::default());
+            let lat = Latencies {
+                slow_write,
+                ..Latencies::default()
+            };
+            lat.validate().context("--slow-write")?;
+            let s = stats(&saved, &lat);
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
@@ -217,6 +236,7 @@ struct ProfileTag {
     regions: u64,
     accesses: u64,
     per_region: [f64; 3],
+    writebacks_per_region: f64,
     dominant: &'static str,
 }
 
@@ -241,6 +261,7 @@ fn print_profile(
             regions: s.regions,
             accesses: *n,
             per_region: s.f,
+            writebacks_per_region: s.writebacks,
             dominant: dominant(&s.f),
         })
         .collect();
@@ -273,18 +294,19 @@ fn print_profile(
         human_size(region)
     );
     println!(
-        "{:<36} {:>7} {:>12} {:>12} {:>12} {:>12}  dominant",
-        "structure", "regions", "accesses", "chase/reg", "random/reg", "stream/reg"
+        "{:<36} {:>7} {:>12} {:>12} {:>12} {:>12} {:>12}  dominant",
+        "structure", "regions", "accesses", "chase/reg", "random/reg", "stream/reg", "written/reg"
     );
     for t in &tags {
         println!(
-            "{:<36} {:>7} {:>12} {:>12.1} {:>12.1} {:>12.1}  {}",
+            "{:<36} {:>7} {:>12} {:>12.1} {:>12.1} {:>12.1} {:>12.1}  {}",
             t.name,
             t.regions,
             t.accesses,
             t.per_region[0],
             t.per_region[1],
             t.per_region[2],
+            t.writebacks_per_region,
             t.dominant
         );
     }
@@ -311,10 +333,19 @@ struct Plan {
     region_size: u64,
     fast_slots: u64,
     slow_latency: [f64; 3],
+    slow_write: f64,
     tags: Vec<PlanTag>,
     /// Eq. 4 with every region slow, and with the plan.
     estimate_all_slow: f64,
     estimate_planned: f64,
+}
+
+/// A saved structure's profile as the placement reads it.
+fn profile(s: &Saved) -> Profile {
+    Profile {
+        f: s.f,
+        writebacks: s.writebacks,
+    }
 }
 
 /// The greedy over every region of every structure (regions of one structure share its
@@ -333,10 +364,10 @@ fn plan(
     for (i, s) in saved.iter().enumerate() {
         for _ in 0..s.regions {
             owner.push(i);
-            fs.push(s.f);
+            fs.push(profile(s));
             cands.push(Candidate {
                 priority: priority(&s.name),
-                benefit: lat.benefit(&s.f),
+                benefit: lat.benefit(&profile(s)),
             });
         }
     }
@@ -361,7 +392,7 @@ fn plan(
                     n if n == s.regions => "fast",
                     _ => "split",
                 },
-                benefit_per_region: lat.benefit(&s.f),
+                benefit_per_region: lat.benefit(&profile(s)),
             }
         })
         .collect();
@@ -370,6 +401,7 @@ fn plan(
         region_size: region,
         fast_slots: slots,
         slow_latency: lat.slow,
+        slow_write: lat.slow_write,
         tags,
         estimate_all_slow: lat.estimate(&fs, &vec![false; fs.len()]),
         estimate_planned: lat.estimate(&fs, &fast),
@@ -414,6 +446,7 @@ struct StatTag {
     per_region: [f64; 3],
     share_percent: [f64; 3],
     dominant: &'static str,
+    writebacks_per_region: f64,
     benefit_per_region: f64,
 }
 
@@ -431,7 +464,8 @@ fn stats(saved: &[Saved], lat: &Latencies) -> Vec<StatTag> {
                     .f
                     .map(|x| if total > 0.0 { 100.0 * x / total } else { 0.0 }),
                 dominant: dominant(&s.f),
-                benefit_per_region: lat.benefit(&s.f),
+                writebacks_per_region: s.writebacks,
+                benefit_per_region: lat.benefit(&profile(s)),
             }
         })
         .collect();
@@ -445,23 +479,30 @@ fn stats(saved: &[Saved], lat: &Latencies) -> Vec<StatTag> {
 fn print_stats(s: &[StatTag], path: &std::path::Path) {
     let regions: u64 = s.iter().map(|t| t.regions).sum();
     println!(
-        "{}: {} structure(s), {regions} region(s); ranked by Eq. 3 benefit per region (default latencies)",
+        "{}: {} structure(s), {regions} region(s); ranked by Eq. 3 benefit per region (default latencies, --slow-write for writes)",
         path.display(),
         s.len()
     );
     println!(
-        "{:>4} {:<36} {:>7} {:>24} {:>10} {:>14}",
-        "rank", "structure", "regions", "chase/random/stream %", "dominant", "benefit/region"
+        "{:>4} {:<36} {:>7} {:>24} {:>10} {:>12} {:>14}",
+        "rank",
+        "structure",
+        "regions",
+        "chase/random/stream %",
+        "dominant",
+        "written/reg",
+        "benefit/region"
     );
     for t in s {
         let sh = t.share_percent;
         println!(
-            "{:>4} {:<36} {:>7} {:>24} {:>10} {:>14.1}",
+            "{:>4} {:<36} {:>7} {:>24} {:>10} {:>12.1} {:>14.1}",
             t.rank,
             t.name,
             t.regions,
             format!("{:.0}/{:.0}/{:.0}", sh[0], sh[1], sh[2]),
             t.dominant,
+            t.writebacks_per_region,
             t.benefit_per_region
         );
     }

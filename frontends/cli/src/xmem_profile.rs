@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use pmkit_xmem::cache::Cache;
 use pmkit_xmem::classify::{self, Access, BUFFER};
 use pmkit_xmem::profiles::{self, Saved};
-use pmkit_xmem::trace::{label_misses, parse_lackey};
+use pmkit_xmem::trace::{label_misses, parse_lackey_rw, Counts};
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -77,7 +77,7 @@ pub struct Classifier<'a> {
     ranges: &'a [NamedRange],
     shift: u32,
     buf: Vec<Access>,
-    counts: BTreeMap<Key, [u64; 3]>,
+    counts: BTreeMap<Key, Counts>,
     accesses: u64,
     /// A cache model in front: only misses are counted (`Tracer::with_cache`'s profile).
     cache: Option<Cache>,
@@ -104,9 +104,14 @@ impl<'a> Classifier<'a> {
         self
     }
 
-    fn push(&mut self, a: Access) {
+    fn push(&mut self, a: Access, store: bool) {
         if let Some(c) = &mut self.cache {
-            self.missed.push(!c.access(a.addr));
+            let t = c.touch(a.addr, store);
+            self.missed.push(!t.hit);
+            if let Some(wb) = t.writeback {
+                let key = self.key(wb);
+                self.counts.entry(key).or_default().writebacks += 1;
+            }
         }
         self.buf.push(a);
         self.accesses += 1;
@@ -123,28 +128,33 @@ impl<'a> Classifier<'a> {
         };
         self.missed.clear();
         for (addr, p) in labels {
-            let key = match self
-                .ranges
-                .iter()
-                .position(|r| (r.start..r.end).contains(&addr))
-            {
-                Some(i) => Key::Named(i, (addr - self.ranges[i].start) >> self.shift),
-                None => Key::Window(addr >> self.shift),
-            };
-            self.counts.entry(key).or_insert([0; 3])[p as usize] += 1;
+            let key = self.key(addr);
+            self.counts.entry(key).or_default().by_pattern[p as usize] += 1;
         }
         self.buf.clear();
+    }
+
+    /// Where an access to `addr` is counted.
+    fn key(&self, addr: u64) -> Key {
+        match self
+            .ranges
+            .iter()
+            .position(|r| (r.start..r.end).contains(&addr))
+        {
+            Some(i) => Key::Named(i, (addr - self.ranges[i].start) >> self.shift),
+            None => Key::Window(addr >> self.shift),
+        }
     }
 
     /// Read a lackey log, at most `max` data accesses.
     pub fn read(&mut self, r: impl BufRead, max: u64) -> Result<bool> {
         for line in r.lines() {
             let line = line.context("reading the trace")?;
-            for a in parse_lackey(&line) {
+            for (a, store) in parse_lackey_rw(&line) {
                 if self.accesses >= max {
                     return Ok(true);
                 }
-                self.push(a);
+                self.push(a, store);
             }
         }
         Ok(false)
@@ -155,19 +165,19 @@ impl<'a> Classifier<'a> {
         self.flush();
         let region = 1u64 << self.shift;
         // (name, regions, summed counts)
-        let mut groups: Vec<(String, u64, [u64; 3])> = Vec::new();
+        let mut groups: Vec<(String, u64, Counts)> = Vec::new();
         for (i, r) in self.ranges.iter().enumerate() {
-            let mut sum = [0u64; 3];
+            let mut sum = Counts::default();
             for (_, c) in self
                 .counts
                 .range(Key::Named(i, 0)..=Key::Named(i, u64::MAX))
             {
-                add(&mut sum, c);
+                sum.add(c);
             }
             groups.push((r.name.clone(), (r.end - r.start).div_ceil(region), sum));
         }
-        let mut run: Option<(u64, u64, [u64; 3])> = None;
-        let close = |run: Option<(u64, u64, [u64; 3])>, groups: &mut Vec<_>| {
+        let mut run: Option<(u64, u64, Counts)> = None;
+        let close = |run: Option<(u64, u64, Counts)>, groups: &mut Vec<_>| {
             if let Some((first, last, sum)) = run {
                 let name = format!(
                     "0x{:x}-0x{:x}",
@@ -181,7 +191,7 @@ impl<'a> Classifier<'a> {
             let Key::Window(w) = *k else { continue };
             run = match run {
                 Some((first, last, mut sum)) if last + 1 == w => {
-                    add(&mut sum, c);
+                    sum.add(c);
                     Some((first, w, sum))
                 }
                 other => {
@@ -193,11 +203,17 @@ impl<'a> Classifier<'a> {
         close(run, &mut groups);
         let tags = groups
             .into_iter()
-            .filter(|g| g.2.iter().sum::<u64>() >= min_accesses.max(1))
+            .filter(|g| g.2.by_pattern.iter().sum::<u64>() >= min_accesses.max(1))
             .map(|(name, regions, sum)| {
-                let total = sum.iter().sum();
-                let f = sum.map(|n| n as f64 / regions as f64);
-                (Saved { name, f, regions }, total)
+                let total = sum.by_pattern.iter().sum();
+                let per = |n: u64| n as f64 / regions as f64;
+                let saved = Saved {
+                    name,
+                    f: sum.by_pattern.map(per),
+                    writebacks: per(sum.writebacks),
+                    regions,
+                };
+                (saved, total)
             })
             .collect();
         Profiled {
@@ -205,12 +221,6 @@ impl<'a> Classifier<'a> {
             accesses: self.accesses,
             truncated,
         }
-    }
-}
-
-fn add(sum: &mut [u64; 3], c: &[u64; 3]) {
-    for (s, n) in sum.iter_mut().zip(c) {
-        *s += n;
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Model {
     /// ns per 64-byte line written to the slow tier, at random (whole device lines) and in order.
     pub slow_write_random_ns: f64,
     pub slow_write_seq_ns: f64,
+    /// ns per 64-byte line written to the fast tier (its measured write stream).
+    pub fast_write_ns: f64,
 }
 
 impl Model {
@@ -75,14 +77,19 @@ impl Model {
             slow,
             slow_write_random_ns: moved / wbw,
             slow_write_seq_ns: 64.0 / wbw,
+            fast_write_ns: (64.0 / fast.write_gbs).min(moved / wbw),
         })
     }
 
-    /// The placement model's input (X-Mem's `Latencies`).
+    /// The placement model's input (X-Mem's `Latencies`), with the write term: a line written
+    /// back costs its device time, a whole device line on the slow tier (a writeback is a lone
+    /// line: what evictions from a cache give).
     pub fn latencies(&self) -> Latencies {
         Latencies {
             fast: self.fast,
             slow: self.slow,
+            fast_write: self.fast_write_ns,
+            slow_write: self.slow_write_random_ns,
         }
     }
 }

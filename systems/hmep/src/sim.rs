@@ -36,6 +36,8 @@ pub struct Unit {
     pub structure: u16,
     pub accesses: u64,
     pub stores: u64,
+    /// Dirty lines of this unit the cache model evicted: the stores that reach memory.
+    pub writebacks: u64,
     /// Accesses by the pattern the classifier gave their line, a line counted once per buffer
     /// of 4,096 as the thesis's profiler does (X-Mem's profile `F(p)`).
     pub classified: [u64; 3],
@@ -55,6 +57,7 @@ impl Unit {
     fn add(&mut self, o: &Unit) {
         self.accesses += o.accesses;
         self.stores += o.stores;
+        self.writebacks += o.writebacks;
         for p in 0..3 {
             self.classified[p] += o.classified[p];
             self.misses[p] += o.misses[p];
@@ -161,6 +164,8 @@ struct Pending {
     s: u16,
     miss: bool,
     store: bool,
+    /// The address of the dirty line this access evicted.
+    writeback: Option<u64>,
     walk_4k: bool,
     walk_2m: bool,
     l1_4k: bool,
@@ -225,7 +230,8 @@ impl Sim {
     #[inline]
     pub fn access_rw(&mut self, s: usize, addr: u64, value: u64, store: bool) {
         assert!(s < self.out.units.len(), "structure {s} out of range");
-        let miss = !self.cache.access(addr);
+        let touch = self.cache.touch(addr, store);
+        let miss = !touch.hit;
         let walk_4k = self.tlb_4k.access(addr);
         let walk_2m = self.tlb_2m.access(addr);
         self.buf.push(Pending {
@@ -233,6 +239,7 @@ impl Sim {
             s: s as u16,
             miss,
             store,
+            writeback: touch.writeback,
             walk_4k,
             walk_2m,
             l1_4k: self.tlb_4k.last_l1_miss,
@@ -290,6 +297,17 @@ impl Sim {
                     self.out.pages.insert(page, u);
                 }
                 None => self.out.overflow.add(&u),
+            }
+            // A writeback belongs to the page of the line written (stored to before, so
+            // counted already, unless it overflowed).
+            if let Some(wb) = b.writeback {
+                match self.out.pages.get_mut(&(wb >> PAGE_4K)) {
+                    Some(e) => {
+                        e.writebacks += 1;
+                        self.out.units[e.structure as usize].writebacks += 1;
+                    }
+                    None => self.out.overflow.writebacks += 1,
+                }
             }
         }
         self.buf.clear();

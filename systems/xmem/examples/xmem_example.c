@@ -33,6 +33,8 @@ int main(int argc, char **argv) {
     /* Profiles: the hash is pointer-chased, the log streamed; rebalance swaps them. */
     CHECK(xmem_profile(hash, 1000.0, 10.0, 0.0) == XMEM_OK);
     CHECK(xmem_profile(log, 0.0, 0.0, 1000.0) == XMEM_OK);
+    CHECK(xmem_writebacks(log, 500.0) == XMEM_OK);
+    CHECK(xmem_writebacks(log, -1.0) != XMEM_OK);
     CHECK(xmem_rebalance() == 2);
     CHECK(xmem_rebalance() == 0);
     for (int i = 0; i < 1000; i++) CHECK(h[i] == i);

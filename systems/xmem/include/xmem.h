@@ -48,6 +48,8 @@ int xmem_free(void *p);                       /* xfree with an error code instea
 int xmem_priority(int tag, int prio);        /* higher goes to DRAM first */
 /* The tag's profile: average pointer-chasing, random and streaming accesses per region. */
 int xmem_profile(int tag, double chase, double random, double streaming);
+/* The tag's lines written back to memory per region: they cost the slow tier's write cost. */
+int xmem_writebacks(int tag, double per_region);
 int xmem_rebalance(void);                     /* regions moved, or a negative code */
 
 /* Statistics as JSON (like snprintf: writes at most len bytes with the NUL, returns the full

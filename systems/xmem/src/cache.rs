@@ -1,20 +1,36 @@
-//! A set-associative LRU cache of 64-byte lines: the filter that decides which traced accesses
-//! reach memory, so only misses are charged the slow tier's latency (HMEP's simulator and
-//! emulator) and only misses are profiled (the tracer's `with_cache`). Sized like
-//! this machine's last-level cache ([`llc`]); one model per traced thread.
+//! A set-associative LRU write-back cache of 64-byte lines: the filter that decides which traced
+//! accesses reach memory, so only misses are charged the slow tier's latency (HMEP's simulator
+//! and emulator) and only misses are profiled (the tracer's `with_cache`). A stored line is dirty
+//! until it is evicted, and its eviction is the write that reaches memory (a writeback): what a
+//! slow tier with slow writes charges for. Sized like this machine's last-level cache ([`llc`]);
+//! one model per traced thread.
 
 const LINE: usize = crate::classify::LINE as usize;
 
 /// Most ways per set (a linear scan per access stays cheap).
 pub const MAX_WAYS: usize = 64;
 
+/// Marks a line dirty in [`Cache`]'s slots (line numbers are below 2^58).
+const DIRTY: u64 = 1 << 63;
+/// An empty slot.
+const EMPTY: u64 = u64::MAX;
+
+/// What one access did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Touch {
+    pub hit: bool,
+    /// The address of the dirty line it evicted (written back to memory), if any.
+    pub writeback: Option<u64>,
+}
+
 pub struct Cache {
     ways: usize,
     set_mask: u64,
-    /// Per set, `ways` line numbers, most recent first; `u64::MAX` is empty.
+    /// Per set, `ways` line numbers (with [`DIRTY`] set once stored to), most recent first.
     lines: Vec<u64>,
     pub hits: u64,
     pub misses: u64,
+    pub writebacks: u64,
 }
 
 impl Cache {
@@ -26,9 +42,10 @@ impl Cache {
         Cache {
             ways,
             set_mask: sets as u64 - 1,
-            lines: vec![u64::MAX; sets * ways],
+            lines: vec![EMPTY; sets * ways],
             hits: 0,
             misses: 0,
+            writebacks: 0,
         }
     }
 
@@ -36,29 +53,47 @@ impl Cache {
         self.lines.len() * LINE
     }
 
-    /// Touch `addr`'s line: `true` on a hit. The line becomes the set's most recent.
+    /// Load from `addr`'s line: `true` on a hit. The line becomes the set's most recent.
     pub fn access(&mut self, addr: u64) -> bool {
+        self.touch(addr, false).hit
+    }
+
+    /// Load from (or, when `store`, store to) `addr`'s line. The line becomes the set's most
+    /// recent; a store leaves it dirty; a miss evicts the set's least recent line, and the
+    /// eviction of a dirty one is a writeback.
+    pub fn touch(&mut self, addr: u64, store: bool) -> Touch {
         let line = addr / LINE as u64;
+        debug_assert_eq!(line & DIRTY, 0);
         let set = (line & self.set_mask) as usize;
         let ways = &mut self.lines[set * self.ways..(set + 1) * self.ways];
-        let hit = match ways.iter().position(|&l| l == line) {
+        let dirty = if store { DIRTY } else { 0 };
+        let t = match ways.iter().position(|&l| l != EMPTY && l & !DIRTY == line) {
             Some(i) => {
                 ways[..=i].rotate_right(1);
-                true
+                ways[0] |= dirty;
+                Touch {
+                    hit: true,
+                    writeback: None,
+                }
             }
             None => {
                 ways.rotate_right(1);
-                ways[0] = line;
-                false
+                let out = std::mem::replace(&mut ways[0], line | dirty);
+                Touch {
+                    hit: false,
+                    writeback: (out != EMPTY && out & DIRTY != 0)
+                        .then(|| (out & !DIRTY) * LINE as u64),
+                }
             }
         };
-        debug_assert_eq!(ways[0], line);
-        if hit {
+        debug_assert_eq!(ways[0] & !DIRTY, line);
+        if t.hit {
             self.hits += 1;
         } else {
             self.misses += 1;
         }
-        hit
+        self.writebacks += t.writeback.is_some() as u64;
+        t
     }
 }
 
@@ -92,4 +127,74 @@ pub fn llc() -> (usize, usize) {
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A fully associative LRU write-back cache as a list: the model the sets must match.
+    struct Model {
+        ways: usize,
+        /// Per set, (line, dirty), most recent first.
+        sets: Vec<Vec<(u64, bool)>>,
+    }
+
+    impl Model {
+        fn touch(&mut self, addr: u64, store: bool) -> Touch {
+            let line = addr / LINE as u64;
+            let n = self.sets.len();
+            let set = &mut self.sets[line as usize % n];
+            if let Some(i) = set.iter().position(|e| e.0 == line) {
+                let (l, d) = set.remove(i);
+                set.insert(0, (l, d || store));
+                return Touch {
+                    hit: true,
+                    writeback: None,
+                };
+            }
+            set.insert(0, (line, store));
+            let out = (set.len() > self.ways).then(|| set.pop().unwrap());
+            Touch {
+                hit: false,
+                writeback: out.filter(|e| e.1).map(|e| e.0 * LINE as u64),
+            }
+        }
+    }
+
+    proptest! {
+        /// Hits and writebacks agree with the model, access by access.
+        #[test]
+        fn matches_a_list_model(ops in proptest::collection::vec((0u64..64, any::<bool>()), 1..400),
+                                ways in 1usize..5) {
+            let mut c = Cache::new(4 * ways * LINE, ways);
+            let sets = c.lines.len() / ways;
+            let mut m = Model { ways, sets: vec![vec![]; sets] };
+            let mut writebacks = 0;
+            for &(line, store) in &ops {
+                let addr = line * LINE as u64 + line % 7;
+                let t = m.touch(addr, store);
+                writebacks += t.writeback.is_some() as u64;
+                prop_assert_eq!(c.touch(addr, store), t);
+            }
+            prop_assert_eq!(c.hits + c.misses, ops.len() as u64);
+            prop_assert_eq!(c.writebacks, writebacks);
+        }
+    }
+
+    #[test]
+    fn a_stored_line_is_written_back_once_when_evicted() {
+        // One set of two ways.
+        let mut c = Cache::new(2 * LINE, 2);
+        let a = 0u64;
+        let (b, d) = (LINE as u64, 2 * LINE as u64);
+        assert!(!c.touch(a, true).hit);
+        assert!(c.touch(a, false).hit, "a load keeps the line dirty");
+        c.touch(b, false);
+        // Evicting the dirty line writes it back; evicting the clean one does not.
+        assert_eq!(c.touch(d, false).writeback, Some(a));
+        assert_eq!(c.touch(a, false).writeback, None);
+        assert_eq!(c.writebacks, 1);
+    }
 }

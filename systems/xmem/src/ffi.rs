@@ -183,6 +183,15 @@ pub extern "C" fn xmem_profile(t: c_int, chase: f64, random: f64, streaming: f64
     })
 }
 
+/// Set a tag's lines written back to memory per region (the write term of Eq. 3).
+#[no_mangle]
+pub extern "C" fn xmem_writebacks(t: c_int, per_region: f64) -> c_int {
+    guard(|| {
+        xmem()?.set_writebacks(tag(t)?, per_region).map_err(err)?;
+        Ok(XMEM_OK)
+    })
+}
+
 /// Re-run the placement and move regions: the number of regions moved, or a negative code.
 #[no_mangle]
 pub extern "C" fn xmem_rebalance() -> c_int {

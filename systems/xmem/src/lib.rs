@@ -36,7 +36,7 @@ pub use boxed::XBox;
 pub use config::{Config, PmSpec, DEFAULT_REGION, MAX_REGIONS, MAX_TAGS, PAGE};
 pub use error::{Result, XmemError};
 pub use handle::XAlloc;
-pub use place::{Latencies, Pattern, PerPattern};
+pub use place::{Latencies, Pattern, PerPattern, Profile};
 pub use slice::XSlice;
 pub use tier::Tier;
 
@@ -113,8 +113,8 @@ pub struct Rebalance {
 struct TagEntry {
     name: String,
     priority: i32,
-    /// `F_i(p)`: accesses per region, by pattern.
-    profile: PerPattern,
+    /// `F_i(p)` and `W_i` per region.
+    profile: Profile,
 }
 
 struct Entry {
@@ -220,7 +220,7 @@ impl XMem {
         tags.push(TagEntry {
             name: name.to_owned(),
             priority: 0,
-            profile: [0.0; 3],
+            profile: Profile::default(),
         });
         let id = tags.len() - 1;
         let fresh = Heap::new(
@@ -261,45 +261,66 @@ impl XMem {
     }
 
     /// Set `F_i(p)`, the tag's average accesses per region by pattern (from a profile, see
-    /// [`classify`] and [`trace`]). Counts must be finite and ≥ 0.
+    /// [`classify`] and [`trace`]), keeping its writebacks. Counts must be finite and ≥ 0.
     pub fn set_profile(&self, t: Tag, f: PerPattern) -> Result<()> {
-        if f.iter().any(|x| !x.is_finite() || *x < 0.0) {
+        let w = self.with_tag(t, |e| e.profile.writebacks)?;
+        self.set_full_profile(t, Profile { f, writebacks: w })
+    }
+
+    /// Set `W_i`, the tag's lines written back to memory per region, keeping its `F_i(p)`.
+    pub fn set_writebacks(&self, t: Tag, per_region: f64) -> Result<()> {
+        let f = self.with_tag(t, |e| e.profile.f)?;
+        self.set_full_profile(
+            t,
+            Profile {
+                f,
+                writebacks: per_region,
+            },
+        )
+    }
+
+    /// Set the tag's whole profile: `F_i(p)` and `W_i`, its lines written back to memory per
+    /// region (the write term of Eq. 3, see [`place`]).
+    pub fn set_full_profile(&self, t: Tag, p: Profile) -> Result<()> {
+        if !p.is_valid() {
             return Err(XmemError::BadConfig(format!(
-                "profile {f:?}: counts must be >= 0"
+                "profile {p:?}: counts must be >= 0"
             )));
         }
-        self.with_tag(t, |e| e.profile = f)
+        self.with_tag(t, |e| e.profile = p)
     }
 
     /// Roll per-region counts (from [`trace::Tracer`]) up into each tag's profile, as the
     /// thesis's profiler does at exit: `F_i(p)` = the tag's counts of pattern `p` summed over
-    /// its regions, divided by its number of regions. Tags without counted accesses keep their
-    /// profile. Returns the profiles set.
-    pub fn apply_profile(&self, counts: &trace::RegionCounts) -> Result<Vec<(Tag, PerPattern)>> {
-        let mut sums: std::collections::BTreeMap<Tag, ([f64; 3], usize, bool)> = Default::default();
+    /// its regions, divided by its number of regions, and `W_i` the same of its writebacks. Tags
+    /// without counted accesses keep their profile. Returns the profiles set.
+    pub fn apply_profile(&self, counts: &trace::RegionCounts) -> Result<Vec<(Tag, Profile)>> {
+        let mut sums: std::collections::BTreeMap<Tag, (trace::Counts, usize, bool)> =
+            Default::default();
         for r in self.regions() {
-            let e = sums.entry(r.tag).or_insert(([0.0; 3], 0, false));
+            let e = sums.entry(r.tag).or_default();
             e.1 += 1;
             if let Some(c) = counts.get(&r.index) {
                 e.2 = true;
-                for (sum, &n) in e.0.iter_mut().zip(c) {
-                    *sum += n as f64;
-                }
+                e.0.add(c);
             }
         }
         let mut out = Vec::new();
         for (tag, (sum, n, seen)) in sums {
             if seen {
-                let f = sum.map(|x| x / n as f64);
-                self.set_profile(tag, f)?;
-                out.push((tag, f));
+                let p = Profile {
+                    f: sum.by_pattern.map(|x| x as f64 / n as f64),
+                    writebacks: sum.writebacks as f64 / n as f64,
+                };
+                self.set_full_profile(tag, p)?;
+                out.push((tag, p));
             }
         }
         Ok(out)
     }
 
-    /// Every tag's name and profile `F_i(p)`, in tag order.
-    pub fn profiles(&self) -> Vec<(String, PerPattern)> {
+    /// Every tag's name and profile, in tag order.
+    pub fn profiles(&self) -> Vec<(String, Profile)> {
         let tags = self.tags.read();
         tags.iter().map(|t| (t.name.clone(), t.profile)).collect()
     }
@@ -312,9 +333,10 @@ impl XMem {
             .profiles()
             .into_iter()
             .enumerate()
-            .map(|(i, (name, f))| profiles::Saved {
+            .map(|(i, (name, p))| profiles::Saved {
                 name,
-                f,
+                f: p.f,
+                writebacks: p.writebacks,
                 regions: (regions.iter().filter(|r| r.tag.0 as usize == i).count() as u64).max(1),
             })
             .collect();
@@ -327,7 +349,13 @@ impl XMem {
         let loaded = profiles::load(path)?;
         for s in &loaded {
             let t = self.tag(&s.name)?;
-            self.set_profile(t, s.f)?;
+            self.set_full_profile(
+                t,
+                Profile {
+                    f: s.f,
+                    writebacks: s.writebacks,
+                },
+            )?;
         }
         Ok(loaded.len())
     }

@@ -6,6 +6,14 @@
 //! - Eq. 3: `B(r) = Σ_p F_D(r)(p) · [L(p, slow) − L(p, fast)]`.
 //! - Eq. 4: `Â = Σ_r Σ_p F_D(r)(p) · L(p, slow) − Σ_{r∈fast} B(r)`.
 //!
+//! One term beyond the thesis: `B(r)` also counts the writes. A region's profile carries
+//! `W_D(r)`, the dirty lines a cache model evicted from it per region (`trace::Tracer`), and
+//! each costs `Lw(m)` on tier m, so `B(r) = Σ_p F(p)·ΔL(p) + W·(Lw(slow) − Lw(fast))`. The
+//! thesis's DRAM-backed emulator had writes as fast as reads; a slow tier whose writes are slow
+//! (Optane: a 256-byte line at a fraction of the read bandwidth) makes a written structure
+//! worth more in DRAM than its reads say. With `Lw` 0 on both tiers (the default) Eq. 3 is the
+//! thesis's exactly.
+//!
 //! With `k` equal fast slots, minimising Eq. 4 means taking the `k` largest benefits: sort by
 //! benefit, fill from the head. Priorities (`xmem_priority`) order regions before benefit does.
 
@@ -27,11 +35,38 @@ impl Pattern {
 /// data structure) or `L(p, m)` (stall per access).
 pub type PerPattern = [f64; 3];
 
-/// `L(p, m)` for both tiers.
+/// A region's profile: what the placement knows of a structure.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Profile {
+    /// `F(p)`: accesses per region, by pattern.
+    pub f: PerPattern,
+    /// `W`: lines written back to memory per region.
+    pub writebacks: f64,
+}
+
+impl Profile {
+    /// A profile of reads alone (the thesis's).
+    pub fn reads(f: PerPattern) -> Profile {
+        Profile { f, writebacks: 0.0 }
+    }
+
+    /// Every number finite and ≥ 0.
+    pub fn is_valid(&self) -> bool {
+        self.f
+            .iter()
+            .chain([&self.writebacks])
+            .all(|x| x.is_finite() && *x >= 0.0)
+    }
+}
+
+/// `L(p, m)` and `Lw(m)` for both tiers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Latencies {
     pub fast: PerPattern,
     pub slow: PerPattern,
+    /// `Lw(m)`: the cost of one line written back to the tier (its device time).
+    pub fast_write: f64,
+    pub slow_write: f64,
 }
 
 impl Default for Latencies {
@@ -42,6 +77,8 @@ impl Default for Latencies {
         Latencies {
             fast: [0.0; 3],
             slow: [26.0, 3.8, 1.0],
+            fast_write: 0.0,
+            slow_write: 0.0,
         }
     }
 }
@@ -57,29 +94,42 @@ impl Latencies {
                 )));
             }
         }
+        let (f, s) = (self.fast_write, self.slow_write);
+        if !(f.is_finite() && s.is_finite() && f >= 0.0 && s >= f) {
+            return Err(XmemError::BadConfig(format!(
+                "write costs: need 0 <= fast ({f}) <= slow ({s})"
+            )));
+        }
         Ok(())
     }
 
-    /// Eq. 3: the benefit of one region of a structure with profile `f` being in the fast tier.
-    pub fn benefit(&self, f: &PerPattern) -> f64 {
-        Pattern::ALL
+    /// Eq. 3 with the write term: the benefit of one region of a structure with profile `p`
+    /// being in the fast tier.
+    pub fn benefit(&self, p: &Profile) -> f64 {
+        let reads: f64 = Pattern::ALL
             .iter()
-            .map(|&p| f[p as usize] * (self.slow[p as usize] - self.fast[p as usize]))
-            .sum()
+            .map(|&i| p.f[i as usize] * (self.slow[i as usize] - self.fast[i as usize]))
+            .sum();
+        reads + p.writebacks * (self.slow_write - self.fast_write)
     }
 
-    /// Eq. 2: the estimated total stall of a placement (`in_fast[r]`) of regions with
-    /// profiles `f[r]`.
-    pub fn estimate(&self, f: &[PerPattern], in_fast: &[bool]) -> f64 {
-        assert_eq!(f.len(), in_fast.len());
-        f.iter()
+    /// Eq. 2 (with the write term): the estimated total stall of a placement (`in_fast[r]`) of
+    /// regions with profiles `p[r]`.
+    pub fn estimate(&self, p: &[Profile], in_fast: &[bool]) -> f64 {
+        assert_eq!(p.len(), in_fast.len());
+        p.iter()
             .zip(in_fast)
-            .map(|(f, &fast)| {
-                let l = if fast { &self.fast } else { &self.slow };
+            .map(|(p, &fast)| {
+                let (l, w) = if fast {
+                    (&self.fast, self.fast_write)
+                } else {
+                    (&self.slow, self.slow_write)
+                };
                 Pattern::ALL
                     .iter()
-                    .map(|&p| f[p as usize] * l[p as usize])
+                    .map(|&i| p.f[i as usize] * l[i as usize])
                     .sum::<f64>()
+                    + p.writebacks * w
             })
             .sum()
     }
@@ -197,15 +247,17 @@ mod tests {
             prop_assert!((captured(&c, &g) - brute_force(&c, k)).abs() < 1e-9);
         }
 
-        /// Eq. 4 is Eq. 2 rewritten: all-slow cost minus the benefits of the fast regions.
+        /// Eq. 4 is Eq. 2 rewritten: all-slow cost minus the benefits of the fast regions (with
+        /// the write term too).
         #[test]
-        fn eq4_equals_eq2(f in proptest::collection::vec([0.0f64..1e6, 0.0..1e6, 0.0..1e6], 0..8),
-                          mask in any::<u8>()) {
-            let l = Latencies::default();
-            let fast: Vec<bool> = (0..f.len()).map(|i| mask & (1 << i) != 0).collect();
-            let all_slow = l.estimate(&f, &vec![false; f.len()]);
-            let gain: f64 = f.iter().zip(&fast).filter(|(_, &x)| x).map(|(f, _)| l.benefit(f)).sum();
-            let eq2 = l.estimate(&f, &fast);
+        fn eq4_equals_eq2(f in proptest::collection::vec(([0.0f64..1e6, 0.0..1e6, 0.0..1e6], 0.0f64..1e5), 0..8),
+                          mask in any::<u8>(), fw in 0.0f64..10.0, sw in 10.0f64..300.0) {
+            let l = Latencies { fast_write: fw, slow_write: sw, ..Latencies::default() };
+            let p: Vec<Profile> = f.iter().map(|&(f, writebacks)| Profile { f, writebacks }).collect();
+            let fast: Vec<bool> = (0..p.len()).map(|i| mask & (1 << i) != 0).collect();
+            let all_slow = l.estimate(&p, &vec![false; p.len()]);
+            let gain: f64 = p.iter().zip(&fast).filter(|(_, &x)| x).map(|(p, _)| l.benefit(p)).sum();
+            let eq2 = l.estimate(&p, &fast);
             prop_assert!((eq2 - (all_slow - gain)).abs() <= 1e-6 * all_slow.max(1.0));
         }
     }
@@ -233,7 +285,7 @@ mod tests {
             .iter()
             .map(|&(_, size, acc, ptr, seq, rnd, _)| {
                 let per = |pct: f64| acc * pct / 100.0 / size;
-                l.benefit(&[per(ptr), per(rnd), per(seq)])
+                l.benefit(&Profile::reads([per(ptr), per(rnd), per(seq)]))
             })
             .collect();
         let theirs: Vec<f64> = rows.iter().map(|r| r.6).collect();
@@ -258,6 +310,37 @@ mod tests {
         let mut expected = rank(&theirs);
         expected.swap(3, 4); // 128 B and 4096 B
         assert_eq!(rank(&ours), expected);
+    }
+
+    /// The write term: a written structure gains what its writebacks cost on the slow tier, and
+    /// with no write cost (the default) the benefit is the thesis's.
+    #[test]
+    fn writebacks_add_their_slow_write_cost() {
+        let p = Profile {
+            f: [1.0, 10.0, 100.0],
+            writebacks: 50.0,
+        };
+        let thesis = Latencies::default();
+        assert_eq!(thesis.benefit(&p), 26.0 + 38.0 + 100.0);
+        let optane = Latencies {
+            fast_write: 1.0,
+            slow_write: 111.0,
+            ..Latencies::default()
+        };
+        assert_eq!(optane.benefit(&p), 164.0 + 50.0 * 110.0);
+        // A structure that only writes can now outrank one that only reads.
+        let reader = Profile::reads([0.0, 100.0, 0.0]);
+        let writer = Profile {
+            f: [0.0; 3],
+            writebacks: 10.0,
+        };
+        assert!(thesis.benefit(&writer) < thesis.benefit(&reader));
+        assert!(optane.benefit(&writer) > optane.benefit(&reader));
+        assert!(!Profile {
+            f: [0.0; 3],
+            writebacks: f64::NAN
+        }
+        .is_valid());
     }
 
     #[test]
@@ -285,8 +368,15 @@ mod tests {
         let l = Latencies {
             fast: [1.0, 1.0, 1.0],
             slow: [2.0, 0.5, 1.0],
+            ..Latencies::default()
         };
         assert!(l.validate().is_err());
+        let w = Latencies {
+            fast_write: 5.0,
+            slow_write: 1.0,
+            ..Latencies::default()
+        };
+        assert!(w.validate().is_err(), "slow writes faster than fast ones");
         assert!(Latencies::default().validate().is_ok());
         assert_eq!(mean_access_time(&[1.0, 3.0], &[10.0, 2.0]), 4.0);
     }

@@ -9,7 +9,8 @@
 //! bound to the first; the slow tier the second, `pm_size` of it), `profile` (a file saved by `XMem::save_profiles` or `pmkit xmem profile`:
 //! each named tag gets its profile before the program allocates), `priority` (`NAME:N`,
 //! repeatable), `slow_latency` (`CHASE:RANDOM:STREAMING`, the slow tier's stall per access for
-//! the placement model), `stats` (a file the regions are written to as JSON when the process
+//! the placement model), `slow_write` (ns per line written back to the slow tier: the write
+//! term of the placement model, 0 by default as in the thesis), `stats` (a file the regions are written to as JSON when the process
 //! exits). Tag names in a spec cannot contain `,`.
 
 use crate::Config;
@@ -120,6 +121,14 @@ fn apply(spec: &mut Spec, text: &str) -> Result<(), String> {
                 }
                 cfg.latencies.slow = [p[0], p[1], p[2]];
             }
+            "slow_write" => {
+                cfg.latencies.slow_write = v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .ok_or_else(|| format!("slow_write {v:?}: expected ns >= 0"))?;
+            }
             other => return Err(format!("unknown key {other:?}")),
         }
     }
@@ -164,6 +173,8 @@ mod tests {
             "priority=hot:x",
             "slow_latency=1:2",
             "slow_latency=1:-2:3",
+            "slow_write=-1",
+            "slow_write=fast",
         ] {
             assert!(parse(bad, None).is_err(), "{bad}");
         }
@@ -173,7 +184,7 @@ mod tests {
     fn the_environment_overrides_the_program() {
         let s = parse(
             "budget=128M,priority=hot:1,thp=on",
-            Some("budget=2M,priority=hot:5,priority=a:b:2,profile=/tmp/p,stats=/tmp/s,thp=off,slow_latency=300:40:5"),
+            Some("budget=2M,priority=hot:5,priority=a:b:2,profile=/tmp/p,stats=/tmp/s,thp=off,slow_latency=300:40:5,slow_write=111"),
         )
         .unwrap();
         assert_eq!(s.cfg.fast_budget, 2 << 20);
@@ -185,6 +196,7 @@ mod tests {
         assert_eq!(s.profile.as_deref(), Some(std::path::Path::new("/tmp/p")));
         assert_eq!(s.stats.as_deref(), Some(std::path::Path::new("/tmp/s")));
         assert_eq!(s.cfg.latencies.slow, [300.0, 40.0, 5.0]);
+        assert_eq!(s.cfg.latencies.slow_write, 111.0);
         let e = parse("", Some("budget=x")).unwrap_err();
         assert!(e.starts_with(ENV), "{e}");
     }

@@ -11,15 +11,35 @@
 //! structure the cache holds (a small hash index, hot vertex data) ranks by its accesses as if
 //! each one reached memory. [`Tracer::with_cache`] puts a cache model in front: each access that
 //! misses it is counted under its line's pattern, and hits are not counted, so the profile is
-//! the memory traffic the placement can change.
+//! the memory traffic the placement can change. The model is write-back: a stored line reaches
+//! memory when it is evicted, and each such writeback is counted under its line's region (what
+//! a slow tier's write cost applies to; the thesis's profile has no writes).
 
 use crate::cache::Cache;
 use crate::classify::{self, Access, BUFFER};
 use crate::place::Pattern;
 use std::collections::BTreeMap;
 
-/// Counts by pattern (indexed by `Pattern as usize`) per region index.
-pub type RegionCounts = BTreeMap<usize, [u64; 3]>;
+/// What a tracer counted in one region.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Accesses by pattern, indexed by `Pattern as usize`.
+    pub by_pattern: [u64; 3],
+    /// Dirty lines the cache model evicted (0 without one).
+    pub writebacks: u64,
+}
+
+impl Counts {
+    pub fn add(&mut self, o: &Counts) {
+        for (sum, &n) in self.by_pattern.iter_mut().zip(&o.by_pattern) {
+            *sum += n;
+        }
+        self.writebacks += o.writebacks;
+    }
+}
+
+/// Counts per region index.
+pub type RegionCounts = BTreeMap<usize, Counts>;
 
 /// Values a tracer can log: 8-byte words give their value (a possible pointer), narrower ones 0.
 pub trait Word: Copy {
@@ -88,12 +108,20 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
     /// Store `v` into `*r` and log the address (stores reveal no pointer to follow).
     pub fn store<T: Word>(&mut self, r: &mut T, v: T) {
         *r = v;
-        self.log(r as *const T as u64, 0);
+        self.log_rw(r as *const T as u64, 0, true);
     }
 
     fn log(&mut self, addr: u64, value: u64) {
+        self.log_rw(addr, value, false)
+    }
+
+    fn log_rw(&mut self, addr: u64, value: u64, store: bool) {
         if let Some(c) = &mut self.cache {
-            self.missed.push(!c.access(addr));
+            let t = c.touch(addr, store);
+            self.missed.push(!t.hit);
+            if let Some(r) = t.writeback.and_then(&self.region_of) {
+                self.counts.entry(r).or_default().writebacks += 1;
+            }
         }
         self.buf.push(Access { addr, value });
         self.logged += 1;
@@ -107,7 +135,7 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
         if self.cache.is_none() {
             for (addr, p) in classify::classify(&mut self.buf) {
                 if let Some(r) = (self.region_of)(addr) {
-                    self.counts.entry(r).or_insert([0; 3])[p as usize] += 1;
+                    self.counts.entry(r).or_default().by_pattern[p as usize] += 1;
                 }
             }
             self.buf.clear();
@@ -115,7 +143,7 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
         }
         for (addr, p) in label_misses(&mut self.buf, &self.missed) {
             if let Some(r) = (self.region_of)(addr) {
-                self.counts.entry(r).or_insert([0; 3])[p as usize] += 1;
+                self.counts.entry(r).or_default().by_pattern[p as usize] += 1;
             }
         }
         self.buf.clear();
@@ -163,32 +191,37 @@ pub fn label_misses(buf: &mut [Access], missed: &[bool]) -> Vec<(u64, Pattern)> 
 /// Add `other`'s counts into `into` (tracers of several threads).
 pub fn merge(into: &mut RegionCounts, other: &RegionCounts) {
     for (r, c) in other {
-        let e = into.entry(*r).or_insert([0; 3]);
-        for (sum, &n) in e.iter_mut().zip(c) {
-            *sum += n;
-        }
+        into.entry(*r).or_default().add(c);
     }
 }
 
 /// Data accesses from a `valgrind --tool=lackey --trace-mem=yes` log (lines ` L addr,size`,
-/// ` S addr,size`, ` M addr,size`; instruction fetches `I` and other lines are skipped).
+/// ` S addr,size`, ` M addr,size`; instruction fetches `I` and other lines are skipped), each
+/// with whether it stores (`S` and `M`, a load and a store of one place).
 ///
 /// Lackey logs addresses only, never loaded values, so the classifier's pointer-chasing rule
 /// cannot fire on these: a program profiled this way gets streaming and random counts only, and
 /// a pointer-chased structure (a hash table's chains, a tree) ranks lower than it should.
-pub fn parse_lackey(text: &str) -> Vec<Access> {
+pub fn parse_lackey_rw(text: &str) -> Vec<(Access, bool)> {
     text.lines()
         .filter_map(|l| {
             let l = l.strip_prefix(' ')?;
             let (kind, rest) = l.split_once(' ')?;
-            if !matches!(kind, "L" | "S" | "M") {
-                return None;
-            }
+            let store = match kind {
+                "L" => false,
+                "S" | "M" => true,
+                _ => return None,
+            };
             let addr = rest.trim().split(',').next()?;
             let addr = u64::from_str_radix(addr, 16).ok()?;
-            Some(Access { addr, value: 0 })
+            Some((Access { addr, value: 0 }, store))
         })
         .collect()
+}
+
+/// [`parse_lackey_rw`] without the store flags.
+pub fn parse_lackey(text: &str) -> Vec<Access> {
+    parse_lackey_rw(text).into_iter().map(|a| a.0).collect()
 }
 
 /// Classify a whole access log in buffers of [`BUFFER`] (in log order, as the profiler would
@@ -214,13 +247,15 @@ mod tests {
             vec![0xBE80199C, 0xBE801950, 0x0025747C]
         );
         assert!(a.iter().all(|a| a.value == 0));
+        let stores: Vec<bool> = parse_lackey_rw(text).iter().map(|a| a.1).collect();
+        assert_eq!(stores, vec![true, false, true]);
         // A scan of 64 lines, then the same addresses with values stripped: streaming survives,
         // nothing is ever labelled pointer chasing.
         let log: String = (0..64u64)
             .map(|i| format!(" L {:x},8\n", 0x1000 + i * 64))
             .collect();
         let c = classify_log(&parse_lackey(&log), |_| Some(0));
-        assert_eq!(c[&0], [0, 0, 64]);
+        assert_eq!(c[&0].by_pattern, [0, 0, 64]);
     }
 
     #[test]
@@ -240,13 +275,51 @@ mod tests {
         run(&mut filtered);
         let filtered = filtered.finish();
         // Without the model the small region counts a line per buffer, 64 lines x 128 buffers.
-        assert_eq!(plain[&0].iter().sum::<u64>(), 64 * 128);
+        assert_eq!(plain[&0].by_pattern.iter().sum::<u64>(), 64 * 128);
         // With it, only its first 64 misses; the stream misses every time, as streaming.
-        assert_eq!(filtered[&0].iter().sum::<u64>(), 64);
+        assert_eq!(filtered[&0].by_pattern.iter().sum::<u64>(), 64);
         assert_eq!(
-            filtered[&1][Pattern::Streaming as usize],
+            filtered[&1].by_pattern[Pattern::Streaming as usize],
             64 * BUFFER as u64
         );
-        assert_eq!(filtered[&1].iter().sum::<u64>(), 64 * BUFFER as u64);
+        assert_eq!(
+            filtered[&1].by_pattern.iter().sum::<u64>(),
+            64 * BUFFER as u64
+        );
+        assert_eq!(filtered[&0].writebacks + filtered[&1].writebacks, 0);
+    }
+
+    #[test]
+    fn writebacks_are_counted_where_the_stored_line_lives() {
+        // Region 0: 64 lines stored to once each, then a stream through region 1 (loads) that
+        // evicts them all from a 16 KiB model: 64 writebacks, all region 0's.
+        #[repr(align(64))]
+        struct Line([u64; 8]);
+        let mut lines: Vec<Line> = (0..64).map(|_| Line([0; 8])).collect();
+        let base = lines.as_ptr() as u64;
+        let stream = 1u64 << 47; // far from the heap
+        let region_of = move |a: u64| {
+            if (base..base + 64 * 64).contains(&a) {
+                Some(0)
+            } else {
+                Some((a >= stream) as usize)
+            }
+        };
+        let mut t = Tracer::with_cache(region_of, Cache::new(16 << 10, 4));
+        let mut t2 = Tracer::with_cache(region_of, Cache::new(16 << 10, 4));
+        for l in &mut lines {
+            t2.store(&mut l.0[3], 1u64);
+        }
+        for i in 0..4096u64 {
+            t2.log(stream + i * 64, 0);
+        }
+        let c = t2.finish();
+        assert_eq!(c[&0].writebacks, 64);
+        assert_eq!(c.get(&1).map_or(0, |c| c.writebacks), 0);
+        // Loads alone write nothing back.
+        for i in 0..4096u64 {
+            t.log(stream + i * 64, 0);
+        }
+        assert!(t.finish().values().all(|c| c.writebacks == 0));
     }
 }

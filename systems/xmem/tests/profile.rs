@@ -4,8 +4,9 @@
 
 mod common;
 use common::*;
+use pmkit_xmem::cache::Cache;
 use pmkit_xmem::trace::Tracer;
-use pmkit_xmem::{Pattern, Tier};
+use pmkit_xmem::{Pattern, Profile, Tier};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -68,7 +69,7 @@ fn traced_structures_get_their_patterns_and_the_list_goes_to_dram() {
     assert_eq!(tr.logged(), 3 * ACCESSES as u64);
     let counts = tr.finish();
     let profiles = x.apply_profile(&counts).unwrap();
-    let of = |t| profiles.iter().find(|p| p.0 == t).unwrap().1;
+    let of = |t| profiles.iter().find(|p| p.0 == t).unwrap().1.f;
     let dominant = |f: [f64; 3]| {
         Pattern::ALL
             .into_iter()
@@ -119,6 +120,7 @@ fn profiles_are_saved_by_name_and_reused_by_a_later_run() {
         let (a, b) = (f.xmem.tag("edges").unwrap(), f.xmem.tag("ranks").unwrap());
         f.xmem.set_profile(a, [0.0, 10.0, 500.0]).unwrap();
         f.xmem.set_profile(b, [300.0, 0.0, 0.0]).unwrap();
+        f.xmem.set_writebacks(a, 7.5).unwrap();
         f.xmem.save_profiles(&file).unwrap();
     }
     // The next run makes its tags in another order; names carry the profiles over.
@@ -131,11 +133,17 @@ fn profiles_are_saved_by_name_and_reused_by_a_later_run() {
     let p = x.profiles();
     assert_eq!(
         p[ranks.id() as usize],
-        ("ranks".to_string(), [300.0, 0.0, 0.0])
+        ("ranks".to_string(), Profile::reads([300.0, 0.0, 0.0]))
     );
     assert_eq!(
         p[edges.id() as usize],
-        ("edges".to_string(), [0.0, 10.0, 500.0])
+        (
+            "edges".to_string(),
+            Profile {
+                f: [0.0, 10.0, 500.0],
+                writebacks: 7.5
+            }
+        )
     );
     // Loaded profiles drive placement: "ranks" displaces "edges" from the one DRAM slot.
     let e = x.alloc(edges, 2 * MIB, 8).unwrap();
@@ -150,4 +158,60 @@ fn profiles_are_saved_by_name_and_reused_by_a_later_run() {
     assert!(x.load_profiles(&file).is_err());
     assert_eq!(x.profiles(), p);
     assert!(x.tag("bad\nname").is_err());
+}
+
+/// Which tag holds the one DRAM slot after profiling a written log and a read index through a
+/// cache model and rebalancing, with `slow_write` ns per line written back to the slow tier.
+fn written_or_read(slow_write: f64) -> (String, Profile, Profile) {
+    let f = fixture_cfg(16, 16, 1, |c| c.latencies.slow_write = slow_write);
+    let x = &f.xmem;
+    let (log_t, index_t) = (x.tag("log").unwrap(), x.tag("index").unwrap());
+    let words = (3 * MIB / 2) / 8;
+    let log = x.alloc(log_t, words * 8, 64).unwrap().as_ptr() as *mut u64;
+    let index = x.alloc(index_t, words * 8, 64).unwrap().as_ptr() as *mut u64;
+    // SAFETY: both allocations are `words` long and ours alone.
+    let (log, index) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(log, words),
+            std::slice::from_raw_parts_mut(index, words),
+        )
+    };
+    index.fill(1);
+    let mut rng = SmallRng::seed_from_u64(9);
+    // A 256 KiB model: both structures miss it; every stored line is later evicted dirty.
+    let mut tr = Tracer::with_cache(|a| x.region_of(a as usize), Cache::new(256 << 10, 8));
+    let mut sum = 0u64;
+    for i in 0..ACCESSES {
+        tr.store(&mut log[rng.gen_range(0..words)], i as u64);
+        sum += tr.load(&index[rng.gen_range(0..words)]);
+        sum += tr.load(&index[rng.gen_range(0..words)]);
+    }
+    assert_eq!(sum, 2 * ACCESSES as u64);
+    let profiles = x.apply_profile(&tr.finish()).unwrap();
+    let of = |t| profiles.iter().find(|p| p.0 == t).unwrap().1;
+    x.rebalance().unwrap();
+    let fast: Vec<_> = x
+        .regions()
+        .iter()
+        .filter(|r| r.tier == Tier::Fast)
+        .map(|r| x.tag_name(r.tag).unwrap())
+        .collect();
+    assert_eq!(fast.len(), 1, "{:?}", x.regions());
+    (fast[0].clone(), of(log_t), of(index_t))
+}
+
+#[test]
+fn a_slow_write_cost_keeps_a_written_structure_in_dram() {
+    // The thesis's model (no write cost): the index has twice the misses, it takes DRAM.
+    let (fast, log, index) = written_or_read(0.0);
+    assert_eq!(fast, "index");
+    // The profile saw the log's writebacks (most of its stores) and none of the index's.
+    assert!(
+        log.writebacks > 0.5 * ACCESSES as f64 && log.writebacks <= ACCESSES as f64,
+        "{log:?}"
+    );
+    assert_eq!(index.writebacks, 0.0, "{index:?}");
+    // Writes that cost what an Optane line does: the log keeps DRAM.
+    let (fast, ..) = written_or_read(111.0);
+    assert_eq!(fast, "log");
 }

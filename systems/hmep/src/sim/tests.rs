@@ -177,3 +177,33 @@ fn windows_count_misses_and_distinct_stored_lines_per_structure() {
     assert_eq!(&w.stored_lines[..2], &[0, 0]);
     assert_eq!(&w.misses[2..], &[0, 0]);
 }
+
+#[test]
+fn writebacks_go_to_the_unit_and_page_of_the_line_written() {
+    // A 16 KiB model (256 lines): structure 0 stores to 100 lines of one page-spread range,
+    // structure 1 then streams 4,096 lines past them, evicting every one: 100 writebacks, all
+    // structure 0's, and each on the page it stored to. Structure 1 loaded only: none.
+    let mut sim = Sim::with_tlb(Cache::new(16 << 10, 4), 2, small_tlb());
+    let a = 1u64 << 40;
+    let b = a + (64 << 20);
+    for i in 0..100u64 {
+        sim.access_rw(0, a + (i << 12) + (i % 64) * 64, 0, true);
+    }
+    for i in 0..4096u64 {
+        sim.access(1, b + i * 64, 0);
+    }
+    let m = sim.finish();
+    assert_eq!(m.units[0].writebacks, 100);
+    assert_eq!(m.units[1].writebacks, 0);
+    assert_eq!(m.units[0].stores, 100);
+    for i in 0..100u64 {
+        assert_eq!(m.pages[&((a >> 12) + i)].writebacks, 1, "page {i}");
+    }
+    assert_eq!(m.pages.values().map(|p| p.writebacks).sum::<u64>(), 100);
+    // Stores the cache still holds are not written back.
+    let mut sim = Sim::with_tlb(Cache::new(16 << 10, 4), 1, small_tlb());
+    for i in 0..100u64 {
+        sim.access_rw(0, a + i * 64, 0, true);
+    }
+    assert_eq!(sim.finish().units[0].writebacks, 0);
+}
