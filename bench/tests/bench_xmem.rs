@@ -8,10 +8,11 @@ mod common;
 
 use std::process::Command;
 
-const POLICIES: [&str; 9] = [
+const POLICIES: [&str; 10] = [
     "fast-only",
     "slow-only",
     "x-mem",
+    "x-mem-reads",
     "x-mem-unfiltered",
     "first-touch",
     "page-hotness",
@@ -71,17 +72,25 @@ fn quick_json_has_every_policy_and_the_model_invariants() {
                     .as_u64()
                     .unwrap()
             };
+            let wb = |name: &str| {
+                p.iter().find(|x| x["policy"] == name).unwrap()["slow_writebacks"]
+                    .as_u64()
+                    .unwrap()
+            };
             assert!((t("fast-only") - 1.0).abs() < eps, "{pt}");
             assert_eq!(w("fast-only"), 0);
+            assert_eq!(wb("fast-only"), 0);
             for name in POLICIES {
                 assert!(
                     t(name) >= 1.0 - eps && t(name) <= t("slow-only") + eps,
                     "{name}: {pt}"
                 );
                 assert!(w(name) <= w("slow-only"), "{name}: {pt}");
+                assert!(wb(name) <= wb("slow-only"), "{name}: {pt}");
             }
             for name in [
                 "x-mem",
+                "x-mem-reads",
                 "x-mem-unfiltered",
                 "first-touch",
                 "memkind-ratio",
@@ -93,10 +102,19 @@ fn quick_json_has_every_policy_and_the_model_invariants() {
             assert!(t("oracle-tag-order") <= t("first-touch") + eps, "{pt}");
             let r = pt["xmem_over_oracle"].as_f64().unwrap();
             assert!((r - t("x-mem") / t("oracle")).abs() < eps, "{pt}");
+            let r = pt["xmem_reads_over_oracle"].as_f64().unwrap();
+            assert!((r - t("x-mem-reads") / t("oracle")).abs() < eps, "{pt}");
             slow_only_above_fast |= t("slow-only") > 1.0;
         }
         // The quick run's cache model is small enough that slow memory costs something.
         assert!(slow_only_above_fast, "{a}");
+        // Every application stores, and the cache model writes some of it back.
+        let tags = a["per_tag"].as_array().unwrap();
+        let sum = |k: &str| tags.iter().map(|u| u[k].as_u64().unwrap()).sum::<u64>();
+        assert!(
+            sum("writebacks") > 0 && sum("writebacks") <= sum("stores"),
+            "{a}"
+        );
     }
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     let left: Vec<_> = std::fs::read_dir(dir.path())

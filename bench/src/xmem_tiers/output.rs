@@ -90,11 +90,19 @@ pub fn table(r: &Report) {
                 }
                 println!();
             }
-            println!("  {pre}: writes to the slow tier over slow-only's (Fig. 30)");
+            println!("  {pre}: stores to the slow tier over slow-only's (Fig. 30)");
             for pt in a.points.iter().filter(|p| p.preset == pre) {
                 print!("  {:<6}", frac(pt.fraction));
                 for p in &pt.policies {
                     print!(" {:>16.3}", p.writes_vs_slow_only);
+                }
+                println!();
+            }
+            println!("  {pre}: lines written back to the slow tier over slow-only's");
+            for pt in a.points.iter().filter(|p| p.preset == pre) {
+                print!("  {:<6}", frac(pt.fraction));
+                for p in &pt.policies {
+                    print!(" {:>16.3}", p.writebacks_vs_slow_only);
                 }
                 println!();
             }

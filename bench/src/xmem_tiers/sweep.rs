@@ -127,6 +127,9 @@ pub struct PolicyResult {
     /// Stores of one pass reaching the slow tier, and their share of slow-only's (Fig. 30).
     pub slow_stores: u64,
     pub writes_vs_slow_only: f64,
+    /// Lines written back to the slow tier (the device's writes), and over slow-only's.
+    pub slow_writebacks: u64,
+    pub writebacks_vs_slow_only: f64,
     /// Of `predicted_ms`, what bandwidth queueing adds (`pmkit_hmep::queue`), and the windows
     /// the slow tier's bandwidth bounded.
     pub queueing_ms: f64,
@@ -174,6 +177,7 @@ pub fn evaluate(d: &Data, models: &[Model], fractions: &[f64], base_ns: f64) -> 
                 .map(|p| policy::run(p, d, &delta, &lat, k, k_pages, f))
                 .collect();
             let slow_only = outcomes[1].slow_stores.max(1) as f64;
+            let slow_only_wb = outcomes[1].slow_writebacks.max(1) as f64;
             let bw = Bandwidth::of(m);
             let policies: Vec<PolicyResult> = POLICIES
                 .iter()
@@ -187,6 +191,8 @@ pub fn evaluate(d: &Data, models: &[Model], fractions: &[f64], base_ns: f64) -> 
                         normalised: ns / base_ns,
                         slow_stores: o.slow_stores,
                         writes_vs_slow_only: o.slow_stores as f64 / slow_only,
+                        slow_writebacks: o.slow_writebacks,
+                        writebacks_vs_slow_only: o.slow_writebacks as f64 / slow_only_wb,
                         queueing_ms: q.extra_ns / 1e6,
                         saturated_windows: q.saturated_windows,
                     }

@@ -6,9 +6,11 @@
 //! - the window's time is its share of the fast-only time (by accesses) plus its share of the
 //!   modelled stalls (by slow misses);
 //! - the device is busy `reads · line / read BW + writes · line / write BW` of it (writes:
-//!   distinct lines stored in the window, each written back once; `line` is the device's
-//!   internal line for random and chase misses and lone stored lines, 64 bytes for streaming
-//!   misses and runs of stored lines, which share it), so it is utilised `ρ = busy / time`;
+//!   the dirty lines the cache model evicted in the window: a line stored to again and again
+//!   while the cache holds it is written once, when it leaves; `line` is the device's internal
+//!   line for random and chase misses and lone lines written back, 64 bytes for streaming misses
+//!   and runs of adjacent lines written back, which share it), so it is utilised
+//!   `ρ = busy / time`;
 //! - each slow read waits an M/D/1 queue's `ρ / (2 (1 − ρ)) · service` (ρ capped at 0.95), but
 //!   never behind more than the MLP − 1 other requests a core keeps in flight, and overlapped
 //!   MLP-fold as independent misses are; posted writes wait for nothing;
@@ -86,7 +88,7 @@ pub fn queueing(
     let (read_seq_s, write_seq_s) = (64.0 / bw.read_gbs, 64.0 / bw.write_gbs);
     for i in 0..w.len() {
         let reads = reads_of(i);
-        let writes = slow_of(&w.stored_lines, i) + slow_of(&w.stored_seq_lines, i);
+        let writes = slow_of(&w.written_lines, i) + slow_of(&w.written_seq_lines, i);
         if reads + writes == 0.0 {
             continue;
         }
@@ -96,8 +98,8 @@ pub fn queueing(
         }
         let busy = slow_of(&w.misses, i) * read_s
             + slow_of(&w.stream_misses, i) * read_seq_s
-            + slow_of(&w.stored_lines, i) * write_s
-            + slow_of(&w.stored_seq_lines, i) * write_seq_s;
+            + slow_of(&w.written_lines, i) * write_s
+            + slow_of(&w.written_seq_lines, i) * write_seq_s;
         let rho = busy / time.max(f64::MIN_POSITIVE);
         q.peak_utilisation = q.peak_utilisation.max(rho);
         let r = rho.min(RHO_CAP);
@@ -119,14 +121,14 @@ pub fn queueing(
 mod tests {
     use super::*;
 
-    fn windows(misses: &[u32], stored: &[u32]) -> Windows {
+    fn windows(misses: &[u32], written: &[u32]) -> Windows {
         Windows {
             structures: 1,
             accesses: vec![4096; misses.len()],
             misses: misses.to_vec(),
             stream_misses: vec![0; misses.len()],
-            stored_lines: stored.to_vec(),
-            stored_seq_lines: vec![0; misses.len()],
+            written_lines: written.to_vec(),
+            written_seq_lines: vec![0; misses.len()],
         }
     }
 

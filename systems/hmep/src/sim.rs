@@ -132,10 +132,10 @@ pub struct Misses {
 }
 
 /// Per window of consecutive accesses and per structure, window-major: the memory misses and
-/// the distinct lines stored to (each written back once at most per window), each split into
-/// those in order (streaming misses; stored lines next to another stored line: they share a
-/// device's larger internal line) and the rest (random and chase misses; lone stored lines:
-/// each moves a whole device line).
+/// the lines written back (dirty lines the cache model evicted in the window, counted under the
+/// structure of the page written), each split into those in order (streaming misses; lines
+/// written back next to another one: they share a device's larger internal line) and the rest
+/// (random and chase misses; lone lines: each moves a whole device line).
 #[derive(Debug, Clone, Default)]
 pub struct Windows {
     pub structures: usize,
@@ -143,8 +143,8 @@ pub struct Windows {
     pub accesses: Vec<u32>,
     pub misses: Vec<u32>,
     pub stream_misses: Vec<u32>,
-    pub stored_lines: Vec<u32>,
-    pub stored_seq_lines: Vec<u32>,
+    pub written_lines: Vec<u32>,
+    pub written_seq_lines: Vec<u32>,
 }
 
 impl Windows {
@@ -256,6 +256,7 @@ impl Sim {
         let mut acc: Vec<Access> = self.buf.iter().map(|b| b.access).collect();
         let labels = classify::classify(&mut acc);
         self.count_window(&labels);
+        let mut written: Vec<(u16, u64)> = Vec::new();
         // The thesis's profiler counts a line once per buffer (repeats are assumed cached).
         let mut counted = vec![false; labels.len()];
         for b in &self.buf {
@@ -301,20 +302,45 @@ impl Sim {
             // A writeback belongs to the page of the line written (stored to before, so
             // counted already, unless it overflowed).
             if let Some(wb) = b.writeback {
-                match self.out.pages.get_mut(&(wb >> PAGE_4K)) {
+                let s = match self.out.pages.get_mut(&(wb >> PAGE_4K)) {
                     Some(e) => {
                         e.writebacks += 1;
-                        self.out.units[e.structure as usize].writebacks += 1;
+                        e.structure
                     }
-                    None => self.out.overflow.writebacks += 1,
-                }
+                    None => {
+                        self.out.overflow.writebacks += 1;
+                        b.s
+                    }
+                };
+                self.out.units[s as usize].writebacks += 1;
+                written.push((s, wb / classify::LINE));
             }
         }
+        self.count_written(written);
         self.buf.clear();
     }
 
-    /// The buffer as one window: misses and distinct stored lines per structure (`labels` from
-    /// the classifier, to split the misses by pattern).
+    /// The window's lines written back, per structure: those next to another one (in order,
+    /// sharing a device line) and the rest.
+    fn count_written(&mut self, mut written: Vec<(u16, u64)>) {
+        let w = &mut self.out.windows;
+        let at = w.written_lines.len() - w.structures;
+        written.sort_unstable();
+        for (i, &(s, line)) in written.iter().enumerate() {
+            let next_to = |j: Option<usize>| {
+                j.and_then(|j| written.get(j))
+                    .is_some_and(|&(t, l)| t == s && l.abs_diff(line) == 1)
+            };
+            if next_to(i.checked_sub(1)) || next_to(Some(i + 1)) {
+                w.written_seq_lines[at + s as usize] += 1;
+            } else {
+                w.written_lines[at + s as usize] += 1;
+            }
+        }
+    }
+
+    /// The buffer as one window: misses per structure (`labels` from the classifier, to split
+    /// them by pattern), and room for its lines written back.
     fn count_window(&mut self, labels: &[(u64, Pattern)]) {
         let w = &mut self.out.windows;
         let n = w.structures;
@@ -323,40 +349,21 @@ impl Sim {
         for v in [
             &mut w.misses,
             &mut w.stream_misses,
-            &mut w.stored_lines,
-            &mut w.stored_seq_lines,
+            &mut w.written_lines,
+            &mut w.written_seq_lines,
         ] {
             v.resize(at + n, 0);
         }
-        let mut stored: Vec<(u16, u64)> = Vec::new();
-        for b in &self.buf {
-            if b.miss {
-                let line = b.access.addr / classify::LINE;
-                let i = labels.partition_point(|l| l.0 / classify::LINE < line);
-                let stream = labels
-                    .get(i)
-                    .is_some_and(|l| l.0 / classify::LINE == line && l.1 == Pattern::Streaming);
-                if stream {
-                    w.stream_misses[at + b.s as usize] += 1;
-                } else {
-                    w.misses[at + b.s as usize] += 1;
-                }
-            }
-            if b.store {
-                stored.push((b.s, b.access.addr / classify::LINE));
-            }
-        }
-        stored.sort_unstable();
-        stored.dedup();
-        for (i, &(s, line)) in stored.iter().enumerate() {
-            let next_to = |j: Option<usize>| {
-                j.and_then(|j| stored.get(j))
-                    .is_some_and(|&(t, l)| t == s && l.abs_diff(line) == 1)
-            };
-            if next_to(i.checked_sub(1)) || next_to(Some(i + 1)) {
-                w.stored_seq_lines[at + s as usize] += 1;
+        for b in self.buf.iter().filter(|b| b.miss) {
+            let line = b.access.addr / classify::LINE;
+            let i = labels.partition_point(|l| l.0 / classify::LINE < line);
+            let stream = labels
+                .get(i)
+                .is_some_and(|l| l.0 / classify::LINE == line && l.1 == Pattern::Streaming);
+            if stream {
+                w.stream_misses[at + b.s as usize] += 1;
             } else {
-                w.stored_lines[at + s as usize] += 1;
+                w.misses[at + b.s as usize] += 1;
             }
         }
     }

@@ -148,11 +148,11 @@ fn pages_beyond_the_bound_are_counted_as_overflow() {
 }
 
 #[test]
-fn windows_count_misses_and_distinct_stored_lines_per_structure() {
+fn windows_count_misses_and_lines_written_back_per_structure() {
     let mut sim = Sim::with_tlb(Cache::new(64 << 10, 4), 2, small_tlb());
     let base = 1u64 << 40;
     // One window: structure 0 stores twice to each of 10 lines (misses once each), structure
-    // 1 loads 5 lines twice.
+    // 1 loads 5 lines twice. The cache holds them all: nothing is written back.
     for i in 0..10u64 {
         sim.access_rw(0, base + i * 64, 0, true);
         sim.access_rw(0, base + i * 64 + 8, 0, true);
@@ -162,20 +162,30 @@ fn windows_count_misses_and_distinct_stored_lines_per_structure() {
             sim.access(1, base + (1 << 20) + i * 64, 0);
         }
     }
-    // Fill the window and start another.
-    for i in 0..(BUFFER as u64 - 30 + 3) {
+    // Fill the window with hits; the next one streams structure 1 through 2,048 fresh lines
+    // (twice the cache), evicting structure 0's ten dirty lines: written back in that window,
+    // under structure 0, in order.
+    for i in 0..(BUFFER as u64 - 30) {
         sim.access(1, base + (1 << 20) + (i % 5) * 64, 0);
+    }
+    for i in 0..2048u64 {
+        sim.access(1, base + (2 << 20) + i * 64, 0);
     }
     let m = sim.finish();
     let w = &m.windows;
     assert_eq!(w.len(), 2);
-    assert_eq!(w.accesses, vec![BUFFER as u32, 3]);
-    // Ten lines in a row: streaming misses and stored lines that share device lines.
+    assert_eq!(w.accesses, vec![BUFFER as u32, 2048]);
+    // Ten lines in a row: streaming misses.
     assert_eq!(&w.stream_misses[..2], &[10, 0]);
-    assert_eq!(&w.stored_seq_lines[..2], &[10, 0]);
     assert_eq!(w.misses[1] + w.stream_misses[1], 5);
-    assert_eq!(&w.stored_lines[..2], &[0, 0]);
-    assert_eq!(&w.misses[2..], &[0, 0]);
+    // Stored to twice each, written back once each, and not in the window that stored them.
+    assert_eq!(&w.written_seq_lines[..2], &[0, 0]);
+    assert_eq!(&w.written_lines[..2], &[0, 0]);
+    assert_eq!(&w.written_seq_lines[2..], &[10, 0]);
+    assert_eq!(&w.written_lines[2..], &[0, 0]);
+    assert_eq!(m.units[0].writebacks, 10);
+    assert_eq!(m.units[0].stores, 20);
+    assert_eq!(w.misses[3] + w.stream_misses[3], 2048);
 }
 
 #[test]
