@@ -230,8 +230,8 @@ fn xmem_candidates(d: &Data, lat: &Latencies, what: Profiler) -> Vec<Candidate> 
         } else {
             &u.misses
         };
-        for p in 0..3 {
-            profile[t].f[p] += f[p] as f64;
+        for (sum, &n) in profile[t].f.iter_mut().zip(f) {
+            *sum += n as f64;
         }
         if what == Profiler::Full {
             profile[t].writebacks += u.writebacks as f64;

@@ -169,22 +169,21 @@ fn written_or_read(slow_write: f64) -> (String, Profile, Profile) {
     let words = (3 * MIB / 2) / 8;
     let log = x.alloc(log_t, words * 8, 64).unwrap().as_ptr() as *mut u64;
     let index = x.alloc(index_t, words * 8, 64).unwrap().as_ptr() as *mut u64;
-    // SAFETY: both allocations are `words` long and ours alone.
-    let (log, index) = unsafe {
-        (
-            std::slice::from_raw_parts_mut(log, words),
-            std::slice::from_raw_parts_mut(index, words),
-        )
-    };
-    index.fill(1);
+    for i in 0..words {
+        // SAFETY: `i` is inside the live allocation, which nothing else touches.
+        unsafe { index.add(i).write(1) };
+    }
     let mut rng = SmallRng::seed_from_u64(9);
     // A 256 KiB model: both structures miss it; every stored line is later evicted dirty.
     let mut tr = Tracer::with_cache(|a| x.region_of(a as usize), Cache::new(256 << 10, 8));
     let mut sum = 0u64;
     for i in 0..ACCESSES {
-        tr.store(&mut log[rng.gen_range(0..words)], i as u64);
-        sum += tr.load(&index[rng.gen_range(0..words)]);
-        sum += tr.load(&index[rng.gen_range(0..words)]);
+        // SAFETY: indices are inside the live allocations; no other reference to them lives.
+        unsafe {
+            tr.store(&mut *log.add(rng.gen_range(0..words)), i as u64);
+            sum += tr.load(&*index.add(rng.gen_range(0..words)));
+            sum += tr.load(&*index.add(rng.gen_range(0..words)));
+        }
     }
     assert_eq!(sum, 2 * ACCESSES as u64);
     let profiles = x.apply_profile(&tr.finish()).unwrap();
