@@ -9,6 +9,8 @@
 //! - `state`: configuration, the pool (mounted on the first call under the prefix), the
 //!   table of the shim's descriptors, the reentrancy guard and the call boundary.
 //! - `real`: libc's own functions (`dlsym(RTLD_NEXT, ...)`).
+//! - `guarded`: reading a path through an untrusted pointer with no system call (a fault in
+//!   its one load is an error return), and `sigaction`/`signal`, which keep that handler first.
 //! - `stat`: `struct stat`/`statx` as the kernel fills them.
 //! - `fd`: calls on descriptors; `path`: calls on paths; `cwd`: a current directory
 //!   inside the pool; `dir`: directory streams;
@@ -30,6 +32,7 @@ mod real;
 mod cwd;
 mod dir;
 mod fd;
+mod guarded;
 mod meta;
 mod path;
 mod stat;

@@ -472,15 +472,20 @@ fn copy_from_image(ptr: *const libc::c_char) -> Option<Vec<u8>> {
 }
 
 /// Copy the NUL-terminated string at `ptr` (at most `PATH_MAX` bytes) without trusting the
-/// pointer: `process_vm_readv` on this process reads it, one page at a time, and answers EFAULT
-/// for memory that is not readable, where a plain load would fault. `None`: unreadable, or no
-/// NUL within `PATH_MAX` bytes.
+/// pointer: in place where it is provably readable (the stack, the brk heap, the program's
+/// image), else by the guarded routine (`guarded`: a fault is an error, not a crash), else (no
+/// guarded routine here) with `process_vm_readv` on this process, one page at a time, which
+/// answers EFAULT for memory that is not readable. `None`: unreadable, or no NUL within
+/// `PATH_MAX` bytes.
 pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
     if let Some(v) = copy_from_stack(ptr)
         .or_else(|| copy_from_brk(ptr))
         .or_else(|| copy_from_image(ptr))
     {
         return Some(v);
+    }
+    if let Some(r) = crate::guarded::copy(ptr, libc::PATH_MAX as usize) {
+        return r.ok();
     }
     const PAGE: usize = 4096;
     let mut out = Vec::new();

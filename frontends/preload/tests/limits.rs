@@ -388,3 +388,96 @@ fn the_flags_are_virtual_xattrs_through_the_shim() {
     assert!(a.huge && a.atomic, "{a:?}");
     drop(p.unmount());
 }
+
+/// A path in memory the shim cannot prove readable (an `mmap`'d buffer, as Python's and most
+/// multi-threaded programs' heaps are) is read by the guarded copy: served; running into, or
+/// starting in, an unreadable page is EFAULT, also after the program installed its own SIGSEGV
+/// handler (`faulthandler`, through `sigaction`), and that handler still gets the program's own
+/// faults: the process dies of SIGSEGV with Python's report, as without the shim.
+#[test]
+fn paths_in_mapped_memory_are_read_guarded_and_the_programs_own_faults_reach_it() {
+    if !have("python3") {
+        return;
+    }
+    let s = Shim::new();
+    let f = s.m("f");
+    let (out, err) = py(
+        &s,
+        &format!(
+            "import ctypes, errno, mmap, faulthandler\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n\
+             open('{f}', 'w').close()\n\
+             st = ctypes.create_string_buffer(256)\n\
+             def stat(p):\n\
+             \x20   n = libc.stat(ctypes.c_void_p(p), st)\n\
+             \x20   return errno.errorcode[ctypes.get_errno()] if n else 'ok'\n\
+             m = mmap.mmap(-1, 2 * 4096)\n\
+             m[:len(b'{f}') + 1] = b'{f}\\0'\n\
+             m[4096 - 3:4096] = b'aaa'\n\
+             addr = ctypes.addressof(ctypes.c_char.from_buffer(m))\n\
+             assert libc.mprotect(addr + 4096, 4096, 0) == 0\n\
+             r = [stat(addr), stat(addr + 4096 - 3), stat(addr + 4096)]\n\
+             faulthandler.enable()\n\
+             r += [stat(addr + 4096), stat(addr)]\n\
+             print(*r, flush=True)\n"
+        ),
+    );
+    assert_eq!(out, "ok EFAULT EFAULT EFAULT ok\n", "{err}");
+    // With no system call: 100 stats of a mapped path, and not one `process_vm_readv`.
+    if have("strace") {
+        let log = s.dir.path().join("strace.log");
+        let out = s
+            .cmd("strace")
+            .args(["-f", "-qq", "-e", "trace=process_vm_readv", "-o"])
+            .arg(&log)
+            .args([
+                "python3",
+                "-c",
+                &format!(
+                    "import ctypes, mmap\n\
+                     libc = ctypes.CDLL(None, use_errno=True)\n\
+                     st = ctypes.create_string_buffer(256)\n\
+                     m = mmap.mmap(-1, 4096)\n\
+                     m[:len(b'{f}') + 1] = b'{f}\\0'\n\
+                     addr = ctypes.addressof(ctypes.c_char.from_buffer(m))\n\
+                     print(sum(libc.stat(ctypes.c_void_p(addr), st) == 0 for _ in range(100)))\n"
+                ),
+            ])
+            .output()
+            .unwrap();
+        common::assert_ok(&out, "strace python3");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "100\n");
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            calls.lines().filter(|l| l.contains("process_vm_readv(")).count(),
+            0,
+            "{calls}"
+        );
+    }
+    // The program's own fault, after a guarded copy installed the shim's handler: with
+    // faulthandler (its report, then SIGSEGV) and without (SIGSEGV).
+    for fh in ["faulthandler.enable()", "pass"] {
+        let out = s
+            .cmd("python3")
+            .args([
+                "-c",
+                &format!(
+                    "import ctypes, faulthandler\n\
+                     libc = ctypes.CDLL(None, use_errno=True)\n\
+                     st = ctypes.create_string_buffer(256)\n\
+                     assert libc.stat(ctypes.c_void_p(4096), st) != 0\n\
+                     {fh}\n\
+                     ctypes.string_at(1)\n"
+                ),
+            ])
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{fh}: {err}");
+        if fh != "pass" {
+            assert!(err.contains("Segmentation fault"), "{err}");
+        }
+    }
+}
