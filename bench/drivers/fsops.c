@@ -5,11 +5,13 @@
  * -lpmkit_fs: the library in process).
  *
  * Usage: fsops OP N PLACE
- *   OP     read4k | write4k | create | stat | append4k_fsync
+ *   OP     read4k | write4k | create | stat | stat_mapped | append4k_fsync
+ *          (stat_mapped: stat with the path in an anonymous mmap'd buffer, where Python's and
+ *          most multi-threaded programs' heaps put strings; stat's is a stack buffer)
  *   N      operations to time (0: the setup alone, the baseline of a traced run)
  *   PLACE  POSIX: a directory; PMFS_LIB: the pool file (the work goes to its root)
  * The work goes to a new directory OP-N there. The setup (a 16 MiB file written for read4k
- * and write4k, an empty file for stat and the append, the directory for create) runs first;
+ * and write4k, an empty file for the stats and the append, the directory for create) runs first;
  * then the program prints "ready", waits for a line on stdin (so a measurer can read the other
  * processes' counters), runs the N operations and prints one line: "ns=WALL user_us=U
  * sys_us=S" (its own wall clock and CPU over the N operations alone). Errors go to stderr with
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -89,7 +92,7 @@ static int64_t usec(struct timeval t) { return (int64_t)t.tv_sec * 1000000 + t.t
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s read4k|write4k|create|stat|append4k_fsync N PLACE\n",
+        fprintf(stderr, "usage: %s read4k|write4k|create|stat|stat_mapped|append4k_fsync N PLACE\n",
                 argv[0]);
         return 2;
     }
@@ -113,7 +116,8 @@ int main(int argc, char **argv) {
     memset(buf, 0x5a, sizeof buf);
     int fd = -1;
     int kind = !strcmp(op, "read4k") ? 0 : !strcmp(op, "write4k") ? 1 : !strcmp(op, "create") ? 2
-               : !strcmp(op, "stat") ? 3 : !strcmp(op, "append4k_fsync") ? 4 : -1;
+               : !strcmp(op, "stat") ? 3 : !strcmp(op, "append4k_fsync") ? 4
+               : !strcmp(op, "stat_mapped") ? 5 : -1;
     if (kind < 0) {
         fprintf(stderr, "fsops: unknown operation %s\n", op);
         return 2;
@@ -123,7 +127,7 @@ int main(int argc, char **argv) {
         for (unsigned off = 0; off < FILE_BYTES; off += BLOCK)
             CHECK(PWRITE(fd, buf, BLOCK, off));
         CHECK(FSYNC(fd));
-    } else if (kind == 3) {
+    } else if (kind == 3 || kind == 5) {
         CHECK(fd = OPEN(path, O_WRONLY | O_CREAT | O_TRUNC, 0644));
         CHECK(CLOSE(fd));
         fd = -1;
@@ -143,6 +147,13 @@ int main(int argc, char **argv) {
     int64_t t0 = now_ns();
     struct stat st;
     char name[4300];
+    char *mapped = mmap(NULL, sizeof path, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                        -1, 0);
+    if (mapped == MAP_FAILED) {
+        fprintf(stderr, "fsops: mmap: %s\n", strerror(errno));
+        return 1;
+    }
+    memcpy(mapped, path, sizeof path);
     for (long i = 0; i < n; i++) {
         switch (kind) {
         case 0:
@@ -167,6 +178,9 @@ int main(int argc, char **argv) {
         case 4:
             CHECK(WRITE(fd, buf, BLOCK));
             CHECK(FSYNC(fd));
+            break;
+        case 5:
+            CHECK(STAT(mapped, &st));
             break;
         }
     }

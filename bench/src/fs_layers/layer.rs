@@ -39,7 +39,14 @@ pub const LAYERS: [Layer; 7] = [
 ];
 
 /// The operations of the drivers (their first argument).
-pub const OPS: [&str; 5] = ["read4k", "write4k", "create", "stat", "append4k_fsync"];
+pub const OPS: [&str; 6] = [
+    "read4k",
+    "write4k",
+    "create",
+    "stat",
+    "stat_mapped",
+    "append4k_fsync",
+];
 
 impl Layer {
     pub fn name(self) -> &'static str {
@@ -63,7 +70,7 @@ impl Layer {
 
     /// Whether `op` means something on this layer: NBD has no names (no create, no stat).
     pub fn has(self, op: &str) -> bool {
-        self != Layer::Nbd || !matches!(op, "create" | "stat")
+        self != Layer::Nbd || !matches!(op, "create" | "stat" | "stat_mapped")
     }
 
     pub fn has_daemon(self) -> bool {

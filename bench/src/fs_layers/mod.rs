@@ -1,7 +1,8 @@
 //! `pmkit bench fs-layers` (issue 18, figure 6): what each layer between a program and PM
 //! costs, in the manner of Oikawa's layer-cost study ("Revisiting the I/O stack for
 //! memory-speed storage", Shuichi Oikawa). One C driver ([`probe`]) runs N operations of one
-//! kind (4 KiB random read, 4 KiB random overwrite, create, stat, 4 KiB append + fsync) through
+//! kind (4 KiB random read, 4 KiB random overwrite, create, stat with the path on the stack and
+//! in mmap'd memory, 4 KiB append + fsync) through
 //! each layer ([`layer`]): the PMFS library in process (C ABI), the LD_PRELOAD shim, the FUSE
 //! mount, ext4 on `pmkit attach`, `pmkit serve` over NBD (block requests through libnbd: no
 //! create or stat there), and, as references, ext4 on a /dev/shm loop device and tmpfs.
@@ -40,7 +41,7 @@ pub struct Args {
     #[command(flatten)]
     flags: BenchFlags,
     /// Operations per timed run, every operation kind [default: read4k, write4k 20000; create
-    /// 5000; stat 50000; append4k_fsync 4000; quick: 200]
+    /// 5000; stat and stat_mapped 50000; append4k_fsync 4000; quick: 200]
     #[arg(long)]
     n: Option<usize>,
     /// Operations per strace run [default: 1000; quick: 200]
@@ -76,7 +77,7 @@ pub struct Args {
 fn default_n(op: &str) -> usize {
     match op {
         "create" => 5000,
-        "stat" => 50000,
+        "stat" | "stat_mapped" => 50000,
         "append4k_fsync" => 4000,
         _ => 20000,
     }
@@ -454,7 +455,7 @@ fn summarize(samples: &[Sample], layers: &[Layer]) -> Vec<Cell> {
 fn goals(cells: &[Cell], raw_us: f64) -> Vec<Goal> {
     let get = |l: &str, op: &str| cells.iter().find(|c| c.layer == l && c.op == op);
     let mut v = vec![];
-    for op in ["append4k_fsync", "stat"] {
+    for op in ["append4k_fsync", "stat", "stat_mapped"] {
         let Some(tmpfs) = get("tmpfs", op) else {
             continue;
         };

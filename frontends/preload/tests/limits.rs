@@ -450,7 +450,10 @@ fn paths_in_mapped_memory_are_read_guarded_and_the_programs_own_faults_reach_it(
         assert_eq!(String::from_utf8_lossy(&out.stdout), "100\n");
         let calls = std::fs::read_to_string(&log).unwrap();
         assert_eq!(
-            calls.lines().filter(|l| l.contains("process_vm_readv(")).count(),
+            calls
+                .lines()
+                .filter(|l| l.contains("process_vm_readv("))
+                .count(),
             0,
             "{calls}"
         );
