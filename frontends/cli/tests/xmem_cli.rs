@@ -240,13 +240,16 @@ fn a_written_lackey_log_is_profiled_and_bad_input_is_explained() {
     // The profile is the crate's format: names, counts per region, regions.
     let text_prof = std::fs::read_to_string(&prof).unwrap();
     assert!(
-        text_prof.starts_with("# pmkit-xmem profile v2"),
+        text_prof.starts_with("# pmkit-xmem profile v3"),
         "{text_prof}"
     );
+    // The scan's window: 4096 streaming accesses, no line written back (it only loads), 1 region.
     assert!(
-        text_prof.contains("0x10000000-0x10200000\t0\t0\t4096\t1"),
+        text_prof.contains("0x10000000-0x10200000\t0\t0\t4096\t0\t1"),
         "{text_prof}"
     );
+    // The stored window's lines all fit this machine's cache model: none written back yet.
+    assert_eq!(r["writebacks_per_region"], 0.0, "{r}");
     // --max-accesses cuts the log and says so.
     let v = json(&[
         "xmem",
@@ -296,4 +299,47 @@ fn a_written_lackey_log_is_profiled_and_bad_input_is_explained() {
         "{}",
         text(&o)
     );
+}
+
+/// The write term on a saved profile: a written log with few misses loses the one fast region to
+/// a read index without a write cost (the thesis's model) and takes it at an Optane-like one;
+/// `stats` ranks by the same benefit and shows the writes.
+#[test]
+fn place_and_stats_price_the_writes_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("w.prof");
+    std::fs::write(
+        &prof,
+        "# pmkit-xmem profile v3: name, then per region: chase random streaming accesses and \
+         lines written back, then regions\nlog\t0\t10\t0\t100\t1\nindex\t0\t200\t0\t0\t1\n",
+    )
+    .unwrap();
+    let prof = prof.to_str().unwrap();
+    let fast_of = |extra: &[&str]| {
+        let mut args = vec!["xmem", "place", prof, "--fast-budget", "2M", "--json"];
+        args.extend_from_slice(extra);
+        let p = json(&args);
+        ["log", "index"]
+            .into_iter()
+            .find(|n| tag(&p, n)["tier"] == "fast")
+            .unwrap_or_else(|| panic!("{p}"))
+    };
+    assert_eq!(fast_of(&[]), "index");
+    assert_eq!(fast_of(&["--slow-write", "111"]), "log");
+    let st = json(&["xmem", "stats", prof, "--slow-write", "111", "--json"]);
+    let st = st.as_array().unwrap();
+    assert_eq!(st[0]["name"], "log");
+    assert_eq!(st[0]["writebacks_per_region"], 100.0);
+    // A write cost below zero is refused with the flag named.
+    let o = pmkit(&[
+        "xmem",
+        "place",
+        prof,
+        "--fast-budget",
+        "2M",
+        "--slow-write=-1",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--slow-write"), "{err}");
 }
