@@ -101,6 +101,9 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: usize) -> *mut c_char {
     } else if size < need {
         state::set_errno(libc::ERANGE);
         return std::ptr::null_mut();
+    } else if crate::guarded::check(buf.cast(), need, true).is_err() {
+        state::set_errno(libc::EFAULT);
+        return std::ptr::null_mut();
     } else {
         buf
     };

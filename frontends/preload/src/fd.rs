@@ -18,8 +18,9 @@ unsafe fn out_buf<'a>(buf: *mut c_void, n: usize) -> Result<&'a mut [u8], c_int>
     if buf.is_null() {
         return Err(libc::EFAULT);
     }
-    // SAFETY: not NULL (checked), valid for `n` bytes and not used by anyone else during the
-    // call (read(2)'s contract).
+    crate::guarded::check(buf.cast(), n, true)?;
+    // SAFETY: not NULL and writable now (checked), valid for `n` bytes and not used by anyone
+    // else during the call (read(2)'s contract).
     Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) })
 }
 
@@ -33,7 +34,9 @@ unsafe fn in_buf<'a>(buf: *const c_void, n: usize) -> Result<&'a [u8], c_int> {
     if buf.is_null() {
         return Err(libc::EFAULT);
     }
-    // SAFETY: not NULL (checked), valid for `n` bytes of reads (write(2)'s contract).
+    crate::guarded::check(buf.cast(), n, false)?;
+    // SAFETY: not NULL and readable now (checked), valid for `n` bytes of reads (write(2)'s
+    // contract).
     Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) })
 }
 
@@ -182,6 +185,11 @@ unsafe fn iovecs(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<libc::iovec>
     if cnt > 0 && iov.is_null() {
         return Err(libc::EFAULT);
     }
+    crate::guarded::check(
+        iov.cast(),
+        cnt as usize * std::mem::size_of::<libc::iovec>(),
+        false,
+    )?;
     // SAFETY: valid for `cnt` entries (readv(2)'s contract); copied out.
     Ok((0..cnt as usize).map(|i| unsafe { *iov.add(i) }).collect())
 }

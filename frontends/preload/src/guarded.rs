@@ -1,10 +1,12 @@
-//! Reading a string through a pointer the program passed, without trusting the pointer and
-//! without a system call. The load that may fault is one instruction of a small routine; the
+//! Reading a string through a pointer the program passed, and checking a buffer it passed, without
+//! trusting the pointer and without a system call. The load that may fault is one instruction of a small routine; the
 //! shim's SIGSEGV and SIGBUS handler turns a fault at that instruction into an error return,
 //! as the kernel's exception table does for its own `copy_from_user`. Before this, a pointer
 //! the shim could not prove readable (anything but the thread's stack, the brk heap and the
 //! program's image: every `mmap`'d heap, so most multi-threaded, Python, C++ and Rust programs)
-//! cost one `process_vm_readv`, about as much as the `stat` it served.
+//! cost one `process_vm_readv`, about as much as the `stat` it served. Buffers (`read`/`write`
+//! data, a `struct stat` to fill) are probed the same way, one touch per page, so a bad one is
+//! EFAULT as the kernel would answer, not a crash in the shim.
 //!
 //! **Keeping the handler first.** It is installed at the first copy. After that the shim's
 //! `sigaction`, `signal`, `sysv_signal` and `bsd_signal` keep it installed for these two
@@ -68,14 +70,99 @@ std::arch::global_asm!(
     "    mov rax, -1",
     "    ret",
     ".size pmkit_guarded_strcpy, . - pmkit_guarded_strcpy",
+    // pmkit_guarded_probe_read(p rdi, end rsi) / _write: touch one byte of every page of
+    // [p, end) (end > p) with a load, or with `lock or byte [x], 0`, an atomic store of the
+    // value already there, which needs write permission and changes nothing; rax 0, or -1 when
+    // a touch faulted.
+    ".p2align 4",
+    ".globl pmkit_guarded_probe_read",
+    ".hidden pmkit_guarded_probe_read",
+    ".type pmkit_guarded_probe_read,@function",
+    "pmkit_guarded_probe_read:",
+    "4:",
+    ".globl pmkit_guarded_touch_read",
+    ".hidden pmkit_guarded_touch_read",
+    "pmkit_guarded_touch_read:",
+    "    movzx eax, byte ptr [rdi]",
+    "    and rdi, -4096",
+    "    add rdi, 4096",
+    "    cmp rdi, rsi",
+    "    jb 4b",
+    "    xor eax, eax",
+    "    ret",
+    ".size pmkit_guarded_probe_read, . - pmkit_guarded_probe_read",
+    ".p2align 4",
+    ".globl pmkit_guarded_probe_write",
+    ".hidden pmkit_guarded_probe_write",
+    ".type pmkit_guarded_probe_write,@function",
+    "pmkit_guarded_probe_write:",
+    "5:",
+    ".globl pmkit_guarded_touch_write",
+    ".hidden pmkit_guarded_touch_write",
+    "pmkit_guarded_touch_write:",
+    "    lock or byte ptr [rdi], 0",
+    "    and rdi, -4096",
+    "    add rdi, 4096",
+    "    cmp rdi, rsi",
+    "    jb 5b",
+    "    xor eax, eax",
+    "    ret",
+    ".size pmkit_guarded_probe_write, . - pmkit_guarded_probe_write",
     ".popsection",
 );
 
 #[cfg(target_arch = "x86_64")]
 extern "C" {
     fn pmkit_guarded_strcpy(dst: *mut u8, src: *const u8, max: usize) -> isize;
+    fn pmkit_guarded_probe_read(p: *const u8, end: *const u8) -> isize;
+    fn pmkit_guarded_probe_write(p: *mut u8, end: *const u8) -> isize;
     static pmkit_guarded_load: u8;
+    static pmkit_guarded_touch_read: u8;
+    static pmkit_guarded_touch_write: u8;
     static pmkit_guarded_fixup: u8;
+}
+
+/// EFAULT when `[p, p + len)` cannot be read (`write`: written), as the kernel answers for a bad
+/// buffer; `Ok` where it can, or where this cannot be asked (the caller's contract is trusted).
+pub fn check(p: *const u8, len: usize, write: bool) -> Result<(), std::ffi::c_int> {
+    match accessible(p, len, write) {
+        Some(false) => Err(libc::EFAULT),
+        _ => Ok(()),
+    }
+}
+
+/// Whether every byte of `[p, p + len)` can be read (`write`: also written) now, where a plain
+/// access might fault: `Some(true)` or `Some(false)` (unmapped, not permitted, or a range that
+/// wraps around the address space); `None` when this cannot be asked here (read it another way,
+/// or trust the caller). One touch per page.
+pub fn accessible(p: *const u8, len: usize, write: bool) -> Option<bool> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if len == 0 {
+            return Some(true);
+        }
+        let Some(end) = (p as usize).checked_add(len) else {
+            return Some(false);
+        };
+        if !install() {
+            return None;
+        }
+        // SAFETY: the routines only touch bytes of `[p, end)`, the write one with an atomic
+        // store of the value already there; a fault resumes at the fixup (-1).
+        let r = unsafe {
+            if write {
+                pmkit_guarded_probe_write(p.cast_mut(), end as *const u8)
+            } else {
+                pmkit_guarded_probe_read(p, end as *const u8)
+            }
+        };
+        Some(r == 0)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (p, len, write);
+        None
+    }
 }
 
 /// The NUL-terminated string at `ptr`, at most `max` bytes before its NUL: `Some(Ok(bytes))`;
@@ -156,7 +243,12 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
     unsafe {
         let uc = ctx.cast::<libc::ucontext_t>();
         let rip = &mut (*uc).uc_mcontext.gregs[libc::REG_RIP as usize];
-        if *rip as usize == std::ptr::addr_of!(pmkit_guarded_load) as usize {
+        let guarded = [
+            std::ptr::addr_of!(pmkit_guarded_load),
+            std::ptr::addr_of!(pmkit_guarded_touch_read),
+            std::ptr::addr_of!(pmkit_guarded_touch_write),
+        ];
+        if guarded.iter().any(|&g| *rip as usize == g as usize) {
             *rip = std::ptr::addr_of!(pmkit_guarded_fixup) as i64;
             return;
         }

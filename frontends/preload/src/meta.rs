@@ -141,6 +141,7 @@ unsafe fn fill_statfs(p: &Posix<Region>, out: *mut libc::statfs) -> Result<c_int
     if out.is_null() {
         return Err(libc::EFAULT);
     }
+    crate::guarded::check(out.cast(), std::mem::size_of::<libc::statfs>(), true)?;
     let s = p.statfs();
     // SAFETY: all-zero is a valid `struct statfs`.
     let mut f: libc::statfs = unsafe { std::mem::zeroed() };

@@ -196,8 +196,11 @@ pub unsafe extern "C" fn fstatat(
     flags: c_int,
 ) -> c_int {
     if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() {
-        // SAFETY: not NULL, NUL-terminated (the caller's contract).
-        if unsafe { *path } == 0 {
+        // An unreadable pointer is not "": routed below, where it is EFAULT. (Not
+        // `copy_c_string`: std's own `statx` with AT_EMPTY_PATH comes here from inside it.)
+        // SAFETY: not NULL, and readable (checked where it can be; the caller's contract).
+        if crate::guarded::accessible(path.cast(), 1, false) != Some(false) && unsafe { *path } == 0
+        {
             if let Some(o) = state::lookup(dirfd) {
                 // SAFETY: the caller's contract.
                 return unsafe { crate::fd::fstat_shim(&o, st) };
@@ -371,8 +374,11 @@ pub unsafe extern "C" fn statx(
     stx: *mut libc::statx,
 ) -> c_int {
     let shim_fd = if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() {
-        // SAFETY: not NULL, NUL-terminated (the caller's contract).
-        if unsafe { *path } == 0 {
+        // An unreadable pointer is not "": routed below, where it is EFAULT. (Not
+        // `copy_c_string`: std's own `statx` with AT_EMPTY_PATH comes here from inside it.)
+        // SAFETY: not NULL, and readable (checked where it can be; the caller's contract).
+        if crate::guarded::accessible(path.cast(), 1, false) != Some(false) && unsafe { *path } == 0
+        {
             state::lookup(dirfd)
         } else {
             None
@@ -714,7 +720,9 @@ pub unsafe extern "C" fn readlinkat(
                 return Err(if n == 0 { libc::EINVAL } else { libc::EFAULT });
             }
             let k = t.len().min(n);
-            // SAFETY: `buf` valid for `n` bytes (the caller's contract); `k <= n`.
+            crate::guarded::check(buf.cast(), k, true)?;
+            // SAFETY: `buf` valid for `n` bytes (the caller's contract, and writable now:
+            // checked); `k <= n`.
             unsafe { std::ptr::copy_nonoverlapping(t.as_ptr(), buf.cast::<u8>(), k) };
             Ok(k as isize)
         }),

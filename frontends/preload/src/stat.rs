@@ -17,6 +17,7 @@ pub unsafe fn fill_stat(a: &Attr, st: *mut libc::stat) -> Result<c_int, c_int> {
     if st.is_null() {
         return Err(libc::EFAULT);
     }
+    crate::guarded::check(st.cast(), std::mem::size_of::<libc::stat>(), true)?;
     let mut s = stat_of(a);
     s.st_dev = libc::makedev(0, DEV_MINOR);
     // SAFETY: not NULL (checked), valid for one write (the caller's contract).
@@ -32,6 +33,7 @@ pub unsafe fn fill_statx(a: &Attr, stx: *mut libc::statx) -> Result<c_int, c_int
     if stx.is_null() {
         return Err(libc::EFAULT);
     }
+    crate::guarded::check(stx.cast(), std::mem::size_of::<libc::statx>(), true)?;
     let ts = |ns: u64| {
         let (s, n) = secs(ns);
         // SAFETY: all-zero is a valid `struct statx_timestamp`.

@@ -39,7 +39,9 @@ fn answer(v: &[u8], out: *mut c_void, size: usize) -> Result<isize, c_int> {
     if out.is_null() {
         return Err(libc::EFAULT);
     }
-    // SAFETY: the caller's buffer holds `size` >= `v.len()` bytes (getxattr(2)'s contract).
+    crate::guarded::check(out.cast(), v.len(), true)?;
+    // SAFETY: the caller's buffer holds `size` >= `v.len()` bytes (getxattr(2)'s contract),
+    // writable now (checked).
     unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.cast::<u8>(), v.len()) };
     Ok(v.len() as isize)
 }
@@ -60,6 +62,7 @@ fn set(t: Target, name: *const c_char, v: *const c_void, n: usize, flags: c_int)
         if n != 1 || v.is_null() {
             return Err(libc::EINVAL);
         }
+        crate::guarded::check(v.cast(), 1, false)?;
         // SAFETY: the caller's buffer holds `n` = 1 byte (setxattr(2)'s contract).
         let on = match unsafe { *v.cast::<u8>() } {
             b'1' => true,

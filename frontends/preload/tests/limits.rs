@@ -484,3 +484,43 @@ fn paths_in_mapped_memory_are_read_guarded_and_the_programs_own_faults_reach_it(
         }
     }
 }
+
+/// Bad buffers are EFAULT, as the kernel answers, never a crash in the shim: data for `write`,
+/// `pwrite` and `read` (unmapped, or a read-only page to read into), an iovec array, a
+/// `struct stat`/`statfs` to fill, a `readlink` buffer; nothing is written on the way, and the
+/// file still works afterwards.
+#[test]
+fn bad_buffers_are_efault_and_change_nothing() {
+    if !have("python3") {
+        return;
+    }
+    let s = Shim::new();
+    let (f, l) = (s.m("f"), s.m("l"));
+    let (out, err) = py(
+        &s,
+        &format!(
+            "import os, ctypes, errno, mmap\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             V = ctypes.c_void_p\n\
+             def e(r):\n\
+             \x20   return errno.errorcode[ctypes.get_errno()] if r < 0 else r\n\
+             fd = os.open('{f}', os.O_CREAT | os.O_RDWR, 0o644)\n\
+             os.write(fd, b'hello')\n\
+             os.symlink('{f}', '{l}')\n\
+             libc.mmap.restype = V\n\
+             libc.mmap.argtypes = [V, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n\
+             rop = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)\n\
+             r = [e(libc.write(fd, V(1), 10)), e(libc.pwrite(fd, V(4096), 10, 0)),\n\
+             \x20    e(libc.read(fd, V(1), 10)), e(libc.pread(fd, V(rop), 5, 0)),\n\
+             \x20    e(libc.readv(fd, V(8), 1)), e(libc.stat(b'{f}', V(8))),\n\
+             \x20    e(libc.fstat(fd, V(rop))), e(libc.statfs(b'{f}', V(16))),\n\
+             \x20    e(libc.readlink(b'{l}', V(rop), 64))]\n\
+             print(*r, flush=True)\n\
+             print(os.pread(fd, 64, 0), os.stat('{f}').st_size, os.path.basename(os.readlink('{l}')), flush=True)\n"
+        ),
+    );
+    assert_eq!(
+        out, "EFAULT EFAULT EFAULT EFAULT EFAULT EFAULT EFAULT EFAULT EFAULT\nb'hello' 5 f\n",
+        "{err}"
+    );
+}
