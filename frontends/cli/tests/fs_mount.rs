@@ -440,3 +440,78 @@ fn stats_give_the_journal_bytes_and_fences_of_each_request_over(t: &str) {
     assert_eq!(row("lookup")["journal_bytes"], 0);
     assert!(j["journal_bytes"].as_u64().unwrap() >= 60 * 128, "{j}");
 }
+
+/// The file system clears privileges itself (FUSE's HANDLE_KILLPRIV_V2, which spares every
+/// write a `security.capability` round trip): a write or truncate by another user clears
+/// set-user-ID, and set-group-ID where group execute is set (not where it is not); root's
+/// write keeps them (CAP_FSETID); a chown clears them whoever calls it. As the kernel does for
+/// its own file systems. (File capabilities cannot exist here: `security.*` is refused.)
+#[test]
+fn writes_truncates_and_chowns_clear_privileges_as_the_kernel_does() {
+    if !can_run()
+        || std::process::Command::new("python3")
+            .arg("-V")
+            .output()
+            .is_err()
+    {
+        assert!(std::env::var_os("CI").is_none(), "python3 missing in CI");
+        return;
+    }
+    for t in transports() {
+        eprintln!("transport {t}");
+        privileges_over(t);
+    }
+}
+
+fn privileges_over(t: &str) {
+    let s = scratch("32M");
+    let d = Daemon::start(&s, &["--transport", t]);
+    let m = s.mnt.to_str().unwrap();
+    let script = format!(
+        "import os, struct\n\
+         def as_nobody(f):\n\
+         \x20   pid = os.fork()\n\
+         \x20   if pid == 0:\n\
+         \x20       os.setgid(65534); os.setuid(65534); f(); os._exit(0)\n\
+         \x20   assert os.waitpid(pid, 0)[1] == 0\n\
+         def mode(p):\n\
+         \x20   return oct(os.stat(p).st_mode & 0o7777)\n\
+         def fresh(name, m):\n\
+         \x20   p = '{m}/' + name\n\
+         \x20   with open(p, 'wb') as f: f.write(b'abc')\n\
+         \x20   os.chmod(p, m)\n\
+         \x20   return p\n\
+         def write(p):\n\
+         \x20   fd = os.open(p, os.O_WRONLY); os.pwrite(fd, b'x', 1); os.close(fd)\n\
+         r = []\n\
+         p = fresh('w', 0o6777); as_nobody(lambda: write(p)); r.append(mode(p))\n\
+         p = fresh('g', 0o2666); as_nobody(lambda: write(p)); r.append(mode(p))\n\
+         p = fresh('root', 0o6777); write(p); r.append(mode(p))\n\
+         p = fresh('t', 0o6777); as_nobody(lambda: os.truncate(p, 1)); r.append(mode(p))\n\
+         p = fresh('c', 0o6755); os.chown(p, 1000, 1000); r.append(mode(p))\n\
+         p = fresh('cap', 0o755)\n\
+         try:\n\
+         \x20   os.setxattr(p, 'security.capability', struct.pack('<IIIII', 0x02000001, 1 << 10, 0, 0, 0))\n\
+         \x20   r.append('set')\n\
+         except OSError as e:\n\
+         \x20   r.append(e.errno == 95)\n\
+         print(*r)\n"
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "0o777 0o2666 0o6777 0o777 0o755 True\n",
+        "{}",
+        d.log()
+    );
+    d.umount();
+    check_clean(&s);
+}

@@ -323,9 +323,41 @@ impl PmfsOps {
     }
 
     /// Durable when it returns (the library writes PM and persists before returning).
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> R<u32> {
+    /// `kill`: the kernel asks the write to clear the set-user-ID and set-group-ID bits (with
+    /// FUSE's `HANDLE_KILLPRIV_V2` it leaves that to us, and no longer asks for
+    /// `security.capability` before every write: see [`PmfsOps::kill_privs`]).
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8], kill: bool) -> R<u32> {
+        self.kill_privs(ino, kill)?;
         self.lib(Op::Write, |fs| fs.write(ino, offset, data))
             .map(|n| n as u32)
+    }
+
+    /// What the kernel does for other file systems when a regular file is written, truncated or
+    /// chowned, and leaves to us under `HANDLE_KILLPRIV_V2`: with `suidgid`, clear set-user-ID,
+    /// and set-group-ID where group execute is set (without it the bit means mandatory locking,
+    /// not privilege). File capabilities need nothing: PMFS stores `user.*` attributes only, so
+    /// no file here has a `security.capability` to drop.
+    pub fn kill_privs(&self, ino: u64, suidgid: bool) -> R<()> {
+        if !suidgid {
+            return Ok(());
+        }
+        let a = self.lib(Op::Getattr, |fs| fs.getattr(ino))?;
+        if a.kind != Kind::File {
+            return Ok(());
+        }
+        let m = a.mode & 0o7777;
+        let mut new = m & !libc::S_ISUID;
+        if m & libc::S_IXGRP != 0 {
+            new &= !libc::S_ISGID;
+        }
+        if new != m {
+            let s = SetAttr {
+                mode: Some(new),
+                ..SetAttr::default()
+            };
+            self.lib(Op::Setattr, |fs| fs.setattr(ino, &s))?;
+        }
+        Ok(())
     }
 
     /// Every write is durable when it returned: nothing is buffered to flush at close.

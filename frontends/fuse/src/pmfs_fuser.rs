@@ -89,6 +89,10 @@ fn xattr(r: Result<Xattr, i32>, reply: ReplyXattr) {
 impl Filesystem for PmFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(MAX_WRITE);
+        // The file system clears set-user-ID/set-group-ID bits and file capabilities on write,
+        // truncate and chown (`PmfsOps::kill_privs`). Without this the kernel asks for
+        // `security.capability` before every write: a second round trip per write.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         // FUSE over io_uring: the kernel offers it only where it is built in and enabled
         // (/sys/module/fuse/parameters/enable_uring); whether it was granted decides the
         // transport.
@@ -118,7 +122,7 @@ impl Filesystem for PmFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -142,6 +146,16 @@ impl Filesystem for PmFs {
             atime: atime.map(|t| crate::pmfs::ns_of(time_of(t))),
             mtime: mtime.map(|t| crate::pmfs::ns_of(time_of(t))),
         };
+        // Under HANDLE_KILLPRIV_V2 (see `init`): a chown clears the bits whoever calls it (as
+        // chown(2) does for files), a truncate when the caller is not root (the kernel's
+        // FATTR_KILL_SUIDGID, which fuser does not pass on, means "not CAP_FSETID"). Both drop
+        // the file capability. Done before the change, as the kernel's own order is.
+        if mode.is_none() && (uid.is_some() || gid.is_some() || size.is_some()) {
+            let suidgid = uid.is_some() || gid.is_some() || req.uid() != 0;
+            if let Err(e) = self.ops.kill_privs(ino.into(), suidgid) {
+                return reply.error(fe(e));
+            }
+        }
         match self.ops.setattr(ino.into(), &s) {
             Ok(a) => reply.attr(&self.ops.ttl(), &a),
             Err(e) => reply.error(fe(e)),
@@ -273,12 +287,13 @@ impl Filesystem for PmFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.ops.write(ino.into(), offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.ops.write(ino.into(), offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(fe(e)),
         }

@@ -128,6 +128,10 @@ pub const FATTR_ATIME: u32 = 1 << 4;
 pub const FATTR_MTIME: u32 = 1 << 5;
 pub const FATTR_ATIME_NOW: u32 = 1 << 7;
 pub const FATTR_MTIME_NOW: u32 = 1 << 8;
+/// A truncate by a caller without CAP_FSETID: clear set-user-ID/set-group-ID (HANDLE_KILLPRIV_V2).
+pub const FATTR_KILL_SUIDGID: u32 = 1 << 11;
+/// `fuse_write_in.write_flags`: the write must clear set-user-ID/set-group-ID.
+pub const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 
 /// The `S_IF*` bits of a file type.
 fn type_bits(kind: FileType) -> u32 {

@@ -73,9 +73,10 @@ impl Handler for PmfsOps {
         let n = (h.payload_sz as usize).min(buf.len());
         match h.opcode {
             op::WRITE => {
-                // fuse_write_in: offset @8, size @16; the data is the payload.
+                // fuse_write_in: offset @8, size @16, write_flags @20; the data is the payload.
                 let size = (u32_at(oi, 16) as usize).min(n);
-                let w = self.write(ino, u64_at(oi, 8), &buf[..size])?;
+                let kill = u32_at(oi, 20) & abi::FUSE_WRITE_KILL_SUIDGID != 0;
+                let w = self.write(ino, u64_at(oi, 8), &buf[..size], kill)?;
                 Ok(abi::write_out(buf, w))
             }
             op::READ => {
@@ -108,6 +109,13 @@ impl Handler for PmfsOps {
                         crate::pmfs::ns_of(t)
                     }),
                 };
+                // HANDLE_KILLPRIV_V2: a chown clears the bits, a truncate when the kernel says
+                // so (the caller lacks CAP_FSETID); both drop the file capability.
+                if s.mode.is_none() && (s.uid.is_some() || s.gid.is_some() || s.size.is_some()) {
+                    let suidgid =
+                        s.uid.is_some() || s.gid.is_some() || has(abi::FATTR_KILL_SUIDGID);
+                    self.kill_privs(ino, suidgid)?;
+                }
                 self.setattr(ino, &s).map(|a| abi::attr_out(buf, &a, ttl))
             }
             op::READLINK => {
