@@ -82,30 +82,26 @@ pub fn table(r: &Report) {
                     pt.xmem_over_oracle, pt.xmem_ahead_of_page_hotness
                 );
             }
-            println!("  {pre}: of which bandwidth queueing, ms per pass");
-            for pt in a.points.iter().filter(|p| p.preset == pre) {
-                print!("  {:<6}", frac(pt.fraction));
-                for p in &pt.policies {
-                    print!(" {:>16.3}", p.queueing_ms);
+            let metric = |title: &str, v: &dyn Fn(&super::sweep::PolicyResult) -> f64| {
+                println!("  {pre}: {title}");
+                for pt in a.points.iter().filter(|p| p.preset == pre) {
+                    print!("  {:<6}", frac(pt.fraction));
+                    for p in &pt.policies {
+                        print!(" {:>16.3}", v(p));
+                    }
+                    println!();
                 }
-                println!();
-            }
-            println!("  {pre}: stores to the slow tier over slow-only's (Fig. 30)");
-            for pt in a.points.iter().filter(|p| p.preset == pre) {
-                print!("  {:<6}", frac(pt.fraction));
-                for p in &pt.policies {
-                    print!(" {:>16.3}", p.writes_vs_slow_only);
-                }
-                println!();
-            }
-            println!("  {pre}: lines written back to the slow tier over slow-only's");
-            for pt in a.points.iter().filter(|p| p.preset == pre) {
-                print!("  {:<6}", frac(pt.fraction));
-                for p in &pt.policies {
-                    print!(" {:>16.3}", p.writebacks_vs_slow_only);
-                }
-                println!();
-            }
+            };
+            metric("of which bandwidth queueing, ms per pass", &|p| {
+                p.queueing_ms
+            });
+            metric("stores to the slow tier over slow-only's (Fig. 30)", &|p| {
+                p.writes_vs_slow_only
+            });
+            metric(
+                "lines written back to the slow tier over slow-only's",
+                &|p| p.writebacks_vs_slow_only,
+            );
         }
     }
     for a in &r.apps {

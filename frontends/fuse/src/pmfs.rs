@@ -261,7 +261,14 @@ impl PmfsOps {
             .map(|a| file_attr(&a))
     }
 
-    pub fn setattr(&self, ino: u64, s: &SetAttr) -> R<FileAttr> {
+    /// `truncate_kills`: a truncate in `s` must clear set-user-ID/set-group-ID (the caller lacks
+    /// CAP_FSETID). Under `HANDLE_KILLPRIV_V2` a chown clears them whoever calls it, as
+    /// chown(2) does for files; done before the change, the kernel's own order.
+    pub fn setattr(&self, ino: u64, s: &SetAttr, truncate_kills: bool) -> R<FileAttr> {
+        if s.mode.is_none() && (s.uid.is_some() || s.gid.is_some() || s.size.is_some()) {
+            let chown = s.uid.is_some() || s.gid.is_some();
+            self.kill_privs(ino, chown || (s.size.is_some() && truncate_kills))?;
+        }
         self.lib(Op::Setattr, |fs| fs.setattr(ino, s))
             .map(|a| file_attr(&a))
     }

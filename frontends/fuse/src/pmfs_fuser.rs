@@ -146,17 +146,10 @@ impl Filesystem for PmFs {
             atime: atime.map(|t| crate::pmfs::ns_of(time_of(t))),
             mtime: mtime.map(|t| crate::pmfs::ns_of(time_of(t))),
         };
-        // Under HANDLE_KILLPRIV_V2 (see `init`): a chown clears the bits whoever calls it (as
-        // chown(2) does for files), a truncate when the caller is not root (the kernel's
-        // FATTR_KILL_SUIDGID, which fuser does not pass on, means "not CAP_FSETID"). Both drop
-        // the file capability. Done before the change, as the kernel's own order is.
-        if mode.is_none() && (uid.is_some() || gid.is_some() || size.is_some()) {
-            let suidgid = uid.is_some() || gid.is_some() || req.uid() != 0;
-            if let Err(e) = self.ops.kill_privs(ino.into(), suidgid) {
-                return reply.error(fe(e));
-            }
-        }
-        match self.ops.setattr(ino.into(), &s) {
+        // The kernel's FATTR_KILL_SUIDGID ("not CAP_FSETID"), which fuser does not pass on,
+        // approximated by the caller not being root (see `init`).
+        let truncate_kills = req.uid() != 0;
+        match self.ops.setattr(ino.into(), &s, truncate_kills) {
             Ok(a) => reply.attr(&self.ops.ttl(), &a),
             Err(e) => reply.error(fe(e)),
         }

@@ -109,14 +109,10 @@ impl Handler for PmfsOps {
                         crate::pmfs::ns_of(t)
                     }),
                 };
-                // HANDLE_KILLPRIV_V2: a chown clears the bits, a truncate when the kernel says
-                // so (the caller lacks CAP_FSETID); both drop the file capability.
-                if s.mode.is_none() && (s.uid.is_some() || s.gid.is_some() || s.size.is_some()) {
-                    let suidgid =
-                        s.uid.is_some() || s.gid.is_some() || has(abi::FATTR_KILL_SUIDGID);
-                    self.kill_privs(ino, suidgid)?;
-                }
-                self.setattr(ino, &s).map(|a| abi::attr_out(buf, &a, ttl))
+                // HANDLE_KILLPRIV_V2: the kernel says when a truncate clears the bits.
+                let kills = has(abi::FATTR_KILL_SUIDGID);
+                self.setattr(ino, &s, kills)
+                    .map(|a| abi::attr_out(buf, &a, ttl))
             }
             op::READLINK => {
                 let t = self.readlink(ino)?;
