@@ -1,5 +1,6 @@
 //! One FUSE io_uring queue per CPU: a thread pinned to its CPU, its own io_uring (128-byte
-//! SQEs, as `IORING_OP_URING_CMD` on /dev/fuse requires) and [`QUEUE_DEPTH`] ring entries,
+//! SQEs, as `IORING_OP_URING_CMD` on /dev/fuse requires) and up to [`QUEUE_DEPTH`] ring
+//! entries (see `Shape` for where they go),
 //! each a header buffer and a payload buffer registered with the kernel once. A request
 //! arrives as the completion of an entry's command; the reply is written into the same
 //! buffers and sent with the command that fetches the entry's next request
@@ -10,12 +11,13 @@ use super::{abi, Handler};
 use crate::file::MAX_IO;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Ring entries per queue: requests one CPU's queue can hold at once. Each holds a payload
-/// buffer of the largest request (1 MiB), so 32 entries are 32 MiB per CPU.
+/// Ring entries per thread (by default all on its own CPU's queue): requests it can hold at
+/// once. Each holds a payload buffer of the largest request (1 MiB), so 32 entries are
+/// 32 MiB per thread.
 pub const QUEUE_DEPTH: usize = 32;
 
 /// Why the io_uring transport could not start.
@@ -76,36 +78,120 @@ fn possible_cpus() -> usize {
 /// entries, or with the first queue's error.
 pub(crate) fn start<H: Handler>(fd: BorrowedFd<'_>, handler: Arc<H>) -> Result<Queues, UringError> {
     let n = possible_cpus().min(u16::MAX as usize) as u16;
+    let shape = Shape::from_env(n);
+    // Each thread: its pinned CPU (None: the scheduler's choice) and its entries' queues,
+    // spill entries first.
+    let mut plans: Vec<(Option<u16>, Vec<u16>, usize)> = (0..n)
+        .map(|qid| {
+            let others = (n as usize - 1).max(1);
+            let mut qids: Vec<u16> = (0..shape.spill)
+                .map(|i| ((qid as usize + 1 + i % others) % n as usize) as u16)
+                .collect();
+            qids.extend(std::iter::repeat_n(qid, shape.local));
+            (Some(qid), qids, shape.spill)
+        })
+        .collect();
+    for h in 0..shape.helpers {
+        let qids: Vec<u16> = (0..shape.helper_depth)
+            .map(|i| ((h + i) % n as usize) as u16)
+            .collect();
+        let k = qids.len();
+        plans.push((None, qids, k));
+    }
+    // Every thread registers its spill entries before any registers its own queue's (see
+    // `Shape`): the kernel hands out a queue's most recently added free entry first.
+    let spilled = Arc::new(Barrier::new(plans.len()));
     let (tx, rx) = mpsc::channel();
     let mut threads = vec![];
-    for qid in 0..n {
-        let fd = fd.try_clone_to_owned().map_err(queue_err(qid, "dup"))?;
-        let (handler, tx) = (handler.clone(), tx.clone());
+    let count = plans.len();
+    for (i, (home, qids, nspill)) in plans.into_iter().enumerate() {
+        let id = i as u16;
+        let fd = fd.try_clone_to_owned().map_err(queue_err(id, "dup"))?;
+        let (handler, tx, spilled) = (handler.clone(), tx.clone(), spilled.clone());
         let t = std::thread::Builder::new()
-            .name(format!("fuse-uring-{qid}"))
-            .spawn(move || match Queue::new(fd, qid) {
-                Ok(mut q) => {
-                    let _ = tx.send(Ok(()));
-                    q.serve(&*handler)
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
+            .name(match home {
+                Some(q) => format!("fuse-uring-{q}"),
+                None => format!("fuse-uring-h{i}"),
             })
-            .map_err(queue_err(qid, "spawn"))?;
+            .spawn(
+                move || match Queue::new(fd, id, home, qids, nspill, &spilled) {
+                    Ok(mut q) => {
+                        let _ = tx.send(Ok(()));
+                        q.serve(&*handler)
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                },
+            )
+            .map_err(queue_err(id, "spawn"))?;
         threads.push(t);
     }
     drop(tx);
-    for r in rx.iter().take(n as usize) {
+    for r in rx.iter().take(count) {
         r?;
     }
     Ok(Queues { threads })
+}
+
+/// How many ring entries each queue thread registers, and on which queues (issue 17). The
+/// kernel queues a request on the queue of the CPU that issued it and hands it to that queue's
+/// most recently freed entry. With only its own queue's entries (the default), a thread serves
+/// everything issued on its CPU, so an asynchronous issuer (the loop driver's worker under
+/// `pmkit attach`) and the chain behind it (this thread, the block completion, the
+/// application) can end up taking turns on one CPU while the others idle. Two ways out, both
+/// experiments selected by environment variables (docs/RESULTS.md, "One CPU's queue"):
+/// `spill` entries that each pinned thread registers on the other queues, and unpinned
+/// `helpers` whose entries are all on other threads' queues. Spill entries are registered
+/// before any thread registers its `local` ones, so a queue's own entries are handed out
+/// first; but an entry that served goes back to the head of its queue's free list, so after
+/// one burst a lone request can keep going to another CPU.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    local: usize,
+    spill: usize,
+    /// Unpinned threads whose entries are all spill entries, round-robin over the queues.
+    helpers: usize,
+    helper_depth: usize,
+}
+
+impl Shape {
+    /// Entries a thread registers in all: each holds a payload buffer of the largest request
+    /// (1 MiB), so this is also the MiB of buffers per thread.
+    const MAX: usize = QUEUE_DEPTH;
+    /// Most helper threads.
+    const MAX_HELPERS: usize = 8;
+
+    fn from_env(queues: u16) -> Shape {
+        let var = |k: &str, d: usize| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let local = var("PMKIT_FUSE_URING_LOCAL", Self::MAX).clamp(1, Self::MAX);
+        let spill = if queues > 1 {
+            var("PMKIT_FUSE_URING_SPILL", 0).min(Self::MAX - local)
+        } else {
+            0
+        };
+        let helpers = var("PMKIT_FUSE_URING_HELPERS", 0).min(Self::MAX_HELPERS);
+        let helper_depth = var("PMKIT_FUSE_URING_HELPER_DEPTH", 8).clamp(1, Self::MAX);
+        Shape {
+            local,
+            spill,
+            helpers,
+            helper_depth,
+        }
+    }
 }
 
 /// A ring entry's buffers (heap allocations that never move or grow while registered).
 struct Entry {
     header: Vec<u8>,
     payload: Vec<u8>,
+    /// The kernel queue this entry is registered on.
+    qid: u16,
 }
 
 struct Queue {
@@ -122,26 +208,43 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(fd: OwnedFd, qid: u16) -> Result<Queue, UringError> {
+    fn new(
+        fd: OwnedFd,
+        qid: u16,
+        home: Option<u16>,
+        qids: Vec<u16>,
+        nspill: usize,
+        spilled: &Barrier,
+    ) -> Result<Queue, UringError> {
         // Experiment knob (issue 17, attach qd16): PMKIT_FUSE_URING_PIN=0 leaves the queue
         // threads to the scheduler.
-        if std::env::var("PMKIT_FUSE_URING_PIN").as_deref() != Ok("0") {
-            pin_to_cpu(qid as usize);
+        if let Some(cpu) = home {
+            if std::env::var("PMKIT_FUSE_URING_PIN").as_deref() != Ok("0") {
+                pin_to_cpu(cpu as usize);
+            }
         }
+        let depth = qids.len();
         // Completions are only reaped by this thread, in io_uring_enter: let the kernel run
         // their task work then, not interrupt us for each (needs 6.1; plain ring otherwise).
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
-            .build(QUEUE_DEPTH as u32)
-            .or_else(|_| {
-                IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(QUEUE_DEPTH as u32)
-            })
-            .map_err(queue_err(qid, "io_uring_setup"))?;
-        let mut entries: Vec<Entry> = (0..QUEUE_DEPTH)
-            .map(|_| Entry {
+            .build(depth as u32)
+            .or_else(|_| IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(depth as u32))
+            .map_err(queue_err(qid, "io_uring_setup"));
+        let ring = match ring {
+            Ok(r) => r,
+            Err(e) => {
+                spilled.wait();
+                return Err(e);
+            }
+        };
+        let mut entries: Vec<Entry> = qids
+            .into_iter()
+            .map(|qid| Entry {
                 header: vec![0u8; abi::HEADER_LEN],
                 payload: vec![0u8; MAX_IO as usize],
+                qid,
             })
             .collect();
         let iovs = entries
@@ -167,32 +270,52 @@ impl Queue {
             qid,
             early: vec![],
         };
-        for idx in 0..QUEUE_DEPTH {
-            let sqe = register_sqe(q.fd.as_raw_fd(), qid, q.iovs[idx].as_ptr(), idx as u64);
-            // SAFETY: the SQE points at this entry's iovecs and, through them, its buffers,
-            // all owned by `q`, which outlives the ring (dropped first).
-            unsafe { q.ring.submission().push(&sqe) }
-                .expect("QUEUE_DEPTH SQEs fit a ring of QUEUE_DEPTH");
+        let spill = q.register(0..nspill);
+        spilled.wait();
+        spill?;
+        q.register(nspill..depth)?;
+        Ok(q)
+    }
+
+    /// Register entries `range` with the kernel (each joins the head of its queue's free list).
+    fn register(&mut self, range: std::ops::Range<usize>) -> Result<(), UringError> {
+        if range.is_empty() {
+            return Ok(());
         }
-        q.ring
+        for idx in range {
+            let sqe = register_sqe(
+                self.fd.as_raw_fd(),
+                self.entries[idx].qid,
+                self.iovs[idx].as_ptr(),
+                idx as u64,
+            );
+            // SAFETY: the SQE points at this entry's iovecs and, through them, its buffers,
+            // all owned by `self`, which outlives the ring (dropped first).
+            unsafe { self.ring.submission().push(&sqe) }
+                .expect("one SQE per entry fits a ring of as many");
+        }
+        let qid = self.qid;
+        self.ring
             .submit()
             .map_err(queue_err(qid, "register entries"))?;
         // A refused REGISTER completes at once with an error.
-        q.early
-            .extend(q.ring.completion().map(|c| (c.user_data(), c.result())));
-        if let Some(&(_, res)) = q.early.iter().find(|(_, r)| *r < 0) {
+        let before = self.early.len();
+        self.early
+            .extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        if let Some(&(_, res)) = self.early[before..].iter().find(|(_, r)| *r < 0) {
             return Err(queue_err(qid, "register entries")(
                 std::io::Error::from_raw_os_error(-res),
             ));
         }
-        Ok(q)
+        Ok(())
     }
 
     /// Serve requests until the connection ends.
     fn serve<H: Handler>(&mut self, handler: &H) {
         let mut done = std::mem::take(&mut self.early);
-        done.reserve(QUEUE_DEPTH);
-        let mut in_kernel = QUEUE_DEPTH;
+        done.reserve(self.entries.len());
+        let mut in_kernel = self.entries.len();
+
         loop {
             for &(idx, res) in &done {
                 if res < 0 {
@@ -214,13 +337,13 @@ impl Queue {
                     types::Fd(self.fd.as_raw_fd()),
                     abi::CMD_COMMIT_AND_FETCH,
                 )
-                .cmd(abi::cmd_req(commit_id, self.qid))
+                .cmd(abi::cmd_req(commit_id, e.qid))
                 .build()
                 .user_data(idx);
                 // SAFETY: the command names a registered entry, whose buffers (boxed in
                 // `self.entries`) outlive the ring.
                 unsafe { self.ring.submission().push(&sqe) }
-                    .expect("one SQE per entry fits a ring of QUEUE_DEPTH");
+                    .expect("one SQE per entry fits a ring of as many");
             }
             done.clear();
             match self.ring.submit_and_wait(1) {
