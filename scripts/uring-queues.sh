@@ -6,6 +6,7 @@
 # configuration and runs four fio jobs on it, then the same jobs on the loop device, and reports
 # each job's result with the share of CPU time that was idle during it. Medians at the end.
 # As root, with enable_uring = Y.      SECS=4 REPS=3 scripts/uring-queues.sh PMKIT
+# ORDER sets the order of the jobs (default "qd16 qd1 fsync1 seq1m").
 # ATTACH_ARGS adds flags to every `pmkit attach` (e.g. "--protect none").
 #   CONFIGS="base:PMKIT_FUSE_URING_LOCAL=32 helper:PMKIT_FUSE_URING_LOCAL=8,PMKIT_FUSE_URING_HELPERS=1"
 set -euo pipefail
@@ -35,9 +36,12 @@ print("%.0f %.0f" % (v, 100 * (i1 - i0) / max(t1 - t0, 1)))
 PY
     rm -f "$dir"/q.*
 }
+ORDER=${ORDER:-"qd16 qd1 fsync1 seq1m"}   # the order the jobs run in on each device
 runall() { # dir label
-    for spec in "${JOBS[@]}"; do
-        echo "$2 ${spec%%:*} $(job "$1" "${spec#*:}")"
+    for name in $ORDER; do
+        for spec in "${JOBS[@]}"; do
+            [ "${spec%%:*}" = "$name" ] && echo "$2 $name $(job "$1" "${spec#*:}")"
+        done
     done
 }
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//') ($(nproc) CPUs), pku $(grep -qw pku /proc/cpuinfo && echo yes || echo no)"
