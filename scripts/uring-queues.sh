@@ -65,7 +65,7 @@ for line in open(sys.argv[1]):
     _, _, name, job, val, i = line.split()
     v[(name, job)].append(float(val)); idle[(name, job)].append(float(i))
     if name not in order: order.append(name)
-jobs = ["qd16", "qd1", "fsync1", "seq1m"]
+jobs = [j for j in ["qd16", "qd1", "fsync1", "seq1m"] if ("loop", j) in v]
 print("%-8s" % "" + "".join("%24s" % j for j in jobs))
 for n in order:
     cells = []
