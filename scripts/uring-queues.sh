@@ -40,7 +40,7 @@ ORDER=${ORDER:-"qd16 qd1 fsync1 seq1m"}   # the order the jobs run in on each de
 runall() { # dir label
     for name in $ORDER; do
         for spec in "${JOBS[@]}"; do
-            [ "${spec%%:*}" = "$name" ] && echo "$2 $name $(job "$1" "${spec#*:}")"
+            if [ "${spec%%:*}" = "$name" ]; then echo "$2 $name $(job "$1" "${spec#*:}")"; fi
         done
     done
 }

@@ -78,34 +78,16 @@ fn possible_cpus() -> usize {
 /// entries, or with the first queue's error.
 pub(crate) fn start<H: Handler>(fd: BorrowedFd<'_>, handler: Arc<H>) -> Result<Queues, UringError> {
     let n = possible_cpus().min(u16::MAX as usize) as u16;
-    let shape = Shape::from_env(n);
-    // Each thread: its pinned CPU (None: the scheduler's choice) and its entries' queues,
-    // spill entries first.
-    let mut plans: Vec<(Option<u16>, Vec<u16>, usize)> = (0..n)
-        .map(|qid| {
-            let others = (n as usize - 1).max(1);
-            let mut qids: Vec<u16> = (0..shape.spill)
-                .map(|i| ((qid as usize + 1 + i % others) % n as usize) as u16)
-                .collect();
-            qids.extend(std::iter::repeat_n(qid, shape.local));
-            (Some(qid), qids, shape.spill)
-        })
-        .collect();
-    for h in 0..shape.helpers {
-        let qids: Vec<u16> = (0..shape.helper_depth)
-            .map(|i| ((h + i) % n as usize) as u16)
-            .collect();
-        let k = qids.len();
-        plans.push((None, qids, k));
-    }
+    let plans = Shape::from_env(n).plans(n);
     // Every thread registers its spill entries before any registers its own queue's (see
     // `Shape`): the kernel hands out a queue's most recently added free entry first.
     let spilled = Arc::new(Barrier::new(plans.len()));
     let (tx, rx) = mpsc::channel();
     let mut threads = vec![];
     let count = plans.len();
-    for (i, (home, qids, nspill)) in plans.into_iter().enumerate() {
+    for (i, plan) in plans.into_iter().enumerate() {
         let id = i as u16;
+        let home = plan.home;
         let fd = fd.try_clone_to_owned().map_err(queue_err(id, "dup"))?;
         let (handler, tx, spilled) = (handler.clone(), tx.clone(), spilled.clone());
         let t = std::thread::Builder::new()
@@ -113,17 +95,15 @@ pub(crate) fn start<H: Handler>(fd: BorrowedFd<'_>, handler: Arc<H>) -> Result<Q
                 Some(q) => format!("fuse-uring-{q}"),
                 None => format!("fuse-uring-h{i}"),
             })
-            .spawn(
-                move || match Queue::new(fd, id, home, qids, nspill, &spilled) {
-                    Ok(mut q) => {
-                        let _ = tx.send(Ok(()));
-                        q.serve(&*handler)
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                },
-            )
+            .spawn(move || match Queue::new(fd, id, plan, &spilled) {
+                Ok(mut q) => {
+                    let _ = tx.send(Ok(()));
+                    q.serve(&*handler)
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            })
             .map_err(queue_err(id, "spawn"))?;
         threads.push(t);
     }
@@ -162,6 +142,14 @@ impl Shape {
     /// Most helper threads.
     const MAX_HELPERS: usize = 8;
 
+    /// The default: every thread's entries on its own CPU's queue.
+    const OWN_QUEUE: Shape = Shape {
+        local: Self::MAX,
+        spill: 0,
+        helpers: 0,
+        helper_depth: 8,
+    };
+
     fn from_env(queues: u16) -> Shape {
         let var = |k: &str, d: usize| {
             std::env::var(k)
@@ -169,20 +157,63 @@ impl Shape {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(d)
         };
-        let local = var("PMKIT_FUSE_URING_LOCAL", Self::MAX).clamp(1, Self::MAX);
+        let d = Self::OWN_QUEUE;
+        let local = var("PMKIT_FUSE_URING_LOCAL", d.local).clamp(1, Self::MAX);
         let spill = if queues > 1 {
-            var("PMKIT_FUSE_URING_SPILL", 0).min(Self::MAX - local)
+            var("PMKIT_FUSE_URING_SPILL", d.spill).min(Self::MAX - local)
         } else {
             0
         };
-        let helpers = var("PMKIT_FUSE_URING_HELPERS", 0).min(Self::MAX_HELPERS);
-        let helper_depth = var("PMKIT_FUSE_URING_HELPER_DEPTH", 8).clamp(1, Self::MAX);
+        let helpers = var("PMKIT_FUSE_URING_HELPERS", d.helpers).min(Self::MAX_HELPERS);
+        let helper_depth = var("PMKIT_FUSE_URING_HELPER_DEPTH", d.helper_depth).clamp(1, Self::MAX);
         Shape {
             local,
             spill,
             helpers,
             helper_depth,
         }
+    }
+}
+
+/// One queue thread's part: the CPU it is pinned to (None: the scheduler's choice) and the
+/// queue of each of its entries, its `spill` entries (on other threads' queues) first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Plan {
+    home: Option<u16>,
+    qids: Vec<u16>,
+    spill: usize,
+}
+
+impl Shape {
+    /// The threads for `n` queues: one pinned thread per queue, then the helpers.
+    fn plans(&self, n: u16) -> Vec<Plan> {
+        let n = n.max(1) as usize;
+        let others = (n - 1).max(1);
+        let mut plans: Vec<Plan> = (0..n)
+            .map(|q| {
+                let spill = if n > 1 { self.spill } else { 0 };
+                let mut qids: Vec<u16> = (0..spill)
+                    .map(|i| ((q + 1 + i % others) % n) as u16)
+                    .collect();
+                qids.extend(std::iter::repeat_n(q as u16, self.local));
+                Plan {
+                    home: Some(q as u16),
+                    qids,
+                    spill,
+                }
+            })
+            .collect();
+        plans.extend((0..self.helpers).map(|h| {
+            let qids: Vec<u16> = (0..self.helper_depth)
+                .map(|i| ((h + i) % n) as u16)
+                .collect();
+            Plan {
+                home: None,
+                spill: qids.len(),
+                qids,
+            }
+        }));
+        plans
     }
 }
 
@@ -208,14 +239,8 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(
-        fd: OwnedFd,
-        qid: u16,
-        home: Option<u16>,
-        qids: Vec<u16>,
-        nspill: usize,
-        spilled: &Barrier,
-    ) -> Result<Queue, UringError> {
+    fn new(fd: OwnedFd, qid: u16, plan: Plan, spilled: &Barrier) -> Result<Queue, UringError> {
+        let Plan { home, qids, spill } = plan;
         // Experiment knob (issue 17, attach qd16): PMKIT_FUSE_URING_PIN=0 leaves the queue
         // threads to the scheduler.
         if let Some(cpu) = home {
@@ -270,10 +295,10 @@ impl Queue {
             qid,
             early: vec![],
         };
-        let spill = q.register(0..nspill);
+        let first = q.register(0..spill);
         spilled.wait();
-        spill?;
-        q.register(nspill..depth)?;
+        first?;
+        q.register(spill..depth)?;
         Ok(q)
     }
 
@@ -388,5 +413,46 @@ fn pin_to_cpu(cpu: usize) {
             libc::CPU_SET(cpu, &mut set);
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_default_every_entry_is_on_its_own_threads_queue() {
+        let plans = Shape::OWN_QUEUE.plans(2);
+        assert_eq!(plans.len(), 2);
+        for (q, p) in plans.iter().enumerate() {
+            assert_eq!(p.home, Some(q as u16));
+            assert_eq!(p.spill, 0);
+            assert_eq!(p.qids, vec![q as u16; QUEUE_DEPTH]);
+        }
+    }
+
+    #[test]
+    fn spill_entries_come_first_and_go_round_the_other_queues() {
+        let shape = Shape {
+            local: 2,
+            spill: 4,
+            helpers: 1,
+            helper_depth: 3,
+        };
+        let plans = shape.plans(3);
+        assert_eq!(plans[0].qids, vec![1, 2, 1, 2, 0, 0]);
+        assert_eq!(plans[2].qids, vec![0, 1, 0, 1, 2, 2]);
+        assert!(plans[..3].iter().all(|p| p.spill == 4));
+        // The helper: unpinned, every entry a spill entry, round-robin over all queues.
+        assert_eq!(
+            plans[3],
+            Plan {
+                home: None,
+                qids: vec![0, 1, 2],
+                spill: 3
+            }
+        );
+        // One CPU: nowhere to spill.
+        assert_eq!(shape.plans(1)[0].qids, vec![0, 0]);
     }
 }
