@@ -28,10 +28,7 @@ fn random_operations_match_tmpfs_across_a_remount() {
     if !can_run() {
         return;
     }
-    for t in transports() {
-        eprintln!("transport {t}");
-        random_operations_match_tmpfs_across_a_remount_over(t);
-    }
+    each_transport(random_operations_match_tmpfs_across_a_remount_over);
 }
 
 fn random_operations_match_tmpfs_across_a_remount_over(t: &str) {
@@ -80,10 +77,7 @@ fn the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks() {
     if !can_run() {
         return;
     }
-    for t in transports() {
-        eprintln!("transport {t}");
-        the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks_over(t);
-    }
+    each_transport(the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks_over);
 }
 
 fn the_atomic_flag_is_a_virtual_xattr_and_fallocate_gets_huge_blocks_over(t: &str) {
@@ -140,10 +134,7 @@ fn the_huge_flag_is_a_virtual_xattr_and_hinted_writes_get_huge_blocks() {
     if !can_run() {
         return;
     }
-    for t in transports() {
-        eprintln!("transport {t}");
-        the_huge_flag_over(t);
-    }
+    each_transport(the_huge_flag_over);
 }
 
 fn the_huge_flag_over(t: &str) {
@@ -184,10 +175,7 @@ fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean() {
     if !can_run() {
         return;
     }
-    for t in transports() {
-        eprintln!("transport {t}");
-        a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean_over(t);
-    }
+    each_transport(a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean_over);
 }
 
 fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean_over(t: &str) {
@@ -247,10 +235,7 @@ fn sigterm_with_a_file_open_detaches_and_serves_it_until_closed() {
     if !can_run() {
         return;
     }
-    for t in transports() {
-        eprintln!("transport {t}");
-        sigterm_with_a_file_open_detaches_and_serves_it_until_closed_over(t);
-    }
+    each_transport(sigterm_with_a_file_open_detaches_and_serves_it_until_closed_over);
 }
 
 fn sigterm_with_a_file_open_detaches_and_serves_it_until_closed_over(t: &str) {
@@ -303,10 +288,7 @@ fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file() {
     if !can_run() {
         return;
     }
-    for t in transports() {
-        eprintln!("transport {t}");
-        kill_9_of_the_daemon_while_writing_loses_no_fsynced_file_over(t);
-    }
+    each_transport(kill_9_of_the_daemon_while_writing_loses_no_fsynced_file_over);
 }
 
 fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file_over(t: &str) {
@@ -389,10 +371,7 @@ fn stats_give_the_journal_bytes_and_fences_of_each_request() {
     if !can_run() {
         return;
     }
-    for t in transports() {
-        eprintln!("transport {t}");
-        stats_give_the_journal_bytes_and_fences_of_each_request_over(t);
-    }
+    each_transport(stats_give_the_journal_bytes_and_fences_of_each_request_over);
 }
 
 fn stats_give_the_journal_bytes_and_fences_of_each_request_over(t: &str) {
@@ -457,10 +436,7 @@ fn writes_truncates_and_chowns_clear_privileges_as_the_kernel_does() {
         assert!(std::env::var_os("CI").is_none(), "python3 missing in CI");
         return;
     }
-    for t in transports() {
-        eprintln!("transport {t}");
-        privileges_over(t);
-    }
+    each_transport(privileges_over);
 }
 
 fn privileges_over(t: &str) {

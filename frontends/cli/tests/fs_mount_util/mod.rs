@@ -63,6 +63,14 @@ pub fn transports() -> Vec<&'static str> {
     vec!["dev"]
 }
 
+/// Run `test` once over each of [`transports`], naming the transport in the output first.
+pub fn each_transport(test: fn(&str)) {
+    for t in transports() {
+        eprintln!("transport {t}");
+        test(t);
+    }
+}
+
 /// A scratch pool in /dev/shm and a mount point.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
