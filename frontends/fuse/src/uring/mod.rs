@@ -13,6 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 mod abi;
+mod buffers;
 mod ops;
 mod pmfs;
 mod queue;

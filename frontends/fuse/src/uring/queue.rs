@@ -7,6 +7,7 @@
 //! (COMMIT_AND_FETCH): one `io_uring_enter` per batch instead of a `read` and a `writev`
 //! per request, and the kernel queues a request on the queue of the CPU that issued it.
 
+use super::buffers::Slots;
 use super::{abi, Handler};
 use crate::file::MAX_IO;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -217,18 +218,13 @@ impl Shape {
     }
 }
 
-/// A ring entry's buffers (heap allocations that never move or grow while registered).
-struct Entry {
-    header: Vec<u8>,
-    payload: Vec<u8>,
-    /// The kernel queue this entry is registered on.
-    qid: u16,
-}
-
 struct Queue {
     // Dropped first: closing the ring cancels the entries' commands before their buffers go.
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    entries: Vec<Entry>,
+    /// The kernel queue each entry is registered on.
+    entry_qids: Vec<u16>,
+    /// Entry `i`'s header and payload buffers.
+    slots: Arc<Slots>,
     /// Each entry's (header, payload) iovecs, as REGISTER hands them to the kernel; boxed so
     /// they stay put.
     iovs: Box<[[libc::iovec; 2]]>,
@@ -264,32 +260,19 @@ impl Queue {
                 return Err(e);
             }
         };
-        let mut entries: Vec<Entry> = qids
-            .into_iter()
-            .map(|qid| Entry {
-                header: vec![0u8; abi::HEADER_LEN],
-                payload: vec![0u8; MAX_IO as usize],
-                qid,
-            })
-            .collect();
-        let iovs = entries
-            .iter_mut()
-            .map(|e| {
-                [
-                    libc::iovec {
-                        iov_base: e.header.as_mut_ptr().cast(),
-                        iov_len: e.header.len(),
-                    },
-                    libc::iovec {
-                        iov_base: e.payload.as_mut_ptr().cast(),
-                        iov_len: e.payload.len(),
-                    },
-                ]
-            })
-            .collect();
+        let huge = std::env::var("PMKIT_FUSE_URING_THP").as_deref() != Ok("0");
+        let slots = match Slots::new(depth, abi::HEADER_LEN, MAX_IO as usize, huge) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                spilled.wait();
+                return Err(queue_err(qid, "map the entries' buffers")(e));
+            }
+        };
+        let iovs = (0..depth).map(|i| slots.iovecs(i)).collect();
         let mut q = Queue {
             ring,
-            entries,
+            entry_qids: qids,
+            slots,
             iovs,
             fd,
             qid,
@@ -310,7 +293,7 @@ impl Queue {
         for idx in range {
             let sqe = register_sqe(
                 self.fd.as_raw_fd(),
-                self.entries[idx].qid,
+                self.entry_qids[idx],
                 self.iovs[idx].as_ptr(),
                 idx as u64,
             );
@@ -338,8 +321,10 @@ impl Queue {
     /// Serve requests until the connection ends.
     fn serve<H: Handler>(&mut self, handler: &H) {
         let mut done = std::mem::take(&mut self.early);
-        done.reserve(self.entries.len());
-        let mut in_kernel = self.entries.len();
+        done.reserve(self.entry_qids.len());
+        let mut in_kernel = self.entry_qids.len();
+        let mut work: Vec<u32> = Vec::with_capacity(self.entry_qids.len());
+        let mut replies: Vec<(u32, u64)> = Vec::with_capacity(self.entry_qids.len());
 
         loop {
             for &(idx, res) in &done {
@@ -356,17 +341,24 @@ impl Queue {
                     );
                     continue;
                 }
-                let e = &mut self.entries[idx as usize];
-                let commit_id = super::handle(handler, &mut e.header, &mut e.payload);
+                work.push(idx as u32);
+            }
+            replies.clear();
+            replies.extend(work.drain(..).map(|i| {
+                // SAFETY: entry `i`'s request has completed and its reply is not yet sent: this
+                // thread alone holds it until the COMMIT_AND_FETCH below.
+                (i, unsafe { self.slots.answer(handler, i as usize) })
+            }));
+            for &(idx, commit_id) in &replies {
                 let sqe = opcode::UringCmd80::new(
                     types::Fd(self.fd.as_raw_fd()),
                     abi::CMD_COMMIT_AND_FETCH,
                 )
-                .cmd(abi::cmd_req(commit_id, e.qid))
+                .cmd(abi::cmd_req(commit_id, self.entry_qids[idx as usize]))
                 .build()
-                .user_data(idx);
-                // SAFETY: the command names a registered entry, whose buffers (boxed in
-                // `self.entries`) outlive the ring.
+                .user_data(idx as u64);
+                // SAFETY: the command names a registered entry, whose buffers (in
+                // `self.slots`) outlive the ring.
                 unsafe { self.ring.submission().push(&sqe) }
                     .expect("one SQE per entry fits a ring of as many");
             }
