@@ -10,7 +10,8 @@
 #                                    build instead of the debug one
 #   scripts/pjdfstest.sh --preload   the same suite through the LD_PRELOAD shim (frontends/preload)
 #                                    instead of the FUSE mount; a report, not a gate (docs/fs.md
-#                                    lists what fails there and why)
+#                                    lists what fails there and why); PMKIT_PJDFSTEST_LOG=FILE keeps
+#                                    the suite's full log there
 set -euo pipefail
 preload=false
 [ "${1:-}" = --preload ] && preload=true
@@ -50,6 +51,7 @@ if $preload; then
     (cd "$work/mnt" && env PMKIT_PRELOAD_POOL="$work/pool" PMKIT_PRELOAD_PREFIX="$work/mnt" \
         LD_PRELOAD="$target/debug/libpmkit_preload.so" \
         "$tools/bin/pjdfstest" -c "$cfg" -p "$work/mnt") >"$work/pjdfstest.log" 2>&1 || true
+    [ -z "${PMKIT_PJDFSTEST_LOG:-}" ] || cp "$work/pjdfstest.log" "$PMKIT_PJDFSTEST_LOG"
     grep "^Summary" "$work/pjdfstest.log"
     echo "failures by test group:"
     grep -E "FAILED$" "$work/pjdfstest.log" | awk '{print $1}' | sed 's/::.*//' | sort | uniq -c | sort -rn

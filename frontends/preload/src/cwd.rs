@@ -27,6 +27,7 @@ fn set(v: Option<Vec<u8>>) {
 
 /// Enter pool directory `p` (a path from the pool's root).
 fn enter_pool(p: Vec<u8>) -> c_int {
+    let p = state::kept_path(p);
     enter(-1, |fs| {
         let a = fs.stat(&p).map_err(en)?;
         if a.kind != pmkit_fs::Kind::Dir {

@@ -165,11 +165,11 @@ pub fn accessible(p: *const u8, len: usize, write: bool) -> Option<bool> {
     }
 }
 
-/// The NUL-terminated string at `ptr`, at most `max` bytes before its NUL: `Some(Ok(bytes))`;
-/// `Some(Err(()))` when memory on the way is not readable or no NUL comes within `max` bytes;
-/// `None` when this cannot be done here (not x86_64, or the handler could not be installed):
-/// read it another way.
-pub fn copy(ptr: *const libc::c_char, max: usize) -> Option<Result<Vec<u8>, ()>> {
+/// The NUL-terminated string at `ptr`, fewer than `max` bytes before its NUL: `Some(Ok(bytes))`;
+/// `Some(Err(EFAULT))` when memory on the way is not readable, `Some(Err(ENAMETOOLONG))` when
+/// no NUL comes within `max` bytes; `None` when this cannot be done here (not x86_64, or the
+/// handler could not be installed): read it another way.
+pub fn copy(ptr: *const libc::c_char, max: usize) -> Option<Result<Vec<u8>, libc::c_int>> {
     #[cfg(target_arch = "x86_64")]
     {
         if !install() {
@@ -182,8 +182,11 @@ pub fn copy(ptr: *const libc::c_char, max: usize) -> Option<Result<Vec<u8>, ()>>
         // `max` bytes and a NUL) stays inside it; its loads from `ptr` may fault, and the
         // handler (installed above, kept first by the wrappers below) resumes at the fixup, -1.
         let n = unsafe { pmkit_guarded_strcpy(buf.as_mut_ptr(), ptr.cast(), max) };
-        if n < 0 || n as usize >= max {
-            return Some(Err(()));
+        if n < 0 {
+            return Some(Err(libc::EFAULT));
+        }
+        if n as usize >= max {
+            return Some(Err(libc::ENAMETOOLONG));
         }
         // SAFETY: the routine wrote the `n` bytes before the NUL.
         unsafe { buf.set_len(n as usize) };

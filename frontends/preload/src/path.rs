@@ -31,10 +31,7 @@ fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
             let _ = p.close(fd);
             return Err(e);
         }
-        let mut path = path;
-        while path.len() > 1 && path.ends_with(b"/") {
-            path.pop();
-        }
+        let path = state::kept_path(path);
         let o = Open { fd, flags, path };
         gone = state::insert(k, Arc::new(o));
         Ok(k)
@@ -460,7 +457,7 @@ fn on_pool(
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
-        Route::Pool(p) if flags & libc::AT_REMOVEDIR != 0 => on_pool(p, |fs, p| fs.rmdir(p)),
+        Route::Pool(p) if flags & libc::AT_REMOVEDIR != 0 => remove_dir(path, p),
         Route::Pool(p) => on_pool(p, |fs, p| fs.unlink(p)),
         Route::Real => {
             real!(unlinkat(dirfd, path, flags) as fn(c_int, *const c_char, c_int) -> c_int)
@@ -500,8 +497,18 @@ pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
 pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
-        Route::Pool(p) => on_pool(p, |fs, p| fs.rmdir(p)),
+        Route::Pool(p) => remove_dir(path, p),
         Route::Real => real!(rmdir(path) as fn(*const c_char) -> c_int),
+    }
+}
+
+/// rmdir of pool path `p`, routed from `path`: a final ".." (which `route` resolves away) is
+/// ENOTEMPTY, as Linux answers; a final "." reaches the pool, which refuses it (EINVAL).
+fn remove_dir(path: *const c_char, p: Vec<u8>) -> c_int {
+    let dotdot = state::copy_path(path).is_ok_and(|raw| state::last_component(&raw) == b"..");
+    match dotdot {
+        true => enter(-1, |_| Err(libc::ENOTEMPTY)),
+        false => on_pool(p, |fs, p| fs.rmdir(p)),
     }
 }
 
@@ -577,7 +584,14 @@ unsafe fn two(
     match unsafe { (route(da, a), route(db, b)) } {
         (Route::Real, Route::Real) => None,
         (Route::Pool(x), Route::Pool(y)) => Some(Ok((x, y))),
-        _ => Some(Err(libc::EXDEV)),
+        // One in the pool: the other is a bad path (as the kernel checks names before mounts)
+        // or on another file system.
+        (Route::Pool(_), Route::Real) => {
+            Some(Err(state::copy_path(b).err().unwrap_or(libc::EXDEV)))
+        }
+        (Route::Real, Route::Pool(_)) => {
+            Some(Err(state::copy_path(a).err().unwrap_or(libc::EXDEV)))
+        }
     }
 }
 
@@ -675,13 +689,12 @@ pub unsafe extern "C" fn symlinkat(
             real!(symlinkat(target, dirfd, path) as fn(*const c_char, c_int, *const c_char) -> c_int)
         }
         Route::Pool(p) => {
-            if target.is_null() {
-                state::set_errno(libc::EFAULT);
-                return -1;
-            }
-            let Some(t) = state::copy_c_string(target) else {
-                state::set_errno(libc::EFAULT);
-                return -1;
+            let t = match state::copy_path(target) {
+                Ok(t) => t,
+                Err(e) => {
+                    state::set_errno(e);
+                    return -1;
+                }
             };
             // SAFETY: as above.
             let t = match unsafe { route(libc::AT_FDCWD, target) } {

@@ -73,6 +73,25 @@ pub fn config() -> Option<&'static Config> {
 }
 
 /// `path` (absolute) with empty and `.` components dropped and `..` applied lexically.
+/// A pool path as a name to keep (a descriptor's, the current directory's): without the
+/// trailing slashes and the "/." that `route` keeps for the calls that refuse a final dot.
+pub fn kept_path(mut p: Vec<u8>) -> Vec<u8> {
+    while p.len() > 1 && (p.ends_with(b"/") || p.ends_with(b"/.")) {
+        p.pop();
+        if p.ends_with(b"/") && p.len() > 1 {
+            p.pop();
+        }
+    }
+    p
+}
+
+/// The last component of `path`, trailing slashes ignored (empty for "/" or "").
+pub fn last_component(path: &[u8]) -> &[u8] {
+    path.split(|&b| b == b'/')
+        .rfind(|c| !c.is_empty())
+        .unwrap_or(b"")
+}
+
 pub fn normalize(path: &[u8]) -> Vec<u8> {
     let mut parts: Vec<&[u8]> = Vec::new();
     for c in path.split(|&b| b == b'/') {
@@ -478,14 +497,23 @@ fn copy_from_image(ptr: *const libc::c_char) -> Option<Vec<u8>> {
 /// answers EFAULT for memory that is not readable. `None`: unreadable, or no NUL within
 /// `PATH_MAX` bytes.
 pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
+    copy_path(ptr).ok()
+}
+
+/// [`copy_c_string`], or why not, as the kernel would answer: EFAULT (not readable, or NULL),
+/// ENAMETOOLONG (no NUL within `PATH_MAX` bytes).
+pub fn copy_path(ptr: *const libc::c_char) -> Result<Vec<u8>, libc::c_int> {
+    if ptr.is_null() {
+        return Err(libc::EFAULT);
+    }
     if let Some(v) = copy_from_stack(ptr)
         .or_else(|| copy_from_brk(ptr))
         .or_else(|| copy_from_image(ptr))
     {
-        return Some(v);
+        return Ok(v);
     }
     if let Some(r) = crate::guarded::copy(ptr, libc::PATH_MAX as usize) {
-        return r.ok();
+        return r;
     }
     const PAGE: usize = 4096;
     let mut out = Vec::new();
@@ -505,17 +533,17 @@ pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
         // `chunk` bytes long; an unreadable source is an error return, never a fault.
         let n = unsafe { libc::process_vm_readv(own_pid(), &local, 1, &remote, 1, 0) };
         if n <= 0 {
-            return None;
+            return Err(libc::EFAULT);
         }
         let n = n as usize;
         if let Some(z) = buf[..n].iter().position(|&b| b == 0) {
             out.extend_from_slice(&buf[..z]);
-            return Some(out);
+            return Ok(out);
         }
         out.extend_from_slice(&buf[..n]);
         at += n;
     }
-    None
+    Err(libc::ENAMETOOLONG)
 }
 
 /// Where a path argument goes.
@@ -598,8 +626,33 @@ pub unsafe fn route(dirfd: c_int, path: *const libc::c_char) -> Route {
         return Route::Real;
     };
     let mut rest = rest;
-    if p.ends_with(b"/") && rest != b"/" {
+    if matches!(last_component(p), b"." | b"..") {
+        // "dir/." names dir lexically, but rmdir, unlink and rename refuse it (EINVAL): the
+        // pool sees the dot.
+        if rest != b"/" {
+            rest.push(b'/');
+        }
+        rest.push(b'.');
+    } else if p.ends_with(b"/") && rest != b"/" {
         rest.push(b'/'); // "file/" is ENOTDIR, as the kernel says
     }
     Route::Pool(rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_final_dot_is_seen_and_not_kept() {
+        assert_eq!(last_component(b"/a/b/."), b".");
+        assert_eq!(last_component(b"a/..//"), b"..");
+        assert_eq!(last_component(b"/"), b"");
+        assert_eq!(last_component(b"a."), b"a.");
+        assert_eq!(kept_path(b"/x/.".to_vec()), b"/x");
+        assert_eq!(kept_path(b"/.".to_vec()), b"/");
+        assert_eq!(kept_path(b"/x/a.".to_vec()), b"/x/a.");
+        assert_eq!(kept_path(b"/x//".to_vec()), b"/x");
+        assert_eq!(kept_path(b"/".to_vec()), b"/");
+    }
 }

@@ -286,6 +286,11 @@ impl<M: Media> Posix<M> {
 
     /// The parent directory and name of a path whose last component is made or removed.
     fn parent_of(&self, path: &[u8]) -> Result<(u64, Vec<u8>)> {
+        // "dir/." resolves to dir, but removing or renaming it by that name is EINVAL.
+        let last = path.split(|&b| b == b'/').rfind(|c| !c.is_empty());
+        if matches!(last, Some(b"." | b"..")) {
+            return Err(Error::BadName("the last component is . or .."));
+        }
         let r = self.resolve(path, false)?;
         if r.name == b"." || r.name == b".." {
             return Err(Error::BadName("the last component is . or .."));

@@ -539,3 +539,42 @@ fn links_to_dot_and_dotdot_resolve_like_linux() {
     fs.close(n).unwrap();
     assert_eq!(fs.lstat(b"/d/new").unwrap().kind, Kind::File);
 }
+
+#[test]
+fn a_final_dot_or_dotdot_is_never_removed_or_renamed() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("pool");
+    let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
+    Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
+    drop(region);
+    let fs = mounted(&pool);
+    fs.mkdir(b"/d", 0o755).unwrap();
+    fs.mkdir(b"/d/e", 0o755).unwrap();
+    // "d/." resolves to d, but the name "." is not d's entry: Linux refuses these (EINVAL),
+    // where a lexical reading would remove or move d itself.
+    for p in [&b"/d/e/."[..], b"/d/e/..", b"/d/e/./", b"/."] {
+        assert_eq!(fs.rmdir(p).unwrap_err().errno(), libc::EINVAL, "{p:?}");
+        assert_eq!(
+            fs.rename(p, b"/x", RenameFlags::Replace)
+                .unwrap_err()
+                .errno(),
+            libc::EINVAL,
+            "{p:?}"
+        );
+        assert_eq!(fs.unlink(p).unwrap_err().errno(), libc::EINVAL, "{p:?}");
+    }
+    assert_eq!(
+        fs.rename(b"/d/e", b"/d/.", RenameFlags::Replace)
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+    assert_eq!(fs.stat(b"/d/e").unwrap().kind, Kind::Dir);
+    assert_eq!(
+        fs.stat(b"/d/e/.").unwrap().kind,
+        Kind::Dir,
+        "lookups still pass"
+    );
+    assert!(fs.stat(b"/x").is_err());
+    fs.rmdir(b"/d/e").unwrap();
+}
