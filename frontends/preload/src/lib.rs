@@ -12,6 +12,8 @@
 //! - `guarded`: reading a path through an untrusted pointer with no system call (a fault in
 //!   its one load is an error return), and `sigaction`/`signal`, which keep that handler first.
 //! - `stat`: `struct stat`/`statx` as the kernel fills them.
+//! - `creds`: the process's ids for the pool's permission checks, and the `set*id` calls
+//!   that change them.
 //! - `fd`: calls on descriptors; `path`: calls on paths; `cwd`: a current directory
 //!   inside the pool; `dir`: directory streams;
 //!   `meta`: chmod, times, statfs;
@@ -29,6 +31,7 @@ compile_error!("pmkit-preload supports Linux on x86_64 and aarch64 only (variadi
 
 #[macro_use]
 mod real;
+mod creds;
 mod cwd;
 mod dir;
 mod fd;

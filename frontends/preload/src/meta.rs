@@ -3,38 +3,16 @@
 
 use crate::state::{en, enter, lookup, route, umasked, Route};
 use pmkit_fs::posix::Posix;
-use pmkit_fs::SetAttr;
 use pmkit_media::Region;
 use std::ffi::{c_char, c_int, c_uint};
 
 /// `f_type` of pool files in `statfs` ("PMFS").
 pub const PMFS_MAGIC: i64 = 0x504d_4653;
 
-fn set(p: &Posix<Region>, ino: u64, s: &SetAttr) -> Result<c_int, c_int> {
-    p.fs().setattr(ino, s).map(|_| 0).map_err(en)
-}
-
-/// The inode of a pool path (following a final link unless `nofollow`).
-fn ino_of(p: &Posix<Region>, path: &[u8], nofollow: bool) -> Result<u64, c_int> {
-    let a = if nofollow {
-        p.lstat(path)
-    } else {
-        p.stat(path)
-    };
-    Ok(a.map_err(en)?.ino)
-}
-
 #[no_mangle]
 pub extern "C" fn fchmod(fd: c_int, mode: c_uint) -> c_int {
     if let Some(o) = lookup(fd) {
-        return enter(-1, |p| {
-            let ino = p.fstat(o.fd).map_err(en)?.ino;
-            let s = SetAttr {
-                mode: Some(mode & 0o7777),
-                ..SetAttr::default()
-            };
-            set(p, ino, &s)
-        });
+        return enter(-1, |p| p.fchmod(o.fd, mode).map(|_| 0).map_err(en));
     }
     real!(fchmod(fd, mode) as fn(c_int, c_uint) -> c_int)
 }
@@ -51,12 +29,8 @@ pub unsafe extern "C" fn fchmodat(
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => enter(-1, |fs| {
-            let ino = ino_of(fs, &p, flags & libc::AT_SYMLINK_NOFOLLOW != 0)?;
-            let s = SetAttr {
-                mode: Some(mode & 0o7777),
-                ..SetAttr::default()
-            };
-            set(fs, ino, &s)
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            fs.chmod_at(&p, mode, follow).map(|_| 0).map_err(en)
         }),
         Route::Real => {
             real!(fchmodat(dirfd, path, mode, flags)
@@ -65,36 +39,34 @@ pub unsafe extern "C" fn fchmodat(
     }
 }
 
-/// utimensat's two times: NULL is now for both; `UTIME_NOW`, `UTIME_OMIT` per entry.
+/// utimensat's two times (`None`: `UTIME_OMIT`, unchanged), NULL being now for both, and
+/// whether every time given is now (which write permission allows, not only ownership).
 ///
 /// # Safety
 /// `t` NULL or valid for two `struct timespec`.
-unsafe fn times(t: *const libc::timespec) -> Result<SetAttr, c_int> {
+unsafe fn times(t: *const libc::timespec) -> Result<Times, c_int> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
+    if t.is_null() {
+        return Ok((Some(now), Some(now), true));
+    }
     let one = |ts: libc::timespec| match ts.tv_nsec {
         libc::UTIME_NOW => Ok(Some(now)),
         libc::UTIME_OMIT => Ok(None),
         n if !(0..1_000_000_000).contains(&n) || ts.tv_sec < 0 => Err(libc::EINVAL),
         n => Ok(Some(ts.tv_sec as u64 * 1_000_000_000 + n as u64)),
     };
-    if t.is_null() {
-        return Ok(SetAttr {
-            atime: Some(now),
-            mtime: Some(now),
-            ..SetAttr::default()
-        });
-    }
     // SAFETY: valid for two entries (the caller's contract).
     let (a, m) = unsafe { (*t, *t.add(1)) };
-    Ok(SetAttr {
-        atime: one(a)?,
-        mtime: one(m)?,
-        ..SetAttr::default()
-    })
+    let explicit =
+        |ts: libc::timespec| ts.tv_nsec != libc::UTIME_NOW && ts.tv_nsec != libc::UTIME_OMIT;
+    Ok((one(a)?, one(m)?, !explicit(a) && !explicit(m)))
 }
+
+/// Access time, modification time (`None`: unchanged), and whether both are "now".
+type Times = (Option<u64>, Option<u64>, bool);
 
 /// # Safety
 /// futimens(3)'s contract.
@@ -102,9 +74,9 @@ unsafe fn times(t: *const libc::timespec) -> Result<SetAttr, c_int> {
 pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
-            let ino = p.fstat(o.fd).map_err(en)?.ino;
             // SAFETY: the caller's contract.
-            set(p, ino, &unsafe { times(t) }?)
+            let (a, m, now) = unsafe { times(t) }?;
+            p.futimens(o.fd, a, m, now).map(|_| 0).map_err(en)
         });
     }
     real!(futimens(fd, t) as fn(c_int, *const libc::timespec) -> c_int)
@@ -126,9 +98,10 @@ pub unsafe extern "C" fn utimensat(
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => enter(-1, |fs| {
-            let ino = ino_of(fs, &p, flags & libc::AT_SYMLINK_NOFOLLOW != 0)?;
             // SAFETY: the caller's contract.
-            set(fs, ino, &unsafe { times(t) }?)
+            let (a, m, now) = unsafe { times(t) }?;
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            fs.utimens_at(&p, a, m, now, follow).map(|_| 0).map_err(en)
         }),
         Route::Real => real!(utimensat(dirfd, path, t, flags)
             as fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int),
@@ -244,20 +217,19 @@ pub unsafe extern "C" fn fstatfs64(fd: c_int, out: *mut libc::statfs) -> c_int {
 }
 
 /// chown's ids: `u32::MAX` (-1) leaves one unchanged.
-fn owner(uid: c_uint, gid: c_uint) -> SetAttr {
-    SetAttr {
-        uid: (uid != u32::MAX).then_some(uid),
-        gid: (gid != u32::MAX).then_some(gid),
-        ..SetAttr::default()
-    }
+fn ids(uid: c_uint, gid: c_uint) -> (Option<u32>, Option<u32>) {
+    (
+        (uid != u32::MAX).then_some(uid),
+        (gid != u32::MAX).then_some(gid),
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn fchown(fd: c_int, uid: c_uint, gid: c_uint) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
-            let ino = p.fstat(o.fd).map_err(en)?.ino;
-            set(p, ino, &owner(uid, gid))
+            let (u, g) = ids(uid, gid);
+            p.fchown(o.fd, u, g).map(|_| 0).map_err(en)
         });
     }
     real!(fchown(fd, uid, gid) as fn(c_int, c_uint, c_uint) -> c_int)
@@ -276,8 +248,9 @@ pub unsafe extern "C" fn fchownat(
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => enter(-1, |fs| {
-            let ino = ino_of(fs, &p, flags & libc::AT_SYMLINK_NOFOLLOW != 0)?;
-            set(fs, ino, &owner(uid, gid))
+            let (u, g) = ids(uid, gid);
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            fs.chown(&p, u, g, follow).map(|_| 0).map_err(en)
         }),
         Route::Real => real!(fchownat(dirfd, path, uid, gid, flags)
             as fn(c_int, *const c_char, c_uint, c_uint, c_int) -> c_int),

@@ -402,7 +402,8 @@ pub unsafe extern "C" fn statx(
     }
 }
 
-/// access: existence only (the process owns the pool; no permission checks).
+/// access: the pool's permission check for the process's effective ids (as `AT_EACCESS`; the
+/// real ids are not kept apart).
 ///
 /// # Safety
 /// faccessat(2)'s contract.
@@ -416,13 +417,11 @@ pub unsafe extern "C" fn faccessat(
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => enter(-1, |fs| {
-            if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
-                fs.lstat(&p)
-            } else {
-                fs.stat(&p)
+            if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
+                return Err(libc::EINVAL);
             }
-            .map_err(en)?;
-            Ok(0)
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            fs.access(&p, mode as u32, follow).map(|_| 0).map_err(en)
         }),
         Route::Real => {
             real!(faccessat(dirfd, path, mode, flags)

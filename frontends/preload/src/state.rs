@@ -24,10 +24,10 @@ pub fn busy() -> bool {
 }
 
 /// Marks the thread busy until dropped.
-struct Busy(bool);
+pub struct Busy(bool);
 
 impl Busy {
-    fn new() -> Busy {
+    pub fn new() -> Busy {
         Busy(BUSY.with(|b| b.replace(true)))
     }
 }
@@ -174,7 +174,22 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
         libc::pthread_atfork(None, None, Some(after_fork_child));
         libc::atexit(at_exit);
     }
-    Ok(RwLock::new(Some(Posix::new(fs))))
+    let p = Posix::new(fs);
+    // Permissions are checked as the kernel would for this process (docs/fs.md).
+    p.set_cred(Some(crate::creds::current()));
+    Ok(RwLock::new(Some(p)))
+}
+
+/// Run `f` on the pool if it is mounted (not mounting it).
+pub fn with_mounted(f: impl FnOnce(&Posix<Region>)) {
+    let _b = Busy::new();
+    if let Some(Ok(pool)) = POOL.get() {
+        if let Ok(g) = pool.read() {
+            if let Some(p) = g.as_ref() {
+                f(p);
+            }
+        }
+    }
 }
 
 /// Run a served call: `f` gets the pool; an error sets errno and gives `err`. A child of

@@ -11,6 +11,8 @@ pub enum Error {
     NotDir,
     #[error("operation not permitted: {0}")]
     Perm(&'static str),
+    #[error("permission denied: {0}")]
+    Access(&'static str),
     #[error("is a directory")]
     IsDir,
     #[error("directory not empty")]
@@ -97,6 +99,7 @@ impl Error {
             Error::Exists => 17,                           // EEXIST
             Error::NotDir => 20,                           // ENOTDIR
             Error::Perm(_) => 1,                           // EPERM
+            Error::Access(_) => 13,                        // EACCES
             Error::IsDir => 21,                            // EISDIR
             Error::NotEmpty => 39,                         // ENOTEMPTY
             Error::NameTooLong { .. } => 36,               // ENAMETOOLONG

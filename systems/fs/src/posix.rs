@@ -7,15 +7,20 @@
 //! their own offsets and access modes (at most [`MAX_FDS`]). Every call is durable when it
 //! returns, as the library's are: `fsync` has nothing left to do.
 //!
-//! There are no permission checks: the process holds the pool exclusively (the caller locks
+//! Permissions are checked only for a caller with credentials ([`Posix::set_cred`]; the
+//! LD_PRELOAD shim gives the process's, see `access.rs`). Without them (the library and its C
+//! ABI by default) nothing is checked: the process holds the pool exclusively (the caller locks
 //! it, as `pmkit fs mount` does) and may do anything in it. New nodes belong to the caller's
 //! effective user and group, as the kernel would make them.
 
+mod access;
 mod flags;
+pub use access::Cred;
+use access::{R, W, X};
 pub use flags::FileFlag;
 
 use crate::{Attr, DirEntry, Error, Fs, Kind, RenameFlags, Result, SetAttr, StatFs, ROOT};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use pmkit_media::extent_map::ExtentMap;
 use pmkit_media::{Media, Region};
 use std::collections::HashMap;
@@ -133,6 +138,8 @@ pub enum Whence {
 /// A path resolved up to its last component.
 struct Resolved {
     parent: u64,
+    /// The parent directory's attributes.
+    dir: Attr,
     name: Vec<u8>,
     /// The last component's attributes (after following it when asked), if it exists.
     attr: Option<Attr>,
@@ -146,6 +153,8 @@ pub struct Posix<M: Media> {
     append: Mutex<()>,
     /// Ranges mapped for direct access, by address (see [`Posix::map`]).
     maps: Mutex<HashMap<usize, Mapped>>,
+    /// Whose permissions to check; `None`: no checks.
+    cred: RwLock<Option<Cred>>,
 }
 
 /// A file range mapped for direct access: its address and length. Loads and stores through
@@ -202,6 +211,37 @@ impl<M: Media> Posix<M> {
             fds: Mutex::new(Vec::new()),
             append: Mutex::new(()),
             maps: Mutex::new(HashMap::new()),
+            cred: RwLock::new(None),
+        }
+    }
+
+    /// Check every later call's permissions for `cred` (`None`: check nothing, the default).
+    pub fn set_cred(&self, cred: Option<Cred>) {
+        *self.cred.write() = cred;
+    }
+
+    /// The credentials checked, if any.
+    pub fn cred(&self) -> Option<Cred> {
+        self.cred.read().clone()
+    }
+
+    /// Who new nodes belong to: the credentials checked, else the calling thread's effective
+    /// user and group.
+    fn owner(&self) -> crate::Owner {
+        match &*self.cred.read() {
+            Some(c) => crate::Owner {
+                uid: c.uid,
+                gid: c.gid,
+            },
+            None => caller(),
+        }
+    }
+
+    /// Run `f` with the credentials to check, if any.
+    fn checking<T>(&self, f: impl FnOnce(&Cred) -> Result<T>) -> Result<Option<T>> {
+        match &*self.cred.read() {
+            Some(c) => f(c).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -229,18 +269,24 @@ impl<M: Media> Posix<M> {
     /// Resolve `path`: every component but the last must be a directory (symbolic links on
     /// the way are followed); the last is followed too when `follow`.
     fn resolve(&self, path: &[u8], follow: bool) -> Result<Resolved> {
+        let cred = self.cred.read();
         let mut todo = components(path)?;
         todo.reverse(); // a stack: the next component last
-        let mut cur = ROOT;
+        let root = self.fs.getattr(ROOT)?;
+        let mut cur = root;
         let mut links = 0u32;
         let mut last = Resolved {
             parent: ROOT,
+            dir: root,
             name: b".".to_vec(),
-            attr: Some(self.fs.getattr(ROOT)?),
+            attr: Some(root),
         };
         while let Some(name) = todo.pop() {
             let is_last = todo.is_empty();
-            let attr = match self.fs.lookup(cur, &name) {
+            if let Some(c) = cred.as_ref() {
+                c.check(&cur, X, "no search permission on a directory of the path")?;
+            }
+            let attr = match self.fs.lookup(cur.ino, &name) {
                 Ok(a) => Some(a),
                 Err(Error::NotFound) if is_last => None,
                 Err(e) => return Err(e),
@@ -252,7 +298,7 @@ impl<M: Media> Posix<M> {
                 }
                 let target = self.fs.readlink(a.ino)?;
                 if target.first() == Some(&b'/') {
-                    cur = ROOT;
+                    cur = root;
                 }
                 let mut more = components(&target)?;
                 more.reverse();
@@ -260,16 +306,18 @@ impl<M: Media> Posix<M> {
                 if todo.is_empty() {
                     // A link to "/" (or to ".").
                     last = Resolved {
-                        parent: cur,
+                        parent: cur.ino,
+                        dir: cur,
                         name: b".".to_vec(),
-                        attr: Some(self.fs.getattr(cur)?),
+                        attr: Some(self.fs.getattr(cur.ino)?),
                     };
                 }
                 continue;
             }
             if is_last {
                 last = Resolved {
-                    parent: cur,
+                    parent: cur.ino,
+                    dir: cur,
                     name,
                     attr,
                 };
@@ -278,14 +326,14 @@ impl<M: Media> Posix<M> {
                 if a.kind != Kind::Dir {
                     return Err(Error::NotDir);
                 }
-                cur = a.ino;
+                cur = a;
             }
         }
         Ok(last)
     }
 
     /// The parent directory and name of a path whose last component is made or removed.
-    fn parent_of(&self, path: &[u8]) -> Result<(u64, Vec<u8>)> {
+    fn parent_of(&self, path: &[u8]) -> Result<Resolved> {
         // "dir/." resolves to dir, but removing or renaming it by that name is EINVAL.
         let last = path.split(|&b| b == b'/').rfind(|c| !c.is_empty());
         if matches!(last, Some(b"." | b"..")) {
@@ -295,16 +343,18 @@ impl<M: Media> Posix<M> {
         if r.name == b"." || r.name == b".." {
             return Err(Error::BadName("the last component is . or .."));
         }
-        Ok((r.parent, r.name))
+        Ok(r)
     }
 
     /// As [`Posix::parent_of`] for a path to be made: one that exists (the root, `.`, `..`
-    /// included) is EEXIST first, as Linux answers `mkdir("/")`.
+    /// included) is EEXIST first, as Linux answers `mkdir("/")`; then the directory must be
+    /// writable.
     fn new_name(&self, path: &[u8]) -> Result<(u64, Vec<u8>)> {
         let r = self.resolve(path, false)?;
         if r.attr.is_some() {
             return Err(Error::Exists);
         }
+        self.checking(|c| c.check(&r.dir, W, "no write permission on the directory"))?;
         Ok((r.parent, r.name))
     }
 
@@ -346,11 +396,25 @@ impl<M: Media> Posix<M> {
         let r = self.resolve(path, follow)?;
         let attr = match r.attr {
             Some(_) if f.create && f.excl => return Err(Error::Exists),
-            Some(a) => a,
+            Some(a) => {
+                let want = match (f.read, f.write || f.trunc) {
+                    (true, true) => R | W,
+                    (true, false) => R,
+                    (false, _) => W,
+                };
+                // A link (O_NOFOLLOW) is ELOOP and a directory opened for writing EISDIR below,
+                // before any permission, as Linux answers.
+                let dir_write = a.kind == Kind::Dir && want & W != 0;
+                if a.kind != Kind::Symlink && !dir_write {
+                    self.checking(|c| c.check(&a, want, "the file's mode refuses this access"))?;
+                }
+                a
+            }
             None if f.create => {
+                self.checking(|c| c.check(&r.dir, W, "no write permission on the directory"))?;
                 match self
                     .fs
-                    .create_as(caller(), r.parent, &r.name, mode & 0o7777)
+                    .create_as(self.owner(), r.parent, &r.name, mode & 0o7777)
                 {
                     Ok(a) => a,
                     // Another thread made the name since the lookup: without O_EXCL, open
@@ -569,7 +633,7 @@ impl<M: Media> Posix<M> {
 
     pub fn mkdir(&self, path: &[u8], mode: u32) -> Result<Attr> {
         let (p, n) = self.new_name(path)?;
-        self.fs.mkdir_as(caller(), p, &n, mode & 0o7777)
+        self.fs.mkdir_as(self.owner(), p, &n, mode & 0o7777)
     }
 
     /// mknod(2): a FIFO, socket or device node (`mode` carries the type bits; `rdev` the
@@ -578,28 +642,54 @@ impl<M: Media> Posix<M> {
         let (p, n) = self.new_name(path)?;
         let fmt = mode & libc::S_IFMT;
         if fmt == 0 || fmt == libc::S_IFREG {
-            return self.fs.create_as(caller(), p, &n, mode & 0o7777);
+            return self.fs.create_as(self.owner(), p, &n, mode & 0o7777);
         }
-        self.fs.mknod_as(caller(), p, &n, mode, rdev)
+        self.fs.mknod_as(self.owner(), p, &n, mode, rdev)
     }
 
     pub fn rmdir(&self, path: &[u8]) -> Result<()> {
-        let (p, n) = self.parent_of(path)?;
-        let gone = self.fs.lookup(p, &n).ok();
-        self.removing_dir(gone, || self.fs.rmdir(p, &n))
+        let r = self.parent_of(path)?;
+        let (p, n) = (r.parent, &r.name);
+        let gone = self.fs.lookup(p, n).ok();
+        if let Some(v) = gone {
+            self.checking(|c| c.may_delete(&r.dir, &v))?;
+        }
+        self.removing_dir(gone, || self.fs.rmdir(p, n))
     }
 
     pub fn unlink(&self, path: &[u8]) -> Result<()> {
-        let (p, n) = self.parent_of(path)?;
-        self.fs.unlink(p, &n)
+        let r = self.parent_of(path)?;
+        self.checking(|c| match self.fs.lookup(r.parent, &r.name) {
+            Ok(v) => c.may_delete(&r.dir, &v),
+            Err(_) => Ok(()), // the unlink below says what is wrong
+        })?;
+        self.fs.unlink(r.parent, &r.name)
     }
 
     /// rename(2) and renameat2(2)'s `RENAME_NOREPLACE` / `RENAME_EXCHANGE`.
     pub fn rename(&self, from: &[u8], to: &[u8], flags: RenameFlags) -> Result<()> {
-        let (p1, n1) = self.parent_of(from)?;
-        let (p2, n2) = self.parent_of(to)?;
-        self.fs.lookup(p1, &n1)?;
-        let target = self.fs.lookup(p2, &n2).ok();
+        let r1 = self.parent_of(from)?;
+        let r2 = self.parent_of(to)?;
+        let (p1, n1, p2, n2) = (r1.parent, &r1.name, r2.parent, &r2.name);
+        let source = self.fs.lookup(p1, n1)?;
+        let target = self.fs.lookup(p2, n2).ok();
+        self.checking(|c| {
+            c.may_delete(&r1.dir, &source)?;
+            match target {
+                Some(t) => c.may_delete(&r2.dir, &t)?,
+                None => c.check(&r2.dir, W | X, "no write permission on the directory")?,
+            }
+            // A directory that changes parent has its ".." rewritten: it must be writable
+            // (and, exchanged, so must the other).
+            let moves = |a: &Attr| a.kind == Kind::Dir && p1 != p2 && !c.is_root();
+            if moves(&source) {
+                c.check(&source, W, "no write permission on the directory moved")?;
+            }
+            if let Some(t) = target.filter(|t| flags == RenameFlags::Exchange && moves(t)) {
+                c.check(&t, W, "no write permission on the directory moved")?;
+            }
+            Ok(())
+        })?;
         // As Linux (before any type check): a target that is an ancestor of the source's
         // directory is ENOTEMPTY (the FUSE mount gets this from the kernel's VFS).
         if let Some(t) = target.filter(|t| t.kind == Kind::Dir) {
@@ -620,23 +710,24 @@ impl<M: Media> Posix<M> {
             RenameFlags::Exchange => None,
             _ => target,
         };
-        self.removing_dir(gone, || self.fs.rename(p1, &n1, p2, &n2, flags))
+        self.removing_dir(gone, || self.fs.rename(p1, n1, p2, n2, flags))
     }
 
     /// link(2): a new name `new` for the file `old` (not followed if a symbolic link, as Linux).
     pub fn link(&self, old: &[u8], new: &[u8]) -> Result<Attr> {
         let a = self.existing(old, false)?;
-        let (p, n) = self.parent_of(new)?;
+        let r = self.parent_of(new)?;
         // Linux looks the new name up first: an existing one is EEXIST even for a directory.
-        if self.fs.lookup(p, &n).is_ok() {
+        if self.fs.lookup(r.parent, &r.name).is_ok() {
             return Err(Error::Exists);
         }
-        self.fs.link(a.ino, p, &n)
+        self.checking(|c| c.check(&r.dir, W, "no write permission on the directory"))?;
+        self.fs.link(a.ino, r.parent, &r.name)
     }
 
     pub fn symlink(&self, target: &[u8], path: &[u8]) -> Result<Attr> {
         let (p, n) = self.new_name(path)?;
-        self.fs.symlink_as(caller(), p, &n, target)
+        self.fs.symlink_as(self.owner(), p, &n, target)
     }
 
     pub fn readlink(&self, path: &[u8]) -> Result<Vec<u8>> {
@@ -650,16 +741,119 @@ impl<M: Media> Posix<M> {
     /// The entries of a directory, `.` and `..` first.
     pub fn readdir(&self, path: &[u8]) -> Result<Vec<DirEntry>> {
         let a = self.existing(path, true)?;
+        self.checking(|c| c.check(&a, R, "no read permission on the directory"))?;
         self.fs.readdir(a.ino)
     }
 
-    pub fn chmod(&self, path: &[u8], mode: u32) -> Result<()> {
-        let a = self.existing(path, true)?;
+    /// access(2) and faccessat(2): whether `want` (a mix of `R_OK`, `W_OK`, `X_OK`; 0 for
+    /// existence) is allowed, for the credentials checked (their effective ids: `AT_EACCESS`).
+    pub fn access(&self, path: &[u8], want: u32, follow: bool) -> Result<()> {
+        let a = self.existing(path, follow)?;
+        self.checking(|c| c.check(&a, want & 7, "the mode refuses this access"))?;
+        Ok(())
+    }
+
+    /// The attributes of `fd`'s node (also of a removed directory), for the `f*` calls.
+    fn fd_attr(&self, fd: Fd) -> Result<Attr> {
+        self.fstat(fd)
+    }
+
+    /// chmod(2) of an existing node: its owner (or root) only; set-group-ID is dropped for a
+    /// caller outside the file's group.
+    fn set_mode(&self, a: &Attr, mode: u32) -> Result<()> {
+        let mode = self
+            .checking(|c| match c.owns(a) {
+                true => Ok(c.chmod_mode(a, mode)),
+                false => Err(Error::Perm("only the owner may change the mode")),
+            })?
+            .unwrap_or(mode & 0o7777);
         let s = SetAttr {
-            mode: Some(mode & 0o7777),
+            mode: Some(mode),
             ..SetAttr::default()
         };
         self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    pub fn chmod(&self, path: &[u8], mode: u32) -> Result<()> {
+        self.set_mode(&self.existing(path, true)?, mode)
+    }
+
+    /// fchmodat(2): `follow` false changes a final symbolic link itself.
+    pub fn chmod_at(&self, path: &[u8], mode: u32, follow: bool) -> Result<()> {
+        self.set_mode(&self.existing(path, follow)?, mode)
+    }
+
+    pub fn fchmod(&self, fd: Fd, mode: u32) -> Result<()> {
+        self.set_mode(&self.fd_attr(fd)?, mode)
+    }
+
+    fn set_owner(&self, a: &Attr, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        self.checking(|c| c.may_chown(a, uid, gid))?;
+        let s = SetAttr {
+            uid,
+            gid,
+            ..SetAttr::default()
+        };
+        self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    /// chown(2) and lchown(2) (`follow` false): `None` leaves an id unchanged.
+    pub fn chown(
+        &self,
+        path: &[u8],
+        uid: Option<u32>,
+        gid: Option<u32>,
+        follow: bool,
+    ) -> Result<()> {
+        self.set_owner(&self.existing(path, follow)?, uid, gid)
+    }
+
+    pub fn fchown(&self, fd: Fd, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        self.set_owner(&self.fd_attr(fd)?, uid, gid)
+    }
+
+    /// Set times (`None`: unchanged); `now_only`: every time given is the current time
+    /// (utimensat's NULL or `UTIME_NOW`), which write permission allows as well as ownership.
+    fn set_times(
+        &self,
+        a: &Attr,
+        atime: Option<u64>,
+        mtime: Option<u64>,
+        now_only: bool,
+    ) -> Result<()> {
+        if atime.is_none() && mtime.is_none() {
+            return Ok(());
+        }
+        self.checking(|c| c.may_set_times(a, now_only))?;
+        let s = SetAttr {
+            atime,
+            mtime,
+            ..SetAttr::default()
+        };
+        self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    /// utimensat(2) (`follow` false: `AT_SYMLINK_NOFOLLOW`); see [`Posix::utimens`].
+    pub fn utimens_at(
+        &self,
+        path: &[u8],
+        atime: Option<u64>,
+        mtime: Option<u64>,
+        now_only: bool,
+        follow: bool,
+    ) -> Result<()> {
+        self.set_times(&self.existing(path, follow)?, atime, mtime, now_only)
+    }
+
+    /// futimens(3).
+    pub fn futimens(
+        &self,
+        fd: Fd,
+        atime: Option<u64>,
+        mtime: Option<u64>,
+        now_only: bool,
+    ) -> Result<()> {
+        self.set_times(&self.fd_attr(fd)?, atime, mtime, now_only)
     }
 
     pub fn truncate(&self, path: &[u8], len: u64) -> Result<()> {
@@ -667,6 +861,7 @@ impl<M: Media> Posix<M> {
         if a.kind == Kind::Dir {
             return Err(Error::IsDir);
         }
+        self.checking(|c| c.check(&a, W, "no write permission on the file"))?;
         let s = SetAttr {
             size: Some(len),
             ..SetAttr::default()
@@ -676,13 +871,7 @@ impl<M: Media> Posix<M> {
 
     /// utimensat(2) with explicit times (nanoseconds since the epoch; `None`: unchanged).
     pub fn utimens(&self, path: &[u8], atime: Option<u64>, mtime: Option<u64>) -> Result<()> {
-        let a = self.existing(path, true)?;
-        let s = SetAttr {
-            atime,
-            mtime,
-            ..SetAttr::default()
-        };
-        self.fs.setattr(a.ino, &s).map(drop)
+        self.utimens_at(path, atime, mtime, false, true)
     }
 
     pub fn statfs(&self) -> StatFs {

@@ -578,3 +578,76 @@ fn a_final_dot_or_dotdot_is_never_removed_or_renamed() {
     assert!(fs.stat(b"/x").is_err());
     fs.rmdir(b"/d/e").unwrap();
 }
+
+#[test]
+fn with_credentials_the_mode_bits_are_checked_as_linux_does() {
+    use pmkit_fs::posix::Cred;
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = dir.path().join("pool");
+    let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
+    Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
+    drop(region);
+    let fs = mounted(&pool);
+    let rw = libc::O_RDWR;
+    // As root: make a tree owned by uid 0.
+    fs.set_cred(Some(Cred::new(0, 0, vec![])));
+    fs.mkdir(b"/d", 0o755).unwrap();
+    fs.mkdir(b"/t", 0o1777).unwrap();
+    fs.mkdir(b"/closed", 0o700).unwrap();
+    for p in [&b"/d/f"[..], b"/t/f", b"/closed/f", b"/d/shared"] {
+        let f = fs.open(p, rw | libc::O_CREAT, 0o644).unwrap();
+        fs.close(f).unwrap();
+    }
+    fs.chmod(b"/d/shared", 0o666).unwrap();
+    let other = Cred::new(1000, 1000, vec![]);
+    fs.set_cred(Some(other.clone()));
+    let e = |r: pmkit_fs::Result<()>| r.unwrap_err().errno();
+    let eo = |r: pmkit_fs::Result<Fd>| r.unwrap_err().errno();
+    assert_eq!(eo(fs.open(b"/d/f", rw, 0)), libc::EACCES, "0644 of root");
+    let f = fs.open(b"/d/f", libc::O_RDONLY, 0).unwrap();
+    fs.close(f).unwrap();
+    assert_eq!(
+        eo(fs.open(b"/closed/f", libc::O_RDONLY, 0)),
+        libc::EACCES,
+        "no search"
+    );
+    assert_eq!(e(fs.stat(b"/closed/f").map(drop)), libc::EACCES);
+    assert_eq!(
+        eo(fs.open(b"/d/new", rw | libc::O_CREAT, 0o600)),
+        libc::EACCES
+    );
+    assert_eq!(e(fs.unlink(b"/d/f")), libc::EACCES);
+    assert_eq!(e(fs.chmod(b"/d/f", 0o777)), libc::EPERM);
+    assert_eq!(e(fs.chown(b"/d/f", Some(1000), None, true)), libc::EPERM);
+    assert_eq!(e(fs.utimens(b"/d/f", Some(1), Some(1))), libc::EPERM);
+    assert_eq!(
+        e(fs.utimens_at(b"/d/f", Some(5), Some(5), true, true)),
+        libc::EACCES
+    );
+    fs.utimens_at(b"/d/shared", Some(5), Some(5), true, true)
+        .unwrap();
+    assert_eq!(e(fs.truncate(b"/d/f", 0)), libc::EACCES);
+    // A sticky, world-writable directory: new names yes, others' entries no.
+    let mine = fs.open(b"/t/mine", rw | libc::O_CREAT, 0o600).unwrap();
+    fs.close(mine).unwrap();
+    assert_eq!(
+        fs.stat(b"/t/mine").unwrap().uid,
+        1000,
+        "made by the credentials' user"
+    );
+    assert_eq!(e(fs.unlink(b"/t/f")), libc::EPERM);
+    assert_eq!(
+        e(fs.rename(b"/t/f", b"/t/g", RenameFlags::Replace)),
+        libc::EPERM
+    );
+    fs.rename(b"/t/mine", b"/t/g", RenameFlags::Replace)
+        .unwrap();
+    assert_eq!(e(fs.access(b"/d/f", libc::W_OK as u32, true)), libc::EACCES);
+    fs.access(b"/d/f", libc::R_OK as u32, true).unwrap();
+    // Nothing refused changed anything.
+    assert_eq!(fs.stat(b"/d/f").unwrap().mode, 0o644);
+    // Without credentials (the library's default) nothing is checked.
+    fs.set_cred(None);
+    fs.unlink(b"/t/f").unwrap();
+    fs.chmod(b"/d/f", 0o600).unwrap();
+}

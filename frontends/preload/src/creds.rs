@@ -1,0 +1,61 @@
+//! The process's credentials for the pool's permission checks (`pmkit_fs::posix::Cred`): read
+//! once when the pool is mounted, and again after each successful call that changes them
+//! (`setuid` and the rest of the family below, which wrap libc's), so a served call makes no
+//! system call to learn who is asking. A program that changes its ids with the raw system
+//! call, past libc, is not seen (as with `rt_sigaction`, docs/fs.md).
+
+use crate::state;
+use pmkit_fs::posix::Cred;
+use std::ffi::c_int;
+
+/// Who this process is now: effective user and group, supplementary groups.
+pub fn current() -> Cred {
+    let _b = state::Busy::new();
+    // SAFETY: geteuid and getegid cannot fail; getgroups writes at most `n` ids into a buffer
+    // of `n` (asked first with 0).
+    unsafe {
+        let n = libc::getgroups(0, std::ptr::null_mut()).max(0) as usize;
+        let mut g = vec![0 as libc::gid_t; n];
+        let got = libc::getgroups(n as c_int, g.as_mut_ptr()).max(0) as usize;
+        g.truncate(got);
+        Cred::new(libc::geteuid(), libc::getegid(), g)
+    }
+}
+
+/// After a change of ids: give the mounted pool the new credentials (a pool mounted later
+/// reads them itself).
+fn changed(r: c_int) -> c_int {
+    if r == 0 && !state::busy() {
+        state::with_mounted(|p| p.set_cred(Some(current())));
+    }
+    r
+}
+
+macro_rules! wrap {
+    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> c_int {
+            changed(real!($name($($a),*) as fn($($t),*) -> c_int))
+        }
+    )*};
+}
+
+wrap! {
+    setuid(u: libc::uid_t);
+    seteuid(u: libc::uid_t);
+    setreuid(r: libc::uid_t, e: libc::uid_t);
+    setresuid(r: libc::uid_t, e: libc::uid_t, s: libc::uid_t);
+    setgid(g: libc::gid_t);
+    setegid(g: libc::gid_t);
+    setregid(r: libc::gid_t, e: libc::gid_t);
+    setresgid(r: libc::gid_t, e: libc::gid_t, s: libc::gid_t);
+}
+
+/// # Safety
+/// setgroups(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn setgroups(n: usize, list: *const libc::gid_t) -> c_int {
+    changed(real!(
+        setgroups(n, list) as fn(usize, *const libc::gid_t) -> c_int
+    ))
+}
