@@ -14,10 +14,13 @@
 //! effective user and group, as the kernel would make them.
 
 mod access;
+mod attrs;
 mod flags;
+mod stat;
 pub use access::Cred;
 use access::{R, W, X};
-pub use flags::FileFlag;
+pub use flags::{FileFlag, OpenFlags};
+pub use stat::{secs, stat_of, type_bits};
 
 use crate::{Attr, DirEntry, Error, Fs, Kind, RenameFlags, Result, SetAttr, StatFs, ROOT};
 use parking_lot::{Mutex, RwLock};
@@ -32,84 +35,6 @@ pub const MAX_FDS: usize = 1 << 16;
 pub const SYMLOOP_MAX: u32 = 40;
 /// Longest path accepted (Linux's `PATH_MAX`).
 pub const PATH_MAX: usize = 4096;
-
-/// How a file is opened: the `O_*` flags of open(2) this layer honours. Others (`O_CLOEXEC`,
-/// `O_SYNC`, `O_DSYNC`, `O_DIRECT`, `O_NOATIME`, ...) are accepted and change nothing here:
-/// every write is already durable when it returns and nothing is cached.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OpenFlags {
-    pub read: bool,
-    pub write: bool,
-    pub append: bool,
-    pub create: bool,
-    pub excl: bool,
-    pub trunc: bool,
-    pub directory: bool,
-    pub nofollow: bool,
-}
-
-impl OpenFlags {
-    /// From open(2)'s flag word.
-    pub fn from_bits(f: i32) -> Result<OpenFlags> {
-        let (read, write) = match f & libc::O_ACCMODE {
-            libc::O_RDONLY => (true, false),
-            libc::O_WRONLY => (false, true),
-            libc::O_RDWR => (true, true),
-            _ => return Err(Error::Invalid("access mode (O_ACCMODE) is 3")),
-        };
-        if f & libc::O_TMPFILE == libc::O_TMPFILE {
-            return Err(Error::NotSupported("O_TMPFILE"));
-        }
-        let has = |b: i32| f & b != 0;
-        Ok(OpenFlags {
-            read,
-            write,
-            append: has(libc::O_APPEND),
-            create: has(libc::O_CREAT),
-            excl: has(libc::O_EXCL),
-            trunc: has(libc::O_TRUNC),
-            directory: has(libc::O_DIRECTORY),
-            nofollow: has(libc::O_NOFOLLOW),
-        })
-    }
-}
-
-/// The `S_IFMT` bits of a kind of inode.
-pub fn type_bits(k: Kind) -> u32 {
-    match k {
-        Kind::Dir => libc::S_IFDIR,
-        Kind::Symlink => libc::S_IFLNK,
-        Kind::Fifo => libc::S_IFIFO,
-        Kind::Socket => libc::S_IFSOCK,
-        Kind::CharDev => libc::S_IFCHR,
-        Kind::BlockDev => libc::S_IFBLK,
-        Kind::File | Kind::Free => libc::S_IFREG,
-    }
-}
-
-/// Seconds and nanoseconds of a time in nanoseconds since the epoch.
-pub fn secs(ns: u64) -> (i64, i64) {
-    ((ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as i64)
-}
-
-/// `a` as the kernel's `struct stat` (`st_dev` 0: the caller picks the device it reports).
-pub fn stat_of(a: &Attr) -> libc::stat {
-    // SAFETY: all-zero is a valid `struct stat`.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    st.st_ino = a.ino;
-    st.st_mode = type_bits(a.kind) | (a.mode & 0o7777);
-    st.st_nlink = a.links as _;
-    st.st_uid = a.uid;
-    st.st_gid = a.gid;
-    st.st_rdev = a.rdev as u64;
-    st.st_size = a.size as i64;
-    st.st_blksize = 4096;
-    st.st_blocks = (a.blocks * 8) as i64;
-    (st.st_atime, st.st_atime_nsec) = secs(a.atime);
-    (st.st_mtime, st.st_mtime_nsec) = secs(a.mtime);
-    (st.st_ctime, st.st_ctime_nsec) = secs(a.ctime);
-    st
-}
 
 /// A descriptor number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -743,135 +668,6 @@ impl<M: Media> Posix<M> {
         let a = self.existing(path, true)?;
         self.checking(|c| c.check(&a, R, "no read permission on the directory"))?;
         self.fs.readdir(a.ino)
-    }
-
-    /// access(2) and faccessat(2): whether `want` (a mix of `R_OK`, `W_OK`, `X_OK`; 0 for
-    /// existence) is allowed, for the credentials checked (their effective ids: `AT_EACCESS`).
-    pub fn access(&self, path: &[u8], want: u32, follow: bool) -> Result<()> {
-        let a = self.existing(path, follow)?;
-        self.checking(|c| c.check(&a, want & 7, "the mode refuses this access"))?;
-        Ok(())
-    }
-
-    /// The attributes of `fd`'s node (also of a removed directory), for the `f*` calls.
-    fn fd_attr(&self, fd: Fd) -> Result<Attr> {
-        self.fstat(fd)
-    }
-
-    /// chmod(2) of an existing node: its owner (or root) only; set-group-ID is dropped for a
-    /// caller outside the file's group.
-    fn set_mode(&self, a: &Attr, mode: u32) -> Result<()> {
-        let mode = self
-            .checking(|c| match c.owns(a) {
-                true => Ok(c.chmod_mode(a, mode)),
-                false => Err(Error::Perm("only the owner may change the mode")),
-            })?
-            .unwrap_or(mode & 0o7777);
-        let s = SetAttr {
-            mode: Some(mode),
-            ..SetAttr::default()
-        };
-        self.fs.setattr(a.ino, &s).map(drop)
-    }
-
-    pub fn chmod(&self, path: &[u8], mode: u32) -> Result<()> {
-        self.set_mode(&self.existing(path, true)?, mode)
-    }
-
-    /// fchmodat(2): `follow` false changes a final symbolic link itself.
-    pub fn chmod_at(&self, path: &[u8], mode: u32, follow: bool) -> Result<()> {
-        self.set_mode(&self.existing(path, follow)?, mode)
-    }
-
-    pub fn fchmod(&self, fd: Fd, mode: u32) -> Result<()> {
-        self.set_mode(&self.fd_attr(fd)?, mode)
-    }
-
-    fn set_owner(&self, a: &Attr, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        self.checking(|c| c.may_chown(a, uid, gid))?;
-        let s = SetAttr {
-            uid,
-            gid,
-            ..SetAttr::default()
-        };
-        self.fs.setattr(a.ino, &s).map(drop)
-    }
-
-    /// chown(2) and lchown(2) (`follow` false): `None` leaves an id unchanged.
-    pub fn chown(
-        &self,
-        path: &[u8],
-        uid: Option<u32>,
-        gid: Option<u32>,
-        follow: bool,
-    ) -> Result<()> {
-        self.set_owner(&self.existing(path, follow)?, uid, gid)
-    }
-
-    pub fn fchown(&self, fd: Fd, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        self.set_owner(&self.fd_attr(fd)?, uid, gid)
-    }
-
-    /// Set times (`None`: unchanged); `now_only`: every time given is the current time
-    /// (utimensat's NULL or `UTIME_NOW`), which write permission allows as well as ownership.
-    fn set_times(
-        &self,
-        a: &Attr,
-        atime: Option<u64>,
-        mtime: Option<u64>,
-        now_only: bool,
-    ) -> Result<()> {
-        if atime.is_none() && mtime.is_none() {
-            return Ok(());
-        }
-        self.checking(|c| c.may_set_times(a, now_only))?;
-        let s = SetAttr {
-            atime,
-            mtime,
-            ..SetAttr::default()
-        };
-        self.fs.setattr(a.ino, &s).map(drop)
-    }
-
-    /// utimensat(2) (`follow` false: `AT_SYMLINK_NOFOLLOW`); see [`Posix::utimens`].
-    pub fn utimens_at(
-        &self,
-        path: &[u8],
-        atime: Option<u64>,
-        mtime: Option<u64>,
-        now_only: bool,
-        follow: bool,
-    ) -> Result<()> {
-        self.set_times(&self.existing(path, follow)?, atime, mtime, now_only)
-    }
-
-    /// futimens(3).
-    pub fn futimens(
-        &self,
-        fd: Fd,
-        atime: Option<u64>,
-        mtime: Option<u64>,
-        now_only: bool,
-    ) -> Result<()> {
-        self.set_times(&self.fd_attr(fd)?, atime, mtime, now_only)
-    }
-
-    pub fn truncate(&self, path: &[u8], len: u64) -> Result<()> {
-        let a = self.existing(path, true)?;
-        if a.kind == Kind::Dir {
-            return Err(Error::IsDir);
-        }
-        self.checking(|c| c.check(&a, W, "no write permission on the file"))?;
-        let s = SetAttr {
-            size: Some(len),
-            ..SetAttr::default()
-        };
-        self.fs.setattr(a.ino, &s).map(drop)
-    }
-
-    /// utimensat(2) with explicit times (nanoseconds since the epoch; `None`: unchanged).
-    pub fn utimens(&self, path: &[u8], atime: Option<u64>, mtime: Option<u64>) -> Result<()> {
-        self.utimens_at(path, atime, mtime, false, true)
     }
 
     pub fn statfs(&self) -> StatFs {

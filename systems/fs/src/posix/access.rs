@@ -41,7 +41,7 @@ impl Cred {
         self.gid == gid || self.groups.contains(&gid)
     }
 
-    /// Whether `want` (a mix of [`R`], [`W`], [`X`]) is allowed on the node `a`.
+    /// Whether `want` (a mix of 4 read, 2 write, 1 execute or search) is allowed on the node `a`.
     pub fn may(&self, a: &Attr, want: u32) -> bool {
         debug_assert!(want <= R | W | X);
         if self.is_root() {

@@ -1,7 +1,8 @@
-//! The per-file flags (inode flags) by path and by descriptor, and their virtual xattr names.
+//! The per-file flags (inode flags) by path and by descriptor, and their virtual xattr names;
+//! open(2)'s flags.
 
 use super::{Fd, Posix};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use pmkit_media::Media;
 
 impl<M: Media> Posix<M> {
@@ -68,5 +69,46 @@ impl FileFlag {
         [FileFlag::Atomic, FileFlag::Huge]
             .into_iter()
             .find(|f| f.xattr() == name)
+    }
+}
+
+/// How a file is opened: the `O_*` flags of open(2) this layer honours. Others (`O_CLOEXEC`,
+/// `O_SYNC`, `O_DSYNC`, `O_DIRECT`, `O_NOATIME`, ...) are accepted and change nothing here:
+/// every write is already durable when it returns and nothing is cached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    pub append: bool,
+    pub create: bool,
+    pub excl: bool,
+    pub trunc: bool,
+    pub directory: bool,
+    pub nofollow: bool,
+}
+
+impl OpenFlags {
+    /// From open(2)'s flag word.
+    pub fn from_bits(f: i32) -> Result<OpenFlags> {
+        let (read, write) = match f & libc::O_ACCMODE {
+            libc::O_RDONLY => (true, false),
+            libc::O_WRONLY => (false, true),
+            libc::O_RDWR => (true, true),
+            _ => return Err(Error::Invalid("access mode (O_ACCMODE) is 3")),
+        };
+        if f & libc::O_TMPFILE == libc::O_TMPFILE {
+            return Err(Error::NotSupported("O_TMPFILE"));
+        }
+        let has = |b: i32| f & b != 0;
+        Ok(OpenFlags {
+            read,
+            write,
+            append: has(libc::O_APPEND),
+            create: has(libc::O_CREAT),
+            excl: has(libc::O_EXCL),
+            trunc: has(libc::O_TRUNC),
+            directory: has(libc::O_DIRECTORY),
+            nofollow: has(libc::O_NOFOLLOW),
+        })
     }
 }

@@ -1,0 +1,138 @@
+//! The calls that change or check a node's attributes by path or descriptor: chmod, chown,
+//! times, truncate and access, with their permission rules (`access.rs`).
+
+use super::access::W;
+use super::{Fd, Posix};
+use crate::{Attr, Error, Kind, Result, SetAttr};
+use pmkit_media::Media;
+
+impl<M: Media> Posix<M> {
+    /// access(2) and faccessat(2): whether `want` (a mix of `R_OK`, `W_OK`, `X_OK`; 0 for
+    /// existence) is allowed, for the credentials checked (their effective ids: `AT_EACCESS`).
+    pub fn access(&self, path: &[u8], want: u32, follow: bool) -> Result<()> {
+        let a = self.existing(path, follow)?;
+        self.checking(|c| c.check(&a, want & 7, "the mode refuses this access"))?;
+        Ok(())
+    }
+
+    /// The attributes of `fd`'s node (also of a removed directory), for the `f*` calls.
+    fn fd_attr(&self, fd: Fd) -> Result<Attr> {
+        self.fstat(fd)
+    }
+
+    /// chmod(2) of an existing node: its owner (or root) only; set-group-ID is dropped for a
+    /// caller outside the file's group.
+    fn set_mode(&self, a: &Attr, mode: u32) -> Result<()> {
+        let mode = self
+            .checking(|c| match c.owns(a) {
+                true => Ok(c.chmod_mode(a, mode)),
+                false => Err(Error::Perm("only the owner may change the mode")),
+            })?
+            .unwrap_or(mode & 0o7777);
+        let s = SetAttr {
+            mode: Some(mode),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    pub fn chmod(&self, path: &[u8], mode: u32) -> Result<()> {
+        self.set_mode(&self.existing(path, true)?, mode)
+    }
+
+    /// fchmodat(2): `follow` false changes a final symbolic link itself.
+    pub fn chmod_at(&self, path: &[u8], mode: u32, follow: bool) -> Result<()> {
+        self.set_mode(&self.existing(path, follow)?, mode)
+    }
+
+    pub fn fchmod(&self, fd: Fd, mode: u32) -> Result<()> {
+        self.set_mode(&self.fd_attr(fd)?, mode)
+    }
+
+    fn set_owner(&self, a: &Attr, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        self.checking(|c| c.may_chown(a, uid, gid))?;
+        let s = SetAttr {
+            uid,
+            gid,
+            ..SetAttr::default()
+        };
+        self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    /// chown(2) and lchown(2) (`follow` false): `None` leaves an id unchanged.
+    pub fn chown(
+        &self,
+        path: &[u8],
+        uid: Option<u32>,
+        gid: Option<u32>,
+        follow: bool,
+    ) -> Result<()> {
+        self.set_owner(&self.existing(path, follow)?, uid, gid)
+    }
+
+    pub fn fchown(&self, fd: Fd, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        self.set_owner(&self.fd_attr(fd)?, uid, gid)
+    }
+
+    /// Set times (`None`: unchanged); `now_only`: every time given is the current time
+    /// (utimensat's NULL or `UTIME_NOW`), which write permission allows as well as ownership.
+    fn set_times(
+        &self,
+        a: &Attr,
+        atime: Option<u64>,
+        mtime: Option<u64>,
+        now_only: bool,
+    ) -> Result<()> {
+        if atime.is_none() && mtime.is_none() {
+            return Ok(());
+        }
+        self.checking(|c| c.may_set_times(a, now_only))?;
+        let s = SetAttr {
+            atime,
+            mtime,
+            ..SetAttr::default()
+        };
+        self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    /// utimensat(2) (`follow` false: `AT_SYMLINK_NOFOLLOW`); see [`Posix::utimens`].
+    pub fn utimens_at(
+        &self,
+        path: &[u8],
+        atime: Option<u64>,
+        mtime: Option<u64>,
+        now_only: bool,
+        follow: bool,
+    ) -> Result<()> {
+        self.set_times(&self.existing(path, follow)?, atime, mtime, now_only)
+    }
+
+    /// futimens(3).
+    pub fn futimens(
+        &self,
+        fd: Fd,
+        atime: Option<u64>,
+        mtime: Option<u64>,
+        now_only: bool,
+    ) -> Result<()> {
+        self.set_times(&self.fd_attr(fd)?, atime, mtime, now_only)
+    }
+
+    pub fn truncate(&self, path: &[u8], len: u64) -> Result<()> {
+        let a = self.existing(path, true)?;
+        if a.kind == Kind::Dir {
+            return Err(Error::IsDir);
+        }
+        self.checking(|c| c.check(&a, W, "no write permission on the file"))?;
+        let s = SetAttr {
+            size: Some(len),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    /// utimensat(2) with explicit times (nanoseconds since the epoch; `None`: unchanged).
+    pub fn utimens(&self, path: &[u8], atime: Option<u64>, mtime: Option<u64>) -> Result<()> {
+        self.utimens_at(path, atime, mtime, false, true)
+    }
+}
