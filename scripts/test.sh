@@ -26,6 +26,7 @@ export PMKIT_KILL_TRIALS="${PMKIT_KILL_TRIALS:-3}" PMKIT_ATTACH_TRIALS="${PMKIT_
 cargo test --workspace --locked --no-fail-fast "$@"
 # pjdfstest (installed from crates.io by the script, ~50 s to build) against `pmkit fs mount`.
 bash scripts/pjdfstest.sh
+bash scripts/pjdfstest.sh --preload
 # The fuzz targets (every on-media decoder and the NBD parser) over their seeds and generated
 # inputs, on stable; the libFuzzer binaries are built too.
 bash scripts/fuzz.sh

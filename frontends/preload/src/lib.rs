@@ -11,6 +11,7 @@
 //! - `real`: libc's own functions (`dlsym(RTLD_NEXT, ...)`).
 //! - `guarded`: reading a path through an untrusted pointer with no system call (a fault in
 //!   its one load is an error return), and `sigaction`/`signal`, which keep that handler first.
+//! - `sock`: UNIX-domain sockets bound and connected by pool paths.
 //! - `stat`: `struct stat`/`statx` as the kernel fills them.
 //! - `creds`: the process's ids for the pool's permission checks, and the `set*id` calls
 //!   that change them.
@@ -38,6 +39,7 @@ mod fd;
 mod guarded;
 mod meta;
 mod path;
+mod sock;
 mod stat;
 mod state;
 mod xattr;

@@ -570,3 +570,51 @@ fn permissions_follow_the_ids_the_process_sets() {
     );
     s.assert_prefix_empty();
 }
+
+/// A UNIX socket bound to a pool path: the node is in the pool (a socket, listed and stat'ed),
+/// a client in the same process connects by that path and talks to the server; a second bind
+/// to the name is EADDRINUSE, opening the node ENXIO, and once unlinked the path is ENOENT.
+#[test]
+fn unix_sockets_bound_in_the_pool_connect_by_their_path() {
+    if !have("python3") {
+        return;
+    }
+    let s = Shim::new();
+    let sock = s.m("sock");
+    let (out, err) = py(
+        &s,
+        &format!(
+            "import os, errno, socket, stat, threading\n\
+             def e(op):\n\
+             \x20   try:\n\
+             \x20       op()\n\
+             \x20       return 'ok'\n\
+             \x20   except OSError as x:\n\
+             \x20       return errno.errorcode[x.errno]\n\
+             srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+             srv.bind('{sock}')\n\
+             srv.listen(1)\n\
+             print(stat.S_ISSOCK(os.stat('{sock}').st_mode), os.listdir(os.path.dirname('{sock}')))\n\
+             def serve():\n\
+             \x20   c, _ = srv.accept()\n\
+             \x20   c.sendall(c.recv(5).upper())\n\
+             \x20   c.close()\n\
+             t = threading.Thread(target=serve)\n\
+             t.start()\n\
+             cl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+             cl.connect('{sock}')\n\
+             cl.sendall(b'hello')\n\
+             print(cl.recv(5))\n\
+             t.join()\n\
+             again = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+             print(e(lambda: again.bind('{sock}')), e(lambda: os.open('{sock}', os.O_RDONLY)))\n\
+             os.unlink('{sock}')\n\
+             print(e(lambda: socket.socket(socket.AF_UNIX).connect('{sock}')))\n"
+        ),
+    );
+    assert_eq!(
+        out, "True ['sock']\nb'HELLO'\nEADDRINUSE ENXIO\nENOENT\n",
+        "{err}"
+    );
+    s.assert_prefix_empty();
+}

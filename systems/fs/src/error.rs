@@ -13,6 +13,8 @@ pub enum Error {
     Perm(&'static str),
     #[error("permission denied: {0}")]
     Access(&'static str),
+    #[error("no such device or address: {0}")]
+    NoDevice(&'static str),
     #[error("is a directory")]
     IsDir,
     #[error("directory not empty")]
@@ -100,6 +102,7 @@ impl Error {
             Error::NotDir => 20,                           // ENOTDIR
             Error::Perm(_) => 1,                           // EPERM
             Error::Access(_) => 13,                        // EACCES
+            Error::NoDevice(_) => 6,                       // ENXIO
             Error::IsDir => 21,                            // EISDIR
             Error::NotEmpty => 39,                         // ENOTEMPTY
             Error::NameTooLong { .. } => 36,               // ENAMETOOLONG

@@ -358,6 +358,12 @@ impl<M: Media> Posix<M> {
             _ if f.directory => return Err(Error::NotDir),
             Kind::Symlink => return Err(Error::Loop), // O_NOFOLLOW on a link
             Kind::File => {}
+            // As Linux: a socket is not opened, and a FIFO without a reader (nothing in the
+            // pool reads one) refuses a non-blocking writer.
+            Kind::Socket => return Err(Error::NoDevice("a socket is not opened")),
+            Kind::Fifo if f.write && !f.read && f.nonblock => {
+                return Err(Error::NoDevice("a FIFO with no reader"))
+            }
             _ => return Err(Error::NotSupported("opening a special file in place")),
         }
         if attr.kind == Kind::File {

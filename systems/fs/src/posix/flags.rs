@@ -85,6 +85,7 @@ pub struct OpenFlags {
     pub trunc: bool,
     pub directory: bool,
     pub nofollow: bool,
+    pub nonblock: bool,
 }
 
 impl OpenFlags {
@@ -109,6 +110,7 @@ impl OpenFlags {
             trunc: has(libc::O_TRUNC),
             directory: has(libc::O_DIRECTORY),
             nofollow: has(libc::O_NOFOLLOW),
+            nonblock: has(libc::O_NONBLOCK),
         })
     }
 }
