@@ -33,6 +33,8 @@ fn enter_pool(p: Vec<u8>) -> c_int {
         if a.kind != pmkit_fs::Kind::Dir {
             return Err(libc::ENOTDIR);
         }
+        // As the kernel's chdir: search permission on the directory itself.
+        fs.access(&p, libc::X_OK as u32, true).map_err(en)?;
         let prefix = &config().ok_or(libc::EIO)?.prefix;
         let mut full = prefix.clone();
         if p != b"/" {

@@ -89,15 +89,17 @@ pub unsafe extern "C" fn bind(
     len: libc::socklen_t,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let p = match unsafe { pool_path(addr, len) } {
+    match unsafe { pool_path(addr, len) } {
         Ok(None) => {
-            return real!(
-                bind(fd, addr, len) as fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int
-            )
+            real!(bind(fd, addr, len) as fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int)
         }
-        Ok(Some(p)) => p,
-        Err(e) => return enter(-1, |_| Err(e)),
-    };
+        Ok(Some(p)) => bind_pool(fd, p),
+        Err(e) => enter(-1, |_| Err(e)),
+    }
+}
+
+/// bind(2) of socket `fd` to pool path `p`.
+fn bind_pool(fd: c_int, p: Vec<u8>) -> c_int {
     // The node first (EADDRINUSE where the name exists, as the kernel answers).
     let ino = enter(None, |fs| {
         let mode = libc::S_IFSOCK | state::umasked(0o777);
@@ -144,14 +146,18 @@ pub unsafe extern "C" fn connect(
     len: libc::socklen_t,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let p = match unsafe { pool_path(addr, len) } {
+    match unsafe { pool_path(addr, len) } {
         Ok(None) => {
-            return real!(connect(fd, addr, len)
+            real!(connect(fd, addr, len)
                 as fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int)
         }
-        Ok(Some(p)) => p,
-        Err(e) => return enter(-1, |_| Err(e)),
-    };
+        Ok(Some(p)) => connect_pool(fd, p),
+        Err(e) => enter(-1, |_| Err(e)),
+    }
+}
+
+/// connect(2) of socket `fd` to pool path `p`.
+fn connect_pool(fd: c_int, p: Vec<u8>) -> c_int {
     // A node that is not a socket, or one no socket of this process is bound to (made by
     // mknod, or left by an earlier process): nobody listens, ECONNREFUSED as the kernel says.
     let name = enter(None, |fs| {

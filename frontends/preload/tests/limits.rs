@@ -527,7 +527,8 @@ fn bad_buffers_are_efault_and_change_nothing() {
 
 /// Permissions are checked for the process's ids, and a change of ids through libc (`seteuid`,
 /// `setegid`, `setgroups`) is seen by the next call: as another user, root's 0644 file cannot be
-/// opened for writing, chmod is EPERM and a sticky directory keeps root's entry; back as root,
+/// opened for writing, chmod is EPERM, a sticky directory keeps root's entry and a 0700
+/// directory cannot be entered; back as root,
 /// all of it works. Needs root (to change ids).
 #[test]
 fn permissions_follow_the_ids_the_process_sets() {
@@ -537,7 +538,7 @@ fn permissions_follow_the_ids_the_process_sets() {
         return;
     }
     let s = Shim::new();
-    let (f, t, tf) = (s.m("f"), s.m("t"), s.m("t/f"));
+    let (f, t, tf, c) = (s.m("f"), s.m("t"), s.m("t/f"), s.m("c"));
     let (out, err) = py(
         &s,
         &format!(
@@ -552,20 +553,21 @@ fn permissions_follow_the_ids_the_process_sets() {
              os.mkdir('{t}', 0o777)\n\
              os.chmod('{t}', 0o1777)\n\
              os.close(os.open('{tf}', os.O_CREAT | os.O_RDWR, 0o666))\n\
+             os.mkdir('{c}', 0o700)\n\
              os.setgroups([])\n\
              os.setegid(65534)\n\
              os.seteuid(65534)\n\
              print(e(lambda: os.open('{f}', os.O_WRONLY)), e(lambda: os.close(os.open('{f}', os.O_RDONLY))))\n\
              print(e(lambda: os.chmod('{f}', 0o600)), e(lambda: os.unlink('{tf}')), os.access('{f}', os.W_OK))\n\
              os.close(os.open('{t}/mine', os.O_CREAT | os.O_RDWR, 0o600))\n\
-             print(os.stat('{t}/mine').st_uid, os.stat('{t}/mine').st_gid)\n\
+             print(os.stat('{t}/mine').st_uid, os.stat('{t}/mine').st_gid, e(lambda: os.chdir('{c}')))\n\
              os.seteuid(0)\n\
              os.setegid(0)\n\
              print(e(lambda: os.close(os.open('{f}', os.O_WRONLY))), e(lambda: os.chmod('{f}', 0o600)), e(lambda: os.unlink('{tf}')))\n"
         ),
     );
     assert_eq!(
-        out, "EACCES ok\nEPERM EPERM False\n65534 65534\nok ok ok\n",
+        out, "EACCES ok\nEPERM EPERM False\n65534 65534 EACCES\nok ok ok\n",
         "{err}"
     );
     s.assert_prefix_empty();

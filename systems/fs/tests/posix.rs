@@ -339,6 +339,14 @@ fn fd_size_kernel(fds: &[Option<i32>; 4], i: usize) -> Option<(u64, u64)> {
     (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some((st.st_size as u64, st.st_nlink))
 }
 
+/// A fresh 64 MiB pool in `dir`; its path.
+fn made(dir: &Path) -> std::path::PathBuf {
+    let pool = dir.join("pool");
+    let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
+    Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
+    pool
+}
+
 fn mounted(pool: &Path) -> Posix<Region> {
     let region = Region::open(pool, &RegionOptions::default()).unwrap();
     let (fs, _) = Fs::mount(region, &MountOptions::default()).unwrap();
@@ -403,12 +411,9 @@ fn sorted(mut v: Vec<(String, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn random_calls_match_the_kernel_and_survive_a_remount() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let pool = dir.path().join("pool");
+    let pool = made(dir.path());
     let model = dir.path().join("model");
     std::fs::create_dir(&model).unwrap();
-    let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
-    Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
-    drop(region);
     // PMKIT_POSIX_SEEDS=N for a longer run (40 seeds pass); POSIX_TRACE=1 prints each call.
     let seeds: u64 = std::env::var("PMKIT_POSIX_SEEDS")
         .ok()
@@ -463,10 +468,7 @@ fn random_calls_match_the_kernel_and_survive_a_remount() {
 #[test]
 fn an_unlinked_open_file_keeps_its_inode_and_data() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let pool = dir.path().join("pool");
-    let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
-    Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
-    drop(region);
+    let pool = made(dir.path());
     let fs = mounted(&pool);
     let old = fs.open(b"b", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
     fs.write(old, &[7; 5000]).unwrap();
@@ -484,10 +486,7 @@ fn an_unlinked_open_file_keeps_its_inode_and_data() {
 #[test]
 fn links_to_dot_and_dotdot_resolve_like_linux() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let pool = dir.path().join("pool");
-    let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
-    Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
-    drop(region);
+    let pool = made(dir.path());
     let fs = mounted(&pool);
     fs.mkdir(b"/d", 0o755).unwrap();
     fs.mkdir(b"/d/e", 0o755).unwrap();
@@ -543,10 +542,7 @@ fn links_to_dot_and_dotdot_resolve_like_linux() {
 #[test]
 fn a_final_dot_or_dotdot_is_never_removed_or_renamed() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let pool = dir.path().join("pool");
-    let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
-    Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
-    drop(region);
+    let pool = made(dir.path());
     let fs = mounted(&pool);
     fs.mkdir(b"/d", 0o755).unwrap();
     fs.mkdir(b"/d/e", 0o755).unwrap();
@@ -583,10 +579,7 @@ fn a_final_dot_or_dotdot_is_never_removed_or_renamed() {
 fn with_credentials_the_mode_bits_are_checked_as_linux_does() {
     use pmkit_fs::posix::Cred;
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let pool = dir.path().join("pool");
-    let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
-    Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
-    drop(region);
+    let pool = made(dir.path());
     let fs = mounted(&pool);
     let rw = libc::O_RDWR;
     // As root: make a tree owned by uid 0.
