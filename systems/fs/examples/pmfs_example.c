@@ -2,6 +2,7 @@
  * rename, and show the errors a second mount and a bad descriptor get.
  * Usage: pmfs_example POOL_FILE */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pmfs.h>
@@ -18,6 +19,13 @@
             return 1;                                                                  \
         }                                                                              \
     } while (0)
+
+static int count_entry(void *ctx, const char *name, uint64_t ino, unsigned char d_type) {
+    (void)ino;
+    printf("  %s%s\n", name, d_type == DT_DIR ? "/" : d_type == DT_LNK ? "@" : "");
+    ++*(int *)ctx;
+    return 0;
+}
 
 int main(int argc, char **argv) {
     if (argc != 2) {
@@ -109,6 +117,31 @@ int main(int argc, char **argv) {
     CHECK(pmfs_close(fs, h));
     printf("huge flag of a directory: %s\n",
            pmfs_huge(fs, "/logs") < 0 && errno == EINVAL ? "EINVAL" : "wrong");
+
+    /* Listing a directory, and the metadata calls. */
+    int entries = 0;
+    CHECK(pmfs_readdir(fs, "/logs", count_entry, &entries));
+    printf("entries in /logs: %d\n", entries);
+    struct timespec times[2] = {{1000, 0}, {2000, 0}};
+    CHECK(pmfs_utimens(fs, "/logs/app.log.1", times));
+    CHECK(pmfs_chmod(fs, "/logs/app.log.1", 0600));
+    CHECK(pmfs_stat(fs, "/logs/app.log.1", &st));
+    printf("after chmod and utimens: mode %o, mtime %lld\n", (unsigned)(st.st_mode & 07777),
+           (long long)st.st_mtime);
+
+    /* Permissions are checked only for credentials given (a server acting for a user). */
+    CHECK(pmfs_set_cred(fs, 54321, 54321, NULL, 0));
+    printf("user 54321 opens a 0600 file it does not own: %s\n",
+           pmfs_open(fs, "/logs/app.log.1", O_RDONLY, 0) < 0 && errno == EACCES ? "EACCES"
+                                                                                : "wrong");
+    printf("user 54321 chmods it: %s\n",
+           pmfs_chmod(fs, "/logs/app.log.1", 0666) < 0 && errno == EPERM ? "EPERM" : "wrong");
+    CHECK(pmfs_clear_cred(fs));
+    CHECK(pmfs_chown(fs, "/logs/app.log.1", 54321, (uint32_t)-1));
+    CHECK(pmfs_set_cred(fs, 54321, 54321, NULL, 0));
+    printf("after chown to user 54321, read and write: %s\n",
+           pmfs_access(fs, "/logs/app.log.1", R_OK | W_OK) == 0 ? "allowed" : "refused");
+    CHECK(pmfs_clear_cred(fs));
 
     /* Errors are errno values, as from the system calls. */
     printf("read of a closed descriptor: %s\n",

@@ -68,6 +68,26 @@ int pmfs_link(pmfs_t *fs, const char *old_path, const char *new_path);
 int pmfs_symlink(pmfs_t *fs, const char *target, const char *path);
 ssize_t pmfs_readlink(pmfs_t *fs, const char *path, char *buf, size_t n);
 int pmfs_truncate(pmfs_t *fs, const char *path, off_t len);
+int pmfs_chmod(pmfs_t *fs, const char *path, unsigned mode);
+/* (uint32_t)-1 leaves an id unchanged. */
+int pmfs_chown(pmfs_t *fs, const char *path, uint32_t uid, uint32_t gid);
+/* As utimensat(2): NULL sets both times to now; UTIME_NOW and UTIME_OMIT per entry. */
+int pmfs_utimens(pmfs_t *fs, const char *path, const struct timespec times[2]);
+/* Every entry of a directory ("." and ".." first), given to cb with its inode and DT_* type
+ * until cb returns non-zero; name is valid during the call only. */
+int pmfs_readdir(pmfs_t *fs, const char *path,
+                 int (*cb)(void *ctx, const char *name, uint64_t ino, unsigned char d_type),
+                 void *ctx);
+
+/* Permissions: by default nothing is checked (the process owns the pool). After
+ * pmfs_set_cred, every call is checked as the kernel would for a process with this user,
+ * group and supplementary groups (search on each directory of a path, the open flags, write
+ * on a directory to change its names, sticky directories, owner-only chmod/chown/explicit
+ * times; uid 0 passes as root does), and new nodes belong to that user and group.
+ * pmfs_access answers for them (F_OK, or a mix of R_OK, W_OK, X_OK). */
+int pmfs_set_cred(pmfs_t *fs, uint32_t uid, uint32_t gid, const uint32_t *groups, size_t n);
+int pmfs_clear_cred(pmfs_t *fs);
+int pmfs_access(pmfs_t *fs, const char *path, int mode);
 
 /* Direct access (XIP): map file bytes [off, off + len) of `fd` (opened O_RDWR) at one
  * address; loads and stores go straight to PM. off and len are multiples of 4096; holes are

@@ -502,6 +502,171 @@ pub unsafe extern "C" fn pmfs_symlink(
     unsafe { on_paths(fs, target, path, |h, t, p| h.symlink(t, p).map(drop)) }
 }
 
+/// A directory entry's callback: `name` NUL-terminated, valid during the call; a non-zero
+/// return stops the listing.
+pub type PmfsDirCallback =
+    unsafe extern "C" fn(ctx: *mut c_void, name: *const c_char, ino: u64, d_type: u8) -> c_int;
+
+/// The `d_type` (`DT_*`) of a kind of inode.
+fn d_type(k: crate::Kind) -> u8 {
+    use crate::Kind::*;
+    match k {
+        Dir => libc::DT_DIR,
+        Symlink => libc::DT_LNK,
+        Fifo => libc::DT_FIFO,
+        Socket => libc::DT_SOCK,
+        CharDev => libc::DT_CHR,
+        BlockDev => libc::DT_BLK,
+        File | Free => libc::DT_REG,
+    }
+}
+
+/// readdir: `cb` for every entry of the directory at `path` (`.` and `..` first), until it
+/// returns non-zero. 0, or -1 and errno.
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string; `cb` callable with `ctx`.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_readdir(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    cb: Option<PmfsDirCallback>,
+    ctx: *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
+        let cb = cb.ok_or_else(|| inval("the callback is NULL"))?;
+        for e in h.readdir(p).map_err(fail)? {
+            let name = CString::new(e.name).map_err(|_| inval("a name holds NUL"))?;
+            // SAFETY: the caller's callback and context; `name` lives across the call.
+            if unsafe { cb(ctx, name.as_ptr(), e.ino, d_type(e.kind)) } != 0 {
+                break;
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_chmod(fs: *mut PmfsHandle, path: *const c_char, mode: u32) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { on_path(fs, path, |h, p| h.chmod(p, mode)) }
+}
+
+/// chown(2): `(uint32_t)-1` leaves an id unchanged.
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_chown(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    uid: u32,
+    gid: u32,
+) -> c_int {
+    let id = |v: u32| (v != u32::MAX).then_some(v);
+    // SAFETY: the caller's contract.
+    unsafe { on_path(fs, path, |h, p| h.chown(p, id(uid), id(gid), true)) }
+}
+
+/// utimensat(2)'s times: NULL sets both to now; `UTIME_NOW` and `UTIME_OMIT` per entry.
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string; `times` NULL or two timespecs.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_utimens(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    times: *const libc::timespec,
+) -> c_int {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let one = |t: libc::timespec| match t.tv_nsec {
+        libc::UTIME_NOW => Ok((Some(now), true)),
+        libc::UTIME_OMIT => Ok((None, true)),
+        n if (0..1_000_000_000).contains(&n) && t.tv_sec >= 0 => {
+            Ok((Some(t.tv_sec as u64 * 1_000_000_000 + n as u64), false))
+        }
+        _ => Err(inval("a time out of range")),
+    };
+    let parsed = match times.is_null() {
+        true => Ok(((Some(now), true), (Some(now), true))),
+        // SAFETY: two timespecs (the caller's contract).
+        false => unsafe { one(*times).and_then(|a| Ok((a, one(*times.add(1))?))) },
+    };
+    let ((a, a_now), (m, m_now)) = match parsed {
+        Ok(v) => v,
+        Err(e) => return guard(-1, || Err(e)),
+    };
+    // SAFETY: the caller's contract.
+    unsafe { on_path(fs, path, |h, p| h.utimens_at(p, a, m, a_now && m_now, true)) }
+}
+
+/// access(2): `mode` a mix of `R_OK`, `W_OK`, `X_OK`, or `F_OK`; checked against the
+/// credentials given to `pmfs_set_cred` (with none, only existence).
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_access(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    mode: c_int,
+) -> c_int {
+    if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
+        return guard(-1, || Err(inval("mode is not a mix of R_OK, W_OK, X_OK")));
+    }
+    // SAFETY: the caller's contract.
+    unsafe { on_path(fs, path, |h, p| h.access(p, mode as u32, true)) }
+}
+
+/// Check every later call's permissions for this user, group and supplementary groups, as the
+/// kernel would for a process with them (`groups` NULL when `n` is 0). Until called, or after
+/// `pmfs_clear_cred`, nothing is checked.
+///
+/// # Safety
+/// `fs` a mounted handle; `groups` valid for `n` ids.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_set_cred(
+    fs: *mut PmfsHandle,
+    uid: u32,
+    gid: u32,
+    groups: *const u32,
+    n: usize,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(fs)? };
+        if n > crate::posix::MAX_GROUPS || (n > 0 && groups.is_null()) {
+            return Err(inval("groups: NULL, or more than 65536"));
+        }
+        let mut g = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: `i < n` ids are readable (the caller's contract).
+            g.push(unsafe { groups.add(i).read_unaligned() });
+        }
+        h.set_cred(Some(crate::posix::Cred::new(uid, gid, g)));
+        Ok(0)
+    })
+}
+
+/// Stop checking permissions (the default).
+///
+/// # Safety
+/// `fs` a mounted handle.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_clear_cred(fs: *mut PmfsHandle) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        unsafe { handle(fs)? }.set_cred(None);
+        Ok(0)
+    })
+}
+
 /// readlink(2): the target's bytes (not NUL-terminated, cut at `n`), their count, or -1.
 ///
 /// # Safety

@@ -17,7 +17,7 @@ mod access;
 mod attrs;
 mod flags;
 mod stat;
-pub use access::Cred;
+pub use access::{Cred, MAX_GROUPS};
 use access::{R, W, X};
 pub use flags::{FileFlag, OpenFlags};
 pub use stat::{secs, stat_of, type_bits};

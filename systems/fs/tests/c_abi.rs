@@ -74,6 +74,12 @@ fn c_example_builds_and_runs() {
         "one byte written: 2097152 bytes allocated",
         "4 MiB mapped: 4194304 bytes in 2 MiB blocks, 2 MiB-aligned",
         "huge flag of a directory: EINVAL",
+        "entries in /logs: 4",
+        "  latest@",
+        "after chmod and utimens: mode 600, mtime 2000",
+        "user 54321 opens a 0600 file it does not own: EACCES",
+        "user 54321 chmods it: EPERM",
+        "after chown to user 54321, read and write: allowed",
         "read of a closed descriptor: EBADF",
         "open of a missing file: ENOENT",
         "rmdir of a non-empty directory: ENOTEMPTY",
@@ -90,6 +96,10 @@ fn c_example_builds_and_runs() {
     let logs = fs.lookup(pmkit_fs::ROOT, b"logs").unwrap();
     let log = fs.lookup(logs.ino, b"app.log.1").unwrap();
     assert_eq!((log.kind, log.size), (Kind::File, 1100));
+    assert_eq!(
+        (log.mode, log.uid, log.mtime),
+        (0o600, 54321, 2_000_000_000_000)
+    );
     assert_eq!(fs.read(log.ino, 0, 11).unwrap(), b"record 000\n");
     let huge = fs.lookup(pmkit_fs::ROOT, b"huge").unwrap();
     assert!(huge.huge, "the flag survives the unmount");
