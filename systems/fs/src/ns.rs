@@ -20,6 +20,17 @@ enum Post {
     Orphans(Vec<u64>),
 }
 
+/// An inode reached by a name has at least one link: a count of 0 there is damage (a name
+/// dropped from it would free an inode other names may still reach), refused before any change.
+fn named_with_links(ino: u64, n: &Inode) -> Result<()> {
+    if n.links == 0 {
+        return Err(Error::Damaged {
+            problems: vec![format!("inode {ino} has a name but a link count of 0")],
+        });
+    }
+    Ok(())
+}
+
 pub fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
         return Err(Error::NameTooLong {
@@ -150,9 +161,11 @@ impl<M: Media> Fs<M> {
     }
 
     /// Stage dropping one name of `ino` (a file or symlink): free it, or orphan it while open.
+    /// Its link count is at least 1 (`named_with_links`, checked by the callers).
     fn drop_name(&self, tx: &mut Tx<'_, M>, ino: u64, posts: &mut Vec<Post>) {
         let mut n = tx.inode(ino);
-        n.links -= 1;
+        debug_assert!(n.links > 0, "inode {ino}: a name dropped at link count 0");
+        n.links = n.links.saturating_sub(1);
         n.ctime = now();
         if n.links > 0 {
             tx.put_inode(ino, &n);
@@ -374,8 +387,9 @@ impl<M: Media> Fs<M> {
         let mut dirs = self.ns.write();
         let idx = self.dir_of(&dirs, parent)?;
         let loc = *idx.entries.get(name).ok_or(Error::NotFound)?;
-        self.live(loc.ino)?; // its tree is checked before anything frees it
+        let victim = self.live(loc.ino)?; // its tree is checked before anything frees it
         let is_dir = loc.kind == Kind::Dir as u8;
+        named_with_links(loc.ino, &victim)?;
         match (want_dir, is_dir) {
             (true, false) => return Err(Error::NotDir),
             (false, true) => return Err(Error::IsDir),
@@ -391,7 +405,7 @@ impl<M: Media> Fs<M> {
         let t = now();
         if is_dir {
             self.free_inode_tx(&mut tx, loc.ino);
-            upd(&mut tx, parent, |p| p.links -= 1);
+            upd(&mut tx, parent, |p| p.links = p.links.saturating_sub(1));
             posts.push(Post::DropDir(loc.ino));
         } else {
             self.drop_name(&mut tx, loc.ino, &mut posts);
@@ -427,9 +441,9 @@ impl<M: Media> Fs<M> {
             .ok_or(Error::NotFound)?;
         let dst = self.dir_of(&dirs, p2)?.entries.get(n2).copied();
         // Both trees are checked before anything frees or moves them.
-        self.live(src.ino)?;
+        named_with_links(src.ino, &self.live(src.ino)?)?;
         if let Some(d) = dst {
-            self.live(d.ino)?;
+            named_with_links(d.ino, &self.live(d.ino)?)?;
         }
         let dirk = Kind::Dir as u8;
         if src.kind == dirk && self.is_under(p2, src.ino) {
@@ -446,7 +460,7 @@ impl<M: Media> Fs<M> {
         let moved = |tx: &mut Tx<'_, M>, ino: u64, from: u64, to: u64| {
             if from != to {
                 upd(tx, ino, |n| (n.parent, n.ctime) = (to, t));
-                upd(tx, from, |p| p.links -= 1);
+                upd(tx, from, |p| p.links = p.links.saturating_sub(1));
                 upd(tx, to, |p| p.links += 1);
             }
         };
@@ -486,7 +500,7 @@ impl<M: Media> Fs<M> {
                 let dst_off = slot_off(&tx, p2, &d);
                 if d.kind == dirk {
                     self.free_inode_tx(&mut tx, d.ino);
-                    upd(&mut tx, p2, |p| p.links -= 1);
+                    upd(&mut tx, p2, |p| p.links = p.links.saturating_sub(1));
                     posts.push(Post::DropDir(d.ino));
                 } else {
                     self.drop_name(&mut tx, d.ino, &mut posts);
