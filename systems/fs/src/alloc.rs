@@ -119,11 +119,18 @@ impl Bitmap {
         self.free -= 1;
         true
     }
-    pub fn clear(&mut self, i: u64) {
-        assert!(self.is_used(i), "freeing {i}, which is free");
+    /// Mark `i` free; false (and nothing changed) if it already was: a double free, which
+    /// only damage can cause (two files sharing a block), refused before a commit by
+    /// `Tx::commit`; this keeps the counts right if one slips through.
+    pub fn clear(&mut self, i: u64) -> bool {
+        assert!(i < self.len, "bitmap index {i} >= {}", self.len);
+        if !self.is_used(i) {
+            return false;
+        }
         self.bits[(i / 64) as usize] &= !(1 << (i % 64));
         self.chunk_free[(i / CHUNK) as usize] += 1;
         self.free += 1;
+        true
     }
     fn first_free_in(&self, c: u64) -> Option<u64> {
         let (a, b) = (c * CHUNK / 64, ((c + 1) * CHUNK).min(self.len).div_ceil(64));

@@ -274,6 +274,7 @@ impl<'a, M: Media> Tx<'a, M> {
                 max: self.geo.lane_entries as u64 - 2,
             });
         }
+        self.frees_are_in_use()?;
         let fresh: Vec<&W> = self.writes.iter().filter(|w| !w.logged).collect();
         if !undo.is_empty() || !fresh.is_empty() {
             let pm = self.pm;
@@ -299,6 +300,33 @@ impl<'a, M: Media> Tx<'a, M> {
         }
         for i in self.free_inodes_after.drain(..) {
             a.inodes.clear(i);
+        }
+        Ok(())
+    }
+
+    /// Every block and inode this transaction frees is in use, and freed once: on a damaged
+    /// pool (a block two files share, which a mount from the checkpoint checks only per file)
+    /// the operation is refused with nothing changed, rather than freeing a block twice.
+    fn frees_are_in_use(&self) -> Result<()> {
+        if self.free_after.is_empty() && self.free_inodes_after.is_empty() {
+            return Ok(());
+        }
+        let a = self.alloc.lock();
+        let bad = |ids: &[u64], used: &dyn Fn(u64) -> bool| {
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            ids.iter().copied().find(|&i| !used(i) || !seen.insert(i))
+        };
+        if let Some(b) = bad(&self.free_after, &|b| a.blocks.is_used(b)) {
+            return Err(Error::Damaged {
+                problems: vec![format!(
+                    "block {b} would be freed twice (free already, or shared by two files)"
+                )],
+            });
+        }
+        if let Some(i) = bad(&self.free_inodes_after, &|i| a.inodes.is_used(i)) {
+            return Err(Error::Damaged {
+                problems: vec![format!("inode {i} would be freed twice")],
+            });
         }
         Ok(())
     }
