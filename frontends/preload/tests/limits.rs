@@ -88,6 +88,15 @@ fn py(s: &Shim, script: &str) -> (String, String) {
     )
 }
 
+/// Python's `e(op)`: "ok", or the name of the errno `op` raised.
+const OK_OR_ERRNO: &str = "import os, errno\n\
+    def e(op):\n\
+    \x20   try:\n\
+    \x20       op()\n\
+    \x20       return 'ok'\n\
+    \x20   except OSError as x:\n\
+    \x20       return errno.errorcode[x.errno]\n";
+
 #[test]
 fn limits_give_clear_errors() {
     if !have("python3") {
@@ -542,13 +551,7 @@ fn permissions_follow_the_ids_the_process_sets() {
     let (out, err) = py(
         &s,
         &format!(
-            "import os, errno\n\
-             def e(op):\n\
-             \x20   try:\n\
-             \x20       op()\n\
-             \x20       return 'ok'\n\
-             \x20   except OSError as x:\n\
-             \x20       return errno.errorcode[x.errno]\n\
+            "{OK_OR_ERRNO}\
              os.close(os.open('{f}', os.O_CREAT | os.O_RDWR, 0o644))\n\
              os.mkdir('{t}', 0o777)\n\
              os.chmod('{t}', 0o1777)\n\
@@ -586,13 +589,8 @@ fn unix_sockets_bound_in_the_pool_connect_by_their_path() {
     let (out, err) = py(
         &s,
         &format!(
-            "import os, errno, socket, stat, threading\n\
-             def e(op):\n\
-             \x20   try:\n\
-             \x20       op()\n\
-             \x20       return 'ok'\n\
-             \x20   except OSError as x:\n\
-             \x20       return errno.errorcode[x.errno]\n\
+            "{OK_OR_ERRNO}\
+             import socket, stat, threading\n\
              srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
              srv.bind('{sock}')\n\
              srv.listen(1)\n\

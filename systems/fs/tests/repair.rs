@@ -49,6 +49,17 @@ fn set_word(sim: &CrashSim, off: usize, v: u64) {
     sim.write(off, &v.to_le_bytes());
 }
 
+/// Damage: g (inode 4) made a 4 KiB file whose one block is f's (inode 3) first data block,
+/// which it returns.
+fn share_fs_first_block(sim: &CrashSim, sb: &Superblock) -> u64 {
+    let node = word(sim, sb.geo.inode_off(3) + 16);
+    let first = word(sim, node as usize * BLOCK);
+    let g = sb.geo.inode_off(4);
+    set_word(sim, g, 4096);
+    set_word(sim, g + 16, first);
+    first
+}
+
 /// A directory record (one slot: names up to 48 bytes) written into slot `slot` of `block`.
 fn put_record(sim: &CrashSim, block: u64, slot: usize, name: &[u8], ino: u64, kind: u8) {
     assert!(name.len() <= 48);
@@ -361,12 +372,8 @@ fn a_loop_is_cut() {
 #[test]
 fn a_doubly_owned_block_stays_with_its_first_owner() {
     let (sim, sb) = image();
-    let node = word(&sim, sb.geo.inode_off(3) + 16);
-    let first = word(&sim, node as usize * BLOCK);
     // g (after f in d, so walked second) claims f's first data block
-    let g = sb.geo.inode_off(4);
-    set_word(&sim, g, 4096);
-    set_word(&sim, g + 16, first);
+    let first = share_fs_first_block(&sim, &sb);
     let (rep, text) = repaired(&sim, "shared block");
     let f = rep
         .fixes
@@ -801,11 +808,7 @@ fn a_clean_pool_of_every_kind_gets_no_fix() {
 #[test]
 fn a_shared_block_is_not_freed_twice_by_a_lazily_checked_mount() {
     let (sim, sb) = image();
-    let node = word(&sim, sb.geo.inode_off(3) + 16);
-    let first = word(&sim, node as usize * BLOCK);
-    let g = sb.geo.inode_off(4);
-    set_word(&sim, g, 4096);
-    set_word(&sim, g + 16, first);
+    let first = share_fs_first_block(&sim, &sb);
     let fs = mount(&sim);
     // g checked on first use while f still owns the block too: each alone looks whole.
     assert_eq!(fs.getattr(4).unwrap().size, 4096);
