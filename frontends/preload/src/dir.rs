@@ -114,16 +114,7 @@ pub unsafe extern "C" fn readdir64(d: *mut c_void) -> *mut libc::dirent64 {
     s.ent.d_ino = e.ino;
     s.ent.d_off = s.pos as i64;
     s.ent.d_reclen = std::mem::size_of::<libc::dirent64>() as u16;
-    s.ent.d_type = match e.kind {
-        pmkit_fs::Kind::Dir => libc::DT_DIR,
-        pmkit_fs::Kind::Symlink => libc::DT_LNK,
-        pmkit_fs::Kind::File => libc::DT_REG,
-        pmkit_fs::Kind::Fifo => libc::DT_FIFO,
-        pmkit_fs::Kind::Socket => libc::DT_SOCK,
-        pmkit_fs::Kind::CharDev => libc::DT_CHR,
-        pmkit_fs::Kind::BlockDev => libc::DT_BLK,
-        pmkit_fs::Kind::Free => libc::DT_UNKNOWN,
-    };
+    s.ent.d_type = pmkit_fs::posix::d_type(e.kind);
     for (i, b) in e.name[..n].iter().enumerate() {
         s.ent.d_name[i] = *b as c_char;
     }

@@ -39,34 +39,14 @@ pub unsafe extern "C" fn fchmodat(
     }
 }
 
-/// utimensat's two times (`None`: `UTIME_OMIT`, unchanged), NULL being now for both, and
-/// whether every time given is now (which write permission allows, not only ownership).
+/// utimensat's array, read (NULL: none).
 ///
 /// # Safety
 /// `t` NULL or valid for two `struct timespec`.
-unsafe fn times(t: *const libc::timespec) -> Result<Times, c_int> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    if t.is_null() {
-        return Ok((Some(now), Some(now), true));
-    }
-    let one = |ts: libc::timespec| match ts.tv_nsec {
-        libc::UTIME_NOW => Ok(Some(now)),
-        libc::UTIME_OMIT => Ok(None),
-        n if !(0..1_000_000_000).contains(&n) || ts.tv_sec < 0 => Err(libc::EINVAL),
-        n => Ok(Some(ts.tv_sec as u64 * 1_000_000_000 + n as u64)),
-    };
-    // SAFETY: valid for two entries (the caller's contract).
-    let (a, m) = unsafe { (*t, *t.add(1)) };
-    let explicit =
-        |ts: libc::timespec| ts.tv_nsec != libc::UTIME_NOW && ts.tv_nsec != libc::UTIME_OMIT;
-    Ok((one(a)?, one(m)?, !explicit(a) && !explicit(m)))
+unsafe fn times(t: *const libc::timespec) -> Option<[libc::timespec; 2]> {
+    // SAFETY: valid for two entries when not NULL (the caller's contract).
+    (!t.is_null()).then(|| unsafe { [*t, *t.add(1)] })
 }
-
-/// Access time, modification time (`None`: unchanged), and whether both are "now".
-type Times = (Option<u64>, Option<u64>, bool);
 
 /// # Safety
 /// futimens(3)'s contract.
@@ -75,8 +55,7 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             // SAFETY: the caller's contract.
-            let (a, m, now) = unsafe { times(t) }?;
-            p.futimens(o.fd, a, m, now).map(|_| 0).map_err(en)
+            p.futimens(o.fd, unsafe { times(t) }).map(|_| 0).map_err(en)
         });
     }
     real!(futimens(fd, t) as fn(c_int, *const libc::timespec) -> c_int)
@@ -98,10 +77,11 @@ pub unsafe extern "C" fn utimensat(
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => enter(-1, |fs| {
-            // SAFETY: the caller's contract.
-            let (a, m, now) = unsafe { times(t) }?;
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
-            fs.utimens_at(&p, a, m, now, follow).map(|_| 0).map_err(en)
+            // SAFETY: the caller's contract.
+            fs.utimensat(&p, unsafe { times(t) }, follow)
+                .map(|_| 0)
+                .map_err(en)
         }),
         Route::Real => real!(utimensat(dirfd, path, t, flags)
             as fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int),

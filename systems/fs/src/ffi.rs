@@ -507,20 +507,6 @@ pub unsafe extern "C" fn pmfs_symlink(
 pub type PmfsDirCallback =
     unsafe extern "C" fn(ctx: *mut c_void, name: *const c_char, ino: u64, d_type: u8) -> c_int;
 
-/// The `d_type` (`DT_*`) of a kind of inode.
-fn d_type(k: crate::Kind) -> u8 {
-    use crate::Kind::*;
-    match k {
-        Dir => libc::DT_DIR,
-        Symlink => libc::DT_LNK,
-        Fifo => libc::DT_FIFO,
-        Socket => libc::DT_SOCK,
-        CharDev => libc::DT_CHR,
-        BlockDev => libc::DT_BLK,
-        File | Free => libc::DT_REG,
-    }
-}
-
 /// readdir: `cb` for every entry of the directory at `path` (`.` and `..` first), until it
 /// returns non-zero. 0, or -1 and errno.
 ///
@@ -540,7 +526,7 @@ pub unsafe extern "C" fn pmfs_readdir(
         for e in h.readdir(p).map_err(fail)? {
             let name = CString::new(e.name).map_err(|_| inval("a name holds NUL"))?;
             // SAFETY: the caller's callback and context; `name` lives across the call.
-            if unsafe { cb(ctx, name.as_ptr(), e.ino, d_type(e.kind)) } != 0 {
+            if unsafe { cb(ctx, name.as_ptr(), e.ino, crate::posix::d_type(e.kind)) } != 0 {
                 break;
             }
         }
@@ -582,28 +568,10 @@ pub unsafe extern "C" fn pmfs_utimens(
     path: *const c_char,
     times: *const libc::timespec,
 ) -> c_int {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let one = |t: libc::timespec| match t.tv_nsec {
-        libc::UTIME_NOW => Ok((Some(now), true)),
-        libc::UTIME_OMIT => Ok((None, true)),
-        n if (0..1_000_000_000).contains(&n) && t.tv_sec >= 0 => {
-            Ok((Some(t.tv_sec as u64 * 1_000_000_000 + n as u64), false))
-        }
-        _ => Err(inval("a time out of range")),
-    };
-    let parsed = match times.is_null() {
-        true => Ok(((Some(now), true), (Some(now), true))),
-        // SAFETY: two timespecs (the caller's contract).
-        false => unsafe { one(*times).and_then(|a| Ok((a, one(*times.add(1))?))) },
-    };
-    let ((a, a_now), (m, m_now)) = match parsed {
-        Ok(v) => v,
-        Err(e) => return guard(-1, || Err(e)),
-    };
+    // SAFETY: NULL, or two timespecs (the caller's contract).
+    let times = (!times.is_null()).then(|| unsafe { [*times, *times.add(1)] });
     // SAFETY: the caller's contract.
-    unsafe { on_path(fs, path, |h, p| h.utimens_at(p, a, m, a_now && m_now, true)) }
+    unsafe { on_path(fs, path, |h, p| h.utimensat(p, times, true)) }
 }
 
 /// access(2): `mode` a mix of `R_OK`, `W_OK`, `X_OK`, or `F_OK`; checked against the

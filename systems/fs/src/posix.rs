@@ -20,7 +20,7 @@ mod stat;
 pub use access::{Cred, MAX_GROUPS};
 use access::{R, W, X};
 pub use flags::{FileFlag, OpenFlags};
-pub use stat::{secs, stat_of, type_bits};
+pub use stat::{d_type, secs, stat_of, type_bits};
 
 use crate::{Attr, DirEntry, Error, Fs, Kind, RenameFlags, Result, SetAttr, StatFs, ROOT};
 use parking_lot::{Mutex, RwLock};

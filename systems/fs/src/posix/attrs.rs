@@ -15,11 +15,6 @@ impl<M: Media> Posix<M> {
         Ok(())
     }
 
-    /// The attributes of `fd`'s node (also of a removed directory), for the `f*` calls.
-    fn fd_attr(&self, fd: Fd) -> Result<Attr> {
-        self.fstat(fd)
-    }
-
     /// chmod(2) of an existing node: its owner (or root) only; set-group-ID is dropped for a
     /// caller outside the file's group.
     fn set_mode(&self, a: &Attr, mode: u32) -> Result<()> {
@@ -46,7 +41,7 @@ impl<M: Media> Posix<M> {
     }
 
     pub fn fchmod(&self, fd: Fd, mode: u32) -> Result<()> {
-        self.set_mode(&self.fd_attr(fd)?, mode)
+        self.set_mode(&self.fstat(fd)?, mode)
     }
 
     fn set_owner(&self, a: &Attr, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
@@ -71,7 +66,7 @@ impl<M: Media> Posix<M> {
     }
 
     pub fn fchown(&self, fd: Fd, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
-        self.set_owner(&self.fd_attr(fd)?, uid, gid)
+        self.set_owner(&self.fstat(fd)?, uid, gid)
     }
 
     /// Set times (`None`: unchanged); `now_only`: every time given is the current time
@@ -95,27 +90,22 @@ impl<M: Media> Posix<M> {
         self.fs.setattr(a.ino, &s).map(drop)
     }
 
-    /// utimensat(2) (`follow` false: `AT_SYMLINK_NOFOLLOW`); see [`Posix::utimens`].
-    pub fn utimens_at(
+    /// utimensat(2): `times` as its array (`None`: NULL, both now; `UTIME_NOW` and
+    /// `UTIME_OMIT` per entry); `follow` false: `AT_SYMLINK_NOFOLLOW`.
+    pub fn utimensat(
         &self,
         path: &[u8],
-        atime: Option<u64>,
-        mtime: Option<u64>,
-        now_only: bool,
+        times: Option<[libc::timespec; 2]>,
         follow: bool,
     ) -> Result<()> {
+        let (atime, mtime, now_only) = utimensat_times(times)?;
         self.set_times(&self.existing(path, follow)?, atime, mtime, now_only)
     }
 
-    /// futimens(3).
-    pub fn futimens(
-        &self,
-        fd: Fd,
-        atime: Option<u64>,
-        mtime: Option<u64>,
-        now_only: bool,
-    ) -> Result<()> {
-        self.set_times(&self.fd_attr(fd)?, atime, mtime, now_only)
+    /// futimens(3), `times` as for [`Posix::utimensat`].
+    pub fn futimens(&self, fd: Fd, times: Option<[libc::timespec; 2]>) -> Result<()> {
+        let (atime, mtime, now_only) = utimensat_times(times)?;
+        self.set_times(&self.fstat(fd)?, atime, mtime, now_only)
     }
 
     pub fn truncate(&self, path: &[u8], len: u64) -> Result<()> {
@@ -133,6 +123,26 @@ impl<M: Media> Posix<M> {
 
     /// utimensat(2) with explicit times (nanoseconds since the epoch; `None`: unchanged).
     pub fn utimens(&self, path: &[u8], atime: Option<u64>, mtime: Option<u64>) -> Result<()> {
-        self.utimens_at(path, atime, mtime, false, true)
+        self.set_times(&self.existing(path, true)?, atime, mtime, false)
     }
+}
+
+/// utimensat(2)'s array as (access time, modification time) in nanoseconds (`None`:
+/// unchanged), and whether no time is explicit (all now or omitted: write permission is
+/// enough, not only ownership). "Now" is the coarse clock the inode times use.
+fn utimensat_times(times: Option<[libc::timespec; 2]>) -> Result<(Option<u64>, Option<u64>, bool)> {
+    let now = crate::attr::now();
+    let Some([a, m]) = times else {
+        return Ok((Some(now), Some(now), true));
+    };
+    let one = |t: libc::timespec| match t.tv_nsec {
+        libc::UTIME_NOW => Ok((Some(now), false)),
+        libc::UTIME_OMIT => Ok((None, false)),
+        n if (0..1_000_000_000).contains(&n) && t.tv_sec >= 0 => {
+            Ok((Some(t.tv_sec as u64 * 1_000_000_000 + n as u64), true))
+        }
+        _ => Err(Error::Invalid("a time out of range")),
+    };
+    let ((atime, a_explicit), (mtime, m_explicit)) = (one(a)?, one(m)?);
+    Ok((atime, mtime, !a_explicit && !m_explicit))
 }

@@ -2,6 +2,20 @@
 
 use crate::{Attr, Kind};
 
+/// The `d_type` (`DT_*`) of a directory entry of a kind of inode.
+pub fn d_type(k: Kind) -> u8 {
+    match k {
+        Kind::Dir => libc::DT_DIR,
+        Kind::Symlink => libc::DT_LNK,
+        Kind::File => libc::DT_REG,
+        Kind::Fifo => libc::DT_FIFO,
+        Kind::Socket => libc::DT_SOCK,
+        Kind::CharDev => libc::DT_CHR,
+        Kind::BlockDev => libc::DT_BLK,
+        Kind::Free => libc::DT_UNKNOWN,
+    }
+}
+
 /// The `S_IFMT` bits of a kind of inode.
 pub fn type_bits(k: Kind) -> u32 {
     match k {
