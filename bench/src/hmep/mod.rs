@@ -12,6 +12,7 @@ pub(crate) mod chase;
 pub(crate) mod graph;
 pub mod kv;
 pub mod probe;
+pub(crate) mod rank;
 
 use crate::host::cpu_label;
 use crate::report::{median, plot, BenchFlags};
@@ -25,6 +26,7 @@ use pmkit_hmep::sim::{predict_tlb, Misses, Sim};
 use pmkit_hmep::tlb::TlbCost;
 use pmkit_xmem::{Config, PerPattern, Tier, XMem};
 use probe::Probe;
+use rank::{pair_tests, PairTest};
 use serde::Serialize;
 use std::path::Path;
 use std::process::ExitCode;
@@ -138,11 +140,14 @@ struct App {
     benefit_measured_ms: Vec<f64>,
     benefit_predicted_ms: Vec<f64>,
     same_ranking: bool,
-    /// Pairs of tags whose measured benefit order every round agrees on (the pairs the
-    /// measurement can rank), and how many of those levels 3 and 2 order alike.
+    /// Pairs of tags whose measured benefits differ by a paired t-test over the rounds at the
+    /// 1% level (the pairs the measurement can rank, [`rank`]), and how many of those levels 3
+    /// and 2 order alike.
     ranked_pairs: usize,
     ranked_pairs_agree: usize,
     ranked_pairs_agree_emulated: usize,
+    /// Every pair's test, against level 3's benefits.
+    pair_tests: Vec<PairTest>,
     max_abs_error_pct: f64,
     /// Level 2: the emulator's own ns per access (taken off what it owes), the benefits and
     /// ranking it gives, its largest error against wall clock.
@@ -461,8 +466,13 @@ fn app(
                 .collect()
         })
         .collect();
-    let (ranked, agree) = ranked_pairs(&per_round, &bp);
-    let (_, agree_emulated) = ranked_pairs(&per_round, &be);
+    let tests = pair_tests(&per_round, &bp);
+    let ranked = tests.iter().filter(|p| p.resolved).count();
+    let agree = tests.iter().filter(|p| p.agrees()).count();
+    let agree_emulated = pair_tests(&per_round, &be)
+        .iter()
+        .filter(|p| p.agrees())
+        .count();
     let max_abs = Versus::max_abs_errors(rows.iter().map(|r| &r.v));
     App {
         name,
@@ -470,6 +480,7 @@ fn app(
         ranked_pairs: ranked,
         ranked_pairs_agree: agree,
         ranked_pairs_agree_emulated: agree_emulated,
+        pair_tests: tests,
         same_ranking: order(&bm) == order(&bp),
         same_ranking_emulated: order(&bm) == order(&be),
         max_abs_error_pct: max_abs.0,
@@ -481,31 +492,6 @@ fn app(
         traced,
         rows,
     }
-}
-
-/// The pairs of tags the measurement can rank, and how many of them `model` ranks alike.
-/// `per_round[t][r]` is tag t's measured figure in round r (a paired difference within the
-/// round); a pair counts when it has at least 3 rounds and every round puts it in the same
-/// order, so noise that flips between rounds ranks nothing.
-pub(crate) fn ranked_pairs(per_round: &[Vec<f64>], model: &[f64]) -> (usize, usize) {
-    let (mut ranked, mut agree) = (0, 0);
-    for a in 0..per_round.len() {
-        for b in a + 1..per_round.len() {
-            let d: Vec<f64> = per_round[a]
-                .iter()
-                .zip(&per_round[b])
-                .map(|(x, y)| x - y)
-                .collect();
-            if d.len() < 3 || !(d.iter().all(|&v| v > 0.0) || d.iter().all(|&v| v < 0.0)) {
-                continue;
-            }
-            ranked += 1;
-            if (d[0] > 0.0) == (model[a] > model[b]) && model[a] != model[b] {
-                agree += 1;
-            }
-        }
-    }
-    (ranked, agree)
 }
 
 /// The kernels' parameters the timed runs use.
@@ -634,8 +620,8 @@ fn table(r: &Report) {
         r.delta_ns[2]
     );
     println!(
-        "TLB chase ({} pages): fast {:.1} ns, slow {:.1} ns per load; page walk on a cache hit {:.1} ns",
-        r.slow.tlb_pages, r.fast.tlb_chase_ns, r.slow.tlb_chase_ns, r.tlb.walk_ns
+        "TLB chase ({} pages): fast {:.1} ns, slow {:.1} ns per load; page walk on a cache hit {:.1} ns (dependent), {:.2} ns (independent, paired)",
+        r.slow.tlb_pages, r.fast.tlb_chase_ns, r.slow.tlb_chase_ns, r.tlb.walk_ns, r.tlb.walk_independent_ns
     );
     println!(
         "L1 dTLB chase ({} pages): fast {:.1} ns, slow {:.1} ns per load; L2 TLB hit on a cache hit {:.2} ns",
@@ -682,9 +668,10 @@ fn table(r: &Report) {
             a.max_abs_error_pct
         );
         println!(
-            "  pairs of tags every round ranks alike: {}; level 3 agrees on {}, level 2 on {}",
+            "  pairs of tags the measurement ranks (paired t-test, 1%): {}; level 3 agrees on {}, level 2 on {}",
             a.ranked_pairs, a.ranked_pairs_agree, a.ranked_pairs_agree_emulated
         );
+        rank::print(&a.pair_tests, &TAGS);
         println!(
             "  level 2: emulator {:.1} ns per access (taken off); benefit per tag alone fast (ms) {:?}; same ranking: {}; max |error| {:.1}%",
             a.emulator_overhead_ns,
@@ -737,25 +724,4 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
         &panels,
         2,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ranked_pairs;
-
-    #[test]
-    fn only_pairs_every_round_orders_alike_are_ranked() {
-        // Tag 0 above tag 1 in all three rounds; tag 2 flips against both.
-        let rounds = vec![
-            vec![5.0, 6.0, 7.0],
-            vec![1.0, 2.0, 1.5],
-            vec![0.0, 9.0, 3.0],
-        ];
-        assert_eq!(ranked_pairs(&rounds, &[2.0, 1.0, 0.0]), (1, 1));
-        assert_eq!(ranked_pairs(&rounds, &[1.0, 2.0, 0.0]), (1, 0));
-        // A tie in the model agrees with nothing; two rounds rank nothing.
-        assert_eq!(ranked_pairs(&rounds, &[1.0, 1.0, 0.0]), (1, 0));
-        let two: Vec<Vec<f64>> = rounds.iter().map(|r| r[..2].to_vec()).collect();
-        assert_eq!(ranked_pairs(&two, &[2.0, 1.0, 0.0]), (0, 0));
-    }
 }

@@ -81,6 +81,11 @@ pub struct Tier {
     pub tlb_walks_4k: f64,
     #[serde(default)]
     pub tlb_walks_2m: f64,
+    /// ns per load of the same lines in the same order, each address taken from a list
+    /// instead of from the load before: what a walk costs in front of independent loads
+    /// ([`walk_independent_ns`]); the fastest run. 0 in older calibrations.
+    #[serde(default)]
+    pub tlb_gather_ns: f64,
     /// ns per dependent load of a chase over one line in each of `l1_pages` 4 KiB pages: more
     /// pages than an L1 dTLB maps, fewer than the L2 TLB, so with 4 KiB pages every load misses
     /// the L1 and hits the L2 ([`l1_ns`]); the fastest run. 0 in older calibrations.
@@ -107,6 +112,8 @@ pub struct Runs {
     pub write_gbs: Vec<f64>,
     #[serde(default)]
     pub tlb_chase_ns: Vec<f64>,
+    #[serde(default)]
+    pub tlb_gather_ns: Vec<f64>,
     #[serde(default)]
     pub l1_chase_ns: Vec<f64>,
 }
@@ -183,6 +190,7 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
 
         // The write wiped the cycle: link a page cycle, time it warm (ns per load), and count
         // its modelled events on the first run; then relink the line cycle.
+        // Returns the chase's ns per load and, the same lines gathered, the gather's.
         let mut page_chase = |seed: u64, pages: usize, steps: u64, model: &mut Modelled| {
             let start = buf.link_pages(seed, pages);
             black_box(buf.chase_from(start, 2 * pages as u64));
@@ -192,13 +200,15 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
             if run == 0 {
                 *model = modelled(&buf, start, pages as u64);
             }
-            ns
+            (ns, gather_ns(&buf, start, pages, steps))
         };
-        // Page walks, then (fewer pages) L1 dTLB misses that hit the L2 TLB.
-        r.tlb_chase_ns
-            .push(page_chase(o.seed, tlb_pages, tlb_steps, &mut walks));
+        // Page walks (chased, then the same lines gathered), then (fewer pages) L1 dTLB misses
+        // that hit the L2 TLB.
+        let (chased, gathered) = page_chase(o.seed, tlb_pages, tlb_steps, &mut walks);
+        r.tlb_chase_ns.push(chased);
+        r.tlb_gather_ns.push(gathered);
         r.l1_chase_ns
-            .push(page_chase(o.seed ^ 0x11, l1_pages, l1_steps, &mut l1));
+            .push(page_chase(o.seed ^ 0x11, l1_pages, l1_steps, &mut l1).0);
         buf.link_cycle(o.seed);
         step(&b.name());
     }
@@ -218,12 +228,28 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
         tlb_pages: tlb_pages as u64,
         tlb_walks_4k: walks.walks_4k,
         tlb_walks_2m: walks.walks_2m,
+        tlb_gather_ns: r
+            .tlb_gather_ns
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min),
         l1_chase_ns: r.l1_chase_ns.iter().copied().fold(f64::INFINITY, f64::min),
         l1_pages: l1_pages as u64,
         l1_misses_4k: l1.l2_hits_4k,
         l1_misses_2m: l1.l2_hits_2m,
         runs: r,
     })
+}
+
+/// ns per load of the page cycle from `start` (`pages` lines) gathered from a list, warm, over
+/// at least `steps` loads.
+fn gather_ns(buf: &Buf, start: u64, pages: usize, steps: u64) -> f64 {
+    let lines = buf.cycle_lines(start, pages);
+    let laps = steps.div_ceil(pages as u64).max(1);
+    black_box(buf.gather(&lines, 2));
+    let t = Instant::now();
+    black_box(buf.gather(&lines, laps));
+    ns_per(t, laps * pages as u64)
 }
 
 /// Pages of the TLB chase: 64 MiB of 4 KiB pages (5x a 3072-entry L2 TLB's reach; 32 huge
@@ -280,6 +306,14 @@ pub fn walk_ns(fast: &Tier, slow: &Tier) -> f64 {
     })
 }
 
+/// ns per page walk in front of a cache hit of an independent load, from the gathers of the
+/// TLB chase's lines on two tiers of different page sizes, as [`walk_ns`].
+pub fn walk_independent_ns(fast: &Tier, slow: &Tier) -> f64 {
+    per_event_ns(fast, slow, |t| {
+        (t.tlb_gather_ns, t.tlb_walks_2m, t.tlb_walks_4k)
+    })
+}
+
 /// ns per L1 dTLB miss that hits the L2 TLB in front of a cache hit, from the L1 chases of two
 /// tiers of different page sizes, as [`walk_ns`].
 pub fn l1_ns(fast: &Tier, slow: &Tier) -> f64 {
@@ -308,6 +342,7 @@ fn per_event_ns(fast: &Tier, slow: &Tier, of: impl Fn(&Tier) -> (f64, f64, f64))
 pub fn tlb_cost(fast: &Tier, slow: &Tier) -> TlbCost {
     TlbCost {
         walk_ns: walk_ns(fast, slow),
+        walk_independent_ns: walk_independent_ns(fast, slow),
         l1_ns: l1_ns(fast, slow),
     }
 }
@@ -323,8 +358,9 @@ pub struct Paired {
     pub delta: PerPattern,
     /// ns per page walk and per L2 TLB hit in front of a cache hit.
     pub tlb: TlbCost,
-    /// Every run's differences: chase, random, line, TLB chase, L1 chase (ns per load).
-    pub differences: Vec<[f64; 5]>,
+    /// Every run's differences: chase, random, line, TLB chase, L1 chase, TLB gather (ns per
+    /// load).
+    pub differences: Vec<[f64; 6]>,
 }
 
 /// Measure `slow` against `fast` in pairs (`o.bytes` per backing, at least 5 runs).
@@ -339,6 +375,7 @@ pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
     struct Side {
         lines: Buf,
         tlb: (Buf, u64),
+        tlb_lines: Vec<u32>,
         l1: (Buf, u64),
         rates: (f64, f64),
     }
@@ -347,6 +384,7 @@ pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
         lines.link_cycle(o.seed);
         let mut tlb = Buf::new(b, (tlb_pages * 4096).next_power_of_two())?;
         let ts = tlb.link_pages(o.seed, tlb_pages);
+        let tlb_lines = tlb.cycle_lines(ts, tlb_pages);
         let mut l1 = Buf::new(b, (l1_pages * 4096).next_power_of_two().max(2 << 20))?;
         let ls = l1.link_pages(o.seed ^ 0x11, l1_pages);
         let huge = huge_backed(lines.addr())
@@ -365,12 +403,13 @@ pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
         Ok(Side {
             lines,
             tlb: (tlb, ts),
+            tlb_lines,
             l1: (l1, ls),
             rates,
         })
     };
     let (f, s) = (side(fast)?, side(slow)?);
-    let time = |x: &Side, run: usize| -> [f64; 5] {
+    let time = |x: &Side, run: usize| -> [f64; 6] {
         black_box(x.lines.chase(o.chase_steps / 10));
         let t = Instant::now();
         black_box(x.lines.chase(o.chase_steps));
@@ -389,9 +428,14 @@ pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
         };
         let tlb = page(&x.tlb, tlb_pages, tlb_steps);
         let l1 = page(&x.l1, l1_pages, l1_steps);
-        [chase, random, line, tlb, l1]
+        let laps = tlb_steps.div_ceil(tlb_pages as u64).max(1);
+        black_box(x.tlb.0.gather(&x.tlb_lines, 2));
+        let t = Instant::now();
+        black_box(x.tlb.0.gather(&x.tlb_lines, laps));
+        let gather = ns_per(t, laps * tlb_pages as u64);
+        [chase, random, line, tlb, l1, gather]
     };
-    let differences: Vec<[f64; 5]> = (0..runs)
+    let differences: Vec<[f64; 6]> = (0..runs)
         .map(|run| {
             let (a, b) = (time(&f, run), time(&s, run));
             std::array::from_fn(|i| b[i] - a[i])
@@ -410,6 +454,7 @@ pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
         delta: [med(0).max(0.0), med(1).max(0.0), med(2).max(0.0)],
         tlb: TlbCost {
             walk_ns: per(3, s.rates.0 - f.rates.0),
+            walk_independent_ns: per(5, s.rates.0 - f.rates.0),
             l1_ns: per(4, s.rates.1 - f.rates.1),
         },
         differences,

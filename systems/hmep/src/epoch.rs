@@ -120,7 +120,8 @@ pub struct Epoch {
     /// Sampled counts of the current epoch: slow misses by pattern, and the walks and L2 TLB
     /// hits 4 KiB pages add in front of slow cache hits.
     misses: [u64; 3],
-    walks: u64,
+    /// Walks in front of dependent (chase) loads and in front of the others.
+    walks: [u64; 2],
     l2_hits: u64,
     /// Owed ns carried between epochs (negative: the emulator is ahead).
     balance: f64,
@@ -169,7 +170,7 @@ impl Epoch {
             sample_mask: (1u64 << k) - 1,
             n: 0,
             misses: [0; 3],
-            walks: 0,
+            walks: [0; 2],
             l2_hits: 0,
             balance: 0.0,
             stats: Stats::default(),
@@ -216,11 +217,6 @@ impl Epoch {
         if !slow {
             return;
         }
-        if hit {
-            self.walks += u64::from(w4).saturating_sub(u64::from(w2));
-            self.l2_hits += u64::from(l4).saturating_sub(u64::from(l2));
-            return;
-        }
         let line = addr >> LINE_SHIFT;
         let last = self.last[s];
         let p = if last.target != 0 && last.target == line {
@@ -230,6 +226,11 @@ impl Epoch {
         } else {
             1
         };
+        if hit {
+            self.walks[usize::from(p != 0)] += u64::from(w4).saturating_sub(u64::from(w2));
+            self.l2_hits += u64::from(l4).saturating_sub(u64::from(l2));
+            return;
+        }
         self.misses[p] += 1;
     }
 
@@ -243,17 +244,17 @@ impl Epoch {
             self.stats.slow_misses[p] += m;
             owed += m * self.cfg.delta[p];
         }
-        let walks = self.walks as f64 * scale;
+        let walks = self.walks.map(|w| w as f64 * scale);
         let l2 = self.l2_hits as f64 * scale;
-        owed += walks * self.cfg.tlb.walk_ns + l2 * self.cfg.tlb.l1_ns;
+        owed += self.cfg.tlb.of(walks[0], walks[1], l2);
         let overhead = self.n as f64 * self.cfg.overhead_ns;
-        self.stats.extra_walks += walks;
+        self.stats.extra_walks += walks[0] + walks[1];
         self.stats.extra_l2_tlb_hits += l2;
         self.stats.owed_ns += owed;
         self.stats.overhead_ns += overhead;
         self.stats.accesses += self.n as u64;
         self.stats.epochs += 1;
-        (self.n, self.misses, self.walks, self.l2_hits) = (0, [0; 3], 0, 0);
+        (self.n, self.misses, self.walks, self.l2_hits) = (0, [0; 3], [0; 2], 0);
         if self.cfg.count_only {
             return;
         }
@@ -277,7 +278,7 @@ impl Epoch {
 
     /// Forget the counts and the balance, keep the models' contents (after a warm-up pass).
     pub fn reset_counts(&mut self) {
-        (self.n, self.misses, self.walks, self.l2_hits) = (0, [0; 3], 0, 0);
+        (self.n, self.misses, self.walks, self.l2_hits) = (0, [0; 3], [0; 2], 0);
         self.balance = 0.0;
         self.stats = Stats::default();
     }
@@ -436,21 +437,31 @@ mod tests {
         let mut c = cfg([0.0; 3]);
         c.tlb = TlbCost {
             walk_ns: 10.0,
+            walk_independent_ns: 0.5,
             l1_ns: 1.0,
         };
         c.tlb_geometry = Geometry::default();
         c.cache_bytes = 8 << 20;
-        let mut e = Epoch::new(c, 1);
         // One line in each of 16,384 pages (64 MiB, beyond a 3,072-entry L2 TLB's reach), in
-        // the cache after the first lap: every access walks at 4 KiB, none at 2 MiB.
+        // the cache after the first lap: every access walks at 4 KiB, none at 2 MiB. Visited in
+        // order (independent loads) they owe the independent price; chased (each load's value
+        // the next address), the dependent one.
         let base = 1u64 << 36;
-        for _ in 0..4 {
-            for p in 0..16384u64 {
-                e.access(0, base + p * 4096 + (p % 64) * 64, 0);
+        let at = |p: u64| base + (p % 16384) * 4096 + (p % 64) * 64;
+        let run = |chase: bool| {
+            let mut e = Epoch::new(c.clone(), 1);
+            for _ in 0..4 {
+                for p in 0..16384u64 {
+                    e.access(0, at(p), if chase { at(p + 1) } else { 0 });
+                }
             }
+            e.finish()
+        };
+        let (plain, chased) = (run(false), run(true));
+        for s in [&plain, &chased] {
+            assert!(s.extra_walks > 16384.0 * 2.5, "{s:?}");
         }
-        let s = e.finish();
-        assert!(s.extra_walks > 16384.0 * 2.5, "{s:?}");
-        assert!(s.owed_ns >= s.extra_walks * 10.0);
+        assert!(plain.owed_ns < plain.extra_walks * 1.0, "{plain:?}");
+        assert!(chased.owed_ns >= chased.extra_walks * 10.0, "{chased:?}");
     }
 }

@@ -248,6 +248,39 @@ impl Buf {
         at
     }
 
+    /// The `n` lines of the cycle from line `start`, in the cycle's order.
+    pub fn cycle_lines(&self, start: u64, n: usize) -> Vec<u32> {
+        let mut at = start;
+        (0..n)
+            .map(|_| {
+                let line = u32::try_from(at).expect("a line index fits 32 bits");
+                at = self.chase_from(at, 1);
+                line
+            })
+            .collect()
+    }
+
+    /// One load of each line in `lines`, in that order, `laps` times: the same addresses as a
+    /// chase of their cycle, but each taken from the list rather than from the load before, so
+    /// the CPU overlaps the loads and their page walks as it does a program's independent ones.
+    pub fn gather(&self, lines: &[u32], laps: u64) -> u64 {
+        let n = self.lines();
+        assert!(
+            lines.iter().all(|&l| (l as usize) < n),
+            "a line outside the buffer"
+        );
+        let mut sum = 0u64;
+        for _ in 0..laps {
+            for &l in lines {
+                // SAFETY: every line < lines (asserted above), so the word is in the buffer.
+                sum = sum.wrapping_add(unsafe {
+                    self.base.add(l as usize * WORDS_PER_LINE).read_volatile()
+                });
+            }
+        }
+        sum
+    }
+
     /// `count` loads of lines picked by a generator, none depending on another's value.
     pub fn random(&self, count: u64, seed: u64) -> u64 {
         let mask = self.lines() as u64 - 1; // lines is a power of two

@@ -23,6 +23,8 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+const CHASE: usize = Pattern::PointerChase as usize;
+
 /// Most structures one simulation tells apart.
 pub const MAX_STRUCTURES: usize = 64;
 /// Most 4 KiB pages counted one by one (16 GiB, about 400 MiB of counters); accesses to further
@@ -48,6 +50,10 @@ pub struct Unit {
     pub walks_2m: u64,
     pub walks_4k_on_hits: u64,
     pub walks_2m_on_hits: u64,
+    /// Of those on cache hits, the walks in front of a chase (a load whose address the load
+    /// before it gave): they cost a walk's whole latency, the others overlap.
+    pub dependent_walks_4k_on_hits: u64,
+    pub dependent_walks_2m_on_hits: u64,
     /// L1 dTLB misses (L2 TLB hits and walks) on cache hits, at each page size.
     pub l1_tlb_misses_4k_on_hits: u64,
     pub l1_tlb_misses_2m_on_hits: u64,
@@ -66,16 +72,36 @@ impl Unit {
         self.walks_2m += o.walks_2m;
         self.walks_4k_on_hits += o.walks_4k_on_hits;
         self.walks_2m_on_hits += o.walks_2m_on_hits;
+        self.dependent_walks_4k_on_hits += o.dependent_walks_4k_on_hits;
+        self.dependent_walks_2m_on_hits += o.dependent_walks_2m_on_hits;
         self.l1_tlb_misses_4k_on_hits += o.l1_tlb_misses_4k_on_hits;
         self.l1_tlb_misses_2m_on_hits += o.l1_tlb_misses_2m_on_hits;
     }
 
-    /// The extra ns of this unit on a slow tier: misses times ΔL per pattern, plus the walks and
-    /// the L2 TLB hits in front of cache hits it takes more there ([`Unit::extra_walks`],
-    /// [`Unit::extra_l2_tlb_hits`]) at `tlb`'s prices.
+    /// The extra ns of this unit on a slow tier: misses times ΔL per pattern, plus the walks
+    /// (dependent and independent: [`Unit::extra_dependent_walks`]) and the L2 TLB hits in
+    /// front of cache hits it takes more there ([`Unit::extra_l2_tlb_hits`]) at `tlb`'s prices.
     pub fn slow_cost(&self, delta: &PerPattern, tlb: &TlbCost) -> f64 {
         let misses: f64 = (0..3).map(|p| self.misses[p] as f64 * delta[p]).sum();
-        misses + self.extra_walks() * tlb.walk_ns + self.extra_l2_tlb_hits() * tlb.l1_ns
+        misses
+            + tlb.of(
+                self.extra_dependent_walks(),
+                self.extra_independent_walks(),
+                self.extra_l2_tlb_hits(),
+            )
+    }
+
+    /// Of [`Unit::extra_walks`], those in front of chase loads.
+    pub fn extra_dependent_walks(&self) -> f64 {
+        self.dependent_walks_4k_on_hits
+            .saturating_sub(self.dependent_walks_2m_on_hits) as f64
+    }
+
+    /// Of [`Unit::extra_walks`], those in front of random and streaming loads.
+    pub fn extra_independent_walks(&self) -> f64 {
+        let w4 = self.walks_4k_on_hits - self.dependent_walks_4k_on_hits;
+        let w2 = self.walks_2m_on_hits - self.dependent_walks_2m_on_hits;
+        w4.saturating_sub(w2) as f64
     }
 
     /// Walks on cache hits with 4 KiB pages beyond those with 2 MiB pages (the validation tier
@@ -276,6 +302,8 @@ impl Sim {
                 walks_2m: b.walk_2m as u64,
                 walks_4k_on_hits: (b.walk_4k && !b.miss) as u64,
                 walks_2m_on_hits: (b.walk_2m && !b.miss) as u64,
+                dependent_walks_4k_on_hits: (b.walk_4k && !b.miss && p == CHASE) as u64,
+                dependent_walks_2m_on_hits: (b.walk_2m && !b.miss && p == CHASE) as u64,
                 l1_tlb_misses_4k_on_hits: (b.l1_4k && !b.miss) as u64,
                 l1_tlb_misses_2m_on_hits: (b.l1_2m && !b.miss) as u64,
                 ..Unit::default()

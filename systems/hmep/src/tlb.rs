@@ -213,17 +213,30 @@ impl Array {
 /// What translation costs a slow tier beyond a fast one in front of a cache hit (a miss's
 /// translation is inside ΔL): ns per page walk, and ns per L1 dTLB miss that hits the L2 TLB.
 /// Calibrated by `calib::tlb_cost`; [`TlbCost::NONE`] where both tiers use the same pages.
+///
+/// A walk costs its whole latency only in front of a load whose address the load before it
+/// gave (a chase); in front of independent loads the CPU runs several walks at once and
+/// overlaps them with other work, so those walks have their own, much lower price.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct TlbCost {
+    /// ns per walk in front of a dependent (chase) load.
     pub walk_ns: f64,
+    /// ns per walk in front of an independent (random or streaming) load.
+    pub walk_independent_ns: f64,
     pub l1_ns: f64,
 }
 
 impl TlbCost {
     pub const NONE: TlbCost = TlbCost {
         walk_ns: 0.0,
+        walk_independent_ns: 0.0,
         l1_ns: 0.0,
     };
+
+    /// The price of `dependent` and `independent` extra walks and `l2_hits` extra L2 TLB hits.
+    pub fn of(&self, dependent: f64, independent: f64, l2_hits: f64) -> f64 {
+        dependent * self.walk_ns + independent * self.walk_independent_ns + l2_hits * self.l1_ns
+    }
 }
 
 /// A two-level data TLB for pages of `1 << shift` bytes.

@@ -22,6 +22,7 @@ fn tier(chase: f64, random: f64, seq: f64, read: f64, write: f64) -> Tier {
         tlb_pages: 0,
         tlb_walks_4k: 0.0,
         tlb_walks_2m: 0.0,
+        tlb_gather_ns: 0.0,
         l1_chase_ns: 0.0,
         l1_pages: 0,
         l1_misses_4k: 0.0,
@@ -153,7 +154,12 @@ fn a_paired_calibration_gives_every_difference_of_every_run() {
     assert_eq!(p.runs, 5, "at least five pairs");
     assert_eq!(p.differences.len(), 5);
     assert!(p.differences.iter().flatten().all(|d| d.is_finite()));
-    for v in p.delta.into_iter().chain([p.tlb.walk_ns, p.tlb.l1_ns]) {
+    let t = p.tlb;
+    for v in p
+        .delta
+        .into_iter()
+        .chain([t.walk_ns, t.walk_independent_ns, t.l1_ns])
+    {
         assert!(v.is_finite() && v >= 0.0, "{p:?}");
     }
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "files gone");

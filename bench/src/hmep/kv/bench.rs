@@ -7,6 +7,7 @@
 //! per-tag benefit ranking measured against predicted. Then memcaslap against `xkv-serve` on
 //! all-fast and all-slow as the end-to-end check.
 
+use super::super::rank::{self, PairTest};
 use super::super::Versus;
 use super::caslap::{self, CaslapRun};
 use super::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
@@ -52,6 +53,10 @@ pub struct XkvArgs {
     memcaslap_ops: Option<usize>,
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
+    /// Pairs per tag for the cost ranking: all fast and the tag alone slow, timed back to back
+    /// (default 6, quick 3).
+    #[arg(long)]
+    rank_pairs: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -104,11 +109,16 @@ struct Report {
     cost_predicted_ms: Vec<f64>,
     same_cost_ranking: bool,
     same_cost_top: bool,
-    /// Pairs of tags whose measured cost (alone slow) every round orders alike, and how many of
-    /// those levels 3 and 2 order alike (`hmep::ranked_pairs`).
+    /// Per tag: ms lost alone slow, median of the back-to-back pairs (`rank_pairs` of them).
+    rank_pairs: usize,
+    cost_paired_ms: Vec<f64>,
+    /// Pairs of tags whose paired costs differ by a paired t-test at the 1% level
+    /// (`hmep::rank`), and how many of those levels 3 and 2 order alike.
     cost_ranked_pairs: usize,
     cost_ranked_pairs_agree: usize,
     cost_ranked_pairs_agree_emulated: usize,
+    /// Every pair's test, against level 3's costs.
+    cost_pair_tests: Vec<PairTest>,
     max_abs_error_pct: f64,
     /// Level 2: the emulator's ns per access (count-only runs against plain ones, taken off
     /// what it owes), the per-tag costs it gives, its ranking and its largest error.
@@ -179,12 +189,16 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     );
     ensure!((0.0..1.0).contains(&a.zipf), "--zipf: 0 <= theta < 1");
     let rounds = a.flags.rounds(3);
+    let rank_n = a.rank_pairs.unwrap_or(if quick { 3 } else { 6 });
+    ensure!((3..=100).contains(&rank_n), "--rank-pairs: 3..=100");
     let masks: Vec<Vec<bool>> = std::iter::once(vec![false; N])
         .chain(std::iter::once(vec![true; N]))
         .chain((0..N).map(|s| (0..N).map(|i| i == s).collect()))
         .chain((0..N).map(|s| (0..N).map(|i| i != s).collect()))
         .collect();
-    let bar = a.flags.progress(3 + rounds * (2 * masks.len() + 3));
+    let bar = a
+        .flags
+        .progress(3 + rounds * (2 * masks.len() + 3) + rank_n * N);
     let load_start = load_average();
 
     bar.set_message("calibrating anon-thp and the /dev/shm file");
@@ -296,6 +310,39 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
             bar.inc();
         }
     }
+    // Each tag's cost alone slow, in tight pairs: all fast and the tag alone slow timed back to
+    // back, the order swapped every other pair so a steady drift cancels. The rounds above
+    // space one placement's run from the all-fast run a minute apart, and the machine's
+    // speed drifts by more than a tag's cost in that time.
+    let timed_plain = |s: &mut Store| -> Result<f64> {
+        run(s, &w, &warm, &mut ());
+        let t = Instant::now();
+        let st = run(s, &w, &reqs, &mut ());
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let first = stats.as_ref().context("a run before the pairs")?;
+        ensure!(*first == st, "the run changed with the placement: {st:?}");
+        Ok(ms)
+    };
+    let mut paired = vec![vec![]; N];
+    for r in 0..rank_n {
+        for j in 0..N {
+            let t = (j + r) % N;
+            bar.set_message(format!(
+                "pair {}/{rank_n}: {} slow against all fast",
+                r + 1,
+                TAGS[t]
+            ));
+            let alone: Vec<bool> = (0..N).map(|i| i == t).collect();
+            let mut ms = [0.0; 2];
+            for k in [r % 2, 1 - r % 2] {
+                place(&x, if k == 0 { &masks[0] } else { &alone })?;
+                ms[k] = timed_plain(&mut s)?;
+            }
+            paired[t].push(ms[1] - ms[0]);
+            bar.inc();
+        }
+    }
+    place(&x, &[false; N])?;
     let emulated: Vec<f64> = emu_ms.iter().map(|v| median(v.iter().copied())).collect();
     let (slab_mib, hash_mib) = (s.slab_bytes() >> 20, s.hash_bytes() >> 20);
     drop(s);
@@ -329,9 +376,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     let cp: Vec<f64> = (0..N)
         .map(|t| rows[2 + t].v.predicted_ms - rows[0].v.predicted_ms)
         .collect();
-    let per_round: Vec<Vec<f64>> = (0..N)
-        .map(|t| (0..ms[0].len()).map(|r| ms[2 + t][r] - ms[0][r]).collect())
-        .collect();
+    let cost_paired: Vec<f64> = paired.iter().map(|v| median(v.iter().copied())).collect();
     let max_abs = Versus::max_abs_errors(rows.iter().map(|r| &r.v));
     let ce: Vec<f64> = (0..N)
         .map(|t| rows[2 + t].v.emulated_ms - rows[0].v.emulated_ms)
@@ -410,9 +455,12 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         same_top: order(&bm)[0] == order(&bp)[0],
         same_cost_ranking: order(&cm) == order(&cp),
         same_cost_top: order(&cm)[0] == order(&cp)[0],
-        cost_ranked_pairs: super::super::ranked_pairs(&per_round, &cp).0,
-        cost_ranked_pairs_agree: super::super::ranked_pairs(&per_round, &cp).1,
-        cost_ranked_pairs_agree_emulated: super::super::ranked_pairs(&per_round, &ce).1,
+        rank_pairs: rank_n,
+        cost_paired_ms: cost_paired,
+        cost_ranked_pairs: rank::ranked_pairs(&paired, &cp).0,
+        cost_ranked_pairs_agree: rank::ranked_pairs(&paired, &cp).1,
+        cost_ranked_pairs_agree_emulated: rank::ranked_pairs(&paired, &ce).1,
+        cost_pair_tests: rank::pair_tests(&paired, &cp),
         cost_predicted_ms: cp,
         max_abs_error_pct: max_abs.0,
         emulator_overhead_ns: overhead_ns,
@@ -477,9 +525,15 @@ fn table(r: &Report) {
         r.same_cost_top
     );
     println!(
-        "pairs of tags every round orders alike by cost: {}; level 3 agrees on {}, level 2 on {}",
+        "cost per tag alone slow, median of {} back-to-back pairs (ms): {:?}",
+        r.rank_pairs,
+        r1(&r.cost_paired_ms)
+    );
+    println!(
+        "pairs of tags the paired costs rank (paired t-test, 1%): {}; level 3 agrees on {}, level 2 on {}",
         r.cost_ranked_pairs, r.cost_ranked_pairs_agree, r.cost_ranked_pairs_agree_emulated
     );
+    rank::print(&r.cost_pair_tests, &TAGS);
     println!(
         "level 2 (emulator {:.1} ns per access, taken off): cost per tag alone slow (ms) {:?}; same ranking: {}; same first: {}; max |error| {:.1}%",
         r.emulator_overhead_ns,
@@ -539,6 +593,7 @@ fn draw(p: &Path, r: &Report) -> Result<()> {
             groups: TAGS.iter().map(|t| t.to_string()).collect(),
             series: vec![
                 ("measured".into(), r.cost_measured_ms.clone()),
+                ("measured in pairs".into(), r.cost_paired_ms.clone()),
                 ("predicted".into(), r.cost_predicted_ms.clone()),
                 ("emulated".into(), r.cost_emulated_ms.clone()),
             ],

@@ -44,10 +44,37 @@ fn a_4k_stride_walks_every_access_on_4k_pages_and_twice_on_2m() {
     assert_eq!(u.walks_4k_on_hits, 2048);
     assert_eq!(u.walks_2m_on_hits, 0);
     assert_eq!(u.extra_walks(), 2048.0);
+    // Addresses from a loop, not from loaded values: none of the walks is dependent.
+    assert_eq!(u.dependent_walks_4k_on_hits, 0);
+    assert_eq!(u.extra_independent_walks(), 2048.0);
     assert_eq!(u.l1_tlb_misses_4k_on_hits, 2048);
     assert_eq!(u.l1_tlb_misses_2m_on_hits, 0);
     assert_eq!(m.pages.len(), 1024);
     assert!(m.pages.values().all(|p| p.accesses == 3 && p.walks_4k == 3));
+}
+
+#[test]
+fn walks_in_front_of_a_chase_are_dependent_ones() {
+    // The same 1024 lines as above, but each load's value is the next line's address (a
+    // pointer chase in a shuffled page order, as the classifier needs to see a chase): after
+    // the cold lap the walks on hits are dependent ones.
+    let mut sim = Sim::with_tlb(Cache::new(1 << 20, 64), 1, small_tlb());
+    let base = 1u64 << 32;
+    let page = |i: u64| (i * 389) % 1024; // 389 is prime to 1024: a permutation
+    let at = |i: u64| base + (page(i % 1024) << 12) + (page(i % 1024) % 64) * 64;
+    for i in 0..3 * 1024u64 {
+        sim.access(0, at(i), at(i + 1));
+    }
+    let u = sim.finish().units[0];
+    assert_eq!(u.walks_4k_on_hits, 2048);
+    assert!(
+        u.dependent_walks_4k_on_hits > 2000,
+        "{} of 2048 walks on hits counted dependent",
+        u.dependent_walks_4k_on_hits
+    );
+    assert_eq!(u.dependent_walks_2m_on_hits, 0);
+    assert!(u.extra_dependent_walks() > 2000.0);
+    assert!(u.extra_independent_walks() < 48.0);
 }
 
 #[test]
@@ -113,6 +140,9 @@ fn predictions_charge_misses_and_walks_of_slow_structures_only() {
     m.units[0].misses = [10, 100, 1000];
     m.units[0].walks_4k_on_hits = 50;
     m.units[0].walks_2m_on_hits = 10;
+    // Of those, in front of chase loads: 20 at 4 KiB, 5 at 2 MiB.
+    m.units[0].dependent_walks_4k_on_hits = 20;
+    m.units[0].dependent_walks_2m_on_hits = 5;
     // L1 dTLB misses on hits: 50 walks + 30 L2 hits at 4 KiB, 10 walks + 0 at 2 MiB.
     m.units[0].l1_tlb_misses_4k_on_hits = 80;
     m.units[0].l1_tlb_misses_2m_on_hits = 10;
@@ -120,16 +150,20 @@ fn predictions_charge_misses_and_walks_of_slow_structures_only() {
     let d = [80.0, 2.0, 1.0];
     let tlb = TlbCost {
         walk_ns: 5.0,
+        walk_independent_ns: 2.0,
         l1_ns: 1.0,
     };
-    // 10·80 + 100·2 + 1000·1 = 2000; walks (50 − 10) · 5 = 200; L2 hits (30 − 0) · 1 = 30.
+    // 10·80 + 100·2 + 1000·1 = 2000; dependent walks (20 − 5) · 5 = 75, the others
+    // (30 − 5) · 2 = 50; L2 hits (30 − 0) · 1 = 30.
+    assert_eq!(m.units[0].extra_dependent_walks(), 15.0);
+    assert_eq!(m.units[0].extra_independent_walks(), 25.0);
     assert_eq!(m.units[0].extra_l2_tlb_hits(), 30.0);
     assert_eq!(predict(0.0, &m, &[true, false], &d, 1.0), 2000.0);
-    assert_eq!(predict_tlb(0.0, &m, &[true, false], &d, &tlb, 1.0), 2230.0);
+    assert_eq!(predict_tlb(0.0, &m, &[true, false], &d, &tlb, 1.0), 2155.0);
     assert_eq!(predict_tlb(7.0, &m, &[false, false], &d, &tlb, 3.0), 7.0);
     assert_eq!(
         predict_tlb(0.0, &m, &[true, true], &d, &tlb, 2.0),
-        2.0 * (2230.0 + 83.0)
+        2.0 * (2155.0 + 83.0)
     );
 }
 
