@@ -140,14 +140,22 @@ struct App {
     benefit_measured_ms: Vec<f64>,
     benefit_predicted_ms: Vec<f64>,
     same_ranking: bool,
-    /// Pairs of tags whose measured benefits differ by a paired t-test over the rounds at the
-    /// 1% level (the pairs the measurement can rank, [`rank`]), and how many of those levels 3
+    /// Per tag: its main effect over the 8 placements (mean of the runs with it slow less the
+    /// mean of those with it fast, [`rank::main_effects`]), measured (medians), predicted by
+    /// level 3 and emulated by level 2 (ms).
+    effect_measured_ms: Vec<f64>,
+    effect_predicted_ms: Vec<f64>,
+    effect_emulated_ms: Vec<f64>,
+    /// Pairs of tags whose main effects, one per round, differ by a paired t-test at the 1%
+    /// level (the pairs the measurement can rank, [`rank`]), and how many of those levels 3
     /// and 2 order alike.
     ranked_pairs: usize,
     ranked_pairs_agree: usize,
     ranked_pairs_agree_emulated: usize,
-    /// Every pair's test, against level 3's benefits.
+    /// Every pair's test, against level 3's effects.
     pair_tests: Vec<PairTest>,
+    /// Every placement's (mask order) timed run of every round, ms.
+    measured_rounds_ms: Vec<Vec<f64>>,
     max_abs_error_pct: f64,
     /// Level 2: the emulator's own ns per access (taken off what it owes), the benefits and
     /// ranking it gives, its largest error against wall clock.
@@ -459,17 +467,24 @@ fn app(
         o.sort_by(|&i, &j| b[j].total_cmp(&b[i]));
         o
     };
-    let per_round: Vec<Vec<f64>> = (0..3)
-        .map(|t| {
-            (0..ms[7].len())
-                .map(|r| ms[7][r] - ms[7 & !(1 << t)][r])
-                .collect()
-        })
+    // The ranking is judged on main effects, each round's own: every run of a round informs
+    // every tag's figure, where a benefit is one run against one other.
+    let effects = |v: &dyn Fn(usize) -> f64| -> Vec<f64> {
+        rank::main_effects(&(0..8).map(v).collect::<Vec<_>>(), 3)
+    };
+    let em = effects(&|i| rows[i].v.measured_ms);
+    let ep = effects(&|i| rows[i].v.predicted_ms);
+    let ee = effects(&|i| rows[i].v.emulated_ms);
+    let by_round: Vec<Vec<f64>> = (0..ms[0].len())
+        .map(|r| effects(&|i| ms[i][r]))
         .collect();
-    let tests = pair_tests(&per_round, &bp);
+    let per_round: Vec<Vec<f64>> = (0..3)
+        .map(|t| by_round.iter().map(|e| e[t]).collect())
+        .collect();
+    let tests = pair_tests(&per_round, &ep);
     let ranked = tests.iter().filter(|p| p.resolved).count();
     let agree = tests.iter().filter(|p| p.agrees()).count();
-    let agree_emulated = pair_tests(&per_round, &be)
+    let agree_emulated = pair_tests(&per_round, &ee)
         .iter()
         .filter(|p| p.agrees())
         .count();
@@ -477,6 +492,10 @@ fn app(
     App {
         name,
         scale,
+        effect_measured_ms: em,
+        effect_predicted_ms: ep,
+        effect_emulated_ms: ee,
+        measured_rounds_ms: ms.to_vec(),
         ranked_pairs: ranked,
         ranked_pairs_agree: agree,
         ranked_pairs_agree_emulated: agree_emulated,
@@ -667,8 +686,15 @@ fn table(r: &Report) {
             a.same_ranking,
             a.max_abs_error_pct
         );
+        let r1 = |v: &[f64]| v.iter().map(|x| (x * 10.0).round() / 10.0).collect::<Vec<_>>();
         println!(
-            "  pairs of tags the measurement ranks (paired t-test, 1%): {}; level 3 agrees on {}, level 2 on {}",
+            "  main effect per tag slow (ms): measured {:?}, level 3 {:?}, level 2 {:?}",
+            r1(&a.effect_measured_ms),
+            r1(&a.effect_predicted_ms),
+            r1(&a.effect_emulated_ms)
+        );
+        println!(
+            "  pairs of tags the measured effects rank (paired t-test over rounds, 1%): {}; level 3 agrees on {}, level 2 on {}",
             a.ranked_pairs, a.ranked_pairs_agree, a.ranked_pairs_agree_emulated
         );
         rank::print(&a.pair_tests, &TAGS);

@@ -94,6 +94,23 @@ pub(crate) fn ranked_pairs(per_round: &[Vec<f64>], model: &[f64]) -> (usize, usi
     )
 }
 
+/// Each factor's main effect in a full 2^k design: `runs[i]` is the figure of the run whose
+/// set bits of `i` name the factors on (the slow tags). The effect of factor t is the mean of
+/// the runs with t on less the mean of those with it off, so all 2^k runs inform every
+/// factor's estimate: its standard error is half that of one run against another.
+pub(crate) fn main_effects(runs: &[f64], factors: usize) -> Vec<f64> {
+    assert_eq!(runs.len(), 1 << factors, "one run per placement");
+    let half = (runs.len() / 2) as f64;
+    (0..factors)
+        .map(|t| {
+            let (on, off): (Vec<(usize, &f64)>, Vec<(usize, &f64)>) =
+                runs.iter().enumerate().partition(|(i, _)| i & (1 << t) != 0);
+            let sum = |v: &[(usize, &f64)]| v.iter().map(|(_, x)| **x).sum::<f64>();
+            (sum(&on) - sum(&off)) / half
+        })
+        .collect()
+}
+
 /// Print the resolved pairs (the measured difference ± its standard error, t, the model's
 /// difference and whether it orders them alike), then how many were not resolved.
 pub(crate) fn print(tests: &[PairTest], tags: &[&str]) {
@@ -149,6 +166,15 @@ mod tests {
         let t = &pair_tests(&rounds, &[1.0, 0.0])[0];
         assert!(!t.resolved, "{t:?}");
         assert!(t.mean_ms > 0.0);
+    }
+
+    #[test]
+    fn main_effects_of_an_additive_design_are_its_terms() {
+        // 100 + 10 per unit of factor 0 on, 3 of factor 1, 0 of factor 2.
+        let runs: Vec<f64> = (0..8)
+            .map(|i| 100.0 + 10.0 * (i & 1) as f64 + 3.0 * ((i >> 1) & 1) as f64)
+            .collect();
+        assert_eq!(main_effects(&runs, 3), vec![10.0, 3.0, 0.0]);
     }
 
     #[test]
