@@ -475,9 +475,7 @@ fn app(
     let em = effects(&|i| rows[i].v.measured_ms);
     let ep = effects(&|i| rows[i].v.predicted_ms);
     let ee = effects(&|i| rows[i].v.emulated_ms);
-    let by_round: Vec<Vec<f64>> = (0..ms[0].len())
-        .map(|r| effects(&|i| ms[i][r]))
-        .collect();
+    let by_round: Vec<Vec<f64>> = (0..ms[0].len()).map(|r| effects(&|i| ms[i][r])).collect();
     let per_round: Vec<Vec<f64>> = (0..3)
         .map(|t| by_round.iter().map(|e| e[t]).collect())
         .collect();
@@ -686,7 +684,11 @@ fn table(r: &Report) {
             a.same_ranking,
             a.max_abs_error_pct
         );
-        let r1 = |v: &[f64]| v.iter().map(|x| (x * 10.0).round() / 10.0).collect::<Vec<_>>();
+        let r1 = |v: &[f64]| {
+            v.iter()
+                .map(|x| (x * 10.0).round() / 10.0)
+                .collect::<Vec<_>>()
+        };
         println!(
             "  main effect per tag slow (ms): measured {:?}, level 3 {:?}, level 2 {:?}",
             r1(&a.effect_measured_ms),
