@@ -103,12 +103,12 @@ pub(crate) fn main_effects(runs: &[f64], factors: usize) -> Vec<f64> {
     let half = (runs.len() / 2) as f64;
     (0..factors)
         .map(|t| {
-            let (on, off): (Vec<(usize, &f64)>, Vec<(usize, &f64)>) = runs
+            let signed: f64 = runs
                 .iter()
                 .enumerate()
-                .partition(|(i, _)| i & (1 << t) != 0);
-            let sum = |v: &[(usize, &f64)]| v.iter().map(|(_, x)| **x).sum::<f64>();
-            (sum(&on) - sum(&off)) / half
+                .map(|(i, x)| if i & (1 << t) != 0 { *x } else { -*x })
+                .sum();
+            signed / half
         })
         .collect()
 }
