@@ -4,8 +4,9 @@
 //! structure per tag), and timed runs of the placements that matter (all fast, all slow, each
 //! tag alone slow, each tag alone fast) are compared with `sim::predict_tlb` (misses times ΔL
 //! plus the page walks on cache hits 4 KiB pages add, times the calibrated walk), with the
-//! per-tag benefit ranking measured against predicted. Then memcaslap against `xkv-serve` on
-//! all-fast and all-slow as the end-to-end check.
+//! per-tag benefit ranking measured against predicted; each tag's cost alone slow is also timed
+//! in back-to-back pairs against all fast and ranked by a t-test (`hmep::rank`). Then memcaslap
+//! against `xkv-serve` on all-fast and all-slow as the end-to-end check.
 
 use super::super::rank::{self, PairTest};
 use super::super::Versus;
