@@ -8,7 +8,7 @@
 //! in back-to-back pairs against all fast and ranked by a t-test (`hmep::rank`). Then memcaslap
 //! against `xkv-serve` on all-fast and all-slow as the end-to-end check.
 
-use super::super::rank::{self, PairTest};
+use super::super::rank::{self, PairTest, RankCorrelation};
 use super::super::Versus;
 use super::caslap::{self, CaslapRun};
 use super::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
@@ -120,6 +120,18 @@ struct Report {
     cost_ranked_pairs_agree_emulated: usize,
     /// Every pair's test, against level 3's costs.
     cost_pair_tests: Vec<PairTest>,
+    /// The paired costs' ranking as a whole against level 3's and level 2's: Spearman's rho
+    /// and its one-sided permutation p-value (`hmep::rank::spearman`).
+    cost_rank_correlation: RankCorrelation,
+    cost_rank_correlation_emulated: RankCorrelation,
+    /// The noise floor of those pairs: per pair round, all fast against all fast back to back
+    /// (nothing moved), and all fast against all fast after every tag went slow and back (ms).
+    control_still_ms: Vec<f64>,
+    control_moved_ms: Vec<f64>,
+    /// Standard deviations of the two, and of the tags' paired costs (pooled), ms.
+    control_still_sd_ms: f64,
+    control_moved_sd_ms: f64,
+    cost_paired_sd_ms: f64,
     max_abs_error_pct: f64,
     /// Level 2: the emulator's ns per access (count-only runs against plain ones, taken off
     /// what it owes), the per-tag costs it gives, its ranking and its largest error.
@@ -325,6 +337,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         Ok(ms)
     };
     let mut paired = vec![vec![]; N];
+    let mut control: [Vec<f64>; 2] = [vec![], vec![]];
     for r in 0..rank_n {
         for j in 0..N {
             let t = (j + r) % N;
@@ -342,6 +355,16 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
             paired[t].push(ms[1] - ms[0]);
             bar.inc();
         }
+        // Two controls, all fast against all fast: back to back with nothing moved (the run's
+        // own noise), and with every tag moved to the slow tier and back in between (what the
+        // moves themselves leave behind: fresh pages, page tables, huge pages or not).
+        place(&x, &masks[0])?;
+        let a = timed_plain(&mut s)?;
+        let b = timed_plain(&mut s)?;
+        control[0].push(b - a);
+        place(&x, &masks[1])?;
+        place(&x, &masks[0])?;
+        control[1].push(timed_plain(&mut s)? - b);
     }
     place(&x, &[false; N])?;
     let emulated: Vec<f64> = emu_ms.iter().map(|v| median(v.iter().copied())).collect();
@@ -457,11 +480,18 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         same_cost_ranking: order(&cm) == order(&cp),
         same_cost_top: order(&cm)[0] == order(&cp)[0],
         rank_pairs: rank_n,
-        cost_paired_ms: cost_paired,
         cost_ranked_pairs: rank::ranked_pairs(&paired, &cp).0,
         cost_ranked_pairs_agree: rank::ranked_pairs(&paired, &cp).1,
         cost_ranked_pairs_agree_emulated: rank::ranked_pairs(&paired, &ce).1,
         cost_pair_tests: rank::pair_tests(&paired, &cp),
+        cost_rank_correlation: rank::spearman(&cost_paired, &cp),
+        cost_rank_correlation_emulated: rank::spearman(&cost_paired, &ce),
+        control_still_sd_ms: rank::sd(&control[0]),
+        control_moved_sd_ms: rank::sd(&control[1]),
+        cost_paired_sd_ms: rank::pooled_sd(&paired),
+        control_still_ms: control[0].clone(),
+        control_moved_ms: control[1].clone(),
+        cost_paired_ms: cost_paired,
         cost_predicted_ms: cp,
         max_abs_error_pct: max_abs.0,
         emulator_overhead_ns: overhead_ns,
@@ -535,6 +565,17 @@ fn table(r: &Report) {
         r.cost_ranked_pairs, r.cost_ranked_pairs_agree, r.cost_ranked_pairs_agree_emulated
     );
     rank::print(&r.cost_pair_tests, &TAGS);
+    println!(
+        "the paired costs' ranking against level 3's: Spearman rho {:.2} (one-sided p {:.4}); against level 2's: rho {:.2} (p {:.4})",
+        r.cost_rank_correlation.rho,
+        r.cost_rank_correlation.p,
+        r.cost_rank_correlation_emulated.rho,
+        r.cost_rank_correlation_emulated.p
+    );
+    println!(
+        "noise floor, all fast against all fast: sd {:.1} ms back to back, {:.1} ms after every tag moved slow and back; the tags' paired costs: sd {:.1} ms",
+        r.control_still_sd_ms, r.control_moved_sd_ms, r.cost_paired_sd_ms
+    );
     println!(
         "level 2 (emulator {:.1} ns per access, taken off): cost per tag alone slow (ms) {:?}; same ranking: {}; same first: {}; max |error| {:.1}%",
         r.emulator_overhead_ns,
