@@ -108,6 +108,29 @@ fn the_chase_is_one_cycle_through_every_line() {
 }
 
 #[test]
+fn a_gather_loads_the_page_cycle_s_lines_one_per_page() {
+    // The TLB chase's cycle over 256 pages, listed: one line in each page, every page once, and
+    // the gather loads exactly those lines (each holds the next line's index, so one lap sums
+    // to the sum of the lines themselves, whatever the order).
+    let pages = 256;
+    let mut b = Buf::new(&Backing::Anon, 2 << 20).unwrap();
+    let start = b.link_pages(7, pages);
+    let lines = b.cycle_lines(start, pages);
+    assert_eq!(lines.len(), pages);
+    assert_eq!(lines[0] as u64, start);
+    let mut seen: Vec<u32> = lines.iter().map(|l| l / 64).collect();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..pages as u32).collect::<Vec<_>>(),
+        "one line per page"
+    );
+    let sum: u64 = lines.iter().map(|&l| u64::from(l)).sum();
+    assert_eq!(b.gather(&lines, 1), sum);
+    assert_eq!(b.gather(&lines, 3), 3 * sum);
+}
+
+#[test]
 fn a_quick_calibration_measures_every_backing() {
     let dir = tempdir_in_shm("calibration");
     let o = Options {
