@@ -480,12 +480,8 @@ fn app(
         .map(|t| by_round.iter().map(|e| e[t]).collect())
         .collect();
     let tests = pair_tests(&per_round, &ep);
-    let ranked = tests.iter().filter(|p| p.resolved).count();
-    let agree = tests.iter().filter(|p| p.agrees()).count();
-    let agree_emulated = pair_tests(&per_round, &ee)
-        .iter()
-        .filter(|p| p.agrees())
-        .count();
+    let (ranked, agree) = rank::counts(&tests);
+    let agree_emulated = rank::counts(&pair_tests(&per_round, &ee)).1;
     let max_abs = Versus::max_abs_errors(rows.iter().map(|r| &r.v));
     App {
         name,
@@ -509,6 +505,11 @@ fn app(
         traced,
         rows,
     }
+}
+
+/// Figures rounded to 0.1 for the tables.
+pub(crate) fn r1(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|x| (x * 10.0).round() / 10.0).collect()
 }
 
 /// The kernels' parameters the timed runs use.
@@ -679,16 +680,11 @@ fn table(r: &Report) {
         Versus::table(44, a.rows.iter().map(|r| (r.placement.as_str(), &r.v)));
         println!(
             "  benefit per tag alone fast (ms), measured {:?} predicted {:?}; same ranking: {}; max |error| {:.1}%",
-            a.benefit_measured_ms.iter().map(|v| (v * 10.0).round() / 10.0).collect::<Vec<_>>(),
-            a.benefit_predicted_ms.iter().map(|v| (v * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            r1(&a.benefit_measured_ms),
+            r1(&a.benefit_predicted_ms),
             a.same_ranking,
             a.max_abs_error_pct
         );
-        let r1 = |v: &[f64]| {
-            v.iter()
-                .map(|x| (x * 10.0).round() / 10.0)
-                .collect::<Vec<_>>()
-        };
         println!(
             "  main effect per tag slow (ms): measured {:?}, level 3 {:?}, level 2 {:?}",
             r1(&a.effect_measured_ms),
@@ -703,7 +699,7 @@ fn table(r: &Report) {
         println!(
             "  level 2: emulator {:.1} ns per access (taken off); benefit per tag alone fast (ms) {:?}; same ranking: {}; max |error| {:.1}%",
             a.emulator_overhead_ns,
-            a.benefit_emulated_ms.iter().map(|v| (v * 10.0).round() / 10.0).collect::<Vec<_>>(),
+            r1(&a.benefit_emulated_ms),
             a.same_ranking_emulated,
             a.max_abs_emulated_error_pct
         );

@@ -199,9 +199,8 @@ pub(crate) fn pair_tests(per_round: &[Vec<f64>], model: &[f64]) -> Vec<PairTest>
     out
 }
 
-/// The pairs the measurement ranks, and how many of them `model` ranks alike.
-pub(crate) fn ranked_pairs(per_round: &[Vec<f64>], model: &[f64]) -> (usize, usize) {
-    let tests = pair_tests(per_round, model);
+/// Of `tests`, the pairs the measurement resolves, and how many of those the model orders alike.
+pub(crate) fn counts(tests: &[PairTest]) -> (usize, usize) {
     (
         tests.iter().filter(|p| p.resolved).count(),
         tests.iter().filter(|p| p.agrees()).count(),
@@ -257,6 +256,11 @@ pub(crate) fn print(tests: &[PairTest], tags: &[&str]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pairs the measurement ranks, and how many of them `model` ranks alike.
+    fn ranked_pairs(per_round: &[Vec<f64>], model: &[f64]) -> (usize, usize) {
+        counts(&pair_tests(per_round, model))
+    }
 
     #[test]
     fn only_pairs_the_t_test_resolves_are_ranked() {

@@ -190,25 +190,28 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
 
         // The write wiped the cycle: link a page cycle, time it warm (ns per load), and count
         // its modelled events on the first run; then relink the line cycle.
-        // Returns the chase's ns per load and, the same lines gathered, the gather's.
-        let mut page_chase = |seed: u64, pages: usize, steps: u64, model: &mut Modelled| {
-            let start = buf.link_pages(seed, pages);
-            black_box(buf.chase_from(start, 2 * pages as u64));
-            let t = Instant::now();
-            black_box(buf.chase_from(start, steps));
-            let ns = ns_per(t, steps);
-            if run == 0 {
-                *model = modelled(&buf, start, pages as u64);
-            }
-            (ns, gather_ns(&buf, start, pages, steps))
-        };
+        // Returns the chase's ns per load and, when asked, the same lines gathered.
+        let mut page_chase =
+            |seed: u64, pages: usize, steps: u64, model: &mut Modelled, gather: bool| {
+                let start = buf.link_pages(seed, pages);
+                black_box(buf.chase_from(start, 2 * pages as u64));
+                let t = Instant::now();
+                black_box(buf.chase_from(start, steps));
+                let ns = ns_per(t, steps);
+                if run == 0 {
+                    *model = modelled(&buf, start, pages as u64);
+                }
+                let gathered =
+                    gather.then(|| gather_ns(&buf, &buf.cycle_lines(start, pages), steps));
+                (ns, gathered)
+            };
         // Page walks (chased, then the same lines gathered), then (fewer pages) L1 dTLB misses
         // that hit the L2 TLB.
-        let (chased, gathered) = page_chase(o.seed, tlb_pages, tlb_steps, &mut walks);
+        let (chased, gathered) = page_chase(o.seed, tlb_pages, tlb_steps, &mut walks, true);
         r.tlb_chase_ns.push(chased);
-        r.tlb_gather_ns.push(gathered);
+        r.tlb_gather_ns.extend(gathered);
         r.l1_chase_ns
-            .push(page_chase(o.seed ^ 0x11, l1_pages, l1_steps, &mut l1).0);
+            .push(page_chase(o.seed ^ 0x11, l1_pages, l1_steps, &mut l1, false).0);
         buf.link_cycle(o.seed);
         step(&b.name());
     }
@@ -241,15 +244,14 @@ pub fn measure(b: &Backing, o: &Options, step: &mut dyn FnMut(&str)) -> Result<T
     })
 }
 
-/// ns per load of the page cycle from `start` (`pages` lines) gathered from a list, warm, over
-/// at least `steps` loads.
-fn gather_ns(buf: &Buf, start: u64, pages: usize, steps: u64) -> f64 {
-    let lines = buf.cycle_lines(start, pages);
-    let laps = steps.div_ceil(pages as u64).max(1);
-    black_box(buf.gather(&lines, 2));
+/// ns per load of `lines` gathered from the list ([`Buf::gather`]), warm, over at least `steps`
+/// loads.
+fn gather_ns(buf: &Buf, lines: &[u32], steps: u64) -> f64 {
+    let laps = steps.div_ceil(lines.len() as u64).max(1);
+    black_box(buf.gather(lines, 2));
     let t = Instant::now();
-    black_box(buf.gather(&lines, laps));
-    ns_per(t, laps * pages as u64)
+    black_box(buf.gather(lines, laps));
+    ns_per(t, laps * lines.len() as u64)
 }
 
 /// Pages of the TLB chase: 64 MiB of 4 KiB pages (5x a 3072-entry L2 TLB's reach; 32 huge
@@ -428,11 +430,7 @@ pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
         };
         let tlb = page(&x.tlb, tlb_pages, tlb_steps);
         let l1 = page(&x.l1, l1_pages, l1_steps);
-        let laps = tlb_steps.div_ceil(tlb_pages as u64).max(1);
-        black_box(x.tlb.0.gather(&x.tlb_lines, 2));
-        let t = Instant::now();
-        black_box(x.tlb.0.gather(&x.tlb_lines, laps));
-        let gather = ns_per(t, laps * tlb_pages as u64);
+        let gather = gather_ns(&x.tlb.0, &x.tlb_lines, tlb_steps);
         [chase, random, line, tlb, l1, gather]
     };
     let differences: Vec<[f64; 6]> = (0..runs)

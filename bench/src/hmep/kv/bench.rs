@@ -9,7 +9,7 @@
 //! against `xkv-serve` on all-fast and all-slow as the end-to-end check.
 
 use super::super::rank::{self, PairTest, RankCorrelation};
-use super::super::Versus;
+use super::super::{r1, Versus};
 use super::caslap::{self, CaslapRun};
 use super::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
 use crate::report::{median, plot, BenchFlags};
@@ -296,21 +296,26 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     let mut emu_ms = vec![vec![]; masks.len()];
     let mut emu_stats = vec![EpochStats::default(); masks.len()];
     let mut stats: Option<RunStats> = None;
+    // One plain timed run (after a warm one): ms. Every run must give the first one's answers:
+    // migration kept every byte.
+    let timed_plain = |s: &mut Store, stats: &mut Option<RunStats>| -> Result<f64> {
+        run(s, &w, &warm, &mut ());
+        let t = Instant::now();
+        let st = run(s, &w, &reqs, &mut ());
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let first = stats.get_or_insert_with(|| st.clone());
+        ensure!(
+            *first == st,
+            "the run changed with the placement: {st:?} vs {first:?}"
+        );
+        Ok(ms)
+    };
     for r in 0..rounds {
         for j in 0..masks.len() {
             let i = (j + r) % masks.len();
             bar.set_message(format!("round {}/{rounds}: {}", r + 1, name(&masks[i])));
             place(&x, &masks[i])?;
-            run(&mut s, &w, &warm, &mut ());
-            let t = Instant::now();
-            let st = run(&mut s, &w, &reqs, &mut ());
-            ms[i].push(t.elapsed().as_secs_f64() * 1e3);
-            // The same answers under every placement: migration kept every byte.
-            let first = stats.get_or_insert_with(|| st.clone());
-            ensure!(
-                *first == st,
-                "the run changed with the placement: {st:?} vs {first:?}"
-            );
+            ms[i].push(timed_plain(&mut s, &mut stats)?);
             bar.inc();
             place(&x, &[false; N])?;
             let bits = masks[i]
@@ -327,15 +332,6 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     // back, the order swapped every other pair so a steady drift cancels. The rounds above
     // space one placement's run from the all-fast run a minute apart, and the machine's
     // speed drifts by more than a tag's cost in that time.
-    let timed_plain = |s: &mut Store| -> Result<f64> {
-        run(s, &w, &warm, &mut ());
-        let t = Instant::now();
-        let st = run(s, &w, &reqs, &mut ());
-        let ms = t.elapsed().as_secs_f64() * 1e3;
-        let first = stats.as_ref().context("a run before the pairs")?;
-        ensure!(*first == st, "the run changed with the placement: {st:?}");
-        Ok(ms)
-    };
     let mut paired = vec![vec![]; N];
     let mut control: [Vec<f64>; 2] = [vec![], vec![]];
     for r in 0..rank_n {
@@ -350,7 +346,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
             let mut ms = [0.0; 2];
             for k in [r % 2, 1 - r % 2] {
                 place(&x, if k == 0 { &masks[0] } else { &alone })?;
-                ms[k] = timed_plain(&mut s)?;
+                ms[k] = timed_plain(&mut s, &mut stats)?;
             }
             paired[t].push(ms[1] - ms[0]);
             bar.inc();
@@ -359,12 +355,12 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         // own noise), and with every tag moved to the slow tier and back in between (what the
         // moves themselves leave behind: fresh pages, page tables, huge pages or not).
         place(&x, &masks[0])?;
-        let a = timed_plain(&mut s)?;
-        let b = timed_plain(&mut s)?;
+        let a = timed_plain(&mut s, &mut stats)?;
+        let b = timed_plain(&mut s, &mut stats)?;
         control[0].push(b - a);
         place(&x, &masks[1])?;
         place(&x, &masks[0])?;
-        control[1].push(timed_plain(&mut s)? - b);
+        control[1].push(timed_plain(&mut s, &mut stats)? - b);
     }
     place(&x, &[false; N])?;
     let emulated: Vec<f64> = emu_ms.iter().map(|v| median(v.iter().copied())).collect();
@@ -401,6 +397,8 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         .map(|t| rows[2 + t].v.predicted_ms - rows[0].v.predicted_ms)
         .collect();
     let cost_paired: Vec<f64> = paired.iter().map(|v| median(v.iter().copied())).collect();
+    let tests = rank::pair_tests(&paired, &cp);
+    let ranked = rank::counts(&tests);
     let max_abs = Versus::max_abs_errors(rows.iter().map(|r| &r.v));
     let ce: Vec<f64> = (0..N)
         .map(|t| rows[2 + t].v.emulated_ms - rows[0].v.emulated_ms)
@@ -480,10 +478,10 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         same_cost_ranking: order(&cm) == order(&cp),
         same_cost_top: order(&cm)[0] == order(&cp)[0],
         rank_pairs: rank_n,
-        cost_ranked_pairs: rank::ranked_pairs(&paired, &cp).0,
-        cost_ranked_pairs_agree: rank::ranked_pairs(&paired, &cp).1,
-        cost_ranked_pairs_agree_emulated: rank::ranked_pairs(&paired, &ce).1,
-        cost_pair_tests: rank::pair_tests(&paired, &cp),
+        cost_ranked_pairs: ranked.0,
+        cost_ranked_pairs_agree: ranked.1,
+        cost_ranked_pairs_agree_emulated: rank::counts(&rank::pair_tests(&paired, &ce)).1,
+        cost_pair_tests: tests,
         cost_rank_correlation: rank::spearman(&cost_paired, &cp),
         cost_rank_correlation_emulated: rank::spearman(&cost_paired, &ce),
         control_still_sd_ms: rank::sd(&control[0]),
@@ -507,10 +505,6 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         memcaslap_note: note,
     };
     a.flags.emit(&report, draw, table)
-}
-
-fn r1(v: &[f64]) -> Vec<f64> {
-    v.iter().map(|x| (x * 10.0).round() / 10.0).collect()
 }
 
 fn table(r: &Report) {
