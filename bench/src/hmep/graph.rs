@@ -27,6 +27,12 @@ pub struct Graph<'a> {
     next: XSlice<'a, u32>,
 }
 
+/// The address of `s[i]`, for a probe: an index load reports the address it leads to, so the
+/// classifier can tell a miss that waits on a miss (`i` may be one past the end: a list's end).
+fn at<T>(s: &[T], i: usize) -> u64 {
+    s.as_ptr() as u64 + (i * std::mem::size_of::<T>()) as u64
+}
+
 /// xorshift64*, seeded: the same graph every run.
 struct Rng(u64);
 impl Rng {
@@ -128,12 +134,12 @@ impl<'a> Graph<'a> {
         let base = 0.15 / n as f64;
         let mut total = 0.0;
         for v in 0..n {
-            p.touch(ADJ, &self.offsets[v + 1]);
             let (lo, hi) = (self.offsets[v] as usize, self.offsets[v + 1] as usize);
+            p.load_ptr(ADJ, &self.offsets[v + 1], at(&self.cols, hi));
             let mut sum = 0.0;
             for e in lo..hi {
-                p.touch(ADJ, &self.cols[e]);
                 let u = self.cols[e] as usize;
+                p.load_ptr(ADJ, &self.cols[e], at(&self.contrib, u));
                 p.touch(MSG, &self.contrib[u]);
                 sum += self.contrib[u];
             }
@@ -153,13 +159,13 @@ impl<'a> Graph<'a> {
         while len > 0 {
             let mut out = 0;
             for i in 0..len {
-                p.touch(MSG, &self.frontier[i]);
                 let u = self.frontier[i] as usize;
-                p.touch(ADJ, &self.offsets[u]);
+                p.load_ptr(MSG, &self.frontier[i], at(&self.offsets, u));
                 let (lo, hi) = (self.offsets[u] as usize, self.offsets[u + 1] as usize);
+                p.load_ptr(ADJ, &self.offsets[u], at(&self.cols, lo));
                 for e in lo..hi {
-                    p.touch(ADJ, &self.cols[e]);
                     let v = self.cols[e] as usize;
+                    p.load_ptr(ADJ, &self.cols[e], at(&self.parent, v));
                     p.touch(VTX, &self.parent[v]);
                     if self.parent[v] == u32::MAX {
                         p.store(VTX, &self.parent[v]);

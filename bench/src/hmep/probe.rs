@@ -1,6 +1,7 @@
 //! What an X-Mem application reports to the trace simulator: every access of its kernels, with
 //! the structure (tag index), the address, whether it stored, and the loaded value when that value
-//! is an address (so the classifier can see pointer chasing). Timed runs use `()`, which compiles
+//! is an address or an index into an array (given as the address it indexes), so the classifier
+//! can see pointer chasing. Timed runs use `()`, which compiles
 //! every call away; traced runs use [`Sim`] (level 3); emulated runs use [`Epoch`] (level 2).
 
 use pmkit_hmep::epoch::Epoch;
@@ -23,8 +24,8 @@ pub trait Probe {
         self.access(s, at as *const T as u64, 0, true);
     }
 
-    /// A load of an address (the next hop of a pointer chase).
-    #[allow(dead_code)] // the key-value store's cuckoo hash will load item addresses
+    /// A load of an address, or of an index the code turns into one (`value`: the address it
+    /// leads to), so the classifier sees which misses wait on a miss.
     #[inline(always)]
     fn load_ptr<T>(&mut self, s: usize, at: &T, value: u64) {
         self.access(s, at as *const T as u64, value, false);
