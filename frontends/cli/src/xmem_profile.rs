@@ -82,6 +82,8 @@ pub struct Classifier<'a> {
     /// A cache model in front: only misses are counted (`Tracer::with_cache`'s profile).
     cache: Option<Cache>,
     missed: Vec<bool>,
+    /// The pattern classifier, which remembers streams from one buffer to the next.
+    classifier: classify::Classifier,
 }
 
 impl<'a> Classifier<'a> {
@@ -95,6 +97,7 @@ impl<'a> Classifier<'a> {
             accesses: 0,
             cache: None,
             missed: Vec::new(),
+            classifier: classify::Classifier::new(),
         }
     }
 
@@ -123,8 +126,8 @@ impl<'a> Classifier<'a> {
     /// Classify the buffer (the thesis's 4096 accesses, in log order) and count.
     fn flush(&mut self) {
         let labels = match self.cache {
-            Some(_) => label_misses(&mut self.buf, &self.missed),
-            None => classify::classify(&mut self.buf),
+            Some(_) => label_misses(&mut self.classifier, &mut self.buf, &self.missed),
+            None => self.classifier.classify(&mut self.buf),
         };
         self.missed.clear();
         for (addr, p) in labels {

@@ -121,26 +121,31 @@ struct Streams([u64; STREAM_PAGES]);
 
 impl Streams {
     /// Classify a load of `line` (0 chase, 1 random, 2 streaming, as `Pattern as usize`) that a
-    /// pointer led to when `chase`, remember it, and say whether it waited for memory. As in
+    /// pointer led to when `chase` (a pointer load when `pointer`), remember it, and say
+    /// whether it waited for memory. As in
     /// level 3's classifier, a pointer counts only from a line that waited: an index a stream
     /// prefetcher brought in makes no chase.
     #[inline(always)]
-    fn step(&mut self, line: u64, chase: bool) -> (usize, bool) {
+    fn step(&mut self, line: u64, chase: bool, pointer: bool) -> (usize, bool) {
         let page = line / LINES_PER_PAGE;
         let slot = |p: u64| (mix(p) % STREAM_PAGES as u64) as usize;
         let e = self.0[slot(page)];
         let (head, head_waited) = (e >> 1, e & 1 == 1);
         // A page's first line continues the page below's stream.
         let below = line.is_multiple_of(LINES_PER_PAGE)
-            && self.0[slot(page.wrapping_sub(1))] >> 1 == line - 1;
+            && self.0[slot(page.wrapping_sub(1))] >> 1 == line.wrapping_sub(1);
+        // Back on the same line: a pointer led here again (a chase), or the line's wait is
+        // still the one its first load paid.
         let waited = if head == line {
-            head_waited
+            head_waited || chase
         } else if head + 1 == line || below {
             chase
         } else {
             true
         };
-        self.0[slot(page)] = line << 1 | u64::from(waited);
+        // Only a waiting line's first pointer waits on its miss: the line's later pointers
+        // are in the core with it (level 3's rule too).
+        self.0[slot(page)] = line << 1 | u64::from(waited && !pointer);
         let p = if chase {
             0
         } else if head.abs_diff(line) <= 1 || below {
@@ -245,7 +250,7 @@ impl Epoch {
                 let line = addr >> LINE_SHIFT;
                 let chase = last.target != 0 && last.target == line;
                 let waited;
-                (p, waited) = self.streams.step(line, chase);
+                (p, waited) = self.streams.step(line, chase, value != 0);
                 last.target = if waited { value >> LINE_SHIFT } else { 0 };
             } else {
                 last.target = 0;

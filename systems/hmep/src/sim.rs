@@ -17,7 +17,7 @@
 use crate::cache::Cache;
 use crate::calib::Tier;
 use crate::tlb::{Geometry, Tlb, TlbCost, PAGE_2M, PAGE_4K};
-use pmkit_xmem::classify::{self, Access, BUFFER};
+use pmkit_xmem::classify::{self, Access, Classifier, BUFFER};
 use pmkit_xmem::place::{Pattern, PerPattern};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -200,6 +200,8 @@ struct Pending {
 
 pub struct Sim {
     cache: Cache,
+    /// The pattern classifier, which remembers streams from one buffer to the next.
+    classifier: Classifier,
     tlb_4k: Tlb,
     tlb_2m: Tlb,
     buf: Vec<Pending>,
@@ -217,6 +219,7 @@ impl Sim {
         assert!((1..=MAX_STRUCTURES).contains(&structures));
         Sim {
             cache,
+            classifier: Classifier::new(),
             tlb_4k: Tlb::new(&tlb, PAGE_4K),
             tlb_2m: Tlb::new(&tlb, PAGE_2M),
             buf: Vec::with_capacity(BUFFER),
@@ -280,7 +283,7 @@ impl Sim {
     /// each access under its structure and page with its line's pattern.
     fn flush(&mut self) {
         let mut acc: Vec<Access> = self.buf.iter().map(|b| b.access).collect();
-        let labels = classify::classify(&mut acc);
+        let labels = self.classifier.classify(&mut acc);
         self.count_window(&labels);
         let mut written: Vec<(u16, u64)> = Vec::new();
         // The thesis's profiler counts a line once per buffer (repeats are assumed cached).

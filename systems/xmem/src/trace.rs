@@ -16,7 +16,7 @@
 //! a slow tier's write cost applies to; the thesis's profile has no writes).
 
 use crate::cache::Cache;
-use crate::classify::{self, Access, BUFFER};
+use crate::classify::{self, Access, Classifier, BUFFER};
 use crate::place::Pattern;
 use std::collections::BTreeMap;
 
@@ -72,6 +72,8 @@ pub struct Tracer<F: Fn(u64) -> Option<usize>> {
     /// With a cache model: the model, and per buffered access whether it missed.
     cache: Option<Cache>,
     missed: Vec<bool>,
+    /// The classifier, which remembers streams from one buffer to the next.
+    classifier: Classifier,
 }
 
 impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
@@ -85,6 +87,7 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
             logged: 0,
             cache: None,
             missed: Vec::new(),
+            classifier: Classifier::new(),
         }
     }
 
@@ -133,7 +136,7 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
     /// Classify what is buffered now (also done whenever the buffer fills).
     pub fn flush(&mut self) {
         if self.cache.is_none() {
-            for (addr, p) in classify::classify(&mut self.buf) {
+            for (addr, p) in self.classifier.classify(&mut self.buf) {
                 if let Some(r) = (self.region_of)(addr) {
                     self.counts.entry(r).or_default().by_pattern[p as usize] += 1;
                 }
@@ -141,7 +144,7 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
             self.buf.clear();
             return;
         }
-        for (addr, p) in label_misses(&mut self.buf, &self.missed) {
+        for (addr, p) in label_misses(&mut self.classifier, &mut self.buf, &self.missed) {
             if let Some(r) = (self.region_of)(addr) {
                 self.counts.entry(r).or_default().by_pattern[p as usize] += 1;
             }
@@ -164,7 +167,11 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
 
 /// Classify a buffer and label each access that `missed` a cache model (`missed[i]` for
 /// `buf[i]`, in log order) with its line's pattern: one label per miss, not per line.
-pub fn label_misses(buf: &mut [Access], missed: &[bool]) -> Vec<(u64, Pattern)> {
+pub fn label_misses(
+    classifier: &mut Classifier,
+    buf: &mut [Access],
+    missed: &[bool],
+) -> Vec<(u64, Pattern)> {
     assert_eq!(buf.len(), missed.len(), "a miss flag per access");
     // The classifier reorders its input: keep the misses' addresses apart.
     let misses: Vec<u64> = buf
@@ -173,7 +180,7 @@ pub fn label_misses(buf: &mut [Access], missed: &[bool]) -> Vec<(u64, Pattern)> 
         .filter(|(_, &m)| m)
         .map(|(a, _)| a.addr)
         .collect();
-    let labels = classify::classify(buf);
+    let labels = classifier.classify(buf);
     misses
         .into_iter()
         .map(|addr| {
