@@ -13,7 +13,8 @@
 //!   of [`STREAM_PAGES`] pages) is streaming, the rest random (the thesis's classifier needs a
 //!   buffer of 4,096 accesses; this one sees one pointer back, so it stays cheap enough to run
 //!   inside the measured time). As in level 3, a pointer loaded from a line a stream prefetcher
-//!   brought in (the next line of its page's stream, not itself pointed to) makes no chase.
+//!   brought in (the next line of its page's stream, not itself pointed to) makes no chase, and
+//!   only a line's first pointer does.
 //!
 //! Every `epoch` accesses, the modelled extra time of the slow structures' estimated misses
 //! (`misses · ΔL(p)`) and translations is owed, minus the emulator's own cost (`overhead_ns` per
@@ -122,9 +123,8 @@ struct Streams([u64; STREAM_PAGES]);
 impl Streams {
     /// Classify a load of `line` (0 chase, 1 random, 2 streaming, as `Pattern as usize`) that a
     /// pointer led to when `chase` (a pointer load when `pointer`), remember it, and say
-    /// whether it waited for memory. As in
-    /// level 3's classifier, a pointer counts only from a line that waited: an index a stream
-    /// prefetcher brought in makes no chase.
+    /// whether it waited for memory. As in level 3's classifier, a pointer counts only from a
+    /// line that waited: an index a stream prefetcher brought in makes no chase.
     #[inline(always)]
     fn step(&mut self, line: u64, chase: bool, pointer: bool) -> (usize, bool) {
         let page = line / LINES_PER_PAGE;
