@@ -8,12 +8,13 @@ mod common;
 
 use std::process::Command;
 
-const POLICIES: [&str; 10] = [
+const POLICIES: [&str; 11] = [
     "fast-only",
     "slow-only",
     "x-mem",
     "x-mem-reads",
     "x-mem-unfiltered",
+    "x-mem-regions",
     "first-touch",
     "page-hotness",
     "memkind-ratio",
@@ -92,6 +93,7 @@ fn quick_json_has_every_policy_and_the_model_invariants() {
                 "x-mem",
                 "x-mem-reads",
                 "x-mem-unfiltered",
+                "x-mem-regions",
                 "first-touch",
                 "memkind-ratio",
                 "oracle-tag-order",

@@ -111,7 +111,8 @@ pub fn table(r: &Report) {
         println!(
             "\n{}: x-mem within 10% of the oracle at {} of {n} points (without the write term: \
              {}), ahead of page hotness at {} ({} of the {} where some placement of whole units \
-             is); unfiltered profile: within 10% at {}, ahead at {}",
+             is); unfiltered profile: within 10% at {}, ahead at {}; per-region profiles: \
+             within 10% at {}, ahead at {}",
             a.name,
             count(&|p| p.xmem_within_10pct_of_oracle),
             count(&|p| p.xmem_reads_over_oracle <= 1.10),
@@ -120,6 +121,8 @@ pub fn table(r: &Report) {
             count(&|p| p.units_can_match_page_hotness),
             count(&|p| p.xmem_unfiltered_over_oracle <= 1.10),
             count(&|p| p.xmem_unfiltered_ahead_of_page_hotness),
+            count(&|p| p.xmem_regions_over_oracle <= 1.10),
+            count(&|p| p.xmem_regions_ahead_of_page_hotness),
         );
     }
     println!("\nmigration: {}", r.migration);

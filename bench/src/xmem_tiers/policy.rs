@@ -12,6 +12,9 @@
 //!   tag's profile its classified accesses (a line once per buffer of 4,096, the rest assumed
 //!   cached: right for the thesis's structures, which dwarfed the cache, wrong for a small hot
 //!   one, which it ranks by accesses that never reach memory);
+//! - X-Mem with per-region profiles (`x-mem-regions`, an extension beyond the thesis): the same
+//!   greedy, each unit's benefit from its own misses and writebacks, so a tag's units rank
+//!   against each other;
 //! - first-touch DRAM-first (Linux's default): units in allocation order until DRAM is full;
 //! - page hotness (tag-blind, what TPP-like OS tiering converges to): the 4 KiB pages with the
 //!   most accesses in the trace;
@@ -31,12 +34,13 @@ use pmkit_xmem::place::{greedy, Candidate, Latencies, PerPattern, Profile};
 use serde::Serialize;
 
 /// Every policy, in report order.
-pub const POLICIES: [&str; 10] = [
+pub const POLICIES: [&str; 11] = [
     "fast-only",
     "slow-only",
     "x-mem",
     "x-mem-reads",
     "x-mem-unfiltered",
+    "x-mem-regions",
     "first-touch",
     "page-hotness",
     "memkind-ratio",
@@ -170,6 +174,7 @@ pub fn run(
             &cost,
             &greedy(&xmem_candidates(d, lat, Profiler::Thesis), k),
         ),
+        "x-mem-regions" => slow_units(d, &cost, &greedy(&region_candidates(d, lat), k)),
         "first-touch" => slow_units(d, &cost, &(0..n).map(|i| i < k).collect::<Vec<_>>()),
         "page-hotness" => {
             let mut order: Vec<usize> = (0..d.pages.len()).collect();
@@ -250,6 +255,21 @@ fn xmem_candidates(d: &Data, lat: &Latencies, what: Profiler) -> Vec<Candidate> 
                 priority: 0,
                 benefit: lat.benefit(&p),
             }
+        })
+        .collect()
+}
+
+/// X-Mem with per-region profiles (`XMem::apply_region_profiles`): each unit's benefit from
+/// its own cache misses and writebacks.
+fn region_candidates(d: &Data, lat: &Latencies) -> Vec<Candidate> {
+    d.units
+        .iter()
+        .map(|u| Candidate {
+            priority: 0,
+            benefit: lat.benefit(&Profile {
+                f: u.misses.map(|m| m as f64),
+                writebacks: u.writebacks as f64,
+            }),
         })
         .collect()
 }
@@ -380,6 +400,7 @@ mod tests {
             "x-mem",
             "x-mem-reads",
             "x-mem-unfiltered",
+            "x-mem-regions",
             "oracle",
             "oracle-tag-order",
             "page-hotness",
@@ -416,6 +437,24 @@ mod tests {
         assert_eq!(fast_tag("x-mem", &lat), Some(1));
         assert_eq!(fast_tag("x-mem", &costly), Some(0));
         assert_eq!(fast_tag("x-mem-reads", &costly), Some(1));
+    }
+
+    #[test]
+    fn region_profiles_pick_a_tag_s_hot_unit() {
+        // Tag 1's misses all sit in its second unit; one slot. Its average ties the two units
+        // and X-Mem takes the first; per-region profiles take the hot one, as the oracle does.
+        let mut d = data();
+        d.units[2].misses = [0, 0, 0];
+        d.units[3].misses = [0, 90, 0];
+        let lat = Latencies {
+            fast: [0.0; 3],
+            slow: [0.0, 10.0, 0.0],
+            ..Latencies::default()
+        };
+        let r = |p: &str| run(p, &d, &[0.0, 10.0, 0.0], &lat, 1, 1, 0.25).slow_ns;
+        assert_eq!(r("x-mem"), 920.0);
+        assert_eq!(r("x-mem-regions"), 20.0);
+        assert_eq!(r("oracle"), 20.0);
     }
 
     #[test]

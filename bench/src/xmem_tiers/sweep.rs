@@ -159,6 +159,9 @@ pub struct Point {
     pub xmem_reads_over_oracle: f64,
     /// The same two for X-Mem with the thesis's unfiltered profile.
     pub xmem_unfiltered_over_oracle: f64,
+    /// X-Mem with per-region profiles over the oracle, and whether it is ahead of page hotness.
+    pub xmem_regions_over_oracle: f64,
+    pub xmem_regions_ahead_of_page_hotness: bool,
     pub xmem_unfiltered_ahead_of_page_hotness: bool,
 }
 
@@ -217,6 +220,8 @@ pub fn evaluate(d: &Data, models: &[Model], fractions: &[f64], base_ns: f64) -> 
                 units_can_match_page_hotness: t("oracle") <= t("page-hotness"),
                 xmem_reads_over_oracle: t("x-mem-reads") / t("oracle"),
                 xmem_unfiltered_over_oracle: t("x-mem-unfiltered") / t("oracle"),
+                xmem_regions_over_oracle: t("x-mem-regions") / t("oracle"),
+                xmem_regions_ahead_of_page_hotness: t("x-mem-regions") <= t("page-hotness"),
                 xmem_unfiltered_ahead_of_page_hotness: t("x-mem-unfiltered") <= t("page-hotness"),
                 policies,
             });
@@ -254,6 +259,7 @@ fn best_known(mut p: Vec<PolicyResult>) -> Vec<PolicyResult> {
             "x-mem",
             "x-mem-reads",
             "x-mem-unfiltered",
+            "x-mem-regions",
             "first-touch",
             "memkind-ratio",
             "oracle-tag-order",

@@ -21,6 +21,7 @@ pub mod heap;
 mod migrate;
 pub mod place;
 pub mod profiles;
+mod profiling;
 mod referenced;
 mod sides;
 pub mod slice;
@@ -121,6 +122,8 @@ struct Entry {
     tag: u32,
     tier: Tier,
     slot: Option<u32>,
+    /// The region's own profile ([`XMem::apply_region_profiles`]); none: its tag's.
+    profile: Option<Profile>,
 }
 
 struct Table {
@@ -258,106 +261,6 @@ impl XMem {
     /// `xmem_priority`: higher priorities are placed in the fast tier first.
     pub fn set_priority(&self, t: Tag, priority: i32) -> Result<()> {
         self.with_tag(t, |e| e.priority = priority)
-    }
-
-    /// Set `F_i(p)`, the tag's average accesses per region by pattern (from a profile, see
-    /// [`classify`] and [`trace`]), keeping its writebacks. Counts must be finite and ≥ 0.
-    pub fn set_profile(&self, t: Tag, f: PerPattern) -> Result<()> {
-        let w = self.with_tag(t, |e| e.profile.writebacks)?;
-        self.set_full_profile(t, Profile { f, writebacks: w })
-    }
-
-    /// Set `W_i`, the tag's lines written back to memory per region, keeping its `F_i(p)`.
-    pub fn set_writebacks(&self, t: Tag, per_region: f64) -> Result<()> {
-        let f = self.with_tag(t, |e| e.profile.f)?;
-        self.set_full_profile(
-            t,
-            Profile {
-                f,
-                writebacks: per_region,
-            },
-        )
-    }
-
-    /// Set the tag's whole profile: `F_i(p)` and `W_i`, its lines written back to memory per
-    /// region (the write term of Eq. 3, see [`place`]).
-    pub fn set_full_profile(&self, t: Tag, p: Profile) -> Result<()> {
-        if !p.is_valid() {
-            return Err(XmemError::BadConfig(format!(
-                "profile {p:?}: counts must be >= 0"
-            )));
-        }
-        self.with_tag(t, |e| e.profile = p)
-    }
-
-    /// Roll per-region counts (from [`trace::Tracer`]) up into each tag's profile, as the
-    /// thesis's profiler does at exit: `F_i(p)` = the tag's counts of pattern `p` summed over
-    /// its regions, divided by its number of regions, and `W_i` the same of its writebacks. Tags
-    /// without counted accesses keep their profile. Returns the profiles set.
-    pub fn apply_profile(&self, counts: &trace::RegionCounts) -> Result<Vec<(Tag, Profile)>> {
-        let mut sums: std::collections::BTreeMap<Tag, (trace::Counts, usize, bool)> =
-            Default::default();
-        for r in self.regions() {
-            let e = sums.entry(r.tag).or_default();
-            e.1 += 1;
-            if let Some(c) = counts.get(&r.index) {
-                e.2 = true;
-                e.0.add(c);
-            }
-        }
-        let mut out = Vec::new();
-        for (tag, (sum, n, seen)) in sums {
-            if seen {
-                let p = Profile {
-                    f: sum.by_pattern.map(|x| x as f64 / n as f64),
-                    writebacks: sum.writebacks as f64 / n as f64,
-                };
-                self.set_full_profile(tag, p)?;
-                out.push((tag, p));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Every tag's name and profile, in tag order.
-    pub fn profiles(&self) -> Vec<(String, Profile)> {
-        let tags = self.tags.read();
-        tags.iter().map(|t| (t.name.clone(), t.profile)).collect()
-    }
-
-    /// Save every tag's profile under its name (see [`profiles`]), for later runs.
-    /// Each tag's region count goes with it (at least 1), for planning without the program.
-    pub fn save_profiles(&self, path: &std::path::Path) -> Result<()> {
-        let regions = self.regions();
-        let saved: Vec<profiles::Saved> = self
-            .profiles()
-            .into_iter()
-            .enumerate()
-            .map(|(i, (name, p))| profiles::Saved {
-                name,
-                f: p.f,
-                writebacks: p.writebacks,
-                regions: (regions.iter().filter(|r| r.tag.0 as usize == i).count() as u64).max(1),
-            })
-            .collect();
-        profiles::save(path, &saved)
-    }
-
-    /// Load profiles saved by [`XMem::save_profiles`]: each named tag (made if new) gets its
-    /// profile. Returns how many were set. A bad file changes nothing.
-    pub fn load_profiles(&self, path: &std::path::Path) -> Result<usize> {
-        let loaded = profiles::load(path)?;
-        for s in &loaded {
-            let t = self.tag(&s.name)?;
-            self.set_full_profile(
-                t,
-                Profile {
-                    f: s.f,
-                    writebacks: s.writebacks,
-                },
-            )?;
-        }
-        Ok(loaded.len())
     }
 
     /// Allocate `size` bytes aligned to `align` (a power of two, at most a page) in tag `t`'s
@@ -567,6 +470,7 @@ impl XMem {
             tag: t.0,
             tier,
             slot,
+            profile: None,
         });
         if !tb.free.remove(&i) {
             tb.next += 1;
@@ -608,19 +512,22 @@ impl XMem {
     /// (index, tier, candidate, tag) of every region in use, in index order. Takes the table and tag
     /// locks only, never a heap lock, so it may run while `moving` is held.
     fn placement_view(&self) -> Vec<(usize, Tier, place::Candidate, Tag)> {
-        let used: Vec<(usize, u32, Tier)> = {
+        let used: Vec<(usize, u32, Tier, Option<Profile>)> = {
             let tb = self.table.lock();
             (0..tb.next)
-                .filter_map(|i| tb.entries[i].as_ref().map(|e| (i, e.tag, e.tier)))
+                .filter_map(|i| {
+                    let e = tb.entries[i].as_ref()?;
+                    Some((i, e.tag, e.tier, e.profile))
+                })
                 .collect()
         };
         let tags = self.tags.read();
         used.into_iter()
-            .map(|(i, tag, tier)| {
+            .map(|(i, tag, tier, own)| {
                 let e = &tags[tag as usize];
                 let c = place::Candidate {
                     priority: e.priority,
-                    benefit: self.cfg.latencies.benefit(&e.profile),
+                    benefit: self.cfg.latencies.benefit(&own.unwrap_or(e.profile)),
                 };
                 (i, tier, c, Tag(tag))
             })

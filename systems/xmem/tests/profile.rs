@@ -214,3 +214,47 @@ fn a_slow_write_cost_keeps_a_written_structure_in_dram() {
     let (fast, ..) = written_or_read(111.0);
     assert_eq!(fast, "log");
 }
+
+#[test]
+fn region_profiles_put_a_tag_s_hot_region_in_dram() {
+    // One tag over three regions, read at random in its last region only; one DRAM slot.
+    // The tag's average gives its three regions one benefit (the first one wins the tie);
+    // their own profiles give the slot to the region the reads went to.
+    let f = fixture(16, 16, 1);
+    let x = &f.xmem;
+    let t = x.tag("table").unwrap();
+    // Three tables of 1.5 MiB: one region each.
+    let words = (3 * MIB / 2) / 8;
+    let tables: Vec<*mut u64> = (0..3)
+        .map(|_| x.alloc(t, words * 8, 64).unwrap().as_ptr() as *mut u64)
+        .collect();
+    let table = tables[2];
+    let mut rng = SmallRng::seed_from_u64(12);
+    let mut tr = Tracer::with_cache(|a| x.region_of(a as usize), Cache::new(256 << 10, 8));
+    let mut sum = 0u64;
+    for _ in 0..ACCESSES {
+        // SAFETY: the index is inside the live allocation, which nothing else touches.
+        sum = sum.wrapping_add(unsafe { tr.load(&*table.add(rng.gen_range(0..words))) });
+    }
+    let _ = sum;
+    let counts = tr.finish();
+    let hot_region = x.region_of(table.wrapping_add(words - 1) as usize).unwrap();
+    let fast = |x: &pmkit_xmem::XMem| -> Vec<usize> {
+        x.regions()
+            .iter()
+            .filter(|r| r.tier == Tier::Fast)
+            .map(|r| r.index)
+            .collect()
+    };
+    x.apply_profile(&counts).unwrap();
+    x.rebalance().unwrap();
+    assert_ne!(
+        fast(x),
+        vec![hot_region],
+        "the tag's average cannot tell its regions apart"
+    );
+    assert_eq!(x.apply_region_profiles(&counts).unwrap(), 3);
+    x.rebalance().unwrap();
+    assert_eq!(fast(x), vec![hot_region], "{:?}", x.regions());
+    x.check_invariants();
+}
