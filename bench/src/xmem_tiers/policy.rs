@@ -225,36 +225,32 @@ enum Profiler {
 
 /// X-Mem's view: each unit of tag t has Eq. 3's benefit of t's profile per unit.
 fn xmem_candidates(d: &Data, lat: &Latencies, what: Profiler) -> Vec<Candidate> {
-    let mut profile = vec![Profile::default(); d.tags];
-    let mut count = vec![0usize; d.tags];
+    // Per tag: accesses by pattern, writebacks, units.
+    let mut sums = vec![([0u64; 3], 0u64, 0usize); d.tags];
     for u in &d.units {
-        let t = u.structure as usize;
-        count[t] += 1;
+        let s = &mut sums[u.structure as usize];
         let f = if what == Profiler::Thesis {
             &u.classified
         } else {
             &u.misses
         };
-        for (sum, &n) in profile[t].f.iter_mut().zip(f) {
-            *sum += n as f64;
+        for (sum, &n) in s.0.iter_mut().zip(f) {
+            *sum += n;
         }
         if what == Profiler::Full {
-            profile[t].writebacks += u.writebacks as f64;
+            s.1 += u.writebacks;
         }
+        s.2 += 1;
     }
+    let benefit: Vec<f64> = sums
+        .iter()
+        .map(|&(f, w, n)| lat.benefit(&Profile::per_region(f, w, n)))
+        .collect();
     d.units
         .iter()
-        .map(|u| {
-            let t = u.structure as usize;
-            let n = count[t].max(1) as f64;
-            let p = Profile {
-                f: profile[t].f.map(|v| v / n),
-                writebacks: profile[t].writebacks / n,
-            };
-            Candidate {
-                priority: 0,
-                benefit: lat.benefit(&p),
-            }
+        .map(|u| Candidate {
+            priority: 0,
+            benefit: benefit[u.structure as usize],
         })
         .collect()
 }
@@ -266,10 +262,7 @@ fn region_candidates(d: &Data, lat: &Latencies) -> Vec<Candidate> {
         .iter()
         .map(|u| Candidate {
             priority: 0,
-            benefit: lat.benefit(&Profile {
-                f: u.misses.map(|m| m as f64),
-                writebacks: u.writebacks as f64,
-            }),
+            benefit: lat.benefit(&Profile::per_region(u.misses, u.writebacks, 1)),
         })
         .collect()
 }

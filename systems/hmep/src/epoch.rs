@@ -108,13 +108,6 @@ pub const STREAM_PAGES: usize = 1024;
 
 const LINES_PER_PAGE: u64 = 1 << (PAGE_4K - LINE_SHIFT);
 
-/// Per structure, what the online classifier remembers.
-#[derive(Clone, Copy, Default)]
-struct Last {
-    /// The line the last pointer load pointed to (0: none).
-    target: u64,
-}
-
 /// The online classifier's stream table: per page slot, the last line touched there and
 /// whether a load on it waited for memory (it was not the next line of the page's stream, or
 /// a pointer led to it), packed as `line << 1 | waited`.
@@ -163,7 +156,8 @@ pub struct Epoch {
     cache: Cache,
     tlb_4k: Tlb,
     tlb_2m: Tlb,
-    last: [Last; MAX_STRUCTURES],
+    /// Per structure, the line its last pointer load pointed to (0: none).
+    targets: [u64; MAX_STRUCTURES],
     streams: Streams,
     sample_mask: u64,
     n: u32,
@@ -216,7 +210,7 @@ impl Epoch {
             ),
             tlb_4k: Tlb::new(&g, PAGE_4K),
             tlb_2m: Tlb::new(&g, PAGE_2M),
-            last: [Last::default(); MAX_STRUCTURES],
+            targets: [0; MAX_STRUCTURES],
             streams: Streams([0; STREAM_PAGES]),
             sample_mask: (1u64 << k) - 1,
             n: 0,
@@ -243,17 +237,17 @@ impl Epoch {
         let mut p = 1;
         if slow {
             self.stats.slow_accesses += 1;
-            let last = &mut self.last[s];
+            let target = &mut self.targets[s];
             // Only pointer loads (whose line's wait decides a chase) and the sampled loads
             // (whose pattern is counted) need the stream table; the rest skip its cost.
             if value != 0 || sampled {
                 let line = addr >> LINE_SHIFT;
-                let chase = last.target != 0 && last.target == line;
+                let chase = *target != 0 && *target == line;
                 let waited;
                 (p, waited) = self.streams.step(line, chase, value != 0);
-                last.target = if waited { value >> LINE_SHIFT } else { 0 };
+                *target = if waited { value >> LINE_SHIFT } else { 0 };
             } else {
-                last.target = 0;
+                *target = 0;
             }
         }
         if sampled {

@@ -45,6 +45,16 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The profile per region of counts summed over `regions` regions (at least 1): accesses
+    /// by pattern (`Pattern as usize`) and lines written back.
+    pub fn per_region(by_pattern: [u64; 3], writebacks: u64, regions: usize) -> Profile {
+        let n = regions.max(1) as f64;
+        Profile {
+            f: by_pattern.map(|x| x as f64 / n),
+            writebacks: writebacks as f64 / n,
+        }
+    }
+
     /// A profile of reads alone (the thesis's).
     pub fn reads(f: PerPattern) -> Profile {
         Profile { f, writebacks: 0.0 }

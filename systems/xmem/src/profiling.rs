@@ -55,10 +55,7 @@ impl XMem {
         let mut out = Vec::new();
         for (tag, (sum, n, seen)) in sums {
             if seen {
-                let p = Profile {
-                    f: sum.by_pattern.map(|x| x as f64 / n as f64),
-                    writebacks: sum.writebacks as f64 / n as f64,
-                };
+                let p = Profile::per_region(sum.by_pattern, sum.writebacks, n);
                 self.set_full_profile(tag, p)?;
                 out.push((tag, p));
             }
@@ -87,10 +84,7 @@ impl XMem {
                 continue;
             }
             let c = counts.get(&i).copied().unwrap_or_default();
-            e.profile = Some(Profile {
-                f: c.by_pattern.map(|x| x as f64),
-                writebacks: c.writebacks as f64,
-            });
+            e.profile = Some(Profile::per_region(c.by_pattern, c.writebacks, 1));
             n += 1;
         }
         Ok(n)
