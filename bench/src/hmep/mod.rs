@@ -13,6 +13,9 @@ pub(crate) mod graph;
 pub mod kv;
 pub mod probe;
 pub(crate) mod rank;
+mod timed;
+
+use timed::{emulate, time_bfs, time_pagerank, typical, Emulated, Kernels};
 
 use crate::host::cpu_label;
 use crate::report::{median, plot, BenchFlags};
@@ -20,17 +23,15 @@ use anyhow::{ensure, Context, Result};
 use graph::{Graph, TAGS};
 use pmkit_hmep::cache::{llc, Cache};
 use pmkit_hmep::calib::{self, Options, Tier as CalTier};
-use pmkit_hmep::epoch::{self, Epoch, Stats as EpochStats};
+use pmkit_hmep::epoch;
 use pmkit_hmep::mem::Backing;
 use pmkit_hmep::sim::{predict_tlb, Misses, Sim};
 use pmkit_hmep::tlb::TlbCost;
 use pmkit_xmem::{Config, PerPattern, Tier, XMem};
-use probe::Probe;
 use rank::{pair_tests, PairTest};
 use serde::Serialize;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct ValidateArgs {
@@ -117,15 +118,6 @@ impl Versus {
     }
 }
 
-/// Level 2's runs of one kernel: per placement (mask order) the wall-clock ms of each round and
-/// the last round's emulator statistics, and the overhead measurement.
-struct Emulated {
-    ms: Vec<Vec<f64>>,
-    stats: Vec<EpochStats>,
-    /// ns per access the emulator costs (count-only runs against plain all-fast runs).
-    overhead_ns: f64,
-}
-
 #[derive(Serialize)]
 struct App {
     name: &'static str,
@@ -154,9 +146,12 @@ struct App {
     ranked_pairs_agree_emulated: usize,
     /// Every pair's test, against level 3's effects.
     pair_tests: Vec<PairTest>,
-    /// Every placement's (mask order) timed run of every round, ms.
+    /// Every placement's (mask order) figure in every round: that round's median iteration
+    /// (search) times the iterations per run, ms.
     measured_rounds_ms: Vec<Vec<f64>>,
     max_abs_error_pct: f64,
+    /// With the prices of the pairs taken before the rounds alone.
+    max_abs_error_up_front_pct: f64,
     /// Level 2: the emulator's own ns per access (taken off what it owes), the benefits and
     /// ranking it gives, its largest error against wall clock.
     emulator_overhead_ns: f64,
@@ -181,8 +176,13 @@ struct Report {
     /// ns per access more on the slow tier, per pattern (chase, random, streaming): medians of
     /// back-to-back paired differences (`calib::paired`).
     delta_ns: PerPattern,
-    /// Those pairs: every run's differences.
+    /// Those pairs: every run's differences (the first ones taken before the rounds, then one
+    /// at the start of each round).
     paired: calib::Paired,
+    /// The prices from the pairs taken before the rounds alone, and level 3's largest error
+    /// per kernel with them: how much pricing during the rounds changed.
+    delta_up_front_ns: PerPattern,
+    tlb_up_front: TlbCost,
     /// ns per page walk and per L2 TLB hit in front of a cache hit (the calibration's TLB
     /// chases), charged per walk and L2 TLB hit the slow tier's 4 KiB pages take beyond the fast
     /// tier's huge pages.
@@ -240,14 +240,15 @@ fn tier_options(backings: Vec<Backing>, quick: bool) -> Options {
 }
 
 /// The real tier pair's difference (huge-page anonymous memory against the file in `dir`),
-/// measured in back-to-back pairs: the ΔL and TLB costs the predictions use.
-pub(crate) fn pair_tiers(dir: &Path, quick: bool) -> Result<calib::Paired> {
+/// measured in back-to-back pairs: the ΔL and TLB costs the predictions use. The pairing stays
+/// open with its first pairs taken, so a benchmark can add one per round.
+pub(crate) fn pair_tiers(dir: &Path, quick: bool) -> Result<calib::Pairing> {
     let o = tier_options(vec![], quick);
-    Ok(calib::paired(
-        &Backing::AnonThp,
-        &Backing::File(dir.to_path_buf()),
-        &o,
-    )?)
+    let mut p = calib::Pairing::new(&Backing::AnonThp, &Backing::File(dir.to_path_buf()), &o)?;
+    for _ in 0..o.runs.max(5) {
+        p.pair();
+    }
+    Ok(p)
 }
 
 pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
@@ -266,8 +267,8 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
     )?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
     bar.set_message("the tier pair's differences, in back-to-back pairs");
-    let pair = pair_tiers(&a.flags.dir, quick)?;
-    let (d, tlb) = (pair.delta, pair.tlb);
+    let mut pairing = pair_tiers(&a.flags.dir, quick)?;
+    let up_front = pairing.summary();
     bar.inc();
 
     // X-Mem with one region per tag, all three fit in the fast budget and in PM.
@@ -316,42 +317,45 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
     let masks: Vec<[bool; 3]> = (0..8u8)
         .map(|m| [m & 1 != 0, m & 2 != 0, m & 4 != 0])
         .collect();
+    // Per placement, per round: every iteration's (search's) own time, so that one slow
+    // stretch of the shared machine moves one sample, not a round.
     let mut pr_ms = vec![vec![]; 8];
     let mut bfs_ms = vec![vec![]; 8];
     let mut rank_sum = None;
+    let k = Kernels {
+        root,
+        reached,
+        iters,
+        bfs_runs,
+    };
     for r in 0..rounds {
-        for k in 0..8 {
-            let i = (k + r) % 8;
+        for j in 0..8 {
+            let i = (j + r) % 8;
             bar.set_message(format!(
                 "round {}/{rounds}: {}",
                 r + 1,
                 placement_name(&masks[i])
             ));
-            place(&x, &masks[i])?;
-            g.reset_ranks();
-            g.pagerank_iter(&mut ()); // warm caches and TLBs
-            g.reset_ranks();
-            let t = Instant::now();
-            let mut sum = 0.0;
-            for _ in 0..iters {
-                sum = g.pagerank_iter(&mut ());
+            if j == 0 {
+                // One more pair per round: the prices then span the rounds they price.
+                pairing.pair();
             }
-            pr_ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+            place(&x, &masks[i])?;
+            let (each, sum) = time_pagerank(&mut g, &k, &mut (), &mut |_| {});
+            pr_ms[i].push(each);
             // The same ranks under every placement: migration kept every byte.
             let s = *rank_sum.get_or_insert(sum);
             ensure!(
                 sum == s,
                 "PageRank changed with the placement: {sum} vs {s}"
             );
-            let t = Instant::now();
-            for _ in 0..bfs_runs {
-                let got = g.bfs(root, &mut ());
-                ensure!(got == reached, "BFS reached {got}, traced {reached}");
-            }
-            bfs_ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+            bfs_ms[i].push(time_bfs(&mut g, &k, &mut (), &mut |_| {})?);
             bar.inc();
         }
     }
+    let pair = pairing.summary();
+    drop(pairing);
+    let (d, tlb) = (pair.delta, pair.tlb);
     // Level 2 on the same graph, everything on the fast tier.
     place(&x, &[false; 3])?;
     let cfg = |overhead_ns: f64, count_only: bool| {
@@ -359,12 +363,6 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
         c.overhead_ns = overhead_ns;
         c.count_only = count_only;
         c
-    };
-    let k = Kernels {
-        root,
-        reached,
-        iters,
-        bfs_runs,
     };
     let (pr_emu, bfs_emu) = emulate(&mut g, &k, &masks, rounds, &cfg, &|m| {
         bar.set_message(format!("level 2: {m}"));
@@ -391,8 +389,7 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
             &masks,
             &pr_ms,
             &pr_emu,
-            &d,
-            &tlb,
+            [(&d, &tlb), (&up_front.delta, &up_front.tlb)],
         ),
         app(
             "bfs",
@@ -401,8 +398,7 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
             &masks,
             &bfs_ms,
             &bfs_emu,
-            &d,
-            &tlb,
+            [(&d, &tlb), (&up_front.delta, &up_front.tlb)],
         ),
     ];
     let report = Report {
@@ -422,6 +418,8 @@ pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
         delta_ns: d,
         tlb,
         paired: pair,
+        delta_up_front_ns: up_front.delta,
+        tlb_up_front: up_front.tlb,
         apps,
         chase,
     };
@@ -434,12 +432,21 @@ fn app(
     traced: Misses,
     scale: f64,
     masks: &[[bool; 3]],
-    ms: &[Vec<f64>],
+    ms: &[Vec<Vec<f64>>],
     emu: &Emulated,
-    d: &PerPattern,
-    tlb: &TlbCost,
+    prices: [(&PerPattern, &TlbCost); 2],
 ) -> App {
-    let measured: Vec<f64> = ms.iter().map(|v| median(v.iter().copied())).collect();
+    let [(d, tlb), up_front] = prices;
+    // A placement's figure: its median iteration over every round, times the iterations per
+    // run; a round's figure (for the pair tests): that round's median iteration, likewise.
+    let measured: Vec<f64> = ms
+        .iter()
+        .map(|rounds| typical(&rounds.concat()) / rounds.len() as f64)
+        .collect();
+    let ms: Vec<Vec<f64>> = ms
+        .iter()
+        .map(|rounds| rounds.iter().map(|r| typical(r)).collect())
+        .collect();
     let emulated: Vec<f64> = emu.ms.iter().map(|v| median(v.iter().copied())).collect();
     let base_ns = measured[0] * 1e6;
     let rows: Vec<Row> = masks
@@ -483,13 +490,21 @@ fn app(
     let (ranked, agree) = rank::counts(&tests);
     let agree_emulated = rank::counts(&pair_tests(&per_round, &ee)).1;
     let max_abs = Versus::max_abs_errors(rows.iter().map(|r| &r.v));
+    let max_abs_up_front = masks
+        .iter()
+        .zip(&measured)
+        .map(|(m, &meas)| {
+            let pred = predict_tlb(base_ns, &traced, m, up_front.0, up_front.1, scale) / 1e6;
+            ((pred - meas) / meas * 100.0).abs()
+        })
+        .fold(0.0, f64::max);
     App {
         name,
         scale,
         effect_measured_ms: em,
         effect_predicted_ms: ep,
         effect_emulated_ms: ee,
-        measured_rounds_ms: ms.to_vec(),
+        measured_rounds_ms: ms,
         ranked_pairs: ranked,
         ranked_pairs_agree: agree,
         ranked_pairs_agree_emulated: agree_emulated,
@@ -497,6 +512,7 @@ fn app(
         same_ranking: order(&bm) == order(&bp),
         same_ranking_emulated: order(&bm) == order(&be),
         max_abs_error_pct: max_abs.0,
+        max_abs_error_up_front_pct: max_abs_up_front,
         max_abs_emulated_error_pct: max_abs.1,
         emulator_overhead_ns: emu.overhead_ns,
         benefit_measured_ms: bm,
@@ -510,109 +526,6 @@ fn app(
 /// Figures rounded to 0.1 for the tables.
 pub(crate) fn r1(v: &[f64]) -> Vec<f64> {
     v.iter().map(|x| (x * 10.0).round() / 10.0).collect()
-}
-
-/// The kernels' parameters the timed runs use.
-struct Kernels {
-    root: u32,
-    reached: usize,
-    iters: usize,
-    bfs_runs: usize,
-}
-
-/// One timed PageRank run (`iters` iterations after a warm one) through probe `p`: ms.
-fn time_pagerank<P: Probe>(
-    g: &mut Graph,
-    k: &Kernels,
-    p: &mut P,
-    warm: &mut dyn FnMut(&mut P),
-) -> f64 {
-    g.reset_ranks();
-    g.pagerank_iter(p);
-    warm(p);
-    g.reset_ranks();
-    let t = Instant::now();
-    for _ in 0..k.iters {
-        g.pagerank_iter(p);
-    }
-    t.elapsed().as_secs_f64() * 1e3
-}
-
-/// One timed BFS run (`bfs_runs` searches after a warm one) through probe `p`: ms.
-fn time_bfs<P: Probe>(
-    g: &mut Graph,
-    k: &Kernels,
-    p: &mut P,
-    warm: &mut dyn FnMut(&mut P),
-) -> Result<f64> {
-    g.bfs(k.root, p);
-    warm(p);
-    let t = Instant::now();
-    for _ in 0..k.bfs_runs {
-        let got = g.bfs(k.root, p);
-        ensure!(got == k.reached, "BFS reached {got}, traced {}", k.reached);
-    }
-    Ok(t.elapsed().as_secs_f64() * 1e3)
-}
-
-/// Level 2: the emulator's own cost (count-only runs with every tag slow, against plain runs),
-/// then every placement emulated on the fast tier, rounds rotated. PageRank's and BFS's.
-fn emulate(
-    g: &mut Graph,
-    k: &Kernels,
-    masks: &[[bool; 3]],
-    rounds: usize,
-    cfg: &dyn Fn(f64, bool) -> epoch::Config,
-    step: &dyn Fn(&str),
-) -> Result<(Emulated, Emulated)> {
-    let reset = &mut |e: &mut Epoch| e.reset_counts();
-    let (mut plain, mut count) = ([vec![], vec![]], [vec![], vec![]]);
-    let mut accesses = [0u64; 2];
-    for _ in 0..rounds {
-        step("the emulator's own cost");
-        plain[0].push(time_pagerank(g, k, &mut (), &mut |_| {}));
-        plain[1].push(time_bfs(g, k, &mut (), &mut |_| {})?);
-        let mut e = Epoch::new(cfg(0.0, true), 7);
-        count[0].push(time_pagerank(g, k, &mut e, reset));
-        accesses[0] = e.finish().accesses;
-        let mut e = Epoch::new(cfg(0.0, true), 7);
-        count[1].push(time_bfs(g, k, &mut e, reset)?);
-        accesses[1] = e.finish().accesses;
-        step("the emulator's own cost");
-    }
-    let overhead: Vec<f64> = (0..2)
-        .map(|i| {
-            let extra = median(count[i].iter().copied()) - median(plain[i].iter().copied());
-            (extra * 1e6 / accesses[i].max(1) as f64).max(0.0)
-        })
-        .collect();
-    let mut out: Vec<Emulated> = overhead
-        .iter()
-        .map(|&o| Emulated {
-            ms: vec![vec![]; masks.len()],
-            stats: vec![EpochStats::default(); masks.len()],
-            overhead_ns: o,
-        })
-        .collect();
-    for r in 0..rounds {
-        for j in 0..masks.len() {
-            let i = (j + r) % masks.len();
-            step(&placement_name(&masks[i]));
-            let bits = masks[i]
-                .iter()
-                .enumerate()
-                .fold(0u64, |b, (s, &slow)| b | (u64::from(slow) << s));
-            let mut e = Epoch::new(cfg(overhead[0], false), bits);
-            out[0].ms[i].push(time_pagerank(g, k, &mut e, reset));
-            out[0].stats[i] = e.finish();
-            let mut e = Epoch::new(cfg(overhead[1], false), bits);
-            out[1].ms[i].push(time_bfs(g, k, &mut e, reset)?);
-            out[1].stats[i] = e.finish();
-        }
-    }
-    let bfs = out.pop().expect("two kernels");
-    let pr = out.pop().expect("two kernels");
-    Ok((pr, bfs))
 }
 
 fn table(r: &Report) {
@@ -636,6 +549,16 @@ fn table(r: &Report) {
         r.delta_ns[0],
         r.delta_ns[1],
         r.delta_ns[2]
+    );
+    println!(
+        "  medians of {} back-to-back pairs, one per round after the first {}; those first alone: ΔL chase {:.1}, random {:.2}, stream {:.2} ns, walk {:.1} / {:.2} ns",
+        r.paired.runs,
+        r.paired.runs - r.rounds,
+        r.delta_up_front_ns[0],
+        r.delta_up_front_ns[1],
+        r.delta_up_front_ns[2],
+        r.tlb_up_front.walk_ns,
+        r.tlb_up_front.walk_independent_ns
     );
     println!(
         "TLB chase ({} pages): fast {:.1} ns, slow {:.1} ns per load; page walk on a cache hit {:.1} ns (dependent), {:.2} ns (independent, paired)",
@@ -679,11 +602,13 @@ fn table(r: &Report) {
         }
         Versus::table(44, a.rows.iter().map(|r| (r.placement.as_str(), &r.v)));
         println!(
-            "  benefit per tag alone fast (ms), measured {:?} predicted {:?}; same ranking: {}; max |error| {:.1}%",
+            "  benefit per tag alone fast (ms), measured {:?} predicted {:?}; same ranking: {}; max |error| {:.1}% ({:.1}% priced by the {} pairs before the rounds alone)",
             r1(&a.benefit_measured_ms),
             r1(&a.benefit_predicted_ms),
             a.same_ranking,
-            a.max_abs_error_pct
+            a.max_abs_error_pct,
+            a.max_abs_error_up_front_pct,
+            r.paired.runs - r.rounds
         );
         println!(
             "  main effect per tag slow (ms): measured {:?}, level 3 {:?}, level 2 {:?}",

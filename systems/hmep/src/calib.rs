@@ -367,57 +367,107 @@ pub struct Paired {
 
 /// Measure `slow` against `fast` in pairs (`o.bytes` per backing, at least 5 runs).
 pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
-    let runs = o.runs.max(5);
-    let tlb_pages = TLB_PAGES.min(o.bytes / 4096);
-    let l1_pages = L1_PAGES.min(o.bytes / 4096);
-    let tlb_steps = o.chase_steps.max(8 * tlb_pages as u64);
-    let l1_steps = o.chase_steps.max(8 * l1_pages as u64);
-    // Per backing: the line cycle, and separate buffers for the two page cycles (linking pages
-    // writes over the line cycle).
-    struct Side {
-        lines: Buf,
-        tlb: (Buf, u64),
-        tlb_lines: Vec<u32>,
-        l1: (Buf, u64),
-        rates: (f64, f64),
+    let mut p = Pairing::new(fast, slow, o)?;
+    for _ in 0..o.runs.max(5) {
+        p.pair();
     }
-    let side = |b: &Backing| -> Result<Side> {
-        let mut lines = Buf::new(b, o.bytes)?;
-        lines.link_cycle(o.seed);
-        let mut tlb = Buf::new(b, (tlb_pages * 4096).next_power_of_two())?;
-        let ts = tlb.link_pages(o.seed, tlb_pages);
-        let tlb_lines = tlb.cycle_lines(ts, tlb_pages);
-        let mut l1 = Buf::new(b, (l1_pages * 4096).next_power_of_two().max(2 << 20))?;
-        let ls = l1.link_pages(o.seed ^ 0x11, l1_pages);
-        let huge = huge_backed(lines.addr())
-            .map(|(h, rss)| h as f64 / rss.max(1) as f64)
-            .unwrap_or(0.0)
-            >= 0.5;
-        let (w, l) = (
-            modelled(&tlb, ts, tlb_pages as u64),
-            modelled(&l1, ls, l1_pages as u64),
-        );
-        let rates = if huge {
-            (w.walks_2m, l.l2_hits_2m)
-        } else {
-            (w.walks_4k, l.l2_hits_4k)
+    Ok(p.summary())
+}
+
+/// One backing's buffers for [`Pairing`]: the line cycle, separate buffers for the two page
+/// cycles (linking pages writes over the line cycle), and the modelled walks and L2 TLB hits
+/// per load of those cycles.
+struct Side {
+    lines: Buf,
+    tlb: (Buf, u64),
+    tlb_lines: Vec<u32>,
+    l1: (Buf, u64),
+    rates: (f64, f64),
+}
+
+/// A paired calibration kept open, so that a benchmark can take pairs between its own timed
+/// runs (the prices then come from the same stretch of the shared machine as the runs they
+/// price) and summarise them at the end.
+pub struct Pairing {
+    fast: Side,
+    slow: Side,
+    o: Options,
+    tlb_pages: usize,
+    tlb_steps: u64,
+    l1_steps: u64,
+    differences: Vec<[f64; 6]>,
+}
+
+/// Most pairs one [`Pairing`] keeps (a benchmark takes one per round).
+pub const MAX_PAIRS: usize = 1024;
+
+impl Pairing {
+    /// Map and link both backings' buffers (`o.bytes` each, plus the page cycles).
+    pub fn new(fast: &Backing, slow: &Backing, o: &Options) -> Result<Pairing> {
+        let tlb_pages = TLB_PAGES.min(o.bytes / 4096);
+        let l1_pages = L1_PAGES.min(o.bytes / 4096);
+        let side = |b: &Backing| -> Result<Side> {
+            let mut lines = Buf::new(b, o.bytes)?;
+            lines.link_cycle(o.seed);
+            let mut tlb = Buf::new(b, (tlb_pages * 4096).next_power_of_two())?;
+            let ts = tlb.link_pages(o.seed, tlb_pages);
+            let tlb_lines = tlb.cycle_lines(ts, tlb_pages);
+            let mut l1 = Buf::new(b, (l1_pages * 4096).next_power_of_two().max(2 << 20))?;
+            let ls = l1.link_pages(o.seed ^ 0x11, l1_pages);
+            let huge = huge_backed(lines.addr())
+                .map(|(h, rss)| h as f64 / rss.max(1) as f64)
+                .unwrap_or(0.0)
+                >= 0.5;
+            let (w, l) = (
+                modelled(&tlb, ts, tlb_pages as u64),
+                modelled(&l1, ls, l1_pages as u64),
+            );
+            let rates = if huge {
+                (w.walks_2m, l.l2_hits_2m)
+            } else {
+                (w.walks_4k, l.l2_hits_4k)
+            };
+            Ok(Side {
+                lines,
+                tlb: (tlb, ts),
+                tlb_lines,
+                l1: (l1, ls),
+                rates,
+            })
         };
-        Ok(Side {
-            lines,
-            tlb: (tlb, ts),
-            tlb_lines,
-            l1: (l1, ls),
-            rates,
+        Ok(Pairing {
+            fast: side(fast)?,
+            slow: side(slow)?,
+            o: o.clone(),
+            tlb_pages,
+            tlb_steps: o.chase_steps.max(8 * tlb_pages as u64),
+            l1_steps: o.chase_steps.max(8 * l1_pages as u64),
+            differences: vec![],
         })
-    };
-    let (f, s) = (side(fast)?, side(slow)?);
-    let time = |x: &Side, run: usize| -> [f64; 6] {
+    }
+
+    /// Time the fast and then the slow backing back to back; keep and return the differences
+    /// (chase, random, line, TLB chase, L1 chase, TLB gather, ns per load).
+    pub fn pair(&mut self) -> [f64; 6] {
+        assert!(
+            self.differences.len() < MAX_PAIRS,
+            "at most {MAX_PAIRS} pairs"
+        );
+        let run = self.differences.len() as u64;
+        let (a, b) = (self.time(&self.fast, run), self.time(&self.slow, run));
+        let d = std::array::from_fn(|i| b[i] - a[i]);
+        self.differences.push(d);
+        d
+    }
+
+    fn time(&self, x: &Side, run: u64) -> [f64; 6] {
+        let o = &self.o;
         black_box(x.lines.chase(o.chase_steps / 10));
         let t = Instant::now();
         black_box(x.lines.chase(o.chase_steps));
         let chase = ns_per(t, o.chase_steps);
         let t = Instant::now();
-        black_box(x.lines.random(o.random_loads, o.seed ^ run as u64));
+        black_box(x.lines.random(o.random_loads, o.seed ^ run));
         let random = ns_per(t, o.random_loads);
         let t = Instant::now();
         black_box(x.lines.sequential());
@@ -428,35 +478,36 @@ pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
             black_box(b.chase_from(*start, steps));
             ns_per(t, steps)
         };
-        let tlb = page(&x.tlb, tlb_pages, tlb_steps);
-        let l1 = page(&x.l1, l1_pages, l1_steps);
-        let gather = gather_ns(&x.tlb.0, &x.tlb_lines, tlb_steps);
+        let tlb = page(&x.tlb, self.tlb_pages, self.tlb_steps);
+        let l1 = page(&x.l1, L1_PAGES.min(o.bytes / 4096), self.l1_steps);
+        let gather = gather_ns(&x.tlb.0, &x.tlb_lines, self.tlb_steps);
         [chase, random, line, tlb, l1, gather]
-    };
-    let differences: Vec<[f64; 6]> = (0..runs)
-        .map(|run| {
-            let (a, b) = (time(&f, run), time(&s, run));
-            std::array::from_fn(|i| b[i] - a[i])
-        })
-        .collect();
-    let med = |i: usize| median(&differences.iter().map(|d| d[i]).collect::<Vec<_>>());
-    let per = |i: usize, dr: f64| {
-        if dr < 0.1 {
-            0.0
-        } else {
-            (med(i) / dr).max(0.0)
+    }
+
+    /// The medians of every pair taken so far (at least one).
+    pub fn summary(&self) -> Paired {
+        assert!(!self.differences.is_empty(), "no pair taken");
+        let d = &self.differences;
+        let med = |i: usize| median(&d.iter().map(|d| d[i]).collect::<Vec<_>>());
+        let per = |i: usize, dr: f64| {
+            if dr < 0.1 {
+                0.0
+            } else {
+                (med(i) / dr).max(0.0)
+            }
+        };
+        let (f, s) = (self.fast.rates, self.slow.rates);
+        Paired {
+            runs: d.len(),
+            delta: [med(0).max(0.0), med(1).max(0.0), med(2).max(0.0)],
+            tlb: TlbCost {
+                walk_ns: per(3, s.0 - f.0),
+                walk_independent_ns: per(5, s.0 - f.0),
+                l1_ns: per(4, s.1 - f.1),
+            },
+            differences: d.clone(),
         }
-    };
-    Ok(Paired {
-        runs,
-        delta: [med(0).max(0.0), med(1).max(0.0), med(2).max(0.0)],
-        tlb: TlbCost {
-            walk_ns: per(3, s.rates.0 - f.rates.0),
-            walk_independent_ns: per(5, s.rates.0 - f.rates.0),
-            l1_ns: per(4, s.rates.1 - f.rates.1),
-        },
-        differences,
-    })
+    }
 }
 
 /// Measure every backing of `o`.

@@ -185,6 +185,14 @@ fn a_paired_calibration_gives_every_difference_of_every_run() {
     {
         assert!(v.is_finite() && v >= 0.0, "{p:?}");
     }
+    // A pairing kept open takes pairs one at a time; its summary is over all of them.
+    let mut open = calib::Pairing::new(&Backing::AnonThp, &Backing::File(dir.clone()), &o).unwrap();
+    let first = open.pair();
+    assert_eq!(open.summary().runs, 1);
+    assert_eq!(open.summary().differences, vec![first]);
+    open.pair();
+    assert_eq!(open.summary().runs, 2);
+    drop(open);
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "files gone");
     std::fs::remove_dir(&dir).unwrap();
 }

@@ -220,7 +220,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         quick,
     )?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
-    let pair = super::super::pair_tiers(&a.flags.dir, quick)?;
+    let pair = super::super::pair_tiers(&a.flags.dir, quick)?.summary();
     let (d, tlb) = (pair.delta, pair.tlb);
     bar.inc();
 
