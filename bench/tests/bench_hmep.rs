@@ -24,9 +24,29 @@ fn validate_quick_reports_both_levels() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v = json_of(&o);
     assert!(v["level"].as_str().unwrap().contains("level 2"), "{v}");
+    // Five pairs before the rounds, then one per round; both sets of prices reported.
+    let rounds = v["rounds"].as_u64().unwrap();
+    assert_eq!(
+        v["paired"]["runs"].as_u64().unwrap(),
+        5 + rounds,
+        "{}",
+        v["paired"]
+    );
+    assert_eq!(
+        v["paired"]["differences"].as_array().unwrap().len() as u64,
+        5 + rounds
+    );
+    assert_eq!(v["delta_up_front_ns"].as_array().unwrap().len(), 3);
     let apps = v["apps"].as_array().unwrap();
     assert_eq!(apps.len(), 2);
     for a in apps {
+        // Every placement has a figure per round (that round's median iteration).
+        let per_round = a["measured_rounds_ms"].as_array().unwrap();
+        assert_eq!(per_round.len(), 8);
+        assert!(per_round
+            .iter()
+            .all(|r| r.as_array().unwrap().len() as u64 == rounds));
+        assert!(a["max_abs_error_up_front_pct"].as_f64().unwrap() >= 0.0);
         let rows = a["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 8, "every placement of three tags");
         for r in rows {
