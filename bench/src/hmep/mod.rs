@@ -244,11 +244,11 @@ fn tier_options(backings: Vec<Backing>, quick: bool) -> Options {
 /// open with its first pairs taken, so a benchmark can add one per round.
 pub(crate) fn pair_tiers(dir: &Path, quick: bool) -> Result<calib::Pairing> {
     let o = tier_options(vec![], quick);
-    let mut p = calib::Pairing::new(&Backing::AnonThp, &Backing::File(dir.to_path_buf()), &o)?;
-    for _ in 0..o.runs.max(5) {
-        p.pair();
-    }
-    Ok(p)
+    Ok(calib::Pairing::started(
+        &Backing::AnonThp,
+        &Backing::File(dir.to_path_buf()),
+        &o,
+    )?)
 }
 
 pub fn validate(a: ValidateArgs) -> Result<ExitCode> {

@@ -367,11 +367,7 @@ pub struct Paired {
 
 /// Measure `slow` against `fast` in pairs (`o.bytes` per backing, at least 5 runs).
 pub fn paired(fast: &Backing, slow: &Backing, o: &Options) -> Result<Paired> {
-    let mut p = Pairing::new(fast, slow, o)?;
-    for _ in 0..o.runs.max(5) {
-        p.pair();
-    }
-    Ok(p.summary())
+    Ok(Pairing::started(fast, slow, o)?.summary())
 }
 
 /// One backing's buffers for [`Pairing`]: the line cycle, separate buffers for the two page
@@ -393,6 +389,7 @@ pub struct Pairing {
     slow: Side,
     o: Options,
     tlb_pages: usize,
+    l1_pages: usize,
     tlb_steps: u64,
     l1_steps: u64,
     differences: Vec<[f64; 6]>,
@@ -440,10 +437,21 @@ impl Pairing {
             slow: side(slow)?,
             o: o.clone(),
             tlb_pages,
+            l1_pages,
             tlb_steps: o.chase_steps.max(8 * tlb_pages as u64),
             l1_steps: o.chase_steps.max(8 * l1_pages as u64),
             differences: vec![],
         })
+    }
+
+    /// [`Pairing::new`] with its first pairs taken (`o.runs`, at least 5): what [`paired`]
+    /// summarises, and where a benchmark that adds pairs later starts.
+    pub fn started(fast: &Backing, slow: &Backing, o: &Options) -> Result<Pairing> {
+        let mut p = Pairing::new(fast, slow, o)?;
+        for _ in 0..o.runs.max(5) {
+            p.pair();
+        }
+        Ok(p)
     }
 
     /// Time the fast and then the slow backing back to back; keep and return the differences
@@ -479,7 +487,7 @@ impl Pairing {
             ns_per(t, steps)
         };
         let tlb = page(&x.tlb, self.tlb_pages, self.tlb_steps);
-        let l1 = page(&x.l1, L1_PAGES.min(o.bytes / 4096), self.l1_steps);
+        let l1 = page(&x.l1, self.l1_pages, self.l1_steps);
         let gather = gather_ns(&x.tlb.0, &x.tlb_lines, self.tlb_steps);
         [chase, random, line, tlb, l1, gather]
     }
