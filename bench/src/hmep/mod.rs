@@ -441,7 +441,7 @@ fn app(
     // run; a round's figure (for the pair tests): that round's median iteration, likewise.
     let measured: Vec<f64> = ms
         .iter()
-        .map(|rounds| typical(&rounds.concat()) / rounds.len() as f64)
+        .map(|rounds| median(rounds.iter().flatten().copied()) * rounds[0].len() as f64)
         .collect();
     let ms: Vec<Vec<f64>> = ms
         .iter()

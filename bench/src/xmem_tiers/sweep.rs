@@ -159,10 +159,10 @@ pub struct Point {
     pub xmem_reads_over_oracle: f64,
     /// The same two for X-Mem with the thesis's unfiltered profile.
     pub xmem_unfiltered_over_oracle: f64,
+    pub xmem_unfiltered_ahead_of_page_hotness: bool,
     /// X-Mem with per-region profiles over the oracle, and whether it is ahead of page hotness.
     pub xmem_regions_over_oracle: f64,
     pub xmem_regions_ahead_of_page_hotness: bool,
-    pub xmem_unfiltered_ahead_of_page_hotness: bool,
 }
 
 /// Every policy at every (preset, fraction).
@@ -220,9 +220,9 @@ pub fn evaluate(d: &Data, models: &[Model], fractions: &[f64], base_ns: f64) -> 
                 units_can_match_page_hotness: t("oracle") <= t("page-hotness"),
                 xmem_reads_over_oracle: t("x-mem-reads") / t("oracle"),
                 xmem_unfiltered_over_oracle: t("x-mem-unfiltered") / t("oracle"),
+                xmem_unfiltered_ahead_of_page_hotness: t("x-mem-unfiltered") <= t("page-hotness"),
                 xmem_regions_over_oracle: t("x-mem-regions") / t("oracle"),
                 xmem_regions_ahead_of_page_hotness: t("x-mem-regions") <= t("page-hotness"),
-                xmem_unfiltered_ahead_of_page_hotness: t("x-mem-unfiltered") <= t("page-hotness"),
                 policies,
             });
         }

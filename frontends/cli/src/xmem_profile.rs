@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use pmkit_xmem::cache::Cache;
 use pmkit_xmem::classify::{self, Access, BUFFER};
 use pmkit_xmem::profiles::{self, Saved};
-use pmkit_xmem::trace::{label_misses, parse_lackey_rw, Counts};
+use pmkit_xmem::trace::{parse_lackey_rw, Counts};
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -126,7 +126,7 @@ impl<'a> Classifier<'a> {
     /// Classify the buffer (the thesis's 4096 accesses, in log order) and count.
     fn flush(&mut self) {
         let labels = match self.cache {
-            Some(_) => label_misses(&mut self.classifier, &mut self.buf, &self.missed),
+            Some(_) => self.classifier.label_misses(&mut self.buf, &self.missed),
             None => self.classifier.classify(&mut self.buf),
         };
         self.missed.clear();

@@ -132,6 +132,32 @@ impl Classifier {
             .collect()
     }
 
+    /// Classify a buffer and label each access that `missed` a cache model (`missed[i]` for
+    /// `buf[i]`, in log order) with its line's pattern: one label per miss, not per line.
+    pub fn label_misses(&mut self, buf: &mut [Access], missed: &[bool]) -> Vec<(u64, Pattern)> {
+        assert_eq!(buf.len(), missed.len(), "a miss flag per access");
+        // Classifying reorders the buffer: keep the misses' addresses apart.
+        let misses: Vec<u64> = buf
+            .iter()
+            .zip(missed)
+            .filter(|(_, &m)| m)
+            .map(|(a, _)| a.addr)
+            .collect();
+        let labels = self.classify(buf);
+        misses
+            .into_iter()
+            .map(|addr| {
+                let line = addr / LINE;
+                let i = labels.partition_point(|l| l.0 / LINE < line);
+                let p = labels
+                    .get(i)
+                    .filter(|l| l.0 / LINE == line)
+                    .map_or(Pattern::Random, |l| l.1);
+                (addr, p)
+            })
+            .collect()
+    }
+
     /// Per line (in line order): whether a stream prefetcher would have fetched it before its
     /// first access, because the line its 4 KiB page first touched just before it (in this
     /// buffer or, for the page's first line here, in an earlier one) is the line below; a
@@ -147,13 +173,14 @@ impl Classifier {
         for (k, cur) in by_page.iter().enumerate() {
             let (line, t) = first[cur.2 as usize];
             let i = cur.2 as usize;
-            let below = i > 0 && first[i - 1].0 + 1 == line && first[i - 1].1 < t;
             out[i] = match k.checked_sub(1).map(|j| by_page[j]) {
                 Some(prev) if prev.0 == cur.0 => first[prev.2 as usize].0 + 1 == line,
                 // The stream reached this line or the one below in an earlier buffer.
                 _ if self.head(cur.0).is_some_and(|h| h == line || h + 1 == line) => true,
                 _ if line.is_multiple_of(LINES_PER_PAGE) && line > 0 => {
-                    below || self.head(cur.0 - 1) == Some(line - 1)
+                    // The page below's last line, touched earlier in this buffer or before it.
+                    (i > 0 && first[i - 1].0 + 1 == line && first[i - 1].1 < t)
+                        || self.head(cur.0 - 1) == Some(line - 1)
                 }
                 _ => false,
             };

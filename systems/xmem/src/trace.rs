@@ -16,8 +16,7 @@
 //! a slow tier's write cost applies to; the thesis's profile has no writes).
 
 use crate::cache::Cache;
-use crate::classify::{self, Access, Classifier, BUFFER};
-use crate::place::Pattern;
+use crate::classify::{Access, Classifier, BUFFER};
 use std::collections::BTreeMap;
 
 /// What a tracer counted in one region.
@@ -144,7 +143,7 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
             self.buf.clear();
             return;
         }
-        for (addr, p) in label_misses(&mut self.classifier, &mut self.buf, &self.missed) {
+        for (addr, p) in self.classifier.label_misses(&mut self.buf, &self.missed) {
             if let Some(r) = (self.region_of)(addr) {
                 self.counts.entry(r).or_default().by_pattern[p as usize] += 1;
             }
@@ -163,36 +162,6 @@ impl<F: Fn(u64) -> Option<usize>> Tracer<F> {
         self.flush();
         std::mem::take(&mut self.counts)
     }
-}
-
-/// Classify a buffer and label each access that `missed` a cache model (`missed[i]` for
-/// `buf[i]`, in log order) with its line's pattern: one label per miss, not per line.
-pub fn label_misses(
-    classifier: &mut Classifier,
-    buf: &mut [Access],
-    missed: &[bool],
-) -> Vec<(u64, Pattern)> {
-    assert_eq!(buf.len(), missed.len(), "a miss flag per access");
-    // The classifier reorders its input: keep the misses' addresses apart.
-    let misses: Vec<u64> = buf
-        .iter()
-        .zip(missed)
-        .filter(|(_, &m)| m)
-        .map(|(a, _)| a.addr)
-        .collect();
-    let labels = classifier.classify(buf);
-    misses
-        .into_iter()
-        .map(|addr| {
-            let line = addr / classify::LINE;
-            let i = labels.partition_point(|l| l.0 / classify::LINE < line);
-            let p = labels
-                .get(i)
-                .filter(|l| l.0 / classify::LINE == line)
-                .map_or(Pattern::Random, |l| l.1);
-            (addr, p)
-        })
-        .collect()
 }
 
 /// Add `other`'s counts into `into` (tracers of several threads).
@@ -244,6 +213,7 @@ pub fn classify_log(log: &[Access], region_of: impl Fn(u64) -> Option<usize>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::place::Pattern;
 
     #[test]
     fn lackey_lines_parse_and_lose_pointer_chasing() {
