@@ -174,7 +174,15 @@ enum Cmd {
 }
 
 fn main() -> std::process::ExitCode {
-    pmkit::entry::main("pmkit-bench", || match Cli::parse().cmd {
+    pmkit::entry::main("pmkit-bench", || {
+        // The benchmarks run servers in process: a client that hangs up must not kill them.
+        pmkit::entry::ignore_sigpipe();
+        run(Cli::parse().cmd)
+    })
+}
+
+fn run(cmd: Cmd) -> anyhow::Result<std::process::ExitCode> {
+    match cmd {
         Cmd::Protection(a) => figures::protection(a),
         Cmd::WriteScheme(a) => figures::write_scheme(a),
         Cmd::Overview(a) => figures::overview(a),
@@ -198,5 +206,5 @@ fn main() -> std::process::ExitCode {
         Cmd::Xmem(a) => xmem_tiers::run(a),
         Cmd::XkvServe(a) => hmep::kv::server::serve(a),
         Cmd::Xkv(a) => hmep::kv::bench::bench(a),
-    })
+    }
 }

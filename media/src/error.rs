@@ -18,7 +18,7 @@ pub enum MediaError {
         size: u64,
         why: String,
     },
-    #[error("{path}: does not exist; pass a size (e.g. --size 1G) to create it")]
+    #[error("{path}: does not exist")]
     Missing { path: PathBuf },
     #[error(
         "{path}: is not a device-dax character device ({why}); use a file path for file-backed PM"
@@ -31,6 +31,12 @@ pub enum MediaError {
         path: PathBuf,
         offset: u64,
         err: std::io::Error,
+    },
+    /// Another process holds the file's lock: a mount, a server, a program using the pool.
+    #[error("{path}: in use by {}; stop it first (for a mount: pmkit fs umount DIR; for a server: SIGTERM)", crate::holders::describe(holders))]
+    InUse {
+        path: PathBuf,
+        holders: Vec<crate::holders::Holder>,
     },
     #[error("msync of bytes {offset}..{end}: {err}")]
     Sync {

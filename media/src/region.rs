@@ -130,7 +130,8 @@ impl Region {
         made
     }
 
-    /// Open an existing file or device-dax device and map all of it.
+    /// Open an existing file or device-dax device and map all of it. A sparse file opened
+    /// read-write has its holes allocated first, so a store never meets a full file system.
     pub fn open(path: &Path, opts: &RegionOptions) -> Result<Region> {
         let meta = std::fs::metadata(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -150,6 +151,19 @@ impl Region {
         }
         check_size(path, meta.len(), PAGE)?;
         let file = open_file(path, opts.read_only)?;
+        if !opts.read_only && meta.blocks() * 512 < meta.len() {
+            // A sparse file (made by `truncate`, or copied without its holes) would take its
+            // missing blocks at the first store into each: on a full file system that store
+            // is a SIGBUS, where no error can be returned. Allocate them now, where it can.
+            fallocate(&file, meta.len()).map_err(|e| {
+                MediaError::io(
+                    path,
+                    "is sparse and its blocks cannot be allocated (fallocate; free space on its \
+                     file system, or move it to one with room)",
+                    e,
+                )
+            })?;
+        }
         Self::map_file(path, file, meta.len(), opts)
     }
 
@@ -248,7 +262,7 @@ impl Region {
         let domain = platform_domain().or(opts.domain).unwrap_or(Domain::Adr);
         if kind == RegionKind::File && !on_tmpfs && !opts.read_only {
             notes.push(format!(
-                "{}: a plain file on a disk file system is durable only after msync (use --write msync)",
+                "{}: a plain file on a disk file system (not DAX, not tmpfs) is durable only after msync",
                 path.display()
             ));
         }
@@ -432,6 +446,23 @@ impl Region {
             return Ok(false);
         }
         Err(MediaError::io(self.path(), "cannot lock (flock)", e))
+    }
+
+    /// [`Region::try_lock`] that fails with [`MediaError::InUse`], naming the processes that
+    /// hold the file (pid and command line), when another holds a conflicting lock.
+    pub fn claim(&self, exclusive: bool) -> Result<()> {
+        if self.try_lock(exclusive)? {
+            return Ok(());
+        }
+        Err(MediaError::InUse {
+            path: self.path.clone(),
+            holders: self.file().map(crate::holders::of_file).unwrap_or_default(),
+        })
+    }
+
+    /// The processes other than this one that hold a lock on the region's file.
+    pub fn holders(&self) -> Vec<crate::holders::Holder> {
+        self.file().map(crate::holders::of_file).unwrap_or_default()
     }
 
     /// Release the lock [`Region::try_lock`] took (unlocking an unlocked file does nothing).

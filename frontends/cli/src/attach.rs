@@ -75,6 +75,7 @@ pub struct DetachArgs {
 
 pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     let mut set = crate::serve::block_signals();
+    pmkit::entry::ignore_sigpipe();
     // SIGUSR1 asks for a lazy detach (`pmkit detach --lazy`); blocked before any thread exists.
     // SAFETY: set is an initialised sigset_t we own; SIGUSR1 is a valid signal; NULL old set.
     unsafe {
@@ -92,6 +93,14 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     // Check root, /dev/fuse, tools and the mountpoint before opening (or creating) anything.
     attach::preflight(&opts)?;
     let engine = a.engine.to_options();
+    if a.path.exists() {
+        crate::identify::expect_path(&a.path, crate::identify::Kind::Blk)?;
+    } else if a.size.is_none() {
+        anyhow::bail!(
+            "{}: does not exist; give --size (e.g. --size 1G) to create it",
+            a.path.display()
+        );
+    }
     let dev = if !a.path.exists() && a.size.is_some() {
         pmkit_blk::create_path(&a.path, a.size, &Default::default(), &engine)
     } else {

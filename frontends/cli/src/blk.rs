@@ -15,6 +15,10 @@ pub struct CreateArgs {
     pub create: CreateFlags,
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Format PATH even if it already holds a pmkit device, file system or object pool
+    /// (whose contents are then lost); without it such a file is refused
+    #[arg(long)]
+    pub force: bool,
     /// Print JSON
     #[arg(long)]
     pub json: bool,
@@ -41,13 +45,26 @@ pub struct CheckArgs {
 }
 
 pub fn create(a: CreateArgs) -> Result<ExitCode> {
-    let dev = pmkit_blk::create_path(
-        &a.path,
-        a.create.size,
-        &a.create.to_options(),
-        &a.engine.to_options(),
-    )
-    .with_context(|| format!("cannot create a block device at {}", a.path.display()))?;
+    let engine = a.engine.to_options();
+    let target = crate::format_target::Target {
+        path: &a.path,
+        size: a.create.size,
+        force: a.force,
+        opts: pmkit_media::RegionOptions {
+            populate: engine.populate,
+            ..Default::default()
+        },
+        command: "pmkit create",
+    };
+    let dev = crate::format_target::format(&target, |region, fresh| {
+        // A freshly fallocate'd file reads as zeroes already.
+        let create = pmkit_blk::CreateOptions {
+            zero_data: !fresh,
+            ..a.create.to_options()
+        };
+        pmkit_blk::Device::create(region, &create, &engine)
+            .with_context(|| format!("cannot create a block device at {}", a.path.display()))
+    })?;
     let info = dev.info();
     dev.close().context("cannot close the new device")?;
     if a.json {
@@ -81,6 +98,7 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
 }
 
 pub fn info(a: InfoArgs) -> Result<ExitCode> {
+    crate::identify::expect_path(&a.path, crate::identify::Kind::Blk)?;
     let (found, in_use) = pmkit_blk::inspect_path(&a.path)
         .with_context(|| format!("cannot read the device at {}", a.path.display()))?;
     if a.json {
@@ -201,6 +219,7 @@ fn print_info(path: &std::path::Path, f: &Found, in_use: bool) {
 }
 
 pub fn check(a: CheckArgs) -> Result<ExitCode> {
+    crate::identify::expect_path(&a.path, crate::identify::Kind::Blk)?;
     let report = pmkit_blk::check_path(&a.path, a.mark_clean).map_err(|e| {
         let denied = matches!(&e, pmkit_blk::BlkError::Media(m)
             if matches!(m.os_error(), Some(libc::EROFS | libc::EACCES | libc::EPERM)));

@@ -16,11 +16,20 @@ pub struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Make an empty file system in POOL (a file of --size bytes, created if missing).
+    /// Make an empty file system in POOL: a new file of --size bytes, or an existing file or
+    /// /dev/daxX.Y device. Refused while POOL is in use (mounted, served, open in a program),
+    /// and over an existing pmkit format unless --force.
     Mkfs {
+        /// The pool: a file (on a DAX file system for real PM, in /dev/shm for emulated PM)
+        /// or a device-dax device.
         pool: PathBuf,
+        /// Size of a pool file created here (e.g. 64M, 1G); an existing file keeps its size.
         #[arg(long, value_parser = parse_size)]
-        size: u64,
+        size: Option<u64>,
+        /// Format POOL even if it already holds a pmkit file system, device or object pool
+        /// (whose contents are then lost).
+        #[arg(long)]
+        force: bool,
         /// Inodes in the fixed inode table (the most files and directories, plus one).
         #[arg(long, default_value_t = 4096)]
         inodes: u32,
@@ -101,8 +110,11 @@ enum Cmd {
     },
 }
 
+/// Open a pool to read it: read-only, refused when it holds another pmkit kind.
 fn open_ro(path: &Path) -> Result<Region> {
-    Region::open_read_only(path).with_context(|| format!("{}: cannot open", path.display()))
+    let r = Region::open_read_only(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    crate::identify::expect(path, &r, crate::identify::Kind::Fs)?;
+    Ok(r)
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -110,22 +122,30 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Cmd::Mkfs {
             pool,
             size,
+            force,
             inodes,
             lanes,
             lane_entries,
         } => {
-            let region = Region::open_or_create(&pool, size, &RegionOptions::default())
-                .with_context(|| format!("{}: cannot create", pool.display()))?;
-            for n in region.notes() {
-                eprintln!("note: {n}");
-            }
+            let target = crate::format_target::Target {
+                path: &pool,
+                size,
+                force,
+                opts: RegionOptions::default(),
+                command: "pmkit fs mkfs",
+            };
             let o = MkfsOptions {
                 inodes,
                 lanes,
                 lane_entries,
             };
-            Fs::mkfs(&region, &o).with_context(|| format!("{}", pool.display()))?;
-            let sb = pmkit_fs::superblock(&region)?;
+            let sb = crate::format_target::format(&target, |region, _| {
+                for n in region.notes() {
+                    eprintln!("note: {n}");
+                }
+                Fs::mkfs(&region, &o).with_context(|| format!("{}", pool.display()))?;
+                Ok(pmkit_fs::superblock(&region)?)
+            })?;
             println!(
                 "{}: PMFS of {} blocks of 4 KiB ({} for data), {} inodes, {} journal lanes of {} entries",
                 pool.display(),
@@ -208,7 +228,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             cache,
             transport,
             full_walk,
-        } => crate::fs_mount::mount(
+        } => {
+            crate::identify::expect_path(&pool, crate::identify::Kind::Fs)?;
+            crate::fs_mount::mount(
             &pool,
             &dir,
             &crate::fs_mount::Opts {
@@ -221,7 +243,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 transport,
                 full_walk,
             },
-        )?,
+        )?
+        }
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
         Cmd::Check {
             pool,
@@ -281,6 +304,7 @@ fn parse_geometry(s: &str) -> std::result::Result<GeometryHint, String> {
 fn repair(pool: &Path, json: bool, geometry: Option<GeometryHint>) -> Result<ExitCode> {
     let region = Region::open(pool, &RegionOptions::default())
         .with_context(|| format!("{}: cannot open for repair", pool.display()))?;
+    crate::identify::expect(pool, &region, crate::identify::Kind::Fs)?;
     if !region
         .try_lock(true)
         .with_context(|| format!("{}", pool.display()))?

@@ -31,6 +31,7 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
     pmfs_mount::block_signals();
+    pmkit::entry::ignore_sigpipe();
     let o = MountOptions {
         threads,
         protect: a.protect,
@@ -50,7 +51,7 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     }
     let r = &served.recovery;
     eprintln!(
-        "mounted {}{}: last unmount {}, journal: {:?}, orphans finished {}{}",
+        "mounted {}{}: last unmount {}, journal: {}, orphans finished {}{}",
         pool.display(),
         if r.from_checkpoint {
             " from the clean-unmount checkpoint"

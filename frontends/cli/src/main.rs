@@ -7,9 +7,11 @@
 mod attach;
 mod bench;
 mod blk;
+mod format_target;
 mod fs;
 mod fs_mount;
 mod hmep;
+mod identify;
 mod obj;
 mod probe;
 mod serve;
@@ -40,9 +42,11 @@ enum Cmd {
     /// Verify a block device (superblock, checksums): exit 0 when clean, 1 otherwise. Opens it
     /// read-only unless --mark-clean.
     Check(blk::CheckArgs),
-    /// Persistent memory objects (PMO): create, list, inspect, dump and check pools.
+    /// Persistent memory objects (PMO): create pools; list, inspect, dump and check them
+    /// (read-only); make, write and delete objects.
     Obj(obj::Args),
-    /// PMFS, a crash-consistent file system on PM: mkfs, info and check (docs/fs.md).
+    /// PMFS, a crash-consistent file system on PM: mkfs, mount, umount, info, check and repair
+    /// (docs/fs.md).
     Fs(fs::Args),
     /// X-Mem (docs/xmem.md): profile a program's accesses per data structure (valgrind
     /// lackey), plan a fast-tier budget from the profile, describe a profile.

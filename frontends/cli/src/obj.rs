@@ -17,12 +17,17 @@ pub struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Create a pool file (or format a device-dax device) of SIZE bytes.
+    /// Create a pool: a new file of --size bytes, or format an existing file or device-dax
+    /// device. Refused while POOL is in use, and over an existing pmkit format unless --force.
     Create {
         pool: PathBuf,
-        /// Pool size, e.g. 64M, 1G (ignored for an existing device-dax device).
+        /// Size of a pool file created here, e.g. 64M, 1G; an existing file keeps its size.
         #[arg(long, value_parser = parse_size)]
-        size: u64,
+        size: Option<u64>,
+        /// Format POOL even if it already holds a pmkit object pool, file system or device
+        /// (whose contents are then lost).
+        #[arg(long)]
+        force: bool,
         /// Object Table entries: the most objects the pool can hold.
         #[arg(long, default_value_t = 4096)]
         max_objects: u32,
@@ -78,9 +83,13 @@ enum Cmd {
     Delete { pool: PathBuf, name: String },
 }
 
+/// Open a pool to change it: read-write, locked exclusively (refused, holders named, while
+/// another process uses it), recovered.
 fn open(path: &Path) -> Result<Pool<Region>> {
     let region = Region::open(path, &RegionOptions::default())
         .with_context(|| format!("{}: cannot open", path.display()))?;
+    crate::identify::expect(path, &region, crate::identify::Kind::Obj)?;
+    region.claim(true)?;
     let (pool, rec) = Pool::open(region, &PoolOptions::default())
         .with_context(|| format!("{}", path.display()))?;
     if !rec.rolled_forward.is_empty() {
@@ -93,11 +102,40 @@ fn open(path: &Path) -> Result<Pool<Region>> {
     Ok(pool)
 }
 
+/// Open a pool to read it: read-only (`O_RDONLY`, nothing written; read permission is
+/// enough), with a shared lock so no writer changes it meanwhile. A committed sync that a crash
+/// left to roll forward needs a writer: then the pool is opened as [`open`] does, when this
+/// process may.
+fn open_read(path: &Path) -> Result<Pool<Region>> {
+    let region = Region::open_read_only(path)
+        .with_context(|| format!("{}: cannot open", path.display()))?;
+    crate::identify::expect(path, &region, crate::identify::Kind::Obj)?;
+    region.claim(false)?;
+    if Pool::check(&region).pending_intent.is_some() {
+        drop(region);
+        return open(path).with_context(|| {
+            format!(
+                "{}: a sync interrupted by a crash must be rolled forward before the pool is \
+                 read, which needs write access",
+                path.display()
+            )
+        });
+    }
+    // Read-only mappings protect themselves: no page rights, keys or kernel writes to set up.
+    let opts = PoolOptions {
+        protect: false,
+        ..PoolOptions::default()
+    };
+    let (pool, _) = Pool::open(region, &opts).with_context(|| format!("{}", path.display()))?;
+    Ok(pool)
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.cmd {
         Cmd::Create {
             pool,
             size,
+            force,
             max_objects,
             checksum,
         } => {
@@ -106,12 +144,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 checksum,
                 ..PoolOptions::default()
             };
-            let region = Region::open_or_create(&pool, size, &RegionOptions::default())
-                .with_context(|| format!("{}: cannot create", pool.display()))?;
-            for n in region.notes() {
-                eprintln!("note: {n}");
-            }
-            let p = Pool::format(region, &opts).with_context(|| format!("{}", pool.display()))?;
+            let target = crate::format_target::Target {
+                path: &pool,
+                size,
+                force,
+                opts: RegionOptions::default(),
+                command: "pmkit obj create",
+            };
+            let p = crate::format_target::format(&target, |region, _| {
+                for n in region.notes() {
+                    eprintln!("note: {n}");
+                }
+                Pool::format(region, &opts).with_context(|| format!("{}", pool.display()))
+            })?;
             let g = p.geometry();
             println!(
                 "{}: PMO pool of {} bytes, {} object entries, object area {} bytes{}",
@@ -123,7 +168,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             );
         }
         Cmd::List { pool, json } => {
-            let p = open(&pool)?;
+            let p = open_read(&pool)?;
             let list = p.list();
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
@@ -141,7 +186,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
         }
         Cmd::Info { pool, json } => {
-            let p = open(&pool)?;
+            let p = open_read(&pool)?;
             let g = p.geometry();
             let (free, largest) = p.free_space();
             let objects = p.list().len();
@@ -176,7 +221,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
         }
         Cmd::Dump { pool, name, hex } => {
-            let p = open(&pool)?;
+            let p = open_read(&pool)?;
             let data = p.read_published(&name)?;
             let mut out = std::io::stdout().lock();
             if hex {
@@ -199,8 +244,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
         }
         Cmd::Check { pool, json } => {
-            let region = Region::open(&pool, &RegionOptions::default())
+            let region = Region::open_read_only(&pool)
                 .with_context(|| format!("{}: cannot open", pool.display()))?;
+            crate::identify::expect(&pool, &region, crate::identify::Kind::Obj)?;
+            region.claim(false)?;
             let r = Pool::check(&region);
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);

@@ -103,8 +103,20 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
         }
     };
     if path.exists() {
-        let dev = pmkit_blk::open_path(&path, &engine)
-            .with_context(|| format!("cannot open {}", path.display()))?;
+        crate::identify::expect_path(&path, crate::identify::Kind::Blk)?;
+        let dev = pmkit_blk::open_path(&path, &engine).map_err(|e| {
+            let denied = matches!(&e, pmkit_blk::BlkError::Media(m)
+                if matches!(m.os_error(), Some(libc::EROFS | libc::EACCES | libc::EPERM)));
+            let what = if denied && !a.read_only {
+                format!(
+                    "cannot open {} for writing; to export it read-only, add --read-only",
+                    path.display()
+                )
+            } else {
+                format!("cannot open {}", path.display())
+            };
+            anyhow::Error::new(e).context(what)
+        })?;
         if let Some(want) = a.create.size {
             // A size names the device to create; an existing one keeps its own.
             if a.path.is_some() && dev.capacity() != want {
@@ -159,6 +171,7 @@ pub(crate) fn block_signals() -> libc::sigset_t {
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
     // Before any thread exists, so every thread inherits the mask and only `sigwait` sees them.
     let set = block_signals();
+    pmkit::entry::ignore_sigpipe();
     let listen = match (&a.listen, &a.socket) {
         (Some(addr), _) => Listen::Tcp(*addr),
         (None, Some(p)) => Listen::Unix(p.clone()),

@@ -34,10 +34,17 @@ fn create_info_check_and_the_problems_check_reports() {
     let o = pmkit(&["check", ps]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 
-    // Creating over an existing file is refused and leaves it alone.
-    let o = pmkit(&["create", ps, "--size", "4M"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).contains("already exists"), "{}", text(&o));
+    // Creating over an existing device is refused (it says what the file holds) and leaves it
+    // alone, with or without --size.
+    for args in [&["create", ps, "--size", "4M"][..], &["create", ps]] {
+        let o = pmkit(args);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(
+            text(&o).contains("holds a PMBD block device") && text(&o).contains("--force"),
+            "{}",
+            text(&o)
+        );
+    }
     assert_eq!(pmkit(&["check", ps]).status.code(), Some(0));
 
     // Corrupt one block's data: check names it and fails.

@@ -248,23 +248,19 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     let mut notes = Vec::new();
     notes.extend(clean_stale(&dir)?);
     if !dir.is_dir() {
+        let why = if dir.exists() {
+            "not a directory"
+        } else {
+            "does not exist (make it with mkdir)"
+        };
         return Err(MountError::Dir {
             dir,
-            why: "not a directory".into(),
+            why: why.into(),
         });
     }
     let region = Region::open(pool, &RegionOptions::default())
         .map_err(|e| MountError::Pool(format!("{}: cannot open: {e}", pool.display())))?;
-    match region.try_lock(true) {
-        Ok(true) => {}
-        Ok(false) => {
-            return Err(MountError::Pool(format!(
-                "{}: in use by another process",
-                pool.display()
-            )))
-        }
-        Err(e) => return Err(MountError::Pool(format!("{}: {e}", pool.display()))),
-    }
+    region.claim(true).map_err(|e| MountError::Pool(e.to_string()))?;
     notes.extend(region.notes().iter().cloned());
     let mo = pmkit_fs::MountOptions {
         data: o.data,

@@ -106,6 +106,9 @@ impl<M: Media + 'static> Device<M> {
             .mapping()
             .map(|r| r.notes().to_vec())
             .unwrap_or_default();
+        if engine.write != WriteScheme::Msync && media.mapping().is_some_and(|r| r.needs_msync()) {
+            notes.push("the device is durable there only with --write msync".into());
+        }
         if let Some(e) = &found.slot_errors[1 - found.slot] {
             notes.push(format!(
                 "superblock slot {} is unusable ({e}); slot {} is in force (an interrupted update leaves this)",

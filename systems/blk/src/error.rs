@@ -27,7 +27,7 @@ pub enum BlkError {
     BadMedia { block: u64, media_off: u64 },
     #[error("block {block}: data read back after the write differs from what was written (--write-verify)")]
     VerifyFailed { block: u64 },
-    #[error("not a pmkit block device: wrong magic {found:02x?} in both superblock copies (create one with `pmkit create`)")]
+    #[error("not a pmkit block device: no PMBD superblock at byte 0 or 2048 (if it should be one, it is damaged beyond what `pmkit check` can read)")]
     BadMagic { found: [u8; 8] },
     #[error("superblock version {found} is not supported (this pmkit reads version {supported})")]
     BadVersion { found: u32, supported: u32 },
@@ -51,8 +51,12 @@ pub enum BlkError {
     ProtectUnavailable { mode: &'static str, why: String },
     #[error("write scheme `{0}` is not available on this CPU")]
     SchemeUnavailable(&'static str),
-    #[error("{path}: the device is open in another process; stop that process first")]
-    Busy { path: std::path::PathBuf },
+    #[error("{path}: the device is in use by {}; stop it first", pmkit_media::holders::describe(holders))]
+    Busy {
+        path: std::path::PathBuf,
+        /// Who holds it (pid and command), when `/proc/locks` says.
+        holders: Vec<pmkit_media::Holder>,
+    },
     #[error("the device is closed")]
     Closed,
     #[error("the device is open read-only: writes, trims and zeroing are refused")]

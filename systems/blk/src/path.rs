@@ -27,6 +27,7 @@ fn lock(region: &Region, exclusive: bool) -> Result<()> {
     } else {
         Err(BlkError::Busy {
             path: region.path().into(),
+            holders: region.holders(),
         })
     }
 }

@@ -213,6 +213,19 @@ pub struct Replay {
     pub committed_seen: u32,
 }
 
+impl std::fmt::Display for Replay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.rolled_back == 0 && self.committed_seen == 0 {
+            return f.write_str("nothing to undo");
+        }
+        write!(
+            f,
+            "{} unfinished transaction(s) rolled back ({} undo entries), {} committed",
+            self.rolled_back, self.entries, self.committed_seen
+        )
+    }
+}
+
 /// Roll back every lane's uncommitted tail and start a new generation in every lane. Returns the
 /// new generations, or the problems that make the journal unusable (nothing written then).
 pub fn recover<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Result<(Vec<u32>, Replay), Vec<String>> {

@@ -232,7 +232,7 @@ impl Geometry {
         let magic = le64(b, H_MAGIC);
         if magic != MAGIC {
             return Err(ObjError::NotAPool(format!(
-                "no PMO pool magic at offset 0 (found {magic:#018x}); create one with `pmkit obj create`"
+                "not a PMO object pool: no pool header at byte 0"
             )));
         }
         let crc = crc32c::crc32c(&b[H_BODY]);
