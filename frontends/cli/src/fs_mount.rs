@@ -114,6 +114,14 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         ),
         None => eprintln!("unmounted"),
     }
+    if let Some(why) = ended.not_clean {
+        anyhow::bail!(
+            "{}: NOT marked clean: {why}; the next mount recovers it (`pmkit fs check {}` tells \
+             its state)",
+            pool.display(),
+            pool.display()
+        );
+    }
     eprintln!("{}: marked clean", pool.display());
     Ok(())
 }

@@ -110,15 +110,23 @@ fn errno(e: pmkit_fs::Error) -> Errno {
     e.errno()
 }
 
-fn time(ns: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_nanos(ns)
+/// The time `ns` nanoseconds after the epoch (before it, when negative).
+fn time(ns: i64) -> SystemTime {
+    let d = Duration::from_nanos(ns.unsigned_abs());
+    if ns >= 0 {
+        UNIX_EPOCH + d
+    } else {
+        UNIX_EPOCH - d
+    }
 }
 
-/// Nanoseconds since the epoch of `t` (`None`: now).
-pub fn ns_of(t: Option<SystemTime>) -> u64 {
-    t.unwrap_or_else(SystemTime::now)
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+/// Nanoseconds since the epoch of `t` (`None`: now), negative before it, clamped to what an
+/// inode holds.
+pub fn ns_of(t: Option<SystemTime>) -> i64 {
+    match t.unwrap_or_else(SystemTime::now).duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+    }
 }
 
 pub fn file_type(k: Kind) -> FileType {

@@ -50,10 +50,22 @@ fn owner(req: &Request) -> Owner {
     }
 }
 
-fn time_of(t: TimeOrNow) -> Option<SystemTime> {
-    match t {
-        TimeOrNow::SpecificTime(t) => Some(t),
-        TimeOrNow::Now => None,
+/// Nanoseconds since the epoch of a time a SETATTR asked for (`None`: now).
+fn ns_asked(t: TimeOrNow) -> i64 {
+    let TimeOrNow::SpecificTime(t) = t else {
+        return crate::pmfs::ns_of(None);
+    };
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(_) => crate::pmfs::ns_of(Some(t)),
+        // fuser 0.18 turns the kernel's (seconds, nanoseconds) before the epoch, e.g.
+        // (-2, 500000000) for -1.5 s, into the epoch minus 2.5 s (its time.rs leaves this as a
+        // TODO): undo that, so the nanoseconds count forward from the seconds as the kernel
+        // meant.
+        Err(before) => {
+            let d = before.duration();
+            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            pmkit_fs::ns_of_timespec(-secs, d.subsec_nanos() as i64)
+        }
     }
 }
 
@@ -86,6 +98,15 @@ fn xattr(r: Result<Xattr, i32>, reply: ReplyXattr) {
     }
 }
 
+/// Run a request's handler; a panic in it is logged and the worker thread goes on serving. The
+/// reply the handler owned is dropped as the panic unwinds, and fuser answers a dropped reply
+/// with EIO: the caller gets an error, never silence.
+fn guard(op: &str, handler: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(handler)).is_err() {
+        tracing::error!("pmfs: a {op} request panicked; answered EIO, serving on");
+    }
+}
+
 impl Filesystem for PmFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(MAX_WRITE);
@@ -106,18 +127,20 @@ impl Filesystem for PmFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(
-            &self.ops,
-            self.ops.lookup(parent.into(), name.as_bytes()),
-            reply,
-        )
+        guard("lookup", || {
+            entry(
+                &self.ops,
+                self.ops.lookup(parent.into(), name.as_bytes()),
+                reply,
+            )
+        })
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.ops.getattr(ino.into()) {
+        guard("getattr", || match self.ops.getattr(ino.into()) {
             Ok(a) => reply.attr(&self.ops.ttl(), &a),
             Err(e) => reply.error(fe(e)),
-        }
+        })
     }
 
     fn setattr(
@@ -138,28 +161,30 @@ impl Filesystem for PmFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let s = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: atime.map(|t| crate::pmfs::ns_of(time_of(t))),
-            mtime: mtime.map(|t| crate::pmfs::ns_of(time_of(t))),
-        };
-        // The kernel's FATTR_KILL_SUIDGID ("not CAP_FSETID"), which fuser does not pass on,
-        // approximated by the caller not being root (see `init`).
-        let truncate_kills = req.uid() != 0;
-        match self.ops.setattr(ino.into(), &s, truncate_kills) {
-            Ok(a) => reply.attr(&self.ops.ttl(), &a),
-            Err(e) => reply.error(fe(e)),
-        }
+        guard("setattr", || {
+            let s = SetAttr {
+                mode,
+                uid,
+                gid,
+                size,
+                atime: atime.map(ns_asked),
+                mtime: mtime.map(ns_asked),
+            };
+            // The kernel's FATTR_KILL_SUIDGID ("not CAP_FSETID"), which fuser does not pass on,
+            // approximated by the caller not being root (see `init`).
+            let truncate_kills = req.uid() != 0;
+            match self.ops.setattr(ino.into(), &s, truncate_kills) {
+                Ok(a) => reply.attr(&self.ops.ttl(), &a),
+                Err(e) => reply.error(fe(e)),
+            }
+        })
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.ops.readlink(ino.into()) {
+        guard("readlink", || match self.ops.readlink(ino.into()) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(fe(e)),
-        }
+        })
     }
 
     fn mknod(
@@ -172,10 +197,12 @@ impl Filesystem for PmFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .ops
-            .mknod(owner(req), parent.into(), name.as_bytes(), mode, rdev);
-        entry(&self.ops, r, reply)
+        guard("mknod", || {
+            let r = self
+                .ops
+                .mknod(owner(req), parent.into(), name.as_bytes(), mode, rdev);
+            entry(&self.ops, r, reply)
+        })
     }
 
     fn mkdir(
@@ -187,18 +214,24 @@ impl Filesystem for PmFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .ops
-            .mkdir(owner(req), parent.into(), name.as_bytes(), mode);
-        entry(&self.ops, r, reply)
+        guard("mkdir", || {
+            let r = self
+                .ops
+                .mkdir(owner(req), parent.into(), name.as_bytes(), mode);
+            entry(&self.ops, r, reply)
+        })
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.ops.unlink(parent.into(), name.as_bytes()), reply)
+        guard("unlink", || {
+            empty(self.ops.unlink(parent.into(), name.as_bytes()), reply)
+        })
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.ops.rmdir(parent.into(), name.as_bytes()), reply)
+        guard("rmdir", || {
+            empty(self.ops.rmdir(parent.into(), name.as_bytes()), reply)
+        })
     }
 
     fn symlink(
@@ -209,13 +242,15 @@ impl Filesystem for PmFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = self.ops.symlink(
-            owner(req),
-            parent.into(),
-            link_name.as_bytes(),
-            target.as_os_str().as_bytes(),
-        );
-        entry(&self.ops, r, reply)
+        guard("symlink", || {
+            let r = self.ops.symlink(
+                owner(req),
+                parent.into(),
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+            );
+            entry(&self.ops, r, reply)
+        })
     }
 
     fn rename(
@@ -228,14 +263,16 @@ impl Filesystem for PmFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self.ops.rename(
-            parent.into(),
-            name.as_bytes(),
-            newparent.into(),
-            newname.as_bytes(),
-            flags.bits(),
-        );
-        empty(r, reply)
+        guard("rename", || {
+            let r = self.ops.rename(
+                parent.into(),
+                name.as_bytes(),
+                newparent.into(),
+                newname.as_bytes(),
+                flags.bits(),
+            );
+            empty(r, reply)
+        })
     }
 
     fn link(
@@ -246,14 +283,16 @@ impl Filesystem for PmFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .ops
-            .link(ino.into(), newparent.into(), newname.as_bytes());
-        entry(&self.ops, r, reply)
+        guard("link", || {
+            let r = self
+                .ops
+                .link(ino.into(), newparent.into(), newname.as_bytes());
+            entry(&self.ops, r, reply)
+        })
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        opened(self.ops.open(ino.into()), reply)
+        guard("open", || opened(self.ops.open(ino.into()), reply))
     }
 
     fn read(
@@ -267,10 +306,10 @@ impl Filesystem for PmFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.ops.read(ino.into(), offset, size) {
+        guard("read", || match self.ops.read(ino.into(), offset, size) {
             Ok(b) => reply.data(&b),
             Err(e) => reply.error(fe(e)),
-        }
+        })
     }
 
     fn write(
@@ -285,11 +324,13 @@ impl Filesystem for PmFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.ops.write(ino.into(), offset, data, kill) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(fe(e)),
-        }
+        guard("write", || {
+            let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+            match self.ops.write(ino.into(), offset, data, kill) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(fe(e)),
+            }
+        })
     }
 
     fn flush(
@@ -300,7 +341,7 @@ impl Filesystem for PmFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        empty(self.ops.flush(), reply)
+        guard("flush", || empty(self.ops.flush(), reply))
     }
 
     fn release(
@@ -313,7 +354,7 @@ impl Filesystem for PmFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty(self.ops.release(ino.into()), reply)
+        guard("release", || empty(self.ops.release(ino.into()), reply))
     }
 
     fn fsync(
@@ -324,11 +365,11 @@ impl Filesystem for PmFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(self.ops.fsync(ino.into()), reply)
+        guard("fsync", || empty(self.ops.fsync(ino.into()), reply))
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        opened(self.ops.opendir(ino.into()), reply)
+        guard("opendir", || opened(self.ops.opendir(ino.into()), reply))
     }
 
     fn readdir(
@@ -339,15 +380,17 @@ impl Filesystem for PmFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self
-            .ops
-            .readdir(ino.into(), fh.into(), offset, |ino, off, kind, name| {
-                reply.add(INodeNo(ino), off, kind, OsStr::from_bytes(name))
-            });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        guard("readdir", || {
+            let r = self
+                .ops
+                .readdir(ino.into(), fh.into(), offset, |ino, off, kind, name| {
+                    reply.add(INodeNo(ino), off, kind, OsStr::from_bytes(name))
+                });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(fe(e)),
+            }
+        })
     }
 
     fn releasedir(
@@ -358,7 +401,9 @@ impl Filesystem for PmFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        empty(self.ops.releasedir(fh.into()), reply)
+        guard("releasedir", || {
+            empty(self.ops.releasedir(fh.into()), reply)
+        })
     }
 
     fn fsyncdir(
@@ -369,21 +414,23 @@ impl Filesystem for PmFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(self.ops.fsync(ino.into()), reply)
+        guard("fsyncdir", || empty(self.ops.fsync(ino.into()), reply))
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.ops.statfs();
-        reply.statfs(
-            s.blocks,
-            s.free_blocks,
-            s.free_blocks,
-            s.inodes,
-            s.free_inodes,
-            s.block_size,
-            s.name_max,
-            s.block_size,
-        )
+        guard("statfs", || {
+            let s = self.ops.statfs();
+            reply.statfs(
+                s.blocks,
+                s.free_blocks,
+                s.free_blocks,
+                s.inodes,
+                s.free_inodes,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            )
+        })
     }
 
     fn setxattr(
@@ -396,22 +443,30 @@ impl Filesystem for PmFs {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .ops
-            .setxattr(ino.into(), name.as_bytes(), value, flags, position);
-        empty(r, reply)
+        guard("setxattr", || {
+            let r = self
+                .ops
+                .setxattr(ino.into(), name.as_bytes(), value, flags, position);
+            empty(r, reply)
+        })
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr(self.ops.getxattr(ino.into(), name.as_bytes(), size), reply)
+        guard("getxattr", || {
+            xattr(self.ops.getxattr(ino.into(), name.as_bytes(), size), reply)
+        })
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        xattr(self.ops.listxattr(ino.into(), size), reply)
+        guard("listxattr", || {
+            xattr(self.ops.listxattr(ino.into(), size), reply)
+        })
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.ops.removexattr(ino.into(), name.as_bytes()), reply)
+        guard("removexattr", || {
+            empty(self.ops.removexattr(ino.into(), name.as_bytes()), reply)
+        })
     }
 
     fn create(
@@ -424,19 +479,21 @@ impl Filesystem for PmFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self
-            .ops
-            .create(owner(req), parent.into(), name.as_bytes(), mode)
-        {
-            Ok((e, o)) => reply.created(
-                &self.ops.ttl(),
-                &e.attr,
-                Generation(e.generation),
-                FileHandle(o.fh),
-                o.flags,
-            ),
-            Err(e) => reply.error(fe(e)),
-        }
+        guard("create", || {
+            match self
+                .ops
+                .create(owner(req), parent.into(), name.as_bytes(), mode)
+            {
+                Ok((e, o)) => reply.created(
+                    &self.ops.ttl(),
+                    &e.attr,
+                    Generation(e.generation),
+                    FileHandle(o.fh),
+                    o.flags,
+                ),
+                Err(e) => reply.error(fe(e)),
+            }
+        })
     }
 
     fn fallocate(
@@ -449,6 +506,8 @@ impl Filesystem for PmFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        empty(self.ops.fallocate(ino.into(), offset, length, mode), reply)
+        guard("fallocate", || {
+            empty(self.ops.fallocate(ino.into(), offset, length, mode), reply)
+        })
     }
 }

@@ -395,6 +395,9 @@ pub struct Ended {
     pub signal: Option<i32>,
     /// The unmount was lazy: files were open when the signal came.
     pub lazy: bool,
+    /// Why the pool could not be marked clean (a write to PM failed during the mount; the
+    /// next mount recovers it), or `None`: it was.
+    pub not_clean: Option<String>,
 }
 
 impl Served {
@@ -416,6 +419,7 @@ impl Served {
         let mut ended = Ended {
             signal: None,
             lazy: false,
+            not_clean: None,
         };
         while !self.session.guard.is_finished() {
             let Some(sig) = wait_signal(Duration::from_millis(200)) else {
@@ -469,6 +473,7 @@ impl Served {
         // the last handle, and no request is in flight.
         let fs = Arc::try_unwrap(fs)
             .map_err(|_| MountError::Fuse("the file system is still shared".into()))?;
+        ended.not_clean = fs.write_failure();
         drop(fs.unmount());
         Ok(ended)
     }
@@ -515,10 +520,29 @@ pub fn umount(dir: &Path, wait: Duration) -> Result<String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(format!(
-        "unmounted {}; daemon {pid} marked the pool clean and exited",
-        m.source
-    ))
+    // Said from the pool itself, not assumed: a daemon whose writes to PM failed exits
+    // without marking it clean.
+    let pool = m.source.split_once("]:").map(|(_, p)| PathBuf::from(p));
+    let clean = pool
+        .as_deref()
+        .and_then(|p| Region::open_read_only(p).ok())
+        .and_then(|r| pmkit_fs::superblock(&r).ok())
+        .map(|sb| sb.clean);
+    Ok(match clean {
+        Some(true) => format!(
+            "unmounted {}; daemon {pid} marked the pool clean and exited",
+            m.source
+        ),
+        Some(false) => format!(
+            "unmounted {}; daemon {pid} exited WITHOUT marking the pool clean (see its log): \
+             the next mount recovers it; `pmkit fs check` tells its state",
+            m.source
+        ),
+        None => format!(
+            "unmounted {}; daemon {pid} exited (the pool's state could not be read)",
+            m.source
+        ),
+    })
 }
 
 /// Whether process `pid` is running (a zombie, exited but not yet reaped by its parent, is

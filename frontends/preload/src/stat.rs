@@ -34,7 +34,7 @@ pub unsafe fn fill_statx(a: &Attr, stx: *mut libc::statx) -> Result<c_int, c_int
         return Err(libc::EFAULT);
     }
     crate::guarded::check(stx.cast(), std::mem::size_of::<libc::statx>(), true)?;
-    let ts = |ns: u64| {
+    let ts = |ns: i64| {
         let (s, n) = secs(ns);
         // SAFETY: all-zero is a valid `struct statx_timestamp`.
         let mut t: libc::statx_timestamp = unsafe { std::mem::zeroed() };

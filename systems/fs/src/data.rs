@@ -370,7 +370,7 @@ impl<M: Media> Fs<M> {
                 true => 0,
             };
             let mtime = at + crate::inode::MTIME;
-            let words = [(at + TAIL, rec), (at + SIZE_MTIME, end), (mtime, t)];
+            let words = [(at + TAIL, rec), (at + SIZE_MTIME, end), (mtime, t as u64)];
             self.pm.store_words(at, &words);
             self.pm.flush(at, LINE);
             self.pm.fence();
@@ -385,7 +385,7 @@ impl<M: Media> Fs<M> {
         if end <= node.size {
             // An overwrite: nothing is published, so the mtime needs no order against the
             // bytes (after a crash either may be old); one fence for both.
-            self.pm.store_u64(at + crate::inode::MTIME, t);
+            self.pm.store_u64(at + crate::inode::MTIME, t as u64);
             self.pm.flush(at, LINE);
             self.pm.fence();
             return;

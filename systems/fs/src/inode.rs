@@ -57,18 +57,20 @@ impl Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Inode {
     pub size: u64,
-    pub mtime: u64,
+    /// Times are nanoseconds since the epoch, negative before it (1677 to 2262); the bytes
+    /// are the same as the unsigned field of earlier builds for every time after 1970.
+    pub mtime: i64,
     pub root: u64,
     pub height: u8,
     pub kind: u8,
     /// `FLAG_*` bits (byte 26, padding before format version 1 had it: always 0 there).
     pub flags: u8,
-    pub ctime: u64,
+    pub ctime: i64,
     pub links: u32,
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
-    pub atime: u64,
+    pub atime: i64,
     /// The tail record of the last one-fence append (`tail::Tail`, 0: none). Transactions
     /// write it as 0 (`Tx::put_inode`): only the append fast path sets it.
     pub tail: u64,
@@ -120,17 +122,17 @@ impl Inode {
         let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         Inode {
             size: u64at(0),
-            mtime: u64at(8),
+            mtime: u64at(8) as i64,
             root: u64at(16),
             height: b[24],
             kind: b[25],
             flags: b[26],
-            ctime: u64at(32),
+            ctime: u64at(32) as i64,
             links: u32at(40),
             mode: u32at(44),
             uid: u32at(48),
             gid: u32at(52),
-            atime: u64at(104),
+            atime: u64at(104) as i64,
             tail: u64at(56),
             xattr: u64at(64),
             orphan_next: u64at(72),

@@ -6,6 +6,7 @@
 
 mod alloc;
 mod attr;
+pub use attr::{ns_of_timespec, timespec_of};
 mod check;
 mod ckpt;
 mod costs;
@@ -185,9 +186,10 @@ pub struct Attr {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
-    pub atime: u64,
-    pub mtime: u64,
-    pub ctime: u64,
+    /// Nanoseconds since the epoch, negative before it.
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
     /// 4 KiB blocks the file uses: data (a huge block counts 512) and radix tree nodes (counted
     /// by a walk of its tree).
     pub blocks: u64,
@@ -206,8 +208,9 @@ pub struct SetAttr {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub size: Option<u64>,
-    pub atime: Option<u64>,
-    pub mtime: Option<u64>,
+    /// Nanoseconds since the epoch, negative before it.
+    pub atime: Option<i64>,
+    pub mtime: Option<i64>,
 }
 
 /// Who a new node belongs to (the `*_as` constructors; the plain ones give root).

@@ -237,6 +237,12 @@ impl<M: Media> Fs<M> {
         self.pm.protection()
     }
 
+    /// Why the mount is poisoned (a write to PM failed; every write since is refused and
+    /// [`Fs::unmount`] cannot mark the pool clean: the next mount recovers it), or `None`.
+    pub fn write_failure(&self) -> Option<String> {
+        self.pm.check().err().map(|e| e.to_string())
+    }
+
     /// PM traffic since mount.
     pub fn counters(&self) -> crate::Counters {
         self.pm.counters()

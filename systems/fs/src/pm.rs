@@ -92,6 +92,18 @@ impl<M: Media> Pm<M> {
         let _ = self.gate.unprotect(self.m.mapping());
         self.m
     }
+    /// Record the first failed write and say so once: from here on the mount refuses writes
+    /// and its pool cannot be marked clean.
+    fn poison(&self, why: String) {
+        if self.failed.set(why.clone()).is_ok() {
+            tracing::error!(
+                "a write to PM failed ({why}): every write from now on fails with EIO and the \
+                 pool stays marked unclean; unmount, free the media's problem, and the next \
+                 mount recovers it"
+            );
+        }
+    }
+
     /// Fails once a kernel write has failed (the mount is poisoned).
     pub fn check(&self) -> Result<()> {
         match self.failed.get() {
@@ -120,12 +132,12 @@ impl<M: Media> Pm<M> {
             return;
         }
         if let Err(e) = r.set_access(off, len, Access::ReadWrite) {
-            let _ = self.failed.set(e.to_string());
+            self.poison(e.to_string());
             return;
         }
         store();
         if let Err(e) = r.set_access(off, len, Access::Read) {
-            let _ = self.failed.set(e.to_string());
+            self.poison(e.to_string());
         }
     }
 
@@ -151,7 +163,7 @@ impl<M: Media> Pm<M> {
                     return;
                 }
                 if let Err(e) = kw.write(off, src) {
-                    let _ = self.failed.set(e.to_string());
+                    self.poison(e.to_string());
                     return;
                 }
                 // On a plain file the kernel's copy is cached stores into the page cache:

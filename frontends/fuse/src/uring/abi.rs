@@ -146,9 +146,20 @@ fn type_bits(kind: FileType) -> u32 {
     }
 }
 
+/// `struct fuse_attr`'s seconds (signed, in an unsigned field) and nanoseconds (`0..1e9`,
+/// counted forward from the seconds) of `t`, before the epoch too.
 fn secs_nsecs(t: SystemTime) -> (u64, u32) {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    (d.as_secs(), d.subsec_nanos())
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (d.as_secs(), d.subsec_nanos()),
+        Err(before) => {
+            let d = before.duration();
+            let secs = -i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            match d.subsec_nanos() {
+                0 => (secs as u64, 0),
+                n => ((secs - 1) as u64, 1_000_000_000 - n),
+            }
+        }
+    }
 }
 
 /// `struct fuse_attr` (88 bytes) at `b[0..88]`.

@@ -26,12 +26,26 @@ pub(crate) trait Handler: Send + Sync + 'static {
 }
 
 /// Answer the request in an entry's `header`/`payload` (as the kernel filled them) in place;
-/// the commit id to send with COMMIT_AND_FETCH.
+/// the commit id to send with COMMIT_AND_FETCH. Every request gets an answer: a handler that
+/// panics (a bug, or a request no one foresaw) answers EIO and the queue goes on serving, for
+/// a request left unanswered holds its caller in uninterruptible sleep until the connection
+/// is aborted.
 fn handle<H: Handler>(handler: &H, header: &mut [u8], payload: &mut [u8]) -> u64 {
     let h = abi::InHeader::parse(header);
-    let (errno, len) = match handler.answer(&h, abi::op_in(header), payload) {
-        Ok(len) => (0, len),
-        Err(e) => (e, 0),
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handler.answer(&h, abi::op_in(header), payload)
+    }));
+    let (errno, len) = match answered {
+        Ok(Ok(len)) => (0, len),
+        Ok(Err(e)) => (e, 0),
+        Err(_) => {
+            tracing::error!(
+                "FUSE request {} (opcode {}) panicked; answered EIO, serving on",
+                h.unique,
+                h.opcode
+            );
+            (libc::EIO, 0)
+        }
     };
     abi::set_reply(header, h.unique, errno, len);
     h.commit_id

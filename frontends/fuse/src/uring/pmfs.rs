@@ -12,7 +12,7 @@ use super::abi::{self, op, u32_at, u64_at, InHeader};
 use super::Handler;
 use crate::pmfs::{Entry, Opened, PmfsOps, Xattr};
 use pmkit_fs::{Owner, SetAttr};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 type R = Result<u32, i32>;
 
@@ -30,8 +30,15 @@ fn names<const N: usize>(p: &[u8]) -> Result<([&[u8]; N], &[u8]), i32> {
 }
 
 /// `secs`/`nsecs` of a `fuse_setattr_in` time, or now.
-fn when(valid: u32, now_bit: u32, secs: u64, nsecs: u32) -> Option<SystemTime> {
-    (valid & now_bit == 0).then(|| UNIX_EPOCH + Duration::new(secs, nsecs))
+/// A time a SETATTR asked for, in nanoseconds since the epoch: now when the request says so,
+/// else its seconds, which the kernel sends as a signed number in an unsigned field (a time
+/// before 1970 is negative), and nanoseconds (below 10^9 from any sane kernel; a larger value
+/// is clamped rather than trusted).
+fn when(valid: u32, now_bit: u32, secs: u64, nsecs: u32) -> i64 {
+    if valid & now_bit != 0 {
+        return crate::pmfs::ns_of(None);
+    }
+    pmkit_fs::ns_of_timespec(secs as i64, nsecs.min(999_999_999) as i64)
 }
 
 fn entry(p: &mut [u8], r: Result<Entry, i32>, ttl: Duration) -> R {
@@ -100,14 +107,10 @@ impl Handler for PmfsOps {
                     uid: has(abi::FATTR_UID).then(|| u32_at(oi, 76)),
                     gid: has(abi::FATTR_GID).then(|| u32_at(oi, 80)),
                     size: has(abi::FATTR_SIZE).then(|| u64_at(oi, 16)),
-                    atime: has(abi::FATTR_ATIME).then(|| {
-                        let t = when(v, abi::FATTR_ATIME_NOW, u64_at(oi, 32), u32_at(oi, 56));
-                        crate::pmfs::ns_of(t)
-                    }),
-                    mtime: has(abi::FATTR_MTIME).then(|| {
-                        let t = when(v, abi::FATTR_MTIME_NOW, u64_at(oi, 40), u32_at(oi, 60));
-                        crate::pmfs::ns_of(t)
-                    }),
+                    atime: has(abi::FATTR_ATIME)
+                        .then(|| when(v, abi::FATTR_ATIME_NOW, u64_at(oi, 32), u32_at(oi, 56))),
+                    mtime: has(abi::FATTR_MTIME)
+                        .then(|| when(v, abi::FATTR_MTIME_NOW, u64_at(oi, 40), u32_at(oi, 60))),
                 };
                 // HANDLE_KILLPRIV_V2: the kernel says when a truncate clears the bits.
                 let kills = has(abi::FATTR_KILL_SUIDGID);

@@ -74,8 +74,8 @@ impl<M: Media> Posix<M> {
     fn set_times(
         &self,
         a: &Attr,
-        atime: Option<u64>,
-        mtime: Option<u64>,
+        atime: Option<i64>,
+        mtime: Option<i64>,
         now_only: bool,
     ) -> Result<()> {
         if atime.is_none() && mtime.is_none() {
@@ -122,7 +122,7 @@ impl<M: Media> Posix<M> {
     }
 
     /// utimensat(2) with explicit times (nanoseconds since the epoch; `None`: unchanged).
-    pub fn utimens(&self, path: &[u8], atime: Option<u64>, mtime: Option<u64>) -> Result<()> {
+    pub fn utimens(&self, path: &[u8], atime: Option<i64>, mtime: Option<i64>) -> Result<()> {
         self.set_times(&self.existing(path, true)?, atime, mtime, false)
     }
 }
@@ -130,7 +130,7 @@ impl<M: Media> Posix<M> {
 /// utimensat(2)'s array as (access time, modification time) in nanoseconds (`None`:
 /// unchanged), and whether no time is explicit (all now or omitted: write permission is
 /// enough, not only ownership). "Now" is the coarse clock the inode times use.
-fn utimensat_times(times: Option<[libc::timespec; 2]>) -> Result<(Option<u64>, Option<u64>, bool)> {
+fn utimensat_times(times: Option<[libc::timespec; 2]>) -> Result<(Option<i64>, Option<i64>, bool)> {
     let now = crate::attr::now();
     let Some([a, m]) = times else {
         return Ok((Some(now), Some(now), true));
@@ -138,8 +138,8 @@ fn utimensat_times(times: Option<[libc::timespec; 2]>) -> Result<(Option<u64>, O
     let one = |t: libc::timespec| match t.tv_nsec {
         libc::UTIME_NOW => Ok((Some(now), false)),
         libc::UTIME_OMIT => Ok((None, false)),
-        n if (0..1_000_000_000).contains(&n) && t.tv_sec >= 0 => {
-            Ok((Some(t.tv_sec as u64 * 1_000_000_000 + n as u64), true))
+        n if (0..1_000_000_000).contains(&n) => {
+            Ok((Some(crate::attr::ns_of_timespec(t.tv_sec, n)), true))
         }
         _ => Err(Error::Invalid("a time out of range")),
     };

@@ -30,8 +30,8 @@ pub fn type_bits(k: Kind) -> u32 {
 }
 
 /// Seconds and nanoseconds of a time in nanoseconds since the epoch.
-pub fn secs(ns: u64) -> (i64, i64) {
-    ((ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as i64)
+pub fn secs(ns: i64) -> (i64, i64) {
+    crate::attr::timespec_of(ns)
 }
 
 /// `a` as the kernel's `struct stat` (`st_dev` 0: the caller picks the device it reports).
