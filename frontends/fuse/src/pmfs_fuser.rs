@@ -511,3 +511,38 @@ impl Filesystem for PmFs {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    /// fuser 0.18 gives the kernel's (-2 s, 500,000,000 ns) as the epoch minus 2.5 s; the
+    /// time stored is -1.5 s. Times after the epoch pass unchanged.
+    #[test]
+    fn times_before_the_epoch_are_read_as_the_kernel_meant() {
+        let fuser_gives = UNIX_EPOCH - Duration::new(2, 500_000_000);
+        assert_eq!(
+            ns_asked(TimeOrNow::SpecificTime(fuser_gives)),
+            -1_500_000_000
+        );
+        let whole = UNIX_EPOCH - Duration::from_secs(315_615_510);
+        assert_eq!(
+            ns_asked(TimeOrNow::SpecificTime(whole)),
+            -315_615_510_000_000_000
+        );
+        let later = UNIX_EPOCH + Duration::new(4_102_444_800, 250_000_000);
+        assert_eq!(
+            ns_asked(TimeOrNow::SpecificTime(later)),
+            4_102_444_800_250_000_000
+        );
+    }
+
+    #[test]
+    fn a_panicking_handler_is_contained() {
+        let mut after = false;
+        guard("test", || panic!("a handler bug"));
+        guard("test", || after = true);
+        assert!(after);
+    }
+}

@@ -92,6 +92,19 @@ fn coreutils_shell_and_python() {
     assert!(s
         .ok("stat", &["-f", "-c", "%t", &s.m("")])
         .contains("504d4653"));
+    // Times before 1970 (once EINVAL here) and after 2038, to the nanosecond.
+    for (when, want) in [
+        ("1960-01-01 01:01:30 UTC", "-315615510.000000000"),
+        ("1969-12-31 23:59:58.5 UTC", "-1.500000000"),
+        ("2100-01-01 00:00:00.25 UTC", "4102444800.250000000"),
+    ] {
+        s.ok("touch", &["-d", when, &s.m("d/t")]);
+        assert_eq!(
+            s.ok("stat", &["-c", "%.9Y %.9X", &s.m("d/t")]),
+            format!("{want} {want}\n"),
+            "touch -d {when:?}"
+        );
+    }
     s.ok("rm", &[&s.m("d/t")]);
     // Directory streams: ls, find, rm -r, python's listdir.
     assert_eq!(s.ok("ls", &[&s.m("d")]), "b\ne\nlx\n");

@@ -213,6 +213,12 @@ impl<M: Media> Fs<M> {
     /// Mark the file system clean and give the media back. Unlinked files still open stay on
     /// the orphan list; the next mount frees them.
     pub fn unmount(self) -> M {
+        // A poisoned mount stopped changing the media where a write failed: marking it clean
+        // would tell the next mount to trust a state nothing finished (whatever the
+        // protection mode, so not left to the stores being dropped).
+        if self.pm.check().is_err() {
+            return self.pm.into_media();
+        }
         // The checkpoint first: the clean superblock is what makes it count.
         let dirs: Vec<u64> = self.ns.read().inos().collect();
         ckpt::save(
@@ -241,6 +247,13 @@ impl<M: Media> Fs<M> {
     /// [`Fs::unmount`] cannot mark the pool clean: the next mount recovers it), or `None`.
     pub fn write_failure(&self) -> Option<String> {
         self.pm.check().err().map(|e| e.to_string())
+    }
+
+    /// Test-only: act as if a write to PM had just failed with `why` (a full or failing disk
+    /// under a kernel-mode mount), to prove what the mount and its front ends do then.
+    #[doc(hidden)]
+    pub fn inject_write_failure(&self, why: &str) {
+        self.pm.poison(why.to_string());
     }
 
     /// PM traffic since mount.

@@ -94,7 +94,7 @@ impl<M: Media> Pm<M> {
     }
     /// Record the first failed write and say so once: from here on the mount refuses writes
     /// and its pool cannot be marked clean.
-    fn poison(&self, why: String) {
+    pub(crate) fn poison(&self, why: String) {
         if self.failed.set(why.clone()).is_ok() {
             tracing::error!(
                 "a write to PM failed ({why}): every write from now on fails with EIO and the \

@@ -497,3 +497,27 @@ fn preallocated_blocks_read_as_zeros_once_the_size_covers_them() {
         assert!(rep.is_clean(), "{grow}: {rep:?}");
     }
 }
+
+/// After a write to PM fails the mount refuses every write (EIO), says why, and cannot be
+/// unmounted clean: the next mount recovers, and what was committed before the failure is there.
+#[test]
+fn a_failed_write_leaves_the_pool_unclean_and_recoverable() {
+    let fs = fresh(4 << 20);
+    let f = fs.create(ROOT, b"before", 0o644).unwrap();
+    fs.write(f.ino, 0, b"kept").unwrap();
+    assert_eq!(fs.write_failure(), None);
+    fs.inject_write_failure("pwrite: No space left on device");
+    let why = fs.write_failure().expect("poisoned");
+    assert!(why.contains("No space left"), "{why}");
+    let e = fs.create(ROOT, b"after", 0o644).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert_eq!(fs.read(f.ino, 0, 4).unwrap(), b"kept");
+    let media = fs.unmount();
+    let sb = pmkit_fs::superblock(&media).unwrap();
+    assert!(!sb.clean, "a poisoned mount must not mark the pool clean");
+    let (fs, rec) = Fs::mount(media, &MountOptions::default()).unwrap();
+    assert!(!rec.was_clean);
+    let f = fs.lookup(ROOT, b"before").unwrap();
+    assert_eq!(fs.read(f.ino, 0, 4).unwrap(), b"kept");
+    assert!(fs.lookup(ROOT, b"after").is_err());
+}

@@ -112,3 +112,44 @@ impl Transport {
 pub const NOT_OFFERED: &str =
     "the kernel does not offer FUSE over io_uring (needs CONFIG_FUSE_IO_URING and \
      `echo Y > /sys/module/fuse/parameters/enable_uring` as root); use --transport dev or auto";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers every request by panicking, or with an errno.
+    struct Faulty;
+
+    impl Handler for Faulty {
+        fn answer(&self, h: &abi::InHeader, _: &[u8], _: &mut [u8]) -> Result<u32, i32> {
+            if h.opcode == abi::op::SETATTR {
+                panic!("a handler bug");
+            }
+            Err(libc::ENOSYS)
+        }
+    }
+
+    fn request(opcode: u32, unique: u64) -> Vec<u8> {
+        let mut h = vec![0u8; abi::HEADER_LEN];
+        h[4..8].copy_from_slice(&opcode.to_le_bytes());
+        h[8..16].copy_from_slice(&unique.to_le_bytes());
+        h
+    }
+
+    fn errno_of(reply: &[u8]) -> i32 {
+        -i32::from_le_bytes(reply[4..8].try_into().unwrap())
+    }
+
+    /// A panicking handler's request is answered (EIO, its own id), and the next is served.
+    #[test]
+    fn a_panicking_handler_answers_eio_and_the_queue_serves_on() {
+        let mut payload = vec![0u8; 64];
+        let mut h = request(abi::op::SETATTR, 7);
+        handle(&Faulty, &mut h, &mut payload);
+        assert_eq!(errno_of(&h), libc::EIO);
+        assert_eq!(u64::from_le_bytes(h[8..16].try_into().unwrap()), 7);
+        let mut h = request(abi::op::GETATTR, 8);
+        handle(&Faulty, &mut h, &mut payload);
+        assert_eq!(errno_of(&h), libc::ENOSYS);
+    }
+}

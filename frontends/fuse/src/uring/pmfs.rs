@@ -226,3 +226,21 @@ impl Handler for PmfsOps {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's signed seconds in the unsigned field, before 1970 and far out, and
+    /// nanoseconds no kernel sends: a time, never a panic.
+    #[test]
+    fn setattr_times_are_signed_and_never_panic() {
+        let t = |secs: i64, nsecs: u32| when(0, abi::FATTR_ATIME_NOW, secs as u64, nsecs);
+        assert_eq!(t(-315_615_510, 0), -315_615_510_000_000_000);
+        assert_eq!(t(-2, 500_000_000), -1_500_000_000);
+        assert_eq!(t(4_102_444_800, 250_000_000), 4_102_444_800_250_000_000);
+        assert!(t(i64::MIN, u32::MAX) < i64::MIN + 1_000_000_000);
+        assert_eq!(t(i64::MAX, u32::MAX), i64::MAX);
+        assert_eq!(t(-1, u32::MAX), -1);
+    }
+}
