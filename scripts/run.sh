@@ -4,9 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-install_packages scripts/build-packages.txt
+install_packages scripts/build-packages.txt scripts/run-packages.txt
 require_cargo
-# The product binary only; the benchmarks (`pmkit bench`) are the pmkit-bench package.
-cargo build --release --locked -p pmkit
+# The product: the binary and the LD_PRELOAD shim; the benchmarks (`pmkit bench`) are the
+# pmkit-bench package.
+cargo build --release --locked -p pmkit -p pmkit-preload
+target_dir="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)"
+echo "pmkit: built ${target_dir}/release/pmkit and the LD_PRELOAD shim ${target_dir}/release/libpmkit_preload.so" >&2
 # The main job: serve the embedded default device (1 GiB of emulated PM in /dev/shm) over NBD.
 exec "${CARGO_TARGET_DIR:-target}/release/pmkit" serve "$@"

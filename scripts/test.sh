@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-install_packages scripts/build-packages.txt scripts/test-packages.txt
+install_packages scripts/build-packages.txt scripts/run-packages.txt scripts/test-packages.txt
 require_cargo
 # FUSE over io_uring is off in the kernel by default. CI (a throwaway machine) turns it on, so the
 # attach tests run on both transports (`auto` then picks io_uring, and

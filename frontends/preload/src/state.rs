@@ -53,8 +53,17 @@ pub fn config() -> Option<&'static Config> {
     CONFIG
         .get_or_init(|| {
             let _b = Busy::new();
-            let pool = std::env::var_os("PMKIT_PRELOAD_POOL").filter(|v| !v.is_empty())?;
-            let prefix = std::env::var_os("PMKIT_PRELOAD_PREFIX").filter(|v| !v.is_empty())?;
+            let pool = std::env::var_os("PMKIT_PRELOAD_POOL").filter(|v| !v.is_empty());
+            let prefix = std::env::var_os("PMKIT_PRELOAD_PREFIX").filter(|v| !v.is_empty());
+            let (Some(pool), Some(prefix)) = (pool, prefix) else {
+                // Preloaded but not told what to serve: say so once, or a user believes the
+                // program ran on the pool while the kernel served every path.
+                warn(
+                    "PMKIT_PRELOAD_POOL and PMKIT_PRELOAD_PREFIX are not both set: inert, \
+                     every path goes to the kernel",
+                );
+                return None;
+            };
             let raw = std::os::unix::ffi::OsStrExt::as_bytes(prefix.as_os_str()).to_vec();
             let prefix = normalize(&raw);
             if raw.first() != Some(&b'/') || prefix == b"/" {
@@ -157,13 +166,10 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
     let o = MountOptions::from_env().map_err(|e| fail(libc::EINVAL, e))?;
     let region = Region::open(&c.pool, &RegionOptions::default())
         .map_err(|e| fail(libc::EIO, format!("cannot open the pool: {e}")))?;
-    match region.try_lock(true) {
-        Ok(true) => {}
-        Ok(false) => {
-            return Err(fail(
-                libc::EBUSY,
-                "in use by another process or a `pmkit fs mount` (one process per pool)".into(),
-            ))
+    match region.claim(true) {
+        Ok(()) => {}
+        Err(e @ pmkit_media::MediaError::InUse { .. }) => {
+            return Err(fail(libc::EBUSY, format!("{e} (one process per pool)")))
         }
         Err(e) => return Err(fail(libc::EIO, format!("cannot lock the pool: {e}"))),
     }

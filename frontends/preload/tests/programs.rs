@@ -206,6 +206,10 @@ fn inert_without_configuration() {
     common::assert_ok(&out, "inert sh");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "k\n");
     assert_eq!(std::fs::read(s.mnt.join("k")).unwrap(), b"k\n");
+    // Said on stderr, once per process (sh, then cat: two lines, not one per call).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("pmkit-preload: ").count(), 2, "{err}");
+    assert!(err.contains("inert, every path goes to the kernel"), "{err}");
 }
 
 #[test]
