@@ -135,24 +135,44 @@ mod tests {
     fn lines_of_proc_locks_are_read() {
         let dev = (0xfe << 8) | 0x01; // major 0xfe, minor 1 in the old encoding
         assert_eq!(
-            parse_line("1: FLOCK  ADVISORY  WRITE 1911 fe:01:5310428 0 EOF", dev, 5310428),
+            parse_line(
+                "1: FLOCK  ADVISORY  WRITE 1911 fe:01:5310428 0 EOF",
+                dev,
+                5310428
+            ),
             Some((1911, true))
         );
         assert_eq!(
-            parse_line("2: FLOCK  ADVISORY  READ 7 fe:01:5310428 0 EOF", dev, 5310428),
+            parse_line(
+                "2: FLOCK  ADVISORY  READ 7 fe:01:5310428 0 EOF",
+                dev,
+                5310428
+            ),
             Some((7, false))
         );
         // another inode, a POSIX lock, a waiter
         assert_eq!(
-            parse_line("1: FLOCK  ADVISORY  WRITE 1911 fe:01:5310429 0 EOF", dev, 5310428),
+            parse_line(
+                "1: FLOCK  ADVISORY  WRITE 1911 fe:01:5310429 0 EOF",
+                dev,
+                5310428
+            ),
             None
         );
         assert_eq!(
-            parse_line("1: POSIX  ADVISORY  WRITE 1911 fe:01:5310428 0 EOF", dev, 5310428),
+            parse_line(
+                "1: POSIX  ADVISORY  WRITE 1911 fe:01:5310428 0 EOF",
+                dev,
+                5310428
+            ),
             None
         );
         assert_eq!(
-            parse_line("1: -> FLOCK  ADVISORY  WRITE 9 fe:01:5310428 0 EOF", dev, 5310428),
+            parse_line(
+                "1: -> FLOCK  ADVISORY  WRITE 9 fe:01:5310428 0 EOF",
+                dev,
+                5310428
+            ),
             None
         );
         assert_eq!(parse_line("garbage", dev, 1), None);

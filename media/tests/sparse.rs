@@ -11,10 +11,7 @@ use std::process::Command;
 fn a_sparse_file_is_allocated_at_open() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let p = dir.path().join("sparse");
-    std::fs::File::create(&p)
-        .unwrap()
-        .set_len(1 << 20)
-        .unwrap();
+    std::fs::File::create(&p).unwrap().set_len(1 << 20).unwrap();
     assert_eq!(std::fs::metadata(&p).unwrap().blocks(), 0);
     // Read-only opens change nothing.
     drop(Region::open_read_only(&p).unwrap());
@@ -30,7 +27,10 @@ fn a_sparse_file_is_allocated_at_open() {
 fn a_sparse_file_on_a_full_file_system_is_refused_at_open() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        assert!(std::env::var_os("CI").is_none(), "this test needs root in CI");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "this test needs root in CI"
+        );
         eprintln!("skipped: needs root to mount a small tmpfs");
         return;
     }
@@ -43,10 +43,7 @@ fn a_sparse_file_on_a_full_file_system_is_refused_at_open() {
         .unwrap();
     assert!(st.success());
     let p = mnt.join("pool");
-    std::fs::File::create(&p)
-        .unwrap()
-        .set_len(4 << 20)
-        .unwrap();
+    std::fs::File::create(&p).unwrap().set_len(4 << 20).unwrap();
     let e = Region::open(&p, &Default::default()).err();
     let len = std::fs::metadata(&p).unwrap().len();
     let _ = Command::new("umount").arg(mnt).status();

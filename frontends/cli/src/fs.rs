@@ -112,7 +112,8 @@ enum Cmd {
 
 /// Open a pool to read it: read-only, refused when it holds another pmkit kind.
 fn open_ro(path: &Path) -> Result<Region> {
-    let r = Region::open_read_only(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let r =
+        Region::open_read_only(path).with_context(|| format!("{}: cannot open", path.display()))?;
     crate::identify::expect(path, &r, crate::identify::Kind::Fs)?;
     Ok(r)
 }
@@ -231,19 +232,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
         } => {
             crate::identify::expect_path(&pool, crate::identify::Kind::Fs)?;
             crate::fs_mount::mount(
-            &pool,
-            &dir,
-            &crate::fs_mount::Opts {
-                threads,
-                protect,
-                atomic,
-                stats: stats.as_deref(),
-                barrier_ns,
-                cache,
-                transport,
-                full_walk,
-            },
-        )?
+                &pool,
+                &dir,
+                &crate::fs_mount::Opts {
+                    threads,
+                    protect,
+                    atomic,
+                    stats: stats.as_deref(),
+                    barrier_ns,
+                    cache,
+                    transport,
+                    full_walk,
+                },
+            )?
         }
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
         Cmd::Check {

@@ -107,8 +107,8 @@ fn open(path: &Path) -> Result<Pool<Region>> {
 /// left to roll forward needs a writer: then the pool is opened as [`open`] does, when this
 /// process may.
 fn open_read(path: &Path) -> Result<Pool<Region>> {
-    let region = Region::open_read_only(path)
-        .with_context(|| format!("{}: cannot open", path.display()))?;
+    let region =
+        Region::open_read_only(path).with_context(|| format!("{}: cannot open", path.display()))?;
     crate::identify::expect(path, &region, crate::identify::Kind::Obj)?;
     region.claim(false)?;
     if Pool::check(&region).pending_intent.is_some() {

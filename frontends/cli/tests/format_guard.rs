@@ -45,21 +45,42 @@ fn an_existing_format_is_refused_without_force_and_named() {
     refused(&pmkit(&["fs", "mkfs", p]), &says);
     refused(&pmkit(&["obj", "create", p]), &says);
     refused(&pmkit(&["create", p]), &says);
-    assert_eq!(std::fs::read(&pool).unwrap(), bytes, "the pool is untouched");
+    assert_eq!(
+        std::fs::read(&pool).unwrap(),
+        bytes,
+        "the pool is untouched"
+    );
     // A size other than the file's is refused, not silently ignored.
-    refused(&pmkit(&["fs", "mkfs", p, "--size", "16M", "--force"]), &["not the 16 MiB"]);
+    refused(
+        &pmkit(&["fs", "mkfs", p, "--size", "16M", "--force"]),
+        &["not the 16 MiB"],
+    );
     assert_eq!(std::fs::read(&pool).unwrap(), bytes);
     // --force formats, and says over what.
     let o = pmkit(&["obj", "create", p, "--force"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("formatting over a PMFS pool"), "{}", text(&o));
-    refused(&pmkit(&["fs", "mkfs", p]), &["holds a PMO object pool", "0 objects"]);
+    assert!(
+        text(&o).contains("formatting over a PMFS pool"),
+        "{}",
+        text(&o)
+    );
+    refused(
+        &pmkit(&["fs", "mkfs", p]),
+        &["holds a PMO object pool", "0 objects"],
+    );
     // Commands of another kind name what the file is and the command that reads it.
     refused(
         &pmkit(&["fs", "info", p]),
-        &["is not a PMFS pool", "holds a PMO object pool", "pmkit obj info"],
+        &[
+            "is not a PMFS pool",
+            "holds a PMO object pool",
+            "pmkit obj info",
+        ],
     );
-    refused(&pmkit(&["info", p]), &["is not a PMBD block device", "pmkit obj info"]);
+    refused(
+        &pmkit(&["info", p]),
+        &["is not a PMBD block device", "pmkit obj info"],
+    );
     refused(
         &pmkit(&["fs", "check", p, "--repair"]),
         &["is not a PMFS pool"],
@@ -96,7 +117,11 @@ fn a_file_in_use_is_refused_with_its_holder_named() {
     }
     holder.kill().unwrap();
     holder.wait().unwrap();
-    assert_eq!(std::fs::read(&pool).unwrap(), bytes, "the pool is untouched");
+    assert_eq!(
+        std::fs::read(&pool).unwrap(),
+        bytes,
+        "the pool is untouched"
+    );
 }
 
 #[test]
@@ -146,8 +171,12 @@ fn read_only_object_commands_work_on_a_file_they_may_only_read() {
     let dir = shm_dir("pmkit-guard-ro");
     let pool = dir.path().join("objs");
     let p = pool.to_str().unwrap();
-    assert!(pmkit(&["obj", "create", p, "--size", "4M"]).status.success());
-    assert!(pmkit(&["obj", "new", p, "a", "--size", "4K"]).status.success());
+    assert!(pmkit(&["obj", "create", p, "--size", "4M"])
+        .status
+        .success());
+    assert!(pmkit(&["obj", "new", p, "a", "--size", "4K"])
+        .status
+        .success());
     let o = Command::new(PMKIT)
         .args(["obj", "put", p, "a"])
         .stdin(Stdio::piped())
@@ -202,7 +231,9 @@ fn a_closed_pipe_ends_a_command_quietly() {
     use std::os::fd::FromRawFd;
     use std::os::unix::process::ExitStatusExt;
     let dev = DevFile::new("pmkit-guard-pipe");
-    assert!(pmkit(&["create", dev.path(), "--size", "4M"]).status.success());
+    assert!(pmkit(&["create", dev.path(), "--size", "4M"])
+        .status
+        .success());
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
@@ -220,6 +251,9 @@ fn a_closed_pipe_ends_a_command_quietly() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{err}"
+    );
     assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{err}");
 }

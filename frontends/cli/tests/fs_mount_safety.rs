@@ -47,7 +47,10 @@ fn formatting_a_mounted_pool_is_refused_over(t: &str) {
     let out = d.umount();
     assert!(out.contains("marked the pool clean"), "{out}");
     let check = run_ok(&["fs", "check", p]);
-    assert!(check.contains("2 files") && !check.contains("NOT clean"), "{check}");
+    assert!(
+        check.contains("2 files") && !check.contains("NOT clean"),
+        "{check}"
+    );
 }
 
 #[test]

@@ -30,20 +30,22 @@ fn run_sh_installs() -> Vec<String> {
         .lines()
         .find(|l| l.starts_with("install_packages"))
         .expect("run.sh installs packages");
-    line.split_whitespace()
-        .skip(1)
-        .flat_map(packages)
-        .collect()
+    line.split_whitespace().skip(1).flat_map(packages).collect()
 }
 
 #[test]
 fn the_main_command_installs_the_nbd_client_tools_the_readme_uses_next() {
     let readme = read("README.md");
-    assert!(readme.contains("nbdinfo 'nbd+unix://"), "the README's next step");
+    assert!(
+        readme.contains("nbdinfo 'nbd+unix://"),
+        "the README's next step"
+    );
     let installed = run_sh_installs();
     // Which package gives each tool here, when dpkg knows (CI's Debian does).
     for tool in ["nbdinfo", "nbdcopy"] {
-        let Ok(o) = Command::new("dpkg").args(["-S", &format!("/usr/bin/{tool}")]).output()
+        let Ok(o) = Command::new("dpkg")
+            .args(["-S", &format!("/usr/bin/{tool}")])
+            .output()
         else {
             assert!(std::env::var_os("CI").is_none(), "dpkg is missing in CI");
             return;

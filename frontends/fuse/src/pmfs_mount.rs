@@ -260,7 +260,9 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     }
     let region = Region::open(pool, &RegionOptions::default())
         .map_err(|e| MountError::Pool(format!("{}: cannot open: {e}", pool.display())))?;
-    region.claim(true).map_err(|e| MountError::Pool(e.to_string()))?;
+    region
+        .claim(true)
+        .map_err(|e| MountError::Pool(e.to_string()))?;
     notes.extend(region.notes().iter().cloned());
     let mo = pmkit_fs::MountOptions {
         data: o.data,

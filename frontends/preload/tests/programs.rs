@@ -209,7 +209,10 @@ fn inert_without_configuration() {
     // Said on stderr, once per process (sh, then cat: two lines, not one per call).
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("pmkit-preload: ").count(), 2, "{err}");
-    assert!(err.contains("inert, every path goes to the kernel"), "{err}");
+    assert!(
+        err.contains("inert, every path goes to the kernel"),
+        "{err}"
+    );
 }
 
 #[test]

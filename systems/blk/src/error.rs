@@ -51,7 +51,10 @@ pub enum BlkError {
     ProtectUnavailable { mode: &'static str, why: String },
     #[error("write scheme `{0}` is not available on this CPU")]
     SchemeUnavailable(&'static str),
-    #[error("{path}: the device is in use by {}; stop it first", pmkit_media::holders::describe(holders))]
+    #[error(
+        "{path}: the device is in use by {}; stop it first",
+        pmkit_media::holders::describe(holders)
+    )]
     Busy {
         path: std::path::PathBuf,
         /// Who holds it (pid and command), when `/proc/locks` says.

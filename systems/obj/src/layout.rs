@@ -231,9 +231,9 @@ impl Geometry {
     pub fn decode(b: &[u8; HEADER_LEN], media_len: usize) -> Result<Geometry> {
         let magic = le64(b, H_MAGIC);
         if magic != MAGIC {
-            return Err(ObjError::NotAPool(format!(
-                "not a PMO object pool: no pool header at byte 0"
-            )));
+            return Err(ObjError::NotAPool(
+                "not a PMO object pool: no pool header at byte 0".into(),
+            ));
         }
         let crc = crc32c::crc32c(&b[H_BODY]);
         if crc != le32(b, H_CRC) {
