@@ -12,6 +12,7 @@ mod fs_mount_util;
 use fs_mount_util::*;
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 #[test]
 fn formatting_a_mounted_pool_is_refused_and_the_mount_serves_on() {
@@ -98,4 +99,73 @@ fn times_before_1970_and_after_2038_are_kept_over(t: &str) {
     let d = Daemon::start(&s, &["--transport", t]);
     assert_eq!(seen(&s.mnt), want, "after a remount, over {t}");
     d.umount();
+}
+
+/// A request the daemon never answers (a handler stuck on a bug; here the test-only failpoint
+/// `PMKIT_FS_TEST_STALL`) holds its caller in uninterruptible sleep. SIGTERM still ends the
+/// mount: after its grace the daemon aborts the FUSE connection (the caller gets an error) and
+/// exits without marking the pool clean; `pmkit fs umount` does the same from outside. The next
+/// mount recovers, and the files are there.
+#[test]
+fn a_stuck_request_does_not_keep_stop_or_umount_from_finishing() {
+    if !can_run() {
+        return;
+    }
+    each_transport(a_stuck_request_does_not_keep_stop_or_umount_from_finishing_over);
+}
+
+fn a_stuck_request_does_not_keep_stop_or_umount_from_finishing_over(t: &str) {
+    let s = scratch("16M");
+    for by_umount in [false, true] {
+        let d =
+            Daemon::start_with_env(&s, &["--transport", t], &[("PMKIT_FS_TEST_STALL", "stuck")]);
+        std::fs::write(s.mnt.join("kept"), b"kept").unwrap();
+        let mut caller = Command::new("stat")
+            .arg(s.mnt.join("stuck"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(caller.try_wait().unwrap().is_none(), "the lookup is stuck");
+        let t0 = Instant::now();
+        if by_umount {
+            // Busy with no holder but the stuck caller: umount asks the daemon to stop, which
+            // aborts the request; the daemon exits unclean, and umount says so.
+            let o = pmkit()
+                .args(["fs", "umount", s.mnt.to_str().unwrap(), "--wait", "40"])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                !o.status.success() && err.contains("WITHOUT marking the pool clean"),
+                "{err}"
+            );
+        } else {
+            // SAFETY: kill(2) of our own child.
+            unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
+        }
+        // The caller is freed by the abort, with an error, not an answer.
+        let freed = loop {
+            if let Some(st) = caller.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(40),
+                "the caller was never freed"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(!freed.success());
+        let log = d.log();
+        let st = d.wait(Duration::from_secs(40));
+        assert!(!st.success(), "a daemon that left a handler behind exits 2");
+        assert!(log.is_empty() || !log.contains("marked clean"), "{log}");
+    }
+    // The next mount detaches what is left and recovers; the file written before is there.
+    let d = Daemon::start(&s, &["--transport", t]);
+    assert_eq!(std::fs::read(s.mnt.join("kept")).unwrap(), b"kept");
+    d.umount();
+    let check = run_ok(&["fs", "check", s.pool.to_str().unwrap()]);
+    assert!(!check.contains("NOT clean"), "{check}");
 }

@@ -370,8 +370,9 @@ fn two_servers_cannot_share_a_device_or_socket() {
         ],
     );
     assert!(!o.status.success());
+    // The first server is named as the holder.
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("another process"),
+        String::from_utf8_lossy(&o.stderr).contains("in use by pid"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

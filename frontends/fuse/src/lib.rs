@@ -17,6 +17,7 @@
 
 pub mod attach;
 mod file;
+pub mod fusectl;
 pub mod holders;
 pub mod pmfs;
 pub mod pmfs_cache;

@@ -110,6 +110,23 @@ fn errno(e: pmkit_fs::Error) -> Errno {
     e.errno()
 }
 
+/// Test-only failpoint: a LOOKUP of the name in `PMKIT_FS_TEST_STALL` never returns, as a
+/// handler stuck on a bug would not, so the tests can prove that a stop signal and `pmkit fs
+/// umount` still end the mount and free the caller (the FUSE connection is aborted).
+fn stall_if_asked(name: &[u8]) {
+    static STALL: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+    let stall = STALL.get_or_init(|| {
+        std::env::var_os("PMKIT_FS_TEST_STALL")
+            .map(|v| std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()).to_vec())
+    });
+    if stall.as_deref() == Some(name) {
+        tracing::warn!("PMKIT_FS_TEST_STALL: this lookup never returns");
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
 /// The time `ns` nanoseconds after the epoch (before it, when negative).
 fn time(ns: i64) -> SystemTime {
     let d = Duration::from_nanos(ns.unsigned_abs());
@@ -234,7 +251,11 @@ impl PmfsOps {
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> R<Entry> {
-        match self.lib(Op::Lookup, |fs| fs.lookup(parent, name)) {
+        let found = self.lib(Op::Lookup, |fs| {
+            stall_if_asked(name);
+            fs.lookup(parent, name)
+        });
+        match found {
             // A negative entry (inode 0): the kernel remembers the name is missing until it
             // makes it itself or the TTL ends.
             Err(libc::ENOENT) if self.cache.negative() => Ok(Entry {

@@ -237,7 +237,16 @@ pub struct Served {
     /// The io_uring queues, when the transport is `Uring`; they hold the handlers (and so the
     /// file system) until the connection ends.
     uring: Option<uring::Queues>,
+    /// The FUSE connection (fusectl), to abort when a request cannot be answered.
+    conn: Option<u64>,
 }
+
+/// After a stop signal, how long requests in flight may go without progress before the daemon
+/// aborts the connection (their callers get ECONNABORTED instead of waiting for good), and how
+/// long its threads then have to end before it exits without them, leaving the pool to
+/// recovery.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+const ABORT_GRACE: Duration = Duration::from_secs(5);
 
 /// Mount `pool` on `dir` and start serving it. Call with SIGTERM, SIGINT and SIGHUP blocked
 /// (see [`block_signals`]) so that the session threads never take them.
@@ -342,6 +351,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         Ok(s) => s,
         Err(e) => return Err(MountError::Fuse(format!("{}: {e}", dir.display()))),
     };
+    let conn = crate::fusectl::connection_of(&dir);
     Ok(Served {
         dir,
         recovery,
@@ -352,6 +362,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         stats,
         session,
         uring: queues,
+        conn,
     })
 }
 
@@ -423,7 +434,34 @@ impl Served {
             lazy: false,
             not_clean: None,
         };
+        // After a stop signal: requests in flight that make no progress for STOP_GRACE are
+        // stuck (open files of a lazy unmount with no request pending are not).
+        let mut stopping = false;
+        let mut progress = (self.stats.progress(), Instant::now());
+        let mut aborted: Option<Instant> = None;
         while !self.session.guard.is_finished() {
+            if stopping {
+                let now = self.stats.progress();
+                if now.0 == 0 || now != progress.0 {
+                    progress = (now, Instant::now());
+                }
+                if aborted.is_none() && progress.1.elapsed() >= STOP_GRACE {
+                    log(&format!(
+                        "{} request(s) unanswered for {STOP_GRACE:?} after the stop: aborting \
+                         the FUSE connection (their callers get ECONNABORTED)",
+                        now.0
+                    ));
+                    abort_connection(self.conn, &mut log);
+                    aborted = Some(Instant::now());
+                }
+                if aborted.is_some_and(|t| t.elapsed() >= ABORT_GRACE) {
+                    return Err(MountError::Fuse(
+                        "a request handler never returned; exiting without it: the pool is \
+                         left to recovery at the next mount"
+                            .into(),
+                    ));
+                }
+            }
             let Some(sig) = wait_signal(Duration::from_millis(200)) else {
                 continue;
             };
@@ -432,6 +470,7 @@ impl Served {
                 continue;
             }
             ended.signal = Some(sig);
+            stopping = true;
             match umount2(&self.dir, 0) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
@@ -456,17 +495,23 @@ impl Served {
             }
         }
         let Served {
-            fs, session, uring, ..
+            fs,
+            session,
+            uring,
+            conn,
+            ..
         } = self;
         session
             .join()
             .map_err(|e| MountError::Fuse(format!("session: {e}")))?;
         // The kernel ends the queues' commands when the connection goes (ENOTCONN).
         if let Some(q) = uring {
-            if !q.join(Duration::from_secs(10)) {
+            if !q.join(STOP_GRACE) {
+                // A queue thread is stuck in a handler: free its caller, then leave.
+                abort_connection(conn, &mut log);
                 return Err(MountError::Fuse(
-                    "a FUSE io_uring queue did not end with the connection; the pool is left \
-                     to recovery at the next mount"
+                    "a FUSE io_uring queue did not end with the connection (its request is \
+                     aborted); the pool is left to recovery at the next mount"
                         .into(),
                 ));
             }
@@ -478,6 +523,17 @@ impl Served {
         ended.not_clean = fs.write_failure();
         drop(fs.unmount());
         Ok(ended)
+    }
+}
+
+/// Abort the mount's FUSE connection, saying what came of it.
+fn abort_connection(conn: Option<u64>, log: &mut dyn FnMut(&str)) {
+    {
+        match conn.map(crate::fusectl::abort) {
+            Some(Ok(())) => log("FUSE connection aborted"),
+            Some(Err(e)) => log(&e),
+            None => log("the FUSE connection is unknown: cannot abort it"),
+        }
     }
 }
 
@@ -503,48 +559,73 @@ pub fn umount(dir: &Path, wait: Duration) -> Result<String> {
             m.source
         ));
     }
+    // Read before the unmount, while the directory is still the mount's root.
+    let conn = crate::fusectl::connection_of(&dir);
+    let pid = daemon_pid(&m);
+    let mut how = "unmounted";
     if let Err(e) = umount2(&dir, 0) {
-        if e.raw_os_error() == Some(libc::EBUSY) {
-            let who = crate::holders::describe(&crate::holders::of_mount(&dir));
-            return Err(bad(format!("busy (held by {who})")));
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            return Err(bad(format!("cannot unmount: {e}")));
         }
-        return Err(bad(format!("cannot unmount: {e}")));
+        let holders = crate::holders::of_mount(&dir);
+        match pid {
+            // Busy, and no process here holds it: a request in flight the daemon has not
+            // answered (or a holder in another mount namespace). The daemon's own stop
+            // handles both: it detaches the mount, serves what is open until it is closed,
+            // and aborts requests that make no progress.
+            Some(pid) if holders.is_empty() => {
+                // SAFETY: kill(2) of the pid in the mount's source; it touches no memory.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+                how = "busy with no holder here: asked its daemon to stop (SIGTERM)";
+            }
+            _ => {
+                let who = crate::holders::describe(&holders);
+                return Err(bad(format!("busy (held by {who})")));
+            }
+        }
     }
-    let Some(pid) = daemon_pid(&m) else {
-        return Ok(format!("unmounted {}", m.source));
+    let Some(pid) = pid else {
+        return Ok(format!("{how} {}", m.source));
     };
     let deadline = Instant::now() + wait;
     while alive(pid) {
         if Instant::now() >= deadline {
+            // A request the daemon cannot answer holds it: free the callers, and ask the daemon
+            // to stop (it exits within its own grace, leaving the pool to recovery).
+            let mut said = String::new();
+            abort_connection(conn, &mut |m: &str| said = m.to_string());
+            // SAFETY: kill(2) of the pid in the mount's source; it touches no memory.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
             return Err(bad(format!(
-                "unmounted, but daemon {pid} has not exited after {wait:?}"
+                "{how}, but daemon {pid} has not exited after {wait:?}: {said}; sent it \
+                 SIGTERM (the pool is recovered at the next mount if it exits unclean)"
             )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Said from the pool itself, not assumed: a daemon whose writes to PM failed exits
-    // without marking it clean.
+    // Said from the pool itself, not assumed: a daemon whose writes to PM failed, or that
+    // left a stuck request behind, exits without marking it clean.
     let pool = m.source.split_once("]:").map(|(_, p)| PathBuf::from(p));
     let clean = pool
         .as_deref()
         .and_then(|p| Region::open_read_only(p).ok())
         .and_then(|r| pmkit_fs::superblock(&r).ok())
         .map(|sb| sb.clean);
-    Ok(match clean {
-        Some(true) => format!(
+    match clean {
+        Some(true) => Ok(format!(
             "unmounted {}; daemon {pid} marked the pool clean and exited",
             m.source
-        ),
-        Some(false) => format!(
-            "unmounted {}; daemon {pid} exited WITHOUT marking the pool clean (see its log): \
-             the next mount recovers it; `pmkit fs check` tells its state",
+        )),
+        Some(false) => Err(bad(format!(
+            "{how} {}; daemon {pid} exited WITHOUT marking the pool clean (its log says \
+             why): the next mount recovers it; `pmkit fs check` tells its state",
             m.source
-        ),
-        None => format!(
-            "unmounted {}; daemon {pid} exited (the pool's state could not be read)",
+        ))),
+        None => Ok(format!(
+            "{how} {}; daemon {pid} exited (the pool's state could not be read)",
             m.source
-        ),
-    })
+        )),
+    }
 }
 
 /// Whether process `pid` is running (a zombie, exited but not yet reaped by its parent, is

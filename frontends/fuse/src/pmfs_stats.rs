@@ -77,11 +77,16 @@ struct Row {
 #[derive(Default)]
 pub struct OpStats {
     rows: [Row; OPS.len()],
+    /// Requests started and finished: a request in flight that makes no progress for long is
+    /// stuck (what a stopping daemon watches for).
+    started: AtomicU64,
+    finished: AtomicU64,
 }
 
 /// One request being timed; [`Timing::done`] records it.
 pub struct Timing<'a> {
     row: &'a Row,
+    finished: &'a AtomicU64,
     start: Instant,
     before: Counters,
 }
@@ -89,11 +94,20 @@ pub struct Timing<'a> {
 impl OpStats {
     /// Start timing one request of kind `op` (in the thread that serves it).
     pub fn start(&self, op: Op) -> Timing<'_> {
+        self.started.fetch_add(1, Relaxed);
         Timing {
             row: &self.rows[op as usize],
+            finished: &self.finished,
             start: Instant::now(),
             before: thread_counters(),
         }
+    }
+
+    /// Requests in the library now, and requests finished so far.
+    pub fn progress(&self) -> (u64, u64) {
+        let finished = self.finished.load(Relaxed);
+        let started = self.started.load(Relaxed);
+        (started.saturating_sub(finished), finished)
     }
 
     /// A snapshot: the rows with at least one request, in [`Op`] order.
@@ -126,6 +140,7 @@ impl Timing<'_> {
     pub fn done(self, ok: bool) {
         let c = thread_counters().since(self.before);
         let r = self.row;
+        self.finished.fetch_add(1, Relaxed);
         r.ops.fetch_add(1, Relaxed);
         if !ok {
             r.errors.fetch_add(1, Relaxed);

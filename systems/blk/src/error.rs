@@ -27,7 +27,7 @@ pub enum BlkError {
     BadMedia { block: u64, media_off: u64 },
     #[error("block {block}: data read back after the write differs from what was written (--write-verify)")]
     VerifyFailed { block: u64 },
-    #[error("not a pmkit block device: no PMBD superblock at byte 0 or 2048 (if it should be one, it is damaged beyond what `pmkit check` can read)")]
+    #[error("not a pmkit block device: no PMBD superblock magic at byte 0 or 2048 (if it should be one, it is damaged beyond what `pmkit check` can read)")]
     BadMagic { found: [u8; 8] },
     #[error("superblock version {found} is not supported (this pmkit reads version {supported})")]
     BadVersion { found: u32, supported: u32 },

@@ -114,6 +114,11 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(s: &Scratch, extra: &[&str]) -> Daemon {
+        Daemon::start_with_env(s, extra, &[])
+    }
+
+    /// [`Daemon::start`] with variables added to the daemon's environment.
+    pub fn start_with_env(s: &Scratch, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let stderr = s
             .dir
             .path()
@@ -132,6 +137,7 @@ impl Daemon {
                 s.mnt.to_str().unwrap(),
             ])
             .args(&extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()

@@ -1,0 +1,38 @@
+//! The kernel's FUSE control file system (`fusectl`, at /sys/fs/fuse/connections): a mount's
+//! connection, and aborting it. Abort is the last resort of a daemon that cannot answer: the
+//! kernel fails every request in flight and every later one (ECONNABORTED, then ENOTCONN), so
+//! callers waiting in uninterruptible sleep for a reply that will never come are freed.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+const CONNECTIONS: &str = "/sys/fs/fuse/connections";
+
+/// The connection of the FUSE mount at `dir`: the minor number of its device, which names the
+/// connection's folder in fusectl. Read while `dir` is still the mount's root.
+pub fn connection_of(dir: &Path) -> Option<u64> {
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    Some(libc::minor(dev) as u64)
+}
+
+/// Abort connection `conn`, mounting fusectl first where nobody has (root needed, as for the
+/// mount itself).
+pub fn abort(conn: u64) -> Result<(), String> {
+    let dir = Path::new(CONNECTIONS).join(conn.to_string());
+    if !dir.exists() && !mounted() {
+        let st = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", CONNECTIONS])
+            .status()
+            .map_err(|e| format!("cannot run mount for fusectl: {e}"))?;
+        if !st.success() {
+            return Err(format!("cannot mount fusectl on {CONNECTIONS} ({st})"));
+        }
+    }
+    std::fs::write(dir.join("abort"), b"1")
+        .map_err(|e| format!("{}: cannot abort: {e}", dir.display()))
+}
+
+fn mounted() -> bool {
+    std::fs::read_to_string("/proc/self/mounts")
+        .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(2) == Some("fusectl")))
+}
