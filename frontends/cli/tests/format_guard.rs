@@ -257,3 +257,50 @@ fn a_closed_pipe_ends_a_command_quietly() {
     );
     assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{err}");
 }
+
+/// Hints name what the command has: serving a device this user may only read points to
+/// --read-only (and --read-only serves it); a missing mount point is called missing.
+#[test]
+fn hints_name_options_the_command_has() {
+    let dir = shm_dir("pmkit-guard-hints");
+    let dev = dir.path().join("dev");
+    let d = dev.to_str().unwrap();
+    assert!(pmkit(&["create", d, "--size", "4M"]).status.success());
+    std::fs::set_permissions(&dev, std::os::unix::fs::PermissionsExt::from_mode(0o444)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+    }
+    let sock = dir.path().join("s.sock");
+    let mut c = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", PMKIT]);
+        c
+    } else {
+        Command::new(PMKIT)
+    };
+    let o = c
+        .args(["serve", d, "--socket", sock.to_str().unwrap()])
+        .output()
+        .unwrap();
+    refused(&o, &["add --read-only"]);
+    let pool = dir.path().join("pool");
+    assert!(
+        pmkit(&["fs", "mkfs", pool.to_str().unwrap(), "--size", "8M"])
+            .status
+            .success()
+    );
+    let o = pmkit(&[
+        "fs",
+        "mount",
+        pool.to_str().unwrap(),
+        dir.path().join("no-such-dir").to_str().unwrap(),
+    ]);
+    refused(&o, &["does not exist"]);
+    assert!(!text(&o).contains("not a directory"), "{}", text(&o));
+}

@@ -28,8 +28,11 @@ pub fn abort(conn: u64) -> Result<(), String> {
             return Err(format!("cannot mount fusectl on {CONNECTIONS} ({st})"));
         }
     }
-    std::fs::write(dir.join("abort"), b"1")
-        .map_err(|e| format!("{}: cannot abort: {e}", dir.display()))
+    match std::fs::write(dir.join("abort"), b"1") {
+        // Gone already: the connection ended (an abort before this one, or the unmount).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r.map_err(|e| format!("{}: cannot abort: {e}", dir.display())),
+    }
 }
 
 fn mounted() -> bool {

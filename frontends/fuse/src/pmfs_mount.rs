@@ -157,14 +157,17 @@ pub fn daemon_pid(m: &MountEntry) -> Option<i32> {
     rest.split_once(']')?.0.parse().ok()
 }
 
-/// A FUSE mount whose daemon is gone. For a PMFS mount whose daemon (named in the source) has
-/// exited, that alone decides: after a kill -9 over io_uring the kernel tears the connection down
+/// A FUSE mount whose daemon is gone. For a PMFS mount, whether the daemon named in the source
+/// still runs decides: after a kill -9 over io_uring the kernel tears the connection down
 /// only once the ring's exit work has run, and a request in that window waits and then ends with
 /// ECONNABORTED, not ENOTCONN. Otherwise asked with `statfs`, which always reaches the daemon (a
 /// `stat` may be answered from the kernel's attribute cache).
 fn is_stale(dir: &Path, m: &MountEntry) -> bool {
-    if daemon_pid(m).is_some_and(|pid| !alive(pid)) {
-        return true;
+    // A live daemon's mount is not stale, and is not asked: a daemon with a request stuck
+    // would leave the `statfs` waiting behind it (over io_uring, every request of that CPU's
+    // queue does), and the command that asked with it.
+    if let Some(pid) = daemon_pid(m) {
+        return !alive(pid);
     }
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return false;

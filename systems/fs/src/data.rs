@@ -2,7 +2,7 @@
 //! (freeing unlinked inodes, finishing cut truncates).
 
 use crate::error::{Error, Result};
-use crate::inode::{Inode, Kind, SIZE_MTIME, TAIL};
+use crate::inode::{Inode, Kind, CTIME, MTIME, SIZE_MTIME, TAIL};
 use crate::layout::{BLOCK, LINE, MAX_FILE_SIZE};
 use crate::tail::{self, Tail};
 use crate::tree;
@@ -369,9 +369,16 @@ impl<M: Media> Fs<M> {
                 false => Tail::new(end, end - off, crc).encode(),
                 true => 0,
             };
-            let mtime = at + crate::inode::MTIME;
-            let words = [(at + TAIL, rec), (at + SIZE_MTIME, end), (mtime, t as u64)];
-            self.pm.store_words(at, &words);
+            // POSIX: a write changes mtime and ctime; stored only when the coarse clock moved.
+            let mut words = [(at + TAIL, rec), (at + SIZE_MTIME, end), (0, 0), (0, 0)];
+            let mut n = 2;
+            for (field, old) in [(MTIME, node.mtime), (CTIME, node.ctime)] {
+                if old != t {
+                    words[n] = (at + field, t as u64);
+                    n += 1;
+                }
+            }
+            self.pm.store_words(at, &words[..n]);
             self.pm.flush(at, LINE);
             self.pm.fence();
             return;
@@ -383,10 +390,19 @@ impl<M: Media> Fs<M> {
         }
         stream(None);
         if end <= node.size {
-            // An overwrite: nothing is published, so the mtime needs no order against the
-            // bytes (after a crash either may be old); one fence for both.
-            self.pm.store_u64(at + crate::inode::MTIME, t as u64);
-            self.pm.flush(at, LINE);
+            // An overwrite: nothing is published, so the times need no order against the
+            // bytes (after a crash either may be old); one fence for all. Both times change
+            // (POSIX), stored only when the coarse clock moved.
+            let mut stored = false;
+            for (field, old) in [(MTIME, node.mtime), (CTIME, node.ctime)] {
+                if old != t {
+                    self.pm.store_u64(at + field, t as u64);
+                    stored = true;
+                }
+            }
+            if stored {
+                self.pm.flush(at, LINE);
+            }
             self.pm.fence();
             return;
         }
@@ -395,6 +411,10 @@ impl<M: Media> Fs<M> {
         if record {
             // before the size in the same line: an old record never meets a new size
             self.pm.store_u64(at + TAIL, 0);
+        }
+        if node.ctime != t {
+            // in the line the size's store flushes and fences below
+            self.pm.store_u64(at + CTIME, t as u64);
         }
         self.pm
             .persist_u128(at + SIZE_MTIME, (t as u128) << 64 | end as u128);

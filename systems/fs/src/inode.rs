@@ -6,6 +6,10 @@ use crate::layout::INODE;
 /// Offset of `{size, mtime}` inside an inode (one 16-byte store).
 pub const SIZE_MTIME: usize = 0;
 pub const MTIME: usize = 8;
+/// Offset of ctime: in line 0 with the size and mtime, so a write's fast path that stores it
+/// flushes no other line.
+pub const CTIME: usize = 32;
+const _: () = assert!(CTIME / crate::layout::LINE == SIZE_MTIME / crate::layout::LINE);
 /// Offset of the one-fence append's tail record (`tail.rs`), in the same line as the size.
 pub const TAIL: usize = 56;
 /// Inode flag (byte 26): every write to this file is all-or-nothing (`DataMode::Atomic`).
@@ -102,7 +106,7 @@ impl Inode {
         put(8, &self.mtime.to_le_bytes());
         put(16, &self.root.to_le_bytes());
         put(24, &[self.height, self.kind, self.flags]);
-        put(32, &self.ctime.to_le_bytes());
+        put(CTIME, &self.ctime.to_le_bytes());
         put(40, &self.links.to_le_bytes());
         put(44, &self.mode.to_le_bytes());
         put(48, &self.uid.to_le_bytes());
@@ -127,7 +131,7 @@ impl Inode {
             height: b[24],
             kind: b[25],
             flags: b[26],
-            ctime: u64at(32) as i64,
+            ctime: u64at(CTIME) as i64,
             links: u32at(40),
             mode: u32at(44),
             uid: u32at(48),

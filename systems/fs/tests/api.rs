@@ -521,3 +521,39 @@ fn a_failed_write_leaves_the_pool_unclean_and_recoverable() {
     assert_eq!(fs.read(f.ino, 0, 4).unwrap(), b"kept");
     assert!(fs.lookup(ROOT, b"after").is_err());
 }
+
+/// POSIX: every write changes mtime and ctime, on each of the write paths (an overwrite in
+/// place, a small append, a large one, through a transaction), and both are stored.
+#[test]
+fn every_write_changes_mtime_and_ctime() {
+    let fs = fresh(8 << 20);
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &[1u8; 8192]).unwrap();
+    let later = |fs: &Fs<Region>, what: &str, op: &dyn Fn(&Fs<Region>)| {
+        let before = fs.getattr(f.ino).unwrap();
+        // past the coarse clock's tick
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        op(fs);
+        let after = fs.getattr(f.ino).unwrap();
+        assert!(after.mtime > before.mtime, "{what}: mtime");
+        assert!(after.ctime > before.ctime, "{what}: ctime");
+        assert_eq!(after.mtime, after.ctime, "{what}");
+    };
+    later(&fs, "overwrite", &|fs| {
+        fs.write(f.ino, 100, b"over").unwrap();
+    });
+    later(&fs, "small append", &|fs| {
+        fs.write(f.ino, 8192, b"tail").unwrap();
+    });
+    later(&fs, "large append", &|fs| {
+        fs.write(f.ino, 8196, &[2u8; 100_000]).unwrap();
+    });
+    later(&fs, "write into a hole", &|fs| {
+        fs.write(f.ino, 1 << 20, b"far").unwrap();
+    });
+    let want = fs.getattr(f.ino).unwrap();
+    let media = fs.unmount();
+    let (fs, _) = Fs::mount(media, &MountOptions::default()).unwrap();
+    let got = fs.getattr(f.ino).unwrap();
+    assert_eq!((got.mtime, got.ctime), (want.mtime, want.ctime), "stored");
+}
