@@ -291,14 +291,15 @@ impl PmfsOps {
     }
 
     /// `truncate_kills`: a truncate in `s` must clear set-user-ID/set-group-ID (the caller lacks
-    /// CAP_FSETID). Under `HANDLE_KILLPRIV_V2` a chown clears them whoever calls it, as
-    /// chown(2) does for files; done before the change, the kernel's own order.
+    /// CAP_FSETID). Under `HANDLE_KILLPRIV_V2` a chown clears them whoever calls it, on every
+    /// non-directory, as chown(2) does; in the chown's own transaction (`SetAttr::kill_suidgid`).
     pub fn setattr(&self, ino: u64, s: &SetAttr, truncate_kills: bool) -> R<FileAttr> {
-        if s.mode.is_none() && (s.uid.is_some() || s.gid.is_some() || s.size.is_some()) {
-            let chown = s.uid.is_some() || s.gid.is_some();
-            self.kill_privs(ino, chown || (s.size.is_some() && truncate_kills))?;
-        }
-        self.lib(Op::Setattr, |fs| fs.setattr(ino, s))
+        let chown = s.uid.is_some() || s.gid.is_some();
+        let s = SetAttr {
+            kill_suidgid: s.mode.is_none() && (chown || (s.size.is_some() && truncate_kills)),
+            ..*s
+        };
+        self.lib(Op::Setattr, |fs| fs.setattr(ino, &s))
             .map(|a| file_attr(&a))
     }
 
@@ -378,22 +379,14 @@ impl PmfsOps {
             return Ok(());
         }
         let a = self.lib(Op::Getattr, |fs| fs.getattr(ino))?;
-        if a.kind != Kind::File {
+        if a.kind == Kind::Dir || pmkit_fs::killed_suidgid(a.mode) == a.mode {
             return Ok(());
         }
-        let m = a.mode & 0o7777;
-        let mut new = m & !libc::S_ISUID;
-        if m & libc::S_IXGRP != 0 {
-            new &= !libc::S_ISGID;
-        }
-        if new != m {
-            let s = SetAttr {
-                mode: Some(new),
-                ..SetAttr::default()
-            };
-            self.lib(Op::Setattr, |fs| fs.setattr(ino, &s))?;
-        }
-        Ok(())
+        let s = SetAttr {
+            kill_suidgid: true,
+            ..SetAttr::default()
+        };
+        self.lib(Op::Setattr, |fs| fs.setattr(ino, &s)).map(drop)
     }
 
     /// Every write is durable when it returned: nothing is buffered to flush at close.

@@ -169,6 +169,7 @@ impl Filesystem for PmFs {
                 size,
                 atime: atime.map(ns_asked),
                 mtime: mtime.map(ns_asked),
+                kill_suidgid: false,
             };
             // The kernel's FATTR_KILL_SUIDGID ("not CAP_FSETID"), which fuser does not pass on,
             // approximated by the caller not being root (see `init`).

@@ -28,6 +28,15 @@ pub fn now() -> i64 {
     ns_of_timespec(ts.tv_sec, ts.tv_nsec)
 }
 
+/// `mode` without set-user-ID, and without set-group-ID where group execute is set.
+pub fn killed_suidgid(mode: u32) -> u32 {
+    let mut m = mode & !(libc::S_ISUID as u32);
+    if m & libc::S_IXGRP as u32 != 0 {
+        m &= !(libc::S_ISGID as u32);
+    }
+    m
+}
+
 /// Nanoseconds since the epoch of `sec` seconds and `nsec` nanoseconds (`0..1e9`), negative
 /// before the epoch; a time past what an inode holds (before 1677 or after 2262) is clamped to
 /// the nearest it holds, as Linux file systems clamp to their own range.
@@ -149,6 +158,9 @@ impl<M: Media> Fs<M> {
             let mut tx = self.tx();
             let mut n = tx.inode(ino);
             n.mode = s.mode.map(|m| m & 0o7777).unwrap_or(n.mode);
+            if s.kill_suidgid && n.kind() != Some(Kind::Dir) {
+                n.mode = killed_suidgid(n.mode);
+            }
             n.uid = s.uid.unwrap_or(n.uid);
             n.gid = s.gid.unwrap_or(n.gid);
             n.atime = s.atime.unwrap_or(n.atime);

@@ -6,7 +6,7 @@
 
 mod alloc;
 mod attr;
-pub use attr::{ns_of_timespec, timespec_of};
+pub use attr::{killed_suidgid, ns_of_timespec, timespec_of};
 mod check;
 mod ckpt;
 mod costs;
@@ -211,6 +211,10 @@ pub struct SetAttr {
     /// Nanoseconds since the epoch, negative before it.
     pub atime: Option<i64>,
     pub mtime: Option<i64>,
+    /// On a non-directory, clear set-user-ID, and set-group-ID where group execute is set
+    /// (without it the bit means mandatory locking, not privilege), in the same transaction:
+    /// what Linux does at chown, and at a write or truncate by a caller without CAP_FSETID.
+    pub kill_suidgid: bool,
 }
 
 /// Who a new node belongs to (the `*_as` constructors; the plain ones give root).

@@ -464,6 +464,7 @@ impl<M: Media> Posix<M> {
     /// pwrite(2). As on Linux, a descriptor opened with `O_APPEND` appends whatever `off` says.
     pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize> {
         let d = self.writable(fd)?;
+        self.kill_privs_for_write(d.ino)?;
         if d.flags.append {
             self.append_write(&d, data)?;
             return Ok(data.len());
@@ -474,6 +475,7 @@ impl<M: Media> Posix<M> {
     /// write(2) at the descriptor's offset (or at the end with `O_APPEND`), which advances.
     pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize> {
         let d = self.writable(fd)?;
+        self.kill_privs_for_write(d.ino)?;
         let mut off = d.off.lock();
         if d.flags.append {
             *off = self.append_write(&d, data)?;
@@ -524,6 +526,7 @@ impl<M: Media> Posix<M> {
                 d.ino,
                 &SetAttr {
                     size: Some(len),
+                    kill_suidgid: self.kills_privs(),
                     ..SetAttr::default()
                 },
             )

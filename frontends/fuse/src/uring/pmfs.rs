@@ -111,6 +111,7 @@ impl Handler for PmfsOps {
                         .then(|| when(v, abi::FATTR_ATIME_NOW, u64_at(oi, 32), u32_at(oi, 56))),
                     mtime: has(abi::FATTR_MTIME)
                         .then(|| when(v, abi::FATTR_MTIME_NOW, u64_at(oi, 40), u32_at(oi, 60))),
+                    kill_suidgid: false,
                 };
                 // HANDLE_KILLPRIV_V2: the kernel says when a truncate clears the bits.
                 let kills = has(abi::FATTR_KILL_SUIDGID);

@@ -98,6 +98,14 @@ impl Cred {
         if self.is_root() {
             return Ok(());
         }
+        if uid.is_none() && gid.is_none() {
+            // No id changes: Linux checks only the mode change a chown of a non-directory
+            // makes (its set-ID bits cleared), which needs ownership.
+            if a.kind != Kind::Dir && crate::killed_suidgid(a.mode) != a.mode && !self.owns(a) {
+                return Err(Error::Perm("only the owner may clear the set-ID bits"));
+            }
+            return Ok(());
+        }
         let uid_ok = uid.is_none_or(|u| u == a.uid);
         let gid_ok = gid.is_none_or(|g| g == a.gid || self.in_group(g));
         if self.uid == a.uid && uid_ok && gid_ok {
@@ -196,6 +204,16 @@ mod tests {
         assert!(owner.may_chown(&f, Some(10), Some(20)).is_ok());
         assert!(owner.may_chown(&f, Some(11), None).is_err());
         assert!(owner.may_chown(&f, None, Some(32)).is_err());
+        // chown(f, -1, -1): nothing to check but the set-ID bits it clears.
+        let stranger = Cred::new(12, 99, vec![]);
+        assert!(stranger
+            .may_chown(&node(Kind::File, 0o755, 10, 20), None, None)
+            .is_ok());
+        assert!(stranger.may_chown(&f, None, None).is_err());
+        assert!(stranger
+            .may_chown(&node(Kind::Dir, 0o2755, 10, 20), None, None)
+            .is_ok());
+        assert!(owner.may_chown(&f, None, None).is_ok());
         assert!(Cred::new(0, 0, vec![])
             .may_chown(&f, Some(11), Some(32))
             .is_ok());

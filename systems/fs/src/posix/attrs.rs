@@ -46,9 +46,12 @@ impl<M: Media> Posix<M> {
 
     fn set_owner(&self, a: &Attr, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
         self.checking(|c| c.may_chown(a, uid, gid))?;
+        // As chown(2) on Linux, whoever calls it: a non-directory loses its set-ID bits, in
+        // the chown's own transaction.
         let s = SetAttr {
             uid,
             gid,
+            kill_suidgid: true,
             ..SetAttr::default()
         };
         self.fs.setattr(a.ino, &s).map(drop)
@@ -116,9 +119,34 @@ impl<M: Media> Posix<M> {
         self.checking(|c| c.check(&a, W, "no write permission on the file"))?;
         let s = SetAttr {
             size: Some(len),
+            kill_suidgid: self.kills_privs(),
             ..SetAttr::default()
         };
         self.fs.setattr(a.ino, &s).map(drop)
+    }
+
+    /// Whether a write or truncate by this process clears set-ID bits: Linux does unless the
+    /// caller has CAP_FSETID (here: is root). Without credentials (the library used directly,
+    /// not as a process's file system) nothing is cleared.
+    pub(super) fn kills_privs(&self) -> bool {
+        matches!(self.checking(|c| Ok(!c.is_root())), Ok(Some(true)))
+    }
+
+    /// Before a write by a caller without CAP_FSETID: clear the file's set-ID bits if it has
+    /// any (one transaction then; none for the common file without them).
+    pub(super) fn kill_privs_for_write(&self, ino: u64) -> Result<()> {
+        if !self.kills_privs() {
+            return Ok(());
+        }
+        let a = self.fs.getattr(ino)?;
+        if crate::killed_suidgid(a.mode) == a.mode {
+            return Ok(());
+        }
+        let s = SetAttr {
+            kill_suidgid: true,
+            ..SetAttr::default()
+        };
+        self.fs.setattr(ino, &s).map(drop)
     }
 
     /// utimensat(2) with explicit times (nanoseconds since the epoch; `None`: unchanged).
