@@ -488,17 +488,14 @@ impl PmfsOps {
     }
 
     pub fn listxattr(&self, ino: u64, size: u32) -> R<Xattr> {
+        // The virtual flags (`ATOMIC_XATTR`, `HUGE_XATTR`) are read and set by name but never
+        // listed: `cp -a`, `rsync -X` and `getfattr -d` copy every listed name to other file
+        // systems, where these mean nothing.
         let names = self.lib(Op::Xattr, |fs| fs.listxattr(ino))?;
         let mut buf = Vec::new();
         for n in names {
             buf.extend_from_slice(&n);
             buf.push(0);
-        }
-        if matches!(self.fs.atomic(ino), Ok(Some(_))) {
-            for x in [ATOMIC_XATTR, HUGE_XATTR] {
-                buf.extend_from_slice(x);
-                buf.push(0);
-            }
         }
         xattr_answer(buf, size)
     }

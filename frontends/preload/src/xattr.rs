@@ -1,6 +1,6 @@
 //! Extended attributes: only the library's virtual ones, `user.pmkit.atomic` and
-//! `user.pmkit.huge` (the per-file flags, as through the FUSE mount: `"1"`/`"0"`, listed on
-//! regular files, not removable); every other name is ENOTSUP for pool paths and shim
+//! `user.pmkit.huge` (the per-file flags, as through the FUSE mount: `"1"`/`"0"` on regular
+//! files, read and set by name but not listed, not removable); every other name is ENOTSUP for pool paths and shim
 //! descriptors, which ls and cp -a take as "no xattrs".
 
 use crate::state::{copy_c_string, en, enter, lookup, route, Route};
@@ -83,14 +83,10 @@ fn set(t: Target, name: *const c_char, v: *const c_void, n: usize, flags: c_int)
 
 fn list(t: Target, out: *mut c_char, size: usize) -> isize {
     enter(-1, |p| {
-        let mut v = Vec::new();
-        if flag(p, &t, FileFlag::Atomic)?.is_some() {
-            for f in [FileFlag::Atomic, FileFlag::Huge] {
-                v.extend_from_slice(f.xattr());
-                v.push(0);
-            }
-        }
-        answer(&v, out.cast(), size)
+        // The node must exist; the flags are read and set by name, never listed (copy tools
+        // would carry every listed name to other file systems, as the mount answers too).
+        flag(p, &t, FileFlag::Atomic)?;
+        answer(&[], out.cast(), size)
     })
 }
 

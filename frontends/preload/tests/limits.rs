@@ -383,7 +383,7 @@ fn the_flags_are_virtual_xattrs_through_the_shim() {
     );
     assert_eq!(
         out,
-        "['user.pmkit.atomic', 'user.pmkit.huge'] []\n\
+        "[] []\n\
          b'0' ENODATA\n\
          b'1' b'0'\n\
          2097152\n\
