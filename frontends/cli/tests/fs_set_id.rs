@@ -52,7 +52,7 @@ fn set_id_bits_follow_the_kernels_rules_on_the_mount() {
         let relaxed = |out: &str| -> Vec<String> {
             out.lines()
                 .map(|l| match l.strip_prefix("chown -1 -1 not owner, set-ID ") {
-                    Some(rest) => rest.split(' ').last().unwrap().to_string(),
+                    Some(rest) => rest.rsplit(' ').next().unwrap().to_string(),
                     None => l.to_string(),
                 })
                 .collect()

@@ -30,9 +30,9 @@ pub fn now() -> i64 {
 
 /// `mode` without set-user-ID, and without set-group-ID where group execute is set.
 pub fn killed_suidgid(mode: u32) -> u32 {
-    let mut m = mode & !(libc::S_ISUID as u32);
-    if m & libc::S_IXGRP as u32 != 0 {
-        m &= !(libc::S_ISGID as u32);
+    let mut m = mode & !libc::S_ISUID;
+    if m & libc::S_IXGRP != 0 {
+        m &= !libc::S_ISGID;
     }
     m
 }
