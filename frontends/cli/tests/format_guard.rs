@@ -164,6 +164,21 @@ fn a_failed_format_leaves_nothing_behind() {
     assert!(!text(&o).contains("--size"), "{}", text(&o));
 }
 
+/// `pmkit` as a user who may only read `file` (mode 0444) in `dir` (which it may enter and
+/// write): nobody when root, whom permission bits do not stop; this user otherwise.
+fn read_only_for(dir: &std::path::Path, file: &std::path::Path) -> Command {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o444)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Command::new(PMKIT);
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", PMKIT]);
+    c
+}
+
 /// `obj list/info/dump/check` need only read permission (run as nobody on a 0444 copy when
 /// root, whom permission bits do not stop); the writing commands say what they lack.
 #[test]
@@ -188,25 +203,11 @@ fn read_only_object_commands_work_on_a_file_they_may_only_read() {
         })
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    std::fs::set_permissions(&pool, std::os::unix::fs::PermissionsExt::from_mode(0o444)).unwrap();
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if root {
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
-    }
     let as_reader = |args: &[&str]| {
-        let mut c = if root {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", PMKIT]);
-            c
-        } else {
-            Command::new(PMKIT)
-        };
-        c.args(args).output().unwrap()
+        read_only_for(dir.path(), &pool)
+            .args(args)
+            .output()
+            .unwrap()
     };
     for args in [
         &["obj", "list", p][..],
@@ -266,25 +267,8 @@ fn hints_name_options_the_command_has() {
     let dev = dir.path().join("dev");
     let d = dev.to_str().unwrap();
     assert!(pmkit(&["create", d, "--size", "4M"]).status.success());
-    std::fs::set_permissions(&dev, std::os::unix::fs::PermissionsExt::from_mode(0o444)).unwrap();
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if root {
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o777),
-        )
-        .unwrap();
-    }
     let sock = dir.path().join("s.sock");
-    let mut c = if root {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", PMKIT]);
-        c
-    } else {
-        Command::new(PMKIT)
-    };
-    let o = c
+    let o = read_only_for(dir.path(), &dev)
         .args(["serve", d, "--socket", sock.to_str().unwrap()])
         .output()
         .unwrap();
