@@ -4,7 +4,7 @@
 //! stays, a write by another user clears them, `chown(path, -1, -1)` by a non-owner succeeds
 //! unless it would have to clear bits (on the mount the kernel's FUSE code answers that one
 //! itself: see the test). The shim runs the same script, every line equal to the kernel's
-//! (frontends/preload/tests/set_id.rs).
+//! (frontends/preload/tests/kernel_rules.rs).
 //!
 //! Needs root, /dev/fuse and python3; skipped without them, except in CI, where it fails.
 

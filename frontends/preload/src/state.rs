@@ -133,6 +133,11 @@ pub fn warn(msg: &str) {
 
 type Pool = RwLock<Option<Posix<Region>>>;
 
+/// The longest pool path a relative path joined to the current directory may make: 16 times
+/// PATH_MAX (ENAMETOOLONG beyond; the kernel has no such bound, but a shim holding the current
+/// directory as a string needs one).
+const JOINED_PATH_MAX: usize = 16 * libc::PATH_MAX as usize;
+
 /// The mounted pool, or the errno every call under the prefix gets.
 static POOL: OnceLock<Result<Pool, c_int>> = OnceLock::new();
 /// Set in a child of fork: the parent owns the pool.
@@ -181,6 +186,10 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
         libc::atexit(at_exit);
     }
     let p = Posix::new(fs);
+    // The kernel limits the string a call passes, not that string joined to the current
+    // directory: each string is checked against PATH_MAX where it is copied in, and the joined
+    // path may be longer, up to this explicit bound.
+    p.set_path_max(JOINED_PATH_MAX);
     // Permissions are checked as the kernel would for this process (docs/fs.md).
     p.set_cred(Some(crate::creds::current()));
     Ok(RwLock::new(Some(p)))

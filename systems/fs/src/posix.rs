@@ -27,6 +27,7 @@ use parking_lot::{Mutex, RwLock};
 use pmkit_media::extent_map::ExtentMap;
 use pmkit_media::{Media, Region};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Most descriptors open at once.
@@ -80,6 +81,8 @@ pub struct Posix<M: Media> {
     maps: Mutex<HashMap<usize, Mapped>>,
     /// Whose permissions to check; `None`: no checks.
     cred: RwLock<Option<Cred>>,
+    /// The longest path a call takes ([`PATH_MAX`] - 1 unless [`Posix::set_path_max`]).
+    path_max: std::sync::atomic::AtomicUsize,
 }
 
 /// A file range mapped for direct access: its address and length. Loads and stores through
@@ -112,14 +115,14 @@ fn caller() -> crate::Owner {
     }
 }
 
-fn components(path: &[u8]) -> Result<Vec<Vec<u8>>> {
+fn components(path: &[u8], max: usize) -> Result<Vec<Vec<u8>>> {
     if path.is_empty() {
         return Err(Error::NotFound);
     }
-    if path.len() >= PATH_MAX {
+    if path.len() > max {
         return Err(Error::NameTooLong {
             len: path.len(),
-            max: PATH_MAX - 1,
+            max,
         });
     }
     Ok(path
@@ -137,7 +140,16 @@ impl<M: Media> Posix<M> {
             append: Mutex::new(()),
             maps: Mutex::new(HashMap::new()),
             cred: RwLock::new(None),
+            path_max: std::sync::atomic::AtomicUsize::new(PATH_MAX - 1),
         }
+    }
+
+    /// Take paths of up to `max` bytes. A caller that joins a relative path to its own
+    /// current directory (the LD_PRELOAD shim) checks the string it was given against
+    /// `PATH_MAX`, as the kernel does, and passes the longer joined path here.
+    pub fn set_path_max(&self, max: usize) {
+        assert!(max >= PATH_MAX - 1, "below PATH_MAX: {max}");
+        self.path_max.store(max, Ordering::Relaxed);
     }
 
     /// Check every later call's permissions for `cred` (`None`: check nothing, the default).
@@ -195,7 +207,7 @@ impl<M: Media> Posix<M> {
     /// the way are followed); the last is followed too when `follow`.
     fn resolve(&self, path: &[u8], follow: bool) -> Result<Resolved> {
         let cred = self.cred.read();
-        let mut todo = components(path)?;
+        let mut todo = components(path, self.path_max.load(Ordering::Relaxed))?;
         todo.reverse(); // a stack: the next component last
         let root = self.fs.getattr(ROOT)?;
         let mut cur = root;
@@ -225,7 +237,7 @@ impl<M: Media> Posix<M> {
                 if target.first() == Some(&b'/') {
                     cur = root;
                 }
-                let mut more = components(&target)?;
+                let mut more = components(&target, PATH_MAX - 1)?;
                 more.reverse();
                 todo.extend(more);
                 if todo.is_empty() {

@@ -1,0 +1,75 @@
+//! Rules the kernel keeps, kept through the shim, each checked against the kernel's own answers
+//! on tmpfs: the set-user-ID and set-group-ID rules of chown and write (the script the mount's
+//! test runs too, frontends/cli/tests/data/set_id.py; needs root to change ids), and relative
+//! paths limited by their own length, not the current directory's.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cli/tests/data/set_id.py");
+
+#[test]
+fn set_id_bits_follow_the_kernels_rules_through_the_shim() {
+    // SAFETY: geteuid cannot fail.
+    if !have("python3") || unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "needs python3 and root in CI"
+        );
+        eprintln!("skipped: needs python3 and root");
+        return;
+    }
+    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let model = Command::new("python3")
+        .args([SCRIPT, model_dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_ok(&model, "set_id.py on tmpfs");
+    let s = Shim::new();
+    let got = s.cmd("python3").args([SCRIPT, &s.m("")]).output().unwrap();
+    assert_ok(&got, "set_id.py through the shim");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&model.stdout)
+    );
+    s.assert_prefix_empty();
+}
+
+/// A relative path within PATH_MAX works however long the current directory is (the kernel
+/// limits only the string passed): a 5,000-byte directory path, entered step by step, then a
+/// file made, written and read by a relative name. Once ENAMETOOLONG through the shim.
+#[test]
+fn relative_paths_are_limited_by_their_own_length_not_the_directorys() {
+    if !have("python3") {
+        return;
+    }
+    let script = |root: &str| {
+        format!(
+            "import os\n\
+             os.chdir('{root}')\n\
+             for i in range(20):\n\
+             \x20   n = chr(97 + i) * 250\n\
+             \x20   os.mkdir(n)\n\
+             \x20   os.chdir(n)\n\
+             with open('f' * 200, 'w') as f: f.write('deep')\n\
+             print(open('f' * 200).read(), len(os.listdir('.')), os.stat('f' * 200).st_size)\n"
+        )
+    };
+    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let model = Command::new("python3")
+        .args(["-c", &script(model_dir.path().to_str().unwrap())])
+        .output()
+        .unwrap();
+    assert_ok(&model, "on tmpfs");
+    let s = Shim::new();
+    let got = s
+        .cmd("python3")
+        .args(["-c", &script(&s.m(""))])
+        .output()
+        .unwrap();
+    assert_ok(&got, "through the shim");
+    assert_eq!(String::from_utf8_lossy(&got.stdout), "deep 1 4\n");
+    assert_eq!(got.stdout, model.stdout);
+}
