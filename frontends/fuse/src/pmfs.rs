@@ -519,6 +519,18 @@ impl PmfsOps {
         Ok((self.created(a), opened))
     }
 
+    /// LSEEK: the kernel asks only for SEEK_DATA and SEEK_HOLE (it answers the others from its
+    /// own offset and the size it knows).
+    pub fn lseek(&self, ino: u64, offset: i64, whence: i32) -> R<u64> {
+        let to = match whence {
+            libc::SEEK_DATA => pmkit_fs::Seek::Data,
+            libc::SEEK_HOLE => pmkit_fs::Seek::Hole,
+            _ => return Err(libc::EINVAL),
+        };
+        let off = u64::try_from(offset).map_err(|_| libc::ENXIO)?;
+        self.lib(Op::Lseek, |fs| fs.seek(ino, off, to))
+    }
+
     pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
         if mode != 0 {
             // KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE, COLLAPSE/INSERT_RANGE: not in the library.

@@ -7,7 +7,8 @@ use crate::pmfs::{Entry, Opened, PmfsOps, Xattr, MAX_WRITE};
 use fuser::{
     Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use pmkit_fs::{Owner, SetAttr};
 use std::ffi::OsStr;
@@ -492,6 +493,23 @@ impl Filesystem for PmFs {
                     FileHandle(o.fh),
                     o.flags,
                 ),
+                Err(e) => reply.error(fe(e)),
+            }
+        })
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        guard("lseek", || {
+            match self.ops.lseek(ino.into(), offset, whence) {
+                Ok(at) => reply.offset(at as i64),
                 Err(e) => reply.error(fe(e)),
             }
         })

@@ -35,9 +35,10 @@ pub enum Op {
     Xattr,
     Create,
     Fallocate,
+    Lseek,
 }
 
-const OPS: [(Op, &str); 22] = [
+const OPS: [(Op, &str); 23] = [
     (Op::Lookup, "lookup"),
     (Op::Getattr, "getattr"),
     (Op::Setattr, "setattr"),
@@ -60,6 +61,7 @@ const OPS: [(Op, &str); 22] = [
     (Op::Xattr, "xattr"),
     (Op::Create, "create"),
     (Op::Fallocate, "fallocate"),
+    (Op::Lseek, "lseek"),
 ];
 
 #[derive(Default)]

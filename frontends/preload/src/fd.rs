@@ -244,16 +244,8 @@ pub extern "C" fn lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
                 libc::SEEK_SET => Whence::Set,
                 libc::SEEK_CUR => Whence::Cur,
                 libc::SEEK_END => Whence::End,
-                // No holes are reported: data up to the size, one hole at the end.
-                libc::SEEK_DATA | libc::SEEK_HOLE => {
-                    let size = p.fstat(o.fd).map_err(en)?.size;
-                    let at = offset(off)?;
-                    if at >= size {
-                        return Err(libc::ENXIO);
-                    }
-                    let to = if whence == libc::SEEK_DATA { at } else { size };
-                    return Ok(p.lseek(o.fd, to as i64, Whence::Set).map_err(en)? as i64);
-                }
+                libc::SEEK_DATA => Whence::Data,
+                libc::SEEK_HOLE => Whence::Hole,
                 _ => return Err(libc::EINVAL),
             };
             Ok(p.lseek(o.fd, off, w).map_err(en)? as i64)

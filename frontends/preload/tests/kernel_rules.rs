@@ -73,3 +73,26 @@ fn relative_paths_are_limited_by_their_own_length_not_the_directorys() {
     assert_eq!(String::from_utf8_lossy(&got.stdout), "deep 1 4\n");
     assert_eq!(got.stdout, model.stdout);
 }
+
+/// SEEK_DATA and SEEK_HOLE through the shim equal tmpfs's answers (the mount's test runs the
+/// same script, frontends/cli/tests/data/seek.py). Once: data up to the size, no holes.
+#[test]
+fn seek_data_and_hole_match_the_kernels_through_the_shim() {
+    if !have("python3") {
+        return;
+    }
+    const SEEK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cli/tests/data/seek.py");
+    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let model = Command::new("python3")
+        .args([SEEK, model_dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_ok(&model, "seek.py on tmpfs");
+    let s = Shim::new();
+    let got = s.cmd("python3").args([SEEK, &s.m("")]).output().unwrap();
+    assert_ok(&got, "seek.py through the shim");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&model.stdout)
+    );
+}

@@ -7,6 +7,7 @@
 mod alloc;
 mod attr;
 pub use attr::{killed_suidgid, ns_of_timespec, timespec_of};
+pub use seek::Seek;
 mod check;
 mod ckpt;
 mod costs;
@@ -24,6 +25,7 @@ mod pm;
 pub mod posix;
 mod protect;
 mod repair;
+mod seek;
 mod tail;
 mod tally;
 mod tree;

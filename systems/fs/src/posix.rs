@@ -59,6 +59,10 @@ pub enum Whence {
     Set,
     Cur,
     End,
+    /// SEEK_DATA: the next byte in data at or after the offset given (ENXIO: none).
+    Data,
+    /// SEEK_HOLE: the next byte in a hole at or after the offset given (the size counts).
+    Hole,
 }
 
 /// A path resolved up to its last component.
@@ -510,6 +514,16 @@ impl<M: Media> Posix<M> {
                 return Err(Error::Invalid("SEEK_END on a directory"))
             }
             Whence::End => self.fs.getattr(d.ino)?.size,
+            Whence::Data | Whence::Hole => {
+                let at = u64::try_from(delta)
+                    .map_err(|_| Error::NoDevice("a negative offset has no data or hole"))?;
+                let to = match whence {
+                    Whence::Data => crate::Seek::Data,
+                    _ => crate::Seek::Hole,
+                };
+                *off = self.fs.seek(d.ino, at, to)?;
+                return Ok(*off);
+            }
         };
         let new = base
             .checked_add_signed(delta)

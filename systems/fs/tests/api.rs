@@ -557,3 +557,51 @@ fn every_write_changes_mtime_and_ctime() {
     let got = fs.getattr(f.ino).unwrap();
     assert_eq!((got.mtime, got.ctime), (want.mtime, want.ctime), "stored");
 }
+
+/// SEEK_DATA and SEEK_HOLE from the tree: data and holes at block granularity, the size as the
+/// last hole, ENXIO past it or with no data after the offset; a huge block is data throughout.
+#[test]
+fn seek_finds_data_and_holes() {
+    use pmkit_fs::Seek::{Data, Hole};
+    let fs = fresh(16 << 20);
+    let (k, m) = (4096u64, 1u64 << 20);
+    let f = fs.create(ROOT, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &[1u8; 4096]).unwrap();
+    let grow = SetAttr {
+        size: Some(3 * m),
+        ..SetAttr::default()
+    };
+    fs.setattr(f.ino, &grow).unwrap();
+    fs.write(f.ino, m, &[2u8; 4096]).unwrap();
+    let seek = |off, to| fs.seek(f.ino, off, to).map_err(|e| e.errno());
+    assert_eq!(seek(0, Data), Ok(0));
+    assert_eq!(seek(0, Hole), Ok(k));
+    assert_eq!(seek(k, Data), Ok(m));
+    assert_eq!(seek(m + 7, Data), Ok(m + 7));
+    assert_eq!(seek(m, Hole), Ok(m + k));
+    assert_eq!(seek(m + k, Data), Err(libc::ENXIO));
+    assert_eq!(seek(2 * m, Hole), Ok(2 * m));
+    assert_eq!(seek(3 * m, Hole), Err(libc::ENXIO));
+    let d = fs.mkdir(ROOT, b"d", 0o755).unwrap();
+    assert_eq!(
+        fs.seek(d.ino, 0, Data).map_err(|e| e.errno()),
+        Err(libc::EINVAL)
+    );
+    // A huge block: 2 MiB of data, however little was written; the size ends it.
+    let h = fs.create(ROOT, b"h", 0o644).unwrap();
+    fs.set_huge(h.ino, true).unwrap();
+    fs.write(h.ino, 0, &[3u8; 4096]).unwrap();
+    fs.setattr(
+        h.ino,
+        &SetAttr {
+            size: Some(4 * m),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(fs.seek(h.ino, 0, Hole).map_err(|e| e.errno()), Ok(2 * m));
+    assert_eq!(
+        fs.seek(h.ino, 2 * m, Data).map_err(|e| e.errno()),
+        Err(libc::ENXIO)
+    );
+}

@@ -117,6 +117,7 @@ pub mod op {
     pub const BATCH_FORGET: u32 = 42;
     pub const FALLOCATE: u32 = 43;
     pub const RENAME2: u32 = 45;
+    pub const LSEEK: u32 = 46;
 }
 
 /// `fuse_setattr_in.valid` bits.

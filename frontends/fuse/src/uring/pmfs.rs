@@ -219,6 +219,12 @@ impl Handler for PmfsOps {
                 let r = self.fallocate(ino, u64_at(oi, 8), u64_at(oi, 16), u32_at(oi, 24) as i32);
                 empty(r)
             }
+            op::LSEEK => {
+                // fuse_lseek_in: fh @0, offset @8, whence @16; fuse_lseek_out: offset.
+                let at = self.lseek(ino, u64_at(oi, 8) as i64, u32_at(oi, 16) as i32)?;
+                buf[..8].copy_from_slice(&at.to_le_bytes());
+                Ok(8)
+            }
             // The kernel sends these over /dev/fuse, never a ring; nothing to do for either.
             op::FORGET | op::BATCH_FORGET | op::DESTROY => Ok(0),
             // ACCESS (the mount checks permissions itself: default_permissions), INTERRUPT

@@ -4,7 +4,7 @@
 //! stays, a write by another user clears them, `chown(path, -1, -1)` by a non-owner succeeds
 //! unless it would have to clear bits (on the mount the kernel's FUSE code answers that one
 //! itself: see the test). The shim runs the same script, every line equal to the kernel's
-//! (frontends/preload/tests/kernel_rules.rs).
+//! (frontends/preload/tests/kernel_rules.rs; SEEK_DATA and SEEK_HOLE too, `tests/data/seek.py`).
 //!
 //! Needs root, /dev/fuse and python3; skipped without them, except in CI, where it fails.
 
@@ -58,6 +58,37 @@ fn set_id_bits_follow_the_kernels_rules_on_the_mount() {
                 .collect()
         };
         assert_eq!(relaxed(&got), relaxed(&want), "over {t}: {got}");
+        d.umount();
+    }
+}
+
+/// SEEK_DATA and SEEK_HOLE on the mount (the kernel sends LSEEK for them), over both transports,
+/// equal to tmpfs's answers (`tests/data/seek.py`).
+#[test]
+fn seek_data_and_hole_match_the_kernels_on_the_mount() {
+    if !can_run() {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/seek.py");
+    let run = |dir: &Path| {
+        let o = Command::new("python3")
+            .arg(script)
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let want = run(model_dir.path());
+    assert!(
+        want.contains("holes 4096 1048576 4096"),
+        "the model: {want}"
+    );
+    for t in transports() {
+        let s = scratch("16M");
+        let d = Daemon::start(&s, &["--transport", t]);
+        assert_eq!(run(&s.mnt), want, "over {t}");
         d.umount();
     }
 }
