@@ -59,9 +59,8 @@ pub enum Whence {
     Set,
     Cur,
     End,
-    /// SEEK_DATA: the next byte in data at or after the offset given (ENXIO: none).
+    /// SEEK_DATA and SEEK_HOLE: the next data or hole at or after the offset (`Fs::seek`).
     Data,
-    /// SEEK_HOLE: the next byte in a hole at or after the offset given (the size counts).
     Hole,
 }
 
@@ -515,12 +514,8 @@ impl<M: Media> Posix<M> {
             }
             Whence::End => self.fs.getattr(d.ino)?.size,
             Whence::Data | Whence::Hole => {
-                let at = u64::try_from(delta)
-                    .map_err(|_| Error::NoDevice("a negative offset has no data or hole"))?;
-                let to = match whence {
-                    Whence::Data => crate::Seek::Data,
-                    _ => crate::Seek::Hole,
-                };
+                let to = [crate::Seek::Hole, crate::Seek::Data][(whence == Whence::Data) as usize];
+                let at = u64::try_from(delta).map_err(|_| Error::NoDevice("a negative offset"))?;
                 *off = self.fs.seek(d.ino, at, to)?;
                 return Ok(*off);
             }

@@ -274,6 +274,10 @@ fn on_kernel(root: &Path, fds: &mut [Option<i32>; 4], op: &Op) -> Out {
                     Whence::Set => libc::SEEK_SET,
                     Whence::Cur => libc::SEEK_CUR,
                     Whence::End => libc::SEEK_END,
+                    // Not drawn: appends allocate ahead, which SEEK_HOLE reports as data
+                    // (tests/api.rs and the mount's kernel-rules test check them).
+                    Whence::Data => libc::SEEK_DATA,
+                    Whence::Hole => libc::SEEK_HOLE,
                 };
                 num(libc::lseek(fd(*i), *d, w))
             }
