@@ -3,17 +3,9 @@
 //! kernel fails every request in flight and every later one (ECONNABORTED, then ENOTCONN), so
 //! callers waiting in uninterruptible sleep for a reply that will never come are freed.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 const CONNECTIONS: &str = "/sys/fs/fuse/connections";
-
-/// The connection of the FUSE mount at `dir`: the minor number of its device, which names the
-/// connection's folder in fusectl. Read while `dir` is still the mount's root.
-pub fn connection_of(dir: &Path) -> Option<u64> {
-    let dev = std::fs::metadata(dir).ok()?.dev();
-    Some(libc::minor(dev) as u64)
-}
 
 /// Abort connection `conn`, mounting fusectl first where nobody has (root needed, as for the
 /// mount itself).

@@ -73,6 +73,9 @@ pub struct MountEntry {
     pub dir: PathBuf,
     pub fstype: String,
     pub source: String,
+    /// The minor number of the mount's device, which for FUSE names its connection in fusectl
+    /// (read from mountinfo: a `stat` of a FUSE mount is a request to its daemon).
+    pub conn: Option<u64>,
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
@@ -119,7 +122,9 @@ fn mounts() -> Vec<MountEntry> {
             let f: Vec<&str> = l.split(' ').collect();
             let sep = f.iter().position(|&x| x == "-")?;
             let at = PathBuf::from(std::ffi::OsStr::from_bytes(&unescape(f.get(4)?)));
+            let conn = f.get(2).and_then(|d| d.split_once(':')?.1.parse().ok());
             Some(MountEntry {
+                conn,
                 dir: at,
                 fstype: f.get(sep + 1)?.to_string(),
                 source: String::from_utf8_lossy(&unescape(f.get(sep + 2)?)).into_owned(),
@@ -354,7 +359,9 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         Ok(s) => s,
         Err(e) => return Err(MountError::Fuse(format!("{}: {e}", dir.display()))),
     };
-    let conn = crate::fusectl::connection_of(&dir);
+    // From mountinfo, not a `stat` of the mount: that would be a request to this daemon,
+    // made before its session threads may have started to answer it.
+    let conn = mount_at(&dir).and_then(|m| m.conn);
     Ok(Served {
         dir,
         recovery,
@@ -562,8 +569,7 @@ pub fn umount(dir: &Path, wait: Duration) -> Result<String> {
             m.source
         ));
     }
-    // Read before the unmount, while the directory is still the mount's root.
-    let conn = crate::fusectl::connection_of(&dir);
+    let conn = m.conn;
     let pid = daemon_pid(&m);
     let mut how = "unmounted";
     if let Err(e) = umount2(&dir, 0) {
@@ -656,6 +662,7 @@ mod tests {
             dir: "/x".into(),
             fstype: "fuse".into(),
             source: "pmkit-fs[4242]:/dev/shm/p".into(),
+            conn: None,
         };
         assert_eq!(daemon_pid(&m), Some(4242));
         assert!(is_pmfs(&m));
@@ -665,7 +672,9 @@ mod tests {
         };
         assert_eq!(daemon_pid(&other), None);
         assert!(!is_pmfs(&other));
-        assert!(mount_at(Path::new("/")).is_some(), "/ is a mount point");
+        let root = mount_at(Path::new("/")).expect("/ is a mount point");
+        let dev = std::os::unix::fs::MetadataExt::dev(&std::fs::metadata("/").unwrap());
+        assert_eq!(root.conn, Some(libc::minor(dev) as u64), "the device from mountinfo");
         assert!(alive(std::process::id() as i32));
         assert!(!alive(i32::MAX));
     }
