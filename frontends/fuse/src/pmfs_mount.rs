@@ -674,7 +674,11 @@ mod tests {
         assert!(!is_pmfs(&other));
         let root = mount_at(Path::new("/")).expect("/ is a mount point");
         let dev = std::os::unix::fs::MetadataExt::dev(&std::fs::metadata("/").unwrap());
-        assert_eq!(root.conn, Some(libc::minor(dev) as u64), "the device from mountinfo");
+        assert_eq!(
+            root.conn,
+            Some(libc::minor(dev) as u64),
+            "the device from mountinfo"
+        );
         assert!(alive(std::process::id() as i32));
         assert!(!alive(i32::MAX));
     }
