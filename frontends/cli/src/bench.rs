@@ -15,6 +15,7 @@ pub struct Args {
         allow_hyphen_values = true,
         value_name = "ARGS"
     )]
+    /// The benchmark and its options, passed to pmkit-bench (`pmkit bench --help` lists them).
     args: Vec<OsString>,
 }
 

@@ -26,6 +26,7 @@ pub struct CreateArgs {
 
 #[derive(clap::Args)]
 pub struct InfoArgs {
+    /// The device: a file made by `pmkit create`, or a device-dax device
     pub path: PathBuf,
     /// Print JSON
     #[arg(long)]
@@ -34,6 +35,7 @@ pub struct InfoArgs {
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
+    /// The device: a file made by `pmkit create`, or a device-dax device
     pub path: PathBuf,
     /// Print JSON
     #[arg(long)]

@@ -42,14 +42,18 @@ enum Cmd {
     },
     /// Show geometry, usage and what each operation costs the journal (reads only).
     Info {
+        /// The pool: a file made by `pmkit fs mkfs`, or a device-dax device.
         pool: PathBuf,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Mount POOL on DIR with FUSE and serve it in the foreground until `pmkit fs umount DIR`
     /// or SIGTERM/SIGINT; then the pool is marked clean. A stale mount on DIR is detached.
     Mount {
+        /// The pool: a file made by `pmkit fs mkfs`, or a device-dax device.
         pool: PathBuf,
+        /// The mount point: an existing directory.
         dir: PathBuf,
         /// FUSE worker threads on /dev/fuse (the io_uring transport has one queue per CPU).
         #[arg(long, default_value_t = 4)]
@@ -88,6 +92,7 @@ enum Cmd {
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
+        /// The mount point: an existing directory.
         dir: PathBuf,
         /// Seconds to wait for the daemon to exit.
         #[arg(long, default_value_t = 60)]
@@ -97,7 +102,9 @@ enum Cmd {
     /// --repair, fix what can be fixed (the pool must not be mounted); exit status 1 if problems
     /// remain.
     Check {
+        /// The pool: a file made by `pmkit fs mkfs`, or a device-dax device.
         pool: PathBuf,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
         /// Fix the problems found (each fix crash-safe; see docs/fs.md, Repair).

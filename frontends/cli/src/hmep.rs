@@ -23,6 +23,7 @@ pub struct Args {
 enum Cmd {
     /// The slow-memory presets: latency, bandwidth, device line, mode and sources.
     Presets {
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -37,12 +38,15 @@ enum Cmd {
             allow_hyphen_values = true,
             value_name = "ARGS"
         )]
+        /// Arguments for `pmkit-bench hmep-calibrate` (`--help` lists them).
         args: Vec<OsString>,
     },
     /// ns per access of each pattern on the fast tier (measured) and on a preset's slow tier
     /// (modelled), from a calibration saved with `pmkit hmep calibrate --json > FILE`.
     Model {
+        /// A preset name (`pmkit hmep presets` lists them).
         preset: String,
+        /// This machine's calibration, made by `pmkit hmep calibrate --json > FILE`.
         #[arg(long)]
         calibration: PathBuf,
         /// The backing that plays the fast tier: anon-4k, anon-thp or file:DIR.
@@ -51,6 +55,7 @@ enum Cmd {
         /// absolute, ratio or delta [default: the preset's own]
         #[arg(long)]
         mode: Option<Mode>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },

@@ -26,6 +26,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "pmkit",
     version,
+    long_version = long_version(),
     about = "A persistent-memory storage stack in user space"
 )]
 struct Cli {
@@ -78,6 +79,19 @@ enum Cmd {
     Bench(bench::Args),
 }
 
+/// `--version`: the release and the on-media format versions it reads and writes (made once,
+/// at parse; clap keeps a `&'static str`).
+fn long_version() -> &'static str {
+    let s = format!(
+        "{}\non-media formats: PMBD device {}, PMFS {}, PMO pool {}",
+        env!("CARGO_PKG_VERSION"),
+        pmkit_blk::superblock::VERSION,
+        pmkit_fs::layout::VERSION,
+        pmkit_obj::layout::VERSION
+    );
+    Box::leak(s.into_boxed_str())
+}
+
 fn main() -> std::process::ExitCode {
     pmkit::entry::main("pmkit", || match Cli::parse().cmd {
         Cmd::Create(a) => blk::create(a),
@@ -93,4 +107,42 @@ fn main() -> std::process::ExitCode {
         Cmd::Hmep(a) => hmep::run(a),
         Cmd::Serve(a) => serve::run(*a),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument and option of every command says what it is in `--help` (and so in the
+    /// man pages made from these definitions).
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" || a.is_hide_set() {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "pmkit", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+
+    #[test]
+    fn version_names_the_on_media_formats() {
+        let v = Cli::command().render_long_version();
+        assert!(
+            v.contains("PMBD device 1") && v.contains("PMFS 2") && v.contains("PMO pool 1"),
+            "{v}"
+        );
+    }
 }

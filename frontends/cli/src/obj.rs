@@ -20,6 +20,7 @@ enum Cmd {
     /// Create a pool: a new file of --size bytes, or format an existing file or device-dax
     /// device. Refused while POOL is in use, and over an existing pmkit format unless --force.
     Create {
+        /// The pool: a file, or a device-dax device.
         pool: PathBuf,
         /// Size of a pool file created here, e.g. 64M, 1G; an existing file keeps its size.
         #[arg(long, value_parser = parse_size)]
@@ -39,40 +40,55 @@ enum Cmd {
     },
     /// List the objects of a pool.
     List {
+        /// The pool: a file, or a device-dax device.
         pool: PathBuf,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Show a pool's geometry and usage.
     Info {
+        /// The pool: a file, or a device-dax device.
         pool: PathBuf,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Write an object's last published contents to stdout (raw bytes, or a hex dump with --hex).
     Dump {
+        /// The pool: a file, or a device-dax device.
         pool: PathBuf,
+        /// The object's name.
         name: String,
+        /// A hex dump with offsets and text, instead of the raw bytes.
         #[arg(long)]
         hex: bool,
     },
     /// Check a pool without changing it; exit status 1 if it has problems.
     Check {
+        /// The pool: a file, or a device-dax device.
         pool: PathBuf,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Create an object of SIZE bytes (zero-filled).
     New {
+        /// The pool: a file, or a device-dax device.
         pool: PathBuf,
+        /// The object's name.
         name: String,
+        /// The object's size, e.g. 4K, 1M (zero-filled).
         #[arg(long, value_parser = parse_size)]
         size: u64,
     },
     /// Write FILE (or stdin) into an object at OFFSET and publish it with one PMO Sync.
     Put {
+        /// The pool: a file, or a device-dax device.
         pool: PathBuf,
+        /// The object's name.
         name: String,
+        /// Where in the object to write, in bytes (K, M, G suffixes).
         #[arg(long, default_value = "0", value_parser = parse_size)]
         offset: u64,
         /// Input file; stdin when absent.
@@ -80,7 +96,12 @@ enum Cmd {
         from: Option<PathBuf>,
     },
     /// Delete an object.
-    Delete { pool: PathBuf, name: String },
+    Delete {
+        /// The pool: a file, or a device-dax device.
+        pool: PathBuf,
+        /// The object's name.
+        name: String,
+    },
 }
 
 /// Open a pool to change it: read-write, locked exclusively (refused, holders named, while

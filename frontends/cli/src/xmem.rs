@@ -54,6 +54,7 @@ enum Cmd {
         /// a structure the cache holds gains nothing from DRAM).
         #[arg(long)]
         no_cache_filter: bool,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
         /// The program and its arguments, after `--`.
@@ -64,6 +65,7 @@ enum Cmd {
     /// thesis's Eq. 3 benefit (priorities first), the greedy filling the budget, and Eq. 4's
     /// estimated access time against everything in the slow tier.
     Place {
+        /// A profile made by `pmkit xmem profile`.
         profile: PathBuf,
         /// The fast-tier (DRAM) budget, e.g. 256M; a whole number of regions is used.
         #[arg(long, value_parser = parse_size)]
@@ -81,16 +83,19 @@ enum Cmd {
         /// cost 0) [default: 0, the thesis's model]. Optane-like media: about 100.
         #[arg(long, default_value_t = 0.0)]
         slow_write: f64,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Describe a saved profile: per structure, regions, accesses per region by pattern, the
     /// dominant pattern, the Eq. 3 benefit per region and its rank.
     Stats {
+        /// A profile made by `pmkit xmem profile`.
         profile: PathBuf,
         /// ns per line written back to the slow tier (see `place --slow-write`).
         #[arg(long, default_value_t = 0.0)]
         slow_write: f64,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
