@@ -1,12 +1,12 @@
 //! The one way a command lays a new format over a file (`pmkit create`, `pmkit fs mkfs`,
 //! `pmkit obj create`): the file is locked as a mount or a server locks it, so a file in use is
-//! refused with its holders named; a file that already holds a pmkit format is reformatted only
-//! with `--force`, and the refusal says what it holds; a file this command created is removed
-//! again if the format fails.
+//! refused with its holders named; a file that already holds a pmkit format, or any data in its
+//! first 64 KiB, is formatted only with `--force`, and the refusal says what it holds; a file
+//! this command created is removed again if the format fails.
 
 use crate::identify;
 use anyhow::{bail, Context, Result};
-use pmkit_media::{Region, RegionOptions};
+use pmkit_media::{Media, Region, RegionOptions};
 use std::path::Path;
 
 /// What is being made, where.
@@ -84,6 +84,28 @@ pub fn format<T>(t: &Target<'_>, make: impl FnOnce(Region, bool) -> Result<T>) -
             );
         }
         eprintln!("note: {}: formatting over {held} (--force)", path.display());
+    } else if let Some(at) = first_data(&region) {
+        // Not a pmkit format, but not empty either: a disk image, a database, a file given by
+        // mistake. Zeros (a file from `truncate`, a fresh device) are formatted freely.
+        if !t.force {
+            bail!(
+                "{}: holds data that is not a pmkit format (a non-zero byte at offset {at}); \
+                 `{}` would destroy it. To format it anyway, add --force",
+                path.display(),
+                t.command
+            );
+        }
+        eprintln!("note: {}: formatting over data (--force)", path.display());
     }
     make(region, false)
+}
+
+/// Bytes looked at for data that is not a pmkit format.
+const LOOK: usize = 64 << 10;
+
+/// The offset of the first non-zero byte in the first [`LOOK`] bytes of `region`, if any.
+fn first_data(region: &Region) -> Option<usize> {
+    let mut buf = vec![0u8; LOOK.min(region.len())];
+    region.read(0, &mut buf);
+    buf.iter().position(|&b| b != 0)
 }

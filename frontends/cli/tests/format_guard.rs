@@ -87,6 +87,36 @@ fn an_existing_format_is_refused_without_force_and_named() {
     );
 }
 
+/// A file of other data (a disk image, say) is not formatted without --force; a file of zeros
+/// (made by `truncate`) is.
+#[test]
+fn other_data_is_refused_and_zeros_are_not() {
+    let dir = shm_dir("pmkit-guard-data");
+    let img = dir.path().join("disk.img");
+    let mut bytes = vec![0u8; 8 << 20];
+    bytes[1080..1082].copy_from_slice(&[0x53, 0xef]); // where ext4 keeps its magic
+    std::fs::write(&img, &bytes).unwrap();
+    let p = img.to_str().unwrap();
+    for args in [
+        &["fs", "mkfs", p][..],
+        &["obj", "create", p],
+        &["create", p, "--size", "8M"],
+    ] {
+        refused(
+            &pmkit(args),
+            &["holds data that is not a pmkit format", "offset 1080"],
+        );
+    }
+    assert_eq!(std::fs::read(&img).unwrap(), bytes);
+    let zeros = dir.path().join("zeros");
+    std::fs::File::create(&zeros)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let o = pmkit(&["fs", "mkfs", zeros.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 #[test]
 fn a_file_in_use_is_refused_with_its_holder_named() {
     let dir = shm_dir("pmkit-guard-held");
