@@ -1,6 +1,6 @@
 //! Who keeps a mount or a block device busy, read from /proc the way `fuser -m` does: a process
 //! holds a file system when its working directory, root, executable, an open file or a mapping
-//! lies on it (same `st_dev`); it holds a block device when it has the device node open.
+//! lies on it; it holds a block device when it has the device node open.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -65,35 +65,38 @@ fn comm(pid: u32) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Processes using the file system mounted at `mountpoint`.
+/// Processes using the file system mounted at `mountpoint`. Nothing here asks that file system
+/// (a FUSE daemon that cannot answer would hold the question, and the command asking, for
+/// good): the mount is found in mountinfo, open files by the mount id in their `fdinfo`, the
+/// working directory, root and executable by the path their link names, mappings by the
+/// device in `maps`.
 pub fn of_mount(mountpoint: &Path) -> Vec<Holder> {
-    match std::fs::metadata(mountpoint) {
-        Ok(m) => of_fs_dev(m.dev()),
-        Err(_) => vec![],
-    }
-}
-
-/// Processes using the file system whose `st_dev` is `dev`.
-pub fn of_fs_dev(dev: u64) -> Vec<Holder> {
-    let on = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.dev() == dev);
-    let (maj, min) = major_minor(dev);
+    let Some((mnt_id, (maj, min))) = mount_of(mountpoint) else {
+        return vec![];
+    };
     let map_dev = format!("{maj:02x}:{min:02x}");
+    let under = |link: String| std::fs::read_link(link).is_ok_and(|p| p.starts_with(mountpoint));
     let mut out = vec![];
     for pid in pids() {
         let base = format!("/proc/{pid}");
         let mut how = vec![];
         for (link, what) in [("cwd", "cwd"), ("root", "root"), ("exe", "exe")] {
-            if on(Path::new(&format!("{base}/{link}"))) {
+            if under(format!("{base}/{link}")) {
                 how.push(what);
             }
         }
-        if let Ok(fds) = std::fs::read_dir(format!("{base}/fd")) {
-            if fds.flatten().any(|e| on(&e.path())) {
+        if let Ok(fds) = std::fs::read_dir(format!("{base}/fdinfo")) {
+            let on_it = |e: std::fs::DirEntry| {
+                std::fs::read_to_string(e.path()).is_ok_and(|info| {
+                    info.lines()
+                        .any(|l| l.strip_prefix("mnt_id:").map(str::trim) == Some(&mnt_id))
+                })
+            };
+            if fds.flatten().any(on_it) {
                 how.push("open file");
             }
         }
         if let Ok(maps) = std::fs::read_to_string(format!("{base}/maps")) {
-            // "addr perms offset dev inode path": a file mapping names its device.
             if maps
                 .lines()
                 .any(|l| l.split_whitespace().nth(3) == Some(map_dev.as_str()))
@@ -107,6 +110,36 @@ pub fn of_fs_dev(dev: u64) -> Vec<Holder> {
                 comm: comm(pid),
                 how,
             });
+        }
+    }
+    out
+}
+
+/// The mount at `mountpoint` in this namespace (the last one, if several are stacked): its
+/// mount id, and its device's major and minor numbers.
+fn mount_of(mountpoint: &Path) -> Option<(String, (u64, u64))> {
+    let info = std::fs::read("/proc/self/mountinfo").ok()?;
+    let want = escape(mountpoint);
+    let line = info
+        .split(|&b| b == b'\n')
+        .rfind(|l| l.split(|&b| b == b' ').nth(4) == Some(want.as_slice()))?;
+    let line = String::from_utf8_lossy(line);
+    let f: Vec<&str> = line.split(' ').collect();
+    let (maj, min) = f.get(2)?.split_once(':')?;
+    Some((
+        f.first()?.to_string(),
+        (maj.parse().ok()?, min.parse().ok()?),
+    ))
+}
+
+/// A path as mountinfo writes it: space, tab, newline and backslash as `\ooo`.
+fn escape(p: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    for &b in p.as_os_str().as_bytes() {
+        match b {
+            b' ' | b'\t' | b'\n' | b'\\' => out.extend(format!("\\{b:03o}").bytes()),
+            _ => out.push(b),
         }
     }
     out
