@@ -8,7 +8,25 @@ mod common;
 use common::*;
 use std::process::Command;
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cli/tests/data/set_id.py");
+/// Run `script` (in frontends/cli/tests/data, shared with the mount's tests) with a directory
+/// argument on tmpfs, the model, and on the pool through the shim: both print the same.
+fn same_as_the_kernel(script: &str) {
+    let script = format!("{}/../cli/tests/data/{script}", env!("CARGO_MANIFEST_DIR"));
+    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let model = Command::new("python3")
+        .args([&script, model_dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_ok(&model, &format!("{script} on tmpfs"));
+    let s = Shim::new();
+    let got = s.cmd("python3").args([&script, &s.m("")]).output().unwrap();
+    assert_ok(&got, &format!("{script} through the shim"));
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&model.stdout)
+    );
+    s.assert_prefix_empty();
+}
 
 #[test]
 fn set_id_bits_follow_the_kernels_rules_through_the_shim() {
@@ -21,20 +39,7 @@ fn set_id_bits_follow_the_kernels_rules_through_the_shim() {
         eprintln!("skipped: needs python3 and root");
         return;
     }
-    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let model = Command::new("python3")
-        .args([SCRIPT, model_dir.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_ok(&model, "set_id.py on tmpfs");
-    let s = Shim::new();
-    let got = s.cmd("python3").args([SCRIPT, &s.m("")]).output().unwrap();
-    assert_ok(&got, "set_id.py through the shim");
-    assert_eq!(
-        String::from_utf8_lossy(&got.stdout),
-        String::from_utf8_lossy(&model.stdout)
-    );
-    s.assert_prefix_empty();
+    same_as_the_kernel("set_id.py");
 }
 
 /// A relative path within PATH_MAX works however long the current directory is (the kernel
@@ -81,18 +86,5 @@ fn seek_data_and_hole_match_the_kernels_through_the_shim() {
     if !have("python3") {
         return;
     }
-    const SEEK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cli/tests/data/seek.py");
-    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let model = Command::new("python3")
-        .args([SEEK, model_dir.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_ok(&model, "seek.py on tmpfs");
-    let s = Shim::new();
-    let got = s.cmd("python3").args([SEEK, &s.m("")]).output().unwrap();
-    assert_ok(&got, "seek.py through the shim");
-    assert_eq!(
-        String::from_utf8_lossy(&got.stdout),
-        String::from_utf8_lossy(&model.stdout)
-    );
+    same_as_the_kernel("seek.py");
 }
