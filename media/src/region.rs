@@ -456,7 +456,7 @@ impl Region {
         }
         Err(MediaError::InUse {
             path: self.path.clone(),
-            holders: self.file().map(crate::holders::of_file).unwrap_or_default(),
+            holders: self.holders(),
         })
     }
 

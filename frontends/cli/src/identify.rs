@@ -29,12 +29,17 @@ impl Kind {
         }
     }
 
+    /// The kind whose magic (each system's own constant) `m` is.
     fn of_magic(m: [u8; 8]) -> Option<Kind> {
-        match &m {
-            b"PMKITBLK" => Some(Kind::Blk),
-            b"PMKITFS1" => Some(Kind::Fs),
-            b"PMKITOBJ" => Some(Kind::Obj),
-            _ => None,
+        let word = u64::from_le_bytes(m);
+        if m == pmkit_blk::superblock::MAGIC {
+            Some(Kind::Blk)
+        } else if word == pmkit_fs::layout::MAGIC {
+            Some(Kind::Fs)
+        } else if word == pmkit_obj::layout::MAGIC {
+            Some(Kind::Obj)
+        } else {
+            None
         }
     }
 }

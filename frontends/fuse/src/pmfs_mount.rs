@@ -538,12 +538,10 @@ impl Served {
 
 /// Abort the mount's FUSE connection, saying what came of it.
 fn abort_connection(conn: Option<u64>, log: &mut dyn FnMut(&str)) {
-    {
-        match conn.map(crate::fusectl::abort) {
-            Some(Ok(())) => log("FUSE connection aborted"),
-            Some(Err(e)) => log(&e),
-            None => log("the FUSE connection is unknown: cannot abort it"),
-        }
+    match conn.map(crate::fusectl::abort) {
+        Some(Ok(())) => log("FUSE connection aborted"),
+        Some(Err(e)) => log(&e),
+        None => log("the FUSE connection is unknown: cannot abort it"),
     }
 }
 

@@ -9,7 +9,7 @@ use crate::device::Device;
 use crate::error::{BlkError, Result};
 use crate::options::{CreateOptions, EngineOptions};
 use crate::superblock::{self, Found};
-use pmkit_media::{Region, RegionOptions};
+use pmkit_media::{MediaError, Region, RegionOptions};
 use std::path::Path;
 
 fn region_opts(populate: bool, read_only: bool) -> RegionOptions {
@@ -22,14 +22,10 @@ fn region_opts(populate: bool, read_only: bool) -> RegionOptions {
 
 /// Take the device file's advisory lock, or say who holds it.
 fn lock(region: &Region, exclusive: bool) -> Result<()> {
-    if region.try_lock(exclusive)? {
-        Ok(())
-    } else {
-        Err(BlkError::Busy {
-            path: region.path().into(),
-            holders: region.holders(),
-        })
-    }
+    region.claim(exclusive).map_err(|e| match e {
+        MediaError::InUse { path, holders } => BlkError::Busy { path, holders },
+        e => e.into(),
+    })
 }
 
 /// Create a device at `path`. With `size`, a new file of that many bytes (fails if the path

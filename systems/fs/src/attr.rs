@@ -137,6 +137,25 @@ impl<M: Media> Fs<M> {
         Ok(self.attr_of(ino, &n))
     }
 
+    /// Before a write or truncate by a caller without CAP_FSETID: clear `ino`'s set-ID bits
+    /// ([`SetAttr::kill_suidgid`]) if it has any. The common file without them costs a read
+    /// of its inode: no transaction, and no walk of its tree as [`Fs::getattr`] makes.
+    pub fn kill_suidgid(&self, ino: u64) -> Result<()> {
+        {
+            let _ns = self.ns.read();
+            let _g = self.stripe(ino).lock();
+            let n = self.live(ino)?;
+            if n.kind() == Some(Kind::Dir) || killed_suidgid(n.mode) == n.mode {
+                return Ok(());
+            }
+        }
+        let s = SetAttr {
+            kill_suidgid: true,
+            ..SetAttr::default()
+        };
+        self.setattr(ino, &s).map(drop)
+    }
+
     /// Change mode, owner, size or times; one transaction (a truncate of a big file, several:
     /// see the orphan list in `docs/fs.md`).
     pub fn setattr(&self, ino: u64, s: &SetAttr) -> Result<Attr> {

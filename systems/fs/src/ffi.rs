@@ -128,19 +128,10 @@ pub unsafe extern "C" fn pmfs_mount(path: *const c_char) -> *mut PmfsHandle {
         let o = MountOptions::from_env().map_err(|e| inval(&e))?;
         let region = Region::open(p, &RegionOptions::default())
             .map_err(|e| (libc::EIO, format!("{}: {e}", p.display())))?;
-        match region.try_lock(true) {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err((
-                    libc::EBUSY,
-                    format!(
-                        "{}: in use by another process or a `pmkit fs mount`",
-                        p.display()
-                    ),
-                ))
-            }
-            Err(e) => return Err((libc::EIO, format!("{}: {e}", p.display()))),
-        }
+        region.claim(true).map_err(|e| match e {
+            pmkit_media::MediaError::InUse { .. } => (libc::EBUSY, e.to_string()),
+            e => (libc::EIO, e.to_string()),
+        })?;
         let (fs, _) = Fs::mount(region, &o).map_err(fail)?;
         Ok(Box::into_raw(Box::new(PmfsHandle { fs: Posix::new(fs) })))
     })

@@ -6,8 +6,6 @@
 
 mod alloc;
 mod attr;
-pub use attr::{killed_suidgid, ns_of_timespec, timespec_of};
-pub use seek::Seek;
 mod check;
 mod ckpt;
 mod costs;
@@ -34,6 +32,7 @@ mod walk;
 mod xattr;
 pub mod xip;
 
+pub use attr::{killed_suidgid, ns_of_timespec, timespec_of};
 pub use check::{check, CheckReport};
 pub use costs::{op_costs, OpCost};
 
@@ -54,6 +53,7 @@ pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
 pub use pm::Faults;
 pub use protect::Protect;
 pub use repair::{repair, repair_with, Fix, GeometryHint, RepairOptions, RepairReport};
+pub use seek::Seek;
 pub use tally::{thread_counters, Counters};
 pub use xattr::XattrFlags;
 

@@ -133,20 +133,12 @@ impl<M: Media> Posix<M> {
     }
 
     /// Before a write by a caller without CAP_FSETID: clear the file's set-ID bits if it has
-    /// any (one transaction then; none for the common file without them).
+    /// any ([`crate::Fs::kill_suidgid`]).
     pub(super) fn kill_privs_for_write(&self, ino: u64) -> Result<()> {
-        if !self.kills_privs() {
-            return Ok(());
+        match self.kills_privs() {
+            true => self.fs.kill_suidgid(ino),
+            false => Ok(()),
         }
-        let a = self.fs.getattr(ino)?;
-        if crate::killed_suidgid(a.mode) == a.mode {
-            return Ok(());
-        }
-        let s = SetAttr {
-            kill_suidgid: true,
-            ..SetAttr::default()
-        };
-        self.fs.setattr(ino, &s).map(drop)
     }
 
     /// utimensat(2) with explicit times (nanoseconds since the epoch; `None`: unchanged).
