@@ -132,23 +132,12 @@ fn open_read(path: &Path) -> Result<Pool<Region>> {
         Region::open_read_only(path).with_context(|| format!("{}: cannot open", path.display()))?;
     crate::identify::expect(path, &region, crate::identify::Kind::Obj)?;
     region.claim(false)?;
-    if Pool::check(&region).pending_intent.is_some() {
-        drop(region);
-        return open(path).with_context(|| {
-            format!(
-                "{}: a sync interrupted by a crash must be rolled forward before the pool is \
-                 read, which needs write access",
-                path.display()
-            )
-        });
+    match Pool::open_read_only(region) {
+        Err(e @ pmkit_obj::ObjError::NeedsRecovery { .. }) => {
+            open(path).with_context(|| format!("{}: {e}", path.display()))
+        }
+        r => r.with_context(|| format!("{}", path.display())),
     }
-    // Read-only mappings protect themselves: no page rights, keys or kernel writes to set up.
-    let opts = PoolOptions {
-        protect: false,
-        ..PoolOptions::default()
-    };
-    let (pool, _) = Pool::open(region, &opts).with_context(|| format!("{}", path.display()))?;
-    Ok(pool)
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {

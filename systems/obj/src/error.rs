@@ -54,6 +54,12 @@ pub enum ObjError {
     Duplicate { name: String },
     #[error("too many attachments: at most {max} handles may be attached at once")]
     TooManyHandles { max: usize },
+    /// [`crate::Pool::open_read_only`] met a committed sync a crash left to roll forward.
+    #[error(
+        "a committed sync of {objects} objects, interrupted by a crash, must be rolled forward \
+         before the pool is read; that needs write access (open it read-write once)"
+    )]
+    NeedsRecovery { objects: usize },
     /// The media cannot return bytes an operation needs (poison on real PM, an injected media
     /// error on the crash simulator): `what` names them (an object and slot, a table entry, the
     /// header), `media_off` is the first bad byte. Nothing read from there was handed out.

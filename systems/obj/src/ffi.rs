@@ -70,7 +70,7 @@ fn code(e: &ObjError) -> c_int {
         | ObjError::TooManyHandles { .. } => PMO_ENOSPC,
         ObjError::Busy { .. } => PMO_EBUSY,
         ObjError::NotAttached { .. } => PMO_EBADF,
-        ObjError::ReadOnly { .. } => PMO_EROFS,
+        ObjError::ReadOnly { .. } | ObjError::NeedsRecovery { .. } => PMO_EROFS,
     }
 }
 

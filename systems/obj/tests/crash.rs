@@ -48,8 +48,37 @@ fn recovered(sim: &CrashSim) -> Result<(State, bool), String> {
     {
         return Err(format!("published data fails its CRC: {found}"));
     }
+    // A reader that may not write sees the same pool, or is told to let a writer recover it.
+    let read_only = Pool::open_read_only(sim).map(|p| {
+        let names: Vec<String> = p.list().into_iter().map(|o| o.name).collect();
+        names
+            .iter()
+            .map(|n| (n.clone(), p.read_published(n).map_err(|e| e.to_string())))
+            .collect::<Vec<_>>()
+    });
+    match (&read_only, &report.pending_intent) {
+        (Err(ObjError::NeedsRecovery { .. }), Some(_)) | (Ok(_), None) => {}
+        (Err(ObjError::NotAPool(_)), _) => {}
+        (r, pending) => {
+            return Err(format!(
+                "read-only open: {:?} with pending intent {pending:?}",
+                r.as_ref().err()
+            ))
+        }
+    }
     match Pool::open(sim, &opts()) {
         Ok((pool, rec)) => {
+            if let Ok(seen) = &read_only {
+                if seen.len() != pool.list().len() {
+                    return Err("read-only open listed other objects".into());
+                }
+                for (name, data) in seen {
+                    let want = pool.read_published(name).map_err(|e| e.to_string());
+                    if *data != want {
+                        return Err(format!("read-only open saw {name} differently"));
+                    }
+                }
+            }
             let mut m = BTreeMap::new();
             for o in pool.list() {
                 m.insert(

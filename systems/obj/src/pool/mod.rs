@@ -382,6 +382,25 @@ impl<M: Media> Pool<M> {
         Ok((pool, recovery))
     }
 
+    /// Open a pool to read it on media mapped read-only: the same scan as [`Pool::open`], but
+    /// nothing is written (no roll forward, no page rights: the mapping protects itself), and
+    /// a committed sync waiting to be rolled forward is [`ObjError::NeedsRecovery`].
+    pub fn open_read_only(media: M) -> Result<Pool<M>> {
+        let geometry = read_geometry(&media)?;
+        let scan = recovery::scan(&media, &geometry);
+        scan.first_error()?;
+        if let Some(intent) = &scan.intent {
+            return Err(ObjError::NeedsRecovery {
+                objects: intent.items.len(),
+            });
+        }
+        let opts = PoolOptions {
+            protect: false,
+            ..PoolOptions::default()
+        };
+        Ok(Pool::assemble(media, geometry, &opts, scan))
+    }
+
     fn assemble(media: M, geometry: Geometry, opts: &PoolOptions, scan: Scan) -> Pool<M> {
         let mut objects: Vec<Option<ObjectState>> =
             (0..geometry.max_objects).map(|_| None).collect();
