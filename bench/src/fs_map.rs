@@ -433,7 +433,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         bytes: a.size_mib.max((file * 3) >> 20).max(256) << 20,
         inodes: 4096,
         fuse_threads: 4,
-        pmfs_protect: pmkit_fs::Protect::Auto,
+        pmfs_protect: pmkit::args::ProtectArg(None),
         barrier_ns: 0,
     };
     let base = Scratch::dir(&std::env::temp_dir(), "fs-map")?;

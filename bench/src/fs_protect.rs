@@ -131,7 +131,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         false => a.modes.clone(),
     };
     // `none` is the baseline every other mode is reported against: always run, first
-    modes.retain(|m| !matches!(m, Protect::Auto | Protect::None));
+    modes.retain(|m| *m != Protect::None);
     modes.dedup();
     modes.insert(0, Protect::None);
     let mut not_run = vec![];
@@ -225,7 +225,7 @@ fn measure(
     std::fs::remove_file(&path).ok();
     Fs::mkfs(&region, &MkfsOptions::default())?;
     let o = MountOptions {
-        protect: mode,
+        protect: Some(mode),
         no_prealloc: work == Work::Append4kFsyncNoPrealloc,
         ..MountOptions::default()
     };

@@ -38,6 +38,12 @@ pub enum MediaError {
         path: PathBuf,
         holders: Vec<crate::holders::Holder>,
     },
+    /// A protection mode cannot run on this CPU or media.
+    #[error("protection {mode} is not available: {why}")]
+    ProtectUnavailable { mode: &'static str, why: String },
+    /// A store to the media failed earlier (see `guard`): writes fail until it is opened again.
+    #[error("{path}: an earlier store failed ({why}); writes are refused until the media is opened again, which recovers it as after a crash")]
+    Poisoned { path: PathBuf, why: String },
     #[error("msync of bytes {offset}..{end}: {err}")]
     Sync {
         offset: usize,

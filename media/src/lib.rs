@@ -12,6 +12,7 @@ pub mod crashsim;
 pub mod emulate;
 pub mod error;
 pub mod extent_map;
+pub mod guard;
 pub mod holders;
 pub mod kernel_write;
 pub mod persist;
@@ -22,6 +23,7 @@ pub mod sigsegv;
 
 pub use cpu::{features, CpuFeatures};
 pub use error::{MediaError, Result};
+pub use guard::{Guarded, Protect};
 pub use holders::Holder;
 pub use kernel_write::KernelWriter;
 pub use persist::{Persister, WriteScheme};

@@ -45,7 +45,7 @@ pub struct Args {
     pmfs_transports: Vec<pmkit_fuse::uring::Transport>,
     /// Protection of the PMFS mount (`pmkit fs mount --protect`: auto, none, kernel, pkey).
     #[arg(long, default_value = "auto")]
-    pmfs_protect: pmkit_fs::Protect,
+    pmfs_protect: pmkit::args::ProtectArg,
     /// FUSE worker threads of the PMFS mount and of the attachment (`pmkit fs mount`'s default).
     #[arg(long, default_value_t = 4)]
     fuse_threads: usize,

@@ -74,7 +74,7 @@ pub struct Sizes {
     /// FUSE threads of the PMFS mount and of the attachment.
     pub fuse_threads: usize,
     /// Protection of PMFS (mount, library and shim).
-    pub pmfs_protect: pmkit_fs::Protect,
+    pub pmfs_protect: pmkit::args::ProtectArg,
     /// Extra ns per persistence fence of PMFS (thesis Fig. 15c; 0: none).
     pub barrier_ns: u64,
 }
@@ -89,7 +89,7 @@ pub enum Up {
     Pool {
         pool: PathBuf,
         prefix: PathBuf,
-        protect: pmkit_fs::Protect,
+        protect: pmkit::args::ProtectArg,
         barrier_ns: u64,
         shim: bool,
     },
@@ -119,7 +119,7 @@ impl Up {
     }
 
     /// The pool [`Target::Library`] opens (`pmkit_fs::posix`), with its protection and barrier.
-    pub fn library(&self) -> Option<(&Path, pmkit_fs::Protect, u64)> {
+    pub fn library(&self) -> Option<(&Path, pmkit::args::ProtectArg, u64)> {
         match self {
             Up::Pool {
                 pool,
@@ -146,7 +146,7 @@ impl Up {
             pool.display()
         );
         let o = pmkit_fs::MountOptions {
-            protect,
+            protect: protect.0,
             barrier_ns,
             ..Default::default()
         };
@@ -231,7 +231,7 @@ pub fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> 
                 } else {
                     Transport::Dev
                 },
-                protect: s.pmfs_protect,
+                protect: s.pmfs_protect.0,
                 barrier_ns: s.barrier_ns,
                 ..Default::default()
             };

@@ -204,7 +204,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         bytes: a.size_mib.max(512) << 20,
         inodes: 65536,
         fuse_threads: a.fuse_threads.clamp(1, 64),
-        pmfs_protect: pmkit_fs::Protect::Auto,
+        pmfs_protect: pmkit::args::ProtectArg(None),
         barrier_ns: 0,
     };
     let samples = each_target(&a.flags, rounds, &sizes, &a.engine, |_, ctx| {

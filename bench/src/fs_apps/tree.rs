@@ -31,7 +31,7 @@ pub struct Args {
     /// Protection of the PMFS configurations (shim, FUSE mount): auto, none, kernel, pkey
     /// (auto: `kernel` on a CPU without pku); `none` isolates what protection costs.
     #[arg(long, default_value = "auto")]
-    pmfs_protect: pmkit_fs::Protect,
+    pmfs_protect: pmkit::args::ProtectArg,
     #[command(flatten)]
     engine: EngineArgs,
 }

@@ -39,7 +39,7 @@ pub struct Args {
     size_mib: u64,
     /// Protection of PMFS (library and shim: auto, none, kernel, pkey).
     #[arg(long, default_value = "auto")]
-    pmfs_protect: pmkit_fs::Protect,
+    pmfs_protect: pmkit::args::ProtectArg,
     /// (internal) run the create+unlink loop in DIR under the shim and print its rate
     #[arg(long = "child-create-unlink", value_name = "DIR", hide = true)]
     child: Option<PathBuf>,

@@ -50,7 +50,7 @@ pub struct Args {
     size_mib: u64,
     /// Protection of PMFS (library, shim and mount: auto, none, kernel, pkey).
     #[arg(long, default_value = "auto")]
-    pmfs_protect: pmkit_fs::Protect,
+    pmfs_protect: pmkit::args::ProtectArg,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -141,7 +141,12 @@ fn preflight(what: &str) -> Result<()> {
 
 /// The targets' sizes: a pool or device of `size_mib` MiB, at least 3 times the job file and
 /// 256 MiB.
-fn sizes_for(size_mib: u64, file_bytes: u64, protect: pmkit_fs::Protect, barrier_ns: u64) -> Sizes {
+fn sizes_for(
+    size_mib: u64,
+    file_bytes: u64,
+    protect: pmkit::args::ProtectArg,
+    barrier_ns: u64,
+) -> Sizes {
     Sizes {
         bytes: size_mib.max((file_bytes * 3) >> 20).max(256) << 20,
         inodes: 4096,

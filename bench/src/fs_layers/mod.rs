@@ -62,7 +62,7 @@ pub struct Args {
     no_trace: bool,
     /// Protection of PMFS (library, shim, FUSE mount): auto, none, kernel, pkey
     #[arg(long, default_value = "auto")]
-    pmfs_protect: pmkit_fs::Protect,
+    pmfs_protect: pmkit::args::ProtectArg,
     /// FUSE worker threads of the PMFS mount and of the attachment
     #[arg(long, default_value_t = 4)]
     fuse_threads: usize,

@@ -6,15 +6,35 @@ use pmkit_blk::{BatchOptions, CreateOptions, EngineOptions, Protect, WriteScheme
 use pmkit_media::emulate::EmulationSpec;
 use pmkit_nbd::IoModel;
 
+/// The help of every `--protect`: one set of modes and one automatic policy for all systems.
+pub const PROTECT_HELP: &str = "Protection of PM from stray stores: auto, none, pt, pt-batch, \
+     private, pkey, kernel. auto: pkey where the CPU has memory protection keys, else kernel \
+     (PM mapped read-only, every store a pwrite through the kernel) where PM is a writable file, \
+     else pt (mprotect around each write)";
+
+/// `--protect`: a mode, or `auto` (the media layer's policy, `pmkit_media::guard::auto`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProtectArg(pub Option<Protect>);
+
+impl std::str::FromStr for ProtectArg {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<ProtectArg, String> {
+        Protect::parse_choice(s).map(ProtectArg)
+    }
+}
+
+impl std::fmt::Display for ProtectArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.map_or("auto", Protect::name))
+    }
+}
+
 /// Engine options as command-line flags (`#[command(flatten)]` this into any command that
 /// opens a device, then call [`EngineArgs::to_options`]).
 #[derive(clap::Args, Clone, Debug)]
 pub struct EngineArgs {
-    /// Protection from stray writes: none, pt, pt-batch, private, pkey, kernel (PM mapped
-    /// read-only, writes by pwrite through the kernel)
-    /// [default: pkey where the CPU has memory protection keys, else kernel, else pt]
-    #[arg(long, value_name = "MODE")]
-    pub protect: Option<Protect>,
+    #[arg(long, value_name = "MODE", default_value = "auto", help = PROTECT_HELP)]
+    pub protect: ProtectArg,
     /// With an explicit `--protect pkey`: what to use where pkeys are missing (default: refuse)
     #[arg(long, value_name = "MODE")]
     pub pkey_fallback: Option<Protect>,
@@ -61,7 +81,7 @@ impl EngineArgs {
     pub fn to_options(&self) -> EngineOptions {
         let d = BatchOptions::default();
         EngineOptions {
-            protect: self.protect,
+            protect: self.protect.0,
             pkey_fallback: self.pkey_fallback,
             write: self.write,
             batch: BatchOptions {

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use pmkit::args::parse_size;
-use pmkit_fs::{Fs, GeometryHint, MkfsOptions, Protect, RepairOptions};
+use pmkit_fs::{Fs, GeometryHint, MkfsOptions, RepairOptions};
 use pmkit_media::{Region, RegionOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -63,10 +63,8 @@ enum Cmd {
         /// --threads workers), auto (uring where the kernel offers it, else dev).
         #[arg(long, value_name = "auto|dev|uring", default_value_t = pmkit_fuse::uring::Transport::Auto)]
         transport: pmkit_fuse::uring::Transport,
-        /// Protection of PM from stray stores: auto, none, kernel, pkey, pt (mprotect around
-        /// every store: a costly baseline, never picked by auto).
-        #[arg(long, default_value = "auto")]
-        protect: Protect,
+        #[arg(long, value_name = "MODE", default_value = "auto", help = pmkit::args::PROTECT_HELP)]
+        protect: pmkit::args::ProtectArg,
         /// Files created by this mount are atomic: every write all-or-nothing (copy-on-write),
         /// not in place. Per file: the xattr `user.pmkit.atomic` ("1"/"0") shows and sets it.
         #[arg(long)]
@@ -243,7 +241,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 &dir,
                 &crate::fs_mount::Opts {
                     threads,
-                    protect,
+                    protect: protect.0,
                     atomic,
                     stats: stats.as_deref(),
                     barrier_ns,

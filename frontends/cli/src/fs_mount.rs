@@ -17,7 +17,7 @@ pub const READY: &str = "ready: serving";
 /// What `pmkit fs mount` was asked for.
 pub struct Opts<'a> {
     pub threads: usize,
-    pub protect: Protect,
+    pub protect: Option<Protect>,
     pub atomic: bool,
     pub stats: Option<&'a Path>,
     pub barrier_ns: u64,

@@ -39,7 +39,7 @@ type Result<T> = std::result::Result<T, MountError>;
 pub struct MountOptions {
     /// FUSE worker threads (each with its own /dev/fuse clone).
     pub threads: usize,
-    pub protect: Protect,
+    pub protect: Option<Protect>,
     pub data: DataMode,
     /// Emulated barrier latency (see `pmkit_fs::MountOptions::barrier_ns`).
     pub barrier_ns: u64,
@@ -57,7 +57,7 @@ impl Default for MountOptions {
     fn default() -> MountOptions {
         MountOptions {
             threads: 4,
-            protect: Protect::Auto,
+            protect: None,
             data: DataMode::InPlace,
             barrier_ns: 0,
             cache: CacheMode::default(),

@@ -67,7 +67,7 @@ const MAX_CHUNK: usize = 8;
 // most, and a lane holds at least one block per chunk slot it may pop.
 const _: () = assert!(MAX_CHUNK * MAP_ENTRY as usize <= 2 * pmkit_media::LINE);
 const _: () = assert!(
-    MAX_CHUNK <= crate::gate::MAX_WORDS,
+    MAX_CHUNK <= pmkit_media::guard::MAX_WORDS,
     "a chunk's entries go in one call"
 );
 const _: () = assert!(FREE_PER_LANE >= 1 && MAX_LANES >= 1);
@@ -316,13 +316,12 @@ impl AtomicMap {
         };
         let adr = dp.media.domain() == Domain::Adr;
         // A flush is permission-checked like a load: a read window suffices.
-        dp.gate
-            .read(&dp.media, p.map_off, p.map_len, &dp.windows, |v| {
-                if adr {
-                    v.flush(p.map_off, p.map_len, Flush::best());
-                }
-                dp.persister.fence(v);
-            })?;
+        dp.media.with_read(p.map_off, p.map_len, |v| {
+            if adr {
+                v.flush(p.map_off, p.map_len, Flush::best());
+            }
+            dp.persister.fence(v);
+        })?;
         lane.pending = None;
         lane.free.extend_from_slice(&p.olds[..p.k]);
         Ok(())
@@ -353,17 +352,16 @@ impl AtomicMap {
         if let Some(prev) = prev {
             assert!(!deferred, "the deferred schemes publish at once");
             if dp.media.domain() == Domain::Adr {
-                dp.gate
-                    .read(&dp.media, prev.map_off, prev.map_len, &dp.windows, |v| {
-                        v.flush(prev.map_off, prev.map_len, Flush::best())
-                    })?;
+                dp.media.with_read(prev.map_off, prev.map_len, |v| {
+                    v.flush(prev.map_off, prev.map_len, Flush::best())
+                })?;
             }
         }
         let mut entries = [0u64; MAX_CHUNK];
         for (j, (&pba, blk)) in pbas.iter().zip(data.chunks(bs)).enumerate() {
             let off = dp.layout.phys_off(pba);
             let last = j + 1 == pbas.len();
-            dp.gate.write(&dp.media, off, bs, &dp.windows, |v| {
+            dp.media.with_write(off, bs, |v| {
                 dp.emu.write(bs, || {
                     if deferred {
                         // The map store must not become durable before the data: persist
@@ -393,9 +391,8 @@ impl AtomicMap {
             let mut back = [0u8; MAX_BLOCK];
             for (j, &pba) in pbas.iter().enumerate() {
                 let off = dp.layout.phys_off(pba);
-                dp.gate.read(&dp.media, off, bs, &dp.windows, |v| {
-                    v.read(off, &mut back[..bs])
-                })?;
+                dp.media
+                    .with_read(off, bs, |v| v.read(off, &mut back[..bs]))?;
                 if back[..bs] != data[j * bs..(j + 1) * bs] {
                     dp.stats.add(Ctr::VerifyFailures, 1);
                     return Err(BlkError::VerifyFailed {
@@ -427,7 +424,7 @@ impl AtomicMap {
             *old = entry_pba(cache.get(b + j as u64));
             assert!(*old < nphys, "the DRAM map holds only in-range entries");
         }
-        dp.gate.write(&dp.media, off, len, &dp.windows, |v| {
+        dp.media.with_write(off, len, |v| {
             v.store_words(off, entries);
             if !now {
                 // Lazy: the lane's next write or a FLUSH makes them durable.
@@ -467,15 +464,15 @@ impl AtomicMap {
             let pba = entry_pba(e);
             assert!(pba < nphys, "the DRAM map holds only in-range entries");
             let off = dp.layout.phys_off(pba);
-            let bad = dp.gate.read(&dp.media, off, bs, &dp.windows, |v| {
-                match v.first_bad(off, bs) {
+            let bad = dp
+                .media
+                .with_read(off, bs, |v| match v.first_bad(off, bs) {
                     Some(at) => Some(at),
                     None => {
                         dp.emu.read(bs, || v.read(off, out));
                         None
                     }
-                }
-            })?;
+                })?;
             if bad.is_some() {
                 dp.stats.add(Ctr::MediaErrors, 1);
                 return Err(BlkError::BadMedia {

@@ -5,10 +5,10 @@
 //! sits on pmem), and the pt-batch buffers' drain.
 
 use crate::error::{BlkError, Result};
-use crate::gate::{Gate, View, WindowCount};
 use crate::stats::{Ctr, Recorder};
 use crate::superblock::Layout;
 use pmkit_media::emulate::Emulator;
+use pmkit_media::guard::{Guarded, View};
 use pmkit_media::{Media, Persister, LINE};
 
 /// Zeroes for trim and write-zeroes (a whole number of blocks of either size).
@@ -33,19 +33,16 @@ pub(crate) fn is_zeroes(s: &[u8]) -> bool {
     ZEROES.as_ptr_range().contains(&s.as_ptr())
 }
 
-/// What every access to PM needs: the media, the protection mode's gate, the geometry, the
+/// What every access to PM needs: the media under its protection, the geometry, the
 /// write scheme, speed emulation and the counters.
 pub(crate) struct DataPath<M: Media> {
-    // Field order is drop order: the media (mapping) goes before the gate (protection key).
-    pub(crate) media: M,
-    pub(crate) gate: Gate,
+    pub(crate) media: Guarded<M>,
     pub(crate) layout: Layout,
     pub(crate) persister: Persister,
     pub(crate) emu: Emulator,
     pub(crate) subpage: bool,
     pub(crate) write_verify: bool,
     pub(crate) stats: Recorder,
-    pub(crate) windows: WindowCount,
     /// CRC32C of an all-zero block.
     pub(crate) zero_crc: u32,
 }
@@ -73,23 +70,22 @@ impl<M: Media> DataPath<M> {
         let len = src.len();
         let p = &self.persister;
         let deferred = p.scheme().deferred();
-        self.gate
-            .write(&self.media, moff, len, &self.windows, |v| {
-                self.emu.write(len, || {
-                    if self.subpage {
-                        self.store_changed_lines(v, moff, src);
-                    } else {
-                        p.write(v, moff, src);
-                    }
-                    p.fence(v);
-                    self.emu.barrier();
-                    if fua && deferred {
-                        p.persist_now(v, moff, len)
-                    } else {
-                        Ok(())
-                    }
-                })
-            })??;
+        self.media.with_write(moff, len, |v| {
+            self.emu.write(len, || {
+                if self.subpage {
+                    self.store_changed_lines(v, moff, src);
+                } else {
+                    p.write(v, moff, src);
+                }
+                p.fence(v);
+                self.emu.barrier();
+                if fua && deferred {
+                    p.persist_now(v, moff, len)
+                } else {
+                    Ok(())
+                }
+            })
+        })??;
         if self.layout.checksum() {
             self.write_crcs(b0, src, fua)?;
         }
@@ -105,15 +101,15 @@ impl<M: Media> DataPath<M> {
         debug_assert!(dst.len().is_multiple_of(self.layout.block_size as usize));
         let moff = self.layout.block_off(b0);
         let len = dst.len();
-        let bad = self.gate.read(&self.media, moff, len, &self.windows, |v| {
-            match v.first_bad(moff, len) {
+        let bad = self
+            .media
+            .with_read(moff, len, |v| match v.first_bad(moff, len) {
                 Some(at) => Some(at),
                 None => {
                     self.emu.read(len, || v.read(moff, dst));
                     None
                 }
-            }
-        })?;
+            })?;
         if let Some(at) = bad {
             dst.fill(0);
             return Err(self.bad_media(at));
@@ -141,8 +137,7 @@ impl<M: Media> DataPath<M> {
     /// The scheme's barrier inside the rights it needs (a fence; flush of dirty pages for
     /// `wb`; msync of dirty pages for `msync`).
     pub(crate) fn barrier(&self) -> Result<()> {
-        self.gate
-            .barrier(&self.media, |v| self.persister.barrier(v))??;
+        self.media.with_barrier(|v| self.persister.barrier(v))??;
         self.emu.barrier();
         Ok(())
     }
@@ -192,16 +187,15 @@ impl<M: Media> DataPath<M> {
             }
             let coff = self.layout.crc_off(b0 + i as u64);
             let p = &self.persister;
-            self.gate
-                .write(&self.media, coff, n * 4, &self.windows, |v| {
-                    p.write(v, coff, &buf[..n * 4]);
-                    p.fence(v);
-                    if fua && p.scheme().deferred() {
-                        p.persist_now(v, coff, n * 4)
-                    } else {
-                        Ok(())
-                    }
-                })??;
+            self.media.with_write(coff, n * 4, |v| {
+                p.write(v, coff, &buf[..n * 4]);
+                p.fence(v);
+                if fua && p.scheme().deferred() {
+                    p.persist_now(v, coff, n * 4)
+                } else {
+                    Ok(())
+                }
+            })??;
             i += n;
         }
         Ok(())
@@ -212,9 +206,8 @@ impl<M: Media> DataPath<M> {
         let mut back = [0u8; MAX_BLOCK];
         for (k, blk) in src.chunks(bs).enumerate() {
             let off = self.layout.block_off(b0 + k as u64);
-            self.gate.read(&self.media, off, bs, &self.windows, |v| {
-                v.read(off, &mut back[..bs])
-            })?;
+            self.media
+                .with_read(off, bs, |v| v.read(off, &mut back[..bs]))?;
             if back[..bs] != *blk {
                 self.stats.add(Ctr::VerifyFailures, 1);
                 return Err(BlkError::VerifyFailed {
@@ -233,10 +226,8 @@ impl<M: Media> DataPath<M> {
         while i < nblocks {
             let n = (nblocks - i).min(CRC_CHUNK);
             let coff = self.layout.crc_off(b0 + i as u64);
-            self.gate
-                .read(&self.media, coff, n * 4, &self.windows, |v| {
-                    v.read(coff, &mut buf[..n * 4])
-                })?;
+            self.media
+                .with_read(coff, n * 4, |v| v.read(coff, &mut buf[..n * 4]))?;
             for k in 0..n {
                 let stored = u32::from_le_bytes(buf[k * 4..k * 4 + 4].try_into().unwrap());
                 let computed = crc32c::crc32c(&data[(i + k) * bs..(i + k + 1) * bs]);

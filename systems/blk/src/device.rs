@@ -8,14 +8,15 @@ use crate::batch::Batch;
 use crate::blocks::{Blocks, Mode};
 use crate::data_path::{DataPath, MAX_BLOCK, ZEROES};
 use crate::error::{BlkError, Result};
-use crate::gate::{Gate, WindowCount};
 use crate::map;
-use crate::options::{CreateOptions, EngineOptions, Protect};
+use crate::options::{CreateOptions, EngineOptions};
 use crate::stats::{Ctr, Op, Recorder, Stats};
-use crate::stripes::Stripes;
 use crate::superblock::{self, Layout, Superblock, SLOT_LEN};
 use parking_lot::Mutex;
 use pmkit_media::emulate::{cycles, Emulator};
+use pmkit_media::guard::stripes::Stripes;
+use pmkit_media::guard::Guarded;
+use pmkit_media::Protect;
 use pmkit_media::{Media, Persister, WriteScheme};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -156,30 +157,37 @@ impl<M: Media + 'static> Device<M> {
             tracing::warn!("block device was not shut down cleanly");
         }
         let read_only = engine.read_only || media.mapping().is_some_and(|r| r.is_read_only());
-        let (protect, gate) = if read_only {
+        let media = if read_only {
             notes.push(read_only_note(engine.protect));
-            (Protect::None, Gate::Open)
+            Guarded::unprotected(media, "read-only")
         } else {
-            Gate::resolve(&media, engine, &mut notes)?
+            let g = Guarded::open(media, engine.protect, engine.pkey_fallback)
+                .map_err(crate::error::from_gate)?;
+            let say = match engine.protect {
+                None => g.mode() != Protect::Pkey,
+                Some(p) => p != g.mode(),
+            };
+            if say {
+                notes.push(format!("protection {}: {}", g.mode(), g.why()));
+            }
+            g
         };
+        let protect = media.mode();
         if protect == Protect::PtBatch {
             engine.batch.validate(layout.block_size)?;
         }
         let persister = Persister::new(engine.write, media.len(), media.domain());
         let batch =
             (protect == Protect::PtBatch).then(|| Batch::new(&engine.batch, layout.block_size));
-        gate.protect(media.mapping())?;
         let zero_crc = crc32c::crc32c(&ZEROES[..layout.block_size as usize]);
         let path = DataPath {
             media,
-            gate,
             layout,
             persister,
             emu: Emulator::new(engine.emulate),
             subpage: engine.subpage,
             write_verify: engine.write_verify,
             stats: Recorder::default(),
-            windows: WindowCount::default(),
             zero_crc,
         };
         let inner = Arc::new(Inner {
@@ -379,7 +387,7 @@ impl<M: Media + 'static> Device<M> {
     pub fn stats(&self) -> Stats {
         let i = &*self.inner;
         i.stats().snapshot(
-            i.path().windows.opened.load(Ordering::Relaxed),
+            i.path().media.gate().windows_opened(),
             i.batch.as_ref().map(|b| b.stats()),
         )
     }
@@ -395,7 +403,7 @@ impl<M: Media + 'static> Device<M> {
 
     /// The media under the device (for tests and tools; never write through it).
     pub fn media(&self) -> &M {
-        &self.inner.path().media
+        self.inner.path().media.inner()
     }
 
     /// Drain buffers, make everything durable, stop the syncers, give the region back its
@@ -414,7 +422,7 @@ impl<M: Media + 'static> Device<M> {
             i.update_superblock(|sb| sb.clean = true)?;
         }
         let path = i.path();
-        path.gate.unprotect(path.media.mapping())?;
+        path.media.unprotect()?;
         if let Some(region) = path.media.mapping() {
             region.unlock();
         }
@@ -445,7 +453,7 @@ impl<M: Media + 'static> Drop for Device<M> {
                 tracing::error!("flush while dropping the block device failed: {e}");
             }
             let path = self.inner.path();
-            let _ = path.gate.unprotect(path.media.mapping());
+            let _ = path.media.unprotect();
         }
     }
 }
@@ -783,10 +791,8 @@ impl<M: Media + 'static> Inner<M> {
         let slot = 1 - current.1;
         let off = superblock::SLOT_OFF[slot] as usize;
         let path = self.path();
-        path.gate
-            .write(&path.media, off, SLOT_LEN, &path.windows, |v| {
-                superblock::write_slot(v, slot, &next)
-            })?;
+        path.media
+            .with_write(off, SLOT_LEN, |v| superblock::write_slot(v, slot, &next))?;
         *current = (next, slot);
         Ok(())
     }

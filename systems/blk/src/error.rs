@@ -85,3 +85,15 @@ impl BlkError {
         }
     }
 }
+
+/// The error of opening the media's protection: a mode that cannot run here keeps its own
+/// variant, with what to do.
+pub(crate) fn from_gate(e: MediaError) -> BlkError {
+    match e {
+        MediaError::ProtectUnavailable { mode, why } => BlkError::ProtectUnavailable {
+            mode,
+            why: format!("{why}; choose another protection mode (or a pkey fallback)"),
+        },
+        e => BlkError::Media(e),
+    }
+}

@@ -41,8 +41,8 @@
 //! The on-media layout, the guarantees and what a crash can leave are in `docs/blk.md`.
 
 // Layers, each using only those above it in this list:
-// error, options, superblock (geometry and slots), map (atomic map format) <- gate, stripes,
-// stats <- data_path <- atomic <- blocks <- batch <- device, format <- path; check <- map.
+// error, options, superblock (geometry and slots), map (atomic map format), and
+// media's guard (protection) <- stats <- data_path <- atomic <- blocks <- batch <- device, format <- path; check <- map.
 pub mod atomic;
 mod batch;
 mod blocks;
@@ -51,21 +51,20 @@ mod data_path;
 mod device;
 pub mod error;
 mod format;
-mod gate;
 pub mod map;
 pub mod options;
 mod path;
 pub mod stats;
-mod stripes;
 pub mod superblock;
 
 pub use check::{check, CheckReport, Finding, Severity};
 pub use device::{Device, DeviceInfo};
 pub use error::{BlkError, Result};
-pub use gate::{default_protect, View};
 pub use map::MapScan;
-pub use options::{BatchOptions, CreateOptions, EngineOptions, Protect};
+pub use options::{BatchOptions, CreateOptions, EngineOptions};
 pub use path::{check_path, create_path, inspect_path, open_path, open_read_only_elsewhere};
+pub use pmkit_media::guard::{auto as default_protect, View};
+pub use pmkit_media::Protect;
 pub use pmkit_media::WriteScheme;
 pub use stats::{BatchStats, Latency, Stats};
 pub use superblock::{Found, Layout, Superblock};

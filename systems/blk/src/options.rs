@@ -3,6 +3,7 @@
 
 use crate::error::{BlkError, Result};
 use pmkit_media::emulate::EmulationSpec;
+use pmkit_media::Protect;
 use pmkit_media::WriteScheme;
 use serde::Serialize;
 
@@ -11,86 +12,6 @@ pub const MAX_REQUEST_LIMIT: usize = 64 << 20;
 /// Limits on the pt-batch staging buffers.
 pub const MAX_BUFFERS: usize = 64;
 pub const MAX_BUFFER_BYTES: usize = 1 << 30;
-
-/// Protection from stray writes (the PMBD paper, MSST 2014, §IV.B, plus memory protection keys).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Protect {
-    /// PM mapped read-write all the time.
-    None,
-    /// PM mapped read-only; pages made writable with `mprotect` around each write (PT-naive).
-    Pt,
-    /// Writes staged in DRAM buffers; syncer threads write sorted contiguous runs, one
-    /// `mprotect` window per run (Optimizations 1 and 2).
-    PtBatch,
-    /// PM mapped with no access; each access maps a window of the backing file for its duration.
-    Private,
-    /// PM tagged with a protection key whose access is disabled in every thread; an access
-    /// opens a per-thread window with WRPKRU. Protects reads and writes.
-    Pkey,
-    /// PM mapped read-only for good; every write goes through the kernel (`pwrite(2)` on the
-    /// backing file), so any stray store from any thread faults and only the engine's write
-    /// calls change PM. No window, no TLB shootdown: the mapping never changes. Protects
-    /// writes (reads stay loads). Needs a file (regular, tmpfs or DAX), not device-dax.
-    Kernel,
-}
-
-impl Protect {
-    /// Every mode, in the order of their codes on media (new modes go last).
-    pub const ALL: [Protect; 6] = [
-        Protect::None,
-        Protect::Pt,
-        Protect::PtBatch,
-        Protect::Private,
-        Protect::Pkey,
-        Protect::Kernel,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Protect::None => "none",
-            Protect::Pt => "pt",
-            Protect::PtBatch => "pt-batch",
-            Protect::Private => "private",
-            Protect::Pkey => "pkey",
-            Protect::Kernel => "kernel",
-        }
-    }
-
-    /// Whether this mode needs a real mapping (a `Region`), not the crash simulator. (`kernel`
-    /// runs on the simulator as what the kernel does on DAX: a durable non-temporal copy.)
-    pub fn needs_region(self) -> bool {
-        !matches!(self, Protect::None | Protect::Kernel)
-    }
-
-    pub(crate) fn code(self) -> u8 {
-        Protect::ALL.iter().position(|p| *p == self).unwrap() as u8
-    }
-
-    pub(crate) fn from_code(c: u8) -> Option<Protect> {
-        Protect::ALL.get(c as usize).copied()
-    }
-}
-
-impl std::fmt::Display for Protect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Protect {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        Protect::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown protection {s:?} (expected one of none, pt, pt-batch, private, pkey, kernel)"
-                )
-            })
-    }
-}
 
 /// Settings of the pt-batch staging buffers (the original driver's bufsize/bufnum/batch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

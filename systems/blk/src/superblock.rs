@@ -21,7 +21,7 @@
 //! the older one in force.
 
 use crate::error::{BlkError, Result};
-use crate::options::Protect;
+use pmkit_media::Protect;
 use pmkit_media::{Domain, Fence, Flush, Media, WriteScheme};
 use serde::Serialize;
 

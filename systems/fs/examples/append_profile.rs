@@ -21,7 +21,7 @@ fn main() {
     let r = Region::create(&dir.path().join("pool"), 64 << 20, &opts).expect("pool");
     Fs::mkfs(&r, &MkfsOptions::default()).expect("mkfs");
     let mo = MountOptions {
-        protect: Protect::None,
+        protect: Some(Protect::None),
         ..Default::default()
     };
     let (fs, _) = Fs::mount(r, &mo).expect("mount");

@@ -13,12 +13,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let file_mib: u64 = args.first().map_or(256, |a| a.parse().expect("FILE_MIB"));
     let rounds: usize = args.get(1).map_or(5, |a| a.parse().expect("ROUNDS"));
-    let protect = match args.get(2).map_or("auto", |s| s.as_str()) {
-        "auto" => Protect::Auto,
-        "none" => Protect::None,
-        "kernel" => Protect::Kernel,
-        p => panic!("protect {p}: auto, none or kernel"),
-    };
+    let protect = Protect::parse_choice(args.get(2).map_or("auto", |s| s.as_str()))
+        .expect("PROTECT: auto or a mode");
     let dir = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
     let pool = dir.path().join("pool");
     let len = (file_mib + 64) << 20;

@@ -21,7 +21,6 @@ mod ns;
 mod overlay;
 mod pm;
 pub mod posix;
-mod protect;
 mod repair;
 mod seek;
 mod tail;
@@ -51,7 +50,7 @@ pub use journal::Replay;
 pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
 #[doc(hidden)]
 pub use pm::Faults;
-pub use protect::Protect;
+pub use pmkit_media::Protect;
 pub use repair::{repair, repair_with, Fix, GeometryHint, RepairOptions, RepairReport};
 pub use seek::Seek;
 pub use tally::{thread_counters, Counters};
@@ -121,7 +120,7 @@ pub struct MountOptions {
     /// append that starts a block is then a transaction).
     pub no_prealloc: bool,
     /// How PM is protected from stray stores (see `docs/fs.md`, Protection).
-    pub protect: Protect,
+    pub protect: Option<Protect>,
     /// Emulated persistence-barrier latency: every fence takes at least this many more
     /// nanoseconds (PMFS's Fig. 15c; at most `pmkit_media::emulate::MAX_BARRIER_NS`).
     pub barrier_ns: u64,
@@ -141,7 +140,7 @@ impl MountOptions {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let mut o = MountOptions::default();
         if let Some(v) = var("PMFS_PROTECT") {
-            o.protect = v.parse().map_err(|e| format!("PMFS_PROTECT: {e}"))?;
+            o.protect = Protect::parse_choice(&v).map_err(|e| format!("PMFS_PROTECT: {e}"))?;
         }
         if let Some(v) = var("PMFS_BARRIER_NS") {
             o.barrier_ns = v

@@ -731,7 +731,7 @@ impl Posix<Region> {
                 return Err(e);
             }
         };
-        let view = match ExtentMap::new(self.fs.media(), &extents) {
+        let view = match ExtentMap::new(self.fs.media().inner(), &extents) {
             Ok(v) => v,
             Err(e) => {
                 self.fs.unpin(d.ino, off, len);

@@ -91,7 +91,7 @@ impl<M: Media> Fs<M> {
     }
 
     /// The media under the file system (direct access maps its file).
-    pub fn media(&self) -> &M {
+    pub fn media(&self) -> &pmkit_media::Guarded<M> {
         self.pm.media()
     }
 

@@ -11,7 +11,7 @@ mod common;
 use common::crashcheck::{crash_custom, torn_ok, verify, Acked};
 use common::{data_of, diff, run_op, snap, Model, Op, Snap};
 use parking_lot::Mutex;
-use pmkit_fs::{DataMode, Faults, Fs, MkfsOptions, MountOptions, RenameFlags};
+use pmkit_fs::{DataMode, Faults, Fs, MkfsOptions, MountOptions, Protect, RenameFlags};
 use pmkit_media::crashsim::{check_every_fence_from, CrashOpts, CrashReport, CrashSim};
 use pmkit_media::{Domain, Media};
 use rand::rngs::SmallRng;
@@ -96,6 +96,19 @@ fn crash_ops(
     opts: CrashOpts,
     nested: bool,
 ) -> CrashReport {
+    crash_ops_in(None, ops, mode, domain, faults, opts, nested)
+}
+
+/// [`crash_ops`] with the operations mounted under protection `protect`.
+fn crash_ops_in(
+    protect: Option<Protect>,
+    ops: &[Op],
+    mode: DataMode,
+    domain: Domain,
+    faults: Faults,
+    opts: CrashOpts,
+    nested: bool,
+) -> CrashReport {
     let (image, model) = base(mode);
     let acked = Arc::new(Mutex::new(Acked {
         before: Some(model.snap()),
@@ -115,6 +128,7 @@ fn crash_ops(
             let mo = MountOptions {
                 data: mode,
                 faults,
+                protect,
                 ..MountOptions::default()
             };
             let (fs, _) = Fs::mount(Arc::clone(sim), &mo).unwrap();
@@ -216,6 +230,33 @@ fn every_single_operation_both_domains_both_modes() {
             }
             eprintln!("{domain:?} {mode:?}: {images} images");
         }
+    }
+}
+
+/// `kernel` protection runs on the simulator as the kernel's DAX copy (each store durable at
+/// return): a crash between any two of those stores recovers too.
+#[test]
+fn every_single_operation_through_the_kernel_write_path() {
+    for op in surface() {
+        let rep = crash_ops_in(
+            Some(Protect::Kernel),
+            std::slice::from_ref(&op),
+            DataMode::InPlace,
+            Domain::Adr,
+            Faults::default(),
+            small(),
+            false,
+        );
+        assert!(
+            rep.fences > 0 || matches!(op, Op::Rename(..)),
+            "{op:?}: no fences"
+        );
+        assert!(
+            rep.is_clean(),
+            "{op:?}:\n{rep}\n{:?}",
+            rep.violations.first()
+        );
+        eprintln!("{op:?}: {} fences, {} images", rep.fences, rep.images);
     }
 }
 

@@ -98,7 +98,7 @@ fn a_mapped_range_is_not_rolled_back() {
     // `none`: the one-fence path (`kernel` mode publishes with two fences and no record),
     // and this test's own stores reach the mapping
     let o = MountOptions {
-        protect: pmkit_fs::Protect::None,
+        protect: Some(pmkit_fs::Protect::None),
         ..MountOptions::default()
     };
     let (fs, _) = Fs::mount(&r, &o).unwrap();

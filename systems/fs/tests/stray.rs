@@ -15,10 +15,16 @@ const SHM_BASE: &str = "PMKIT_FS_STRAY_DIR";
 const OPS_OK: &str = "fs operations ok";
 
 /// The modes this machine can run: `pkey` only where the CPU has protection keys.
-fn modes() -> Vec<Protect> {
-    let mut m = vec![Protect::None, Protect::Kernel, Protect::Pt, Protect::Auto];
+fn modes() -> Vec<Option<Protect>> {
+    let mut m = vec![
+        Some(Protect::None),
+        Some(Protect::Kernel),
+        Some(Protect::Pt),
+        Some(Protect::Private),
+        None,
+    ];
     if pmkit_media::features().pku {
-        m.push(Protect::Pkey);
+        m.push(Some(Protect::Pkey));
     }
     m
 }
@@ -45,7 +51,7 @@ fn mapping_of(path: &Path) -> usize {
 }
 
 /// A file system on a fresh region in /dev/shm, mounted with `protect`.
-fn mounted(dir: &Path, protect: Protect) -> (std::path::PathBuf, Fs<Region>) {
+fn mounted(dir: &Path, protect: Option<Protect>) -> (std::path::PathBuf, Fs<Region>) {
     let path = dir.join("pool");
     let r = Region::create(&path, 4 << 20, &RegionOptions::default()).unwrap();
     Fs::mkfs(&r, &MkfsOptions::default()).unwrap();
@@ -88,7 +94,7 @@ fn stray_child_entry() {
     let Ok(mode) = std::env::var(CHILD) else {
         return;
     };
-    let protect: Protect = mode.parse().unwrap();
+    let protect = Protect::parse_choice(&mode).unwrap();
     // In the parent's directory (`SHM_BASE`): this process dies without cleaning up.
     let base = std::env::var_os(SHM_BASE).expect("the parent's directory");
     let dir = tempfile::tempdir_in(base).unwrap();
@@ -110,6 +116,7 @@ fn stray_child_entry() {
 #[test]
 fn a_stray_store_from_another_thread_faults() {
     for protect in modes() {
+        let name = protect.map_or("auto", Protect::name);
         let base = tempfile::tempdir_in("/dev/shm").unwrap();
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .env(SHM_BASE, base.path())
@@ -119,16 +126,16 @@ fn a_stray_store_from_another_thread_faults() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(CHILD, protect.name())
+            .env(CHILD, name)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             stdout.contains(OPS_OK),
-            "{protect}: the file system's own operations must succeed: {stdout}\n{}",
+            "{name}: the file system's own operations must succeed: {stdout}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        if protect == Protect::None {
+        if protect == Some(Protect::None) {
             assert!(
                 out.status.success(),
                 "control: the store lands: {:?}",
@@ -138,7 +145,7 @@ fn a_stray_store_from_another_thread_faults() {
             assert_eq!(
                 out.status.signal(),
                 Some(libc::SIGSEGV),
-                "{protect}: a stray store from another thread must fault: {:?}",
+                "{name}: a stray store from another thread must fault: {:?}",
                 out.status
             );
         }
@@ -146,9 +153,9 @@ fn a_stray_store_from_another_thread_faults() {
 }
 
 #[test]
-fn auto_picks_pkey_or_kernel_on_a_file_and_none_where_there_is_nothing_to_protect() {
+fn auto_picks_pkey_or_kernel_on_a_file_pt_on_memory_and_none_on_the_simulator() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let (_, fs) = mounted(dir.path(), Protect::Auto);
+    let (_, fs) = mounted(dir.path(), None);
     let want = if pmkit_media::features().pku {
         Protect::Pkey
     } else {
@@ -159,30 +166,38 @@ fn auto_picks_pkey_or_kernel_on_a_file_and_none_where_there_is_nothing_to_protec
     let anon = Region::anonymous(4 << 20).unwrap();
     Fs::mkfs(&anon, &MkfsOptions::default()).unwrap();
     let (fs, _) = Fs::mount(anon, &MountOptions::default()).unwrap();
-    assert_eq!(fs.protection().0, Protect::None, "{}", fs.protection().1);
+    let want = match pmkit_media::features().pku {
+        true => Protect::Pkey,
+        false => Protect::Pt,
+    };
+    assert_eq!(fs.protection().0, want, "{}", fs.protection().1);
     let sim = CrashSim::new(2 << 20);
     Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
-    for p in [Protect::Kernel, Protect::Pkey, Protect::Pt] {
+    for p in [Protect::Pkey, Protect::Pt, Protect::Private] {
         let o = MountOptions {
-            protect: p,
+            protect: Some(p),
             ..MountOptions::default()
         };
         let e = Fs::mount(&sim, &o).unwrap_err();
         assert!(matches!(e, Error::ProtectUnavailable { .. }), "{p}: {e}");
         assert_eq!(e.errno(), libc::EOPNOTSUPP);
     }
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert_eq!(fs.protection().0, Protect::None);
+    drop(fs);
+    // `kernel` runs on the simulator as the kernel's DAX copy (durable at return).
     let o = MountOptions {
-        protect: Protect::Auto,
+        protect: Some(Protect::Kernel),
         ..MountOptions::default()
     };
     let (fs, _) = Fs::mount(&sim, &o).unwrap();
-    assert_eq!(fs.protection().0, Protect::None);
+    assert_eq!(fs.protection().0, Protect::Kernel);
 }
 
 #[test]
 fn kernel_mode_survives_a_remount_and_gives_the_mapping_back_writable() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let (_, fs) = mounted(dir.path(), Protect::Kernel);
+    let (_, fs) = mounted(dir.path(), Some(Protect::Kernel));
     let f = exercise(&fs);
     let r = fs.unmount();
     assert!(pmkit_fs::check(&r).is_clean());
@@ -192,7 +207,7 @@ fn kernel_mode_survives_a_remount_and_gives_the_mapping_back_writable() {
     r.store_u64(at, 7);
     assert_eq!(r.load_u64(at), 7);
     let o = MountOptions {
-        protect: Protect::Kernel,
+        protect: Some(Protect::Kernel),
         ..MountOptions::default()
     };
     let (fs, rec) = Fs::mount(r, &o).unwrap();

@@ -15,7 +15,7 @@ fn pool(dir: &Path) -> std::path::PathBuf {
     pool
 }
 
-fn mounted(pool: &Path, protect: Protect) -> Posix<Region> {
+fn mounted(pool: &Path, protect: Option<Protect>) -> Posix<Region> {
     let region = Region::open(pool, &RegionOptions::default()).unwrap();
     let o = MountOptions {
         protect,
@@ -39,7 +39,13 @@ fn load(ptr: *const u8, off: usize, len: usize) -> Vec<u8> {
 
 #[test]
 fn stores_through_the_view_are_the_files_bytes_in_every_protection_mode() {
-    for protect in [Protect::None, Protect::Kernel, Protect::Pt] {
+    for mode in [
+        Protect::None,
+        Protect::Kernel,
+        Protect::Pt,
+        Protect::Private,
+    ] {
+        let protect = Some(mode);
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let pool = pool(dir.path());
         let fs = mounted(&pool, protect);
@@ -50,14 +56,14 @@ fn stores_through_the_view_are_the_files_bytes_in_every_protection_mode() {
         let v = fs.map(fd, 0, 64 << 10).unwrap();
         assert_eq!(v.len, 64 << 10);
         assert_eq!(fs.fstat(fd).unwrap().size, 64 << 10, "map grew the file");
-        assert_eq!(load(v.ptr, 8192, 17), b"written by pwrite", "{protect}");
+        assert_eq!(load(v.ptr, 8192, 17), b"written by pwrite", "{mode}");
         store(v.ptr, 100, b"stored through the view");
         store(v.ptr, 60_000, &[7u8; 5000]);
         fs.persist(v.ptr.wrapping_add(100), 23).unwrap();
         fs.persist(v.ptr.wrapping_add(60_000), 5000).unwrap();
         let mut b = [0u8; 23];
         fs.pread(fd, &mut b, 100).unwrap();
-        assert_eq!(&b, b"stored through the view", "{protect}");
+        assert_eq!(&b, b"stored through the view", "{mode}");
         // A write through the library is seen through the view at once (same blocks).
         fs.pwrite(fd, b"and back", 300).unwrap();
         assert_eq!(load(v.ptr, 300, 8), b"and back");
@@ -71,7 +77,7 @@ fn stores_through_the_view_are_the_files_bytes_in_every_protection_mode() {
         assert_eq!(
             b,
             vec![7u8; 5000],
-            "{protect}: persisted stores survive a remount"
+            "{mode}: persisted stores survive a remount"
         );
         drop(fs.unmount());
         let region = Region::open(&pool, &RegionOptions::default()).unwrap();
@@ -84,7 +90,7 @@ fn stores_through_the_view_are_the_files_bytes_in_every_protection_mode() {
 fn two_mib_blocks_map_at_two_mib_aligned_addresses() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = pool(dir.path());
-    let fs = mounted(&pool, Protect::Auto);
+    let fs = mounted(&pool, None);
     let fd = fs
         .open(b"/big", libc::O_RDWR | libc::O_CREAT, 0o644)
         .unwrap();
@@ -112,7 +118,7 @@ fn two_mib_blocks_map_at_two_mib_aligned_addresses() {
 fn the_rules_while_mapped() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = pool(dir.path());
-    let fs = mounted(&pool, Protect::Auto);
+    let fs = mounted(&pool, None);
     let fd = fs.open(b"/f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
     let v = fs.map(fd, 4096, 8192).unwrap();
     let busy = |r: pmkit_fs::Result<()>| r.unwrap_err().errno();
@@ -152,7 +158,7 @@ fn the_rules_while_mapped() {
 fn bad_maps_are_refused() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = pool(dir.path());
-    let fs = mounted(&pool, Protect::Auto);
+    let fs = mounted(&pool, None);
     let err = |r: pmkit_fs::Result<pmkit_fs::posix::MapView>| r.unwrap_err().errno();
     let ro = fs
         .open(b"/ro", libc::O_RDONLY | libc::O_CREAT, 0o644)
@@ -217,7 +223,7 @@ fn smaps_of(addr: usize) -> String {
 fn a_hinted_file_written_in_4k_appends_maps_2mib_aligned() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let pool = pool(dir.path());
-    let fs = mounted(&pool, Protect::Auto);
+    let fs = mounted(&pool, None);
     let mk = |name: &[u8], huge: bool| {
         let fd = fs.open(name, libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
         fs.set_fflag(fd, FileFlag::Huge, huge).unwrap();

@@ -74,7 +74,10 @@ impl<M: Media> Pool<M> {
     pub(super) fn area_write(&self, off: usize, src: &[u8]) -> Result<()> {
         match &self.guard {
             AreaGuard::Kernel(kw) => {
-                kw.write(off, src)?;
+                self.poisoned()?;
+                if let Err(e) = kw.write(off, src) {
+                    return Err(self.poison_with(e));
+                }
                 self.after_kernel_write(kw, off, src.len());
             }
             _ => self.media.write_nt(off, src),
@@ -95,8 +98,11 @@ impl<M: Media> Pool<M> {
     ) -> Result<()> {
         match &self.guard {
             AreaGuard::Kernel(kw) => {
+                self.poisoned()?;
                 // SAFETY: the caller's contract.
-                unsafe { kw.write_from(off, src, len)? };
+                if let Err(e) = unsafe { kw.write_from(off, src, len) } {
+                    return Err(self.poison_with(e));
+                }
                 self.after_kernel_write(kw, off, len);
             }
             // SAFETY: the caller's contract.
@@ -105,11 +111,32 @@ impl<M: Media> Pool<M> {
         Ok(())
     }
 
+    /// `Err(Poisoned)` once a store through the kernel has failed: the object area stops
+    /// changing there, as in a crash, and the next open recovers (the rule of
+    /// `pmkit_media::guard`, the same for every system).
+    fn poisoned(&self) -> Result<()> {
+        match self.poison.why() {
+            None => Ok(()),
+            Some(why) => Err(MediaError::Poisoned {
+                path: self
+                    .media
+                    .mapping()
+                    .map_or_else(Default::default, |r| r.path().into()),
+                why: why.into(),
+            }
+            .into()),
+        }
+    }
+    fn poison_with(&self, e: MediaError) -> crate::error::ObjError {
+        self.poison.set(e.to_string());
+        self.poisoned().expect_err("just poisoned")
+    }
+
     /// On a plain file the kernel stored into the page cache: write back the lines, so the
     /// next fence makes them durable as after non-temporal stores (DAX and emulated PM are
     /// durable at return).
     fn after_kernel_write(&self, kw: &KernelWriter, off: usize, len: usize) {
-        if !kw.durable_at_return() {
+        if !kw.durable_at_return() && self.media.domain() == pmkit_media::Domain::Adr {
             self.media.flush(off, len, Flush::best());
         }
     }

@@ -319,6 +319,9 @@ pub struct Pool<M: Media> {
     protect: bool,
     shadow: Shadow,
     guard: AreaGuard,
+    /// The first failed store through the kernel (the one rule of `pmkit_media::guard`): every
+    /// later store into the object area is dropped and its sync fails.
+    poison: pmkit_media::guard::Poison,
     /// DRAM buffers get their own protection keys (see [`PoolOptions::pkey`]).
     buffer_keys: bool,
     inner: Mutex<PoolState>,
@@ -450,6 +453,7 @@ impl<M: Media> Pool<M> {
             protect: opts.protect,
             shadow: opts.shadow,
             guard,
+            poison: Default::default(),
             buffer_keys: opts.protect && opts.pkey && opts.shadow == Shadow::Dram,
             inner: Mutex::new(PoolState {
                 objects,
