@@ -75,15 +75,16 @@ fn the_shim_is_built_by_the_main_command_and_named_by_a_path() {
             .any(|l| l.starts_with("cargo build") && l.contains("-p pmkit-preload")),
         "run.sh builds the shim"
     );
-    let readme = read("README.md");
-    for (i, l) in readme.lines().enumerate() {
-        for part in l.split_whitespace().filter(|w| w.contains("LD_PRELOAD=")) {
-            let lib = part.split("LD_PRELOAD=").nth(1).unwrap().trim_matches('`');
-            assert!(
-                lib.contains('/'),
-                "README line {}: LD_PRELOAD={lib} does not load without a path",
-                i + 1
-            );
+    for doc in ["README.md", "docs/usage.md"] {
+        for (i, l) in read(doc).lines().enumerate() {
+            for part in l.split_whitespace().filter(|w| w.contains("LD_PRELOAD=")) {
+                let lib = part.split("LD_PRELOAD=").nth(1).unwrap().trim_matches('`');
+                assert!(
+                    lib.contains('/'),
+                    "{doc} line {}: LD_PRELOAD={lib} does not load without a path",
+                    i + 1
+                );
+            }
         }
     }
 }
