@@ -82,24 +82,4 @@ impl Drop for Scratch {
     }
 }
 
-/// The CPU, as a table label: model name and whether it has protection keys (pku).
-pub fn cpu_label() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let pku = if pmkit_media::features().pku {
-        "yes"
-    } else {
-        "no"
-    };
-    format!(
-        "{model}, {} CPUs, pku {pku}",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    )
-}
+pub use pmkit_media::cpu::label as cpu_label;

@@ -21,6 +21,7 @@ mod pmdk;
 mod pmo;
 mod report;
 mod workload;
+mod xkv;
 mod xmem_alloc;
 mod xmem_tiers;
 
@@ -96,12 +97,9 @@ enum Cmd {
     ///
     /// Rounds: 3. --quick: fewer cells, 20 ms runs, one round.
     XmemAlloc(xmem_alloc::Args),
-    /// This machine's memory per access pattern (pointer chase, random, sequential, streams)
-    /// and backing (4 KiB pages, huge pages, a /dev/shm file), and each slow-memory preset's
-    /// stall per access derived from it (`pmkit hmep calibrate` runs this).
-    ///
-    /// Rounds: 3 runs per backing. --quick: 64 MiB buffers, one run.
-    HmepCalibrate(hmep::calibrate::Args),
+    /// The figure of a calibration saved by `pmkit hmep calibrate --json` (`pmkit hmep
+    /// calibrate --plot FILE` runs this).
+    HmepPlotCalibration(hmep::calibrate::Args),
     /// HMEP's trace simulator (level 3) against wall clock on a real tier pair (huge pages
     /// against 4 KiB pages): xgraph's PageRank and BFS under every placement of its three
     /// X-Mem tags, measured and predicted from one traced run.
@@ -163,14 +161,14 @@ enum Cmd {
     Xmem(xmem_tiers::Args),
     /// xkv, the MemC3-like key-value store (X-Mem tags: the cuckoo hash and eight slab
     /// classes), serving memcached's text protocol on 127.0.0.1 until killed.
-    XkvServe(hmep::kv::server::ServeArgs),
+    XkvServe(pmkit_xkv::server::ServeArgs),
     /// xkv in process on the real tier pair (huge pages against 4 KiB pages): an ETC-like
     /// dataset, the level-3 simulator's prediction against wall clock for all fast, all slow
     /// and each tag alone slow or fast, the per-tag benefit ranking, then memcaslap against
     /// xkv-serve on all fast and all slow.
     ///
     /// Rounds: 3. --quick: a 16 MiB dataset, 50000 requests, one round, 5000 memcaslap ops.
-    Xkv(hmep::kv::bench::XkvArgs),
+    Xkv(xkv::XkvArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -195,7 +193,7 @@ fn run(cmd: Cmd) -> anyhow::Result<std::process::ExitCode> {
         Cmd::Fs(a) => fs::run(a),
         Cmd::FsProtect(a) => fs_protect::run(a),
         Cmd::XmemAlloc(a) => xmem_alloc::run(a),
-        Cmd::HmepCalibrate(a) => hmep::calibrate::run(a),
+        Cmd::HmepPlotCalibration(a) => hmep::calibrate::run(a),
         Cmd::HmepValidate(a) => hmep::validate(a),
         Cmd::FsIo(a) => fs_io::run(a),
         Cmd::FsBarrier(a) => fs_io::barrier::run(a),
@@ -204,7 +202,7 @@ fn run(cmd: Cmd) -> anyhow::Result<std::process::ExitCode> {
         Cmd::FsApps(a) => fs_apps::run_apps(a),
         Cmd::FsMap(a) => fs_map::run(a),
         Cmd::Xmem(a) => xmem_tiers::run(a),
-        Cmd::XkvServe(a) => hmep::kv::server::serve(a),
-        Cmd::Xkv(a) => hmep::kv::bench::bench(a),
+        Cmd::XkvServe(a) => pmkit_xkv::server::serve(a),
+        Cmd::Xkv(a) => xkv::bench(a),
     }
 }

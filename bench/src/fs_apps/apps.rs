@@ -7,7 +7,7 @@
 //! serves one process.
 
 use super::{check_host, each_target, output, summarize, target_names, Ctx, Item, Outcome};
-use super::{first_lines, Row, Sample};
+use super::{first_lines, Row, Sample, BASE};
 use crate::attach::apps as bench_apps;
 use crate::fs::targets::Sizes;
 use crate::host::{cpu_label, need_tool};
@@ -233,7 +233,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         notes: NOTES.to_vec(),
         samples,
     };
-    a.flags.emit(&report, output::draw_apps, output::print_apps)
+    a.flags.emit(&report, draw_apps, print_apps)
 }
 
 /// `why` as an error.
@@ -348,4 +348,48 @@ fn postmark(ctx: &Ctx, n: &Counts) -> Result<f64> {
     );
     ctx.remove("postmark").map_err(fail)?;
     Ok(f64::from(n.postmark_tx) / secs)
+}
+
+fn print_apps(r: &Report) {
+    let n = &r.counts;
+    println!(
+        "bench fs-apps: median of {} round(s); {}; sqlite {} tx of 100 rows; fs_mark {} files; \
+         postmark {} files, {} tx; dbench {} clients, {} s; pgbench scale {}, {} clients x {} tx",
+        r.rounds,
+        r.cpu,
+        n.sqlite_tx,
+        n.fsmark_files,
+        n.postmark_files,
+        n.postmark_tx,
+        n.dbench_clients,
+        n.dbench_secs,
+        n.pgbench_scale,
+        n.pgbench_clients,
+        n.pgbench_tx
+    );
+    println!("rate (ratio to {BASE}); higher is better");
+    output::print_rows(&r.summary, &r.targets);
+    for s in &r.skipped {
+        println!("skipped: {s}");
+    }
+    output::print_notes(&r.notes);
+}
+
+fn draw_apps(p: &Path, r: &Report) -> Result<()> {
+    let rows = &r.summary;
+    crate::report::plot::bars(
+        p,
+        &format!(
+            "Filebench-like loads, {}; missing bar: failed or n/a",
+            r.cpu
+        ),
+        "ratio to ext4 on attach",
+        &[output::panel(
+            format!("rate / {BASE}'s (higher is better)"),
+            rows,
+            &r.targets,
+            true,
+        )],
+        1,
+    )
 }

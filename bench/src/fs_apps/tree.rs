@@ -7,12 +7,13 @@
 
 use super::source::{self, Source, PATTERN};
 use super::{check_host, each_target, output, summarize, target_names, Ctx, Item, Outcome};
-use super::{Row, Sample};
+use super::{Row, Sample, BASE};
 use crate::fs::targets::Sizes;
 use crate::host::{cpu_label, need_tool, Scratch};
 use anyhow::Result;
 use pmkit::args::EngineArgs;
 use serde::Serialize;
+use std::path::Path;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -124,7 +125,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         notes: NOTES.to_vec(),
         samples,
     };
-    a.flags.emit(&report, output::draw_tree, output::print_tree)
+    a.flags.emit(&report, draw_tree, print_tree)
 }
 
 /// `find MNT` arguments for what is left at the top but lost+found (ext2/ext4 make it).
@@ -255,4 +256,55 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
         }
     }
     got
+}
+
+fn print_tree(r: &Report) {
+    let s = &r.source;
+    println!(
+        "bench fs-tree: median of {} round(s); {}; tree: {} ({} files, {} directories, {} \
+         links, {:.1} MB in files, tar {:.1} MB); grep -r -I -F {} matches {} lines; PMFS pool \
+         {} MiB, {} inodes",
+        r.rounds,
+        r.cpu,
+        s.what,
+        s.files,
+        s.dirs,
+        s.links,
+        s.bytes as f64 / 1e6,
+        s.tar_bytes as f64 / 1e6,
+        r.pattern,
+        s.grep_lines,
+        r.pmfs_pool_bytes >> 20,
+        r.pmfs_inodes
+    );
+    println!("seconds per step (how many times faster than {BASE}); lower seconds are better");
+    output::print_rows(&r.summary, &r.targets);
+    output::print_notes(&r.notes);
+}
+
+fn draw_tree(p: &Path, r: &Report) -> Result<()> {
+    let rows: Vec<Row> = r
+        .summary
+        .iter()
+        .filter(|x| !x.item.starts_with("start"))
+        .cloned()
+        .collect();
+    crate::report::plot::bars(
+        p,
+        &format!(
+            "Thesis Fig. 14 steps over {} ({} files), {}; missing bar: failed or n/a",
+            r.source.what, r.source.files, r.cpu
+        ),
+        "seconds / times faster",
+        &[
+            output::panel("seconds (lower is better)".into(), &rows, &r.targets, false),
+            output::panel(
+                format!("times faster than {BASE} (higher is better)"),
+                &rows,
+                &r.targets,
+                true,
+            ),
+        ],
+        1,
+    )
 }

@@ -1,7 +1,7 @@
-//! HMEP benchmarks: `hmep-calibrate` ([`calibrate`]) and `hmep-validate`: the trace simulator
+//! HMEP benchmarks: `hmep-validate`, and the figure of a calibration ([`calibrate`]); `hmep-validate`: the trace simulator
 //! (emulation level 3) against wall clock on the one real tier pair these machines have, X-Mem's
 //! own tiers with fast = anonymous memory with transparent huge pages and slow = the /dev/shm
-//! file (4 KiB pages). xgraph ([`graph`]) runs pull PageRank and BFS under every placement of its
+//! file (4 KiB pages). xgraph (`pmkit-xgraph`) runs pull PageRank and BFS under every placement of its
 //! three tags; one traced run per kernel gives the misses per tag and pattern, and the
 //! calibration of the two backings gives ΔL per pattern; the prediction for a placement is the
 //! all-fast time plus the slow tags' misses times ΔL, plus the page walks on cache hits their
@@ -9,9 +9,6 @@
 
 pub mod calibrate;
 pub(crate) mod chase;
-pub(crate) mod graph;
-pub mod kv;
-pub mod probe;
 pub(crate) mod rank;
 mod timed;
 
@@ -20,7 +17,7 @@ use timed::{emulate, time_bfs, time_pagerank, typical, Emulated, Kernels};
 use crate::host::cpu_label;
 use crate::report::{median, plot, BenchFlags};
 use anyhow::{ensure, Context, Result};
-use graph::{Graph, TAGS};
+use pmkit_xgraph::{Graph, TAGS};
 use pmkit_hmep::cache::{llc, Cache};
 use pmkit_hmep::calib::{self, Options, Tier as CalTier};
 use pmkit_hmep::epoch;

@@ -1,9 +1,9 @@
 //! The kernels' timed runs for `hmep-validate`: plain, each iteration timed on its own, and
 //! under level 2's epoch emulator.
 
-use super::graph::Graph;
+use pmkit_xgraph::Graph;
 use super::placement_name;
-use super::probe::Probe;
+use pmkit_hmep::probe::Probe;
 use crate::report::median;
 use anyhow::{ensure, Result};
 use pmkit_hmep::epoch::{self, Epoch, Stats as EpochStats};

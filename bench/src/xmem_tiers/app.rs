@@ -2,8 +2,8 @@
 //! through the simulator, one pass timed), so any app with a `run<P: Probe>` kernel plugs in.
 //! xgraph's PageRank and BFS are the two here.
 
-use crate::hmep::graph::{Graph, TAGS};
-use crate::hmep::probe::Probe;
+use pmkit_xgraph::{Graph, TAGS};
+use pmkit_hmep::probe::Probe;
 use anyhow::{ensure, Result};
 use pmkit_hmep::sim::Sim;
 

@@ -4,7 +4,7 @@
 
 use super::app::TracedApp;
 use super::sweep::Region;
-use crate::hmep::kv::{self, KvConfig, RunStats, Store, Workload, TAGS};
+use pmkit_xkv::{self as kv, KvConfig, RunStats, Store, Workload, TAGS};
 use anyhow::{ensure, Context, Result};
 use pmkit_hmep::sim::Sim;
 use pmkit_xmem::{Tier, XMem};
@@ -71,7 +71,7 @@ impl<'a> KvApp<'a> {
         Ok((app, regions))
     }
 
-    fn go<P: crate::hmep::probe::Probe>(&mut self, p: &mut P) -> Result<()> {
+    fn go<P: pmkit_hmep::probe::Probe>(&mut self, p: &mut P) -> Result<()> {
         let got = kv::run(&mut self.store, &self.w, &self.reqs, p);
         let want = self.expect.get_or_insert_with(|| got.clone());
         ensure!(got == *want, "xkv: a pass gave {got:?}, the first {want:?}");

@@ -14,7 +14,7 @@ mod output;
 mod policy;
 mod sweep;
 
-use crate::hmep::graph::{Graph, TAGS};
+use pmkit_xgraph::{Graph, TAGS};
 use crate::report::BenchFlags;
 use anyhow::{ensure, Context, Result};
 use app::{GraphKernel, Kernel, TracedApp};

@@ -42,3 +42,19 @@ pub fn exec(name: &str, args: &[OsString]) -> Result<ExitCode> {
     let e = c.exec();
     bail!("cannot run {}: {e}", exe.display())
 }
+
+/// Run `pmkit-bench ARGS` and wait for it (a command that needs one of its drawings),
+/// named `name` in its messages.
+pub fn run_child(name: &str, args: &[OsString]) -> Result<()> {
+    let Some(exe) = pmkit::sibling::find(BENCH_BIN) else {
+        bail!(
+            "`{name}` runs the {BENCH_BIN} binary, which is neither next to this pmkit nor on \
+             PATH: build it with `cargo build --release -p pmkit-bench`"
+        );
+    };
+    let status = Command::new(&exe).arg0(name).args(args).status()?;
+    if !status.success() {
+        bail!("{} {args:?} failed ({status})", exe.display());
+    }
+    Ok(())
+}

@@ -1,6 +1,6 @@
 //! `pmkit hmep ...`: slower memory emulated honestly (systems/hmep, docs/hmep.md). `presets`
 //! lists the slow memories with their sources; `calibrate` measures this machine per access
-//! pattern (it runs `pmkit-bench hmep-calibrate`: a measurement with a plot is a benchmark);
+//! pattern (in this process; only `--plot` runs `pmkit-bench`, which holds the plotting);
 //! `model` resolves a preset against a saved calibration into ns per access per pattern, the
 //! numbers `pmkit xmem place --slow-latency` takes.
 
@@ -9,7 +9,6 @@ use clap::{Args as ClapArgs, Subcommand};
 use pmkit_hmep::calib::Calibration;
 use pmkit_hmep::model::Model;
 use pmkit_hmep::preset::{self, Mode};
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -17,6 +16,39 @@ use std::process::ExitCode;
 pub struct Args {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(ClapArgs)]
+struct CalibrateArgs {
+    /// Print JSON (what `pmkit hmep model --calibration FILE` reads) instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the results to this SVG file (runs `pmkit-bench hmep-plot-calibration`).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    /// 64 MiB buffers and one run: a smoke test, not a calibration.
+    #[arg(long)]
+    quick: bool,
+    /// Runs per backing; every value is the median over runs [default: 3, 1 with --quick].
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Buffer per backing in MiB, a power of two (default 1024, quick 64; keep it at least 32x
+    /// the last-level cache so the loads miss).
+    #[arg(long)]
+    size_mib: Option<usize>,
+    /// Backings: anon (4 KiB pages), thp (anonymous, 2 MiB pages asked for), file (a shared
+    /// mapping of a file in --dir: emulated PM).
+    #[arg(long, value_delimiter = ',', default_value = "anon,thp,file")]
+    backing: Vec<String>,
+    /// The backing the models treat as the fast tier (local DRAM).
+    #[arg(long, default_value = "anon")]
+    fast: String,
+    /// Mode of every preset's latency (default: each preset's own).
+    #[arg(long)]
+    mode: Option<Mode>,
+    /// Directory of the file backing (and of the JSON handed to the plotter).
+    #[arg(long, default_value = "/dev/shm")]
+    dir: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -29,18 +61,8 @@ enum Cmd {
     },
     /// Measure this machine's memory per access pattern and backing (pointer chase, random,
     /// sequential, streams; 4 KiB pages, huge pages, a /dev/shm file) and every preset's model
-    /// on it. Runs `pmkit-bench hmep-calibrate` with these arguments (--json, --plot FILE,
-    /// --quick, --size-mib, --backing, --rounds; `pmkit hmep calibrate --help`).
-    #[command(disable_help_flag = true)]
-    Calibrate {
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "ARGS"
-        )]
-        /// Arguments for `pmkit-bench hmep-calibrate` (`--help` lists them).
-        args: Vec<OsString>,
-    },
+    /// on it (about a minute; --quick: seconds).
+    Calibrate(CalibrateArgs),
     /// ns per access of each pattern on the fast tier (measured) and on a preset's slow tier
     /// (modelled), from a calibration saved with `pmkit hmep calibrate --json > FILE`.
     Model {
@@ -92,11 +114,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Calibrate { args } => {
-            let mut all = vec![OsString::from("hmep-calibrate")];
-            all.extend(args);
-            crate::bench::exec("pmkit hmep calibrate", &all)
-        }
+        Cmd::Calibrate(a) => calibrate(a),
         Cmd::Model {
             preset: name,
             calibration,
@@ -152,4 +170,51 @@ pub fn run(a: Args) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `pmkit hmep calibrate`: measure here, print; draw through the benchmarks' plotter.
+fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
+    use pmkit_hmep::calib::{self, Options};
+    use pmkit_hmep::report::{backing, Report};
+    let backings = a
+        .backing
+        .iter()
+        .map(|b| backing(b, &a.dir).map_err(|e| anyhow::anyhow!("--backing: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let fast = backing(&a.fast, &a.dir).map_err(|e| anyhow::anyhow!("--fast: {e}"))?;
+    let mut o = match a.quick {
+        true => Options::quick(backings),
+        false => Options::full(backings),
+    };
+    if let Some(m) = a.size_mib {
+        o.bytes = m << 20;
+    }
+    o.runs = a.rounds.unwrap_or(o.runs).clamp(1, 100);
+    let bar = pmkit::progress::Progress::new(!a.json, (o.backings.len() * o.runs) as u64);
+    let c = calib::run(&o, pmkit_media::cpu::label(), &mut |b| {
+        bar.set_message(b.to_string());
+        bar.inc();
+    })
+    .context("calibrating")?;
+    bar.finish();
+    let report = Report::new(c, o.runs, &fast, a.mode);
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(plot) = &a.plot {
+        let saved = a.dir.join(format!("pmkit-calibration-{}.json", std::process::id()));
+        std::fs::write(&saved, &json).with_context(|| format!("writing {}", saved.display()))?;
+        let drawn = crate::bench::run_child(
+            "pmkit hmep calibrate --plot",
+            &["hmep-plot-calibration".into(), saved.clone().into(), plot.clone().into()],
+        );
+        let _ = std::fs::remove_file(&saved);
+        drawn?;
+    }
+    match a.json {
+        true => println!("{json}"),
+        false => report.print_table(),
+    }
+    if let Some(plot) = &a.plot {
+        eprintln!("plot: {}", plot.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,8 @@
 //! profile for a fast-tier budget; `stats` describes a profile (patterns, benefit, rank); `run`
 //! runs an X-Mem program with tiers, profile and priorities chosen outside it (`xmem_run.rs`).
 
-use crate::xmem_profile::{self, Classifier, LogFile, NamedRange};
+use crate::xmem_profile::{self, LogFile};
+use pmkit_xmem::untagged::{self, Classifier, NamedRange};
 use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use pmkit::args::{human_size, parse_latencies, parse_priority, parse_size};
@@ -41,7 +42,7 @@ enum Cmd {
         #[arg(long, value_parser = parse_size, default_value = "2M")]
         region_size: u64,
         /// A named structure: NAME=START-END (END exclusive, 0x... or decimal). Repeatable.
-        #[arg(long = "tag", value_parser = xmem_profile::parse_range)]
+        #[arg(long = "tag", value_parser = untagged::parse_range)]
         tags: Vec<NamedRange>,
         /// Leave out structures with fewer classified accesses than this.
         #[arg(long, default_value_t = 100)]
@@ -251,7 +252,7 @@ fn dominant(f: &[f64; 3]) -> &'static str {
 }
 
 fn print_profile(
-    p: &xmem_profile::Profiled,
+    p: &untagged::Profiled,
     source: &str,
     status: Option<std::process::ExitStatus>,
     out: Option<&std::path::Path>,

@@ -4,23 +4,9 @@
 //! system call to learn who is asking. A program that changes its ids with the raw system
 //! call, past libc, is not seen (as with `rt_sigaction`, docs/fs.md).
 
+use crate::ids::current;
 use crate::state;
-use pmkit_fs::posix::Cred;
 use std::ffi::c_int;
-
-/// Who this process is now: effective user and group, supplementary groups.
-pub fn current() -> Cred {
-    let _b = state::Busy::new();
-    // SAFETY: geteuid and getegid cannot fail; getgroups writes at most `n` ids into a buffer
-    // of `n` (asked first with 0).
-    unsafe {
-        let n = libc::getgroups(0, std::ptr::null_mut()).max(0) as usize;
-        let mut g = vec![0 as libc::gid_t; n];
-        let got = libc::getgroups(n as c_int, g.as_mut_ptr()).max(0) as usize;
-        g.truncate(got);
-        Cred::new(libc::geteuid(), libc::getegid(), g)
-    }
-}
 
 /// After a change of ids: give the mounted pool the new credentials (a pool mounted later
 /// reads them itself).

@@ -5,25 +5,7 @@
 
 use crate::state::{self, config, en, enter, lookup, route, Route};
 use std::ffi::{c_char, c_int};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-
-static VCWD: Mutex<Option<Vec<u8>>> = Mutex::new(None);
-static HAS: AtomicBool = AtomicBool::new(false);
-
-/// The current directory when it is inside the pool: its full (prefix-included) path.
-pub fn get() -> Option<Vec<u8>> {
-    if !HAS.load(Ordering::Acquire) {
-        return None;
-    }
-    VCWD.lock().ok()?.clone()
-}
-
-fn set(v: Option<Vec<u8>>) {
-    let mut g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
-    HAS.store(v.is_some(), Ordering::Release);
-    *g = v;
-}
+use crate::vcwd::{get, set};
 
 /// Enter pool directory `p` (a path from the pool's root).
 fn enter_pool(p: Vec<u8>) -> c_int {

@@ -32,14 +32,17 @@ compile_error!("pmkit-preload supports Linux on x86_64 and aarch64 only (variadi
 
 #[macro_use]
 mod real;
+mod busy;
 mod creds;
 mod cwd;
 mod dir;
 mod fd;
 mod guarded;
+mod ids;
 mod meta;
 mod path;
 mod sock;
 mod stat;
 mod state;
+mod vcwd;
 mod xattr;

@@ -5,7 +5,6 @@
 use pmkit_fs::posix::{Fd, Posix};
 use pmkit_fs::{Fs, MountOptions};
 use pmkit_media::{Region, RegionOptions};
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -13,31 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-thread_local! {
-    /// Set while the shim's own code runs: the libc calls it makes (std opening the pool,
-    /// mmap, write to stderr) resolve to this library's exports too, and must go to libc.
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-}
-
-pub fn busy() -> bool {
-    BUSY.with(Cell::get)
-}
-
-/// Marks the thread busy until dropped.
-pub struct Busy(bool);
-
-impl Busy {
-    pub fn new() -> Busy {
-        Busy(BUSY.with(|b| b.replace(true)))
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let was = self.0;
-        BUSY.with(|b| b.set(was));
-    }
-}
+pub use crate::busy::{busy, Busy};
 
 pub struct Config {
     /// Absolute, normalized (see [`normalize`]), never "/".
@@ -191,7 +166,7 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
     // path may be longer, up to this explicit bound.
     p.set_path_max(JOINED_PATH_MAX);
     // Permissions are checked as the kernel would for this process (docs/fs.md).
-    p.set_cred(Some(crate::creds::current()));
+    p.set_cred(Some(crate::ids::current()));
     Ok(RwLock::new(Some(p)))
 }
 
@@ -609,7 +584,7 @@ pub unsafe fn route(dirfd: c_int, path: *const libc::c_char) -> Route {
     let full = if p[0] == b'/' {
         p.to_vec()
     } else if dirfd == libc::AT_FDCWD {
-        let mut v = match crate::cwd::get() {
+        let mut v = match crate::vcwd::get() {
             Some(v) => v,
             None => {
                 let _b = Busy::new();

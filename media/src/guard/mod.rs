@@ -30,10 +30,12 @@
 mod gate;
 mod guarded;
 mod mode;
+mod poison;
 pub mod stripes;
 mod view;
 
-pub use gate::{Gate, Poison};
+pub use gate::Gate;
+pub use poison::Poison;
 pub use guarded::Guarded;
 pub use mode::{auto, why_not, Protect};
 pub use view::{View, MAX_WORDS};

@@ -1,7 +1,7 @@
 //! The media as seen from inside a window: what a system's code runs against while the gate
 //! has given it the rights it asked for. Offsets are always media offsets.
 
-use super::gate::Poison;
+use super::poison::Poison;
 use crate::kernel_write::KernelWriter;
 use crate::protect::Access;
 use crate::{Domain, Fence, Flush, Media, Region};

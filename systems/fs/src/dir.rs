@@ -9,8 +9,19 @@ use std::sync::OnceLock;
 
 pub const SLOT: usize = 64;
 pub const SLOTS: usize = BLOCK / SLOT;
-const HEAD_NAME: usize = 48;
-const CONT_NAME: usize = 56;
+// A head slot: `ino` (8 bytes, 0 = free), name length, kind, slots used, then the name's start.
+const H_INO: usize = 0;
+const H_LEN: usize = 8;
+const H_KIND: usize = 9;
+const H_NSLOTS: usize = 10;
+const H_NAME: usize = 16;
+const HEAD_NAME: usize = SLOT - H_NAME;
+// A continuation slot: a 0 word (so it never reads as a head), then the name's next bytes.
+const C_NAME: usize = 8;
+const CONT_NAME: usize = SLOT - C_NAME;
+const _: () = assert!(H_INO + 8 <= H_LEN && H_NSLOTS < H_NAME && HEAD_NAME == 48 && CONT_NAME == 56);
+// The longest name fits the slots a block has.
+const _: () = assert!(1 + (NAME_MAX - HEAD_NAME).div_ceil(CONT_NAME) <= SLOTS);
 
 pub fn slots_for(name_len: usize) -> usize {
     1 + name_len.saturating_sub(HEAD_NAME).div_ceil(CONT_NAME)
@@ -31,25 +42,43 @@ pub fn encode(name: &[u8], ino: u64, kind: u8) -> Vec<u8> {
     assert!(!name.is_empty() && name.len() <= NAME_MAX);
     let n = slots_for(name.len());
     let mut b = vec![0u8; n * SLOT];
-    b[0..8].copy_from_slice(&ino.to_le_bytes());
-    b[8] = name.len() as u8;
-    b[9] = kind;
-    b[10] = n as u8;
+    b[H_INO..H_INO + 8].copy_from_slice(&ino.to_le_bytes());
+    b[H_LEN] = name.len() as u8;
+    b[H_KIND] = kind;
+    b[H_NSLOTS] = n as u8;
     let head = name.len().min(HEAD_NAME);
-    b[16..16 + head].copy_from_slice(&name[..head]);
+    b[H_NAME..H_NAME + head].copy_from_slice(&name[..head]);
     for (k, chunk) in name[head..].chunks(CONT_NAME).enumerate() {
-        let at = (k + 1) * SLOT + 8;
+        let at = (k + 1) * SLOT + C_NAME;
         b[at..at + chunk.len()].copy_from_slice(chunk);
+    }
+    if cfg!(debug_assertions) && ino != 0 {
+        // decode after encode: the record reads back as itself
+        let mut block = vec![0u8; BLOCK];
+        block[..b.len()].copy_from_slice(&b);
+        let (recs, bad) = scan(&block);
+        debug_assert!(bad.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b"..");
+        debug_assert!(!bad.is_empty() || (recs.len() == 1 && recs[0].name == name && recs[0].ino == ino && recs[0].kind == kind));
     }
     b
 }
 
-/// The records of one directory block. Never panics on any bytes.
+/// The records of one directory block, or the first bad one. Never panics on any bytes.
 pub fn parse(b: &[u8]) -> Result<Vec<Rec>, String> {
+    match scan(b) {
+        (recs, bad) if bad.is_empty() => Ok(recs),
+        (_, bad) => Err(bad.into_iter().next().expect("not empty").1),
+    }
+}
+
+/// The one reader of directory records: every good record, and the head slot of every bad one
+/// with what is wrong with it, going on past each bad head at the next slot (what repair needs;
+/// once those heads are cleared, `parse` reads the same records). Never panics on any bytes.
+pub fn scan(b: &[u8]) -> (Vec<Rec>, Vec<(usize, String)>) {
     assert_eq!(b.len(), BLOCK);
     let word =
         |s: usize| u64::from_le_bytes(b[s * SLOT..s * SLOT + 8].try_into().expect("8 bytes"));
-    let mut out = Vec::new();
+    let (mut out, mut bad) = (Vec::new(), Vec::new());
     let mut s = 0;
     while s < SLOTS {
         let ino = word(s);
@@ -57,41 +86,54 @@ pub fn parse(b: &[u8]) -> Result<Vec<Rec>, String> {
             s += 1;
             continue;
         }
-        let h = &b[s * SLOT..];
-        let (len, kind, nslots) = (h[8] as usize, h[9], h[10] as usize);
-        if len == 0 || nslots != slots_for(len) || s + nslots > SLOTS {
-            return Err(format!(
-                "slot {s}: bad record (name length {len}, {nslots} slots)"
-            ));
-        }
-        let mut name = h[16..16 + len.min(HEAD_NAME)].to_vec();
-        for k in 1..nslots {
-            if word(s + k) != 0 {
-                return Err(format!(
-                    "slot {s}: continuation slot {} is not marked",
-                    s + k
-                ));
+        match record_at(b, s, &word) {
+            Ok(rec) => {
+                s += rec.nslots;
+                out.push(rec);
             }
-            let rest = len - name.len();
-            let at = (s + k) * SLOT + 8;
-            name.extend_from_slice(&b[at..at + rest.min(CONT_NAME)]);
+            Err(why) => {
+                bad.push((s, why));
+                s += 1;
+            }
         }
-        if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+    }
+    (out, bad)
+}
+
+/// The record whose head is slot `s` (its first word not 0), or why it is not one.
+fn record_at(b: &[u8], s: usize, word: &dyn Fn(usize) -> u64) -> Result<Rec, String> {
+    let h = &b[s * SLOT..];
+    let (len, kind, nslots) = (h[H_LEN] as usize, h[H_KIND], h[H_NSLOTS] as usize);
+    if len == 0 || nslots != slots_for(len) || s + nslots > SLOTS {
+        return Err(format!(
+            "slot {s}: bad record (name length {len}, {nslots} slots)"
+        ));
+    }
+    let mut name = h[H_NAME..H_NAME + len.min(HEAD_NAME)].to_vec();
+    for k in 1..nslots {
+        if word(s + k) != 0 {
             return Err(format!(
-                "slot {s}: invalid name {:?}",
-                String::from_utf8_lossy(&name)
+                "slot {s}: continuation slot {} is not marked",
+                s + k
             ));
         }
-        out.push(Rec {
-            slot: s,
-            ino,
-            kind,
-            name,
-            nslots,
-        });
-        s += nslots;
+        let rest = len - name.len();
+        let at = (s + k) * SLOT + C_NAME;
+        name.extend_from_slice(&b[at..at + rest.min(CONT_NAME)]);
     }
-    Ok(out)
+    if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+        return Err(format!(
+            "slot {s}: invalid name {:?}",
+            String::from_utf8_lossy(&name)
+        ));
+    }
+    Ok(Rec {
+        slot: s,
+        ino: word(s),
+        kind,
+        name,
+        nslots,
+    })
 }
 
 /// Where an entry lives and what it names.

@@ -1,20 +1,48 @@
 //! The 128-byte inode: its DRAM form and its encoding. Line 0 is hot (`{size, mtime}` and
 //! `{root, height/kind}` each 16-aligned for one 16-byte store), line 1 cold.
 
-use crate::layout::INODE;
+use crate::layout::{INODE, LINE};
 
-/// Offset of `{size, mtime}` inside an inode (one 16-byte store).
+// The byte offset of every field, in one place: `encode`/`decode` and every single-field store
+// (the write fast paths, repair) use these names.
+/// `{size, mtime}`: one 16-byte store (the append and write fast paths).
 pub const SIZE_MTIME: usize = 0;
+pub const SIZE: usize = 0;
 pub const MTIME: usize = 8;
-/// Offset of ctime: in line 0 with the size and mtime, so a write's fast path that stores it
-/// flushes no other line.
+/// `{root, height, kind, flags}`: one 16-byte store (a tree that grows).
+pub const ROOT: usize = 16;
+pub const HEIGHT: usize = 24;
+pub const KIND: usize = 25;
+pub const FLAGS: usize = 26;
+/// In line 0 with the size and mtime, so a write's fast path that stores it flushes no other
+/// line.
 pub const CTIME: usize = 32;
-const _: () = assert!(CTIME / crate::layout::LINE == SIZE_MTIME / crate::layout::LINE);
-/// Offset of the one-fence append's tail record (`tail.rs`), in the same line as the size.
+pub const LINKS: usize = 40;
+pub const MODE: usize = 44;
+pub const UID: usize = 48;
+pub const GID: usize = 52;
+/// The one-fence append's tail record (`tail.rs`), in the same line as the size.
 pub const TAIL: usize = 56;
-/// Inode flag (byte 26): every write to this file is all-or-nothing (`DataMode::Atomic`).
+pub const XATTR: usize = 64;
+pub const ORPHAN: usize = 72;
+pub const PARENT: usize = 80;
+pub const TRUNC: usize = 88;
+pub const RDEV: usize = 96;
+pub const ATIME: usize = 104;
+
+// The layout's promises, checked by the compiler: the 16-byte pairs are aligned and adjacent,
+// the hot fields share line 0, the fields follow each other without overlap, and the inode is
+// two lines.
+const _: () = assert!(SIZE_MTIME % 16 == 0 && MTIME == SIZE + 8 && ROOT % 16 == 0);
+const _: () = assert!(HEIGHT == ROOT + 8 && KIND == HEIGHT + 1 && FLAGS == KIND + 1);
+const _: () = assert!(CTIME / LINE == SIZE / LINE && TAIL / LINE == SIZE / LINE);
+const _: () = assert!(FLAGS < CTIME && CTIME + 8 <= LINKS && LINKS + 4 <= MODE && MODE + 4 <= UID);
+const _: () = assert!(UID + 4 <= GID && GID + 4 <= TAIL && TAIL + 8 <= XATTR && XATTR + 8 <= ORPHAN);
+const _: () = assert!(ORPHAN + 8 <= PARENT && PARENT + 8 <= TRUNC && TRUNC + 8 <= RDEV);
+const _: () = assert!(RDEV + 4 <= ATIME && ATIME + 8 <= INODE && INODE == 2 * LINE);
+/// Inode flag (in `FLAGS`): every write to this file is all-or-nothing (`DataMode::Atomic`).
 pub const FLAG_ATOMIC: u8 = 1;
-/// Inode flag (byte 26): the file asks for 2 MiB blocks: every allocation inside an empty
+/// Inode flag (in `FLAGS`): the file asks for 2 MiB blocks: every allocation inside an empty
 /// 2 MiB-aligned span of it takes a whole huge block when one is free (`Fs::set_huge`).
 pub const FLAG_HUGE: u8 = 2;
 /// The flags this version knows; the walk reports any other bit.
@@ -67,7 +95,7 @@ pub struct Inode {
     pub root: u64,
     pub height: u8,
     pub kind: u8,
-    /// `FLAG_*` bits (byte 26, padding before format version 1 had it: always 0 there).
+    /// `FLAG_*` bits (padding before format version 1 had it: always 0 there).
     pub flags: u8,
     pub ctime: i64,
     pub links: u32,
@@ -102,22 +130,25 @@ impl Inode {
     pub fn encode(&self) -> [u8; INODE] {
         let mut b = [0u8; INODE];
         let mut put = |o: usize, v: &[u8]| b[o..o + v.len()].copy_from_slice(v);
-        put(0, &self.size.to_le_bytes());
-        put(8, &self.mtime.to_le_bytes());
-        put(16, &self.root.to_le_bytes());
-        put(24, &[self.height, self.kind, self.flags]);
+        put(SIZE, &self.size.to_le_bytes());
+        put(MTIME, &self.mtime.to_le_bytes());
+        put(ROOT, &self.root.to_le_bytes());
+        put(HEIGHT, &[self.height]);
+        put(KIND, &[self.kind]);
+        put(FLAGS, &[self.flags]);
         put(CTIME, &self.ctime.to_le_bytes());
-        put(40, &self.links.to_le_bytes());
-        put(44, &self.mode.to_le_bytes());
-        put(48, &self.uid.to_le_bytes());
-        put(52, &self.gid.to_le_bytes());
-        put(56, &self.tail.to_le_bytes());
-        put(64, &self.xattr.to_le_bytes());
-        put(72, &self.orphan_next.to_le_bytes());
-        put(80, &self.parent.to_le_bytes());
-        put(88, &self.trunc.to_le_bytes());
-        put(96, &self.rdev.to_le_bytes());
-        put(104, &self.atime.to_le_bytes());
+        put(LINKS, &self.links.to_le_bytes());
+        put(MODE, &self.mode.to_le_bytes());
+        put(UID, &self.uid.to_le_bytes());
+        put(GID, &self.gid.to_le_bytes());
+        put(TAIL, &self.tail.to_le_bytes());
+        put(XATTR, &self.xattr.to_le_bytes());
+        put(ORPHAN, &self.orphan_next.to_le_bytes());
+        put(PARENT, &self.parent.to_le_bytes());
+        put(TRUNC, &self.trunc.to_le_bytes());
+        put(RDEV, &self.rdev.to_le_bytes());
+        put(ATIME, &self.atime.to_le_bytes());
+        debug_assert_eq!(Inode::decode(&b), *self, "decode after encode");
         b
     }
     /// Decode any 128 bytes (validation is the walk's job).
@@ -125,24 +156,24 @@ impl Inode {
         let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         Inode {
-            size: u64at(0),
-            mtime: u64at(8) as i64,
-            root: u64at(16),
-            height: b[24],
-            kind: b[25],
-            flags: b[26],
+            size: u64at(SIZE),
+            mtime: u64at(MTIME) as i64,
+            root: u64at(ROOT),
+            height: b[HEIGHT],
+            kind: b[KIND],
+            flags: b[FLAGS],
             ctime: u64at(CTIME) as i64,
-            links: u32at(40),
-            mode: u32at(44),
-            uid: u32at(48),
-            gid: u32at(52),
-            atime: u64at(104) as i64,
-            tail: u64at(56),
-            xattr: u64at(64),
-            orphan_next: u64at(72),
-            parent: u64at(80),
-            trunc: u64at(88),
-            rdev: u32at(96),
+            links: u32at(LINKS),
+            mode: u32at(MODE),
+            uid: u32at(UID),
+            gid: u32at(GID),
+            atime: u64at(ATIME) as i64,
+            tail: u64at(TAIL),
+            xattr: u64at(XATTR),
+            orphan_next: u64at(ORPHAN),
+            parent: u64at(PARENT),
+            trunc: u64at(TRUNC),
+            rdev: u32at(RDEV),
         }
     }
 }

@@ -35,7 +35,6 @@ use crate::tx::Tx;
 use crate::MkfsOptions;
 use parking_lot::Mutex;
 use pmkit_media::Media;
-use scan::F_LINKS;
 
 /// Rounds of scan-and-fix before repair gives up (each round fixes at least one thing, or it
 /// stops; a lost subtree takes one round per level).
@@ -382,7 +381,7 @@ fn rounds<M: Media>(pm: &Pm<M>, geo: &Geometry, j: &Journal, rep: &mut RepairRep
             relink_lost(pm, geo, &alloc, j, &s, rep)?;
         } else if !s.links.is_empty() {
             for &(ino, have, want) in &s.links {
-                let off = geo.inode_off(ino) + F_LINKS;
+                let off = geo.inode_off(ino) + crate::inode::LINKS;
                 apply(pm, geo, &alloc, j, &[(off, want.to_le_bytes().to_vec())])?;
                 rep.fixes.push(Fix {
                     what: format!("inode {ino}: link count {have} but {want} names: set to {want}"),

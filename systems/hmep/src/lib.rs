@@ -23,7 +23,9 @@ pub mod error;
 pub mod mem;
 pub mod model;
 pub mod preset;
+pub mod probe;
 pub mod queue;
+pub mod report;
 pub mod sim;
 pub mod tlb;
 

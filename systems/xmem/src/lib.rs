@@ -31,6 +31,7 @@ mod sys;
 mod tcache;
 pub mod tier;
 pub mod trace;
+pub mod untagged;
 
 pub use allocator_api2;
 pub use boxed::XBox;

@@ -8,8 +8,8 @@
 
 use super::Fix;
 use crate::alloc::Bitmap;
-use crate::dir::{slots_for, SLOT, SLOTS};
-use crate::inode::{Inode, Kind};
+use crate::dir::SLOT;
+use crate::inode::{self as field, Inode, Kind};
 use crate::layout::{
     tree_cap, Geometry, BLOCK, INODE, MAX_FILE_SIZE, MAX_HEIGHT, META_INO, ROOT_INO, SYMLINK_MAX,
 };
@@ -17,18 +17,6 @@ use crate::pm::Pm;
 use crate::tree::Reader;
 use pmkit_media::Media;
 use std::collections::{HashMap, HashSet, VecDeque};
-
-/// Byte offsets of inode fields a fix may store (see `inode.rs`).
-pub const F_SIZE: usize = 0;
-pub const F_ROOT: usize = 16;
-pub const F_LINKS: usize = 40;
-pub const F_XATTR: usize = 64;
-pub const F_ORPHAN: usize = 72;
-pub const F_PARENT: usize = 80;
-pub const F_TRUNC: usize = 88;
-pub const F_RDEV: usize = 96;
-/// The one-fence append's tail record: cleared with every size repair sets (`tail.rs`).
-pub const F_TAIL: usize = crate::inode::TAIL;
 
 /// One proposed fix: what it is, and the stores that make it (applied in one transaction).
 pub struct Found {
@@ -89,10 +77,10 @@ impl<M: Media> State<'_, M> {
                 "inode {ino}: tree height {} over {MAX_HEIGHT}: tree cut, the file is a hole",
                 node.height
             );
-            let off = self.ioff(ino, F_ROOT);
+            let off = self.ioff(ino, field::ROOT);
             self.push(fix(what, Some(ino), None, Some(off)), vec![(off, w)]);
         } else {
-            let off = self.ioff(ino, F_ROOT);
+            let off = self.ioff(ino, field::ROOT);
             self.tree(ino, node.root, node.height, 0, off, &mut data);
         }
         if node.is(Kind::Symlink)
@@ -117,8 +105,8 @@ impl<M: Media> State<'_, M> {
                 "inode {ino}: special file (kind {}) with size {} or data: size and data cleared",
                 node.kind, node.size
             );
-            let (s, r) = (self.ioff(ino, F_SIZE), self.ioff(ino, F_ROOT));
-            let t = self.ioff(ino, F_TAIL);
+            let (s, r) = (self.ioff(ino, field::SIZE), self.ioff(ino, field::ROOT));
+            let t = self.ioff(ino, field::TAIL);
             self.push(
                 fix(what, Some(ino), None, Some(s)),
                 vec![(s, vec![0u8; 8]), (r, vec![0u8; 9]), (t, vec![0u8; 8])],
@@ -127,7 +115,7 @@ impl<M: Media> State<'_, M> {
         }
         if !special && node.rdev != 0 {
             let what = format!("inode {ino}: device number on a non-device: cleared");
-            let off = self.ioff(ino, F_RDEV);
+            let off = self.ioff(ino, field::RDEV);
             self.push(
                 fix(what, Some(ino), None, Some(off)),
                 vec![(off, vec![0u8; 4])],
@@ -136,8 +124,8 @@ impl<M: Media> State<'_, M> {
         let mut size = node.size;
         if size > MAX_FILE_SIZE {
             let what = format!("inode {ino}: size {size} over the limit: set to {MAX_FILE_SIZE}");
-            let off = self.ioff(ino, F_SIZE);
-            let t = self.ioff(ino, F_TAIL);
+            let off = self.ioff(ino, field::SIZE);
+            let t = self.ioff(ino, field::TAIL);
             self.push(
                 fix(what, Some(ino), None, Some(off)),
                 vec![
@@ -171,7 +159,7 @@ impl<M: Media> State<'_, M> {
                 "inode {ino}: bad or shared xattr block {}: dropped (its extended attributes are lost)",
                 node.xattr
             );
-            let off = self.ioff(ino, F_XATTR);
+            let off = self.ioff(ino, field::XATTR);
             self.push(
                 fix(what, Some(ino), Some(node.xattr), Some(off)),
                 vec![(off, vec![0u8; 8])],
@@ -253,63 +241,6 @@ impl<M: Media> State<'_, M> {
 }
 
 /// One record as the lenient reader finds it.
-struct Rec {
-    slot: usize,
-    ino: u64,
-    kind: u8,
-    name: Vec<u8>,
-}
-
-/// `dir::parse` that goes on past a bad record: returns the records and the head slots of bad
-/// ones. Once those heads are cleared (ino = 0), `dir::parse` reads the same records.
-fn lenient_parse(b: &[u8]) -> (Vec<Rec>, Vec<usize>) {
-    let word =
-        |s: usize| u64::from_le_bytes(b[s * SLOT..s * SLOT + 8].try_into().expect("8 bytes"));
-    let (mut out, mut bad) = (Vec::new(), Vec::new());
-    let mut s = 0;
-    while s < SLOTS {
-        let ino = word(s);
-        if ino == 0 {
-            s += 1;
-            continue;
-        }
-        let h = &b[s * SLOT..];
-        let (len, kind, nslots) = (h[8] as usize, h[9], h[10] as usize);
-        let ok = len != 0 && nslots == slots_for(len) && s + nslots <= SLOTS;
-        let name = ok.then(|| {
-            let mut name = h[16..16 + len.min(48)].to_vec();
-            for k in 1..nslots {
-                let rest = len - name.len();
-                let at = (s + k) * SLOT + 8;
-                name.extend_from_slice(&b[at..at + rest.min(56)]);
-            }
-            name
-        });
-        let good = name.as_ref().is_some_and(|name| {
-            (1..nslots).all(|k| word(s + k) == 0)
-                && !name.contains(&b'/')
-                && !name.contains(&0)
-                && name != b"."
-                && name != b".."
-        });
-        match name {
-            Some(name) if good => {
-                out.push(Rec {
-                    slot: s,
-                    ino,
-                    kind,
-                    name,
-                });
-                s += nslots;
-            }
-            _ => {
-                bad.push(s);
-                s += 1;
-            }
-        }
-    }
-    (out, bad)
-}
 
 /// Scan the (recovered) media and propose the next fixes.
 pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
@@ -394,8 +325,8 @@ pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
         if !node.size.is_multiple_of(BLOCK as u64) || data.len() as u64 != node.size / BLOCK as u64
         {
             let size = (contiguous * BLOCK) as u64;
-            let off = st.ioff(d, F_SIZE);
-            let t = st.ioff(d, F_TAIL);
+            let off = st.ioff(d, field::SIZE);
+            let t = st.ioff(d, field::TAIL);
             let mut writes = vec![(off, size.to_le_bytes().to_vec()), (t, vec![0u8; 8])];
             // blocks past the first hole cannot be kept: their pointers are cut
             for &(i, _, a) in &data {
@@ -416,7 +347,8 @@ pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
         for (fb, b, _) in data {
             let mut buf = vec![0u8; BLOCK];
             pm.read(b as usize * BLOCK, &mut buf);
-            let (recs, bad) = lenient_parse(&buf);
+            let (recs, bad) = crate::dir::scan(&buf);
+            let bad: Vec<usize> = bad.into_iter().map(|(slot, _)| slot).collect();
             for s in bad {
                 let at = b as usize * BLOCK + s * SLOT;
                 let what = format!("directory {d} block {fb} slot {s}: unreadable record cleared");
@@ -466,7 +398,7 @@ pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
                         continue;
                     }
                     if child.parent != d {
-                        let off = st.ioff(r.ino, F_PARENT);
+                        let off = st.ioff(r.ino, field::PARENT);
                         let what = format!(
                             "directory {}: parent says {}, found in {d}: parent set",
                             r.ino, child.parent
@@ -591,7 +523,7 @@ fn orphans<M: Media>(st: &mut State<'_, M>, visited: &mut HashSet<u64>) {
     let mut list: Vec<u64> = Vec::new();
     let (mut pred, mut o) = (META_INO, meta.orphan_next);
     while o != 0 {
-        let at = st.ioff(pred, F_ORPHAN);
+        let at = st.ioff(pred, field::ORPHAN);
         let bad_link = o >= n || list.contains(&o) || list.len() as u64 >= n;
         let node = if bad_link {
             Inode::default()
@@ -611,7 +543,7 @@ fn orphans<M: Media>(st: &mut State<'_, M>, visited: &mut HashSet<u64>) {
             // Not an orphan at all: take it off the list (its link count is set later).
             let what = format!("orphan list: inode {o} is not an orphan: taken off the list");
             let next = node.orphan_next.to_le_bytes().to_vec();
-            let own = st.ioff(o, F_ORPHAN);
+            let own = st.ioff(o, field::ORPHAN);
             st.push(
                 fix(what, Some(o), None, Some(at)),
                 vec![(at, next), (own, vec![0; 8])],
@@ -619,7 +551,7 @@ fn orphans<M: Media>(st: &mut State<'_, M>, visited: &mut HashSet<u64>) {
             return;
         }
         if node.links > 0 && node.trunc != node.size {
-            let off = st.ioff(o, F_TRUNC);
+            let off = st.ioff(o, field::TRUNC);
             let what = format!(
                 "orphan {o}: a truncate to {} but size {}: target set to the size",
                 node.trunc, node.size

@@ -3,6 +3,7 @@
 
 mod area;
 mod attach;
+mod binding;
 mod checksum;
 mod handle;
 mod io;

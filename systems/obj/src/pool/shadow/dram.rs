@@ -6,7 +6,7 @@
 //! User pointers reach the buffer, so it is only ever copied by raw pointer, never formed into
 //! a slice.
 
-use super::super::attach::Binding;
+use super::super::binding::Binding;
 use super::super::checksum;
 use super::super::{add_under_lock, Access, ObjectState, Pool, Tracking, MAX_THREADS_PER_HANDLE};
 use crate::error::{ObjError, Result};

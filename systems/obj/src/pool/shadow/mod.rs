@@ -14,7 +14,7 @@ mod pm;
 pub(super) use dram::DramShadow;
 pub(super) use pm::PmShadow;
 
-use super::attach::Binding;
+use super::binding::Binding;
 use super::{ObjectState, Pool, Shadow};
 use crate::error::Result;
 use crate::staging::Cache;

@@ -5,7 +5,7 @@
 //! becomes the shadow. A read-only attachment reads the current slot itself.
 
 use super::super::area::address;
-use super::super::attach::Binding;
+use super::super::binding::Binding;
 use super::super::checksum;
 use super::super::{add_under_lock, check_readable, Access, ObjectState, Pool, Tracking};
 use crate::error::Result;

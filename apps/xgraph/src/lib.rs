@@ -4,7 +4,7 @@
 //! BFS. Every access can go through a [`Probe`] so one traced run feeds the simulator; the timed
 //! runs use `()` (compiled away).
 
-use super::probe::Probe;
+use pmkit_hmep::probe::Probe;
 use anyhow::{ensure, Result};
 use pmkit_xmem::{XMem, XSlice};
 

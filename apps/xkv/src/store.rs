@@ -7,10 +7,10 @@
 //!
 //! Single writer: every operation takes `&mut self`; the server puts the store behind one mutex.
 
-use super::hash::{hash_key, tag_of, Cuckoo, Slot, S_HASH};
-use super::probe::Probe;
-use super::slab::{Class, CHUNK};
-use super::{KvConfig, CLASSES, TAGS};
+use crate::hash::{hash_key, tag_of, Cuckoo, Slot, S_HASH};
+use pmkit_hmep::probe::Probe;
+use crate::slab::{Class, CHUNK};
+use crate::{KvConfig, CLASSES, TAGS};
 use anyhow::{ensure, Context, Result};
 use pmkit_xmem::XMem;
 

@@ -1,6 +1,5 @@
-//! xkv: a MemC3-like key-value store as an X-Mem user (issue 20), speaking memcached's text
-//! protocol ([`proto`], [`server`]: `pmkit-bench xkv-serve`) and benchmarked in process
-//! ([`mod@bench`]: `pmkit-bench xkv`).
+//! xkv: a MemC3-like key-value store as an X-Mem user, speaking memcached's text protocol
+//! ([`proto`], [`server`]: the `pmkit-xkv` program) and benchmarked by `pmkit-bench xkv`.
 //!
 //! Structures, one X-Mem tag each, in structure-index order ([`TAGS`]): the cuckoo hash
 //! ("hash", [`hash`]) and eight slab classes of 64, 128, 256, ... 8192 B items ("slab-64" ...
@@ -17,8 +16,6 @@
 //! Concurrency: one writer. The store takes `&mut self`; the server holds it in one mutex per
 //! command (MemC3's optimistic version counters are for concurrent readers, not needed here).
 
-pub mod bench;
-pub mod caslap;
 pub mod hash;
 pub mod proto;
 pub mod server;
@@ -28,8 +25,7 @@ pub mod store;
 mod tests;
 pub mod workload;
 
-use super::probe;
-pub use probe::Probe;
+pub use pmkit_hmep::probe::Probe;
 pub use store::{Mode, Store};
 pub use workload::{Op, Request, Workload};
 

@@ -1,11 +1,12 @@
-//! What an X-Mem application reports to the trace simulator: every access of its kernels, with
+//! Level 2 and 3 instrumentation for real programs: what an X-Mem application reports to the
+//! trace simulator: every access of its kernels, with
 //! the structure (tag index), the address, whether it stored, and the loaded value when that value
 //! is an address or an index into an array (given as the address it indexes), so the classifier
 //! can see pointer chasing. Timed runs use `()`, which compiles
 //! every call away; traced runs use [`Sim`] (level 3); emulated runs use [`Epoch`] (level 2).
 
-use pmkit_hmep::epoch::Epoch;
-use pmkit_hmep::sim::Sim;
+use crate::epoch::Epoch;
+use crate::sim::Sim;
 
 pub trait Probe {
     /// One access of structure `s` at `addr`; `value` is the loaded address for pointer loads

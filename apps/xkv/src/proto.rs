@@ -6,8 +6,8 @@
 //! [`MAX_LINE`] bytes (longer: an error and the connection closes), values of at most
 //! [`MAX_VALUE`] (memcached's default item limit) read at all, at most [`MAX_KEYS`] keys per get.
 
-use super::store::{Mode, Outcome, Store, StoreError, MAX_KEY};
-use super::CLASSES;
+use crate::store::{Mode, Outcome, Store, StoreError, MAX_KEY};
+use crate::CLASSES;
 use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! every item inside a region of its own tag.
 
 use super::store::{Outcome, StoreError, MAX_ITEM, MAX_KEY};
-use super::{check_placement, load, run, xmem_config, KvConfig, Mode, Store, Workload};
+use crate::{check_placement, load, run, xmem_config, KvConfig, Mode, Store, Workload};
 use pmkit_xmem::XMem;
 use proptest::prelude::*;
 use std::collections::HashMap;

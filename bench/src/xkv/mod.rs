@@ -8,10 +8,12 @@
 //! in back-to-back pairs against all fast and ranked by a t-test (`hmep::rank`). Then memcaslap
 //! against `xkv-serve` on all-fast and all-slow as the end-to-end check.
 
-use super::super::rank::{self, PairTest, RankCorrelation};
-use super::super::{r1, Versus};
-use super::caslap::{self, CaslapRun};
-use super::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
+mod caslap;
+
+use crate::hmep::rank::{self, PairTest, RankCorrelation};
+use crate::hmep::{r1, Versus};
+use caslap::CaslapRun;
+use pmkit_xkv::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
 use crate::report::{median, plot, BenchFlags};
 use anyhow::{ensure, Context, Result};
 use pmkit_hmep::cache::{llc, Cache};

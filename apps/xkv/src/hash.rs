@@ -8,7 +8,7 @@
 //! Concurrency: none here. MemC3's version counters let readers run beside one writer; this table
 //! is behind the store's single lock (the server takes it per command), so it needs none.
 
-use super::probe::Probe;
+use pmkit_hmep::probe::Probe;
 use anyhow::{ensure, Result};
 use pmkit_xmem::{Tag, XMem, XSlice};
 

@@ -6,7 +6,7 @@
 //! Databases", SIGMOD 1994; theta 0 = uniform, as memcaslap draws). The memcaslap configuration
 //! ([`memcaslap_config`]) has the same sizes and mix.
 
-use super::store::HEADER;
+use crate::store::HEADER;
 
 /// Key bytes (every key is exactly this long).
 pub const KEY_LEN: usize = 16;

@@ -3,7 +3,7 @@
 //! SETs) then the ETC-like mix ([`super::workload::memcaslap_config`]), ops/s from memcaslap's
 //! summary and the hit ratio from the server's `stats`.
 
-use super::workload::{memcaslap_config, VALUE_SIZES};
+use pmkit_xkv::workload::{memcaslap_config, VALUE_SIZES};
 use crate::host::{need_tool, Scratch};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;

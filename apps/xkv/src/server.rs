@@ -1,9 +1,9 @@
-//! `pmkit-bench xkv-serve`: the store on 127.0.0.1 over memcached's text protocol, one thread
+//! The `pmkit-xkv` program (also `pmkit-bench xkv-serve`): the store on 127.0.0.1 over memcached's text protocol, one thread
 //! per connection, at most `--max-conns` at once (more are told "SERVER_ERROR too many open
 //! connections" and closed, as memcached does).
 
-use super::proto::{self, Shared};
-use super::{xmem_config, KvConfig, Store};
+use crate::proto::{self, Shared};
+use crate::{xmem_config, KvConfig, Store};
 use anyhow::{ensure, Context, Result};
 use pmkit_xmem::XMem;
 use std::io::Write;
