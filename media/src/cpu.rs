@@ -103,11 +103,7 @@ pub fn label() -> String {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let pku = if features().pku {
-        "yes"
-    } else {
-        "no"
-    };
+    let pku = if features().pku { "yes" } else { "no" };
     format!(
         "{model}, {} CPUs, pku {pku}",
         std::thread::available_parallelism().map_or(1, |n| n.get())

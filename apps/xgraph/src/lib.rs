@@ -4,8 +4,8 @@
 //! BFS. Every access can go through a [`Probe`] so one traced run feeds the simulator; the timed
 //! runs use `()` (compiled away).
 
-use pmkit_hmep::probe::Probe;
 use anyhow::{ensure, Result};
+use pmkit_hmep::probe::Probe;
 use pmkit_xmem::{XMem, XSlice};
 
 /// The tags, in structure-index order.

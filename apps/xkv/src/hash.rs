@@ -8,8 +8,8 @@
 //! Concurrency: none here. MemC3's version counters let readers run beside one writer; this table
 //! is behind the store's single lock (the server takes it per command), so it needs none.
 
-use pmkit_hmep::probe::Probe;
 use anyhow::{ensure, Result};
+use pmkit_hmep::probe::Probe;
 use pmkit_xmem::{Tag, XMem, XSlice};
 
 /// Slots per bucket (MemC3's 4-way set-associative buckets).
@@ -93,6 +93,10 @@ impl<'a> Cuckoo<'a> {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     pub fn bytes(&self) -> usize {

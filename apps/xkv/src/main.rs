@@ -4,7 +4,10 @@ use clap::Parser;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(version, about = "xkv: a MemC3-like key-value store on X-Mem, served over memcached's text protocol")]
+#[command(
+    version,
+    about = "xkv: a MemC3-like key-value store on X-Mem, served over memcached's text protocol"
+)]
 struct Cli {
     #[command(flatten)]
     serve: pmkit_xkv::server::ServeArgs,

@@ -8,10 +8,10 @@
 //! Single writer: every operation takes `&mut self`; the server puts the store behind one mutex.
 
 use crate::hash::{hash_key, tag_of, Cuckoo, Slot, S_HASH};
-use pmkit_hmep::probe::Probe;
 use crate::slab::{Class, CHUNK};
 use crate::{KvConfig, CLASSES, TAGS};
 use anyhow::{ensure, Context, Result};
+use pmkit_hmep::probe::Probe;
 use pmkit_xmem::XMem;
 
 /// Item header bytes: cas u64, flags u32, value length u32, expiry u32 (unix seconds, 0 =
@@ -180,6 +180,10 @@ impl<'a> Store<'a> {
     /// Items stored.
     pub fn len(&self) -> usize {
         self.hash.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hash.is_empty()
     }
 
     /// Bytes of slab chunks taken (at most the memory limit).

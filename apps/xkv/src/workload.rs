@@ -43,7 +43,7 @@ pub struct Request {
 #[derive(Clone)]
 pub struct Rng(pub u64);
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -51,7 +51,7 @@ impl Rng {
         z ^ (z >> 31)
     }
     pub fn f64(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -74,11 +74,11 @@ pub fn value_len(k: u32, seed: u64) -> usize {
     for &(lo, hi, p) in &VALUE_SIZES {
         acc += p;
         if u < acc {
-            return lo + (r.next() % (hi - lo + 1) as u64) as usize;
+            return lo + (r.next_u64() % (hi - lo + 1) as u64) as usize;
         }
     }
     let (lo, hi, _) = VALUE_SIZES[VALUE_SIZES.len() - 1];
-    lo + (r.next() % (hi - lo + 1) as u64) as usize
+    lo + (r.next_u64() % (hi - lo + 1) as u64) as usize
 }
 
 /// The value bytes for key `k` at version `v`: a byte pattern a reader can check.
@@ -118,7 +118,7 @@ impl Zipf {
 
     pub fn sample(&self, r: &mut Rng) -> u64 {
         let rank = if self.theta == 0.0 {
-            r.next() % self.n
+            r.next_u64() % self.n
         } else {
             let u = r.f64();
             let uz = u * self.zetan;

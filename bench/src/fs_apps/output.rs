@@ -58,7 +58,12 @@ pub(super) fn print_notes(notes: &[&str]) {
 
 /// One panel per row set: bars per item, one series per configuration; `ratio` picks the
 /// ratio to ext4 on attach (configurations but the base) or the value. Missing cells are 0.
-pub(super) fn panel(title: String, rows: &[Row], targets: &[String], ratio: bool) -> plot::BarPanel {
+pub(super) fn panel(
+    title: String,
+    rows: &[Row],
+    targets: &[String],
+    ratio: bool,
+) -> plot::BarPanel {
     plot::BarPanel {
         title,
         groups: rows.iter().map(|r| r.item.clone()).collect(),

@@ -5,10 +5,10 @@
 //! access pattern where level 2 can be checked against wall clock here. Timed three ways: on
 //! the fast tier, on the slow tier, and on the fast tier with the structure emulated slow.
 
-use pmkit_hmep::probe::Probe;
 use anyhow::{Context, Result};
 use pmkit_hmep::epoch::{self, Epoch};
 use pmkit_hmep::mem::Rng;
+use pmkit_hmep::probe::Probe;
 use pmkit_xmem::{Config, Tier, XMem, XSlice};
 use serde::Serialize;
 use std::path::Path;

@@ -1,12 +1,12 @@
 //! The kernels' timed runs for `hmep-validate`: plain, each iteration timed on its own, and
 //! under level 2's epoch emulator.
 
-use pmkit_xgraph::Graph;
 use super::placement_name;
-use pmkit_hmep::probe::Probe;
 use crate::report::median;
 use anyhow::{ensure, Result};
 use pmkit_hmep::epoch::{self, Epoch, Stats as EpochStats};
+use pmkit_hmep::probe::Probe;
+use pmkit_xgraph::Graph;
 use std::time::Instant;
 
 /// Level 2's runs of one kernel: per placement (mask order) the wall-clock ms of each round and

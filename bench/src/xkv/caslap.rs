@@ -1,11 +1,11 @@
 //! Driving `xkv-serve` with memcaslap (Debian's libmemcached-tools; memaslap upstream): the
 //! server as a child process pinned to one CPU, memcaslap pinned to another, a load phase (all
-//! SETs) then the ETC-like mix ([`super::workload::memcaslap_config`]), ops/s from memcaslap's
+//! SETs) then the ETC-like mix ([`pmkit_xkv::workload::memcaslap_config`]), ops/s from memcaslap's
 //! summary and the hit ratio from the server's `stats`.
 
-use pmkit_xkv::workload::{memcaslap_config, VALUE_SIZES};
 use crate::host::{need_tool, Scratch};
 use anyhow::{bail, Context, Result};
+use pmkit_xkv::workload::{memcaslap_config, VALUE_SIZES};
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -12,16 +12,16 @@ mod caslap;
 
 use crate::hmep::rank::{self, PairTest, RankCorrelation};
 use crate::hmep::{r1, Versus};
-use caslap::CaslapRun;
-use pmkit_xkv::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
 use crate::report::{median, plot, BenchFlags};
 use anyhow::{ensure, Context, Result};
+use caslap::CaslapRun;
 use pmkit_hmep::cache::{llc, Cache};
 use pmkit_hmep::calib::Tier as CalTier;
 use pmkit_hmep::epoch::{self, Epoch, Stats as EpochStats};
 use pmkit_hmep::mem::Backing;
 use pmkit_hmep::sim::{predict_tlb, Misses, Sim};
 use pmkit_hmep::tlb::TlbCost;
+use pmkit_xkv::{load, run, xmem_config, KvConfig, RunStats, Store, Workload, TAGS};
 use pmkit_xmem::{PerPattern, Tier, XMem};
 use serde::Serialize;
 use std::path::Path;
@@ -217,12 +217,12 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
     let load_start = load_average();
 
     bar.set_message("calibrating anon-thp and the /dev/shm file");
-    let cal = super::super::calibrate_tiers(
+    let cal = crate::hmep::calibrate_tiers(
         vec![Backing::AnonThp, Backing::File(a.flags.dir.clone())],
         quick,
     )?;
     let (fast, slow) = (cal.tiers[0].clone(), cal.tiers[1].clone());
-    let pair = super::super::pair_tiers(&a.flags.dir, quick)?.summary();
+    let pair = crate::hmep::pair_tiers(&a.flags.dir, quick)?.summary();
     let (d, tlb) = (pair.delta, pair.tlb);
     bar.inc();
 
@@ -246,7 +246,7 @@ pub fn bench(a: XkvArgs) -> Result<ExitCode> {
         "loaded {loaded} of {keys} items with {} evictions",
         s.counters.evictions
     );
-    super::check_placement(&x, &s)?;
+    pmkit_xkv::check_placement(&x, &s)?;
     bar.inc();
 
     let (llc_bytes, llc_ways) = llc();

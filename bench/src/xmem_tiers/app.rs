@@ -2,10 +2,10 @@
 //! through the simulator, one pass timed), so any app with a `run<P: Probe>` kernel plugs in.
 //! xgraph's PageRank and BFS are the two here.
 
-use pmkit_xgraph::{Graph, TAGS};
-use pmkit_hmep::probe::Probe;
 use anyhow::{ensure, Result};
+use pmkit_hmep::probe::Probe;
 use pmkit_hmep::sim::Sim;
+use pmkit_xgraph::{Graph, TAGS};
 
 pub trait TracedApp {
     fn name(&self) -> String;

@@ -4,9 +4,9 @@
 
 use super::app::TracedApp;
 use super::sweep::Region;
-use pmkit_xkv::{self as kv, KvConfig, RunStats, Store, Workload, TAGS};
 use anyhow::{ensure, Context, Result};
 use pmkit_hmep::sim::Sim;
+use pmkit_xkv::{self as kv, KvConfig, RunStats, Store, Workload, TAGS};
 use pmkit_xmem::{Tier, XMem};
 use std::path::Path;
 

@@ -14,7 +14,6 @@ mod output;
 mod policy;
 mod sweep;
 
-use pmkit_xgraph::{Graph, TAGS};
 use crate::report::BenchFlags;
 use anyhow::{ensure, Context, Result};
 use app::{GraphKernel, Kernel, TracedApp};
@@ -24,6 +23,7 @@ use pmkit_hmep::mem::Backing;
 use pmkit_hmep::model::Model;
 use pmkit_hmep::preset;
 use pmkit_hmep::sim::Unit;
+use pmkit_xgraph::{Graph, TAGS};
 use pmkit_xmem::{Config, Tier, XMem};
 use serde::Serialize;
 use std::process::ExitCode;

@@ -200,11 +200,17 @@ fn calibrate(a: CalibrateArgs) -> Result<ExitCode> {
     let report = Report::new(c, o.runs, &fast, a.mode);
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(plot) = &a.plot {
-        let saved = a.dir.join(format!("pmkit-calibration-{}.json", std::process::id()));
+        let saved = a
+            .dir
+            .join(format!("pmkit-calibration-{}.json", std::process::id()));
         std::fs::write(&saved, &json).with_context(|| format!("writing {}", saved.display()))?;
         let drawn = crate::bench::run_child(
             "pmkit hmep calibrate --plot",
-            &["hmep-plot-calibration".into(), saved.clone().into(), plot.clone().into()],
+            &[
+                "hmep-plot-calibration".into(),
+                saved.clone().into(),
+                plot.clone().into(),
+            ],
         );
         let _ = std::fs::remove_file(&saved);
         drawn?;

@@ -5,12 +5,12 @@
 //! runs an X-Mem program with tiers, profile and priorities chosen outside it (`xmem_run.rs`).
 
 use crate::xmem_profile::{self, LogFile};
-use pmkit_xmem::untagged::{self, Classifier, NamedRange};
 use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use pmkit::args::{human_size, parse_latencies, parse_priority, parse_size};
 use pmkit_xmem::place::{self, Candidate, Latencies, Profile};
 use pmkit_xmem::profiles::{self, Saved};
+use pmkit_xmem::untagged::{self, Classifier, NamedRange};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;

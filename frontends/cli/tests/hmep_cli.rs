@@ -54,7 +54,10 @@ fn a_calibration_feeds_the_model() {
     if Path::new(PMKIT).with_file_name("pmkit-bench").exists() {
         assert!(ok, "{err}");
         assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
-        assert!(out.contains("pointer chase") || out.contains("chase ns"), "{out}");
+        assert!(
+            out.contains("pointer chase") || out.contains("chase ns"),
+            "{out}"
+        );
     } else {
         assert!(
             !ok && err.contains("cargo build --release -p pmkit-bench"),

@@ -4,8 +4,8 @@
 //! [`crate::state::route`]).
 
 use crate::state::{self, config, en, enter, lookup, route, Route};
-use std::ffi::{c_char, c_int};
 use crate::vcwd::{get, set};
+use std::ffi::{c_char, c_int};
 
 /// Enter pool directory `p` (a path from the pool's root).
 fn enter_pool(p: Vec<u8>) -> c_int {

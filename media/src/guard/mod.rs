@@ -35,7 +35,7 @@ pub mod stripes;
 mod view;
 
 pub use gate::Gate;
-pub use poison::Poison;
 pub use guarded::Guarded;
 pub use mode::{auto, why_not, Protect};
+pub use poison::Poison;
 pub use view::{View, MAX_WORDS};

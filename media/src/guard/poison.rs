@@ -31,4 +31,3 @@ impl Poison {
         self.why.get().map(String::as_str)
     }
 }
-

@@ -19,9 +19,10 @@ const HEAD_NAME: usize = SLOT - H_NAME;
 // A continuation slot: a 0 word (so it never reads as a head), then the name's next bytes.
 const C_NAME: usize = 8;
 const CONT_NAME: usize = SLOT - C_NAME;
-const _: () = assert!(H_INO + 8 <= H_LEN && H_NSLOTS < H_NAME && HEAD_NAME == 48 && CONT_NAME == 56);
+const _: () =
+    assert!(H_INO + 8 <= H_LEN && H_NSLOTS < H_NAME && HEAD_NAME == 48 && CONT_NAME == 56);
 // The longest name fits the slots a block has.
-const _: () = assert!(1 + (NAME_MAX - HEAD_NAME).div_ceil(CONT_NAME) <= SLOTS);
+const _: () = assert!((NAME_MAX - HEAD_NAME).div_ceil(CONT_NAME) < SLOTS);
 
 pub fn slots_for(name_len: usize) -> usize {
     1 + name_len.saturating_sub(HEAD_NAME).div_ceil(CONT_NAME)
@@ -57,8 +58,20 @@ pub fn encode(name: &[u8], ino: u64, kind: u8) -> Vec<u8> {
         let mut block = vec![0u8; BLOCK];
         block[..b.len()].copy_from_slice(&b);
         let (recs, bad) = scan(&block);
-        debug_assert!(bad.is_empty() || name.contains(&b'/') || name.contains(&0) || name == b"." || name == b"..");
-        debug_assert!(!bad.is_empty() || (recs.len() == 1 && recs[0].name == name && recs[0].ino == ino && recs[0].kind == kind));
+        debug_assert!(
+            bad.is_empty()
+                || name.contains(&b'/')
+                || name.contains(&0)
+                || name == b"."
+                || name == b".."
+        );
+        debug_assert!(
+            !bad.is_empty()
+                || (recs.len() == 1
+                    && recs[0].name == name
+                    && recs[0].ino == ino
+                    && recs[0].kind == kind)
+        );
     }
     b
 }

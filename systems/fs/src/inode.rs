@@ -33,11 +33,13 @@ pub const ATIME: usize = 104;
 // The layout's promises, checked by the compiler: the 16-byte pairs are aligned and adjacent,
 // the hot fields share line 0, the fields follow each other without overlap, and the inode is
 // two lines.
-const _: () = assert!(SIZE_MTIME % 16 == 0 && MTIME == SIZE + 8 && ROOT % 16 == 0);
+const _: () =
+    assert!(SIZE_MTIME.is_multiple_of(16) && MTIME == SIZE + 8 && ROOT.is_multiple_of(16));
 const _: () = assert!(HEIGHT == ROOT + 8 && KIND == HEIGHT + 1 && FLAGS == KIND + 1);
 const _: () = assert!(CTIME / LINE == SIZE / LINE && TAIL / LINE == SIZE / LINE);
 const _: () = assert!(FLAGS < CTIME && CTIME + 8 <= LINKS && LINKS + 4 <= MODE && MODE + 4 <= UID);
-const _: () = assert!(UID + 4 <= GID && GID + 4 <= TAIL && TAIL + 8 <= XATTR && XATTR + 8 <= ORPHAN);
+const _: () =
+    assert!(UID + 4 <= GID && GID + 4 <= TAIL && TAIL + 8 <= XATTR && XATTR + 8 <= ORPHAN);
 const _: () = assert!(ORPHAN + 8 <= PARENT && PARENT + 8 <= TRUNC && TRUNC + 8 <= RDEV);
 const _: () = assert!(RDEV + 4 <= ATIME && ATIME + 8 <= INODE && INODE == 2 * LINE);
 /// Inode flag (in `FLAGS`): every write to this file is all-or-nothing (`DataMode::Atomic`).

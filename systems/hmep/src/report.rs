@@ -45,7 +45,9 @@ pub fn backing(name: &str, dir: &Path) -> Result<Backing, String> {
         "anon" => Ok(Backing::Anon),
         "thp" => Ok(Backing::AnonThp),
         "file" => Ok(Backing::File(dir.to_path_buf())),
-        _ => Err(format!("backing {name:?}: the backings are anon, thp and file")),
+        _ => Err(format!(
+            "backing {name:?}: the backings are anon, thp and file"
+        )),
     }
 }
 

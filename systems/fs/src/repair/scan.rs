@@ -240,8 +240,6 @@ impl<M: Media> State<'_, M> {
     }
 }
 
-/// One record as the lenient reader finds it.
-
 /// Scan the (recovered) media and propose the next fixes.
 pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
     let n = geo.inodes as usize;

@@ -4,10 +4,9 @@
 use super::binding::Binding;
 use super::handle::Handle;
 use super::shadow::View;
-use super::{Access, ObjectState, Pool, Tracking, MAX_HANDLES};
+use super::{Access, Pool, Tracking, MAX_HANDLES};
 use crate::bits::PageSet;
 use crate::error::{ObjError, Result};
-use crate::faults;
 use pmkit_media::Media;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
