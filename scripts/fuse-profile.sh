@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a request's time goes on the `pmkit attach` FUSE path (issue 17): the same fio job on
+# Where a request's time goes on the `pmkit attach` FUSE path: the same fio job on
 # ext4 over `pmkit attach` and on ext4 over a loop device on a /dev/shm file, with the attaching
 # process's context switches and system calls counted over the run. As root.
 #   scripts/fuse-profile.sh PMKIT_BINARY [extra pmkit attach flags...]

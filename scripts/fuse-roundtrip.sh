@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The FUSE round trip of the PMFS mount per transport (issue 17): mount a fresh pool with
+# The FUSE round trip of the PMFS mount per transport: mount a fresh pool with
 # `--cache none` (attributes never cached, so every fstat of an open file is one GETATTR request)
 # over /dev/fuse, then over io_uring, time N fstat calls on one open file from one thread, and
 # read the daemon's --stats file for the requests it served and their mean time in the library.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17 experiment: how the FUSE io_uring queue threads' ring entries are laid out, measured
+# Experiment: how the FUSE io_uring queue threads' ring entries are laid out, measured
 # on ext4 over `pmkit attach --transport uring` beside ext4 over a /dev/shm loop device.
 # Each configuration is a name and the PMKIT_FUSE_URING_* variables it sets (see
 # frontends/fuse/src/uring/queue.rs, `Shape`); every repetition attaches a fresh device per

@@ -2,7 +2,7 @@
 //! process) against ext4 over a loop device on a plain /dev/shm file (the RAM-disk baseline, like
 //! the paper's tmpfs/ramfs comparison), in the same run: PostgreSQL's pgbench, SQLite
 //! (synchronous FULL), and fio file workloads (4 KiB random writes at queue depth 16, 4 KiB
-//! random writes with an fsync after each, 1 MiB sequential writes), the workloads of issue 17.
+//! random writes with an fsync after each, 1 MiB sequential writes), the workloads the attach goals name.
 //!
 //! Targets: `pmkit attach` over each FUSE transport (/dev/fuse, and io_uring where the kernel
 //! offers it) and the loop device. Each round formats every target afresh and runs every

@@ -1,4 +1,4 @@
-//! `pmkit bench fs-map` (issue 18 figure 5, PMFS thesis Fig. 16): random reads and writes of
+//! `pmkit bench fs-map` (Oikawa's layer-cost study, figure 5; PMFS thesis Fig. 16): random reads and writes of
 //! 64 B to 256 KiB through a memory mapping of one prefilled file, 1 thread. PMFS maps its file
 //! with direct access (`Posix::map`: the file's PM at one address, no page cache) twice: a file
 //! made by one fallocate of the whole 2 MiB-aligned file (2 MiB blocks, `pmfs-map-2m`) and one

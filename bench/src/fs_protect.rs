@@ -16,7 +16,7 @@
 //! pool in `--dir`, populated (`MAP_POPULATE`: the first touch of a tmpfs page, a page fault
 //! and a page cleared, is no cost of PM and was a large part of the append figure).
 //!
-//! The reference issue 18 sets the append against: a raw 4 KiB non-temporal write plus a fence
+//! The reference the append is set against: a raw 4 KiB non-temporal write plus a fence
 //! (`pmkit_media::Persister`, as `bench kernel-path`'s `nt store`) into a region in `--dir`, at
 //! sequential offsets as an append's, measured in the same run; the report prints each mode's
 //! append time over it.
@@ -36,7 +36,7 @@ pub struct Args {
     /// Milliseconds per (mode, workload) per round (default: 300, quick: 30)
     #[arg(long)]
     pub ms: Option<u64>,
-    /// Only the appends (with and without preallocation) and the raw reference: issue 18's
+    /// Only the appends (with and without preallocation) and the raw reference: the
     /// append goal, measured in a fraction of the time
     #[arg(long)]
     pub append_only: bool,

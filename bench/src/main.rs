@@ -109,7 +109,7 @@ enum Cmd {
     /// fio-style sequential and random reads and writes, 64 B to 256 KiB, 1 thread, fdatasync
     /// every 256 KiB written, on PMFS (library, LD_PRELOAD shim, FUSE), ext4 on `pmkit attach`,
     /// ext2/ext4 on a /dev/shm loop and tmpfs (PMFS thesis Fig. 13); then 64 B random writes
-    /// with fdatasync after each (issue 18's goal: library and shim >= 10x ext4 on attach).
+    /// with fdatasync after each (the goal: library and shim >= 10x ext4 on attach).
     ///
     /// Needs root, /dev/fuse, e2fsprogs, fio and libpmkit_preload.so beside this binary
     /// (`cargo build --release -p pmkit-preload`). Rounds: 2. --quick: 64 B and 4 KiB, 8 MiB
@@ -122,10 +122,10 @@ enum Cmd {
     /// Needs what fs-io needs. Rounds: 2. --quick: 8 MiB file, 100 ms per workload, one round.
     FsBarrier(fs_io::barrier::Args),
     /// What each layer costs per 4 KiB read, 4 KiB write, create, stat and 4 KiB append + fsync
-    /// (Oikawa's layer-cost study; issue 18 figure 6): the PMFS library (C ABI), the LD_PRELOAD
+    /// (Oikawa's layer-cost study; figure 6 of that study): the PMFS library (C ABI), the LD_PRELOAD
     /// shim, the FUSE mount, ext4 on attach, NBD (`pmkit serve` through libnbd), ext4 on a
     /// /dev/shm loop and tmpfs. Time and CPU (driver and daemon), system calls (strace) and
-    /// user-space instructions (callgrind) per operation, and issue 18's stat/append goals.
+    /// user-space instructions (callgrind) per operation, and the stat and append goals.
     ///
     /// Needs root, /dev/fuse, cc, e2fsprogs, strace, valgrind, libnbd-dev, libpmkit_fs.so and
     /// libpmkit_preload.so (`cargo build --release -p pmkit-fs -p pmkit-preload`). Rounds: 3.

@@ -1,4 +1,4 @@
-//! `pmkit bench fs` (issue 16): PMFS over FUSE (`pmkit fs mount`, one target per kernel cache
+//! `pmkit bench fs`: PMFS over FUSE (`pmkit fs mount`, one target per kernel cache
 //! mode) against ext4 on `pmkit attach` (ext4 on PMBD, the thesis's baseline), ext4 on a loop
 //! device over a /dev/shm file, and tmpfs, in the same run with rotated rounds. The workloads
 //! ([`load`]) are 4 KiB append + fsync (latency and rate), create, stat, open + 4 KiB read,

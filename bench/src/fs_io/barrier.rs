@@ -1,4 +1,4 @@
-//! `pmkit bench fs-barrier` (issue 18, thesis Fig. 15c): throughput as every persistence
+//! `pmkit bench fs-barrier` (thesis Fig. 15c): throughput as every persistence
 //! barrier is made slower (`--barrier-ns`, default 0, 100, 250, 500 and 1000 ns more per fence),
 //! on PMFS in process (the library: `MountOptions::barrier_ns`), under the LD_PRELOAD shim
 //! (`PMFS_BARRIER_NS`) and on ext4 on `pmkit attach` (the PM device's barrier emulation,

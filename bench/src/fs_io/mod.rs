@@ -1,4 +1,4 @@
-//! `pmkit bench fs-io` (issue 18, thesis Fig. 13 and the 64-byte goal): fio-style sequential
+//! `pmkit bench fs-io` (thesis Fig. 13 and the 64-byte goal): fio-style sequential
 //! and random reads and writes of 64 B to 256 KiB, one thread, writes with an fdatasync every
 //! 256 KiB written, on PMFS in process (the library), under the LD_PRELOAD shim and over FUSE,
 //! and on ext4 on `pmkit attach` (ext4 on PMBD: the thesis's baseline and the ratio base), ext2
@@ -68,7 +68,7 @@ const TARGETS: [Target; 7] = [
 
 /// The ratio base.
 const BASE: &str = "ext4-attach";
-/// Issue 18's goal: library and shim at least this many times ext4 on attach on the goal row.
+/// The goal: library and shim at least this many times ext4 on attach on the goal row.
 const GOAL: f64 = 10.0;
 
 #[derive(Serialize, Clone)]
@@ -99,7 +99,7 @@ struct Cell {
     vs_ext4_attach: f64,
 }
 
-/// The 64-byte goal of issue 18.
+/// The 64-byte goal.
 #[derive(Serialize)]
 struct Goal {
     cell: String,

@@ -1,4 +1,4 @@
-//! `pmkit bench fs-layers` (issue 18, figure 6): what each layer between a program and PM
+//! `pmkit bench fs-layers` (Oikawa's layer-cost study, figure 6): what each layer between a program and PM
 //! costs, in the manner of Oikawa's layer-cost study ("Revisiting the I/O stack for
 //! memory-speed storage", Shuichi Oikawa). One C driver ([`probe`]) runs N operations of one
 //! kind (4 KiB random read, 4 KiB random overwrite, create, stat with the path on the stack and
@@ -17,7 +17,7 @@
 //!    counting only its N operations: it zeroes and dumps the counts itself) and of the daemon (one daemon under callgrind per layer, its counts read
 //!    from "go" to the driver's exit with `callgrind_control`), each less an N = 0 run, over N.
 //!
-//! Then the goals of issue 18 side by side: library and shim at least tmpfs's rate for 4 KiB
+//! Then the goals side by side: library and shim at least tmpfs's rate for 4 KiB
 //! append + fsync and for stat, and the library's append + fsync within 2x a raw 4 KiB
 //! non-temporal write + fence (`bench fs-protect`'s reference, measured in this run).
 
@@ -451,7 +451,7 @@ fn summarize(samples: &[Sample], layers: &[Layer]) -> Vec<Cell> {
     cells
 }
 
-/// Issue 18's goals that this run measures.
+/// The goals that this run measures.
 fn goals(cells: &[Cell], raw_us: f64) -> Vec<Goal> {
     let get = |l: &str, op: &str| cells.iter().find(|c| c.layer == l && c.op == op);
     let mut v = vec![];

@@ -235,7 +235,7 @@ pub(super) fn print_table(r: &Report) {
         println!("n/a: {n}");
     }
     println!("raw 4 KiB NT write + fence: {:.2} µs", r.raw_nt_4k_fence_us);
-    println!("goals (issue 18):");
+    println!("goals:");
     for g in &r.goals {
         println!(
             "  [{}] {}: {}",

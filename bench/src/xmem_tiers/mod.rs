@@ -29,7 +29,7 @@ use serde::Serialize;
 use std::process::ExitCode;
 use sweep::{Point, Region};
 
-/// The presets of the thesis-style sweep (issue 20), and the quick run's two.
+/// The presets of the thesis-style sweep, and the quick run's two.
 const PRESETS: [&str; 4] = [
     "thesis-450-10",
     "thesis-600-5",

@@ -1,4 +1,4 @@
-//! Detaching a busy attachment (issue 14): a process's working directory or open file under the
+//! Detaching a busy attachment: a process's working directory or open file under the
 //! mountpoint makes `pmkit detach` (and SIGTERM to `pmkit attach`) change nothing, name the
 //! holder and keep the device served; `detach --lazy` unmounts lazily and the attaching process
 //! serves the device until the file system released it; stale attachments (kill -9) are named

@@ -115,7 +115,7 @@ pub(crate) fn start<H: Handler>(fd: BorrowedFd<'_>, handler: Arc<H>) -> Result<Q
     Ok(Queues { threads })
 }
 
-/// How many ring entries each queue thread registers, and on which queues (issue 17). The
+/// How many ring entries each queue thread registers, and on which queues. The
 /// kernel queues a request on the queue of the CPU that issued it and hands it to that queue's
 /// most recently freed entry. With only its own queue's entries (the default), a thread serves
 /// everything issued on its CPU, so an asynchronous issuer (the loop driver's worker under
@@ -237,7 +237,7 @@ struct Queue {
 impl Queue {
     fn new(fd: OwnedFd, qid: u16, plan: Plan, spilled: &Barrier) -> Result<Queue, UringError> {
         let Plan { home, qids, spill } = plan;
-        // Experiment knob (issue 17, attach qd16): PMKIT_FUSE_URING_PIN=0 leaves the queue
+        // Experiment knob (attach qd16): PMKIT_FUSE_URING_PIN=0 leaves the queue
         // threads to the scheduler.
         if let Some(cpu) = home {
             if std::env::var("PMKIT_FUSE_URING_PIN").as_deref() != Ok("0") {
