@@ -8,7 +8,7 @@
    and the fuzz workspace's, from `cargo metadata`.
 2. No source file over MAX_LINES lines (tests excluded): split it by job instead.
 3. The repository stands alone: no references to files outside it (`../shared`, source seeds);
-   cite a paper by title, authors and venue.
+   cite a paper by title, authors and venue. Code cites no issue numbers either.
 4. Ratchets (`scripts/tidy-floors.json`, per crate, code outside tests): assertions per function
    may only rise, functions over LONG_FN lines and files over LONG_FILE lines may only become
    fewer. `tidy.py --ratchet` writes the file anew once a crate has improved.
@@ -28,6 +28,9 @@ FLOORS = ROOT / "scripts" / "tidy-floors.json"
 ASSERT = re.compile(r"\b(?:debug_)?assert(?:_eq|_ne)?!")
 FN = re.compile(r"\bfn\s+[A-Za-z_][A-Za-z0-9_]*")
 OUTSIDE = re.compile(r"\.\./shared|shared/seeds|\bseeds?\s+0\d\d\b", re.IGNORECASE)
+# Code says why in its own words or cites a paper or a doc; an issue number means nothing to a
+# reader of the repository.
+ISSUE = re.compile(r"\bissue\s+#?\d+", re.IGNORECASE)
 
 MOD_DECL = re.compile(r"^\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+([a-z_][a-z0-9_]*)\s*;", re.M)
 USE_STMT = re.compile(r"\buse\s+([^;]+);")
@@ -363,6 +366,9 @@ def main() -> int:
                 if OUTSIDE.search(line):
                     breaches.append(f"{rel}:{n}: refers to a file outside the repository: "
                                     f"cite the paper instead ({line.strip()[:80]})")
+                if f.suffix in (".rs", ".sh", ".h", ".c", ".py") and ISSUE.search(line):
+                    breaches.append(f"{rel}:{n}: code cites an issue number: say what it means, "
+                                    f"or cite the paper or doc ({line.strip()[:80]})")
     for b in breaches:
         print(f"tidy: {b}")
     if not breaches:
