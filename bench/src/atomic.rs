@@ -37,7 +37,7 @@ const MAX_SIZE: u64 = 16 << 30;
 
 // Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     pub flags: BenchFlags,
     /// Bytes of every device and pool file (default 256M; quick 32M).
@@ -166,7 +166,7 @@ struct Report {
     notes: Vec<String>,
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let (size, ops, rounds) = (a.size()?, a.ops()?, a.rounds());
     let (lib, lib_status) = pmdk::load(pmemblk::SONAME, pmemblk::Lib::load);
     let fio_status = if a.flags.quick || a.no_fio {
@@ -484,7 +484,7 @@ mod fio {
     use std::process::Command;
 
     /// "fio ... with the pmemblk engine", or why it cannot run.
-    pub fn available() -> String {
+    pub(super) fn available() -> String {
         match Command::new("fio").arg("--enghelp").output() {
             Ok(o)
                 if String::from_utf8_lossy(&o.stdout)
@@ -505,7 +505,13 @@ mod fio {
     }
 
     /// Run one fio job on the pool at `path`; returns its IOPS (all jobs together).
-    pub fn run(path: &Path, size: u64, rw: &str, jobs: usize, ops: Option<u64>) -> Result<f64> {
+    pub(super) fn run(
+        path: &Path,
+        size: u64,
+        rw: &str,
+        jobs: usize,
+        ops: Option<u64>,
+    ) -> Result<f64> {
         let mut c = Command::new("fio");
         c.env("PMEM_IS_PMEM_FORCE", "1")
             .arg("--name=pmkit-atomic")

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 // Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     flags: BenchFlags,
     /// pgbench scale factor (default 10, quick 2).
@@ -186,7 +186,7 @@ pub(crate) fn unmount_target(m: Mounted, mnt: &Path, file: &Path) -> Result<()> 
     Ok(())
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     need_root("bench attach mounts file systems")?;
     let sqlite_tx = a
         .sqlite_tx

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     flags: BenchFlags,
     /// Request sizes in bytes [default: 64,256,1024,4096,16384,65536,262144; quick: 64,4096]
@@ -390,7 +390,7 @@ fn shmem_thp() -> String {
         .map_or_else(|_| "unknown".into(), |s| s.trim().to_string())
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     need_root("bench fs-map mounts file systems")?;
     for tool in ["mkfs.ext4", "mkfs.ext2", "losetup", "mount", "umount"] {
         need_tool(tool, "install e2fsprogs, mount and util-linux")?;

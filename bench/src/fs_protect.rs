@@ -30,7 +30,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     pub flags: BenchFlags,
     /// Milliseconds per (mode, workload) per round (default: 300, quick: 30)
@@ -122,7 +122,7 @@ struct RawResult {
     published_rounds: Vec<f64>,
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let ms = a.ms.unwrap_or(if a.flags.quick { 30 } else { 300 });
     let rounds = a.flags.rounds(3);
     let pku = pmkit_media::features().pku;

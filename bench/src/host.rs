@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Fail unless this process runs as root; `why` says what needs it.
-pub fn need_root(why: &str) -> Result<()> {
+pub(crate) fn need_root(why: &str) -> Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     ensure!(euid == 0, "{why} and needs root");
@@ -14,7 +14,7 @@ pub fn need_root(why: &str) -> Result<()> {
 }
 
 /// Fail unless `tool` is on PATH; `hint` says how to install it.
-pub fn need_tool(tool: &str, hint: &str) -> Result<()> {
+pub(crate) fn need_tool(tool: &str, hint: &str) -> Result<()> {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
@@ -25,7 +25,7 @@ pub fn need_tool(tool: &str, hint: &str) -> Result<()> {
 }
 
 /// Run `c`; its stdout, or an error with its output.
-pub fn sh(c: &mut Command) -> Result<String> {
+pub(crate) fn sh(c: &mut Command) -> Result<String> {
     let what = format!("{c:?}");
     let o = c.output().with_context(|| format!("running {what}"))?;
     if !o.status.success() {
@@ -41,7 +41,7 @@ pub fn sh(c: &mut Command) -> Result<String> {
 
 /// Run fio (`c`, with `--output-format=json`) and parse its report, skipping any notes fio or
 /// its engine print before the JSON document.
-pub fn fio_json(c: &mut Command) -> Result<serde_json::Value> {
+pub(crate) fn fio_json(c: &mut Command) -> Result<serde_json::Value> {
     let out = sh(c)?;
     let start = out.find('{').context("fio printed no JSON")?;
     serde_json::from_str(&out[start..]).context("parsing fio's JSON report")
@@ -49,25 +49,25 @@ pub fn fio_json(c: &mut Command) -> Result<serde_json::Value> {
 
 /// A file or folder of this process (`pmkit-bench-{what}-{pid}` in `dir`), removed beforehand
 /// and on drop.
-pub struct Scratch(pub PathBuf);
+pub(crate) struct Scratch(pub PathBuf);
 
 impl Scratch {
     /// The path of a scratch file; nothing is created.
-    pub fn file(dir: &Path, what: &str) -> Scratch {
+    pub(crate) fn file(dir: &Path, what: &str) -> Scratch {
         let p = dir.join(format!("pmkit-bench-{what}-{}", std::process::id()));
         let _ = std::fs::remove_file(&p);
         Scratch(p)
     }
 
     /// A new empty scratch folder.
-    pub fn dir(parent: &Path, what: &str) -> Result<Scratch> {
+    pub(crate) fn dir(parent: &Path, what: &str) -> Result<Scratch> {
         let p = parent.join(format!("pmkit-bench-{what}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
         Ok(Scratch(p))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -82,4 +82,4 @@ impl Drop for Scratch {
     }
 }
 
-pub use pmkit_media::cpu::label as cpu_label;
+pub(crate) use pmkit_media::cpu::label as cpu_label;

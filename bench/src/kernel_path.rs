@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     pub flags: BenchFlags,
     /// Milliseconds per configuration per cell per round (default: 400, quick: 40)
@@ -81,7 +81,7 @@ struct Report {
     results: Vec<CellResult>,
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let quick = a.flags.quick;
     let ms = a.ms.unwrap_or(if quick { 40 } else { 400 });
     let size = a.size_mib.unwrap_or(if quick { 64 } else { 1024 }).max(16) << 20;

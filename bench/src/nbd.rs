@@ -14,7 +14,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub(crate) struct Args {
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,
@@ -491,7 +491,7 @@ fn measure(s: &Served, w: &Workload, size: u64, runtime: u64) -> Result<Measure>
     })
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let hint = "Debian: apt-get install fio nbdkit libnbd-bin";
     need_tool("fio", hint)?;
     need_tool("nbdkit", hint)?;

@@ -3,6 +3,6 @@
 
 /// The value of store `i` (the thesis stores even numbers: element i gets 2i, Fig. 4.2).
 #[inline]
-pub fn value(i: usize) -> u32 {
+pub(crate) fn value(i: usize) -> u32 {
     (2 * i) as u32
 }

@@ -22,7 +22,7 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     pub flags: BenchFlags,
     /// Milliseconds per configuration per cell per round (default: 300, quick: 20)
@@ -156,7 +156,7 @@ struct Report {
     results: Vec<CellResult>,
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let quick = a.flags.quick;
     let ms = a.ms.unwrap_or(if quick { 20 } else { 300 });
     let rounds = a.flags.rounds(3);

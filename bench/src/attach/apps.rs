@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-pub fn pg_bin(tool: &str) -> Result<PathBuf> {
+pub(crate) fn pg_bin(tool: &str) -> Result<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .map(|d| {
             d.flatten()
@@ -24,7 +24,7 @@ pub fn pg_bin(tool: &str) -> Result<PathBuf> {
 }
 
 /// initdb + start + pgbench -i + pgbench run + stop, as user postgres, data on `mnt`. TPS.
-pub fn pgbench(mnt: &Path, scale: u32, clients: u32, tx: u32) -> Result<f64> {
+pub(crate) fn pgbench(mnt: &Path, scale: u32, clients: u32, tx: u32) -> Result<f64> {
     let data = mnt.join("pg");
     let sock = mnt.join("sock");
     std::fs::create_dir_all(&data)?;
@@ -92,7 +92,7 @@ pub fn pgbench(mnt: &Path, scale: u32, clients: u32, tx: u32) -> Result<f64> {
 
 /// One fio job on a file in `mnt` (`args` name the engine and pattern); returns (IOPS, MB/s)
 /// of the writes.
-pub fn fio(mnt: &Path, name: &str, args: &[&str], secs: u32) -> Result<(f64, f64)> {
+pub(crate) fn fio(mnt: &Path, name: &str, args: &[&str], secs: u32) -> Result<(f64, f64)> {
     let v = fio_json(
         Command::new("fio")
             .arg(format!("--name={name}"))
@@ -110,13 +110,13 @@ pub fn fio(mnt: &Path, name: &str, args: &[&str], secs: u32) -> Result<(f64, f64
 }
 
 /// SQLite rows per transaction (the workload: 200k rows in 2000 transactions).
-pub const SQLITE_ROWS_PER_TX: u32 = 100;
+pub(crate) const SQLITE_ROWS_PER_TX: u32 = 100;
 
 /// `tx` transactions of [`SQLITE_ROWS_PER_TX`] 100-byte rows each into a fresh database in
 /// `mnt`, rollback journal, `synchronous = FULL` (every commit fsyncs the journal and the
 /// database): rows per second, by the sqlite3 shell, started with `env` (the LD_PRELOAD
 /// shim's variables for PMFS in process; none for a mounted file system).
-pub fn sqlite(mnt: &Path, tx: u32, env: &[(String, String)]) -> Result<f64> {
+pub(crate) fn sqlite(mnt: &Path, tx: u32, env: &[(String, String)]) -> Result<f64> {
     use std::io::Write;
     let db = mnt.join("bench.db");
     let _ = std::fs::remove_file(&db);

@@ -47,7 +47,7 @@ const READ_PASSES: usize = 4;
 
 /// Fig. 15: a small-file workload on ext4 through `pmkit attach` (FUSE + loop, in this process)
 /// as the emulated read and write slowdowns grow.
-pub fn emulation(a: FigArgs) -> Result<ExitCode> {
+pub(crate) fn emulation(a: FigArgs) -> Result<ExitCode> {
     need_root("bench emulation runs ext4 on the device through attach (FUSE + loop)")?;
     let (rd, wr, files): (&[u32], &[u32], usize) = if a.flags.quick {
         (&[1, 5, 10], &[1, 10, 50], 150)

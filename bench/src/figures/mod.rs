@@ -9,7 +9,7 @@
 
 mod emulation;
 
-pub use emulation::emulation;
+pub(crate) use emulation::emulation;
 
 use crate::report::{median, plot, rotated_rounds, BenchFlags};
 use anyhow::{Context, Result};
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 // Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args, Clone)]
-pub struct FigArgs {
+pub(crate) struct FigArgs {
     #[command(flatten)]
     pub flags: BenchFlags,
     /// Milliseconds per configuration per cell per round (default: 400, quick: 40).
@@ -60,21 +60,21 @@ impl FigArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Rw {
+pub(crate) enum Rw {
     Read,
     Write,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Pattern {
+pub(crate) enum Pattern {
     Seq,
     Rnd,
 }
 
 /// One workload of a figure.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct Cell {
+pub(crate) struct Cell {
     pub rw: Rw,
     pub pattern: Pattern,
     pub size: usize,
@@ -104,7 +104,7 @@ fn size_label(n: usize) -> String {
 }
 
 /// A device configuration being compared.
-pub struct Config {
+pub(crate) struct Config {
     pub name: String,
     pub engine: EngineOptions,
 }
@@ -410,7 +410,7 @@ fn cfg(name: &str, protect: Protect, write: WriteScheme, buffers: usize) -> Conf
 }
 
 /// Fig. 3, 5, 6, 8: every protection mode, nt stores.
-pub fn protection(a: FigArgs) -> Result<ExitCode> {
+pub(crate) fn protection(a: FigArgs) -> Result<ExitCode> {
     let mut configs = vec![
         cfg("none", Protect::None, WriteScheme::Nt, 1),
         cfg("pt", Protect::Pt, WriteScheme::Nt, 1),
@@ -431,7 +431,7 @@ pub fn protection(a: FigArgs) -> Result<ExitCode> {
 }
 
 /// Fig. 9: every write scheme, with barriers, protection off to isolate the scheme.
-pub fn write_scheme(a: FigArgs) -> Result<ExitCode> {
+pub(crate) fn write_scheme(a: FigArgs) -> Result<ExitCode> {
     let configs: Vec<Config> = [
         WriteScheme::Nt,
         WriteScheme::Clwb,
@@ -459,7 +459,7 @@ pub fn write_scheme(a: FigArgs) -> Result<ExitCode> {
 }
 
 /// Fig. 11: the default configuration against unprotected write-back (the peak).
-pub fn overview(a: FigArgs) -> Result<ExitCode> {
+pub(crate) fn overview(a: FigArgs) -> Result<ExitCode> {
     let default = EngineOptions::default();
     let configs = vec![
         Config {

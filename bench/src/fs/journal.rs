@@ -22,7 +22,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// The operations, as `(name, the library's op_costs name)`.
-pub const OPS: [(&str, &str); 11] = [
+pub(super) const OPS: [(&str, &str); 11] = [
     ("touch (create)", "create (touch)"),
     ("mkdir", "mkdir"),
     ("mv (rename)", "rename (mv)"),
@@ -38,7 +38,7 @@ pub const OPS: [(&str, &str); 11] = [
 
 /// What one operation wrote, averaged over the calls.
 #[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct PerOp {
+pub(super) struct PerOp {
     pub op: &'static str,
     /// PMFS through the mount: journal bytes per call.
     pub pmfs_journal_bytes: f64,
@@ -164,7 +164,7 @@ fn measure(
 
 /// The per-operation figures of a PMFS mount (`pmfs`) and of ext4 on attach (`ext4`), both
 /// mounted on their directories.
-pub fn per_op(pmfs: (&Up, &Path), ext4: (&Up, &Path), n: usize) -> Result<Vec<PerOp>> {
+pub(super) fn per_op(pmfs: (&Up, &Path), ext4: (&Up, &Path), n: usize) -> Result<Vec<PerOp>> {
     ensure!(n >= 1, "at least one call per operation");
     let (p, pm) = pmfs;
     p.pmfs_counters().context("not a PMFS mount")?;

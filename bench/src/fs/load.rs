@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// How much each thread does.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct Counts {
+pub(super) struct Counts {
     /// 4 KiB appends, each followed by fsync.
     pub appends: usize,
     /// Files created, then stat'ed, renamed and unlinked.
@@ -25,10 +25,10 @@ pub struct Counts {
 }
 
 /// Small files each thread reads back in the read workload.
-pub const READ_FILES: usize = 64;
+pub(super) const READ_FILES: usize = 64;
 
 /// The workloads, in the order they run.
-pub const WORKLOADS: [&str; 6] = [
+pub(super) const WORKLOADS: [&str; 6] = [
     "append 4K+fsync",
     "create",
     "stat",
@@ -39,7 +39,7 @@ pub const WORKLOADS: [&str; 6] = [
 
 /// One workload's result for all threads together.
 #[derive(Clone, Debug)]
-pub struct Measured {
+pub(super) struct Measured {
     pub workload: &'static str,
     pub ops_per_s: f64,
     /// Latency percentiles (p50, p99) in microseconds, for the append workload.
@@ -55,7 +55,7 @@ struct PhaseTime {
 
 /// Run every workload with `threads` threads under `dir` (in `dir/t{threads}-{k}`), and remove
 /// what they made.
-pub fn run(dir: &Path, threads: usize, c: Counts) -> Result<Vec<Measured>> {
+pub(super) fn run(dir: &Path, threads: usize, c: Counts) -> Result<Vec<Measured>> {
     ensure!((1..=64).contains(&threads), "1 to 64 threads");
     let barrier = Barrier::new(threads);
     let per_thread: Vec<Vec<PhaseTime>> = std::thread::scope(|s| {

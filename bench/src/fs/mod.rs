@@ -24,7 +24,7 @@ use targets::{Sizes, Target};
 
 // Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     flags: BenchFlags,
     /// 4 KiB appends (each with fsync) per thread (default 4000, quick 200).
@@ -106,7 +106,7 @@ struct Report {
     journal_calls: usize,
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     need_root("bench fs mounts file systems")?;
     for tool in ["mkfs.ext4", "losetup", "mount", "umount"] {
         need_tool(tool, "install e2fsprogs, mount and util-linux")?;

@@ -17,7 +17,7 @@ use std::process::Command;
 
 /// One file system under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// PMFS over FUSE (`pmkit fs mount`, in this process) with a cache mode, over /dev/fuse.
     Pmfs(CacheMode),
     /// The same over FUSE's io_uring transport (`pmkit fs mount --transport uring`).
@@ -38,7 +38,7 @@ pub enum Target {
 impl Target {
     /// PMFS over FUSE with cache mode `c`, over transport `t` (`Auto`: io_uring where the
     /// kernel offers it).
-    pub fn pmfs(c: CacheMode, t: Transport) -> Target {
+    pub(crate) fn pmfs(c: CacheMode, t: Transport) -> Target {
         let uring = match t {
             Transport::Auto => pmkit_fuse::uring::enabled(),
             t => t == Transport::Uring,
@@ -50,7 +50,7 @@ impl Target {
         }
     }
 
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         match self {
             Target::Pmfs(c) => format!("pmfs-{c}"),
             Target::PmfsUring(c) => format!("pmfs-{c}-uring"),
@@ -66,7 +66,7 @@ impl Target {
 
 /// Sizes of what a target is made of.
 #[derive(Clone, Copy, Debug)]
-pub struct Sizes {
+pub(crate) struct Sizes {
     /// Bytes of the PMFS pool and of each ext4 device.
     pub bytes: u64,
     /// PMFS inodes.
@@ -80,7 +80,7 @@ pub struct Sizes {
 }
 
 /// A mounted target.
-pub enum Up {
+pub(crate) enum Up {
     Pmfs {
         served: Box<Served>,
         pool: PathBuf,
@@ -100,7 +100,7 @@ pub enum Up {
 
 impl Up {
     /// The PMFS library's counters, for a PMFS mount.
-    pub fn pmfs_counters(&self) -> Option<pmkit_fs::Counters> {
+    pub(crate) fn pmfs_counters(&self) -> Option<pmkit_fs::Counters> {
         match self {
             Up::Pmfs { served, .. } => Some(served.counters()),
             _ => None,
@@ -108,7 +108,7 @@ impl Up {
     }
 
     /// Bytes the device under ext4 has written and flushes it took, for ext4 on attach.
-    pub fn device_writes(&self) -> Option<(u64, u64)> {
+    pub(crate) fn device_writes(&self) -> Option<(u64, u64)> {
         match self {
             Up::Disk(Mounted::Pmkit { dev, .. }, _) => {
                 let s = dev.stats();
@@ -119,7 +119,7 @@ impl Up {
     }
 
     /// The pool [`Target::Library`] opens (`pmkit_fs::posix`), with its protection and barrier.
-    pub fn library(&self) -> Option<(&Path, pmkit::args::ProtectArg, u64)> {
+    pub(crate) fn library(&self) -> Option<(&Path, pmkit::args::ProtectArg, u64)> {
         match self {
             Up::Pool {
                 pool,
@@ -134,7 +134,7 @@ impl Up {
 
     /// Mount the pool of [`Target::Library`] in this process, held exclusively as the C ABI and
     /// the shim hold it. Unmount it (`Posix::unmount`) before [`down`].
-    pub fn open_library(&self) -> Result<pmkit_fs::posix::Posix<pmkit_media::Region>> {
+    pub(crate) fn open_library(&self) -> Result<pmkit_fs::posix::Posix<pmkit_media::Region>> {
         let (pool, protect, barrier_ns) = self
             .library()
             .context("open_library: this target is not the PMFS library")?;
@@ -157,7 +157,7 @@ impl Up {
 
     /// Environment for a child program that works in the mounted directory: the shim's variables
     /// for [`Target::Shim`], nothing for the others.
-    pub fn env(&self) -> Result<Vec<(String, String)>> {
+    pub(crate) fn env(&self) -> Result<Vec<(String, String)>> {
         let Up::Pool {
             pool,
             prefix,
@@ -181,7 +181,7 @@ impl Up {
 
 /// `libpmkit_preload.so`: `$PMKIT_PRELOAD_LIB`, or beside this binary (cargo puts both in
 /// target/release).
-pub fn shim_path() -> Result<PathBuf> {
+pub(crate) fn shim_path() -> Result<PathBuf> {
     let p = match std::env::var_os("PMKIT_PRELOAD_LIB") {
         Some(p) => PathBuf::from(p),
         None => std::env::current_exe()?
@@ -214,7 +214,7 @@ fn make_pool(file: &Path, s: &Sizes) -> Result<()> {
 }
 
 /// Make target `t` in `dir` (for its files) and mount it on `mnt`.
-pub fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> Result<Up> {
+pub(crate) fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> Result<Up> {
     let file = dir.join(format!(
         "pmkit-bench-fs-{}-{}",
         t.name(),
@@ -279,7 +279,7 @@ pub fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> 
 }
 
 /// Unmount and remove what [`up`] made.
-pub fn down(u: Up, mnt: &Path) -> Result<()> {
+pub(crate) fn down(u: Up, mnt: &Path) -> Result<()> {
     match u {
         Up::Pmfs { served, pool } => {
             // Unmounted from outside, the session ends; `run` then joins it and marks the

@@ -22,7 +22,7 @@ use std::time::Instant;
 /// A load.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum App {
+pub(super) enum App {
     Sqlite,
     Fsmark,
     Postmark,
@@ -78,7 +78,7 @@ const ALL: [App; 5] = [
 ];
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     flags: crate::report::BenchFlags,
     /// Loads to run [default: all; --quick: sqlite, fsmark and postmark, those installed].
@@ -154,7 +154,7 @@ const NOTES: [&str; 3] = [
      fs_mark fsync themselves",
 ];
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     check_host("bench fs-apps mounts file systems")?;
     let quick = a.flags.quick;
     let rounds = a.flags.rounds(2);

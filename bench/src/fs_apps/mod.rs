@@ -15,8 +15,8 @@ mod output;
 mod source;
 mod tree;
 
-pub use apps::{run as run_apps, Args as AppsArgs};
-pub use tree::{run as run_tree, Args as TreeArgs};
+pub(crate) use apps::{run as run_apps, Args as AppsArgs};
+pub(crate) use tree::{run as run_tree, Args as TreeArgs};
 
 use crate::fs::targets::{self, Sizes, Target, Up};
 use crate::host::{need_root, need_tool, Scratch};
@@ -54,7 +54,7 @@ const BASE: &str = "ext4-attach";
 /// What one measurement gave.
 #[derive(Serialize, Clone, Debug)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Value(f64),
     /// The load cannot run on this configuration, and why.
     NotApplicable(String),

@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Debian's kernel source (package linux-source-6.1).
-pub const LINUX_TAR_XZ: &str = "/usr/src/linux-source-6.1.tar.xz";
+pub(super) const LINUX_TAR_XZ: &str = "/usr/src/linux-source-6.1.tar.xz";
 /// The top directory inside it.
 const LINUX_TOP: &str = "linux-source-6.1";
 /// The default part of the tree: metadata-heavy (Documentation, include) and code directories,
 /// about 230 MB in 23,000 files (the whole tree is 1.3 GB in 79,000).
-pub const SUBSET: [&str; 8] = [
+pub(super) const SUBSET: [&str; 8] = [
     "fs",
     "include",
     "kernel",
@@ -28,11 +28,11 @@ pub const SUBSET: [&str; 8] = [
 ];
 /// What `grep -r` looks for (fixed string): present in many files, so the count checks that
 /// every configuration read every file.
-pub const PATTERN: &str = "EXPORT_SYMBOL_GPL";
+pub(super) const PATTERN: &str = "EXPORT_SYMBOL_GPL";
 
 /// The prepared tree.
 #[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct Source {
+pub(super) struct Source {
     /// What it is, for the report.
     pub what: String,
     /// The uncompressed tar.
@@ -97,7 +97,7 @@ fn finish(parent: &Path, s: &mut Source) -> Result<()> {
 
 /// The Linux tree (all of it with `full`, else [`SUBSET`]) as a tar in `dir`, made from
 /// [`LINUX_TAR_XZ`] or reused from an earlier run.
-pub fn linux(dir: &Path, full: bool) -> Result<Source> {
+pub(super) fn linux(dir: &Path, full: bool) -> Result<Source> {
     let src = Path::new(LINUX_TAR_XZ);
     let m = match std::fs::metadata(src) {
         Ok(m) => m,
@@ -155,7 +155,7 @@ pub fn linux(dir: &Path, full: bool) -> Result<Source> {
 
 /// A generated tree of `files` files (0.5-24 KiB, 16 to a directory, two levels), one in three
 /// holding [`PATTERN`] on two lines, packed in `tar_dir` (a scratch folder the caller removes).
-pub fn generated(tar_dir: &Path, files: u64) -> Result<Source> {
+pub(super) fn generated(tar_dir: &Path, files: u64) -> Result<Source> {
     ensure!((1..=100_000).contains(&files), "--files: 1 to 100000");
     let top = "gen-tree";
     let root = tar_dir.join("tree");

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     flags: crate::report::BenchFlags,
     /// The whole kernel tree (1.3 GB, 79,000 files) instead of its default part.
@@ -77,7 +77,7 @@ const NOTES: [&str; 4] = [
     "caches stay warm between steps (no drop_caches: the machine is shared)",
 ];
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     check_host("bench fs-tree mounts file systems")?;
     for t in ["tar", "cp", "find", "grep", "rm", "sync", "stat"] {
         need_tool(t, "install tar, coreutils, findutils and grep")?;

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     flags: BenchFlags,
     /// Extra nanoseconds per persistence barrier, one column each (the first is the base of
@@ -99,7 +99,7 @@ fn works(file_bytes: u64, ms: u64) -> Vec<Work> {
     ]
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let quick = a.flags.quick;
     let ms = a.ms.unwrap_or(if quick { 100 } else { 1000 }).max(10);
     if let Some(dir) = &a.child {

@@ -11,7 +11,7 @@ use std::process::Command;
 /// Access pattern of a job: fio's `--rw`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Pattern {
+pub(super) enum Pattern {
     SeqRead,
     RandRead,
     SeqWrite,
@@ -19,7 +19,7 @@ pub enum Pattern {
 }
 
 impl Pattern {
-    pub const ALL: [Pattern; 4] = [
+    pub(super) const ALL: [Pattern; 4] = [
         Pattern::SeqRead,
         Pattern::RandRead,
         Pattern::SeqWrite,
@@ -27,7 +27,7 @@ impl Pattern {
     ];
 
     /// fio's name of the pattern (`--rw`).
-    pub fn fio(self) -> &'static str {
+    pub(super) fn fio(self) -> &'static str {
         match self {
             Pattern::SeqRead => "read",
             Pattern::RandRead => "randread",
@@ -36,21 +36,21 @@ impl Pattern {
         }
     }
 
-    pub fn write(self) -> bool {
+    pub(super) fn write(self) -> bool {
         matches!(self, Pattern::SeqWrite | Pattern::RandWrite)
     }
 
-    pub fn random(self) -> bool {
+    pub(super) fn random(self) -> bool {
         matches!(self, Pattern::RandRead | Pattern::RandWrite)
     }
 }
 
 /// Bytes written between two fdatasyncs in Fig. 13 (the thesis's fio setting).
-pub const SYNC_BYTES: u64 = 256 << 10;
+pub(super) const SYNC_BYTES: u64 = 256 << 10;
 
 /// One timed job on one file: fio `--rw=PATTERN --bs=BS --size=FILE --fdatasync=SYNC_EVERY`.
 #[derive(Clone, Copy, Debug, Serialize)]
-pub struct Job {
+pub(super) struct Job {
     pub pattern: Pattern,
     /// Bytes per read or write.
     pub bs: u64,
@@ -64,7 +64,7 @@ pub struct Job {
 
 impl Job {
     /// A Fig. 13 cell: fdatasync every [`SYNC_BYTES`] written (every write from 256 KiB up).
-    pub fn fig13(pattern: Pattern, bs: u64, file_bytes: u64, ms: u64) -> Job {
+    pub(super) fn fig13(pattern: Pattern, bs: u64, file_bytes: u64, ms: u64) -> Job {
         Job {
             pattern,
             bs,
@@ -79,7 +79,7 @@ impl Job {
     }
 
     /// A write job with fdatasync after each write (the 64-byte goal, Fig. 15c).
-    pub fn synced(pattern: Pattern, bs: u64, file_bytes: u64, ms: u64) -> Job {
+    pub(super) fn synced(pattern: Pattern, bs: u64, file_bytes: u64, ms: u64) -> Job {
         assert!(pattern.write(), "only writes sync");
         Job {
             pattern,
@@ -91,7 +91,7 @@ impl Job {
     }
 
     /// The row label: `randwrite 64B`, with `+fdatasync` when every write syncs.
-    pub fn label(&self) -> String {
+    pub(super) fn label(&self) -> String {
         let each = if self.sync_every == 1 {
             "+fdatasync"
         } else {
@@ -101,13 +101,13 @@ impl Job {
     }
 
     /// Blocks in the file: offsets are multiples of `bs` below `file_bytes`.
-    pub fn blocks(&self) -> u64 {
+    pub(super) fn blocks(&self) -> u64 {
         (self.file_bytes / self.bs).max(1)
     }
 }
 
 /// `64B`, `4K`, `256K`.
-pub fn size_label(b: u64) -> String {
+pub(super) fn size_label(b: u64) -> String {
     if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
         format!("{}K", b >> 10)
     } else {
@@ -117,14 +117,14 @@ pub fn size_label(b: u64) -> String {
 
 /// What one run of a job measured.
 #[derive(Clone, Copy, Debug, Serialize)]
-pub struct Measured {
+pub(super) struct Measured {
     pub iops: f64,
     /// Bytes moved per second, in MB/s (10^6).
     pub mb_s: f64,
 }
 
 impl Measured {
-    pub fn of(ops: u64, bs: u64, secs: f64) -> Measured {
+    pub(super) fn of(ops: u64, bs: u64, secs: f64) -> Measured {
         let secs = secs.max(1e-9);
         Measured {
             iops: ops as f64 / secs,
@@ -155,7 +155,7 @@ fn fio(file: &Path, env: &[(String, String)]) -> Command {
 
 /// Fill `file` (made if missing) to `bytes` with 256 KiB sequential writes and an fdatasync at
 /// the end, through fio under `env` (the shim's variables, or none).
-pub fn prefill_fio(file: &Path, bytes: u64, env: &[(String, String)]) -> Result<()> {
+pub(super) fn prefill_fio(file: &Path, bytes: u64, env: &[(String, String)]) -> Result<()> {
     let mut c = fio(file, env);
     c.args(["--rw=write", "--bs=256k", "--end_fsync=1"])
         .arg(format!("--size={bytes}"));
@@ -178,7 +178,7 @@ pub fn prefill_fio(file: &Path, bytes: u64, env: &[(String, String)]) -> Result<
 /// Run `job` on the prefilled `file` through fio under `env`. Random offsets are uniform over
 /// the file's blocks, drawn with replacement (`--norandommap`, as the library's loop draws
 /// them); sequential ones wrap at the end of the file.
-pub fn run_fio(file: &Path, job: &Job, env: &[(String, String)]) -> Result<Measured> {
+pub(super) fn run_fio(file: &Path, job: &Job, env: &[(String, String)]) -> Result<Measured> {
     let mut c = fio(file, env);
     c.arg(format!("--rw={}", job.pattern.fio()))
         .arg(format!("--bs={}", job.bs))
@@ -207,13 +207,13 @@ pub fn run_fio(file: &Path, job: &Job, env: &[(String, String)]) -> Result<Measu
 
 /// A small, fast generator of random block numbers (xorshift64*): the library's loop must not
 /// spend more per offset than fio does.
-pub struct Offsets {
+pub(super) struct Offsets {
     state: u64,
     next_seq: u64,
 }
 
 impl Offsets {
-    pub fn new(seed: u64) -> Offsets {
+    pub(super) fn new(seed: u64) -> Offsets {
         Offsets {
             state: seed | 1,
             next_seq: 0,
@@ -221,7 +221,7 @@ impl Offsets {
     }
 
     /// The next offset of `job`: uniform over its blocks, or the next block, wrapping.
-    pub fn next(&mut self, job: &Job) -> u64 {
+    pub(super) fn next(&mut self, job: &Job) -> u64 {
         let blocks = job.blocks();
         let b = if job.pattern.random() {
             self.state ^= self.state >> 12;

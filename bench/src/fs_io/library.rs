@@ -10,7 +10,7 @@ use anyhow::{ensure, Context, Result};
 use pmkit_fs::posix::{Fd, Posix};
 use std::time::{Duration, Instant};
 
-pub type Lib = Posix<pmkit_media::Region>;
+pub(super) type Lib = Posix<pmkit_media::Region>;
 
 /// The file every job works in, in the pool.
 const FILE: &[u8] = b"/data";
@@ -21,7 +21,7 @@ const CLOCK_EVERY: u64 = 8;
 
 /// Open the job file (made if missing) and fill it to `bytes` with 256 KiB sequential writes
 /// and an fdatasync at the end, as fio's prefill does.
-pub fn prefill(p: &Lib, bytes: u64) -> Result<Fd> {
+pub(super) fn prefill(p: &Lib, bytes: u64) -> Result<Fd> {
     let fd = p
         .open(FILE, libc::O_RDWR | libc::O_CREAT, 0o644)
         .context("library: opening /data")?;
@@ -38,7 +38,7 @@ pub fn prefill(p: &Lib, bytes: u64) -> Result<Fd> {
 }
 
 /// Run `job` on `fd` (prefilled to the job's file size) for `job.ms`.
-pub fn run(p: &Lib, fd: Fd, job: &Job, seed: u64) -> Result<Measured> {
+pub(super) fn run(p: &Lib, fd: Fd, job: &Job, seed: u64) -> Result<Measured> {
     let mut buf = vec![0x5au8; job.bs as usize];
     let mut offs = Offsets::new(seed);
     let limit = Duration::from_millis(job.ms);
@@ -75,7 +75,7 @@ pub fn run(p: &Lib, fd: Fd, job: &Job, seed: u64) -> Result<Measured> {
 
 /// Create and unlink empty files (`/m{i}`) for `ms` milliseconds; one operation is a create
 /// (open O_CREAT|O_EXCL + close) and the unlink of that file.
-pub fn create_unlink(p: &Lib, ms: u64) -> Result<Measured> {
+pub(super) fn create_unlink(p: &Lib, ms: u64) -> Result<Measured> {
     let limit = Duration::from_millis(ms);
     let t = Instant::now();
     let mut ops = 0u64;

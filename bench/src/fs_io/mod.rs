@@ -14,7 +14,7 @@
 //! `pmkit bench fs-barrier` ([`barrier`], thesis Fig. 15c) runs some of the same jobs while the
 //! persistence barrier is made slower.
 
-pub mod barrier;
+pub(crate) mod barrier;
 mod job;
 mod library;
 mod output;
@@ -33,7 +33,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     flags: BenchFlags,
     /// Request sizes in bytes [default: 64,256,1024,4096,16384,65536,262144; quick: 64,4096]
@@ -156,7 +156,7 @@ fn sizes_for(
     }
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     preflight("fs-io")?;
     let quick = a.flags.quick;
     let rounds = a.flags.rounds(2);

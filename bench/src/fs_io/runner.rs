@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// One thing to measure.
 #[derive(Clone, Copy, Debug)]
-pub enum Work {
+pub(super) enum Work {
     Io(Job),
     /// Create (open O_CREAT|O_EXCL + close) and unlink empty files for this many ms.
     CreateUnlink {
@@ -23,7 +23,7 @@ pub enum Work {
 }
 
 impl Work {
-    pub fn label(&self) -> String {
+    pub(super) fn label(&self) -> String {
         match self {
             Work::Io(j) => j.label(),
             Work::CreateUnlink { .. } => "create+unlink".into(),
@@ -34,14 +34,20 @@ impl Work {
 /// What one work measured, with the fences (library) or device flushes (ext4 on attach) per
 /// operation where they can be counted.
 #[derive(Clone, Copy, Debug)]
-pub struct Done {
+pub(super) struct Done {
     pub m: Measured,
     pub fences_per_op: Option<f64>,
 }
 
 /// Prefill a `file_bytes` file on `t` (up as `up`, mounted on `mnt`) and run `works` on it in
 /// order. The file stays between works, so every job finds it filled.
-pub fn run(t: Target, up: &Up, mnt: &Path, file_bytes: u64, works: &[Work]) -> Result<Vec<Done>> {
+pub(super) fn run(
+    t: Target,
+    up: &Up,
+    mnt: &Path,
+    file_bytes: u64,
+    works: &[Work],
+) -> Result<Vec<Done>> {
     if t == Target::Library {
         let p = up.open_library()?;
         let r = run_library(&p, file_bytes, works);
@@ -112,7 +118,7 @@ fn run_library(p: &library::Lib, file_bytes: u64, works: &[Work]) -> Result<Vec<
 
 /// Create and unlink empty files in `dir` for `ms` milliseconds through the calling process's
 /// system calls (or, under the shim, its library).
-pub fn create_unlink(dir: &Path, ms: u64) -> Result<Measured> {
+pub(super) fn create_unlink(dir: &Path, ms: u64) -> Result<Measured> {
     let limit = Duration::from_millis(ms);
     let t = Instant::now();
     let mut ops = 0u64;
@@ -130,7 +136,7 @@ pub fn create_unlink(dir: &Path, ms: u64) -> Result<Measured> {
 }
 
 /// The hidden flag of `fs-barrier` that runs [`create_unlink`] in a child under the shim.
-pub const CHILD_FLAG: &str = "--child-create-unlink";
+pub(super) const CHILD_FLAG: &str = "--child-create-unlink";
 
 /// [`create_unlink`] in `dir` in a child of this binary (`fs-barrier --child-create-unlink
 /// DIR --ms MS`) under `env` (the shim), which prints the operations per second.
@@ -161,7 +167,7 @@ fn create_unlink_child(dir: &Path, ms: u64, env: &[(String, String)]) -> Result<
 
 /// The child's side: make `dir` (through the shim, in the pool), run the loop, remove `dir`
 /// and print the rate.
-pub fn child(dir: &Path, ms: u64) -> Result<()> {
+pub(super) fn child(dir: &Path, ms: u64) -> Result<()> {
     std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
     let m = create_unlink(dir, ms)?;
     std::fs::remove_dir(dir)?;

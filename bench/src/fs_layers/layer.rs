@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layer {
+pub(super) enum Layer {
     /// The PMFS C ABI in the driver's process (`libpmkit_fs.so`).
     Library,
     /// The unmodified POSIX driver under `LD_PRELOAD=libpmkit_preload.so`.
@@ -28,7 +28,7 @@ pub enum Layer {
     Tmpfs,
 }
 
-pub const LAYERS: [Layer; 7] = [
+pub(super) const LAYERS: [Layer; 7] = [
     Layer::Library,
     Layer::Shim,
     Layer::Fuse,
@@ -39,7 +39,7 @@ pub const LAYERS: [Layer; 7] = [
 ];
 
 /// The operations of the drivers (their first argument).
-pub const OPS: [&str; 6] = [
+pub(super) const OPS: [&str; 6] = [
     "read4k",
     "write4k",
     "create",
@@ -49,7 +49,7 @@ pub const OPS: [&str; 6] = [
 ];
 
 impl Layer {
-    pub fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Layer::Library => "library",
             Layer::Shim => "shim",
@@ -61,7 +61,7 @@ impl Layer {
         }
     }
 
-    pub fn parse(s: &str) -> Result<Layer> {
+    pub(super) fn parse(s: &str) -> Result<Layer> {
         LAYERS.into_iter().find(|l| l.name() == s).with_context(|| {
             let names: Vec<_> = LAYERS.iter().map(|l| l.name()).collect();
             format!("unknown layer {s:?}: one of {}", names.join(", "))
@@ -69,17 +69,17 @@ impl Layer {
     }
 
     /// Whether `op` means something on this layer: NBD has no names (no create, no stat).
-    pub fn has(self, op: &str) -> bool {
+    pub(super) fn has(self, op: &str) -> bool {
         self != Layer::Nbd || !matches!(op, "create" | "stat" | "stat_mapped")
     }
 
-    pub fn has_daemon(self) -> bool {
+    pub(super) fn has_daemon(self) -> bool {
         matches!(self, Layer::Fuse | Layer::Ext4Attach | Layer::Nbd)
     }
 }
 
 /// What the bench needs to bring layers up.
-pub struct Ctx<'a> {
+pub(super) struct Ctx<'a> {
     /// Where pools and devices go (`--dir`).
     pub dir: &'a Path,
     /// Mount point (and the shim's prefix).
@@ -92,7 +92,7 @@ pub struct Ctx<'a> {
 }
 
 /// A layer that is up: where the driver works, its environment, and the daemon if any.
-pub struct Running {
+pub(super) struct Running {
     pub layer: Layer,
     /// The driver's PLACE: a directory, the pool (library) or an NBD URI.
     pub place: String,
@@ -104,7 +104,7 @@ pub struct Running {
 }
 
 /// Bring `layer` up; a daemon is started as `wrap + pmkit ...` (e.g. under valgrind).
-pub fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
+pub(super) fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
     let target = match layer {
         Layer::Library => Some(Target::Library),
         Layer::Shim => Some(Target::Shim),
@@ -263,7 +263,7 @@ fn wait_mounted(mnt: &Path, child: &mut Child, limit: Duration) -> Result<()> {
 
 /// Tear down what [`up`] made: unmount, stop the daemon (and wait for it: under valgrind it
 /// writes its counts as it exits), remove its files.
-pub fn down(r: Running, mnt: &Path) -> Result<()> {
+pub(super) fn down(r: Running, mnt: &Path) -> Result<()> {
     if let Some(up) = r.up {
         return targets::down(up, mnt);
     }

@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     flags: BenchFlags,
     /// Operations per timed run, every operation kind [default: read4k, write4k 20000; create
@@ -151,7 +151,7 @@ struct Report {
     samples: Vec<Sample>,
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     need_root("bench fs-layers mounts file systems")?;
     for tool in ["cc", "mkfs.ext4", "losetup", "mount", "umount"] {
         need_tool(tool, "install gcc, e2fsprogs, mount and util-linux")?;

@@ -14,7 +14,7 @@ const NBDOPS_C: &str = include_str!("../../drivers/nbdops.c");
 const PMFS_H: &str = include_str!("../../../systems/fs/include/pmfs.h");
 
 /// The compiled drivers.
-pub struct Drivers {
+pub(super) struct Drivers {
     /// fsops on the POSIX calls.
     pub posix: PathBuf,
     /// fsops on the PMFS C ABI.
@@ -57,7 +57,7 @@ fn cc(args: &[&std::ffi::OsStr], what: &str, hint: &str) -> Result<()> {
 }
 
 /// Compile the drivers into `dir`.
-pub fn build(dir: &Path, nbd: bool) -> Result<Drivers> {
+pub(super) fn build(dir: &Path, nbd: bool) -> Result<Drivers> {
     let src = dir.join("fsops.c");
     std::fs::write(&src, FSOPS_C)?;
     std::fs::write(dir.join("pmfs.h"), PMFS_H)?;
@@ -108,7 +108,7 @@ pub fn build(dir: &Path, nbd: bool) -> Result<Drivers> {
 }
 
 /// A daemon's user and system CPU seconds so far (all its threads), from /proc/PID/stat.
-pub fn cpu_secs(pid: u32) -> Result<(f64, f64)> {
+pub(super) fn cpu_secs(pid: u32) -> Result<(f64, f64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (in parentheses, which may hold spaces).
     let rest = &s[s.rfind(')').context("bad /proc stat")? + 2..];
@@ -120,7 +120,7 @@ pub fn cpu_secs(pid: u32) -> Result<(f64, f64)> {
 
 /// What one driver run gave.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Outcome {
+pub(super) struct Outcome {
     /// The driver's wall clock over its N operations, ns.
     pub ns: f64,
     /// Its own CPU over them, µs.
@@ -131,14 +131,14 @@ pub struct Outcome {
 }
 
 /// `strace -f -c -o FILE -p PID`, attached to a running daemon until [`Strace::stop`].
-pub struct Strace {
+pub(super) struct Strace {
     child: Child,
     out: PathBuf,
 }
 
 impl Strace {
     /// Attach to every thread of `pid`; returns once all of them are traced.
-    pub fn attach(pid: u32, out: &Path) -> Result<Strace> {
+    pub(super) fn attach(pid: u32, out: &Path) -> Result<Strace> {
         let child = Command::new("strace")
             .args(["-f", "-c", "-o"])
             .arg(out)
@@ -177,7 +177,7 @@ impl Strace {
     }
 
     /// Detach (SIGINT) and read the counts.
-    pub fn stop(mut self) -> Result<Counts> {
+    pub(super) fn stop(mut self) -> Result<Counts> {
         // SAFETY: kill with a valid signal on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         self.child.wait()?;
@@ -187,13 +187,13 @@ impl Strace {
 
 /// System calls by name, and their total.
 #[derive(Debug, Clone, Default)]
-pub struct Counts {
+pub(super) struct Counts {
     pub total: u64,
     pub by_name: BTreeMap<String, u64>,
 }
 
 /// Parse `strace -c`'s table: `% time, seconds, usecs/call, calls, [errors], syscall`.
-pub fn strace_counts(file: &Path) -> Result<Counts> {
+pub(super) fn strace_counts(file: &Path) -> Result<Counts> {
     let s = std::fs::read_to_string(file)
         .with_context(|| format!("reading strace's counts {}", file.display()))?;
     let mut c = Counts::default();
@@ -216,7 +216,7 @@ pub fn strace_counts(file: &Path) -> Result<Counts> {
 }
 
 /// The instructions (Ir) a callgrind output file counted.
-pub fn callgrind_ir(file: &Path) -> Result<u64> {
+pub(super) fn callgrind_ir(file: &Path) -> Result<u64> {
     let s = std::fs::read_to_string(file)
         .with_context(|| format!("reading callgrind's output {}", file.display()))?;
     s.lines()
@@ -232,7 +232,7 @@ pub fn callgrind_ir(file: &Path) -> Result<u64> {
 /// A daemon running under callgrind, its counts read for a window: [`Window::zero`] at the
 /// start, [`Window::dump`] at the end (`callgrind_control`, which valgrind answers even while
 /// the daemon waits in a system call). Its setup (mkfs, mount) and teardown are never counted.
-pub struct Window {
+pub(super) struct Window {
     pid: u32,
     out: PathBuf,
     dumps: usize,
@@ -240,7 +240,7 @@ pub struct Window {
 
 impl Window {
     /// The daemon `pid`, started with [`callgrind`]`(out)`.
-    pub fn new(pid: u32, out: &Path) -> Window {
+    pub(super) fn new(pid: u32, out: &Path) -> Window {
         Window {
             pid,
             out: out.into(),
@@ -263,12 +263,12 @@ impl Window {
         Ok(())
     }
 
-    pub fn zero(&self) -> Result<()> {
+    pub(super) fn zero(&self) -> Result<()> {
         self.control("-z")
     }
 
     /// Instructions since the last zero (callgrind writes them to OUT.1, OUT.2, ...).
-    pub fn dump(&mut self) -> Result<u64> {
+    pub(super) fn dump(&mut self) -> Result<u64> {
         self.control("-d")?;
         self.dumps += 1;
         let f = PathBuf::from(format!("{}.{}", self.out.display(), self.dumps));
@@ -288,7 +288,7 @@ impl Window {
 }
 
 /// valgrind's command line for callgrind writing to `out`.
-pub fn callgrind(out: &Path) -> Vec<String> {
+pub(super) fn callgrind(out: &Path) -> Vec<String> {
     vec![
         "valgrind".into(),
         "-q".into(),
@@ -301,7 +301,7 @@ pub fn callgrind(out: &Path) -> Vec<String> {
 /// Run a driver (`cmd`, stdout/stdin taken here): wait for its "ready", call `at_go` (which may
 /// attach a tracer), read the daemon's CPU, say go, read its result, wait for it to exit, read
 /// the daemon's CPU again.
-pub fn run_driver(
+pub(super) fn run_driver(
     cmd: &mut Command,
     daemon: Option<u32>,
     err_log: &Path,

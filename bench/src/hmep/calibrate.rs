@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// A calibration saved by `pmkit hmep calibrate --json`.
     calibration: PathBuf,
     /// The SVG file to draw.
     plot: PathBuf,
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let text = std::fs::read_to_string(&a.calibration)
         .with_context(|| format!("reading {}", a.calibration.display()))?;
     let c: Calibration = serde_json::from_str(&text)

@@ -17,7 +17,7 @@ use std::time::Instant;
 const WORDS_PER_LINE: usize = 8;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ChaseCheck {
+pub(crate) struct ChaseCheck {
     pub bytes: usize,
     pub steps: u64,
     /// ns per dependent load, medians over the rounds.
@@ -56,7 +56,7 @@ impl Cycle<'_> {
 }
 
 /// Run the check on an X-Mem of one `bytes` region under `dir`.
-pub fn run(
+pub(crate) fn run(
     dir: &Path,
     bytes: usize,
     steps: u64,

@@ -7,7 +7,7 @@
 //! all-fast time plus the slow tags' misses times ΔL, plus the page walks on cache hits their
 //! 4 KiB pages add (the TLB model) times the calibrated walk cost.
 
-pub mod calibrate;
+pub(crate) mod calibrate;
 pub(crate) mod chase;
 pub(crate) mod rank;
 mod timed;
@@ -31,7 +31,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     #[command(flatten)]
     flags: BenchFlags,
     /// R-MAT scale: 2^scale vertices (default 21, quick 12).
@@ -248,7 +248,7 @@ pub(crate) fn pair_tiers(dir: &Path, quick: bool) -> Result<calib::Pairing> {
     )?)
 }
 
-pub fn validate(a: ValidateArgs) -> Result<ExitCode> {
+pub(crate) fn validate(a: ValidateArgs) -> Result<ExitCode> {
     let quick = a.flags.quick;
     let scale = a.scale.unwrap_or(if quick { 12 } else { 21 });
     let iters = a.iters.unwrap_or(if quick { 2 } else { 4 }).max(1);

@@ -39,7 +39,7 @@ pub(crate) struct PairTest {
 
 impl PairTest {
     /// The model orders a resolved pair as the measurement does (a tie in the model does not).
-    pub fn agrees(&self) -> bool {
+    pub(crate) fn agrees(&self) -> bool {
         self.resolved && self.model_ms != 0.0 && (self.mean_ms > 0.0) == (self.model_ms > 0.0)
     }
 }

@@ -5,9 +5,9 @@ use anyhow::{Context, Result};
 use std::ffi::{c_char, c_int, c_longlong, c_void, CString};
 use std::path::Path;
 
-pub const SONAME: &str = "libpmemblk.so.1";
+pub(crate) const SONAME: &str = "libpmemblk.so.1";
 /// The block size of the pools made here.
-pub const BS: usize = 4096;
+pub(crate) const BS: usize = 4096;
 
 type CreateFn = unsafe extern "C" fn(*const c_char, usize, usize, libc::mode_t) -> *mut c_void;
 type WriteFn = unsafe extern "C" fn(*mut c_void, *const c_void, c_longlong) -> c_int;
@@ -18,7 +18,7 @@ type ErrFn = unsafe extern "C" fn() -> *const c_char;
 
 /// The entry points used (signatures from PMDK 1.12's libpmemblk.h).
 #[derive(Clone, Copy)]
-pub struct Lib {
+pub(crate) struct Lib {
     create: CreateFn,
     write: WriteFn,
     read: ReadFn,
@@ -29,7 +29,7 @@ pub struct Lib {
 
 impl Lib {
     /// Load the library, or say why it cannot be used (see [`super::load`]).
-    pub fn load() -> Result<Lib, String> {
+    pub(crate) fn load() -> Result<Lib, String> {
         let lib = Library::open(SONAME)?;
         // SAFETY: PMEMblkpool *pmemblk_create(const char *path, size_t bsize, size_t poolsize,
         // mode_t mode), as CreateFn spells it.
@@ -60,7 +60,7 @@ impl Lib {
 }
 
 /// An open pool of [`BS`]-byte blocks. libpmemblk is thread-safe (its own lanes).
-pub struct Pool {
+pub(crate) struct Pool {
     lib: &'static Lib,
     pbp: *mut c_void,
 }
@@ -73,7 +73,7 @@ unsafe impl Sync for Pool {}
 
 impl Pool {
     /// Create pool file `path` (must not exist) of `size` bytes with [`BS`]-byte blocks.
-    pub fn create(lib: &Lib, path: &Path, size: u64) -> Result<Pool> {
+    pub(crate) fn create(lib: &Lib, path: &Path, size: u64) -> Result<Pool> {
         // The pool outlives nothing but the library, which is never unloaded.
         let lib: &'static Lib = Box::leak(Box::new(*lib));
         let p = CString::new(path.as_os_str().as_encoded_bytes()).context("pool path")?;
@@ -88,13 +88,13 @@ impl Pool {
         Ok(Pool { lib, pbp })
     }
 
-    pub fn nblock(&self) -> u64 {
+    pub(crate) fn nblock(&self) -> u64 {
         // SAFETY: an open pool.
         let n = unsafe { (self.lib.nblock)(self.pbp) };
         n as u64
     }
 
-    pub fn write(&self, buf: &[u8], block: u64) -> Result<()> {
+    pub(crate) fn write(&self, buf: &[u8], block: u64) -> Result<()> {
         assert_eq!(buf.len(), BS);
         // SAFETY: an open pool; buf holds one block; block < nblock (the callers' range).
         let r = unsafe { (self.lib.write)(self.pbp, buf.as_ptr().cast(), block as c_longlong) };
@@ -104,7 +104,7 @@ impl Pool {
         Ok(())
     }
 
-    pub fn read(&self, buf: &mut [u8], block: u64) -> Result<()> {
+    pub(crate) fn read(&self, buf: &mut [u8], block: u64) -> Result<()> {
         assert_eq!(buf.len(), BS);
         // SAFETY: as for write; buf is writable and one block long.
         let r = unsafe { (self.lib.read)(self.pbp, buf.as_mut_ptr().cast(), block as c_longlong) };

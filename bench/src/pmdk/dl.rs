@@ -4,14 +4,14 @@ use std::ffi::{c_void, CStr, CString};
 
 /// A library opened with `dlopen`; it stays loaded for the life of the process (PMDK keeps
 /// per-process state that must not be unloaded).
-pub struct Library {
+pub(super) struct Library {
     handle: *mut c_void,
     soname: &'static str,
 }
 
 impl Library {
     /// Open `soname`, or say that it is not installed and where to get it.
-    pub fn open(soname: &'static str) -> Result<Library, String> {
+    pub(super) fn open(soname: &'static str) -> Result<Library, String> {
         let name = CString::new(soname).expect("soname has no NUL");
         // SAFETY: dlopen with a valid C string; the handle is never closed.
         let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -32,7 +32,7 @@ impl Library {
     }
 
     /// The address of symbol `name`.
-    pub fn sym(&self, name: &str) -> Result<*mut c_void, String> {
+    pub(super) fn sym(&self, name: &str) -> Result<*mut c_void, String> {
         let c = CString::new(name).expect("symbol has no NUL");
         // SAFETY: a valid handle and C string.
         let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
@@ -47,7 +47,7 @@ impl Library {
     ///
     /// # Safety
     /// `F` must be an `extern "C" fn` type with the symbol's real C signature.
-    pub unsafe fn func<F: Copy>(&self, name: &str) -> Result<F, String> {
+    pub(super) unsafe fn func<F: Copy>(&self, name: &str) -> Result<F, String> {
         assert_eq!(
             std::mem::size_of::<F>(),
             std::mem::size_of::<*mut c_void>(),

@@ -8,9 +8,9 @@
 //! threads and timer as the other configurations'. Signatures are PMDK 1.12's (libpmemblk.h,
 //! libpmemobj/*.h); the ABI is fixed by the soname.
 
-pub mod blk;
+pub(crate) mod blk;
 mod dl;
-pub mod obj;
+pub(crate) mod obj;
 
 use std::ffi::{c_char, CStr};
 
@@ -18,7 +18,10 @@ use std::ffi::{c_char, CStr};
 /// when it is loaded, whether a mapping is PM, and with this it flushes a /dev/shm pool like PM
 /// (clwb or non-temporal stores + sfence) instead of calling msync. Call it before starting any
 /// other thread. Returns the library, if it loaded, and a line saying what happened.
-pub fn load<L>(soname: &str, load: impl FnOnce() -> Result<L, String>) -> (Option<L>, String) {
+pub(crate) fn load<L>(
+    soname: &str,
+    load: impl FnOnce() -> Result<L, String>,
+) -> (Option<L>, String) {
     std::env::set_var("PMEM_IS_PMEM_FORCE", "1");
     match load() {
         Ok(l) => (

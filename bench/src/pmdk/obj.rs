@@ -32,7 +32,7 @@ type TxCommitFn = unsafe extern "C" fn();
 type TxEndFn = unsafe extern "C" fn() -> c_int;
 
 /// The library's entry points the benchmark uses.
-pub struct Lib {
+pub(crate) struct Lib {
     create: CreateFn,
     root: RootFn,
     direct: DirectFn,
@@ -44,11 +44,11 @@ pub struct Lib {
     tx_end: TxEndFn,
 }
 
-pub const SONAME: &str = "libpmemobj.so.1";
+pub(crate) const SONAME: &str = "libpmemobj.so.1";
 
 impl Lib {
     /// Load the library, or say why it cannot be used (see [`super::load`]).
-    pub fn load() -> Result<Lib, String> {
+    pub(crate) fn load() -> Result<Lib, String> {
         let lib = Library::open(SONAME)?;
         // SAFETY: PMEMobjpool *pmemobj_create(const char *path, const char *layout,
         // size_t poolsize, mode_t mode), as CreateFn spells it.
@@ -88,7 +88,7 @@ impl Lib {
 }
 
 /// A pool with a root object of `objs` 4 KiB objects back to back (contiguous, as in the thesis).
-pub struct ObjPool<'l> {
+pub(crate) struct ObjPool<'l> {
     lib: &'l Lib,
     pop: *mut c_void,
     root: Oid,
@@ -98,7 +98,12 @@ pub struct ObjPool<'l> {
 
 impl<'l> ObjPool<'l> {
     /// Create the pool file `path` of `size` bytes (must not exist) with the root object.
-    pub fn create(lib: &'l Lib, path: &Path, size: usize, objs: usize) -> Result<ObjPool<'l>> {
+    pub(crate) fn create(
+        lib: &'l Lib,
+        path: &Path,
+        size: usize,
+        objs: usize,
+    ) -> Result<ObjPool<'l>> {
         let p = CString::new(path.as_os_str().as_encoded_bytes()).context("pool path")?;
         let layout = CString::new("pmkit-bench-pmo").expect("no NUL");
         // SAFETY: valid C strings; the library creates and maps the file.
@@ -134,7 +139,7 @@ impl<'l> ObjPool<'l> {
 
     /// The workload: for each object, one transaction: begin, `pmemobj_tx_add_range` of the
     /// whole object (undo snapshot), the int stores in place, commit, end.
-    pub fn run(&mut self, n: usize, ints: usize) -> Result<()> {
+    pub(crate) fn run(&mut self, n: usize, ints: usize) -> Result<()> {
         let lib = self.lib;
         assert!(n.div_ceil(ints) <= self.objs && ints * 4 <= 4096);
         for o in 0..n.div_ceil(ints) {
@@ -172,7 +177,7 @@ impl<'l> ObjPool<'l> {
     }
 
     /// Check the stores are in place.
-    pub fn verify(&self, n: usize, ints: usize) -> Result<(), String> {
+    pub(crate) fn verify(&self, n: usize, ints: usize) -> Result<(), String> {
         for i in 0..n {
             let (o, k) = (i / ints, i % ints);
             // SAFETY: inside the root object (objs * 1024 ints).

@@ -29,7 +29,7 @@ const UNDO_ENTRY: usize = 16;
 /// Where the baselines keep their data on the media: a header page, the objects back to back,
 /// then one scratch area (the undo log, or the shadow object; one transaction runs at a time).
 #[derive(Debug, Clone, Copy)]
-pub struct Layout {
+pub(crate) struct Layout {
     /// Number of objects.
     pub objs: usize,
     /// 4-byte ints per object (1024 for the 4 KiB objects of the thesis).
@@ -37,7 +37,7 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub fn new(objs: usize, ints: usize) -> Layout {
+    pub(crate) fn new(objs: usize, ints: usize) -> Layout {
         assert!(
             objs > 0 && ints > 0 && (ints * 4).is_multiple_of(LINE),
             "objects are whole lines"
@@ -50,7 +50,7 @@ impl Layout {
         );
         l
     }
-    pub fn obj_bytes(&self) -> usize {
+    pub(crate) fn obj_bytes(&self) -> usize {
         self.ints * 4
     }
     fn data(&self) -> usize {
@@ -63,7 +63,7 @@ impl Layout {
         (self.data() + self.objs * self.obj_bytes()).next_multiple_of(4096)
     }
     /// Bytes of media the layout needs.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         let scratch = self.obj_bytes().max(self.ints * UNDO_ENTRY);
         self.scratch() + scratch.next_multiple_of(4096)
     }
@@ -73,12 +73,12 @@ impl Layout {
         (first, n.min(first + self.ints))
     }
     /// Objects touched by `n` stores.
-    pub fn objs_for(n: usize, ints: usize) -> usize {
+    pub(crate) fn objs_for(n: usize, ints: usize) -> usize {
         n.div_ceil(ints)
     }
 }
 
-pub use crate::workload::value;
+pub(crate) use crate::workload::value;
 
 #[inline]
 fn flush<M: Media>(m: &M, off: usize, len: usize) {
@@ -94,7 +94,7 @@ fn fence<M: Media>(m: &M) {
 
 /// Persist + barrier only: for each object, its stores in place, then write back the written
 /// lines and one fence. Calls `done(o)` once object `o` is durable.
-pub fn persist_barrier<M: Media>(m: &M, l: &Layout, n: usize, mut done: impl FnMut(usize)) {
+pub(crate) fn persist_barrier<M: Media>(m: &M, l: &Layout, n: usize, mut done: impl FnMut(usize)) {
     for o in 0..Layout::objs_for(n, l.ints) {
         let (first, end) = l.span(o, n);
         let base = l.obj(o);
@@ -114,7 +114,13 @@ pub fn persist_barrier<M: Media>(m: &M, l: &Layout, n: usize, mut done: impl FnM
 /// persist `UNDO_ACTIVE = 0`. Entries of one transaction fill the log from slot 0, so the valid
 /// ones (sequence = the open transaction's) form a prefix. `seq` is the first sequence number
 /// to use: above every sequence number in the log (see [`undo_next_seq`]).
-pub fn undo_log<M: Media>(m: &M, l: &Layout, n: usize, mut seq: u64, mut done: impl FnMut(usize)) {
+pub(crate) fn undo_log<M: Media>(
+    m: &M,
+    l: &Layout,
+    n: usize,
+    mut seq: u64,
+    mut done: impl FnMut(usize),
+) {
     assert!(seq > 0);
     let log = l.scratch();
     for o in 0..Layout::objs_for(n, l.ints) {
@@ -143,7 +149,7 @@ pub fn undo_log<M: Media>(m: &M, l: &Layout, n: usize, mut seq: u64, mut done: i
 }
 
 /// First sequence number safe for new undo transactions: above every one in the log.
-pub fn undo_next_seq<M: Media>(m: &M, l: &Layout) -> u64 {
+pub(crate) fn undo_next_seq<M: Media>(m: &M, l: &Layout) -> u64 {
     let log = l.scratch();
     let max = (0..l.ints)
         .map(|j| m.load_u64(log + UNDO_ENTRY * j))
@@ -157,7 +163,7 @@ pub fn undo_next_seq<M: Media>(m: &M, l: &Layout) -> u64 {
 /// Roll back an interrupted undo transaction: apply its entries' old values newest first, write
 /// them back, fence, then close the transaction. Idempotent (a crash here is recovered again).
 /// Returns how many entries were applied.
-pub fn recover_undo<M: Media>(m: &M, l: &Layout) -> usize {
+pub(crate) fn recover_undo<M: Media>(m: &M, l: &Layout) -> usize {
     let active = m.load_u64(UNDO_ACTIVE);
     if active == 0 {
         return 0;
@@ -184,7 +190,7 @@ pub fn recover_undo<M: Media>(m: &M, l: &Layout) -> usize {
 /// Full shadow copy, one transaction per object: copy the object into the shadow, do the stores
 /// there, write the shadow back and fence, persist `SHADOW_OF = o + 1` (commit point), copy the
 /// shadow over the object, write it back and fence, persist `SHADOW_OF = 0`.
-pub fn full_shadow<M: Media>(m: &M, l: &Layout, n: usize, mut done: impl FnMut(usize)) {
+pub(crate) fn full_shadow<M: Media>(m: &M, l: &Layout, n: usize, mut done: impl FnMut(usize)) {
     let shadow = l.scratch();
     let size = l.obj_bytes();
     let mut buf = vec![0u8; size];
@@ -215,7 +221,7 @@ fn copy_back<M: Media>(m: &M, l: &Layout, o: usize, buf: &mut [u8]) {
 #[cfg_attr(not(test), allow(dead_code))]
 /// Finish an interrupted copy-back: if a complete shadow is marked, copy it over its object
 /// again, then clear the mark. Idempotent. Returns the object rolled forward.
-pub fn recover_shadow<M: Media>(m: &M, l: &Layout) -> Option<usize> {
+pub(crate) fn recover_shadow<M: Media>(m: &M, l: &Layout) -> Option<usize> {
     let mark = m.load_u64(SHADOW_OF);
     if mark == 0 {
         return None;
@@ -228,7 +234,7 @@ pub fn recover_shadow<M: Media>(m: &M, l: &Layout) -> Option<usize> {
 }
 
 /// Check that the first `n` stores are in place (the benchmark's end-of-run verification).
-pub fn verify<M: Media>(m: &M, l: &Layout, n: usize) -> Result<(), String> {
+pub(crate) fn verify<M: Media>(m: &M, l: &Layout, n: usize) -> Result<(), String> {
     let mut buf = vec![0u8; l.obj_bytes()];
     for o in 0..Layout::objs_for(n, l.ints) {
         let (first, end) = l.span(o, n);

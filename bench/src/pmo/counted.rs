@@ -11,7 +11,7 @@
 use pmkit_media::{Domain, Fence, Flush, Media, Region, LINE};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub struct Counted<M> {
+pub(super) struct Counted<M> {
     inner: M,
     written: AtomicU64,
     fences: AtomicU64,
@@ -31,7 +31,7 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 impl<M> Counted<M> {
-    pub fn new(inner: M) -> Counted<M> {
+    pub(super) fn new(inner: M) -> Counted<M> {
         Counted {
             inner,
             written: AtomicU64::new(0),
@@ -39,7 +39,7 @@ impl<M> Counted<M> {
         }
     }
     /// (bytes written back to PM, fences) so far.
-    pub fn counts(&self) -> (u64, u64) {
+    pub(super) fn counts(&self) -> (u64, u64) {
         (
             self.written.load(Ordering::Relaxed),
             self.fences.load(Ordering::Relaxed),

@@ -13,7 +13,7 @@
 //! Every variant runs on a fresh file of the same size in `--dir` (/dev/shm: emulated PM) with
 //! the same primitives (stores, clwb, sfence, non-temporal copies); see docs/obj.md "Benchmark".
 
-pub mod baselines;
+pub(crate) mod baselines;
 mod counted;
 
 use crate::host::Scratch;
@@ -40,7 +40,7 @@ const MAX_N: usize = 64_000_000;
 
 // Rounds and --quick are described at the subcommand (main.rs).
 #[derive(clap::Args, Clone)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     pub flags: BenchFlags,
     /// Leave out store counts above this; if none is left, run N = max-n alone.
@@ -76,7 +76,7 @@ impl Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
-pub enum Variant {
+pub(crate) enum Variant {
     PersistBarrier,
     UndoLog,
     FullShadow,
@@ -372,7 +372,7 @@ fn pmo_workload(
     Ok(())
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let ns = a.ns()?;
     let rounds = a.rounds();
     let dir = &a.flags.dir;

@@ -2,7 +2,7 @@
 //! runner ([`rotated_rounds`]), the median, the progress line, and the output (a table for
 //! people, `--json` for machines, `--plot FILE` for figures).
 
-pub mod plot;
+pub(crate) mod plot;
 
 use anyhow::Result;
 use pmkit::progress::Progress;
@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 /// The flags every benchmark takes; `#[command(flatten)]` this into a benchmark's arguments.
 #[derive(clap::Args, Clone, Debug)]
-pub struct BenchFlags {
+pub(crate) struct BenchFlags {
     /// Smoke run: small sizes, short runs, one round (a test of the benchmark, not a measurement)
     #[arg(long)]
     pub quick: bool,
@@ -33,20 +33,20 @@ pub struct BenchFlags {
 
 impl BenchFlags {
     /// `--rounds`, else 1 with `--quick`, else the benchmark's `full` default; 1..=100.
-    pub fn rounds(&self, full: usize) -> usize {
+    pub(crate) fn rounds(&self, full: usize) -> usize {
         self.rounds
             .unwrap_or(if self.quick { 1 } else { full })
             .clamp(1, 100)
     }
 
     /// A progress line of `steps` steps (hidden with `--json` or off a terminal).
-    pub fn progress(&self, steps: usize) -> Progress {
+    pub(crate) fn progress(&self, steps: usize) -> Progress {
         Progress::new(!self.json, steps as u64)
     }
 
     /// The output of a run: draw `report` with `draw` when `--plot FILE` is given, then print it
     /// as JSON (`--json`) or as `table` prints it, followed by where the plot went.
-    pub fn emit<R: Serialize>(
+    pub(crate) fn emit<R: Serialize>(
         &self,
         report: &R,
         draw: impl FnOnce(&Path, &R) -> Result<()>,
@@ -68,7 +68,7 @@ impl BenchFlags {
 }
 
 /// The median of `v` (the mean of the middle two for an even count; 0 for none).
-pub fn median(v: impl IntoIterator<Item = f64>) -> f64 {
+pub(crate) fn median(v: impl IntoIterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = v.into_iter().collect();
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
@@ -84,7 +84,7 @@ pub fn median(v: impl IntoIterator<Item = f64>) -> f64 {
 /// configuration in turn, in an order rotated by one per round and per cell, so no
 /// configuration always runs first or last and drift on a shared machine hits all of them alike.
 /// `bar` advances once per run.
-pub fn rotated_rounds<T>(
+pub(crate) fn rotated_rounds<T>(
     rounds: usize,
     cells: usize,
     configs: usize,
@@ -109,7 +109,10 @@ pub fn rotated_rounds<T>(
 
 /// Run `f(t)` in `threads` threads at once (t = 0..threads) and return the mean of their
 /// results, or the first error.
-pub fn mean_over_threads(threads: usize, f: impl Fn(usize) -> Result<f64> + Sync) -> Result<f64> {
+pub(crate) fn mean_over_threads(
+    threads: usize,
+    f: impl Fn(usize) -> Result<f64> + Sync,
+) -> Result<f64> {
     let f = &f;
     let per_thread: Vec<Result<f64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads).map(|t| s.spawn(move || f(t))).collect();

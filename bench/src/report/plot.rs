@@ -6,7 +6,7 @@ use plotters::prelude::*;
 use std::path::Path;
 
 /// One panel of grouped bars: `groups` along x; one bar per series in each group.
-pub struct BarPanel {
+pub(crate) struct BarPanel {
     pub title: String,
     pub groups: Vec<String>,
     /// (series name, one value per group)
@@ -29,7 +29,7 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 }
 
 /// Panels of grouped bars in a grid of `cols` columns, with a shared legend in each panel.
-pub fn bars(
+pub(crate) fn bars(
     path: &Path,
     title: &str,
     y_label: &str,
@@ -108,7 +108,7 @@ pub fn bars(
 }
 
 /// One line chart, linear axes: a single panel of [`line_panels`].
-pub fn lines(
+pub(crate) fn lines(
     path: &Path,
     title: &str,
     x_label: &str,
@@ -130,14 +130,14 @@ pub fn lines(
 }
 
 /// One panel of lines: (series name, points) with x values of its own per series.
-pub struct LinePanel {
+pub(crate) struct LinePanel {
     pub title: String,
     pub series: Vec<(String, Vec<(f64, f64)>)>,
 }
 
 /// Axes of [`line_panels`]: linear or logarithmic, each.
 #[derive(Clone, Copy)]
-pub struct Axes<'a> {
+pub(crate) struct Axes<'a> {
     pub x_label: &'a str,
     pub y_label: &'a str,
     pub log_x: bool,
@@ -147,7 +147,7 @@ pub struct Axes<'a> {
 }
 
 /// Panels of line charts in a grid of `cols` columns, each with its own legend.
-pub fn line_panels(
+pub(crate) fn line_panels(
     path: &Path,
     title: &str,
     axes: Axes,

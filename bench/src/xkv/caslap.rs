@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 #[derive(Serialize, Clone, Debug)]
-pub struct CaslapRun {
+pub(super) struct CaslapRun {
     pub tier: &'static str,
     pub load_ops: usize,
     pub ops: usize,
@@ -91,7 +91,7 @@ fn caslap(cpu: usize, port: u16, cfg: &Path, ops: usize, conc: usize) -> Result<
 }
 
 /// The last "TPS: N" of memcaslap's summary.
-pub fn tps(out: &str) -> Option<f64> {
+pub(super) fn tps(out: &str) -> Option<f64> {
     out.rsplit("TPS: ")
         .next()
         .filter(|_| out.contains("TPS: "))?
@@ -102,7 +102,7 @@ pub fn tps(out: &str) -> Option<f64> {
 }
 
 /// `stats` from the server: (get_hits, cmd_get).
-pub fn hits(port: u16) -> Result<(u64, u64)> {
+pub(super) fn hits(port: u16) -> Result<(u64, u64)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.write_all(b"stats\r\nquit\r\n")?;
     let mut out = String::new();
@@ -117,7 +117,7 @@ pub fn hits(port: u16) -> Result<(u64, u64)> {
 }
 
 /// A load then a run on a fresh server with every region on `slow`'s tier.
-pub fn run(
+pub(super) fn run(
     dir: &Path,
     memory_mib: usize,
     load_ops: usize,

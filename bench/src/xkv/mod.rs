@@ -31,7 +31,7 @@ use std::time::Instant;
 const N: usize = TAGS.len();
 
 #[derive(clap::Args)]
-pub struct XkvArgs {
+pub(crate) struct XkvArgs {
     #[command(flatten)]
     flags: BenchFlags,
     /// Dataset in MiB of slab items (default 1024: 32x a 32 MiB LLC; quick 16).
@@ -186,7 +186,7 @@ fn place(x: &XMem, slow: &[bool]) -> Result<()> {
     Ok(())
 }
 
-pub fn bench(a: XkvArgs) -> Result<ExitCode> {
+pub(crate) fn bench(a: XkvArgs) -> Result<ExitCode> {
     let quick = a.flags.quick;
     let dataset_mib = a.dataset_mib.unwrap_or(if quick { 16 } else { 1024 });
     let requests = a.requests.unwrap_or(if quick { 50_000 } else { 2_000_000 });

@@ -7,7 +7,7 @@ use pmkit_hmep::probe::Probe;
 use pmkit_hmep::sim::Sim;
 use pmkit_xgraph::{Graph, TAGS};
 
-pub trait TracedApp {
+pub(super) trait TracedApp {
     fn name(&self) -> String;
     /// Tag names, in structure-index order (the `s` its probe reports).
     fn tags(&self) -> Vec<String>;
@@ -18,13 +18,13 @@ pub trait TracedApp {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Kernel {
+pub(super) enum Kernel {
     PageRank,
     Bfs,
 }
 
 /// One xgraph kernel over a built graph.
-pub struct GraphKernel<'g, 'a> {
+pub(super) struct GraphKernel<'g, 'a> {
     pub g: &'g mut Graph<'a>,
     pub kernel: Kernel,
     root: u32,
@@ -33,7 +33,7 @@ pub struct GraphKernel<'g, 'a> {
 }
 
 impl<'g, 'a> GraphKernel<'g, 'a> {
-    pub fn new(g: &'g mut Graph<'a>, kernel: Kernel) -> Self {
+    pub(super) fn new(g: &'g mut Graph<'a>, kernel: Kernel) -> Self {
         let root = g.root();
         GraphKernel {
             g,

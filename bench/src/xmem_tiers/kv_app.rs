@@ -11,10 +11,10 @@ use pmkit_xmem::{Tier, XMem};
 use std::path::Path;
 
 /// X-Mem region size for the store (its hash is cut in segments of at most half a region).
-pub const REGION: usize = 64 << 20;
+pub(super) const REGION: usize = 64 << 20;
 
 /// X-Mem set up for a dataset of `dataset_mib`, all fast.
-pub fn xmem(pm: &Path, dataset_mib: usize) -> Result<(XMem, KvConfig)> {
+pub(super) fn xmem(pm: &Path, dataset_mib: usize) -> Result<(XMem, KvConfig)> {
     let mean = Workload::mean_item_bytes(SEED);
     let keys = ((dataset_mib << 20) as f64 / mean) as usize;
     // A limit above the dataset: no evictions, so every pass does the same work.
@@ -28,7 +28,7 @@ const SEED: u64 = 0x6b76;
 /// YCSB's default skew, as `pmkit bench xkv` uses.
 const ZIPF: f64 = 0.99;
 
-pub struct KvApp<'a> {
+pub(super) struct KvApp<'a> {
     store: Store<'a>,
     w: Workload,
     reqs: Vec<kv::Request>,
@@ -38,7 +38,11 @@ pub struct KvApp<'a> {
 impl<'a> KvApp<'a> {
     /// Load the dataset into `x` and move every region to the fast tier; the regions as the
     /// sweep sees them.
-    pub fn load(x: &'a XMem, k: &KvConfig, requests: usize) -> Result<(KvApp<'a>, Vec<Region>)> {
+    pub(super) fn load(
+        x: &'a XMem,
+        k: &KvConfig,
+        requests: usize,
+    ) -> Result<(KvApp<'a>, Vec<Region>)> {
         let keys = k.hash_items as u32;
         let w = Workload::etc(SEED, keys, ZIPF);
         let mut store = Store::new(x, k)?;

@@ -41,7 +41,7 @@ const QUICK_PRESETS: [&str; 2] = ["thesis-450-10", "optane-1dimm"];
 const FRACTIONS: [f64; 5] = [1.0 / 32.0, 1.0 / 16.0, 1.0 / 8.0, 1.0 / 4.0, 1.0 / 2.0];
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     flags: BenchFlags,
     /// R-MAT scale: 2^scale vertices (default 20, quick 12).
@@ -105,7 +105,7 @@ struct Report {
     migration: &'static str,
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let quick = a.flags.quick;
     let scale = a.scale.unwrap_or(if quick { 12 } else { 20 });
     let unit_kib = a.unit_kib.unwrap_or(if quick { 16 } else { 2048 });

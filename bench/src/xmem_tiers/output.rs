@@ -15,7 +15,7 @@ fn frac(f: f64) -> String {
     }
 }
 
-pub fn table(r: &Report) {
+pub(super) fn table(r: &Report) {
     println!("CPU: {}; {}", r.cpu, r.level);
     println!(
         "graph: {} vertices, {} edges; units {} KiB; cache model {} KiB, {} ways; rounds {} x {} passes",
@@ -128,7 +128,7 @@ pub fn table(r: &Report) {
     println!("\nmigration: {}", r.migration);
 }
 
-pub fn draw(p: &Path, r: &Report) -> Result<()> {
+pub(super) fn draw(p: &Path, r: &Report) -> Result<()> {
     let mut panels = vec![];
     for a in &r.apps {
         let mut presets: Vec<&str> = a.points.iter().map(|p| p.preset.as_str()).collect();

@@ -34,7 +34,7 @@ use pmkit_xmem::place::{greedy, Candidate, Latencies, PerPattern, Profile};
 use serde::Serialize;
 
 /// Every policy, in report order.
-pub const POLICIES: [&str; 11] = [
+pub(super) const POLICIES: [&str; 11] = [
     "fast-only",
     "slow-only",
     "x-mem",
@@ -49,10 +49,10 @@ pub const POLICIES: [&str; 11] = [
 ];
 
 /// Most tags the tag-order oracle enumerates (10! orders).
-pub const MAX_TAGS: usize = 10;
+pub(super) const MAX_TAGS: usize = 10;
 
 /// An application's data as the policies see it.
-pub struct Data {
+pub(super) struct Data {
     pub tags: usize,
     /// The trace's windows (bandwidth queueing).
     pub windows: Windows,
@@ -65,14 +65,14 @@ pub struct Data {
 
 impl Data {
     /// 4 KiB pages per unit.
-    pub fn unit_pages(&self) -> f64 {
+    pub(super) fn unit_pages(&self) -> f64 {
         self.unit_bytes as f64 / 4096.0
     }
 }
 
 /// What a placement leaves on the slow tier.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Outcome {
+pub(super) struct Outcome {
     /// Modelled extra ns of one traced pass.
     pub slow_ns: f64,
     /// Stores of one traced pass to the slow tier.
@@ -85,7 +85,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// Per tag, the share of its misses on the slow tier (what bandwidth queueing charges).
-    pub fn shares(&self, d: &Data) -> Vec<f64> {
+    pub(super) fn shares(&self, d: &Data) -> Vec<f64> {
         let mut all = vec![0.0; d.tags];
         for u in &d.units {
             all[u.structure as usize] += u.misses.iter().sum::<u64>() as f64;
@@ -131,12 +131,12 @@ fn slow_units(d: &Data, cost: &[f64], fast: &[bool]) -> Outcome {
 
 /// The cost of a unit being slow: its misses times ΔL per pattern (presets map the slow tier
 /// with the fast tier's page size, so no TLB term).
-pub fn cost(u: &Unit, delta: &PerPattern) -> f64 {
+pub(super) fn cost(u: &Unit, delta: &PerPattern) -> f64 {
     u.slow_cost(delta, &TlbCost::NONE)
 }
 
 /// Run `policy` with `k` unit slots (`k_pages` page slots for page hotness) at `fraction`.
-pub fn run(
+pub(super) fn run(
     policy: &str,
     d: &Data,
     delta: &PerPattern,

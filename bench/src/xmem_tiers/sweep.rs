@@ -17,7 +17,7 @@ use serde::Serialize;
 use std::time::Instant;
 
 /// One traced pass and the timed ones.
-pub struct Traced {
+pub(super) struct Traced {
     pub misses: Misses,
     /// Median ns of an uninstrumented pass, everything fast.
     pub base_ns: f64,
@@ -25,7 +25,7 @@ pub struct Traced {
     pub traced_ns: f64,
 }
 
-pub fn trace_and_time(
+pub(super) fn trace_and_time(
     app: &mut dyn TracedApp,
     llc: (usize, usize),
     rounds: usize,
@@ -55,7 +55,7 @@ pub fn trace_and_time(
 }
 
 /// A region of the application's X-Mem instance: where, how many bytes in use, which tag.
-pub struct Region {
+pub(super) struct Region {
     pub addr: u64,
     /// Bytes of live objects, and the region's size.
     pub bytes: u64,
@@ -66,7 +66,7 @@ pub struct Region {
 /// Cut the regions (in allocation order) into units of `1 << shift` bytes, each with the trace's
 /// counts, and list the traced pages inside them. A region gives as many units as its live
 /// bytes fill, or more where a traced page lies further in.
-pub fn data(m: &Misses, regions: &[Region], tags: usize, shift: u32) -> Result<Data> {
+pub(super) fn data(m: &Misses, regions: &[Region], tags: usize, shift: u32) -> Result<Data> {
     ensure!(shift >= PAGE_4K, "units of at least a 4 KiB page");
     let grouped = m.group_pages(shift);
     let unit = 1u64 << shift;
@@ -118,7 +118,7 @@ pub fn data(m: &Misses, regions: &[Region], tags: usize, shift: u32) -> Result<D
 
 /// One policy at one point.
 #[derive(Clone, Serialize)]
-pub struct PolicyResult {
+pub(super) struct PolicyResult {
     pub policy: &'static str,
     /// Predicted ms of one pass (level 3).
     pub predicted_ms: f64,
@@ -138,7 +138,7 @@ pub struct PolicyResult {
 
 /// One preset at one DRAM fraction.
 #[derive(Serialize)]
-pub struct Point {
+pub(super) struct Point {
     pub preset: String,
     pub fraction: f64,
     /// Fast units (of all) and fast 4 KiB pages the fraction allows.
@@ -166,7 +166,7 @@ pub struct Point {
 }
 
 /// Every policy at every (preset, fraction).
-pub fn evaluate(d: &Data, models: &[Model], fractions: &[f64], base_ns: f64) -> Vec<Point> {
+pub(super) fn evaluate(d: &Data, models: &[Model], fractions: &[f64], base_ns: f64) -> Vec<Point> {
     let footprint_pages = d.units.len() as f64 * d.unit_pages();
     let mut out = vec![];
     for m in models {

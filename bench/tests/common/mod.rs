@@ -4,7 +4,7 @@ use serde_json::Value;
 use std::process::{Command, Output};
 
 /// `tool` is on PATH.
-pub fn have(tool: &str) -> bool {
+pub(crate) fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .output()
@@ -12,7 +12,7 @@ pub fn have(tool: &str) -> bool {
 }
 
 /// The JSON a `--json` run printed, which must be all it printed on stdout.
-pub fn json_of(o: &Output) -> Value {
+pub(crate) fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
             "--json prints only JSON ({e}): {}",

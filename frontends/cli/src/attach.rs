@@ -27,7 +27,7 @@ macro_rules! say_err {
 }
 
 #[derive(clap::Args)]
-pub struct AttachArgs {
+pub(crate) struct AttachArgs {
     /// The PM device file (made by `pmkit create`, or created here with --size).
     path: PathBuf,
     /// Mount the file system here (without it, attach stops at the loop device).
@@ -60,7 +60,7 @@ pub struct AttachArgs {
 }
 
 #[derive(clap::Args)]
-pub struct DetachArgs {
+pub(crate) struct DetachArgs {
     /// The mountpoint, loop device or PM file of the attachment.
     target: PathBuf,
     /// Seconds to wait for the attaching process to answer.
@@ -73,7 +73,7 @@ pub struct DetachArgs {
     lazy: bool,
 }
 
-pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
+pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     let mut set = crate::serve::block_signals();
     pmkit::entry::ignore_sigpipe();
     // SIGUSR1 asks for a lazy detach (`pmkit detach --lazy`); blocked before any thread exists.
@@ -200,7 +200,7 @@ pub fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run_detach(a: DetachArgs) -> Result<ExitCode> {
+pub(crate) fn run_detach(a: DetachArgs) -> Result<ExitCode> {
     let Some(state) = attach::find(&a.target) else {
         anyhow::bail!(
             "{}: no pmkit attachment found (looked in {}); `mount` and `losetup -l` show what is attached",

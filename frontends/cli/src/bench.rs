@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode};
 
 /// Everything after `bench`, passed on unread (`--help` included).
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
@@ -19,14 +19,14 @@ pub struct Args {
     args: Vec<OsString>,
 }
 
-pub const BENCH_BIN: &str = "pmkit-bench";
+pub(crate) const BENCH_BIN: &str = "pmkit-bench";
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     exec("pmkit bench", &a.args)
 }
 
 /// Replace this process with `pmkit-bench ARGS`, named `name` in its messages.
-pub fn exec(name: &str, args: &[OsString]) -> Result<ExitCode> {
+pub(crate) fn exec(name: &str, args: &[OsString]) -> Result<ExitCode> {
     let Some(exe) = pmkit::sibling::find(BENCH_BIN) else {
         bail!(
             "`{name}` runs the {BENCH_BIN} binary, which is neither next to this pmkit nor on \
@@ -45,7 +45,7 @@ pub fn exec(name: &str, args: &[OsString]) -> Result<ExitCode> {
 
 /// Run `pmkit-bench ARGS` and wait for it (a command that needs one of its drawings),
 /// named `name` in its messages.
-pub fn run_child(name: &str, args: &[OsString]) -> Result<()> {
+pub(crate) fn run_child(name: &str, args: &[OsString]) -> Result<()> {
     let Some(exe) = pmkit::sibling::find(BENCH_BIN) else {
         bail!(
             "`{name}` runs the {BENCH_BIN} binary, which is neither next to this pmkit nor on \

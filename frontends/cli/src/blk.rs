@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct CreateArgs {
+pub(crate) struct CreateArgs {
     /// File to create (or, without --size, an existing file or /dev/daxX.Y to format)
     pub path: PathBuf,
     #[command(flatten)]
@@ -25,7 +25,7 @@ pub struct CreateArgs {
 }
 
 #[derive(clap::Args)]
-pub struct InfoArgs {
+pub(crate) struct InfoArgs {
     /// The device: a file made by `pmkit create`, or a device-dax device
     pub path: PathBuf,
     /// Print JSON
@@ -34,7 +34,7 @@ pub struct InfoArgs {
 }
 
 #[derive(clap::Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// The device: a file made by `pmkit create`, or a device-dax device
     pub path: PathBuf,
     /// Print JSON
@@ -46,7 +46,7 @@ pub struct CheckArgs {
     pub mark_clean: bool,
 }
 
-pub fn create(a: CreateArgs) -> Result<ExitCode> {
+pub(crate) fn create(a: CreateArgs) -> Result<ExitCode> {
     let engine = a.engine.to_options();
     let target = crate::format_target::Target {
         path: &a.path,
@@ -99,7 +99,7 @@ pub fn create(a: CreateArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn info(a: InfoArgs) -> Result<ExitCode> {
+pub(crate) fn info(a: InfoArgs) -> Result<ExitCode> {
     crate::identify::expect_path(&a.path, crate::identify::Kind::Blk)?;
     let (found, in_use) = pmkit_blk::inspect_path(&a.path)
         .with_context(|| format!("cannot read the device at {}", a.path.display()))?;
@@ -220,7 +220,7 @@ fn print_info(path: &std::path::Path, f: &Found, in_use: bool) {
     );
 }
 
-pub fn check(a: CheckArgs) -> Result<ExitCode> {
+pub(crate) fn check(a: CheckArgs) -> Result<ExitCode> {
     crate::identify::expect_path(&a.path, crate::identify::Kind::Blk)?;
     let report = pmkit_blk::check_path(&a.path, a.mark_clean).map_err(|e| {
         let denied = matches!(&e, pmkit_blk::BlkError::Media(m)

@@ -10,7 +10,7 @@ use pmkit_media::{Media, Region, RegionOptions};
 use std::path::Path;
 
 /// What is being made, where.
-pub struct Target<'a> {
+pub(crate) struct Target<'a> {
     pub path: &'a Path,
     /// `--size`: the size of a file to create. An existing file keeps its size; a different
     /// size asked for is refused (nothing is resized in place).
@@ -25,7 +25,7 @@ pub struct Target<'a> {
 /// Map the target (creating it when missing), lock it, refuse what must not be overwritten, and
 /// run `make` on it; `make` is told whether the file is new. A new file is removed if `make`
 /// fails.
-pub fn format<T>(t: &Target<'_>, make: impl FnOnce(Region, bool) -> Result<T>) -> Result<T> {
+pub(crate) fn format<T>(t: &Target<'_>, make: impl FnOnce(Region, bool) -> Result<T>) -> Result<T> {
     let path = t.path;
     let exists = path.exists() || path.symlink_metadata().is_ok();
     if !exists {

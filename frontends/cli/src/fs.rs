@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(ClapArgs)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -123,7 +123,7 @@ fn open_ro(path: &Path) -> Result<Region> {
     Ok(r)
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     match a.cmd {
         Cmd::Mkfs {
             pool,

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The line `mount` prints on stdout once the file system is mounted and served.
-pub const READY: &str = "ready: serving";
+pub(crate) const READY: &str = "ready: serving";
 
 /// What `pmkit fs mount` was asked for.
-pub struct Opts<'a> {
+pub(crate) struct Opts<'a> {
     pub threads: usize,
     pub protect: Option<Protect>,
     pub atomic: bool,
@@ -26,7 +26,7 @@ pub struct Opts<'a> {
     pub full_walk: bool,
 }
 
-pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
+pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     let (threads, stats) = (a.threads, a.stats);
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
@@ -126,7 +126,7 @@ pub fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     Ok(())
 }
 
-pub fn umount(dir: &Path, wait_s: u64) -> Result<()> {
+pub(crate) fn umount(dir: &Path, wait_s: u64) -> Result<()> {
     let msg = pmfs_mount::umount(dir, Duration::from_secs(wait_s))?;
     println!("{msg}");
     Ok(())

@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// The kinds of pmkit file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Blk,
     Fs,
     Obj,
@@ -21,7 +21,7 @@ const MAGIC_AT: [usize; 2] = [0, 2048];
 
 impl Kind {
     /// The command that shows a file of this kind.
-    pub fn info_command(self) -> &'static str {
+    pub(crate) fn info_command(self) -> &'static str {
         match self {
             Kind::Blk => "pmkit info",
             Kind::Fs => "pmkit fs info",
@@ -45,7 +45,7 @@ impl Kind {
 }
 
 /// The kind of pmkit file `m` holds, from its magic, if any.
-pub fn kind(m: &impl Media) -> Option<Kind> {
+pub(crate) fn kind(m: &impl Media) -> Option<Kind> {
     MAGIC_AT.iter().find_map(|&at| {
         if at + 8 > m.len() {
             return None;
@@ -58,7 +58,7 @@ pub fn kind(m: &impl Media) -> Option<Kind> {
 
 /// A sentence naming what `region` holds ("a PMFS pool of 64 MiB: 6620 files, ..."), or `None`
 /// when it holds no pmkit format.
-pub fn describe(region: &Region) -> Option<String> {
+pub(crate) fn describe(region: &Region) -> Option<String> {
     let size = human(region.len() as u64);
     Some(match kind(region)? {
         Kind::Blk => match pmkit_blk::superblock::read(region) {
@@ -115,7 +115,7 @@ impl std::fmt::Display for Kind {
 /// Refuse a file of another pmkit kind than `want` before a command of `want`'s kind reads
 /// or repairs it: the error says what the file is and which command shows it. A file of no
 /// pmkit kind passes (the command's own check says what it lacks, and repair may rebuild it).
-pub fn expect(path: &Path, region: &Region, want: Kind) -> anyhow::Result<()> {
+pub(crate) fn expect(path: &Path, region: &Region, want: Kind) -> anyhow::Result<()> {
     match kind(region) {
         Some(k) if k != want => {
             let held = describe(region).unwrap_or_else(|| k.to_string());
@@ -132,7 +132,7 @@ pub fn expect(path: &Path, region: &Region, want: Kind) -> anyhow::Result<()> {
 
 /// [`expect`] by path: opens the file read-only to look. A file that cannot be opened passes,
 /// for the command to report in its own words.
-pub fn expect_path(path: &Path, want: Kind) -> anyhow::Result<()> {
+pub(crate) fn expect_path(path: &Path, want: Kind) -> anyhow::Result<()> {
     match Region::open_read_only(path) {
         Ok(r) => expect(path, &r, want),
         Err(_) => Ok(()),
@@ -149,7 +149,7 @@ fn count(n: u64, one: &str) -> String {
 }
 
 /// Bytes in binary units, as `--size` takes them: "64 MiB", "1.5 GiB", "4096 bytes".
-pub fn human(n: u64) -> String {
+pub(crate) fn human(n: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if n < 1024 {
         return format!("{n} bytes");

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -61,7 +61,7 @@ struct Measurement {
 const BLOCK: usize = 4096;
 const SEQ: usize = 256 * 1024;
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let f = *features();
     let domain = region::platform_domain();
     let path = a.dir.join(format!("pmkit-probe-{}.pm", std::process::id()));

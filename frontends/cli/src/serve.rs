@@ -19,11 +19,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 /// The device `pmkit serve` uses when given no path: emulated PM in /dev/shm, made on first use.
-pub const DEFAULT_DEVICE: &str = "/dev/shm/pmkit-default.pmbd";
-pub const DEFAULT_SIZE: u64 = 1 << 30;
+pub(crate) const DEFAULT_DEVICE: &str = "/dev/shm/pmkit-default.pmbd";
+pub(crate) const DEFAULT_SIZE: u64 = 1 << 30;
 
 #[derive(clap::Args, Debug)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Device to export (made by `pmkit create`, or created here with --size)
     /// [default: /dev/shm/pmkit-default.pmbd, 1 GiB, created on first use and reused]
     pub path: Option<PathBuf>,
@@ -168,7 +168,7 @@ pub(crate) fn block_signals() -> libc::sigset_t {
     set
 }
 
-pub fn run(a: ServeArgs) -> Result<ExitCode> {
+pub(crate) fn run(a: ServeArgs) -> Result<ExitCode> {
     // Before any thread exists, so every thread inherits the mask and only `sigwait` sees them.
     let set = block_signals();
     pmkit::entry::ignore_sigpipe();

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
-pub struct AccessArgs {
+pub(crate) struct AccessArgs {
     /// TLS: `off`, `on` (clients may upgrade with STARTTLS) or `require` (nothing but STARTTLS
     /// before TLS is up). Needs --tls-psk and/or --tls-certificates
     #[arg(long, value_name = "off|on|require", default_value = "off")]
@@ -80,7 +80,7 @@ fn parse_group(s: &str) -> Result<u32, String> {
 }
 
 /// What the server is to do about access, derived from the arguments.
-pub struct Access {
+pub(crate) struct Access {
     pub tls_mode: TlsMode,
     pub tls: Option<Arc<TlsConfig>>,
     pub exports: Vec<ExportSpec>,
@@ -91,7 +91,7 @@ pub struct Access {
 impl AccessArgs {
     /// Check the combination and load the credentials. `export_name` is the older single-name
     /// option, used when no --export is given.
-    pub fn resolve(&self, listen: Option<&SocketAddr>, export_name: &str) -> Result<Access> {
+    pub(crate) fn resolve(&self, listen: Option<&SocketAddr>, export_name: &str) -> Result<Access> {
         if let Some(addr) = listen {
             if !addr.ip().is_loopback() && self.tls != TlsMode::Require && !self.trusted_network {
                 bail!(
@@ -166,7 +166,7 @@ fn parse_export(s: &str) -> ExportSpec {
 
 impl Access {
     /// The protection in words, for the banner.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let tls = match (&self.tls, self.tls_mode) {
             (Some(t), TlsMode::Require) => format!("TLS required: {}", t.summary()),
             (Some(t), _) => format!("TLS offered (plain clients allowed): {}", t.summary()),

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(ClapArgs)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -106,7 +106,7 @@ enum Cmd {
     Run(crate::xmem_run::RunArgs),
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
+pub(crate) fn run(a: Args) -> Result<ExitCode> {
     match a.cmd {
         Cmd::Run(r) => crate::xmem_run::run(r),
         Cmd::Profile {

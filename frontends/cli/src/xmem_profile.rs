@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 /// Run `program` under `valgrind --tool=lackey --trace-mem=yes`, the log going to `log`.
-pub fn run_lackey(program: &[String], log: &Path) -> Result<std::process::ExitStatus> {
+pub(crate) fn run_lackey(program: &[String], log: &Path) -> Result<std::process::ExitStatus> {
     let mut cmd = std::process::Command::new("valgrind");
     cmd.arg("--tool=lackey")
         .arg("--trace-mem=yes")
@@ -21,7 +21,7 @@ pub fn run_lackey(program: &[String], log: &Path) -> Result<std::process::ExitSt
 }
 
 /// A scratch path for the lackey log, removed on drop unless kept.
-pub struct LogFile {
+pub(crate) struct LogFile {
     pub path: PathBuf,
     pub keep: bool,
 }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 #[derive(ClapArgs)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The fast-tier (DRAM) budget, e.g. 256M (a whole number of regions is used).
     #[arg(long, value_parser = parse_size)]
     fast_budget: Option<u64>,
@@ -127,7 +127,7 @@ fn spec(a: &RunArgs, stats: &std::path::Path) -> Result<String> {
     Ok(kv.join(","))
 }
 
-pub fn run(a: RunArgs) -> Result<ExitCode> {
+pub(crate) fn run(a: RunArgs) -> Result<ExitCode> {
     let own = a.stats.is_none();
     let stats_path = a.stats.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("pmkit-xmem-run-{}.json", std::process::id()))

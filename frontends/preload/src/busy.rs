@@ -9,15 +9,15 @@ thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
 }
 
-pub fn busy() -> bool {
+pub(crate) fn busy() -> bool {
     BUSY.with(Cell::get)
 }
 
 /// Marks the thread busy until dropped.
-pub struct Busy(bool);
+pub(crate) struct Busy(bool);
 
 impl Busy {
-    pub fn new() -> Busy {
+    pub(crate) fn new() -> Busy {
         Busy(BUSY.with(|b| b.replace(true)))
     }
 }

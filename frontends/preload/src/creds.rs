@@ -20,7 +20,7 @@ fn changed(r: c_int) -> c_int {
 macro_rules! wrap {
     ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
         #[no_mangle]
-        pub extern "C" fn $name($($a: $t),*) -> c_int {
+                pub(crate) extern "C" fn $name($($a: $t),*) -> c_int {
             changed(real!($name($($a),*) as fn($($t),*) -> c_int))
         }
     )*};
@@ -40,7 +40,7 @@ wrap! {
 /// # Safety
 /// setgroups(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn setgroups(n: usize, list: *const libc::gid_t) -> c_int {
+pub(crate) unsafe extern "C" fn setgroups(n: usize, list: *const libc::gid_t) -> c_int {
     changed(real!(
         setgroups(n, list) as fn(usize, *const libc::gid_t) -> c_int
     ))

@@ -35,7 +35,7 @@ fn enter_pool(p: Vec<u8>) -> c_int {
 /// # Safety
 /// chdir(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+pub(crate) unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(p) => enter_pool(p),
@@ -50,7 +50,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn fchdir(fd: c_int) -> c_int {
+pub(crate) extern "C" fn fchdir(fd: c_int) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter_pool(o.path.clone());
     }
@@ -64,7 +64,7 @@ pub extern "C" fn fchdir(fd: c_int) -> c_int {
 /// # Safety
 /// getcwd(3)'s contract (a NULL `buf` is allocated with malloc, as glibc does).
 #[no_mangle]
-pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: usize) -> *mut c_char {
+pub(crate) unsafe extern "C" fn getcwd(buf: *mut c_char, size: usize) -> *mut c_char {
     let v = if state::busy() { None } else { get() };
     let Some(v) = v else {
         return real!(getcwd(buf, size) as fn(*mut c_char, usize) -> *mut c_char);

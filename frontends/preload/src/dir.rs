@@ -59,13 +59,13 @@ fn open_stream(fd: c_int) -> *mut c_void {
 /// # Safety
 /// opendir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut c_void {
+pub(crate) unsafe extern "C" fn opendir(path: *const c_char) -> *mut c_void {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(_) => {
             let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
             // SAFETY: the caller's contract.
-            let fd = unsafe { crate::path::open(path, flags, 0) };
+            let fd = unsafe { crate::open::open(path, flags, 0) };
             if fd < 0 {
                 return std::ptr::null_mut();
             }
@@ -82,7 +82,7 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut c_void {
 /// # Safety
 /// fdopendir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut c_void {
+pub(crate) unsafe extern "C" fn fdopendir(fd: c_int) -> *mut c_void {
     if lookup(fd).is_some() {
         return open_stream(fd);
     }
@@ -100,7 +100,7 @@ unsafe fn stream<'a>(d: *mut c_void) -> &'a mut Stream {
 /// # Safety
 /// readdir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn readdir64(d: *mut c_void) -> *mut libc::dirent64 {
+pub(crate) unsafe extern "C" fn readdir64(d: *mut c_void) -> *mut libc::dirent64 {
     if !ours(d) {
         return real!(readdir64(d) as fn(*mut c_void) -> *mut libc::dirent64);
     }
@@ -125,7 +125,7 @@ pub unsafe extern "C" fn readdir64(d: *mut c_void) -> *mut libc::dirent64 {
 /// # Safety
 /// readdir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn readdir(d: *mut c_void) -> *mut libc::dirent64 {
+pub(crate) unsafe extern "C" fn readdir(d: *mut c_void) -> *mut libc::dirent64 {
     // SAFETY: the caller's contract (dirent is dirent64 here).
     unsafe { readdir64(d) }
 }
@@ -133,7 +133,7 @@ pub unsafe extern "C" fn readdir(d: *mut c_void) -> *mut libc::dirent64 {
 /// # Safety
 /// readdir_r(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn readdir64_r(
+pub(crate) unsafe extern "C" fn readdir64_r(
     d: *mut c_void,
     entry: *mut libc::dirent64,
     result: *mut *mut libc::dirent64,
@@ -162,7 +162,7 @@ pub unsafe extern "C" fn readdir64_r(
 /// # Safety
 /// readdir_r(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn readdir_r(
+pub(crate) unsafe extern "C" fn readdir_r(
     d: *mut c_void,
     entry: *mut libc::dirent64,
     result: *mut *mut libc::dirent64,
@@ -174,7 +174,7 @@ pub unsafe extern "C" fn readdir_r(
 /// # Safety
 /// closedir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn closedir(d: *mut c_void) -> c_int {
+pub(crate) unsafe extern "C" fn closedir(d: *mut c_void) -> c_int {
     if !ours(d) {
         return real!(closedir(d) as fn(*mut c_void) -> c_int);
     }
@@ -189,7 +189,7 @@ pub unsafe extern "C" fn closedir(d: *mut c_void) -> c_int {
 /// # Safety
 /// dirfd(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn dirfd(d: *mut c_void) -> c_int {
+pub(crate) unsafe extern "C" fn dirfd(d: *mut c_void) -> c_int {
     if !ours(d) {
         return real!(dirfd(d) as fn(*mut c_void) -> c_int);
     }
@@ -200,7 +200,7 @@ pub unsafe extern "C" fn dirfd(d: *mut c_void) -> c_int {
 /// # Safety
 /// rewinddir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn rewinddir(d: *mut c_void) {
+pub(crate) unsafe extern "C" fn rewinddir(d: *mut c_void) {
     if !ours(d) {
         return real!(rewinddir(d) as fn(*mut c_void) -> ());
     }
@@ -211,7 +211,7 @@ pub unsafe extern "C" fn rewinddir(d: *mut c_void) {
 /// # Safety
 /// telldir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn telldir(d: *mut c_void) -> c_long {
+pub(crate) unsafe extern "C" fn telldir(d: *mut c_void) -> c_long {
     if !ours(d) {
         return real!(telldir(d) as fn(*mut c_void) -> c_long);
     }
@@ -222,7 +222,7 @@ pub unsafe extern "C" fn telldir(d: *mut c_void) -> c_long {
 /// # Safety
 /// seekdir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn seekdir(d: *mut c_void, pos: c_long) {
+pub(crate) unsafe extern "C" fn seekdir(d: *mut c_void, pos: c_long) {
     if !ours(d) {
         return real!(seekdir(d, pos) as fn(*mut c_void, c_long) -> ());
     }
@@ -235,7 +235,7 @@ pub unsafe extern "C" fn seekdir(d: *mut c_void, pos: c_long) {
 /// # Safety
 /// scandir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn scandir(
+pub(crate) unsafe extern "C" fn scandir(
     path: *const c_char,
     list: *mut c_void,
     filter: *mut c_void,
@@ -252,7 +252,7 @@ pub unsafe extern "C" fn scandir(
 /// # Safety
 /// scandir(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn scandir64(
+pub(crate) unsafe extern "C" fn scandir64(
     path: *const c_char,
     list: *mut c_void,
     filter: *mut c_void,

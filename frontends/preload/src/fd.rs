@@ -53,7 +53,7 @@ fn close_shim(fd: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn close(fd: c_int) -> c_int {
+pub(crate) extern "C" fn close(fd: c_int) -> c_int {
     if lookup(fd).is_some() {
         return close_shim(fd);
     }
@@ -63,7 +63,7 @@ pub extern "C" fn close(fd: c_int) -> c_int {
 /// # Safety
 /// read(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize {
+pub(crate) unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             // SAFETY: the caller's contract.
@@ -77,7 +77,12 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize {
 /// # Safety
 /// read(2)'s contract (fortified: `buflen` is the buffer's size).
 #[no_mangle]
-pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> isize {
+pub(crate) unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: usize,
+    buflen: usize,
+) -> isize {
     if lookup(fd).is_some() {
         // SAFETY: the caller's contract, at most `buflen` bytes.
         return unsafe { read(fd, buf, n.min(buflen)) };
@@ -88,7 +93,7 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: usize, bufle
 /// # Safety
 /// write(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize {
+pub(crate) unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             // SAFETY: the caller's contract.
@@ -102,7 +107,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize
 /// # Safety
 /// pread(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
+pub(crate) unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             // SAFETY: the caller's contract.
@@ -116,7 +121,7 @@ pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: usize, off: i64) 
 /// # Safety
 /// pread(2)'s contract (fortified: `buflen` is the buffer's size).
 #[no_mangle]
-pub unsafe extern "C" fn __pread_chk(
+pub(crate) unsafe extern "C" fn __pread_chk(
     fd: c_int,
     buf: *mut c_void,
     n: usize,
@@ -133,7 +138,7 @@ pub unsafe extern "C" fn __pread_chk(
 /// # Safety
 /// pread(2)'s contract (fortified).
 #[no_mangle]
-pub unsafe extern "C" fn __pread64_chk(
+pub(crate) unsafe extern "C" fn __pread64_chk(
     fd: c_int,
     buf: *mut c_void,
     n: usize,
@@ -147,7 +152,7 @@ pub unsafe extern "C" fn __pread64_chk(
 /// # Safety
 /// pread(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
+pub(crate) unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
     // SAFETY: the caller's contract (off_t is 64 bits here).
     unsafe { pread(fd, buf, n, off) }
 }
@@ -155,7 +160,7 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: usize, off: i64
 /// # Safety
 /// pwrite(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize {
+pub(crate) unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             // SAFETY: the caller's contract.
@@ -169,7 +174,12 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: usize, off: i6
 /// # Safety
 /// pwrite(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize {
+pub(crate) unsafe extern "C" fn pwrite64(
+    fd: c_int,
+    buf: *const c_void,
+    n: usize,
+    off: i64,
+) -> isize {
     // SAFETY: the caller's contract.
     unsafe { pwrite(fd, buf, n, off) }
 }
@@ -197,7 +207,7 @@ unsafe fn iovecs(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<libc::iovec>
 /// # Safety
 /// readv(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize {
+pub(crate) unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             let mut total = 0usize;
@@ -220,7 +230,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -
 /// # Safety
 /// writev(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize {
+pub(crate) unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> isize {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             let mut total = 0usize;
@@ -237,7 +247,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
 }
 
 #[no_mangle]
-pub extern "C" fn lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
+pub(crate) extern "C" fn lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             let w = match whence {
@@ -255,12 +265,12 @@ pub extern "C" fn lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
 }
 
 #[no_mangle]
-pub extern "C" fn lseek64(fd: c_int, off: i64, whence: c_int) -> i64 {
+pub(crate) extern "C" fn lseek64(fd: c_int, off: i64, whence: c_int) -> i64 {
     lseek(fd, off, whence)
 }
 
 #[no_mangle]
-pub extern "C" fn fsync(fd: c_int) -> c_int {
+pub(crate) extern "C" fn fsync(fd: c_int) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| p.fsync(o.fd).map(|_| 0).map_err(en));
     }
@@ -268,7 +278,7 @@ pub extern "C" fn fsync(fd: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn fdatasync(fd: c_int) -> c_int {
+pub(crate) extern "C" fn fdatasync(fd: c_int) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| p.fsync(o.fd).map(|_| 0).map_err(en));
     }
@@ -276,7 +286,7 @@ pub extern "C" fn fdatasync(fd: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn ftruncate(fd: c_int, len: i64) -> c_int {
+pub(crate) extern "C" fn ftruncate(fd: c_int, len: i64) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             p.ftruncate(o.fd, offset(len)?).map_err(en)?;
@@ -287,14 +297,14 @@ pub extern "C" fn ftruncate(fd: c_int, len: i64) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn ftruncate64(fd: c_int, len: i64) -> c_int {
+pub(crate) extern "C" fn ftruncate64(fd: c_int, len: i64) -> c_int {
     ftruncate(fd, len)
 }
 
 /// fallocate(2) on a shim descriptor: mode 0 only (the pool has no KEEP_SIZE or hole
 /// punching: EOPNOTSUPP).
 #[no_mangle]
-pub extern "C" fn fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
+pub(crate) extern "C" fn fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             if mode != 0 {
@@ -308,13 +318,13 @@ pub extern "C" fn fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int
 }
 
 #[no_mangle]
-pub extern "C" fn fallocate64(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
+pub(crate) extern "C" fn fallocate64(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
     fallocate(fd, mode, off, len)
 }
 
 /// posix_fallocate(3): the error number as its result, errno untouched, as glibc does.
 #[no_mangle]
-pub extern "C" fn posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int {
+pub(crate) extern "C" fn posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int {
     if let Some(o) = lookup(fd) {
         if off < 0 || len <= 0 {
             return libc::EINVAL;
@@ -332,7 +342,7 @@ pub extern "C" fn posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn posix_fallocate64(fd: c_int, off: i64, len: i64) -> c_int {
+pub(crate) extern "C" fn posix_fallocate64(fd: c_int, off: i64, len: i64) -> c_int {
     posix_fallocate(fd, off, len)
 }
 
@@ -340,7 +350,7 @@ pub extern "C" fn posix_fallocate64(fd: c_int, off: i64, len: i64) -> c_int {
 ///
 /// # Safety
 /// `st` valid for one `struct stat`.
-pub unsafe fn fstat_shim(o: &Open, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe fn fstat_shim(o: &Open, st: *mut libc::stat) -> c_int {
     enter(-1, |p| {
         let a = p.fstat(o.fd).map_err(en)?;
         // SAFETY: the caller's contract.
@@ -351,7 +361,7 @@ pub unsafe fn fstat_shim(o: &Open, st: *mut libc::stat) -> c_int {
 /// # Safety
 /// fstat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
     if let Some(o) = lookup(fd) {
         // SAFETY: the caller's contract.
         return unsafe { fstat_shim(&o, st) };
@@ -362,7 +372,7 @@ pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
 /// # Safety
 /// fstat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
     // SAFETY: the caller's contract (stat64 is stat here).
     unsafe { fstat(fd, st) }
 }
@@ -372,7 +382,7 @@ pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
 /// # Safety
 /// fstat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
     if let Some(o) = lookup(fd) {
         // SAFETY: the caller's contract.
         return unsafe { fstat_shim(&o, st) };
@@ -383,7 +393,7 @@ pub unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) ->
 /// # Safety
 /// fstat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { __fxstat(ver, fd, st) }
 }
@@ -394,7 +404,7 @@ pub unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat) 
 /// # Safety
 /// mmap(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn mmap(
+pub(crate) unsafe extern "C" fn mmap(
     addr: *mut c_void,
     len: usize,
     prot: c_int,
@@ -420,7 +430,7 @@ pub unsafe extern "C" fn mmap(
 /// # Safety
 /// mmap(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn mmap64(
+pub(crate) unsafe extern "C" fn mmap64(
     addr: *mut c_void,
     len: usize,
     prot: c_int,
@@ -442,7 +452,7 @@ fn duplicated(old: Option<Arc<Open>>, new: c_int) {
 }
 
 #[no_mangle]
-pub extern "C" fn dup(fd: c_int) -> c_int {
+pub(crate) extern "C" fn dup(fd: c_int) -> c_int {
     let o = lookup(fd);
     let r = real!(dup(fd) as fn(c_int) -> c_int);
     if r >= 0 && o.is_some() {
@@ -452,7 +462,7 @@ pub extern "C" fn dup(fd: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+pub(crate) extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     let o = lookup(old);
     let r = real!(dup2(old, new) as fn(c_int, c_int) -> c_int);
     if r >= 0 && old != new && !state::busy() {
@@ -462,7 +472,7 @@ pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+pub(crate) extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     let o = lookup(old);
     let r = real!(dup3(old, new, flags) as fn(c_int, c_int, c_int) -> c_int);
     if r >= 0 && !state::busy() {
@@ -479,7 +489,7 @@ pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// # Safety
 /// fcntl(2)'s contract (`arg` is read only by commands that take one).
 #[no_mangle]
-pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
+pub(crate) unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
     if let Some(o) = lookup(fd) {
         match cmd {
             libc::F_GETFL => {
@@ -510,7 +520,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
 /// # Safety
 /// fcntl(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
+pub(crate) unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { fcntl(fd, cmd, arg) }
 }
@@ -521,7 +531,7 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
 /// # Safety
 /// copy_file_range(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn copy_file_range(
+pub(crate) unsafe extern "C" fn copy_file_range(
     fd_in: c_int,
     off_in: *mut i64,
     fd_out: c_int,
@@ -613,7 +623,7 @@ unsafe fn copy_through(
 /// # Safety
 /// sendfile(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut i64, n: usize) -> isize {
+pub(crate) unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut i64, n: usize) -> isize {
     if lookup(out).is_some() || lookup(inp).is_some() {
         state::set_errno(libc::EINVAL);
         return -1;
@@ -636,7 +646,7 @@ fn stale(lo: c_int, hi: c_int) {
 }
 
 #[no_mangle]
-pub extern "C" fn close_range(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
+pub(crate) extern "C" fn close_range(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
     let r = real!(close_range(lo, hi, flags) as fn(c_uint, c_uint, c_int) -> c_int);
     if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         stale(
@@ -648,7 +658,7 @@ pub extern "C" fn close_range(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn closefrom(lo: c_int) {
+pub(crate) extern "C" fn closefrom(lo: c_int) {
     real!(closefrom(lo) as fn(c_int) -> ());
     stale(lo, c_int::MAX);
 }
@@ -656,7 +666,7 @@ pub extern "C" fn closefrom(lo: c_int) {
 /// # Safety
 /// fclose(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fclose(f: *mut libc::FILE) -> c_int {
+pub(crate) unsafe extern "C" fn fclose(f: *mut libc::FILE) -> c_int {
     let fd = if f.is_null() {
         -1
     } else {

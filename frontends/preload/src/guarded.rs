@@ -124,7 +124,7 @@ extern "C" {
 
 /// EFAULT when `[p, p + len)` cannot be read (`write`: written), as the kernel answers for a bad
 /// buffer; `Ok` where it can, or where this cannot be asked (the caller's contract is trusted).
-pub fn check(p: *const u8, len: usize, write: bool) -> Result<(), std::ffi::c_int> {
+pub(crate) fn check(p: *const u8, len: usize, write: bool) -> Result<(), std::ffi::c_int> {
     match accessible(p, len, write) {
         Some(false) => Err(libc::EFAULT),
         _ => Ok(()),
@@ -135,7 +135,7 @@ pub fn check(p: *const u8, len: usize, write: bool) -> Result<(), std::ffi::c_in
 /// access might fault: `Some(true)` or `Some(false)` (unmapped, not permitted, or a range that
 /// wraps around the address space); `None` when this cannot be asked here (read it another way,
 /// or trust the caller). One touch per page.
-pub fn accessible(p: *const u8, len: usize, write: bool) -> Option<bool> {
+pub(crate) fn accessible(p: *const u8, len: usize, write: bool) -> Option<bool> {
     #[cfg(target_arch = "x86_64")]
     {
         if len == 0 {
@@ -169,7 +169,7 @@ pub fn accessible(p: *const u8, len: usize, write: bool) -> Option<bool> {
 /// `Some(Err(EFAULT))` when memory on the way is not readable, `Some(Err(ENAMETOOLONG))` when
 /// no NUL comes within `max` bytes; `None` when this cannot be done here (not x86_64, or the
 /// handler could not be installed): read it another way.
-pub fn copy(ptr: *const libc::c_char, max: usize) -> Option<Result<Vec<u8>, libc::c_int>> {
+pub(crate) fn copy(ptr: *const libc::c_char, max: usize) -> Option<Result<Vec<u8>, libc::c_int>> {
     #[cfg(target_arch = "x86_64")]
     {
         if !install() {
@@ -353,7 +353,7 @@ unsafe fn program_sigaction(
 /// # Safety
 /// As `sigaction(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn sigaction(
+pub(crate) unsafe extern "C" fn sigaction(
     sig: libc::c_int,
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
@@ -376,7 +376,7 @@ pub unsafe extern "C" fn sigaction(
 /// # Safety
 /// As `signal(3)`.
 #[no_mangle]
-pub unsafe extern "C" fn signal(
+pub(crate) unsafe extern "C" fn signal(
     sig: libc::c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
@@ -391,7 +391,7 @@ pub unsafe extern "C" fn signal(
 /// # Safety
 /// As `signal(3)`.
 #[no_mangle]
-pub unsafe extern "C" fn bsd_signal(
+pub(crate) unsafe extern "C" fn bsd_signal(
     sig: libc::c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
@@ -406,7 +406,7 @@ pub unsafe extern "C" fn bsd_signal(
 /// # Safety
 /// As `sysv_signal(3)`.
 #[no_mangle]
-pub unsafe extern "C" fn sysv_signal(
+pub(crate) unsafe extern "C" fn sysv_signal(
     sig: libc::c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {

@@ -6,7 +6,7 @@ use pmkit_fs::posix::Cred;
 use std::ffi::c_int;
 
 /// Who this process is now: effective user and group, supplementary groups.
-pub fn current() -> Cred {
+pub(crate) fn current() -> Cred {
     let _b = Busy::new();
     // SAFETY: geteuid and getegid cannot fail; getgroups writes at most `n` ids into a buffer
     // of `n` (asked first with 0).

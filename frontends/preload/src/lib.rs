@@ -30,6 +30,8 @@
 )))]
 compile_error!("pmkit-preload supports Linux on x86_64 and aarch64 only (variadic ABI)");
 
+// The C entry points are `pub(crate)`: `#[no_mangle]` exports their symbols, and no Rust
+// caller outside this crate exists (the workspace denies unreachable `pub`).
 #[macro_use]
 mod real;
 mod busy;
@@ -40,6 +42,7 @@ mod fd;
 mod guarded;
 mod ids;
 mod meta;
+mod open;
 mod path;
 mod sock;
 mod stat;

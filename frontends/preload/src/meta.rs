@@ -7,10 +7,10 @@ use pmkit_media::Region;
 use std::ffi::{c_char, c_int, c_uint};
 
 /// `f_type` of pool files in `statfs` ("PMFS").
-pub const PMFS_MAGIC: i64 = 0x504d_4653;
+pub(crate) const PMFS_MAGIC: i64 = 0x504d_4653;
 
 #[no_mangle]
-pub extern "C" fn fchmod(fd: c_int, mode: c_uint) -> c_int {
+pub(crate) extern "C" fn fchmod(fd: c_int, mode: c_uint) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| p.fchmod(o.fd, mode).map(|_| 0).map_err(en));
     }
@@ -20,7 +20,7 @@ pub extern "C" fn fchmod(fd: c_int, mode: c_uint) -> c_int {
 /// # Safety
 /// fchmodat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fchmodat(
+pub(crate) unsafe extern "C" fn fchmodat(
     dirfd: c_int,
     path: *const c_char,
     mode: c_uint,
@@ -51,7 +51,7 @@ unsafe fn times(t: *const libc::timespec) -> Option<[libc::timespec; 2]> {
 /// # Safety
 /// futimens(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
+pub(crate) unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             // SAFETY: the caller's contract.
@@ -64,7 +64,7 @@ pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int 
 /// # Safety
 /// utimensat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn utimensat(
+pub(crate) unsafe extern "C" fn utimensat(
     dirfd: c_int,
     path: *const c_char,
     t: *const libc::timespec,
@@ -131,7 +131,7 @@ fn pool_pathconf(name: c_int) -> Result<libc::c_long, c_int> {
 /// # Safety
 /// pathconf(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn pathconf(path: *const c_char, name: c_int) -> libc::c_long {
+pub(crate) unsafe extern "C" fn pathconf(path: *const c_char, name: c_int) -> libc::c_long {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(p) => enter(-1, |fs| {
@@ -147,7 +147,7 @@ pub unsafe extern "C" fn pathconf(path: *const c_char, name: c_int) -> libc::c_l
 /// # Safety
 /// fpathconf(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fpathconf(fd: c_int, name: c_int) -> libc::c_long {
+pub(crate) unsafe extern "C" fn fpathconf(fd: c_int, name: c_int) -> libc::c_long {
     match lookup(fd) {
         Some(_) => enter(-1, |_| pool_pathconf(name)),
         None => real!(fpathconf(fd, name) as fn(c_int, c_int) -> libc::c_long),
@@ -157,7 +157,7 @@ pub unsafe extern "C" fn fpathconf(fd: c_int, name: c_int) -> libc::c_long {
 /// # Safety
 /// statfs(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn statfs(path: *const c_char, out: *mut libc::statfs) -> c_int {
+pub(crate) unsafe extern "C" fn statfs(path: *const c_char, out: *mut libc::statfs) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(p) => enter(-1, |fs| {
@@ -172,7 +172,7 @@ pub unsafe extern "C" fn statfs(path: *const c_char, out: *mut libc::statfs) -> 
 /// # Safety
 /// statfs(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn statfs64(path: *const c_char, out: *mut libc::statfs) -> c_int {
+pub(crate) unsafe extern "C" fn statfs64(path: *const c_char, out: *mut libc::statfs) -> c_int {
     // SAFETY: the caller's contract (statfs64 is statfs here).
     unsafe { statfs(path, out) }
 }
@@ -180,7 +180,7 @@ pub unsafe extern "C" fn statfs64(path: *const c_char, out: *mut libc::statfs) -
 /// # Safety
 /// fstatfs(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fstatfs(fd: c_int, out: *mut libc::statfs) -> c_int {
+pub(crate) unsafe extern "C" fn fstatfs(fd: c_int, out: *mut libc::statfs) -> c_int {
     if lookup(fd).is_some() {
         // SAFETY: the caller's contract.
         return enter(-1, |fs| unsafe { fill_statfs(fs, out) });
@@ -191,7 +191,7 @@ pub unsafe extern "C" fn fstatfs(fd: c_int, out: *mut libc::statfs) -> c_int {
 /// # Safety
 /// fstatfs(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fstatfs64(fd: c_int, out: *mut libc::statfs) -> c_int {
+pub(crate) unsafe extern "C" fn fstatfs64(fd: c_int, out: *mut libc::statfs) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { fstatfs(fd, out) }
 }
@@ -205,7 +205,7 @@ fn ids(uid: c_uint, gid: c_uint) -> (Option<u32>, Option<u32>) {
 }
 
 #[no_mangle]
-pub extern "C" fn fchown(fd: c_int, uid: c_uint, gid: c_uint) -> c_int {
+pub(crate) extern "C" fn fchown(fd: c_int, uid: c_uint, gid: c_uint) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
             let (u, g) = ids(uid, gid);
@@ -218,7 +218,7 @@ pub extern "C" fn fchown(fd: c_int, uid: c_uint, gid: c_uint) -> c_int {
 /// # Safety
 /// fchownat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fchownat(
+pub(crate) unsafe extern "C" fn fchownat(
     dirfd: c_int,
     path: *const c_char,
     uid: c_uint,
@@ -240,7 +240,7 @@ pub unsafe extern "C" fn fchownat(
 /// # Safety
 /// chown(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn chown(path: *const c_char, uid: c_uint, gid: c_uint) -> c_int {
+pub(crate) unsafe extern "C" fn chown(path: *const c_char, uid: c_uint, gid: c_uint) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
@@ -252,7 +252,7 @@ pub unsafe extern "C" fn chown(path: *const c_char, uid: c_uint, gid: c_uint) ->
 /// # Safety
 /// lchown(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn lchown(path: *const c_char, uid: c_uint, gid: c_uint) -> c_int {
+pub(crate) unsafe extern "C" fn lchown(path: *const c_char, uid: c_uint, gid: c_uint) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
@@ -272,7 +272,7 @@ pub unsafe extern "C" fn lchown(path: *const c_char, uid: c_uint, gid: c_uint) -
 /// # Safety
 /// mknodat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn mknodat(
+pub(crate) unsafe extern "C" fn mknodat(
     dirfd: c_int,
     path: *const c_char,
     mode: c_uint,
@@ -293,7 +293,7 @@ pub unsafe extern "C" fn mknodat(
 /// # Safety
 /// mknod(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn mknod(path: *const c_char, mode: c_uint, dev: u64) -> c_int {
+pub(crate) unsafe extern "C" fn mknod(path: *const c_char, mode: c_uint, dev: u64) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
@@ -305,7 +305,7 @@ pub unsafe extern "C" fn mknod(path: *const c_char, mode: c_uint, dev: u64) -> c
 /// # Safety
 /// mkfifo(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: c_uint) -> c_int {
+pub(crate) unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: c_uint) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         // SAFETY: the caller's contract.
@@ -319,7 +319,7 @@ pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: c_uin
 /// # Safety
 /// mkfifo(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: c_uint) -> c_int {
+pub(crate) unsafe extern "C" fn mkfifo(path: *const c_char, mode: c_uint) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { mkfifoat(libc::AT_FDCWD, path, mode) }
 }
@@ -327,7 +327,7 @@ pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: c_uint) -> c_int {
 /// # Safety
 /// utimes(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
+pub(crate) unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(_) => {
@@ -350,7 +350,7 @@ pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -
 /// # Safety
 /// utime(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn utime(path: *const c_char, t: *const libc::utimbuf) -> c_int {
+pub(crate) unsafe extern "C" fn utime(path: *const c_char, t: *const libc::utimbuf) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(_) => {

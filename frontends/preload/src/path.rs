@@ -3,160 +3,9 @@
 //! EXDEV, as between two file systems.
 
 use crate::stat::{fill_stat, fill_statx};
-use crate::state::{self, en, enter, route, Open, Route};
+use crate::state::{self, en, enter, route, Route};
 use pmkit_fs::RenameFlags;
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::Arc;
-
-/// open(2) of a pool path: a pool descriptor behind a new kernel number.
-fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
-    // A stale entry the new number replaces is dropped after `enter` (its drop closes a pool
-    // descriptor, which takes the pool's lock again).
-    let mut gone = None;
-    let r = enter(-1, |p| {
-        let fd = p.open(&path, flags, state::umasked(mode)).map_err(en)?;
-        let cloexec = if flags & libc::O_CLOEXEC != 0 {
-            libc::EPOLL_CLOEXEC
-        } else {
-            0
-        };
-        // The kernel number: an epoll instance answers read, write, mmap, getdents... with
-        // an error, so a call the shim does not serve fails rather than reaching some file.
-        // SAFETY: a plain system call.
-        let k = unsafe { libc::epoll_create1(cloexec) };
-        if k < 0 {
-            let e = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EMFILE);
-            let _ = p.close(fd);
-            return Err(e);
-        }
-        let path = state::kept_path(path);
-        let o = Open { fd, flags, path };
-        gone = state::insert(k, Arc::new(o));
-        Ok(k)
-    });
-    drop(gone);
-    r
-}
-
-/// # Safety
-/// open(2)'s contract; `mode` is read only with O_CREAT or O_TMPFILE.
-#[no_mangle]
-pub unsafe extern "C" fn openat(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: c_uint,
-) -> c_int {
-    // SAFETY: the caller's contract.
-    match unsafe { route(dirfd, path) } {
-        Route::Pool(p) => {
-            let mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
-                mode
-            } else {
-                0
-            };
-            open_pool(p, flags, mode)
-        }
-        Route::Real => {
-            let r = real!(openat(dirfd, path, flags, mode)
-                as fn(c_int, *const c_char, c_int, c_uint) -> c_int);
-            if r >= 0 && !state::busy() {
-                // The kernel gave out a number the table still holds: the shim descriptor
-                // was closed past this library (see `fd::stale`); forget it.
-                drop(state::remove(r));
-            }
-            r
-        }
-    }
-}
-
-/// # Safety
-/// open(2)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn openat64(
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: c_uint,
-) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { openat(dirfd, path, flags, mode) }
-}
-
-/// # Safety
-/// open(2)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { openat(libc::AT_FDCWD, path, flags, mode) }
-}
-
-/// # Safety
-/// open(2)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { openat(libc::AT_FDCWD, path, flags, mode) }
-}
-
-/// Fortified open (flags not known at compile time; no O_CREAT).
-///
-/// # Safety
-/// open(2)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { openat(libc::AT_FDCWD, path, flags, 0) }
-}
-
-/// # Safety
-/// open(2)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { openat(libc::AT_FDCWD, path, flags, 0) }
-}
-
-/// # Safety
-/// openat(2)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { openat(dirfd, path, flags, 0) }
-}
-
-/// # Safety
-/// openat(2)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { openat(dirfd, path, flags, 0) }
-}
-
-/// # Safety
-/// creat(2)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn creat(path: *const c_char, mode: c_uint) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe {
-        openat(
-            libc::AT_FDCWD,
-            path,
-            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
-            mode,
-        )
-    }
-}
-
-/// # Safety
-/// creat(2)'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn creat64(path: *const c_char, mode: c_uint) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { creat(path, mode) }
-}
 
 /// AT_SYMLINK_NOFOLLOW, unless a trailing slash asks for the directory a link names.
 fn nofollow(flags: c_int, p: &[u8]) -> bool {
@@ -186,7 +35,7 @@ fn attr_at(
 /// # Safety
 /// fstatat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fstatat(
+pub(crate) unsafe extern "C" fn fstatat(
     dirfd: c_int,
     path: *const c_char,
     st: *mut libc::stat,
@@ -229,7 +78,7 @@ unsafe fn stat_pool(p: &[u8], st: *mut libc::stat, flags: c_int) -> c_int {
 /// # Safety
 /// fstatat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fstatat64(
+pub(crate) unsafe extern "C" fn fstatat64(
     dirfd: c_int,
     path: *const c_char,
     st: *mut libc::stat,
@@ -242,7 +91,7 @@ pub unsafe extern "C" fn fstatat64(
 /// # Safety
 /// stat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
@@ -254,7 +103,7 @@ pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat) -> c_int
 /// # Safety
 /// stat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { stat(path, st) }
 }
@@ -262,7 +111,7 @@ pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat) -> c_i
 /// # Safety
 /// lstat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
@@ -274,7 +123,7 @@ pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat) -> c_in
 /// # Safety
 /// lstat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { lstat(path, st) }
 }
@@ -284,7 +133,11 @@ pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat) -> c_
 /// # Safety
 /// stat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn __xstat(
+    ver: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
@@ -298,7 +151,11 @@ pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, st: *mut libc:
 /// # Safety
 /// stat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __xstat64(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn __xstat64(
+    ver: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { __xstat(ver, path, st) }
 }
@@ -306,7 +163,11 @@ pub unsafe extern "C" fn __xstat64(ver: c_int, path: *const c_char, st: *mut lib
 /// # Safety
 /// lstat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn __lxstat(
+    ver: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
@@ -320,7 +181,11 @@ pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, st: *mut libc
 /// # Safety
 /// lstat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __lxstat64(ver: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
+pub(crate) unsafe extern "C" fn __lxstat64(
+    ver: c_int,
+    path: *const c_char,
+    st: *mut libc::stat,
+) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { __lxstat(ver, path, st) }
 }
@@ -328,7 +193,7 @@ pub unsafe extern "C" fn __lxstat64(ver: c_int, path: *const c_char, st: *mut li
 /// # Safety
 /// fstatat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __fxstatat(
+pub(crate) unsafe extern "C" fn __fxstatat(
     ver: c_int,
     dirfd: c_int,
     path: *const c_char,
@@ -347,7 +212,7 @@ pub unsafe extern "C" fn __fxstatat(
 /// # Safety
 /// fstatat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn __fxstatat64(
+pub(crate) unsafe extern "C" fn __fxstatat64(
     ver: c_int,
     dirfd: c_int,
     path: *const c_char,
@@ -363,7 +228,7 @@ pub unsafe extern "C" fn __fxstatat64(
 /// # Safety
 /// statx(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn statx(
+pub(crate) unsafe extern "C" fn statx(
     dirfd: c_int,
     path: *const c_char,
     flags: c_int,
@@ -408,7 +273,7 @@ pub unsafe extern "C" fn statx(
 /// # Safety
 /// faccessat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn faccessat(
+pub(crate) unsafe extern "C" fn faccessat(
     dirfd: c_int,
     path: *const c_char,
     mode: c_int,
@@ -433,7 +298,7 @@ pub unsafe extern "C" fn faccessat(
 /// # Safety
 /// access(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+pub(crate) unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         // SAFETY: the caller's contract.
@@ -453,7 +318,7 @@ fn on_pool(
 /// # Safety
 /// unlinkat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+pub(crate) unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) if flags & libc::AT_REMOVEDIR != 0 => remove_dir(path, p),
@@ -467,7 +332,7 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
 /// # Safety
 /// unlink(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+pub(crate) unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(p) => on_pool(p, |fs, p| fs.unlink(p)),
@@ -479,7 +344,7 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 /// remove(3)'s contract. glibc's `remove` calls its own `unlink` and `rmdir` inside libc, past
 /// this library, so it is caught here (postmark deletes with it).
 #[no_mangle]
-pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
+pub(crate) unsafe extern "C" fn remove(path: *const c_char) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(p) => on_pool(p, |fs, p| match fs.unlink(p) {
@@ -493,7 +358,7 @@ pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
 /// # Safety
 /// rmdir(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+pub(crate) unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(p) => remove_dir(path, p),
@@ -514,7 +379,7 @@ fn remove_dir(path: *const c_char, p: Vec<u8>) -> c_int {
 /// # Safety
 /// mkdirat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: c_uint) -> c_int {
+pub(crate) unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: c_uint) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(dirfd, path) } {
         Route::Pool(p) => on_pool(p, |fs, p| fs.mkdir(p, state::umasked(mode)).map(drop)),
@@ -527,7 +392,7 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: c_uint
 /// # Safety
 /// mkdir(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn mkdir(path: *const c_char, mode: c_uint) -> c_int {
+pub(crate) unsafe extern "C" fn mkdir(path: *const c_char, mode: c_uint) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(p) => on_pool(p, |fs, p| fs.mkdir(p, state::umasked(mode)).map(drop)),
@@ -538,7 +403,7 @@ pub unsafe extern "C" fn mkdir(path: *const c_char, mode: c_uint) -> c_int {
 /// # Safety
 /// truncate(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn truncate(path: *const c_char, len: i64) -> c_int {
+pub(crate) unsafe extern "C" fn truncate(path: *const c_char, len: i64) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(_) if len < 0 => enter(-1, |_| Err(libc::EINVAL)),
@@ -550,7 +415,7 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: i64) -> c_int {
 /// # Safety
 /// truncate(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn truncate64(path: *const c_char, len: i64) -> c_int {
+pub(crate) unsafe extern "C" fn truncate64(path: *const c_char, len: i64) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { truncate(path, len) }
 }
@@ -558,7 +423,7 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: i64) -> c_int {
 /// # Safety
 /// chmod(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn chmod(path: *const c_char, mode: c_uint) -> c_int {
+pub(crate) unsafe extern "C" fn chmod(path: *const c_char, mode: c_uint) -> c_int {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(p) => on_pool(p, |fs, p| fs.chmod(p, mode)),
@@ -597,7 +462,7 @@ unsafe fn two(
 /// # Safety
 /// renameat2(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn renameat2(
+pub(crate) unsafe extern "C" fn renameat2(
     da: c_int,
     a: *const c_char,
     db: c_int,
@@ -624,7 +489,7 @@ pub unsafe extern "C" fn renameat2(
 /// # Safety
 /// renameat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn renameat(
+pub(crate) unsafe extern "C" fn renameat(
     da: c_int,
     a: *const c_char,
     db: c_int,
@@ -637,7 +502,7 @@ pub unsafe extern "C" fn renameat(
 /// # Safety
 /// rename(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn rename(a: *const c_char, b: *const c_char) -> c_int {
+pub(crate) unsafe extern "C" fn rename(a: *const c_char, b: *const c_char) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { renameat2(libc::AT_FDCWD, a, libc::AT_FDCWD, b, 0) }
 }
@@ -645,7 +510,7 @@ pub unsafe extern "C" fn rename(a: *const c_char, b: *const c_char) -> c_int {
 /// # Safety
 /// linkat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn linkat(
+pub(crate) unsafe extern "C" fn linkat(
     da: c_int,
     a: *const c_char,
     db: c_int,
@@ -666,7 +531,7 @@ pub unsafe extern "C" fn linkat(
 /// # Safety
 /// link(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn link(a: *const c_char, b: *const c_char) -> c_int {
+pub(crate) unsafe extern "C" fn link(a: *const c_char, b: *const c_char) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { linkat(libc::AT_FDCWD, a, libc::AT_FDCWD, b, 0) }
 }
@@ -677,7 +542,7 @@ pub unsafe extern "C" fn link(a: *const c_char, b: *const c_char) -> c_int {
 /// # Safety
 /// symlinkat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn symlinkat(
+pub(crate) unsafe extern "C" fn symlinkat(
     target: *const c_char,
     dirfd: c_int,
     path: *const c_char,
@@ -708,7 +573,7 @@ pub unsafe extern "C" fn symlinkat(
 /// # Safety
 /// symlink(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+pub(crate) unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { symlinkat(target, libc::AT_FDCWD, path) }
 }
@@ -716,7 +581,7 @@ pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> 
 /// # Safety
 /// readlinkat(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn readlinkat(
+pub(crate) unsafe extern "C" fn readlinkat(
     dirfd: c_int,
     path: *const c_char,
     buf: *mut c_char,
@@ -744,7 +609,7 @@ pub unsafe extern "C" fn readlinkat(
 /// # Safety
 /// readlink(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: usize) -> isize {
+pub(crate) unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: usize) -> isize {
     // SAFETY: the caller's contract.
     unsafe { readlinkat(libc::AT_FDCWD, path, buf, n) }
 }
@@ -752,7 +617,7 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: usiz
 /// # Safety
 /// readlink(2)'s contract (fortified).
 #[no_mangle]
-pub unsafe extern "C" fn __readlink_chk(
+pub(crate) unsafe extern "C" fn __readlink_chk(
     path: *const c_char,
     buf: *mut c_char,
     n: usize,
@@ -768,7 +633,7 @@ pub unsafe extern "C" fn __readlink_chk(
 /// # Safety
 /// fopen(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut c_void {
+pub(crate) unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut c_void {
     // SAFETY: the caller's contract.
     match unsafe { route(libc::AT_FDCWD, path) } {
         Route::Pool(_) => enter(std::ptr::null_mut(), |_| Err(libc::ENOTSUP)),
@@ -779,7 +644,7 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
 /// # Safety
 /// fopen(3)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut c_void {
+pub(crate) unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut c_void {
     // SAFETY: the caller's contract.
     unsafe { fopen(path, mode) }
 }

@@ -18,7 +18,7 @@ macro_rules! real {
 
 /// The next definition of `name` (NUL-terminated) after this library; aborts when missing (a
 /// program can only call a function its libc has, so this is a broken installation).
-pub fn lookup(name: &'static str) -> usize {
+pub(crate) fn lookup(name: &'static str) -> usize {
     // SAFETY: `name` is NUL-terminated (the macro appends it).
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) };
     if p.is_null() {

@@ -83,7 +83,7 @@ unsafe fn pool_path(
 /// # Safety
 /// bind(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn bind(
+pub(crate) unsafe extern "C" fn bind(
     fd: c_int,
     addr: *const libc::sockaddr,
     len: libc::socklen_t,
@@ -140,7 +140,7 @@ fn bind_pool(fd: c_int, p: Vec<u8>) -> c_int {
 /// # Safety
 /// connect(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn connect(
+pub(crate) unsafe extern "C" fn connect(
     fd: c_int,
     addr: *const libc::sockaddr,
     len: libc::socklen_t,

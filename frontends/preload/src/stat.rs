@@ -7,13 +7,13 @@ use std::ffi::c_int;
 /// The device number pool files report (major 0, an unnamed-device minor no kernel file
 /// system of this host is likely to hold): tools that compare `st_dev` (cp, find -xdev) see
 /// a file system of its own.
-pub const DEV_MINOR: u32 = 0xfe;
+pub(crate) const DEV_MINOR: u32 = 0xfe;
 
 /// Fill `*st` (zeroed first).
 ///
 /// # Safety
 /// `st` must be NULL or valid for writing one `struct stat`.
-pub unsafe fn fill_stat(a: &Attr, st: *mut libc::stat) -> Result<c_int, c_int> {
+pub(crate) unsafe fn fill_stat(a: &Attr, st: *mut libc::stat) -> Result<c_int, c_int> {
     if st.is_null() {
         return Err(libc::EFAULT);
     }
@@ -29,7 +29,7 @@ pub unsafe fn fill_stat(a: &Attr, st: *mut libc::stat) -> Result<c_int, c_int> {
 ///
 /// # Safety
 /// `stx` must be NULL or valid for writing one `struct statx`.
-pub unsafe fn fill_statx(a: &Attr, stx: *mut libc::statx) -> Result<c_int, c_int> {
+pub(crate) unsafe fn fill_statx(a: &Attr, stx: *mut libc::statx) -> Result<c_int, c_int> {
     if stx.is_null() {
         return Err(libc::EFAULT);
     }

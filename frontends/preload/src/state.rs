@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-pub use crate::busy::{busy, Busy};
+pub(crate) use crate::busy::{busy, Busy};
 
-pub struct Config {
+pub(crate) struct Config {
     /// Absolute, normalized (see [`normalize`]), never "/".
     pub prefix: Vec<u8>,
     pub pool: PathBuf,
@@ -24,7 +24,7 @@ static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
 
 /// The configuration, or None (inert) when `PMKIT_PRELOAD_POOL` or `PMKIT_PRELOAD_PREFIX` is
 /// missing or empty.
-pub fn config() -> Option<&'static Config> {
+pub(crate) fn config() -> Option<&'static Config> {
     CONFIG
         .get_or_init(|| {
             let _b = Busy::new();
@@ -59,7 +59,7 @@ pub fn config() -> Option<&'static Config> {
 /// `path` (absolute) with empty and `.` components dropped and `..` applied lexically.
 /// A pool path as a name to keep (a descriptor's, the current directory's): without the
 /// trailing slashes and the "/." that `route` keeps for the calls that refuse a final dot.
-pub fn kept_path(mut p: Vec<u8>) -> Vec<u8> {
+pub(crate) fn kept_path(mut p: Vec<u8>) -> Vec<u8> {
     while p.len() > 1 && (p.ends_with(b"/") || p.ends_with(b"/.")) {
         p.pop();
         if p.ends_with(b"/") && p.len() > 1 {
@@ -70,13 +70,13 @@ pub fn kept_path(mut p: Vec<u8>) -> Vec<u8> {
 }
 
 /// The last component of `path`, trailing slashes ignored (empty for "/" or "").
-pub fn last_component(path: &[u8]) -> &[u8] {
+pub(crate) fn last_component(path: &[u8]) -> &[u8] {
     path.split(|&b| b == b'/')
         .rfind(|c| !c.is_empty())
         .unwrap_or(b"")
 }
 
-pub fn normalize(path: &[u8]) -> Vec<u8> {
+pub(crate) fn normalize(path: &[u8]) -> Vec<u8> {
     let mut parts: Vec<&[u8]> = Vec::new();
     for c in path.split(|&b| b == b'/') {
         match c {
@@ -99,7 +99,7 @@ pub fn normalize(path: &[u8]) -> Vec<u8> {
 }
 
 /// One line on stderr, prefixed with the library's name.
-pub fn warn(msg: &str) {
+pub(crate) fn warn(msg: &str) {
     let _b = Busy::new();
     let line = format!("pmkit-preload: {msg}\n");
     // SAFETY: a write of our own buffer; the guard sends it to libc.
@@ -171,7 +171,7 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
 }
 
 /// Run `f` on the pool if it is mounted (not mounting it).
-pub fn with_mounted(f: impl FnOnce(&Posix<Region>)) {
+pub(crate) fn with_mounted(f: impl FnOnce(&Posix<Region>)) {
     let _b = Busy::new();
     if let Some(Ok(pool)) = POOL.get() {
         if let Ok(g) = pool.read() {
@@ -184,7 +184,7 @@ pub fn with_mounted(f: impl FnOnce(&Posix<Region>)) {
 
 /// Run a served call: `f` gets the pool; an error sets errno and gives `err`. A child of
 /// fork, a pool that failed to mount, one unmounted at exit, and a panic are errors too.
-pub fn enter<T>(err: T, f: impl FnOnce(&Posix<Region>) -> Result<T, c_int>) -> T {
+pub(crate) fn enter<T>(err: T, f: impl FnOnce(&Posix<Region>) -> Result<T, c_int>) -> T {
     let _b = Busy::new();
     let r = if FORKED.load(Ordering::SeqCst) {
         if !FORK_WARNED.swap(true, Ordering::SeqCst) {
@@ -217,19 +217,19 @@ pub fn enter<T>(err: T, f: impl FnOnce(&Posix<Region>) -> Result<T, c_int>) -> T
 }
 
 /// The calling thread's errno.
-pub fn errno() -> c_int {
+pub(crate) fn errno() -> c_int {
     // SAFETY: errno is the calling thread's own variable.
     unsafe { *libc::__errno_location() }
 }
 
-pub fn set_errno(code: c_int) {
+pub(crate) fn set_errno(code: c_int) {
     // SAFETY: errno is the calling thread's own variable.
     unsafe { *libc::__errno_location() = code };
 }
 
 /// `mode` less the process's umask, as the kernel applies it to a file or directory it
 /// creates.
-pub fn umasked(mode: u32) -> u32 {
+pub(crate) fn umasked(mode: u32) -> u32 {
     // Nothing to clear (every open without O_CREAT): no need for the two system calls that
     // read the mask.
     if mode == 0 {
@@ -245,7 +245,7 @@ pub fn umasked(mode: u32) -> u32 {
 }
 
 /// errno of a library error.
-pub fn en(e: pmkit_fs::Error) -> c_int {
+pub(crate) fn en(e: pmkit_fs::Error) -> c_int {
     e.errno()
 }
 
@@ -253,7 +253,7 @@ pub fn en(e: pmkit_fs::Error) -> c_int {
 /// the kernel answers any call the shim does not serve with an error, never with data or a
 /// change elsewhere) stands for a pool descriptor. dup'd numbers share one `Open`, as they
 /// share one open file description in the kernel.
-pub struct Open {
+pub(crate) struct Open {
     pub fd: Fd,
     /// open(2)'s flags.
     pub flags: c_int,
@@ -282,7 +282,7 @@ static FDS: Mutex<Option<HashMap<c_int, Arc<Open>>>> = Mutex::new(None);
 static NFDS: AtomicUsize = AtomicUsize::new(0);
 
 /// The shim's descriptor `fd`, if it is one (never while the shim's own code runs).
-pub fn lookup(fd: c_int) -> Option<Arc<Open>> {
+pub(crate) fn lookup(fd: c_int) -> Option<Arc<Open>> {
     if NFDS.load(Ordering::Acquire) == 0 || busy() {
         return None;
     }
@@ -291,7 +291,7 @@ pub fn lookup(fd: c_int) -> Option<Arc<Open>> {
 }
 
 /// Record `fd` as standing for `o`; an entry it replaces is returned (to drop unlocked).
-pub fn insert(fd: c_int, o: Arc<Open>) -> Option<Arc<Open>> {
+pub(crate) fn insert(fd: c_int, o: Arc<Open>) -> Option<Arc<Open>> {
     let mut g = FDS.lock().unwrap_or_else(|e| e.into_inner());
     let old = g.get_or_insert_with(HashMap::new).insert(fd, o);
     if old.is_none() {
@@ -301,7 +301,7 @@ pub fn insert(fd: c_int, o: Arc<Open>) -> Option<Arc<Open>> {
 }
 
 /// The numbers in the table.
-pub fn numbers() -> Vec<c_int> {
+pub(crate) fn numbers() -> Vec<c_int> {
     if NFDS.load(Ordering::Acquire) == 0 {
         return Vec::new();
     }
@@ -312,7 +312,7 @@ pub fn numbers() -> Vec<c_int> {
 }
 
 /// Forget `fd`; its entry is returned (dropping the last one closes the pool descriptor).
-pub fn remove(fd: c_int) -> Option<Arc<Open>> {
+pub(crate) fn remove(fd: c_int) -> Option<Arc<Open>> {
     if NFDS.load(Ordering::Acquire) == 0 {
         return None;
     }
@@ -501,13 +501,13 @@ fn copy_from_image(ptr: *const libc::c_char) -> Option<Vec<u8>> {
 /// guarded routine here) with `process_vm_readv` on this process, one page at a time, which
 /// answers EFAULT for memory that is not readable. `None`: unreadable, or no NUL within
 /// `PATH_MAX` bytes.
-pub fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
+pub(crate) fn copy_c_string(ptr: *const libc::c_char) -> Option<Vec<u8>> {
     copy_path(ptr).ok()
 }
 
 /// [`copy_c_string`], or why not, as the kernel would answer: EFAULT (not readable, or NULL),
 /// ENAMETOOLONG (no NUL within `PATH_MAX` bytes).
-pub fn copy_path(ptr: *const libc::c_char) -> Result<Vec<u8>, libc::c_int> {
+pub(crate) fn copy_path(ptr: *const libc::c_char) -> Result<Vec<u8>, libc::c_int> {
     if ptr.is_null() {
         return Err(libc::EFAULT);
     }
@@ -552,7 +552,7 @@ pub fn copy_path(ptr: *const libc::c_char) -> Result<Vec<u8>, libc::c_int> {
 }
 
 /// Where a path argument goes.
-pub enum Route {
+pub(crate) enum Route {
     /// To libc (not under the prefix, the shim inert or busy).
     Real,
     /// To the pool, by this path from its root.
@@ -565,7 +565,7 @@ pub enum Route {
 ///
 /// # Safety
 /// `path` must be NULL or a NUL-terminated string.
-pub unsafe fn route(dirfd: c_int, path: *const libc::c_char) -> Route {
+pub(crate) unsafe fn route(dirfd: c_int, path: *const libc::c_char) -> Route {
     if path.is_null() || busy() {
         return Route::Real;
     }

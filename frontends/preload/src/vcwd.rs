@@ -8,14 +8,14 @@ static VCWD: Mutex<Option<Vec<u8>>> = Mutex::new(None);
 static HAS: AtomicBool = AtomicBool::new(false);
 
 /// The current directory when it is inside the pool: its full (prefix-included) path.
-pub fn get() -> Option<Vec<u8>> {
+pub(crate) fn get() -> Option<Vec<u8>> {
     if !HAS.load(Ordering::Acquire) {
         return None;
     }
     VCWD.lock().ok()?.clone()
 }
 
-pub fn set(v: Option<Vec<u8>>) {
+pub(crate) fn set(v: Option<Vec<u8>>) {
     let mut g = VCWD.lock().unwrap_or_else(|e| e.into_inner());
     HAS.store(v.is_some(), Ordering::Release);
     *g = v;

@@ -103,7 +103,7 @@ macro_rules! path_forms {
         /// # Safety
         /// getxattr(2)'s contract.
         #[no_mangle]
-        pub unsafe extern "C" fn $get(
+        pub(crate) unsafe extern "C" fn $get(
             path: *const c_char,
             name: *const c_char,
             v: *mut c_void,
@@ -120,7 +120,7 @@ macro_rules! path_forms {
         /// # Safety
         /// setxattr(2)'s contract.
         #[no_mangle]
-        pub unsafe extern "C" fn $set(
+        pub(crate) unsafe extern "C" fn $set(
             path: *const c_char,
             name: *const c_char,
             v: *const c_void,
@@ -138,7 +138,11 @@ macro_rules! path_forms {
         /// # Safety
         /// listxattr(2)'s contract.
         #[no_mangle]
-        pub unsafe extern "C" fn $list(path: *const c_char, out: *mut c_char, n: usize) -> isize {
+        pub(crate) unsafe extern "C" fn $list(
+            path: *const c_char,
+            out: *mut c_char,
+            n: usize,
+        ) -> isize {
             // SAFETY: the caller's contract.
             match unsafe { route(libc::AT_FDCWD, path) } {
                 Route::Pool(p) => list(Target::Path(p, $follow), out, n),
@@ -151,7 +155,7 @@ macro_rules! path_forms {
         /// # Safety
         /// removexattr(2)'s contract.
         #[no_mangle]
-        pub unsafe extern "C" fn $remove(path: *const c_char, name: *const c_char) -> c_int {
+        pub(crate) unsafe extern "C" fn $remove(path: *const c_char, name: *const c_char) -> c_int {
             // SAFETY: the caller's contract.
             match unsafe { route(libc::AT_FDCWD, path) } {
                 Route::Pool(_) => remove(name),
@@ -169,7 +173,7 @@ path_forms!(lgetxattr, lsetxattr, llistxattr, lremovexattr, false);
 /// # Safety
 /// fgetxattr(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fgetxattr(
+pub(crate) unsafe extern "C" fn fgetxattr(
     fd: c_int,
     name: *const c_char,
     v: *mut c_void,
@@ -186,7 +190,7 @@ pub unsafe extern "C" fn fgetxattr(
 /// # Safety
 /// fsetxattr(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fsetxattr(
+pub(crate) unsafe extern "C" fn fsetxattr(
     fd: c_int,
     name: *const c_char,
     v: *const c_void,
@@ -203,7 +207,7 @@ pub unsafe extern "C" fn fsetxattr(
 /// # Safety
 /// flistxattr(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn flistxattr(fd: c_int, out: *mut c_char, n: usize) -> isize {
+pub(crate) unsafe extern "C" fn flistxattr(fd: c_int, out: *mut c_char, n: usize) -> isize {
     match lookup(fd) {
         Some(o) => list(Target::Fd(o.fd), out, n),
         None => real!(flistxattr(fd, out, n) as fn(c_int, *mut c_char, usize) -> isize),
@@ -213,7 +217,7 @@ pub unsafe extern "C" fn flistxattr(fd: c_int, out: *mut c_char, n: usize) -> is
 /// # Safety
 /// fremovexattr(2)'s contract.
 #[no_mangle]
-pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
+pub(crate) unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
     match lookup(fd) {
         Some(_) => remove(name),
         None => real!(fremovexattr(fd, name) as fn(c_int, *const c_char) -> c_int),

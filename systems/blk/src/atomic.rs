@@ -79,7 +79,7 @@ pub(crate) struct MapCache {
 }
 
 impl MapCache {
-    pub fn new(entries: &[u64]) -> MapCache {
+    pub(crate) fn new(entries: &[u64]) -> MapCache {
         MapCache {
             map: entries.iter().map(|&e| AtomicU64::new(e)).collect(),
         }
@@ -147,7 +147,7 @@ fn thread_hint() -> usize {
 }
 
 impl Lanes {
-    pub fn new(free: &[u32]) -> Lanes {
+    pub(crate) fn new(free: &[u32]) -> Lanes {
         assert!(!free.is_empty(), "an atomic device has spare blocks");
         let n = (free.len() / FREE_PER_LANE).clamp(1, MAX_LANES);
         let mut lists: Vec<Vec<u32>> = (0..n)
@@ -169,7 +169,7 @@ impl Lanes {
         }
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.lanes.len()
     }
 
@@ -188,7 +188,7 @@ impl Lanes {
 
     /// Every physical block no DRAM map entry names (free, or pending until the map entries
     /// that unmapped it are durable), sorted (for tests and `check` of a live device).
-    pub fn free_blocks(&self) -> Vec<u32> {
+    pub(crate) fn free_blocks(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self
             .lanes
             .iter()

@@ -62,7 +62,7 @@ struct State {
 }
 
 impl Batch {
-    pub fn new(o: &BatchOptions, block_size: u32) -> Batch {
+    pub(crate) fn new(o: &BatchOptions, block_size: u32) -> Batch {
         let bs = block_size as usize;
         let slots = o.buffer_bytes / bs;
         assert!(slots >= 4 && slots <= u32::MAX as usize);
@@ -100,11 +100,11 @@ impl Batch {
     }
 
     /// Buffers (one syncer thread each).
-    pub fn buffers(&self) -> usize {
+    pub(crate) fn buffers(&self) -> usize {
         self.bufs.len()
     }
 
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         for b in self.bufs.iter() {
             let _g = b.st.lock();
@@ -113,7 +113,13 @@ impl Batch {
     }
 
     /// Stage blocks `b0..` (or, with `fua`, write them through).
-    pub fn write<M: Media>(&self, dev: &Blocks<M>, b0: u64, src: &[u8], fua: bool) -> Result<()> {
+    pub(crate) fn write<M: Media>(
+        &self,
+        dev: &Blocks<M>,
+        b0: u64,
+        src: &[u8],
+        fua: bool,
+    ) -> Result<()> {
         for (k, chunk) in src.chunks(self.bs).enumerate() {
             let block = b0 + k as u64;
             let buf = self.buf_of(block);
@@ -156,7 +162,7 @@ impl Batch {
     }
 
     /// Read blocks `b0..`, from the buffers where they are staged, else from PM.
-    pub fn read<M: Media>(&self, dev: &Blocks<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
+    pub(crate) fn read<M: Media>(&self, dev: &Blocks<M>, b0: u64, dst: &mut [u8]) -> Result<()> {
         let r = self.read_blocks(dev, b0, dst);
         if r.is_err() {
             dst.fill(0); // never hand out part of a request that failed
@@ -187,7 +193,7 @@ impl Batch {
     }
 
     /// Drain every buffer completely (FLUSH and close).
-    pub fn drain_all<M: Media>(&self, dev: &Blocks<M>) -> Result<()> {
+    pub(crate) fn drain_all<M: Media>(&self, dev: &Blocks<M>) -> Result<()> {
         for b in self.bufs.iter() {
             let mut st = b.st.lock();
             self.drain(dev, &mut st, 0)?;
@@ -270,7 +276,7 @@ impl Batch {
         Ok(())
     }
 
-    pub fn stats(&self) -> BatchStats {
+    pub(crate) fn stats(&self) -> BatchStats {
         let c = &self.ctr;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         BatchStats {
@@ -287,7 +293,7 @@ impl Batch {
     /// Buffer `i`'s syncer (runs in a thread of its own until [`Batch::stop`]): wake at the
     /// high watermark (writers notify) or every idle period; drain to the low watermark when
     /// over the high one, or when idle and over the low one.
-    pub fn run_syncer<M: Media>(&self, dev: &Blocks<M>, i: usize) {
+    pub(crate) fn run_syncer<M: Media>(&self, dev: &Blocks<M>, i: usize) {
         let b = self;
         let buf = &b.bufs[i];
         let idle = Duration::from_millis(b.opts.idle_ms.max(1));

@@ -9,11 +9,11 @@ use crate::error::{Error, Result};
 use crate::layout::{Geometry, META_INO};
 
 /// Items per chunk: the 4 KiB blocks of one 2 MiB huge block.
-pub const CHUNK: u64 = 512;
+pub(crate) const CHUNK: u64 = 512;
 
 /// A bitmap allocator with per-chunk free counts.
 #[derive(Debug, Clone)]
-pub struct Bitmap {
+pub(crate) struct Bitmap {
     bits: Vec<u64>,
     chunk_free: Vec<u16>,
     len: u64,
@@ -23,7 +23,7 @@ pub struct Bitmap {
 
 impl Bitmap {
     /// All `len` items free.
-    pub fn new(len: u64) -> Bitmap {
+    pub(crate) fn new(len: u64) -> Bitmap {
         let chunks = len.div_ceil(CHUNK);
         Bitmap {
             bits: vec![0; len.div_ceil(64) as usize],
@@ -36,19 +36,19 @@ impl Bitmap {
         }
     }
     /// Items, used and free.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.len
     }
-    pub fn free(&self) -> u64 {
+    pub(crate) fn free(&self) -> u64 {
         self.free
     }
     /// The bits, one per item (used: 1), 64 to a word: what the clean-unmount checkpoint saves.
-    pub fn words(&self) -> &[u64] {
+    pub(crate) fn words(&self) -> &[u64] {
         &self.bits
     }
     /// The bitmap of `len` items whose bits are `words`; None when they do not fit (a word
     /// count that does not match, or a bit set beyond `len`).
-    pub fn from_words(len: u64, words: Vec<u64>) -> Option<Bitmap> {
+    pub(crate) fn from_words(len: u64, words: Vec<u64>) -> Option<Bitmap> {
         if words.len() as u64 != len.div_ceil(64) {
             return None;
         }
@@ -69,7 +69,7 @@ impl Bitmap {
         Some(b)
     }
     /// The first of `n` contiguous free items, without taking them.
-    pub fn find_run(&self, n: u64) -> Option<u64> {
+    pub(crate) fn find_run(&self, n: u64) -> Option<u64> {
         assert!(n > 0);
         let (mut run, mut i) = (0u64, 0u64);
         while i < self.len {
@@ -99,17 +99,17 @@ impl Bitmap {
         None
     }
     /// Whole free 2 MiB chunks.
-    pub fn free_chunks(&self) -> u64 {
+    pub(crate) fn free_chunks(&self) -> u64 {
         self.chunk_free
             .iter()
             .filter(|&&f| f as u64 == CHUNK)
             .count() as u64
     }
-    pub fn is_used(&self, i: u64) -> bool {
+    pub(crate) fn is_used(&self, i: u64) -> bool {
         self.bits[(i / 64) as usize] & (1 << (i % 64)) != 0
     }
     /// Mark `i` used; false if it already was.
-    pub fn set(&mut self, i: u64) -> bool {
+    pub(crate) fn set(&mut self, i: u64) -> bool {
         assert!(i < self.len, "bitmap index {i} >= {}", self.len);
         if self.is_used(i) {
             return false;
@@ -122,7 +122,7 @@ impl Bitmap {
     /// Mark `i` free; false (and nothing changed) if it already was: a double free, which
     /// only damage can cause (two files sharing a block), refused before a commit by
     /// `Tx::commit`; this keeps the counts right if one slips through.
-    pub fn clear(&mut self, i: u64) -> bool {
+    pub(crate) fn clear(&mut self, i: u64) -> bool {
         assert!(i < self.len, "bitmap index {i} >= {}", self.len);
         if !self.is_used(i) {
             return false;
@@ -146,7 +146,7 @@ impl Bitmap {
         None
     }
     /// One free item: next-fit over chunks, chunks in use before whole free ones.
-    pub fn take(&mut self) -> Option<u64> {
+    pub(crate) fn take(&mut self) -> Option<u64> {
         if self.free == 0 {
             return None;
         }
@@ -168,7 +168,7 @@ impl Bitmap {
         unreachable!("free count {} but no free bit", self.free)
     }
     /// A whole free chunk (512 items, the first a multiple of 512), all marked used.
-    pub fn take_chunk(&mut self) -> Option<u64> {
+    pub(crate) fn take_chunk(&mut self) -> Option<u64> {
         let n = self.chunk_free.len() as u64;
         let start = self.next / CHUNK;
         for k in 0..n {
@@ -187,7 +187,7 @@ impl Bitmap {
 
 /// Blocks and inodes, plus the DRAM-only open counts.
 #[derive(Debug)]
-pub struct Alloc {
+pub(crate) struct Alloc {
     pub blocks: Bitmap,
     pub inodes: Bitmap,
     pub max_inodes: u32,
@@ -197,7 +197,7 @@ pub struct Alloc {
 impl Alloc {
     /// An allocator over these bitmaps (the inode bitmap's length is the inode count), with
     /// nothing open.
-    pub fn new(blocks: Bitmap, inodes: Bitmap) -> Alloc {
+    pub(crate) fn new(blocks: Bitmap, inodes: Bitmap) -> Alloc {
         let max_inodes = u32::try_from(inodes.len()).expect("inode counts fit u32");
         Alloc {
             blocks,
@@ -208,20 +208,20 @@ impl Alloc {
     }
     /// What any file system of `geo` holds before its tree: the metadata blocks (superblocks,
     /// journal, inode table) and the meta inode.
-    pub fn base(geo: &Geometry) -> Alloc {
+    pub(crate) fn base(geo: &Geometry) -> Alloc {
         let mut a = Alloc::new(Bitmap::new(geo.blocks), Bitmap::new(geo.inodes as u64));
         (0..geo.data_block).for_each(|b| assert!(a.blocks.set(b)));
         assert!(a.inodes.set(META_INO));
         a
     }
-    pub fn block(&mut self) -> Result<u64> {
+    pub(crate) fn block(&mut self) -> Result<u64> {
         self.blocks.take().ok_or(Error::NoSpace)
     }
     /// The first of 512 contiguous, 2 MiB-aligned free blocks (`None`: no whole chunk free).
-    pub fn huge(&mut self) -> Option<u64> {
+    pub(crate) fn huge(&mut self) -> Option<u64> {
         self.blocks.take_chunk()
     }
-    pub fn inode(&mut self) -> Result<u64> {
+    pub(crate) fn inode(&mut self) -> Result<u64> {
         self.inodes.take().ok_or(Error::NoInodes {
             max: self.max_inodes,
         })

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 /// (`CLOCK_REALTIME_COARSE`, the last timer tick: a few milliseconds' granularity), as the
 /// kernel's file systems stamp times (`current_time()`, jiffies), and several times cheaper
 /// to read than the precise clock on the append path.
-pub fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -24,7 +24,7 @@ use crate::pm::Pm;
 use pmkit_media::Media;
 
 /// Byte offset of the record line: block 0, between the superblock copies.
-pub const REC_OFF: usize = 1024;
+pub(crate) const REC_OFF: usize = 1024;
 const _: () = assert!(REC_OFF >= SB_OFFS[0] + SB_LEN && REC_OFF + LINE <= SB_OFFS[1]);
 const REC_MAGIC: u64 = u64::from_le_bytes(*b"PMFSCKP1");
 /// The header of the contents: blocks, inodes, directories (three u64).
@@ -32,7 +32,7 @@ const HEAD: usize = 24;
 
 /// What a checkpoint holds.
 #[derive(Debug)]
-pub struct Saved {
+pub(crate) struct Saved {
     pub blocks: Bitmap,
     pub inodes: Bitmap,
     pub dirs: Vec<u64>,
@@ -81,7 +81,13 @@ fn contents_len(geo: &Geometry, dirs: usize) -> usize {
 
 /// Save the checkpoint of generation `gen` (the superblock about to be written clean). Returns
 /// false, having written nothing, when no run of free blocks can hold it: the next mount walks.
-pub fn save<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64, alloc: &Alloc, dirs: &[u64]) -> bool {
+pub(crate) fn save<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+    gen: u64,
+    alloc: &Alloc,
+    dirs: &[u64],
+) -> bool {
     let len = contents_len(geo, dirs.len());
     let nblocks = len.div_ceil(BLOCK) as u64;
     let Some(first) = alloc.blocks.find_run(nblocks) else {
@@ -115,14 +121,14 @@ pub fn save<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64, alloc: &Alloc, dirs:
 }
 
 /// Forget any checkpoint (mkfs, repair).
-pub fn clear<M: Media>(pm: &Pm<M>) {
+pub(crate) fn clear<M: Media>(pm: &Pm<M>) {
     pm.write(REC_OFF, &[0u8; LINE]);
     pm.flush(REC_OFF, LINE);
     pm.fence();
 }
 
 /// The checkpoint of generation `gen`, or why there is none to use.
-pub fn load<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64) -> Result<Saved, String> {
+pub(crate) fn load<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64) -> Result<Saved, String> {
     let mut line = [0u8; LINE];
     pm.read(REC_OFF, &mut line);
     let rec = Record::decode(&line)?;
@@ -192,7 +198,7 @@ pub fn load<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64) -> Result<Saved, Str
 }
 
 /// Where the saved state and the walk's differ (nothing: they agree).
-pub fn diff(s: &Saved, alloc: &Alloc, walk_dirs: &[u64]) -> Vec<String> {
+pub(crate) fn diff(s: &Saved, alloc: &Alloc, walk_dirs: &[u64]) -> Vec<String> {
     let mut out = Vec::new();
     let first_diff = |a: &Bitmap, b: &Bitmap| (0..a.len()).find(|&i| a.is_used(i) != b.is_used(i));
     if let Some(b) = first_diff(&s.blocks, &alloc.blocks) {

@@ -7,8 +7,8 @@ use crate::layout::{BLOCK, NAME_MAX};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-pub const SLOT: usize = 64;
-pub const SLOTS: usize = BLOCK / SLOT;
+pub(crate) const SLOT: usize = 64;
+pub(crate) const SLOTS: usize = BLOCK / SLOT;
 // A head slot: `ino` (8 bytes, 0 = free), name length, kind, slots used, then the name's start.
 const H_INO: usize = 0;
 const H_LEN: usize = 8;
@@ -24,7 +24,7 @@ const _: () =
 // The longest name fits the slots a block has.
 const _: () = assert!((NAME_MAX - HEAD_NAME).div_ceil(CONT_NAME) < SLOTS);
 
-pub fn slots_for(name_len: usize) -> usize {
+pub(crate) fn slots_for(name_len: usize) -> usize {
     1 + name_len.saturating_sub(HEAD_NAME).div_ceil(CONT_NAME)
 }
 
@@ -39,7 +39,7 @@ pub struct Rec {
 }
 
 /// The bytes of a record's slots, the head's `ino` word included (the caller stores it last).
-pub fn encode(name: &[u8], ino: u64, kind: u8) -> Vec<u8> {
+pub(crate) fn encode(name: &[u8], ino: u64, kind: u8) -> Vec<u8> {
     assert!(!name.is_empty() && name.len() <= NAME_MAX);
     let n = slots_for(name.len());
     let mut b = vec![0u8; n * SLOT];
@@ -87,7 +87,7 @@ pub fn parse(b: &[u8]) -> Result<Vec<Rec>, String> {
 /// The one reader of directory records: every good record, and the head slot of every bad one
 /// with what is wrong with it, going on past each bad head at the next slot (what repair needs;
 /// once those heads are cleared, `parse` reads the same records). Never panics on any bytes.
-pub fn scan(b: &[u8]) -> (Vec<Rec>, Vec<(usize, String)>) {
+pub(crate) fn scan(b: &[u8]) -> (Vec<Rec>, Vec<(usize, String)>) {
     assert_eq!(b.len(), BLOCK);
     let word =
         |s: usize| u64::from_le_bytes(b[s * SLOT..s * SLOT + 8].try_into().expect("8 bytes"));
@@ -151,7 +151,7 @@ fn record_at(b: &[u8], s: usize, word: &dyn Fn(usize) -> u64) -> Result<Rec, Str
 
 /// Where an entry lives and what it names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Loc {
+pub(crate) struct Loc {
     pub ino: u64,
     pub kind: u8,
     /// File block of the directory.
@@ -162,7 +162,7 @@ pub struct Loc {
 
 /// The DRAM index of one directory.
 #[derive(Clone, Debug, Default)]
-pub struct DirIndex {
+pub(crate) struct DirIndex {
     pub entries: HashMap<Vec<u8>, Loc>,
     /// Per directory block, a bit per used slot.
     pub used: Vec<u64>,
@@ -170,7 +170,7 @@ pub struct DirIndex {
 }
 
 impl DirIndex {
-    pub fn mark(&mut self, block: u64, slot: usize, n: usize, used: bool) {
+    pub(crate) fn mark(&mut self, block: u64, slot: usize, n: usize, used: bool) {
         let mask = if n == 64 {
             u64::MAX
         } else {
@@ -185,7 +185,7 @@ impl DirIndex {
         }
     }
     /// A run of `n` free slots: (block, slot), or None (the caller adds a block).
-    pub fn find_free(&self, n: usize) -> Option<(u64, usize)> {
+    pub(crate) fn find_free(&self, n: usize) -> Option<(u64, usize)> {
         for (b, &w) in self.used.iter().enumerate() {
             // A block with fewer free slots than asked for (most of a big directory's) holds
             // no run: skip it without trying every position.
@@ -205,14 +205,14 @@ impl DirIndex {
         }
         None
     }
-    pub fn insert(&mut self, name: &[u8], loc: Loc) {
+    pub(crate) fn insert(&mut self, name: &[u8], loc: Loc) {
         self.mark(loc.block, loc.slot, loc.nslots, true);
         if loc.kind == crate::inode::Kind::Dir as u8 {
             self.subdirs += 1;
         }
         self.entries.insert(name.to_vec(), loc);
     }
-    pub fn remove(&mut self, name: &[u8]) -> Option<Loc> {
+    pub(crate) fn remove(&mut self, name: &[u8]) -> Option<Loc> {
         let loc = self.entries.remove(name)?;
         self.mark(loc.block, loc.slot, loc.nslots, false);
         if loc.kind == crate::inode::Kind::Dir as u8 {
@@ -226,13 +226,13 @@ impl DirIndex {
 /// from the clean-unmount checkpoint only the set of directories is known, and each index is
 /// read from PM the first time it is used (a failure to read it is kept and given again).
 #[derive(Debug, Default)]
-pub struct Dirs {
+pub(crate) struct Dirs {
     map: HashMap<u64, OnceLock<Result<DirIndex, String>>>,
 }
 
 impl Dirs {
     /// Every index built (the walk's).
-    pub fn built(map: HashMap<u64, DirIndex>) -> Dirs {
+    pub(crate) fn built(map: HashMap<u64, DirIndex>) -> Dirs {
         Dirs {
             map: map
                 .into_iter()
@@ -241,18 +241,18 @@ impl Dirs {
         }
     }
     /// These directories, each index read when first used.
-    pub fn lazy(dirs: impl IntoIterator<Item = u64>) -> Dirs {
+    pub(crate) fn lazy(dirs: impl IntoIterator<Item = u64>) -> Dirs {
         Dirs {
             map: dirs.into_iter().map(|d| (d, OnceLock::new())).collect(),
         }
     }
     /// Every directory's inode number, in no order.
-    pub fn inos(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn inos(&self) -> impl Iterator<Item = u64> + '_ {
         self.map.keys().copied()
     }
     /// The index of `d`, built by `load` if this is its first use; None when `d` is not a
     /// directory. Two readers may both load a missing index; the first to finish keeps its.
-    pub fn get(
+    pub(crate) fn get(
         &self,
         d: u64,
         load: impl FnOnce() -> Result<DirIndex, String>,
@@ -269,18 +269,18 @@ impl Dirs {
     }
     /// The index of `d` to change, which must have been used (so built, without error) since
     /// the namespace lock was taken for writing.
-    pub fn get_mut(&mut self, d: u64) -> &mut DirIndex {
+    pub(crate) fn get_mut(&mut self, d: u64) -> &mut DirIndex {
         match self.map.get_mut(&d).and_then(OnceLock::get_mut) {
             Some(Ok(idx)) => idx,
             _ => panic!("directory {d}: index changed before it was read"),
         }
     }
     /// A new, empty directory.
-    pub fn insert_new(&mut self, d: u64) {
+    pub(crate) fn insert_new(&mut self, d: u64) {
         let old = self.map.insert(d, OnceLock::from(Ok(DirIndex::default())));
         assert!(old.is_none(), "directory {d} added twice");
     }
-    pub fn remove(&mut self, d: u64) {
+    pub(crate) fn remove(&mut self, d: u64) {
         self.map.remove(&d).expect("directory removed twice");
     }
 }

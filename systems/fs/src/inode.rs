@@ -6,29 +6,29 @@ use crate::layout::{INODE, LINE};
 // The byte offset of every field, in one place: `encode`/`decode` and every single-field store
 // (the write fast paths, repair) use these names.
 /// `{size, mtime}`: one 16-byte store (the append and write fast paths).
-pub const SIZE_MTIME: usize = 0;
-pub const SIZE: usize = 0;
-pub const MTIME: usize = 8;
+pub(crate) const SIZE_MTIME: usize = 0;
+pub(crate) const SIZE: usize = 0;
+pub(crate) const MTIME: usize = 8;
 /// `{root, height, kind, flags}`: one 16-byte store (a tree that grows).
-pub const ROOT: usize = 16;
-pub const HEIGHT: usize = 24;
-pub const KIND: usize = 25;
-pub const FLAGS: usize = 26;
+pub(crate) const ROOT: usize = 16;
+pub(crate) const HEIGHT: usize = 24;
+pub(crate) const KIND: usize = 25;
+pub(crate) const FLAGS: usize = 26;
 /// In line 0 with the size and mtime, so a write's fast path that stores it flushes no other
 /// line.
-pub const CTIME: usize = 32;
-pub const LINKS: usize = 40;
-pub const MODE: usize = 44;
-pub const UID: usize = 48;
-pub const GID: usize = 52;
+pub(crate) const CTIME: usize = 32;
+pub(crate) const LINKS: usize = 40;
+pub(crate) const MODE: usize = 44;
+pub(crate) const UID: usize = 48;
+pub(crate) const GID: usize = 52;
 /// The one-fence append's tail record (`tail.rs`), in the same line as the size.
-pub const TAIL: usize = 56;
-pub const XATTR: usize = 64;
-pub const ORPHAN: usize = 72;
-pub const PARENT: usize = 80;
-pub const TRUNC: usize = 88;
-pub const RDEV: usize = 96;
-pub const ATIME: usize = 104;
+pub(crate) const TAIL: usize = 56;
+pub(crate) const XATTR: usize = 64;
+pub(crate) const ORPHAN: usize = 72;
+pub(crate) const PARENT: usize = 80;
+pub(crate) const TRUNC: usize = 88;
+pub(crate) const RDEV: usize = 96;
+pub(crate) const ATIME: usize = 104;
 
 // The layout's promises, checked by the compiler: the 16-byte pairs are aligned and adjacent,
 // the hot fields share line 0, the fields follow each other without overlap, and the inode is
@@ -43,12 +43,12 @@ const _: () =
 const _: () = assert!(ORPHAN + 8 <= PARENT && PARENT + 8 <= TRUNC && TRUNC + 8 <= RDEV);
 const _: () = assert!(RDEV + 4 <= ATIME && ATIME + 8 <= INODE && INODE == 2 * LINE);
 /// Inode flag (in `FLAGS`): every write to this file is all-or-nothing (`DataMode::Atomic`).
-pub const FLAG_ATOMIC: u8 = 1;
+pub(crate) const FLAG_ATOMIC: u8 = 1;
 /// Inode flag (in `FLAGS`): the file asks for 2 MiB blocks: every allocation inside an empty
 /// 2 MiB-aligned span of it takes a whole huge block when one is free (`Fs::set_huge`).
-pub const FLAG_HUGE: u8 = 2;
+pub(crate) const FLAG_HUGE: u8 = 2;
 /// The flags this version knows; the walk reports any other bit.
-pub const FLAGS_KNOWN: u8 = FLAG_ATOMIC | FLAG_HUGE;
+pub(crate) const FLAGS_KNOWN: u8 = FLAG_ATOMIC | FLAG_HUGE;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(u8)]

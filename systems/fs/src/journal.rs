@@ -6,9 +6,9 @@ use crate::pm::Pm;
 use parking_lot::{Mutex, MutexGuard};
 use pmkit_media::Media;
 
-pub const DATA: usize = 48;
-pub const KIND_UNDO: u8 = 1;
-pub const KIND_COMMIT: u8 = 2;
+pub(crate) const DATA: usize = 48;
+pub(crate) const KIND_UNDO: u8 = 1;
+pub(crate) const KIND_COMMIT: u8 = 2;
 
 /// One decoded entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,19 +63,19 @@ impl Entry {
 
 /// A lane's DRAM state: its generation and where the next transaction starts.
 #[derive(Debug)]
-pub struct Lane {
+pub(crate) struct Lane {
     pub idx: u32,
     pub gen: u32,
     pub head: u32,
 }
 
-pub struct Journal {
+pub(crate) struct Journal {
     lanes: Vec<Mutex<Lane>>,
 }
 
 impl Journal {
     /// Lanes as recovery left them (head 0, generation `gens[l]`).
-    pub fn new(gens: &[u32]) -> Journal {
+    pub(crate) fn new(gens: &[u32]) -> Journal {
         let lanes = gens.iter().enumerate();
         Journal {
             lanes: lanes
@@ -90,7 +90,7 @@ impl Journal {
         }
     }
     /// A lane for this thread: its own (by thread hash) if free, else any free one, else wait.
-    pub fn take(&self) -> MutexGuard<'_, Lane> {
+    pub(crate) fn take(&self) -> MutexGuard<'_, Lane> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         std::thread::current().id().hash(&mut h);
@@ -141,14 +141,14 @@ fn bump<M: Media>(pm: &Pm<M>, geo: &Geometry, lane: &mut Lane) {
 }
 
 /// Entries a set of undo ranges takes.
-pub fn entries_for(undo: &[(usize, Vec<u8>)]) -> usize {
+pub(crate) fn entries_for(undo: &[(usize, Vec<u8>)]) -> usize {
     undo.iter().map(|(_, old)| old.len().div_ceil(DATA)).sum()
 }
 
 /// Run one transaction in `lane`: log `undo` (target, original bytes), fence, `apply` (the
 /// in-place and fresh writes, flushed), fence, commit entry, fence. The caller has checked that
 /// the entries fit (`entries_for(undo) < lane_entries`).
-pub fn run<M: Media>(
+pub(crate) fn run<M: Media>(
     pm: &Pm<M>,
     geo: &Geometry,
     lane: &mut Lane,
@@ -228,7 +228,10 @@ impl std::fmt::Display for Replay {
 
 /// Roll back every lane's uncommitted tail and start a new generation in every lane. Returns the
 /// new generations, or the problems that make the journal unusable (nothing written then).
-pub fn recover<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Result<(Vec<u32>, Replay), Vec<String>> {
+pub(crate) fn recover<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+) -> Result<(Vec<u32>, Replay), Vec<String>> {
     let mut problems = Vec::new();
     let mut undo: Vec<Vec<Entry>> = Vec::new();
     let mut heads = Vec::new();

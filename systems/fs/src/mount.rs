@@ -26,7 +26,7 @@ fn write_sb<M: Media>(pm: &Pm<M>, sb: &Superblock) {
 }
 
 /// Both superblock copies, decoded (or why not).
-pub fn read_sbs<M: Media>(m: &M) -> [std::result::Result<Superblock, String>; 2] {
+pub(crate) fn read_sbs<M: Media>(m: &M) -> [std::result::Result<Superblock, String>; 2] {
     SB_OFFS.map(|off| {
         if m.len() < off + SB_LEN {
             return Err("media too small".into());
@@ -39,7 +39,7 @@ pub fn read_sbs<M: Media>(m: &M) -> [std::result::Result<Superblock, String>; 2]
 
 /// A superblock copy whose magic and checksum hold but whose format version is not this
 /// build's: nothing here may read or "repair" that layout.
-pub fn other_version<M: Media>(m: &M) -> Option<Error> {
+pub(crate) fn other_version<M: Media>(m: &M) -> Option<Error> {
     SB_OFFS.iter().find_map(|&off| {
         let mut b = [0u8; SB_LEN];
         (m.len() >= off + SB_LEN).then(|| m.read(off, &mut b))?;
@@ -54,7 +54,7 @@ pub fn other_version<M: Media>(m: &M) -> Option<Error> {
 }
 
 /// The superblock mount uses: the valid copy with the higher generation.
-pub fn pick_sb<M: Media>(m: &M) -> Result<(Superblock, bool)> {
+pub(crate) fn pick_sb<M: Media>(m: &M) -> Result<(Superblock, bool)> {
     if let Some(e) = other_version(m) {
         return Err(e);
     }

@@ -31,7 +31,7 @@ fn named_with_links(ino: u64, n: &Inode) -> Result<()> {
     Ok(())
 }
 
-pub fn check_name(name: &[u8]) -> Result<()> {
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
         return Err(Error::NameTooLong {
             len: name.len(),

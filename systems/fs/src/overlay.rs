@@ -5,13 +5,13 @@ use parking_lot::Mutex;
 use pmkit_media::{Domain, Fence, Flush, Media, LINE};
 use std::collections::BTreeMap;
 
-pub struct Overlay<'a, M> {
+pub(crate) struct Overlay<'a, M> {
     under: &'a M,
     lines: Mutex<BTreeMap<usize, [u8; LINE]>>,
 }
 
 impl<'a, M: Media> Overlay<'a, M> {
-    pub fn new(under: &'a M) -> Overlay<'a, M> {
+    pub(crate) fn new(under: &'a M) -> Overlay<'a, M> {
         Overlay {
             under,
             lines: Mutex::new(BTreeMap::new()),

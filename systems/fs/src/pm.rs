@@ -23,7 +23,7 @@ pub struct Faults {
     pub skip_tail_record: bool,
 }
 
-pub struct Pm<M> {
+pub(crate) struct Pm<M> {
     g: Guarded<M>,
     adr: bool,
     pub(crate) faults: Faults,
@@ -34,13 +34,13 @@ pub struct Pm<M> {
 
 impl<M: Media> Pm<M> {
     /// PM without protection (mkfs, check).
-    pub fn new(m: M, faults: Faults) -> Pm<M> {
+    pub(crate) fn new(m: M, faults: Faults) -> Pm<M> {
         Self::with(Guarded::unprotected(m, "mkfs or check"), faults)
     }
 
     /// PM under protection mode `want` (`None`: the automatic policy), applied to the mapping
     /// now.
-    pub fn protected(m: M, faults: Faults, want: Option<Protect>) -> Result<Pm<M>> {
+    pub(crate) fn protected(m: M, faults: Faults, want: Option<Protect>) -> Result<Pm<M>> {
         let g = Guarded::open(m, want, None).map_err(|e| match e {
             MediaError::ProtectUnavailable { mode, why } => Error::ProtectUnavailable { mode, why },
             // an mprotect or pkey_mprotect of the whole mapping that failed
@@ -63,21 +63,21 @@ impl<M: Media> Pm<M> {
     }
 
     /// Make every fence take at least `ns` more nanoseconds (emulating a slower barrier).
-    pub fn with_barrier_ns(mut self, ns: u64) -> Pm<M> {
+    pub(crate) fn with_barrier_ns(mut self, ns: u64) -> Pm<M> {
         self.barrier_ns = ns;
         self
     }
     /// The media under its protection: every access through it gets the rights it needs
     /// (never the bare media: under `pkey` or `private` a load from it faults).
-    pub fn media(&self) -> &Guarded<M> {
+    pub(crate) fn media(&self) -> &Guarded<M> {
         &self.g
     }
     /// The protection mode in force, and why.
-    pub fn protection(&self) -> (Protect, &str) {
+    pub(crate) fn protection(&self) -> (Protect, &str) {
         (self.g.mode(), self.g.why())
     }
     /// Give the media back with its ordinary rights.
-    pub fn into_media(self) -> M {
+    pub(crate) fn into_media(self) -> M {
         self.g.into_inner()
     }
     /// Poison the mount as a failed store would (tests, and the mount's own write failures).
@@ -86,7 +86,7 @@ impl<M: Media> Pm<M> {
     }
 
     /// Fails once a store has failed (the mount is poisoned).
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         self.g.check().map_err(|e| match e {
             MediaError::Poisoned { why, .. } => Error::WriteFailed(why),
             e => Error::WriteFailed(e.to_string()),
@@ -101,46 +101,46 @@ impl<M: Media> Pm<M> {
         });
     }
 
-    pub fn read(&self, off: usize, dst: &mut [u8]) {
+    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) {
         self.g.read(off, dst)
     }
-    pub fn read_u64(&self, off: usize) -> u64 {
+    pub(crate) fn read_u64(&self, off: usize) -> u64 {
         let mut b = [0u8; 8];
         self.read(off, &mut b);
         u64::from_le_bytes(b)
     }
-    pub fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
+    pub(crate) fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
         self.g.first_bad(off, len)
     }
     /// Cached stores; durable after `flush` and a fence.
-    pub fn write(&self, off: usize, src: &[u8]) {
+    pub(crate) fn write(&self, off: usize, src: &[u8]) {
         self.count_bytes(src.len());
         self.g.write(off, src)
     }
     /// Streaming stores; durable after the next fence.
-    pub fn write_nt(&self, off: usize, src: &[u8]) {
+    pub(crate) fn write_nt(&self, off: usize, src: &[u8]) {
         self.count_bytes(src.len());
         self.g.write_nt(off, src)
     }
     /// Every store is a system call durable at return (`kernel` protection): one store of a
     /// whole record is cheaper than a record and its separate commit word.
-    pub fn stores_are_calls(&self) -> bool {
+    pub(crate) fn stores_are_calls(&self) -> bool {
         self.g.gate().stores_are_calls()
     }
     /// [`Self::write_nt`] that also returns `crc32c_append(crc, src)`, computed in the copy's
     /// loop where the media can (a mapped region on a CPU with VPCLMULQDQ: the loop waits on
     /// its stores, so the CRC costs next to nothing), else beside it.
-    pub fn write_nt_crc(&self, off: usize, src: &[u8], crc: u32) -> u32 {
+    pub(crate) fn write_nt_crc(&self, off: usize, src: &[u8], crc: u32) -> u32 {
         self.count_bytes(src.len());
         self.g.write_nt_crc32c(off, src, crc)
     }
-    pub fn flush(&self, off: usize, len: usize) {
+    pub(crate) fn flush(&self, off: usize, len: usize) {
         if !self.adr || len == 0 {
             return;
         }
         self.g.flush(off, len, Flush::best());
     }
-    pub fn fence(&self) {
+    pub(crate) fn fence(&self) {
         self.tally(Counters {
             fences: 1,
             ..Counters::default()
@@ -150,20 +150,20 @@ impl<M: Media> Pm<M> {
     }
     /// A 64-byte line whose last word says it is whole (a journal entry): the first 56 bytes,
     /// then the word as an atomic 8-byte store; not flushed.
-    pub fn write_line(&self, off: usize, body: &[u8; 56], word: u64) {
+    pub(crate) fn write_line(&self, off: usize, body: &[u8; 56], word: u64) {
         assert_eq!(off % 64, 0, "line store at unaligned {off}");
         self.count_bytes(64);
         self.g.write_then_word(off, body, word);
     }
 
     /// An atomic 8-byte store (8-aligned), not flushed.
-    pub fn store_u64(&self, off: usize, v: u64) {
+    pub(crate) fn store_u64(&self, off: usize, v: u64) {
         assert_eq!(off % 8, 0, "8-byte store at unaligned {off}");
         self.store_words(off / LINE * LINE, &[(off, v)])
     }
     /// Atomic 8-byte stores, in this order, all in the line at `line` (not flushed): one
     /// protection window for all of them where a window costs (`pt`: two `mprotect` calls).
-    pub fn store_words(&self, line: usize, words: &[(usize, u64)]) {
+    pub(crate) fn store_words(&self, line: usize, words: &[(usize, u64)]) {
         assert_eq!(line % LINE, 0, "line at unaligned {line}");
         assert!(words
             .iter()
@@ -176,7 +176,7 @@ impl<M: Media> Pm<M> {
         });
     }
     /// An atomic 8-byte store, flushed and fenced.
-    pub fn persist_u64(&self, off: usize, v: u64) {
+    pub(crate) fn persist_u64(&self, off: usize, v: u64) {
         self.store_u64(off, v);
         self.flush(off, 8);
         self.fence();
@@ -184,20 +184,20 @@ impl<M: Media> Pm<M> {
     /// A 16-byte store (16-aligned), flushed and fenced. Atomic for concurrent readers under
     /// `none` and `pkey`; in `kernel` mode a `pwrite` of the 16 aligned bytes, which the
     /// callers' locks make safe (see docs/fs.md, Protection).
-    pub fn persist_u128(&self, off: usize, v: u128) {
+    pub(crate) fn persist_u128(&self, off: usize, v: u128) {
         assert_eq!(off % 16, 0, "16-byte store at unaligned {off}");
         self.count_bytes(16);
         self.g.store_u128(off, v);
         self.flush(off, 16);
         self.fence();
     }
-    pub fn note_journal(&self, bytes: u64) {
+    pub(crate) fn note_journal(&self, bytes: u64) {
         self.tally(Counters {
             journal_bytes: bytes,
             ..Counters::default()
         });
     }
-    pub fn note_tx(&self) {
+    pub(crate) fn note_tx(&self) {
         self.tally(Counters {
             transactions: 1,
             ..Counters::default()
@@ -209,7 +209,7 @@ impl<M: Media> Pm<M> {
     fn tally(&self, c: Counters) {
         self.tally.add(c)
     }
-    pub fn counters(&self) -> Counters {
+    pub(crate) fn counters(&self) -> Counters {
         self.tally.get()
     }
 }

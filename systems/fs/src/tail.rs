@@ -20,10 +20,10 @@ use pmkit_media::Media;
 use crate::pm::Pm;
 
 /// The most bytes one record covers: fewer than the 16-bit tag's period.
-pub const MAX_LEN: u64 = u16::MAX as u64;
+pub(crate) const MAX_LEN: u64 = u16::MAX as u64;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Tail {
+pub(crate) struct Tail {
     /// CRC32C of the appended bytes.
     pub crc: u32,
     /// How many bytes the append added (0: no record).
@@ -34,7 +34,7 @@ pub struct Tail {
 
 impl Tail {
     /// The record of an append that ends the file at `end`, adding `len` bytes with `crc`.
-    pub fn new(end: u64, len: u64, crc: u32) -> Tail {
+    pub(crate) fn new(end: u64, len: u64, crc: u32) -> Tail {
         assert!(
             len > 0 && len <= MAX_LEN && len <= end,
             "tail of {len} bytes at {end}"
@@ -45,10 +45,10 @@ impl Tail {
             tag: end as u16,
         }
     }
-    pub fn encode(self) -> u64 {
+    pub(crate) fn encode(self) -> u64 {
         (self.crc as u64) << 32 | (self.len as u64) << 16 | self.tag as u64
     }
-    pub fn decode(w: u64) -> Tail {
+    pub(crate) fn decode(w: u64) -> Tail {
         Tail {
             crc: (w >> 32) as u32,
             len: (w >> 16) as u16,
@@ -56,7 +56,7 @@ impl Tail {
         }
     }
     /// Whether the record describes the append that published `size`.
-    pub fn applies(self, size: u64) -> bool {
+    pub(crate) fn applies(self, size: u64) -> bool {
         self.len != 0 && self.tag == size as u16 && self.len as u64 <= size
     }
 }
@@ -64,7 +64,13 @@ impl Tail {
 /// Where a file whose size is `size` and whose record is `w` must go back to because its last
 /// append did not reach the media whole; `None` when nothing is to be undone. Reads the
 /// covered bytes through the file's tree (`root`, `height`), which must be sound (walked).
-pub fn cut_append<M: Media>(pm: &Pm<M>, root: u64, height: u8, size: u64, w: u64) -> Option<u64> {
+pub(crate) fn cut_append<M: Media>(
+    pm: &Pm<M>,
+    root: u64,
+    height: u8,
+    size: u64,
+    w: u64,
+) -> Option<u64> {
     let t = Tail::decode(w);
     if !t.applies(size) {
         return None;

@@ -69,10 +69,10 @@ impl Shard {
 
 /// Most threads one mount keeps a shard for; beyond them (and for a thread whose locals are
 /// already gone) the counts go to one shared set under a lock (correct, only slower).
-pub const MAX_SHARDS: usize = 1024;
+pub(crate) const MAX_SHARDS: usize = 1024;
 
 /// A mount's counters.
-pub struct Tally {
+pub(crate) struct Tally {
     id: u64,
     shards: Mutex<Vec<(libc::pid_t, Arc<Shard>)>>,
     /// For threads beyond `MAX_SHARDS`.
@@ -114,7 +114,7 @@ impl Default for Tally {
 impl Tally {
     /// Add `c` to the mount's counters and to the calling thread's.
     #[inline]
-    pub fn add(&self, c: Counters) {
+    pub(crate) fn add(&self, c: Counters) {
         // `try_with`: a thread's locals are gone while it exits, and a process's last stores
         // (an LD_PRELOAD shim unmounting at exit) may come from such a thread.
         let _ = MINE.try_with(|m| m.set(m.get().plus(c)));
@@ -163,7 +163,7 @@ impl Tally {
     }
 
     /// The sum over every thread.
-    pub fn get(&self) -> Counters {
+    pub(crate) fn get(&self) -> Counters {
         let shards = self.shards.lock();
         shards
             .iter()

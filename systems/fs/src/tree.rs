@@ -15,7 +15,7 @@ use crate::tx::Tx;
 use pmkit_media::Media;
 
 /// Something 8-byte words can be read from: the media, or a transaction's view of it.
-pub trait Reader {
+pub(crate) trait Reader {
     fn word(&self, off: usize) -> u64;
     fn node(&self, block: u64) -> Vec<u64> {
         (0..FANOUT as usize)
@@ -57,19 +57,19 @@ impl<M: Media> Reader for Tx<'_, M> {
 }
 
 /// The flag of a huge-block pointer.
-pub const HUGE: u64 = 1 << 63;
+pub(crate) const HUGE: u64 = 1 << 63;
 /// File blocks in a huge block.
-pub const HUGE_BLOCKS: u64 = FANOUT;
+pub(crate) const HUGE_BLOCKS: u64 = FANOUT;
 // the allocator's chunks are the huge blocks
 const _: () = assert!(HUGE_BLOCKS == crate::alloc::CHUNK);
 
 /// The first block of the huge block `ptr` names, if it names one.
-pub fn huge(ptr: u64) -> Option<u64> {
+pub(crate) fn huge(ptr: u64) -> Option<u64> {
     (ptr & HUGE != 0).then_some(ptr & !HUGE)
 }
 
 /// The block holding file block `idx`, or 0 for a hole.
-pub fn lookup(r: &impl Reader, root: u64, height: u8, idx: u64) -> u64 {
+pub(crate) fn lookup(r: &impl Reader, root: u64, height: u8, idx: u64) -> u64 {
     if idx >= tree_cap(height) {
         return 0;
     }
@@ -90,7 +90,12 @@ pub fn lookup(r: &impl Reader, root: u64, height: u8, idx: u64) -> u64 {
 }
 
 /// Point file block `idx` at `ptr`, growing the tree as needed; returns the old pointer.
-pub fn set<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, idx: u64, ptr: u64) -> Result<u64> {
+pub(crate) fn set<M: Media>(
+    tx: &mut Tx<'_, M>,
+    ino: &mut Inode,
+    idx: u64,
+    ptr: u64,
+) -> Result<u64> {
     while idx >= tree_cap(ino.height) {
         if ino.height >= MAX_HEIGHT {
             return Err(Error::FileTooBig { max: MAX_FILE_SIZE });
@@ -137,7 +142,7 @@ pub fn set<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, idx: u64, ptr: u64) ->
 
 /// A fresh level-1 node naming the 512 blocks of the huge block `ptr`: the same data, now
 /// 4 KiB blocks that can be replaced or freed one by one. The caller swaps the pointer in.
-pub fn split<M: Media>(tx: &mut Tx<'_, M>, ptr: u64) -> Result<u64> {
+pub(crate) fn split<M: Media>(tx: &mut Tx<'_, M>, ptr: u64) -> Result<u64> {
     let run = huge(ptr).expect("split of a huge pointer");
     let words: Vec<u8> = (0..HUGE_BLOCKS)
         .flat_map(|i| (run + i).to_le_bytes())
@@ -147,7 +152,7 @@ pub fn split<M: Media>(tx: &mut Tx<'_, M>, ptr: u64) -> Result<u64> {
 
 /// The byte offset of the pointer to file block `idx` in its level-1 node, if the path to that
 /// node exists (height 1 or more, no huge block on the way).
-pub fn leaf_slot(r: &impl Reader, root: u64, height: u8, idx: u64) -> Option<usize> {
+pub(crate) fn leaf_slot(r: &impl Reader, root: u64, height: u8, idx: u64) -> Option<usize> {
     if height == 0 || idx >= tree_cap(height) {
         return None;
     }
@@ -167,7 +172,7 @@ pub fn leaf_slot(r: &impl Reader, root: u64, height: u8, idx: u64) -> Option<usi
 }
 
 /// Is there no block at all in the 2 MiB-aligned range of file blocks from `idx`?
-pub fn span_empty(r: &impl Reader, root: u64, height: u8, idx: u64) -> bool {
+pub(crate) fn span_empty(r: &impl Reader, root: u64, height: u8, idx: u64) -> bool {
     debug_assert_eq!(idx % HUGE_BLOCKS, 0);
     if root == 0 || idx >= tree_cap(height) {
         return true;
@@ -188,7 +193,12 @@ pub fn span_empty(r: &impl Reader, root: u64, height: u8, idx: u64) -> bool {
 
 /// Point the 2 MiB-aligned span of file blocks from `idx` at the huge block `run` (its first
 /// block), growing the tree; the span must be empty (`span_empty`).
-pub fn set_huge<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, idx: u64, run: u64) -> Result<()> {
+pub(crate) fn set_huge<M: Media>(
+    tx: &mut Tx<'_, M>,
+    ino: &mut Inode,
+    idx: u64,
+    run: u64,
+) -> Result<()> {
     assert!(idx.is_multiple_of(HUGE_BLOCKS) && run.is_multiple_of(HUGE_BLOCKS));
     while idx >= tree_cap(ino.height) || ino.height == 0 {
         if ino.height >= MAX_HEIGHT {
@@ -229,7 +239,7 @@ pub fn set_huge<M: Media>(tx: &mut Tx<'_, M>, ino: &mut Inode, idx: u64, run: u6
 }
 
 /// Every block of the subtree at `node` (of `level`; 0 = a data block), nodes included.
-pub fn collect(r: &impl Reader, node: u64, level: u8, out: &mut Vec<u64>) {
+pub(crate) fn collect(r: &impl Reader, node: u64, level: u8, out: &mut Vec<u64>) {
     if node == 0 {
         return;
     }
@@ -249,7 +259,7 @@ pub fn collect(r: &impl Reader, node: u64, level: u8, out: &mut Vec<u64>) {
 
 /// How many blocks the subtree at `node` (of `level`) holds, nodes included: `collect`'s count
 /// without the list (stat's block count).
-pub fn count(r: &impl Reader, node: u64, level: u8) -> u64 {
+pub(crate) fn count(r: &impl Reader, node: u64, level: u8) -> u64 {
     match (node, level) {
         (0, _) => 0,
         (_, 0) => 1,
@@ -271,7 +281,7 @@ pub fn count(r: &impl Reader, node: u64, level: u8) -> u64 {
 /// one new block (its split node): with none free, `NoSpace`, unless `spare_tail` (the size is
 /// already committed at or below `keep`, so the cut tail is invisible): then the tail's last
 /// block becomes the node.
-pub fn prune<M: Media>(
+pub(crate) fn prune<M: Media>(
     tx: &mut Tx<'_, M>,
     ino: &mut Inode,
     keep: u64,
@@ -370,7 +380,7 @@ fn prune_node<M: Media>(
 
 /// Walk a tree read from the media, checking every pointer, calling `visit(block, is_node,
 /// file_block)` for each block. Stops at the first problem.
-pub fn walk(
+pub(crate) fn walk(
     r: &impl Reader,
     geo: &Geometry,
     root: u64,
@@ -422,7 +432,7 @@ fn walk_node(
 
 /// The data blocks that exist for file blocks `from..to`, as (file block, block) in order; at
 /// most `limit` of them. Holes cost nothing: only subtrees that exist are read.
-pub fn present(
+pub(crate) fn present(
     r: &impl Reader,
     root: u64,
     height: u8,

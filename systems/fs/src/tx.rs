@@ -43,7 +43,7 @@ struct W {
     nt: bool,
 }
 
-pub struct Tx<'a, M> {
+pub(crate) struct Tx<'a, M> {
     pm: &'a Pm<M>,
     geo: &'a Geometry,
     alloc: &'a Mutex<Alloc>,
@@ -59,7 +59,7 @@ pub struct Tx<'a, M> {
 }
 
 impl<'a, M: Media> Tx<'a, M> {
-    pub fn new(pm: &'a Pm<M>, geo: &'a Geometry, alloc: &'a Mutex<Alloc>) -> Tx<'a, M> {
+    pub(crate) fn new(pm: &'a Pm<M>, geo: &'a Geometry, alloc: &'a Mutex<Alloc>) -> Tx<'a, M> {
         Tx {
             pm,
             geo,
@@ -74,7 +74,7 @@ impl<'a, M: Media> Tx<'a, M> {
         }
     }
     /// The media as this transaction will leave it.
-    pub fn read(&self, off: usize, buf: &mut [u8]) {
+    pub(crate) fn read(&self, off: usize, buf: &mut [u8]) {
         self.pm.read(off, buf);
         let end = off + buf.len();
         for w in &self.writes {
@@ -84,7 +84,7 @@ impl<'a, M: Media> Tx<'a, M> {
             }
         }
     }
-    pub fn read_u64(&self, off: usize) -> u64 {
+    pub(crate) fn read_u64(&self, off: usize) -> u64 {
         let mut b = [0u8; 8];
         self.read(off, &mut b);
         u64::from_le_bytes(b)
@@ -93,7 +93,7 @@ impl<'a, M: Media> Tx<'a, M> {
         self.fresh.contains(&((off / BLOCK) as u64))
     }
     /// Change live metadata (logged), or a fresh block (not logged).
-    pub fn write(&mut self, off: usize, data: &[u8]) {
+    pub(crate) fn write(&mut self, off: usize, data: &[u8]) {
         let logged = !self.in_fresh(off);
         self.writes.push(W {
             off,
@@ -103,7 +103,7 @@ impl<'a, M: Media> Tx<'a, M> {
         });
     }
     /// Write space that is unreachable until this transaction commits (not logged).
-    pub fn write_fresh(&mut self, off: usize, data: &[u8]) {
+    pub(crate) fn write_fresh(&mut self, off: usize, data: &[u8]) {
         self.writes.push(W {
             off,
             data: data.to_vec(),
@@ -112,7 +112,7 @@ impl<'a, M: Media> Tx<'a, M> {
         });
     }
     /// Stream `data` to `off` (not logged): file data in place, durable at the commit's fences.
-    pub fn write_stream(&mut self, off: usize, data: &[u8]) {
+    pub(crate) fn write_stream(&mut self, off: usize, data: &[u8]) {
         self.writes.push(W {
             off,
             data: data.to_vec(),
@@ -120,11 +120,11 @@ impl<'a, M: Media> Tx<'a, M> {
             nt: true,
         });
     }
-    pub fn write_u64(&mut self, off: usize, v: u64) {
+    pub(crate) fn write_u64(&mut self, off: usize, v: u64) {
         self.write(off, &v.to_le_bytes());
     }
     /// A new block from the allocator; returned to it if the transaction is dropped.
-    pub fn alloc_block(&mut self) -> Result<u64> {
+    pub(crate) fn alloc_block(&mut self) -> Result<u64> {
         let b = self.alloc.lock().block()?;
         self.allocated.push(b);
         self.fresh.insert(b);
@@ -133,7 +133,7 @@ impl<'a, M: Media> Tx<'a, M> {
     /// Up to `n` new blocks under one lock of the allocator (fewer when it runs out), each
     /// returned to it if the transaction is dropped; for blocks this transaction only points
     /// at (preallocation): not in the fresh set, so a write to one would be logged.
-    pub fn alloc_unwritten(&mut self, n: usize) -> Vec<u64> {
+    pub(crate) fn alloc_unwritten(&mut self, n: usize) -> Vec<u64> {
         let mut a = self.alloc.lock();
         let got: Vec<u64> = std::iter::from_fn(|| a.block().ok()).take(n).collect();
         drop(a);
@@ -141,7 +141,7 @@ impl<'a, M: Media> Tx<'a, M> {
         got
     }
     /// A new block holding `content` (zero-padded to a block), written with streaming stores.
-    pub fn new_block(&mut self, content: &[u8]) -> Result<u64> {
+    pub(crate) fn new_block(&mut self, content: &[u8]) -> Result<u64> {
         assert!(content.len() <= BLOCK);
         let b = self.alloc_block()?;
         let mut data = vec![0u8; BLOCK];
@@ -157,7 +157,7 @@ impl<'a, M: Media> Tx<'a, M> {
     /// A new huge block (512 contiguous, 2 MiB-aligned blocks) starting with `content`, written
     /// with streaming stores; the bytes after it are not written (the caller's file size does
     /// not cover them). `None` when no whole 2 MiB chunk is free.
-    pub fn new_huge(&mut self, content: &[u8]) -> Option<u64> {
+    pub(crate) fn new_huge(&mut self, content: &[u8]) -> Option<u64> {
         let n = crate::alloc::CHUNK;
         assert!(content.len() <= n as usize * BLOCK);
         let run = self.alloc.lock().huge()?;
@@ -172,19 +172,19 @@ impl<'a, M: Media> Tx<'a, M> {
         });
         Some(run)
     }
-    pub fn alloc_inode(&mut self) -> Result<u64> {
+    pub(crate) fn alloc_inode(&mut self) -> Result<u64> {
         let i = self.alloc.lock().inode()?;
         self.allocated_inodes.push(i);
         Ok(i)
     }
-    pub fn inode(&self, ino: u64) -> Inode {
+    pub(crate) fn inode(&self, ino: u64) -> Inode {
         let mut b = [0u8; INODE];
         self.read(self.geo.inode_off(ino), &mut b);
         Inode::decode(&b)
     }
     /// Stage the whole inode. Its tail record goes to 0: the record speaks for the last
     /// one-fence append only until anything else changes the file (`tail.rs`).
-    pub fn put_inode(&mut self, ino: u64, i: &Inode) {
+    pub(crate) fn put_inode(&mut self, ino: u64, i: &Inode) {
         let off = self.geo.inode_off(ino);
         let i = Inode { tail: 0, ..*i };
         self.writes.push(W {
@@ -265,7 +265,7 @@ impl<'a, M: Media> Tx<'a, M> {
     }
 
     /// Make every staged write durable, all or nothing. Frees `free_after` afterwards.
-    pub fn commit(mut self, lane: &mut Lane) -> Result<()> {
+    pub(crate) fn commit(mut self, lane: &mut Lane) -> Result<()> {
         let (undo, redo) = self.undo();
         let n = journal::entries_for(&undo);
         if n + 1 >= self.geo.lane_entries as usize {

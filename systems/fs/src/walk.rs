@@ -11,7 +11,7 @@ use crate::{tail, tree};
 use pmkit_media::Media;
 use std::collections::{HashMap, HashSet, VecDeque};
 
-pub struct Walked {
+pub(crate) struct Walked {
     pub alloc: Alloc,
     pub dirs: HashMap<u64, DirIndex>,
     pub orphans: Vec<u64>,
@@ -24,14 +24,14 @@ pub struct Walked {
 
 /// A file whose last append a crash cut: its size goes back from `from` to `to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CutAppend {
+pub(crate) struct CutAppend {
     pub ino: u64,
     pub from: u64,
     pub to: u64,
 }
 
 impl CutAppend {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "inode {}: its last append ({} bytes) did not reach the media whole; the size goes back from {} to {}",
             self.ino,
@@ -42,7 +42,7 @@ impl CutAppend {
     }
 }
 
-pub fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
+pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     let mut problems = Vec::new();
     let Alloc {
         mut blocks,
@@ -312,7 +312,7 @@ fn visit_inode<M: Media>(
 /// checkpoint's bitmap (`used`): a free block would be handed out again. What only the whole
 /// walk sees (a block shared by two inodes, link counts, unreachable inodes) is left to
 /// `check` and to the full walk of every mount after a crash. Returns the data blocks.
-pub fn verify_inode<M: Media>(
+pub(crate) fn verify_inode<M: Media>(
     pm: &Pm<M>,
     geo: &Geometry,
     ino: u64,
@@ -400,7 +400,7 @@ fn index_blocks<M: Media>(
 /// the index itself needs (its blocks parse, names are unique, entries name inodes in range
 /// whose kind matches); the full cross-checks are the walk's, run by every mount after a crash
 /// and by `check`.
-pub fn dir_index<M: Media>(
+pub(crate) fn dir_index<M: Media>(
     pm: &Pm<M>,
     geo: &Geometry,
     d: u64,

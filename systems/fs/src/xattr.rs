@@ -8,7 +8,7 @@ use crate::Fs;
 use pmkit_media::Media;
 use std::collections::BTreeMap;
 
-pub type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
+pub(crate) type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// How `setxattr` treats an existing attribute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub fn decode(b: &[u8]) -> std::result::Result<Xattrs, String> {
     Ok(out)
 }
 
-pub fn encode(x: &Xattrs) -> Option<Vec<u8>> {
+pub(crate) fn encode(x: &Xattrs) -> Option<Vec<u8>> {
     let mut b = (x.len() as u16).to_le_bytes().to_vec();
     for (k, v) in x {
         b.push(k.len() as u8);

@@ -7,14 +7,14 @@
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone)]
-pub struct Extents {
+pub(crate) struct Extents {
     /// start -> length, non-overlapping, non-adjacent (merged), page multiples.
     free: BTreeMap<u64, u64>,
 }
 
 impl Extents {
     /// Everything in `[start, start+len)` free.
-    pub fn new(start: u64, len: u64) -> Extents {
+    pub(crate) fn new(start: u64, len: u64) -> Extents {
         let mut free = BTreeMap::new();
         if len > 0 {
             free.insert(start, len);
@@ -23,7 +23,7 @@ impl Extents {
     }
 
     /// First-fit allocation of `len` bytes.
-    pub fn alloc(&mut self, len: u64) -> Option<u64> {
+    pub(crate) fn alloc(&mut self, len: u64) -> Option<u64> {
         assert!(len > 0);
         let (&start, &have) = self.free.iter().find(|(_, &l)| l >= len)?;
         self.free.remove(&start);
@@ -35,7 +35,7 @@ impl Extents {
 
     /// Mark `[start, start+len)` used (rebuild from the table). False if any byte is not free,
     /// which means two table entries overlap.
-    pub fn take(&mut self, start: u64, len: u64) -> bool {
+    pub(crate) fn take(&mut self, start: u64, len: u64) -> bool {
         let Some((&fs, &fl)) = self.free.range(..=start).next_back() else {
             return false;
         };
@@ -53,7 +53,7 @@ impl Extents {
     }
 
     /// Return `[start, start+len)`, merging with neighbours.
-    pub fn release(&mut self, start: u64, len: u64) {
+    pub(crate) fn release(&mut self, start: u64, len: u64) {
         let (mut s, mut l) = (start, len);
         if let Some((&ps, &pl)) = self.free.range(..start).next_back() {
             assert!(ps + pl <= start, "double free of {start:#x}+{len}");
@@ -73,10 +73,10 @@ impl Extents {
         self.free.insert(s, l);
     }
 
-    pub fn free_bytes(&self) -> u64 {
+    pub(crate) fn free_bytes(&self) -> u64 {
         self.free.values().sum()
     }
-    pub fn largest(&self) -> u64 {
+    pub(crate) fn largest(&self) -> u64 {
         self.free.values().copied().max().unwrap_or(0)
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug)]
-pub struct PageSet {
+pub(crate) struct PageSet {
     words: Words,
     pages: usize,
 }
@@ -18,7 +18,7 @@ enum Words {
 }
 
 impl PageSet {
-    pub fn new(pages: usize) -> PageSet {
+    pub(crate) fn new(pages: usize) -> PageSet {
         if pages <= 64 {
             return PageSet {
                 words: Words::Inline(AtomicU64::new(0)),
@@ -29,7 +29,7 @@ impl PageSet {
     }
     /// A set whose words stay at one address however the set moves, for the fault handler
     /// ([`Self::words_ptr`]).
-    pub fn tracked(pages: usize) -> PageSet {
+    pub(crate) fn tracked(pages: usize) -> PageSet {
         PageSet {
             words: Words::Heap((0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()),
             pages,
@@ -41,17 +41,17 @@ impl PageSet {
             Words::Heap(b) => b,
         }
     }
-    pub fn full(pages: usize) -> PageSet {
+    pub(crate) fn full(pages: usize) -> PageSet {
         let s = PageSet::new(pages);
         s.set_range(0, pages);
         s
     }
     #[cfg(test)]
-    pub fn set(&self, p: usize) {
+    pub(crate) fn set(&self, p: usize) {
         assert!(p < self.pages, "page {p} outside set of {}", self.pages);
         self.words()[p / 64].fetch_or(1 << (p % 64), Ordering::Relaxed);
     }
-    pub fn set_range(&self, first: usize, n: usize) {
+    pub(crate) fn set_range(&self, first: usize, n: usize) {
         assert!(
             first + n <= self.pages,
             "pages {first}+{n} outside set of {}",
@@ -70,27 +70,27 @@ impl PageSet {
             p += k;
         }
     }
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.words().iter().all(|w| w.load(Ordering::Relaxed) == 0)
     }
-    pub fn contains(&self, p: usize) -> bool {
+    pub(crate) fn contains(&self, p: usize) -> bool {
         debug_assert!(p < self.pages, "page {p} outside set of {}", self.pages);
         self.words()[p / 64].load(Ordering::Relaxed) & (1 << (p % 64)) != 0
     }
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         for w in self.words().iter() {
             w.store(0, Ordering::Relaxed);
         }
     }
     #[cfg(test)]
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.words()
             .iter()
             .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
             .sum()
     }
     /// Add every page of `other` to `self`.
-    pub fn union(&self, other: &PageSet) {
+    pub(crate) fn union(&self, other: &PageSet) {
         assert_eq!(self.pages, other.pages);
         for (a, b) in self.words().iter().zip(other.words().iter()) {
             let b = b.load(Ordering::Relaxed);
@@ -101,7 +101,7 @@ impl PageSet {
     }
     /// Runs of consecutive set pages as (first, count), so flushes and copies go in long strides.
     /// Reads the bits as it goes (no allocation: this runs on every sync).
-    pub fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+    pub(crate) fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         let mut p = 0;
         std::iter::from_fn(move || {
             while p < self.pages && !self.contains(p) {
@@ -124,7 +124,7 @@ impl PageSet {
     }
     /// The raw words, for the fault handler: only of a [`Self::tracked`] set (an inline word
     /// moves with the set).
-    pub fn words_ptr(&self) -> *const AtomicU64 {
+    pub(crate) fn words_ptr(&self) -> *const AtomicU64 {
         match &self.words {
             Words::Heap(b) => b.as_ptr(),
             Words::Inline(_) => panic!("an inline page set has no fixed address: use tracked()"),

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// Most shadows tracked at once in the process.
-pub const MAX_TRACKED: usize = 1024;
+pub(crate) const MAX_TRACKED: usize = 1024;
 use crate::layout::PAGE;
 
 struct Slot {
@@ -38,7 +38,7 @@ fn install() -> std::io::Result<()> {
 
 /// Track write faults in `[start, start+len)` (page aligned) into the bitset at `words`, which
 /// must stay alive until [`unregister`]. `None` when [`MAX_TRACKED`] ranges are tracked already.
-pub fn register(
+pub(crate) fn register(
     start: *mut u8,
     len: usize,
     words: *const AtomicU64,
@@ -60,7 +60,7 @@ pub fn register(
 }
 
 /// Stop tracking slot `i`. The caller changes the range's rights only after this returns.
-pub fn unregister(i: usize) {
+pub(crate) fn unregister(i: usize) {
     let s = &TABLE[i];
     s.start.store(0, Ordering::Release);
     s.words.store(std::ptr::null_mut(), Ordering::Relaxed);

@@ -16,7 +16,7 @@ use pmkit_media::protect::Pkey;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Keys buffers may hold at once, process-wide (retired keys count until the process ends).
-pub const MAX_BUFFER_KEYS: usize = 8;
+pub(crate) const MAX_BUFFER_KEYS: usize = 8;
 
 struct Keys {
     free: Vec<Pkey>,
@@ -30,7 +30,7 @@ static KEYS: Mutex<Keys> = Mutex::new(Keys {
 });
 
 /// A key for a new buffer, or `None` (no pku, the budget is spent, or the kernel has none left).
-pub fn take() -> Option<Pkey> {
+pub(crate) fn take() -> Option<Pkey> {
     if !pmkit_media::features().pku {
         return None;
     }
@@ -47,7 +47,7 @@ pub fn take() -> Option<Pkey> {
 }
 
 /// Return the key of a buffer at rest: no thread has it enabled.
-pub fn give(key: Pkey) {
+pub(crate) fn give(key: Pkey) {
     let mut k = KEYS.lock();
     assert!(k.free.len() < k.issued, "more keys given back than issued");
     k.free.push(key);
@@ -55,7 +55,7 @@ pub fn give(key: Pkey) {
 
 /// Give up a key some other thread may still have enabled: it is neither reused nor freed (a
 /// later `pkey_alloc` could hand the same number to anyone), so it stays allocated for good.
-pub fn retire(key: Pkey) {
+pub(crate) fn retire(key: Pkey) {
     tracing::debug!(
         key = key.id(),
         "retiring a buffer key still enabled in another thread"
@@ -65,7 +65,7 @@ pub fn retire(key: Pkey) {
 
 /// A number naming the calling thread for the life of the process (never reused, unlike the
 /// kernel's thread ids).
-pub fn thread_tag() -> u64 {
+pub(crate) fn thread_tag() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local! {
         static TAG: u64 = NEXT.fetch_add(1, Ordering::Relaxed);

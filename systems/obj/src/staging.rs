@@ -25,13 +25,13 @@ use std::collections::VecDeque;
 
 use crate::layout::PAGE;
 /// Released buffers kept per size class.
-pub const MAX_PER_CLASS: usize = 16;
+pub(crate) const MAX_PER_CLASS: usize = 16;
 /// Released buffers of a class that must wait before one is reused (oldest first).
-pub const QUARANTINE: usize = 4;
+pub(crate) const QUARANTINE: usize = 4;
 /// Bytes of released buffers kept per pool.
-pub const MAX_CACHED_BYTES: usize = 64 << 20;
+pub(crate) const MAX_CACHED_BYTES: usize = 64 << 20;
 /// Largest size class kept (16 MiB); larger buffers are unmapped on release.
-pub const MAX_CACHED_PAGES: usize = 4096;
+pub(crate) const MAX_CACHED_PAGES: usize = 4096;
 const _: () = assert!(
     QUARANTINE < MAX_PER_CLASS,
     "a full class can hand buffers out"
@@ -52,7 +52,7 @@ const CLASSES: usize = 41;
 /// A *keyed* buffer has its own protection key (see `keys.rs`): its pages stay read-write and
 /// which threads may touch them is their PKRU. Otherwise access is the pages' rights.
 #[derive(Debug)]
-pub struct Buffer {
+pub(crate) struct Buffer {
     /// The buffer's first page (the mapping starts one guard page earlier).
     ptr: *mut u8,
     pages: usize,
@@ -67,7 +67,7 @@ impl Buffer {
     /// Map a buffer of the size class holding `pages` pages. `keyed`: try to give it a key of
     /// its own (pages read-write, the key disabled in every thread); otherwise, or when no key
     /// is left, the pages get rights `rest`.
-    pub fn map(pages: usize, rest: Rights, keyed: bool) -> std::io::Result<Buffer> {
+    pub(crate) fn map(pages: usize, rest: Rights, keyed: bool) -> std::io::Result<Buffer> {
         assert!(pages > 0);
         let pages = pages.next_power_of_two();
         let total = (pages + 2) * PAGE;
@@ -121,18 +121,18 @@ impl Buffer {
     }
 
     /// Whether the buffer has its own protection key.
-    pub fn keyed(&self) -> bool {
+    pub(crate) fn keyed(&self) -> bool {
         self.key.is_some()
     }
 
     /// A keyed buffer: rights `rights` in this thread until the returned window drops (for the
     /// library's own copies). `None` for a buffer without a key.
-    pub fn window(&self, rights: Rights) -> Option<PkeyWindow> {
+    pub(crate) fn window(&self, rights: Rights) -> Option<PkeyWindow> {
         self.key.as_ref().map(|k| k.open(rights))
     }
 
     /// A keyed buffer: give the calling thread rights `rights` until changed (attach).
-    pub fn allow_thread(&self, rights: Rights) {
+    pub(crate) fn allow_thread(&self, rights: Rights) {
         if let Some(k) = &self.key {
             k.allow_this_thread(rights);
         }
@@ -140,7 +140,7 @@ impl Buffer {
 
     /// A keyed buffer: take the calling thread's rights away (detach in the only thread that had
     /// them: the buffer is then at rest).
-    pub fn deny_thread(&self) {
+    pub(crate) fn deny_thread(&self) {
         if let Some(k) = &self.key {
             k.deny_this_thread();
         }
@@ -148,7 +148,7 @@ impl Buffer {
 
     /// Put a keyed buffer's key at rest when its attachment ends: `sole` (only the calling
     /// thread has the key enabled) disables it here; otherwise the key is retired.
-    pub fn put_key_at_rest(&mut self, sole: bool) -> std::io::Result<()> {
+    pub(crate) fn put_key_at_rest(&mut self, sole: bool) -> std::io::Result<()> {
         if sole {
             self.deny_thread();
             Ok(())
@@ -170,18 +170,18 @@ impl Buffer {
         r
     }
 
-    pub fn ptr(&self) -> *mut u8 {
+    pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
     }
     /// Pages of the size class (at least the object's pages).
     #[cfg(test)]
-    pub fn pages(&self) -> usize {
+    pub(crate) fn pages(&self) -> usize {
         self.pages
     }
 
     /// Set the page rights of `[off, off+len)` (page aligned) of the buffer (a keyed buffer keeps
     /// its key).
-    pub fn set(&self, off: usize, len: usize, rights: Rights) -> std::io::Result<()> {
+    pub(crate) fn set(&self, off: usize, len: usize, rights: Rights) -> std::io::Result<()> {
         assert!(off.is_multiple_of(PAGE) && len.is_multiple_of(PAGE));
         assert!(off + len <= self.pages * PAGE, "range outside the buffer");
         // SAFETY: inside our own mapping; no Rust reference into it is live across this call
@@ -194,7 +194,7 @@ impl Buffer {
     ///
     /// # Safety
     /// The range must be readable.
-    pub unsafe fn copy_out(&self, off: usize, dst: &mut [u8]) {
+    pub(crate) unsafe fn copy_out(&self, off: usize, dst: &mut [u8]) {
         assert!(off + dst.len() <= self.pages * PAGE, "copy past the buffer");
         // SAFETY: the source range lies in the buffer (asserted) and is readable (the caller's
         // contract); `dst` is a distinct Rust buffer, so the two cannot overlap.
@@ -205,7 +205,7 @@ impl Buffer {
     ///
     /// # Safety
     /// The range must be writable.
-    pub unsafe fn copy_in(&self, off: usize, src: &[u8]) {
+    pub(crate) unsafe fn copy_in(&self, off: usize, src: &[u8]) {
         assert!(off + src.len() <= self.pages * PAGE, "copy past the buffer");
         // SAFETY: the target range lies in the buffer (asserted) and is writable (the caller's
         // contract); `src` is a distinct Rust buffer, so the two cannot overlap.
@@ -217,7 +217,7 @@ impl Buffer {
     ///
     /// # Safety
     /// `[0, len)` must be writable.
-    pub unsafe fn fill_from<M: Media>(&self, media: &M, media_off: usize, len: usize) {
+    pub(crate) unsafe fn fill_from<M: Media>(&self, media: &M, media_off: usize, len: usize) {
         assert!(len <= self.pages * PAGE, "fill past the buffer");
         // SAFETY: `[0, len)` lies in the buffer (asserted) and is writable (the caller's
         // contract), so `ptr` is valid for `len` bytes of writes during the call.
@@ -225,7 +225,7 @@ impl Buffer {
     }
 
     /// Address of byte `at` of the buffer, after checking `[at, at+len)` lies inside it.
-    pub fn at(&self, at: usize, len: usize) -> *const u8 {
+    pub(crate) fn at(&self, at: usize, len: usize) -> *const u8 {
         assert!(at + len <= self.pages * PAGE, "range past the buffer");
         // SAFETY: in bounds of the mapping, checked above.
         unsafe { self.ptr.add(at) }
@@ -235,7 +235,7 @@ impl Buffer {
     ///
     /// # Safety
     /// The range must be writable.
-    pub unsafe fn zero(&self, off: usize, len: usize) {
+    pub(crate) unsafe fn zero(&self, off: usize, len: usize) {
         assert!(off + len <= self.pages * PAGE, "zero past the buffer");
         // SAFETY: the range lies in the buffer (asserted) and is writable (the caller's
         // contract).
@@ -258,7 +258,7 @@ impl Drop for Buffer {
 
 /// Released buffers, by size class.
 #[derive(Debug)]
-pub struct Cache {
+pub(crate) struct Cache {
     classes: Vec<VecDeque<Buffer>>,
     bytes: usize,
 }
@@ -278,7 +278,7 @@ impl Cache {
     }
     /// The oldest cached buffer for `pages` pages (with the rights it was released with), if
     /// more than [`QUARANTINE`] are waiting.
-    pub fn take(&mut self, pages: usize) -> Option<Buffer> {
+    pub(crate) fn take(&mut self, pages: usize) -> Option<Buffer> {
         let q = self.classes.get_mut(Self::class(pages))?;
         if q.len() <= QUARANTINE {
             return None;
@@ -289,7 +289,7 @@ impl Cache {
     }
     /// Keep `b` for reuse (dropping the oldest of its class when the class is full), or unmap
     /// it if it is too large or the byte limit is reached.
-    pub fn give(&mut self, b: Buffer) {
+    pub(crate) fn give(&mut self, b: Buffer) {
         let c = Self::class(b.pages);
         let bytes = b.pages * PAGE;
         if b.pages > MAX_CACHED_PAGES {

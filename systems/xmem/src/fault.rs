@@ -13,15 +13,15 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Most `XMem` instances alive at once in a process.
-pub const MAX_INSTANCES: usize = 64;
+pub(crate) const MAX_INSTANCES: usize = 64;
 
 /// `si_code` of a fault on a mapped page without the right (linux/include/uapi/asm-generic/siginfo.h).
 const SEGV_ACCERR: libc::c_int = 2;
 
 /// Region states, as the handler reads them.
-pub const UNUSED: u32 = 0;
-pub const MAPPED: u32 = 1;
-pub const MIGRATING: u32 = 2;
+pub(crate) const UNUSED: u32 = 0;
+pub(crate) const MAPPED: u32 = 1;
+pub(crate) const MIGRATING: u32 = 2;
 
 struct Slot {
     claimed: AtomicU32,
@@ -55,17 +55,17 @@ std::thread_local! {
 }
 
 /// A migration is about to write-protect a region (called before the `mprotect`).
-pub fn note_begin() {
+pub(crate) fn note_begin() {
     BEGUN.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Count `n` writes that waited for a migration outside the handler (userfaultfd).
-pub fn note_parked(n: u64) {
+pub(crate) fn note_parked(n: u64) {
     PARKED.fetch_add(n, Ordering::Relaxed);
 }
 
 /// How many writes have waited for a migration in this process.
-pub fn parked() -> u64 {
+pub(crate) fn parked() -> u64 {
     PARKED.load(Ordering::Relaxed)
 }
 /// The leaked state arrays by slot (the handler reads them through `Slot::states`).
@@ -77,14 +77,18 @@ fn install() -> std::io::Result<()> {
 }
 
 /// A registered reservation: its slot and its region state words (all `UNUSED` at first).
-pub struct Registration {
+pub(crate) struct Registration {
     slot: usize,
     pub states: &'static [AtomicU32],
 }
 
 /// Register the reservation `[start, start+len)` cut into regions of `1 << shift` bytes. `None`
 /// when [`MAX_INSTANCES`] reservations are registered already.
-pub fn register(start: usize, len: usize, shift: u32) -> std::io::Result<Option<Registration>> {
+pub(crate) fn register(
+    start: usize,
+    len: usize,
+    shift: u32,
+) -> std::io::Result<Option<Registration>> {
     install()?;
     let n = len >> shift;
     for (i, s) in TABLE.iter().enumerate() {
@@ -127,7 +131,7 @@ pub fn register(start: usize, len: usize, shift: u32) -> std::io::Result<Option<
 }
 
 /// Stop owning faults in the registration's range (before it is unmapped).
-pub fn unregister(r: &Registration) {
+pub(crate) fn unregister(r: &Registration) {
     let s = &TABLE[r.slot];
     s.start.store(0, Ordering::Release);
     s.claimed.store(0, Ordering::Release);

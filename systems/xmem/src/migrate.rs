@@ -13,7 +13,7 @@ use pmkit_media::raw::{self, Fence};
 use pmkit_media::Media;
 
 /// Move region `i` (now in DRAM or another PM slot) into PM slot `slot`.
-pub fn to_slow(space: &Space, i: usize, pm: &Pm, slot: u32) -> Result<()> {
+pub(crate) fn to_slow(space: &Space, i: usize, pm: &Pm, slot: u32) -> Result<()> {
     let wp = space.begin_migration(i)?;
     let len = space.region_size();
     let off = pm.offset(slot);
@@ -36,7 +36,7 @@ pub fn to_slow(space: &Space, i: usize, pm: &Pm, slot: u32) -> Result<()> {
 
 /// Move region `i` (now in PM) into fresh DRAM pages (bound to `node` if given; the policy
 /// moves with the pages when they are put in place).
-pub fn to_fast(space: &Space, i: usize, thp: bool, node: Option<u32>) -> Result<()> {
+pub(crate) fn to_fast(space: &Space, i: usize, thp: bool, node: Option<u32>) -> Result<()> {
     let len = space.region_size();
     let staging = sys::map_anon(len, thp)?;
     if let Some(n) = node {

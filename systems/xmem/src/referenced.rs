@@ -10,7 +10,7 @@ use crate::error::{Result, XmemError};
 use std::collections::BTreeMap;
 
 /// Clear the referenced bits of every page of this process.
-pub fn clear() -> Result<()> {
+pub(crate) fn clear() -> Result<()> {
     std::fs::write("/proc/self/clear_refs", "1").map_err(|source| XmemError::Os {
         what: "write /proc/self/clear_refs",
         source,
@@ -20,7 +20,7 @@ pub fn clear() -> Result<()> {
 /// Referenced bytes per region index for the VMAs inside `[base, base + len)`, regions of
 /// `1 << shift` bytes (a VMA spanning several regions, which `space.rs` prevents, is split
 /// evenly between them).
-pub fn read(base: usize, len: usize, shift: u32) -> Result<BTreeMap<usize, u64>> {
+pub(crate) fn read(base: usize, len: usize, shift: u32) -> Result<BTreeMap<usize, u64>> {
     let text = std::fs::read_to_string("/proc/self/smaps").map_err(|source| XmemError::Os {
         what: "read /proc/self/smaps",
         source,

@@ -19,7 +19,7 @@ use crate::sys;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 
 /// Granule of the live table: every small object starts at a multiple of 16 bytes.
-pub const GRANULE: usize = 16;
+pub(crate) const GRANULE: usize = 16;
 
 /// What [`Sides::take`] found at an offset.
 pub enum Taken {
@@ -183,12 +183,12 @@ impl Sides {
 
 /// The tag in a slab page's word.
 #[inline(always)]
-pub fn tag_of(word: u32) -> u32 {
+pub(crate) fn tag_of(word: u32) -> u32 {
     (word >> 8) - 1
 }
 
 /// The size class in a slab page's word.
 #[inline(always)]
-pub fn class_of(word: u32) -> usize {
+pub(crate) fn class_of(word: u32) -> usize {
     (word & 0xff) as usize - 1
 }

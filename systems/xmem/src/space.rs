@@ -8,7 +8,7 @@ use crate::sys;
 use std::os::unix::io::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-pub struct Space {
+pub(crate) struct Space {
     base: usize,
     len: usize,
     shift: u32,
@@ -20,7 +20,7 @@ pub struct Space {
 
 /// How a migrating region's writers are held off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wp {
+pub(crate) enum Wp {
     /// userfaultfd write protection: every writer, a system call's included, waits in the
     /// kernel until the region's new pages are in place.
     Uffd,
@@ -31,7 +31,7 @@ pub enum Wp {
 
 impl Space {
     /// `uffd`: hold off writers with userfaultfd where the kernel and privileges allow.
-    pub fn new(len: usize, region_size: usize, uffd: bool) -> Result<Space> {
+    pub(crate) fn new(len: usize, region_size: usize, uffd: bool) -> Result<Space> {
         assert!(region_size.is_power_of_two() && len.is_multiple_of(region_size));
         let base = sys::reserve(len, region_size)?;
         let shift = region_size.trailing_zeros();
@@ -67,33 +67,33 @@ impl Space {
         })
     }
 
-    pub fn regions(&self) -> usize {
+    pub(crate) fn regions(&self) -> usize {
         self.len >> self.shift
     }
-    pub fn region_size(&self) -> usize {
+    pub(crate) fn region_size(&self) -> usize {
         1 << self.shift
     }
-    pub fn base(&self) -> usize {
+    pub(crate) fn base(&self) -> usize {
         self.base
     }
-    pub fn addr(&self, i: usize) -> usize {
+    pub(crate) fn addr(&self, i: usize) -> usize {
         assert!(i < self.regions());
         self.base + (i << self.shift)
     }
     /// The region holding `addr`, if it is inside the reservation.
-    pub fn region_of(&self, addr: usize) -> Option<usize> {
+    pub(crate) fn region_of(&self, addr: usize) -> Option<usize> {
         (addr >= self.base && addr < self.base + self.len).then(|| (addr - self.base) >> self.shift)
     }
 
     fn state(&self, i: usize) -> &AtomicU32 {
         &self.reg.states[i]
     }
-    pub fn is_mapped(&self, i: usize) -> bool {
+    pub(crate) fn is_mapped(&self, i: usize) -> bool {
         self.state(i).load(Ordering::Acquire) != UNUSED
     }
 
     /// Back unused region `i` with fresh DRAM pages (bound to `node` if given).
-    pub fn map_fast(&self, i: usize, thp: bool, node: Option<u32>) -> Result<()> {
+    pub(crate) fn map_fast(&self, i: usize, thp: bool, node: Option<u32>) -> Result<()> {
         assert!(!self.is_mapped(i));
         // SAFETY: region `i` is inside our reservation and unused, so nothing live is in it.
         unsafe { sys::map_anon_fixed(self.addr(i), self.region_size(), thp)? };
@@ -121,7 +121,7 @@ impl Space {
     }
 
     /// Back unused region `i` with the PM file's slot at `off`.
-    pub fn map_slow(&self, i: usize, fd: RawFd, off: u64) -> Result<()> {
+    pub(crate) fn map_slow(&self, i: usize, fd: RawFd, off: u64) -> Result<()> {
         assert!(!self.is_mapped(i));
         // SAFETY: as for map_fast; the slot is the caller's (taken from the PM tier).
         unsafe { sys::map_file_fixed(self.addr(i), self.region_size(), fd, off)? };
@@ -132,13 +132,13 @@ impl Space {
 
     /// Bind mapped region `i` to NUMA node `node` and have the kernel move its pages there (a
     /// NUMA slow tier's migration; no write protection: writers wait in the kernel).
-    pub fn rebind(&self, i: usize, node: u32) -> Result<()> {
+    pub(crate) fn rebind(&self, i: usize, node: u32) -> Result<()> {
         assert_eq!(self.state(i).load(Ordering::Acquire), MAPPED);
         sys::bind_move(self.addr(i), self.region_size(), node)
     }
 
     /// Return mapped region `i` to the reservation: `PROT_NONE`, pages released, state unused.
-    pub fn unmap_region(&self, i: usize) -> Result<()> {
+    pub(crate) fn unmap_region(&self, i: usize) -> Result<()> {
         assert_eq!(self.state(i).load(Ordering::Acquire), MAPPED);
         // SAFETY: region `i` is ours and its owner has no live object in it (the caller's heap
         // says so), so nothing live is in the range.
@@ -148,13 +148,13 @@ impl Space {
     }
 
     /// Why migrations hold writers off by page rights and not by userfaultfd, if they do.
-    pub fn uffd_unavailable(&self) -> Option<&str> {
+    pub(crate) fn uffd_unavailable(&self) -> Option<&str> {
         self.uffd.as_ref().err().map(String::as_str)
     }
 
     /// Migration step 1: writers to region `i` now wait: in the kernel (userfaultfd write
     /// protection, where the memory allows it) or in `fault.rs` (read-only rights).
-    pub fn begin_migration(&self, i: usize) -> Result<Wp> {
+    pub(crate) fn begin_migration(&self, i: usize) -> Result<Wp> {
         let w = self.state(i);
         assert_eq!(
             w.load(Ordering::Acquire),
@@ -180,7 +180,7 @@ impl Space {
 
     /// Migration step 3 (PM destination): the file slot, already holding the region's bytes,
     /// replaces the region's pages at the same address, read-write.
-    pub fn install_slow(&self, i: usize, fd: RawFd, off: u64) -> Result<()> {
+    pub(crate) fn install_slow(&self, i: usize, fd: RawFd, off: u64) -> Result<()> {
         assert_eq!(self.state(i).load(Ordering::Acquire), MIGRATING);
         // SAFETY: the region is ours and read-only; the slot holds the same bytes, so replacing
         // the mapping changes no byte any reader can see.
@@ -191,7 +191,7 @@ impl Space {
 
     /// Migration step 3 (DRAM destination): move the staging pages, already holding the region's
     /// bytes, over the region at the same address, read-write.
-    pub fn install_fast(&self, i: usize, staging: usize) -> Result<()> {
+    pub(crate) fn install_fast(&self, i: usize, staging: usize) -> Result<()> {
         assert_eq!(self.state(i).load(Ordering::Acquire), MIGRATING);
         // SAFETY: `staging` is a private mapping of region size made by the migration; the
         // region is ours and read-only and the staging pages hold the same bytes.
@@ -201,7 +201,7 @@ impl Space {
     }
 
     /// Restore write rights after a failed migration step (the old pages are still in place).
-    pub fn restore_rights(&self, i: usize, wp: Wp) -> Result<()> {
+    pub(crate) fn restore_rights(&self, i: usize, wp: Wp) -> Result<()> {
         match (wp, &self.uffd) {
             (Wp::Uffd, Ok(fd)) => sys::uffd_unprotect(fd, self.addr(i), self.region_size()),
             // SAFETY: region `i` is ours and mapped.
@@ -217,7 +217,7 @@ impl Space {
 
     /// Migration step 4: the region is writable again (new pages in place, or the old ones
     /// restored); wake the writers that waited.
-    pub fn end_migration(&self, i: usize, wp: Wp) {
+    pub(crate) fn end_migration(&self, i: usize, wp: Wp) {
         let w = self.state(i);
         w.store(MAPPED, Ordering::Release);
         sys::futex_wake(w);

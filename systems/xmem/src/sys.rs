@@ -34,7 +34,7 @@ fn fresh(len: usize, prot: libc::c_int, flags: libc::c_int, what: &'static str) 
 
 /// Reserve `len` bytes of address space aligned to `align` (a power of two): `PROT_NONE`,
 /// no memory committed. Returns the aligned start.
-pub fn reserve(len: usize, align: usize) -> Result<usize> {
+pub(crate) fn reserve(len: usize, align: usize) -> Result<usize> {
     assert!(align.is_power_of_two());
     let total = len.checked_add(align).expect("reservation size overflows");
     let raw = fresh(
@@ -61,7 +61,7 @@ pub fn reserve(len: usize, align: usize) -> Result<usize> {
 ///
 /// # Safety
 /// `[addr, addr+len)` must be address space the caller owns, with no live data in it.
-pub unsafe fn map_anon_fixed(addr: usize, len: usize, thp: bool) -> Result<()> {
+pub(crate) unsafe fn map_anon_fixed(addr: usize, len: usize, thp: bool) -> Result<()> {
     // SAFETY: the caller owns the range and nothing in it is live.
     let p = unsafe {
         libc::mmap(
@@ -85,7 +85,7 @@ pub unsafe fn map_anon_fixed(addr: usize, len: usize, thp: bool) -> Result<()> {
 /// # Safety
 /// As for [`map_anon_fixed`], except that the range may hold live data: the caller replaces
 /// it with a mapping of identical bytes (the migration copy) or owns it with nothing live.
-pub unsafe fn map_file_fixed(addr: usize, len: usize, fd: RawFd, off: u64) -> Result<()> {
+pub(crate) unsafe fn map_file_fixed(addr: usize, len: usize, fd: RawFd, off: u64) -> Result<()> {
     // SAFETY: the caller owns the range; the file slot belongs to the caller too.
     let p = unsafe {
         libc::mmap(
@@ -105,7 +105,7 @@ pub unsafe fn map_file_fixed(addr: usize, len: usize, fd: RawFd, off: u64) -> Re
 ///
 /// # Safety
 /// As for [`map_anon_fixed`]: the caller owns the range and nothing live is in it.
-pub unsafe fn reserve_fixed(addr: usize, len: usize) -> Result<()> {
+pub(crate) unsafe fn reserve_fixed(addr: usize, len: usize) -> Result<()> {
     // SAFETY: the caller owns the range and nothing in it is live.
     let p = unsafe {
         libc::mmap(
@@ -122,7 +122,7 @@ pub unsafe fn reserve_fixed(addr: usize, len: usize) -> Result<()> {
 }
 
 /// Fresh anonymous read-write pages anywhere (a staging area for a copy into DRAM).
-pub fn map_anon(len: usize, thp: bool) -> Result<usize> {
+pub(crate) fn map_anon(len: usize, thp: bool) -> Result<usize> {
     let a = fresh(len, libc::PROT_READ | libc::PROT_WRITE, 0, "mmap (staging)")?;
     if thp {
         advise_huge(a, len);
@@ -135,7 +135,7 @@ pub fn map_anon(len: usize, thp: bool) -> Result<usize> {
 /// # Safety
 /// `from` must be a mapping of `len` bytes the caller owns (it is gone afterwards); `to` as for
 /// [`map_file_fixed`].
-pub unsafe fn move_fixed(from: usize, len: usize, to: usize) -> Result<()> {
+pub(crate) unsafe fn move_fixed(from: usize, len: usize, to: usize) -> Result<()> {
     // SAFETY: the caller owns both ranges.
     let p = unsafe {
         libc::mremap(
@@ -156,7 +156,7 @@ pub unsafe fn move_fixed(from: usize, len: usize, to: usize) -> Result<()> {
 /// # Safety
 /// The caller owns the range; readers and writers of it must tolerate the new rights (writers
 /// fault into `fault.rs`, which parks them).
-pub unsafe fn protect(addr: usize, len: usize, prot: libc::c_int) -> Result<()> {
+pub(crate) unsafe fn protect(addr: usize, len: usize, prot: libc::c_int) -> Result<()> {
     // SAFETY: the caller owns the range.
     if unsafe { libc::mprotect(addr as *mut libc::c_void, len, prot) } != 0 {
         return Err(XmemError::os("mprotect"));
@@ -168,7 +168,7 @@ pub unsafe fn protect(addr: usize, len: usize, prot: libc::c_int) -> Result<()> 
 ///
 /// # Safety
 /// The caller owns the range and nothing live is in it.
-pub unsafe fn unmap(addr: usize, len: usize) {
+pub(crate) unsafe fn unmap(addr: usize, len: usize) {
     // SAFETY: the caller owns the range.
     let r = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
     debug_assert_eq!(r, 0, "munmap failed");
@@ -188,7 +188,7 @@ const MASK_BITS: usize = 1024;
 
 /// Bind `[addr, addr+len)` to NUMA node `node` (`mbind(MPOL_BIND)`): its pages come from that
 /// node only. Pages already there are not moved (no `MPOL_MF_MOVE`); X-Mem binds fresh mappings.
-pub fn bind(addr: usize, len: usize, node: u32) -> Result<()> {
+pub(crate) fn bind(addr: usize, len: usize, node: u32) -> Result<()> {
     mbind(addr, len, node, 0, "mbind")
 }
 
@@ -196,7 +196,7 @@ pub fn bind(addr: usize, len: usize, node: u32) -> Result<()> {
 /// (`mbind(MPOL_BIND, MPOL_MF_MOVE | MPOL_MF_STRICT)`): the kernel migrates each page at the
 /// same address, a thread touching one meanwhile waits in the kernel; a page that could not be
 /// moved is an error (`EIO`).
-pub fn bind_move(addr: usize, len: usize, node: u32) -> Result<()> {
+pub(crate) fn bind_move(addr: usize, len: usize, node: u32) -> Result<()> {
     const MPOL_MF_STRICT: u32 = 1;
     const MPOL_MF_MOVE: u32 = 2;
     mbind(
@@ -234,7 +234,7 @@ fn mbind(addr: usize, len: usize, node: u32, flags: u32, what: &'static str) -> 
 /// Mark `[addr, addr+len)` as left out of core dumps (`MADV_DONTDUMP`). X-Mem sets it on odd
 /// regions only so that neighbouring regions never merge into one VMA (their flags differ) and
 /// `smaps` reports each region apart (`referenced.rs`).
-pub fn dontdump(addr: usize, len: usize) -> Result<()> {
+pub(crate) fn dontdump(addr: usize, len: usize) -> Result<()> {
     // SAFETY: MADV_DONTDUMP changes a flag of the mapping, never its contents or rights.
     if unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTDUMP) } != 0 {
         return Err(XmemError::os("madvise(MADV_DONTDUMP)"));
@@ -243,7 +243,7 @@ pub fn dontdump(addr: usize, len: usize) -> Result<()> {
 }
 
 /// The NUMA node holding the (faulted-in) page at `addr`, from `get_mempolicy`.
-pub fn node_of(addr: usize) -> Result<u32> {
+pub(crate) fn node_of(addr: usize) -> Result<u32> {
     let mut node: libc::c_int = -1;
     // SAFETY: get_mempolicy writes one int to `node`; no node mask is asked for (NULL, 0).
     let r = unsafe {
@@ -264,7 +264,7 @@ pub fn node_of(addr: usize) -> Result<u32> {
 
 /// The memory policy of the mapping at `addr`: (mode, nodes in its mask). Mode 0 is the
 /// default policy, 2 is `MPOL_BIND`.
-pub fn policy_of(addr: usize) -> Result<(i32, Vec<u32>)> {
+pub(crate) fn policy_of(addr: usize) -> Result<(i32, Vec<u32>)> {
     let mut mode: libc::c_int = -1;
     let mut mask = [0u64; MASK_BITS / 64];
     // SAFETY: get_mempolicy writes one int to `mode` and at most MASK_BITS bits to `mask`.
@@ -288,7 +288,7 @@ pub fn policy_of(addr: usize) -> Result<(i32, Vec<u32>)> {
 }
 
 /// Sleep while `*word == expected` (async-signal-safe: one system call).
-pub fn futex_wait(word: &AtomicU32, expected: u32) {
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
     // SAFETY: FUTEX_WAIT reads the word at a valid address; a timeout of NULL waits until woken
     // or the value differs. Spurious returns are handled by the caller's loop.
     unsafe {
@@ -303,7 +303,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32) {
 }
 
 /// Wake every waiter on `word`.
-pub fn futex_wake(word: &AtomicU32) {
+pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE only reads the address; waking nobody is fine.
     unsafe {
         libc::syscall(
@@ -316,7 +316,7 @@ pub fn futex_wake(word: &AtomicU32) {
 }
 
 /// Bytes of physical memory.
-pub fn physical_memory() -> u64 {
+pub(crate) fn physical_memory() -> u64 {
     // SAFETY: sysconf reads system constants.
     let (pages, size) = unsafe {
         (
@@ -330,7 +330,7 @@ pub fn physical_memory() -> u64 {
 /// A read-only, zero-filled table of `len` bytes of fresh anonymous memory (`MAP_NORESERVE`):
 /// reads of untouched parts see the shared zero page and commit nothing; the owner makes parts
 /// writable with [`protect`] before writing them.
-pub fn map_table(len: usize) -> Result<usize> {
+pub(crate) fn map_table(len: usize) -> Result<usize> {
     fresh(
         len,
         libc::PROT_READ,
@@ -386,7 +386,7 @@ struct UffdioWriteprotect {
 /// included (no `UFFD_USER_MODE_ONLY`), or why there is none: the kernel lacks the features,
 /// or the process may not handle kernel faults (it needs `CAP_SYS_PTRACE`, or
 /// `vm.unprivileged_userfaultfd = 1`).
-pub fn uffd_open() -> std::result::Result<OwnedFd, String> {
+pub(crate) fn uffd_open() -> std::result::Result<OwnedFd, String> {
     // SAFETY: userfaultfd takes flags only and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
     if fd < 0 {
@@ -441,7 +441,7 @@ fn range(addr: usize, len: usize) -> UffdioRange {
 /// Register `[addr, addr+len)` for write-protect faults and write-protect every page of it,
 /// present or not: from now on a write to it, by the program or by a system call, waits in the
 /// kernel until [`uffd_wake`]. Fails on memory the kernel cannot write-protect (a DAX file).
-pub fn uffd_protect(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
+pub(crate) fn uffd_protect(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
     let mut reg = UffdioRegister {
         range: range(addr, len),
         mode: UFFDIO_REGISTER_MODE_WP,
@@ -460,7 +460,7 @@ pub fn uffd_protect(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
 }
 
 /// Undo [`uffd_protect`] on the same mapping (a failed migration): writable again, unregistered.
-pub fn uffd_unprotect(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
+pub(crate) fn uffd_unprotect(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
     let mut wp = UffdioWriteprotect {
         range: range(addr, len),
         mode: 0,
@@ -481,13 +481,13 @@ fn uffd_unregister(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
 
 /// Wake every thread waiting on a write-protect fault in `[addr, addr+len)`; each retries its
 /// access (against whatever is mapped there now).
-pub fn uffd_wake(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
+pub(crate) fn uffd_wake(fd: &OwnedFd, addr: usize, len: usize) -> Result<()> {
     let mut r = range(addr, len);
     uffd_ioctl(fd, UFFDIO_WAKE, &mut r, "UFFDIO_WAKE")
 }
 
 /// Read (and so count) the fault messages queued on `fd`: one per thread that waited.
-pub fn uffd_drain(fd: &OwnedFd) -> u64 {
+pub(crate) fn uffd_drain(fd: &OwnedFd) -> u64 {
     let mut buf = [0u8; UFFD_MSG * 16];
     let mut n = 0;
     loop {
@@ -504,7 +504,7 @@ pub fn uffd_drain(fd: &OwnedFd) -> u64 {
 /// 5.14+), in one call rather than one fault per page during a copy. Write-protected shmem
 /// (a PM file on /dev/shm under userfaultfd) gets no fault-around, so without this a copy out
 /// of it takes a fault per 4 KiB page. Best effort: an older kernel's `EINVAL` is ignored.
-pub fn populate_read(addr: usize, len: usize) {
+pub(crate) fn populate_read(addr: usize, len: usize) {
     // SAFETY: populating for reading changes no byte, right or mapping of the range.
     let _ = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_POPULATE_READ) };
 }

@@ -24,16 +24,16 @@ use std::sync::Weak;
 
 /// Objects one (thread, tag, class) stack holds at most: 255, so that the count fits a byte and
 /// indexes the 256-entry array with no bounds check (a slot is 32 classes x 2 KiB = 64 KiB).
-pub const CAP: usize = u8::MAX as usize;
+pub(crate) const CAP: usize = u8::MAX as usize;
 /// Objects a refill takes from the heap, or a full stack gives back, under one lock (with two
 /// threads on one tag, 32 made the heap lock the bottleneck: docs/xmem.md).
-pub const BATCH: usize = 128;
+pub(crate) const BATCH: usize = 128;
 const _: () = assert!(BATCH <= CAP && CAP < 256 && COUNT.is_power_of_two());
 /// (instance, tag) pairs one thread caches at once; the least recently added goes first.
-pub const MAX_SLOTS: usize = 8;
+pub(crate) const MAX_SLOTS: usize = 8;
 
 /// A fixed array stack of free objects' addresses.
-pub struct List {
+pub(crate) struct List {
     n: u8,
     items: [usize; CAP + 1],
 }
@@ -47,14 +47,14 @@ impl List {
     }
 
     #[inline]
-    pub fn pop(&mut self) -> Option<usize> {
+    pub(crate) fn pop(&mut self) -> Option<usize> {
         self.n = self.n.checked_sub(1)?;
         Some(self.items[self.n as usize])
     }
 
     /// Push `a`; false (and nothing pushed) when the stack is full.
     #[inline]
-    pub fn push(&mut self, a: usize) -> bool {
+    pub(crate) fn push(&mut self, a: usize) -> bool {
         if self.n as usize == CAP {
             return false;
         }
@@ -65,7 +65,7 @@ impl List {
 
     /// Room for a refill: `f` writes up to [`BATCH`] addresses into the slice and says how
     /// many. Called on an empty stack; the last written is popped first.
-    pub fn refill(&mut self, f: impl FnOnce(&mut [usize]) -> usize) -> usize {
+    pub(crate) fn refill(&mut self, f: impl FnOnce(&mut [usize]) -> usize) -> usize {
         debug_assert_eq!(self.n, 0);
         let got = f(&mut self.items[..BATCH]);
         assert!(got <= BATCH);
@@ -74,7 +74,7 @@ impl List {
     }
 
     /// Hand the [`BATCH`] oldest objects to `f` and keep the rest. Called on a full stack.
-    pub fn spill(&mut self, f: impl FnOnce(&[usize])) {
+    pub(crate) fn spill(&mut self, f: impl FnOnce(&[usize])) {
         debug_assert_eq!(self.n as usize, CAP);
         f(&self.items[..BATCH]);
         self.items.copy_within(BATCH..CAP, 0);
@@ -88,7 +88,7 @@ impl List {
 }
 
 /// One thread's stacks for one tag of one `XMem`.
-pub struct Slot {
+pub(crate) struct Slot {
     xmem: u64,
     tag: u32,
     heap: Weak<Mutex<Heap>>,
@@ -166,7 +166,7 @@ thread_local! {
 /// if it is (xmem, tag)'s and holds one. `None` sends the caller to [`with_slot`] (another
 /// slot, a refill, or no cache at all).
 #[inline(always)]
-pub fn pop(xmem: u64, tag: u32, c: usize) -> Option<usize> {
+pub(crate) fn pop(xmem: u64, tag: u32, c: usize) -> Option<usize> {
     debug_assert!(c < COUNT);
     CACHE
         .try_with(|cache| {
@@ -184,7 +184,7 @@ pub fn pop(xmem: u64, tag: u32, c: usize) -> Option<usize> {
 /// The hot path of `free`: push `a` onto this thread's slot used last, if it is (xmem, tag)'s
 /// and has room. False sends the caller to [`with_slot`].
 #[inline(always)]
-pub fn push(xmem: u64, tag: u32, c: usize, a: usize) -> bool {
+pub(crate) fn push(xmem: u64, tag: u32, c: usize, a: usize) -> bool {
     debug_assert!(c < COUNT);
     CACHE
         .try_with(|cache| {
@@ -205,7 +205,7 @@ pub fn push(xmem: u64, tag: u32, c: usize, a: usize) -> bool {
 /// Run `f` on this thread's slot for (xmem, tag), making it the one used last (and adding it
 /// if new); `None` when the cache is in use (re-entry) or the thread is exiting and has given
 /// its objects back: the caller takes the heap path instead.
-pub fn with_slot<R>(
+pub(crate) fn with_slot<R>(
     xmem: u64,
     tag: u32,
     heap: impl FnOnce() -> Weak<Mutex<Heap>>,
@@ -259,7 +259,7 @@ fn activate(
 }
 
 /// Take every object this thread caches for `xmem`: (tag, addresses).
-pub fn drain(xmem: u64) -> Vec<(u32, Vec<usize>)> {
+pub(crate) fn drain(xmem: u64) -> Vec<(u32, Vec<usize>)> {
     CACHE.with(|c| {
         let Ok(mut c) = c.try_borrow_mut() else {
             return Vec::new();
@@ -278,7 +278,7 @@ pub fn drain(xmem: u64) -> Vec<(u32, Vec<usize>)> {
 }
 
 /// How many (instance, tag) slots this thread holds (tests).
-pub fn slots() -> usize {
+pub(crate) fn slots() -> usize {
     CACHE.with(|c| {
         c.try_borrow()
             .map_or(0, |c| c.others.len() + usize::from(c.active.is_some()))

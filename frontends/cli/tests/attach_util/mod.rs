@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
-pub const PMKIT: &str = env!("CARGO_BIN_EXE_pmkit");
+pub(crate) const PMKIT: &str = env!("CARGO_BIN_EXE_pmkit");
 
-pub fn can_run() -> bool {
+pub(crate) fn can_run() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     let ok = euid == 0
@@ -25,11 +25,11 @@ pub fn can_run() -> bool {
     ok
 }
 
-pub fn pmkit(args: &[&str]) -> std::process::Output {
+pub(crate) fn pmkit(args: &[&str]) -> std::process::Output {
     Command::new(PMKIT).args(args).output().expect("run pmkit")
 }
 
-pub fn ok(args: &[&str]) -> String {
+pub(crate) fn ok(args: &[&str]) -> String {
     let o = pmkit(args);
     assert!(
         o.status.success(),
@@ -41,7 +41,7 @@ pub fn ok(args: &[&str]) -> String {
 }
 
 /// A running `pmkit attach`, up once it printed its detach hint.
-pub struct Attached {
+pub(crate) struct Attached {
     pub child: Child,
     pub out: String,
     /// Everything `pmkit attach` wrote to stderr so far.
@@ -50,7 +50,7 @@ pub struct Attached {
 
 /// `pmkit attach PM EXTRA...`, with `--transport $PMKIT_ATTACH_TRANSPORT` when that is set
 /// (so the same tests run over each FUSE transport) and EXTRA names none.
-pub fn attach(pm: &Path, extra: &[&str]) -> Attached {
+pub(crate) fn attach(pm: &Path, extra: &[&str]) -> Attached {
     let transport: Vec<String> = std::env::var("PMKIT_ATTACH_TRANSPORT")
         .ok()
         .filter(|_| !extra.contains(&"--transport"))
@@ -99,7 +99,7 @@ pub fn attach(pm: &Path, extra: &[&str]) -> Attached {
 }
 
 impl Attached {
-    pub fn loop_dev(&self) -> String {
+    pub(crate) fn loop_dev(&self) -> String {
         let l = self
             .out
             .lines()
@@ -108,17 +108,17 @@ impl Attached {
         l.split_whitespace().nth(2).unwrap().to_string()
     }
     /// What `pmkit attach` wrote to stderr so far.
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.err.lock().unwrap().clone()
     }
-    pub fn detach(mut self, target: &str) {
+    pub(crate) fn detach(mut self, target: &str) {
         ok(&["detach", target]);
         let st = wait_timeout(&mut self.child, Duration::from_secs(60));
         assert!(st.success(), "pmkit attach exited with {st}");
     }
 }
 
-pub fn wait_timeout(c: &mut Child, d: Duration) -> std::process::ExitStatus {
+pub(crate) fn wait_timeout(c: &mut Child, d: Duration) -> std::process::ExitStatus {
     let t = Instant::now();
     loop {
         if let Some(s) = c.try_wait().unwrap() {
@@ -129,7 +129,7 @@ pub fn wait_timeout(c: &mut Child, d: Duration) -> std::process::ExitStatus {
     }
 }
 
-pub fn fsck_clean(pm: &Path) {
+pub(crate) fn fsck_clean(pm: &Path) {
     let a = attach(pm, &[]);
     let dev = a.loop_dev();
     let o = Command::new("fsck.ext4")
@@ -145,13 +145,13 @@ pub fn fsck_clean(pm: &Path) {
     a.detach(&dev);
 }
 
-pub struct Scratch {
+pub(crate) struct Scratch {
     pub _dir: tempfile::TempDir,
     pub pm: PathBuf,
     pub mnt: PathBuf,
 }
 
-pub fn scratch(size: &str) -> Scratch {
+pub(crate) fn scratch(size: &str) -> Scratch {
     let dir = tempfile::Builder::new()
         .prefix("pmkit-attach")
         .tempdir_in("/dev/shm")
@@ -163,7 +163,7 @@ pub fn scratch(size: &str) -> Scratch {
 }
 
 /// Whether `p` is a mountpoint in this namespace.
-pub fn is_mounted(p: &Path) -> bool {
+pub(crate) fn is_mounted(p: &Path) -> bool {
     let canon = std::fs::canonicalize(p).unwrap_or(p.to_path_buf());
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
@@ -172,7 +172,7 @@ pub fn is_mounted(p: &Path) -> bool {
 }
 
 /// Wait (at most `d`) until `f` holds.
-pub fn wait_until(what: &str, d: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, d: Duration, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
         assert!(t.elapsed() < d, "timed out waiting for {what}");

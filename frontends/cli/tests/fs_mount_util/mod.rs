@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub fn pmkit() -> Command {
+pub(crate) fn pmkit() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pmkit"))
 }
 
-pub fn run_ok(args: &[&str]) -> String {
+pub(crate) fn run_ok(args: &[&str]) -> String {
     let o = pmkit().args(args).output().unwrap();
     let t = format!(
         "{}{}",
@@ -29,7 +29,7 @@ pub fn run_ok(args: &[&str]) -> String {
 
 /// Root and /dev/fuse: what a FUSE mount needs. Missing, the test is skipped, except in CI
 /// (CI set), where it fails saying why.
-pub fn can_run() -> bool {
+pub(crate) fn can_run() -> bool {
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let fuse = Path::new("/dev/fuse").exists();
@@ -46,7 +46,7 @@ pub fn can_run() -> bool {
 /// io_uring) where the kernel offers it (/sys/module/fuse/parameters/enable_uring = Y; in CI,
 /// where scripts/test.sh turns it on, its absence fails the test). `PMKIT_FS_TRANSPORT=dev` or
 /// `uring` runs one only (and is the transport of the tests that name none).
-pub fn transports() -> Vec<&'static str> {
+pub(crate) fn transports() -> Vec<&'static str> {
     let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
         .is_ok_and(|s| s.trim() == "Y");
     match std::env::var("PMKIT_FS_TRANSPORT").as_deref() {
@@ -64,7 +64,7 @@ pub fn transports() -> Vec<&'static str> {
 }
 
 /// Run `test` once over each of [`transports`], naming the transport in the output first.
-pub fn each_transport(test: fn(&str)) {
+pub(crate) fn each_transport(test: fn(&str)) {
     for t in transports() {
         eprintln!("transport {t}");
         test(t);
@@ -72,18 +72,18 @@ pub fn each_transport(test: fn(&str)) {
 }
 
 /// A scratch pool in /dev/shm and a mount point.
-pub struct Scratch {
+pub(crate) struct Scratch {
     pub dir: tempfile::TempDir,
     pub pool: PathBuf,
     pub mnt: PathBuf,
 }
 
-pub fn scratch(size: &str) -> Scratch {
+pub(crate) fn scratch(size: &str) -> Scratch {
     scratch_with(size, 2048)
 }
 
 /// A scratch pool with `inodes` inodes.
-pub fn scratch_with(size: &str, inodes: u32) -> Scratch {
+pub(crate) fn scratch_with(size: &str, inodes: u32) -> Scratch {
     let dir = tempfile::Builder::new()
         .prefix("pmkit-fsmount")
         .tempdir_in("/dev/shm")
@@ -104,7 +104,7 @@ pub fn scratch_with(size: &str, inodes: u32) -> Scratch {
 }
 
 /// A running `pmkit fs mount`.
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub child: Child,
     pub mnt: PathBuf,
     pub stderr: PathBuf,
@@ -113,12 +113,12 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn start(s: &Scratch, extra: &[&str]) -> Daemon {
+    pub(crate) fn start(s: &Scratch, extra: &[&str]) -> Daemon {
         Daemon::start_with_env(s, extra, &[])
     }
 
     /// [`Daemon::start`] with variables added to the daemon's environment.
-    pub fn start_with_env(s: &Scratch, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+    pub(crate) fn start_with_env(s: &Scratch, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let stderr = s
             .dir
             .path()
@@ -172,12 +172,12 @@ impl Daemon {
         }
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
     /// `pmkit fs umount`, then the daemon must have exited 0.
-    pub fn umount(mut self) -> String {
+    pub(crate) fn umount(mut self) -> String {
         let out = run_ok(&["fs", "umount", self.mnt.to_str().unwrap()]);
         let st = self.child.wait().unwrap();
         assert!(st.success(), "daemon exit {st:?}: {}", self.log());
@@ -185,7 +185,7 @@ impl Daemon {
     }
 
     /// Wait for the daemon to exit (after a signal); its status.
-    pub fn wait(mut self, limit: Duration) -> std::process::ExitStatus {
+    pub(crate) fn wait(mut self, limit: Duration) -> std::process::ExitStatus {
         let t = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
@@ -199,7 +199,7 @@ impl Daemon {
 
 impl Daemon {
     /// kill -9 the daemon and reap it, leaving its (now stale) mount in place.
-    pub fn kill_9(mut self) {
+    pub(crate) fn kill_9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
         self.detach = false;
@@ -229,7 +229,7 @@ fn rand_u64() -> u64 {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Snap {
+pub(crate) enum Snap {
     Dir {
         mode: u32,
     },
@@ -276,7 +276,7 @@ fn xattrs(p: &Path) -> BTreeMap<String, Vec<u8>> {
 
 /// Every path under `root` (relative), with what it is.
 /// Every xattr name `p` lists, virtual ones included.
-pub fn xattr_names(p: &Path) -> Vec<String> {
+pub(crate) fn xattr_names(p: &Path) -> Vec<String> {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
     let mut names = vec![0u8; 4096];
     // SAFETY: the buffer is valid for its length.
@@ -290,7 +290,7 @@ pub fn xattr_names(p: &Path) -> Vec<String> {
 }
 
 /// One xattr's value, or the errno.
-pub fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+pub(crate) fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
     let (c, cn) = (
         CString::new(p.as_os_str().as_bytes()).unwrap(),
         CString::new(name).unwrap(),
@@ -304,7 +304,7 @@ pub fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
 }
 
 /// Set (`Some`) or remove (`None`) an xattr; the errno on failure.
-pub fn set_xattr(p: &Path, name: &str, value: Option<&[u8]>) -> Result<(), i32> {
+pub(crate) fn set_xattr(p: &Path, name: &str, value: Option<&[u8]>) -> Result<(), i32> {
     let (c, cn) = (
         CString::new(p.as_os_str().as_bytes()).unwrap(),
         CString::new(name).unwrap(),
@@ -318,7 +318,7 @@ pub fn set_xattr(p: &Path, name: &str, value: Option<&[u8]>) -> Result<(), i32> 
     })
 }
 
-pub fn snapshot(root: &Path) -> BTreeMap<String, Snap> {
+pub(crate) fn snapshot(root: &Path) -> BTreeMap<String, Snap> {
     let mut out = BTreeMap::new();
     let mut todo = vec![PathBuf::new()];
     while let Some(rel) = todo.pop() {
@@ -354,22 +354,22 @@ pub fn snapshot(root: &Path) -> BTreeMap<String, Snap> {
 }
 
 /// A small deterministic generator (xorshift64*).
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
 
 #[derive(Clone, Debug)]
-pub enum Op {
+pub(crate) enum Op {
     Write(String, u64, usize, u8),
     Truncate(String, u64),
     Mkdir(String),
@@ -386,7 +386,7 @@ pub enum Op {
 
 const NAMES: [&str; 8] = ["a", "b", "c", "d0", "d1", "d0/e", "d0/f", "d1/g"];
 
-pub fn random_op(r: &mut Rng) -> Op {
+pub(crate) fn random_op(r: &mut Rng) -> Op {
     let mut name = || NAMES[r.below(NAMES.len() as u64) as usize].to_string();
     let (a, b) = (name(), name());
     match r.below(13) {
@@ -436,7 +436,7 @@ fn io(r: std::io::Result<()>) -> Result<(), i32> {
 }
 
 /// Run `op` on the tree at `root`: Ok, or the errno.
-pub fn apply(root: &Path, op: &Op) -> Result<(), i32> {
+pub(crate) fn apply(root: &Path, op: &Op) -> Result<(), i32> {
     match op {
         Op::Write(p, off, len, seed) => io((|| {
             // O_NONBLOCK: opening a FIFO for writing fails (ENXIO, no reader) instead of

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub const PMKIT: &str = env!("CARGO_BIN_EXE_pmkit");
+pub(crate) const PMKIT: &str = env!("CARGO_BIN_EXE_pmkit");
 
 /// True when every tool is installed. Missing tools fail the test in CI (CI set) and skip it,
 /// with a note, elsewhere.
-pub fn have(tools: &[&str]) -> bool {
+pub(crate) fn have(tools: &[&str]) -> bool {
     for t in tools {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {t}")])
@@ -34,7 +34,7 @@ pub fn have(tools: &[&str]) -> bool {
 }
 
 /// Root, /dev/fuse and a free loop device: needed for nbdfuse + losetup.
-pub fn have_fuse_and_loop() -> bool {
+pub(crate) fn have_fuse_and_loop() -> bool {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     let ok =
@@ -50,7 +50,7 @@ pub fn have_fuse_and_loop() -> bool {
 }
 
 /// Run a command with a time limit (coreutils `timeout`, so a hung client cannot hang the test).
-pub fn run(secs: u64, cmd: &[&str]) -> Output {
+pub(crate) fn run(secs: u64, cmd: &[&str]) -> Output {
     Command::new("timeout")
         .args(["-k", "5", &secs.to_string()])
         .args(cmd)
@@ -60,7 +60,7 @@ pub fn run(secs: u64, cmd: &[&str]) -> Output {
 }
 
 /// Like [`run`], but the command must succeed; returns its stdout.
-pub fn ok(secs: u64, cmd: &[&str]) -> String {
+pub(crate) fn ok(secs: u64, cmd: &[&str]) -> String {
     let o = run(secs, cmd);
     assert!(
         o.status.success(),
@@ -73,7 +73,7 @@ pub fn ok(secs: u64, cmd: &[&str]) -> String {
 }
 
 /// A scratch directory in /dev/shm (emulated PM), removed on drop.
-pub fn shm_dir(prefix: &str) -> tempfile::TempDir {
+pub(crate) fn shm_dir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix(prefix)
         .tempdir_in("/dev/shm")
@@ -81,10 +81,10 @@ pub fn shm_dir(prefix: &str) -> tempfile::TempDir {
 }
 
 /// A device file in /dev/shm, removed on drop.
-pub struct DevFile(pub PathBuf);
+pub(crate) struct DevFile(pub PathBuf);
 
 impl DevFile {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let p = PathBuf::from(format!(
             "/dev/shm/pmkit-test-{}-{name}.pmbd",
             std::process::id()
@@ -92,7 +92,7 @@ impl DevFile {
         let _ = std::fs::remove_file(&p);
         DevFile(p)
     }
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.0.to_str().unwrap()
     }
 }
@@ -104,7 +104,7 @@ impl Drop for DevFile {
 }
 
 /// A running `pmkit serve`.
-pub struct Serve {
+pub(crate) struct Serve {
     pub child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub sock: PathBuf,
@@ -114,13 +114,18 @@ pub struct Serve {
 
 impl Serve {
     /// Start `pmkit serve DEV --socket <tmp>/nbd.sock EXTRA...` and wait until it accepts.
-    pub fn start(dev: &str, extra: &[&str]) -> Serve {
+    pub(crate) fn start(dev: &str, extra: &[&str]) -> Serve {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("nbd.sock");
         Self::start_in(dir, sock, dev, extra)
     }
 
-    pub fn start_in(dir: tempfile::TempDir, sock: PathBuf, dev: &str, extra: &[&str]) -> Serve {
+    pub(crate) fn start_in(
+        dir: tempfile::TempDir,
+        sock: PathBuf,
+        dev: &str,
+        extra: &[&str],
+    ) -> Serve {
         let mut args: Vec<&str> = vec!["serve"];
         if !dev.is_empty() {
             args.push(dev);
@@ -189,16 +194,16 @@ impl Serve {
         }
     }
 
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
     }
 
     /// SIGTERM, then wait (bounded); returns the exit status and stderr.
-    pub fn stop(mut self) -> (ExitStatus, String) {
+    pub(crate) fn stop(mut self) -> (ExitStatus, String) {
         let mut c = self.child.take().unwrap();
         // SAFETY: signalling our own child.
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
@@ -207,7 +212,7 @@ impl Serve {
     }
 
     /// SIGKILL: a crash.
-    pub fn kill9(mut self) {
+    pub(crate) fn kill9(mut self) {
         let mut c = self.child.take().unwrap();
         let _ = c.kill();
         let _ = c.wait();
@@ -240,7 +245,7 @@ impl Drop for Serve {
 
 /// Copy `data` into the export with `nbdcopy`, copy it back out, and compare (the export may be
 /// larger than `data`). Each copy gets `secs` seconds.
-pub fn nbdcopy_round_trip(s: &Serve, data: &[u8], secs: u64) {
+pub(crate) fn nbdcopy_round_trip(s: &Serve, data: &[u8], secs: u64) {
     let src = s.dir.path().join("src.img");
     let back = s.dir.path().join("back.img");
     std::fs::write(&src, data).unwrap();
@@ -260,7 +265,7 @@ pub fn nbdcopy_round_trip(s: &Serve, data: &[u8], secs: u64) {
 }
 
 /// Deterministic pseudo-random bytes (xorshift), fast enough for hundreds of MiB.
-pub fn fill_random(buf: &mut [u8], seed: u64) {
+pub(crate) fn fill_random(buf: &mut [u8], seed: u64) {
     let mut x = seed | 1;
     for chunk in buf.chunks_mut(8) {
         x ^= x << 13;
@@ -273,11 +278,11 @@ pub fn fill_random(buf: &mut [u8], seed: u64) {
 
 // A minimal NBD client (simple replies) for tests that need exact control over requests.
 
-pub const REQ_MAGIC: u32 = 0x2560_9513;
-pub const SIMPLE_MAGIC: u32 = 0x6744_6698;
+pub(crate) const REQ_MAGIC: u32 = 0x2560_9513;
+pub(crate) const SIMPLE_MAGIC: u32 = 0x6744_6698;
 
 /// Connect and finish the handshake with GO (asking for block size info), no structured replies.
-pub fn nbd_connect(sock: &Path) -> std::io::Result<UnixStream> {
+pub(crate) fn nbd_connect(sock: &Path) -> std::io::Result<UnixStream> {
     let mut s = UnixStream::connect(sock)?;
     s.set_read_timeout(Some(Duration::from_secs(20)))?;
     let mut g = [0u8; 18];
@@ -306,7 +311,7 @@ pub fn nbd_connect(sock: &Path) -> std::io::Result<UnixStream> {
     }
 }
 
-pub fn nbd_request(typ: u16, handle: u64, off: u64, len: u32) -> Vec<u8> {
+pub(crate) fn nbd_request(typ: u16, handle: u64, off: u64, len: u32) -> Vec<u8> {
     let mut b = Vec::with_capacity(28);
     b.extend_from_slice(&REQ_MAGIC.to_be_bytes());
     b.extend_from_slice(&0u16.to_be_bytes());
@@ -318,7 +323,7 @@ pub fn nbd_request(typ: u16, handle: u64, off: u64, len: u32) -> Vec<u8> {
 }
 
 /// Read a simple reply header: (error, handle).
-pub fn nbd_reply(s: &mut UnixStream) -> std::io::Result<(u32, u64)> {
+pub(crate) fn nbd_reply(s: &mut UnixStream) -> std::io::Result<(u32, u64)> {
     let mut h = [0u8; 16];
     s.read_exact(&mut h)?;
     assert_eq!(
@@ -332,12 +337,12 @@ pub fn nbd_reply(s: &mut UnixStream) -> std::io::Result<(u32, u64)> {
 }
 
 /// Run `pmkit ARGS` and return its output.
-pub fn pmkit(args: &[&str]) -> Output {
+pub(crate) fn pmkit(args: &[&str]) -> Output {
     Command::new(PMKIT).args(args).output().expect("run pmkit")
 }
 
 /// stdout and stderr of a command, for assertion messages.
-pub fn text(o: &Output) -> String {
+pub(crate) fn text(o: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
@@ -346,7 +351,7 @@ pub fn text(o: &Output) -> String {
 }
 
 /// `pmkit info PATH --json`, parsed.
-pub fn info_json(p: &std::path::Path) -> serde_json::Value {
+pub(crate) fn info_json(p: &std::path::Path) -> serde_json::Value {
     let o = pmkit(&["info", p.to_str().unwrap(), "--json"]);
     assert!(o.status.success(), "{}", text(&o));
     serde_json::from_slice(&o.stdout).expect("info --json prints JSON")

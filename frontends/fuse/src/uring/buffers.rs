@@ -15,12 +15,12 @@
 use std::ptr::NonNull;
 
 /// Payload buffers per queue backed by huge pages (2 per 2 MiB page): 8 MiB per queue at most.
-pub const HUGE_ENTRIES: usize = 8;
+pub(super) const HUGE_ENTRIES: usize = 8;
 
 const HUGE: usize = 2 << 20;
 
 /// `n` buffers of `each` bytes, laid end to end in one private anonymous mapping.
-pub struct Arena {
+pub(super) struct Arena {
     base: NonNull<u8>,
     /// The mapping's length (a multiple of 2 MiB, plus alignment slack).
     map_len: usize,
@@ -40,7 +40,7 @@ impl Arena {
     /// Map `n` buffers of `each` bytes; with `huge`, ask for transparent huge pages over the
     /// last [`HUGE_ENTRIES`] of them (best effort: the kernel may refuse, and then they are
     /// plain pages; `each` must then be a multiple of 4 KiB).
-    pub fn new(n: usize, each: usize, huge: bool) -> std::io::Result<Arena> {
+    pub(super) fn new(n: usize, each: usize, huge: bool) -> std::io::Result<Arena> {
         assert!(n > 0 && each > 0 && (!huge || each.is_multiple_of(4096)));
         let bytes = n
             .checked_mul(each)
@@ -81,7 +81,7 @@ impl Arena {
     }
 
     /// Buffer `i`'s first byte (for the kernel: REGISTER's iovec).
-    pub fn ptr(&self, i: usize) -> *mut u8 {
+    pub(super) fn ptr(&self, i: usize) -> *mut u8 {
         assert!(i < self.n);
         // SAFETY: `start + i * each + each <= start + bytes <= map_len`: inside the mapping.
         unsafe { self.base.as_ptr().add(self.start + i * self.each) }
@@ -96,7 +96,7 @@ impl Arena {
     #[allow(clippy::mut_from_ref)]
     // A slice over a ring entry's buffer only while the kernel cannot write it (the claim).
     #[allow(clippy::disallowed_methods)]
-    pub unsafe fn get(&self, i: usize) -> &mut [u8] {
+    pub(super) unsafe fn get(&self, i: usize) -> &mut [u8] {
         // SAFETY: inside the mapping (see `ptr`) and initialized (anonymous memory reads as
         // zeros); exclusive by the caller's claim.
         unsafe { std::slice::from_raw_parts_mut(self.ptr(i), self.each) }
@@ -112,7 +112,7 @@ impl Drop for Arena {
 }
 
 /// One queue's entries' buffers: entry `i` is header `i` and payload `i`.
-pub struct Slots {
+pub(super) struct Slots {
     headers: Arena,
     payloads: Arena,
 }
@@ -120,7 +120,12 @@ pub struct Slots {
 impl Slots {
     /// Buffers for `n` entries: headers of `header` bytes, payloads of `payload` bytes (the
     /// last [`HUGE_ENTRIES`] on huge pages with `huge`).
-    pub fn new(n: usize, header: usize, payload: usize, huge: bool) -> std::io::Result<Slots> {
+    pub(super) fn new(
+        n: usize,
+        header: usize,
+        payload: usize,
+        huge: bool,
+    ) -> std::io::Result<Slots> {
         Ok(Slots {
             headers: Arena::new(n, header, false)?,
             payloads: Arena::new(n, payload, huge)?,
@@ -128,7 +133,7 @@ impl Slots {
     }
 
     /// Entry `i`'s (header, payload) iovecs, as REGISTER hands them to the kernel.
-    pub fn iovecs(&self, i: usize) -> [libc::iovec; 2] {
+    pub(super) fn iovecs(&self, i: usize) -> [libc::iovec; 2] {
         [
             libc::iovec {
                 iov_base: self.headers.ptr(i).cast(),
@@ -146,7 +151,7 @@ impl Slots {
     /// # Safety
     /// As [`Arena::get`]: the caller has claimed entry `i` (completed, not yet committed, and
     /// answered by no other thread meanwhile).
-    pub unsafe fn answer<H: super::Handler>(&self, handler: &H, i: usize) -> u64 {
+    pub(super) unsafe fn answer<H: super::Handler>(&self, handler: &H, i: usize) -> u64 {
         // SAFETY: the caller's claim on entry `i` covers both of its buffers.
         unsafe { super::handle(handler, self.headers.get(i), self.payloads.get(i)) }
     }

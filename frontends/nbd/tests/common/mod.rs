@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub const SIZE: u64 = 8 << 20;
-pub const MIN: u32 = 512;
+pub(crate) const SIZE: u64 = 8 << 20;
+pub(crate) const MIN: u32 = 512;
 
-pub struct TestServer {
+pub(crate) struct TestServer {
     pub dir: tempfile::TempDir,
     pub path: PathBuf,
     pub backend: Arc<MemBackend>,
@@ -24,10 +24,10 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    pub fn start(cfg: ServerConfig) -> Self {
+    pub(crate) fn start(cfg: ServerConfig) -> Self {
         Self::start_with(cfg, false)
     }
-    pub fn start_with(cfg: ServerConfig, read_only: bool) -> Self {
+    pub(crate) fn start_with(cfg: ServerConfig, read_only: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nbd.sock");
         let backend = Arc::new(MemBackend::new(
@@ -49,7 +49,7 @@ impl TestServer {
             thread,
         }
     }
-    pub fn connect(&self) -> Client {
+    pub(crate) fn connect(&self) -> Client {
         let s = UnixStream::connect(&self.path).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -61,7 +61,7 @@ impl TestServer {
         }
     }
     /// A client that has completed the handshake with GO.
-    pub fn go(&self, structured: bool, meta: bool) -> Client {
+    pub(crate) fn go(&self, structured: bool, meta: bool) -> Client {
         let mut c = self.connect();
         c.greet();
         if structured {
@@ -95,7 +95,7 @@ impl TestServer {
         }
         c
     }
-    pub fn stop(mut self) -> ServerStats {
+    pub(crate) fn stop(mut self) -> ServerStats {
         self.stop.shutdown();
         self.thread.take().unwrap().join().unwrap()
     }
@@ -110,7 +110,7 @@ impl Drop for TestServer {
     }
 }
 
-pub fn models() -> Vec<IoModel> {
+pub(crate) fn models() -> Vec<IoModel> {
     vec![
         IoModel::Inline,
         IoModel::Threaded { workers: 1 },
@@ -118,7 +118,7 @@ pub fn models() -> Vec<IoModel> {
     ]
 }
 
-pub fn cfg(model: IoModel) -> ServerConfig {
+pub(crate) fn cfg(model: IoModel) -> ServerConfig {
     ServerConfig {
         io_model: model,
         // Exercise the busy-poll path here (the CLI tests run the default, no polling).
@@ -130,7 +130,7 @@ pub fn cfg(model: IoModel) -> ServerConfig {
     }
 }
 
-pub fn info_payload(name: &str, reqs: &[u16]) -> Vec<u8> {
+pub(crate) fn info_payload(name: &str, reqs: &[u16]) -> Vec<u8> {
     let mut p = Vec::new();
     p.extend_from_slice(&(name.len() as u32).to_be_bytes());
     p.extend_from_slice(name.as_bytes());
@@ -141,7 +141,7 @@ pub fn info_payload(name: &str, reqs: &[u16]) -> Vec<u8> {
     p
 }
 
-pub fn meta_payload(name: &str, queries: &[&str]) -> Vec<u8> {
+pub(crate) fn meta_payload(name: &str, queries: &[&str]) -> Vec<u8> {
     let mut p = Vec::new();
     p.extend_from_slice(&(name.len() as u32).to_be_bytes());
     p.extend_from_slice(name.as_bytes());
@@ -153,7 +153,7 @@ pub fn meta_payload(name: &str, queries: &[&str]) -> Vec<u8> {
     p
 }
 
-pub struct Client {
+pub(crate) struct Client {
     pub s: UnixStream,
     pub structured: bool,
     pub size: u64,
@@ -161,7 +161,7 @@ pub struct Client {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub enum Reply {
+pub(crate) enum Reply {
     Simple {
         error: u32,
         handle: u64,
@@ -177,17 +177,17 @@ pub enum Reply {
 }
 
 impl Reply {
-    pub fn handle(&self) -> u64 {
+    pub(crate) fn handle(&self) -> u64 {
         match self {
             Reply::Simple { handle, .. } | Reply::Structured { handle, .. } => *handle,
         }
     }
-    pub fn error(&self) -> u32 {
+    pub(crate) fn error(&self) -> u32 {
         match self {
             Reply::Simple { error, .. } | Reply::Structured { error, .. } => *error,
         }
     }
-    pub fn data(&self) -> &[u8] {
+    pub(crate) fn data(&self) -> &[u8] {
         match self {
             Reply::Simple { data, .. } | Reply::Structured { data, .. } => data,
         }
@@ -195,12 +195,12 @@ impl Reply {
 }
 
 impl Client {
-    pub fn read_n(&mut self, n: usize) -> Vec<u8> {
+    pub(crate) fn read_n(&mut self, n: usize) -> Vec<u8> {
         let mut b = vec![0; n];
         self.s.read_exact(&mut b).unwrap();
         b
     }
-    pub fn greet(&mut self) {
+    pub(crate) fn greet(&mut self) {
         let g = self.read_n(18);
         assert_eq!(u64::from_be_bytes(g[0..8].try_into().unwrap()), INIT_MAGIC);
         assert_eq!(u64::from_be_bytes(g[8..16].try_into().unwrap()), OPT_MAGIC);
@@ -210,7 +210,7 @@ impl Client {
             .write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())
             .unwrap();
     }
-    pub fn option(&mut self, opt: u32, data: &[u8]) {
+    pub(crate) fn option(&mut self, opt: u32, data: &[u8]) {
         let mut b = Vec::new();
         b.extend_from_slice(&OPT_MAGIC.to_be_bytes());
         b.extend_from_slice(&opt.to_be_bytes());
@@ -219,7 +219,7 @@ impl Client {
         self.s.write_all(&b).unwrap();
     }
     /// (option, reply type, data)
-    pub fn option_reply(&mut self) -> (u32, u32, Vec<u8>) {
+    pub(crate) fn option_reply(&mut self) -> (u32, u32, Vec<u8>) {
         let h = self.read_n(20);
         assert_eq!(u64::from_be_bytes(h[0..8].try_into().unwrap()), REP_MAGIC);
         let opt = u32::from_be_bytes(h[8..12].try_into().unwrap());
@@ -227,7 +227,7 @@ impl Client {
         let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
         (opt, typ, self.read_n(len as usize))
     }
-    pub fn request(
+    pub(crate) fn request(
         &mut self,
         typ: u16,
         flags: u16,
@@ -248,7 +248,7 @@ impl Client {
         self.s.write_all(&b).unwrap();
     }
     /// Read one complete reply. Reads need `read_len` to parse a simple reply's data.
-    pub fn reply(&mut self, read_len: impl Fn(u64) -> usize) -> Reply {
+    pub(crate) fn reply(&mut self, read_len: impl Fn(u64) -> usize) -> Reply {
         let m = self.read_n(4);
         let magic = u32::from_be_bytes(m[..4].try_into().unwrap());
         if magic == SIMPLE_REPLY_MAGIC {
@@ -306,17 +306,24 @@ impl Client {
         }
     }
     /// Send a request and wait for its reply (one outstanding).
-    pub fn call(&mut self, typ: u16, flags: u16, offset: u64, len: u32, payload: &[u8]) -> Reply {
+    pub(crate) fn call(
+        &mut self,
+        typ: u16,
+        flags: u16,
+        offset: u64,
+        len: u32,
+        payload: &[u8],
+    ) -> Reply {
         self.request(typ, flags, 42, offset, len, payload);
         let r = self.reply(|_| if typ == CMD_READ { len as usize } else { 0 });
         assert_eq!(r.handle(), 42);
         r
     }
-    pub fn write(&mut self, offset: u64, data: &[u8]) -> u32 {
+    pub(crate) fn write(&mut self, offset: u64, data: &[u8]) -> u32 {
         self.call(CMD_WRITE, 0, offset, data.len() as u32, data)
             .error()
     }
-    pub fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, u32> {
+    pub(crate) fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, u32> {
         let r = self.call(CMD_READ, 0, offset, len, &[]);
         match r.error() {
             0 => Ok(r.data().to_vec()),
@@ -324,7 +331,7 @@ impl Client {
         }
     }
     /// True once the server has closed the connection (reads EOF or a reset).
-    pub fn is_closed(&mut self) -> bool {
+    pub(crate) fn is_closed(&mut self) -> bool {
         let mut b = [0u8; 1];
         match self.s.read(&mut b) {
             Ok(0) => true,

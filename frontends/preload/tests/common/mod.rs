@@ -8,7 +8,7 @@ use pmkit_media::{Region, RegionOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub struct Shim {
+pub(crate) struct Shim {
     pub dir: tempfile::TempDir,
     pub pool: PathBuf,
     /// The prefix: a real, empty directory the shim serves from the pool.
@@ -35,7 +35,7 @@ fn so() -> PathBuf {
 }
 
 /// Whether `tool` runs; outside CI a missing tool skips the test, in CI it fails.
-pub fn have(tool: &str) -> bool {
+pub(crate) fn have(tool: &str) -> bool {
     match Command::new(tool).arg("--version").output() {
         Ok(_) => true,
         Err(e) if std::env::var("CI").is_err() => {
@@ -47,7 +47,7 @@ pub fn have(tool: &str) -> bool {
 }
 
 impl Shim {
-    pub fn new() -> Shim {
+    pub(crate) fn new() -> Shim {
         let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let pool = dir.path().join("pool");
         let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
@@ -64,12 +64,12 @@ impl Shim {
     }
 
     /// `p` under the prefix, as a string for command lines.
-    pub fn m(&self, p: &str) -> String {
+    pub(crate) fn m(&self, p: &str) -> String {
         format!("{}/{p}", self.mnt.display())
     }
 
     /// A command with the shim preloaded and configured.
-    pub fn cmd(&self, prog: &str) -> Command {
+    pub(crate) fn cmd(&self, prog: &str) -> Command {
         let mut c = Command::new(prog);
         c.env("LD_PRELOAD", &self.so)
             .env("PMKIT_PRELOAD_POOL", &self.pool)
@@ -79,14 +79,14 @@ impl Shim {
     }
 
     /// Run `prog args` under the shim; panics unless it succeeds. Its stdout.
-    pub fn ok(&self, prog: &str, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, prog: &str, args: &[&str]) -> String {
         let out = self.cmd(prog).args(args).output().unwrap();
         assert_ok(&out, &format!("{prog} {args:?}"));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// The pool, checked clean (no problems) and mounted by this test process.
-    pub fn mount(&self) -> (Posix<Region>, pmkit_fs::Recovery) {
+    pub(crate) fn mount(&self) -> (Posix<Region>, pmkit_fs::Recovery) {
         let region = Region::open(&self.pool, &RegionOptions::default()).unwrap();
         let report = pmkit_fs::check(&region);
         assert!(report.problems.is_empty(), "{report:?}");
@@ -95,17 +95,17 @@ impl Shim {
     }
 
     /// Nothing reached the kernel's tree under the prefix.
-    pub fn assert_prefix_empty(&self) {
+    pub(crate) fn assert_prefix_empty(&self) {
         let left: Vec<_> = std::fs::read_dir(&self.mnt).unwrap().collect();
         assert!(left.is_empty(), "leaked into the kernel's tree: {left:?}");
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 }
 
-pub fn assert_ok(out: &Output, what: &str) {
+pub(crate) fn assert_ok(out: &Output, what: &str) {
     assert!(
         out.status.success(),
         "{what}: {:?}\nstdout: {}\nstderr: {}",
@@ -116,7 +116,7 @@ pub fn assert_ok(out: &Output, what: &str) {
 }
 
 /// A whole file of the pool.
-pub fn read_all(p: &Posix<Region>, path: &[u8]) -> Vec<u8> {
+pub(crate) fn read_all(p: &Posix<Region>, path: &[u8]) -> Vec<u8> {
     let a = p
         .stat(path)
         .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(path)));
@@ -124,7 +124,7 @@ pub fn read_all(p: &Posix<Region>, path: &[u8]) -> Vec<u8> {
 }
 
 /// Deterministic bytes (xorshift).
-pub fn bytes(n: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..n)
         .map(|_| {

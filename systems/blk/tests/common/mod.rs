@@ -6,7 +6,7 @@ use pmkit_media::Region;
 use std::path::PathBuf;
 
 /// A scratch directory on tmpfs (emulated PM), removed on drop.
-pub fn shm_dir() -> tempfile::TempDir {
+pub(crate) fn shm_dir() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("pmkit-blk-test")
         .tempdir_in(shm_base())
@@ -16,16 +16,16 @@ pub fn shm_dir() -> tempfile::TempDir {
 /// Where test directories go: /dev/shm, or the directory a parent test handed a child process
 /// it expects to die (`SHM_BASE`), which the parent removes: a killed child cleans up nothing.
 #[allow(dead_code)]
-pub fn shm_base() -> std::path::PathBuf {
+pub(crate) fn shm_base() -> std::path::PathBuf {
     std::env::var_os(SHM_BASE).map_or_else(|| "/dev/shm".into(), Into::into)
 }
 
 /// The variable a parent sets to give its child processes a directory it will remove.
 #[allow(dead_code)]
-pub const SHM_BASE: &str = "PMKIT_TEST_SHM_BASE";
+pub(crate) const SHM_BASE: &str = "PMKIT_TEST_SHM_BASE";
 
 /// Every protection mode this machine can run (pkey only with pku).
-pub fn modes() -> Vec<Protect> {
+pub(crate) fn modes() -> Vec<Protect> {
     Protect::ALL
         .into_iter()
         .filter(|p| *p != Protect::Pkey || pmkit_media::features().pku)
@@ -33,14 +33,14 @@ pub fn modes() -> Vec<Protect> {
 }
 
 /// Every write scheme this CPU can run.
-pub fn schemes() -> Vec<WriteScheme> {
+pub(crate) fn schemes() -> Vec<WriteScheme> {
     WriteScheme::ALL
         .into_iter()
         .filter(|w| w.available())
         .collect()
 }
 
-pub fn engine(protect: Protect, write: WriteScheme) -> EngineOptions {
+pub(crate) fn engine(protect: Protect, write: WriteScheme) -> EngineOptions {
     let mut e = EngineOptions {
         protect: Some(protect),
         write,
@@ -55,7 +55,7 @@ pub fn engine(protect: Protect, write: WriteScheme) -> EngineOptions {
 }
 
 /// A new device of `size` bytes in `dir`.
-pub fn new_device(
+pub(crate) fn new_device(
     dir: &tempfile::TempDir,
     name: &str,
     size: u64,
@@ -69,7 +69,7 @@ pub fn new_device(
 }
 
 /// A block-sized pattern unique to (tag, block).
-pub fn pattern(tag: u64, block: u64, bs: usize) -> Vec<u8> {
+pub(crate) fn pattern(tag: u64, block: u64, bs: usize) -> Vec<u8> {
     let mut v = vec![0u8; bs];
     for (i, c) in v.chunks_mut(8).enumerate() {
         let x = tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ block.rotate_left(17) ^ i as u64;
@@ -81,7 +81,7 @@ pub fn pattern(tag: u64, block: u64, bs: usize) -> Vec<u8> {
 /// Block `block` as written by write number `seq` (0: the zeroed block of a fresh device):
 /// every 8-byte word carries (block, seq, word index), so a block mixing two writes (or
 /// holding a block written elsewhere) is detected by [`unstamp`].
-pub fn stamp(block: u64, seq: u64, bs: usize) -> Vec<u8> {
+pub(crate) fn stamp(block: u64, seq: u64, bs: usize) -> Vec<u8> {
     let mut v = vec![0u8; bs];
     if seq == 0 {
         return v;
@@ -95,7 +95,7 @@ pub fn stamp(block: u64, seq: u64, bs: usize) -> Vec<u8> {
 
 /// The write number a block read back holds, or a description of why it holds no single
 /// write to this block (a mix of two, or a foreign block).
-pub fn unstamp(block: u64, data: &[u8]) -> Result<u64, String> {
+pub(crate) fn unstamp(block: u64, data: &[u8]) -> Result<u64, String> {
     if data.iter().all(|&b| b == 0) {
         return Ok(0);
     }
@@ -126,14 +126,14 @@ pub fn unstamp(block: u64, data: &[u8]) -> Result<u64, String> {
 /// The request mix the basic tests run on every kind of device: blocks 0, 1, 7 and the last
 /// written singly, `multi` blocks at block 10 in one request, a FUA write at `fua`, then `fua+1`
 /// written and trimmed and `fua+2` written and zeroed; `fua+10` is never written.
-pub struct Mix {
+pub(crate) struct Mix {
     pub multi: u64,
     pub fua: u64,
 }
 
 impl Mix {
     /// Issue the mix; returns the multi-block request's data.
-    pub fn write(&self, dev: &Device<Region>) -> Vec<u8> {
+    pub(crate) fn write(&self, dev: &Device<Region>) -> Vec<u8> {
         let bs = dev.block_size() as u64;
         let bsz = bs as usize;
         let blocks = dev.capacity() / bs;
@@ -156,7 +156,7 @@ impl Mix {
     }
 
     /// Every block of the mix reads back what it should (9 reads).
-    pub fn check(&self, dev: &Device<Region>, multi: &[u8], name: &str) {
+    pub(crate) fn check(&self, dev: &Device<Region>, multi: &[u8], name: &str) {
         let bs = dev.block_size() as u64;
         let bsz = bs as usize;
         let blocks = dev.capacity() / bs;

@@ -11,9 +11,9 @@
 use crate::{Attr, Error, Kind, Result};
 
 /// Read, write, execute (search for a directory): the bits of one class in a mode.
-pub const R: u32 = 4;
-pub const W: u32 = 2;
-pub const X: u32 = 1;
+pub(super) const R: u32 = 4;
+pub(super) const W: u32 = 2;
+pub(super) const X: u32 = 1;
 
 /// Most supplementary groups kept (Linux's `NGROUPS_MAX`).
 pub const MAX_GROUPS: usize = 65_536;

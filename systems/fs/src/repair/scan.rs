@@ -19,12 +19,12 @@ use pmkit_media::Media;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// One proposed fix: what it is, and the stores that make it (applied in one transaction).
-pub struct Found {
+pub(super) struct Found {
     pub fix: Fix,
     pub writes: Vec<(usize, Vec<u8>)>,
 }
 
-pub struct Scan {
+pub(super) struct Scan {
     /// Tier 1: fixes to apply now.
     pub local: Vec<Found>,
     /// Tier 2: lost inodes to link into lost+found now (only when `local` is empty).
@@ -241,7 +241,7 @@ impl<M: Media> State<'_, M> {
 }
 
 /// Scan the (recovered) media and propose the next fixes.
-pub fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
+pub(super) fn scan<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Scan {
     let n = geo.inodes as usize;
     let mut table = vec![0u8; n * INODE];
     pm.read(geo.inode_off(0), &mut table);

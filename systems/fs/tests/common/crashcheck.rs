@@ -10,14 +10,21 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 #[derive(Default)]
-pub struct Acked {
+pub(crate) struct Acked {
     pub before: Option<Snap>,
     pub after: Option<Snap>,
     /// An in-place write in flight: (path, offset, data).
     pub torn: Option<(String, u64, Vec<u8>)>,
 }
 
-pub fn torn_ok(got: &Snap, before: &Snap, after: &Snap, path: &str, off: u64, data: &[u8]) -> bool {
+pub(crate) fn torn_ok(
+    got: &Snap,
+    before: &Snap,
+    after: &Snap,
+    path: &str,
+    off: u64,
+    data: &[u8],
+) -> bool {
     // every name of the written inode (hard links) shows the same bytes
     let Some(group) = before.0.get(path).map(|e| e.group.clone()) else {
         return false;
@@ -56,9 +63,9 @@ pub fn torn_ok(got: &Snap, before: &Snap, after: &Snap, path: &str, off: u64, da
 
 /// Appends cut by a crash that recovery rolled back, over every image verified in this test
 /// binary (a test that counts them runs alone in its binary).
-pub static CUT_APPENDS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static CUT_APPENDS: AtomicU64 = AtomicU64::new(0);
 
-pub fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Snap, String> {
+pub(crate) fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Snap, String> {
     let rep = pmkit_fs::check(m);
     if !rep.is_clean() {
         return Err(format!("check before mount: {:?}", rep.problems));
@@ -90,11 +97,11 @@ pub fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Snap, Stri
 }
 
 /// A workload on a mounted simulator that records what it acknowledged.
-pub type Work<'a> = dyn Fn(&Fs<Arc<CrashSim>>, &Mutex<Acked>) + Sync + 'a;
+pub(crate) type Work<'a> = dyn Fn(&Fs<Arc<CrashSim>>, &Mutex<Acked>) + Sync + 'a;
 
 /// Crash at every fence of `work` run on the tree `setup` builds (media of `len` bytes); the
 /// check is `verify` against `before` / `after` as the workload sets them.
-pub fn crash_custom(
+pub(crate) fn crash_custom(
     len: usize,
     setup: &dyn Fn(&Fs<&CrashSim>),
     work: &Work<'_>,
@@ -106,7 +113,7 @@ pub fn crash_custom(
 
 /// `crash_custom`, calling `seen(recovered tree, acknowledged)` for every image that passed,
 /// the workload's mount made with `mount` (faults, protection).
-pub fn crash_custom_with(
+pub(crate) fn crash_custom_with(
     len: usize,
     setup: &dyn Fn(&Fs<&CrashSim>),
     work: &Work<'_>,
@@ -152,7 +159,7 @@ pub fn crash_custom_with(
 
 /// Crash at every fence of `ops` run after `setup` (both on a fresh tiny file system of `len`
 /// bytes mounted in place); `check(fs)` runs after each op of the workload.
-pub fn crash_seq(
+pub(crate) fn crash_seq(
     len: usize,
     setup: &[Op],
     ops: &[Op],
@@ -165,7 +172,7 @@ pub fn crash_seq(
 }
 
 /// `crash_seq`, the workload's mount made with `mount`.
-pub fn crash_seq_mount(
+pub(crate) fn crash_seq_mount(
     len: usize,
     setup: &[Op],
     ops: &[Op],

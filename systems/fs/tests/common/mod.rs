@@ -2,14 +2,14 @@
 //! both sides run, and a canonical snapshot of each side to compare.
 #![allow(dead_code)]
 
-pub mod crashcheck;
+pub(crate) mod crashcheck;
 
 use pmkit_fs::{Error, Fs, Kind, RenameFlags, SetAttr, XattrFlags, ROOT};
 use pmkit_media::Media;
 use std::collections::{BTreeMap, HashMap};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Create(String),
     Mkdir(String),
     Write(String, u64, usize, u8),
@@ -30,7 +30,7 @@ pub enum Op {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MNode {
+pub(crate) struct MNode {
     pub kind: Kind,
     pub data: Vec<u8>,
     pub mode: u32,
@@ -43,7 +43,7 @@ pub struct MNode {
 
 /// The model: path -> node id, id -> node.
 #[derive(Clone, Debug, Default)]
-pub struct Model {
+pub(crate) struct Model {
     pub paths: BTreeMap<String, u64>,
     pub nodes: HashMap<u64, MNode>,
     pub next: u64,
@@ -57,7 +57,7 @@ fn parent_of(p: &str) -> &str {
     p.rfind('/').map(|i| &p[..i]).unwrap_or("")
 }
 
-pub fn data_of(off: u64, len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn data_of(off: u64, len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| seed.wrapping_add(((off as usize + i) % 251) as u8) | 1)
         .collect()
@@ -94,10 +94,10 @@ impl Model {
     }
     /// Is `p` a regular file with the atomic flag?
     /// The file's size, if `p` names one.
-    pub fn size_of(&self, p: &str) -> Option<u64> {
+    pub(crate) fn size_of(&self, p: &str) -> Option<u64> {
         self.paths.get(p).map(|id| self.nodes[id].data.len() as u64)
     }
-    pub fn is_atomic(&self, p: &str) -> bool {
+    pub(crate) fn is_atomic(&self, p: &str) -> bool {
         self.paths.get(p).is_some_and(|id| self.nodes[id].atomic)
     }
     fn node_mut(&mut self, p: &str) -> Option<&mut MNode> {
@@ -112,7 +112,7 @@ impl Model {
     }
 
     /// Apply `op`; Err(()) when the file system must refuse it too.
-    pub fn apply(&mut self, op: &Op) -> Result<(), ()> {
+    pub(crate) fn apply(&mut self, op: &Op) -> Result<(), ()> {
         match op {
             Op::Create(p) | Op::Mkdir(p) | Op::Symlink(p, _) => {
                 self.parent_ok(p)?;
@@ -265,7 +265,7 @@ impl Model {
     }
 
     /// The canonical snapshot.
-    pub fn snap(&self) -> Snap {
+    pub(crate) fn snap(&self) -> Snap {
         let mut out = BTreeMap::new();
         for (p, id) in &self.paths {
             let n = &self.nodes[id];
@@ -315,7 +315,7 @@ impl Model {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ent {
+pub(crate) struct Ent {
     pub kind: Kind,
     pub data: Vec<u8>,
     pub links: u32,
@@ -328,10 +328,10 @@ pub struct Ent {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Snap(pub BTreeMap<String, Ent>);
+pub(crate) struct Snap(pub BTreeMap<String, Ent>);
 
 /// Resolve a path to (parent inode, last name), following directories only.
-pub fn resolve<M: Media>(fs: &Fs<M>, p: &str) -> Result<(u64, String), Error> {
+pub(crate) fn resolve<M: Media>(fs: &Fs<M>, p: &str) -> Result<(u64, String), Error> {
     let mut parts: Vec<&str> = p.split('/').collect();
     let last = parts.pop().unwrap().to_string();
     let mut dir = ROOT;
@@ -341,13 +341,13 @@ pub fn resolve<M: Media>(fs: &Fs<M>, p: &str) -> Result<(u64, String), Error> {
     Ok((dir, last))
 }
 
-pub fn ino_of<M: Media>(fs: &Fs<M>, p: &str) -> Result<u64, Error> {
+pub(crate) fn ino_of<M: Media>(fs: &Fs<M>, p: &str) -> Result<u64, Error> {
     let (d, n) = resolve(fs, p)?;
     Ok(fs.lookup(d, n.as_bytes())?.ino)
 }
 
 /// Run `op` on the file system.
-pub fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
+pub(crate) fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
     match op {
         Op::Create(p) => {
             let (d, n) = resolve(fs, p)?;
@@ -410,7 +410,7 @@ pub fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
 }
 
 /// The canonical snapshot of the file system's tree.
-pub fn snap<M: Media>(fs: &Fs<M>) -> Result<Snap, String> {
+pub(crate) fn snap<M: Media>(fs: &Fs<M>) -> Result<Snap, String> {
     let mut out = BTreeMap::new();
     let mut groups: HashMap<u64, String> = HashMap::new();
     let mut stack = vec![(ROOT, String::new())];
@@ -492,7 +492,7 @@ pub fn snap<M: Media>(fs: &Fs<M>) -> Result<Snap, String> {
 }
 
 /// A short description of how two snapshots differ.
-pub fn diff(a: &Snap, b: &Snap) -> String {
+pub(crate) fn diff(a: &Snap, b: &Snap) -> String {
     let mut out = Vec::new();
     for (p, e) in &a.0 {
         match b.0.get(p) {

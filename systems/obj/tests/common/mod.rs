@@ -6,7 +6,7 @@ use pmkit_media::crashsim::{CrashSim, POISON_FILL};
 use pmkit_obj::{Access, Pool, Tracking};
 
 /// A byte pattern no slot holds by chance (no zeroes, no poison fill bytes).
-pub fn marker(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn marker(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| ((i * 7 + seed as usize) % 251) as u8 + 1)
         .map(|b| if b == POISON_FILL { 1 } else { b })
@@ -14,7 +14,7 @@ pub fn marker(len: usize, seed: u8) -> Vec<u8> {
 }
 
 /// Write `data` at `off` of `name` and publish it.
-pub fn put(pool: &Pool<&CrashSim>, name: &str, off: u64, data: &[u8]) {
+pub(crate) fn put(pool: &Pool<&CrashSim>, name: &str, off: u64, data: &[u8]) {
     let h = pool
         .attach_with(name, Access::ReadWrite, Tracking::Explicit)
         .unwrap();
@@ -24,7 +24,7 @@ pub fn put(pool: &Pool<&CrashSim>, name: &str, off: u64, data: &[u8]) {
 }
 
 /// Media offset of `data`, found by searching the image (the tests do not assume the layout).
-pub fn media_off_of(sim: &CrashSim, data: &[u8]) -> usize {
+pub(crate) fn media_off_of(sim: &CrashSim, data: &[u8]) -> usize {
     sim.image()
         .windows(data.len())
         .position(|w| w == data)

@@ -3,16 +3,16 @@
 
 use pmkit_xmem::{Config, XMem};
 
-pub const MIB: usize = 1 << 20;
+pub(crate) const MIB: usize = 1 << 20;
 
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub xmem: XMem,
     _dir: tempfile::TempDir,
 }
 
 /// `regions` regions of 2 MiB reserved, PM for `pm_regions`, DRAM budget for `fast_regions`
 /// (per-thread caches as by default).
-pub fn fixture(regions: usize, pm_regions: usize, fast_regions: usize) -> Fixture {
+pub(crate) fn fixture(regions: usize, pm_regions: usize, fast_regions: usize) -> Fixture {
     fixture_with(
         regions,
         pm_regions,
@@ -22,7 +22,7 @@ pub fn fixture(regions: usize, pm_regions: usize, fast_regions: usize) -> Fixtur
 }
 
 /// As [`fixture`], with the per-thread caches on or off.
-pub fn fixture_with(
+pub(crate) fn fixture_with(
     regions: usize,
     pm_regions: usize,
     fast_regions: usize,
@@ -34,7 +34,7 @@ pub fn fixture_with(
 }
 
 /// As [`fixture`], with `set` changing the configuration last.
-pub fn fixture_cfg(
+pub(crate) fn fixture_cfg(
     regions: usize,
     pm_regions: usize,
     fast_regions: usize,
@@ -57,24 +57,24 @@ pub fn fixture_cfg(
 
 /// Fill `len` bytes at `p` with a pattern derived from `seed` (through raw pointers: the
 /// memory is X-Mem's, not a Rust allocation).
-pub fn fill(p: *mut u8, len: usize, seed: u8) {
+pub(crate) fn fill(p: *mut u8, len: usize, seed: u8) {
     for i in 0..len {
         // SAFETY: the caller passes a live allocation of at least `len` bytes.
         unsafe { p.add(i).write(seed.wrapping_add(i as u8)) };
     }
 }
 
-pub fn holds(p: *const u8, len: usize, seed: u8) -> bool {
+pub(crate) fn holds(p: *const u8, len: usize, seed: u8) -> bool {
     // SAFETY: as for fill.
     (0..len).all(|i| unsafe { p.add(i).read() } == seed.wrapping_add(i as u8))
 }
 
 /// Where fixtures' directories go: /dev/shm, or the directory a parent test handed a child
 /// process it expects to die (`SHM_BASE`), which the parent removes.
-pub fn shm_base() -> std::path::PathBuf {
+pub(crate) fn shm_base() -> std::path::PathBuf {
     std::env::var_os(SHM_BASE).map_or_else(|| "/dev/shm".into(), Into::into)
 }
 
 /// The variable a parent sets to give its child processes a directory it will remove.
 #[allow(dead_code)]
-pub const SHM_BASE: &str = "PMKIT_TEST_SHM_BASE";
+pub(crate) const SHM_BASE: &str = "PMKIT_TEST_SHM_BASE";
