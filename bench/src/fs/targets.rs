@@ -9,8 +9,8 @@ use crate::attach::{mount_loop, mount_target, unmount_target, Mounted, PMKIT_DEV
 use crate::host::sh;
 use anyhow::{ensure, Context, Result};
 use pmkit::args::EngineArgs;
-use pmkit_fuse::pmfs_cache::CacheMode;
-use pmkit_fuse::pmfs_mount::{self, MountOptions, Served};
+use pmkit_fuse::pmfs::cache::CacheMode;
+use pmkit_fuse::pmfs::mount::{self, MountOptions, Served};
 use pmkit_fuse::uring::Transport;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -235,7 +235,7 @@ pub(crate) fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineAr
                 barrier_ns: s.barrier_ns,
                 ..Default::default()
             };
-            let served = pmfs_mount::mount(&file, mnt, &o).map_err(|e| {
+            let served = mount::mount(&file, mnt, &o).map_err(|e| {
                 let _ = std::fs::remove_file(&file);
                 anyhow::anyhow!("mounting PMFS on {}: {e}", mnt.display())
             })?;

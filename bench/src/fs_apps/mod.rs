@@ -23,7 +23,7 @@ use crate::host::{need_root, need_tool, Scratch};
 use crate::report::{median, rotated_rounds, BenchFlags};
 use anyhow::{ensure, Context, Result};
 use pmkit::args::EngineArgs;
-use pmkit_fuse::pmfs_cache::CacheMode;
+use pmkit_fuse::pmfs::cache::CacheMode;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

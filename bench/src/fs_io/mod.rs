@@ -26,7 +26,7 @@ use crate::report::{median, rotated_rounds, BenchFlags};
 use anyhow::{ensure, Context, Result};
 use job::{Job, Pattern};
 use pmkit::args::EngineArgs;
-use pmkit_fuse::pmfs_cache::CacheMode;
+use pmkit_fuse::pmfs::cache::CacheMode;
 use runner::Work;
 use serde::Serialize;
 use std::path::Path;

@@ -81,8 +81,8 @@ enum Cmd {
         /// What the kernel may cache: none, short (attributes and names 1 s) or long
         /// (attributes, names and missing names 1 h, pages kept across opens; the default).
         /// Never a writeback cache: a returned write is on PM. See docs/fs.md.
-        #[arg(long, default_value_t = pmkit_fuse::pmfs_cache::CacheMode::default())]
-        cache: pmkit_fuse::pmfs_cache::CacheMode,
+        #[arg(long, default_value_t = pmkit_fuse::pmfs::cache::CacheMode::default())]
+        cache: pmkit_fuse::pmfs::cache::CacheMode,
         /// Walk and check every tree at mount even after a clean unmount, instead of loading
         /// the allocator that unmount saved (a mount after a crash always walks).
         #[arg(long)]
@@ -315,12 +315,12 @@ fn repair(pool: &Path, json: bool, geometry: Option<GeometryHint>) -> Result<Exi
         .try_lock(true)
         .with_context(|| format!("{}", pool.display()))?
     {
-        let mounts = pmkit_fuse::pmfs_mount::mounts_of(pool);
+        let mounts = pmkit_fuse::pmfs::mount::mounts_of(pool);
         let by = match mounts.first() {
             Some(m) => format!(
                 "it is mounted on {} (`pmkit fs mount`, pid {}); unmount it first: pmkit fs umount {}",
                 m.dir.display(),
-                pmkit_fuse::pmfs_mount::daemon_pid(m).map_or("?".into(), |p| p.to_string()),
+                pmkit_fuse::pmfs::mount::daemon_pid(m).map_or("?".into(), |p| p.to_string()),
                 m.dir.display()
             ),
             None => "another process holds its lock (a `pmkit fs mount` or another repair); \

@@ -3,9 +3,9 @@
 use anyhow::Result;
 use pmkit::stats_file::StatsWriter;
 use pmkit_fs::{DataMode, Protect};
-use pmkit_fuse::pmfs_cache::CacheMode;
-use pmkit_fuse::pmfs_mount::{self, MountOptions};
-use pmkit_fuse::pmfs_stats::MountStats;
+use pmkit_fuse::pmfs::cache::CacheMode;
+use pmkit_fuse::pmfs::mount::{self, MountOptions};
+use pmkit_fuse::pmfs::stats::MountStats;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     let (threads, stats) = (a.threads, a.stats);
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
-    pmfs_mount::block_signals();
+    mount::block_signals();
     pmkit::entry::ignore_sigpipe();
     let o = MountOptions {
         threads,
@@ -45,7 +45,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         transport: a.transport,
         full_walk: a.full_walk,
     };
-    let served = pmfs_mount::mount(pool, dir, &o)?;
+    let served = mount::mount(pool, dir, &o)?;
     for n in &served.notes {
         eprintln!("note: {n}");
     }
@@ -127,7 +127,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
 }
 
 pub(crate) fn umount(dir: &Path, wait_s: u64) -> Result<()> {
-    let msg = pmfs_mount::umount(dir, Duration::from_secs(wait_s))?;
+    let msg = mount::umount(dir, Duration::from_secs(wait_s))?;
     println!("{msg}");
     Ok(())
 }

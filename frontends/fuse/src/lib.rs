@@ -11,19 +11,15 @@
 //! kernel offers it, over FUSE's io_uring transport ([`uring`], a queue per CPU); both answer
 //! through the same operations, so their semantics are the same.
 //!
-//! [`pmfs`] and [`pmfs_mount`] are the other FUSE front end: a PMFS pool (`pmkit-fs`) mounted as
+//! [`pmfs`] and [`pmfs::mount`] are the other FUSE front end: a PMFS pool (`pmkit-fs`) mounted as
 //! a whole file system (`pmkit fs mount`), over the same two transports: [`pmfs::PmfsOps`]
-//! holds its request handlers, driven by fuser ([`pmfs_fuser`]) or by the io_uring queues.
+//! holds its request handlers, driven by fuser ([`pmfs::dev`]) or by the io_uring queues.
 
 pub mod attach;
 mod file;
 pub mod fusectl;
 pub mod holders;
 pub mod pmfs;
-pub mod pmfs_cache;
-pub mod pmfs_fuser;
-pub mod pmfs_mount;
-pub mod pmfs_stats;
 pub mod uring;
 
 pub use file::{Disk, DiskError, DiskFile, DISK_NAME};

@@ -30,42 +30,6 @@ impl<M: Media> Fs<M> {
         (self.atomic_blocks() - 1) * BLOCK as u64
     }
 
-    /// Read up to `len` bytes at `off` (short at the end of the file).
-    pub fn read(&self, ino: u64, off: u64, len: usize) -> Result<Vec<u8>> {
-        let _ns = self.ns.read();
-        let _g = self.stripe(ino).lock();
-        let node = self.live(ino)?;
-        if node.is(Kind::Dir) {
-            return Err(Error::IsDir);
-        }
-        self.read_data(&node, off, len)
-    }
-
-    pub(crate) fn read_data(&self, node: &Inode, off: u64, len: usize) -> Result<Vec<u8>> {
-        let end = node.size.min(off.saturating_add(len as u64));
-        if off >= end {
-            return Ok(Vec::new());
-        }
-        let mut out = vec![0u8; (end - off) as usize];
-        let mut pos = off;
-        while pos < end {
-            let idx = pos / BLOCK as u64;
-            let in_blk = (pos % BLOCK as u64) as usize;
-            let n = ((BLOCK - in_blk) as u64).min(end - pos) as usize;
-            let b = tree::lookup(&self.pm, node.root, node.height, idx);
-            if b != 0 {
-                let at = b as usize * BLOCK + in_blk;
-                if let Some(bad) = self.pm.first_bad(at, n) {
-                    return Err(Error::Media(bad));
-                }
-                let o = (pos - off) as usize;
-                self.pm.read(at, &mut out[o..o + n]);
-            }
-            pos += n as u64;
-        }
-        Ok(out)
-    }
-
     /// Write `data` at `off`; durable when it returns; all-or-nothing when the file is atomic
     /// (see `DataMode`).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {

@@ -21,6 +21,7 @@ mod ns;
 mod overlay;
 mod pm;
 pub mod posix;
+mod read;
 mod repair;
 mod seek;
 mod tail;

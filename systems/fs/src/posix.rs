@@ -453,19 +453,16 @@ impl<M: Media> Posix<M> {
     /// pread(2): up to `buf.len()` bytes at `off`; 0 at or past the end.
     pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
         let d = self.readable(fd)?;
-        let data = self.fs.read(d.ino, off, buf.len())?;
-        buf[..data.len()].copy_from_slice(&data);
-        Ok(data.len())
+        self.fs.read_into(d.ino, off, buf)
     }
 
     /// read(2) at the descriptor's offset, which advances.
     pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize> {
         let d = self.readable(fd)?;
         let mut off = d.off.lock();
-        let data = self.fs.read(d.ino, *off, buf.len())?;
-        buf[..data.len()].copy_from_slice(&data);
-        *off += data.len() as u64;
-        Ok(data.len())
+        let n = self.fs.read_into(d.ino, *off, buf)?;
+        *off += n as u64;
+        Ok(n)
     }
 
     /// Write at the end of the file, whatever other descriptors do; the new end.

@@ -8,30 +8,30 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `FUSE_IO_URING_CMD_REGISTER`: hand the kernel a ring entry (header + payload buffers); it
 /// completes when the first request for the entry arrives.
-pub(super) const CMD_REGISTER: u32 = 1;
+pub(crate) const CMD_REGISTER: u32 = 1;
 /// `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`: the reply for the entry's request is in its buffers;
 /// complete it and wait for the next request.
-pub(super) const CMD_COMMIT_AND_FETCH: u32 = 2;
+pub(crate) const CMD_COMMIT_AND_FETCH: u32 = 2;
 
 /// `struct fuse_uring_req_header`: `in_out` (128: `fuse_in_header` on fetch,
 /// `fuse_out_header` on commit), `op_in` (128: the opcode's fixed in-struct),
 /// `ring_ent_in_out` (32: flags, commit_id, payload_sz, padding, reserved).
-pub(super) const HEADER_LEN: usize = 288;
+pub(crate) const HEADER_LEN: usize = 288;
 const OP_IN: usize = 128;
 const ENT_IN_OUT: usize = 256;
 
 /// `struct fuse_uring_cmd_req` in the SQE's 80-byte command area: flags, commit_id, qid.
-pub(super) fn cmd_req(commit_id: u64, qid: u16) -> [u8; 80] {
+pub(crate) fn cmd_req(commit_id: u64, qid: u16) -> [u8; 80] {
     let mut c = [0u8; 80];
     c[8..16].copy_from_slice(&commit_id.to_ne_bytes());
     c[16..18].copy_from_slice(&qid.to_ne_bytes());
     c
 }
 
-pub(super) fn u32_at(b: &[u8], off: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], off: usize) -> u32 {
     u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"))
 }
-pub(super) fn u64_at(b: &[u8], off: usize) -> u64 {
+pub(crate) fn u64_at(b: &[u8], off: usize) -> u64 {
     u64::from_ne_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 fn put32(b: &mut [u8], off: usize, v: u32) {
@@ -70,12 +70,12 @@ impl InHeader {
 }
 
 /// The opcode's fixed in-struct (`fuse_read_in`, `fuse_write_in`, ...).
-pub(super) fn op_in(h: &[u8]) -> &[u8] {
+pub(crate) fn op_in(h: &[u8]) -> &[u8] {
     &h[OP_IN..OP_IN + 128]
 }
 
 /// Write the reply header: `fuse_out_header` (len, -errno, unique) and the payload size.
-pub(super) fn set_reply(h: &mut [u8], unique: u64, errno: i32, payload_len: u32) {
+pub(crate) fn set_reply(h: &mut [u8], unique: u64, errno: i32, payload_len: u32) {
     put32(h, 0, 16 + payload_len);
     put32(h, 4, (-errno) as u32);
     put64(h, 8, unique);
@@ -83,7 +83,7 @@ pub(super) fn set_reply(h: &mut [u8], unique: u64, errno: i32, payload_len: u32)
 }
 
 /// Opcodes (`enum fuse_opcode`).
-pub(super) mod op {
+pub(crate) mod op {
     pub(crate) const LOOKUP: u32 = 1;
     pub(crate) const FORGET: u32 = 2;
     pub(crate) const GETATTR: u32 = 3;
@@ -121,18 +121,18 @@ pub(super) mod op {
 }
 
 /// `fuse_setattr_in.valid` bits.
-pub(super) const FATTR_MODE: u32 = 1 << 0;
-pub(super) const FATTR_UID: u32 = 1 << 1;
-pub(super) const FATTR_GID: u32 = 1 << 2;
-pub(super) const FATTR_SIZE: u32 = 1 << 3;
-pub(super) const FATTR_ATIME: u32 = 1 << 4;
-pub(super) const FATTR_MTIME: u32 = 1 << 5;
-pub(super) const FATTR_ATIME_NOW: u32 = 1 << 7;
-pub(super) const FATTR_MTIME_NOW: u32 = 1 << 8;
+pub(crate) const FATTR_MODE: u32 = 1 << 0;
+pub(crate) const FATTR_UID: u32 = 1 << 1;
+pub(crate) const FATTR_GID: u32 = 1 << 2;
+pub(crate) const FATTR_SIZE: u32 = 1 << 3;
+pub(crate) const FATTR_ATIME: u32 = 1 << 4;
+pub(crate) const FATTR_MTIME: u32 = 1 << 5;
+pub(crate) const FATTR_ATIME_NOW: u32 = 1 << 7;
+pub(crate) const FATTR_MTIME_NOW: u32 = 1 << 8;
 /// A truncate by a caller without CAP_FSETID: clear set-user-ID/set-group-ID (HANDLE_KILLPRIV_V2).
-pub(super) const FATTR_KILL_SUIDGID: u32 = 1 << 11;
+pub(crate) const FATTR_KILL_SUIDGID: u32 = 1 << 11;
 /// `fuse_write_in.write_flags`: the write must clear set-user-ID/set-group-ID.
-pub(super) const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
+pub(crate) const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 
 /// The `S_IF*` bits of a file type.
 fn type_bits(kind: FileType) -> u32 {
@@ -188,7 +188,7 @@ fn put_attr(b: &mut [u8], a: &FileAttr) {
 }
 
 /// `struct fuse_entry_out` (128 bytes): the reply to LOOKUP and to the calls that make a name.
-pub(super) fn entry_out(b: &mut [u8], a: &FileAttr, generation: u64, ttl: Duration) -> u32 {
+pub(crate) fn entry_out(b: &mut [u8], a: &FileAttr, generation: u64, ttl: Duration) -> u32 {
     b[..128].fill(0);
     put64(b, 0, a.ino.into());
     put64(b, 8, generation);
@@ -201,7 +201,7 @@ pub(super) fn entry_out(b: &mut [u8], a: &FileAttr, generation: u64, ttl: Durati
 }
 
 /// `struct fuse_attr_out` (104 bytes): the reply to GETATTR and SETATTR.
-pub(super) fn attr_out(b: &mut [u8], a: &FileAttr, ttl: Duration) -> u32 {
+pub(crate) fn attr_out(b: &mut [u8], a: &FileAttr, ttl: Duration) -> u32 {
     b[..104].fill(0);
     put64(b, 0, ttl.as_secs());
     put32(b, 8, ttl.subsec_nanos());
@@ -210,7 +210,7 @@ pub(super) fn attr_out(b: &mut [u8], a: &FileAttr, ttl: Duration) -> u32 {
 }
 
 /// `struct fuse_open_out` (16 bytes): a handle and the open flags.
-pub(super) fn open_out(b: &mut [u8], fh: u64, open_flags: u32) -> u32 {
+pub(crate) fn open_out(b: &mut [u8], fh: u64, open_flags: u32) -> u32 {
     b[..16].fill(0);
     put64(b, 0, fh);
     put32(b, 8, open_flags);
@@ -218,14 +218,14 @@ pub(super) fn open_out(b: &mut [u8], fh: u64, open_flags: u32) -> u32 {
 }
 
 /// `struct fuse_getxattr_out` (8 bytes): the size of a value or list, for a request of size 0.
-pub(super) fn getxattr_out(b: &mut [u8], size: u32) -> u32 {
+pub(crate) fn getxattr_out(b: &mut [u8], size: u32) -> u32 {
     put32(b, 0, size);
     put32(b, 4, 0);
     8
 }
 
 /// `struct fuse_kstatfs` inside `fuse_statfs_out` (80 bytes).
-pub(super) struct Statfs {
+pub(crate) struct Statfs {
     pub blocks: u64,
     pub bfree: u64,
     pub bavail: u64,
@@ -235,7 +235,7 @@ pub(super) struct Statfs {
     pub namelen: u32,
 }
 
-pub(super) fn statfs_out(b: &mut [u8], s: &Statfs) -> u32 {
+pub(crate) fn statfs_out(b: &mut [u8], s: &Statfs) -> u32 {
     b[..80].fill(0);
     put64(b, 0, s.blocks);
     put64(b, 8, s.bfree);
@@ -249,7 +249,7 @@ pub(super) fn statfs_out(b: &mut [u8], s: &Statfs) -> u32 {
 }
 
 /// `struct fuse_write_out` (8 bytes).
-pub(super) fn write_out(b: &mut [u8], size: u32) -> u32 {
+pub(crate) fn write_out(b: &mut [u8], size: u32) -> u32 {
     put32(b, 0, size);
     put32(b, 4, 0);
     8
@@ -257,7 +257,7 @@ pub(super) fn write_out(b: &mut [u8], size: u32) -> u32 {
 
 /// One `struct fuse_dirent` at `b[at..]`: the new end, or `None` when it does not fit in
 /// `limit`.
-pub(super) fn dirent(
+pub(crate) fn dirent(
     b: &mut [u8],
     at: usize,
     limit: usize,

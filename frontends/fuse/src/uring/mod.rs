@@ -7,15 +7,14 @@
 //! this protocol (fuser 0.18 does not, and its dispatcher cannot be fed request bytes from
 //! elsewhere), so this module does: the queues carry any request to a `Handler`, which
 //! decodes the opcodes its file system serves and calls the same handlers fuser's `Filesystem`
-//! calls: `ops.rs` for the block device (`file.rs`'s `Core`), `pmfs.rs` for PMFS
-//! (`crate::pmfs::PmfsOps`).
+//! calls: `ops.rs` for the block device (`file.rs`'s `Core`); PMFS's is `crate::pmfs::uring`,
+//! beside its handlers.
 
 use serde::{Deserialize, Serialize};
 
-mod abi;
+pub(crate) mod abi;
 mod buffers;
 mod ops;
-mod pmfs;
 mod queue;
 
 /// What answers the requests that arrive on a connection's rings.

@@ -4,22 +4,28 @@
 //! errno (`pmkit_fs::Error::errno`).
 //!
 //! [`PmfsOps`] holds the handlers, one per operation, with plain arguments and typed answers,
-//! whatever carries the requests: `pmfs_fuser.rs` drives them from fuser (/dev/fuse), and
-//! `uring/pmfs.rs` from FUSE over io_uring's ring buffers, so both transports answer every
-//! request with the same code. `pmfs_mount.rs` runs the session.
+//! whatever carries the requests: `pmfs/dev.rs` drives them from fuser (/dev/fuse), and
+//! `pmfs/uring.rs` from FUSE over io_uring's ring buffers, so both transports answer every
+//! request with the same code. `pmfs/mount.rs` runs the session.
 //!
 //! Kernel caching (see docs/fs.md, "The FUSE mount"): no writeback cache (a `write` reaches the
 //! library, and so PM, before it returns); the page cache is used write-through for reads and
 //! mmap; how long attributes, names and pages may be kept is the mount's [`CacheMode`] (every
 //! change goes through this kernel, which invalidates what it changes).
 
-use crate::pmfs_cache::CacheMode;
-use crate::pmfs_stats::{Op, OpStats};
+pub mod cache;
+pub mod dev;
+pub mod mount;
+pub mod stats;
+mod uring;
+
+use cache::CacheMode;
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo};
 use parking_lot::Mutex;
 use pmkit_fs::posix::FileFlag;
 use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr, StatFs, XattrFlags};
-use pmkit_media::Region;
+use pmkit_media::{Media, Region};
+use stats::{Op, OpStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -84,9 +90,10 @@ pub enum Xattr {
     Data(Vec<u8>),
 }
 
-/// The handlers over a mounted PMFS, shared by both transports.
-pub struct PmfsOps {
-    fs: Arc<Fs<Region>>,
+/// The handlers over a mounted PMFS, shared by both transports. Generic over the media, so a
+/// test drives them in process (no root, no /dev/fuse) on any `Media`.
+pub struct PmfsOps<M: Media = Region> {
+    fs: Arc<Fs<M>>,
     /// Generation of each inode slot created in this session: a slot freed and used again gets
     /// a new one, so the kernel never takes a new file for an old one it still remembers.
     gens: Mutex<HashMap<u64, u64>>,
@@ -190,8 +197,8 @@ fn xattr_answer(data: Vec<u8>, size: u32) -> R<Xattr> {
     }
 }
 
-impl PmfsOps {
-    pub fn new(fs: Arc<Fs<Region>>, cache: CacheMode, stats: Arc<OpStats>) -> PmfsOps {
+impl<M: Media> PmfsOps<M> {
+    pub fn new(fs: Arc<Fs<M>>, cache: CacheMode, stats: Arc<OpStats>) -> PmfsOps<M> {
         PmfsOps {
             stats,
             fs,
@@ -217,7 +224,7 @@ impl PmfsOps {
     }
 
     /// One call of the library, counted in the statistics as a request of kind `op`.
-    fn lib<T>(&self, op: Op, f: impl FnOnce(&Fs<Region>) -> pmkit_fs::Result<T>) -> R<T> {
+    fn lib<T>(&self, op: Op, f: impl FnOnce(&Fs<M>) -> pmkit_fs::Result<T>) -> R<T> {
         let t = self.stats.start(op);
         let r = f(&self.fs);
         t.done(r.is_ok());

@@ -1,5 +1,5 @@
 //! One PMFS request from a ring entry: decode the opcode's in-struct and names, call the
-//! handler in [`PmfsOps`] that fuser's `Filesystem` (`pmfs_fuser.rs`) calls for the same
+//! handler in [`PmfsOps`] that fuser's `Filesystem` (`pmfs/dev.rs`) calls for the same
 //! opcode, and encode its answer in the entry's payload buffer. Anything PMFS does not serve
 //! gets ENOSYS, as from fuser (the kernel remembers that for optional operations).
 //!
@@ -8,9 +8,9 @@
 //! (names, each NUL-terminated, then a SYMLINK target, a SETXATTR value, WRITE data) are
 //! concatenated in the payload, `payload_sz` bytes.
 
-use super::abi::{self, op, u32_at, u64_at, InHeader};
-use super::Handler;
-use crate::pmfs::{Entry, Opened, PmfsOps, Xattr};
+use super::{Entry, Opened, PmfsOps, Xattr};
+use crate::uring::abi::{self, op, u32_at, u64_at, InHeader};
+use crate::uring::Handler;
 use pmkit_fs::{Owner, SetAttr};
 use std::time::Duration;
 

@@ -3,10 +3,10 @@
 //! its requests and mark the pool clean. A stale mount left by a daemon that died (every access
 //! gives ENOTCONN) is detached before mounting again.
 
+use crate::pmfs::cache::CacheMode;
+use crate::pmfs::dev::PmFs;
+use crate::pmfs::stats::OpStats;
 use crate::pmfs::PmfsOps;
-use crate::pmfs_cache::CacheMode;
-use crate::pmfs_fuser::PmFs;
-use crate::pmfs_stats::OpStats;
 use crate::uring::{self, Transport};
 use pmkit_fs::{DataMode, Fs, Protect, Recovery};
 use pmkit_media::{Region, RegionOptions};
