@@ -29,6 +29,8 @@ enum Kind {
 /// a system gets rights to PM.
 pub struct Gate {
     kind: Kind,
+    /// Loads need no window (`none`, `pt`, `kernel`: the mapping is readable): the fast path.
+    direct_loads: bool,
     mode: Protect,
     why: String,
     poison: Poison,
@@ -83,6 +85,7 @@ impl Gate {
             }
         }
         Ok(Gate {
+            direct_loads: matches!(kind, Kind::Open | Kind::Pages(_) | Kind::Kernel(_)),
             kind,
             mode,
             why,
@@ -95,6 +98,7 @@ impl Gate {
     /// No protection, for tools that own the media outright (mkfs, check, repair).
     pub fn open_unprotected(why: &str) -> Gate {
         Gate {
+            direct_loads: true,
             kind: Kind::Open,
             mode: Protect::None,
             why: why.into(),
@@ -116,6 +120,16 @@ impl Gate {
     /// file): a system that batches small stores into one may prefer to.
     pub fn stores_are_calls(&self) -> bool {
         matches!(self.kind, Kind::Kernel(Some(_)))
+    }
+    /// Loads need no window in this mode (the mapping is readable as it rests).
+    #[inline]
+    pub fn direct_loads(&self) -> bool {
+        self.direct_loads
+    }
+    /// Stores need no window and none has failed: a store may go straight to the media.
+    #[inline]
+    pub fn direct_stores(&self) -> bool {
+        matches!(self.kind, Kind::Open) && !self.poison.is_set()
     }
     /// Windows opened that cost a system call.
     pub fn windows_opened(&self) -> u64 {
@@ -167,6 +181,10 @@ impl Gate {
         len: usize,
         f: impl FnOnce(&View<'_, M>) -> R,
     ) -> Result<R> {
+        debug_assert!(
+            off.checked_add(len).is_some_and(|end| end <= m.len()),
+            "write window {off}+{len} outside the media"
+        );
         self.check()?;
         let out = match &self.kind {
             Kind::Open => f(&View::Main(m)),
@@ -219,6 +237,10 @@ impl Gate {
         len: usize,
         f: impl FnOnce(&View<'_, M>) -> R,
     ) -> Result<R> {
+        debug_assert!(
+            off.checked_add(len).is_some_and(|end| end <= m.len()),
+            "read window {off}+{len} outside the media"
+        );
         Ok(match &self.kind {
             Kind::Open | Kind::Pages(_) | Kind::Kernel(_) => f(&View::Main(m)),
             Kind::Pkey(k) => {

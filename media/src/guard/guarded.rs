@@ -128,20 +128,33 @@ impl<M: Media> Media for Guarded<M> {
     }
     #[inline]
     fn read(&self, off: usize, dst: &mut [u8]) {
+        if self.gate.direct_loads() {
+            return self.m.read(off, dst);
+        }
         if self.load(off, dst.len(), |v| v.read(off, dst)).is_none() {
             dst.fill(0);
         }
     }
     unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) {
+        if self.gate.direct_loads() {
+            // SAFETY: the caller's contract is the same.
+            return unsafe { self.m.read_into(off, dst, len) };
+        }
         // SAFETY: the caller's contract is the same.
         let _ = self.load(off, len, |v| unsafe { v.read_into(off, dst, len) });
     }
     #[inline]
     fn write(&self, off: usize, src: &[u8]) {
+        if self.gate.direct_stores() {
+            return self.m.write(off, src);
+        }
         let _ = self.with_write(off, src.len(), |v| v.write(off, src));
     }
     #[inline]
     fn write_nt(&self, off: usize, src: &[u8]) {
+        if self.gate.direct_stores() {
+            return self.m.write_nt(off, src);
+        }
         let _ = self.with_write(off, src.len(), |v| v.write_nt(off, src));
     }
     fn write_nt_crc32c(&self, off: usize, src: &[u8], crc: u32) -> u32 {
@@ -154,6 +167,9 @@ impl<M: Media> Media for Guarded<M> {
     }
     #[inline]
     fn flush(&self, off: usize, len: usize, how: Flush) {
+        if self.gate.direct_stores() {
+            return self.m.flush(off, len, how);
+        }
         let _ = self.with_barrier(|v| v.flush(off, len, how));
     }
     #[inline]
@@ -163,7 +179,11 @@ impl<M: Media> Media for Guarded<M> {
     fn sync_pages(&self, off: usize, len: usize) -> Result<()> {
         self.with_barrier(|v| v.sync_pages(off, len))?
     }
+    #[inline]
     fn load_u64(&self, off: usize) -> u64 {
+        if self.gate.direct_loads() {
+            return self.m.load_u64(off);
+        }
         self.load(off, 8, |v| v.load_u64(off)).unwrap_or(0)
     }
     fn store_u64(&self, off: usize, v: u64) {
@@ -173,6 +193,9 @@ impl<M: Media> Media for Guarded<M> {
         let _ = self.with_write(off, 16, |w| w.store_u128(off, v));
     }
     fn load_u128(&self, off: usize) -> u128 {
+        if self.gate.direct_loads() {
+            return self.m.load_u128(off);
+        }
         self.load(off, 16, |v| v.load_u128(off)).unwrap_or(0)
     }
     fn cas_u64(&self, off: usize, current: u64, new: u64) -> std::result::Result<u64, u64> {

@@ -261,8 +261,10 @@ pub struct Fs<M: Media> {
     geo: layout::Geometry,
     opts: MountOptions,
     sb: layout::Superblock,
-    /// Directory indexes; namespace operations hold it for writing, the rest for reading.
-    ns: RwLock<dir::Dirs>,
+    /// Directory indexes; namespace operations hold it for writing, the rest for reading. In a
+    /// cache line of its own: every reader writes the lock's count, and the read-mostly fields
+    /// beside it (the media, the geometry) would otherwise bounce between CPUs with it.
+    ns: Line<RwLock<dir::Dirs>>,
     stripes: Vec<Stripe>,
     /// The orphan list, in DRAM order (head first); its lock serializes changes to it.
     orphans: Mutex<Vec<u64>>,
@@ -280,6 +282,17 @@ impl<M: Media> std::fmt::Debug for Fs<M> {
         f.debug_struct("Fs")
             .field("geometry", &self.geo)
             .finish_non_exhaustive()
+    }
+}
+
+/// A value alone in its cache line (two lines: the adjacent-line prefetcher pairs them).
+#[repr(align(128))]
+pub(crate) struct Line<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for Line<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
     }
 }
 

@@ -193,7 +193,7 @@ impl<M: Media> Fs<M> {
             geo,
             opts: opts.clone(),
             sb,
-            ns: RwLock::new(dirs),
+            ns: crate::Line(RwLock::new(dirs)),
             stripes: (0..64).map(|_| crate::Stripe::default()).collect(),
             orphans: Mutex::new(orphans.clone()),
             journal: Journal::new(&gens),
