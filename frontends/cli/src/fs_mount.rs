@@ -4,7 +4,7 @@ use anyhow::Result;
 use pmkit::stats_file::StatsWriter;
 use pmkit_fs::{DataMode, Protect};
 use pmkit_fuse::pmfs::cache::CacheMode;
-use pmkit_fuse::pmfs::mount::{self, MountOptions};
+use pmkit_fuse::pmfs::mount::{self as session, MountOptions};
 use pmkit_fuse::pmfs::stats::MountStats;
 use std::io::Write;
 use std::path::Path;
@@ -30,7 +30,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     let (threads, stats) = (a.threads, a.stats);
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
-    mount::block_signals();
+    session::block_signals();
     pmkit::entry::ignore_sigpipe();
     let o = MountOptions {
         threads,
@@ -45,7 +45,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         transport: a.transport,
         full_walk: a.full_walk,
     };
-    let served = mount::mount(pool, dir, &o)?;
+    let served = session::mount(pool, dir, &o)?;
     for n in &served.notes {
         eprintln!("note: {n}");
     }
@@ -127,7 +127,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
 }
 
 pub(crate) fn umount(dir: &Path, wait_s: u64) -> Result<()> {
-    let msg = mount::umount(dir, Duration::from_secs(wait_s))?;
+    let msg = session::umount(dir, Duration::from_secs(wait_s))?;
     println!("{msg}");
     Ok(())
 }

@@ -7,6 +7,12 @@ use parking_lot::{Mutex, MutexGuard};
 use pmkit_media::Media;
 
 pub(crate) const DATA: usize = 48;
+// One entry is one line: the target offset, the undo bytes, then the word `{gen, len, kind}`,
+// stored last (its generation says the line is whole).
+const TARGET_AT: usize = 0;
+const DATA_AT: usize = 8;
+const WORD_AT: usize = 56;
+const _: () = assert!(TARGET_AT + 8 == DATA_AT && DATA_AT + DATA == WORD_AT && WORD_AT + 8 == LINE);
 pub(crate) const KIND_UNDO: u8 = 1;
 pub(crate) const KIND_COMMIT: u8 = 2;
 
@@ -24,11 +30,24 @@ impl Entry {
     pub fn word(&self) -> u64 {
         (self.gen as u64) << 32 | (self.len as u64) << 8 | self.kind as u64
     }
+    /// The line's bytes before the word (the word is [`Entry::word`], stored after them).
+    pub fn body(&self) -> [u8; WORD_AT] {
+        let mut b = [0u8; WORD_AT];
+        b[TARGET_AT..TARGET_AT + 8].copy_from_slice(&self.target.to_le_bytes());
+        b[DATA_AT..DATA_AT + DATA].copy_from_slice(&self.data);
+        if cfg!(debug_assertions) {
+            let mut line = [0u8; LINE];
+            line[..WORD_AT].copy_from_slice(&b);
+            line[WORD_AT..].copy_from_slice(&self.word().to_le_bytes());
+            debug_assert_eq!(Entry::decode(&line), *self, "decode after encode");
+        }
+        b
+    }
     pub fn decode(b: &[u8; LINE]) -> Entry {
-        let target = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
-        let word = u64::from_le_bytes(b[56..64].try_into().expect("8 bytes"));
+        let target = u64::from_le_bytes(b[TARGET_AT..TARGET_AT + 8].try_into().expect("8 bytes"));
+        let word = u64::from_le_bytes(b[WORD_AT..LINE].try_into().expect("8 bytes"));
         let mut data = [0u8; DATA];
-        data.copy_from_slice(&b[8..56]);
+        data.copy_from_slice(&b[DATA_AT..WORD_AT]);
         Entry {
             target,
             data,
@@ -111,10 +130,8 @@ fn entry_off(geo: &Geometry, lane: u32, i: u32) -> usize {
 }
 
 fn write_entry<M: Media>(pm: &Pm<M>, off: usize, e: &Entry) {
-    let mut b = [0u8; 56];
-    b[0..8].copy_from_slice(&e.target.to_le_bytes());
-    b[8..56].copy_from_slice(&e.data);
-    pm.write_line(off, &b, e.word()); // word last: a matching generation means the line is whole
+    // word last: a matching generation means the line is whole
+    pm.write_line(off, &e.body(), e.word());
     pm.flush(off, LINE);
 }
 
