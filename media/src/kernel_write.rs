@@ -77,6 +77,20 @@ impl KernelWriter {
         self.durable
     }
 
+    /// The one flush rule after a write through the kernel with non-temporal meaning (durable
+    /// after the next fence), for every system: on a plain file the kernel's copy is cached
+    /// stores into the page cache, so the lines are written back now (where caches are outside
+    /// the persistence domain) and the next fence orders them; on DAX and emulated PM the write
+    /// is durable already and nothing is flushed. msync then writes a plain file's pages, as
+    /// in every mode there.
+    pub fn flush_after<M: crate::Media + ?Sized>(&self, m: &M, off: usize, len: usize) {
+        debug_assert_eq!(m.len(), self.len, "the media this writer writes");
+        self.check(off, len);
+        if !self.durable && m.domain() == crate::Domain::Adr {
+            m.flush(off, len, crate::Flush::best());
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -27,12 +27,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
 
 /// Replace this process with `pmkit-bench ARGS`, named `name` in its messages.
 pub(crate) fn exec(name: &str, args: &[OsString]) -> Result<ExitCode> {
-    let Some(exe) = pmkit::sibling::find(BENCH_BIN) else {
-        bail!(
-            "`{name}` runs the {BENCH_BIN} binary, which is neither next to this pmkit nor on \
-             PATH: build it with `cargo build --release -p pmkit-bench`"
-        );
-    };
+    let exe = find(name)?;
     let mut c = Command::new(&exe);
     c.arg0(name).args(args);
     // `bench nbd` starts this binary's `serve`.
@@ -46,15 +41,21 @@ pub(crate) fn exec(name: &str, args: &[OsString]) -> Result<ExitCode> {
 /// Run `pmkit-bench ARGS` and wait for it (a command that needs one of its drawings),
 /// named `name` in its messages.
 pub(crate) fn run_child(name: &str, args: &[OsString]) -> Result<()> {
-    let Some(exe) = pmkit::sibling::find(BENCH_BIN) else {
-        bail!(
-            "`{name}` runs the {BENCH_BIN} binary, which is neither next to this pmkit nor on \
-             PATH: build it with `cargo build --release -p pmkit-bench`"
-        );
-    };
+    let exe = find(name)?;
     let status = Command::new(&exe).arg0(name).args(args).status()?;
     if !status.success() {
         bail!("{} {args:?} failed ({status})", exe.display());
     }
     Ok(())
+}
+
+/// The `pmkit-bench` binary next to this pmkit or on PATH, or what to do to get one.
+fn find(name: &str) -> Result<std::path::PathBuf> {
+    match pmkit::sibling::find(BENCH_BIN) {
+        Some(exe) => Ok(exe),
+        None => bail!(
+            "`{name}` runs the {BENCH_BIN} binary, which is neither next to this pmkit nor on \
+             PATH: build it with `cargo build --release -p pmkit-bench`"
+        ),
+    }
 }

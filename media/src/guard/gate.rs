@@ -52,6 +52,9 @@ impl Gate {
         let (mode, why) = match (mode::why_not(mode, region), fallback) {
             (None, _) => (mode, why),
             (Some(no), Some(fb)) if mode == Protect::Pkey => {
+                if let Some(no) = mode::why_not(fb, region) {
+                    return Err(unavailable(fb, no));
+                }
                 let why = format!(
                     "pkey protection is not available ({no}); falling back to {fb} as asked"
                 );
@@ -59,9 +62,6 @@ impl Gate {
             }
             (Some(no), _) => return Err(unavailable(mode, no)),
         };
-        if let Some(no) = mode::why_not(mode, region) {
-            return Err(unavailable(mode, no));
-        }
         let kind = match mode {
             Protect::None => Kind::Open,
             Protect::Pt | Protect::PtBatch => Kind::Pages(Stripes::default()),
@@ -136,7 +136,11 @@ impl Gate {
         self.opened.load(Ordering::Relaxed)
     }
     /// `Err(Poisoned)` once a store has failed.
+    #[inline]
     pub fn check(&self) -> Result<()> {
+        if !self.poison.is_set() {
+            return Ok(());
+        }
         match self.poison.why() {
             None => Ok(()),
             Some(why) => Err(MediaError::Poisoned {
@@ -181,10 +185,7 @@ impl Gate {
         len: usize,
         f: impl FnOnce(&View<'_, M>) -> R,
     ) -> Result<R> {
-        debug_assert!(
-            off.checked_add(len).is_some_and(|end| end <= m.len()),
-            "write window {off}+{len} outside the media"
-        );
+        inside(m, off, len);
         self.check()?;
         let out = match &self.kind {
             Kind::Open => f(&View::Main(m)),
@@ -210,18 +211,10 @@ impl Gate {
                 }
                 out
             }
-            Kind::Private => {
-                let r = m.mapping().expect("private runs on a mapping");
-                self.opened.fetch_add(1, Ordering::Relaxed);
-                let w = match r.window(off, len, Access::ReadWrite) {
-                    Ok(w) => w,
-                    Err(e) => return Err(self.fail(e)),
-                };
-                f(&View::Window {
-                    win: w.media(),
-                    base: off - w.offset_of(off),
-                })
-            }
+            Kind::Private => match self.private(m, off, len, Access::ReadWrite, f) {
+                Ok(out) => out,
+                Err(e) => return Err(self.fail(e)),
+            },
         };
         self.check()?;
         Ok(out)
@@ -237,26 +230,34 @@ impl Gate {
         len: usize,
         f: impl FnOnce(&View<'_, M>) -> R,
     ) -> Result<R> {
-        debug_assert!(
-            off.checked_add(len).is_some_and(|end| end <= m.len()),
-            "read window {off}+{len} outside the media"
-        );
+        inside(m, off, len);
         Ok(match &self.kind {
             Kind::Open | Kind::Pages(_) | Kind::Kernel(_) => f(&View::Main(m)),
             Kind::Pkey(k) => {
                 let _w = k.open_read();
                 f(&View::Main(m))
             }
-            Kind::Private => {
-                let r = m.mapping().expect("private runs on a mapping");
-                self.opened.fetch_add(1, Ordering::Relaxed);
-                let w = r.window(off, len, Access::Read)?;
-                f(&View::Window {
-                    win: w.media(),
-                    base: off - w.offset_of(off),
-                })
-            }
+            Kind::Private => return self.private(m, off, len, Access::Read, f),
         })
+    }
+
+    /// A `private` access: `f` runs on a fresh mapping of `[off, off+len)` of the file.
+    fn private<M: Media, R>(
+        &self,
+        m: &M,
+        off: usize,
+        len: usize,
+        access: Access,
+        f: impl FnOnce(&View<'_, M>) -> R,
+    ) -> Result<R> {
+        debug_assert!(matches!(self.kind, Kind::Private));
+        let r = m.mapping().expect("private runs on a mapping");
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        let w = r.window(off, len, access)?;
+        Ok(f(&View::Window {
+            win: w.media(),
+            base: off - w.offset_of(off),
+        }))
     }
 
     /// Run `f` (a write barrier: flushes and syncs over any part of the media) with the rights
@@ -282,6 +283,16 @@ impl Gate {
         self.check()?;
         Ok(out)
     }
+}
+
+/// A window is a caller's bug unless it lies inside the media.
+#[inline]
+fn inside<M: Media>(m: &M, off: usize, len: usize) {
+    debug_assert!(
+        off.checked_add(len).is_some_and(|end| end <= m.len()),
+        "window {off}+{len} outside the media of {} bytes",
+        m.len()
+    );
 }
 
 fn unavailable(mode: Protect, why: String) -> MediaError {

@@ -99,11 +99,8 @@ impl<M: Media> View<'_, M> {
             poison.set(e.to_string());
             return;
         }
-        // On a plain file the kernel stored into the page cache with cached stores: write back
-        // the lines so a fence makes them durable as after non-temporal stores (msync then
-        // writes the pages, as in every mode there).
-        if nt && !kw.durable_at_return() && m.domain() == Domain::Adr {
-            m.flush(off, src.len(), Flush::best());
+        if nt {
+            kw.flush_after(*m, off, src.len());
         }
     }
 
@@ -129,9 +126,7 @@ impl<M: Media> View<'_, M> {
             poison.set(e.to_string());
             return;
         }
-        if !kw.durable_at_return() && m.domain() == Domain::Adr {
-            m.flush(off, len, Flush::best());
-        }
+        kw.flush_after(*m, off, len);
     }
 }
 

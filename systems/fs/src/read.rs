@@ -10,25 +10,24 @@ use pmkit_media::Media;
 impl<M: Media> Fs<M> {
     /// Read up to `len` bytes at `off` (short at the end of the file).
     pub fn read(&self, ino: u64, off: u64, len: usize) -> Result<Vec<u8>> {
-        let _ns = self.ns.read();
-        let _g = self.stripe(ino).lock();
-        let node = self.live(ino)?;
-        if node.is(Kind::Dir) {
-            return Err(Error::IsDir);
-        }
-        self.read_data(&node, off, len)
+        self.with_readable(ino, |node| self.read_data(node, off, len))
     }
 
     /// Read into `buf` at `off`: the bytes read (short at the end of the file). The copy goes
     /// from PM straight into the caller's buffer; holes are zero-filled there.
     pub fn read_into(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.with_readable(ino, |node| self.read_data_into(node, off, buf))
+    }
+
+    /// Run `f` on `ino`'s inode under the locks a read holds; a directory is `IsDir`.
+    fn with_readable<T>(&self, ino: u64, f: impl FnOnce(&Inode) -> Result<T>) -> Result<T> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let node = self.live(ino)?;
         if node.is(Kind::Dir) {
             return Err(Error::IsDir);
         }
-        self.read_data_into(&node, off, buf)
+        f(&node)
     }
 
     pub(crate) fn read_data(&self, node: &Inode, off: u64, len: usize) -> Result<Vec<u8>> {

@@ -6,7 +6,7 @@
 use super::Pool;
 use crate::error::Result;
 use pmkit_media::protect::{Access as Rights, Pkey, PkeyWindow};
-use pmkit_media::{Flush, KernelWriter, Media, MediaError};
+use pmkit_media::{KernelWriter, Media, MediaError};
 
 /// How the library itself reaches the PM object area.
 #[derive(Debug)]
@@ -78,7 +78,7 @@ impl<M: Media> Pool<M> {
                 if let Err(e) = kw.write(off, src) {
                     return Err(self.poison_with(e));
                 }
-                self.after_kernel_write(kw, off, src.len());
+                kw.flush_after(&self.media, off, src.len());
             }
             _ => self.media.write_nt(off, src),
         }
@@ -103,7 +103,7 @@ impl<M: Media> Pool<M> {
                 if let Err(e) = unsafe { kw.write_from(off, src, len) } {
                     return Err(self.poison_with(e));
                 }
-                self.after_kernel_write(kw, off, len);
+                kw.flush_after(&self.media, off, len);
             }
             // SAFETY: the caller's contract.
             _ => unsafe { self.media.write_nt_from(off, src, len) },
@@ -132,14 +132,6 @@ impl<M: Media> Pool<M> {
         self.poisoned().expect_err("just poisoned")
     }
 
-    /// On a plain file the kernel stored into the page cache: write back the lines, so the
-    /// next fence makes them durable as after non-temporal stores (DAX and emulated PM are
-    /// durable at return).
-    fn after_kernel_write(&self, kw: &KernelWriter, off: usize, len: usize) {
-        if !kw.durable_at_return() && self.media.domain() == pmkit_media::Domain::Adr {
-            self.media.flush(off, len, Flush::best());
-        }
-    }
     /// Open the library's own access to `[off, off+len)` of the object area for `rights`. A key
     /// window closes when the returned guard drops; page windows close with [`Self::close_area`].
     pub(super) fn open_area(
