@@ -74,7 +74,7 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
         }
     }
     let w = walk::walk(&pm, &sb.geo);
-    r.problems.extend(w.problems);
+    r.problems.extend(w.described());
     // After a crash a cut append is expected and the mount's walk undoes it. After a clean
     // unmount every append had finished, so a record that disagrees is damage to the bytes;
     // a walking mount still sets the size back, one from the checkpoint does not look.

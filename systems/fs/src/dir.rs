@@ -10,9 +10,9 @@ use std::sync::OnceLock;
 pub(crate) const SLOT: usize = 64;
 pub(crate) const SLOTS: usize = BLOCK / SLOT;
 // A head slot: `ino` (8 bytes, 0 = free), name length, kind, slots used, then the name's start.
-const H_INO: usize = 0;
+pub(crate) const H_INO: usize = 0;
 const H_LEN: usize = 8;
-const H_KIND: usize = 9;
+pub(crate) const H_KIND: usize = 9;
 const H_NSLOTS: usize = 10;
 const H_NAME: usize = 16;
 const HEAD_NAME: usize = SLOT - H_NAME;

@@ -117,6 +117,18 @@ pub struct Inode {
 }
 
 impl Inode {
+    /// A new, empty directory in `parent` (itself for the root), stamped `now`.
+    pub(crate) fn empty_dir(mode: u32, parent: u64, now: i64) -> Inode {
+        Inode {
+            kind: Kind::Dir as u8,
+            links: 2,
+            mode,
+            parent,
+            mtime: now,
+            ctime: now,
+            ..Default::default()
+        }
+    }
     pub fn kind(&self) -> Option<Kind> {
         Kind::from_u8(self.kind)
     }

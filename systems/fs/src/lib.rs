@@ -8,6 +8,7 @@ mod alloc;
 mod attr;
 mod check;
 mod ckpt;
+mod clock;
 mod costs;
 mod data;
 mod dir;

@@ -92,15 +92,7 @@ impl<M: Media> Fs<M> {
         pm.flush(BLOCK, jlen);
         let tlen = geo.inodes as usize * INODE;
         pm.write(geo.inode_off(0), &vec![0u8; tlen]);
-        let root = Inode {
-            kind: Kind::Dir as u8,
-            links: 2,
-            mode: 0o755,
-            parent: ROOT_INO,
-            mtime: crate::attr::now(),
-            ctime: crate::attr::now(),
-            ..Default::default()
-        };
+        let root = Inode::empty_dir(0o755, ROOT_INO, crate::clock::now());
         pm.write(geo.inode_off(ROOT_INO), &root.encode());
         pm.flush(geo.inode_off(0), tlen);
         pm.fence();
@@ -159,7 +151,7 @@ impl<M: Media> Fs<M> {
                 let w = walk::walk(&pm, &geo);
                 if !w.problems.is_empty() {
                     return Err(Error::Damaged {
-                        problems: w.problems,
+                        problems: w.described(),
                     });
                 }
                 (w.alloc, Dirs::built(w.dirs), w.orphans, w.cut)

@@ -1,8 +1,8 @@
 //! `repair`: fix what `check` finds, in place, crash-safely. See `docs/fs.md`, "Repair".
 //!
-//! Order: superblocks, then the journal, then the tree in rounds (`scan.rs` proposes fixes from
-//! the mount walk's rules, each is applied, and the media is scanned again until a scan finds
-//! nothing), then `check` says what is left.
+//! Order: superblocks, then the journal, then the tree in rounds (the mount walk names each
+//! problem with its fix, the fixes of the first tier are applied, and the media is walked again
+//! until a walk finds nothing), then `check` says what is left.
 //!
 //! Crash safety. Two kinds of store:
 //! - *ordered stores* before the journal is usable: a superblock copy rewritten from the other
@@ -18,8 +18,6 @@
 //!   transactions whose every prefix is a state repair fixes further (a directory's size set
 //!   first, its pointers past the size cut after).
 
-mod scan;
-
 use crate::alloc::{Alloc, Bitmap};
 use crate::check::{check, CheckReport};
 use crate::dir;
@@ -32,6 +30,7 @@ use crate::overlay::Overlay;
 use crate::pm::{Faults, Pm};
 use crate::tree;
 use crate::tx::Tx;
+use crate::walk::{self, Remedy, Sign, Walked};
 use crate::MkfsOptions;
 use parking_lot::Mutex;
 use pmkit_media::Media;
@@ -284,29 +283,15 @@ fn fits<M: Media>(media: &M, geo: &Geometry) -> std::result::Result<(), String> 
     let over = Overlay::new(media);
     let pm = Pm::new(&over, Faults::default());
     let _ = journal::recover(&pm, geo); // rolled back on the overlay when the journal allows
-    let w = crate::walk::walk(&pm, geo);
-    // The walk writes block numbers in decimal or, for pointers, in hex (`0x..`).
-    let number_after = |p: &str, key: &str| -> Option<u64> {
-        let rest = &p[p.find(key)? + key.len()..];
-        let (rest, radix) = match rest.strip_prefix("0x") {
-            Some(hex) => (hex, 16),
-            None => (rest, 10),
-        };
-        let end = rest
-            .find(|c: char| !c.is_digit(radix))
-            .unwrap_or(rest.len());
-        u64::from_str_radix(&rest[..end], radix).ok()
-    };
+    let w = walk::walk(&pm, geo);
     let most_inodes = (media.len() / INODE) as u64;
-    let sign = w.problems.iter().find(|p| {
-        let low_block = p.contains("outside the data area")
-            && number_after(p, "pointer to block ").is_some_and(|b| b > 0 && b < geo.data_block);
-        let high_ino = p.contains("out of range")
-            && number_after(p, "names inode ").is_some_and(|i| i < most_inodes);
-        low_block || high_ino
+    let sign = w.problems.iter().find(|p| match p.sign {
+        Some(Sign::BlockOutside(b)) => b > 0 && b < geo.data_block,
+        Some(Sign::InodeOutOfRange(i)) => i < most_inodes,
+        None => false,
     });
     match sign {
-        Some(p) => Err(format!("the tree does not fit it ({p})")),
+        Some(p) => Err(format!("the tree does not fit it ({})", p.what)),
         None => Ok(()),
     }
 }
@@ -366,38 +351,80 @@ fn reset_bad_lanes<M: Media>(pm: &Pm<M>, geo: &Geometry, rep: &mut RepairReport)
     }
 }
 
-/// Scan, fix, scan again, until a scan proposes nothing or a round changes nothing.
+/// Walk, fix, walk again, until a walk finds nothing or a round changes nothing. Each round
+/// applies the fixes of the first tier that has any (see [`Remedy`]).
 fn rounds<M: Media>(pm: &Pm<M>, geo: &Geometry, j: &Journal, rep: &mut RepairReport) -> Result<()> {
     for _ in 0..MAX_ROUNDS {
-        let s = scan::scan(pm, geo);
-        let alloc = Mutex::new(Alloc::new(s.blocks.clone(), inode_bitmap(pm, geo)));
-        let before = pm.counters().bytes_written;
-        if !s.local.is_empty() {
-            for f in s.local {
-                apply(pm, geo, &alloc, j, &f.writes)?;
-                rep.fixes.push(f.fix);
-            }
-        } else if !s.lost.is_empty() {
-            relink_lost(pm, geo, &alloc, j, &s, rep)?;
-        } else if !s.links.is_empty() {
-            for &(ino, have, want) in &s.links {
-                let off = geo.inode_off(ino) + crate::inode::LINKS;
-                apply(pm, geo, &alloc, j, &[(off, want.to_le_bytes().to_vec())])?;
-                rep.fixes.push(Fix {
-                    what: format!("inode {ino}: link count {have} but {want} names: set to {want}"),
-                    ino: Some(ino),
-                    block: None,
-                    offset: Some(off as u64),
-                });
-            }
-        } else {
+        let w = walk::walk(pm, geo);
+        let Some(tier) = w.problems.iter().map(|p| p.remedy.tier()).min() else {
             return Ok(());
+        };
+        let alloc = Mutex::new(Alloc::new(w.alloc.blocks.clone(), inode_bitmap(pm, geo)));
+        let before = pm.counters().bytes_written;
+        let now = w.problems.iter().filter(|p| p.remedy.tier() == tier);
+        match tier {
+            2 => {
+                let lost: Vec<u64> = now.filter_map(|p| p.ino).collect();
+                relink_lost(pm, geo, &alloc, j, &w, &lost_order(pm, geo, lost), rep)?;
+            }
+            _ => {
+                for p in now {
+                    let writes = match &p.remedy {
+                        Remedy::Stores(writes) => writes.clone(),
+                        Remedy::Links(want) => {
+                            let ino = p.ino.expect("a link count is an inode's");
+                            let off = geo.inode_off(ino) + crate::inode::LINKS;
+                            vec![(off, want.to_le_bytes().to_vec())]
+                        }
+                        Remedy::Relink => unreachable!("tier 2 is handled above"),
+                    };
+                    apply(pm, geo, &alloc, j, &writes)?;
+                    rep.fixes.push(Fix {
+                        what: p.fixed(),
+                        ino: p.ino,
+                        block: p.block,
+                        offset: Some(writes[0].0 as u64),
+                    });
+                }
+            }
         }
         if pm.counters().bytes_written == before {
             return Ok(()); // no progress: check names what is left
         }
     }
     Ok(())
+}
+
+/// The order to link lost inodes in: lost directories before lost files (a lost directory may
+/// name them), and of the directories only those whose parent is not lost itself (a lost
+/// subtree moves whole; the next round finds the rest named).
+fn lost_order<M: Media>(pm: &Pm<M>, geo: &Geometry, lost: Vec<u64>) -> Vec<u64> {
+    let node = |i: u64| {
+        let mut b = [0u8; INODE];
+        pm.read(geo.inode_off(i), &mut b);
+        Inode::decode(&b)
+    };
+    let dirs: Vec<u64> = lost
+        .iter()
+        .copied()
+        .filter(|&i| node(i).is(Kind::Dir))
+        .collect();
+    if dirs.is_empty() {
+        return lost;
+    }
+    let tops: Vec<u64> = dirs
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let p = node(i).parent;
+            p == i || !dirs.contains(&p)
+        })
+        .collect();
+    // all in a cycle of parents: break it at the lowest
+    match tops.is_empty() {
+        true => vec![dirs[0]],
+        false => tops,
+    }
 }
 
 /// Every inode slot that is not free (and the meta inode): a transaction's new inodes come from
@@ -408,7 +435,7 @@ fn inode_bitmap<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Bitmap {
     let mut bits = Bitmap::new(geo.inodes as u64);
     bits.set(crate::layout::META_INO);
     for (i, c) in table.chunks(INODE).enumerate() {
-        if c[25] != Kind::Free as u8 {
+        if c[crate::inode::KIND] != Kind::Free as u8 {
             bits.set(i as u64);
         }
     }
@@ -442,14 +469,15 @@ fn relink_lost<M: Media>(
     geo: &Geometry,
     alloc: &Mutex<Alloc>,
     j: &Journal,
-    s: &scan::Scan,
+    w: &Walked,
+    lost: &[u64],
     rep: &mut RepairReport,
 ) -> Result<()> {
-    let (lf, lf_name) = match s.lost_found {
+    let (lf, lf_name) = match w.lost_found {
         Some(i) => (i, "lost+found".to_string()),
-        None => make_lost_found(pm, geo, alloc, j, s, rep)?,
+        None => make_lost_found(pm, geo, alloc, j, w, rep)?,
     };
-    for &ino in &s.lost {
+    for &ino in lost {
         let mut tx = Tx::new(pm, geo, alloc);
         let mut node = tx.inode(ino);
         let mut name = format!("#{ino}");
@@ -493,28 +521,20 @@ fn make_lost_found<M: Media>(
     geo: &Geometry,
     alloc: &Mutex<Alloc>,
     j: &Journal,
-    s: &scan::Scan,
+    w: &Walked,
     rep: &mut RepairReport,
 ) -> Result<(u64, String)> {
+    let root = w.dirs.get(&ROOT_INO);
     let name = (0..)
         .map(|k| match k {
             0 => "lost+found".to_string(),
             k => format!("lost+found.{k}"),
         })
-        .find(|n| !s.root_names.contains(n.as_bytes()))
+        .find(|n| root.is_none_or(|r| !r.entries.contains_key(n.as_bytes())))
         .expect("a free name");
     let mut tx = Tx::new(pm, geo, alloc);
     let ino = tx.alloc_inode()?;
-    let now = crate::attr::now();
-    let node = Inode {
-        kind: Kind::Dir as u8,
-        links: 2,
-        mode: 0o700,
-        parent: ROOT_INO,
-        mtime: now,
-        ctime: now,
-        ..Default::default()
-    };
+    let node = Inode::empty_dir(0o700, ROOT_INO, crate::clock::now());
     tx.put_inode(ino, &node);
     add_record(&mut tx, ROOT_INO, name.as_bytes(), ino, Kind::Dir as u8)?;
     let mut root = tx.inode(ROOT_INO);

@@ -9,7 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::inode::Inode;
-use crate::layout::{tree_cap, Geometry, BLOCK, FANOUT, MAX_FILE_SIZE, MAX_HEIGHT};
+use crate::layout::{tree_cap, BLOCK, FANOUT, MAX_FILE_SIZE, MAX_HEIGHT};
 use crate::pm::Pm;
 use crate::tx::Tx;
 use pmkit_media::Media;
@@ -373,58 +373,6 @@ fn prune_node<M: Media>(
             *left -= 1;
         } else {
             prune_node(tx, ptr, level - 1, child, (keep, spare_tail), left)?;
-        }
-    }
-    Ok(())
-}
-
-/// Walk a tree read from the media, checking every pointer, calling `visit(block, is_node,
-/// file_block)` for each block. Stops at the first problem.
-pub(crate) fn walk(
-    r: &impl Reader,
-    geo: &Geometry,
-    root: u64,
-    height: u8,
-    visit: &mut dyn FnMut(u64, bool, u64) -> std::result::Result<(), String>,
-) -> std::result::Result<(), String> {
-    if height > MAX_HEIGHT {
-        return Err(format!("tree height {height} over {MAX_HEIGHT}"));
-    }
-    walk_node(r, geo, root, height, 0, visit)
-}
-
-fn walk_node(
-    r: &impl Reader,
-    geo: &Geometry,
-    node: u64,
-    level: u8,
-    base: u64,
-    visit: &mut dyn FnMut(u64, bool, u64) -> std::result::Result<(), String>,
-) -> std::result::Result<(), String> {
-    if node == 0 {
-        return Ok(());
-    }
-    if let (1, Some(run)) = (level, huge(node)) {
-        if run % HUGE_BLOCKS != 0 || !geo.is_data(run) || !geo.is_data(run + HUGE_BLOCKS - 1) {
-            return Err(format!(
-                "huge block at {run}: not 2 MiB-aligned or not inside the data area"
-            ));
-        }
-        for i in 0..HUGE_BLOCKS {
-            visit(run + i, false, base + i)?;
-        }
-        return Ok(());
-    }
-    if !geo.is_data(node) {
-        return Err(format!("pointer to block {node:#x}, outside the data area"));
-    }
-    visit(node, level > 0, base)?;
-    if level > 0 {
-        let span = tree_cap(level - 1);
-        for (slot, c) in r.node(node).into_iter().enumerate() {
-            if c != 0 {
-                walk_node(r, geo, c, level - 1, base + slot as u64 * span, visit)?;
-            }
         }
     }
     Ok(())

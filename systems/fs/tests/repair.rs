@@ -359,7 +359,7 @@ fn a_loop_is_cut() {
     set_word(&sim, node as usize * BLOCK + 8, node);
     let (_, text) = repaired(&sim, "loop");
     assert!(
-        text.contains(&format!("pointer to block {node} owned already")),
+        text.contains(&format!("pointer to block {node} owned twice")),
         "{text}"
     );
     let fs = mount(&sim);
@@ -378,7 +378,7 @@ fn a_doubly_owned_block_stays_with_its_first_owner() {
     let f = rep
         .fixes
         .iter()
-        .find(|f| f.what.contains("owned already"))
+        .find(|f| f.what.contains("owned twice"))
         .unwrap();
     assert_eq!((f.ino, f.block), (Some(4), Some(first)), "{text}");
     let fs = mount(&sim);
@@ -417,7 +417,7 @@ fn a_directory_reachable_twice_keeps_its_first_link() {
     put_record(&sim, root_block, 30, b"again", 2, 2);
     let (_, text) = repaired(&sim, "reachable twice");
     assert!(
-        text.contains("entry \"again\" names directory 2, reachable already"),
+        text.contains("entry \"again\" names directory 2, reachable twice"),
         "{text}"
     );
     let fs = mount(&sim);
@@ -821,5 +821,34 @@ fn a_shared_block_is_not_freed_twice_by_a_lazily_checked_mount() {
         "{text}"
     );
     assert!(fs.lookup(2, b"g").is_ok(), "nothing changed");
+    intact_k(&fs);
+}
+
+/// Flags check refuses (unknown bits; any flag on a directory) are cleared by repair, where the
+/// walk that refuses them lives: mount and repair agree on every problem.
+#[test]
+fn unknown_inode_flags_are_cleared() {
+    let (sim, sb) = image();
+    sim.write(sb.geo.inode_off(3) + 26, &[0x80 | 1]); // f: an unknown bit beside atomic
+    sim.write(sb.geo.inode_off(2) + 26, &[1]); // d: the atomic flag on a directory
+    let (rep, text) = repaired(&sim, "flags");
+    assert!(
+        text.contains("inode 3: flags 0x81 on kind 1: set to 0x1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("inode 2: flags 0x1 on kind 2: set to 0x0"),
+        "{text}"
+    );
+    assert_eq!(
+        rep.fixes
+            .iter()
+            .filter(|f| f.what.contains("flags"))
+            .count(),
+        2,
+        "{text}"
+    );
+    let fs = mount(&sim);
+    intact_f(&fs);
     intact_k(&fs);
 }

@@ -1,0 +1,186 @@
+//! One directory's blocks: its records read with the one lenient reader (`dir::scan`), the
+//! DRAM index built from the good ones, and each bad record, duplicate name or wrong size a
+//! problem with its fix.
+
+use super::inode::{Data, Visitor};
+use super::{Problem, Sign};
+use crate::dir::{self, DirIndex, Loc, Rec, SLOT};
+use crate::inode::{self as field, Inode, Kind};
+use crate::layout::{Geometry, BLOCK, INODE, META_INO};
+use crate::pm::Pm;
+use pmkit_media::Media;
+
+/// What the caller decides about one record's target: `Ok(kind)` indexes it under that kind,
+/// `Err(why)` removes the record.
+pub(super) type Vet<'a> = dyn FnMut(&Rec, usize, &mut Vec<Problem>) -> Result<u8, String> + 'a;
+
+impl<M: Media> Visitor<'_, M> {
+    /// Directory `d`'s index from its data blocks (from [`Visitor::inode`], in file order).
+    pub(super) fn directory(
+        &self,
+        d: u64,
+        node: &Inode,
+        data: &[Data],
+        out: &mut Vec<Problem>,
+        vet: &mut Vet<'_>,
+    ) -> DirIndex {
+        let blocks = (node.size / BLOCK as u64) as usize;
+        let contiguous = data
+            .iter()
+            .enumerate()
+            .take_while(|&(k, x)| x.file_block == k as u64)
+            .count();
+        if !node.size.is_multiple_of(BLOCK as u64) || data.len() != blocks {
+            // Blocks past the first hole cannot be kept: their pointers are cut.
+            let size = (contiguous * BLOCK) as u64;
+            let at = self.geo.inode_off(d);
+            let mut writes = vec![
+                (at + field::SIZE, size.to_le_bytes().to_vec()),
+                (at + field::TAIL, vec![0u8; 8]),
+            ];
+            writes.extend(data[contiguous..].iter().map(|x| (x.at, vec![0u8; 8])));
+            out.push(Problem::stores(
+                format!(
+                    "directory {d}: size {} does not match {} blocks",
+                    node.size,
+                    data.len()
+                ),
+                format!("size set to {size}, blocks after the first hole cut"),
+                Some(d),
+                None,
+                writes,
+            ));
+        }
+        let kept = &data[..contiguous.min(blocks)];
+        let mut idx = DirIndex {
+            used: vec![0; kept.len()],
+            ..Default::default()
+        };
+        let mut buf = vec![0u8; BLOCK];
+        for x in kept {
+            let (fb, b) = (x.file_block, x.block);
+            self.pm.read(b as usize * BLOCK, &mut buf);
+            let (recs, bad) = dir::scan(&buf);
+            for (s, why) in bad {
+                let at = b as usize * BLOCK + s * SLOT;
+                out.push(Problem::stores(
+                    format!("directory {d} block {fb} slot {s}: {why}"),
+                    "record cleared".into(),
+                    Some(d),
+                    Some(b),
+                    vec![(at + dir::H_INO, vec![0; 8])],
+                ));
+            }
+            for r in recs {
+                let at = b as usize * BLOCK + r.slot * SLOT;
+                let why = match idx.entries.contains_key(&r.name) {
+                    true => Err("appears twice".to_string()),
+                    false => vet(&r, at, out),
+                };
+                match why {
+                    Ok(kind) => {
+                        let loc = Loc {
+                            ino: r.ino,
+                            kind,
+                            block: fb,
+                            slot: r.slot,
+                            nslots: r.nslots,
+                        };
+                        idx.insert(&r.name, loc);
+                    }
+                    Err(why) => {
+                        let name = String::from_utf8_lossy(&r.name);
+                        let mut p = Problem::stores(
+                            format!("directory {d}: entry {name:?} {why}"),
+                            "record removed".into(),
+                            Some(d),
+                            Some(b),
+                            vec![(at + dir::H_INO, vec![0; 8])],
+                        );
+                        if r.ino == META_INO || r.ino >= self.geo.inodes as u64 {
+                            p.sign = Some(Sign::InodeOutOfRange(r.ino));
+                        }
+                        out.push(p);
+                    }
+                }
+            }
+        }
+        idx
+    }
+}
+
+/// The target check every walk makes of a record: in range, in use, of the record's kind (a
+/// kind that differs is set to the inode's). `Ok(child)` when the record stands.
+pub(super) fn target(
+    geo: &Geometry,
+    r: &Rec,
+    at: usize,
+    child: Option<Inode>,
+    d: u64,
+    out: &mut Vec<Problem>,
+) -> Result<Inode, String> {
+    let child = match child {
+        Some(c) if r.ino != META_INO && r.ino < geo.inodes as u64 => c,
+        _ => return Err(format!("names inode {} out of range", r.ino)),
+    };
+    if child.is(Kind::Free) || child.kind().is_none() {
+        return Err(format!("names free inode {} (kind {})", r.ino, child.kind));
+    }
+    if child.kind != r.kind {
+        let name = String::from_utf8_lossy(&r.name);
+        out.push(Problem::stores(
+            format!(
+                "directory {d}: entry {name:?} kind {} but inode {} has kind {}",
+                r.kind, r.ino, child.kind
+            ),
+            "record kind set".into(),
+            Some(d),
+            Some(at as u64 / BLOCK as u64),
+            vec![(at + dir::H_KIND, vec![child.kind])],
+        ));
+    }
+    Ok(child)
+}
+
+/// One directory's index, read when first used after a mount that loaded the clean-unmount
+/// checkpoint instead of walking; `data` are its data blocks, from `verify_inode`. Checks what
+/// the index itself needs (its blocks read, names are unique, entries name inodes in range,
+/// in use and of the record's kind); the full cross-checks are the walk's, run by every mount
+/// after a crash and by `check`.
+pub(crate) fn dir_index<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+    d: u64,
+    node: &Inode,
+    data: &[(u64, u64)],
+) -> Result<DirIndex, String> {
+    if !node.is(Kind::Dir) {
+        return Err(format!("directory {d}: inode has kind {}", node.kind));
+    }
+    let data: Vec<Data> = data
+        .iter()
+        .map(|&(file_block, block)| Data {
+            file_block,
+            block,
+            at: 0,
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut vet = |r: &Rec, at: usize, out: &mut Vec<Problem>| {
+        let child = (r.ino < geo.inodes as u64).then(|| {
+            let mut c = [0u8; INODE];
+            pm.read(geo.inode_off(r.ino), &mut c);
+            Inode::decode(&c)
+        });
+        target(geo, r, at, child, d, out).map(|c| c.kind)
+    };
+    let idx = Visitor { pm, geo }.directory(d, node, &data, &mut out, &mut vet);
+    match out.is_empty() {
+        true => Ok(idx),
+        false => Err(out
+            .into_iter()
+            .map(|p| p.what)
+            .collect::<Vec<_>>()
+            .join("; ")),
+    }
+}

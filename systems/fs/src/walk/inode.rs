@@ -1,0 +1,336 @@
+//! One inode's fields and tree: every block it owns is claimed, and each bad field or pointer is
+//! a problem with the stores that fix it (a pointer cut, a field set, the inode freed).
+
+use super::Problem;
+use crate::alloc::Bitmap;
+use crate::inode::{self as field, Inode, Kind, FLAGS_KNOWN};
+use crate::layout::{tree_cap, Geometry, BLOCK, INODE, MAX_FILE_SIZE, MAX_HEIGHT, SYMLINK_MAX};
+use crate::pm::Pm;
+use crate::tree::{self, Reader};
+use pmkit_media::Media;
+use std::collections::HashSet;
+
+/// Who owns blocks so far: the whole tree's bitmap (the full walk) or one inode's own set (the
+/// check on first use after a mount from the checkpoint).
+pub(super) trait Owner {
+    /// Claim block `b`: false when it is owned already.
+    fn claim(&mut self, b: u64) -> bool;
+    fn owned(&self, b: u64) -> bool;
+}
+
+impl Owner for Bitmap {
+    fn claim(&mut self, b: u64) -> bool {
+        self.set(b)
+    }
+    fn owned(&self, b: u64) -> bool {
+        self.is_used(b)
+    }
+}
+
+impl Owner for HashSet<u64> {
+    fn claim(&mut self, b: u64) -> bool {
+        self.insert(b)
+    }
+    fn owned(&self, b: u64) -> bool {
+        self.contains(&b)
+    }
+}
+
+/// A data block an inode keeps: its file block, the block, and the byte offset of the pointer
+/// to it (what a fix cuts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Data {
+    pub file_block: u64,
+    pub block: u64,
+    pub at: usize,
+}
+
+/// Visits inodes of one media.
+pub(super) struct Visitor<'a, M> {
+    pub pm: &'a Pm<M>,
+    pub geo: &'a Geometry,
+}
+
+impl<M: Media> Visitor<'_, M> {
+    /// Check one inode and walk its tree, claiming its blocks in `owner`; returns the data
+    /// blocks it keeps, in file order, for all but regular files (a file's are not needed and
+    /// may be many). `pruning`: a truncate is in progress, so blocks beyond the size are allowed.
+    pub(super) fn inode(
+        &self,
+        ino: u64,
+        node: &Inode,
+        pruning: bool,
+        owner: &mut dyn Owner,
+        out: &mut Vec<Problem>,
+    ) -> Vec<Data> {
+        let off = |f: usize| self.geo.inode_off(ino) + f;
+        let keep = !node.is(Kind::File);
+        let mut data = Vec::new();
+        if node.height > MAX_HEIGHT {
+            out.push(Problem::stores(
+                format!("inode {ino}: tree height {} over {MAX_HEIGHT}", node.height),
+                "tree cut, the file is a hole".into(),
+                Some(ino),
+                None,
+                vec![(off(field::ROOT), vec![0u8; 9])], // root (8 bytes) and height (1)
+            ));
+        } else {
+            let mut t = Tree {
+                v: self,
+                ino,
+                owner,
+                out: &mut *out,
+                keep,
+                data: &mut data,
+            };
+            t.pointer(node.root, node.height, 0, off(field::ROOT));
+        }
+        if self.without_data(ino, node, out) {
+            return Vec::new();
+        }
+        let size = self.fields(ino, node, out);
+        // A regular file may own blocks beyond its size (preallocation, an append cut by a
+        // crash); nothing else may, but a file with a truncate in progress.
+        let end = size.div_ceil(BLOCK as u64);
+        if keep && !pruning {
+            data.retain(|d| {
+                let beyond = d.file_block >= end;
+                if beyond {
+                    out.push(Problem::stores(
+                        format!(
+                            "inode {ino}: file block {} (block {}) beyond its size {size}",
+                            d.file_block, d.block
+                        ),
+                        "pointer cut".into(),
+                        Some(ino),
+                        Some(d.block),
+                        vec![(d.at, vec![0; 8])],
+                    ));
+                }
+                !beyond
+            });
+        }
+        if node.xattr != 0 && (!self.geo.is_data(node.xattr) || !owner.claim(node.xattr)) {
+            out.push(Problem::stores(
+                format!("inode {ino}: bad or shared xattr block {}", node.xattr),
+                "dropped (its extended attributes are lost)".into(),
+                Some(ino),
+                Some(node.xattr),
+                vec![(off(field::XATTR), vec![0u8; 8])],
+            ));
+        }
+        data.sort_unstable();
+        data
+    }
+
+    /// A symlink whose target is unreadable (freed) or a special file with data (cleared):
+    /// true when the inode keeps no data.
+    fn without_data(&self, ino: u64, node: &Inode, out: &mut Vec<Problem>) -> bool {
+        let off = |f: usize| self.geo.inode_off(ino) + f;
+        if node.is(Kind::Symlink)
+            && (node.size == 0 || node.size > SYMLINK_MAX as u64 || node.height != 0)
+        {
+            // Its target is gone or unreadable: nothing to keep (its record goes with it when
+            // the directory walk sees the inode free).
+            out.push(Problem::stores(
+                format!(
+                    "inode {ino}: symlink of {} bytes at height {}",
+                    node.size, node.height
+                ),
+                "freed".into(),
+                Some(ino),
+                None,
+                vec![(off(0), vec![0u8; INODE])],
+            ));
+            return true;
+        }
+        let special = node.kind().is_some_and(Kind::is_special);
+        if special && (node.size != 0 || node.root != 0 || node.height != 0) {
+            out.push(Problem::stores(
+                format!(
+                    "inode {ino}: special file (kind {}) with size {} or data",
+                    node.kind, node.size
+                ),
+                "size and data cleared".into(),
+                Some(ino),
+                None,
+                vec![
+                    (off(field::SIZE), vec![0u8; 8]),
+                    (off(field::ROOT), vec![0u8; 9]),
+                    (off(field::TAIL), vec![0u8; 8]),
+                ],
+            ));
+            return true;
+        }
+        false
+    }
+
+    /// Flags, device number and size; returns the size the rest of the checks hold to.
+    fn fields(&self, ino: u64, node: &Inode, out: &mut Vec<Problem>) -> u64 {
+        let off = |f: usize| self.geo.inode_off(ino) + f;
+        let special = node.kind().is_some_and(Kind::is_special);
+        if node.flags & !FLAGS_KNOWN != 0 || (node.flags != 0 && !node.is(Kind::File)) {
+            let keep = if node.is(Kind::File) {
+                node.flags & FLAGS_KNOWN
+            } else {
+                0
+            };
+            out.push(Problem::stores(
+                format!("inode {ino}: flags {:#x} on kind {}", node.flags, node.kind),
+                format!("set to {keep:#x}"),
+                Some(ino),
+                None,
+                vec![(off(field::FLAGS), vec![keep])],
+            ));
+        }
+        if !special && node.rdev != 0 {
+            out.push(Problem::stores(
+                format!("inode {ino}: device number on a non-device"),
+                "cleared".into(),
+                Some(ino),
+                None,
+                vec![(off(field::RDEV), vec![0u8; 4])],
+            ));
+        }
+        let mut size = node.size;
+        if size > MAX_FILE_SIZE {
+            out.push(Problem::stores(
+                format!("inode {ino}: size {size} over the limit"),
+                format!("set to {MAX_FILE_SIZE}"),
+                Some(ino),
+                None,
+                vec![
+                    (off(field::SIZE), MAX_FILE_SIZE.to_le_bytes().to_vec()),
+                    (off(field::TAIL), vec![0u8; 8]),
+                ],
+            ));
+            size = MAX_FILE_SIZE;
+        }
+        size
+    }
+
+    /// Claim the blocks of a tree nothing reaches (bad pointers skipped, shared blocks not
+    /// followed twice): a lost inode's, which a repair must not hand out before it links it.
+    pub(super) fn reserve(&self, ptr: u64, level: u8, owner: &mut dyn Owner) {
+        if ptr == 0 || !self.geo.is_data(ptr) || !owner.claim(ptr) || level == 0 {
+            return;
+        }
+        for c in self.pm.node(ptr) {
+            self.reserve(c, level - 1, owner);
+        }
+    }
+}
+
+/// One inode's tree descent.
+struct Tree<'v, 'a, M> {
+    v: &'v Visitor<'a, M>,
+    ino: u64,
+    owner: &'v mut dyn Owner,
+    out: &'v mut Vec<Problem>,
+    keep: bool,
+    data: &'v mut Vec<Data>,
+}
+
+impl<M: Media> Tree<'_, '_, M> {
+    /// One pointer (stored at byte `at`) to a subtree of `level` covering file blocks from
+    /// `base`: a bad pointer is cut (that range of the file becomes a hole), a block owned
+    /// already stays with its first owner.
+    fn pointer(&mut self, ptr: u64, level: u8, base: u64, at: usize) {
+        if ptr == 0 {
+            return;
+        }
+        let (ino, geo) = (self.ino, self.v.geo);
+        let hole = format!(
+            "cut (file blocks {base}..{} are a hole)",
+            base.saturating_add(tree_cap(level))
+        );
+        // A 2 MiB block: a flagged pointer where a level-1 node would be.
+        if let (1, Some(run)) = (level, tree::huge(ptr)) {
+            let n = tree::HUGE_BLOCKS;
+            let why = if run % n != 0 || !geo.is_data(run) || !geo.is_data(run + n - 1) {
+                "not 2 MiB-aligned or not inside the data area"
+            } else if (0..n).any(|i| self.owner.owned(run + i)) {
+                "owned twice in part (a shared block)"
+            } else {
+                for i in 0..n {
+                    let fresh = self.owner.claim(run + i);
+                    debug_assert!(fresh, "block {} checked free above", run + i);
+                    self.keep(base + i, run + i, at);
+                }
+                return;
+            };
+            let what = format!("inode {ino}: 2 MiB block at {run} {why}");
+            self.out.push(Problem::stores(
+                what,
+                hole,
+                Some(ino),
+                Some(run),
+                vec![(at, vec![0; 8])],
+            ));
+            return;
+        }
+        let outside = !geo.is_data(ptr);
+        let why = if outside {
+            "outside the data area"
+        } else if !self.owner.claim(ptr) {
+            "owned twice (a loop or a shared block)"
+        } else {
+            if level == 0 {
+                self.keep(base, ptr, at);
+            } else {
+                let child = tree_cap(level - 1);
+                for (slot, c) in self.v.pm.node(ptr).into_iter().enumerate() {
+                    let at = ptr as usize * BLOCK + slot * 8;
+                    self.pointer(c, level - 1, base + slot as u64 * child, at);
+                }
+            }
+            return;
+        };
+        let what = format!("inode {ino}: pointer to block {ptr} {why}");
+        let mut p = Problem::stores(what, hole, Some(ino), Some(ptr), vec![(at, vec![0u8; 8])]);
+        if outside {
+            p.sign = Some(super::Sign::BlockOutside(ptr));
+        }
+        self.out.push(p);
+    }
+
+    fn keep(&mut self, file_block: u64, block: u64, at: usize) {
+        if self.keep {
+            self.data.push(Data {
+                file_block,
+                block,
+                at,
+            });
+        }
+    }
+}
+
+/// The walk's checks of one inode, for a mount that loaded the clean-unmount checkpoint: run
+/// on the inode's first use, so no pointer of a tree the walk has not seen reaches the data
+/// path. Every block must be in the data area, owned once within this inode, and used in the
+/// checkpoint's bitmap (`used`: the first of `owned` it has free): a free block would be handed
+/// out again. What only the whole walk sees (a block shared by two inodes, link counts,
+/// unreachable inodes) is left to `check` and to the full walk of every mount after a crash.
+/// Returns the data blocks (none for a regular file) as (file block, block).
+pub(crate) fn verify_inode<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+    ino: u64,
+    node: &Inode,
+    used: &dyn Fn(&[u64]) -> Option<u64>,
+) -> Result<Vec<(u64, u64)>, String> {
+    let mut mine = HashSet::new();
+    let mut out = Vec::new();
+    let data = Visitor { pm, geo }.inode(ino, node, false, &mut mine, &mut out);
+    let owned: Vec<u64> = mine.into_iter().collect();
+    let mut problems: Vec<String> = out.into_iter().map(|p| p.what).collect();
+    if let Some(b) = used(&owned) {
+        problems.push(format!(
+            "inode {ino}: owns block {b}, which the allocator has free"
+        ));
+    }
+    match problems.is_empty() {
+        true => Ok(data.iter().map(|d| (d.file_block, d.block)).collect()),
+        false => Err(problems.join("; ")),
+    }
+}

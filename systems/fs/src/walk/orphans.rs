@@ -1,0 +1,137 @@
+//! The orphan list, headed by the meta inode (which holds nothing else): files with no links
+//! whose blocks mount frees, and files with a truncate in progress that mount finishes.
+
+use super::inode::{Owner, Visitor};
+use super::Problem;
+use crate::inode::{self as field, Inode, Kind};
+use crate::layout::META_INO;
+use pmkit_media::Media;
+use std::collections::HashSet;
+
+/// The inodes on the list that hold links: a truncate is in progress, so they may own blocks
+/// beyond their size. Read before the walk, bounded by the table (the list is checked later).
+pub(super) fn pruning(nodes: &[Inode]) -> HashSet<u64> {
+    let mut out = HashSet::new();
+    let mut o = nodes[META_INO as usize].orphan_next;
+    for _ in 0..nodes.len() {
+        if o == 0 || o >= nodes.len() as u64 {
+            break;
+        }
+        if nodes[o as usize].links > 0 {
+            out.insert(o);
+        }
+        o = nodes[o as usize].orphan_next;
+    }
+    out
+}
+
+/// What walking the list found.
+pub(super) struct Orphans {
+    pub list: Vec<u64>,
+    /// Orphans no directory names, visited here.
+    pub visited: Vec<u64>,
+}
+
+impl<M: Media> Visitor<'_, M> {
+    /// Walk the list, visiting each orphan no directory reached (`named`). Stops at the first
+    /// link it has to change: a repair applies that, and the next round walks on from there.
+    pub(super) fn orphans(
+        &self,
+        nodes: &[Inode],
+        named: &HashSet<u64>,
+        pruning: &HashSet<u64>,
+        owner: &mut dyn Owner,
+        out: &mut Vec<Problem>,
+    ) -> Orphans {
+        let n = nodes.len() as u64;
+        let ioff = |ino: u64, f: usize| self.geo.inode_off(ino) + f;
+        let meta = nodes[META_INO as usize];
+        let only_head = Inode {
+            orphan_next: meta.orphan_next,
+            ..Inode::default()
+        };
+        if meta != only_head {
+            out.push(Problem::stores(
+                "meta inode 0: fields other than the orphan list head are set".into(),
+                "cleared".into(),
+                Some(META_INO),
+                None,
+                vec![(ioff(META_INO, 0), only_head.encode().to_vec())],
+            ));
+        }
+        let mut got = Orphans {
+            list: Vec::new(),
+            visited: Vec::new(),
+        };
+        let mut seen = HashSet::new();
+        let (mut pred, mut o) = (META_INO, meta.orphan_next);
+        while o != 0 {
+            let at = ioff(pred, field::ORPHAN);
+            let bad_link = o >= n || !seen.insert(o);
+            let node = if bad_link {
+                Inode::default()
+            } else {
+                nodes[o as usize]
+            };
+            if bad_link || node.is(Kind::Dir) || node.is(Kind::Free) || node.kind().is_none() {
+                out.push(Problem::stores(
+                    format!(
+                        "orphan list: bad link from inode {pred} to inode {o} (kind {})",
+                        node.kind
+                    ),
+                    "list cut".into(),
+                    Some(pred),
+                    None,
+                    vec![(at, vec![0; 8])],
+                ));
+                break;
+            }
+            if node.links == 0 && named.contains(&o) {
+                out.push(Problem::stores(
+                    format!("orphan {o}: has no links but a directory names it"),
+                    "taken off the list".into(),
+                    Some(o),
+                    None,
+                    vec![
+                        (at, node.orphan_next.to_le_bytes().to_vec()),
+                        (ioff(o, field::ORPHAN), vec![0; 8]),
+                    ],
+                ));
+                break;
+            }
+            if node.links > 0 && !node.is(Kind::File) {
+                out.push(Problem::stores(
+                    format!("orphan {o}: kind {} with links is not an orphan", node.kind),
+                    "taken off the list".into(),
+                    Some(o),
+                    None,
+                    vec![
+                        (at, node.orphan_next.to_le_bytes().to_vec()),
+                        (ioff(o, field::ORPHAN), vec![0; 8]),
+                    ],
+                ));
+                break;
+            }
+            if node.links > 0 && node.trunc != node.size {
+                out.push(Problem::stores(
+                    format!(
+                        "orphan {o}: a truncate to {} but size {}",
+                        node.trunc, node.size
+                    ),
+                    "target set to the size".into(),
+                    Some(o),
+                    None,
+                    vec![(ioff(o, field::TRUNC), node.size.to_le_bytes().to_vec())],
+                ));
+            }
+            got.list.push(o);
+            if !named.contains(&o) {
+                got.visited.push(o);
+                self.inode(o, &node, pruning.contains(&o), owner, out);
+            }
+            pred = o;
+            o = node.orphan_next;
+        }
+        got
+    }
+}
