@@ -19,7 +19,9 @@
 //! any difference as a problem.
 
 use crate::alloc::{Alloc, Bitmap};
-use crate::layout::{Geometry, BLOCK, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS};
+use crate::layout::{
+    put, u32_at, u64_at, Geometry, BLOCK, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS,
+};
 use crate::pm::Pm;
 use pmkit_media::Media;
 
@@ -38,6 +40,22 @@ pub(crate) struct Saved {
     pub dirs: Vec<u64>,
 }
 
+// Where each field of the record line lies; the CRC32C of the line before it last.
+const R_MAGIC: usize = 0;
+const R_GEN: usize = 8;
+const R_FIRST: usize = 16;
+const R_LEN: usize = 24;
+const R_CRC: usize = 32;
+const R_LINE_CRC: usize = LINE - 4;
+const _: () = assert!(
+    R_MAGIC + 8 == R_GEN
+        && R_GEN + 8 == R_FIRST
+        && R_FIRST + 8 == R_LEN
+        && R_LEN + 8 == R_CRC
+        && R_CRC + 4 <= R_LINE_CRC
+);
+
+#[derive(Debug, PartialEq, Eq)]
 struct Record {
     gen: u64,
     first: u64,
@@ -48,29 +66,31 @@ struct Record {
 impl Record {
     fn encode(&self) -> [u8; LINE] {
         let mut b = [0u8; LINE];
-        b[0..8].copy_from_slice(&REC_MAGIC.to_le_bytes());
-        b[8..16].copy_from_slice(&self.gen.to_le_bytes());
-        b[16..24].copy_from_slice(&self.first.to_le_bytes());
-        b[24..32].copy_from_slice(&self.len.to_le_bytes());
-        b[32..36].copy_from_slice(&self.crc.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        put(&mut b, R_MAGIC, &REC_MAGIC.to_le_bytes());
+        put(&mut b, R_GEN, &self.gen.to_le_bytes());
+        put(&mut b, R_FIRST, &self.first.to_le_bytes());
+        put(&mut b, R_LEN, &self.len.to_le_bytes());
+        put(&mut b, R_CRC, &self.crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..R_LINE_CRC]);
+        put(&mut b, R_LINE_CRC, &crc.to_le_bytes());
+        debug_assert!(
+            Record::decode(&b).is_ok_and(|r| r == *self),
+            "decode after encode"
+        );
         b
     }
     fn decode(b: &[u8; LINE]) -> Result<Record, String> {
-        let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        if u64at(0) != REC_MAGIC {
+        if u64_at(b, R_MAGIC) != REC_MAGIC {
             return Err("none saved".into());
         }
-        if crc32c::crc32c(&b[..60]) != u32at(60) {
+        if crc32c::crc32c(&b[..R_LINE_CRC]) != u32_at(b, R_LINE_CRC) {
             return Err("record checksum mismatch".into());
         }
         Ok(Record {
-            gen: u64at(8),
-            first: u64at(16),
-            len: u64at(24),
-            crc: u32at(32),
+            gen: u64_at(b, R_GEN),
+            first: u64_at(b, R_FIRST),
+            len: u64_at(b, R_LEN),
+            crc: u32_at(b, R_CRC),
         })
     }
 }
@@ -287,8 +307,8 @@ mod tests {
             // One flipped byte, in the record or in the contents.
             let mut line = [0u8; LINE];
             pm.read(REC_OFF, &mut line);
-            let first = u64::from_le_bytes(line[16..24].try_into().unwrap()) as usize;
-            let len = u64::from_le_bytes(line[24..32].try_into().unwrap()) as usize;
+            let rec = Record::decode(&line).unwrap();
+            let (first, len) = (rec.first as usize, rec.len as usize);
             let at = if flip < 0.2 {
                 REC_OFF + (flip / 0.2 * LINE as f64) as usize
             } else {

@@ -124,7 +124,35 @@ impl Journal {
     }
 }
 
-fn entry_off(geo: &Geometry, lane: u32, i: u32) -> usize {
+/// A lane's header word: its generation in the high half, its head (the next entry) in the low.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub gen: u32,
+    pub head: u32,
+}
+
+impl Header {
+    pub(crate) fn read<M: Media>(pm: &Pm<M>, geo: &Geometry, lane: u32) -> Header {
+        let w = pm.read_u64(geo.lane_off(lane));
+        Header {
+            gen: (w >> 32) as u32,
+            head: w as u32,
+        }
+    }
+    pub(crate) fn word(self) -> u64 {
+        let w = (self.gen as u64) << 32 | self.head as u64;
+        debug_assert_eq!((w >> 32, w as u32), (self.gen as u64, self.head));
+        w
+    }
+}
+
+/// The generation in the last word of entry `i` of `lane` (read alone: recovery's and repair's
+/// check for entries ahead of their header).
+pub(crate) fn entry_gen<M: Media>(pm: &Pm<M>, geo: &Geometry, lane: u32, i: u32) -> u32 {
+    (pm.read_u64(entry_off(geo, lane, i) + WORD_AT) >> 32) as u32
+}
+
+pub(crate) fn entry_off(geo: &Geometry, lane: u32, i: u32) -> usize {
     assert!(i < geo.lane_entries);
     geo.lane_off(lane) + (1 + i as usize) * LINE
 }
@@ -137,7 +165,11 @@ fn write_entry<M: Media>(pm: &Pm<M>, off: usize, e: &Entry) {
 
 fn set_header<M: Media>(pm: &Pm<M>, geo: &Geometry, lane: &Lane) {
     let off = geo.lane_off(lane.idx);
-    pm.store_u64(off, (lane.gen as u64) << 32 | lane.head as u64);
+    let h = Header {
+        gen: lane.gen,
+        head: lane.head,
+    };
+    pm.store_u64(off, h.word());
     pm.flush(off, 8);
 }
 
@@ -254,8 +286,7 @@ pub(crate) fn recover<M: Media>(
     let mut heads = Vec::new();
     let mut rep = Replay::default();
     for l in 0..geo.lanes {
-        let word = pm.read_u64(geo.lane_off(l));
-        let (gen, head) = ((word >> 32) as u32, word as u32);
+        let Header { gen, head } = Header::read(pm, geo, l);
         heads.push(gen);
         let mut pending = Vec::new();
         // head == lane_entries is a full lane (its next transaction wraps it)
@@ -272,7 +303,7 @@ pub(crate) fn recover<M: Media>(
         // header went back: a later transaction's head could reach that stale entry, and the
         // next recovery would roll back an old operation.
         let ahead = (0..geo.lane_entries)
-            .map(|i| (pm.read_u64(entry_off(geo, l, i) + 56) >> 32) as u32)
+            .map(|i| entry_gen(pm, geo, l, i))
             .max()
             .filter(|&g| g > gen);
         if let Some(g) = ahead {

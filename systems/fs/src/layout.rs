@@ -81,6 +81,49 @@ impl Geometry {
     }
 }
 
+/// Where each field of a superblock copy lies: one line, the CRC32C of the rest last.
+mod sb {
+    pub(super) const MAGIC_AT: usize = 0;
+    pub(super) const VERSION_AT: usize = 8;
+    pub(super) const LANES: usize = 12;
+    pub(super) const BLOCKS: usize = 16;
+    pub(super) const LANE_ENTRIES: usize = 24;
+    pub(super) const INODES: usize = 28;
+    pub(super) const INODE_BLOCK: usize = 32;
+    pub(super) const DATA_BLOCK: usize = 40;
+    pub(super) const MOUNT_GEN: usize = 48;
+    pub(super) const CLEAN: usize = 56;
+    pub(super) const CRC: usize = 60;
+}
+const _: () = assert!(
+    sb::VERSION_AT + 4 == sb::LANES
+        && sb::LANES + 4 == sb::BLOCKS
+        && sb::BLOCKS + 8 == sb::LANE_ENTRIES
+        && sb::LANE_ENTRIES + 4 == sb::INODES
+        && sb::INODES + 4 == sb::INODE_BLOCK
+        && sb::INODE_BLOCK + 8 == sb::DATA_BLOCK
+        && sb::DATA_BLOCK + 8 == sb::MOUNT_GEN
+        && sb::MOUNT_GEN + 8 == sb::CLEAN
+        && sb::CLEAN + 4 == sb::CRC
+        && sb::CRC + 4 == SB_LEN
+        && SB_LEN == LINE
+);
+
+/// `v` into `b` at byte `at` (a record's encoder).
+pub(crate) fn put(b: &mut [u8], at: usize, v: &[u8]) {
+    b[at..at + v.len()].copy_from_slice(v);
+}
+
+/// The little-endian u64 at byte `at` of `b` (a record's decoder).
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The little-endian u32 at byte `at` of `b`.
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
 /// The superblock: geometry plus mount state, one line, CRC32C last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Superblock {
@@ -93,44 +136,53 @@ impl Superblock {
     pub fn encode(&self) -> [u8; SB_LEN] {
         let g = &self.geo;
         let mut b = [0u8; SB_LEN];
-        b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&g.lanes.to_le_bytes());
-        b[16..24].copy_from_slice(&g.blocks.to_le_bytes());
-        b[24..28].copy_from_slice(&g.lane_entries.to_le_bytes());
-        b[28..32].copy_from_slice(&g.inodes.to_le_bytes());
-        b[32..40].copy_from_slice(&g.inode_block.to_le_bytes());
-        b[40..48].copy_from_slice(&g.data_block.to_le_bytes());
-        b[48..56].copy_from_slice(&self.mount_gen.to_le_bytes());
-        b[56..60].copy_from_slice(&(self.clean as u32).to_le_bytes());
-        let crc = crc32c::crc32c(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        put(&mut b, sb::MAGIC_AT, &MAGIC.to_le_bytes());
+        put(&mut b, sb::VERSION_AT, &VERSION.to_le_bytes());
+        put(&mut b, sb::LANES, &g.lanes.to_le_bytes());
+        put(&mut b, sb::BLOCKS, &g.blocks.to_le_bytes());
+        put(&mut b, sb::LANE_ENTRIES, &g.lane_entries.to_le_bytes());
+        put(&mut b, sb::INODES, &g.inodes.to_le_bytes());
+        put(&mut b, sb::INODE_BLOCK, &g.inode_block.to_le_bytes());
+        put(&mut b, sb::DATA_BLOCK, &g.data_block.to_le_bytes());
+        put(&mut b, sb::MOUNT_GEN, &self.mount_gen.to_le_bytes());
+        put(&mut b, sb::CLEAN, &(self.clean as u32).to_le_bytes());
+        let crc = crc32c::crc32c(&b[..sb::CRC]);
+        put(&mut b, sb::CRC, &crc.to_le_bytes());
+        // decode after encode: a copy reads back as itself on media that holds its blocks
+        debug_assert!(Superblock::decode(&b, usize::MAX).is_ok_and(|d| d == *self));
         b
     }
 
     /// Decode one copy; `Err` says why it is not valid. Never panics on any bytes.
     /// The format version of a copy whose magic and checksum hold (`None`: not a valid copy).
     pub fn version(b: &[u8; SB_LEN]) -> Option<u32> {
-        let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let ok = b[..8] == MAGIC.to_le_bytes() && crc32c::crc32c(&b[..60]) == u32at(60);
-        ok.then(|| u32at(8))
+        let ok =
+            u64_at(b, sb::MAGIC_AT) == MAGIC && crc32c::crc32c(&b[..sb::CRC]) == u32_at(b, sb::CRC);
+        ok.then(|| u32_at(b, sb::VERSION_AT))
     }
 
     pub fn decode(b: &[u8; SB_LEN], media_len: usize) -> std::result::Result<Superblock, String> {
-        let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        if u64at(0) != MAGIC {
+        let (u32at, u64at) = (|o| u32_at(b, o), |o| u64_at(b, o));
+        if u64at(sb::MAGIC_AT) != MAGIC {
             return Err("bad magic".into());
         }
-        if crc32c::crc32c(&b[..60]) != u32at(60) {
+        if crc32c::crc32c(&b[..sb::CRC]) != u32at(sb::CRC) {
             return Err("checksum mismatch".into());
         }
-        if u32at(8) != VERSION {
-            return Err(format!("version {} (this build reads {VERSION})", u32at(8)));
+        if u32at(sb::VERSION_AT) != VERSION {
+            return Err(format!(
+                "version {} (this build reads {VERSION})",
+                u32at(sb::VERSION_AT)
+            ));
         }
-        let geo = Geometry::new(u64at(16), u32at(12), u32at(24), u32at(28))
-            .map_err(|e| format!("bad geometry: {e}"))?;
-        if geo.inode_block != u64at(32) || geo.data_block != u64at(40) {
+        let geo = Geometry::new(
+            u64at(sb::BLOCKS),
+            u32at(sb::LANES),
+            u32at(sb::LANE_ENTRIES),
+            u32at(sb::INODES),
+        )
+        .map_err(|e| format!("bad geometry: {e}"))?;
+        if geo.inode_block != u64at(sb::INODE_BLOCK) || geo.data_block != u64at(sb::DATA_BLOCK) {
             return Err("geometry offsets disagree with its sizes".into());
         }
         if geo.blocks.saturating_mul(BLOCK as u64) > media_len as u64 {
@@ -139,14 +191,14 @@ impl Superblock {
                 geo.blocks
             ));
         }
-        let clean = match u32at(56) {
+        let clean = match u32at(sb::CLEAN) {
             0 => false,
             1 => true,
             v => return Err(format!("bad clean flag {v}")),
         };
         Ok(Superblock {
             geo,
-            mount_gen: u64at(48),
+            mount_gen: u64at(sb::MOUNT_GEN),
             clean,
         })
     }

@@ -5,7 +5,7 @@ use crate::alloc::Alloc;
 use crate::dir::Dirs;
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind, SIZE_MTIME, TAIL};
-use crate::journal::{self, Journal};
+use crate::journal::{self, Header, Journal};
 use crate::layout::{
     Geometry, Superblock, BLOCK, INODE, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS, VERSION,
 };
@@ -87,7 +87,7 @@ impl<M: Media> Fs<M> {
         crate::ckpt::clear(&pm);
         pm.write(BLOCK, &vec![0u8; jlen]);
         for l in 0..geo.lanes {
-            pm.store_u64(geo.lane_off(l), 1 << 32);
+            pm.store_u64(geo.lane_off(l), Header { gen: 1, head: 0 }.word());
         }
         pm.flush(BLOCK, jlen);
         let tlen = geo.inodes as usize * INODE;

@@ -23,7 +23,7 @@ use crate::check::{check, CheckReport};
 use crate::dir;
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
-use crate::journal::{self, Entry, Journal};
+use crate::journal::{self, Entry, Header, Journal};
 use crate::layout::{Geometry, Superblock, BLOCK, INODE, LINE, ROOT_INO, SB_LEN, SB_OFFS};
 use crate::mount::read_sbs;
 use crate::overlay::Overlay;
@@ -251,8 +251,8 @@ fn rebuild_sb<M: Media>(
 fn plausible<M: Media>(pm: &Pm<M>, geo: &Geometry) -> std::result::Result<(), String> {
     let headers = (0..geo.lanes)
         .filter(|&l| {
-            let w = pm.read_u64(geo.lane_off(l));
-            w >> 32 != 0 && w as u32 <= geo.lane_entries
+            let h = Header::read(pm, geo, l);
+            h.gen != 0 && h.head <= geo.lane_entries
         })
         .count() as u32;
     if headers * 2 < geo.lanes {
@@ -302,14 +302,13 @@ fn reset_bad_lanes<M: Media>(pm: &Pm<M>, geo: &Geometry, rep: &mut RepairReport)
     let entries = geo.lane_entries;
     for l in 0..geo.lanes {
         let off = geo.lane_off(l);
-        let word = pm.read_u64(off);
-        let (gen, head) = ((word >> 32) as u32, word as u32);
+        let Header { gen, head } = Header::read(pm, geo, l);
         let mut why = None;
         let mut run = 0;
         // An entry of a later generation than the header's: the header went back (damage), and
         // a later transaction's head could walk into that stale entry and roll it back.
         let gens: Vec<u32> = (0..entries)
-            .map(|i| (pm.read_u64(off + (1 + i as usize) * LINE + 56) >> 32) as u32)
+            .map(|i| journal::entry_gen(pm, geo, l, i))
             .collect();
         let ahead = gens.iter().filter(|&&g| g > gen).count();
         if head > entries {
@@ -323,7 +322,7 @@ fn reset_bad_lanes<M: Media>(pm: &Pm<M>, geo: &Geometry, rep: &mut RepairReport)
         } else {
             for i in head..entries {
                 let mut b = [0u8; LINE];
-                pm.read(off + (1 + i as usize) * LINE, &mut b);
+                pm.read(journal::entry_off(geo, l, i), &mut b);
                 let e = Entry::decode(&b);
                 if e.gen != gen || gen == 0 {
                     break;
@@ -340,7 +339,7 @@ fn reset_bad_lanes<M: Media>(pm: &Pm<M>, geo: &Geometry, rep: &mut RepairReport)
         pm.flush(off + LINE, len);
         pm.fence();
         let next = if gen >= u32::MAX - 1 { 1 } else { gen + 1 };
-        pm.store_u64(off, (next as u64) << 32);
+        pm.store_u64(off, Header { gen: next, head: 0 }.word());
         pm.flush(off, 8);
         pm.fence();
         let what = format!(

@@ -10,6 +10,15 @@ use std::collections::BTreeMap;
 
 pub(crate) type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// The block's head: the record count (u16).
+const COUNT: usize = 2;
+/// A record's head: name length (u8), value length (u16); then the name and the value.
+const REC_HEAD: usize = 3;
+const _: () = assert!(
+    COUNT + 255 * (REC_HEAD + 1) <= BLOCK,
+    "255 empty values fit a block"
+);
+
 /// How `setxattr` treats an existing attribute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum XattrFlags {
@@ -24,20 +33,20 @@ pub enum XattrFlags {
 /// Decode an xattr block. Never panics on any bytes.
 pub fn decode(b: &[u8]) -> std::result::Result<Xattrs, String> {
     let mut out = Xattrs::new();
-    if b.len() < 2 {
+    if b.len() < COUNT {
         return Err("short block".into());
     }
     let n = u16::from_le_bytes([b[0], b[1]]) as usize;
-    let mut at = 2;
+    let mut at = COUNT;
     for i in 0..n {
         let hdr = b
-            .get(at..at + 3)
+            .get(at..at + REC_HEAD)
             .ok_or(format!("record {i}: header past the block"))?;
         let (nl, vl) = (
             hdr[0] as usize,
             u16::from_le_bytes([hdr[1], hdr[2]]) as usize,
         );
-        at += 3;
+        at += REC_HEAD;
         let name = b
             .get(at..at + nl)
             .ok_or(format!("record {i}: name past the block"))?;
@@ -60,7 +69,11 @@ pub(crate) fn encode(x: &Xattrs) -> Option<Vec<u8>> {
         b.extend_from_slice(k);
         b.extend_from_slice(v);
     }
-    (b.len() <= BLOCK).then_some(b)
+    if b.len() > BLOCK {
+        return None;
+    }
+    debug_assert!(decode(&b).is_ok_and(|d| d == *x), "decode after encode");
+    Some(b)
 }
 
 fn check_name(name: &[u8]) -> Result<()> {
