@@ -9,7 +9,7 @@
 //! [`Attachment::detach_lazy`] unmounts lazily; it then keeps serving until the file system has
 //! released the loop device (see there).
 
-use crate::file::{Disk, DiskFile, DISK_NAME};
+use crate::file::{Core, Disk, DiskFile, DISK_NAME};
 use crate::holders;
 use crate::uring;
 use serde::{Deserialize, Serialize};
@@ -356,8 +356,8 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
             Transport::Uring => true,
             Transport::Auto => uring::enabled(),
         };
-        let (fs, granted) = DiskFile::with_uring(disk, want_uring);
-        let core = fs.core();
+        let (fs, granted) = DiskFile::new(std::sync::Arc::new(Core::new(disk)), want_uring);
+        let core = std::sync::Arc::clone(fs.ops());
         // Session::new mounts and completes INIT, which says whether io_uring was granted;
         // the queues register before fuser's workers start.
         let session = fuser::Session::new(fs, &fuse_dir, &cfg)

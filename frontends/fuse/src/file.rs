@@ -1,12 +1,9 @@
 //! The FUSE file system: a root directory with one regular file, `disk`, the size of the device.
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
-};
-use std::ffi::OsStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::dev::Served;
+use crate::ops::{AddEntry, Entry, Opened, Ops, Statfs, WriteHow, R};
+use fuser::{FileAttr, FileType, FopenFlags, INodeNo, InitFlags, KernelConfig};
+use pmkit_fs::SetAttr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -49,10 +46,10 @@ pub trait Disk: Send + Sync + 'static {
     fn zero(&self, off: u64, len: u64) -> Result<(), DiskError>;
 }
 
-/// The device file's state and operations, whatever carries the requests (fuser over
-/// /dev/fuse, or the io_uring queues): attributes, and reads, writes, flushes and
-/// fallocate with their range checks. Errors are positive errno values.
-pub(crate) struct Core<D: Disk> {
+/// The device file's state and its [`Ops`], whatever carries the requests (fuser over
+/// /dev/fuse, or the io_uring queues): attributes, and reads, writes, flushes and fallocate
+/// with their range checks.
+pub struct Core<D: Disk> {
     disk: D,
     uid: u32,
     gid: u32,
@@ -63,7 +60,7 @@ pub(crate) struct Core<D: Disk> {
 pub(crate) type Errno32 = i32;
 
 impl<D: Disk> Core<D> {
-    pub(crate) fn attr(&self, ino: u64) -> FileAttr {
+    fn attr(&self, ino: u64) -> FileAttr {
         let (kind, perm, size, nlink) = if ino == DISK_INO {
             (FileType::RegularFile, 0o600, self.disk.size(), 1)
         } else {
@@ -94,45 +91,8 @@ impl<D: Disk> Core<D> {
         (off < size).then(|| len.min(size - off))
     }
 
-    /// Read up to `size` bytes at `off` into `buf` (at least `size` long): the bytes read
-    /// (0 at or past the end).
-    pub(crate) fn read(&self, off: u64, size: u32, buf: &mut [u8]) -> Result<usize, Errno32> {
-        let Some(len) = self.clamp(off, size as u64) else {
-            return Ok(0);
-        };
-        let len = len as usize;
-        if len > 0 {
-            self.disk.read(off, &mut buf[..len]).map_err(errno)?;
-        }
-        Ok(len)
-    }
-
-    /// Write `data` at `off`, durable on return when `fua`: the bytes written.
-    pub(crate) fn write(&self, off: u64, data: &[u8], fua: bool) -> Result<u32, Errno32> {
-        let Some(len) = self.clamp(off, data.len() as u64) else {
-            return Err(libc::ENOSPC);
-        };
-        if len > 0 {
-            self.disk
-                .write(off, &data[..len as usize], fua)
-                .map_err(errno)?;
-        }
-        Ok(len as u32)
-    }
-
-    /// fsync: the device's FLUSH.
-    pub(crate) fn fsync(&self) -> Result<(), Errno32> {
-        self.disk.flush().map_err(errno)
-    }
-
-    /// `(blocks, block size)` for statfs.
-    pub(crate) fn statfs(&self) -> (u64, u32) {
-        let bs = self.disk.block_size();
-        (self.disk.size() / bs as u64, bs)
-    }
-
     /// fallocate: plain allocate is a no-op, PUNCH_HOLE discards, ZERO_RANGE zeroes.
-    pub(crate) fn fallocate(&self, offset: u64, length: u64, mode: i32) -> Result<(), Errno32> {
+    fn allocate(&self, offset: u64, length: u64, mode: i32) -> R<()> {
         let bs = self.disk.block_size() as u64;
         let Some(len) = self.clamp(offset, length) else {
             return Err(libc::EINVAL);
@@ -179,43 +139,31 @@ impl<D: Disk> Core<D> {
     }
 }
 
-/// The FUSE file system over a [`Disk`], for fuser (the /dev/fuse transport, and the INIT
-/// handshake of both transports).
-pub struct DiskFile<D: Disk> {
-    core: Arc<Core<D>>,
-    /// Ask the kernel for FUSE over io_uring at INIT; set to whether it was granted.
-    uring: Arc<AtomicBool>,
-}
+/// The FUSE file system over a [`Disk`], served by fuser (the /dev/fuse transport, and the
+/// INIT handshake of both transports).
+pub type DiskFile<D> = Served<Core<D>>;
 
-impl<D: Disk> DiskFile<D> {
-    pub fn new(disk: D) -> Self {
-        Self::with_uring(disk, false).0
-    }
-
-    /// A file system that asks for FUSE over io_uring at INIT when `want_uring`; the flag
-    /// reads true after the handshake when the kernel granted it.
-    pub(crate) fn with_uring(disk: D, want_uring: bool) -> (Self, Arc<AtomicBool>) {
+impl<D: Disk> Core<D> {
+    pub fn new(disk: D) -> Core<D> {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let uring = Arc::new(AtomicBool::new(want_uring));
-        let f = DiskFile {
-            core: Arc::new(Core {
-                disk,
-                uid,
-                gid,
-                created: SystemTime::now(),
-            }),
-            uring: uring.clone(),
-        };
-        (f, uring)
-    }
-
-    pub(crate) fn core(&self) -> Arc<Core<D>> {
-        self.core.clone()
+        Core {
+            disk,
+            uid,
+            gid,
+            created: SystemTime::now(),
+        }
     }
 
     pub fn disk(&self) -> &D {
-        &self.core.disk
+        &self.disk
+    }
+}
+
+impl<D: Disk> DiskFile<D> {
+    /// The device file over `disk`, over /dev/fuse only.
+    pub fn over(disk: D) -> Self {
+        Served::new(Arc::new(Core::new(disk)), false).0
     }
 }
 
@@ -226,12 +174,16 @@ fn errno(e: DiskError) -> Errno32 {
 
 pub(crate) const TTL: Duration = Duration::from_secs(60);
 
-fn fe(e: Errno32) -> Errno {
-    Errno::from_i32(e)
-}
+impl<D: Disk> Ops for Core<D> {
+    fn ttl(&self) -> Duration {
+        TTL
+    }
 
-impl<D: Disk> Filesystem for DiskFile<D> {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+    fn label(&self) -> &'static str {
+        "device file"
+    }
+
+    fn init(&self, config: &mut KernelConfig) {
         let _ = config.set_max_write(MAX_IO);
         let _ = config.set_max_readahead(MAX_IO);
         // Let the loop driver's async direct I/O stay asynchronous: without FUSE_ASYNC_DIO the
@@ -243,175 +195,107 @@ impl<D: Disk> Filesystem for DiskFile<D> {
         }
         let _ = config.set_max_background(MAX_BACKGROUND);
         let _ = config.set_congestion_threshold(MAX_BACKGROUND / 4 * 3);
-        // FUSE over io_uring: the kernel offers it only where it is built in and enabled
-        // (/sys/module/fuse/parameters/enable_uring); whether it was granted decides the
-        // transport.
-        if self.uring.load(Ordering::Relaxed) {
-            let granted = config
-                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
-                .is_ok();
-            self.uring.store(granted, Ordering::Release);
+    }
+
+    fn lookup(&self, parent: u64, name: &[u8]) -> R<Entry> {
+        if parent == 1 && name == DISK_NAME.as_bytes() {
+            Ok(Entry {
+                attr: self.attr(DISK_INO),
+                generation: 0,
+            })
+        } else {
+            Err(libc::ENOENT)
+        }
+    }
+
+    fn getattr(&self, ino: u64) -> R<FileAttr> {
+        match ino {
+            1 | DISK_INO => Ok(self.attr(ino)),
+            _ => Err(libc::ENOENT),
+        }
+    }
+
+    fn setattr(&self, ino: u64, s: &SetAttr, _truncate_kills: bool) -> R<FileAttr> {
+        // A device has a fixed size: allow only "truncate" to the same size (O_TRUNC-free tools).
+        if s.size.is_some_and(|n| n != self.disk.size()) {
+            return Err(libc::EPERM);
+        }
+        self.getattr(ino)
+    }
+
+    fn open(&self, ino: u64) -> R<Opened> {
+        if ino != DISK_INO {
+            return Err(libc::EISDIR);
+        }
+        Ok(Opened {
+            fh: 0,
+            flags: FopenFlags::from_bits_retain(OPEN_FLAGS),
+        })
+    }
+
+    fn read(&self, _ino: u64, offset: u64, buf: &mut [u8]) -> R<usize> {
+        let Some(len) = self.clamp(offset, buf.len() as u64) else {
+            return Ok(0);
+        };
+        let len = len as usize;
+        if len > 0 {
+            self.disk.read(offset, &mut buf[..len]).map_err(errno)?;
+        }
+        Ok(len)
+    }
+
+    fn write(&self, _ino: u64, offset: u64, data: &[u8], how: WriteHow) -> R<u32> {
+        let Some(len) = self.clamp(offset, data.len() as u64) else {
+            return Err(libc::ENOSPC);
+        };
+        if len > 0 {
+            self.disk
+                .write(offset, &data[..len as usize], how.fua)
+                .map_err(errno)?;
+        }
+        Ok(len as u32)
+    }
+
+    /// fsync: the device's FLUSH (fsyncdir of the root too: harmless, and rare).
+    fn fsync(&self, _ino: u64) -> R<()> {
+        self.disk.flush().map_err(errno)
+    }
+
+    fn opendir(&self, ino: u64) -> R<Opened> {
+        match ino {
+            1 => Ok(Opened {
+                fh: 0,
+                flags: FopenFlags::empty(),
+            }),
+            _ => Err(libc::ENOTDIR),
+        }
+    }
+
+    fn readdir(&self, ino: u64, _fh: u64, offset: u64, add: &mut AddEntry<'_>) -> R<()> {
+        if ino != 1 {
+            return Err(libc::ENOTDIR);
+        }
+        for (i, (ino, kind, name)) in ENTRIES.iter().enumerate().skip(offset as usize) {
+            if add(*ino, (i + 1) as u64, *kind, name.as_bytes()) {
+                break;
+            }
         }
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if u64::from(parent) == 1 && name == DISK_NAME {
-            reply.entry(&TTL, &self.core.attr(DISK_INO), fuser::Generation(0));
-        } else {
-            reply.error(Errno::ENOENT);
+    fn statfs(&self) -> Statfs {
+        let bs = self.disk.block_size();
+        Statfs {
+            blocks: self.disk.size() / bs as u64,
+            files: 2,
+            bsize: bs,
+            namelen: 255,
+            ..Statfs::default()
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match u64::from(ino) {
-            1 | DISK_INO => reply.attr(&TTL, &self.core.attr(ino.into())),
-            _ => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        size: Option<u64>,
-        _atime: Option<fuser::TimeOrNow>,
-        _mtime: Option<fuser::TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        // A device has a fixed size: allow only "truncate" to the same size (O_TRUNC-free tools).
-        if size.is_some_and(|s| s != self.core.disk.size()) {
-            return reply.error(Errno::EPERM);
-        }
-        reply.attr(&TTL, &self.core.attr(ino.into()))
-    }
-
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if u64::from(ino) != DISK_INO {
-            return reply.error(Errno::EISDIR);
-        }
-        reply.opened(FileHandle(0), FopenFlags::from_bits_retain(OPEN_FLAGS));
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        thread_local! {
-            // This worker's reply buffer: grows to the largest read it served (at most
-            // MAX_IO), so a READ costs no allocation and no zeroing; the reply is one writev
-            // of header + these bytes.
-            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        BUF.with_borrow_mut(|buf| {
-            if buf.len() < size as usize {
-                buf.resize(size as usize, 0);
-            }
-            match self.core.read(offset, size, buf) {
-                Ok(n) => reply.data(&buf[..n]),
-                Err(e) => reply.error(fe(e)),
-            }
-        })
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        flags: OpenFlags,
-        _lock: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        match self.core.write(offset, data, is_fua(flags.0)) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(fe(e)),
-        }
-    }
-
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        match self.core.fsync() {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        // close(): nothing buffered here; durability is fsync's job.
-        reply.ok()
-    }
-
-    fn fallocate(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        match self.core.fallocate(offset, length, mode) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        if u64::from(ino) != 1 {
-            return reply.error(Errno::ENOTDIR);
-        }
-        for (i, (ino, kind, name)) in ENTRIES.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
-                break;
-            }
-        }
-        reply.ok()
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let (blocks, bs) = self.core.statfs();
-        reply.statfs(blocks, 0, 0, 2, 0, bs, 255, bs);
+    fn fallocate(&self, _ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
+        self.allocate(offset, length, mode)
     }
 }
 
@@ -426,8 +310,3 @@ pub(crate) const ENTRIES: [(u64, FileType, &str); 3] = [
 /// completed write is in PM and fsync is the only barrier needed), and writers in parallel.
 pub(crate) const OPEN_FLAGS: u32 =
     FopenFlags::FOPEN_DIRECT_IO.bits() | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES.bits();
-
-/// O_SYNC/O_DSYNC writers get FUA.
-pub(crate) fn is_fua(open_flags: i32) -> bool {
-    open_flags & (libc::O_SYNC | libc::O_DSYNC) != 0
-}

@@ -8,18 +8,23 @@
 //! discard (what the loop driver sends for a block-layer discard).
 //!
 //! Requests arrive over /dev/fuse (fuser, a worker per CPU on cloned descriptors) or, where the
-//! kernel offers it, over FUSE's io_uring transport ([`uring`], a queue per CPU); both answer
-//! through the same operations, so their semantics are the same.
+//! kernel offers it, over FUSE's io_uring transport ([`uring`], a queue per CPU); both call the
+//! same operations, so their semantics are the same.
 //!
 //! [`pmfs`] and [`pmfs::mount`] are the other FUSE front end: a PMFS pool (`pmkit-fs`) mounted as
-//! a whole file system (`pmkit fs mount`), over the same two transports: [`pmfs::PmfsOps`]
-//! holds its request handlers, driven by fuser ([`pmfs::dev`]) or by the io_uring queues.
+//! a whole file system (`pmkit fs mount`), over the same two transports.
+//!
+//! Both file systems implement one typed trait, [`ops::Ops`] ([`Core`] for the device file,
+//! [`pmfs::PmfsOps`] for PMFS), and each transport decodes a request once for any of them:
+//! [`dev::Served`] for fuser over /dev/fuse, `uring/answer.rs` for the io_uring queues.
 
 pub mod attach;
+pub mod dev;
 mod file;
 pub mod fusectl;
 pub mod holders;
+pub mod ops;
 pub mod pmfs;
 pub mod uring;
 
-pub use file::{Disk, DiskError, DiskFile, DISK_NAME};
+pub use file::{Core, Disk, DiskError, DiskFile, DISK_NAME};

@@ -4,15 +4,24 @@
 //! tests (frontends/cli/tests/fs_mount*.rs).
 
 use pmkit_fs::{Fs, MkfsOptions, MountOptions, Owner};
+use pmkit_fuse::ops::{Ops, WriteHow, Xattr};
 use pmkit_fuse::pmfs::cache::CacheMode;
 use pmkit_fuse::pmfs::stats::OpStats;
-use pmkit_fuse::pmfs::{PmfsOps, Xattr};
+use pmkit_fuse::pmfs::PmfsOps;
 use pmkit_media::crashsim::CrashSim;
 use pmkit_media::{Media, Region};
 use std::sync::Arc;
 
 const ROOT: u64 = 1;
 const ME: Owner = Owner { uid: 0, gid: 0 };
+
+/// READ as a transport does it: into a buffer of the request's size.
+fn read<O: Ops>(o: &O, ino: u64, offset: u64, size: usize) -> Result<Vec<u8>, i32> {
+    let mut buf = vec![0u8; size];
+    let n = o.read(ino, offset, &mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
+}
 
 fn ops<M: Media>(m: M) -> PmfsOps<M> {
     Fs::mkfs(&m, &MkfsOptions::tiny()).unwrap();
@@ -24,7 +33,7 @@ fn ops<M: Media>(m: M) -> PmfsOps<M> {
 fn names<M: Media>(o: &PmfsOps<M>, dir: u64) -> Vec<Vec<u8>> {
     let h = o.opendir(dir).unwrap().fh;
     let mut out = vec![];
-    o.readdir(dir, h, 0, |_, _, _, name| {
+    o.readdir(dir, h, 0, &mut |_, _, _, name| {
         if name != b"." && name != b".." {
             out.push(name.to_vec());
         }
@@ -42,19 +51,23 @@ fn session<M: Media>(o: &PmfsOps<M>) {
     let d = o.mkdir(ME, ROOT, b"d", 0o755).unwrap().attr.ino.0;
     let (e, _opened) = o.create(ME, d, b"f", 0o644).unwrap();
     let f = e.attr.ino.0;
-    assert_eq!(o.write(f, 4090, b"hello, pmfs", false).unwrap(), 11);
+    assert_eq!(
+        o.write(f, 4090, b"hello, pmfs", WriteHow::default())
+            .unwrap(),
+        11
+    );
     assert_eq!(o.getattr(f).unwrap().size, 4101);
-    assert_eq!(o.read(f, 4090, 100).unwrap(), b"hello, pmfs");
+    assert_eq!(read(o, f, 4090, 100).unwrap(), b"hello, pmfs");
     // a hole reads as zeroes, a read past the end as nothing
-    assert_eq!(o.read(f, 0, 8).unwrap(), [0u8; 8]);
-    assert!(o.read(f, 1 << 20, 8).unwrap().is_empty());
+    assert_eq!(read(o, f, 0, 8).unwrap(), [0u8; 8]);
+    assert!(read(o, f, 1 << 20, 8).unwrap().is_empty());
     o.fsync(f).unwrap();
     o.release(f).unwrap();
     assert_eq!(o.lookup(d, b"f").unwrap().attr.ino.0, f);
     assert_eq!(o.lookup(d, b"nope").err(), Some(libc::ENOENT));
     assert_eq!(o.mkdir(ME, d, b"f", 0o755).err(), Some(libc::EEXIST));
     assert_eq!(o.rmdir(ROOT, b"d").err(), Some(libc::ENOTEMPTY));
-    assert_eq!(o.read(d, 0, 1).err(), Some(libc::EISDIR));
+    assert_eq!(read(o, d, 0, 1).err(), Some(libc::EISDIR));
     o.rename(d, b"f", ROOT, b"g", 0).unwrap();
     assert_eq!(o.link(f, d, b"h").unwrap().attr.nlink, 2);
     assert_eq!(names(o, ROOT), [b"d".to_vec(), b"g".to_vec()]);
@@ -90,4 +103,79 @@ fn the_handlers_answer_a_session_on_the_crash_simulator() {
     let sim = Arc::new(CrashSim::new(4 << 20));
     session(&ops(Arc::clone(&sim)));
     assert!(sim.image().iter().any(|&b| b != 0));
+}
+
+/// A device in memory, for the device file's operations.
+struct MemDisk(parking_lot::Mutex<Vec<u8>>);
+
+impl pmkit_fuse::Disk for MemDisk {
+    fn size(&self) -> u64 {
+        self.0.lock().len() as u64
+    }
+    fn block_size(&self) -> u32 {
+        4096
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), pmkit_fuse::DiskError> {
+        buf.copy_from_slice(&self.0.lock()[off as usize..][..buf.len()]);
+        Ok(())
+    }
+    fn write(&self, off: u64, data: &[u8], _fua: bool) -> Result<(), pmkit_fuse::DiskError> {
+        self.0.lock()[off as usize..][..data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn flush(&self) -> Result<(), pmkit_fuse::DiskError> {
+        Ok(())
+    }
+    fn discard(&self, off: u64, len: u64) -> Result<(), pmkit_fuse::DiskError> {
+        self.zero(off, len)
+    }
+    fn zero(&self, off: u64, len: u64) -> Result<(), pmkit_fuse::DiskError> {
+        self.0.lock()[off as usize..(off + len) as usize].fill(0);
+        Ok(())
+    }
+}
+
+/// The block device file answers through the same trait: one file, `disk`, of the device's
+/// size; reads and writes clamped to it; a write at the end is ENOSPC; the size fixed; the
+/// root lists `.`, `..` and `disk`; punching a hole zeroes the range, edges included.
+#[test]
+fn the_device_file_serves_the_same_operations() {
+    let core = pmkit_fuse::Core::new(MemDisk(parking_lot::Mutex::new(vec![7u8; 1 << 20])));
+    let disk = core.lookup(1, b"disk").unwrap().attr;
+    assert_eq!((disk.size, disk.ino.0), (1 << 20, 2));
+    assert_eq!(core.lookup(1, b"other").err(), Some(libc::ENOENT));
+    assert_eq!(core.open(1).err(), Some(libc::EISDIR));
+    core.open(2).unwrap();
+    let how = WriteHow::default();
+    assert_eq!(core.write(2, (1 << 20) - 3, b"abcdef", how).unwrap(), 3);
+    assert_eq!(core.write(2, 1 << 20, b"x", how).err(), Some(libc::ENOSPC));
+    assert_eq!(read(&core, 2, (1 << 20) - 4, 100).unwrap(), b"\x07abc");
+    assert!(read(&core, 2, 1 << 20, 8).unwrap().is_empty());
+    core.fallocate(
+        2,
+        100,
+        10_000,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+    )
+    .unwrap();
+    let back = read(&core, 2, 0, 12_000).unwrap();
+    assert!(back[..100].iter().all(|&b| b == 7) && back[10_100..].iter().all(|&b| b == 7));
+    assert!(
+        back[100..10_100].iter().all(|&b| b == 0),
+        "the hole, edges included"
+    );
+    let shrink = pmkit_fs::SetAttr {
+        size: Some(4096),
+        ..Default::default()
+    };
+    assert_eq!(core.setattr(2, &shrink, false).err(), Some(libc::EPERM));
+    let mut names = Vec::new();
+    core.readdir(1, 0, 0, &mut |_, _, _, n| {
+        names.push(n.to_vec());
+        false
+    })
+    .unwrap();
+    assert_eq!(names, [&b"."[..], b"..", b"disk"]);
+    assert_eq!(core.statfs().blocks, 256);
+    assert_eq!(core.mkdir(ME, 1, b"d", 0o755).err(), Some(libc::ENOSYS));
 }

@@ -14,16 +14,15 @@
 //! change goes through this kernel, which invalidates what it changes).
 
 pub mod cache;
-pub mod dev;
 pub mod mount;
 pub mod stats;
-mod uring;
 
+use crate::ops::{AddEntry, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R};
 use cache::CacheMode;
-use fuser::{FileAttr, FileType, FopenFlags, INodeNo};
+use fuser::{FileAttr, FileType, FopenFlags, INodeNo, InitFlags, KernelConfig};
 use parking_lot::Mutex;
 use pmkit_fs::posix::FileFlag;
-use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr, StatFs, XattrFlags};
+use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr, XattrFlags};
 use pmkit_media::{Media, Region};
 use stats::{Op, OpStats};
 use std::collections::HashMap;
@@ -65,29 +64,6 @@ fn flag_set<M: pmkit_media::Media>(
         FileFlag::Atomic => fs.set_atomic(ino, on),
         FileFlag::Huge => fs.set_huge(ino, on),
     }
-}
-
-/// A positive errno.
-pub type Errno = i32;
-type R<T> = std::result::Result<T, Errno>;
-
-/// A name the kernel now knows: its attributes and generation (`fuse_entry_out`).
-pub struct Entry {
-    pub attr: FileAttr,
-    pub generation: u64,
-}
-
-/// An open handle and the `FOPEN_*` flags to answer with (`fuse_open_out`).
-#[derive(Clone, Copy)]
-pub struct Opened {
-    pub fh: u64,
-    pub flags: FopenFlags,
-}
-
-/// An xattr answer: the size when asked with size 0, else the bytes.
-pub enum Xattr {
-    Size(u32),
-    Data(Vec<u8>),
 }
 
 /// The handlers over a mounted PMFS, shared by both transports. Generic over the media, so a
@@ -144,14 +120,7 @@ fn time(ns: i64) -> SystemTime {
     }
 }
 
-/// Nanoseconds since the epoch of `t` (`None`: now), negative before it, clamped to what an
-/// inode holds.
-pub fn ns_of(t: Option<SystemTime>) -> i64 {
-    match t.unwrap_or_else(SystemTime::now).duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
-    }
-}
+pub use crate::ops::ns_of;
 
 pub fn file_type(k: Kind) -> FileType {
     match k {
@@ -218,11 +187,6 @@ impl<M: Media> PmfsOps<M> {
         }
     }
 
-    /// How long the kernel may keep names and attributes.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
     /// One call of the library, counted in the statistics as a request of kind `op`.
     fn lib<T>(&self, op: Op, f: impl FnOnce(&Fs<M>) -> pmkit_fs::Result<T>) -> R<T> {
         let t = self.stats.start(op);
@@ -256,8 +220,38 @@ impl<M: Media> PmfsOps<M> {
     fn listing(&self, ino: u64) -> R<Arc<Vec<DirEntry>>> {
         self.lib(Op::Readdir, |fs| fs.readdir(ino)).map(Arc::new)
     }
+    /// What the kernel does for other file systems when a regular file is written, truncated or
+    /// chowned, and leaves to us under `HANDLE_KILLPRIV_V2`: with `suidgid`, clear set-user-ID,
+    /// and set-group-ID where group execute is set (without it the bit means mandatory locking,
+    /// not privilege). File capabilities need nothing: PMFS stores `user.*` attributes only, so
+    /// no file here has a `security.capability` to drop.
+    pub fn kill_privs(&self, ino: u64, suidgid: bool) -> R<()> {
+        if !suidgid {
+            return Ok(());
+        }
+        // Part of the write's work, not a request of its own: not counted in the statistics.
+        self.fs.kill_suidgid(ino).map_err(errno)
+    }
+}
 
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> R<Entry> {
+impl<M: Media> Ops for PmfsOps<M> {
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn label(&self) -> &'static str {
+        "pmfs"
+    }
+
+    fn init(&self, config: &mut KernelConfig) {
+        let _ = config.set_max_write(MAX_WRITE);
+        // The file system clears set-user-ID/set-group-ID bits and file capabilities on write,
+        // truncate and chown (`PmfsOps::kill_privs`). Without this the kernel asks for
+        // `security.capability` before every write: a second round trip per write.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+    }
+
+    fn lookup(&self, parent: u64, name: &[u8]) -> R<Entry> {
         let found = self.lib(Op::Lookup, |fs| {
             stall_if_asked(name);
             fs.lookup(parent, name)
@@ -292,7 +286,7 @@ impl<M: Media> PmfsOps<M> {
     // `forget`: nothing to do. An inode lives while it has links or open handles (the
     // library's open counts and orphan list); the kernel's lookup counts add nothing to that.
 
-    pub fn getattr(&self, ino: u64) -> R<FileAttr> {
+    fn getattr(&self, ino: u64) -> R<FileAttr> {
         self.lib(Op::Getattr, |fs| fs.getattr(ino))
             .map(|a| file_attr(&a))
     }
@@ -300,7 +294,7 @@ impl<M: Media> PmfsOps<M> {
     /// `truncate_kills`: a truncate in `s` must clear set-user-ID/set-group-ID (the caller lacks
     /// CAP_FSETID). Under `HANDLE_KILLPRIV_V2` a chown clears them whoever calls it, on every
     /// non-directory, as chown(2) does; in the chown's own transaction (`SetAttr::kill_suidgid`).
-    pub fn setattr(&self, ino: u64, s: &SetAttr, truncate_kills: bool) -> R<FileAttr> {
+    fn setattr(&self, ino: u64, s: &SetAttr, truncate_kills: bool) -> R<FileAttr> {
         let chown = s.uid.is_some() || s.gid.is_some();
         let s = SetAttr {
             kill_suidgid: s.mode.is_none() && (chown || (s.size.is_some() && truncate_kills)),
@@ -310,35 +304,35 @@ impl<M: Media> PmfsOps<M> {
             .map(|a| file_attr(&a))
     }
 
-    pub fn readlink(&self, ino: u64) -> R<Vec<u8>> {
+    fn readlink(&self, ino: u64) -> R<Vec<u8>> {
         self.lib(Op::Readlink, |fs| fs.readlink(ino))
     }
 
-    pub fn mknod(&self, o: Owner, parent: u64, name: &[u8], mode: u32, rdev: u32) -> R<Entry> {
+    fn mknod(&self, o: Owner, parent: u64, name: &[u8], mode: u32, rdev: u32) -> R<Entry> {
         self.lib(Op::Mknod, |fs| fs.mknod_as(o, parent, name, mode, rdev))
             .map(|a| self.created(a))
     }
 
-    pub fn mkdir(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<Entry> {
+    fn mkdir(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<Entry> {
         self.lib(Op::Mkdir, |fs| fs.mkdir_as(o, parent, name, mode))
             .map(|a| self.created(a))
     }
 
-    pub fn unlink(&self, parent: u64, name: &[u8]) -> R<()> {
+    fn unlink(&self, parent: u64, name: &[u8]) -> R<()> {
         self.lib(Op::Unlink, |fs| fs.unlink(parent, name))
     }
 
-    pub fn rmdir(&self, parent: u64, name: &[u8]) -> R<()> {
+    fn rmdir(&self, parent: u64, name: &[u8]) -> R<()> {
         self.lib(Op::Rmdir, |fs| fs.rmdir(parent, name))
     }
 
-    pub fn symlink(&self, o: Owner, parent: u64, name: &[u8], target: &[u8]) -> R<Entry> {
+    fn symlink(&self, o: Owner, parent: u64, name: &[u8], target: &[u8]) -> R<Entry> {
         self.lib(Op::Symlink, |fs| fs.symlink_as(o, parent, name, target))
             .map(|a| self.created(a))
     }
 
     /// `flags`: the `RENAME_*` bits of rename(2).
-    pub fn rename(&self, parent: u64, name: &[u8], to: u64, to_name: &[u8], flags: u32) -> R<()> {
+    fn rename(&self, parent: u64, name: &[u8], to: u64, to_name: &[u8], flags: u32) -> R<()> {
         let f = match flags {
             0 => pmkit_fs::RenameFlags::Replace,
             libc::RENAME_NOREPLACE => pmkit_fs::RenameFlags::NoReplace,
@@ -349,12 +343,12 @@ impl<M: Media> PmfsOps<M> {
         self.lib(Op::Rename, |fs| fs.rename(parent, name, to, to_name, f))
     }
 
-    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> R<Entry> {
+    fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> R<Entry> {
         self.lib(Op::Link, |fs| fs.link(ino, newparent, newname))
             .map(|a| self.entry(a))
     }
 
-    pub fn open(&self, ino: u64) -> R<Opened> {
+    fn open(&self, ino: u64) -> R<Opened> {
         // O_TRUNC arrives as a setattr before the open (no atomic_o_trunc).
         self.lib(Op::Open, |fs| fs.open(ino)).map(|()| Opened {
             fh: 0,
@@ -362,48 +356,36 @@ impl<M: Media> PmfsOps<M> {
         })
     }
 
-    pub fn read(&self, ino: u64, offset: u64, size: u32) -> R<Vec<u8>> {
-        self.lib(Op::Read, |fs| fs.read(ino, offset, size as usize))
+    fn read(&self, ino: u64, offset: u64, buf: &mut [u8]) -> R<usize> {
+        self.lib(Op::Read, |fs| fs.read_into(ino, offset, buf))
     }
 
     /// Durable when it returns (the library writes PM and persists before returning).
     /// `kill`: the kernel asks the write to clear the set-user-ID and set-group-ID bits (with
     /// FUSE's `HANDLE_KILLPRIV_V2` it leaves that to us, and no longer asks for
     /// `security.capability` before every write: see [`PmfsOps::kill_privs`]).
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8], kill: bool) -> R<u32> {
-        self.kill_privs(ino, kill)?;
+    fn write(&self, ino: u64, offset: u64, data: &[u8], how: WriteHow) -> R<u32> {
+        // Every write is durable on return: FUA asks nothing more.
+        self.kill_privs(ino, how.kill_suidgid)?;
         self.lib(Op::Write, |fs| fs.write(ino, offset, data))
             .map(|n| n as u32)
     }
 
-    /// What the kernel does for other file systems when a regular file is written, truncated or
-    /// chowned, and leaves to us under `HANDLE_KILLPRIV_V2`: with `suidgid`, clear set-user-ID,
-    /// and set-group-ID where group execute is set (without it the bit means mandatory locking,
-    /// not privilege). File capabilities need nothing: PMFS stores `user.*` attributes only, so
-    /// no file here has a `security.capability` to drop.
-    pub fn kill_privs(&self, ino: u64, suidgid: bool) -> R<()> {
-        if !suidgid {
-            return Ok(());
-        }
-        // Part of the write's work, not a request of its own: not counted in the statistics.
-        self.fs.kill_suidgid(ino).map_err(errno)
-    }
-
     /// Every write is durable when it returned: nothing is buffered to flush at close.
-    pub fn flush(&self) -> R<()> {
+    fn flush(&self) -> R<()> {
         Ok(())
     }
 
-    pub fn release(&self, ino: u64) -> R<()> {
+    fn release(&self, ino: u64) -> R<()> {
         self.lib(Op::Release, |fs| fs.release(ino))
     }
 
     /// fsync and fsyncdir.
-    pub fn fsync(&self, ino: u64) -> R<()> {
+    fn fsync(&self, ino: u64) -> R<()> {
         self.lib(Op::Fsync, |fs| fs.fsync(ino))
     }
 
-    pub fn opendir(&self, ino: u64) -> R<Opened> {
+    fn opendir(&self, ino: u64) -> R<Opened> {
         let l = self.listing(ino)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.listings.lock().insert(fh, l);
@@ -415,13 +397,7 @@ impl<M: Media> PmfsOps<M> {
 
     /// The entries of directory `ino` (handle `fh`) from `offset` on, each given to `add` with
     /// the offset of the next; `add` returns true when the reply is full.
-    pub fn readdir(
-        &self,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        mut add: impl FnMut(u64, u64, FileType, &[u8]) -> bool,
-    ) -> R<()> {
+    fn readdir(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntry<'_>) -> R<()> {
         let cached = self.listings.lock().get(&fh).cloned();
         let list = match cached {
             // A rewind (offset 0) lists again.
@@ -440,19 +416,27 @@ impl<M: Media> PmfsOps<M> {
         Ok(())
     }
 
-    pub fn releasedir(&self, fh: u64) -> R<()> {
+    fn releasedir(&self, fh: u64) -> R<()> {
         self.listings.lock().remove(&fh);
         Ok(())
     }
 
-    pub fn statfs(&self) -> StatFs {
+    fn statfs(&self) -> Statfs {
         let t = self.stats.start(Op::Statfs);
         let s = self.fs.statfs();
         t.done(true);
-        s
+        Statfs {
+            blocks: s.blocks,
+            bfree: s.free_blocks,
+            bavail: s.free_blocks,
+            files: s.inodes,
+            ffree: s.free_inodes,
+            bsize: s.block_size,
+            namelen: s.name_max,
+        }
     }
 
-    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32, pos: u32) -> R<()> {
+    fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32, pos: u32) -> R<()> {
         if pos != 0 {
             return Err(libc::EINVAL);
         }
@@ -476,7 +460,7 @@ impl<M: Media> PmfsOps<M> {
         self.lib(Op::Xattr, |fs| fs.setxattr(ino, name, value, f))
     }
 
-    pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> R<Xattr> {
+    fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> R<Xattr> {
         if let Some(flag) = FileFlag::from_xattr(name) {
             return match self.lib(Op::Xattr, |fs| flag_get(fs, ino, flag))? {
                 Some(on) => xattr_answer(if on { b"1" } else { b"0" }.to_vec(), size),
@@ -487,7 +471,7 @@ impl<M: Media> PmfsOps<M> {
         xattr_answer(v, size)
     }
 
-    pub fn listxattr(&self, ino: u64, size: u32) -> R<Xattr> {
+    fn listxattr(&self, ino: u64, size: u32) -> R<Xattr> {
         // The virtual flags (`ATOMIC_XATTR`, `HUGE_XATTR`) are read and set by name but never
         // listed: `cp -a`, `rsync -X` and `getfattr -d` copy every listed name to other file
         // systems, where these mean nothing.
@@ -500,14 +484,14 @@ impl<M: Media> PmfsOps<M> {
         xattr_answer(buf, size)
     }
 
-    pub fn removexattr(&self, ino: u64, name: &[u8]) -> R<()> {
+    fn removexattr(&self, ino: u64, name: &[u8]) -> R<()> {
         if FileFlag::from_xattr(name).is_some() {
             return Err(libc::EPERM);
         }
         self.lib(Op::Xattr, |fs| fs.removexattr(ino, name))
     }
 
-    pub fn create(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<(Entry, Opened)> {
+    fn create(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<(Entry, Opened)> {
         let a = self.lib(Op::Create, |fs| {
             fs.create_as(o, parent, name, mode)
                 .and_then(|a| fs.open(a.ino).map(|()| a))
@@ -521,7 +505,7 @@ impl<M: Media> PmfsOps<M> {
 
     /// LSEEK: the kernel asks only for SEEK_DATA and SEEK_HOLE (it answers the others from its
     /// own offset and the size it knows).
-    pub fn lseek(&self, ino: u64, offset: i64, whence: i32) -> R<u64> {
+    fn lseek(&self, ino: u64, offset: i64, whence: i32) -> R<u64> {
         let to = match whence {
             libc::SEEK_DATA => pmkit_fs::Seek::Data,
             libc::SEEK_HOLE => pmkit_fs::Seek::Hole,
@@ -531,7 +515,7 @@ impl<M: Media> PmfsOps<M> {
         self.lib(Op::Lseek, |fs| fs.seek(ino, off, to))
     }
 
-    pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
+    fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
         if mode != 0 {
             // KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE, COLLAPSE/INSERT_RANGE: not in the library.
             return Err(libc::EOPNOTSUPP);

@@ -4,7 +4,6 @@
 //! gives ENOTCONN) is detached before mounting again.
 
 use crate::pmfs::cache::CacheMode;
-use crate::pmfs::dev::PmFs;
 use crate::pmfs::stats::OpStats;
 use crate::pmfs::PmfsOps;
 use crate::uring::{self, Transport};
@@ -318,7 +317,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     cfg.clone_fd = true;
     let stats = Arc::new(OpStats::default());
     let ops = Arc::new(PmfsOps::new(Arc::clone(&fs), o.cache, Arc::clone(&stats)));
-    let (served, granted) = PmFs::new(Arc::clone(&ops), want_uring);
+    let (served, granted) = crate::dev::Served::new(Arc::clone(&ops), want_uring);
     let give_back = |fs: Arc<Fs<Region>>, why: String| {
         // Nothing was served: give the pool back clean.
         if let Ok(fs) = Arc::try_unwrap(fs) {

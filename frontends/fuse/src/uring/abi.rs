@@ -111,7 +111,6 @@ pub(crate) mod op {
     pub(crate) const READDIR: u32 = 28;
     pub(crate) const RELEASEDIR: u32 = 29;
     pub(crate) const FSYNCDIR: u32 = 30;
-    pub(crate) const ACCESS: u32 = 34;
     pub(crate) const CREATE: u32 = 35;
     pub(crate) const DESTROY: u32 = 38;
     pub(crate) const BATCH_FORGET: u32 = 42;
@@ -225,17 +224,7 @@ pub(crate) fn getxattr_out(b: &mut [u8], size: u32) -> u32 {
 }
 
 /// `struct fuse_kstatfs` inside `fuse_statfs_out` (80 bytes).
-pub(crate) struct Statfs {
-    pub blocks: u64,
-    pub bfree: u64,
-    pub bavail: u64,
-    pub files: u64,
-    pub ffree: u64,
-    pub bsize: u32,
-    pub namelen: u32,
-}
-
-pub(crate) fn statfs_out(b: &mut [u8], s: &Statfs) -> u32 {
+pub(crate) fn statfs_out(b: &mut [u8], s: &crate::ops::Statfs) -> u32 {
     b[..80].fill(0);
     put64(b, 0, s.blocks);
     put64(b, 8, s.bfree);

@@ -13,8 +13,8 @@
 use serde::{Deserialize, Serialize};
 
 pub(crate) mod abi;
+mod answer;
 mod buffers;
-mod ops;
 mod queue;
 
 /// What answers the requests that arrive on a connection's rings.

@@ -1,14 +1,15 @@
-//! One PMFS request from a ring entry: decode the opcode's in-struct and names, call the
-//! handler in [`PmfsOps`] that fuser's `Filesystem` (`pmfs/dev.rs`) calls for the same
-//! opcode, and encode its answer in the entry's payload buffer. Anything PMFS does not serve
-//! gets ENOSYS, as from fuser (the kernel remembers that for optional operations).
+//! One request from a ring entry: decode the opcode's in-struct and names, call the operation
+//! of [`Ops`] that fuser's `Filesystem` (`dev.rs`) calls for the same opcode, and encode its
+//! answer in the entry's payload buffer, for any file system that implements [`Ops`]. What it
+//! does not serve gets ENOSYS, as from fuser (the kernel remembers that for optional
+//! operations).
 //!
 //! Layout over io_uring: the opcode's first argument (its fixed struct, empty for LOOKUP,
 //! UNLINK, RMDIR, SYMLINK, READLINK and REMOVEXATTR) is in `op_in`; the remaining arguments
 //! (names, each NUL-terminated, then a SYMLINK target, a SETXATTR value, WRITE data) are
 //! concatenated in the payload, `payload_sz` bytes.
 
-use super::{Entry, Opened, PmfsOps, Xattr};
+use crate::ops::{Entry, Opened, Ops, WriteHow, Xattr};
 use crate::uring::abi::{self, op, u32_at, u64_at, InHeader};
 use crate::uring::Handler;
 use pmkit_fs::{Owner, SetAttr};
@@ -36,7 +37,7 @@ fn names<const N: usize>(p: &[u8]) -> Result<([&[u8]; N], &[u8]), i32> {
 /// is clamped rather than trusted).
 fn when(valid: u32, now_bit: u32, secs: u64, nsecs: u32) -> i64 {
     if valid & now_bit != 0 {
-        return crate::pmfs::ns_of(None);
+        return crate::ops::ns_of(None);
     }
     pmkit_fs::ns_of_timespec(secs as i64, nsecs.min(999_999_999) as i64)
 }
@@ -67,7 +68,7 @@ fn xattr(p: &mut [u8], r: Result<Xattr, i32>) -> R {
     }
 }
 
-impl Handler for PmfsOps {
+impl<O: Ops + 'static> Handler for O {
     fn answer(&self, h: &InHeader, oi: &[u8], buf: &mut [u8]) -> R {
         let ino = h.nodeid;
         let who = Owner {
@@ -80,16 +81,25 @@ impl Handler for PmfsOps {
         let n = (h.payload_sz as usize).min(buf.len());
         match h.opcode {
             op::WRITE => {
-                // fuse_write_in: offset @8, size @16, write_flags @20; the data is the payload.
+                // fuse_write_in: offset @8, size @16, write_flags @20, open flags @32; the data
+                // is the payload.
                 let size = (u32_at(oi, 16) as usize).min(n);
                 let kill = u32_at(oi, 20) & abi::FUSE_WRITE_KILL_SUIDGID != 0;
-                let w = self.write(ino, u64_at(oi, 8), &buf[..size], kill)?;
+                let how = WriteHow::of(kill, u32_at(oi, 32) as i32);
+                let w = self.write(ino, u64_at(oi, 8), &buf[..size], how)?;
+                assert!(
+                    w as usize <= size,
+                    "a write takes at most what it was given"
+                );
                 Ok(abi::write_out(buf, w))
             }
             op::READ => {
-                // fuse_read_in: offset @8, size @16.
-                let d = self.read(ino, u64_at(oi, 8), u32_at(oi, 16))?;
-                data(buf, &d)
+                // fuse_read_in: offset @8, size @16. The data goes straight into the payload
+                // buffer the kernel copies from: no buffer of our own, no copy.
+                let size = (u32_at(oi, 16) as usize).min(buf.len());
+                let got = self.read(ino, u64_at(oi, 8), &mut buf[..size])?;
+                assert!(got <= size, "a read answers at most what was asked");
+                Ok(got as u32)
             }
             op::LOOKUP => {
                 let ([name], _) = names(&buf[..n])?;
@@ -166,31 +176,24 @@ impl Handler for PmfsOps {
                 // fuse_read_in: fh @0, offset @8, size @16.
                 let limit = (u32_at(oi, 16) as usize).min(buf.len());
                 let mut at = 0;
-                self.readdir(ino, u64_at(oi, 0), u64_at(oi, 8), |ino, off, kind, name| {
-                    match abi::dirent(buf, at, limit, ino, off, kind, name) {
+                self.readdir(
+                    ino,
+                    u64_at(oi, 0),
+                    u64_at(oi, 8),
+                    &mut |ino, off, kind, name| match abi::dirent(
+                        buf, at, limit, ino, off, kind, name,
+                    ) {
                         Some(end) => {
                             at = end;
                             false
                         }
                         None => true,
-                    }
-                })?;
+                    },
+                )?;
                 Ok(at as u32)
             }
             op::RELEASEDIR => empty(self.releasedir(u64_at(oi, 0))),
-            op::STATFS => {
-                let s = self.statfs();
-                let k = abi::Statfs {
-                    blocks: s.blocks,
-                    bfree: s.free_blocks,
-                    bavail: s.free_blocks,
-                    files: s.inodes,
-                    ffree: s.free_inodes,
-                    bsize: s.block_size,
-                    namelen: s.name_max,
-                };
-                Ok(abi::statfs_out(buf, &k))
-            }
+            op::STATFS => Ok(abi::statfs_out(buf, &self.statfs())),
             op::SETXATTR => {
                 // fuse_setxattr_in: size @0, flags @4 (8 bytes: fuser does not ask for
                 // FUSE_SETXATTR_EXT); the payload is the name, then the value.
@@ -227,7 +230,7 @@ impl Handler for PmfsOps {
             }
             // The kernel sends these over /dev/fuse, never a ring; nothing to do for either.
             op::FORGET | op::BATCH_FORGET | op::DESTROY => Ok(0),
-            // ACCESS (the mount checks permissions itself: default_permissions), INTERRUPT
+            // ACCESS (permissions are checked by the kernel: default_permissions), INTERRUPT
             // (requests are not cancelled), and the rest: as fuser answers them.
             _ => Err(libc::ENOSYS),
         }

@@ -1,9 +1,10 @@
-//! The /dev/fuse side of the PMFS mount: fuser's `Filesystem` calls, each handed to the shared
-//! handler in [`PmfsOps`] and its answer turned into fuser's reply. The INIT handshake of both
-//! transports happens here (it always comes over /dev/fuse); so do FORGET and INTERRUPT, which
-//! the kernel never puts on an io_uring queue.
+//! The /dev/fuse transport: fuser's `Filesystem` calls, each handed to the one typed operation
+//! of [`Ops`] and its answer turned into fuser's reply, for any file system that implements it
+//! (PMFS, the block device file). The INIT handshake of both transports happens here (it always
+//! comes over /dev/fuse); so do FORGET and INTERRUPT, which the kernel never puts on an
+//! io_uring queue.
 
-use crate::pmfs::{Entry, Opened, PmfsOps, Xattr, MAX_WRITE};
+use crate::ops::{Entry, Opened, Ops, WriteHow, Xattr};
 use fuser::{
     Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -18,25 +19,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-/// fuser's file system over the shared handlers.
-pub struct PmFs {
-    ops: Arc<PmfsOps>,
+/// fuser's file system over the operations of `O`.
+pub struct Served<O: Ops + 'static> {
+    ops: Arc<O>,
     /// Ask the kernel for FUSE over io_uring at INIT; set to whether it was granted.
     uring: Arc<AtomicBool>,
 }
 
-impl PmFs {
+impl<O: Ops + 'static> Served<O> {
     /// A file system that asks for FUSE over io_uring at INIT when `want_uring`; the flag
     /// reads true after the handshake when the kernel granted it.
-    pub fn new(ops: Arc<PmfsOps>, want_uring: bool) -> (PmFs, Arc<AtomicBool>) {
+    pub fn new(ops: Arc<O>, want_uring: bool) -> (Served<O>, Arc<AtomicBool>) {
         let uring = Arc::new(AtomicBool::new(want_uring));
         (
-            PmFs {
+            Served {
                 ops,
                 uring: Arc::clone(&uring),
             },
             uring,
         )
+    }
+
+    pub fn ops(&self) -> &Arc<O> {
+        &self.ops
     }
 }
 
@@ -54,10 +59,10 @@ fn owner(req: &Request) -> Owner {
 /// Nanoseconds since the epoch of a time a SETATTR asked for (`None`: now).
 fn ns_asked(t: TimeOrNow) -> i64 {
     let TimeOrNow::SpecificTime(t) = t else {
-        return crate::pmfs::ns_of(None);
+        return crate::ops::ns_of(None);
     };
     match t.duration_since(std::time::UNIX_EPOCH) {
-        Ok(_) => crate::pmfs::ns_of(Some(t)),
+        Ok(_) => crate::ops::ns_of(Some(t)),
         // fuser 0.18 turns the kernel's (seconds, nanoseconds) before the epoch, e.g.
         // (-2, 500000000) for -1.5 s, into the epoch minus 2.5 s (its time.rs leaves this as a
         // TODO): undo that, so the nanoseconds count forward from the seconds as the kernel
@@ -70,7 +75,7 @@ fn ns_asked(t: TimeOrNow) -> i64 {
     }
 }
 
-fn entry(ops: &PmfsOps, r: Result<Entry, i32>, reply: ReplyEntry) {
+fn entry<O: Ops>(ops: &O, r: Result<Entry, i32>, reply: ReplyEntry) {
     match r {
         Ok(e) => reply.entry(&ops.ttl(), &e.attr, Generation(e.generation)),
         Err(e) => reply.error(fe(e)),
@@ -102,19 +107,15 @@ fn xattr(r: Result<Xattr, i32>, reply: ReplyXattr) {
 /// Run a request's handler; a panic in it is logged and the worker thread goes on serving. The
 /// reply the handler owned is dropped as the panic unwinds, and fuser answers a dropped reply
 /// with EIO: the caller gets an error, never silence.
-fn guard(op: &str, handler: impl FnOnce()) {
+fn guard(label: &str, op: &str, handler: impl FnOnce()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(handler)).is_err() {
-        tracing::error!("pmfs: a {op} request panicked; answered EIO, serving on");
+        tracing::error!("{label}: a {op} request panicked; answered EIO, serving on");
     }
 }
 
-impl Filesystem for PmFs {
+impl<O: Ops + 'static> Filesystem for Served<O> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(MAX_WRITE);
-        // The file system clears set-user-ID/set-group-ID bits and file capabilities on write,
-        // truncate and chown (`PmfsOps::kill_privs`). Without this the kernel asks for
-        // `security.capability` before every write: a second round trip per write.
-        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        self.ops.init(config);
         // FUSE over io_uring: the kernel offers it only where it is built in and enabled
         // (/sys/module/fuse/parameters/enable_uring); whether it was granted decides the
         // transport.
@@ -128,9 +129,9 @@ impl Filesystem for PmFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        guard("lookup", || {
+        guard(self.ops.label(), "lookup", || {
             entry(
-                &self.ops,
+                self.ops.as_ref(),
                 self.ops.lookup(parent.into(), name.as_bytes()),
                 reply,
             )
@@ -138,9 +139,11 @@ impl Filesystem for PmFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        guard("getattr", || match self.ops.getattr(ino.into()) {
-            Ok(a) => reply.attr(&self.ops.ttl(), &a),
-            Err(e) => reply.error(fe(e)),
+        guard(self.ops.label(), "getattr", || {
+            match self.ops.getattr(ino.into()) {
+                Ok(a) => reply.attr(&self.ops.ttl(), &a),
+                Err(e) => reply.error(fe(e)),
+            }
         })
     }
 
@@ -162,7 +165,7 @@ impl Filesystem for PmFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        guard("setattr", || {
+        guard(self.ops.label(), "setattr", || {
             let s = SetAttr {
                 mode,
                 uid,
@@ -183,9 +186,11 @@ impl Filesystem for PmFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        guard("readlink", || match self.ops.readlink(ino.into()) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(fe(e)),
+        guard(self.ops.label(), "readlink", || {
+            match self.ops.readlink(ino.into()) {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(fe(e)),
+            }
         })
     }
 
@@ -199,11 +204,11 @@ impl Filesystem for PmFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        guard("mknod", || {
+        guard(self.ops.label(), "mknod", || {
             let r = self
                 .ops
                 .mknod(owner(req), parent.into(), name.as_bytes(), mode, rdev);
-            entry(&self.ops, r, reply)
+            entry(self.ops.as_ref(), r, reply)
         })
     }
 
@@ -216,22 +221,22 @@ impl Filesystem for PmFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        guard("mkdir", || {
+        guard(self.ops.label(), "mkdir", || {
             let r = self
                 .ops
                 .mkdir(owner(req), parent.into(), name.as_bytes(), mode);
-            entry(&self.ops, r, reply)
+            entry(self.ops.as_ref(), r, reply)
         })
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        guard("unlink", || {
+        guard(self.ops.label(), "unlink", || {
             empty(self.ops.unlink(parent.into(), name.as_bytes()), reply)
         })
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        guard("rmdir", || {
+        guard(self.ops.label(), "rmdir", || {
             empty(self.ops.rmdir(parent.into(), name.as_bytes()), reply)
         })
     }
@@ -244,14 +249,14 @@ impl Filesystem for PmFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        guard("symlink", || {
+        guard(self.ops.label(), "symlink", || {
             let r = self.ops.symlink(
                 owner(req),
                 parent.into(),
                 link_name.as_bytes(),
                 target.as_os_str().as_bytes(),
             );
-            entry(&self.ops, r, reply)
+            entry(self.ops.as_ref(), r, reply)
         })
     }
 
@@ -265,7 +270,7 @@ impl Filesystem for PmFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        guard("rename", || {
+        guard(self.ops.label(), "rename", || {
             let r = self.ops.rename(
                 parent.into(),
                 name.as_bytes(),
@@ -285,16 +290,18 @@ impl Filesystem for PmFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        guard("link", || {
+        guard(self.ops.label(), "link", || {
             let r = self
                 .ops
                 .link(ino.into(), newparent.into(), newname.as_bytes());
-            entry(&self.ops, r, reply)
+            entry(self.ops.as_ref(), r, reply)
         })
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        guard("open", || opened(self.ops.open(ino.into()), reply))
+        guard(self.ops.label(), "open", || {
+            opened(self.ops.open(ino.into()), reply)
+        })
     }
 
     fn read(
@@ -308,9 +315,25 @@ impl Filesystem for PmFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        guard("read", || match self.ops.read(ino.into(), offset, size) {
-            Ok(b) => reply.data(&b),
-            Err(e) => reply.error(fe(e)),
+        thread_local! {
+            // This worker's reply buffer: grows to the largest read it served (at most the
+            // mount's max_read), so a READ costs no allocation and no zeroing; the reply is one
+            // writev of header + these bytes.
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        guard(self.ops.label(), "read", || {
+            BUF.with_borrow_mut(|buf| {
+                if buf.len() < size as usize {
+                    buf.resize(size as usize, 0);
+                }
+                match self.ops.read(ino.into(), offset, &mut buf[..size as usize]) {
+                    Ok(n) => {
+                        assert!(n <= size as usize, "a read answers at most what was asked");
+                        reply.data(&buf[..n])
+                    }
+                    Err(e) => reply.error(fe(e)),
+                }
+            })
         })
     }
 
@@ -322,13 +345,14 @@ impl Filesystem for PmFs {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        guard("write", || {
+        guard(self.ops.label(), "write", || {
             let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-            match self.ops.write(ino.into(), offset, data, kill) {
+            let how = WriteHow::of(kill, flags.0);
+            match self.ops.write(ino.into(), offset, data, how) {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(fe(e)),
             }
@@ -343,7 +367,7 @@ impl Filesystem for PmFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        guard("flush", || empty(self.ops.flush(), reply))
+        guard(self.ops.label(), "flush", || empty(self.ops.flush(), reply))
     }
 
     fn release(
@@ -356,7 +380,9 @@ impl Filesystem for PmFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        guard("release", || empty(self.ops.release(ino.into()), reply))
+        guard(self.ops.label(), "release", || {
+            empty(self.ops.release(ino.into()), reply)
+        })
     }
 
     fn fsync(
@@ -367,11 +393,15 @@ impl Filesystem for PmFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        guard("fsync", || empty(self.ops.fsync(ino.into()), reply))
+        guard(self.ops.label(), "fsync", || {
+            empty(self.ops.fsync(ino.into()), reply)
+        })
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        guard("opendir", || opened(self.ops.opendir(ino.into()), reply))
+        guard(self.ops.label(), "opendir", || {
+            opened(self.ops.opendir(ino.into()), reply)
+        })
     }
 
     fn readdir(
@@ -382,12 +412,15 @@ impl Filesystem for PmFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        guard("readdir", || {
-            let r = self
-                .ops
-                .readdir(ino.into(), fh.into(), offset, |ino, off, kind, name| {
+        guard(self.ops.label(), "readdir", || {
+            let r = self.ops.readdir(
+                ino.into(),
+                fh.into(),
+                offset,
+                &mut |ino, off, kind, name| {
                     reply.add(INodeNo(ino), off, kind, OsStr::from_bytes(name))
-                });
+                },
+            );
             match r {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(fe(e)),
@@ -403,7 +436,7 @@ impl Filesystem for PmFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        guard("releasedir", || {
+        guard(self.ops.label(), "releasedir", || {
             empty(self.ops.releasedir(fh.into()), reply)
         })
     }
@@ -416,21 +449,16 @@ impl Filesystem for PmFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        guard("fsyncdir", || empty(self.ops.fsync(ino.into()), reply))
+        guard(self.ops.label(), "fsyncdir", || {
+            empty(self.ops.fsync(ino.into()), reply)
+        })
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        guard("statfs", || {
+        guard(self.ops.label(), "statfs", || {
             let s = self.ops.statfs();
             reply.statfs(
-                s.blocks,
-                s.free_blocks,
-                s.free_blocks,
-                s.inodes,
-                s.free_inodes,
-                s.block_size,
-                s.name_max,
-                s.block_size,
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
             )
         })
     }
@@ -445,7 +473,7 @@ impl Filesystem for PmFs {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        guard("setxattr", || {
+        guard(self.ops.label(), "setxattr", || {
             let r = self
                 .ops
                 .setxattr(ino.into(), name.as_bytes(), value, flags, position);
@@ -454,19 +482,19 @@ impl Filesystem for PmFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        guard("getxattr", || {
+        guard(self.ops.label(), "getxattr", || {
             xattr(self.ops.getxattr(ino.into(), name.as_bytes(), size), reply)
         })
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        guard("listxattr", || {
+        guard(self.ops.label(), "listxattr", || {
             xattr(self.ops.listxattr(ino.into(), size), reply)
         })
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        guard("removexattr", || {
+        guard(self.ops.label(), "removexattr", || {
             empty(self.ops.removexattr(ino.into(), name.as_bytes()), reply)
         })
     }
@@ -481,7 +509,7 @@ impl Filesystem for PmFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        guard("create", || {
+        guard(self.ops.label(), "create", || {
             match self
                 .ops
                 .create(owner(req), parent.into(), name.as_bytes(), mode)
@@ -507,7 +535,7 @@ impl Filesystem for PmFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        guard("lseek", || {
+        guard(self.ops.label(), "lseek", || {
             match self.ops.lseek(ino.into(), offset, whence) {
                 Ok(at) => reply.offset(at as i64),
                 Err(e) => reply.error(fe(e)),
@@ -525,7 +553,7 @@ impl Filesystem for PmFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        guard("fallocate", || {
+        guard(self.ops.label(), "fallocate", || {
             empty(self.ops.fallocate(ino.into(), offset, length, mode), reply)
         })
     }
@@ -560,8 +588,8 @@ mod tests {
     #[test]
     fn a_panicking_handler_is_contained() {
         let mut after = false;
-        guard("test", || panic!("a handler bug"));
-        guard("test", || after = true);
+        guard("pmfs", "test", || panic!("a handler bug"));
+        guard("pmfs", "test", || after = true);
         assert!(after);
     }
 }
