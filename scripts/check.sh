@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The gates CI runs before the tests: formatting, lints (warnings denied, with the workspace's
-# unsafe rules), documentation, and the house rules no compiler checks (scripts/tidy.py).
+# unsafe rules), documentation, the house rules no compiler checks (scripts/tidy.py), and
+# docs/figures.md matching the benchmark JSON it is generated from (scripts/figures.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -20,3 +21,5 @@ echo "== cargo doc -D warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 echo "== tidy"
 python3 scripts/tidy.py
+echo "== figures"
+python3 scripts/figures.py --check

@@ -15,7 +15,8 @@ if [ "${CI:-}" = true ] || [ "${PMKIT_ENABLE_FUSE_URING:-}" = 1 ]; then
         echo Y > "$uring" && echo "FUSE over io_uring enabled ($uring)"
     fi
 fi
-# Gates first (fast, and a failing gate fails CI): fmt, clippy, doc, tidy.
+# Gates first (fast, and a failing gate fails CI): fmt, clippy, doc, tidy, figures (docs/figures.md
+# regenerated from docs/results/*.json: python3 scripts/figures.py).
 bash scripts/check.sh
 # `cargo test` does not emit cdylibs; the C ABI test links libpmkit_obj.so, so build it first.
 # (This also builds pmkit-bench next to pmkit, which `pmkit bench` runs.)
