@@ -12,12 +12,18 @@
 #                                    instead of the FUSE mount, with scripts/pjdfstest/preload.toml
 #                                    (three expected failures, justified in expected-failures.md);
 #                                    PMKIT_PJDFSTEST_LOG=FILE keeps the suite's full log there
+# In a guest of scripts/vm/run.sh (PMKIT_IN_VM=1) nothing is built: the suite and pmkit are the
+# ones this script built on the host before.
 set -euo pipefail
 preload=false
 [ "${1:-}" = --preload ] && preload=true
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-require_cargo
+in_vm=false
+[ "${PMKIT_IN_VM:-}" = 1 ] && in_vm=true
+# cargo, on the host only (the guest sees the host's builds, read-only but for the repository).
+build() { $in_vm || cargo "$@"; }
+$in_vm || require_cargo
 if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ]; then
     echo "pjdfstest: needs root and /dev/fuse" >&2
     [ -z "${CI:-}" ] && exit 0
@@ -27,13 +33,14 @@ version=0.2.2
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 tools="$target/tools"
 if ! "$tools/bin/pjdfstest" --version 2>/dev/null | grep -q "$version"; then
+    $in_vm && { echo "pjdfstest: not built on the host (run scripts/pjdfstest.sh there first)" >&2; exit 1; }
     CARGO_TARGET_DIR="$target/tools-build" cargo install pjdfstest --version "$version" --locked --root "$tools"
 fi
 profile="${PMKIT_PROFILE:-debug}"
 if [ "$profile" = release ]; then
-    cargo build --locked --release -p pmkit
+    build build --locked --release -p pmkit
 else
-    cargo build --locked -p pmkit
+    build build --locked -p pmkit
 fi
 pmkit="$target/$profile/pmkit"
 work=$(mktemp -d /dev/shm/pmkit-pjdfstest.XXXXXX)
@@ -48,7 +55,7 @@ trap cleanup EXIT
 cfg="$PWD/scripts/pjdfstest/pmfs.toml"
 cfg_preload="$PWD/scripts/pjdfstest/preload.toml"
 if $preload; then
-    cargo build --locked -p pmkit-preload
+    build build --locked -p pmkit-preload
     status=0
     (cd "$work/mnt" && env PMKIT_PRELOAD_POOL="$work/pool" PMKIT_PRELOAD_PREFIX="$work/mnt" \
         LD_PRELOAD="$target/debug/libpmkit_preload.so" \
@@ -66,7 +73,7 @@ if $preload; then
 fi
 "$pmkit" fs mount "$work/pool" "$work/mnt" --transport "${PMKIT_FS_TRANSPORT:-auto}" \
     >"$work/mount.out" 2>"$work/mount.err" &
-for _ in $(seq 100); do
+for _ in $(seq 600); do  # up to a minute: a guest under TCG mounts slowly
     grep -q "^ready: serving" "$work/mount.out" 2>/dev/null && break
     sleep 0.1
 done

@@ -31,3 +31,6 @@ bash scripts/pjdfstest.sh --preload
 # The fuzz targets (every on-media decoder and the NBD parser) over their seeds and generated
 # inputs, on stable; the libFuzzer binaries are built too.
 bash scripts/fuzz.sh
+# The guest stage: a CPU with protection keys, an emulated NVDIMM as fsdax and device-dax, and the
+# kernel's NBD client, in QEMU guests under TCG (scripts/vm/: this machine has none of them).
+bash scripts/vm/test.sh

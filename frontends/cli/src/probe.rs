@@ -82,6 +82,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     })?;
     // The file is scratch: unlink now so nothing is left behind, whatever happens.
     let _ = std::fs::remove_file(&path);
+    let kind = reg.kind();
 
     let schemes: Vec<WriteScheme> = WriteScheme::ALL
         .into_iter()
@@ -217,9 +218,10 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         default_write_scheme: WriteScheme::Nt,
         best_flush: pmkit_media::Flush::best(),
         region: format!(
-            "{} MiB file in {} (emulated PM)",
+            "{} MiB file in {} ({})",
             size >> 20,
-            a.dir.display()
+            a.dir.display(),
+            mapping_of(kind)
         ),
         second_thread_running: !a.alone,
         measurements: ms,
@@ -332,4 +334,13 @@ fn print_table(r: &Report) {
         "window",
         "4 KiB random nt write inside each protection window",
     );
+}
+
+/// What the measured region is, in words: real PM (MAP_SYNC on a DAX file system) or not.
+fn mapping_of(kind: region::RegionKind) -> &'static str {
+    match kind {
+        region::RegionKind::Dax => "DAX: mapped MAP_SYNC",
+        region::RegionKind::DevDax => "device-dax",
+        region::RegionKind::File | region::RegionKind::Anonymous => "emulated PM: not DAX, no MAP_SYNC",
+    }
 }

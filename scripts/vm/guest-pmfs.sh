@@ -1,0 +1,38 @@
+#!/bin/sh
+# In the guest: PMFS from the command line on POOL (a file on fsdax, or /dev/shm): mkfs, a FUSE
+# mount in the default protection mode (pkey on this CPU), files written, read back, renamed and
+# removed, unmount, check, and a second mount that finds every file.
+#   scripts/vm/guest-pmfs.sh POOL
+set -eu
+[ "${PMKIT_IN_VM:-}" = 1 ] || { echo "guest-pmfs.sh: runs inside scripts/vm/run.sh only" >&2; exit 2; }
+pmkit=${PMKIT:-$PWD/target/debug/pmkit}
+pool=$1 mnt=/mnt/pmfs
+modprobe fuse
+mkdir -p "$mnt"
+"$pmkit" fs mkfs "$pool" --size 64M
+mount_it() {
+    "$pmkit" fs mount "$pool" "$mnt" > /tmp/pmfs-mount.log 2>&1 &
+    i=0
+    until grep -q "^ready:" /tmp/pmfs-mount.log; do
+        i=$((i + 1)); [ "$i" -lt 600 ] || { cat /tmp/pmfs-mount.log; echo "guest-pmfs.sh: not ready"; exit 1; }
+        sleep 0.1
+    done
+    grep "^ready:" /tmp/pmfs-mount.log
+}
+mount_it
+# The default (`auto`) on a CPU with protection keys is pkey.
+if grep -qw pku /proc/cpuinfo; then
+    grep "^protection pkey" /tmp/pmfs-mount.log || { cat /tmp/pmfs-mount.log; echo "guest-pmfs.sh: auto did not pick pkey"; exit 1; }
+fi
+mkdir "$mnt/d"
+for i in 1 2 3 4 5; do head -c $((i * 10000 + 7)) /dev/urandom > "$mnt/d/f$i"; done
+(cd "$mnt/d" && sha256sum f*) > /tmp/pmfs-sums
+mv "$mnt/d/f5" "$mnt/d/g5" && sed -i 's/ f5$/ g5/' /tmp/pmfs-sums
+head -c 5000 /dev/urandom > "$mnt/gone" && rm "$mnt/gone"
+"$pmkit" fs umount "$mnt"
+"$pmkit" fs check "$pool"
+mount_it
+(cd "$mnt/d" && sha256sum -c --quiet /tmp/pmfs-sums)
+[ ! -e "$mnt/gone" ]
+"$pmkit" fs umount "$mnt"
+echo "guest-pmfs.sh: PMFS on $pool: mkfs, mount, files, unmount, check, remount: all as expected"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Build what the VM harness boots, once per kernel: the kernel uncompressed (PVH entry: fast to
+# boot under TCG) and an initramfs of busybox, the virtio and 9p modules, and scripts/vm/init.
+# Usage: scripts/vm/image.sh [KERNEL_VERSION]   (default: the newest in /lib/modules)
+# Prints the directory holding `vmlinux` and `initramfs.cpio.gz`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/lib.sh
+install_packages scripts/vm/packages.txt >&2
+ver=${1:-$(ls /lib/modules | sort -V | tail -1)}
+[ -e "/boot/vmlinuz-$ver" ] || { echo "image.sh: no /boot/vmlinuz-$ver (apt-get install linux-image-amd64)" >&2; exit 1; }
+out=${PMKIT_VM_DIR:-$PWD/target/vm}/$ver
+stamp="$out/.built-from-$(sha256sum scripts/vm/init scripts/vm/image.sh | sha256sum | cut -c1-16)"
+if [ -e "$stamp" ] && [ "$out/vmlinux" -nt "/boot/vmlinuz-$ver" ]; then echo "$out"; exit 0; fi
+rm -rf "$out" && mkdir -p "$out"
+python3 scripts/vm/extract-vmlinux.py "/boot/vmlinuz-$ver" "$out/vmlinux"
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+mkdir -p "$root"/{bin,dev,proc,sys,mods}
+cp /bin/busybox "$root/bin/busybox"
+cp scripts/vm/init "$root/init"
+chmod +x "$root/init"
+# The modules to reach the host over virtio-9p, in dependency order (insmod, no modprobe).
+: > "$root/modules.order"
+for m in virtio_pci 9pnet_virtio 9p; do
+    modprobe --show-depends -S "$ver" "$m" | awk '$1 == "insmod" { print $2 }'
+done | awk '!seen[$0]++' | while read -r ko; do
+    cp "$ko" "$root/mods/"
+    echo "/mods/$(basename "$ko")" >> "$root/modules.order"
+done
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out/initramfs.cpio.gz"
+touch "$stamp"
+echo "$out"
