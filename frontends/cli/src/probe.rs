@@ -341,6 +341,8 @@ fn mapping_of(kind: region::RegionKind) -> &'static str {
     match kind {
         region::RegionKind::Dax => "DAX: mapped MAP_SYNC",
         region::RegionKind::DevDax => "device-dax",
-        region::RegionKind::File | region::RegionKind::Anonymous => "emulated PM: not DAX, no MAP_SYNC",
+        region::RegionKind::File | region::RegionKind::Anonymous => {
+            "emulated PM: not DAX, no MAP_SYNC"
+        }
     }
 }
