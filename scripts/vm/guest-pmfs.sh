@@ -1,15 +1,16 @@
 #!/bin/sh
-# In the guest: PMFS from the command line on POOL (a file on fsdax, or /dev/shm): mkfs, a FUSE
+# In the guest: PMFS from the command line on POOL (a file on fsdax or /dev/shm, or device-dax): mkfs, a FUSE
 # mount in the default protection mode (pkey on this CPU), files written, read back, renamed and
 # removed, unmount, check, and a second mount that finds every file.
-#   scripts/vm/guest-pmfs.sh POOL
+#   scripts/vm/guest-pmfs.sh POOL   (a file, or a device-dax device)
 set -eu
 [ "${PMKIT_IN_VM:-}" = 1 ] || { echo "guest-pmfs.sh: runs inside scripts/vm/run.sh only" >&2; exit 2; }
 pmkit=${PMKIT:-$PWD/target/debug/pmkit}
 pool=$1 mnt=/mnt/pmfs
 modprobe fuse
 mkdir -p "$mnt"
-"$pmkit" fs mkfs "$pool" --size 64M
+# A device-dax device has its size, and may hold an earlier step's format: it is scratch here.
+if [ -c "$pool" ]; then "$pmkit" fs mkfs "$pool" --force; else "$pmkit" fs mkfs "$pool" --size 64M; fi
 mount_it() {
     "$pmkit" fs mount "$pool" "$mnt" > /tmp/pmfs-mount.log 2>&1 &
     i=0

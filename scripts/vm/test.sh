@@ -58,6 +58,7 @@ protection_suite > "$work/protection"
     printf 'probe: MAP_SYNC\t%s probe --dir /mnt/pmem --size-mib 16 | grep "DAX: mapped MAP_SYNC"\n' "$pmkit"
     printf 'blk on fsdax\t%s create /mnt/pmem/d.pmbd --size 64M && %s info /mnt/pmem/d.pmbd && %s check /mnt/pmem/d.pmbd\n' "$pmkit" "$pmkit" "$pmkit"
     printf 'serve on fsdax under nbd-client\tscripts/vm/guest-nbd.sh /mnt/pmem/d.pmbd\n'
+    printf 'serve with TLS under nbd-client -x\tscripts/vm/guest-nbd-tls.sh /mnt/pmem/d.pmbd\n'
     printf 'pmfs on fsdax\tscripts/vm/guest-pmfs.sh /mnt/pmem/pool\n'
     # posix's random-calls test takes /dev/shm's file system as its model of Linux and expects
     # tmpfs there (here ext4, whose directories seek differently): it runs in the first guest.
@@ -74,6 +75,7 @@ protection_suite > "$work/protection"
     printf 'devdax\tscripts/vm/guest-pmem.sh devdax\n'
     printf 'blk on devdax\t%s create /dev/dax0.0 --force && %s info /dev/dax0.0 && %s check /dev/dax0.0\n' "$pmkit" "$pmkit" "$pmkit"
     printf 'serve on devdax under nbd-client\tscripts/vm/guest-nbd.sh /dev/dax0.0\n'
+    printf 'pmfs on devdax\tscripts/vm/guest-pmfs.sh /dev/dax0.0\n'
     printf 'X-Mem slow tier on devdax\tPMKIT_TEST_DEVDAX=/dev/dax0.0 %s --exact a_device_dax_slow_tier_keeps_what_moves_there --nocapture\n' \
         "$(exe pmkit-xmem slow_tier)"
 } > "$work/devdax"
