@@ -4,8 +4,7 @@
 # written, read back over TLS; a client without TLS is refused.
 #   scripts/vm/guest-nbd-tls.sh DEVICE_FILE
 set -eu
-[ "${PMKIT_IN_VM:-}" = 1 ] || { echo "guest-nbd-tls.sh: runs inside scripts/vm/run.sh only" >&2; exit 2; }
-pmkit=${PMKIT:-$PWD/target/debug/pmkit}
+. scripts/vm/guest-lib.sh
 dev=$1 sock=/tmp/pmkit-nbd-tls.sock mnt=/mnt/nbd-tls pki=/tmp/pki
 mkdir -p "$pki/server"
 certtool --generate-privkey --key-type=ecdsa --outfile "$pki/ca-key.pem" 2>/dev/null
@@ -18,14 +17,7 @@ certtool --generate-certificate --load-privkey "$pki/server/server-key.pem" \
     --load-ca-certificate "$pki/server/ca-cert.pem" --load-ca-privkey "$pki/ca-key.pem" \
     --template "$pki/server.info" --outfile "$pki/server/server-cert.pem" 2>/dev/null
 modprobe nbd
-"$pmkit" serve "$dev" --socket "$sock" --tls require --tls-certificates "$pki/server" \
-    > /tmp/serve-tls.log 2>&1 &
-pid=$!
-i=0
-while [ ! -S "$sock" ]; do
-    i=$((i + 1)); [ "$i" -lt 300 ] || { cat /tmp/serve-tls.log; echo "guest-nbd-tls.sh: no socket"; exit 1; }
-    sleep 0.1
-done
+serve_on "$sock" "$dev" --tls require --tls-certificates "$pki/server"
 # Without TLS the server refuses (require).
 if nbd-client -unix "$sock" /dev/nbd1 -b 4096 > /tmp/plain.log 2>&1; then
     nbd-client -d /dev/nbd1 || true

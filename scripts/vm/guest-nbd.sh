@@ -4,21 +4,10 @@
 # reconnected, checked with e2fsck and every fsynced file compared with what was written.
 #   scripts/vm/guest-nbd.sh DEVICE_FILE   (a pmkit device: `pmkit create`)
 set -eu
-[ "${PMKIT_IN_VM:-}" = 1 ] || { echo "guest-nbd.sh: runs inside scripts/vm/run.sh only" >&2; exit 2; }
-pmkit=${PMKIT:-$PWD/target/debug/pmkit}
+. scripts/vm/guest-lib.sh
 dev=$1 sock=/tmp/pmkit-nbd.sock mnt=/mnt/nbd
-serve() {
-    rm -f "$sock"
-    "$pmkit" serve "$dev" --socket "$sock" > /tmp/serve.log 2>&1 &
-    pid=$!
-    i=0
-    while [ ! -S "$sock" ]; do
-        i=$((i + 1)); [ "$i" -lt 300 ] || { cat /tmp/serve.log; echo "guest-nbd.sh: no socket"; exit 1; }
-        sleep 0.1
-    done
-}
 modprobe nbd
-serve
+serve_on "$sock" "$dev"
 nbd-client -unix "$sock" /dev/nbd0 -b 4096
 mkfs.ext4 -q -F /dev/nbd0
 mkdir -p "$mnt"
@@ -36,7 +25,7 @@ wait "$pid" 2>/dev/null || true
 nbd-client -d /dev/nbd0 || true
 umount -l "$mnt" 2>/dev/null || true
 wait || true
-serve
+serve_on "$sock" "$dev"
 nbd-client -unix "$sock" /dev/nbd0 -b 4096
 rc=0
 e2fsck -fy /dev/nbd0 > /tmp/fsck.log 2>&1 || rc=$?

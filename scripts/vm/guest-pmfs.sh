@@ -4,8 +4,7 @@
 # removed, unmount, check, and a second mount that finds every file.
 #   scripts/vm/guest-pmfs.sh POOL   (a file, or a device-dax device)
 set -eu
-[ "${PMKIT_IN_VM:-}" = 1 ] || { echo "guest-pmfs.sh: runs inside scripts/vm/run.sh only" >&2; exit 2; }
-pmkit=${PMKIT:-$PWD/target/debug/pmkit}
+. scripts/vm/guest-lib.sh
 pool=$1 mnt=/mnt/pmfs
 modprobe fuse
 mkdir -p "$mnt"
@@ -13,11 +12,7 @@ mkdir -p "$mnt"
 if [ -c "$pool" ]; then "$pmkit" fs mkfs "$pool" --force; else "$pmkit" fs mkfs "$pool" --size 64M; fi
 mount_it() {
     "$pmkit" fs mount "$pool" "$mnt" > /tmp/pmfs-mount.log 2>&1 &
-    i=0
-    until grep -q "^ready:" /tmp/pmfs-mount.log; do
-        i=$((i + 1)); [ "$i" -lt 600 ] || { cat /tmp/pmfs-mount.log; echo "guest-pmfs.sh: not ready"; exit 1; }
-        sleep 0.1
-    done
+    wait_for /tmp/pmfs-mount.log grep -q "^ready:" /tmp/pmfs-mount.log
     grep "^ready:" /tmp/pmfs-mount.log
 }
 mount_it

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Build what the VM harness boots, once per kernel: the kernel uncompressed (PVH entry: fast to
 # boot under TCG) and an initramfs of busybox, the virtio and 9p modules, and scripts/vm/init.
-# Usage: scripts/vm/image.sh [KERNEL_VERSION]   (default: the newest in /lib/modules)
+# Usage: scripts/vm/image.sh [KERNEL_VERSION]   (default: the newest installed with its image)
 # Prints the directory holding `vmlinux` and `initramfs.cpio.gz`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
 install_packages scripts/vm/packages.txt >&2
-ver=${1:-$(ls /lib/modules | sort -V | tail -1)}
+# The newest kernel that has both its image and its modules (the host's own modules directory
+# may have no image in /boot).
+ver=${1:-$(for v in $(ls /lib/modules); do [ -e "/boot/vmlinuz-$v" ] && echo "$v"; done | sort -V | tail -1)}
 [ -e "/boot/vmlinuz-$ver" ] || { echo "image.sh: no /boot/vmlinuz-$ver (apt-get install linux-image-amd64)" >&2; exit 1; }
 out=${PMKIT_VM_DIR:-$PWD/target/vm}/$ver
 stamp="$out/.built-from-$(sha256sum scripts/vm/init scripts/vm/image.sh | sha256sum | cut -c1-16)"

@@ -1,6 +1,7 @@
 //! The 128-byte inode: its DRAM form and its encoding. Line 0 is hot (`{size, mtime}` and
 //! `{root, height/kind}` each 16-aligned for one 16-byte store), line 1 cold.
 
+use crate::layout::{u32_at, u64_at};
 use crate::layout::{INODE, LINE};
 
 // The byte offset of every field, in one place: `encode`/`decode` and every single-field store
@@ -143,7 +144,7 @@ impl Inode {
     }
     pub fn encode(&self) -> [u8; INODE] {
         let mut b = [0u8; INODE];
-        let mut put = |o: usize, v: &[u8]| b[o..o + v.len()].copy_from_slice(v);
+        let mut put = |o: usize, v: &[u8]| crate::layout::put(&mut b, o, v);
         put(SIZE, &self.size.to_le_bytes());
         put(MTIME, &self.mtime.to_le_bytes());
         put(ROOT, &self.root.to_le_bytes());
@@ -167,8 +168,7 @@ impl Inode {
     }
     /// Decode any 128 bytes (validation is the walk's job).
     pub fn decode(b: &[u8; INODE]) -> Inode {
-        let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let (u64at, u32at) = (|o| u64_at(b, o), |o| u32_at(b, o));
         Inode {
             size: u64at(SIZE),
             mtime: u64at(MTIME) as i64,

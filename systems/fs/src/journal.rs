@@ -1,7 +1,7 @@
 //! The undo journal: lanes of 64-byte entries with a generation word stored last, the commit
 //! protocol and recovery (roll back the uncommitted tail of every lane).
 
-use crate::layout::{Geometry, BLOCK, LINE};
+use crate::layout::{put, u64_at, Geometry, BLOCK, LINE};
 use crate::pm::Pm;
 use parking_lot::{Mutex, MutexGuard};
 use pmkit_media::Media;
@@ -33,8 +33,8 @@ impl Entry {
     /// The line's bytes before the word (the word is [`Entry::word`], stored after them).
     pub fn body(&self) -> [u8; WORD_AT] {
         let mut b = [0u8; WORD_AT];
-        b[TARGET_AT..TARGET_AT + 8].copy_from_slice(&self.target.to_le_bytes());
-        b[DATA_AT..DATA_AT + DATA].copy_from_slice(&self.data);
+        put(&mut b, TARGET_AT, &self.target.to_le_bytes());
+        put(&mut b, DATA_AT, &self.data);
         if cfg!(debug_assertions) {
             let mut line = [0u8; LINE];
             line[..WORD_AT].copy_from_slice(&b);
@@ -44,8 +44,7 @@ impl Entry {
         b
     }
     pub fn decode(b: &[u8; LINE]) -> Entry {
-        let target = u64::from_le_bytes(b[TARGET_AT..TARGET_AT + 8].try_into().expect("8 bytes"));
-        let word = u64::from_le_bytes(b[WORD_AT..LINE].try_into().expect("8 bytes"));
+        let (target, word) = (u64_at(b, TARGET_AT), u64_at(b, WORD_AT));
         let mut data = [0u8; DATA];
         data.copy_from_slice(&b[DATA_AT..WORD_AT]);
         Entry {

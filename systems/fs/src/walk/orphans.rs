@@ -86,22 +86,17 @@ impl<M: Media> Visitor<'_, M> {
                 ));
                 break;
             }
-            if node.links == 0 && named.contains(&o) {
+            // Not an orphan at all: taken off the list (its link count is set by a later round).
+            let not_orphan = if node.links == 0 && named.contains(&o) {
+                Some("has no links but a directory names it".to_string())
+            } else if node.links > 0 && !node.is(Kind::File) {
+                Some(format!("kind {} with links is not an orphan", node.kind))
+            } else {
+                None
+            };
+            if let Some(why) = not_orphan {
                 out.push(Problem::stores(
-                    format!("orphan {o}: has no links but a directory names it"),
-                    "taken off the list".into(),
-                    Some(o),
-                    None,
-                    vec![
-                        (at, node.orphan_next.to_le_bytes().to_vec()),
-                        (ioff(o, field::ORPHAN), vec![0; 8]),
-                    ],
-                ));
-                break;
-            }
-            if node.links > 0 && !node.is(Kind::File) {
-                out.push(Problem::stores(
-                    format!("orphan {o}: kind {} with links is not an orphan", node.kind),
+                    format!("orphan {o}: {why}"),
                     "taken off the list".into(),
                     Some(o),
                     None,
