@@ -18,7 +18,8 @@ fi
 # Gates first (fast, and a failing gate fails CI): fmt, clippy, doc, tidy, figures (docs/figures.md
 # regenerated from docs/results/*.json: python3 scripts/figures.py).
 bash scripts/check.sh
-# `cargo test` does not emit cdylibs; the C ABI test links libpmkit_obj.so, so build it first.
+# `cargo test` does not emit cdylibs; the C ABI tests link libpmfs.so, libpmo.so and libxmem.so,
+# and the shim's tests load libpmkit_preload.so, so build them first.
 # (This also builds pmkit-bench next to pmkit, which `pmkit bench` runs.)
 cargo build --workspace --locked
 # Tests are built with optimisation (profile.test opt-level=1) and run on 2 cores. The kill -9

@@ -23,7 +23,7 @@ fn modes() -> Vec<Protect> {
 
 #[test]
 fn every_mode_reads_and_writes_through_its_windows_and_gives_the_mapping_back() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     for (i, mode) in modes().into_iter().enumerate() {
         let path = dir.path().join(format!("r{i}"));
         let r = Region::create(&path, 1 << 20, &RegionOptions::default()).unwrap();
@@ -55,7 +55,7 @@ fn every_mode_reads_and_writes_through_its_windows_and_gives_the_mapping_back() 
 
 #[test]
 fn a_failed_store_poisons_every_mode_alike() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     for (i, mode) in modes().into_iter().enumerate() {
         let path = dir.path().join(format!("r{i}"));
         let r = Region::create(&path, 1 << 20, &RegionOptions::default()).unwrap();
@@ -78,7 +78,7 @@ fn a_failed_store_poisons_every_mode_alike() {
 
 #[test]
 fn auto_is_one_policy_for_every_media() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pku = pmkit_media::features().pku;
     let file = Region::create(&dir.path().join("f"), 1 << 20, &RegionOptions::default()).unwrap();
     let g = Guarded::open(file, None, None).unwrap();

@@ -9,7 +9,7 @@ use std::process::Command;
 
 #[test]
 fn a_sparse_file_is_allocated_at_open() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let p = dir.path().join("sparse");
     std::fs::File::create(&p).unwrap().set_len(1 << 20).unwrap();
     assert_eq!(std::fs::metadata(&p).unwrap().blocks(), 0);
@@ -34,7 +34,7 @@ fn a_sparse_file_on_a_full_file_system_is_refused_at_open() {
         eprintln!("skipped: needs root to mount a small tmpfs");
         return;
     }
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let mnt = dir.path();
     let st = Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=1M", "pmkit-test"])

@@ -30,7 +30,8 @@ for line in sys.stdin:
     if j.get("executable") and j["target"]["name"] == sys.argv[1]:
         print(j["executable"])' "$2"
 }
-cargo build --locked -p pmkit
+# The C examples link the shared libraries (cargo test does not build them).
+cargo build --locked -p pmkit -p pmkit-libpmo -p pmkit-libpmfs
 pmkit=$PWD/target/debug/pmkit
 
 # The suites whose tests pick `pkey` where the CPU has it (directly, or as `auto`'s choice on a
@@ -38,8 +39,8 @@ pmkit=$PWD/target/debug/pmkit
 protection_suite() {
     local t
     for t in "pmkit-media guard" "pmkit-blk stray" "pmkit-blk basic" "pmkit-blk atomic_race" \
-        "pmkit-obj protect" "pmkit-obj c_abi" "pmkit-fs stray" "pmkit-fs api" "pmkit-fs xip" \
-        "pmkit-fs posix" "pmkit-fs model" "pmkit-fs c_abi" "pmkit-fs crash_tail"; do
+        "pmkit-obj protect" "pmkit-libpmo c_abi" "pmkit-fs stray" "pmkit-fs api" "pmkit-fs xip" \
+        "pmkit-fs posix" "pmkit-fs model" "pmkit-libpmfs c_abi" "pmkit-fs crash_tail"; do
         set -- $t
         printf '%s %s\t%s --test-threads 2\n' "$1" "$2" "$(exe "$1" "$2")"
     done

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Layer {
-    /// The PMFS C ABI in the driver's process (`libpmkit_fs.so`).
+    /// The PMFS C ABI in the driver's process (`libpmfs.so`).
     Library,
     /// The unmodified POSIX driver under `LD_PRELOAD=libpmkit_preload.so`.
     Shim,

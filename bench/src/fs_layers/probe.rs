@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 const FSOPS_C: &str = include_str!("../../drivers/fsops.c");
 const NBDOPS_C: &str = include_str!("../../drivers/nbdops.c");
-const PMFS_H: &str = include_str!("../../../systems/fs/include/pmfs.h");
+const PMFS_H: &str = include_str!("../../../frontends/c/pmfs/include/pmfs.h");
 
 /// The compiled drivers.
 pub(super) struct Drivers {
@@ -23,7 +23,7 @@ pub(super) struct Drivers {
     pub nbd: Option<PathBuf>,
 }
 
-/// Where `libpmkit_fs.so` is: `$PMKIT_FS_LIB_DIR`, or beside this binary (cargo puts both in
+/// Where `libpmfs.so` is: `$PMKIT_FS_LIB_DIR`, or beside this binary (cargo puts both in
 /// target/release).
 fn pmfs_lib_dir() -> Result<PathBuf> {
     let d = match std::env::var_os("PMKIT_FS_LIB_DIR") {
@@ -34,8 +34,8 @@ fn pmfs_lib_dir() -> Result<PathBuf> {
             .to_path_buf(),
     };
     ensure!(
-        d.join("libpmkit_fs.so").is_file(),
-        "libpmkit_fs.so is not in {}: build it (`cargo build --release -p pmkit-fs`) or name its \
+        d.join("libpmfs.so").is_file(),
+        "libpmfs.so is not in {}: build it (`cargo build --release -p pmkit-libpmfs`) or name its \
          directory in PMKIT_FS_LIB_DIR",
         d.display()
     );
@@ -79,12 +79,12 @@ pub(super) fn build(dir: &Path, nbd: bool) -> Result<Drivers> {
             src.as_os_str(),
             libdir.as_ref(),
             rpath.as_ref(),
-            "-lpmkit_fs".as_ref(),
+            "-lpmfs".as_ref(),
             "-o".as_ref(),
             pmfs.as_os_str(),
         ],
         "fsops on the PMFS C ABI",
-        "libpmkit_fs.so",
+        "libpmfs.so",
     )?;
     let nbd = if nbd {
         let src = dir.join("nbdops.c");

@@ -1,14 +1,11 @@
 //! What the benches' smoke tests share: tool checks and reading a `--json` run.
 
 use serde_json::Value;
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// `tool` is on PATH.
 pub(crate) fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    pmkit_testkit::have(tool)
 }
 
 /// The JSON a `--json` run printed, which must be all it printed on stdout.

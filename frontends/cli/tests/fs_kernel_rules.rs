@@ -38,7 +38,7 @@ fn set_id_bits_follow_the_kernels_rules_on_the_mount() {
     if !can_run() {
         return;
     }
-    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let model_dir = pmkit_testkit::scratch();
     let want = run_in(model_dir.path());
     assert!(want.contains("EPERM"), "the model ran: {want}");
     for t in transports() {
@@ -79,7 +79,7 @@ fn seek_data_and_hole_match_the_kernels_on_the_mount() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
-    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let model_dir = pmkit_testkit::scratch();
     let want = run(model_dir.path());
     assert!(
         want.contains("holes 4096 1048576 4096"),

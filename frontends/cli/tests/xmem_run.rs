@@ -3,14 +3,13 @@
 //! line; where the regions end up follows the saved profile, then a priority over it. A
 //! program that never calls `xmem_init` gets a note, and exit codes pass through.
 //!
-//! Needs gcc (scripts/test-packages.txt) and libpmkit_xmem.so (`cargo build --workspace`, which
+//! Needs gcc (scripts/test-packages.txt) and libxmem.so (`cargo build --workspace`, which
 //! scripts/test.sh runs first): skipped without gcc, failed in CI.
 
 mod serve_util;
 
 use serve_util::*;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 const PROGRAM: &str = r#"
 #include <stdio.h>
@@ -33,35 +32,12 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// target/<profile>/, where `cargo build --workspace` left libpmkit_xmem.so.
-fn libdir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
 fn build(dir: &Path) -> String {
-    let lib = libdir();
-    assert!(
-        lib.join("libpmkit_xmem.so").exists(),
-        "{}/libpmkit_xmem.so missing: run `cargo build --workspace` first",
-        lib.display()
-    );
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../systems/xmem/include");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../c/xmem/include");
     let (src, bin) = (dir.join("twotags.c"), dir.join("twotags"));
     std::fs::write(&src, PROGRAM).unwrap();
-    let o = Command::new("gcc")
-        .args(["-std=c11", "-Wall", "-Werror", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .arg("-I")
-        .arg(&include)
-        .arg("-L")
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lpmkit_xmem")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "gcc: {}", text(&o));
+    pmkit_testkit::cexample::build(&src, &include, "xmem", &bin)
+        .expect("gcc is needed (scripts/test-packages.txt)");
     bin.to_str().unwrap().to_owned()
 }
 
@@ -120,7 +96,7 @@ fn the_command_line_places_an_x_mem_program() {
     if !have(&["gcc"]) {
         return;
     }
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let d = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
     let bin = build(dir.path());
     let pm = d("pm.img");

@@ -9,35 +9,25 @@ use std::ffi::{c_int, c_long, c_uint, c_void};
 use std::sync::Arc;
 
 /// # Safety
-/// `buf` NULL with `n` 0, or valid for `n` bytes of writes (the caller's buffer, never PM).
-#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
+/// `buf` NULL with `n` 0, or valid for `n` bytes of writes (the caller's buffer, never PM) and
+/// used by no one else during the call (read(2)'s contract).
 unsafe fn out_buf<'a>(buf: *mut c_void, n: usize) -> Result<&'a mut [u8], c_int> {
-    if n == 0 {
-        return Ok(&mut []);
+    if n > 0 {
+        // A bad pointer is EFAULT, as the kernel answers, not a fault in the shim.
+        crate::guarded::check(buf.cast(), n, true)?;
     }
-    if buf.is_null() {
-        return Err(libc::EFAULT);
-    }
-    crate::guarded::check(buf.cast(), n, true)?;
-    // SAFETY: not NULL and writable now (checked), valid for `n` bytes and not used by anyone
-    // else during the call (read(2)'s contract).
-    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) })
+    // SAFETY: writable now (checked) and the caller's contract.
+    unsafe { pmkit_cabi::slice_mut(buf.cast::<u8>(), n) }.ok_or(libc::EFAULT)
 }
 
 /// # Safety
-/// As [`out_buf`], for reads of the buffer.
-#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
+/// As [`out_buf`], for reads of the buffer (write(2)'s contract).
 unsafe fn in_buf<'a>(buf: *const c_void, n: usize) -> Result<&'a [u8], c_int> {
-    if n == 0 {
-        return Ok(&[]);
+    if n > 0 {
+        crate::guarded::check(buf.cast(), n, false)?;
     }
-    if buf.is_null() {
-        return Err(libc::EFAULT);
-    }
-    crate::guarded::check(buf.cast(), n, false)?;
-    // SAFETY: not NULL and readable now (checked), valid for `n` bytes of reads (write(2)'s
-    // contract).
-    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) })
+    // SAFETY: readable now (checked) and the caller's contract.
+    unsafe { pmkit_cabi::slice(buf.cast::<u8>(), n) }.ok_or(libc::EFAULT)
 }
 
 fn offset(off: i64) -> Result<u64, c_int> {

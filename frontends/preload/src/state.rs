@@ -216,16 +216,7 @@ pub(crate) fn enter<T>(err: T, f: impl FnOnce(&Posix<Region>) -> Result<T, c_int
     }
 }
 
-/// The calling thread's errno.
-pub(crate) fn errno() -> c_int {
-    // SAFETY: errno is the calling thread's own variable.
-    unsafe { *libc::__errno_location() }
-}
-
-pub(crate) fn set_errno(code: c_int) {
-    // SAFETY: errno is the calling thread's own variable.
-    unsafe { *libc::__errno_location() = code };
-}
+pub(crate) use pmkit_cabi::{errno, set_errno};
 
 /// `mode` less the process's umask, as the kernel applies it to a file or directory it
 /// creates.

@@ -12,7 +12,7 @@ use std::process::Command;
 /// argument on tmpfs, the model, and on the pool through the shim: both print the same.
 fn same_as_the_kernel(script: &str) {
     let script = format!("{}/../cli/tests/data/{script}", env!("CARGO_MANIFEST_DIR"));
-    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let model_dir = pmkit_testkit::scratch();
     let model = Command::new("python3")
         .args([&script, model_dir.path().to_str().unwrap()])
         .output()
@@ -62,7 +62,7 @@ fn relative_paths_are_limited_by_their_own_length_not_the_directorys() {
              print(open('f' * 200).read(), len(os.listdir('.')), os.stat('f' * 200).st_size)\n"
         )
     };
-    let model_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let model_dir = pmkit_testkit::scratch();
     let model = Command::new("python3")
         .args(["-c", &script(model_dir.path().to_str().unwrap())])
         .output()

@@ -117,7 +117,7 @@ const CHILD: &str = "PMKIT_STRAY_CHILD";
 /// second thread store into the data block; the fault kills the process (the parent checks).
 #[test]
 fn stray_child_entry() {
-    let Ok(mode) = std::env::var(CHILD) else {
+    let Some(mode) = pmkit_testkit::child::case(CHILD) else {
         return;
     };
     let protect: Protect = mode.parse().unwrap();
@@ -151,20 +151,7 @@ fn stray_child_entry() {
 
 /// Run `stray_child_entry` for `mode` in a fresh process; how it ended.
 fn run_child(mode: Protect) -> std::process::ExitStatus {
-    // The child dies by the fault: its directory lives in one this process removes.
-    let base = shm_dir();
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .env(SHM_BASE, base.path())
-        .args([
-            "--exact",
-            "stray_child_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, mode.name())
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap()
+    pmkit_testkit::child::run("stray_child_entry", CHILD, mode.name()).status
 }
 
 #[test]

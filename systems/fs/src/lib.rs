@@ -13,7 +13,6 @@ mod costs;
 mod data;
 mod dir;
 mod error;
-pub mod ffi;
 mod inode;
 mod journal;
 pub mod layout;

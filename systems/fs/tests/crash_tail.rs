@@ -91,7 +91,7 @@ fn one_fence_appends_are_whole_or_absent_and_never_undone_once_done() {
 /// clears the record, so a crash later keeps what was stored there.
 #[test]
 fn a_mapped_range_is_not_rolled_back() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let path = dir.path().join("pool");
     let r = Region::create(&path, 4 << 20, &Default::default()).unwrap();
     Fs::mkfs(&r, &MkfsOptions::default()).unwrap();

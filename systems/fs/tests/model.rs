@@ -153,7 +153,7 @@ proptest! {
 
     #[test]
     fn model_on_a_region_in_dev_shm(steps in prop::collection::vec(step(), 1..40), atomic in any::<bool>()) {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let dir = pmkit_testkit::scratch();
         let r = Region::create(&dir.path().join("pool"), 2 << 20, &RegionOptions::default()).unwrap();
         let mode = if atomic { DataMode::Atomic } else { DataMode::InPlace };
         run(r, &steps, mode)?;

@@ -414,7 +414,7 @@ fn sorted(mut v: Vec<(String, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn random_calls_match_the_kernel_and_survive_a_remount() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pool = made(dir.path());
     let model = dir.path().join("model");
     std::fs::create_dir(&model).unwrap();
@@ -471,7 +471,7 @@ fn random_calls_match_the_kernel_and_survive_a_remount() {
 
 #[test]
 fn an_unlinked_open_file_keeps_its_inode_and_data() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pool = made(dir.path());
     let fs = mounted(&pool);
     let old = fs.open(b"b", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
@@ -489,7 +489,7 @@ fn an_unlinked_open_file_keeps_its_inode_and_data() {
 
 #[test]
 fn links_to_dot_and_dotdot_resolve_like_linux() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pool = made(dir.path());
     let fs = mounted(&pool);
     fs.mkdir(b"/d", 0o755).unwrap();
@@ -545,7 +545,7 @@ fn links_to_dot_and_dotdot_resolve_like_linux() {
 
 #[test]
 fn a_final_dot_or_dotdot_is_never_removed_or_renamed() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pool = made(dir.path());
     let fs = mounted(&pool);
     fs.mkdir(b"/d", 0o755).unwrap();
@@ -582,7 +582,7 @@ fn a_final_dot_or_dotdot_is_never_removed_or_renamed() {
 #[test]
 fn with_credentials_the_mode_bits_are_checked_as_linux_does() {
     use pmkit_fs::posix::Cred;
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pool = made(dir.path());
     let fs = mounted(&pool);
     let rw = libc::O_RDWR;

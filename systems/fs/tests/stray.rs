@@ -10,8 +10,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
 const CHILD: &str = "PMKIT_FS_STRAY_CHILD";
-/// A directory the parent removes, for the child's pool.
-const SHM_BASE: &str = "PMKIT_FS_STRAY_DIR";
 const OPS_OK: &str = "fs operations ok";
 
 /// The modes this machine can run: `pkey` only where the CPU has protection keys.
@@ -91,13 +89,12 @@ fn exercise(fs: &Fs<Region>) -> u64 {
 /// thread into the superblock and into the inode table.
 #[test]
 fn stray_child_entry() {
-    let Ok(mode) = std::env::var(CHILD) else {
+    let Some(mode) = pmkit_testkit::child::case(CHILD) else {
         return;
     };
     let protect = Protect::parse_choice(&mode).unwrap();
-    // In the parent's directory (`SHM_BASE`): this process dies without cleaning up.
-    let base = std::env::var_os(SHM_BASE).expect("the parent's directory");
-    let dir = tempfile::tempdir_in(base).unwrap();
+    // In the parent's directory: this process dies without cleaning up.
+    let dir = pmkit_testkit::scratch();
     let (path, fs) = mounted(dir.path(), protect);
     exercise(&fs);
     println!("{OPS_OK}: {}", fs.protection().0);
@@ -117,18 +114,7 @@ fn stray_child_entry() {
 fn a_stray_store_from_another_thread_faults() {
     for protect in modes() {
         let name = protect.map_or("auto", Protect::name);
-        let base = tempfile::tempdir_in("/dev/shm").unwrap();
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .env(SHM_BASE, base.path())
-            .args([
-                "--exact",
-                "stray_child_entry",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD, name)
-            .output()
-            .unwrap();
+        let out = pmkit_testkit::child::run("stray_child_entry", CHILD, name);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             stdout.contains(OPS_OK),
@@ -154,7 +140,7 @@ fn a_stray_store_from_another_thread_faults() {
 
 #[test]
 fn auto_picks_pkey_or_kernel_on_a_file_pt_on_memory_and_none_on_the_simulator() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let (_, fs) = mounted(dir.path(), None);
     let want = if pmkit_media::features().pku {
         Protect::Pkey
@@ -196,7 +182,7 @@ fn auto_picks_pkey_or_kernel_on_a_file_pt_on_memory_and_none_on_the_simulator() 
 
 #[test]
 fn kernel_mode_survives_a_remount_and_gives_the_mapping_back_writable() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let (_, fs) = mounted(dir.path(), Some(Protect::Kernel));
     let f = exercise(&fs);
     let r = fs.unmount();

@@ -46,7 +46,7 @@ fn stores_through_the_view_are_the_files_bytes_in_every_protection_mode() {
         Protect::Private,
     ] {
         let protect = Some(mode);
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let dir = pmkit_testkit::scratch();
         let pool = pool(dir.path());
         let fs = mounted(&pool, protect);
         let fd = fs
@@ -88,7 +88,7 @@ fn stores_through_the_view_are_the_files_bytes_in_every_protection_mode() {
 
 #[test]
 fn two_mib_blocks_map_at_two_mib_aligned_addresses() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pool = pool(dir.path());
     let fs = mounted(&pool, None);
     let fd = fs
@@ -116,7 +116,7 @@ fn two_mib_blocks_map_at_two_mib_aligned_addresses() {
 
 #[test]
 fn the_rules_while_mapped() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pool = pool(dir.path());
     let fs = mounted(&pool, None);
     let fd = fs.open(b"/f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
@@ -156,7 +156,7 @@ fn the_rules_while_mapped() {
 
 #[test]
 fn bad_maps_are_refused() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pool = pool(dir.path());
     let fs = mounted(&pool, None);
     let err = |r: pmkit_fs::Result<pmkit_fs::posix::MapView>| r.unwrap_err().errno();
@@ -221,7 +221,7 @@ fn smaps_of(addr: usize) -> String {
 
 #[test]
 fn a_hinted_file_written_in_4k_appends_maps_2mib_aligned() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let pool = pool(dir.path());
     let fs = mounted(&pool, None);
     let mk = |name: &[u8], huge: bool| {

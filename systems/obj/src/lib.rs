@@ -13,13 +13,12 @@
 //! Modules: `layout` (on-media format), `pool` (the pool, split by job; `pool::shadow` holds
 //! the two shadows), `staging` and `keys` (DRAM shadow buffers and their protection keys),
 //! `faults` (write-fault tracking), `bits` (page sets), `alloc` (the object area's free
-//! extents), `ffi` (the C ABI).
+//! extents). The C ABI is `libpmo` (`frontends/c/pmo`).
 
 mod alloc;
 mod bits;
 pub mod error;
 mod faults;
-pub mod ffi;
 mod keys;
 pub mod layout;
 pub mod pool;

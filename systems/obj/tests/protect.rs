@@ -14,9 +14,7 @@
 use pmkit_media::Region;
 use pmkit_obj::{Access, Pool, PoolOptions, Shadow, Tracking};
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 const CHILD: &str = "PMO_CHILD";
 
@@ -52,7 +50,7 @@ fn pool_for(case: &str) -> Pool<Region> {
 /// The child side: runs only when `PMO_CHILD` is set.
 #[test]
 fn child_entry() {
-    let Ok(case) = std::env::var(CHILD) else {
+    let Some(case) = pmkit_testkit::child::case(CHILD) else {
         return;
     };
     let pool = pool_for(&case);
@@ -272,26 +270,10 @@ unsafe fn thread_case(pool: &Pool<Region>, case: &str) {
     });
 }
 
-/// Run one case in a child process; a child that neither exits nor dies within 60 s (a fault
-/// handler retrying forever) is killed and fails the test.
+/// Run one case in a child process; a child that neither exits nor dies within the kit's limit
+/// (a fault handler retrying forever) is killed and fails the test.
 fn run_child(case: &str) -> std::process::ExitStatus {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(CHILD, case)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("{case}: child still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    pmkit_testkit::child::run("child_entry", CHILD, case).status
 }
 
 #[test]

@@ -15,7 +15,6 @@ pub mod config;
 pub mod error;
 mod fast;
 mod fault;
-pub mod ffi;
 pub mod handle;
 pub mod heap;
 mod migrate;
@@ -85,6 +84,12 @@ pub struct Tag(u32);
 impl Tag {
     pub fn id(self) -> u32 {
         self.0
+    }
+
+    /// The tag numbered `id`, as a C caller holds it: a number no [`XMem::tag`] gave is
+    /// refused by every call that takes it ([`XmemError::UnknownTag`]).
+    pub fn from_id(id: u32) -> Tag {
+        Tag(id)
     }
 }
 

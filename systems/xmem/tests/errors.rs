@@ -30,7 +30,7 @@ fn unknown_tag_is_refused() {
 
 #[test]
 fn budget_larger_than_memory_is_refused() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let mut cfg = Config::new(dir.path().join("pm.img"), 64 << 20, 1 << 50);
     cfg.reserve = 1 << 46; // 64 TiB of address space: 1M regions of 64 MiB is over the limit
     assert!(matches!(
@@ -141,7 +141,7 @@ fn bad_layouts_and_configs_are_refused() {
         Err(XmemError::BadLayout { .. })
     ));
     assert!(f.xmem.set_profile(t, [f64::NAN, 0.0, 0.0]).is_err());
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let mut cfg = Config::new(dir.path().join("pm.img"), 4 * MIB as u64, 0);
     cfg.region_size = 3 * MIB;
     assert!(matches!(
@@ -169,7 +169,7 @@ fn full_pm_tier_is_an_error() {
 
 #[test]
 fn an_existing_pm_file_is_refused_and_kept() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let path = dir.path().join("pm.img");
     std::fs::write(&path, b"somebody's data").unwrap();
     let mut cfg = Config::new(&path, 4 * MIB as u64, 0);

@@ -6,27 +6,19 @@ mod common;
 use common::*;
 use pmkit_xmem::Tier;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 
 const CHILD: &str = "PMKIT_XMEM_FAULT_CHILD";
 
 fn run_child(case: &str) -> std::process::ExitStatus {
     // The child dies by the fault: its fixture lives in a directory this process removes.
-    let base = tempfile::tempdir_in("/dev/shm").unwrap();
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, case)
-        .env(SHM_BASE, base.path())
-        .output()
-        .unwrap()
-        .status
+    pmkit_testkit::child::run("child", CHILD, case).status
 }
 
 /// The child: set up X-Mem (with a migration first, so the handler is installed and has seen
 /// one), then make the fault named by the environment.
 #[test]
 fn child() {
-    let Ok(case) = std::env::var(CHILD) else {
+    let Some(case) = pmkit_testkit::child::case(CHILD) else {
         return; // run only as a child
     };
     let f = fixture(8, 8, 1);

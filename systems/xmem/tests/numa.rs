@@ -33,7 +33,7 @@ fn dram_regions_are_bound_to_the_fast_node_on_node_0() {
         })
         .unwrap_or(0);
     eprintln!("NUMA nodes here: {nodes} (plumbing on node 0 only)");
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let x = XMem::new(config(dir.path(), Some(0))).unwrap();
     let t = x.tag("t").unwrap();
     let fast = x.alloc(t, 2 * MIB, 4096).unwrap();
@@ -56,7 +56,7 @@ fn dram_regions_are_bound_to_the_fast_node_on_node_0() {
     assert!(holds(fast.as_ptr(), 4096, 1) && holds(slow.as_ptr(), 4096, 2));
 
     // Without fast_node, DRAM keeps the default policy.
-    let dir2 = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir2 = pmkit_testkit::scratch();
     let y = XMem::new(config(dir2.path(), None)).unwrap();
     let p = y.alloc(y.tag("t").unwrap(), 64, 8).unwrap();
     fill(p.as_ptr(), 64, 3);
@@ -65,7 +65,7 @@ fn dram_regions_are_bound_to_the_fast_node_on_node_0() {
 
 #[test]
 fn a_missing_node_is_refused() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     assert!(matches!(
         XMem::new(config(dir.path(), Some(1000))),
         Err(XmemError::BadConfig(_))
@@ -87,7 +87,7 @@ fn node_tier(dir: &std::path::Path, slow_regions: usize) -> Config {
 
 #[test]
 fn a_numa_slow_tier_binds_regions_and_moves_them_by_mbind_on_node_0() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let x = XMem::new(node_tier(dir.path(), 2)).unwrap();
     assert!(
         !dir.path().join("pm.img").exists(),
@@ -178,7 +178,7 @@ fn a_numa_slow_tier_binds_regions_and_moves_them_by_mbind_on_node_0() {
 
 #[test]
 fn a_numa_slow_tier_is_refused_without_a_fast_node_or_with_a_missing_node() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let mut cfg = node_tier(dir.path(), 2);
     cfg.fast_node = None;
     let err = XMem::new(cfg).err().expect("refused");
@@ -190,7 +190,7 @@ fn a_numa_slow_tier_is_refused_without_a_fast_node_or_with_a_missing_node() {
 
 #[test]
 fn rebalance_moves_regions_across_a_numa_slow_tier() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let x = XMem::new(node_tier(dir.path(), 2)).unwrap();
     let (a, b) = (x.tag("a").unwrap(), x.tag("b").unwrap());
     let pa = x.alloc(a, MIB, 4096).unwrap();

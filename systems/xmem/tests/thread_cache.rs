@@ -13,7 +13,7 @@ use std::ptr::NonNull;
 
 /// `regions` regions of 2 MiB, PM and DRAM for half each, thread caches on.
 fn cached(regions: usize) -> (pmkit_xmem::XMem, tempfile::TempDir) {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let half = (regions / 2 * 2 * MIB) as u64;
     let mut cfg = pmkit_xmem::Config::new(dir.path().join("pm"), half, half);
     cfg.region_size = 2 * MIB;
@@ -118,7 +118,7 @@ fn cross_thread_frees_and_a_flush_returns_emptied_regions() {
 
 #[test]
 fn without_thread_caches_frees_are_exact_at_once() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let mut cfg = pmkit_xmem::Config::new(dir.path().join("pm"), 8 << 20, 8 << 20);
     cfg.region_size = 2 * MIB;
     cfg.reserve = 16 * MIB;

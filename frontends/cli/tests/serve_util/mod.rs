@@ -14,23 +14,7 @@ pub(crate) const PMKIT: &str = env!("CARGO_BIN_EXE_pmkit");
 /// True when every tool is installed. Missing tools fail the test in CI (CI set) and skip it,
 /// with a note, elsewhere.
 pub(crate) fn have(tools: &[&str]) -> bool {
-    for t in tools {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .stdout(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !found {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "`{t}` is required by this test in CI; it is installed from scripts/test-packages.txt"
-            );
-            eprintln!("skipping: `{t}` is not installed");
-            return false;
-        }
-    }
-    true
+    pmkit_testkit::need_tool(tools)
 }
 
 /// Root, /dev/fuse and a free loop device: needed for nbdfuse + losetup.
@@ -74,10 +58,7 @@ pub(crate) fn ok(secs: u64, cmd: &[&str]) -> String {
 
 /// A scratch directory in /dev/shm (emulated PM), removed on drop.
 pub(crate) fn shm_dir(prefix: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in("/dev/shm")
-        .unwrap()
+    pmkit_testkit::scratch_named(prefix)
 }
 
 /// A device file in /dev/shm, removed on drop.

@@ -36,19 +36,12 @@ fn so() -> PathBuf {
 
 /// Whether `tool` runs; outside CI a missing tool skips the test, in CI it fails.
 pub(crate) fn have(tool: &str) -> bool {
-    match Command::new(tool).arg("--version").output() {
-        Ok(_) => true,
-        Err(e) if std::env::var("CI").is_err() => {
-            eprintln!("note: skipping: {tool} missing ({e})");
-            false
-        }
-        Err(e) => panic!("{tool} missing in CI ({e}): see scripts/test-packages.txt"),
-    }
+    pmkit_testkit::need_tool(&[tool])
 }
 
 impl Shim {
     pub(crate) fn new() -> Shim {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let dir = pmkit_testkit::scratch();
         let pool = dir.path().join("pool");
         let region = Region::create(&pool, 64 << 20, &RegionOptions::default()).unwrap();
         Fs::mkfs(&region, &MkfsOptions::default()).unwrap();

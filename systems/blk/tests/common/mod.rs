@@ -5,24 +5,11 @@ use pmkit_blk::{CreateOptions, Device, EngineOptions, Protect, WriteScheme};
 use pmkit_media::Region;
 use std::path::PathBuf;
 
-/// A scratch directory on tmpfs (emulated PM), removed on drop.
+/// A scratch directory on tmpfs (emulated PM), removed on drop (in a child process: inside
+/// the directory its parent removes).
 pub(crate) fn shm_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("pmkit-blk-test")
-        .tempdir_in(shm_base())
-        .expect("cannot create a dir in /dev/shm")
+    pmkit_testkit::scratch_named("pmkit-blk-test")
 }
-
-/// Where test directories go: /dev/shm, or the directory a parent test handed a child process
-/// it expects to die (`SHM_BASE`), which the parent removes: a killed child cleans up nothing.
-#[allow(dead_code)]
-pub(crate) fn shm_base() -> std::path::PathBuf {
-    std::env::var_os(SHM_BASE).map_or_else(|| "/dev/shm".into(), Into::into)
-}
-
-/// The variable a parent sets to give its child processes a directory it will remove.
-#[allow(dead_code)]
-pub(crate) const SHM_BASE: &str = "PMKIT_TEST_SHM_BASE";
 
 /// Every protection mode this machine can run (pkey only with pku).
 pub(crate) fn modes() -> Vec<Protect> {

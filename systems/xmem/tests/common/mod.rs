@@ -40,7 +40,7 @@ pub(crate) fn fixture_cfg(
     fast_regions: usize,
     set: impl FnOnce(&mut Config),
 ) -> Fixture {
-    let dir = tempfile::tempdir_in(shm_base()).expect("tempdir in /dev/shm");
+    let dir = pmkit_testkit::scratch_named("pmkit-xmem-test");
     let mut cfg = Config::new(
         dir.path().join("pm.img"),
         (pm_regions * 2 * MIB) as u64,
@@ -68,13 +68,3 @@ pub(crate) fn holds(p: *const u8, len: usize, seed: u8) -> bool {
     // SAFETY: as for fill.
     (0..len).all(|i| unsafe { p.add(i).read() } == seed.wrapping_add(i as u8))
 }
-
-/// Where fixtures' directories go: /dev/shm, or the directory a parent test handed a child
-/// process it expects to die (`SHM_BASE`), which the parent removes.
-pub(crate) fn shm_base() -> std::path::PathBuf {
-    std::env::var_os(SHM_BASE).map_or_else(|| "/dev/shm".into(), Into::into)
-}
-
-/// The variable a parent sets to give its child processes a directory it will remove.
-#[allow(dead_code)]
-pub(crate) const SHM_BASE: &str = "PMKIT_TEST_SHM_BASE";

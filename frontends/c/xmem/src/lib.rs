@@ -1,13 +1,12 @@
-//! The C ABI (`include/xmem.h`) with the thesis's names: one process-wide X-Mem set up by
+//! libxmem, the C ABI of X-Mem (`include/xmem.h`) with the thesis's names: one process-wide X-Mem set up by
 //! `xmem_init`, `xmalloc(tag, size)`, `xfree`, `xmem_priority`, plus tags by name, calloc,
 //! realloc, profiles, rebalance and statistics as JSON. Functions returning `int` give 0 (or a
 //! count) or a negative `XMEM_E*` code and leave a message for `xmem_errmsg()`; allocation
 //! functions return NULL instead. Panics are caught at the boundary (`XMEM_EINTERNAL`).
 
-use crate::error::XmemError;
-use crate::{spec, Tag, XMem};
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
+use pmkit_cabi::Failure;
+use pmkit_xmem::{spec, Tag, Tier, XMem, XmemError};
+use std::ffi::{c_char, c_int, c_long, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
@@ -26,15 +25,6 @@ const ALIGN: usize = 16;
 
 static XMEM: OnceLock<XMem> = OnceLock::new();
 
-thread_local! {
-    static LAST: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_msg(msg: &str) {
-    let c = CString::new(msg.replace('\0', " ")).expect("NULs replaced");
-    LAST.with(|l| *l.borrow_mut() = c);
-}
-
 fn code(e: &XmemError) -> c_int {
     match e {
         XmemError::UnknownTag(_) | XmemError::TooManyTags { .. } => XMEM_ENOTAG,
@@ -50,38 +40,39 @@ fn code(e: &XmemError) -> c_int {
 }
 
 /// Run `f` at the boundary: errors and panics become a code and a message.
-fn guard(f: impl FnOnce() -> Result<c_int, (c_int, String)>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(n)) => n,
-        Ok(Err((c, m))) => {
-            set_msg(&m);
-            c
-        }
-        Err(_) => {
-            set_msg("internal error (a panic in pmkit-xmem)");
-            XMEM_EINTERNAL
-        }
-    }
+fn guard(f: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
+    pmkit_cabi::call("libxmem", XMEM_EINTERNAL, f).unwrap_or_else(|code| {
+        // xmem.h's codes: every failure is one of the negative XMEM_E* values, never a count.
+        debug_assert!((XMEM_EINTERNAL..XMEM_OK).contains(&code), "code {code}");
+        code
+    })
 }
 
-fn err(e: XmemError) -> (c_int, String) {
+/// # Safety
+/// `s` is NULL or a NUL-terminated string.
+unsafe fn cstr<'a>(s: *const c_char, what: &str) -> Result<&'a [u8], Failure> {
+    // SAFETY: the caller's contract.
+    unsafe { pmkit_cabi::bytes(s) }.ok_or_else(|| (XMEM_EINVAL, format!("{what} is NULL")))
+}
+
+fn err(e: XmemError) -> Failure {
     (code(&e), e.to_string())
 }
 
-fn xmem() -> Result<&'static XMem, (c_int, String)> {
+fn xmem() -> Result<&'static XMem, Failure> {
     XMEM.get()
         .ok_or((XMEM_EINIT, "xmem_init has not been called".into()))
 }
 
-fn tag(t: c_int) -> Result<Tag, (c_int, String)> {
+fn tag(t: c_int) -> Result<Tag, Failure> {
     u32::try_from(t)
-        .map(Tag)
+        .map(Tag::from_id)
         .map_err(|_| (XMEM_ENOTAG, format!("unknown tag {t}")))
 }
 
 /// Set up the process's X-Mem from `spec` (NULL or "" for the defaults), with the keys of the
 /// environment variable `PMKIT_XMEM` (what `pmkit xmem run` sets) overriding it; see
-/// [`crate::spec`]. Once per process.
+/// [`pmkit_xmem::spec`]. Once per process.
 ///
 /// # Safety
 /// `spec` is NULL or a NUL-terminated string.
@@ -92,8 +83,8 @@ pub unsafe extern "C" fn xmem_init(spec: *const c_char) -> c_int {
             String::new()
         } else {
             // SAFETY: the caller passes a NUL-terminated string.
-            unsafe { CStr::from_ptr(spec) }
-                .to_str()
+            let b = unsafe { cstr(spec, "spec") }?;
+            std::str::from_utf8(b)
                 .map_err(|_| (XMEM_EINVAL, "spec is not UTF-8".to_string()))?
                 .to_owned()
         };
@@ -154,11 +145,8 @@ extern "C" fn write_stats_at_exit() {
 #[no_mangle]
 pub unsafe extern "C" fn xmem_tag(name: *const c_char) -> c_int {
     guard(|| {
-        if name.is_null() {
-            return Err((XMEM_EINVAL, "name is NULL".into()));
-        }
-        // SAFETY: not NULL (checked); the caller passes a NUL-terminated string.
-        let n = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        // SAFETY: the caller passes NULL or a NUL-terminated string.
+        let n = String::from_utf8_lossy(unsafe { cstr(name, "name") }?);
         Ok(xmem()?.tag(&n).map_err(err)?.id() as c_int)
     })
 }
@@ -202,7 +190,7 @@ pub extern "C" fn xmem_rebalance() -> c_int {
 }
 
 /// Run an allocation at the boundary: NULL and a message on any failure.
-fn alloc_guard(f: impl FnOnce() -> Result<*mut c_void, (c_int, String)>) -> *mut c_void {
+fn alloc_guard(f: impl FnOnce() -> Result<*mut c_void, Failure>) -> *mut c_void {
     let mut out = std::ptr::null_mut();
     let rc = guard(|| {
         out = f()?;
@@ -280,7 +268,7 @@ pub unsafe extern "C" fn xfree(p: *mut c_void) {
     // SAFETY: the caller's contract, passed on.
     let rc = unsafe { xmem_free(p) };
     if rc != XMEM_OK {
-        let msg = LAST.with(|l| l.borrow().to_string_lossy().into_owned());
+        let msg = pmkit_cabi::message_text();
         eprintln!("xfree({p:p}): {msg}");
         std::process::abort();
     }
@@ -342,7 +330,7 @@ fn stats_json(x: &XMem) -> String {
                 r.index,
                 r.tag.id(),
                 json_str(&name),
-                if r.tier == crate::Tier::Fast { "dram" } else { "pm" },
+                if r.tier == Tier::Fast { "dram" } else { "pm" },
                 r.bytes,
                 if r.benefit.is_finite() { r.benefit } else { 0.0 },
                 r.priority
@@ -373,7 +361,7 @@ fn json_str(s: &str) -> String {
 /// The message of the calling thread's last error (valid until its next failing call).
 #[no_mangle]
 pub extern "C" fn xmem_errmsg() -> *const c_char {
-    LAST.with(|l| l.borrow().as_ptr())
+    pmkit_cabi::message()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
  * (a mismatch is PMO_EIO, never data).
  *
  * Every int-returning function returns PMO_OK (0) or a negative PMO_E* code, and
- * pmo_errmsg() then says what failed. Link with -lpmkit_obj.
+ * pmo_errmsg() then says what failed. Link with -lpmo (libpmo.so or libpmo.a).
  */
 #ifndef PMKIT_PMO_H
 #define PMKIT_PMO_H

@@ -1,5 +1,5 @@
 //! The C ABI end to end: compile examples/pmfs_example.c against include/pmfs.h and the cdylib
-//! this build produced (`cargo build -p pmkit-fs` makes it; `cargo test` alone does not), run it
+//! this build produced (`cargo build` makes libpmfs.so; `cargo test` alone does not), run it
 //! on a pool in /dev/shm and check what it printed; then `pmkit fs check` semantics through the
 //! library: the pool it left is clean and holds the renamed log.
 
@@ -10,47 +10,17 @@ use std::process::Command;
 
 fn build(dir: &std::path::Path) -> Option<PathBuf> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = std::env::current_exe().unwrap();
-    let libdir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let so = libdir.join("libpmkit_fs.so");
-    assert!(
-        so.exists(),
-        "{} missing: build the cdylib first (cargo build -p pmkit-fs)",
-        so.display()
-    );
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let bin = dir.join("pmfs_example");
-    let out = match Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg(manifest.join("examples/pmfs_example.c"))
-        .arg("-I")
-        .arg(manifest.join("include"))
-        .arg("-L")
-        .arg(&libdir)
-        .arg(format!("-Wl,-rpath,{}", libdir.display()))
-        .arg("-lpmkit_fs")
-        .arg("-o")
-        .arg(&bin)
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) if std::env::var("CI").is_err() => {
-            eprintln!("note: skipping: no C compiler ({cc}: {e})");
-            return None;
-        }
-        Err(e) => panic!("no C compiler in CI ({cc}: {e}); install gcc"),
-    };
-    assert!(
-        out.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(bin)
+    pmkit_testkit::cexample::build(
+        &manifest.join("examples/pmfs_example.c"),
+        &manifest.join("include"),
+        "pmfs",
+        &dir.join("pmfs_example"),
+    )
 }
 
 #[test]
 fn c_example_builds_and_runs() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let Some(bin) = build(dir.path()) else {
         return;
     };

@@ -1,13 +1,12 @@
-//! The C ABI (`include/pmo.h`): a pool on a file or device-dax device, objects by name, handles
+//! libpmo, the C ABI of PMO (`include/pmo.h`): a pool on a file or device-dax device, objects by name, handles
 //! as numbers. Every function returns 0 or a negative `PMO_E*` code and leaves a message for
 //! `pmo_errmsg()`; a stale handle gives `PMO_EBADF`, never undefined behaviour. Panics are
 //! caught at the boundary (they become `PMO_EINTERNAL`).
 
-use crate::error::ObjError;
-use crate::pool::{Access, Pool, PoolOptions, Shadow, Tracking};
+use pmkit_cabi::Failure;
 use pmkit_media::{Region, RegionOptions};
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use pmkit_obj::{Access, ObjError, Pool, PoolOptions, Shadow, Tracking};
+use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
@@ -34,15 +33,6 @@ pub const PMO_EXPLICIT: c_int = 4;
 /// Opaque to C.
 pub struct PmoPool {
     pool: Pool<Region>,
-}
-
-thread_local! {
-    static LAST: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_msg(msg: String) {
-    let c = CString::new(msg.replace('\0', " ")).expect("NULs replaced");
-    LAST.with(|l| *l.borrow_mut() = c);
 }
 
 fn code(e: &ObjError) -> c_int {
@@ -75,43 +65,36 @@ fn code(e: &ObjError) -> c_int {
 }
 
 /// Run `f` at the boundary: errors become codes + message, panics become `PMO_EINTERNAL`.
-fn guard(f: impl FnOnce() -> Result<(), (c_int, String)>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => PMO_OK,
-        Ok(Err((c, msg))) => {
-            set_msg(msg);
-            c
-        }
-        Err(_) => {
-            set_msg("internal error (a bug in pmkit-obj: it panicked)".into());
-            PMO_EINTERNAL
-        }
-    }
+fn guard(f: impl FnOnce() -> Result<(), Failure>) -> c_int {
+    pmkit_cabi::call("libpmo", PMO_EINTERNAL, f).map_or_else(
+        |code| {
+            // pmo.h's codes: every failure is one of the negative PMO_E* values.
+            debug_assert!((PMO_EINTERNAL..PMO_OK).contains(&code), "code {code}");
+            code
+        },
+        |()| PMO_OK,
+    )
 }
 
-fn obj(e: ObjError) -> (c_int, String) {
+fn obj(e: ObjError) -> Failure {
     (code(&e), e.to_string())
 }
 
-fn inval(msg: &str) -> (c_int, String) {
+fn inval(msg: &str) -> Failure {
     (PMO_EINVAL, msg.to_string())
 }
 
 /// # Safety
 /// `s` must be NULL or a NUL-terminated string.
-unsafe fn cstr<'a>(s: *const c_char, what: &str) -> Result<&'a str, (c_int, String)> {
-    if s.is_null() {
-        return Err(inval(&format!("{what} is NULL")));
-    }
-    // SAFETY: `s` is not NULL (checked) and NUL-terminated (the caller's contract).
-    unsafe { CStr::from_ptr(s) }
-        .to_str()
-        .map_err(|_| inval(&format!("{what} is not UTF-8")))
+unsafe fn cstr<'a>(s: *const c_char, what: &str) -> Result<&'a str, Failure> {
+    // SAFETY: the caller's contract.
+    let b = unsafe { pmkit_cabi::bytes(s) }.ok_or_else(|| inval(&format!("{what} is NULL")))?;
+    std::str::from_utf8(b).map_err(|_| inval(&format!("{what} is not UTF-8")))
 }
 
 /// # Safety
 /// `p` must be NULL or a pool from `pmo_pool_create`/`pmo_pool_open` not yet closed.
-unsafe fn pool<'a>(p: *mut PmoPool) -> Result<&'a Pool<Region>, (c_int, String)> {
+unsafe fn pool<'a>(p: *mut PmoPool) -> Result<&'a Pool<Region>, Failure> {
     if p.is_null() {
         return Err(inval("pool is NULL"));
     }
@@ -123,7 +106,7 @@ unsafe fn pool<'a>(p: *mut PmoPool) -> Result<&'a Pool<Region>, (c_int, String)>
 /// The message of the calling thread's last error (valid until its next failing call).
 #[no_mangle]
 pub extern "C" fn pmo_errmsg() -> *const c_char {
-    LAST.with(|l| l.borrow().as_ptr())
+    pmkit_cabi::message()
 }
 
 /// Pool options from the environment: `PMO_SHADOW=dram` (default) or `pm` (the thesis's
@@ -132,7 +115,7 @@ pub extern "C" fn pmo_errmsg() -> *const c_char {
 /// `PMO_KERNEL=on` (default) or `off`: without keys, PM read-only and synced through the kernel,
 /// or page rights (`PoolOptions::kernel`); `PMO_CHECKSUM=on` or `off` (default) gives a pool being
 /// created a CRC32C per page (`PoolOptions::checksum`; an existing pool keeps what its header says).
-fn options_from_env() -> Result<PoolOptions, (c_int, String)> {
+fn options_from_env() -> Result<PoolOptions, Failure> {
     let shadow = match std::env::var("PMO_SHADOW").as_deref() {
         Err(_) | Ok("") | Ok("dram") => Shadow::Dram,
         Ok("pm") => Shadow::Pm,
@@ -340,7 +323,6 @@ pub unsafe extern "C" fn pmo_size(p: *mut PmoPool, h: u64) -> u64 {
 /// # Safety
 /// `p` an open pool; `buf` valid for `len` bytes of writes, and not read or written by anyone
 /// else during the call.
-#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
 #[no_mangle]
 pub unsafe extern "C" fn pmo_read(
     p: *mut PmoPool,
@@ -350,17 +332,10 @@ pub unsafe extern "C" fn pmo_read(
     len: usize,
 ) -> c_int {
     guard(|| {
-        if buf.is_null() && len > 0 {
-            return Err(inval("buf is NULL"));
-        }
-        let dst = if len == 0 {
-            &mut [][..]
-        } else {
-            // SAFETY: `buf` is not NULL (checked), valid for `len` bytes of writes and not
-            // accessed by anyone else during the call (the caller's contract); it is the
-            // caller's own memory, never a pool's buffer or PM.
-            unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
-        };
+        // SAFETY: `buf` is valid for `len` bytes of writes and not accessed by anyone else
+        // during the call (the caller's contract); the caller's own memory, never PM.
+        let dst = unsafe { pmkit_cabi::slice_mut(buf.cast::<u8>(), len) }
+            .ok_or_else(|| inval("buf is NULL"))?;
         // SAFETY: `p` is an open pool (the caller's contract).
         unsafe { pool(p)? }.read_id(h, off, dst).map_err(obj)
     })
@@ -371,7 +346,6 @@ pub unsafe extern "C" fn pmo_read(
 /// # Safety
 /// `p` an open pool; `buf` valid for `len` bytes of reads, and not written concurrently
 /// during the call.
-#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
 #[no_mangle]
 pub unsafe extern "C" fn pmo_write(
     p: *mut PmoPool,
@@ -381,16 +355,10 @@ pub unsafe extern "C" fn pmo_write(
     len: usize,
 ) -> c_int {
     guard(|| {
-        if buf.is_null() && len > 0 {
-            return Err(inval("buf is NULL"));
-        }
-        let src = if len == 0 {
-            &[][..]
-        } else {
-            // SAFETY: `buf` is not NULL (checked), valid for `len` bytes of reads and not
-            // written during the call (the caller's contract).
-            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }
-        };
+        // SAFETY: `buf` is valid for `len` bytes of reads and not written during the call
+        // (the caller's contract).
+        let src = unsafe { pmkit_cabi::slice(buf.cast::<u8>(), len) }
+            .ok_or_else(|| inval("buf is NULL"))?;
         // SAFETY: `p` is an open pool (the caller's contract).
         unsafe { pool(p)? }.write_id(h, off, src).map_err(obj)
     })
@@ -412,20 +380,12 @@ pub unsafe extern "C" fn pmo_mark_dirty(p: *mut PmoPool, h: u64, off: u64, len: 
 /// # Safety
 /// `p` an open pool; `hs` valid for `n` handles, and not written concurrently during the
 /// call.
-#[allow(clippy::disallowed_methods)] // forms a slice over the caller's handle array
 #[no_mangle]
 pub unsafe extern "C" fn pmo_sync(p: *mut PmoPool, hs: *const u64, n: usize) -> c_int {
     guard(|| {
-        if hs.is_null() && n > 0 {
-            return Err(inval("handles is NULL"));
-        }
-        let ids = if n == 0 {
-            &[][..]
-        } else {
-            // SAFETY: `hs` is not NULL (checked), valid for `n` handles and not written
-            // during the call (the caller's contract).
-            unsafe { std::slice::from_raw_parts(hs, n) }
-        };
+        // SAFETY: `hs` is valid for `n` handles and not written during the call (the
+        // caller's contract).
+        let ids = unsafe { pmkit_cabi::slice(hs, n) }.ok_or_else(|| inval("handles is NULL"))?;
         // SAFETY: `p` is an open pool (the caller's contract).
         unsafe { pool(p)? }.sync_ids(ids).map_err(obj)
     })

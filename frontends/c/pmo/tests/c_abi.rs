@@ -7,46 +7,15 @@ use std::process::Command;
 #[test]
 fn c_example_builds_and_runs() {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    // target/<profile>/deps/c_abi-... -> target/<profile>, where cargo puts libpmkit_obj.so.
-    let exe = std::env::current_exe().unwrap();
-    let libdir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let so = libdir.join("libpmkit_obj.so");
-    if !so.exists() {
-        panic!(
-            "{} missing: build the cdylib first (cargo build -p pmkit-obj)",
-            so.display()
-        );
-    }
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("pmo_example");
-    let out = match Command::new(&cc)
-        .arg("-std=c11")
-        .arg("-Wall")
-        .arg("-Werror")
-        .arg(manifest.join("examples/pmo_example.c"))
-        .arg("-I")
-        .arg(manifest.join("include"))
-        .arg("-L")
-        .arg(&libdir)
-        .arg(format!("-Wl,-rpath,{}", libdir.display()))
-        .arg("-lpmkit_obj")
-        .arg("-o")
-        .arg(&bin)
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) if std::env::var("CI").is_err() => {
-            eprintln!("note: skipping: no C compiler ({cc}: {e})");
-            return;
-        }
-        Err(e) => panic!("no C compiler in CI ({cc}: {e}); install gcc"),
+    let dir = pmkit_testkit::scratch();
+    let Some(bin) = pmkit_testkit::cexample::build(
+        &manifest.join("examples/pmo_example.c"),
+        &manifest.join("include"),
+        "pmo",
+        &dir.path().join("pmo_example"),
+    ) else {
+        return;
     };
-    assert!(
-        out.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     // The same program with each shadow (PMO_SHADOW picks it; the default is DRAM), without
     // protection keys (PMO_PKEY=off: the kernel write path), with page rights (PMO_KERNEL=off
     // too), and on a pool with page checksums (PMO_CHECKSUM=on).

@@ -1,4 +1,4 @@
-//! The C ABI (`include/pmfs.h`): a PMFS pool used in place by one process through POSIX-shaped
+//! libpmfs, the C ABI of PMFS (`include/pmfs.h`): a PMFS pool used in place by one process through POSIX-shaped
 //! calls (`pmfs_open`, `pmfs_pwrite`, `pmfs_stat`, ...) over [`Posix`]. Calls answer as the
 //! system calls they mirror: -1 (or NULL) with `errno` set, and a message for `pmfs_errmsg()`.
 //! A bad descriptor is EBADF, never undefined behaviour; panics are caught at the boundary
@@ -7,23 +7,16 @@
 //! The process holds the pool exclusively (`flock`, as `pmkit fs mount` does): a second
 //! `pmfs_mount` of it, here or in another process, or a FUSE mount, gets EBUSY.
 
-use crate::posix::{Fd, FileFlag, Posix, Whence};
-use crate::{Attr, Error, Fs, MkfsOptions, MountOptions, RenameFlags};
+use pmkit_cabi::Failure;
+use pmkit_fs::posix::{self, Fd, FileFlag, Posix, Whence};
+use pmkit_fs::{Attr, Error, Fs, MkfsOptions, MountOptions, RenameFlags};
 use pmkit_media::{Region, RegionOptions};
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_char, c_int, c_void, CString};
 
 /// Opaque to C: a mounted pool.
 pub struct PmfsHandle {
     fs: Posix<Region>,
 }
-
-thread_local! {
-    static LAST: RefCell<CString> = RefCell::new(CString::default());
-}
-
-type Failure = (c_int, String);
 
 fn fail(e: Error) -> Failure {
     (e.errno(), e.to_string())
@@ -36,29 +29,19 @@ fn inval(msg: &str) -> Failure {
 /// Run `f` at the boundary: `Ok(v)` gives `v`; an error sets errno and the message and gives
 /// `err`; a panic is EIO.
 fn guard<T>(err: T, f: impl FnOnce() -> Result<T, Failure>) -> T {
-    let (code, msg) = match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => return v,
-        Ok(Err(e)) => e,
-        Err(_) => (
-            libc::EIO,
-            "internal error (a bug in pmkit-fs: it panicked)".to_string(),
-        ),
-    };
-    let c = CString::new(msg.replace('\0', " ")).expect("NULs replaced");
-    LAST.with(|l| *l.borrow_mut() = c);
-    // SAFETY: errno is the calling thread's own variable.
-    unsafe { *libc::__errno_location() = code };
-    err
+    pmkit_cabi::call("libpmfs", libc::EIO, f).unwrap_or_else(|code| {
+        // An errno value: positive, and within what `strerror` knows.
+        debug_assert!(code > 0 && code < 4096, "errno {code}");
+        pmkit_cabi::set_errno(code);
+        err
+    })
 }
 
 /// # Safety
 /// `s` must be NULL or a NUL-terminated string.
 unsafe fn cstr<'a>(s: *const c_char, what: &str) -> Result<&'a [u8], Failure> {
-    if s.is_null() {
-        return Err((libc::EFAULT, format!("{what} is NULL")));
-    }
-    // SAFETY: `s` is not NULL (checked) and NUL-terminated (the caller's contract).
-    Ok(unsafe { CStr::from_ptr(s) }.to_bytes())
+    // SAFETY: the caller's contract.
+    unsafe { pmkit_cabi::bytes(s) }.ok_or_else(|| (libc::EFAULT, format!("{what} is NULL")))
 }
 
 /// # Safety
@@ -80,7 +63,7 @@ fn fd(n: c_int) -> Result<Fd, Failure> {
 /// The message of the calling thread's last error (valid until its next failing call).
 #[no_mangle]
 pub extern "C" fn pmfs_errmsg() -> *const c_char {
-    LAST.with(|l| l.borrow().as_ptr())
+    pmkit_cabi::message()
 }
 
 /// Make a file system on the file `path` (created with `size` bytes if missing; an existing
@@ -185,33 +168,20 @@ pub unsafe extern "C" fn pmfs_close(fs: *mut PmfsHandle, d: c_int) -> c_int {
 }
 
 /// # Safety
-/// `buf` must be NULL with `n` 0, or valid for `n` bytes, owned by the caller (never PM).
-#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
+/// `buf` must be NULL with `n` 0, or valid for `n` bytes, owned by the caller (never PM) and
+/// used by no one else during the call.
 unsafe fn out_buf<'a>(buf: *mut c_void, n: usize) -> Result<&'a mut [u8], Failure> {
-    if n == 0 {
-        return Ok(&mut []);
-    }
-    if buf.is_null() {
-        return Err((libc::EFAULT, "buf is NULL".into()));
-    }
-    // SAFETY: not NULL (checked), valid for `n` bytes of writes and not used by anyone else
-    // during the call (the caller's contract).
-    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) })
+    // SAFETY: the caller's contract.
+    unsafe { pmkit_cabi::slice_mut(buf.cast::<u8>(), n) }
+        .ok_or_else(|| (libc::EFAULT, "buf is NULL".into()))
 }
 
 /// # Safety
-/// As [`out_buf`], for reads.
-#[allow(clippy::disallowed_methods)] // forms a slice over the caller's buffer
+/// As [`out_buf`], for reads: not written during the call.
 unsafe fn in_buf<'a>(buf: *const c_void, n: usize) -> Result<&'a [u8], Failure> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if buf.is_null() {
-        return Err((libc::EFAULT, "buf is NULL".into()));
-    }
-    // SAFETY: not NULL (checked), valid for `n` bytes of reads and not written during the
-    // call (the caller's contract).
-    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) })
+    // SAFETY: the caller's contract.
+    unsafe { pmkit_cabi::slice(buf.cast::<u8>(), n) }
+        .ok_or_else(|| (libc::EFAULT, "buf is NULL".into()))
 }
 
 /// # Safety
@@ -333,7 +303,7 @@ unsafe fn stat_out(a: Attr, st: *mut libc::stat) -> Result<c_int, Failure> {
         return Err((libc::EFAULT, "st is NULL".into()));
     }
     // SAFETY: not NULL (checked) and valid for one write (the caller's contract).
-    unsafe { st.write(crate::posix::stat_of(&a)) };
+    unsafe { st.write(posix::stat_of(&a)) };
     Ok(0)
 }
 
@@ -390,7 +360,7 @@ pub unsafe extern "C" fn pmfs_fstat(fs: *mut PmfsHandle, d: c_int, st: *mut libc
 unsafe fn on_path(
     fs: *mut PmfsHandle,
     path: *const c_char,
-    f: impl FnOnce(&Posix<Region>, &[u8]) -> crate::Result<()>,
+    f: impl FnOnce(&Posix<Region>, &[u8]) -> pmkit_fs::Result<()>,
 ) -> c_int {
     guard(-1, || {
         // SAFETY: the caller's contract.
@@ -447,7 +417,7 @@ unsafe fn on_paths(
     fs: *mut PmfsHandle,
     a: *const c_char,
     b: *const c_char,
-    f: impl FnOnce(&Posix<Region>, &[u8], &[u8]) -> crate::Result<()>,
+    f: impl FnOnce(&Posix<Region>, &[u8], &[u8]) -> pmkit_fs::Result<()>,
 ) -> c_int {
     guard(-1, || {
         // SAFETY: the caller's contract.
@@ -517,7 +487,7 @@ pub unsafe extern "C" fn pmfs_readdir(
         for e in h.readdir(p).map_err(fail)? {
             let name = CString::new(e.name).map_err(|_| inval("a name holds NUL"))?;
             // SAFETY: the caller's callback and context; `name` lives across the call.
-            if unsafe { cb(ctx, name.as_ptr(), e.ino, crate::posix::d_type(e.kind)) } != 0 {
+            if unsafe { cb(ctx, name.as_ptr(), e.ino, posix::d_type(e.kind)) } != 0 {
                 break;
             }
         }
@@ -600,7 +570,7 @@ pub unsafe extern "C" fn pmfs_set_cred(
     guard(-1, || {
         // SAFETY: the caller's contract.
         let h = unsafe { handle(fs)? };
-        if n > crate::posix::MAX_GROUPS || (n > 0 && groups.is_null()) {
+        if n > posix::MAX_GROUPS || (n > 0 && groups.is_null()) {
             return Err(inval("groups: NULL, or more than 65536"));
         }
         let mut g = Vec::with_capacity(n);
@@ -608,7 +578,7 @@ pub unsafe extern "C" fn pmfs_set_cred(
             // SAFETY: `i < n` ids are readable (the caller's contract).
             g.push(unsafe { groups.add(i).read_unaligned() });
         }
-        h.set_cred(Some(crate::posix::Cred::new(uid, gid, g)));
+        h.set_cred(Some(posix::Cred::new(uid, gid, g)));
         Ok(0)
     })
 }

@@ -1,6 +1,6 @@
 /* pmfs.h: PMFS (pmkit-fs) used in place by one process, no FUSE and no kernel on the data path.
  *
- * Link with -lpmkit_fs (libpmkit_fs.so, `cargo build -p pmkit-fs`). The calls mirror the POSIX
+ * Link with -lpmfs (libpmfs.so, `cargo build -p pmkit-libpmfs`). The calls mirror the POSIX
  * calls of the same name: on failure they return -1 (pmfs_mount: NULL) and set errno;
  * pmfs_errmsg() then says what failed, in words. Descriptors are the pool's own (small
  * integers), not kernel descriptors: pass them only to pmfs_* calls.

@@ -8,7 +8,7 @@
  *
  * One X-Mem per process, set up by xmem_init. int-returning functions give XMEM_OK (0) or a
  * count, or a negative XMEM_E* code, and xmem_errmsg() then says what failed. Allocation
- * functions return NULL on failure, with a message. Link with -lpmkit_xmem.
+ * functions return NULL on failure, with a message. Link with -lxmem.
  */
 #ifndef PMKIT_XMEM_H
 #define PMKIT_XMEM_H

@@ -1,57 +1,22 @@
 //! The C ABI end to end: compile examples/xmem_example.c against include/xmem.h and the cdylib
-//! this build produced (`cargo build -p pmkit-xmem` makes it; `cargo test` alone does not), run
+//! this build produced (`cargo build` makes libxmem.so; `cargo test` alone does not), run
 //! it, and check its output. Also: `xfree` of a foreign pointer aborts with a message.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Command;
 
-fn build(dir: &std::path::Path, src: &str, name: &str) -> Option<PathBuf> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = std::env::current_exe().unwrap();
-    let libdir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let so = libdir.join("libpmkit_xmem.so");
-    assert!(
-        so.exists(),
-        "{} missing: build the cdylib first (cargo build -p pmkit-xmem)",
-        so.display()
-    );
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let bin = dir.join(name);
-    let out = match Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Werror"])
-        .arg(src)
-        .arg("-I")
-        .arg(manifest.join("include"))
-        .arg("-L")
-        .arg(&libdir)
-        .arg(format!("-Wl,-rpath,{}", libdir.display()))
-        .arg("-lpmkit_xmem")
-        .arg("-o")
-        .arg(&bin)
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) if std::env::var("CI").is_err() => {
-            eprintln!("note: skipping: no C compiler ({cc}: {e})");
-            return None;
-        }
-        Err(e) => panic!("no C compiler in CI ({cc}: {e}); install gcc"),
-    };
-    assert!(
-        out.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(bin)
+fn build(dir: &std::path::Path, src: &std::path::Path, name: &str) -> Option<PathBuf> {
+    let include = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("include");
+    pmkit_testkit::cexample::build(src, &include, "xmem", &dir.join(name))
 }
 
 #[test]
 fn c_example_builds_and_runs() {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let src = manifest.join("examples/xmem_example.c");
-    let Some(bin) = build(dir.path(), src.to_str().unwrap(), "xmem_example") else {
+    let Some(bin) = build(dir.path(), &src, "xmem_example") else {
         return;
     };
     let pm = dir.path().join("pm.img");
@@ -74,14 +39,14 @@ fn c_example_builds_and_runs() {
 
 #[test]
 fn xfree_of_a_foreign_pointer_aborts_with_a_message() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = pmkit_testkit::scratch();
     let src = dir.path().join("bad.c");
     std::fs::write(
         &src,
         "#include \"xmem.h\"\nint main(void) { long x = 0; if (xmem_init(\"pm_size=2M,budget=0,region=2M,reserve=8M\")) return 2; xfree(&x); return 0; }\n",
     )
     .unwrap();
-    let Some(bin) = build(dir.path(), src.to_str().unwrap(), "bad") else {
+    let Some(bin) = build(dir.path(), &src, "bad") else {
         return;
     };
     let run = Command::new(&bin).output().unwrap();
