@@ -116,7 +116,13 @@ impl<M: Media> Pool<M> {
             },
             fault_entry: None,
         };
-        let view = View::attach(self, &mut inner.buffers, object, &mut binding)?;
+        let view = View::attach(
+            self.shadow,
+            &self.area(),
+            &mut inner.buffers,
+            object,
+            &mut binding,
+        )?;
         let object = inner.object_mut(index);
         match access {
             Access::ReadWrite => object.writer = Some(id),
@@ -143,6 +149,6 @@ impl<M: Media> Pool<M> {
             Access::ReadWrite => object.writer = None,
             Access::Read => object.readers -= 1,
         }
-        view.detach(self, &mut inner.buffers, object, &binding)
+        view.detach(&self.area(), &mut inner.buffers, object, &binding)
     }
 }

@@ -113,47 +113,4 @@ impl<M: Media> Pool<M> {
     pub fn checksum(&self) -> bool {
         self.geometry.checksum()
     }
-
-    /// Read page `page` of `slot` of `descriptor` into `buf` and compare it with its CRC
-    /// ([`read_page`] on this pool's media and geometry).
-    pub(super) fn read_verified_page(
-        &self,
-        descriptor: &Descriptor,
-        slot: u8,
-        page: usize,
-        buf: &mut [u8; PAGE],
-    ) -> Result<()> {
-        read_page(&self.media, &self.geometry, descriptor, slot, page, buf)
-    }
-
-    /// Write the CRCs of pages `first..first+count` of `slot` of `descriptor` into the slot's
-    /// table and flush them (no fence: the sync's fence orders them with the data).
-    /// `crc_of(page)` gives each page's CRC (and may do the page's copy on the way); CRCs go
-    /// out in stack-sized runs, so a sync allocates nothing.
-    pub(super) fn store_crcs(
-        &self,
-        descriptor: &Descriptor,
-        slot: u8,
-        first: usize,
-        count: usize,
-        mut crc_of: impl FnMut(usize) -> Result<u32>,
-    ) -> Result<()> {
-        const RUN: usize = 256;
-        let mut bytes = [0u8; 4 * RUN];
-        let mut done = 0;
-        while done < count {
-            let n = (count - done).min(RUN);
-            for k in 0..n {
-                let crc = crc_of(first + done + k)?;
-                bytes[4 * k..4 * k + 4].copy_from_slice(&crc.to_le_bytes());
-            }
-            let off = self
-                .geometry
-                .crc_entry_off(descriptor.slot_off(slot) + (first + done) * PAGE);
-            self.media.write(off, &bytes[..4 * n]);
-            self.flush(off, 4 * n);
-            done += n;
-        }
-        Ok(())
-    }
 }

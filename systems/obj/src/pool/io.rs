@@ -66,7 +66,7 @@ impl<M: Media> Pool<M> {
         let (attachment, object) = inner.attachment_mut(id)?;
         attachment
             .view
-            .catch_up(self, object, &mut attachment.binding)
+            .catch_up(&self.area(), object, &mut attachment.binding)
     }
 
     pub fn read_id(&self, id: u64, off: u64, dst: &mut [u8]) -> Result<()> {
@@ -77,7 +77,7 @@ impl<M: Media> Pool<M> {
         let object = inner.object(attachment.binding.object);
         attachment
             .view
-            .read(self, object, &attachment.binding, off as usize, dst)
+            .read(&self.area(), object, &attachment.binding, off as usize, dst)
     }
 
     pub fn write_id(&self, id: u64, off: u64, src: &[u8]) -> Result<()> {
@@ -93,15 +93,19 @@ impl<M: Media> Pool<M> {
             // Recorded before the store so a fault-tracked write does not need to fault.
             binding.dirty.set_range(first, count);
             if binding.tracks_faults() && newly {
-                attachment
-                    .view
-                    .open_pages(self, object, binding, first * PAGE, count * PAGE)?;
+                attachment.view.open_pages(
+                    &self.area(),
+                    object,
+                    binding,
+                    first * PAGE,
+                    count * PAGE,
+                )?;
             }
             attachment.view.note_write_access(object, binding);
         }
         attachment
             .view
-            .write(self, object, binding, off as usize, src);
+            .write(&self.area(), object, binding, off as usize, src);
         Ok(())
     }
 
@@ -130,6 +134,6 @@ impl<M: Media> Pool<M> {
         let (attachment, object) = inner.attachment_mut(id)?;
         attachment
             .view
-            .pointer(self, object, &attachment.binding, id)
+            .pointer(&self.area(), object, &attachment.binding, id)
     }
 }

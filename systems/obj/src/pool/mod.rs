@@ -15,7 +15,7 @@ mod sync;
 pub use handle::Handle;
 pub use recovery::{CheckReport, Recovery};
 
-use self::area::AreaGuard;
+use self::area::{AreaGuard, PmArea};
 use self::attach::{Attachment, HandleMap};
 use self::recovery::{read_geometry, Scan};
 use crate::alloc::Extents;
@@ -365,7 +365,7 @@ impl<M: Media> Pool<M> {
         media.fence(Fence::Sfence);
         media.persist_u64(layout::H_MAGIC, layout::MAGIC);
         let pool = Pool::assemble(media, geometry, opts, Scan::empty(&geometry));
-        pool.protect_area()?;
+        pool.area().protect_all()?;
         Ok(pool)
     }
 
@@ -382,7 +382,7 @@ impl<M: Media> Pool<M> {
             rolled_forward: recovery::roll_forward(&media, &geometry, &mut scan),
         };
         let pool = Pool::assemble(media, geometry, opts, scan);
-        pool.protect_area()?;
+        pool.area().protect_all()?;
         Ok((pool, recovery))
     }
 
@@ -473,7 +473,7 @@ impl<M: Media> Pool<M> {
     /// Give the media back (every handle must be gone: they borrow the pool).
     pub fn into_media(mut self) -> M {
         self.release_attachments();
-        self.untag_area();
+        self.area().untag();
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; each owned field is moved out once.
         unsafe {
@@ -535,14 +535,24 @@ impl<M: Media> Pool<M> {
         (inner.extents.free_bytes(), inner.extents.largest())
     }
 
+    /// The object area as the shadows and the library's own copies reach it.
+    #[inline]
+    fn area(&self) -> PmArea<'_, M> {
+        PmArea::new(
+            &self.media,
+            &self.geometry,
+            &self.guard,
+            &self.poison,
+            &self.counters,
+            self.protect,
+            self.buffer_keys,
+        )
+    }
     fn fence(&self) {
-        self.media.fence(Fence::Sfence);
-        add_under_lock(&self.counters.fences, 1);
+        self.area().fence();
     }
     fn flush(&self, off: usize, len: usize) {
-        if self.media.domain() == Domain::Adr {
-            self.media.flush(off, len, Flush::best());
-        }
+        self.area().flush(off, len);
     }
     fn persist_word(&self, off: usize, word: u64) {
         self.media.persist_u64(off, word);

@@ -44,21 +44,21 @@ impl<M: Media> Pool<M> {
             name: name.into(),
         };
         let made = (|| {
-            let (off, len) = (offset as usize, 2 * cap as usize);
-            let window = self.open_area(off, len, Rights::ReadWrite)?;
+            let (off, len, area) = (offset as usize, 2 * cap as usize, self.area());
+            let window = area.open(off, len, Rights::ReadWrite)?;
             // Both slots start equal (zero), so the first attach copies nothing. Zeroed in
             // runs of up to 64 KiB: one store call each (a `pwrite` with the kernel guard).
             static ZEROES: [u8; 16 * PAGE] = [0; 16 * PAGE];
-            let zeroed = (0..len).step_by(ZEROES.len()).try_for_each(|at| {
-                self.area_write(off + at, &ZEROES[..ZEROES.len().min(len - at)])
-            });
+            let zeroed = (0..len)
+                .step_by(ZEROES.len())
+                .try_for_each(|at| area.write(off + at, &ZEROES[..ZEROES.len().min(len - at)]));
             drop(window);
-            self.close_area(off, len)?;
+            area.close(off, len)?;
             zeroed?;
             if self.checksum() {
                 // Both slots' tables say "zero page", durable with the rest by the fence.
                 let zero_crc = super::checksum::page_crc(&ZEROES[..PAGE]);
-                self.store_crcs(&descriptor, 0, 0, 2 * cap as usize / PAGE, |_| Ok(zero_crc))?;
+                area.store_crcs(&descriptor, 0, 0, 2 * cap as usize / PAGE, |_| Ok(zero_crc))?;
             }
             let entry_off = self.geometry.entry_off(index);
             let encoded = descriptor.encode();
@@ -159,15 +159,16 @@ impl<M: Media> Pool<M> {
         let mut copy = vec![0u8; len];
         // Readers that map the current slot keep it readable: leave its rights alone.
         let open = !self.shadow.readers_map_current_slot(object.readers);
+        let area = self.area();
         let window = if open {
-            self.open_area(off, capacity, Rights::Read)?
+            area.open(off, capacity, Rights::Read)?
         } else {
             None
         };
         self.media.read(off, &mut copy);
         drop(window);
         if open {
-            self.close_area(off, capacity)?;
+            area.close(off, capacity)?;
         }
         if self.checksum() {
             for (page, data) in copy.chunks(PAGE).enumerate() {

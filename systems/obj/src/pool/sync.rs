@@ -40,7 +40,7 @@ impl<M: Media> Pool<M> {
         // 1. Make each changed shadow's pages durable in its target slot, without a fence per
         //    line or per object; 2. one fence and the publication. The library's own window
         //    onto the object area is open only from the first copy to the publication.
-        let key_window = self.area_write_window();
+        let key_window = self.area().write_window();
         let mut opened = vec![];
         let done = self
             .write_back(&inner, ids, &mut opened)
@@ -52,7 +52,7 @@ impl<M: Media> Pool<M> {
         drop(key_window);
         let mut closed = Ok(());
         for (off, len) in opened {
-            closed = closed.and(self.close_area(off, len));
+            closed = closed.and(self.area().close(off, len));
         }
         let changed = done?;
         closed?;
@@ -74,7 +74,7 @@ impl<M: Media> Pool<M> {
             object.stale.clear();
             object.stale.union(&binding.dirty);
             binding.dirty.clear();
-            settled = settled.and(attachment.view.published(self, object, binding));
+            settled = settled.and(attachment.view.published(&self.area(), object, binding));
             binding.slot = object.current_slot() ^ 1;
         }
         add_under_lock(&self.counters.syncs, 1);
@@ -91,12 +91,12 @@ impl<M: Media> Pool<M> {
         ids: &[u64],
         opened: &mut Vec<(usize, usize)>,
     ) -> Result<Vec<Change>> {
-        let mut changed = vec![];
+        let (area, mut changed) = (self.area(), vec![]);
         for &id in ids {
             let attachment = &inner.attachments[&id];
             let binding = &attachment.binding;
             let object = inner.object(binding.object);
-            if attachment.view.write_back(self, object, binding, opened)? {
+            if attachment.view.write_back(&area, object, binding, opened)? {
                 changed.push((id, binding.object, object.next_word(binding.slot)));
             }
         }

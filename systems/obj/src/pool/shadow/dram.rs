@@ -6,9 +6,10 @@
 //! User pointers reach the buffer, so it is only ever copied by raw pointer, never formed into
 //! a slice.
 
+use super::super::area::PmArea;
 use super::super::binding::Binding;
 use super::super::checksum;
-use super::super::{add_under_lock, Access, ObjectState, Pool, Tracking, MAX_THREADS_PER_HANDLE};
+use super::super::{Access, ObjectState, Tracking, MAX_THREADS_PER_HANDLE};
 use crate::error::{ObjError, Result};
 use crate::keys;
 use crate::layout::{self, PAGE};
@@ -42,7 +43,7 @@ impl DramShadow {
     /// A buffer holding the object's current slot, with the rights the attachment needs, and
     /// its write faults registered (into `binding.dirty`) if tracked.
     pub(super) fn attach<M: Media>(
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         buffers: &mut Cache,
         object: &ObjectState,
         binding: &mut Binding,
@@ -50,14 +51,14 @@ impl DramShadow {
         let (current, capacity) = (object.slot_offset(object.current_slot()), object.capacity());
         let buffer = match buffers.take(object.pages()) {
             Some(buffer) => buffer,
-            None => Buffer::map(object.pages(), pool.rights_at_rest(), pool.buffer_keys)
+            None => Buffer::map(object.pages(), area.rights_at_rest(), area.buffer_keys())
                 .map_err(refused("map a DRAM shadow buffer"))?,
         };
         // Open the buffer for the fill: a keyed one in this thread (the user's rights follow
         // below; on an error the key is disabled again), another by its page rights.
         if buffer.keyed() {
             buffer.allow_thread(Rights::ReadWrite);
-        } else if pool.protect && !pool.buffers_rest_open() {
+        } else if area.protect() && !area.buffers_rest_open() {
             buffer
                 .set(0, capacity, Rights::ReadWrite)
                 .map_err(refused("open a DRAM shadow buffer"))?;
@@ -69,13 +70,13 @@ impl DramShadow {
                 // reading PM's known zeroes.
                 unsafe { buffer.zero(0, capacity) };
             } else {
-                let window = pool.open_area(current, capacity, Rights::Read)?;
-                let filled: Result<()> = if pool.checksum() {
+                let window = area.open(current, capacity, Rights::Read)?;
+                let filled: Result<()> = if area.checksum() {
                     // Page by page through a scratch page, each compared with its CRC before
                     // it reaches the buffer (which is handed out only if every page matches).
                     let (slot, mut page) = (object.current_slot(), [0u8; PAGE]);
                     (0..object.pages()).try_for_each(|index| {
-                        pool.read_verified_page(&object.descriptor, slot, index, &mut page)?;
+                        area.read_verified_page(&object.descriptor, slot, index, &mut page)?;
                         // SAFETY: as for `fill_from` below; the page lies inside `capacity`.
                         unsafe { buffer.copy_in(index * PAGE, &page) };
                         Ok(())
@@ -85,20 +86,20 @@ impl DramShadow {
                     // writing above. It is not handed out yet, but a pointer kept from its last
                     // attachment may still reach it, which is why it is written by raw pointer
                     // only.
-                    unsafe { buffer.fill_from(&pool.media, current, capacity) };
+                    unsafe { buffer.fill_from(area.media(), current, capacity) };
                     Ok(())
                 };
                 drop(window);
-                pool.close_area(current, capacity)?;
+                area.close(current, capacity)?;
                 filled?;
-                add_under_lock(&pool.counters.bytes_copied, capacity as u64);
+                area.count_copied(capacity as u64);
             }
             let read_only = binding.access == Access::Read;
             if read_only && buffer.keyed() {
                 buffer.allow_thread(Rights::Read);
             }
             let tracked = binding.tracks_faults();
-            if tracked || (read_only && pool.protect && !buffer.keyed()) {
+            if tracked || (read_only && area.protect() && !buffer.keyed()) {
                 buffer
                     .set(0, capacity, Rights::Read)
                     .map_err(refused("protect a DRAM shadow buffer"))?;
@@ -114,7 +115,7 @@ impl DramShadow {
             return Err(error);
         }
         if buffer.keyed() {
-            add_under_lock(&pool.counters.keyed_attaches, 1);
+            area.count_keyed_attach();
         }
         Ok(DramShadow {
             buffer,
@@ -184,7 +185,7 @@ impl DramShadow {
     /// Stream the dirty and stale pages into the target slot (non-temporal stores, no fence).
     pub(super) fn write_back<M: Media>(
         &self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
         opened: &mut Vec<(usize, usize)>,
@@ -197,21 +198,21 @@ impl DramShadow {
         // the target the media cannot return are rewritten from the buffer too (it holds the
         // whole current contents), so the slot this sync publishes reads back clean.
         object.stale.union(&binding.dirty);
-        object.stale_bad_pages(&pool.media, binding.slot);
+        object.stale_bad_pages(area.media(), binding.slot);
         let (target, capacity) = (object.slot_offset(binding.slot), object.capacity());
-        pool.open_area_for_sync(target, capacity, opened)?;
+        area.open_for_sync(target, capacity, opened)?;
         let _window = self.buffer.window(Rights::Read);
         for (first, count) in object.stale.runs() {
             let (at, len) = (first * PAGE, count * PAGE);
             debug_assert!(at + len <= capacity, "stale pages lie inside the object");
-            if pool.checksum() {
+            if area.checksum() {
                 // Through a scratch page, so the CRC is of exactly the bytes streamed (a page
                 // being written is whole in the buffer).
                 let mut page = [0u8; PAGE];
-                pool.store_crcs(&object.descriptor, binding.slot, first, count, |index| {
-                    // SAFETY: as for `area_write_from` below, for one page of the range.
+                area.store_crcs(&object.descriptor, binding.slot, first, count, |index| {
+                    // SAFETY: as for `write_from` below, for one page of the range.
                     unsafe { self.buffer.copy_out(index * PAGE, &mut page) };
-                    pool.area_write(target + index * PAGE, &page)?;
+                    area.write(target + index * PAGE, &page)?;
                     Ok(checksum::page_crc(&page))
                 })?;
             } else {
@@ -219,9 +220,9 @@ impl DramShadow {
                 // buffer, which is readable here (the window above). User threads may store
                 // into it while this runs (they should not: such stores may or may not be
                 // synced), which is why it is read by raw pointer.
-                unsafe { pool.area_write_from(target + at, self.buffer.at(at, len), len)? };
+                unsafe { area.write_from(target + at, self.buffer.at(at, len), len)? };
             }
-            add_under_lock(&pool.counters.bytes_synced, len as u64);
+            area.count_synced(len as u64);
         }
         Ok(true)
     }
@@ -247,7 +248,7 @@ impl DramShadow {
     /// rest is unmapped instead of cached. Unsynced writes vanish with it; PM was not touched.
     pub(super) fn detach<M: Media>(
         mut self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         buffers: &mut Cache,
         object: &ObjectState,
         binding: &Binding,
@@ -265,9 +266,9 @@ impl DramShadow {
                     Ok(())
                 }
             })
-        } else if tracked || (pool.protect && !pool.buffers_rest_open()) {
-            buffer.set(0, object.capacity(), pool.rights_at_rest())
-        } else if pool.protect && binding.access == Access::Read {
+        } else if tracked || (area.protect() && !area.buffers_rest_open()) {
+            buffer.set(0, object.capacity(), area.rights_at_rest())
+        } else if area.protect() && binding.access == Access::Read {
             // A read-only attachment's buffer was made read-only; open buffers rest open.
             buffer.set(0, object.capacity(), Rights::ReadWrite)
         } else {

@@ -14,8 +14,9 @@ mod pm;
 pub(super) use dram::DramShadow;
 pub(super) use pm::PmShadow;
 
+use super::area::PmArea;
 use super::binding::Binding;
-use super::{ObjectState, Pool, Shadow};
+use super::{ObjectState, Shadow};
 use crate::error::Result;
 use crate::staging::Cache;
 use pmkit_media::Media;
@@ -44,23 +45,24 @@ impl Shadow {
 }
 
 impl View {
-    /// Make the view of a new attachment `binding` of `object` (not yet counted as attached),
-    /// with the rights it needs and its write faults tracked if asked.
+    /// Make the view, a shadow of `kind`, of a new attachment `binding` of `object` (not yet
+    /// counted as attached), with the rights it needs and its write faults tracked if asked.
     ///
     /// Every attachment starts from the published slot (a DRAM copy of it, the slot itself, or
     /// a PM shadow caught up from it), so a media error anywhere in that slot fails the attach
     /// with [`crate::ObjError::BadMedia`] before a buffer is taken or a right changed: nothing
     /// is left attached and no partial copy exists.
     pub(in crate::pool) fn attach<M: Media>(
-        pool: &Pool<M>,
+        kind: Shadow,
+        area: &PmArea<'_, M>,
         buffers: &mut Cache,
         object: &ObjectState,
         binding: &mut Binding,
     ) -> Result<View> {
-        object.check_published(&pool.media)?;
-        Ok(match pool.shadow {
-            Shadow::Dram => View::Dram(DramShadow::attach(pool, buffers, object, binding)?),
-            Shadow::Pm => View::Pm(PmShadow::attach(pool, object, binding)?),
+        object.check_published(area.media())?;
+        Ok(match kind {
+            Shadow::Dram => View::Dram(DramShadow::attach(area, buffers, object, binding)?),
+            Shadow::Pm => View::Pm(PmShadow::attach(area, object, binding)?),
         })
     }
 
@@ -68,14 +70,14 @@ impl View {
     #[inline]
     pub(in crate::pool) fn catch_up<M: Media>(
         &mut self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &mut Binding,
     ) -> Result<()> {
         match self {
             // A DRAM buffer is filled at attach and equals the current slot after each sync.
             View::Dram(_) => Ok(()),
-            View::Pm(shadow) => shadow.catch_up(pool, object, binding),
+            View::Pm(shadow) => shadow.catch_up(area, object, binding),
         }
     }
 
@@ -85,7 +87,7 @@ impl View {
     #[inline]
     pub(in crate::pool) fn read<M: Media>(
         &self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
         off: usize,
@@ -96,7 +98,7 @@ impl View {
                 shadow.read(off, dst);
                 Ok(())
             }
-            View::Pm(_) => PmShadow::read(pool, object, binding, off, dst),
+            View::Pm(_) => PmShadow::read(area, object, binding, off, dst),
         }
     }
 
@@ -105,7 +107,7 @@ impl View {
     #[inline]
     pub(in crate::pool) fn open_pages<M: Media>(
         &self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
         at: usize,
@@ -113,7 +115,7 @@ impl View {
     ) -> Result<()> {
         match self {
             View::Dram(shadow) => shadow.open_pages(at, len),
-            View::Pm(_) => PmShadow::open_pages(pool, object, binding, at, len),
+            View::Pm(_) => PmShadow::open_pages(area, object, binding, at, len),
         }
     }
 
@@ -131,7 +133,7 @@ impl View {
     #[inline]
     pub(in crate::pool) fn write<M: Media>(
         &self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
         off: usize,
@@ -139,7 +141,7 @@ impl View {
     ) {
         match self {
             View::Dram(shadow) => shadow.write(off, src),
-            View::Pm(_) => PmShadow::write(pool, object, binding, off, src),
+            View::Pm(_) => PmShadow::write(area, object, binding, off, src),
         }
     }
 
@@ -147,14 +149,14 @@ impl View {
     #[inline]
     pub(in crate::pool) fn pointer<M: Media>(
         &mut self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
         id: u64,
     ) -> Result<Option<*mut u8>> {
         match self {
             View::Dram(shadow) => shadow.pointer(object, binding, id).map(Some),
-            View::Pm(_) => Ok(PmShadow::pointer(pool, object, binding)),
+            View::Pm(_) => Ok(PmShadow::pointer(area, object, binding)),
         }
     }
 
@@ -164,7 +166,7 @@ impl View {
     #[inline]
     pub(in crate::pool) fn write_back<M: Media>(
         &self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
         opened: &mut Vec<(usize, usize)>,
@@ -176,8 +178,8 @@ impl View {
             "sync targets the other slot"
         );
         match self {
-            View::Dram(shadow) => shadow.write_back(pool, object, binding, opened),
-            View::Pm(shadow) => Ok(shadow.write_back(pool, object, binding)),
+            View::Dram(shadow) => shadow.write_back(area, object, binding, opened),
+            View::Pm(shadow) => Ok(shadow.write_back(area, object, binding)),
         }
     }
 
@@ -186,7 +188,7 @@ impl View {
     #[inline]
     pub(in crate::pool) fn published<M: Media>(
         &mut self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &mut Binding,
     ) -> Result<()> {
@@ -195,7 +197,7 @@ impl View {
                 shadow.published(object, binding);
                 Ok(())
             }
-            View::Pm(shadow) => shadow.published(pool, object, binding),
+            View::Pm(shadow) => shadow.published(area, object, binding),
         }
     }
 
@@ -203,17 +205,17 @@ impl View {
     /// updated): unsynced writes are dropped and the view is put at rest.
     pub(in crate::pool) fn detach<M: Media>(
         self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         buffers: &mut Cache,
         object: &ObjectState,
         binding: &Binding,
     ) -> Result<()> {
         match self {
             View::Dram(shadow) => {
-                shadow.detach(pool, buffers, object, binding);
+                shadow.detach(area, buffers, object, binding);
                 Ok(())
             }
-            View::Pm(shadow) => shadow.detach(pool, object, binding),
+            View::Pm(shadow) => shadow.detach(area, object, binding),
         }
     }
 

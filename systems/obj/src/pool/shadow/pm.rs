@@ -4,10 +4,10 @@
 //! one fence. A sync writes back (clwb) the dirty pages of the slot; the old current slot then
 //! becomes the shadow. A read-only attachment reads the current slot itself.
 
-use super::super::area::address;
+use super::super::area::{address, PmArea};
 use super::super::binding::Binding;
 use super::super::checksum;
-use super::super::{add_under_lock, check_readable, Access, ObjectState, Pool, Tracking};
+use super::super::{check_readable, Access, ObjectState, Tracking};
 use crate::error::Result;
 use crate::layout::PAGE;
 use pmkit_media::protect::Access as Rights;
@@ -31,30 +31,30 @@ impl PmShadow {
     /// A read-only attachment makes the current slot readable (the first reader does); a
     /// read-write one is caught up at its first access.
     pub(super) fn attach<M: Media>(
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
     ) -> Result<PmShadow> {
         let read_only = binding.access == Access::Read;
-        let first_reader = read_only && object.readers == 0 && pool.protect;
+        let first_reader = read_only && object.readers == 0 && area.protect();
         let current = object.slot_offset(object.current_slot());
         if first_reader {
-            pool.rights(current, object.capacity(), Rights::Read)?;
+            area.rights(current, object.capacity(), Rights::Read)?;
         }
-        if pool.checksum() {
+        if area.checksum() {
             // Every attachment starts from the published slot (a reader reads it in place, a
             // writer's shadow is caught up from it): every page must match its CRC now. A
             // writer's view of a slot no reader maps is opened for the check only.
-            let peek = pool.protect && !read_only && object.readers == 0;
+            let peek = area.protect() && !read_only && object.readers == 0;
             if peek {
-                pool.rights(current, object.capacity(), Rights::Read)?;
+                area.rights(current, object.capacity(), Rights::Read)?;
             }
             let (slot, mut page) = (object.current_slot(), [0u8; PAGE]);
             let verified = (0..object.pages()).try_for_each(|index| {
-                pool.read_verified_page(&object.descriptor, slot, index, &mut page)
+                area.read_verified_page(&object.descriptor, slot, index, &mut page)
             });
             if peek || (first_reader && verified.is_err()) {
-                pool.rights(current, object.capacity(), Rights::None)?;
+                area.rights(current, object.capacity(), Rights::None)?;
             }
             verified?;
         }
@@ -67,7 +67,7 @@ impl PmShadow {
     /// then one fence), then open the shadow for writing.
     pub(super) fn catch_up<M: Media>(
         &mut self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &mut Binding,
     ) -> Result<()> {
@@ -87,23 +87,23 @@ impl PmShadow {
         );
         // Pages of the shadow slot the media cannot return are copied too: the whole-line
         // stores clear the error, and the shadow then holds the current contents there.
-        object.stale_bad_pages(&pool.media, binding.slot);
+        object.stale_bad_pages(area.media(), binding.slot);
         // Every page to copy must be readable in the current slot: checked before any rights
         // change or copy, so a failure leaves the shadow as it was (not caught up).
         for (first, count) in object.stale.runs() {
-            check_readable(&pool.media, current + first * PAGE, count * PAGE, || {
+            check_readable(area.media(), current + first * PAGE, count * PAGE, || {
                 object.slot_what(object.current_slot())
             })?;
         }
-        if pool.protect || binding.tracks_faults() {
-            pool.rights(shadow, capacity, Rights::ReadWrite)?;
+        if area.protect() || binding.tracks_faults() {
+            area.rights(shadow, capacity, Rights::ReadWrite)?;
         }
-        if pool.checksum() {
+        if area.checksum() {
             // A page of the shadow taken as equal to the current slot must match its CRC (the
             // same as the current page's); one that does not is copied again.
             let mut page = [0u8; PAGE];
             for index in (0..object.pages()).filter(|&index| !object.stale.contains(index)) {
-                if pool
+                if area
                     .read_verified_page(&object.descriptor, binding.slot, index, &mut page)
                     .is_err()
                 {
@@ -112,29 +112,29 @@ impl PmShadow {
             }
         }
         if !object.stale.is_empty() {
-            if pool.protect {
-                pool.rights(current, capacity, Rights::Read)?;
+            if area.protect() {
+                area.rights(current, capacity, Rights::Read)?;
             }
-            let copied = if pool.checksum() {
-                Self::copy_verified(pool, object, binding)
+            let copied = if area.checksum() {
+                Self::copy_verified(area, object, binding)
             } else {
                 let mut chunk = vec![0u8; COPY_CHUNK];
                 for (first, count) in object.stale.runs() {
                     let (mut at, end) = (first * PAGE, (first + count) * PAGE);
                     while at < end {
                         let len = (end - at).min(COPY_CHUNK);
-                        pool.media.read(current + at, &mut chunk[..len]);
-                        pool.media.write_nt(shadow + at, &chunk[..len]);
-                        add_under_lock(&pool.counters.bytes_copied, len as u64);
+                        area.media().read(current + at, &mut chunk[..len]);
+                        area.media().write_nt(shadow + at, &chunk[..len]);
+                        area.count_copied(len as u64);
                         at += len;
                     }
                 }
                 Ok(())
             };
             // Orders the streaming copies before the attachment's own stores to the same lines.
-            pool.fence();
-            if pool.protect {
-                pool.rights(current, capacity, Rights::None)?;
+            area.fence();
+            if area.protect() {
+                area.rights(current, capacity, Rights::None)?;
             }
             // A page of the current slot that fails its CRC fails the catch-up (the shadow is
             // not caught up; its stale pages stay stale).
@@ -142,9 +142,9 @@ impl PmShadow {
             object.stale.clear();
         }
         if binding.tracks_faults() {
-            pool.rights(shadow, capacity, Rights::Read)?;
+            area.rights(shadow, capacity, Rights::Read)?;
             let start =
-                address(&pool.media, shadow, capacity).expect("fault tracking needs addresses");
+                address(area.media(), shadow, capacity).expect("fault tracking needs addresses");
             binding.track_faults(start, capacity)?;
         }
         self.caught_up = true;
@@ -154,7 +154,7 @@ impl PmShadow {
     /// Checksummed catch-up: copy each stale page of the current slot into the shadow slot
     /// once it matches its CRC, and give the shadow slot's table the same CRCs (no fence).
     fn copy_verified<M: Media>(
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
     ) -> Result<()> {
@@ -162,10 +162,10 @@ impl PmShadow {
         let shadow = object.slot_offset(binding.slot);
         let mut page = [0u8; PAGE];
         for (first, count) in object.stale.runs() {
-            pool.store_crcs(descriptor, binding.slot, first, count, |index| {
-                pool.read_verified_page(descriptor, current, index, &mut page)?;
-                pool.media.write_nt(shadow + index * PAGE, &page);
-                add_under_lock(&pool.counters.bytes_copied, PAGE as u64);
+            area.store_crcs(descriptor, binding.slot, first, count, |index| {
+                area.read_verified_page(descriptor, current, index, &mut page)?;
+                area.media().write_nt(shadow + index * PAGE, &page);
+                area.count_copied(PAGE as u64);
                 Ok(checksum::page_crc(&page))
             })?;
         }
@@ -175,31 +175,31 @@ impl PmShadow {
     /// Read the attachment's slot; a media error there is an error, never data.
     #[inline]
     pub(super) fn read<M: Media>(
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
         off: usize,
         dst: &mut [u8],
     ) -> Result<()> {
         let at = object.slot_offset(binding.slot) + off;
-        if let Err(error) = check_readable(&pool.media, at, dst.len(), || {
+        if let Err(error) = check_readable(area.media(), at, dst.len(), || {
             object.slot_what(binding.slot)
         }) {
             dst.fill(0);
             return Err(error);
         }
-        pool.media.read(at, dst);
+        area.media().read(at, dst);
         Ok(())
     }
 
     pub(super) fn open_pages<M: Media>(
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
         at: usize,
         len: usize,
     ) -> Result<()> {
-        pool.rights(
+        area.rights(
             object.slot_offset(binding.slot) + at,
             len,
             Rights::ReadWrite,
@@ -208,24 +208,24 @@ impl PmShadow {
 
     #[inline]
     pub(super) fn write<M: Media>(
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
         off: usize,
         src: &[u8],
     ) {
-        pool.media
+        area.media()
             .write(object.slot_offset(binding.slot) + off, src);
     }
 
     /// The slot's address on a mapping; valid until this handle's next sync or detach.
     pub(super) fn pointer<M: Media>(
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
     ) -> Option<*mut u8> {
         address(
-            &pool.media,
+            area.media(),
             object.slot_offset(binding.slot),
             object.capacity(),
         )
@@ -235,7 +235,7 @@ impl PmShadow {
     /// the shadow was not touched since the last sync.
     pub(super) fn write_back<M: Media>(
         &self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
     ) -> bool {
@@ -251,18 +251,18 @@ impl PmShadow {
         let base = object.slot_offset(binding.slot);
         let mut page = [0u8; PAGE];
         for (first, count) in binding.dirty.runs() {
-            if pool.checksum() {
+            if area.checksum() {
                 let stored =
-                    pool.store_crcs(&object.descriptor, binding.slot, first, count, |index| {
-                        pool.media.read(base + index * PAGE, &mut page);
+                    area.store_crcs(&object.descriptor, binding.slot, first, count, |index| {
+                        area.media().read(base + index * PAGE, &mut page);
                         Ok(checksum::page_crc(&page))
                     });
                 debug_assert!(stored.is_ok(), "computing CRCs from the shadow cannot fail");
             }
-            pool.flush(base + first * PAGE, count * PAGE);
+            area.flush(base + first * PAGE, count * PAGE);
             let bytes = (count * PAGE) as u64;
-            add_under_lock(&pool.counters.bytes_flushed, bytes);
-            add_under_lock(&pool.counters.bytes_synced, bytes);
+            area.count_flushed(bytes);
+            area.count_synced(bytes);
         }
         true
     }
@@ -271,19 +271,19 @@ impl PmShadow {
     /// current slot becomes the shadow, caught up at the next access.
     pub(super) fn published<M: Media>(
         &mut self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &mut Binding,
     ) -> Result<()> {
         self.caught_up = false;
         binding.stop_fault_tracking();
-        Self::close(pool, object, binding)
+        Self::close(area, object, binding)
     }
 
     /// Unsynced writes are dropped: the pages they touched now differ from the current slot.
     pub(super) fn detach<M: Media>(
         self,
-        pool: &Pool<M>,
+        area: &PmArea<'_, M>,
         object: &ObjectState,
         binding: &Binding,
     ) -> Result<()> {
@@ -295,12 +295,12 @@ impl PmShadow {
                 } else if self.caught_up {
                     object.stale.union(&binding.dirty);
                 }
-                Self::close(pool, object, binding)
+                Self::close(area, object, binding)
             }
             Access::Read => {
-                if object.readers == 0 && pool.protect {
+                if object.readers == 0 && area.protect() {
                     let current = object.slot_offset(object.current_slot());
-                    pool.rights(current, object.capacity(), Rights::None)?;
+                    area.rights(current, object.capacity(), Rights::None)?;
                 }
                 Ok(())
             }
@@ -308,14 +308,18 @@ impl PmShadow {
     }
 
     /// Give a read-write attachment's shadow slot its rights at rest (after sync or detach).
-    fn close<M: Media>(pool: &Pool<M>, object: &ObjectState, binding: &Binding) -> Result<()> {
+    fn close<M: Media>(
+        area: &PmArea<'_, M>,
+        object: &ObjectState,
+        binding: &Binding,
+    ) -> Result<()> {
         debug_assert!(
             binding.fault_entry.is_none(),
             "fault tracking stopped first"
         );
-        if pool.protect || binding.tracking == Tracking::Faults {
+        if area.protect() || binding.tracking == Tracking::Faults {
             let shadow = object.slot_offset(binding.slot);
-            pool.rights(shadow, object.capacity(), pool.rights_at_rest())?;
+            area.rights(shadow, object.capacity(), area.rights_at_rest())?;
         }
         Ok(())
     }
