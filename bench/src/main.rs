@@ -1,29 +1,20 @@
 //! `pmkit-bench`: pmkit's benchmarks, a tool beside the `pmkit` command (`pmkit bench ARGS` runs
-//! `pmkit-bench ARGS`). Each benchmark lives in its own module; this file only parses arguments
-//! and dispatches. [`report`] holds what they all do alike, [`pmdk`] the PMDK peers.
+//! `pmkit-bench ARGS`). The benchmarks are organised by the system they measure (`blk`, `obj`,
+//! `fs`, `xmem`, `hmep`); this file only parses arguments and dispatches. [`report`] holds what they all do alike, [`pmdk`] the PMDK peers.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod atomic;
-mod attach;
-mod figures;
+// By system, as the crates are; then what the benchmarks share.
+mod blk;
 mod fs;
-mod fs_apps;
-mod fs_io;
-mod fs_layers;
-mod fs_map;
-mod fs_protect;
 mod hmep;
+mod obj;
+mod xmem;
+
 mod host;
-mod kernel_path;
-mod nbd;
 mod pmdk;
-mod pmo;
 mod report;
 mod workload;
-mod xkv;
-mod xmem_alloc;
-mod xmem_tiers;
 
 use clap::{Parser, Subcommand};
 
@@ -43,60 +34,60 @@ enum Cmd {
     /// Bandwidth of every protection mode (PMBD paper Fig. 3, 5, 6, 8).
     ///
     /// Rounds: 3 per cell. --quick: small devices, few cells, short runs, one round.
-    Protection(figures::FigArgs),
+    Protection(blk::figures::FigArgs),
     /// Bandwidth of every write scheme, with write barriers (paper Fig. 9).
     ///
     /// Rounds: 3 per cell. --quick: small devices, few cells, short runs, one round.
-    WriteScheme(figures::FigArgs),
+    WriteScheme(blk::figures::FigArgs),
     /// The default configuration against unprotected write-back, the peak (paper Fig. 11).
     ///
     /// Rounds: 3 per cell. --quick: small devices, few cells, short runs, one round.
-    Overview(figures::FigArgs),
+    Overview(blk::figures::FigArgs),
     /// A small-file workload on ext4 (through attach) as emulated PM slows down (paper Fig. 15).
     ///
     /// Needs root. Rounds: 3. --quick: fewer slowdowns and files, one round.
-    Emulation(figures::FigArgs),
+    Emulation(blk::figures::FigArgs),
     /// PostgreSQL pgbench, SQLite and fio file workloads on ext4 over `pmkit attach` vs over a /dev/shm
     /// loop device (the RAM-disk baseline), in the same run.
     ///
     /// Needs root, fio, sqlite3 and PostgreSQL (scripts/bench-attach.sh installs them). Rounds: 2.
     /// --quick: small scale, few transactions, short fio jobs, one round.
-    Attach(attach::Args),
+    Attach(blk::attach::Args),
     /// fio's nbd engine against `pmkit serve` and `nbdkit memory`, side by side.
-    Nbd(nbd::Args),
+    Nbd(blk::nbd::Args),
     /// PMO Sync against persist+barrier, undo log, full shadow copy and libpmemobj: N int
     /// stores into 4 KiB objects, one sync per object (PMO thesis Fig. 4.1, Table 4.2).
     ///
     /// Rounds: 5 per (N, variant). --quick: N = 1M only (or --max-n), one round.
-    Pmo(pmo::Args),
+    Pmo(obj::Args),
     /// Atomic PMBD against plain PMBD and libpmemblk: 4 KiB random writes and reads, 1 and 2
     /// threads, same run.
     ///
     /// Rounds: 5. --quick: 32 MiB devices, 2000 operations per thread, one round, no fio.
-    Atomic(atomic::Args),
+    Atomic(blk::atomic::Args),
     /// Writes through the kernel (pwrite, io_uring batches) into a read-only-mapped file
     /// against non-temporal stores: what the `kernel` protection mode costs and which call is
     /// cheapest, 1 and 2 threads.
     ///
     /// Rounds: 3. --quick: a 64 MiB file, short runs, one round.
-    KernelPath(kernel_path::Args),
+    KernelPath(blk::kernel_path::Args),
     /// PMFS over FUSE (`pmkit fs mount`, each kernel cache mode) against ext4 on `pmkit attach`,
     /// ext4 on a /dev/shm loop device and tmpfs: 4 KiB append + fsync, create, stat, open+read,
     /// rename, unlink with 1 and 2 threads; then bytes written per metadata operation.
     ///
     /// Needs root, /dev/fuse, e2fsprogs. Rounds: 3. --quick: small counts, one round.
-    Fs(fs::Args),
+    Fs(fs::mount::Args),
     /// What protecting PM from stray stores costs PMFS (the library, no FUSE): none, kernel
     /// (pwrite), pt (mprotect around each store) and pkey where the CPU has it, on appends with
     /// fsync, overwrites, create, rename and stat, 1 and 2 threads (PMFS thesis Fig. 18).
     ///
     /// Rounds: 3. --quick: short runs, one round.
-    FsProtect(fs_protect::Args),
+    FsProtect(fs::protect::Args),
     /// X-Mem's per-tag allocator against glibc malloc, jemalloc and mimalloc: small and large
     /// objects, batch and churn patterns, 1 and 2 threads.
     ///
     /// Rounds: 3. --quick: fewer cells, 20 ms runs, one round.
-    XmemAlloc(xmem_alloc::Args),
+    XmemAlloc(xmem::alloc::Args),
     /// The figure of a calibration saved by `pmkit hmep calibrate --json` (`pmkit hmep
     /// calibrate --plot FILE` runs this).
     HmepPlotCalibration(hmep::calibrate::Args),
@@ -114,13 +105,13 @@ enum Cmd {
     /// Needs root, /dev/fuse, e2fsprogs, fio and libpmkit_preload.so beside this binary
     /// (`cargo build --release -p pmkit-preload`). Rounds: 2. --quick: 64 B and 4 KiB, 8 MiB
     /// file, 200 ms cells, one round.
-    FsIo(fs_io::Args),
+    FsIo(fs::io::Args),
     /// Throughput as every persistence barrier takes longer (PMFS thesis Fig. 15c): 4 KiB and
     /// 64 B random writes and 256 KiB sequential writes with fdatasync each, create+unlink, on
     /// the PMFS library, the LD_PRELOAD shim and ext4 on `pmkit attach`, with barriers per second.
     ///
     /// Needs what fs-io needs. Rounds: 2. --quick: 8 MiB file, 100 ms per workload, one round.
-    FsBarrier(fs_io::barrier::Args),
+    FsBarrier(fs::io::barrier::Args),
     /// What each layer costs per 4 KiB read, 4 KiB write, create, stat and 4 KiB append + fsync
     /// (Oikawa's layer-cost study; figure 6 of that study): the PMFS library (C ABI), the LD_PRELOAD
     /// shim, the FUSE mount, ext4 on attach, NBD (`pmkit serve` through libnbd), ext4 on a
@@ -130,20 +121,20 @@ enum Cmd {
     /// Needs root, /dev/fuse, cc, e2fsprogs, strace, valgrind, libnbd-dev, libpmkit_fs.so and
     /// libpmkit_preload.so (`cargo build --release -p pmkit-fs -p pmkit-preload`). Rounds: 3.
     /// --quick: 200 operations per timed run, 20 per strace run, 10 per callgrind run, one round.
-    FsLayers(fs_layers::Args),
+    FsLayers(fs::layers::Args),
     /// PMFS thesis Fig. 14: cp, untar, find, grep -r, cp -r and rm -r of a Linux source tree
     /// (Debian's linux-source-6.1, part of it unless --full) through the LD_PRELOAD shim, the
     /// FUSE mount, ext4 on `pmkit attach`, ext2/ext4 on a /dev/shm loop device and tmpfs.
     ///
     /// Needs root, /dev/fuse, e2fsprogs, linux-source-6.1 and the shim (`cargo build --release
     /// -p pmkit-preload`). Rounds: 3. --quick: a generated tree of --files files, one round.
-    FsTree(fs_apps::TreeArgs),
+    FsTree(fs::apps::TreeArgs),
     /// Filebench-like loads on the same configurations: dbench, postmark, fs_mark, sqlite3
     /// with synchronous=FULL and pgbench, each with its own rate; N/A where a load forks.
     ///
     /// Needs root, /dev/fuse, e2fsprogs, the shim and the programs (scripts/bench-packages.txt).
     /// Rounds: 2. --quick: sqlite3, fs_mark and postmark (those installed), small counts, one round.
-    FsApps(fs_apps::AppsArgs),
+    FsApps(fs::apps::AppsArgs),
     /// Random reads and writes, 64 B to 256 KiB, 1 thread, through a memory mapping of one
     /// file (PMFS thesis Fig. 16): PMFS direct access (`Posix::map`, a file of 2 MiB blocks and
     /// one of 4 KiB blocks, writes persisted) against mmap(MAP_SHARED) + msync(MS_SYNC) on
@@ -151,14 +142,14 @@ enum Cmd {
     ///
     /// Needs root, /dev/fuse, e2fsprogs. Rounds: 3. --quick: 64 B and 4 KiB, 8 MiB file,
     /// 100 ms cells, one round.
-    FsMap(fs_map::Args),
+    FsMap(fs::map::Args),
     /// X-Mem against fast-only, slow-only, first-touch, page hotness, memkind's static ratio and
     /// two oracles (thesis Fig. 24-30), per slow-memory preset and DRAM share of 1/32 to 1/2,
     /// for xgraph's PageRank and BFS and xkv's ETC requests: every time predicted by HMEP's trace simulator (level 3)
     /// from one traced pass and the measured fast-only time.
     ///
     /// Rounds: 3 (of 4 timed passes). --quick: a scale-12 graph, 16 KiB units, 2 presets.
-    Xmem(xmem_tiers::Args),
+    Xmem(xmem::tiers::Args),
     /// xkv, the MemC3-like key-value store (X-Mem tags: the cuckoo hash and eight slab
     /// classes), serving memcached's text protocol on 127.0.0.1 until killed.
     XkvServe(pmkit_xkv::server::ServeArgs),
@@ -168,7 +159,7 @@ enum Cmd {
     /// xkv-serve on all fast and all slow.
     ///
     /// Rounds: 3. --quick: a 16 MiB dataset, 50000 requests, one round, 5000 memcaslap ops.
-    Xkv(xkv::XkvArgs),
+    Xkv(xmem::xkv::XkvArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -181,28 +172,28 @@ fn main() -> std::process::ExitCode {
 
 fn run(cmd: Cmd) -> anyhow::Result<std::process::ExitCode> {
     match cmd {
-        Cmd::Protection(a) => figures::protection(a),
-        Cmd::WriteScheme(a) => figures::write_scheme(a),
-        Cmd::Overview(a) => figures::overview(a),
-        Cmd::Emulation(a) => figures::emulation(a),
-        Cmd::Attach(a) => attach::run(a),
-        Cmd::Nbd(a) => nbd::run(a),
-        Cmd::Pmo(a) => pmo::run(a),
-        Cmd::Atomic(a) => atomic::run(a),
-        Cmd::KernelPath(a) => kernel_path::run(a),
-        Cmd::Fs(a) => fs::run(a),
-        Cmd::FsProtect(a) => fs_protect::run(a),
-        Cmd::XmemAlloc(a) => xmem_alloc::run(a),
+        Cmd::Protection(a) => blk::figures::protection(a),
+        Cmd::WriteScheme(a) => blk::figures::write_scheme(a),
+        Cmd::Overview(a) => blk::figures::overview(a),
+        Cmd::Emulation(a) => blk::figures::emulation(a),
+        Cmd::Attach(a) => blk::attach::run(a),
+        Cmd::Nbd(a) => blk::nbd::run(a),
+        Cmd::Pmo(a) => obj::run(a),
+        Cmd::Atomic(a) => blk::atomic::run(a),
+        Cmd::KernelPath(a) => blk::kernel_path::run(a),
+        Cmd::Fs(a) => fs::mount::run(a),
+        Cmd::FsProtect(a) => fs::protect::run(a),
+        Cmd::XmemAlloc(a) => xmem::alloc::run(a),
         Cmd::HmepPlotCalibration(a) => hmep::calibrate::run(a),
         Cmd::HmepValidate(a) => hmep::validate(a),
-        Cmd::FsIo(a) => fs_io::run(a),
-        Cmd::FsBarrier(a) => fs_io::barrier::run(a),
-        Cmd::FsLayers(a) => fs_layers::run(a),
-        Cmd::FsTree(a) => fs_apps::run_tree(a),
-        Cmd::FsApps(a) => fs_apps::run_apps(a),
-        Cmd::FsMap(a) => fs_map::run(a),
-        Cmd::Xmem(a) => xmem_tiers::run(a),
+        Cmd::FsIo(a) => fs::io::run(a),
+        Cmd::FsBarrier(a) => fs::io::barrier::run(a),
+        Cmd::FsLayers(a) => fs::layers::run(a),
+        Cmd::FsTree(a) => fs::apps::run_tree(a),
+        Cmd::FsApps(a) => fs::apps::run_apps(a),
+        Cmd::FsMap(a) => fs::map::run(a),
+        Cmd::Xmem(a) => xmem::tiers::run(a),
         Cmd::XkvServe(a) => pmkit_xkv::server::serve(a),
-        Cmd::Xkv(a) => xkv::bench(a),
+        Cmd::Xkv(a) => xmem::xkv::bench(a),
     }
 }

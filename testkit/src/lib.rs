@@ -11,6 +11,6 @@ pub mod need;
 pub mod rng;
 pub mod scratch;
 
-pub use need::{have, in_ci, need_root, need_tool};
+pub use need::{have, in_ci, need_file, need_root, need_tool};
 pub use rng::Seeded;
 pub use scratch::{scratch, scratch_named};

@@ -37,6 +37,17 @@ pub fn need_tool(tools: &[&str]) -> bool {
     false
 }
 
+/// Whether `path` exists (a device such as /dev/fuse); if not: a note and `false` outside CI, a
+/// failure in CI.
+pub fn need_file(path: &str, why: &str) -> bool {
+    if std::path::Path::new(path).exists() {
+        return true;
+    }
+    assert!(!in_ci(), "{path} is missing in CI: {why}");
+    eprintln!("note: skipping: no {path} ({why})");
+    false
+}
+
 /// Whether this process runs as root; if not: a note and `false` outside CI, a failure in CI
 /// (CI runs the tests as root).
 pub fn need_root(why: &str) -> bool {

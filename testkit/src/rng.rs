@@ -1,5 +1,5 @@
-//! Seeded randomness a failure can replay: the seed comes from `PMKIT_SEED` when set, else from
-//! the clock, and a test that panics prints it with the command to run it again.
+//! Seeded randomness a failure can replay: the seed comes from `PMKIT_SEED` when set, else the
+//! test's own default, and a test that panics prints it with the way to run it again.
 
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -15,15 +15,14 @@ pub struct Seeded {
 }
 
 impl Seeded {
-    /// A generator for `what` (the test's name, printed with the seed on failure).
-    pub fn new(what: &str) -> Seeded {
+    /// A generator whose seed is `PMKIT_SEED` when set, else `default`: CI replays the same
+    /// cases every run, and a person can try others.
+    pub fn from_env_or(what: &str, default: u64) -> Seeded {
         let seed = match std::env::var(SEED_VAR) {
             Ok(s) => s
                 .parse()
                 .unwrap_or_else(|_| panic!("{SEED_VAR}={s}: not a number")),
-            Err(_) => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64),
+            Err(_) => default,
         };
         Seeded::with_seed(what, seed)
     }

@@ -5,7 +5,7 @@
 //! ([`Target::Shim`], for unmodified programs, started with [`Up::env`]); the last two make the
 //! pool and leave the directory empty: the shim serves it as its prefix.
 
-use crate::attach::{mount_loop, mount_target, unmount_target, Mounted, PMKIT_DEV};
+use crate::blk::attach::{mount_loop, mount_target, unmount_target, Mounted, PMKIT_DEV};
 use crate::host::sh;
 use anyhow::{ensure, Context, Result};
 use pmkit::args::EngineArgs;

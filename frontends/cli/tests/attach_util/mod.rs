@@ -10,19 +10,9 @@ use std::time::{Duration, Instant};
 pub(crate) const PMKIT: &str = env!("CARGO_BIN_EXE_pmkit");
 
 pub(crate) fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    let ok = euid == 0
-        && Path::new("/dev/fuse").exists()
-        && Command::new("mkfs.ext4").arg("-V").output().is_ok();
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run attach tests as root with /dev/fuse and e2fsprogs"
-        );
-        eprintln!("skipping: needs root, /dev/fuse and e2fsprogs");
-    }
-    ok
+    pmkit_testkit::need_root("pmkit attach")
+        && pmkit_testkit::need_file("/dev/fuse", "pmkit attach")
+        && pmkit_testkit::need_tool(&["mkfs.ext4"])
 }
 
 pub(crate) fn pmkit(args: &[&str]) -> std::process::Output {

@@ -30,16 +30,8 @@ pub(crate) fn run_ok(args: &[&str]) -> String {
 /// Root and /dev/fuse: what a FUSE mount needs. Missing, the test is skipped, except in CI
 /// (CI set), where it fails saying why.
 pub(crate) fn can_run() -> bool {
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let fuse = Path::new("/dev/fuse").exists();
-    if root && fuse {
-        return true;
-    }
-    let why = format!("needs root ({root}) and /dev/fuse ({fuse})");
-    assert!(std::env::var_os("CI").is_none(), "FUSE mount test {why}");
-    eprintln!("skipped: {why}");
-    false
+    pmkit_testkit::need_root("a FUSE mount")
+        && pmkit_testkit::need_file("/dev/fuse", "a FUSE mount")
 }
 
 /// The FUSE transports a mount test runs over: `dev` (/dev/fuse), and `uring` (FUSE over

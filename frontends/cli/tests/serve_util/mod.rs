@@ -19,18 +19,10 @@ pub(crate) fn have(tools: &[&str]) -> bool {
 
 /// Root, /dev/fuse and a free loop device: needed for nbdfuse + losetup.
 pub(crate) fn have_fuse_and_loop() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    let ok =
-        euid == 0 && Path::new("/dev/fuse").exists() && Path::new("/dev/loop-control").exists();
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the nbdfuse test as root with /dev/fuse and loop devices"
-        );
-        eprintln!("skipping: needs root, /dev/fuse and loop devices");
-    }
-    ok
+    let why = "nbdfuse and losetup";
+    pmkit_testkit::need_root(why)
+        && pmkit_testkit::need_file("/dev/fuse", why)
+        && pmkit_testkit::need_file("/dev/loop-control", why)
 }
 
 /// Run a command with a time limit (coreutils `timeout`, so a hung client cannot hang the test).

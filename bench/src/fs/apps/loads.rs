@@ -8,7 +8,7 @@
 
 use super::{check_host, each_target, output, summarize, target_names, Ctx, Item, Outcome};
 use super::{first_lines, Row, Sample, BASE};
-use crate::attach::apps as bench_apps;
+use crate::blk::attach::apps as bench_apps;
 use crate::fs::targets::Sizes;
 use crate::host::{cpu_label, need_tool};
 use anyhow::{Context, Result};

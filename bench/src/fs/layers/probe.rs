@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const FSOPS_C: &str = include_str!("../../drivers/fsops.c");
-const NBDOPS_C: &str = include_str!("../../drivers/nbdops.c");
-const PMFS_H: &str = include_str!("../../../frontends/c/pmfs/include/pmfs.h");
+const FSOPS_C: &str = include_str!("../../../drivers/fsops.c");
+const NBDOPS_C: &str = include_str!("../../../drivers/nbdops.c");
+const PMFS_H: &str = include_str!("../../../../frontends/c/pmfs/include/pmfs.h");
 
 /// The compiled drivers.
 pub(super) struct Drivers {

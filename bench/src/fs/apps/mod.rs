@@ -10,12 +10,12 @@
 //! (`pmfs-long`), ext4 on `pmkit attach` (ext4 on PMBD, the thesis's baseline and the ratio
 //! base), ext2 and ext4 on a loop device over /dev/shm, tmpfs.
 
-mod apps;
+mod loads;
 mod output;
 mod source;
 mod tree;
 
-pub(crate) use apps::{run as run_apps, Args as AppsArgs};
+pub(crate) use loads::{run as run_apps, Args as AppsArgs};
 pub(crate) use tree::{run as run_tree, Args as TreeArgs};
 
 use crate::fs::targets::{self, Sizes, Target, Up};

@@ -199,7 +199,7 @@ pub(super) fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
     // Under valgrind the daemon starts slowly.
     let limit = Duration::from_secs(if wrap.is_empty() { 60 } else { 300 });
     let ready = if layer == Layer::Nbd {
-        crate::nbd::wait_for_socket(&sock, &mut child, "pmkit serve")
+        crate::blk::nbd::wait_for_socket(&sock, &mut child, "pmkit serve")
     } else {
         wait_mounted(c.mnt, &mut child, limit)
     };

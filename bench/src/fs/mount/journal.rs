@@ -14,7 +14,7 @@
 //!   counted; checkpoints of those blocks to their home locations come later, when the journal
 //!   fills, and are not counted.
 
-use super::targets::Up;
+use crate::fs::targets::Up;
 use anyhow::{ensure, Context, Result};
 use std::fs::{self, File};
 use std::io::Write;

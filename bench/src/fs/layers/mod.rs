@@ -177,7 +177,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let mnt = scratch.path().join("mnt");
     std::fs::create_dir_all(&mnt)?;
     let drivers = probe::build(scratch.path(), layers.contains(&Layer::Nbd))?;
-    let pmkit = crate::nbd::pmkit_exe()?;
+    let pmkit = crate::blk::nbd::pmkit_exe()?;
     let max_n = OPS.iter().map(|op| n_of(op)).max().unwrap_or(1);
     let sizes = |mib: u64| Sizes {
         bytes: mib.max(64) << 20,
@@ -229,7 +229,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let raw_nt_rounds = (0..rounds)
         .map(|_| {
             bar.inc();
-            crate::fs_protect::raw_nt(&a.flags.dir, 1, ms, false)
+            crate::fs::protect::raw_nt(&a.flags.dir, 1, ms, false)
         })
         .collect::<Result<Vec<f64>>>()?;
 
