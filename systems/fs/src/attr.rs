@@ -31,9 +31,7 @@ impl<M: Media> Fs<M> {
             let data = self.verify_now(d, &node)?;
             walk::dir_index(&self.pm, &self.geo, d, &node, &data)
         })?;
-        Some(r.map_err(|e| Error::Damaged {
-            problems: vec![e.to_string()],
-        }))
+        Some(r.map_err(|e| self.damaged(d, e.to_string())))
     }
     /// Run the walk's checks of one inode once per mount (all are done at a mount that walks;
     /// after one from the checkpoint, on each inode's first use: `walk::verify_inode`).
@@ -44,7 +42,18 @@ impl<M: Media> Fs<M> {
         }
         self.verify_now(ino, node)
             .map(|_| ())
-            .map_err(|e| Error::Damaged { problems: vec![e] })
+            .map_err(|e| self.damaged(ino, e))
+    }
+    /// Record damage met in use (see `damage.rs`): the error the inode answers with.
+    fn damaged(&self, ino: u64, problem: String) -> Error {
+        if self.damage.lock().record(ino, &problem) {
+            tracing::error!(
+                "damage found in inode {ino}: {problem}; it answers EIO, the rest is served, \
+                 and the pool will not be marked clean (after unmount: pmkit fs check POOL \
+                 --repair)"
+            );
+        }
+        Error::DamagedInode { ino, problem }
     }
     /// The checks of [`Fs::verified`], run now; the inode's data blocks.
     fn verify_now(&self, ino: u64, node: &Inode) -> std::result::Result<Vec<(u64, u64)>, String> {

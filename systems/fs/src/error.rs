@@ -61,6 +61,13 @@ pub enum Error {
     /// fixes them.
     #[error("{}", damaged_text(problems, "POOL"))]
     Damaged { problems: Vec<String> },
+    /// An inode found damaged when first used after a mount from the checkpoint: it answers
+    /// EIO; the rest of the pool is served.
+    #[error(
+        "inode {ino} is damaged ({problem}); it answers EIO and the pool stays marked unclean; \
+         after unmount, `pmkit fs check POOL --repair` repairs it"
+    )]
+    DamagedInode { ino: u64, problem: String },
     #[error("descriptor {0} is not open (or not open for this)")]
     BadFd(u32),
     #[error("too many levels of symbolic links")]
@@ -118,6 +125,7 @@ impl Error {
             | Error::Version { .. }
             | Error::Corrupt(_)
             | Error::Damaged { .. }
+            | Error::DamagedInode { .. }
             | Error::WriteFailed(_) => 5, // EIO
             Error::BadFd(_) => 9,                          // EBADF
             Error::Loop => 40,                             // ELOOP

@@ -10,6 +10,7 @@ mod check;
 mod ckpt;
 mod clock;
 mod costs;
+mod damage;
 mod data;
 mod dir;
 mod error;
@@ -275,6 +276,9 @@ pub struct Fs<M: Media> {
     checked: Box<[std::sync::atomic::AtomicU64]>,
     /// File ranges mapped for direct access, by inode (see `xip.rs`).
     pins: Mutex<HashMap<u64, Vec<(u64, u64)>>>,
+    /// Damage met on first use after a mount from the checkpoint (`attr.rs`): those inodes
+    /// answer EIO, and unmount leaves the pool unclean so the next mount walks it all.
+    damage: Mutex<damage::Damage>,
 }
 
 impl<M: Media> std::fmt::Debug for Fs<M> {

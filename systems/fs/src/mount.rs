@@ -191,6 +191,7 @@ impl<M: Media> Fs<M> {
             journal: Journal::new(&gens),
             alloc: Mutex::new(alloc),
             pins: Mutex::new(std::collections::HashMap::new()),
+            damage: Mutex::new(crate::damage::Damage::default()),
             checked: (0..(geo.inodes as u64).div_ceil(64))
                 .map(|_| AtomicU64::new(if from_checkpoint { 0 } else { u64::MAX }))
                 .collect(),
@@ -211,6 +212,17 @@ impl<M: Media> Fs<M> {
         if self.pm.check().is_err() {
             return self.pm.into_media();
         }
+        // Damage met in use: the next mount must walk everything (and refuse until repaired),
+        // so neither the checkpoint nor the clean flag is written.
+        let damage = self.damage.lock().lines();
+        if !damage.is_empty() {
+            tracing::error!(
+                "not marked clean: {} damaged inode(s) met in use; the next mount walks the \
+                 pool; repair it with pmkit fs check POOL --repair",
+                damage.len()
+            );
+            return self.pm.into_media();
+        }
         // The checkpoint first: the clean superblock is what makes it count.
         let dirs: Vec<u64> = self.ns.read().inos().collect();
         ckpt::save(
@@ -228,6 +240,12 @@ impl<M: Media> Fs<M> {
             },
         );
         self.pm.into_media()
+    }
+
+    /// Damage met in use since the mount, one line per inode (empty: none). Such inodes answer
+    /// EIO, and [`Fs::unmount`] leaves the pool unclean.
+    pub fn damage_found(&self) -> Vec<String> {
+        self.damage.lock().lines()
     }
 
     /// The protection mode in force (`Auto` resolved), and why it was chosen.

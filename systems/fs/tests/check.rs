@@ -54,7 +54,9 @@ fn touch_everything<M: pmkit_media::Media>(fs: &Fs<M>, dir: u64, depth: usize) {
 }
 
 /// The image was unmounted clean, so a default mount loads the checkpoint and finds the damage
-/// only where it is used (never panicking); `check` and a mount that walks refuse it.
+/// only where it is used (never panicking); `check` and a mount that walks refuse it. Damage the
+/// lazy mount met answers EIO, says so accurately, and leaves the pool unclean: the next
+/// default mount walks and refuses it too.
 fn refused(sim: CrashSim, what: &str) -> String {
     let rep = check(&sim);
     assert!(!rep.is_clean(), "{what}: check found nothing");
@@ -62,6 +64,17 @@ fn refused(sim: CrashSim, what: &str) -> String {
     if let Ok((fs, rec)) = Fs::mount(CrashSim::from_image(sim.image()), &MountOptions::default()) {
         assert!(rec.from_checkpoint, "{what}: {rec:?}");
         touch_everything(&fs, ROOT, 0);
+        let met = fs.damage_found();
+        for line in &met {
+            assert!(!line.contains("mount refused"), "{what}: {line}");
+        }
+        let lazy = CrashSim::from_image(fs.unmount().image());
+        if !met.is_empty() {
+            match Fs::mount(lazy, &MountOptions::default()) {
+                Err(e @ Error::Damaged { .. }) => assert_eq!(e.errno(), 5),
+                other => panic!("{what}: after damage met in use, a mount gave {other:?}"),
+            }
+        }
     }
     let walk = MountOptions {
         full_walk: true,
@@ -133,6 +146,51 @@ fn tree_pointer_out_of_range() {
     set_word(&sim, sb.geo.inode_off(3) + 16, sb.geo.blocks + 7);
     let text = refused(sim, "pointer");
     assert!(text.contains("outside the data area"), "{text}");
+}
+
+#[test]
+fn damage_met_in_use_is_eio_for_that_file_only_and_keeps_the_pool_unclean() {
+    let (sim, sb) = image();
+    set_word(&sim, sb.geo.inode_off(3) + 16, sb.geo.blocks + 7);
+    let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(rec.from_checkpoint, "{rec:?}");
+    let d = fs.lookup(ROOT, b"d").unwrap().ino;
+    let f = fs.lookup(d, b"f");
+    let e = match f {
+        Ok(a) => fs.read(a.ino, 0, 10).unwrap_err(),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(e, Error::DamagedInode { ino: 3, .. }),
+        "the damaged file answers with its own error: {e:?}"
+    );
+    assert_eq!(e.errno(), 5);
+    let msg = e.to_string();
+    assert!(
+        !msg.contains("mount refused") && msg.contains("--repair"),
+        "{msg}"
+    );
+    // The rest is served: its sibling, the symlink, the root.
+    let g = fs.lookup(d, b"g").unwrap().ino;
+    assert_eq!(fs.read(g, 0, 10).unwrap(), b"");
+    assert_eq!(
+        fs.readlink(fs.lookup(ROOT, b"s").unwrap().ino).unwrap(),
+        b"d/f"
+    );
+    let met = fs.damage_found();
+    assert_eq!(met.len(), 1, "{met:?}");
+    assert!(met[0].starts_with("inode 3:"), "{met:?}");
+    fs.unmount();
+    // Not marked clean: the next default mount walks everything and refuses.
+    match Fs::mount(&sim, &MountOptions::default()) {
+        Err(Error::Damaged { problems }) => {
+            assert!(
+                problems.iter().any(|p| p.contains("outside the data area")),
+                "{problems:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
