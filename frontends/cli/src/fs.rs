@@ -30,12 +30,13 @@ enum Cmd {
         /// (whose contents are then lost).
         #[arg(long)]
         force: bool,
-        /// Inodes in the fixed inode table (the most files and directories, plus one).
-        #[arg(long, default_value_t = 4096)]
-        inodes: u32,
-        /// Journal lanes: transactions that can run at once.
-        #[arg(long, default_value_t = 8)]
-        lanes: u32,
+        /// Inodes in the inode table (the most files and directories, plus one). Default: one
+        /// per 16 KiB of the pool (as ext4), at least 4096 and at most 1048576.
+        #[arg(long)]
+        inodes: Option<u32>,
+        /// Journal lanes: transactions that can run at once. Default: one per CPU, 8 to 64.
+        #[arg(long)]
+        lanes: Option<u32>,
         /// 64-byte entries per journal lane.
         #[arg(long, default_value_t = 256)]
         lane_entries: u32,
@@ -141,8 +142,8 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                 command: "pmkit fs mkfs",
             };
             let o = MkfsOptions {
-                inodes,
-                lanes,
+                inodes: inodes.unwrap_or(0),
+                lanes: lanes.unwrap_or(0),
                 lane_entries,
             };
             let sb = crate::format_target::format(&target, |region, _| {
@@ -157,9 +158,9 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                 pool.display(),
                 sb.geo.blocks,
                 sb.geo.data_blocks(),
-                inodes - 1,
-                lanes,
-                lane_entries
+                sb.geo.inodes - 1,
+                sb.geo.lanes,
+                sb.geo.lane_entries
             );
         }
         Cmd::Info { pool, json } => {

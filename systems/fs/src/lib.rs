@@ -83,25 +83,57 @@ pub enum DataMode {
 
 #[derive(Clone, Debug)]
 pub struct MkfsOptions {
-    /// Inodes in the table (the root and the meta inode included).
+    /// Inodes in the table (the root and the meta inode included); 0 scales them with the
+    /// pool ([`MkfsOptions::resolved`]).
     pub inodes: u32,
-    /// Journal lanes (independent transactions at once).
+    /// Journal lanes (independent transactions at once); 0 takes one per CPU, at least 8.
     pub lanes: u32,
     /// 64-byte entries per lane.
     pub lane_entries: u32,
 }
 
 impl Default for MkfsOptions {
+    /// Inodes and lanes scaled with the pool and the machine.
     fn default() -> MkfsOptions {
         MkfsOptions {
-            inodes: 4096,
-            lanes: 8,
+            inodes: 0,
+            lanes: 0,
             lane_entries: 256,
         }
     }
 }
 
+/// Pool bytes per inode when the inode count scales with the pool: ext4's default ratio.
+pub const BYTES_PER_INODE: u64 = 16 << 10;
+/// The fewest inodes a scaled table gets (a small pool still holds thousands of files).
+pub const MIN_SCALED_INODES: u64 = 4096;
+/// The most inodes a scaled table gets (a 128 MiB table): mkfs writes the table and a mount
+/// after a crash reads it, so a huge sparse pool stays quick to make and to mount. More can be
+/// asked for (`inodes`, up to 2^30).
+pub const MAX_SCALED_INODES: u64 = 1 << 20;
+
 impl MkfsOptions {
+    /// These options for a pool of `bytes`: inodes 0 becomes one per [`BYTES_PER_INODE`] within
+    /// [`MIN_SCALED_INODES`]..=[`MAX_SCALED_INODES`] (and never more than an eighth of the pool);
+    /// lanes 0 become one per CPU within 8..=64 (and a journal of at most a sixteenth of it).
+    pub fn resolved(&self, bytes: u64) -> MkfsOptions {
+        let mut o = self.clone();
+        if o.inodes == 0 {
+            let by_size = (bytes / BYTES_PER_INODE).clamp(MIN_SCALED_INODES, MAX_SCALED_INODES);
+            let eighth = bytes / 8 / layout::INODE as u64;
+            o.inodes = by_size.min(eighth).max(64) as u32;
+        }
+        if o.lanes == 0 {
+            let cpus = std::thread::available_parallelism().map_or(8, |n| n.get() as u64);
+            let lane_bytes = (o.lane_entries.max(1) as u64 + 1) * layout::LINE as u64;
+            let fit = (bytes / 16 / lane_bytes).max(1);
+            o.lanes = cpus.clamp(8, layout::MAX_LANES as u64).min(fit) as u32;
+        }
+        debug_assert!(o.inodes > 0 && o.lanes > 0);
+        o
+    }
+
+    /// The smallest useful geometry, for crash tests.
     /// The smallest useful geometry, for crash tests.
     pub fn tiny() -> MkfsOptions {
         MkfsOptions {

@@ -70,6 +70,7 @@ pub(crate) fn pick_sb<M: Media>(m: &M) -> Result<(Superblock, bool)> {
 impl<M: Media> Fs<M> {
     /// Make an empty file system on `media` (everything on it is lost).
     pub fn mkfs(media: &M, o: &MkfsOptions) -> Result<()> {
+        let o = &o.resolved(media.len() as u64);
         let geo = Geometry::new(
             (media.len() / BLOCK) as u64,
             o.lanes,

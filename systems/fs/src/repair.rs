@@ -183,6 +183,33 @@ fn superblocks<M: Media>(
     Some(good.geo)
 }
 
+/// The geometries mkfs's defaults may have given a pool of `bytes`: the inodes scale with the
+/// size alone, the lanes with the CPUs of the machine that made it (any of 8..=64); then the
+/// fixed defaults of older versions (4096 inodes, 8 lanes) and the tiny geometry.
+fn default_geometries(bytes: u64, hint: impl Fn(MkfsOptions) -> GeometryHint) -> Vec<GeometryHint> {
+    let here = MkfsOptions::default().resolved(bytes);
+    let mut lanes = vec![here.lanes];
+    lanes.extend((8..=crate::layout::MAX_LANES).filter(|&l| l != here.lanes));
+    let mut v: Vec<GeometryHint> = lanes
+        .into_iter()
+        .map(|l| {
+            hint(MkfsOptions {
+                lanes: l,
+                ..here.clone()
+            })
+        })
+        .collect();
+    let old = MkfsOptions {
+        inodes: 4096,
+        lanes: 8,
+        ..MkfsOptions::default()
+    };
+    v.push(hint(old));
+    v.push(hint(MkfsOptions::tiny()));
+    debug_assert!(v.iter().all(|h| h.inodes > 0 && h.lanes > 0));
+    v
+}
+
 /// Both superblocks bad: try the geometry given, or the mkfs defaults; accept one only if the
 /// journal lane headers and the root directory are where it puts them.
 fn rebuild_sb<M: Media>(
@@ -200,7 +227,7 @@ fn rebuild_sb<M: Media>(
     };
     let tries = match o.geometry {
         Some(g) => vec![g],
-        None => vec![hint(MkfsOptions::default()), hint(MkfsOptions::tiny())],
+        None => default_geometries(pm.media().len() as u64, hint),
     };
     let mut why_not = Vec::new();
     for h in tries {
