@@ -211,6 +211,8 @@ impl Alloc {
     pub(crate) fn base(geo: &Geometry) -> Alloc {
         let mut a = Alloc::new(Bitmap::new(geo.blocks), Bitmap::new(geo.inodes as u64));
         (0..geo.data_block).for_each(|b| assert!(a.blocks.set(b)));
+        // Format 3's second superblock copy: the last block.
+        (geo.data_end()..geo.blocks).for_each(|b| assert!(a.blocks.set(b)));
         assert!(a.inodes.set(META_INO));
         a
     }

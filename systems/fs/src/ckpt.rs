@@ -163,7 +163,7 @@ pub(crate) fn load<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64) -> Result<Sav
         && rec
             .first
             .checked_add(nblocks)
-            .is_some_and(|e| e <= geo.blocks);
+            .is_some_and(|e| e <= geo.data_end());
     if !fits {
         return Err(format!(
             "record names {len} bytes at block {}, which this geometry cannot hold",

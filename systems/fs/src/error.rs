@@ -50,7 +50,7 @@ pub enum Error {
     #[error("not a pmkit file system: {0}")]
     NotFs(String),
     #[error(
-        "the file system is format version {found}; this build reads version {reads} only \
+        "the file system is format version {found}; this build reads versions 2 to {reads} \
         (version 2 put the append tail record where version 1 kept atime): copy the files out \
         with the pmkit that made it, then make the file system again"
     )]

@@ -12,9 +12,19 @@ pub const SYMLINK_MAX: usize = 4095;
 pub const LINK_MAX: u32 = 65_000;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
 /// 2: the inode's byte 56 holds the one-fence append's tail record and atime moved to 104.
-pub const VERSION: u32 = 2;
-/// Byte offsets of the two superblock copies (both in block 0).
-pub const SB_OFFS: [usize; 2] = [0, 2048];
+/// 3: the second superblock copy moved from byte 2048 of block 0 to the pool's last block
+/// (reserved), so one lost page never loses both. Format 2 pools are still read and written in
+/// their own layout.
+pub const VERSION: u32 = 3;
+/// The oldest format this build reads (and keeps in its layout).
+pub const OLDEST_VERSION: u32 = 2;
+/// Byte offset of the first superblock copy, in every format.
+pub const SB_A: usize = 0;
+/// Byte offset of the second copy in format 2 (in block 0 beside the first); in format 3 the
+/// slot stays zero.
+pub const SB_B_V2: usize = 2048;
+/// Byte offsets of the two superblock copies of format 2 (both in block 0).
+pub const SB_OFFS: [usize; 2] = [SB_A, SB_B_V2];
 pub const SB_LEN: usize = 64;
 pub const ROOT_INO: u64 = 1;
 /// Slot 0 of the inode table: the meta inode (orphan list head).
@@ -36,6 +46,8 @@ pub struct Geometry {
     pub inodes: u32,
     pub inode_block: u64,
     pub data_block: u64,
+    /// Format 3: the second superblock copy in the last block, which is then not data.
+    pub far_copy: bool,
 }
 
 impl Geometry {
@@ -62,7 +74,36 @@ impl Geometry {
             inodes,
             inode_block,
             data_block,
+            far_copy: true,
         })
+    }
+    /// The same geometry in format 2's layout (both superblock copies in block 0).
+    pub fn v2(self) -> Geometry {
+        Geometry {
+            far_copy: false,
+            ..self
+        }
+    }
+    /// The format version this layout is.
+    pub fn version(&self) -> u32 {
+        if self.far_copy {
+            VERSION
+        } else {
+            OLDEST_VERSION
+        }
+    }
+    /// Byte offsets of the two superblock copies: block 0 and the last block (format 3), or
+    /// both in block 0 (format 2).
+    pub fn sb_offs(&self) -> [usize; 2] {
+        if self.far_copy {
+            [SB_A, far_copy_off(self.blocks)]
+        } else {
+            SB_OFFS
+        }
+    }
+    /// The first block past the data area.
+    pub fn data_end(&self) -> u64 {
+        self.blocks - self.far_copy as u64
     }
     /// Offset of lane `l`'s header line; its entries follow.
     pub fn lane_off(&self, l: u32) -> usize {
@@ -74,11 +115,17 @@ impl Geometry {
         self.inode_block as usize * BLOCK + ino as usize * INODE
     }
     pub fn is_data(&self, b: u64) -> bool {
-        b >= self.data_block && b < self.blocks
+        b >= self.data_block && b < self.data_end()
     }
     pub fn data_blocks(&self) -> u64 {
-        self.blocks - self.data_block
+        self.data_end() - self.data_block
     }
+}
+
+/// Byte offset of format 3's second superblock copy on media of `blocks` blocks: its last block.
+pub fn far_copy_off(blocks: u64) -> usize {
+    debug_assert!(blocks >= 2);
+    (blocks as usize - 1) * BLOCK
 }
 
 /// Where each field of a superblock copy lies: one line, the CRC32C of the rest last.
@@ -137,7 +184,7 @@ impl Superblock {
         let g = &self.geo;
         let mut b = [0u8; SB_LEN];
         put(&mut b, sb::MAGIC_AT, &MAGIC.to_le_bytes());
-        put(&mut b, sb::VERSION_AT, &VERSION.to_le_bytes());
+        put(&mut b, sb::VERSION_AT, &g.version().to_le_bytes());
         put(&mut b, sb::LANES, &g.lanes.to_le_bytes());
         put(&mut b, sb::BLOCKS, &g.blocks.to_le_bytes());
         put(&mut b, sb::LANE_ENTRIES, &g.lane_entries.to_le_bytes());
@@ -169,10 +216,10 @@ impl Superblock {
         if crc32c::crc32c(&b[..sb::CRC]) != u32at(sb::CRC) {
             return Err("checksum mismatch".into());
         }
-        if u32at(sb::VERSION_AT) != VERSION {
+        let version = u32at(sb::VERSION_AT);
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(format!(
-                "version {} (this build reads {VERSION})",
-                u32at(sb::VERSION_AT)
+                "version {version} (this build reads {OLDEST_VERSION} to {VERSION})"
             ));
         }
         let geo = Geometry::new(
@@ -182,6 +229,7 @@ impl Superblock {
             u32at(sb::INODES),
         )
         .map_err(|e| format!("bad geometry: {e}"))?;
+        let geo = if version == VERSION { geo } else { geo.v2() };
         if geo.inode_block != u64at(sb::INODE_BLOCK) || geo.data_block != u64at(sb::DATA_BLOCK) {
             return Err("geometry offsets disagree with its sizes".into());
         }

@@ -7,7 +7,8 @@ use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind, SIZE_MTIME, TAIL};
 use crate::journal::{self, Header, Journal};
 use crate::layout::{
-    Geometry, Superblock, BLOCK, INODE, LINE, META_INO, ROOT_INO, SB_LEN, SB_OFFS, VERSION,
+    far_copy_off, Geometry, Superblock, BLOCK, INODE, LINE, META_INO, OLDEST_VERSION, ROOT_INO,
+    SB_A, SB_B_V2, SB_LEN, VERSION,
 };
 use crate::pm::{Faults, Pm};
 use crate::tx::Tx;
@@ -18,38 +19,88 @@ use std::sync::atomic::AtomicU64;
 
 fn write_sb<M: Media>(pm: &Pm<M>, sb: &Superblock) {
     let b = sb.encode();
-    for off in SB_OFFS {
+    for off in sb.geo.sb_offs() {
         pm.write(off, &b);
         pm.flush(off, SB_LEN);
         pm.fence();
     }
 }
 
-/// Both superblock copies, decoded (or why not).
-pub(crate) fn read_sbs<M: Media>(m: &M) -> [std::result::Result<Superblock, String>; 2] {
-    SB_OFFS.map(|off| {
-        if m.len() < off + SB_LEN {
-            return Err("media too small".into());
-        }
-        let mut b = [0u8; SB_LEN];
-        m.read(off, &mut b);
-        Superblock::decode(&b, m.len())
-    })
+/// Every place a superblock copy may be on media of `len` bytes: A, format 2's B (block 0),
+/// format 3's B (the last block).
+fn sb_slots(len: usize) -> Vec<usize> {
+    let mut v = vec![SB_A, SB_B_V2];
+    let blocks = (len / BLOCK) as u64;
+    if blocks >= 2 {
+        v.push(far_copy_off(blocks));
+    }
+    v
 }
 
-/// A superblock copy whose magic and checksum hold but whose format version is not this
-/// build's: nothing here may read or "repair" that layout.
+/// The copy at `off`, decoded (or why not); a copy of a layout that does not put its second
+/// copy at `off` (B only) is not one.
+fn read_at<M: Media>(m: &M, off: usize) -> std::result::Result<Superblock, String> {
+    if m.len() < off + SB_LEN {
+        return Err("media too small".into());
+    }
+    let mut b = [0u8; SB_LEN];
+    m.read(off, &mut b);
+    let s = Superblock::decode(&b, m.len())?;
+    if off != SB_A && s.geo.sb_offs()[1] != off {
+        return Err(format!(
+            "a copy of format {} in the wrong place",
+            s.geo.version()
+        ));
+    }
+    Ok(s)
+}
+
+/// Where copy B is: where a good copy A puts it; without one, the last block if a format 3
+/// copy is there, else format 2's place.
+fn b_off<M: Media>(m: &M, a: &std::result::Result<Superblock, String>) -> usize {
+    match a {
+        Ok(s) => s.geo.sb_offs()[1],
+        Err(_) => {
+            let far = sb_slots(m.len()).get(2).copied();
+            far.filter(|&o| read_at(m, o).is_ok()).unwrap_or(SB_B_V2)
+        }
+    }
+}
+
+/// Both superblock copies, decoded (or why not), with where each is.
+pub(crate) fn read_sbs_at<M: Media>(
+    m: &M,
+) -> [(usize, std::result::Result<Superblock, String>); 2] {
+    let a = read_at(m, SB_A);
+    let off = b_off(m, &a);
+    let b = read_at(m, off);
+    [(SB_A, a), (off, b)]
+}
+
+/// Both superblock copies, decoded (or why not).
+pub(crate) fn read_sbs<M: Media>(m: &M) -> [std::result::Result<Superblock, String>; 2] {
+    read_sbs_at(m).map(|(_, s)| s)
+}
+
+/// A superblock copy whose magic and checksum hold but whose format version this build does
+/// not read: nothing here may read or "repair" that layout. B's slots are asked only without a
+/// good copy A (a format 2 pool's last block is file data, which may hold anything).
 pub(crate) fn other_version<M: Media>(m: &M) -> Option<Error> {
-    SB_OFFS.iter().find_map(|&off| {
+    let version_at = |off: usize| {
         let mut b = [0u8; SB_LEN];
         (m.len() >= off + SB_LEN).then(|| m.read(off, &mut b))?;
-        match Superblock::version(&b) {
-            Some(found) if found != VERSION => Some(Error::Version {
-                found,
-                reads: VERSION,
-            }),
-            _ => None,
-        }
+        Superblock::version(&b)
+    };
+    let slots = match version_at(SB_A) {
+        Some(_) => vec![SB_A],
+        None => sb_slots(m.len()),
+    };
+    slots.into_iter().find_map(|off| match version_at(off) {
+        Some(found) if !(OLDEST_VERSION..=VERSION).contains(&found) => Some(Error::Version {
+            found,
+            reads: VERSION,
+        }),
+        _ => None,
     })
 }
 
@@ -78,8 +129,9 @@ impl<M: Media> Fs<M> {
             o.inodes,
         )?;
         let pm = Pm::new(media, Faults::default());
-        // Invalidate any old file system first, so a cut mkfs leaves no mountable half.
-        for off in SB_OFFS {
+        // Invalidate any old file system first (every place a copy of any format may be), so a
+        // cut mkfs leaves no mountable half.
+        for off in sb_slots(media.len()) {
             pm.write(off, &[0u8; SB_LEN]);
             pm.flush(off, SB_LEN);
         }

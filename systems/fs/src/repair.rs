@@ -24,7 +24,7 @@ use crate::dir;
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
 use crate::journal::{self, Entry, Header, Journal};
-use crate::layout::{Geometry, Superblock, BLOCK, INODE, LINE, ROOT_INO, SB_LEN, SB_OFFS};
+use crate::layout::{Geometry, Superblock, BLOCK, INODE, LINE, ROOT_INO, SB_B_V2, SB_LEN};
 use crate::mount::read_sbs;
 use crate::overlay::Overlay;
 use crate::pm::{Faults, Pm};
@@ -168,17 +168,18 @@ fn superblocks<M: Media>(
     };
     if let Some((i, why)) = bad {
         // One line, flushed and fenced: torn, it is still a bad copy (CRC) and the good one
-        // stays what mount reads.
+        // stays what mount reads. Where the good copy's layout puts it.
         let name = ["A", "B"];
-        pm.write(SB_OFFS[i], &good.encode());
-        pm.flush(SB_OFFS[i], SB_LEN);
+        let off = good.geo.sb_offs()[i];
+        pm.write(off, &good.encode());
+        pm.flush(off, SB_LEN);
         pm.fence();
         let what = format!(
             "superblock {} ({why}): rewritten from superblock {}",
             name[i],
             name[1 - i]
         );
-        note(rep, what, SB_OFFS[i]);
+        note(rep, what, off);
     }
     Some(good.geo)
 }
@@ -210,6 +211,13 @@ fn default_geometries(bytes: u64, hint: impl Fn(MkfsOptions) -> GeometryHint) ->
     v
 }
 
+/// Whether format 2's copy B slot (byte 2048) holds anything: format 3 keeps it zero.
+fn v2_slot_used<M: Media>(pm: &Pm<M>) -> bool {
+    let mut b = [0u8; SB_LEN];
+    pm.read(SB_B_V2, &mut b);
+    b.iter().any(|&x| x != 0)
+}
+
 /// Both superblocks bad: try the geometry given, or the mkfs defaults; accept one only if the
 /// journal lane headers and the root directory are where it puts them.
 fn rebuild_sb<M: Media>(
@@ -236,6 +244,8 @@ fn rebuild_sb<M: Media>(
             h.lanes, h.lane_entries, h.inodes
         );
         let geo = match Geometry::new(blocks, h.lanes, h.lane_entries, h.inodes) {
+            // Format 3 leaves format 2's copy B slot zero: bytes there mean format 2.
+            Ok(g) if v2_slot_used(pm) => g.v2(),
             Ok(g) => g,
             Err(e) => {
                 why_not.push(format!("{what}: {e}"));
@@ -252,7 +262,7 @@ fn rebuild_sb<M: Media>(
             clean: false,
         };
         // A then B, each fenced: a crash between leaves A good, which mount takes.
-        for off in SB_OFFS {
+        for off in geo.sb_offs() {
             pm.write(off, &sb.encode());
             pm.flush(off, SB_LEN);
             pm.fence();
@@ -260,7 +270,7 @@ fn rebuild_sb<M: Media>(
         let what = format!(
             "both superblocks were bad (A: {a}; B: {b}): rebuilt for {what} (the journal lanes and the root directory are where that geometry puts them)"
         );
-        note(rep, what, SB_OFFS[0]);
+        note(rep, what, geo.sb_offs()[0]);
         return Some(geo);
     }
     rep.unfixed.push(format!(

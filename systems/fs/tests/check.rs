@@ -1,9 +1,14 @@
 //! Bad media: `check` names each problem, `mount` refuses with a clear error, nothing panics.
 
-use pmkit_fs::layout::{Superblock, BLOCK, INODE, LINE, SB_LEN, SB_OFFS};
+use pmkit_fs::layout::{Superblock, BLOCK, INODE, LINE, SB_LEN};
 use pmkit_fs::{check, Error, Fs, MkfsOptions, MountOptions, ROOT};
 use pmkit_media::crashsim::CrashSim;
 use pmkit_media::Media;
+
+/// Where this pool's two superblock copies are (its format's layout).
+fn offs(sim: &CrashSim) -> [usize; 2] {
+    pmkit_fs::superblock(sim).unwrap().geo.sb_offs()
+}
 
 const LEN: usize = 256 << 10;
 
@@ -90,7 +95,7 @@ fn refused(sim: CrashSim, what: &str) -> String {
 #[test]
 fn both_superblocks_corrupt() {
     let (sim, _) = image();
-    sim.write(SB_OFFS[0] + 20, &[0xff]);
+    sim.write(offs(&sim)[0] + 20, &[0xff]);
     let rep = check(&sim);
     assert!(rep.is_clean(), "one bad copy is repaired by mount: {rep:?}");
     assert!(
@@ -99,7 +104,7 @@ fn both_superblocks_corrupt() {
             .any(|n| n.contains("superblock A: checksum")),
         "{rep:?}"
     );
-    sim.write(SB_OFFS[1], &[0u8; 8]);
+    sim.write(offs(&sim)[1], &[0u8; 8]);
     let text = refused(sim, "superblocks");
     assert!(
         text.contains("both superblocks are bad") && text.contains("bad magic"),
@@ -110,7 +115,7 @@ fn both_superblocks_corrupt() {
 #[test]
 fn one_bad_superblock_is_rewritten_by_mount() {
     let (sim, _) = image();
-    sim.write(SB_OFFS[1] + 60, &[1, 2, 3, 4]);
+    sim.write(offs(&sim)[1] + 60, &[1, 2, 3, 4]);
     let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
     assert!(rec.superblock_repaired);
     fs.unmount();
@@ -385,6 +390,63 @@ fn the_checkpoint_is_used_only_after_a_clean_unmount() {
 
 fn sb_of(sim: &CrashSim) -> Superblock {
     let mut b = [0u8; SB_LEN];
-    sim.read(SB_OFFS[0], &mut b);
+    sim.read(offs(&sim)[0], &mut b);
     Superblock::decode(&b, LEN).unwrap()
+}
+
+/// Format 3 keeps its second superblock copy in the pool's last block: a zeroed first page
+/// (copy A and the checkpoint record) loses one copy, and mount rebuilds it from the other.
+#[test]
+fn a_zeroed_first_page_leaves_the_far_copy() {
+    let (sim, sb) = image();
+    assert!(sb.geo.far_copy, "mkfs makes format 3");
+    assert_eq!(offs(&sim)[1], (sb.geo.blocks as usize - 1) * BLOCK);
+    sim.write(0, &[0u8; BLOCK]);
+    let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(rec.superblock_repaired && !rec.from_checkpoint, "{rec:?}");
+    let d = fs.lookup(ROOT, b"d").unwrap().ino;
+    let f = fs.lookup(d, b"f").unwrap().ino;
+    assert_eq!(fs.read(f, 0, 6000).unwrap(), vec![5u8; 6000]);
+    fs.unmount();
+    let rep = check(&sim);
+    assert!(rep.is_clean() && rep.notes.is_empty(), "{rep:?}");
+}
+
+/// A format 2 pool (both copies in block 0, the last block data) is read and written in its
+/// own layout: its last block holds file data, and it stays format 2.
+#[test]
+fn a_format_2_pool_keeps_its_layout_and_its_last_block() {
+    let (sim, sb) = image();
+    let v2 = Superblock {
+        geo: sb.geo.v2(),
+        ..sb
+    };
+    assert_eq!(v2.geo.version(), 2);
+    for off in v2.geo.sb_offs() {
+        sim.write(off, &v2.encode());
+    }
+    sim.write((sb.geo.blocks as usize - 1) * BLOCK, &[0u8; BLOCK]);
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    let st = fs.statfs();
+    assert_eq!(
+        st.blocks,
+        sb.geo.blocks - sb.geo.data_block,
+        "the last block is data"
+    );
+    // Fill the pool: the last block is handed out like any other.
+    let big = fs.create(ROOT, b"big", 0o644).unwrap().ino;
+    let mut off = 0u64;
+    while fs.write(big, off, &[7u8; BLOCK]).is_ok() {
+        off += BLOCK as u64;
+    }
+    assert_eq!(fs.statfs().free_blocks, 0);
+    let got = fs.read(big, 0, off as usize).unwrap();
+    assert!(got.iter().all(|&b| b == 7));
+    fs.unmount();
+    let rep = check(&sim);
+    assert!(rep.is_clean(), "{rep:?}");
+    let after = pmkit_fs::superblock(&sim).unwrap();
+    assert!(!after.geo.far_copy && offs(&sim) == [0, 2048], "{after:?}");
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert_eq!(fs.read(big, 0, off as usize).unwrap(), got);
 }

@@ -2,13 +2,18 @@
 //! undamaged files intact and lost inodes in lost+found; random damage never panics; a crash at
 //! every fence of a repair leaves media that repairs and mounts.
 
-use pmkit_fs::layout::{Superblock, BLOCK, INODE, LINE, SB_LEN, SB_OFFS};
+use pmkit_fs::layout::{Superblock, BLOCK, INODE, LINE, SB_LEN};
 use pmkit_fs::{
     check, repair, repair_with, Error, Fs, GeometryHint, MkfsOptions, MountOptions, RepairOptions,
     RepairReport, ROOT,
 };
 use pmkit_media::crashsim::{check_every_fence_from, CrashOpts, CrashSim};
 use pmkit_media::Media;
+
+/// Where this pool's two superblock copies are (its format's layout).
+fn offs(sim: &CrashSim) -> [usize; 2] {
+    pmkit_fs::superblock(sim).unwrap().geo.sb_offs()
+}
 
 const LEN: usize = 256 << 10;
 const F_DATA: [u8; 6000] = [5u8; 6000];
@@ -136,7 +141,7 @@ fn intact_f(fs: &Fs<&CrashSim>) {
 #[test]
 fn another_format_version_is_refused_not_repaired() {
     let (sim, _) = image();
-    for off in SB_OFFS {
+    for off in offs(&sim) {
         let mut b = [0u8; SB_LEN];
         sim.read(off, &mut b);
         b[8..12].copy_from_slice(&1u32.to_le_bytes());
@@ -149,7 +154,13 @@ fn another_format_version_is_refused_not_repaired() {
         panic!("a version-1 file system mounted");
     };
     assert!(
-        matches!(err, Error::Version { found: 1, reads: 2 }),
+        matches!(
+            err,
+            Error::Version {
+                found: 1,
+                reads: pmkit_fs::layout::VERSION
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("format version 1"), "{err}");
@@ -168,7 +179,7 @@ fn another_format_version_is_refused_not_repaired() {
 #[test]
 fn one_bad_superblock_is_rewritten() {
     let (sim, _) = image();
-    sim.write(SB_OFFS[1] + 60, &[1, 2, 3, 4]);
+    sim.write(offs(&sim)[1] + 60, &[1, 2, 3, 4]);
     let rep = repair(&sim).unwrap();
     assert!(rep.is_clean(), "{rep:?}");
     assert!(
@@ -177,15 +188,15 @@ fn one_bad_superblock_is_rewritten() {
             .contains("superblock B (checksum mismatch): rewritten from superblock A"),
         "{rep:?}"
     );
-    assert_eq!(rep.fixes[0].offset, Some(SB_OFFS[1] as u64));
+    assert_eq!(rep.fixes[0].offset, Some(offs(&sim)[1] as u64));
     assert!(check(&sim).notes.is_empty());
 }
 
 #[test]
 fn both_superblocks_bad_are_rebuilt_for_the_mkfs_geometry() {
     let (sim, _) = image();
-    sim.write(SB_OFFS[0] + 20, &[0xff]);
-    sim.write(SB_OFFS[1], &[0u8; 8]);
+    sim.write(offs(&sim)[0] + 20, &[0xff]);
+    sim.write(offs(&sim)[1], &[0u8; 8]);
     let (_, text) = repaired(&sim, "superblocks");
     assert!(text.contains("both superblocks were bad"), "{text}");
     let fs = mount(&sim);
@@ -201,8 +212,8 @@ fn both_superblocks_bad_with_an_unusual_geometry_needs_the_numbers() {
         lane_entries: 80,
     };
     let (sim, _) = image_with(&o);
-    sim.write(SB_OFFS[0], &[0u8; SB_LEN]);
-    sim.write(SB_OFFS[1], &[0u8; SB_LEN]);
+    sim.write(offs(&sim)[0], &[0u8; SB_LEN]);
+    sim.write(offs(&sim)[1], &[0u8; SB_LEN]);
     let img = sim.image();
     let rep = repair(&sim).unwrap();
     assert!(!rep.is_clean());
@@ -500,7 +511,7 @@ fn lost_inodes_go_to_lost_and_found() {
 #[test]
 fn many_kinds_of_damage_at_once() {
     let (sim, sb) = image();
-    sim.write(SB_OFFS[0] + 20, &[0xff]);
+    sim.write(offs(&sim)[0] + 20, &[0xff]);
     sim.write(sb.geo.inode_off(3) + 40, &7u32.to_le_bytes());
     sim.write(sb.geo.inode_off(4), &[0u8; INODE]);
     let node = word(&sim, sb.geo.inode_off(3) + 16);
@@ -534,7 +545,7 @@ fn random_damage_is_repaired_or_reported() {
     let base = sim.image();
     let g = sb.geo;
     let ptr = |ino: u64| word(&sim, g.inode_off(ino) + 16) as usize * BLOCK;
-    let mut areas = vec![(SB_OFFS[0], SB_LEN), (SB_OFFS[1], SB_LEN)];
+    let mut areas = vec![(offs(&sim)[0], SB_LEN), (offs(&sim)[1], SB_LEN)];
     for l in 0..g.lanes {
         areas.push((g.lane_off(l), 4 * LINE));
     }
@@ -674,7 +685,7 @@ fn a_crash_at_every_fence_of_a_repair() {
 #[test]
 fn a_crash_at_every_fence_of_ordered_stores_and_cuts() {
     let (sim, sb) = image();
-    sim.write(SB_OFFS[1] + 60, &[1, 2, 3, 4]);
+    sim.write(offs(&sim)[1] + 60, &[1, 2, 3, 4]);
     let lane = sb.geo.lane_off(1);
     let w = word(&sim, lane);
     let (gen, head) = (w >> 32, w as u32 as usize);
