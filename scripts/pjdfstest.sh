@@ -51,7 +51,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-"$pmkit" fs mkfs "$work/pool" --size 256M --inodes 16384 >/dev/null
+"$pmkit" fs mkfs "$work/pool" --size 256M >/dev/null
 cfg="$PWD/scripts/pjdfstest/pmfs.toml"
 cfg_preload="$PWD/scripts/pjdfstest/preload.toml"
 if $preload; then

@@ -31,8 +31,10 @@ fn mkfs_info_check_and_a_damaged_pool() {
     let o = pmkit(&["fs", "check", p]);
     assert!(o.status.success(), "{}", text(&o));
     let mut image = std::fs::read(&pool).unwrap();
+    // Superblock A (byte 0) and B (the last block, format 3).
+    let far = image.len() - 4096;
     image[0] ^= 1;
-    image[2048] ^= 1;
+    image[far] ^= 1;
     std::fs::write(&pool, &image).unwrap();
     let o = pmkit(&["fs", "check", p]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -136,8 +138,10 @@ fn check_repair() {
     assert_eq!(v["unfixed"].as_array().unwrap().len(), 0);
     // both superblocks bad, a geometry that is not the default: the numbers are needed
     let mut image = std::fs::read(&pool).unwrap();
+    // Superblock A (byte 0) and B (the last block, format 3).
+    let far = image.len() - 4096;
     image[0] ^= 1;
-    image[2048] ^= 1;
+    image[far] ^= 1;
     std::fs::write(&pool, &image).unwrap();
     let o = pmkit(&["fs", "check", p, "--repair"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));

@@ -65,8 +65,9 @@ fn stress_ng_file_stressors_verify() {
     if !can_run_with(&["stress-ng"]) {
         return;
     }
-    // The link and symlink stressors make up to 8192 names per round (symlinks take inodes).
-    let s = scratch_with("256M", 16384);
+    // The link and symlink stressors make up to 8192 names per round (symlinks take inodes): a
+    // default 256 MiB pool has 16383.
+    let s = scratch("256M");
     let d = Daemon::start(&s, &["--threads", "2"]);
     let tmp = s.mnt.join("stress");
     std::fs::create_dir(&tmp).unwrap();

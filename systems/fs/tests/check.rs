@@ -390,7 +390,7 @@ fn the_checkpoint_is_used_only_after_a_clean_unmount() {
 
 fn sb_of(sim: &CrashSim) -> Superblock {
     let mut b = [0u8; SB_LEN];
-    sim.read(offs(&sim)[0], &mut b);
+    sim.read(offs(sim)[0], &mut b);
     Superblock::decode(&b, LEN).unwrap()
 }
 

@@ -70,28 +70,13 @@ pub(crate) struct Scratch {
     pub mnt: PathBuf,
 }
 
+/// A scratch pool of `size` made with mkfs's defaults, as a user makes one.
 pub(crate) fn scratch(size: &str) -> Scratch {
-    scratch_with(size, 2048)
-}
-
-/// A scratch pool with `inodes` inodes.
-pub(crate) fn scratch_with(size: &str, inodes: u32) -> Scratch {
-    let dir = tempfile::Builder::new()
-        .prefix("pmkit-fsmount")
-        .tempdir_in("/dev/shm")
-        .unwrap();
+    let dir = pmkit_testkit::scratch_named("pmkit-fsmount");
     let pool = dir.path().join("pool");
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    run_ok(&[
-        "fs",
-        "mkfs",
-        pool.to_str().unwrap(),
-        "--size",
-        size,
-        "--inodes",
-        &inodes.to_string(),
-    ]);
+    run_ok(&["fs", "mkfs", pool.to_str().unwrap(), "--size", size]);
     Scratch { dir, pool, mnt }
 }
 
