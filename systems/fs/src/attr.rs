@@ -310,7 +310,13 @@ impl<M: Media> Fs<M> {
         if !n.is(Kind::Symlink) {
             return Err(Error::Invalid("not a symlink"));
         }
-        self.read_data(&n, 0, n.size.min(SYMLINK_MAX as u64) as usize)
+        let target = self.read_data(&n, 0, n.size.min(SYMLINK_MAX as u64) as usize)?;
+        // Format 3 keeps the target's checksum: a damaged target is EIO, never another path.
+        if self.geo.far_copy && n.tail != crate::inode::symlink_sum(ino, &target) {
+            let problem = "its symlink target does not match its checksum".to_string();
+            return Err(self.damaged(ino, problem));
+        }
+        Ok(target)
     }
 
     pub fn statfs(&self) -> StatFs {

@@ -106,8 +106,9 @@ pub struct Inode {
     pub uid: u32,
     pub gid: u32,
     pub atime: i64,
-    /// The tail record of the last one-fence append (`tail::Tail`, 0: none). Transactions
-    /// write it as 0 (`Tx::put_inode`): only the append fast path sets it.
+    /// A file's: the tail record of the last one-fence append (`tail::Tail`, 0: none);
+    /// transactions write it as 0 (`Tx::put_inode`): only the append fast path sets it. A
+    /// symlink's (format 3): its target's checksum ([`symlink_sum`]), which transactions keep.
     pub tail: u64,
     pub xattr: u64,
     pub orphan_next: u64,
@@ -190,4 +191,12 @@ impl Inode {
             rdev: u32at(RDEV),
         }
     }
+}
+
+/// A symlink target's checksum as format 3 keeps it in the inode's tail word: CRC32C of the
+/// target, seeded with the inode number (a target block copied over another symlink's does not
+/// match), with bit 63 set so a zeroed word never matches.
+pub(crate) fn symlink_sum(ino: u64, target: &[u8]) -> u64 {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&ino.to_le_bytes()), target);
+    1 << 63 | crc as u64
 }

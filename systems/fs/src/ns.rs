@@ -225,6 +225,9 @@ impl<M: Media> Fs<M> {
         if let Some(target) = target {
             node.root = tx.new_block(target)?;
             node.size = target.len() as u64;
+            if self.geo.far_copy {
+                node.tail = crate::inode::symlink_sum(ino, target);
+            }
         }
         tx.put_inode(ino, &node);
         let (loc, grown) = self.dir_add(&mut tx, idx, parent, name, ino, kind)?;

@@ -182,11 +182,17 @@ impl<'a, M: Media> Tx<'a, M> {
         self.read(self.geo.inode_off(ino), &mut b);
         Inode::decode(&b)
     }
-    /// Stage the whole inode. Its tail record goes to 0: the record speaks for the last
-    /// one-fence append only until anything else changes the file (`tail.rs`).
+    /// Stage the whole inode. A file's tail record goes to 0: the record speaks for the last
+    /// one-fence append only until anything else changes the file (`tail.rs`). A symlink's
+    /// tail word is its target's checksum, kept.
     pub(crate) fn put_inode(&mut self, ino: u64, i: &Inode) {
         let off = self.geo.inode_off(ino);
-        let i = Inode { tail: 0, ..*i };
+        let tail = if i.is(crate::inode::Kind::Symlink) {
+            i.tail
+        } else {
+            0
+        };
+        let i = Inode { tail, ..*i };
         self.writes.push(W {
             off,
             data: i.encode().to_vec(),

@@ -450,3 +450,39 @@ fn a_format_2_pool_keeps_its_layout_and_its_last_block() {
     let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
     assert_eq!(fs.read(big, 0, off as usize).unwrap(), got);
 }
+
+/// A symlink's target changed behind the file system's back (format 3 keeps its checksum):
+/// `readlink` answers EIO, never the other path; `check` names it; repair frees the link.
+#[test]
+fn a_changed_symlink_target_is_eio_and_named_never_followed() {
+    let (sim, sb) = image();
+    let s = {
+        let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+        let s = fs.lookup(ROOT, b"s").unwrap().ino;
+        assert_eq!(fs.readlink(s).unwrap(), b"d/f");
+        fs.unmount();
+        s
+    };
+    let block = inode_word(&sim, &sb, s, 16);
+    sim.write(block as usize * BLOCK, b"d/g");
+    let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(rec.from_checkpoint);
+    match fs.readlink(s) {
+        Err(e @ Error::DamagedInode { .. }) => assert_eq!(e.errno(), 5),
+        other => panic!("a changed target must not be served: {other:?}"),
+    }
+    fs.unmount();
+    let rep = check(&sim);
+    assert!(
+        rep.problems
+            .iter()
+            .any(|p| p.contains("symlink target does not match its checksum")),
+        "{rep:?}"
+    );
+    let r = pmkit_fs::repair(&sim).unwrap();
+    assert!(r.is_clean(), "{r:?}");
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(matches!(fs.lookup(ROOT, b"s"), Err(Error::NotFound)));
+    let d = fs.lookup(ROOT, b"d").unwrap().ino;
+    assert!(fs.lookup(d, b"f").is_ok(), "the rest is kept");
+}

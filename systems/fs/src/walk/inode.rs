@@ -123,20 +123,41 @@ impl<M: Media> Visitor<'_, M> {
         data
     }
 
-    /// A symlink whose target is unreadable (freed) or a special file with data (cleared):
+    /// Whether a symlink's target matches the checksum format 3 keeps (always, in format 2;
+    /// a target block outside the data area is the tree walk's problem, not this one's).
+    fn target_matches(&self, ino: u64, node: &Inode) -> bool {
+        if !self.geo.far_copy || !self.geo.is_data(node.root) {
+            return true;
+        }
+        let mut t = vec![0u8; node.size.min(SYMLINK_MAX as u64) as usize];
+        self.pm.read(node.root as usize * BLOCK, &mut t);
+        node.tail == crate::inode::symlink_sum(ino, &t)
+    }
+
+    /// A symlink whose target is unreadable or does not match its checksum (freed) or a
+    /// special file with data (cleared):
     /// true when the inode keeps no data.
     fn without_data(&self, ino: u64, node: &Inode, out: &mut Vec<Problem>) -> bool {
         let off = |f: usize| self.geo.inode_off(ino) + f;
-        if node.is(Kind::Symlink)
-            && (node.size == 0 || node.size > SYMLINK_MAX as u64 || node.height != 0)
-        {
-            // Its target is gone or unreadable: nothing to keep (its record goes with it when
-            // the directory walk sees the inode free).
-            out.push(Problem::stores(
-                format!(
+        let bad_target = node.is(Kind::Symlink).then(|| {
+            if node.size == 0 || node.size > SYMLINK_MAX as u64 || node.height != 0 {
+                Some(format!(
                     "inode {ino}: symlink of {} bytes at height {}",
                     node.size, node.height
-                ),
+                ))
+            } else if !self.target_matches(ino, node) {
+                Some(format!(
+                    "inode {ino}: symlink target does not match its checksum"
+                ))
+            } else {
+                None
+            }
+        });
+        if let Some(Some(what)) = bad_target {
+            // Its target is gone, unreadable or not what was written: nothing to keep (its
+            // record goes with it when the directory walk sees the inode free).
+            out.push(Problem::stores(
+                what,
                 "freed".into(),
                 Some(ino),
                 None,
