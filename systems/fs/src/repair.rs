@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
 use crate::journal::{self, Entry, Header, Journal};
 use crate::layout::{Geometry, BLOCK, INODE, LINE, ROOT_INO};
+use crate::overlay::Overlay;
 use crate::pm::{Faults, Pm};
 use crate::tree;
 use crate::tx::Tx;
@@ -88,12 +89,33 @@ pub fn repair<M: Media>(media: &M) -> Result<RepairReport> {
 }
 
 /// Repair the file system on `media` (not mounted). `Err` only when a store to the media fails;
-/// everything repair cannot fix is in `unfixed`.
+/// everything repair cannot fix is in `unfixed`. Repair runs first on a copy-on-write overlay:
+/// when it would not finish (something left unfixed), nothing is written and `fixes` is empty,
+/// so a pool is either repaired to one that mounts or left exactly as it was.
 pub fn repair_with<M: Media>(media: &M, o: &RepairOptions) -> Result<RepairReport> {
     // Another format's layout is not damage: rebuilding its superblocks would misread it.
     if let Some(e) = crate::mount::other_version(media) {
         return Err(e);
     }
+    let dry = Overlay::new(media);
+    let mut trial = repair_on(&dry, o)?;
+    if !trial.is_clean() {
+        if !trial.fixes.is_empty() {
+            trial.unfixed.push(format!(
+                "nothing was changed: repair could not finish, so none of its {} fixes was \
+                 written (the pool is as it was; `pmkit fs check POOL` lists its problems)",
+                trial.fixes.len()
+            ));
+        }
+        trial.fixes.clear();
+        trial.after = check(media);
+        return Ok(trial);
+    }
+    repair_on(media, o)
+}
+
+/// Repair `media` in place (the whole of [`repair_with`] but the dry run).
+fn repair_on<M: Media>(media: &M, o: &RepairOptions) -> Result<RepairReport> {
     let mut rep = RepairReport {
         problems: check(media).problems,
         ..Default::default()
