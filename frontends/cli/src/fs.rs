@@ -97,6 +97,16 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         wait: u64,
     },
+    /// Grow POOL (a file, not mounted, unmounted clean) to SIZE: the file is extended and the
+    /// file system takes the new space. The inode table keeps its size; a format 2 pool becomes
+    /// format 3. Shrinking is not supported.
+    Resize {
+        /// The pool file.
+        pool: PathBuf,
+        /// The new size (e.g. 2G): larger than the pool's.
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+    },
     /// Check a file system without changing it; exit status 1 if it has problems. With
     /// --repair, fix what can be fixed (the pool must not be mounted); exit status 1 if problems
     /// remain.
@@ -253,6 +263,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             )?
         }
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
+        Cmd::Resize { pool, size } => return crate::fs_offline::resize(&pool, size),
         Cmd::Check {
             pool,
             json,
@@ -312,24 +323,7 @@ fn repair(pool: &Path, json: bool, geometry: Option<GeometryHint>) -> Result<Exi
     let region = Region::open(pool, &RegionOptions::default())
         .with_context(|| format!("{}: cannot open for repair", pool.display()))?;
     crate::identify::expect(pool, &region, crate::identify::Kind::Fs)?;
-    if !region
-        .try_lock(true)
-        .with_context(|| format!("{}", pool.display()))?
-    {
-        let mounts = pmkit_fuse::pmfs::mount::mounts_of(pool);
-        let by = match mounts.first() {
-            Some(m) => format!(
-                "it is mounted on {} (`pmkit fs mount`, pid {}); unmount it first: pmkit fs umount {}",
-                m.dir.display(),
-                pmkit_fuse::pmfs::mount::daemon_pid(m).map_or("?".into(), |p| p.to_string()),
-                m.dir.display()
-            ),
-            None => "another process holds its lock (a `pmkit fs mount` or another repair); \
-                     stop it first"
-                .into(),
-        };
-        anyhow::bail!("{}: not repaired: {by}", pool.display());
-    }
+    crate::fs_offline::lock(pool, &region, "repaired")?;
     let r = pmkit_fs::repair_with(&region, &RepairOptions { geometry })
         .with_context(|| format!("{}: repair", pool.display()))?;
     region.unlock();

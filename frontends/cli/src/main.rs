@@ -10,6 +10,7 @@ mod blk;
 mod format_target;
 mod fs;
 mod fs_mount;
+mod fs_offline;
 mod hmep;
 mod identify;
 mod obj;

@@ -160,3 +160,46 @@ fn check_repair() {
     let o = pmkit(&["fs", "check", p]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// `pmkit fs resize`: a pool grown offline keeps its files, checks clean and has the new
+/// space; shrinking and a device are refused.
+#[test]
+fn resize_grows_a_pool_offline() {
+    use pmkit_fs::{Fs, MountOptions, ROOT};
+    use pmkit_media::{Region, RegionOptions};
+    let dir = shm_dir("pmkit-cli-fs");
+    let pool = dir.path().join("pool");
+    let p = pool.to_str().unwrap();
+    assert!(pmkit(&["fs", "mkfs", p, "--size", "8M"]).status.success());
+    {
+        let r = Region::open(&pool, &RegionOptions::default()).unwrap();
+        let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
+        let f = fs.create(ROOT, b"f", 0o644).unwrap().ino;
+        fs.write(f, 0, b"kept").unwrap();
+        fs.unmount();
+    }
+    let o = pmkit(&["fs", "resize", p, "--size", "16M"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("grown from 2048 to 4096 blocks"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::metadata(&pool).unwrap().len(), 16 << 20);
+    let o = pmkit(&["fs", "check", p]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = Region::open(&pool, &RegionOptions::default()).unwrap();
+    let (fs, _) = Fs::mount(r, &MountOptions::default()).unwrap();
+    let f = fs.lookup(ROOT, b"f").unwrap().ino;
+    assert_eq!(fs.read(f, 0, 10).unwrap(), b"kept");
+    assert!(fs.statfs().blocks > 3500, "{:?}", fs.statfs());
+    fs.unmount();
+    let o = pmkit(&["fs", "resize", p, "--size", "8M"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("shrinking is not supported"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::metadata(&pool).unwrap().len(), 16 << 20);
+}

@@ -14,6 +14,7 @@ mod damage;
 mod data;
 mod dir;
 mod error;
+mod grow;
 mod inode;
 mod journal;
 pub mod layout;
@@ -47,6 +48,7 @@ pub mod decoders {
     pub use crate::xattr::decode as xattr_block;
 }
 pub use error::{damaged_text, Error, Result};
+pub use grow::{grow, Grown};
 pub use inode::Kind;
 pub use journal::Replay;
 pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
