@@ -193,6 +193,12 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                 println!("pool:        {}", pool.display());
                 println!("media:       {:?}, {}", region.kind(), region.domain());
                 println!(
+                    "format:      {} (superblock copies at bytes {} and {})",
+                    g.version(),
+                    g.sb_offs()[0],
+                    g.sb_offs()[1]
+                );
+                println!(
                     "blocks:      {} of 4 KiB, data from block {}",
                     g.blocks, g.data_block
                 );
