@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn writes_land_in_a_read_only_mapping_and_are_seen_at_once() {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let dir = pmkit_testkit::scratch();
         let r = Region::create(&dir.path().join("r"), 1 << 20, &RegionOptions::default()).unwrap();
         let kw = KernelWriter::new(&r).unwrap();
         assert!(kw.durable_at_return(), "tmpfs is emulated PM");
@@ -186,7 +186,7 @@ mod tests {
         let anon = Region::anonymous(1 << 20).unwrap();
         let e = KernelWriter::new(&anon).unwrap_err().to_string();
         assert!(e.contains("no backing file"), "{e}");
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let dir = pmkit_testkit::scratch();
         let p = dir.path().join("r");
         drop(Region::create(&p, 1 << 20, &RegionOptions::default()).unwrap());
         let ro = Region::open_read_only(&p).unwrap();
@@ -197,7 +197,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "outside region")]
     fn a_write_past_the_end_is_a_caller_bug() {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let dir = pmkit_testkit::scratch();
         let r = Region::create(&dir.path().join("r"), 1 << 20, &RegionOptions::default()).unwrap();
         let kw = KernelWriter::new(&r).unwrap();
         let _ = kw.write((1 << 20) - 2, &[0; 4]);

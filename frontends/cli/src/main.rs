@@ -84,10 +84,11 @@ enum Cmd {
 /// at parse; clap keeps a `&'static str`).
 fn long_version() -> &'static str {
     let s = format!(
-        "{}\non-media formats: PMBD device {}, PMFS {}, PMO pool {}",
+        "{}\non-media formats: PMBD device {}, PMFS {} (reads {} and up), PMO pool {}",
         env!("CARGO_PKG_VERSION"),
         pmkit_blk::superblock::VERSION,
         pmkit_fs::layout::VERSION,
+        pmkit_fs::layout::OLDEST_VERSION,
         pmkit_obj::layout::VERSION
     );
     Box::leak(s.into_boxed_str())
@@ -142,7 +143,9 @@ mod tests {
     fn version_names_the_on_media_formats() {
         let v = Cli::command().render_long_version();
         assert!(
-            v.contains("PMBD device 1") && v.contains("PMFS 2") && v.contains("PMO pool 1"),
+            v.contains("PMBD device 1")
+                && v.contains("PMFS 3 (reads 2 and up)")
+                && v.contains("PMO pool 1"),
             "{v}"
         );
     }

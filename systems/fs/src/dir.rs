@@ -1,5 +1,8 @@
-//! Directory blocks: 64-byte slots. A record is a head slot `{ino, name_len, kind, nslots,
-//! name[48]}` plus continuation slots `{0u64, name[56]}`; a slot whose first word is 0 is free.
+//! Directory blocks: 64-byte slots. A record is a head slot `{ino, name_len, kind, nslots, pad,
+//! sum u32, name[48]}` plus continuation slots `{0u64, name[56]}`; a slot whose first word is 0
+//! is free. `sum` (format 3; 0 in format 2's records) is the record's checksum
+//! ([`record_sum`]): a name or inode number changed behind the file system's back is found, not
+//! followed.
 //! The DRAM index of one directory (name -> entry, slot bitmaps) is built by the mount walk, or
 //! read when first used after a mount from the clean-unmount checkpoint ([`Dirs`]).
 
@@ -14,13 +17,32 @@ pub(crate) const H_INO: usize = 0;
 const H_LEN: usize = 8;
 pub(crate) const H_KIND: usize = 9;
 const H_NSLOTS: usize = 10;
+/// The record's checksum (format 3).
+pub(crate) const H_SUM: usize = 12;
 const H_NAME: usize = 16;
 const HEAD_NAME: usize = SLOT - H_NAME;
 // A continuation slot: a 0 word (so it never reads as a head), then the name's next bytes.
 const C_NAME: usize = 8;
 const CONT_NAME: usize = SLOT - C_NAME;
-const _: () =
-    assert!(H_INO + 8 <= H_LEN && H_NSLOTS < H_NAME && HEAD_NAME == 48 && CONT_NAME == 56);
+const _: () = assert!(
+    H_INO + 8 <= H_LEN
+        && H_NSLOTS < H_SUM
+        && H_SUM + 4 == H_NAME
+        && HEAD_NAME == 48
+        && CONT_NAME == 56
+);
+
+/// A record's checksum: CRC32C of its inode number, kind and name; never 0 (0 is a format 2
+/// record, which has none).
+pub(crate) fn record_sum(name: &[u8], ino: u64, kind: u8) -> u32 {
+    let c = crc32c::crc32c_append(crc32c::crc32c(&ino.to_le_bytes()), &[kind]);
+    crc32c::crc32c_append(c, name).max(1)
+}
+
+/// Whether a record read back matches its checksum.
+pub(crate) fn sum_ok(r: &Rec) -> bool {
+    r.sum == record_sum(&r.name, r.ino, r.kind)
+}
 // The longest name fits the slots a block has.
 const _: () = assert!((NAME_MAX - HEAD_NAME).div_ceil(CONT_NAME) < SLOTS);
 
@@ -36,6 +58,8 @@ pub struct Rec {
     pub kind: u8,
     pub name: Vec<u8>,
     pub nslots: usize,
+    /// The stored checksum (0: a format 2 record).
+    pub sum: u32,
 }
 
 /// The bytes of a record's slots, the head's `ino` word included (the caller stores it last).
@@ -47,6 +71,7 @@ pub(crate) fn encode(name: &[u8], ino: u64, kind: u8) -> Vec<u8> {
     b[H_LEN] = name.len() as u8;
     b[H_KIND] = kind;
     b[H_NSLOTS] = n as u8;
+    b[H_SUM..H_SUM + 4].copy_from_slice(&record_sum(name, ino, kind).to_le_bytes());
     let head = name.len().min(HEAD_NAME);
     b[H_NAME..H_NAME + head].copy_from_slice(&name[..head]);
     for (k, chunk) in name[head..].chunks(CONT_NAME).enumerate() {
@@ -146,6 +171,7 @@ fn record_at(b: &[u8], s: usize, word: &dyn Fn(usize) -> u64) -> Result<Rec, Str
         kind,
         name,
         nslots,
+        sum: u32::from_le_bytes(h[H_SUM..H_SUM + 4].try_into().expect("4 bytes")),
     })
 }
 

@@ -20,6 +20,14 @@ enum Post {
     Orphans(Vec<u64>),
 }
 
+/// Point the record at `off` (named `name`) at `ino` of `kind`, its checksum with it.
+fn point<M: Media>(tx: &mut Tx<'_, M>, off: usize, name: &[u8], ino: u64, kind: u8) {
+    tx.write_u64(off + dir::H_INO, ino);
+    tx.write(off + dir::H_KIND, &[kind]);
+    let sum = dir::record_sum(name, ino, kind);
+    tx.write(off + dir::H_SUM, &sum.to_le_bytes());
+}
+
 /// An inode reached by a name has at least one link: a count of 0 there is damage (a name
 /// dropped from it would free an inode other names may still reach), refused before any change.
 fn named_with_links(ino: u64, n: &Inode) -> Result<()> {
@@ -474,10 +482,8 @@ impl<M: Media> Fs<M> {
                     return Err(Error::Invalid("cannot move a directory below itself"));
                 }
                 let dst_off = slot_off(&tx, p2, &d);
-                tx.write_u64(src_off, d.ino);
-                tx.write(src_off + 9, &[d.kind]);
-                tx.write_u64(dst_off, src.ino);
-                tx.write(dst_off + 9, &[src.kind]);
+                point(&mut tx, src_off, n1, d.ino, d.kind);
+                point(&mut tx, dst_off, n2, src.ino, src.kind);
                 if src.kind == dirk {
                     moved(&mut tx, src.ino, p1, p2);
                 }
@@ -508,8 +514,7 @@ impl<M: Media> Fs<M> {
                 } else {
                     self.drop_name(&mut tx, d.ino, &mut posts);
                 }
-                tx.write_u64(dst_off, src.ino);
-                tx.write(dst_off + 9, &[src.kind]);
+                point(&mut tx, dst_off, n2, src.ino, src.kind);
                 tx.write_u64(src_off, 0);
                 if src.kind == dirk {
                     moved(&mut tx, src.ino, p1, p2);

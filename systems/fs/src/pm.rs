@@ -223,7 +223,7 @@ mod tests {
     /// otherwise (`pkey` where the CPU has protection keys; the others forced on any).
     #[test]
     fn a_line_is_its_body_then_its_word_in_every_mode() {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let dir = pmkit_testkit::scratch();
         let mut modes = vec![
             Protect::None,
             Protect::Kernel,

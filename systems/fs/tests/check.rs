@@ -486,3 +486,41 @@ fn a_changed_symlink_target_is_eio_and_named_never_followed() {
     let d = fs.lookup(ROOT, b"d").unwrap().ino;
     assert!(fs.lookup(d, b"f").is_ok(), "the rest is kept");
 }
+
+/// A directory record changed behind the file system's back (format 3 records carry a
+/// checksum): a name that was never written is found, not served; `check` names it and repair
+/// removes the record and relinks its inode in lost+found, data intact.
+#[test]
+fn a_changed_directory_record_is_found_not_followed() {
+    let (sim, sb) = image();
+    // d (inode 2) is one block; its record "f" has the name's byte at slot offset 16.
+    let block = inode_word(&sim, &sb, 2, 16) as usize;
+    let mut b = vec![0u8; BLOCK];
+    sim.read(block * BLOCK, &mut b);
+    let slot = (0..BLOCK / 64)
+        .find(|s| b[s * 64 + 8] == 1 && b[s * 64 + 16] == b'f')
+        .expect("the record of f");
+    sim.write(block * BLOCK + slot * 64 + 16, b"h");
+    let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(rec.from_checkpoint);
+    match fs.lookup(ROOT, b"d").and_then(|d| fs.lookup(d.ino, b"h")) {
+        Err(Error::DamagedInode { ino: 2, .. }) => {}
+        other => panic!("a record nobody wrote must not be served: {other:?}"),
+    }
+    fs.unmount();
+    let rep = check(&sim);
+    assert!(
+        rep.problems
+            .iter()
+            .any(|p| p.contains("\"h\"") && p.contains("does not match its checksum")),
+        "{rep:?}"
+    );
+    let r = pmkit_fs::repair(&sim).unwrap();
+    assert!(r.is_clean(), "{r:?}");
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    let d = fs.lookup(ROOT, b"d").unwrap().ino;
+    assert!(matches!(fs.lookup(d, b"h"), Err(Error::NotFound)));
+    let lf = fs.lookup(ROOT, b"lost+found").unwrap().ino;
+    let f = fs.lookup(lf, b"#3").unwrap().ino;
+    assert_eq!(fs.read(f, 0, 6000).unwrap(), vec![5u8; 6000], "the file is kept");
+}

@@ -73,9 +73,14 @@ impl<M: Media> Visitor<'_, M> {
             }
             for r in recs {
                 let at = b as usize * BLOCK + r.slot * SLOT;
-                let why = match idx.entries.contains_key(&r.name) {
-                    true => Err("appears twice".to_string()),
-                    false => vet(&r, at, out),
+                let why = if idx.entries.contains_key(&r.name) {
+                    Err("appears twice".to_string())
+                } else if self.geo.far_copy && !dir::sum_ok(&r) {
+                    // Format 3 records carry a checksum: one that does not match names what was
+                    // not written (its inode, if in use, is then relinked in lost+found).
+                    Err(format!("(inode {}) does not match its checksum", r.ino))
+                } else {
+                    vet(&r, at, out)
                 };
                 match why {
                     Ok(kind) => {
@@ -136,7 +141,15 @@ pub(super) fn target(
             "record kind set".into(),
             Some(d),
             Some(at as u64 / BLOCK as u64),
-            vec![(at + dir::H_KIND, vec![child.kind])],
+            vec![
+                (at + dir::H_KIND, vec![child.kind]),
+                (
+                    at + dir::H_SUM,
+                    dir::record_sum(&r.name, r.ino, child.kind)
+                        .to_le_bytes()
+                        .to_vec(),
+                ),
+            ],
         ));
     }
     Ok(child)
