@@ -522,5 +522,9 @@ fn a_changed_directory_record_is_found_not_followed() {
     assert!(matches!(fs.lookup(d, b"h"), Err(Error::NotFound)));
     let lf = fs.lookup(ROOT, b"lost+found").unwrap().ino;
     let f = fs.lookup(lf, b"#3").unwrap().ino;
-    assert_eq!(fs.read(f, 0, 6000).unwrap(), vec![5u8; 6000], "the file is kept");
+    assert_eq!(
+        fs.read(f, 0, 6000).unwrap(),
+        vec![5u8; 6000],
+        "the file is kept"
+    );
 }

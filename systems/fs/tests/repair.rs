@@ -74,6 +74,13 @@ fn put_record(sim: &CrashSim, block: u64, slot: usize, name: &[u8], ino: u64, ki
     r[0..8].copy_from_slice(&ino.to_le_bytes());
     (r[8], r[9], r[10]) = (name.len() as u8, kind, 1);
     r[16..16 + name.len()].copy_from_slice(name);
+    // Its checksum as format 3 keeps it (so the check under test is the one that fires).
+    let sum = crc32c::crc32c_append(
+        crc32c::crc32c_append(crc32c::crc32c(&ino.to_le_bytes()), &[kind]),
+        name,
+    )
+    .max(1);
+    r[12..16].copy_from_slice(&sum.to_le_bytes());
     sim.write(at, &r);
 }
 
