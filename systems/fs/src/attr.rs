@@ -45,7 +45,7 @@ impl<M: Media> Fs<M> {
             .map_err(|e| self.damaged(ino, e))
     }
     /// Record damage met in use (see `damage.rs`): the error the inode answers with.
-    fn damaged(&self, ino: u64, problem: String) -> Error {
+    pub(crate) fn damaged(&self, ino: u64, problem: String) -> Error {
         if self.damage.lock().record(ino, &problem) {
             tracing::error!(
                 "damage found in inode {ino}: {problem}; it answers EIO, the rest is served, \

@@ -1,5 +1,7 @@
 //! User extended attributes: all of one inode's in one 4 KiB block `{count u16, then records
 //! {name_len u8, value_len u16, name, value}}`, replaced whole by copy-on-write in a transaction.
+//! In format 3 the block's last 4 bytes are its checksum ([`block_sum`]): attributes changed
+//! behind the file system's back are found, not served.
 
 use crate::attr::now;
 use crate::error::{Error, Result};
@@ -18,6 +20,38 @@ const _: () = assert!(
     COUNT + 255 * (REC_HEAD + 1) <= BLOCK,
     "255 empty values fit a block"
 );
+
+/// Bytes at the end of a format 3 block that hold its checksum.
+pub(crate) const SUM: usize = 4;
+
+/// A format 3 block's checksum: CRC32C of all but its last 4 bytes, seeded with the inode
+/// number (a block copied over another inode's does not match).
+pub(crate) fn block_sum(ino: u64, b: &[u8]) -> u32 {
+    assert_eq!(b.len(), BLOCK);
+    crc32c::crc32c_append(crc32c::crc32c(&ino.to_le_bytes()), &b[..BLOCK - SUM])
+}
+
+/// Whether a format 3 block of `ino` matches its checksum.
+pub(crate) fn sum_ok(ino: u64, b: &[u8]) -> bool {
+    b[BLOCK - SUM..] == block_sum(ino, b).to_le_bytes()
+}
+
+/// `x` as the block of inode `ino`: in format 3 (`summed`) padded to a block that ends in its
+/// checksum. `None` when it does not fit.
+pub(crate) fn encode_block(x: &Xattrs, ino: u64, summed: bool) -> Option<Vec<u8>> {
+    let mut b = encode(x)?;
+    if !summed {
+        return Some(b);
+    }
+    if b.len() > BLOCK - SUM {
+        return None;
+    }
+    b.resize(BLOCK, 0);
+    let s = block_sum(ino, &b);
+    b[BLOCK - SUM..].copy_from_slice(&s.to_le_bytes());
+    debug_assert!(sum_ok(ino, &b));
+    Some(b)
+}
 
 /// How `setxattr` treats an existing attribute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,7 +124,7 @@ fn check_name(name: &[u8]) -> Result<()> {
 }
 
 impl<M: Media> Fs<M> {
-    fn xattrs(&self, xblock: u64) -> Result<Xattrs> {
+    fn xattrs(&self, ino: u64, xblock: u64) -> Result<Xattrs> {
         if xblock == 0 {
             return Ok(Xattrs::new());
         }
@@ -100,6 +134,10 @@ impl<M: Media> Fs<M> {
             return Err(Error::Media(bad));
         }
         self.pm.read(at, &mut b);
+        if self.geo.far_copy && !sum_ok(ino, &b) {
+            let problem = format!("its xattr block {xblock} does not match its checksum");
+            return Err(self.damaged(ino, problem));
+        }
         decode(&b).map_err(|e| Error::Corrupt(format!("xattr block {xblock}: {e}")))
     }
 
@@ -107,14 +145,14 @@ impl<M: Media> Fs<M> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let n = self.live(ino)?;
-        self.xattrs(n.xattr)?.remove(name).ok_or(Error::NoAttr)
+        self.xattrs(ino, n.xattr)?.remove(name).ok_or(Error::NoAttr)
     }
 
     pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let n = self.live(ino)?;
-        Ok(self.xattrs(n.xattr)?.into_keys().collect())
+        Ok(self.xattrs(ino, n.xattr)?.into_keys().collect())
     }
 
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: XattrFlags) -> Result<()> {
@@ -138,7 +176,7 @@ impl<M: Media> Fs<M> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let n = self.live(ino)?;
-        let mut x = self.xattrs(n.xattr)?;
+        let mut x = self.xattrs(ino, n.xattr)?;
         f(&mut x)?;
         let mut tx = self.tx();
         let mut n = tx.inode(ino);
@@ -148,9 +186,11 @@ impl<M: Media> Fs<M> {
         n.xattr = if x.is_empty() {
             0
         } else {
-            let b = encode(&x).ok_or(Error::TooBig {
-                len: BLOCK as u64 + 1,
-                max: BLOCK as u64,
+            let summed = self.geo.far_copy;
+            let max = BLOCK - if summed { SUM } else { 0 };
+            let b = encode_block(&x, ino, summed).ok_or(Error::TooBig {
+                len: max as u64 + 1,
+                max: max as u64,
             })?;
             tx.new_block(&b)?
         };

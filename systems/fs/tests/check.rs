@@ -528,3 +528,44 @@ fn a_changed_directory_record_is_found_not_followed() {
         "the file is kept"
     );
 }
+
+/// An xattr block changed behind the file system's back (format 3 blocks end in a checksum):
+/// the attributes are EIO, never other values; `check` names it; repair drops them and keeps
+/// the file.
+#[test]
+fn a_changed_xattr_block_is_eio_and_dropped_by_repair() {
+    let (sim, sb) = image();
+    let f = {
+        let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+        let d = fs.lookup(ROOT, b"d").unwrap().ino;
+        let f = fs.lookup(d, b"f").unwrap().ino;
+        fs.setxattr(f, b"user.k", b"value", pmkit_fs::XattrFlags::Either)
+            .unwrap();
+        fs.unmount();
+        f
+    };
+    let xblock = inode_word(&sim, &sb, f, 64) as usize;
+    assert!(xblock > 0);
+    let mut b = vec![0u8; BLOCK];
+    sim.read(xblock * BLOCK, &mut b);
+    let at = b.windows(5).position(|w| w == b"value").unwrap();
+    sim.write(xblock * BLOCK + at, b"VALUE");
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    match fs.getxattr(f, b"user.k") {
+        Err(e @ Error::DamagedInode { .. }) => assert_eq!(e.errno(), 5),
+        other => panic!("a changed attribute must not be served: {other:?}"),
+    }
+    fs.unmount();
+    let rep = check(&sim);
+    assert!(
+        rep.problems
+            .iter()
+            .any(|p| p.contains("xattr block") && p.contains("checksum")),
+        "{rep:?}"
+    );
+    let r = pmkit_fs::repair(&sim).unwrap();
+    assert!(r.is_clean(), "{r:?}");
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(matches!(fs.getxattr(f, b"user.k"), Err(Error::NoAttr)));
+    assert_eq!(fs.read(f, 0, 6000).unwrap(), vec![5u8; 6000]);
+}

@@ -110,9 +110,17 @@ impl<M: Media> Visitor<'_, M> {
                 !beyond
             });
         }
-        if node.xattr != 0 && (!self.geo.is_data(node.xattr) || !owner.claim(node.xattr)) {
+        let xattr_bad = node.xattr != 0
+            && (!self.geo.is_data(node.xattr)
+                || !owner.claim(node.xattr)
+                || !self.xattr_block_ok(ino, node.xattr));
+        if xattr_bad {
             out.push(Problem::stores(
-                format!("inode {ino}: bad or shared xattr block {}", node.xattr),
+                format!(
+                    "inode {ino}: bad or shared xattr block {} (out of the data area, owned \
+                     twice, unreadable or not matching its checksum)",
+                    node.xattr
+                ),
                 "dropped (its extended attributes are lost)".into(),
                 Some(ino),
                 Some(node.xattr),
@@ -121,6 +129,15 @@ impl<M: Media> Visitor<'_, M> {
         }
         data.sort_unstable();
         data
+    }
+
+    /// Whether an inode's xattr block (in the data area) decodes and, in format 3, matches its
+    /// checksum.
+    fn xattr_block_ok(&self, ino: u64, b: u64) -> bool {
+        let mut buf = vec![0u8; BLOCK];
+        self.pm.read(b as usize * BLOCK, &mut buf);
+        (!self.geo.far_copy || crate::xattr::sum_ok(ino, &buf))
+            && crate::xattr::decode(&buf).is_ok()
     }
 
     /// Whether a symlink's target matches the checksum format 3 keeps (always, in format 2;
