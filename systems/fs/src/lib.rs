@@ -32,6 +32,7 @@ mod tree;
 mod tx;
 mod walk;
 mod xattr;
+mod xblock;
 pub mod xip;
 
 pub use attr::{killed_suidgid, ns_of_timespec, timespec_of};
@@ -45,7 +46,7 @@ pub mod decoders {
     pub use crate::dir::parse as dir_block;
     pub use crate::inode::Inode;
     pub use crate::journal::Entry;
-    pub use crate::xattr::decode as xattr_block;
+    pub use crate::xblock::decode as xattr_block;
 }
 pub use error::{damaged_text, Error, Result};
 pub use grow::{grow, Grown};

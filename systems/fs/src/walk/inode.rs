@@ -110,11 +110,19 @@ impl<M: Media> Visitor<'_, M> {
                 !beyond
             });
         }
-        let xattr_bad = node.xattr != 0
+        self.xattr_block(ino, node, owner, out);
+        data.sort_unstable();
+        data
+    }
+
+    /// The inode's xattr block, claimed for it: one out of the data area, owned twice,
+    /// unreadable or not matching its checksum is dropped (its attributes are lost).
+    fn xattr_block(&self, ino: u64, node: &Inode, owner: &mut dyn Owner, out: &mut Vec<Problem>) {
+        let bad = node.xattr != 0
             && (!self.geo.is_data(node.xattr)
                 || !owner.claim(node.xattr)
                 || !self.xattr_block_ok(ino, node.xattr));
-        if xattr_bad {
+        if bad {
             out.push(Problem::stores(
                 format!(
                     "inode {ino}: bad or shared xattr block {} (out of the data area, owned \
@@ -124,11 +132,9 @@ impl<M: Media> Visitor<'_, M> {
                 "dropped (its extended attributes are lost)".into(),
                 Some(ino),
                 Some(node.xattr),
-                vec![(off(field::XATTR), vec![0u8; 8])],
+                vec![(self.geo.inode_off(ino) + field::XATTR, vec![0u8; 8])],
             ));
         }
-        data.sort_unstable();
-        data
     }
 
     /// Whether an inode's xattr block (in the data area) decodes and, in format 3, matches its
@@ -136,8 +142,8 @@ impl<M: Media> Visitor<'_, M> {
     fn xattr_block_ok(&self, ino: u64, b: u64) -> bool {
         let mut buf = vec![0u8; BLOCK];
         self.pm.read(b as usize * BLOCK, &mut buf);
-        (!self.geo.far_copy || crate::xattr::sum_ok(ino, &buf))
-            && crate::xattr::decode(&buf).is_ok()
+        (!self.geo.far_copy || crate::xblock::sum_ok(ino, &buf))
+            && crate::xblock::decode(&buf).is_ok()
     }
 
     /// Whether a symlink's target matches the checksum format 3 keeps (always, in format 2;
