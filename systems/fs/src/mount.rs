@@ -67,19 +67,11 @@ fn b_off<M: Media>(m: &M, a: &std::result::Result<Superblock, String>) -> usize 
     }
 }
 
-/// Both superblock copies, decoded (or why not), with where each is.
-pub(crate) fn read_sbs_at<M: Media>(
-    m: &M,
-) -> [(usize, std::result::Result<Superblock, String>); 2] {
-    let a = read_at(m, SB_A);
-    let off = b_off(m, &a);
-    let b = read_at(m, off);
-    [(SB_A, a), (off, b)]
-}
-
 /// Both superblock copies, decoded (or why not).
 pub(crate) fn read_sbs<M: Media>(m: &M) -> [std::result::Result<Superblock, String>; 2] {
-    read_sbs_at(m).map(|(_, s)| s)
+    let a = read_at(m, SB_A);
+    let b = read_at(m, b_off(m, &a));
+    [a, b]
 }
 
 /// A superblock copy whose magic and checksum hold but whose format version this build does
