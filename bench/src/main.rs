@@ -118,8 +118,8 @@ enum Cmd {
     /// /dev/shm loop and tmpfs. Time and CPU (driver and daemon), system calls (strace) and
     /// user-space instructions (callgrind) per operation, and the stat and append goals.
     ///
-    /// Needs root, /dev/fuse, cc, e2fsprogs, strace, valgrind, libnbd-dev, libpmkit_fs.so and
-    /// libpmkit_preload.so (`cargo build --release -p pmkit-fs -p pmkit-preload`). Rounds: 3.
+    /// Needs root, /dev/fuse, cc, e2fsprogs, strace, valgrind, libnbd-dev, libpmfs.so and
+    /// libpmkit_preload.so (`cargo build --release -p pmkit-libpmfs -p pmkit-preload`). Rounds: 3.
     /// --quick: 200 operations per timed run, 20 per strace run, 10 per callgrind run, one round.
     FsLayers(fs::layers::Args),
     /// PMFS thesis Fig. 14: cp, untar, find, grep -r, cp -r and rm -r of a Linux source tree

@@ -2,7 +2,7 @@
 //! it can do (NBD: no create or stat, and the report says so) with a positive time, system calls
 //! counted for the driver (and the daemon where there is one), instructions counted for both;
 //! the goals are evaluated, the plot is drawn and nothing stays mounted. Needs root, /dev/fuse,
-//! cc, mkfs.ext4, losetup, strace, valgrind, libnbd's header, and libpmkit_fs.so and
+//! cc, mkfs.ext4, losetup, strace, valgrind, libnbd's header, and libpmfs.so and
 //! libpmkit_preload.so beside the bench binary: skipped (with a note) without them, except under
 //! CI where they are required. No timing assertions (the machine is shared).
 
@@ -38,10 +38,10 @@ fn missing() -> Vec<String> {
     if !Path::new("/usr/include/libnbd.h").exists() {
         m.push("libnbd-dev".into());
     }
-    for so in ["libpmkit_fs.so", "libpmkit_preload.so"] {
+    for so in ["libpmfs.so", "libpmkit_preload.so"] {
         if !bin_dir().join(so).exists() {
             m.push(format!(
-                "{so} (cargo build --release -p pmkit-fs -p pmkit-preload)"
+                "{so} (cargo build -p pmkit-libpmfs -p pmkit-preload)"
             ));
         }
     }
