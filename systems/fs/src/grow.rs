@@ -41,8 +41,11 @@ pub fn grow<M: Media>(media: &M) -> Result<Grown> {
              not supported)",
         ));
     }
-    let geo = Geometry::new(blocks, old.lanes, old.lane_entries, old.inodes)?;
-    debug_assert!(geo.far_copy && geo.inode_block == old.inode_block);
+    // Format 2 moves its copy B to the new last block and so becomes format 3; a later format
+    // stays as it is (what it holds was written to its rules, not to this build's).
+    let geo = Geometry::new(blocks, old.lanes, old.lane_entries, old.inodes)?
+        .at_format(old.version().max(3));
+    debug_assert!(geo.far_copy() && geo.inode_block == old.inode_block);
     debug_assert!(geo.data_block == old.data_block);
     let pm = Pm::new(media, Faults::default());
     ckpt::clear(&pm);

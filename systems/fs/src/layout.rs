@@ -13,9 +13,13 @@ pub const LINK_MAX: u32 = 65_000;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
 /// 2: the inode's byte 56 holds the one-fence append's tail record and atime moved to 104.
 /// 3: the second superblock copy moved from byte 2048 of block 0 to the pool's last block
-/// (reserved), so one lost page never loses both. Format 2 pools are still read and written in
-/// their own layout.
-pub const VERSION: u32 = 3;
+/// (reserved), so one lost page never loses both; directory records, symlink targets and xattr
+/// blocks carry checksums.
+/// 4: no tree node a file reaches is empty (a truncate frees a node it empties), so a zeroed
+/// node is damage the walk names instead of holes it serves.
+/// Older pools are still read and written in their own format: a format 3 pool may hold empty
+/// nodes that truncates of earlier builds left, so there an empty node is not damage.
+pub const VERSION: u32 = 4;
 /// The oldest format this build reads (and keeps in its layout).
 pub const OLDEST_VERSION: u32 = 2;
 /// Byte offset of the first superblock copy, in every format.
@@ -46,8 +50,9 @@ pub struct Geometry {
     pub inodes: u32,
     pub inode_block: u64,
     pub data_block: u64,
-    /// Format 3: the second superblock copy in the last block, which is then not data.
-    pub far_copy: bool,
+    /// The format version this layout is (`OLDEST_VERSION..=VERSION`): what it keeps where,
+    /// and which checks its records can be held to.
+    pub format: u32,
 }
 
 impl Geometry {
@@ -74,28 +79,37 @@ impl Geometry {
             inodes,
             inode_block,
             data_block,
-            far_copy: true,
+            format: VERSION,
         })
     }
-    /// The same geometry in format 2's layout (both superblock copies in block 0).
-    pub fn v2(self) -> Geometry {
-        Geometry {
-            far_copy: false,
-            ..self
-        }
+    /// The same geometry in an older format's layout.
+    pub fn at_format(self, format: u32) -> Geometry {
+        assert!(
+            (OLDEST_VERSION..=VERSION).contains(&format),
+            "format {format}"
+        );
+        Geometry { format, ..self }
     }
     /// The format version this layout is.
     pub fn version(&self) -> u32 {
-        if self.far_copy {
-            VERSION
-        } else {
-            OLDEST_VERSION
-        }
+        self.format
+    }
+    /// Format 3 and later: the second superblock copy in the last block, which is then not data.
+    pub fn far_copy(&self) -> bool {
+        self.format >= 3
+    }
+    /// Format 3 and later: directory records, symlink targets and xattr blocks carry checksums.
+    pub fn sums(&self) -> bool {
+        self.format >= 3
+    }
+    /// Format 4 and later: every tree node a file reaches holds a pointer.
+    pub fn full_nodes(&self) -> bool {
+        self.format >= 4
     }
     /// Byte offsets of the two superblock copies: block 0 and the last block (format 3), or
     /// both in block 0 (format 2).
     pub fn sb_offs(&self) -> [usize; 2] {
-        if self.far_copy {
+        if self.far_copy() {
             [SB_A, far_copy_off(self.blocks)]
         } else {
             SB_OFFS
@@ -103,7 +117,7 @@ impl Geometry {
     }
     /// The first block past the data area.
     pub fn data_end(&self) -> u64 {
-        self.blocks - self.far_copy as u64
+        self.blocks - self.far_copy() as u64
     }
     /// Offset of lane `l`'s header line; its entries follow.
     pub fn lane_off(&self, l: u32) -> usize {
@@ -229,7 +243,7 @@ impl Superblock {
             u32at(sb::INODES),
         )
         .map_err(|e| format!("bad geometry: {e}"))?;
-        let geo = if version == VERSION { geo } else { geo.v2() };
+        let geo = geo.at_format(version);
         if geo.inode_block != u64at(sb::INODE_BLOCK) || geo.data_block != u64at(sb::DATA_BLOCK) {
             return Err("geometry offsets disagree with its sizes".into());
         }

@@ -233,7 +233,7 @@ impl<M: Media> Fs<M> {
         if let Some(target) = target {
             node.root = tx.new_block(target)?;
             node.size = target.len() as u64;
-            if self.geo.far_copy {
+            if self.geo.sums() {
                 node.tail = crate::inode::symlink_sum(ino, target);
             }
         }

@@ -89,12 +89,41 @@ pub(crate) fn lookup(r: &impl Reader, root: u64, height: u8, idx: u64) -> u64 {
     node
 }
 
-/// Point file block `idx` at `ptr`, growing the tree as needed; returns the old pointer.
+/// Point file block `idx` at `ptr` (not 0: nothing clears a pointer through here), growing the
+/// tree as needed; returns the old pointer. On an error no node it made stays linked: a node a
+/// file reaches is never empty (format 4 holds the walk to that), and a caller may commit the
+/// transaction after a failed `set` (`prealloc`).
 pub(crate) fn set<M: Media>(
     tx: &mut Tx<'_, M>,
     ino: &mut Inode,
     idx: u64,
     ptr: u64,
+) -> Result<u64> {
+    assert_ne!(ptr, 0, "set clears no pointer");
+    let mut made = Vec::new();
+    let r = set_in(tx, ino, idx, ptr, &mut made);
+    if r.is_err() {
+        // Unlink the fresh nodes, deepest first (the link to each is in its parent or the
+        // inode), and give their blocks back.
+        for &(at, b) in made.iter().rev() {
+            match at {
+                Some(at) => tx.write_u64(at, 0),
+                None => ino.root = 0,
+            }
+            tx.free_after.push(b);
+        }
+    }
+    r
+}
+
+/// `set`'s work; every fresh empty node it links is pushed to `made` with where its link is
+/// (`None`: the inode's root).
+fn set_in<M: Media>(
+    tx: &mut Tx<'_, M>,
+    ino: &mut Inode,
+    idx: u64,
+    ptr: u64,
+    made: &mut Vec<(Option<usize>, u64)>,
 ) -> Result<u64> {
     while idx >= tree_cap(ino.height) {
         if ino.height >= MAX_HEIGHT {
@@ -112,6 +141,7 @@ pub(crate) fn set<M: Media>(
     }
     if ino.root == 0 {
         ino.root = tx.new_block(&[])?;
+        made.push((None, ino.root));
     }
     if ino.height == 1 && huge(ino.root).is_some() {
         ino.root = split(tx, ino.root)?;
@@ -128,6 +158,7 @@ pub(crate) fn set<M: Media>(
         node = if cur == 0 {
             let b = tx.new_block(&[])?;
             tx.write_u64(off, b);
+            made.push((Some(off), b));
             b
         } else if level == 2 && huge(cur).is_some() {
             let b = split(tx, cur)?;
@@ -310,7 +341,17 @@ pub(crate) fn prune<M: Media>(
     }
     let mut left = budget;
     prune_node(tx, ino.root, ino.height, 0, (keep, spare_tail), &mut left)?;
+    if is_empty(tx, ino.root) {
+        // every block below `keep` was a hole: no node is left empty (format 4's rule)
+        tx.free_after.push(ino.root);
+        (ino.root, ino.height) = (0, 0);
+    }
     Ok(left > 0)
+}
+
+/// Whether the node at `block` holds no pointer.
+fn is_empty(r: &impl Reader, block: u64) -> bool {
+    r.node(block).iter().all(|&p| p == 0)
 }
 
 /// Cut the huge block `ptr` (file blocks from `base`) at `keep`: a fresh node naming the blocks
@@ -373,6 +414,11 @@ fn prune_node<M: Media>(
             *left -= 1;
         } else {
             prune_node(tx, ptr, level - 1, child, (keep, spare_tail), left)?;
+            if level > 1 && is_empty(tx, ptr) {
+                // the child straddled `keep` and held only holes below it: free it too
+                tx.free_after.push(ptr);
+                tx.write_u64(node as usize * BLOCK + slot * 8, 0);
+            }
         }
     }
     Ok(())

@@ -99,7 +99,7 @@ impl<M: Media> Fs<M> {
         n.xattr = if x.is_empty() {
             0
         } else {
-            let summed = self.geo.far_copy;
+            let summed = self.geo.sums();
             let max = BLOCK - if summed { SUM } else { 0 };
             let b = encode_block(&x, ino, summed).ok_or(Error::TooBig {
                 len: max as u64 + 1,

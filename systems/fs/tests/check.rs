@@ -399,7 +399,7 @@ fn sb_of(sim: &CrashSim) -> Superblock {
 #[test]
 fn a_zeroed_first_page_leaves_the_far_copy() {
     let (sim, sb) = image();
-    assert!(sb.geo.far_copy, "mkfs makes format 3");
+    assert!(sb.geo.far_copy(), "mkfs puts copy B far");
     assert_eq!(offs(&sim)[1], (sb.geo.blocks as usize - 1) * BLOCK);
     sim.write(0, &[0u8; BLOCK]);
     let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
@@ -418,7 +418,7 @@ fn a_zeroed_first_page_leaves_the_far_copy() {
 fn a_format_2_pool_keeps_its_layout_and_its_last_block() {
     let (sim, sb) = image();
     let v2 = Superblock {
-        geo: sb.geo.v2(),
+        geo: sb.geo.at_format(2),
         ..sb
     };
     assert_eq!(v2.geo.version(), 2);
@@ -446,7 +446,10 @@ fn a_format_2_pool_keeps_its_layout_and_its_last_block() {
     let rep = check(&sim);
     assert!(rep.is_clean(), "{rep:?}");
     let after = pmkit_fs::superblock(&sim).unwrap();
-    assert!(!after.geo.far_copy && offs(&sim) == [0, 2048], "{after:?}");
+    assert!(
+        !after.geo.far_copy() && offs(&sim) == [0, 2048],
+        "{after:?}"
+    );
     let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
     assert_eq!(fs.read(big, 0, off as usize).unwrap(), got);
 }

@@ -2,7 +2,7 @@
 //! usable, a format 2 pool made format 3, a crash at every fence leaving the old pool or the new
 //! one, and what cannot be grown refused.
 
-use pmkit_fs::layout::{Superblock, BLOCK};
+use pmkit_fs::layout::{Superblock, BLOCK, VERSION};
 use pmkit_fs::{check, grow, Error, Fs, MkfsOptions, MountOptions, ROOT};
 use pmkit_media::crashsim::{check_every_fence_from, CrashOpts, CrashSim};
 use pmkit_media::Media;
@@ -50,7 +50,7 @@ fn a_grown_pool_keeps_its_files_and_uses_the_new_space() {
     };
     let g = grow(&sim).unwrap();
     assert_eq!((g.blocks_before, g.blocks_after), (256, 768));
-    assert_eq!((g.version_before, g.version_after), (3, 3));
+    assert_eq!((g.version_before, g.version_after), (VERSION, VERSION));
     let rep = check(&sim);
     assert!(rep.is_clean() && rep.notes.is_empty(), "{rep:?}");
     let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
@@ -76,7 +76,7 @@ fn a_format_2_pool_grows_into_format_3() {
     let sim = pool(NEW);
     let sb = pmkit_fs::superblock(&sim).unwrap();
     let v2 = Superblock {
-        geo: sb.geo.v2(),
+        geo: sb.geo.at_format(2),
         ..sb
     };
     for off in v2.geo.sb_offs() {
@@ -93,7 +93,7 @@ fn a_format_2_pool_grows_into_format_3() {
     let g = grow(&sim).unwrap();
     assert_eq!((g.version_before, g.version_after), (2, 3));
     let after = pmkit_fs::superblock(&sim).unwrap();
-    assert!(after.geo.far_copy);
+    assert!(after.geo.far_copy());
     let mut slot = [0u8; 64];
     sim.read(2048, &mut slot);
     assert_eq!(slot, [0u8; 64], "format 2's copy B slot cleared");

@@ -79,6 +79,18 @@ fn v2_slot_used<M: Media>(pm: &Pm<M>) -> bool {
     b.iter().any(|&x| x != 0)
 }
 
+/// The format of a pool whose superblocks are both lost. Format 3 and later leave format 2's
+/// copy-B slot zero: bytes there mean format 2. Formats 3 and 4 share their layout, and holding
+/// a format 3 pool to format 4's rules would call the empty nodes its truncates left damage,
+/// while holding a format 4 pool to format 3's only checks less: 3.
+fn lost_format<M: Media>(pm: &Pm<M>) -> u32 {
+    if v2_slot_used(pm) {
+        2
+    } else {
+        3
+    }
+}
+
 /// Both superblocks bad: try the geometry given, or the mkfs defaults; accept one only if the
 /// journal lane headers and the root directory are where it puts them.
 fn rebuild_sb<M: Media>(
@@ -105,9 +117,7 @@ fn rebuild_sb<M: Media>(
             h.lanes, h.lane_entries, h.inodes
         );
         let geo = match Geometry::new(blocks, h.lanes, h.lane_entries, h.inodes) {
-            // Format 3 leaves format 2's copy B slot zero: bytes there mean format 2.
-            Ok(g) if v2_slot_used(pm) => g.v2(),
-            Ok(g) => g,
+            Ok(g) => g.at_format(lost_format(pm)),
             Err(e) => {
                 why_not.push(format!("{what}: {e}"));
                 continue;

@@ -75,7 +75,7 @@ impl<M: Media> Visitor<'_, M> {
                 let at = b as usize * BLOCK + r.slot * SLOT;
                 let why = if idx.entries.contains_key(&r.name) {
                     Err("appears twice".to_string())
-                } else if self.geo.far_copy && !dir::sum_ok(&r) {
+                } else if self.geo.sums() && !dir::sum_ok(&r) {
                     // Format 3 records carry a checksum: one that does not match names what was
                     // not written (its inode, if in use, is then relinked in lost+found).
                     Err(format!("(inode {}) does not match its checksum", r.ino))

@@ -142,14 +142,14 @@ impl<M: Media> Visitor<'_, M> {
     fn xattr_block_ok(&self, ino: u64, b: u64) -> bool {
         let mut buf = vec![0u8; BLOCK];
         self.pm.read(b as usize * BLOCK, &mut buf);
-        (!self.geo.far_copy || crate::xblock::sum_ok(ino, &buf))
+        (!self.geo.sums() || crate::xblock::sum_ok(ino, &buf))
             && crate::xblock::decode(&buf).is_ok()
     }
 
     /// Whether a symlink's target matches the checksum format 3 keeps (always, in format 2;
     /// a target block outside the data area is the tree walk's problem, not this one's).
     fn target_matches(&self, ino: u64, node: &Inode) -> bool {
-        if !self.geo.far_copy || !self.geo.is_data(node.root) {
+        if !self.geo.sums() || !self.geo.is_data(node.root) {
             return true;
         }
         let mut t = vec![0u8; node.size.min(SYMLINK_MAX as u64) as usize];
@@ -322,8 +322,12 @@ impl<M: Media> Tree<'_, '_, M> {
             if level == 0 {
                 self.keep(base, ptr, at);
             } else {
+                let slots = self.v.pm.node(ptr);
+                if self.empty_node(ptr, &slots, (level, base), at) {
+                    return;
+                }
                 let child = tree_cap(level - 1);
-                for (slot, c) in self.v.pm.node(ptr).into_iter().enumerate() {
+                for (slot, c) in slots.into_iter().enumerate() {
                     let at = ptr as usize * BLOCK + slot * 8;
                     self.pointer(c, level - 1, base + slot as u64 * child, at);
                 }
@@ -336,6 +340,27 @@ impl<M: Media> Tree<'_, '_, M> {
             p.sign = Some(super::Sign::BlockOutside(ptr));
         }
         self.out.push(p);
+    }
+
+    /// A node of `level` covering file blocks from `base` that holds no pointer, in format 4
+    /// (which frees a node it empties): zeroed, or emptied by repair's cuts below it. Serving
+    /// it would read holes for data, so it is a problem whose fix says what was lost.
+    fn empty_node(&mut self, ptr: u64, slots: &[u64], (level, base): (u8, u64), at: usize) -> bool {
+        if !self.v.geo.full_nodes() || slots.iter().any(|&c| c != 0) {
+            return false;
+        }
+        let (ino, end) = (self.ino, base.saturating_add(tree_cap(level)));
+        self.out.push(Problem::stores(
+            format!(
+                "inode {ino}: tree node at block {ptr} holds no pointer (zeroed?): file blocks \
+                 {base}..{end} read as holes, whatever data they held is lost"
+            ),
+            format!("cut (file blocks {base}..{end} are a hole)"),
+            Some(ino),
+            Some(ptr),
+            vec![(at, vec![0u8; 8])],
+        ));
+        true
     }
 
     fn keep(&mut self, file_block: u64, block: u64, at: usize) {
