@@ -30,6 +30,14 @@ pub(crate) const PARENT: usize = 80;
 pub(crate) const TRUNC: usize = 88;
 pub(crate) const RDEV: usize = 96;
 pub(crate) const ATIME: usize = 104;
+/// Format 4: CRC32C of the fields only transactions store (`SUMMED`), seeded with the inode
+/// number; 0 on a free inode and in older formats.
+pub(crate) const SUM: usize = 112;
+/// What the sum covers: root, height, kind and flags (and their padding); links, mode, uid and
+/// gid; xattr block, orphan link, parent, truncate target and rdev. Not the size, the times or
+/// the tail word, which the write fast paths store alone (a sum over them would cost every
+/// write a second line and could not change with them in one store).
+const SUMMED: [(usize, usize); 3] = [(ROOT, CTIME), (LINKS, TAIL), (XATTR, RDEV + 4)];
 
 // The layout's promises, checked by the compiler: the 16-byte pairs are aligned and adjacent,
 // the hot fields share line 0, the fields follow each other without overlap, and the inode is
@@ -42,7 +50,8 @@ const _: () = assert!(FLAGS < CTIME && CTIME + 8 <= LINKS && LINKS + 4 <= MODE &
 const _: () =
     assert!(UID + 4 <= GID && GID + 4 <= TAIL && TAIL + 8 <= XATTR && XATTR + 8 <= ORPHAN);
 const _: () = assert!(ORPHAN + 8 <= PARENT && PARENT + 8 <= TRUNC && TRUNC + 8 <= RDEV);
-const _: () = assert!(RDEV + 4 <= ATIME && ATIME + 8 <= INODE && INODE == 2 * LINE);
+const _: () =
+    assert!(RDEV + 4 <= ATIME && ATIME + 8 <= SUM && SUM + 4 <= INODE && INODE == 2 * LINE);
 /// Inode flag (in `FLAGS`): every write to this file is all-or-nothing (`DataMode::Atomic`).
 pub(crate) const FLAG_ATOMIC: u8 = 1;
 /// Inode flag (in `FLAGS`): the file asks for 2 MiB blocks: every allocation inside an empty
@@ -116,6 +125,8 @@ pub struct Inode {
     pub trunc: u64,
     /// Device number of a character or block device (0 otherwise).
     pub rdev: u32,
+    /// Format 4: the checksum of the fields transactions store (`Inode::sealed`).
+    pub sum: u32,
 }
 
 impl Inode {
@@ -164,6 +175,7 @@ impl Inode {
         put(TRUNC, &self.trunc.to_le_bytes());
         put(RDEV, &self.rdev.to_le_bytes());
         put(ATIME, &self.atime.to_le_bytes());
+        put(SUM, &self.sum.to_le_bytes());
         debug_assert_eq!(Inode::decode(&b), *self, "decode after encode");
         b
     }
@@ -189,7 +201,28 @@ impl Inode {
             parent: u64at(PARENT),
             trunc: u64at(TRUNC),
             rdev: u32at(RDEV),
+            sum: u32at(SUM),
         }
+    }
+    /// This inode with its checksum as format 4 stores it for inode number `ino`: CRC32C of the
+    /// `SUMMED` bytes seeded with `ino` (an inode copied to another slot does not match), 0 for
+    /// a free inode.
+    pub(crate) fn sealed(self, ino: u64) -> Inode {
+        let sum = if self.is(Kind::Free) {
+            0
+        } else {
+            let b = self.encode();
+            SUMMED
+                .iter()
+                .fold(crc32c::crc32c(&ino.to_le_bytes()), |c, &(a, z)| {
+                    crc32c::crc32c_append(c, &b[a..z])
+                })
+        };
+        Inode { sum, ..self }
+    }
+    /// Whether the stored checksum is the one `sealed` gives (a free inode's is 0).
+    pub(crate) fn sum_ok(&self, ino: u64) -> bool {
+        self.sealed(ino).sum == self.sum
     }
 }
 

@@ -16,7 +16,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
 /// (reserved), so one lost page never loses both; directory records, symlink targets and xattr
 /// blocks carry checksums.
 /// 4: no tree node a file reaches is empty (a truncate frees a node it empties), so a zeroed
-/// node is damage the walk names instead of holes it serves.
+/// node is damage the walk names instead of holes it serves; an inode in use carries a checksum
+/// of the fields transactions store (byte 112).
 /// Older pools are still read and written in their own format: a format 3 pool may hold empty
 /// nodes that truncates of earlier builds left, so there an empty node is not damage.
 pub const VERSION: u32 = 4;
@@ -104,6 +105,11 @@ impl Geometry {
     }
     /// Format 4 and later: every tree node a file reaches holds a pointer.
     pub fn full_nodes(&self) -> bool {
+        self.format >= 4
+    }
+    /// Format 4 and later: an inode in use carries the checksum of its fields
+    /// (`Inode::sealed`).
+    pub fn inode_sums(&self) -> bool {
         self.format >= 4
     }
     /// Byte offsets of the two superblock copies: block 0 and the last block (format 3), or

@@ -56,7 +56,9 @@ pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
 #[doc(hidden)]
 pub use pm::Faults;
 pub use pmkit_media::Protect;
-pub use repair::{repair, repair_with, Fix, GeometryHint, RepairOptions, RepairReport};
+pub use repair::{
+    repair, repair_with, reseal_inode, Fix, GeometryHint, RepairOptions, RepairReport,
+};
 pub use seek::Seek;
 pub use tally::{thread_counters, Counters};
 pub use xattr::XattrFlags;

@@ -137,7 +137,8 @@ impl<M: Media> Fs<M> {
         pm.flush(BLOCK, jlen);
         let tlen = geo.inodes as usize * INODE;
         pm.write(geo.inode_off(0), &vec![0u8; tlen]);
-        let root = Inode::empty_dir(0o755, ROOT_INO, crate::clock::now());
+        debug_assert!(geo.inode_sums(), "mkfs makes this build's format");
+        let root = Inode::empty_dir(0o755, ROOT_INO, crate::clock::now()).sealed(ROOT_INO);
         pm.write(geo.inode_off(ROOT_INO), &root.encode());
         pm.flush(geo.inode_off(0), tlen);
         pm.fence();

@@ -182,9 +182,9 @@ impl<'a, M: Media> Tx<'a, M> {
         self.read(self.geo.inode_off(ino), &mut b);
         Inode::decode(&b)
     }
-    /// Stage the whole inode. A file's tail record goes to 0: the record speaks for the last
-    /// one-fence append only until anything else changes the file (`tail.rs`). A symlink's
-    /// tail word is its target's checksum, kept.
+    /// Stage the whole inode, with its checksum (format 4). A file's tail record goes to 0: the
+    /// record speaks for the last one-fence append only until anything else changes the file
+    /// (`tail.rs`). A symlink's tail word is its target's checksum, kept.
     pub(crate) fn put_inode(&mut self, ino: u64, i: &Inode) {
         let off = self.geo.inode_off(ino);
         let tail = if i.is(crate::inode::Kind::Symlink) {
@@ -193,6 +193,11 @@ impl<'a, M: Media> Tx<'a, M> {
             0
         };
         let i = Inode { tail, ..*i };
+        let i = if self.geo.inode_sums() {
+            i.sealed(ino)
+        } else {
+            Inode { sum: 0, ..i }
+        };
         self.writes.push(W {
             off,
             data: i.encode().to_vec(),

@@ -54,6 +54,14 @@ fn set_word(sim: &CrashSim, off: usize, v: u64) {
     sim.write(off, &v.to_le_bytes());
 }
 
+/// Store the checksums of inodes whose fields a test changed: damage a bug would store (the
+/// checksum matches), which the checks after the checksum's must catch and repair fix.
+fn reseal(sim: &CrashSim, inos: &[u64]) {
+    for &i in inos {
+        pmkit_fs::reseal_inode(sim, i).unwrap();
+    }
+}
+
 /// Damage: g (inode 4) made a 4 KiB file whose one block is f's (inode 3) first data block,
 /// which it returns.
 fn share_fs_first_block(sim: &CrashSim, sb: &Superblock) -> u64 {
@@ -62,6 +70,7 @@ fn share_fs_first_block(sim: &CrashSim, sb: &Superblock) -> u64 {
     let g = sb.geo.inode_off(4);
     set_word(sim, g, 4096);
     set_word(sim, g + 16, first);
+    reseal(sim, &[4]);
     first
 }
 
@@ -206,6 +215,12 @@ fn both_superblocks_bad_are_rebuilt_for_the_mkfs_geometry() {
     sim.write(offs(&sim)[1], &[0u8; 8]);
     let (_, text) = repaired(&sim, "superblocks");
     assert!(text.contains("both superblocks were bad"), "{text}");
+    let v = pmkit_fs::superblock(&sim).unwrap().geo.version();
+    assert_eq!(
+        v,
+        pmkit_fs::layout::VERSION,
+        "the root inode's checksum says format 4"
+    );
     let fs = mount(&sim);
     intact_f(&fs);
     intact_k(&fs);
@@ -449,6 +464,7 @@ fn wrong_link_counts_are_set() {
     let (sim, sb) = image();
     sim.write(sb.geo.inode_off(3) + 40, &7u32.to_le_bytes());
     sim.write(sb.geo.inode_off(ROOT) + 40, &9u32.to_le_bytes());
+    reseal(&sim, &[3, ROOT]);
     let (_, text) = repaired(&sim, "links");
     assert!(
         text.contains("inode 3: link count 7 but 1 names: set to 1"),
@@ -478,6 +494,7 @@ fn lost_inodes_go_to_lost_and_found() {
         "d is the first record"
     );
     set_word(&sim, root_block as usize * BLOCK, 0);
+    reseal(&sim, &[20]);
     let (rep, text) = repaired(&sim, "lost");
     eprintln!("{text}");
     assert!(text.contains("created /lost+found"), "{text}");
@@ -510,6 +527,7 @@ fn lost_inodes_go_to_lost_and_found() {
     node[16..24].fill(0); // no data: k keeps its block
     node[0..8].fill(0);
     sim.write(sb.geo.inode_off(21), &node);
+    reseal(&sim, &[21]);
     let (_, text) = repaired(&sim, "lost again");
     assert!(!text.contains("created"), "{text}");
     assert!(text.contains("linked as /lost+found/#21"), "{text}");
@@ -528,6 +546,7 @@ fn many_kinds_of_damage_at_once() {
     k[16..24].fill(0);
     sim.write(sb.geo.inode_off(25), &k);
     sim.write(sb.geo.inode_off(5) + 96, &0x801u32.to_le_bytes()); // rdev on the symlink
+    reseal(&sim, &[3, 25, 5]);
     let (rep, _) = repaired(&sim, "many");
     assert!(rep.fixes.len() >= 6, "{:#?}", rep.fixes);
     let fs = mount(&sim);
@@ -649,6 +668,7 @@ fn a_crash_at_every_fence_of_a_repair() {
     let root_block = word(&sim, sb.geo.inode_off(ROOT) + 16);
     set_word(&sim, root_block as usize * BLOCK, 0);
     sim.write(sb.geo.inode_off(6) + 40, &4u32.to_le_bytes());
+    reseal(&sim, &[20, 6]);
     let opts = CrashOpts {
         k: 6,
         random_images: 16,
@@ -703,6 +723,7 @@ fn a_crash_at_every_fence_of_ordered_stores_and_cuts() {
     set_word(&sim, node as usize * BLOCK + 8, node);
     sim.write(sb.geo.inode_off(4), &[0u8; INODE]);
     sim.write(sb.geo.inode_off(6) + 40, &3u32.to_le_bytes());
+    reseal(&sim, &[6]);
     for word_stores in [false, true] {
         let opts = CrashOpts {
             k: 6,
@@ -849,6 +870,7 @@ fn unknown_inode_flags_are_cleared() {
     let (sim, sb) = image();
     sim.write(sb.geo.inode_off(3) + 26, &[0x80 | 1]); // f: an unknown bit beside atomic
     sim.write(sb.geo.inode_off(2) + 26, &[1]); // d: the atomic flag on a directory
+    reseal(&sim, &[3, 2]);
     let (rep, text) = repaired(&sim, "flags");
     assert!(
         text.contains("inode 3: flags 0x81 on kind 1: set to 0x1"),

@@ -79,13 +79,20 @@ fn v2_slot_used<M: Media>(pm: &Pm<M>) -> bool {
     b.iter().any(|&x| x != 0)
 }
 
-/// The format of a pool whose superblocks are both lost. Format 3 and later leave format 2's
-/// copy-B slot zero: bytes there mean format 2. Formats 3 and 4 share their layout, and holding
-/// a format 3 pool to format 4's rules would call the empty nodes its truncates left damage,
-/// while holding a format 4 pool to format 3's only checks less: 3.
-fn lost_format<M: Media>(pm: &Pm<M>) -> u32 {
+/// The format of a pool whose superblocks are both lost, as `geo` (any format) places its
+/// inodes. Format 3 and later leave format 2's copy-B slot zero: bytes there mean format 2.
+/// Formats 3 and 4 share their layout; a root inode that carries format 4's checksum means 4
+/// (format 3 leaves the word zero, and a CRC32C that happens to be zero reads as 3, which
+/// checks less but never calls a format 3 pool's empty nodes damage).
+fn lost_format<M: Media>(pm: &Pm<M>, geo: &Geometry) -> u32 {
     if v2_slot_used(pm) {
-        2
+        return 2;
+    }
+    let mut b = [0u8; INODE];
+    pm.read(geo.inode_off(ROOT_INO), &mut b);
+    let root = Inode::decode(&b);
+    if root.sum != 0 && root.sum_ok(ROOT_INO) {
+        4
     } else {
         3
     }
@@ -117,7 +124,7 @@ fn rebuild_sb<M: Media>(
             h.lanes, h.lane_entries, h.inodes
         );
         let geo = match Geometry::new(blocks, h.lanes, h.lane_entries, h.inodes) {
-            Ok(g) => g.at_format(lost_format(pm)),
+            Ok(g) => g.at_format(lost_format(pm, &g)),
             Err(e) => {
                 why_not.push(format!("{what}: {e}"));
                 continue;

@@ -374,6 +374,24 @@ impl<M: Media> Tree<'_, '_, M> {
     }
 }
 
+/// An inode in use whose fields do not match their checksum (format 4; any inode of an older
+/// format passes): the problem that frees it.
+pub(super) fn unsealed(geo: &Geometry, ino: u64, node: &Inode) -> Option<Problem> {
+    if !geo.inode_sums() || node.sum_ok(ino) {
+        return None;
+    }
+    Some(Problem::stores(
+        format!(
+            "inode {ino}: its fields do not match their checksum (kind {}, mode {:o}, {} links)",
+            node.kind, node.mode, node.links
+        ),
+        "freed (which field is wrong cannot be known: the file and its data are lost)".into(),
+        Some(ino),
+        None,
+        vec![(geo.inode_off(ino), vec![0u8; INODE])],
+    ))
+}
+
 /// The walk's checks of one inode, for a mount that loaded the clean-unmount checkpoint: run
 /// on the inode's first use, so no pointer of a tree the walk has not seen reaches the data
 /// path. Every block must be in the data area, owned once within this inode, and used in the
@@ -388,6 +406,9 @@ pub(crate) fn verify_inode<M: Media>(
     node: &Inode,
     used: &dyn Fn(&[u64]) -> Option<u64>,
 ) -> Result<Vec<(u64, u64)>, String> {
+    if let Some(p) = unsealed(geo, ino, node) {
+        return Err(p.what);
+    }
     let mut mine = HashSet::new();
     let mut out = Vec::new();
     let data = Visitor { pm, geo }.inode(ino, node, false, &mut mine, &mut out);

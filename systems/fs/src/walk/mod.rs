@@ -131,7 +131,7 @@ impl CutAppend {
 }
 
 pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
-    let nodes = table(pm, geo);
+    let (nodes, unsealed) = sealed(geo, table(pm, geo));
     let v = Visitor { pm, geo };
     let Alloc {
         mut blocks,
@@ -152,6 +152,7 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     if !root.is(Kind::Dir) {
         // Without a root nothing is reachable: repair makes it an empty directory and walks
         // again (everything else then goes to lost+found).
+        w.problems = unsealed;
         w.problems.push(root_fix(geo, &root));
         w.alloc = Alloc::new(blocks, inodes);
         return w;
@@ -160,7 +161,7 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     let mut refs = vec![0u32; nodes.len()];
     let mut visited: HashSet<u64> = HashSet::from([ROOT_INO]);
     let mut queue = VecDeque::from([ROOT_INO]);
-    let mut problems = Vec::new();
+    let mut problems = unsealed;
     while let Some(d) = queue.pop_front() {
         inodes.set(d);
         w.dirs_count += 1;
@@ -229,6 +230,25 @@ fn table<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Vec<Inode> {
         .chunks_exact(INODE)
         .map(|c| Inode::decode(c.try_into().expect("one inode")))
         .collect()
+}
+
+/// The table with every inode whose fields do not match their checksum (format 4) taken as
+/// free for this walk, and a problem for each that frees it: which field is wrong cannot be
+/// known, and a wrong mode, owner or pointer served is worse than a file lost (the records
+/// naming it go with it; its blocks become free).
+fn sealed(geo: &Geometry, mut nodes: Vec<Inode>) -> (Vec<Inode>, Vec<Problem>) {
+    let mut out = Vec::new();
+    if !geo.inode_sums() {
+        return (nodes, out);
+    }
+    for (ino, n) in nodes.iter_mut().enumerate() {
+        let ino = ino as u64;
+        if let Some(p) = inode::unsealed(geo, ino, n) {
+            out.push(p);
+            *n = Inode::default();
+        }
+    }
+    (nodes, out)
 }
 
 /// A root that is not a directory: made an empty one (its orphan list kept).

@@ -1,6 +1,8 @@
-//! Format 4's rule for the radix tree: no node a file reaches is empty. A truncate frees every
-//! node it empties, so a zeroed node is damage: the mount serves EIO for that file instead of
-//! holes where its data was, `check` names it, and repair says which file blocks lost their data.
+//! Format 4's two rules. No tree node a file reaches is empty: a truncate frees every node it
+//! empties, so a zeroed node is damage (the mount serves EIO for that file instead of holes
+//! where its data was, `check` names it, and repair says which file blocks lost their data).
+//! An inode in use carries a checksum of the fields transactions store: a changed mode, owner,
+//! link count or pointer is EIO and named, never served.
 
 use pmkit_fs::layout::{Superblock, BLOCK, SB_LEN};
 use pmkit_fs::{check, Error, Fs, MkfsOptions, MountOptions, SetAttr, ROOT};
@@ -143,4 +145,62 @@ fn format_3_pools_are_not_held_to_the_rule() {
         "{rep:?}"
     );
     assert_eq!(pmkit_fs::superblock(&sim).unwrap().geo.version(), 3);
+}
+
+/// Bytes of an inode changed on the media (a set-user-ID bit appears in the mode), and an
+/// inode copied into a free slot: a mount from the checkpoint answers EIO for the first instead
+/// of serving the mode, `check` names both, and repair frees both (which field is wrong cannot
+/// be known) and keeps the rest.
+#[test]
+fn a_changed_inode_is_eio_named_and_freed() {
+    let sim = pool();
+    let (f, g) = {
+        let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+        let f = fs.create(ROOT, b"f", 0o755).unwrap().ino;
+        fs.write(f, 0, b"#!/bin/sh\n").unwrap();
+        let g = fs.create(ROOT, b"g", 0o644).unwrap().ino;
+        fs.write(g, 0, b"kept").unwrap();
+        fs.unmount();
+        (f, g)
+    };
+    let sb = sb(&sim);
+    // mode at byte 44: 0o100755 becomes 0o104755
+    let mode_at = sb.geo.inode_off(f) + 44;
+    let mut m = [0u8; 4];
+    sim.read(mode_at, &mut m);
+    let mode = u32::from_le_bytes(m);
+    assert_eq!(mode & 0o7777, 0o755);
+    sim.write(mode_at, &(mode | 0o4000).to_le_bytes());
+    // g's inode copied into a free slot: in use there, but not sealed for that slot
+    let copy = 20;
+    let mut b = vec![0u8; 128];
+    sim.read(sb.geo.inode_off(g), &mut b);
+    sim.write(sb.geo.inode_off(copy), &b);
+
+    let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(rec.from_checkpoint);
+    match fs.getattr(f) {
+        Err(e @ Error::DamagedInode { .. }) => assert_eq!(e.errno(), 5),
+        other => panic!("a changed mode must not be served: {other:?}"),
+    }
+    assert_eq!(fs.read(g, 0, 10).unwrap(), b"kept");
+    fs.unmount();
+
+    let rep = check(&sim);
+    for ino in [f, copy] {
+        let named = format!("inode {ino}: its fields do not match their checksum");
+        assert!(
+            rep.problems.iter().any(|p| p.contains(&named)),
+            "{ino}: {rep:?}"
+        );
+    }
+    let r = pmkit_fs::repair(&sim).unwrap();
+    assert!(r.is_clean(), "{r:?}");
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert!(matches!(fs.lookup(ROOT, b"f"), Err(Error::NotFound)));
+    assert_eq!(fs.read(g, 0, 10).unwrap(), b"kept");
+    assert!(
+        fs.lookup(ROOT, b"lost+found").is_err(),
+        "the copy is not relinked"
+    );
 }
