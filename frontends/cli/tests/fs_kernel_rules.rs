@@ -92,3 +92,34 @@ fn seek_data_and_hole_match_the_kernels_on_the_mount() {
         d.umount();
     }
 }
+
+/// What `tests/data/falloc.py` prints on PMFS, through the mount or the shim: every mode served
+/// (keep size, punch, zero range) checked by the script against Linux's rules; a punch without
+/// KEEP_SIZE, collapse and insert refused with EOPNOTSUPP as Linux's VFS or PMFS answers them.
+const FALLOC_WANT: &str = "allocate-past-end ok\nkeep-size ok\npunch-middle ok\n\
+    punch-aligned ok\npunch-in-one-block ok\npunch-past-end ok\npunch-without-keep-size ENOTSUP\n\
+    zero-range ok\nzero-range-past-end ok\nzero-range-keep-size ok\ncollapse ENOTSUP\n\
+    insert ENOTSUP\n";
+
+/// fallocate's modes on the mount, over both transports (the kernel's FUSE code passes keep
+/// size, punch and zero range on), and the pool checks clean after.
+#[test]
+fn fallocate_modes_on_the_mount() {
+    if !can_run() {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/falloc.py");
+    for t in transports() {
+        let s = scratch("16M");
+        let d = Daemon::start(&s, &["--transport", t]);
+        let o = Command::new("python3")
+            .arg(script)
+            .arg(&s.mnt)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), FALLOC_WANT, "over {t}");
+        d.umount();
+        check_clean(&s);
+    }
+}

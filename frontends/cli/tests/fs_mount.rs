@@ -18,11 +18,6 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
-fn check_clean(s: &Scratch) {
-    let out = run_ok(&["fs", "check", s.pool.to_str().unwrap()]);
-    assert!(out.contains("clean") && !out.contains("NOT clean"), "{out}");
-}
-
 #[test]
 fn random_operations_match_tmpfs_across_a_remount() {
     if !can_run() {

@@ -44,11 +44,6 @@ fn trials() -> usize {
         .unwrap_or(2)
 }
 
-fn check_clean(s: &Scratch) {
-    let out = run_ok(&["fs", "check", s.pool.to_str().unwrap()]);
-    assert!(out.contains("clean") && !out.contains("NOT clean"), "{out}");
-}
-
 /// Run a command; its combined output, and whether it succeeded.
 fn run(cmd: &mut Command) -> (bool, String) {
     let o = cmd.output().unwrap();

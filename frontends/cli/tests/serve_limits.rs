@@ -115,7 +115,14 @@ fn full_server_refuses_cleanly_and_stalled_handshakes_free_their_slots() {
     let timed_out = |err: &str| -> u64 {
         err.lines()
             .filter(|l| l.contains("did not finish the handshake"))
-            .filter_map(|l| l.split(" n=").nth(1)?.split_whitespace().next()?.parse().ok())
+            .filter_map(|l| {
+                l.split(" n=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
             .sum()
     };
     while timed_out(&s.stderr()) < 2 {

@@ -291,16 +291,15 @@ pub(crate) extern "C" fn ftruncate64(fd: c_int, len: i64) -> c_int {
     ftruncate(fd, len)
 }
 
-/// fallocate(2) on a shim descriptor: mode 0 only (the pool has no KEEP_SIZE or hole
-/// punching: EOPNOTSUPP).
+/// fallocate(2) on a shim descriptor: allocate, keep the size, punch a hole, zero a range
+/// (`pmkit_fs::Falloc`); collapse and insert are EOPNOTSUPP.
 #[no_mangle]
 pub(crate) extern "C" fn fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
     if let Some(o) = lookup(fd) {
         return enter(-1, |p| {
-            if mode != 0 {
-                return Err(libc::EOPNOTSUPP);
-            }
-            p.fallocate(o.fd, offset(off)?, offset(len)?).map_err(en)?;
+            let m = pmkit_fs::Falloc::from_mode(mode).map_err(en)?;
+            p.fallocate_mode(o.fd, offset(off)?, offset(len)?, m)
+                .map_err(en)?;
             Ok(0)
         });
     }

@@ -88,3 +88,25 @@ fn seek_data_and_hole_match_the_kernels_through_the_shim() {
     }
     same_as_the_kernel("seek.py");
 }
+
+/// fallocate's modes through the shim: the script the mount's test runs
+/// (frontends/cli/tests/data/falloc.py), every line as on the mount.
+#[test]
+fn fallocate_modes_through_the_shim() {
+    if !have("python3") {
+        assert!(std::env::var_os("CI").is_none(), "needs python3 in CI");
+        return;
+    }
+    let script = format!("{}/../cli/tests/data/falloc.py", env!("CARGO_MANIFEST_DIR"));
+    let s = Shim::new();
+    let got = s.cmd("python3").args([&script, &s.m("")]).output().unwrap();
+    assert_ok(&got, "falloc.py through the shim");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        "allocate-past-end ok\nkeep-size ok\npunch-middle ok\npunch-aligned ok\n\
+         punch-in-one-block ok\npunch-past-end ok\npunch-without-keep-size ENOTSUP\n\
+         zero-range ok\nzero-range-past-end ok\nzero-range-keep-size ok\ncollapse ENOTSUP\n\
+         insert ENOTSUP\n"
+    );
+    s.assert_prefix_empty();
+}

@@ -160,7 +160,7 @@ impl<M: Media> Fs<M> {
     }
 
     /// A write as one transaction: blocks a write needs (or every block, copy-on-write).
-    fn write_tx(&self, ino: u64, off: u64, data: &[u8], cow: bool) -> Result<()> {
+    pub(crate) fn write_tx(&self, ino: u64, off: u64, data: &[u8], cow: bool) -> Result<()> {
         let end = off + data.len() as u64;
         let (first, last) = (off / BLOCK as u64, (end - 1) / BLOCK as u64);
         let mut tx = self.tx();
@@ -422,7 +422,7 @@ impl<M: Media> Fs<M> {
         self.truncate_rest(ino, size, &mut list)
     }
 
-    fn prune_budget(&self) -> usize {
+    pub(crate) fn prune_budget(&self) -> usize {
         self.geo.lane_entries as usize / 2 - 8
     }
 
@@ -473,6 +473,13 @@ impl<M: Media> Fs<M> {
     pub fn fallocate(&self, ino: u64, off: u64, len: u64) -> Result<()> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
+        let (node, end) = self.falloc_range(ino, off, len)?;
+        self.allocate(ino, &node, (off, end), false)
+    }
+
+    /// The regular file `ino` and the end of `[off, off + len)`, checked for fallocate (caller
+    /// holds the namespace read lock and the stripe).
+    pub(crate) fn falloc_range(&self, ino: u64, off: u64, len: u64) -> Result<(Inode, u64)> {
         let node = self.live(ino)?;
         if !node.is(Kind::File) {
             return Err(if node.is(Kind::Dir) {
@@ -485,13 +492,29 @@ impl<M: Media> Fs<M> {
             return Err(Error::Invalid("fallocate of 0 bytes"));
         }
         let end = off.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE);
-        let end = end.ok_or(Error::FileTooBig { max: MAX_FILE_SIZE })?;
+        Ok((node, end.ok_or(Error::FileTooBig { max: MAX_FILE_SIZE })?))
+    }
+
+    /// Allocate zeroed blocks for the holes of `[off, end)`, extending the size to `end` unless
+    /// `keep_size` (caller holds the namespace read lock and the stripe).
+    pub(crate) fn allocate(
+        &self,
+        ino: u64,
+        node: &Inode,
+        (off, end): (u64, u64),
+        keep_size: bool,
+    ) -> Result<()> {
         let step = self.atomic_blocks() - 1;
         let mut idx = off / BLOCK as u64;
         let last = (end - 1) / BLOCK as u64;
         while idx <= last {
             let pos = (idx * BLOCK as u64).max(off);
-            if let Some(next) = self.try_huge(ino, pos, end, None, node.huge())? {
+            // (a huge block sets the size it covers: not for a size kept)
+            let huge = match keep_size {
+                false => self.try_huge(ino, pos, end, None, node.huge())?,
+                true => None,
+            };
+            if let Some(next) = huge {
                 idx = next.div_ceil(BLOCK as u64);
                 continue;
             }
@@ -502,14 +525,18 @@ impl<M: Media> Fs<M> {
             let mut tx = self.tx();
             let mut node = tx.inode(ino);
             let new_end = end.min(stop * BLOCK as u64);
-            self.zero_gap(&mut tx, &node, new_end);
+            if !keep_size {
+                self.zero_gap(&mut tx, &node, new_end);
+            }
             for i in idx..stop {
                 if tree::lookup(&tx, node.root, node.height, i) == 0 {
                     let b = tx.new_block(&[])?;
                     tree::set(&mut tx, &mut node, i, b)?;
                 }
             }
-            node.size = node.size.max(new_end);
+            if !keep_size {
+                node.size = node.size.max(new_end);
+            }
             node.ctime = now();
             tx.put_inode(ino, &node);
             self.commit(tx)?;

@@ -14,6 +14,7 @@ mod damage;
 mod data;
 mod dir;
 mod error;
+mod falloc;
 mod grow;
 mod inode;
 mod journal;
@@ -23,6 +24,7 @@ mod ns;
 mod overlay;
 mod pm;
 pub mod posix;
+mod punch;
 mod read;
 mod repair;
 mod seek;
@@ -49,6 +51,7 @@ pub mod decoders {
     pub use crate::xblock::decode as xattr_block;
 }
 pub use error::{damaged_text, Error, Result};
+pub use falloc::Falloc;
 pub use grow::{grow, Grown};
 pub use inode::Kind;
 pub use journal::Replay;

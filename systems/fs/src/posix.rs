@@ -15,6 +15,7 @@
 
 mod access;
 mod attrs;
+mod falloc;
 mod flags;
 mod stat;
 pub use access::{Cred, MAX_GROUPS};
@@ -549,16 +550,6 @@ impl<M: Media> Posix<M> {
                 },
             )
             .map(drop)
-    }
-
-    /// fallocate(2) mode 0 and posix_fallocate(3): allocate `[off, off + len)`, growing the
-    /// file if it ends there.
-    pub fn fallocate(&self, fd: Fd, off: u64, len: u64) -> Result<()> {
-        let d = self.writable(fd)?;
-        if d.kind != Kind::File {
-            return Err(Error::Invalid("fallocate of a non-regular file"));
-        }
-        self.fs.fallocate(d.ino, off, len)
     }
 
     pub fn fstat(&self, fd: Fd) -> Result<Attr> {

@@ -350,7 +350,7 @@ pub(crate) fn prune<M: Media>(
 }
 
 /// Whether the node at `block` holds no pointer.
-fn is_empty(r: &impl Reader, block: u64) -> bool {
+pub(crate) fn is_empty(r: &impl Reader, block: u64) -> bool {
     r.node(block).iter().all(|&p| p == 0)
 }
 

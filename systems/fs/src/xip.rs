@@ -105,6 +105,16 @@ impl<M: Media> Fs<M> {
         }
     }
 
+    /// `Busy` if a hole punched in `[from, to)` would free blocks of a pinned range of `ino`.
+    pub(crate) fn check_pins_for_range(&self, ino: u64, (from, to): (u64, u64)) -> Result<()> {
+        match self.pins.lock().get(&ino) {
+            Some(v) if v.iter().any(|&(o, l)| o < to && from < o + l) => Err(Error::Busy(
+                "a mapped range would lose blocks: unmap it first",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// `Busy` if `ino` has a pinned range.
     pub(crate) fn check_unpinned(&self, ino: u64) -> Result<()> {
         if self.pins.lock().contains_key(&ino) {

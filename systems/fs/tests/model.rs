@@ -7,7 +7,7 @@
 mod common;
 
 use common::{diff, run_op, snap, Model, Op};
-use pmkit_fs::{check, DataMode, Fs, MkfsOptions, MountOptions, RenameFlags};
+use pmkit_fs::{check, DataMode, Falloc, Fs, MkfsOptions, MountOptions, RenameFlags};
 use pmkit_media::crashsim::CrashSim;
 use pmkit_media::{Media, Region, RegionOptions};
 use proptest::prelude::*;
@@ -26,6 +26,16 @@ fn path() -> impl Strategy<Value = String> {
     prop::sample::select(&PATHS[..]).prop_map(|s| s.to_string())
 }
 
+fn falloc() -> impl Strategy<Value = Falloc> {
+    prop_oneof![
+        Just(Falloc::Allocate),
+        Just(Falloc::KeepSize),
+        Just(Falloc::PunchHole),
+        Just(Falloc::ZeroRange { keep_size: false }),
+        Just(Falloc::ZeroRange { keep_size: true }),
+    ]
+}
+
 fn step() -> impl Strategy<Value = Step> {
     let flags = prop_oneof![
         Just(RenameFlags::Replace),
@@ -38,6 +48,7 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (path(), 0u64..20_000, 1usize..9000, any::<u8>()).prop_map(|(p, o, l, s)| Step::Op(Op::Write(p, o, l, s))),
         2 => (path(), 0u64..20_000).prop_map(|(p, s)| Step::Op(Op::Truncate(p, s))),
         1 => (path(), 0u64..20_000, 1u64..10_000).prop_map(|(p, o, l)| Step::Op(Op::Fallocate(p, o, l))),
+        2 => (path(), 0u64..20_000, 1u64..10_000, falloc()).prop_map(|(p, o, l, m)| Step::Op(Op::FallocMode(p, o, l, m))),
         2 => (path(), path()).prop_map(|(a, b)| Step::Op(Op::Link(a, b))),
         2 => path().prop_map(|p| Step::Op(Op::Unlink(p))),
         2 => path().prop_map(|p| Step::Op(Op::Rmdir(p))),
@@ -76,6 +87,7 @@ fn big_step() -> impl Strategy<Value = Step> {
         6 => (p(), big_off(), big_len(), any::<u8>()).prop_map(|(p, o, l, s)| Step::Op(Op::Write(p, o, l as usize, s))),
         3 => (p(), big_off()).prop_map(|(p, s)| Step::Op(Op::Truncate(p, s))),
         2 => (p(), big_off(), big_len()).prop_map(|(p, o, l)| Step::Op(Op::Fallocate(p, o, l))),
+        3 => (p(), big_off(), big_len(), falloc()).prop_map(|(p, o, l, m)| Step::Op(Op::FallocMode(p, o, l, m))),
         2 => (p(), any::<bool>()).prop_map(|(p, on)| Step::Op(Op::SetAtomic(p, on))),
         3 => (p(), any::<bool>()).prop_map(|(p, on)| Step::Op(Op::SetHuge(p, on))),
         1 => p().prop_map(|p| Step::Op(Op::Unlink(p))),

@@ -476,3 +476,9 @@ pub(crate) fn apply(root: &Path, op: &Op) -> Result<(), i32> {
         }
     }
 }
+
+/// `pmkit fs check` on the scratch pool (not mounted) says it is clean.
+pub(crate) fn check_clean(s: &Scratch) {
+    let out = run_ok(&["fs", "check", s.pool.to_str().unwrap()]);
+    assert!(out.contains("clean") && !out.contains("NOT clean"), "{out}");
+}

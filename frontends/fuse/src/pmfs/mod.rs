@@ -516,10 +516,10 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
-        if mode != 0 {
-            // KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE, COLLAPSE/INSERT_RANGE: not in the library.
-            return Err(libc::EOPNOTSUPP);
-        }
-        self.lib(Op::Fallocate, |fs| fs.fallocate(ino, offset, length))
+        // COLLAPSE/INSERT_RANGE: EOPNOTSUPP (the library shifts no blocks)
+        let m = pmkit_fs::Falloc::from_mode(mode).map_err(errno)?;
+        self.lib(Op::Fallocate, |fs| {
+            fs.fallocate_mode(ino, offset, length, m)
+        })
     }
 }

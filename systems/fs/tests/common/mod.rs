@@ -4,7 +4,7 @@
 
 pub(crate) mod crashcheck;
 
-use pmkit_fs::{Error, Fs, Kind, RenameFlags, SetAttr, XattrFlags, ROOT};
+use pmkit_fs::{Error, Falloc, Fs, Kind, RenameFlags, SetAttr, XattrFlags, ROOT};
 use pmkit_media::Media;
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,6 +15,8 @@ pub(crate) enum Op {
     Write(String, u64, usize, u8),
     Truncate(String, u64),
     Fallocate(String, u64, u64),
+    /// `Fs::fallocate_mode` (keep size, punch a hole, zero a range).
+    FallocMode(String, u64, u64, Falloc),
     Link(String, String),
     Unlink(String),
     Rmdir(String),
@@ -158,6 +160,26 @@ impl Model {
                 let end = (off + len) as usize;
                 if n.data.len() < end {
                     n.data.resize(end, 0);
+                }
+            }
+            Op::FallocMode(p, off, len, mode) => {
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
+                let (off, end) = (*off as usize, (off + len) as usize);
+                let grow = match mode {
+                    Falloc::Allocate | Falloc::ZeroRange { keep_size: false } => end,
+                    _ => 0,
+                };
+                if n.data.len() < grow {
+                    n.data.resize(grow, 0);
+                }
+                if matches!(mode, Falloc::PunchHole | Falloc::ZeroRange { .. }) {
+                    let z = end.min(n.data.len());
+                    if off < z {
+                        n.data[off..z].fill(0);
+                    }
                 }
             }
             Op::Link(s, d) => {
@@ -372,6 +394,7 @@ pub(crate) fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
             fs.setattr(ino_of(fs, p)?, &s).map(|_| ())
         }
         Op::Fallocate(p, off, len) => fs.fallocate(ino_of(fs, p)?, *off, *len),
+        Op::FallocMode(p, off, len, m) => fs.fallocate_mode(ino_of(fs, p)?, *off, *len, *m),
         Op::Link(s, d) => {
             let ino = ino_of(fs, s)?;
             let (dp, dn) = resolve(fs, d)?;
