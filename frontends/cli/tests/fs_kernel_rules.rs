@@ -123,3 +123,33 @@ fn fallocate_modes_on_the_mount() {
         check_clean(&s);
     }
 }
+
+/// Directories removed while a process holds them (renamed over, rmdir'd, the working
+/// directory): `fstat` and `stat(".")` succeed with no links on the mount, over both
+/// transports, as on tmpfs (`tests/data/gone_dirs.py`; they were ENOENT once).
+#[test]
+fn held_directories_stat_with_no_links_after_removal() {
+    if !can_run() {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/gone_dirs.py");
+    let run = |dir: &Path| {
+        let o = Command::new("python3")
+            .arg(script)
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let model_dir = pmkit_testkit::scratch();
+    let want = run(model_dir.path());
+    assert!(want.contains("held open: 0"), "the model ran: {want}");
+    for t in transports() {
+        let s = scratch("16M");
+        let d = Daemon::start(&s, &["--transport", t]);
+        assert_eq!(run(&s.mnt), want, "over {t}");
+        d.umount();
+        check_clean(&s);
+    }
+}

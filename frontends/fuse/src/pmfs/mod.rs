@@ -14,6 +14,7 @@
 //! change goes through this kernel, which invalidates what it changes).
 
 pub mod cache;
+mod gone;
 pub mod mount;
 pub mod stats;
 
@@ -74,6 +75,8 @@ pub struct PmfsOps<M: Media = Region> {
     /// a new one, so the kernel never takes a new file for an old one it still remembers.
     gens: Mutex<HashMap<u64, u64>>,
     next_gen: AtomicU64,
+    /// Directories removed while a process may hold them (`gone.rs`).
+    gone: Mutex<gone::Gone>,
     /// Directory listings taken at opendir (and again at a rewind), by handle: a listing read
     /// in several calls neither skips nor repeats an entry that stays.
     listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
@@ -173,6 +176,7 @@ impl<M: Media> PmfsOps<M> {
             fs,
             gens: Mutex::new(HashMap::new()),
             next_gen: AtomicU64::new(1),
+            gone: Mutex::new(gone::Gone::default()),
             listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             cache,
@@ -195,6 +199,24 @@ impl<M: Media> PmfsOps<M> {
         r.map_err(errno)
     }
 
+    /// Run `remove` (an rmdir, or a rename that may replace `name` in `parent`); if it took
+    /// away a directory there, remember it for its holders' GETATTR.
+    fn removing(&self, parent: u64, name: &[u8], remove: impl FnOnce() -> R<()>) -> R<()> {
+        let before = self
+            .fs
+            .lookup(parent, name)
+            .ok()
+            .filter(|a| a.kind == Kind::Dir);
+        remove()?;
+        if let Some(a) = before {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64);
+            self.gone.lock().record(self.gen(a.ino), a, now);
+        }
+        Ok(())
+    }
+
     fn gen(&self, ino: u64) -> u64 {
         self.gens.lock().get(&ino).copied().unwrap_or(0)
     }
@@ -203,6 +225,7 @@ impl<M: Media> PmfsOps<M> {
     fn created(&self, a: Attr) -> Entry {
         let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
         self.gens.lock().insert(a.ino, g);
+        self.gone.lock().reused(a.ino);
         Entry {
             attr: file_attr(&a),
             generation: g,
@@ -286,9 +309,11 @@ impl<M: Media> Ops for PmfsOps<M> {
     // `forget`: nothing to do. An inode lives while it has links or open handles (the
     // library's open counts and orphan list); the kernel's lookup counts add nothing to that.
 
+    /// A directory removed while held answers with no links, as Linux's does (`gone.rs`).
     fn getattr(&self, ino: u64) -> R<FileAttr> {
-        self.lib(Op::Getattr, |fs| fs.getattr(ino))
-            .map(|a| file_attr(&a))
+        let r = self.lib(Op::Getattr, |fs| fs.getattr(ino));
+        let r = r.or_else(|e| self.gone.lock().get(ino, self.gen(ino)).ok_or(e));
+        r.map(|a| file_attr(&a))
     }
 
     /// `truncate_kills`: a truncate in `s` must clear set-user-ID/set-group-ID (the caller lacks
@@ -323,7 +348,9 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     fn rmdir(&self, parent: u64, name: &[u8]) -> R<()> {
-        self.lib(Op::Rmdir, |fs| fs.rmdir(parent, name))
+        self.removing(parent, name, || {
+            self.lib(Op::Rmdir, |fs| fs.rmdir(parent, name))
+        })
     }
 
     fn symlink(&self, o: Owner, parent: u64, name: &[u8], target: &[u8]) -> R<Entry> {
@@ -340,7 +367,11 @@ impl<M: Media> Ops for PmfsOps<M> {
             // RENAME_WHITEOUT (overlayfs) or a combination: not supported.
             _ => return Err(libc::EINVAL),
         };
-        self.lib(Op::Rename, |fs| fs.rename(parent, name, to, to_name, f))
+        let rename = || self.lib(Op::Rename, |fs| fs.rename(parent, name, to, to_name, f));
+        match f {
+            pmkit_fs::RenameFlags::Replace => self.removing(to, to_name, rename),
+            _ => rename(),
+        }
     }
 
     fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> R<Entry> {
