@@ -88,6 +88,11 @@ enum Cmd {
         /// the allocator that unmount saved (a mount after a crash always walks).
         #[arg(long)]
         full_walk: bool,
+        /// When reads store access times: relatime (when the last access is not after the last
+        /// change, or a day old, as Linux's default), noatime (never) or strictatime (every
+        /// read).
+        #[arg(long, default_value = "relatime", value_parser = parse_atime)]
+        atime: pmkit_fs::Atime,
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
@@ -124,6 +129,10 @@ enum Cmd {
         #[arg(long, value_parser = parse_geometry, requires = "repair")]
         geometry: Option<GeometryHint>,
     },
+}
+
+fn parse_atime(s: &str) -> std::result::Result<pmkit_fs::Atime, String> {
+    pmkit_fs::Atime::parse(s).ok_or_else(|| "relatime, noatime or strictatime".into())
 }
 
 /// Open a pool to read it: read-only, refused when it holds another pmkit kind.
@@ -251,6 +260,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             cache,
             transport,
             full_walk,
+            atime,
         } => {
             crate::identify::expect_path(&pool, crate::identify::Kind::Fs)?;
             crate::fs_mount::mount(
@@ -265,6 +275,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     cache,
                     transport,
                     full_walk,
+                    atime,
                 },
             )?
         }

@@ -24,6 +24,7 @@ pub(crate) struct Opts<'a> {
     pub cache: CacheMode,
     pub transport: pmkit_fuse::uring::Transport,
     pub full_walk: bool,
+    pub atime: pmkit_fs::Atime,
 }
 
 pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
@@ -44,6 +45,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         cache: a.cache,
         transport: a.transport,
         full_walk: a.full_walk,
+        atime: a.atime,
     };
     let served = session::mount(pool, dir, &o)?;
     for n in &served.notes {

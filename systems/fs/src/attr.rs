@@ -277,7 +277,13 @@ impl<M: Media> Fs<M> {
                 return Err(Error::NotDir);
             }
         };
-        let parent = self.inode(ino).parent;
+        let node = {
+            let _g = self.stripe(ino).lock();
+            let node = self.inode(ino);
+            self.accessed(ino, &node); // a listing is a read of the directory
+            node
+        };
+        let parent = node.parent;
         let mut out = vec![
             DirEntry {
                 ino,

@@ -5,6 +5,7 @@
 //! The API is a FUSE low-level file system's: everything by inode number ([`ROOT`] is the root).
 
 mod alloc;
+mod atime;
 mod attr;
 mod check;
 mod ckpt;
@@ -37,6 +38,7 @@ mod xattr;
 mod xblock;
 pub mod xip;
 
+pub use atime::Atime;
 pub use attr::{killed_suidgid, ns_of_timespec, timespec_of};
 pub use check::{check, CheckReport};
 pub use costs::{op_costs, OpCost};
@@ -169,6 +171,8 @@ pub struct MountOptions {
     /// Walk and check the whole tree even after a clean unmount, instead of loading the
     /// allocator from the checkpoint that unmount saved (mounts after a crash always walk).
     pub full_walk: bool,
+    /// When reads store access times (relatime by default).
+    pub atime: Atime,
     #[doc(hidden)]
     pub faults: Faults,
 }
@@ -176,7 +180,7 @@ pub struct MountOptions {
 impl MountOptions {
     /// The defaults, changed by the environment as the C ABI and the LD_PRELOAD shim read it:
     /// `PMFS_PROTECT=auto|none|kernel|pkey|pt`, `PMFS_BARRIER_NS=N` (an emulated slower
-    /// persistence barrier: every fence at least N ns more) and `PMFS_FULL_WALK=1` (walk and
+    /// persistence barrier: every fence at least N ns more), `PMFS_ATIME=relatime|noatime|strictatime` and `PMFS_FULL_WALK=1` (walk and
     /// check the whole pool even after a clean unmount). Err names the variable that is wrong.
     pub fn from_env() -> std::result::Result<MountOptions, String> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -188,6 +192,10 @@ impl MountOptions {
             o.barrier_ns = v
                 .parse()
                 .map_err(|_| format!("PMFS_BARRIER_NS={v:?} is not a number of nanoseconds"))?;
+        }
+        if let Some(v) = var("PMFS_ATIME") {
+            o.atime = Atime::parse(&v)
+                .ok_or_else(|| format!("PMFS_ATIME={v:?}: relatime, noatime or strictatime"))?;
         }
         if let Some(v) = var("PMFS_FULL_WALK") {
             o.full_walk = match v.as_str() {

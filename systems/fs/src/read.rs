@@ -27,7 +27,9 @@ impl<M: Media> Fs<M> {
         if node.is(Kind::Dir) {
             return Err(Error::IsDir);
         }
-        f(&node)
+        let r = f(&node)?;
+        self.accessed(ino, &node);
+        Ok(r)
     }
 
     pub(crate) fn read_data(&self, node: &Inode, off: u64, len: usize) -> Result<Vec<u8>> {

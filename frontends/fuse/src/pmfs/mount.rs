@@ -50,6 +50,8 @@ pub struct MountOptions {
     /// Walk and check the whole pool even after a clean unmount (see
     /// `pmkit_fs::MountOptions::full_walk`).
     pub full_walk: bool,
+    /// When reads store access times (`--atime`).
+    pub atime: pmkit_fs::Atime,
 }
 
 impl Default for MountOptions {
@@ -62,6 +64,7 @@ impl Default for MountOptions {
             cache: CacheMode::default(),
             transport: Transport::Auto,
             full_walk: false,
+            atime: pmkit_fs::Atime::default(),
         }
     }
 }
@@ -285,6 +288,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         protect: o.protect,
         barrier_ns: o.barrier_ns,
         full_walk: o.full_walk,
+        atime: o.atime,
         ..Default::default()
     };
     let (fs, recovery) = Fs::mount(region, &mo).map_err(|e| match e {
