@@ -1,7 +1,8 @@
 //! Access times as Linux keeps them: `relatime` (the default) stores a read's time only when the
 //! last access is not after the last change or is a day old, `noatime` never, `strictatime` at
-//! every read. The time is one 8-byte store, persisted, outside any transaction and outside the
-//! inode's checksum: a crash leaves the old time or the new, both valid.
+//! every read. The time is one 8-byte store outside any transaction and outside the inode's
+//! checksum, not flushed (no fence on a read; as Linux's lazytime): a crash leaves the old time
+//! or the new, both valid, and the line reaches the media with the next flush of it or eviction.
 
 use crate::inode::{Inode, ATIME};
 use crate::Fs;
@@ -55,7 +56,7 @@ impl<M: Media> Fs<M> {
         let now = crate::clock::now();
         if self.opts.atime.due(node, now) {
             self.pm
-                .persist_u64(self.geo.inode_off(ino) + ATIME, now as u64);
+                .store_u64(self.geo.inode_off(ino) + ATIME, now as u64);
         }
     }
 }
