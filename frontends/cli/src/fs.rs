@@ -93,6 +93,10 @@ enum Cmd {
         /// read).
         #[arg(long, default_value = "relatime", value_parser = parse_atime)]
         atime: pmkit_fs::Atime,
+        /// Mount read-only: every change is refused (EROFS) and reads store no access time.
+        /// A pool not unmounted clean still has its journal replayed at mount.
+        #[arg(long)]
+        read_only: bool,
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
@@ -261,6 +265,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             transport,
             full_walk,
             atime,
+            read_only,
         } => {
             crate::identify::expect_path(&pool, crate::identify::Kind::Fs)?;
             crate::fs_mount::mount(
@@ -276,6 +281,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     transport,
                     full_walk,
                     atime,
+                    read_only,
                 },
             )?
         }

@@ -25,6 +25,7 @@ pub(crate) struct Opts<'a> {
     pub transport: pmkit_fuse::uring::Transport,
     pub full_walk: bool,
     pub atime: pmkit_fs::Atime,
+    pub read_only: bool,
 }
 
 pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
@@ -46,6 +47,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         transport: a.transport,
         full_walk: a.full_walk,
         atime: a.atime,
+        read_only: a.read_only,
     };
     let served = session::mount(pool, dir, &o)?;
     for n in &served.notes {

@@ -488,3 +488,32 @@ fn privileges_over(t: &str) {
     d.umount();
     check_clean(&s);
 }
+
+/// `pmkit fs mount --read-only`: the mount is `ro` (changes are EROFS from the kernel), files
+/// read as written, and the pool stays clean.
+#[test]
+fn a_read_only_mount_serves_reads_and_refuses_changes() {
+    if !can_run() {
+        return;
+    }
+    each_transport(|t| {
+        let s = scratch("16M");
+        let d = Daemon::start(&s, &["--transport", t]);
+        std::fs::write(s.mnt.join("f"), b"written").unwrap();
+        d.umount();
+        let d = Daemon::start(&s, &["--transport", t, "--read-only"]);
+        assert_eq!(std::fs::read(s.mnt.join("f")).unwrap(), b"written");
+        let e = std::fs::write(s.mnt.join("g"), b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+        let e = std::fs::remove_file(s.mnt.join("f")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let line = mounts
+            .lines()
+            .find(|l| l.contains(s.mnt.to_str().unwrap()))
+            .unwrap();
+        assert!(line.contains(" ro,"), "{line}");
+        d.umount();
+        check_clean(&s);
+    });
+}

@@ -179,3 +179,36 @@ fn the_device_file_serves_the_same_operations() {
     assert_eq!(core.statfs().blocks, 256);
     assert_eq!(core.mkdir(ME, 1, b"d", 0o755).err(), Some(libc::ENOSYS));
 }
+
+/// `--read-only`: every change is EROFS from the handlers themselves (a `mount -o remount,rw`
+/// lifts the kernel's refusal without asking the daemon); reads and listings are served.
+#[test]
+fn read_only_handlers_refuse_every_change() {
+    let rw = ops(CrashSim::new(1 << 20));
+    let f = rw
+        .mknod(ME, ROOT, b"f", libc::S_IFREG | 0o644, 0)
+        .unwrap()
+        .attr
+        .ino
+        .0;
+    rw.write(f, 0, b"kept", WriteHow::default()).unwrap();
+    let o = rw.with_read_only(true);
+    let how = WriteHow::default();
+    assert_eq!(o.write(f, 0, b"x", how).err(), Some(libc::EROFS));
+    assert_eq!(o.mkdir(ME, ROOT, b"d", 0o755).err(), Some(libc::EROFS));
+    assert_eq!(o.unlink(ROOT, b"f").err(), Some(libc::EROFS));
+    assert_eq!(o.rename(ROOT, b"f", ROOT, b"g", 0).err(), Some(libc::EROFS));
+    assert_eq!(o.fallocate(f, 0, 4096, 0).err(), Some(libc::EROFS));
+    assert_eq!(
+        o.setxattr(f, b"user.a", b"1", 0, 0).err(),
+        Some(libc::EROFS)
+    );
+    assert_eq!(o.removexattr(f, b"user.a").err(), Some(libc::EROFS));
+    let s = pmkit_fs::SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    assert_eq!(o.setattr(f, &s, false).err(), Some(libc::EROFS));
+    assert_eq!(read(&o, f, 0, 100).unwrap(), b"kept");
+    assert_eq!(names(&o, ROOT), vec![b"f".to_vec()]);
+}

@@ -77,6 +77,9 @@ pub struct PmfsOps<M: Media = Region> {
     next_gen: AtomicU64,
     /// Directories removed while a process may hold them (`gone.rs`).
     gone: Mutex<gone::Gone>,
+    /// Every change is EROFS (`--read-only`; the kernel refuses them first on a read-only
+    /// mount, but a `mount -o remount,rw` does not ask the daemon).
+    read_only: bool,
     /// Directory listings taken at opendir (and again at a rewind), by handle: a listing read
     /// in several calls neither skips nor repeats an entry that stays.
     listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
@@ -177,6 +180,7 @@ impl<M: Media> PmfsOps<M> {
             gens: Mutex::new(HashMap::new()),
             next_gen: AtomicU64::new(1),
             gone: Mutex::new(gone::Gone::default()),
+            read_only: false,
             listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             cache,
@@ -192,7 +196,15 @@ impl<M: Media> PmfsOps<M> {
     }
 
     /// One call of the library, counted in the statistics as a request of kind `op`.
+    /// These handlers refuse every change with EROFS.
+    pub fn with_read_only(self, read_only: bool) -> PmfsOps<M> {
+        PmfsOps { read_only, ..self }
+    }
+
     fn lib<T>(&self, op: Op, f: impl FnOnce(&Fs<M>) -> pmkit_fs::Result<T>) -> R<T> {
+        if self.read_only && op.modifies() {
+            return Err(libc::EROFS);
+        }
         let t = self.stats.start(op);
         let r = f(&self.fs);
         t.done(r.is_ok());
@@ -251,6 +263,9 @@ impl<M: Media> PmfsOps<M> {
     pub fn kill_privs(&self, ino: u64, suidgid: bool) -> R<()> {
         if !suidgid {
             return Ok(());
+        }
+        if self.read_only {
+            return Err(libc::EROFS);
         }
         // Part of the write's work, not a request of its own: not counted in the statistics.
         self.fs.kill_suidgid(ino).map_err(errno)
@@ -468,6 +483,9 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32, pos: u32) -> R<()> {
+        if self.read_only {
+            return Err(libc::EROFS);
+        }
         if pos != 0 {
             return Err(libc::EINVAL);
         }
@@ -516,6 +534,9 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     fn removexattr(&self, ino: u64, name: &[u8]) -> R<()> {
+        if self.read_only {
+            return Err(libc::EROFS);
+        }
         if FileFlag::from_xattr(name).is_some() {
             return Err(libc::EPERM);
         }

@@ -52,6 +52,10 @@ pub struct MountOptions {
     pub full_walk: bool,
     /// When reads store access times (`--atime`).
     pub atime: pmkit_fs::Atime,
+    /// A read-only mount (`--read-only`): the kernel refuses every change (and the handlers
+    /// too), and reads store no access time. The pool is still opened for writing: a mount
+    /// after a crash replays the journal, and every mount keeps the clean flag.
+    pub read_only: bool,
 }
 
 impl Default for MountOptions {
@@ -65,6 +69,7 @@ impl Default for MountOptions {
             transport: Transport::Auto,
             full_walk: false,
             atime: pmkit_fs::Atime::default(),
+            read_only: false,
         }
     }
 }
@@ -288,7 +293,10 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         protect: o.protect,
         barrier_ns: o.barrier_ns,
         full_walk: o.full_walk,
-        atime: o.atime,
+        atime: match o.read_only {
+            true => pmkit_fs::Atime::Noatime,
+            false => o.atime,
+        },
         ..Default::default()
     };
     let (fs, recovery) = Fs::mount(region, &mo).map_err(|e| match e {
@@ -316,11 +324,16 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,
     ];
+    if o.read_only {
+        cfg.mount_options.push(fuser::MountOption::RO);
+    }
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(o.threads.clamp(1, 64));
     cfg.clone_fd = true;
     let stats = Arc::new(OpStats::default());
-    let ops = Arc::new(PmfsOps::new(Arc::clone(&fs), o.cache, Arc::clone(&stats)));
+    let ops = Arc::new(
+        PmfsOps::new(Arc::clone(&fs), o.cache, Arc::clone(&stats)).with_read_only(o.read_only),
+    );
     let (served, granted) = crate::dev::Served::new(Arc::clone(&ops), want_uring);
     let give_back = |fs: Arc<Fs<Region>>, why: String| {
         // Nothing was served: give the pool back clean.

@@ -38,6 +38,26 @@ pub enum Op {
     Lseek,
 }
 
+impl Op {
+    /// Whether the operation changes the file system (a read-only mount answers EROFS).
+    pub fn modifies(self) -> bool {
+        matches!(
+            self,
+            Op::Setattr
+                | Op::Mknod
+                | Op::Mkdir
+                | Op::Unlink
+                | Op::Rmdir
+                | Op::Symlink
+                | Op::Rename
+                | Op::Link
+                | Op::Write
+                | Op::Create
+                | Op::Fallocate
+        )
+    }
+}
+
 const OPS: [(Op, &str); 23] = [
     (Op::Lookup, "lookup"),
     (Op::Getattr, "getattr"),
