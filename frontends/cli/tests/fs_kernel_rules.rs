@@ -153,3 +153,32 @@ fn held_directories_stat_with_no_links_after_removal() {
         check_clean(&s);
     }
 }
+
+/// renameat2's RENAME_WHITEOUT on the mount, over both transports, as tmpfs answers it
+/// (`tests/data/whiteout.py`): the source name then names a character device 0:0, mode 0.
+#[test]
+fn rename_whiteout_matches_the_kernels_on_the_mount() {
+    if !can_run() {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/whiteout.py");
+    let run = |dir: &Path| {
+        let o = Command::new("python3")
+            .arg(script)
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let model_dir = pmkit_testkit::scratch();
+    let want = run(model_dir.path());
+    assert!(want.contains("a: chr 0:0 mode 0"), "the model ran: {want}");
+    for t in transports() {
+        let s = scratch("16M");
+        let d = Daemon::start(&s, &["--transport", t]);
+        assert_eq!(run(&s.mnt), want, "over {t}");
+        d.umount();
+        check_clean(&s);
+    }
+}

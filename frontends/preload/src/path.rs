@@ -475,12 +475,7 @@ pub(crate) unsafe extern "C" fn renameat2(
             as fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int),
         Some(r) => enter(-1, |fs| {
             let (x, y) = r?;
-            let f = match flags {
-                0 => RenameFlags::Replace,
-                libc::RENAME_NOREPLACE => RenameFlags::NoReplace,
-                libc::RENAME_EXCHANGE => RenameFlags::Exchange,
-                _ => return Err(libc::EINVAL),
-            };
+            let f = RenameFlags::from_linux(flags).map_err(en)?;
             fs.rename(&x, &y, f).map(|_| 0).map_err(en)
         }),
     }

@@ -134,3 +134,17 @@ fn held_directories_stat_with_no_links_through_the_shim() {
     );
     s.assert_prefix_empty();
 }
+
+/// renameat2's RENAME_WHITEOUT through the shim, as tmpfs answers it.
+#[test]
+fn rename_whiteout_matches_the_kernels_through_the_shim() {
+    // SAFETY: geteuid cannot fail.
+    if !have("python3") || unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "needs python3 and root in CI (a whiteout on tmpfs needs CAP_MKNOD)"
+        );
+        return;
+    }
+    same_as_the_kernel("whiteout.py");
+}

@@ -282,6 +282,27 @@ pub enum RenameFlags {
     Replace,
     NoReplace,
     Exchange,
+    /// `RENAME_WHITEOUT` (overlayfs): as `Replace`, and the source name then names a whiteout,
+    /// a new character device 0:0 with mode 0, owned by root, in the same transaction.
+    Whiteout,
+    /// `RENAME_WHITEOUT | RENAME_NOREPLACE`.
+    WhiteoutNoReplace,
+}
+
+impl RenameFlags {
+    /// The flags of renameat2(2); `Invalid` (EINVAL) for a combination Linux refuses.
+    pub fn from_linux(flags: u32) -> Result<RenameFlags> {
+        const NOREPLACE: u32 = libc::RENAME_NOREPLACE;
+        const WHITEOUT: u32 = libc::RENAME_WHITEOUT;
+        Ok(match flags {
+            0 => RenameFlags::Replace,
+            NOREPLACE => RenameFlags::NoReplace,
+            libc::RENAME_EXCHANGE => RenameFlags::Exchange,
+            WHITEOUT => RenameFlags::Whiteout,
+            f if f == WHITEOUT | NOREPLACE => RenameFlags::WhiteoutNoReplace,
+            _ => return Err(Error::Invalid("renameat2 flags")),
+        })
+    }
 }
 
 /// One `readdir` entry.

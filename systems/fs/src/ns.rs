@@ -20,6 +20,30 @@ enum Post {
     Orphans(Vec<u64>),
 }
 
+/// A rename's source record (`name` in `dir`, at byte `off`), which the rename emptied, made
+/// to name a whiteout instead: a new character device 0:0, mode 0, owned by root.
+fn whiteout_at<M: Media>(
+    tx: &mut Tx<'_, M>,
+    (dir, name, off): (u64, &[u8], usize),
+    t: i64,
+    posts: &mut Vec<Post>,
+) -> Result<()> {
+    let ino = tx.alloc_inode()?;
+    let node = Inode {
+        kind: Kind::CharDev as u8,
+        links: 1,
+        mtime: t,
+        ctime: t,
+        atime: t,
+        ..Default::default()
+    };
+    tx.put_inode(ino, &node);
+    point(tx, off, name, ino, Kind::CharDev as u8);
+    posts.retain(|p| !matches!(p, Post::Remove(d, n) if *d == dir && n == name));
+    posts.push(Post::Retarget(dir, name.to_vec(), ino, Kind::CharDev as u8));
+    Ok(())
+}
+
 /// Point the record at `off` (named `name`) at `ino` of `kind`, its checksum with it.
 fn point<M: Media>(tx: &mut Tx<'_, M>, off: usize, name: &[u8], ino: u64, kind: u8) {
     tx.write_u64(off + dir::H_INO, ino);
@@ -444,6 +468,11 @@ impl<M: Media> Fs<M> {
 
     pub fn rename(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8], flags: RenameFlags) -> Result<()> {
         check_name(n2)?;
+        let (flags, whiteout) = match flags {
+            RenameFlags::Whiteout => (RenameFlags::Replace, true),
+            RenameFlags::WhiteoutNoReplace => (RenameFlags::NoReplace, true),
+            f => (f, false),
+        };
         let mut dirs = self.ns.write();
         let src = *self
             .dir_of(&dirs, p1)?
@@ -533,6 +562,9 @@ impl<M: Media> Fs<M> {
                 posts.push(Post::Remove(p1, n1.to_vec()));
                 posts.push(Post::Insert(p2, n2.to_vec(), loc, grown));
             }
+        }
+        if whiteout {
+            whiteout_at(&mut tx, (p1, n1, src_off), t, &mut posts)?;
         }
         upd(&mut tx, src.ino, |n| n.ctime = t);
         for p in [p1, p2] {

@@ -40,7 +40,9 @@ fn step() -> impl Strategy<Value = Step> {
     let flags = prop_oneof![
         Just(RenameFlags::Replace),
         Just(RenameFlags::NoReplace),
-        Just(RenameFlags::Exchange)
+        Just(RenameFlags::Exchange),
+        Just(RenameFlags::Whiteout),
+        Just(RenameFlags::WhiteoutNoReplace)
     ];
     prop_oneof![
         3 => path().prop_map(|p| Step::Op(Op::Create(p))),

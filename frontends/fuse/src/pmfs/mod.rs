@@ -375,16 +375,12 @@ impl<M: Media> Ops for PmfsOps<M> {
 
     /// `flags`: the `RENAME_*` bits of rename(2).
     fn rename(&self, parent: u64, name: &[u8], to: u64, to_name: &[u8], flags: u32) -> R<()> {
-        let f = match flags {
-            0 => pmkit_fs::RenameFlags::Replace,
-            libc::RENAME_NOREPLACE => pmkit_fs::RenameFlags::NoReplace,
-            libc::RENAME_EXCHANGE => pmkit_fs::RenameFlags::Exchange,
-            // RENAME_WHITEOUT (overlayfs) or a combination: not supported.
-            _ => return Err(libc::EINVAL),
-        };
+        let f = pmkit_fs::RenameFlags::from_linux(flags).map_err(errno)?;
         let rename = || self.lib(Op::Rename, |fs| fs.rename(parent, name, to, to_name, f));
         match f {
-            pmkit_fs::RenameFlags::Replace => self.removing(to, to_name, rename),
+            pmkit_fs::RenameFlags::Replace | pmkit_fs::RenameFlags::Whiteout => {
+                self.removing(to, to_name, rename)
+            }
             _ => rename(),
         }
     }

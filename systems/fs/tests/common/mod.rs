@@ -184,7 +184,7 @@ impl Model {
             }
             Op::Link(s, d) => {
                 self.parent_ok(d)?;
-                if self.kind(s) != Some(Kind::File) && self.kind(s) != Some(Kind::Symlink) {
+                if self.kind(s).is_none_or(|k| k == Kind::Dir) {
                     return Err(());
                 }
                 if self.paths.contains_key(d) {
@@ -194,7 +194,7 @@ impl Model {
                 self.paths.insert(d.clone(), id);
             }
             Op::Unlink(p) => match self.kind(p) {
-                Some(Kind::File) | Some(Kind::Symlink) => self.drop_path(p),
+                Some(k) if k != Kind::Dir => self.drop_path(p),
                 _ => return Err(()),
             },
             Op::Rmdir(p) => {
@@ -213,6 +213,11 @@ impl Model {
                     return Ok(());
                 }
                 let dk = self.kind(d);
+                let (flags, whiteout) = match flags {
+                    RenameFlags::Whiteout => (&RenameFlags::Replace, true),
+                    RenameFlags::WhiteoutNoReplace => (&RenameFlags::NoReplace, true),
+                    f => (f, false),
+                };
                 match (flags, dk) {
                     (RenameFlags::Exchange, None) => return Err(()),
                     (RenameFlags::Exchange, Some(_)) => {
@@ -241,6 +246,10 @@ impl Model {
                     (_, None) => {}
                 }
                 self.move_tree(s, d);
+                if whiteout {
+                    // a character device 0:0, mode 0, where the source was
+                    self.new_node(s, Kind::CharDev, vec![], 0);
+                }
             }
             Op::Chmod(p, m) => {
                 self.node_mut(p).ok_or(())?.mode = m & 0o7777;
