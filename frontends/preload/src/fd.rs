@@ -11,7 +11,7 @@ use std::sync::Arc;
 /// # Safety
 /// `buf` NULL with `n` 0, or valid for `n` bytes of writes (the caller's buffer, never PM) and
 /// used by no one else during the call (read(2)'s contract).
-unsafe fn out_buf<'a>(buf: *mut c_void, n: usize) -> Result<&'a mut [u8], c_int> {
+pub(crate) unsafe fn out_buf<'a>(buf: *mut c_void, n: usize) -> Result<&'a mut [u8], c_int> {
     if n > 0 {
         // A bad pointer is EFAULT, as the kernel answers, not a fault in the shim.
         crate::guarded::check(buf.cast(), n, true)?;
@@ -22,7 +22,7 @@ unsafe fn out_buf<'a>(buf: *mut c_void, n: usize) -> Result<&'a mut [u8], c_int>
 
 /// # Safety
 /// As [`out_buf`], for reads of the buffer (write(2)'s contract).
-unsafe fn in_buf<'a>(buf: *const c_void, n: usize) -> Result<&'a [u8], c_int> {
+pub(crate) unsafe fn in_buf<'a>(buf: *const c_void, n: usize) -> Result<&'a [u8], c_int> {
     if n > 0 {
         crate::guarded::check(buf.cast(), n, false)?;
     }
@@ -30,7 +30,7 @@ unsafe fn in_buf<'a>(buf: *const c_void, n: usize) -> Result<&'a [u8], c_int> {
     unsafe { pmkit_cabi::slice(buf.cast::<u8>(), n) }.ok_or(libc::EFAULT)
 }
 
-fn offset(off: i64) -> Result<u64, c_int> {
+pub(crate) fn offset(off: i64) -> Result<u64, c_int> {
     u64::try_from(off).map_err(|_| libc::EINVAL)
 }
 
@@ -178,7 +178,10 @@ pub(crate) unsafe extern "C" fn pwrite64(
 ///
 /// # Safety
 /// `iov` valid for `cnt` entries.
-unsafe fn iovecs(iov: *const libc::iovec, cnt: c_int) -> Result<Vec<libc::iovec>, c_int> {
+pub(crate) unsafe fn iovecs(
+    iov: *const libc::iovec,
+    cnt: c_int,
+) -> Result<Vec<libc::iovec>, c_int> {
     if !(0..=1024).contains(&cnt) {
         return Err(libc::EINVAL);
     }

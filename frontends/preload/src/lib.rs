@@ -48,4 +48,5 @@ mod sock;
 mod stat;
 mod state;
 mod vcwd;
+mod vec;
 mod xattr;

@@ -148,3 +148,15 @@ fn rename_whiteout_matches_the_kernels_through_the_shim() {
     }
     same_as_the_kernel("whiteout.py");
 }
+
+/// preadv, pwritev, preadv2 and pwritev2 (flags, offset -1) through the shim, as tmpfs answers
+/// them (`frontends/cli/tests/data/vec.py`). Once not served: they reached the kernel with the
+/// shim's placeholder descriptor.
+#[test]
+fn vectored_calls_at_an_offset_match_the_kernels_through_the_shim() {
+    if !have("python3") {
+        assert!(std::env::var_os("CI").is_none(), "needs python3 in CI");
+        return;
+    }
+    same_as_the_kernel("vec.py");
+}
