@@ -1,6 +1,6 @@
 //! Calls on descriptors: served when the descriptor is one the shim handed out, libc's
 //! otherwise. `dup`/`dup2`/`dup3`/`fcntl(F_DUPFD*)` give a second kernel number sharing the
-//! pool descriptor (and its offset); `mmap` of a shim descriptor is ENODEV.
+//! pool descriptor (and its offset). `mmap` is `mmap.rs`'s.
 
 use crate::stat::fill_stat;
 use crate::state::{self, en, enter, lookup, Open};
@@ -388,50 +388,6 @@ pub(crate) unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::s
 pub(crate) unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { __fxstat(ver, fd, st) }
-}
-
-/// mmap of a shim descriptor is not served (ENODEV, as for a file system without mmap):
-/// `pmfs_map` is the direct-access interface.
-///
-/// # Safety
-/// mmap(2)'s contract.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn mmap(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS == 0 && lookup(fd).is_some() {
-        state::set_errno(libc::ENODEV);
-        return libc::MAP_FAILED;
-    }
-    real!(mmap(addr, len, prot, flags, fd, off)
-        as fn(
-            *mut c_void,
-            usize,
-            c_int,
-            c_int,
-            c_int,
-            i64,
-        ) -> *mut c_void)
-}
-
-/// # Safety
-/// mmap(2)'s contract.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn mmap64(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: i64,
-) -> *mut c_void {
-    // SAFETY: the caller's contract.
-    unsafe { mmap(addr, len, prot, flags, fd, off) }
 }
 
 /// After the kernel made `new` a copy of `old` (or closed `new` under it): the table follows.

@@ -42,6 +42,7 @@ mod fd;
 mod guarded;
 mod ids;
 mod meta;
+mod mmap;
 mod open;
 mod path;
 mod sock;

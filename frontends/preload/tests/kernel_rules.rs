@@ -160,3 +160,14 @@ fn vectored_calls_at_an_offset_match_the_kernels_through_the_shim() {
     }
     same_as_the_kernel("vec.py");
 }
+
+/// mmap of pool files, MAP_SHARED (the file's own blocks) and MAP_PRIVATE (a copy), as tmpfs
+/// answers (`frontends/cli/tests/data/mapped.py`). Once ENODEV.
+#[test]
+fn mmap_shared_and_private_match_the_kernels_through_the_shim() {
+    if !have("python3") {
+        assert!(std::env::var_os("CI").is_none(), "needs python3 in CI");
+        return;
+    }
+    same_as_the_kernel("mapped.py");
+}

@@ -706,11 +706,22 @@ impl Posix<Region> {
     /// bypass the protection mode (that is what direct access is for) and the journal: they
     /// are durable after [`Posix::persist`], with no atomicity beyond 8 aligned bytes.
     pub fn map(&self, fd: Fd, off: u64, len: u64) -> Result<MapView> {
+        self.map_with(fd, (off, len), crate::Falloc::Allocate)
+    }
+
+    /// [`Posix::map`] for mmap(2)'s `MAP_SHARED`: the file keeps its size (holes in the range
+    /// are allocated past it with `KEEP_SIZE`; bytes past the size read as zeros and stay
+    /// invisible to reads, where the kernel would raise SIGBUS).
+    pub fn map_keep_size(&self, fd: Fd, off: u64, len: u64) -> Result<MapView> {
+        self.map_with(fd, (off, len), crate::Falloc::KeepSize)
+    }
+
+    fn map_with(&self, fd: Fd, (off, len): (u64, u64), alloc: crate::Falloc) -> Result<MapView> {
         let d = self.desc(fd)?;
         if d.kind != Kind::File || !(d.flags.read && d.flags.write) {
             return Err(Error::BadFd(fd.0));
         }
-        self.fs.fallocate(d.ino, off, len)?;
+        self.fs.fallocate_mode(d.ino, off, len, alloc)?;
         self.fs.open(d.ino)?;
         let extents = match self.fs.pin_extents(d.ino, off, len) {
             Ok(e) => e,

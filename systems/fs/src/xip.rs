@@ -43,7 +43,9 @@ impl<M: Media> Fs<M> {
         let end = off
             .checked_add(len)
             .ok_or(Error::Invalid("range overflows"))?;
-        if end > n.size {
+        // The last page may pass the size (mmap of a file that is not a whole number of
+        // pages); no page past it.
+        if end > n.size.next_multiple_of(b) {
             return Err(Error::Invalid(
                 "the mapped range goes past the end of the file",
             ));
@@ -51,7 +53,9 @@ impl<M: Media> Fs<M> {
         if n.tail != 0 {
             // Stores through the mapping change bytes the append's record may vouch for, and
             // no record follows them: it goes now (`tail.rs`). Appends while mapped land past
-            // every pinned range (a pin ends inside the size).
+            // every pinned range but the size's last page, which a pin may hold: a store there
+            // through the mapping after an append may make the mount after a crash take that
+            // append for torn and give its bytes back (never wrong bytes).
             self.pm
                 .persist_u64(self.geo.inode_off(ino) + crate::inode::TAIL, 0);
         }
