@@ -1,5 +1,5 @@
 //! Smoke tests of `pmkit-bench fs-tree --quick` (a generated tree, not the kernel source) and
-//! `pmkit-bench fs-apps --quick` (sqlite3, fs_mark and postmark; no PostgreSQL): every
+//! `pmkit-bench fs-apps --quick` (sqlite3 with a rollback journal and with a WAL, fs_mark and postmark; no PostgreSQL): every
 //! configuration has a value in every cell the report lists (no failed or n/a cell), every
 //! round's sample is there, the plots are drawn and nothing stays mounted or behind. Needs
 //! root, /dev/fuse, e2fsprogs, losetup and the shim (`cargo build --release -p pmkit-preload`
@@ -172,7 +172,15 @@ fn fs_apps_quick_has_every_load_on_every_configuration() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert_eq!(apps, ["sqlite", "fsmark", "postmark"], "{v}");
+    assert_eq!(apps, ["sqlite", "sqlite-wal", "fsmark", "postmark"], "{v}");
     assert!(v["skipped"].as_array().unwrap().is_empty(), "{v}");
-    every_cell(&v, &["sqlite FULL", "fs_mark 4K+fsync", "postmark"]);
+    every_cell(
+        &v,
+        &[
+            "sqlite FULL",
+            "sqlite WAL FULL",
+            "fs_mark 4K+fsync",
+            "postmark",
+        ],
+    );
 }

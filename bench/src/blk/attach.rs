@@ -326,7 +326,11 @@ fn workloads(
         add("pgbench", pgbench(mnt, scale, clients, tx)?, "tps");
     }
     if sqlite_tx > 0 {
-        add("sqlite sync FULL", sqlite(mnt, sqlite_tx, &[])?, "rows/s");
+        add(
+            "sqlite sync FULL",
+            sqlite(mnt, sqlite_tx, false, &[])?,
+            "rows/s",
+        );
     }
     let direct = ["--ioengine=libaio", "--direct=1"];
     let (iops, _) = fio(

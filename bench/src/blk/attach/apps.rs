@@ -113,15 +113,17 @@ pub(crate) fn fio(mnt: &Path, name: &str, args: &[&str], secs: u32) -> Result<(f
 pub(crate) const SQLITE_ROWS_PER_TX: u32 = 100;
 
 /// `tx` transactions of [`SQLITE_ROWS_PER_TX`] 100-byte rows each into a fresh database in
-/// `mnt`, rollback journal, `synchronous = FULL` (every commit fsyncs the journal and the
-/// database): rows per second, by the sqlite3 shell, started with `env` (the LD_PRELOAD
-/// shim's variables for PMFS in process; none for a mounted file system).
-pub(crate) fn sqlite(mnt: &Path, tx: u32, env: &[(String, String)]) -> Result<f64> {
+/// `mnt`, `synchronous = FULL`, with a rollback journal (every commit fsyncs the journal and the
+/// database) or with `wal` a write-ahead log (every commit fsyncs the log; its index is the
+/// `-shm` file, mapped shared): rows per second, by the sqlite3 shell, started with `env` (the
+/// LD_PRELOAD shim's variables for PMFS in process; none for a mounted file system).
+pub(crate) fn sqlite(mnt: &Path, tx: u32, wal: bool, env: &[(String, String)]) -> Result<f64> {
     use std::io::Write;
     let db = mnt.join("bench.db");
     let _ = std::fs::remove_file(&db);
-    let mut sql = String::from(
-        "PRAGMA journal_mode = DELETE;\nPRAGMA synchronous = FULL;\n\
+    let mode = if wal { "WAL" } else { "DELETE" };
+    let mut sql = format!(
+        "PRAGMA journal_mode = {mode};\nPRAGMA synchronous = FULL;\n\
          CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB);\n",
     );
     let one = format!(
@@ -152,6 +154,8 @@ pub(crate) fn sqlite(mnt: &Path, tx: u32, env: &[(String, String)]) -> Result<f6
         "sqlite3 failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_file(&db);
+    for f in ["bench.db", "bench.db-wal", "bench.db-shm"] {
+        let _ = std::fs::remove_file(mnt.join(f));
+    }
     Ok(f64::from(tx * SQLITE_ROWS_PER_TX) / secs)
 }

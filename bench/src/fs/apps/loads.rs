@@ -21,9 +21,10 @@ use std::time::Instant;
 
 /// A load.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub(super) enum App {
     Sqlite,
+    SqliteWal,
     Fsmark,
     Postmark,
     Dbench,
@@ -34,6 +35,7 @@ impl App {
     fn item(self) -> Item {
         let (name, unit) = match self {
             App::Sqlite => ("sqlite FULL", "rows/s"),
+            App::SqliteWal => ("sqlite WAL FULL", "rows/s"),
             App::Fsmark => ("fs_mark 4K+fsync", "files/s"),
             App::Postmark => ("postmark", "tx/s"),
             App::Dbench => ("dbench", "MB/s"),
@@ -49,7 +51,7 @@ impl App {
     /// The program it needs, and the Debian package that has it.
     fn tool(self) -> (&'static str, &'static str) {
         match self {
-            App::Sqlite => ("sqlite3", "sqlite3"),
+            App::Sqlite | App::SqliteWal => ("sqlite3", "sqlite3"),
             App::Fsmark => ("fs_mark", "fsmark"),
             App::Postmark => ("postmark", "postmark"),
             App::Dbench => ("dbench", "dbench"),
@@ -69,8 +71,9 @@ impl App {
     }
 }
 
-const ALL: [App; 5] = [
+const ALL: [App; 6] = [
     App::Sqlite,
+    App::SqliteWal,
     App::Fsmark,
     App::Postmark,
     App::Dbench,
@@ -81,7 +84,7 @@ const ALL: [App; 5] = [
 pub(crate) struct Args {
     #[command(flatten)]
     flags: crate::report::BenchFlags,
-    /// Loads to run [default: all; --quick: sqlite, fsmark and postmark, those installed].
+    /// Loads to run [default: all; --quick: sqlite, sqlite-wal, fsmark and postmark, those installed].
     #[arg(long, value_delimiter = ',')]
     apps: Option<Vec<App>>,
     /// sqlite3 transactions of 100 rows (default 500, quick 50).
@@ -173,7 +176,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let mut skipped = vec![];
     let apps: Vec<App> = match &a.apps {
         Some(v) => v.clone(),
-        None if quick => [App::Sqlite, App::Fsmark, App::Postmark]
+        None if quick => [App::Sqlite, App::SqliteWal, App::Fsmark, App::Postmark]
             .into_iter()
             .filter(|&app| {
                 let (tool, pkg) = app.tool();
@@ -244,11 +247,14 @@ fn fail(why: String) -> anyhow::Error {
 /// Run `app` once on `ctx`: its metric.
 fn one(ctx: &Ctx, app: App, n: &Counts) -> Result<f64> {
     match app {
-        App::Sqlite => {
+        App::Sqlite | App::SqliteWal => {
             let env = ctx.up.env()?;
-            let v = bench_apps::sqlite(ctx.mnt, n.sqlite_tx, &env)?;
+            let wal = app == App::SqliteWal;
+            let v = bench_apps::sqlite(ctx.mnt, n.sqlite_tx, wal, &env)?;
             // Under the shim the database lives in the pool, out of sqlite()'s reach.
-            ctx.remove("bench.db").map_err(fail)?;
+            for f in ["bench.db", "bench.db-wal", "bench.db-shm"] {
+                ctx.remove(f).map_err(fail)?;
+            }
             Ok(v)
         }
         App::Fsmark => {
