@@ -1,0 +1,33 @@
+#!/bin/bash
+# Debian's Linux source tree (linux-source-6.1, apt-get install linux-source-6.1) untarred, then
+# `git init && git add -A -f && git commit` (its .gitignore ignores everything: -f), on the PMFS
+# FUSE mount of a pool made with mkfs's defaults and on ext4 on a /dev/shm loop file of the same
+# size; times, `df` and `df -i`, then `pmkit fs check`. Needs root, /dev/fuse, a release build
+# (cargo build --release -p pmkit) and SIZE (default 4G) of free memory twice over.
+set -u
+P=/work/main/target/release/pmkit
+T=/usr/src/linux-source-6.1.tar.xz
+SIZE=${SIZE:-4G}
+W=/dev/shm/kt; rm -rf $W; mkdir -p $W/m $W/e
+run() { # name dir
+  local d=$2
+  local t0=$(date +%s.%N)
+  tar xJf $T -C $d || echo "tar failed"
+  local t1=$(date +%s.%N)
+  (cd $d/linux-source-6.1 && git init -q && git -c gc.auto=0 add -A -f && git -c gc.auto=0 -c user.name=b -c user.email=b@b commit -qm tree) || echo "git failed"
+  local t2=$(date +%s.%N)
+  local files=$(cd $d && find linux-source-6.1 -path '*/.git' -prune -o -print | wc -l)
+  echo "$1: untar $(echo "$t1 - $t0" | bc) s, git init+add+commit $(echo "$t2 - $t1" | bc) s, entries $files"
+  df -h $d | tail -1; df -i $d | tail -1
+}
+$P fs mkfs $W/pool --size $SIZE > /dev/null
+setsid $P fs mount $W/pool $W/m > $W/mount.log 2>&1 < /dev/null &
+sleep 2
+run "PMFS mount (default pool $SIZE)" $W/m
+(cd $W/m/linux-source-6.1 && git status --porcelain --ignored=no | wc -l | sed 's/^/git status changes: /')
+umount $W/m; sleep 2
+$P fs check $W/pool | tail -2
+rm -f $W/pool
+truncate -s $SIZE $W/ext4.img && mkfs.ext4 -q $W/ext4.img && mount -o loop $W/ext4.img $W/e
+run "ext4 on a /dev/shm loop ($SIZE)" $W/e
+umount $W/e; rm -rf $W
