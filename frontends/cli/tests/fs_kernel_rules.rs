@@ -33,6 +33,38 @@ fn run_in(dir: &Path) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// What `tests/data/<script>` prints in `dir`.
+fn python(script: &str, dir: &Path) -> String {
+    let path = format!("{}/tests/data/{script}", env!("CARGO_MANIFEST_DIR"));
+    let o = Command::new("python3")
+        .arg(&path)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Run `script` on tmpfs (the model; its output must contain `ran`, a sign the model did what
+/// the script is about) and on the mount over each transport: the same output, and the pool
+/// checks clean after.
+fn same_as_tmpfs_on_the_mount(script: &str, ran: &str) {
+    let model_dir = pmkit_testkit::scratch();
+    let want = python(script, model_dir.path());
+    assert!(want.contains(ran), "the model: {want}");
+    for t in transports() {
+        let s = scratch("16M");
+        let d = Daemon::start(&s, &["--transport", t]);
+        assert_eq!(python(script, &s.mnt), want, "{script} over {t}");
+        d.umount();
+        check_clean(&s);
+    }
+}
+
 #[test]
 fn set_id_bits_follow_the_kernels_rules_on_the_mount() {
     if !can_run() {
@@ -66,30 +98,8 @@ fn set_id_bits_follow_the_kernels_rules_on_the_mount() {
 /// equal to tmpfs's answers (`tests/data/seek.py`).
 #[test]
 fn seek_data_and_hole_match_the_kernels_on_the_mount() {
-    if !can_run() {
-        return;
-    }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/seek.py");
-    let run = |dir: &Path| {
-        let o = Command::new("python3")
-            .arg(script)
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    let model_dir = pmkit_testkit::scratch();
-    let want = run(model_dir.path());
-    assert!(
-        want.contains("holes 4096 1048576 4096"),
-        "the model: {want}"
-    );
-    for t in transports() {
-        let s = scratch("16M");
-        let d = Daemon::start(&s, &["--transport", t]);
-        assert_eq!(run(&s.mnt), want, "over {t}");
-        d.umount();
+    if can_run() {
+        same_as_tmpfs_on_the_mount("seek.py", "holes 4096 1048576 4096");
     }
 }
 
@@ -108,17 +118,10 @@ fn fallocate_modes_on_the_mount() {
     if !can_run() {
         return;
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/falloc.py");
     for t in transports() {
         let s = scratch("16M");
         let d = Daemon::start(&s, &["--transport", t]);
-        let o = Command::new("python3")
-            .arg(script)
-            .arg(&s.mnt)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        assert_eq!(String::from_utf8_lossy(&o.stdout), FALLOC_WANT, "over {t}");
+        assert_eq!(python("falloc.py", &s.mnt), FALLOC_WANT, "over {t}");
         d.umount();
         check_clean(&s);
     }
@@ -129,28 +132,8 @@ fn fallocate_modes_on_the_mount() {
 /// transports, as on tmpfs (`tests/data/gone_dirs.py`; they were ENOENT once).
 #[test]
 fn held_directories_stat_with_no_links_after_removal() {
-    if !can_run() {
-        return;
-    }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/gone_dirs.py");
-    let run = |dir: &Path| {
-        let o = Command::new("python3")
-            .arg(script)
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    let model_dir = pmkit_testkit::scratch();
-    let want = run(model_dir.path());
-    assert!(want.contains("held open: 0"), "the model ran: {want}");
-    for t in transports() {
-        let s = scratch("16M");
-        let d = Daemon::start(&s, &["--transport", t]);
-        assert_eq!(run(&s.mnt), want, "over {t}");
-        d.umount();
-        check_clean(&s);
+    if can_run() {
+        same_as_tmpfs_on_the_mount("gone_dirs.py", "held open: 0");
     }
 }
 
@@ -158,27 +141,7 @@ fn held_directories_stat_with_no_links_after_removal() {
 /// (`tests/data/whiteout.py`): the source name then names a character device 0:0, mode 0.
 #[test]
 fn rename_whiteout_matches_the_kernels_on_the_mount() {
-    if !can_run() {
-        return;
-    }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/whiteout.py");
-    let run = |dir: &Path| {
-        let o = Command::new("python3")
-            .arg(script)
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    let model_dir = pmkit_testkit::scratch();
-    let want = run(model_dir.path());
-    assert!(want.contains("a: chr 0:0 mode 0"), "the model ran: {want}");
-    for t in transports() {
-        let s = scratch("16M");
-        let d = Daemon::start(&s, &["--transport", t]);
-        assert_eq!(run(&s.mnt), want, "over {t}");
-        d.umount();
-        check_clean(&s);
+    if can_run() {
+        same_as_tmpfs_on_the_mount("whiteout.py", "a: chr 0:0 mode 0");
     }
 }
