@@ -53,6 +53,9 @@ impl<M: Media> Fs<M> {
     /// A read of `ino` (whose inode is `node`) happened: store its access time if the mount's
     /// rule says so. Caller holds the inode's stripe.
     pub(crate) fn accessed(&self, ino: u64, node: &Inode) {
+        if self.opts.atime == Atime::Noatime {
+            return; // not even the clock
+        }
         let now = crate::clock::now();
         if self.opts.atime.due(node, now) {
             self.pm

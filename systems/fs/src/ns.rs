@@ -182,9 +182,7 @@ impl<M: Media> Fs<M> {
     /// Stage freeing `ino` entirely: its blocks, xattr block and the inode.
     pub(crate) fn free_inode_tx(&self, tx: &mut Tx<'_, M>, ino: u64) {
         let n = tx.inode(ino);
-        let mut blocks = Vec::new();
-        tree::collect(tx, n.root, n.height, &mut blocks);
-        tx.free_after.extend(blocks);
+        tree::free_subtree(tx, n.root, n.height);
         if n.xattr != 0 {
             tx.free_after.push(n.xattr);
         }

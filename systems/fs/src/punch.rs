@@ -5,7 +5,7 @@
 use crate::error::Result;
 use crate::inode::Inode;
 use crate::layout::{tree_cap, BLOCK, FANOUT};
-use crate::tree::{collect, huge, is_empty, split};
+use crate::tree::{free_subtree, huge, is_empty, split};
 use crate::tx::Tx;
 use pmkit_media::Media;
 
@@ -24,9 +24,7 @@ pub(crate) fn punch<M: Media>(
         return Ok(true);
     }
     if from == 0 && to == tree_cap(ino.height) {
-        let mut blocks = Vec::new();
-        collect(tx, ino.root, ino.height, &mut blocks);
-        tx.free_after.extend(blocks);
+        free_subtree(tx, ino.root, ino.height);
         (ino.root, ino.height) = (0, 0);
         return Ok(true);
     }
@@ -64,9 +62,7 @@ fn punch_node<M: Media>(
             return Ok(());
         }
         if from <= child && child + span <= to {
-            let mut blocks = Vec::new();
-            collect(tx, ptr, level - 1, &mut blocks);
-            tx.free_after.extend(blocks);
+            free_subtree(tx, ptr, level - 1);
             tx.write_u64(at, 0);
             *left -= 1;
             continue;

@@ -288,6 +288,14 @@ pub(crate) fn collect(r: &impl Reader, node: u64, level: u8, out: &mut Vec<u64>)
     }
 }
 
+/// Free every block of the subtree at `node` (of `level`), nodes included, once `tx` commits:
+/// what a truncate, a punched hole and a freed inode give back.
+pub(crate) fn free_subtree<M: Media>(tx: &mut Tx<'_, M>, node: u64, level: u8) {
+    let mut blocks = Vec::new();
+    collect(tx, node, level, &mut blocks);
+    tx.free_after.extend(blocks);
+}
+
 /// How many blocks the subtree at `node` (of `level`) holds, nodes included: `collect`'s count
 /// without the list (stat's block count).
 pub(crate) fn count(r: &impl Reader, node: u64, level: u8) -> u64 {
@@ -323,11 +331,8 @@ pub(crate) fn prune<M: Media>(
         return Ok(true);
     }
     if keep == 0 {
-        let mut blocks = Vec::new();
-        collect(tx, ino.root, ino.height, &mut blocks);
-        tx.free_after.extend(blocks);
-        ino.root = 0;
-        ino.height = 0;
+        free_subtree(tx, ino.root, ino.height);
+        (ino.root, ino.height) = (0, 0);
         return Ok(true);
     }
     if ino.height == 0 {
@@ -402,9 +407,7 @@ fn prune_node<M: Media>(
             return Ok(());
         }
         if child >= keep {
-            let mut blocks = Vec::new();
-            collect(tx, ptr, level - 1, &mut blocks);
-            tx.free_after.extend(blocks);
+            free_subtree(tx, ptr, level - 1);
             tx.write_u64(node as usize * BLOCK + slot * 8, 0);
             *left -= 1;
         } else if level == 2 && huge(ptr).is_some() {
