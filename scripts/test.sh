@@ -26,6 +26,10 @@ cargo build --workspace --locked
 # tests run 3 trials each here; scripts/soak.sh runs as many as asked.
 export PMKIT_KILL_TRIALS="${PMKIT_KILL_TRIALS:-3}" PMKIT_ATTACH_TRIALS="${PMKIT_ATTACH_TRIALS:-3}"
 cargo test --workspace --locked --no-fail-fast "$@"
+# The Debian package (scripts/deb.sh, of the debug build above): installed with dpkg, its units,
+# mount helper, fstab line, pkg-config and man pages used from the installed files, removed.
+# In CI (or with PMKIT_TEST_PACKAGE=1) only: it installs the package system-wide.
+bash scripts/package-test.sh
 # pjdfstest (installed from crates.io by the script, ~50 s to build) against `pmkit fs mount`.
 bash scripts/pjdfstest.sh
 bash scripts/pjdfstest.sh --preload

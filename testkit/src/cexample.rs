@@ -27,6 +27,14 @@ pub fn build(src: &Path, include: &Path, lib: &str, out: &Path) -> Option<PathBu
         "{} missing: build it first (cargo build --workspace; cargo test alone does not)",
         so.display()
     );
+    // The library's SONAME (libLIB.so.MAJOR, see its build.rs) is what the program loads: an
+    // install links it to the file; here, next to cargo's output.
+    let major = env!("CARGO_PKG_VERSION_MAJOR");
+    let soname = dir.join(format!("lib{lib}.so.{major}"));
+    if std::fs::read_link(&soname).is_err() {
+        let _ = std::fs::remove_file(&soname);
+        let _ = std::os::unix::fs::symlink(format!("lib{lib}.so"), &soname);
+    }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let o = match Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])

@@ -97,6 +97,11 @@ enum Cmd {
         /// A pool not unmounted clean still has its journal replayed at mount.
         #[arg(long)]
         read_only: bool,
+        /// Where messages go once the file system is mounted: stderr (unchanged), syslog, or a
+        /// file (appended). Messages before that (errors that stop the mount) always go to
+        /// stderr. The mount helper (`mount -t fuse.pmkit`) passes syslog.
+        #[arg(long, value_name = "DEST", default_value = "stderr")]
+        log: pmkit::daemon_log::LogDest,
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
@@ -266,6 +271,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             full_walk,
             atime,
             read_only,
+            log,
         } => {
             crate::identify::expect_path(&pool, crate::identify::Kind::Fs)?;
             crate::fs_mount::mount(
@@ -282,6 +288,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     full_walk,
                     atime,
                     read_only,
+                    log,
                 },
             )?
         }

@@ -26,6 +26,7 @@ pub(crate) struct Opts<'a> {
     pub full_walk: bool,
     pub atime: pmkit_fs::Atime,
     pub read_only: bool,
+    pub log: pmkit::daemon_log::LogDest,
 }
 
 pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
@@ -97,6 +98,9 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         served.dir.display()
     );
     std::io::stdout().flush()?;
+    pmkit::sd_notify::ready(&format!("serving {}", served.dir.display()));
+    // From here on the daemon runs on its own (under the mount helper, that has exited).
+    pmkit::daemon_log::redirect(&a.log, "pmkit-fs")?;
     let table = served.op_stats();
     let writer = match stats {
         Some(p) => {
@@ -108,6 +112,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         None => None,
     };
     let ended = served.run(|m| eprintln!("{m}"))?;
+    pmkit::sd_notify::stopping();
     if let Some(w) = writer {
         w.finish(&MountStats::new(&table))?;
     }

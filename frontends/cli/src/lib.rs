@@ -5,7 +5,9 @@
 
 pub mod adapters;
 pub mod args;
+pub mod daemon_log;
 pub mod entry;
 pub mod progress;
+pub mod sd_notify;
 pub mod sibling;
 pub mod stats_file;

@@ -11,8 +11,10 @@ mod format_target;
 mod fs;
 mod fs_mount;
 mod fs_offline;
+mod generate;
 mod hmep;
 mod identify;
+mod mount_helper;
 mod obj;
 mod probe;
 mod serve;
@@ -21,13 +23,14 @@ mod xmem;
 mod xmem_profile;
 mod xmem_run;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
     name = "pmkit",
     version,
     long_version = long_version(),
+    after_long_help = generate::EXIT_STATUS,
     about = "A persistent-memory storage stack in user space"
 )]
 struct Cli {
@@ -78,6 +81,9 @@ enum Cmd {
     /// with these arguments; `pmkit bench --help` lists them.
     #[command(disable_help_flag = true)]
     Bench(bench::Args),
+    /// Write the man pages (`generate man DIR`) or print a shell's completions (`generate
+    /// completions bash`), made from these command definitions; install scripts run it.
+    Generate(generate::Args),
 }
 
 /// `--version`: the release and the on-media format versions it reads and writes (made once,
@@ -95,6 +101,12 @@ fn long_version() -> &'static str {
 }
 
 fn main() -> std::process::ExitCode {
+    // Installed as /sbin/mount.fuse.pmkit too (a link), mount(8)'s helper.
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let name = std::path::Path::new(&argv0).file_name().unwrap_or_default();
+    if mount_helper::NAMES.iter().any(|n| name == *n) {
+        return mount_helper::main();
+    }
     pmkit::entry::main("pmkit", || match Cli::parse().cmd {
         Cmd::Create(a) => blk::create(a),
         Cmd::Info(a) => blk::info(a),
@@ -108,6 +120,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Xmem(a) => xmem::run(a),
         Cmd::Hmep(a) => hmep::run(a),
         Cmd::Serve(a) => serve::run(*a),
+        Cmd::Generate(a) => generate::run(a, Cli::command()),
     })
 }
 

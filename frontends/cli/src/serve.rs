@@ -224,6 +224,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<ExitCode> {
         &listen,
         &access,
     );
+    pmkit::sd_notify::ready(&format!("serving {} at {uri}", path.display()));
     let stats_writer = match &a.stats {
         Some(p) => {
             let b = backend.clone();
@@ -240,6 +241,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<ExitCode> {
             // SAFETY: waits for one of the signals blocked above.
             unsafe { libc::sigwait(&set, &mut sig) };
             eprintln!("pmkit: signal {sig}: finishing requests, flushing, closing");
+            pmkit::sd_notify::stopping();
             stop.shutdown();
         })
         .context("cannot start the signal thread")?;

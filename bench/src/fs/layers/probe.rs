@@ -39,6 +39,13 @@ fn pmfs_lib_dir() -> Result<PathBuf> {
          directory in PMKIT_FS_LIB_DIR",
         d.display()
     );
+    // Programs linked with -lpmfs load its SONAME, libpmfs.so.0: an install has that name; a
+    // cargo target directory gets it here.
+    let soname = d.join("libpmfs.so.0");
+    if !soname.exists() {
+        std::os::unix::fs::symlink("libpmfs.so", &soname)
+            .with_context(|| format!("cannot link {}", soname.display()))?;
+    }
     Ok(d)
 }
 
