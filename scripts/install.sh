@@ -63,8 +63,9 @@ for f in pmkit pmkit-bench libpmkit_preload.so libpmfs.so libpmo.so libxmem.so; 
     [ -e "$target/$f" ] || { echo "install.sh: $target/$f is not built (drop --no-build)" >&2; exit 1; }
 done
 
-if [ "$prefix" = /usr ] && command -v dpkg-architecture >/dev/null 2>&1; then
-    libdir=$prefix/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+multiarch=$(gcc -print-multiarch 2>/dev/null || true)
+if [ "$prefix" = /usr ] && [ -n "$multiarch" ]; then
+    libdir=$prefix/lib/$multiarch
 else
     libdir=$prefix/lib
 fi

@@ -75,13 +75,14 @@ pub(crate) struct DetachArgs {
 
 pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     let mut set = crate::serve::block_signals();
-    pmkit::entry::ignore_sigpipe();
     // SIGUSR1 asks for a lazy detach (`pmkit detach --lazy`); blocked before any thread exists.
     // SAFETY: set is an initialised sigset_t we own; SIGUSR1 is a valid signal; NULL old set.
     unsafe {
         libc::sigaddset(&mut set, libc::SIGUSR1);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+    // After the mask: its threads must not take the stop signals.
+    let _output = pmkit::entry::daemon();
     let opts = AttachOptions {
         pm_path: a.path.clone(),
         mountpoint: a.mountpoint.clone(),

@@ -1,8 +1,10 @@
-//! Where a daemon's messages go once it runs on its own (`pmkit fs mount --log DEST`, which the
-//! mount helper passes): the helper that started it has exited, so its stdout and stderr, pipes
-//! to that helper, would be gone. Before that moment the messages reach whoever ran the command;
-//! after it, [`redirect`] points descriptors 1 and 2 at syslog (so the journal keeps them) or
-//! at a file.
+//! Where a daemon's messages go. A daemon must outlive whatever reads its output: `pmkit serve
+//! 2>&1 | head -1`, a terminal that hangs up, a mount helper that has exited. [`shield`] puts a
+//! pipe of its own in front of stdout and stderr, drained by a thread that drops what the real
+//! output no longer takes, so a print never fails (Rust's `eprintln!` panics when it does) and
+//! the daemon still stops cleanly, as a C daemon's `fprintf` fails quietly.
+//! `pmkit fs mount --log DEST` (which the mount helper passes) goes further once it serves:
+//! [`redirect`] points descriptors 1 and 2 at syslog (so the journal keeps them) or a file.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -49,17 +51,93 @@ pub fn redirect(dest: &LogDest, ident: &str) -> std::io::Result<()> {
         LogDest::Stderr => Ok(()),
         LogDest::File(p) => {
             let f = OpenOptions::new().create(true).append(true).open(p)?;
-            onto_stdout_and_stderr(f.as_raw_fd())
+            onto(f.as_raw_fd(), libc::STDOUT_FILENO)?;
+            onto(f.as_raw_fd(), libc::STDERR_FILENO)
         }
         LogDest::Syslog => {
             let (read, write) = pipe()?;
-            onto_stdout_and_stderr(write.as_raw_fd())?;
+            onto(write.as_raw_fd(), libc::STDOUT_FILENO)?;
+            onto(write.as_raw_fd(), libc::STDERR_FILENO)?;
             drop(write);
             let ident = CString::new(ident).unwrap_or_default();
             std::thread::Builder::new()
                 .name("pmkit-syslog".into())
                 .spawn(move || forward_to_syslog(File::from(read), ident))?;
             Ok(())
+        }
+    }
+}
+
+/// Output that cannot fail, until dropped: then the real stdout and stderr are back (for the
+/// command's last words) and everything printed before has been passed on.
+pub struct Shield {
+    /// (descriptor, its original open file) for 1 and 2.
+    saved: Vec<(RawFd, OwnedFd)>,
+    drains: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Shield {
+    /// A guard that shields nothing (where the pipes could not be made).
+    pub fn none() -> Shield {
+        Shield {
+            saved: Vec::new(),
+            drains: Vec::new(),
+        }
+    }
+}
+
+/// Shield stdout and stderr (see the module's text).
+pub fn shield() -> std::io::Result<Shield> {
+    let mut s = Shield {
+        saved: Vec::with_capacity(2),
+        drains: Vec::with_capacity(2),
+    };
+    for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+        // SAFETY: dup of descriptor 1 or 2; the copy is owned by the OwnedFd made from it.
+        let orig = unsafe { libc::fcntl(target, libc::F_DUPFD_CLOEXEC, 3) };
+        if orig < 0 {
+            continue; // closed already: Rust's stdout and stderr ignore EBADF
+        }
+        // SAFETY: just opened by fcntl, owned by nothing else.
+        let orig = unsafe { OwnedFd::from_raw_fd(orig) };
+        let (read, write) = pipe()?;
+        let out = File::from(orig.try_clone()?);
+        onto(write.as_raw_fd(), target)?;
+        s.saved.push((target, orig));
+        s.drains.push(
+            std::thread::Builder::new()
+                .name("pmkit-output".into())
+                .spawn(move || drain(File::from(read), out))?,
+        );
+    }
+    debug_assert_eq!(s.saved.len(), s.drains.len());
+    Ok(s)
+}
+
+/// Pass `from` on to `to` until every writer of `from` is gone; after `to` fails once (its
+/// reader left), drop the rest.
+fn drain(mut from: File, mut to: File) {
+    use std::io::{Read, Write};
+    let mut buf = [0u8; 4096];
+    let mut open = true;
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 {
+            return;
+        }
+        open = open && to.write_all(&buf[..n]).is_ok();
+    }
+}
+
+impl Drop for Shield {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        // Putting the originals back closes the pipes' last writers: the drains end.
+        for (target, orig) in &self.saved {
+            let _ = onto(orig.as_raw_fd(), *target);
+        }
+        for d in self.drains.drain(..) {
+            let _ = d.join();
         }
     }
 }
@@ -88,13 +166,13 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-fn onto_stdout_and_stderr(fd: RawFd) -> std::io::Result<()> {
-    for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-        // SAFETY: dup2 of an open descriptor onto 1 and 2 (replacing whatever they were) touches
-        // no memory; Rust's stdout and stderr write to the numbers, not to saved descriptors.
-        if unsafe { libc::dup2(fd, target) } < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+/// Make descriptor `target` (1 or 2) refer to `fd`'s open file.
+fn onto(fd: RawFd, target: RawFd) -> std::io::Result<()> {
+    debug_assert!(target == libc::STDOUT_FILENO || target == libc::STDERR_FILENO);
+    // SAFETY: dup2 of an open descriptor onto 1 or 2 (replacing whatever it was) touches no
+    // memory; Rust's stdout and stderr write to the numbers, not to saved descriptors.
+    if unsafe { libc::dup2(fd, target) } < 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }

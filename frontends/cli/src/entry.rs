@@ -3,7 +3,7 @@
 //! terminal), then the command; an error is printed as `NAME: error: ...` with its causes and
 //! exits with status 2.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 /// Set up logging, run `command`, and turn its result into the exit status.
@@ -18,15 +18,28 @@ pub fn main(name: &str, command: impl FnOnce() -> anyhow::Result<ExitCode>) -> E
         .init();
     // A command whose reader went away (`pmkit info DEV | head`) ends quietly, as every Unix
     // tool does, instead of panicking in `println!`; the daemons ignore SIGPIPE again
-    // ([`ignore_sigpipe`]), so a client that hangs up costs them one EPIPE, not their life.
+    // ([`daemon`]), so a client that hangs up costs them one EPIPE, not their life.
     set_sigpipe(libc::SIG_DFL);
     match command() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{name}: error: {e:#}");
+            // Not eprintln!: a daemon's stderr may be gone by now, and that is no reason to panic.
+            let _ = writeln!(std::io::stderr(), "{name}: error: {e:#}");
             ExitCode::from(2)
         }
     }
+}
+
+/// For the daemons (`serve`, `attach`, `fs mount`): SIGPIPE ignored ([`ignore_sigpipe`]) and
+/// stdout and stderr shielded ([`crate::daemon_log::shield`]) while the guard lives, so neither
+/// a client nor a reader of the output that goes away stops them before they close cleanly.
+/// Call it after blocking the signals the daemon waits for: its threads inherit the mask.
+pub fn daemon() -> crate::daemon_log::Shield {
+    ignore_sigpipe();
+    crate::daemon_log::shield().unwrap_or_else(|e| {
+        let _ = writeln!(std::io::stderr(), "warning: output not shielded: {e}");
+        crate::daemon_log::Shield::none()
+    })
 }
 
 /// For servers and daemons: a write to a socket whose peer has gone fails with EPIPE instead

@@ -34,7 +34,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
     session::block_signals();
-    pmkit::entry::ignore_sigpipe();
+    let mut output = Some(pmkit::entry::daemon());
     let o = MountOptions {
         threads,
         protect: a.protect,
@@ -99,8 +99,12 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     );
     std::io::stdout().flush()?;
     pmkit::sd_notify::ready(&format!("serving {}", served.dir.display()));
-    // From here on the daemon runs on its own (under the mount helper, that has exited).
-    pmkit::daemon_log::redirect(&a.log, "pmkit-fs")?;
+    // From here on the daemon runs on its own (under the mount helper, that has exited): the
+    // shield lets go of the output it was started with, so that helper sees it end.
+    if a.log != pmkit::daemon_log::LogDest::Stderr {
+        drop(output.take());
+        pmkit::daemon_log::redirect(&a.log, "pmkit-fs")?;
+    }
     let table = served.op_stats();
     let writer = match stats {
         Some(p) => {
@@ -132,6 +136,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         );
     }
     eprintln!("{}: marked clean", pool.display());
+    drop(output);
     Ok(())
 }
 

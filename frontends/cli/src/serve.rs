@@ -171,7 +171,7 @@ pub(crate) fn block_signals() -> libc::sigset_t {
 pub(crate) fn run(a: ServeArgs) -> Result<ExitCode> {
     // Before any thread exists, so every thread inherits the mask and only `sigwait` sees them.
     let set = block_signals();
-    pmkit::entry::ignore_sigpipe();
+    let _output = pmkit::entry::daemon();
     let listen = match (&a.listen, &a.socket) {
         (Some(addr), _) => Listen::Tcp(*addr),
         (None, Some(p)) => Listen::Unix(p.clone()),
