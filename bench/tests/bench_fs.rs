@@ -50,7 +50,9 @@ fn quick_json_has_every_target_and_workload() {
         "pmfs-short",
         "pmfs-long",
         "ext4-attach",
+        "ext4-attach-dirsync",
         "ext4-loop",
+        "ext4-loop-dirsync",
         "tmpfs",
     ] {
         assert!(targets.contains(&t), "target {t} missing: {targets:?}");
@@ -76,6 +78,7 @@ fn quick_json_has_every_target_and_workload() {
             for c in cells {
                 assert!(c["ops_per_s"].as_f64().unwrap() > 0.0, "{w} x{th}: {c}");
                 assert!(c["vs_ext4_attach"].as_f64().unwrap() > 0.0, "{c}");
+                assert!(c["vs_ext4_dirsync"].as_f64().unwrap() > 0.0, "{c}");
                 if w.starts_with("append") {
                     let p50 = c["p50_us"].as_f64().unwrap();
                     assert!(p50 > 0.0 && c["p99_us"].as_f64().unwrap() >= p50, "{c}");
@@ -84,8 +87,18 @@ fn quick_json_has_every_target_and_workload() {
         }
     }
     let per_op = v["bytes_per_op"].as_array().unwrap();
-    assert_eq!(per_op.len(), 11, "{v}");
+    assert_eq!(per_op.len(), 13, "{v}");
     for o in per_op {
+        // Every call that reaches the daemon is counted; a create always does.
+        let requests = o["pmfs_fuse_requests"].as_f64().unwrap();
+        assert!(requests >= 0.0, "{o}");
+        if o["op"] == "touch (create)" {
+            assert!(requests >= 1.0, "{o}");
+        }
+        // stat and open + read write nothing (bar an access time): no bytes to check.
+        if o["op"] == "stat" || o["op"] == "open+read 4K" {
+            continue;
+        }
         // Every operation stores to PM and makes ext4 commit; the thesis's five are journaled
         // on PMFS (the others may be single atomic stores).
         let journaled = [

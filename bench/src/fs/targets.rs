@@ -28,8 +28,13 @@ pub(crate) enum Target {
     Shim,
     /// ext4 on `pmkit attach` (PMBD as a FUSE file + loop device): the thesis's baseline.
     Ext4Attach,
+    /// The same mounted `-o dirsync`: a directory change is durable when its call returns, as
+    /// on PMFS (default ext4 makes it durable at the next journal commit, seconds later).
+    Ext4AttachDirsync,
     /// ext4 on a loop device over a /dev/shm file.
     Ext4Loop,
+    /// The same, `-o dirsync`.
+    Ext4LoopDirsync,
     /// ext2 (no journal) on a loop device over a /dev/shm file.
     Ext2Loop,
     Tmpfs,
@@ -57,7 +62,9 @@ impl Target {
             Target::Library => "pmfs-lib".into(),
             Target::Shim => "pmfs-shim".into(),
             Target::Ext4Attach => "ext4-attach".into(),
+            Target::Ext4AttachDirsync => "ext4-attach-dirsync".into(),
             Target::Ext4Loop => "ext4-loop".into(),
+            Target::Ext4LoopDirsync => "ext4-loop-dirsync".into(),
             Target::Ext2Loop => "ext2-loop".into(),
             Target::Tmpfs => "tmpfs".into(),
         }
@@ -103,6 +110,15 @@ impl Up {
     pub(crate) fn pmfs_counters(&self) -> Option<pmkit_fs::Counters> {
         match self {
             Up::Pmfs { served, .. } => Some(served.counters()),
+            _ => None,
+        }
+    }
+
+    /// Requests the PMFS mount's daemon has answered (every kind its statistics count: all but
+    /// INIT, FORGET and INTERRUPT), for a PMFS mount.
+    pub(crate) fn fuse_requests(&self) -> Option<u64> {
+        match self {
+            Up::Pmfs { served, .. } => Some(served.op_stats().progress().1),
             _ => None,
         }
     }
@@ -254,7 +270,7 @@ pub(crate) fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineAr
                 shim: t == Target::Shim,
             })
         }
-        Target::Ext4Attach => {
+        Target::Ext4Attach | Target::Ext4AttachDirsync => {
             let m = mount_target(
                 PMKIT_DEV,
                 &file,
@@ -263,9 +279,12 @@ pub(crate) fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineAr
                 &engine.to_options(),
                 s.fuse_threads,
             )?;
-            Ok(Up::Disk(m, file))
+            dirsync_if(t == Target::Ext4AttachDirsync, Up::Disk(m, file), mnt)
         }
-        Target::Ext4Loop => Ok(Up::Disk(mount_loop(&file, mnt, s.bytes, "ext4")?, file)),
+        Target::Ext4Loop | Target::Ext4LoopDirsync => {
+            let m = mount_loop(&file, mnt, s.bytes, "ext4")?;
+            dirsync_if(t == Target::Ext4LoopDirsync, Up::Disk(m, file), mnt)
+        }
         Target::Ext2Loop => Ok(Up::Disk(mount_loop(&file, mnt, s.bytes, "ext2")?, file)),
         Target::Tmpfs => {
             sh(Command::new("mount")
@@ -274,6 +293,23 @@ pub(crate) fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineAr
                 .arg("pmkit-bench-fs")
                 .arg(mnt))?;
             Ok(Up::Tmpfs)
+        }
+    }
+}
+
+/// Remount `mnt` with `-o dirsync` when `yes`; on failure, tear `u` down.
+fn dirsync_if(yes: bool, u: Up, mnt: &Path) -> Result<Up> {
+    if !yes {
+        return Ok(u);
+    }
+    match sh(Command::new("mount")
+        .args(["-o", "remount,dirsync"])
+        .arg(mnt))
+    {
+        Ok(_) => Ok(u),
+        Err(e) => {
+            let _ = down(u, mnt);
+            Err(e.context("remounting ext4 with -o dirsync"))
         }
     }
 }

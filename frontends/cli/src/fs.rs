@@ -302,7 +302,10 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         } => return repair(&pool, json, geometry),
         Cmd::Check { pool, json, .. } => {
             let region = open_ro(&pool)?;
-            let r = pmkit_fs::check(&region);
+            let mut r = pmkit_fs::check(&region);
+            if let Some(live) = in_use(&pool) {
+                r.notes.insert(0, live);
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
@@ -330,6 +333,20 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether another process holds POOL (a mount, a program on libpmfs or the shim): a check
+/// then reads a live file system, where a change in flight can look like a problem, and says so.
+fn in_use(pool: &Path) -> Option<String> {
+    let f = std::fs::File::open(pool).ok()?;
+    let holders = pmkit_media::holders::of_file(&f);
+    (!holders.is_empty()).then(|| {
+        format!(
+            "in use by {}: this is a check of a live file system, where a change in flight can \
+             show as a problem; unmount it (`pmkit fs umount DIR`) for a verdict",
+            pmkit_media::holders::describe(&holders)
+        )
+    })
 }
 
 fn parse_geometry(s: &str) -> std::result::Result<GeometryHint, String> {

@@ -1,7 +1,7 @@
 //! What a user of a PMFS mount must never meet, through the kernel on both FUSE transports:
 //! a mkfs, obj create or create of the mounted pool wiping the live file system (each is
-//! refused, naming the mount's daemon; the files stay and the mount keeps serving), and a
-//! request the daemon never answers (a time before 1970, which once panicked an io_uring queue
+//! refused, naming the mount's daemon; the files stay and the mount keeps serving; a check says
+//! it reads a live file system), and a request the daemon never answers (a time before 1970, which once panicked an io_uring queue
 //! thread and left the caller in uninterruptible sleep; times before 1970 and after 2038 are
 //! kept, also across a remount).
 //!
@@ -41,6 +41,13 @@ fn formatting_a_mounted_pool_is_refused_over(t: &str) {
             "{args:?}: {err}"
         );
     }
+    // A check of the mounted pool runs (read-only) and says that it reads a live file system.
+    let o = pmkit().args(["fs", "check", p]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("note: in use by pid") && out.contains("live file system"),
+        "{out}"
+    );
     // The mount serves on: old files read back, new ones are made.
     assert_eq!(std::fs::read(s.mnt.join("kept")).unwrap(), b"still here");
     std::fs::write(s.mnt.join("new"), b"after").unwrap();

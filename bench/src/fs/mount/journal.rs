@@ -1,6 +1,8 @@
 //! Bytes written per metadata operation (thesis Table 3: touch 512 B, mkdir 320 B, mv 384 B;
 //! beside them unlink, 4 KiB append + fsync, truncate of a 64 KiB file to 0, ftruncate
-//! extending by 64 KiB, link, symlink, chmod and setxattr), each operation a plain system call
+//! extending by 64 KiB, link, symlink, chmod and setxattr), and the FUSE requests each costs on
+//! the PMFS mount (also for stat and open + 4 KiB read + close of an unchanged file, which
+//! write nothing): the round trips that bound a FUSE file system, each operation a plain system call
 //! on the mount, one thread, `n` times; what an operation needs first (the 64 KiB file a
 //! truncate shrinks, the file a setxattr names) is made before its counters are read:
 //! - PMFS: the library's counters of the mounted file system (`Served::counters`, the same
@@ -17,12 +19,13 @@
 use crate::fs::targets::Up;
 use anyhow::{ensure, Context, Result};
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-/// The operations, as `(name, the library's op_costs name)`.
-pub(super) const OPS: [(&str, &str); 11] = [
+/// The operations, as `(name, the library's op_costs name)`. The last two write nothing (bar an
+/// access time); they are here for their FUSE requests per call.
+pub(super) const OPS: [(&str, &str); 13] = [
     ("touch (create)", "create (touch)"),
     ("mkdir", "mkdir"),
     ("mv (rename)", "rename (mv)"),
@@ -34,6 +37,8 @@ pub(super) const OPS: [(&str, &str); 11] = [
     ("symlink", "-"),
     ("chmod", "chmod"),
     ("setxattr 16 B", "-"),
+    ("stat", "-"),
+    ("open+read 4K", "-"),
 ];
 
 /// What one operation wrote, averaged over the calls.
@@ -52,6 +57,9 @@ pub(super) struct PerOp {
     pub ext4_flushes: f64,
     /// The thesis's figure (Table 3), where it gives one.
     pub thesis_bytes: Option<u64>,
+    /// PMFS through the mount: FUSE requests the daemon answered per call (the round trips a
+    /// call costs; what the kernel's caches answer costs none).
+    pub pmfs_fuse_requests: f64,
 }
 
 fn syncfs(mnt: &Path) -> Result<()> {
@@ -104,6 +112,8 @@ fn measure(
     let grow = File::create(dir.join("grow"))?;
     grow.sync_all()?;
     File::create(dir.join("linked"))?.sync_all()?;
+    fs::write(dir.join("unchanged"), block)?;
+    File::open(dir.join("unchanged"))?.read_exact(&mut [0u8; 4096])?;
     syncfs(mnt)?;
     let mut out = vec![];
     for (op, _) in OPS {
@@ -146,6 +156,12 @@ fn measure(
                     fs::set_permissions(dir.join("linked"), fs::Permissions::from_mode(mode))?
                 }
                 "setxattr 16 B" => setxattr(&name("x", i))?,
+                "stat" => {
+                    fs::metadata(dir.join("linked"))?;
+                }
+                "open+read 4K" => {
+                    File::open(dir.join("unchanged"))?.read_exact(&mut [0u8; 4096])?;
+                }
                 _ => unreachable!("operation {op}"),
             }
             if sync {
@@ -173,6 +189,9 @@ pub(super) fn per_op(pmfs: (&Up, &Path), ext4: (&Up, &Path), n: usize) -> Result
         (c.journal_bytes, c.bytes_written)
     })
     .context("journal bytes on PMFS")?;
+    let requests = measure(pm, n, false, &|| (p.fuse_requests().unwrap_or_default(), 0))
+        .context("FUSE requests on PMFS")?;
+    debug_assert_eq!(requests.len(), OPS.len());
     let (e, em) = ext4;
     e.device_writes().context("not ext4 on attach")?;
     let device = measure(em, n, true, &|| e.device_writes().unwrap_or_default())
@@ -181,22 +200,26 @@ pub(super) fn per_op(pmfs: (&Up, &Path), ext4: (&Up, &Path), n: usize) -> Result
     Ok(OPS
         .iter()
         .zip(journal.iter().zip(&device))
-        .map(|(&(op, lib_op), (&(jb, pmb), &(db, fl)))| PerOp {
-            op,
-            pmfs_journal_bytes: jb,
-            pmfs_pm_bytes: pmb,
-            pmfs_library_journal_bytes: lib
-                .iter()
-                .find(|c| c.op == lib_op)
-                .map(|c| c.journal_bytes),
-            ext4_device_bytes: db,
-            ext4_flushes: fl,
-            thesis_bytes: match op {
-                "touch (create)" => Some(512),
-                "mkdir" => Some(320),
-                "mv (rename)" => Some(384),
-                _ => None,
+        .zip(&requests)
+        .map(
+            |((&(op, lib_op), (&(jb, pmb), &(db, fl))), &(rq, _))| PerOp {
+                op,
+                pmfs_journal_bytes: jb,
+                pmfs_pm_bytes: pmb,
+                pmfs_library_journal_bytes: lib
+                    .iter()
+                    .find(|c| c.op == lib_op)
+                    .map(|c| c.journal_bytes),
+                ext4_device_bytes: db,
+                ext4_flushes: fl,
+                thesis_bytes: match op {
+                    "touch (create)" => Some(512),
+                    "mkdir" => Some(320),
+                    "mv (rename)" => Some(384),
+                    _ => None,
+                },
+                pmfs_fuse_requests: rq,
             },
-        })
+        )
         .collect())
 }

@@ -1,6 +1,8 @@
 //! `pmkit bench fs`: PMFS over FUSE (`pmkit fs mount`, one target per kernel cache
 //! mode) against ext4 on `pmkit attach` (ext4 on PMBD, the thesis's baseline), ext4 on a loop
-//! device over a /dev/shm file, and tmpfs, in the same run with rotated rounds. The workloads
+//! device over a /dev/shm file, each also mounted `-o dirsync` (directory changes durable on
+//! return, as PMFS's: the peer of equal durability for metadata), ext2 on a loop, and tmpfs, in
+//! the same run with rotated rounds. The workloads
 //! ([`load`]) are 4 KiB append + fsync (latency and rate), create, stat, open + 4 KiB read,
 //! rename and unlink, with 1 and 2 threads, each thread in its own directory. Then, once, the
 //! bytes each metadata operation writes on PMFS and on ext4 on attach ([`journal`]).
@@ -84,6 +86,9 @@ struct Cell {
     ops_per_s: f64,
     /// ops_per_s / ext4-attach's.
     vs_ext4_attach: f64,
+    /// ops_per_s / ext4-attach-dirsync's: against a peer whose directory changes are durable
+    /// on return, as PMFS's are.
+    vs_ext4_dirsync: f64,
     p50_us: Option<f64>,
     p99_us: Option<f64>,
 }
@@ -132,7 +137,9 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     targets.dedup();
     targets.extend([
         Target::Ext4Attach,
+        Target::Ext4AttachDirsync,
         Target::Ext4Loop,
+        Target::Ext4LoopDirsync,
         Target::Ext2Loop,
         Target::Tmpfs,
     ]);
@@ -249,6 +256,7 @@ fn summarize(samples: &[Sample], targets: &[String]) -> Vec<Row> {
                     .collect()
             };
             let base = median(of("ext4-attach").iter().map(|s| s.ops_per_s));
+            let dirsync = median(of("ext4-attach-dirsync").iter().map(|s| s.ops_per_s));
             let cells = targets
                 .iter()
                 .map(|t| {
@@ -261,6 +269,7 @@ fn summarize(samples: &[Sample], targets: &[String]) -> Vec<Row> {
                         target: t.clone(),
                         ops_per_s: ops,
                         vs_ext4_attach: ops / base.max(1e-9),
+                        vs_ext4_dirsync: ops / dirsync.max(1e-9),
                         p50_us: lat(|s| s.p50_us),
                         p99_us: lat(|s| s.p99_us),
                     }

@@ -32,7 +32,7 @@ pub(super) fn draw(p: &Path, r: &Report) -> Result<()> {
                     .targets
                     .iter()
                     .enumerate()
-                    .filter(|(_, t)| *t != BASE && *t != "tmpfs")
+                    .filter(|(_, t)| *t != BASE && *t != "tmpfs" && !t.ends_with("dirsync"))
                     .map(|(i, t)| {
                         (
                             t.clone(),
@@ -94,6 +94,37 @@ pub(super) fn print_table(r: &Report) {
             println!();
         }
     }
+    print_dirsync(r);
+    print_bytes_per_op(r);
+}
+
+/// Metadata workloads against ext4 mounted `-o dirsync` on attach.
+fn print_dirsync(r: &Report) {
+    println!();
+    println!(
+        "metadata against a peer of equal durability: ratio to ext4-attach-dirsync (directory \
+         changes durable on return, as on PMFS)"
+    );
+    print!("{:<16} {:>2}", "workload", "th");
+    for t in &r.targets {
+        print!(" {t:>20}");
+    }
+    println!();
+    for row in r
+        .summary
+        .iter()
+        .filter(|x| !x.workload.starts_with("append"))
+    {
+        print!("{:<16} {:>2}", row.workload, row.threads);
+        for c in &row.cells {
+            print!(" {:>20}", format!("{:.2}", c.vs_ext4_dirsync));
+        }
+        println!();
+    }
+}
+
+/// Bytes written and FUSE requests per operation.
+fn print_bytes_per_op(r: &Report) {
     println!();
     println!(
         "bytes written per operation ({} calls each; PMFS: library counters through the mount, \
@@ -101,20 +132,28 @@ pub(super) fn print_table(r: &Report) {
         r.journal_calls
     );
     println!(
-        "{:<18} {:>12} {:>12} {:>12} {:>14} {:>10} {:>8}",
-        "operation", "pmfs journal", "pmfs PM", "library", "ext4 device", "ext4 flush", "thesis"
+        "{:<18} {:>12} {:>12} {:>12} {:>14} {:>10} {:>8} {:>13}",
+        "operation",
+        "pmfs journal",
+        "pmfs PM",
+        "library",
+        "ext4 device",
+        "ext4 flush",
+        "thesis",
+        "FUSE requests"
     );
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     for o in &r.bytes_per_op {
         println!(
-            "{:<18} {:>12.0} {:>12.0} {:>12} {:>14.0} {:>10.2} {:>8}",
+            "{:<18} {:>12.0} {:>12.0} {:>12} {:>14.0} {:>10.2} {:>8} {:>13.2}",
             o.op,
             o.pmfs_journal_bytes,
             o.pmfs_pm_bytes,
             opt(o.pmfs_library_journal_bytes),
             o.ext4_device_bytes,
             o.ext4_flushes,
-            opt(o.thesis_bytes)
+            opt(o.thesis_bytes),
+            o.pmfs_fuse_requests
         );
     }
 }
