@@ -106,7 +106,7 @@ pub(crate) enum Mounted {
 }
 
 /// Make `which` (a device file `file` of `size` bytes, or a loop device over it for
-/// [`RAMDISK`]), format it ext4 and mount it on `mnt`.
+/// [`RAMDISK`]), format it ext4 and mount it on `mnt` (with mount options `options`).
 pub(crate) fn mount_target(
     which: &'static str,
     file: &Path,
@@ -114,6 +114,7 @@ pub(crate) fn mount_target(
     size: u64,
     engine: &EngineOptions,
     threads: usize,
+    options: Option<&str>,
 ) -> Result<Mounted> {
     let _ = std::fs::remove_file(file);
     if which != RAMDISK {
@@ -131,7 +132,7 @@ pub(crate) fn mount_target(
             mountpoint: Some(mnt.into()),
             mkfs: Some(pmkit_fuse::attach::Mkfs::Ext4),
             threads,
-            mount_options: None,
+            mount_options: options.map(str::to_string),
             transport: if which == PMKIT_URING {
                 Transport::Uring
             } else {
@@ -144,13 +145,19 @@ pub(crate) fn mount_target(
             att: Box::new(att),
         })
     } else {
-        mount_loop(file, mnt, size, "ext4")
+        mount_loop(file, mnt, size, "ext4", options)
     }
 }
 
 /// Make a `size`-byte file `file`, a loop device over it, a `fstype` file system (`mkfs.FSTYPE`:
-/// ext2, ext4) on that, and mount it on `mnt`.
-pub(crate) fn mount_loop(file: &Path, mnt: &Path, size: u64, fstype: &str) -> Result<Mounted> {
+/// ext2, ext4) on that, and mount it on `mnt` (with mount options `options`).
+pub(crate) fn mount_loop(
+    file: &Path,
+    mnt: &Path,
+    size: u64,
+    fstype: &str,
+    options: Option<&str>,
+) -> Result<Mounted> {
     let f = std::fs::File::create(file)?;
     f.set_len(size)?;
     drop(f);
@@ -162,7 +169,11 @@ pub(crate) fn mount_loop(file: &Path, mnt: &Path, size: u64, fstype: &str) -> Re
     if fstype == "ext4" {
         mkfs.args(["-E", "lazy_itable_init=0,lazy_journal_init=0"]);
     }
-    let r = sh(mkfs.arg(&dev)).and_then(|_| sh(Command::new("mount").arg(&dev).arg(mnt)));
+    let mut mount = Command::new("mount");
+    if let Some(o) = options {
+        mount.args(["-o", o]);
+    }
+    let r = sh(mkfs.arg(&dev)).and_then(|_| sh(mount.arg(&dev).arg(mnt)));
     if let Err(e) = r {
         let _ = sh(Command::new("losetup").arg("-d").arg(&dev));
         return Err(e);
@@ -231,7 +242,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         let t = targets[i];
         let file = Scratch::file(&a.flags.dir, &format!("attach-{t}"));
         bar.set_message(format!("round {}/{rounds}: {t}", r + 1));
-        let m = mount_target(t, file.path(), &mnt, size, &engine, a.threads)
+        let m = mount_target(t, file.path(), &mnt, size, &engine, a.threads, None)
             .with_context(|| format!("setting up {t}"))?;
         let res = workloads(
             t,

@@ -270,22 +270,14 @@ pub(crate) fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineAr
                 shim: t == Target::Shim,
             })
         }
-        Target::Ext4Attach | Target::Ext4AttachDirsync => {
-            let m = mount_target(
-                PMKIT_DEV,
-                &file,
-                mnt,
-                s.bytes,
-                &engine.to_options(),
-                s.fuse_threads,
-            )?;
-            dirsync_if(t == Target::Ext4AttachDirsync, Up::Disk(m, file), mnt)
-        }
-        Target::Ext4Loop | Target::Ext4LoopDirsync => {
-            let m = mount_loop(&file, mnt, s.bytes, "ext4")?;
-            dirsync_if(t == Target::Ext4LoopDirsync, Up::Disk(m, file), mnt)
-        }
-        Target::Ext2Loop => Ok(Up::Disk(mount_loop(&file, mnt, s.bytes, "ext2")?, file)),
+        Target::Ext4Attach
+        | Target::Ext4AttachDirsync
+        | Target::Ext4Loop
+        | Target::Ext4LoopDirsync => ext4(t, file, mnt, s, engine),
+        Target::Ext2Loop => Ok(Up::Disk(
+            mount_loop(&file, mnt, s.bytes, "ext2", None)?,
+            file,
+        )),
         Target::Tmpfs => {
             sh(Command::new("mount")
                 .args(["-t", "tmpfs", "-o"])
@@ -297,21 +289,44 @@ pub(crate) fn up(t: Target, dir: &Path, mnt: &Path, s: &Sizes, engine: &EngineAr
     }
 }
 
-/// Remount `mnt` with `-o dirsync` when `yes`; on failure, tear `u` down.
-fn dirsync_if(yes: bool, u: Up, mnt: &Path) -> Result<Up> {
-    if !yes {
+/// ext4 on attach or on a loop device, `-o dirsync` for the dirsync targets.
+fn ext4(t: Target, file: PathBuf, mnt: &Path, s: &Sizes, engine: &EngineArgs) -> Result<Up> {
+    let dirsync = matches!(t, Target::Ext4AttachDirsync | Target::Ext4LoopDirsync);
+    let options = dirsync.then_some("dirsync");
+    let m = if matches!(t, Target::Ext4Attach | Target::Ext4AttachDirsync) {
+        mount_target(
+            PMKIT_DEV,
+            &file,
+            mnt,
+            s.bytes,
+            &engine.to_options(),
+            s.fuse_threads,
+            options,
+        )?
+    } else {
+        mount_loop(&file, mnt, s.bytes, "ext4", options)?
+    };
+    checked_dirsync(dirsync, Up::Disk(m, file), mnt)
+}
+
+/// When `dirsync`, make sure the kernel shows `mnt` mounted with it (a remount does not set
+/// it: ext4 then commits directory changes seconds later, and the peer would be a different
+/// one); on failure, tear `u` down.
+fn checked_dirsync(dirsync: bool, u: Up, mnt: &Path) -> Result<Up> {
+    if !dirsync {
         return Ok(u);
     }
-    match sh(Command::new("mount")
-        .args(["-o", "remount,dirsync"])
-        .arg(mnt))
-    {
-        Ok(_) => Ok(u),
-        Err(e) => {
-            let _ = down(u, mnt);
-            Err(e.context("remounting ext4 with -o dirsync"))
-        }
+    let mounts = std::fs::read_to_string("/proc/self/mounts")?;
+    let at = mnt.to_string_lossy();
+    let on = mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1] == at && f[3].split(',').any(|o| o == "dirsync")
+    });
+    if !on {
+        let _ = down(u, mnt);
+        anyhow::bail!("{at} is not mounted with dirsync");
     }
+    Ok(u)
 }
 
 /// Unmount and remove what [`up`] made.
