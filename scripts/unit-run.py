@@ -43,28 +43,27 @@ def load(name):
     else:
         die(f"no unit file {template}@.service in {UNIT_DIRS}")
     keys = {}
+    for k, v in entries(path):
+        keys.setdefault(k, []).append(v.replace("%i", instance).replace("%I", instance))
+    return path, keys
+
+
+def entries(path):
+    """The KEY=VALUE lines of a unit or environment file, comments and [sections] left out."""
     with open(path) as f:
         for line in f:
             line = line.strip()
-            if not line or line[0] in "#;[":
-                continue
-            k, _, v = line.partition("=")
-            keys.setdefault(k.strip(), []).append(v.strip().replace("%i", instance).replace("%I", instance))
-    return path, keys
+            if line and line[0] not in "#;[":
+                k, _, v = line.partition("=")
+                yield k.strip(), v.strip()
 
 
 def env_file(path):
     env = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line[0] in "#;":
-                continue
-            k, _, v = line.partition("=")
-            v = v.strip()
-            if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
-                v = v[1:-1]
-            env[k.strip()] = v
+    for k, v in entries(path):
+        if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
+            v = v[1:-1]
+        env[k] = v
     return env
 
 
