@@ -11,20 +11,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Print without panicking: once attached, a closed stdout/stderr (the terminal or the parent
-/// that read them went away) must not kill the process that serves a mounted file system.
-macro_rules! say {
-    ($($t:tt)*) => {{
-        use std::io::Write;
-        let _ = writeln!(std::io::stdout(), $($t)*);
-    }};
-}
-macro_rules! say_err {
-    ($($t:tt)*) => {{
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), $($t)*);
-    }};
-}
+// Print without panicking: once attached, a closed stdout/stderr (the terminal or the parent
+// that read them went away) must not kill the process that serves a mounted file system.
+use pmkit::{say, say_err};
 
 #[derive(clap::Args)]
 pub(crate) struct AttachArgs {
@@ -82,7 +71,7 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
     // After the mask: its threads must not take the stop signals.
-    let _output = pmkit::entry::daemon();
+    pmkit::entry::daemon();
     let opts = AttachOptions {
         pm_path: a.path.clone(),
         mountpoint: a.mountpoint.clone(),
@@ -219,15 +208,15 @@ pub(crate) fn run_detach(a: DetachArgs) -> Result<ExitCode> {
         let deadline = Instant::now() + Duration::from_secs(a.timeout);
         loop {
             if !state.alive() {
-                println!("detached {}", a.target.display());
+                say!("detached {}", a.target.display());
                 break;
             }
             if let Some((ok, msg)) = state.take_reply() {
                 if !ok {
-                    eprintln!("pmkit: {}: {msg}", a.target.display());
+                    say_err!("pmkit: {}: {msg}", a.target.display());
                     return Ok(ExitCode::FAILURE);
                 }
-                println!(
+                say!(
                     "detaching {} lazily: {msg}; pmkit process {} exits when done",
                     a.target.display(),
                     state.pid
@@ -251,7 +240,7 @@ pub(crate) fn run_detach(a: DetachArgs) -> Result<ExitCode> {
             Ok(_) => "the device was not shut down cleanly: the next open recovers it",
             Err(_) => "the device could not be read to tell whether it was closed cleanly",
         };
-        println!(
+        say!(
             "cleaned up a stale attachment of {} (process {} had died); {shutdown}",
             state.pm_path.display(),
             state.pid

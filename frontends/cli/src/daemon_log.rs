@@ -1,8 +1,8 @@
 //! Where a daemon's messages go. A daemon must outlive whatever reads its output: `pmkit serve
-//! 2>&1 | head -1`, a terminal that hangs up, a mount helper that has exited. [`shield`] puts a
-//! pipe of its own in front of stdout and stderr, drained by a thread that drops what the real
-//! output no longer takes, so a print never fails (Rust's `eprintln!` panics when it does) and
-//! the daemon still stops cleanly, as a C daemon's `fprintf` fails quietly.
+//! 2>&1 | head -1`, a terminal that hangs up, a mount helper that has exited. Its messages are
+//! printed with [`crate::say`] and [`crate::say_err`], which drop what the output no longer
+//! takes instead of panicking as `println!` and `eprintln!` do, so the daemon still stops
+//! cleanly, as a C daemon's `fprintf` fails quietly; they print in order, at once.
 //! `pmkit fs mount --log DEST` (which the mount helper passes) goes further once it serves:
 //! [`redirect`] points descriptors 1 and 2 at syslog (so the journal keeps them) or a file.
 
@@ -68,80 +68,6 @@ pub fn redirect(dest: &LogDest, ident: &str) -> std::io::Result<()> {
     }
 }
 
-/// Output that cannot fail, until dropped: then the real stdout and stderr are back (for the
-/// command's last words) and everything printed before has been passed on.
-pub struct Shield {
-    /// (descriptor, its original open file) for 1 and 2.
-    saved: Vec<(RawFd, OwnedFd)>,
-    drains: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Shield {
-    /// A guard that shields nothing (where the pipes could not be made).
-    pub fn none() -> Shield {
-        Shield {
-            saved: Vec::new(),
-            drains: Vec::new(),
-        }
-    }
-}
-
-/// Shield stdout and stderr (see the module's text).
-pub fn shield() -> std::io::Result<Shield> {
-    let mut s = Shield {
-        saved: Vec::with_capacity(2),
-        drains: Vec::with_capacity(2),
-    };
-    for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-        // SAFETY: dup of descriptor 1 or 2; the copy is owned by the OwnedFd made from it.
-        let orig = unsafe { libc::fcntl(target, libc::F_DUPFD_CLOEXEC, 3) };
-        if orig < 0 {
-            continue; // closed already: Rust's stdout and stderr ignore EBADF
-        }
-        // SAFETY: just opened by fcntl, owned by nothing else.
-        let orig = unsafe { OwnedFd::from_raw_fd(orig) };
-        let (read, write) = pipe()?;
-        let out = File::from(orig.try_clone()?);
-        onto(write.as_raw_fd(), target)?;
-        s.saved.push((target, orig));
-        s.drains.push(
-            std::thread::Builder::new()
-                .name("pmkit-output".into())
-                .spawn(move || drain(File::from(read), out))?,
-        );
-    }
-    debug_assert_eq!(s.saved.len(), s.drains.len());
-    Ok(s)
-}
-
-/// Pass `from` on to `to` until every writer of `from` is gone; after `to` fails once (its
-/// reader left), drop the rest.
-fn drain(mut from: File, mut to: File) {
-    use std::io::{Read, Write};
-    let mut buf = [0u8; 4096];
-    let mut open = true;
-    while let Ok(n) = from.read(&mut buf) {
-        if n == 0 {
-            return;
-        }
-        open = open && to.write_all(&buf[..n]).is_ok();
-    }
-}
-
-impl Drop for Shield {
-    fn drop(&mut self) {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        // Putting the originals back closes the pipes' last writers: the drains end.
-        for (target, orig) in &self.saved {
-            let _ = onto(orig.as_raw_fd(), *target);
-        }
-        for d in self.drains.drain(..) {
-            let _ = d.join();
-        }
-    }
-}
-
 fn forward_to_syslog(from: File, ident: CString) {
     // openlog keeps the pointer: the string lives as long as this thread, which lives as long
     // as the process (it ends only when every writer of the pipe is gone).
@@ -154,6 +80,24 @@ fn forward_to_syslog(from: File, ident: CString) {
         // SAFETY: a constant format with one %s and a valid C string for it.
         unsafe { libc::syslog(libc::LOG_INFO, c"%s".as_ptr(), msg.as_ptr()) };
     }
+}
+
+/// Print a line on stdout; a closed output is not an error (see the module's text).
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// Print a line on stderr; a closed output is not an error (see the module's text).
+#[macro_export]
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
 }
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {

@@ -30,16 +30,12 @@ pub fn main(name: &str, command: impl FnOnce() -> anyhow::Result<ExitCode>) -> E
     }
 }
 
-/// For the daemons (`serve`, `attach`, `fs mount`): SIGPIPE ignored ([`ignore_sigpipe`]) and
-/// stdout and stderr shielded ([`crate::daemon_log::shield`]) while the guard lives, so neither
-/// a client nor a reader of the output that goes away stops them before they close cleanly.
-/// Call it after blocking the signals the daemon waits for: its threads inherit the mask.
-pub fn daemon() -> crate::daemon_log::Shield {
+/// For the daemons (`serve`, `attach`, `fs mount`): SIGPIPE ignored ([`ignore_sigpipe`]), so
+/// neither a client nor a reader of the output that goes away stops them before they close
+/// cleanly; they print with [`crate::say`] and [`crate::say_err`], which drop what a closed
+/// output does not take.
+pub fn daemon() {
     ignore_sigpipe();
-    crate::daemon_log::shield().unwrap_or_else(|e| {
-        let _ = writeln!(std::io::stderr(), "warning: output not shielded: {e}");
-        crate::daemon_log::Shield::none()
-    })
 }
 
 /// For servers and daemons: a write to a socket whose peer has gone fails with EPIPE instead

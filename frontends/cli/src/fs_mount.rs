@@ -34,7 +34,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     // Before any thread starts: the session threads inherit the mask, and the main thread
     // takes the stop signals with sigtimedwait.
     session::block_signals();
-    let mut output = Some(pmkit::entry::daemon());
+    pmkit::entry::daemon();
     let o = MountOptions {
         threads,
         protect: a.protect,
@@ -52,10 +52,10 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
     };
     let served = session::mount(pool, dir, &o)?;
     for n in &served.notes {
-        eprintln!("note: {n}");
+        pmkit::say_err!("note: {n}");
     }
     let r = &served.recovery;
-    eprintln!(
+    pmkit::say_err!(
         "mounted {}{}: last unmount {}, journal: {}, orphans finished {}{}",
         pool.display(),
         if r.from_checkpoint {
@@ -77,16 +77,17 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         }
     );
     if r.cut_appends > 0 {
-        eprintln!(
+        pmkit::say_err!(
             "{} file(s) had their last append cut by the crash: their size went back to before it",
             r.cut_appends
         );
     }
-    eprintln!(
+    pmkit::say_err!(
         "protection {}: {}",
-        served.protection.0, served.protection.1
+        served.protection.0,
+        served.protection.1
     );
-    println!(
+    pmkit::say!(
         "{READY} {} on {} over {}, cache {}; stop with `pmkit fs umount {}` or SIGTERM",
         pool.display(),
         served.dir.display(),
@@ -97,14 +98,10 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         a.cache,
         served.dir.display()
     );
-    std::io::stdout().flush()?;
+    let _ = std::io::stdout().flush();
     pmkit::sd_notify::ready(&format!("serving {}", served.dir.display()));
-    // From here on the daemon runs on its own (under the mount helper, that has exited): the
-    // shield lets go of the output it was started with, so that helper sees it end.
-    if a.log != pmkit::daemon_log::LogDest::Stderr {
-        drop(output.take());
-        pmkit::daemon_log::redirect(&a.log, "pmkit-fs")?;
-    }
+    // From here on the daemon runs on its own (under the mount helper, that has exited).
+    pmkit::daemon_log::redirect(&a.log, "pmkit-fs")?;
     let table = served.op_stats();
     let writer = match stats {
         Some(p) => {
@@ -115,17 +112,17 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         }
         None => None,
     };
-    let ended = served.run(|m| eprintln!("{m}"))?;
+    let ended = served.run(|m| pmkit::say_err!("{m}"))?;
     pmkit::sd_notify::stopping();
     if let Some(w) = writer {
         w.finish(&MountStats::new(&table))?;
     }
     match ended.signal {
-        Some(s) => eprintln!(
+        Some(s) => pmkit::say_err!(
             "signal {s}: unmounted{}",
             if ended.lazy { " (lazily)" } else { "" }
         ),
-        None => eprintln!("unmounted"),
+        None => pmkit::say_err!("unmounted"),
     }
     if let Some(why) = ended.not_clean {
         anyhow::bail!(
@@ -135,13 +132,12 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
             pool.display()
         );
     }
-    eprintln!("{}: marked clean", pool.display());
-    drop(output);
+    pmkit::say_err!("{}: marked clean", pool.display());
     Ok(())
 }
 
 pub(crate) fn umount(dir: &Path, wait_s: u64) -> Result<()> {
     let msg = session::umount(dir, Duration::from_secs(wait_s))?;
-    println!("{msg}");
+    pmkit::say!("{msg}");
     Ok(())
 }

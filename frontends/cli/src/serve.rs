@@ -120,7 +120,7 @@ fn open_or_create(a: &ServeArgs) -> Result<(PathBuf, Device<Region>, bool)> {
         if let Some(want) = a.create.size {
             // A size names the device to create; an existing one keeps its own.
             if a.path.is_some() && dev.capacity() != want {
-                eprintln!(
+                pmkit::say_err!(
                     "pmkit: note: {} exists with {} bytes; --size {want} is ignored",
                     path.display(),
                     dev.capacity()
@@ -171,7 +171,7 @@ pub(crate) fn block_signals() -> libc::sigset_t {
 pub(crate) fn run(a: ServeArgs) -> Result<ExitCode> {
     // Before any thread exists, so every thread inherits the mask and only `sigwait` sees them.
     let set = block_signals();
-    let _output = pmkit::entry::daemon();
+    pmkit::entry::daemon();
     let listen = match (&a.listen, &a.socket) {
         (Some(addr), _) => Listen::Tcp(*addr),
         (None, Some(p)) => Listen::Unix(p.clone()),
@@ -240,7 +240,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<ExitCode> {
             let mut sig = 0;
             // SAFETY: waits for one of the signals blocked above.
             unsafe { libc::sigwait(&set, &mut sig) };
-            eprintln!("pmkit: signal {sig}: finishing requests, flushing, closing");
+            pmkit::say_err!("pmkit: signal {sig}: finishing requests, flushing, closing");
             pmkit::sd_notify::stopping();
             stop.shutdown();
         })
@@ -269,7 +269,7 @@ pub(crate) fn run(a: ServeArgs) -> Result<ExitCode> {
     } else {
         format!(" ({})", dropped.join(", "))
     };
-    eprintln!(
+    pmkit::say_err!(
         "pmkit: served {} connection(s){dropped}, {} request(s) ({} errors), read {}, wrote {}; {} closed cleanly",
         stats.connections,
         stats.requests,
