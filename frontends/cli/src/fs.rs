@@ -30,8 +30,9 @@ enum Cmd {
         /// (whose contents are then lost).
         #[arg(long)]
         force: bool,
-        /// Inodes in the inode table (the most files and directories, plus one). Default: one
-        /// per 16 KiB of the pool (as ext4), at least 4096 and at most 1048576.
+        /// Inodes in the table mkfs lays out. It is not a limit: the table grows into free
+        /// blocks (32 inodes each) as files are made, so only space limits the file count.
+        /// Default: one per 16 KiB of the pool (as ext4), at least 4096 and at most 1048576.
         #[arg(long)]
         inodes: Option<u32>,
         /// Journal lanes: transactions that can run at once. Default: one per CPU, 8 to 64.
@@ -182,7 +183,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                 Ok(pmkit_fs::superblock(&region)?)
             })?;
             println!(
-                "{}: PMFS of {} blocks of 4 KiB ({} for data), {} inodes, {} journal lanes of {} entries",
+                "{}: PMFS of {} blocks of 4 KiB ({} for data), {} inodes to start (the table grows), {} journal lanes of {} entries",
                 pool.display(),
                 sb.geo.blocks,
                 sb.geo.data_blocks(),
@@ -224,10 +225,13 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     "journal:     {} lanes of {} entries of 64 bytes",
                     g.lanes, g.lane_entries
                 );
+                let grows = match g.grows() {
+                    true => "; it grows into free blocks, 32 inodes each",
+                    false => " (format 4 and older: a fixed table)",
+                };
                 println!(
-                    "inodes:      {} ({} free)",
-                    g.inodes - 1,
-                    report.free_inodes
+                    "inodes:      {} in the table ({} free){grows}",
+                    report.inodes, report.free_inodes
                 );
                 println!(
                     "data blocks: {} ({} free; {} whole 2 MiB chunks free for huge blocks)",

@@ -35,6 +35,23 @@ impl Bitmap {
             free: len,
         }
     }
+    /// `n` more items, free, after the last (a grown inode table).
+    pub(crate) fn grow(&mut self, n: u64) {
+        let len = self.len + n;
+        self.bits.resize(len.div_ceil(64) as usize, 0);
+        let chunks = len.div_ceil(CHUNK);
+        // the last partial chunk gains the new items, then whole or partial new chunks follow
+        for c in 0..chunks {
+            let (a, z) = (c * CHUNK, ((c + 1) * CHUNK).min(len));
+            let added = z.saturating_sub(a.max(self.len));
+            if c as usize >= self.chunk_free.len() {
+                self.chunk_free.push(0);
+            }
+            self.chunk_free[c as usize] += added as u16;
+        }
+        self.len = len;
+        self.free += n;
+    }
     /// Items, used and free.
     pub(crate) fn len(&self) -> u64 {
         self.len
@@ -198,7 +215,7 @@ impl Alloc {
     /// An allocator over these bitmaps (the inode bitmap's length is the inode count), with
     /// nothing open.
     pub(crate) fn new(blocks: Bitmap, inodes: Bitmap) -> Alloc {
-        let max_inodes = u32::try_from(inodes.len()).expect("inode counts fit u32");
+        let max_inodes = u32::try_from(inodes.len()).unwrap_or(u32::MAX);
         Alloc {
             blocks,
             inodes,
@@ -227,6 +244,11 @@ impl Alloc {
         self.inodes.take().ok_or(Error::NoInodes {
             max: self.max_inodes,
         })
+    }
+    /// 32 more free inodes: a block joined the table.
+    pub(crate) fn grow_inodes(&mut self, n: u64) {
+        self.inodes.grow(n);
+        self.max_inodes = u32::try_from(self.inodes.len()).unwrap_or(u32::MAX);
     }
 }
 
@@ -260,6 +282,25 @@ mod tests {
         full.clear(129);
         assert_eq!(full.find_run(1), Some(129));
         assert_eq!(full.find_run(2), None);
+    }
+
+    #[test]
+    fn a_grown_bitmap_counts_its_new_items_free() {
+        for (len, n) in [(0, 32), (10, 32), (500, 32), (512, 1000), (1000, 5000)] {
+            let mut b = Bitmap::new(len);
+            (0..len).for_each(|i| assert!(b.set(i)));
+            b.grow(n);
+            let fresh = Bitmap::new(len + n);
+            assert_eq!((b.len(), b.free()), (len + n, n));
+            let whole = (0..fresh.chunk_free.len())
+                .map(|c| c as u64 * CHUNK)
+                .filter(|&a| a >= len && a + CHUNK <= len + n)
+                .count() as u64;
+            assert_eq!(b.free_chunks(), whole, "{len}+{n}");
+            let got: Vec<u64> = std::iter::from_fn(|| b.take()).collect();
+            assert_eq!(got.len() as u64, n);
+            assert!(got.iter().all(|&i| i >= len && i < len + n));
+        }
     }
 
     #[test]

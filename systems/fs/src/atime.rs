@@ -58,8 +58,7 @@ impl<M: Media> Fs<M> {
         }
         let now = crate::clock::now();
         if self.opts.atime.due(node, now) {
-            self.pm
-                .store_u64(self.geo.inode_off(ino) + ATIME, now as u64);
+            self.pm.store_u64(self.itable.off(ino) + ATIME, now as u64);
         }
     }
 }

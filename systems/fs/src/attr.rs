@@ -8,7 +8,6 @@ use crate::layout::{BLOCK, INODE, NAME_MAX, ROOT_INO, SYMLINK_MAX};
 use crate::{tree, walk};
 use crate::{Attr, DirEntry, Fs, SetAttr, StatFs};
 use pmkit_media::Media;
-use std::sync::atomic::Ordering;
 
 pub(crate) use crate::clock::now;
 pub use crate::clock::{ns_of_timespec, timespec_of};
@@ -29,15 +28,14 @@ impl<M: Media> Fs<M> {
         let r = dirs.get(d, || {
             let node = self.inode(d);
             let data = self.verify_now(d, &node)?;
-            walk::dir_index(&self.pm, &self.geo, d, &node, &data)
+            walk::dir_index(&self.pm, &self.geo, &self.itable, d, &node, &data)
         })?;
         Some(r.map_err(|e| self.damaged(d, e.to_string())))
     }
     /// Run the walk's checks of one inode once per mount (all are done at a mount that walks;
     /// after one from the checkpoint, on each inode's first use: `walk::verify_inode`).
     pub(crate) fn verified(&self, ino: u64, node: &Inode) -> Result<()> {
-        let (w, bit) = ((ino / 64) as usize, 1u64 << (ino % 64));
-        if self.checked[w].load(Ordering::Acquire) & bit != 0 {
+        if self.itable.checked(ino) {
             return Ok(());
         }
         self.verify_now(ino, node)
@@ -62,17 +60,16 @@ impl<M: Media> Fs<M> {
             let a = self.alloc.lock();
             owned.iter().copied().find(|&b| !a.blocks.is_used(b))
         };
-        let data = walk::verify_inode(&self.pm, &self.geo, ino, node, &used)?;
-        let (w, bit) = ((ino / 64) as usize, 1u64 << (ino % 64));
-        self.checked[w].fetch_or(bit, Ordering::Release);
+        let data = walk::verify_inode(&self.pm, &self.geo, &self.itable, ino, node, &used)?;
+        self.itable.set_checked(ino);
         Ok(data)
     }
     pub(crate) fn valid_ino(&self, ino: u64) -> bool {
-        ino >= ROOT_INO && ino < self.geo.inodes as u64
+        ino >= ROOT_INO && self.itable.has(ino)
     }
     pub(crate) fn inode(&self, ino: u64) -> Inode {
         let mut b = [0u8; INODE];
-        self.pm.read(self.geo.inode_off(ino), &mut b);
+        self.pm.read(self.itable.off(ino), &mut b);
         Inode::decode(&b)
     }
     /// The inode, if `ino` is in range and in use.
@@ -323,13 +320,19 @@ impl<M: Media> Fs<M> {
 
     pub fn statfs(&self) -> StatFs {
         let a = self.alloc.lock();
+        // A table that grows has room for 32 more inodes in every free block (as XFS counts
+        // them): the only inode limit is space.
+        let grow_room = match self.geo.grows() {
+            true => a.blocks.free() * crate::itable::PER_BLOCK,
+            false => 0,
+        };
         StatFs {
             block_size: BLOCK as u32,
             blocks: self.geo.data_blocks(),
             free_blocks: a.blocks.free(),
             free_huge_blocks: a.blocks.free_chunks(),
-            inodes: self.geo.inodes as u64 - 1,
-            free_inodes: a.inodes.free(),
+            inodes: self.itable.count() - 1 + grow_room,
+            free_inodes: a.inodes.free() + grow_room,
             name_max: NAME_MAX as u32,
         }
     }

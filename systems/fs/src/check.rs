@@ -88,12 +88,12 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
     r.blocks = sb.geo.data_blocks();
     r.free_blocks = w.alloc.blocks.free();
     r.free_huge_blocks = w.alloc.blocks.free_chunks();
-    r.inodes = sb.geo.inodes as u64 - 1;
+    r.inodes = w.itable.count() - 1;
     r.free_inodes = w.alloc.inodes.free();
     r.orphans = w.orphans.len() as u64;
     r.checkpoint = match sb.clean {
         false => "not used: the last unmount was not clean (the next mount walks)".into(),
-        true => match ckpt::load(&pm, &sb.geo, sb.mount_gen) {
+        true => match ckpt::load(&pm, &sb.geo, sb.mount_gen, w.itable.count()) {
             Err(e) => format!("not used: {e} (the next mount walks)"),
             Ok(s) => {
                 let dirs: Vec<u64> = w.dirs.keys().copied().collect();

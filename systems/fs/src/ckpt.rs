@@ -95,8 +95,9 @@ impl Record {
     }
 }
 
-fn contents_len(geo: &Geometry, dirs: usize) -> usize {
-    HEAD + 8 * (geo.blocks.div_ceil(64) + (geo.inodes as u64).div_ceil(64)) as usize + 8 * dirs
+/// Bytes of the contents for `inodes` (the table's count, grown or not) and `dirs`.
+fn contents_len(geo: &Geometry, inodes: u64, dirs: usize) -> usize {
+    HEAD + 8 * (geo.blocks.div_ceil(64) + inodes.div_ceil(64)) as usize + 8 * dirs
 }
 
 /// Save the checkpoint of generation `gen` (the superblock about to be written clean). Returns
@@ -108,14 +109,15 @@ pub(crate) fn save<M: Media>(
     alloc: &Alloc,
     dirs: &[u64],
 ) -> bool {
-    let len = contents_len(geo, dirs.len());
+    let inodes = alloc.inodes.len();
+    let len = contents_len(geo, inodes, dirs.len());
     let nblocks = len.div_ceil(BLOCK) as u64;
     let Some(first) = alloc.blocks.find_run(nblocks) else {
         return false;
     };
     assert!(geo.is_data(first) && geo.is_data(first + nblocks - 1));
     let mut b = Vec::with_capacity(len);
-    for v in [geo.blocks, geo.inodes as u64, dirs.len() as u64] {
+    for v in [geo.blocks, inodes, dirs.len() as u64] {
         b.extend_from_slice(&v.to_le_bytes());
     }
     for w in alloc.blocks.words().iter().chain(alloc.inodes.words()) {
@@ -147,8 +149,13 @@ pub(crate) fn clear<M: Media>(pm: &Pm<M>) {
     pm.fence();
 }
 
-/// The checkpoint of generation `gen`, or why there is none to use.
-pub(crate) fn load<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64) -> Result<Saved, String> {
+/// The checkpoint of generation `gen` for a table of `inodes`, or why there is none to use.
+pub(crate) fn load<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+    gen: u64,
+    inodes: u64,
+) -> Result<Saved, String> {
     let mut line = [0u8; LINE];
     pm.read(REC_OFF, &mut line);
     let rec = Record::decode(&line)?;
@@ -157,13 +164,11 @@ pub(crate) fn load<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64) -> Result<Sav
     }
     let len = rec.len as usize;
     let nblocks = (len as u64).div_ceil(BLOCK as u64);
-    let fits = len >= contents_len(geo, 1)
-        && len <= contents_len(geo, geo.inodes as usize)
+    let end = rec.first.checked_add(nblocks);
+    let fits = (contents_len(geo, inodes, 1)..=contents_len(geo, inodes, inodes as usize))
+        .contains(&len)
         && geo.is_data(rec.first)
-        && rec
-            .first
-            .checked_add(nblocks)
-            .is_some_and(|e| e <= geo.data_end());
+        && end.is_some_and(|e| e <= geo.data_end());
     if !fits {
         return Err(format!(
             "record names {len} bytes at block {}, which this geometry cannot hold",
@@ -180,16 +185,15 @@ pub(crate) fn load<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64) -> Result<Sav
         .map(|c| u64::from_le_bytes(c.try_into().expect("8")));
     let mut next = || words.next().expect("length checked");
     let (nb, ni, nd) = (next(), next(), next());
-    if nb != geo.blocks || ni != geo.inodes as u64 || len != contents_len(geo, nd as usize) {
+    if nb != geo.blocks || ni != inodes || len != contents_len(geo, inodes, nd as usize) {
+        let (b, n) = (geo.blocks, inodes);
         return Err(format!(
-            "contents for {nb} blocks, {ni} inodes, {nd} directories do not match the geometry \
-             ({} blocks, {} inodes) or the record's length {len}",
-            geo.blocks, geo.inodes
+            "contents for {nb} blocks, {ni} inodes, {nd} directories do not \
+             match the geometry ({b} blocks, {n} inodes) or the record's length {len}"
         ));
     }
     let mut take = |n: u64| (0..n.div_ceil(64)).map(|_| next()).collect::<Vec<u64>>();
-    let bw = take(nb);
-    let iw = take(ni);
+    let (bw, iw) = (take(nb), take(ni));
     let dirs: Vec<u64> = (0..nd).map(|_| next()).collect();
     let bad = |what: &str| Err(format!("contents disagree with the layout: {what}"));
     let Some(blocks) = Bitmap::from_words(nb, bw) else {
@@ -299,11 +303,12 @@ mod tests {
                 }
             }
             prop_assert!(save(&pm, &geo, gen, &a, &dirs));
-            let s = load(&pm, &geo, gen).unwrap();
+            let n = geo.inodes as u64;
+            let s = load(&pm, &geo, gen, n).unwrap();
             prop_assert!(diff(&s, &a, &dirs).is_empty(), "{:?}", diff(&s, &a, &dirs));
             prop_assert_eq!((s.blocks.free(), s.inodes.free()), (a.blocks.free(), a.inodes.free()));
             prop_assert_eq!(s.blocks.free_chunks(), a.blocks.free_chunks());
-            prop_assert!(load(&pm, &geo, gen + 1).unwrap_err().starts_with("stale"));
+            prop_assert!(load(&pm, &geo, gen + 1, n).unwrap_err().starts_with("stale"));
             // One flipped byte, in the record or in the contents.
             let mut line = [0u8; LINE];
             pm.read(REC_OFF, &mut line);
@@ -317,7 +322,7 @@ mod tests {
             let mut b = [0u8; 1];
             sim.read(at, &mut b);
             sim.write(at, &[b[0] ^ 0x10]);
-            prop_assert!(load(&pm, &geo, gen).is_err(), "byte {} flipped", at);
+            prop_assert!(load(&pm, &geo, gen, n).is_err(), "byte {} flipped", at);
         }
     }
 }

@@ -282,7 +282,7 @@ impl<M: Media> Fs<M> {
     /// `blocks`: the media block of each file block the write touches, in order.
     fn write_fast(&self, ino: u64, node: Inode, off: u64, data: &[u8], blocks: &[u64]) {
         let end = off + data.len() as u64;
-        let at = self.geo.inode_off(ino);
+        let at = self.itable.off(ino);
         assert!(at.is_multiple_of(LINE), "inode {ino} not line-aligned");
         // An append of under 64 KiB at the end: one fence (`tail.rs`). Not in `kernel` mode,
         // where every store is a `pwrite` durable at return: there the fences are cheap and a

@@ -18,9 +18,12 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
 /// 4: no tree node a file reaches is empty (a truncate frees a node it empties), so a zeroed
 /// node is damage the walk names instead of holes it serves; an inode in use carries a checksum
 /// of the fields transactions store (byte 112).
+/// 5: the inode table grows: the meta inode's tree holds table blocks beyond the fixed table
+/// (`itable.rs`), and the meta inode carries a checksum too.
 /// Older pools are still read and written in their own format: a format 3 pool may hold empty
-/// nodes that truncates of earlier builds left, so there an empty node is not damage.
-pub const VERSION: u32 = 4;
+/// nodes that truncates of earlier builds left, so there an empty node is not damage; a format
+/// 4 pool's table stays the size mkfs made it.
+pub const VERSION: u32 = 5;
 /// The oldest format this build reads (and keeps in its layout).
 pub const OLDEST_VERSION: u32 = 2;
 /// Byte offset of the first superblock copy, in every format.
@@ -112,6 +115,10 @@ impl Geometry {
     pub fn inode_sums(&self) -> bool {
         self.format >= 4
     }
+    /// Format 5 and later: the inode table grows (`itable.rs`), and the meta inode is sealed.
+    pub fn grows(&self) -> bool {
+        self.format >= 5
+    }
     /// Byte offsets of the two superblock copies: block 0 and the last block (format 3), or
     /// both in block 0 (format 2).
     pub fn sb_offs(&self) -> [usize; 2] {
@@ -130,8 +137,12 @@ impl Geometry {
         assert!(l < self.lanes);
         BLOCK + l as usize * (self.lane_entries as usize + 1) * LINE
     }
+    /// Byte offset of inode `ino` of the fixed table (`itable::Itable::off` finds every inode).
     pub fn inode_off(&self, ino: u64) -> usize {
-        assert!(ino < self.inodes as u64, "inode {ino} out of range");
+        assert!(
+            ino < self.inodes as u64,
+            "inode {ino} out of the fixed table"
+        );
         self.inode_block as usize * BLOCK + ino as usize * INODE
     }
     pub fn is_data(&self, b: u64) -> bool {

@@ -18,6 +18,8 @@ mod error;
 mod falloc;
 mod grow;
 mod inode;
+mod itable;
+mod itable_grow;
 mod journal;
 pub mod layout;
 mod mount;
@@ -340,9 +342,10 @@ pub struct Fs<M: Media> {
     orphans: Mutex<Vec<u64>>,
     journal: journal::Journal,
     alloc: Mutex<alloc::Alloc>,
-    /// A bit per inode whose tree has been checked this mount (`Fs::verified`): all of them
-    /// after a walk, none after a mount from the clean-unmount checkpoint.
-    checked: Box<[std::sync::atomic::AtomicU64]>,
+    /// Where every inode lies, and a bit per inode whose tree has been checked this mount
+    /// (`Fs::verified`): all of them after a walk, none after a mount from the clean-unmount
+    /// checkpoint.
+    itable: itable::Itable,
     /// File ranges mapped for direct access, by inode (see `xip.rs`).
     pins: Mutex<HashMap<u64, Vec<(u64, u64)>>>,
     /// Damage met on first use after a mount from the checkpoint (`attr.rs`): those inodes

@@ -5,6 +5,7 @@ use crate::alloc::Alloc;
 use crate::dir::Dirs;
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind, SIZE_MTIME, TAIL};
+use crate::itable::Itable;
 use crate::journal::{self, Header, Journal};
 use crate::layout::{
     far_copy_off, Geometry, Superblock, BLOCK, INODE, LINE, META_INO, OLDEST_VERSION, ROOT_INO,
@@ -15,7 +16,6 @@ use crate::tx::Tx;
 use crate::{ckpt, walk, Fs, MkfsOptions, MountOptions, Recovery};
 use parking_lot::{Mutex, RwLock};
 use pmkit_media::Media;
-use std::sync::atomic::AtomicU64;
 
 fn write_sb<M: Media>(pm: &Pm<M>, sb: &Superblock) {
     let b = sb.encode();
@@ -140,12 +140,15 @@ impl<M: Media> Fs<M> {
         debug_assert!(geo.inode_sums(), "mkfs makes this build's format");
         let root = Inode::empty_dir(0o755, ROOT_INO, crate::clock::now()).sealed(ROOT_INO);
         pm.write(geo.inode_off(ROOT_INO), &root.encode());
+        let meta = Inode::default().seal_in(&geo, META_INO);
+        pm.write(geo.inode_off(META_INO), &meta.encode());
         pm.flush(geo.inode_off(0), tlen);
         pm.fence();
         // The empty file system's checkpoint, so that even the first mount reads no inode table.
         let mut alloc = Alloc::base(&geo);
         assert!(alloc.inodes.set(ROOT_INO));
         ckpt::save(&pm, &geo, 0, &alloc, &[ROOT_INO]);
+        debug_assert!(geo.grows(), "mkfs makes a table that grows");
         write_sb(
             &pm,
             &Superblock {
@@ -183,15 +186,21 @@ impl<M: Media> Fs<M> {
         // After a clean unmount, with nothing in the journal, the checkpoint stands in for the
         // walk; any other mount (or one that asks) walks the whole tree and checks it.
         let saved = match sb.clean && replay == Default::default() && !opts.full_walk {
-            true => ckpt::load(&pm, &geo, sb.mount_gen).ok(),
+            true => checkpoint(&pm, &geo, sb.mount_gen),
             false => None,
         };
         let from_checkpoint = saved.is_some();
-        let (alloc, dirs, orphans, cut) = match saved {
-            Some(s) => {
-                let orphans = orphan_list(&pm, &geo)?;
+        let (alloc, dirs, orphans, cut, itable) = match saved {
+            Some((s, itable)) => {
+                let orphans = orphan_list(&pm, &itable)?;
                 let d = Dirs::lazy(s.dirs);
-                (Alloc::new(s.blocks, s.inodes), d, orphans, Vec::new())
+                (
+                    Alloc::new(s.blocks, s.inodes),
+                    d,
+                    orphans,
+                    Vec::new(),
+                    itable,
+                )
             }
             None => {
                 let w = walk::walk(&pm, &geo);
@@ -200,13 +209,13 @@ impl<M: Media> Fs<M> {
                         problems: w.described(),
                     });
                 }
-                (w.alloc, Dirs::built(w.dirs), w.orphans, w.cut)
+                (w.alloc, Dirs::built(w.dirs), w.orphans, w.cut, w.itable)
             }
         };
         for c in &cut {
             // The size first: the record no longer applies to it, so a crash in between
             // leaves nothing to undo twice. Then the record, which a later size could match.
-            let at = geo.inode_off(c.ino);
+            let at = itable.off(c.ino);
             pm.store_u64(at + SIZE_MTIME, c.to);
             pm.store_u64(at + TAIL, 0);
             pm.flush(at, LINE);
@@ -238,9 +247,7 @@ impl<M: Media> Fs<M> {
             alloc: Mutex::new(alloc),
             pins: Mutex::new(std::collections::HashMap::new()),
             damage: Mutex::new(crate::damage::Damage::default()),
-            checked: (0..(geo.inodes as u64).div_ceil(64))
-                .map(|_| AtomicU64::new(if from_checkpoint { 0 } else { u64::MAX }))
-                .collect(),
+            itable,
         };
         for o in orphans {
             fs.finish_orphan(o)?;
@@ -318,7 +325,7 @@ impl<M: Media> Fs<M> {
     }
 
     pub(crate) fn tx(&self) -> Tx<'_, M> {
-        Tx::new(&self.pm, &self.geo, &self.alloc)
+        Tx::new(&self.pm, &self.geo, &self.itable, &self.alloc)
     }
 
     pub(crate) fn commit(&self, tx: Tx<'_, M>) -> Result<()> {
@@ -379,18 +386,30 @@ impl<M: Media> Fs<M> {
     }
 }
 
+/// The clean-unmount checkpoint of generation `gen` and the inode table it counts (`None`:
+/// the mount walks, and names whatever kept them from loading).
+fn checkpoint<M: Media>(pm: &Pm<M>, geo: &Geometry, gen: u64) -> Option<(ckpt::Saved, Itable)> {
+    let it = walk::grown_table(pm, geo).ok()?;
+    let s = ckpt::load(pm, geo, gen, it.count()).ok()?;
+    // a table block the checkpoint has free would be handed out as data
+    it.blocks()
+        .into_iter()
+        .all(|b| s.blocks.is_used(b))
+        .then_some((s, it))
+}
+
 /// The orphan list as the meta inode heads it, for a mount that does not walk (the walk checks
 /// it): a link out of range, to a free inode or back into the list is damage.
-fn orphan_list<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Result<Vec<u64>> {
+fn orphan_list<M: Media>(pm: &Pm<M>, it: &Itable) -> Result<Vec<u64>> {
     let inode = |i: u64| {
         let mut b = [0u8; INODE];
-        pm.read(geo.inode_off(i), &mut b);
+        pm.read(it.off(i), &mut b);
         Inode::decode(&b)
     };
     let mut out = Vec::new();
     let mut o = inode(META_INO).orphan_next;
     while o != 0 {
-        if o >= geo.inodes as u64 || out.contains(&o) || inode(o).is(Kind::Free) {
+        if !it.has(o) || out.contains(&o) || inode(o).is(Kind::Free) {
             return Err(Error::Damaged {
                 problems: vec![format!("orphan list: bad or looping link to inode {o}")],
             });

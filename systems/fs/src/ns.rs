@@ -223,6 +223,7 @@ impl<M: Media> Fs<M> {
         if idx.entries.contains_key(name) {
             return Err(Error::Exists);
         }
+        self.inode_room()?;
         let mut tx = self.tx();
         let ino = tx.alloc_inode()?;
         let t = now();
@@ -472,6 +473,9 @@ impl<M: Media> Fs<M> {
             f => (f, false),
         };
         let mut dirs = self.ns.write();
+        if whiteout {
+            self.inode_room()?;
+        }
         let src = *self
             .dir_of(&dirs, p1)?
             .entries

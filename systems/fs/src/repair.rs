@@ -23,6 +23,7 @@ use crate::check::{check, CheckReport};
 use crate::dir;
 use crate::error::{Error, Result};
 use crate::inode::{Inode, Kind};
+use crate::itable::Itable;
 use crate::journal::{self, Entry, Header, Journal};
 use crate::layout::{Geometry, BLOCK, INODE, LINE, ROOT_INO};
 use crate::overlay::Overlay;
@@ -237,13 +238,14 @@ fn rounds<M: Media>(pm: &Pm<M>, geo: &Geometry, j: &Journal, rep: &mut RepairRep
         let Some(tier) = w.problems.iter().map(|p| p.remedy.tier()).min() else {
             return Ok(());
         };
-        let alloc = Mutex::new(Alloc::new(w.alloc.blocks.clone(), inode_bitmap(pm, geo)));
+        let it = &w.itable;
+        let alloc = Mutex::new(Alloc::new(w.alloc.blocks.clone(), inode_bitmap(pm, it)));
         let before = pm.counters().bytes_written;
         let now = w.problems.iter().filter(|p| p.remedy.tier() == tier);
         match tier {
             2 => {
                 let lost: Vec<u64> = now.filter_map(|p| p.ino).collect();
-                relink_lost(pm, geo, &alloc, j, &w, &lost_order(pm, geo, lost), rep)?;
+                relink_lost(pm, (geo, it), &alloc, j, &w, &lost_order(pm, it, lost), rep)?;
             }
             _ => {
                 for p in now {
@@ -251,12 +253,12 @@ fn rounds<M: Media>(pm: &Pm<M>, geo: &Geometry, j: &Journal, rep: &mut RepairRep
                         Remedy::Stores(writes) => writes.clone(),
                         Remedy::Links(want) => {
                             let ino = p.ino.expect("a link count is an inode's");
-                            let off = geo.inode_off(ino) + crate::inode::LINKS;
+                            let off = it.off(ino) + crate::inode::LINKS;
                             vec![(off, want.to_le_bytes().to_vec())]
                         }
                         Remedy::Relink => unreachable!("tier 2 is handled above"),
                     };
-                    apply(pm, geo, &alloc, j, &writes)?;
+                    apply(pm, (geo, it), &alloc, j, &writes)?;
                     rep.fixes.push(Fix {
                         what: p.fixed(),
                         ino: p.ino,
@@ -276,10 +278,10 @@ fn rounds<M: Media>(pm: &Pm<M>, geo: &Geometry, j: &Journal, rep: &mut RepairRep
 /// The order to link lost inodes in: lost directories before lost files (a lost directory may
 /// name them), and of the directories only those whose parent is not lost itself (a lost
 /// subtree moves whole; the next round finds the rest named).
-fn lost_order<M: Media>(pm: &Pm<M>, geo: &Geometry, lost: Vec<u64>) -> Vec<u64> {
+fn lost_order<M: Media>(pm: &Pm<M>, it: &Itable, lost: Vec<u64>) -> Vec<u64> {
     let node = |i: u64| {
         let mut b = [0u8; INODE];
-        pm.read(geo.inode_off(i), &mut b);
+        pm.read(it.off(i), &mut b);
         Inode::decode(&b)
     };
     let dirs: Vec<u64> = lost
@@ -307,14 +309,14 @@ fn lost_order<M: Media>(pm: &Pm<M>, geo: &Geometry, lost: Vec<u64>) -> Vec<u64> 
 
 /// Every inode slot that is not free (and the meta inode): a transaction's new inodes come from
 /// the others.
-fn inode_bitmap<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Bitmap {
-    let mut table = vec![0u8; geo.inodes as usize * INODE];
-    pm.read(geo.inode_off(0), &mut table);
-    let mut bits = Bitmap::new(geo.inodes as u64);
+fn inode_bitmap<M: Media>(pm: &Pm<M>, it: &Itable) -> Bitmap {
+    let mut bits = Bitmap::new(it.count());
     bits.set(crate::layout::META_INO);
-    for (i, c) in table.chunks(INODE).enumerate() {
-        if c[crate::inode::KIND] != Kind::Free as u8 {
-            bits.set(i as u64);
+    for i in 1..it.count() {
+        let mut kind = [0u8; 1];
+        pm.read(it.off(i) + crate::inode::KIND, &mut kind);
+        if kind[0] != Kind::Free as u8 {
+            bits.set(i);
         }
     }
     bits
@@ -323,13 +325,13 @@ fn inode_bitmap<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Bitmap {
 /// The stores of one fix, in one transaction (split when they cannot fit one lane).
 fn apply<M: Media>(
     pm: &Pm<M>,
-    geo: &Geometry,
+    (geo, it): (&Geometry, &Itable),
     alloc: &Mutex<Alloc>,
     j: &Journal,
     writes: &[(usize, Vec<u8>)],
 ) -> Result<()> {
     for chunk in writes.chunks(STORES_PER_TX) {
-        let mut tx = Tx::new(pm, geo, alloc);
+        let mut tx = Tx::new(pm, geo, it, alloc);
         for (off, b) in chunk {
             tx.write(*off, b);
         }
@@ -346,38 +348,40 @@ fn reseal<M: Media>(tx: &mut Tx<'_, M>, geo: &Geometry, writes: &[(usize, Vec<u8
     if !geo.inode_sums() {
         return;
     }
-    let table = geo.inode_off(0)..geo.inode_off(0) + geo.inodes as usize * INODE;
+    let it = tx.itable();
+    // Every inode slot a store reaches: its first byte, each slot after, its last byte.
     let mut touched: Vec<u64> = writes
         .iter()
+        .filter(|(_, b)| !b.is_empty())
         .flat_map(|(off, b)| {
-            let (a, z) = ((*off).max(table.start), (off + b.len()).min(table.end));
-            let first = (a.saturating_sub(table.start) / INODE) as u64;
-            let end = (z.saturating_sub(table.start)).div_ceil(INODE) as u64;
-            first..end.max(first)
+            let last = off + b.len() - 1;
+            let at = (*off..=last).step_by(INODE).chain([last]);
+            at.filter_map(|o| it.ino_at(o)).collect::<Vec<u64>>()
         })
         .collect();
     touched.sort_unstable();
     touched.dedup();
     for ino in touched {
-        let n = tx.inode(ino).sealed(ino);
-        tx.write(geo.inode_off(ino) + crate::inode::SUM, &n.sum.to_le_bytes());
+        let n = tx.inode(ino).seal_in(geo, ino);
+        tx.write(it.off(ino) + crate::inode::SUM, &n.sum.to_le_bytes());
     }
 }
 
-/// Store the checksum of inode `ino` for its fields as they are on `media` (format 4; a no-op
-/// on older formats): what a tool that edits an inode by hand must do after (as debugfs's
+/// Store the checksum of inode `ino` for its fields as they are on `media` (format 4; 0 on
+/// older formats, which keep none): what a tool that edits an inode by hand must do after (as debugfs's
 /// `set_inode_field` does for ext4), and how tests make damage a checksum does not catch (a
 /// wrong field stored by a bug, not changed by the media).
 pub fn reseal_inode<M: Media>(media: &M, ino: u64) -> Result<()> {
     let geo = crate::superblock(media)?.geo;
-    if !geo.inode_sums() || ino >= geo.inodes as u64 {
+    let pm = Pm::new(media, Faults::default());
+    let it = walk::grown_table(&pm, &geo).map_err(|problems| Error::Damaged { problems })?;
+    if !it.has(ino) {
         return Ok(());
     }
-    let pm = Pm::new(media, Faults::default());
-    let at = geo.inode_off(ino);
+    let at = it.off(ino);
     let mut b = [0u8; INODE];
     pm.read(at, &mut b);
-    let sum = Inode::decode(&b).sealed(ino).sum;
+    let sum = Inode::decode(&b).seal_in(&geo, ino).sum;
     pm.write(at + crate::inode::SUM, &sum.to_le_bytes());
     pm.flush(at + crate::inode::SUM, 4);
     pm.fence();
@@ -389,7 +393,7 @@ pub fn reseal_inode<M: Media>(media: &M, ino: u64) -> Result<()> {
 /// lost+found's own count.
 fn relink_lost<M: Media>(
     pm: &Pm<M>,
-    geo: &Geometry,
+    (geo, it): (&Geometry, &Itable),
     alloc: &Mutex<Alloc>,
     j: &Journal,
     w: &Walked,
@@ -398,10 +402,10 @@ fn relink_lost<M: Media>(
 ) -> Result<()> {
     let (lf, lf_name) = match w.lost_found {
         Some(i) => (i, "lost+found".to_string()),
-        None => make_lost_found(pm, geo, alloc, j, w, rep)?,
+        None => make_lost_found(pm, (geo, it), alloc, j, w, rep)?,
     };
     for &ino in lost {
-        let mut tx = Tx::new(pm, geo, alloc);
+        let mut tx = Tx::new(pm, geo, it, alloc);
         let mut node = tx.inode(ino);
         let mut name = format!("#{ino}");
         let mut k = 0;
@@ -432,7 +436,7 @@ fn relink_lost<M: Media>(
             ),
             ino: Some(ino),
             block: None,
-            offset: Some(geo.inode_off(ino) as u64),
+            offset: Some(it.off(ino) as u64),
         });
     }
     Ok(())
@@ -441,7 +445,7 @@ fn relink_lost<M: Media>(
 /// A new `/lost+found` (or `lost+found.N` when a non-directory holds the name).
 fn make_lost_found<M: Media>(
     pm: &Pm<M>,
-    geo: &Geometry,
+    (geo, it): (&Geometry, &Itable),
     alloc: &Mutex<Alloc>,
     j: &Journal,
     w: &Walked,
@@ -455,7 +459,7 @@ fn make_lost_found<M: Media>(
         })
         .find(|n| root.is_none_or(|r| !r.entries.contains_key(n.as_bytes())))
         .expect("a free name");
-    let mut tx = Tx::new(pm, geo, alloc);
+    let mut tx = Tx::new(pm, geo, it, alloc);
     let ino = tx.alloc_inode()?;
     let node = Inode::empty_dir(0o700, ROOT_INO, crate::clock::now());
     tx.put_inode(ino, &node);
@@ -469,7 +473,7 @@ fn make_lost_found<M: Media>(
         what: format!("created /{name} (inode {ino}) for inodes nothing named"),
         ino: Some(ino),
         block: None,
-        offset: Some(geo.inode_off(ino) as u64),
+        offset: Some(it.off(ino) as u64),
     });
     Ok((ino, name))
 }

@@ -5,6 +5,7 @@
 use crate::alloc::Alloc;
 use crate::error::{Error, Result};
 use crate::inode::Inode;
+use crate::itable::Itable;
 use crate::journal::{self, Lane};
 use crate::layout::{Geometry, BLOCK, INODE, LINE};
 use crate::pm::Pm;
@@ -46,6 +47,7 @@ struct W {
 pub(crate) struct Tx<'a, M> {
     pm: &'a Pm<M>,
     geo: &'a Geometry,
+    it: &'a Itable,
     alloc: &'a Mutex<Alloc>,
     writes: Vec<W>,
     fresh: BlockSet,
@@ -59,10 +61,16 @@ pub(crate) struct Tx<'a, M> {
 }
 
 impl<'a, M: Media> Tx<'a, M> {
-    pub(crate) fn new(pm: &'a Pm<M>, geo: &'a Geometry, alloc: &'a Mutex<Alloc>) -> Tx<'a, M> {
+    pub(crate) fn new(
+        pm: &'a Pm<M>,
+        geo: &'a Geometry,
+        it: &'a Itable,
+        alloc: &'a Mutex<Alloc>,
+    ) -> Tx<'a, M> {
         Tx {
             pm,
             geo,
+            it,
             alloc,
             writes: Vec::new(),
             fresh: BlockSet::default(),
@@ -179,25 +187,24 @@ impl<'a, M: Media> Tx<'a, M> {
     }
     pub(crate) fn inode(&self, ino: u64) -> Inode {
         let mut b = [0u8; INODE];
-        self.read(self.geo.inode_off(ino), &mut b);
+        self.read(self.it.off(ino), &mut b);
         Inode::decode(&b)
+    }
+    /// Where the inodes are (the table as this transaction's start found it).
+    pub(crate) fn itable(&self) -> &'a Itable {
+        self.it
     }
     /// Stage the whole inode, with its checksum (format 4). A file's tail record goes to 0: the
     /// record speaks for the last one-fence append only until anything else changes the file
     /// (`tail.rs`). A symlink's tail word is its target's checksum, kept.
     pub(crate) fn put_inode(&mut self, ino: u64, i: &Inode) {
-        let off = self.geo.inode_off(ino);
+        let off = self.it.off(ino);
         let tail = if i.is(crate::inode::Kind::Symlink) {
             i.tail
         } else {
             0
         };
-        let i = Inode { tail, ..*i };
-        let i = if self.geo.inode_sums() {
-            i.sealed(ino)
-        } else {
-            Inode { sum: 0, ..i }
-        };
+        let i = Inode { tail, ..*i }.seal_in(self.geo, ino);
         self.writes.push(W {
             off,
             data: i.encode().to_vec(),
@@ -389,6 +396,7 @@ mod tests {
         let geo = sb.geo;
         let pm = Pm::new(&sim, crate::Faults::default());
         let alloc = Mutex::new(Alloc::base(&geo));
+        let it = crate::itable::Itable::new(&geo, &[], true);
         let base = geo.data_block as usize * BLOCK;
         const SPAN: usize = 2 * LINE + 16;
         let orig: Vec<u8> = (0..SPAN + 64).map(|i| (i * 7 + 3) as u8).collect();
@@ -396,7 +404,7 @@ mod tests {
         for off in 0..SPAN {
             for len in 1..=SPAN - off {
                 for second in [None, Some((off / 2, 5)), Some((off + len, 3))] {
-                    let mut tx = Tx::new(&pm, &geo, &alloc);
+                    let mut tx = Tx::new(&pm, &geo, &it, &alloc);
                     let mut model = orig.clone();
                     let data: Vec<u8> = (0..len).map(|i| !(orig[off + i]) ^ i as u8).collect();
                     tx.write(base + off, &data);
@@ -504,7 +512,8 @@ mod tests {
         };
         let pm = Pm::new(&spy, crate::Faults::default());
         let journal = journal::Journal::new(&vec![1; geo.lanes as usize]);
-        let mut tx = Tx::new(&pm, &geo, &alloc);
+        let it = crate::itable::Itable::new(&geo, &[], true);
+        let mut tx = Tx::new(&pm, &geo, &it, &alloc);
         // A logged change (so the commit journals and fences) and the free.
         let mut node = tx.inode(crate::layout::ROOT_INO);
         node.mtime += 1;

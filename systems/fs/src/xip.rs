@@ -57,7 +57,7 @@ impl<M: Media> Fs<M> {
             // through the mapping after an append may make the mount after a crash take that
             // append for torn and give its bytes back (never wrong bytes).
             self.pm
-                .persist_u64(self.geo.inode_off(ino) + crate::inode::TAIL, 0);
+                .persist_u64(self.itable.off(ino) + crate::inode::TAIL, 0);
         }
         let mut out: Vec<(u64, u64)> = Vec::new();
         for idx in off / b..end / b {

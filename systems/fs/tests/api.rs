@@ -86,7 +86,7 @@ fn limits_and_errors() {
     assert!(matches!(Fs::mkfs(&r, &o), Err(Error::Invalid(_))));
     let e = Error::NameTooLong { len: 256, max: 255 };
     assert_eq!(e.errno(), 36);
-    // the inode table fills up with a typed error
+    // the inode table grows past the size mkfs gave it (tests/itable.rs fills a pool)
     let small = Region::anonymous(1 << 20).unwrap();
     Fs::mkfs(
         &small,
@@ -100,10 +100,9 @@ fn limits_and_errors() {
     for i in 0..6 {
         fs.create(ROOT, format!("f{i}").as_bytes(), 0o644).unwrap();
     }
-    assert!(matches!(
-        fs.create(ROOT, b"one-more", 0o644),
-        Err(Error::NoInodes { max: 8 })
-    ));
+    let more = fs.create(ROOT, b"one-more", 0o644).unwrap();
+    assert!(more.ino >= 8, "inode {} beyond the first 8", more.ino);
+    assert!(fs.statfs().inodes > 8);
 }
 
 #[test]

@@ -219,7 +219,7 @@ fn both_superblocks_bad_are_rebuilt_for_the_mkfs_geometry() {
     assert_eq!(
         v,
         pmkit_fs::layout::VERSION,
-        "the root inode's checksum says format 4"
+        "the root and meta inodes' checksums say format 5"
     );
     let fs = mount(&sim);
     intact_f(&fs);

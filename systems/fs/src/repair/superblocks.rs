@@ -81,9 +81,10 @@ fn v2_slot_used<M: Media>(pm: &Pm<M>) -> bool {
 
 /// The format of a pool whose superblocks are both lost, as `geo` (any format) places its
 /// inodes. Format 3 and later leave format 2's copy-B slot zero: bytes there mean format 2.
-/// Formats 3 and 4 share their layout; a root inode that carries format 4's checksum means 4
+/// Formats 3 to 5 share their layout; a root inode that carries format 4's checksum means 4
 /// (format 3 leaves the word zero, and a CRC32C that happens to be zero reads as 3, which
-/// checks less but never calls a format 3 pool's empty nodes damage).
+/// checks less but never calls a format 3 pool's empty nodes damage), and a sealed meta inode
+/// beside it means 5.
 fn lost_format<M: Media>(pm: &Pm<M>, geo: &Geometry) -> u32 {
     if v2_slot_used(pm) {
         return 2;
@@ -91,10 +92,16 @@ fn lost_format<M: Media>(pm: &Pm<M>, geo: &Geometry) -> u32 {
     let mut b = [0u8; INODE];
     pm.read(geo.inode_off(ROOT_INO), &mut b);
     let root = Inode::decode(&b);
-    if root.sum != 0 && root.sum_ok(ROOT_INO) {
-        4
-    } else {
-        3
+    if root.sum == 0 || !root.sum_ok(ROOT_INO) {
+        return 3;
+    }
+    // Format 5 seals the meta inode too (format 4 leaves its word zero).
+    pm.read(geo.inode_off(crate::layout::META_INO), &mut b);
+    let meta = Inode::decode(&b);
+    let v5 = geo.at_format(5);
+    match meta.sum != 0 && meta.sum_ok_in(&v5, crate::layout::META_INO) {
+        true => 5,
+        false => 4,
     }
 }
 

@@ -6,6 +6,7 @@ use super::inode::{Data, Visitor};
 use super::{Problem, Sign};
 use crate::dir::{self, DirIndex, Loc, Rec, SLOT};
 use crate::inode::{self as field, Inode, Kind};
+use crate::itable::Itable;
 use crate::layout::{Geometry, BLOCK, INODE, META_INO};
 use crate::pm::Pm;
 use pmkit_media::Media;
@@ -33,7 +34,7 @@ impl<M: Media> Visitor<'_, M> {
         if !node.size.is_multiple_of(BLOCK as u64) || data.len() != blocks {
             // Blocks past the first hole cannot be kept: their pointers are cut.
             let size = (contiguous * BLOCK) as u64;
-            let at = self.geo.inode_off(d);
+            let at = self.it.off(d);
             let mut writes = vec![
                 (at + field::SIZE, size.to_le_bytes().to_vec()),
                 (at + field::TAIL, vec![0u8; 8]),
@@ -102,7 +103,7 @@ impl<M: Media> Visitor<'_, M> {
                             Some(b),
                             vec![(at + dir::H_INO, vec![0; 8])],
                         );
-                        if r.ino == META_INO || r.ino >= self.geo.inodes as u64 {
+                        if r.ino == META_INO || !self.it.has(r.ino) {
                             p.sign = Some(Sign::InodeOutOfRange(r.ino));
                         }
                         out.push(p);
@@ -117,7 +118,7 @@ impl<M: Media> Visitor<'_, M> {
 /// The target check every walk makes of a record: in range, in use, of the record's kind (a
 /// kind that differs is set to the inode's). `Ok(child)` when the record stands.
 pub(super) fn target(
-    geo: &Geometry,
+    it: &Itable,
     r: &Rec,
     at: usize,
     child: Option<Inode>,
@@ -125,7 +126,7 @@ pub(super) fn target(
     out: &mut Vec<Problem>,
 ) -> Result<Inode, String> {
     let child = match child {
-        Some(c) if r.ino != META_INO && r.ino < geo.inodes as u64 => c,
+        Some(c) if r.ino != META_INO && it.has(r.ino) => c,
         _ => return Err(format!("names inode {} out of range", r.ino)),
     };
     if child.is(Kind::Free) || child.kind().is_none() {
@@ -163,6 +164,7 @@ pub(super) fn target(
 pub(crate) fn dir_index<M: Media>(
     pm: &Pm<M>,
     geo: &Geometry,
+    it: &Itable,
     d: u64,
     node: &Inode,
     data: &[(u64, u64)],
@@ -180,14 +182,14 @@ pub(crate) fn dir_index<M: Media>(
         .collect();
     let mut out = Vec::new();
     let mut vet = |r: &Rec, at: usize, out: &mut Vec<Problem>| {
-        let child = (r.ino < geo.inodes as u64).then(|| {
+        let child = it.has(r.ino).then(|| {
             let mut c = [0u8; INODE];
-            pm.read(geo.inode_off(r.ino), &mut c);
+            pm.read(it.off(r.ino), &mut c);
             Inode::decode(&c)
         });
-        target(geo, r, at, child, d, out).map(|c| c.kind)
+        target(it, r, at, child, d, out).map(|c| c.kind)
     };
-    let idx = Visitor { pm, geo }.directory(d, node, &data, &mut out, &mut vet);
+    let idx = Visitor { pm, geo, it }.directory(d, node, &data, &mut out, &mut vet);
     match out.is_empty() {
         true => Ok(idx),
         false => Err(out

@@ -4,6 +4,7 @@
 use super::Problem;
 use crate::alloc::Bitmap;
 use crate::inode::{self as field, Inode, Kind, FLAGS_KNOWN};
+use crate::itable::Itable;
 use crate::layout::{tree_cap, Geometry, BLOCK, INODE, MAX_FILE_SIZE, MAX_HEIGHT, SYMLINK_MAX};
 use crate::pm::Pm;
 use crate::tree::{self, Reader};
@@ -49,6 +50,7 @@ pub(super) struct Data {
 pub(super) struct Visitor<'a, M> {
     pub pm: &'a Pm<M>,
     pub geo: &'a Geometry,
+    pub it: &'a Itable,
 }
 
 impl<M: Media> Visitor<'_, M> {
@@ -63,7 +65,7 @@ impl<M: Media> Visitor<'_, M> {
         owner: &mut dyn Owner,
         out: &mut Vec<Problem>,
     ) -> Vec<Data> {
-        let off = |f: usize| self.geo.inode_off(ino) + f;
+        let off = |f: usize| self.it.off(ino) + f;
         let keep = !node.is(Kind::File);
         let mut data = Vec::new();
         if node.height > MAX_HEIGHT {
@@ -132,7 +134,7 @@ impl<M: Media> Visitor<'_, M> {
                 "dropped (its extended attributes are lost)".into(),
                 Some(ino),
                 Some(node.xattr),
-                vec![(self.geo.inode_off(ino) + field::XATTR, vec![0u8; 8])],
+                vec![(self.it.off(ino) + field::XATTR, vec![0u8; 8])],
             ));
         }
     }
@@ -161,7 +163,7 @@ impl<M: Media> Visitor<'_, M> {
     /// special file with data (cleared):
     /// true when the inode keeps no data.
     fn without_data(&self, ino: u64, node: &Inode, out: &mut Vec<Problem>) -> bool {
-        let off = |f: usize| self.geo.inode_off(ino) + f;
+        let off = |f: usize| self.it.off(ino) + f;
         let bad_target = node.is(Kind::Symlink).then(|| {
             if node.size == 0 || node.size > SYMLINK_MAX as u64 || node.height != 0 {
                 Some(format!(
@@ -211,7 +213,7 @@ impl<M: Media> Visitor<'_, M> {
 
     /// Flags, device number and size; returns the size the rest of the checks hold to.
     fn fields(&self, ino: u64, node: &Inode, out: &mut Vec<Problem>) -> u64 {
-        let off = |f: usize| self.geo.inode_off(ino) + f;
+        let off = |f: usize| self.it.off(ino) + f;
         let special = node.kind().is_some_and(Kind::is_special);
         if node.flags & !FLAGS_KNOWN != 0 || (node.flags != 0 && !node.is(Kind::File)) {
             let keep = if node.is(Kind::File) {
@@ -251,6 +253,40 @@ impl<M: Media> Visitor<'_, M> {
             size = MAX_FILE_SIZE;
         }
         size
+    }
+
+    /// Walk the tree of inode `ino` alone (no field checks), claiming its blocks in `owner`;
+    /// its data blocks in file order (the meta inode's: the grown inode table).
+    pub(super) fn tree_only(
+        &self,
+        ino: u64,
+        node: &Inode,
+        owner: &mut dyn Owner,
+        out: &mut Vec<Problem>,
+    ) -> Vec<Data> {
+        let mut data = Vec::new();
+        let at = self.it.off(ino) + field::ROOT;
+        if node.height > MAX_HEIGHT {
+            out.push(Problem::stores(
+                format!("inode {ino}: tree height {} over {MAX_HEIGHT}", node.height),
+                "tree cut".into(),
+                Some(ino),
+                None,
+                vec![(at, vec![0u8; 9])],
+            ));
+            return data;
+        }
+        let mut t = Tree {
+            v: self,
+            ino,
+            owner,
+            out,
+            keep: true,
+            data: &mut data,
+        };
+        t.pointer(node.root, node.height, 0, at);
+        data.sort_unstable();
+        data
     }
 
     /// Claim the blocks of a tree nothing reaches (bad pointers skipped, shared blocks not
@@ -376,8 +412,8 @@ impl<M: Media> Tree<'_, '_, M> {
 
 /// An inode in use whose fields do not match their checksum (format 4; any inode of an older
 /// format passes): the problem that frees it.
-pub(super) fn unsealed(geo: &Geometry, ino: u64, node: &Inode) -> Option<Problem> {
-    if !geo.inode_sums() || node.sum_ok(ino) {
+pub(super) fn unsealed(geo: &Geometry, it: &Itable, ino: u64, node: &Inode) -> Option<Problem> {
+    if node.sum_ok_in(geo, ino) {
         return None;
     }
     Some(Problem::stores(
@@ -388,7 +424,7 @@ pub(super) fn unsealed(geo: &Geometry, ino: u64, node: &Inode) -> Option<Problem
         "freed (which field is wrong cannot be known: the file and its data are lost)".into(),
         Some(ino),
         None,
-        vec![(geo.inode_off(ino), vec![0u8; INODE])],
+        vec![(it.off(ino), vec![0u8; INODE])],
     ))
 }
 
@@ -402,16 +438,17 @@ pub(super) fn unsealed(geo: &Geometry, ino: u64, node: &Inode) -> Option<Problem
 pub(crate) fn verify_inode<M: Media>(
     pm: &Pm<M>,
     geo: &Geometry,
+    it: &Itable,
     ino: u64,
     node: &Inode,
     used: &dyn Fn(&[u64]) -> Option<u64>,
 ) -> Result<Vec<(u64, u64)>, String> {
-    if let Some(p) = unsealed(geo, ino, node) {
+    if let Some(p) = unsealed(geo, it, ino, node) {
         return Err(p.what);
     }
     let mut mine = HashSet::new();
     let mut out = Vec::new();
-    let data = Visitor { pm, geo }.inode(ino, node, false, &mut mine, &mut out);
+    let data = Visitor { pm, geo, it }.inode(ino, node, false, &mut mine, &mut out);
     let owned: Vec<u64> = mine.into_iter().collect();
     let mut problems: Vec<String> = out.into_iter().map(|p| p.what).collect();
     if let Some(b) = used(&owned) {

@@ -6,6 +6,7 @@
 mod dirs;
 mod inode;
 mod orphans;
+mod table;
 
 pub(crate) use dirs::dir_index;
 pub(crate) use inode::verify_inode;
@@ -13,7 +14,8 @@ pub(crate) use inode::verify_inode;
 use crate::alloc::{Alloc, Bitmap};
 use crate::dir::DirIndex;
 use crate::inode::{self as field, Inode, Kind};
-use crate::layout::{Geometry, INODE, MAX_HEIGHT, ROOT_INO};
+use crate::itable::{Itable, PER_BLOCK};
+use crate::layout::{Geometry, BLOCK, INODE, MAX_HEIGHT, META_INO, ROOT_INO};
 use crate::pm::Pm;
 use crate::tail;
 use inode::Visitor;
@@ -92,6 +94,8 @@ impl Problem {
 
 pub(crate) struct Walked {
     pub alloc: Alloc,
+    /// Where the inodes are, the grown table's blocks as the walk took them.
+    pub itable: Itable,
     pub dirs: HashMap<u64, DirIndex>,
     pub orphans: Vec<u64>,
     /// Files whose last one-fence append did not reach the media whole.
@@ -131,15 +135,22 @@ impl CutAppend {
 }
 
 pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
-    let (nodes, unsealed) = sealed(geo, table(pm, geo));
-    let v = Visitor { pm, geo };
     let Alloc {
         mut blocks,
         mut inodes,
         ..
     } = Alloc::base(geo);
+    let mut problems = Vec::new();
+    let (meta, grown) = table::grown(pm, geo, &mut blocks, &mut problems);
+    inodes.grow(grown.len() as u64 * PER_BLOCK);
+    let it = Itable::new(geo, &grown, true);
+    let mut nodes = table(pm, geo, &it);
+    nodes[META_INO as usize] = meta;
+    let nodes = sealed(geo, &it, nodes, &mut problems);
+    let v = Visitor { pm, geo, it: &it };
     let mut w = Walked {
         alloc: Alloc::new(Bitmap::new(0), Bitmap::new(0)),
+        itable: Itable::new(geo, &grown, true),
         dirs: HashMap::new(),
         orphans: Vec::new(),
         cut: Vec::new(),
@@ -152,7 +163,7 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     if !root.is(Kind::Dir) {
         // Without a root nothing is reachable: repair makes it an empty directory and walks
         // again (everything else then goes to lost+found).
-        w.problems = unsealed;
+        w.problems = problems;
         w.problems.push(root_fix(geo, &root));
         w.alloc = Alloc::new(blocks, inodes);
         return w;
@@ -161,7 +172,6 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     let mut refs = vec![0u32; nodes.len()];
     let mut visited: HashSet<u64> = HashSet::from([ROOT_INO]);
     let mut queue = VecDeque::from([ROOT_INO]);
-    let mut problems = unsealed;
     while let Some(d) = queue.pop_front() {
         inodes.set(d);
         w.dirs_count += 1;
@@ -171,13 +181,13 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         // at once (and the root is visited from the start).
         let mut vet = |r: &crate::dir::Rec, at: usize, out: &mut Vec<Problem>| {
             let child = nodes.get(r.ino as usize).copied();
-            let child = dirs::target(geo, r, at, child, d, out)?;
+            let child = dirs::target(&it, r, at, child, d, out)?;
             if child.is(Kind::Dir) {
                 if !visited.insert(r.ino) {
                     return Err(format!("names directory {}, reachable twice", r.ino));
                 }
                 if child.parent != d {
-                    out.push(parent_fix(geo, r.ino, child.parent, d));
+                    out.push(parent_fix(&it, r.ino, child.parent, d));
                 }
                 if d == ROOT_INO && r.name == b"lost+found" {
                     w.lost_found = Some(r.ino);
@@ -200,7 +210,7 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         inodes.set(i);
     }
     w.orphans = o.list;
-    let lost = sweep(geo, &nodes, &visited, &w.dirs, &refs, &mut problems);
+    let lost = sweep(&it, &nodes, &visited, &w.dirs, &refs, &mut problems);
     // A lost inode's blocks are its own, not free: a repair that links it must not hand them
     // out (its tree is checked once it is reachable again).
     for &i in &lost {
@@ -222,10 +232,28 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     w
 }
 
-/// The inode table, decoded.
-fn table<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Vec<Inode> {
+/// The inode table as the walk would take it (its inodes counted unchecked), for a mount that
+/// loads the clean-unmount checkpoint instead of walking; `Err`: what the walk would name.
+pub(crate) fn grown_table<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Result<Itable, Vec<String>> {
+    let mut scratch = Bitmap::new(geo.blocks);
+    let mut out = Vec::new();
+    let (_, grown) = table::grown(pm, geo, &mut scratch, &mut out);
+    match out.is_empty() {
+        true => Ok(Itable::new(geo, &grown, false)),
+        false => Err(out.into_iter().map(|p| p.what).collect()),
+    }
+}
+
+/// The inode table, decoded: the fixed table, then each grown block.
+fn table<M: Media>(pm: &Pm<M>, geo: &Geometry, it: &Itable) -> Vec<Inode> {
     let mut table = vec![0u8; geo.inodes as usize * INODE];
     pm.read(geo.inode_off(0), &mut table);
+    let mut block = vec![0u8; BLOCK];
+    for b in it.blocks() {
+        pm.read(b as usize * BLOCK, &mut block);
+        table.extend_from_slice(&block);
+    }
+    assert_eq!(table.len() as u64, it.count() * INODE as u64);
     table
         .chunks_exact(INODE)
         .map(|c| Inode::decode(c.try_into().expect("one inode")))
@@ -236,19 +264,24 @@ fn table<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Vec<Inode> {
 /// free for this walk, and a problem for each that frees it: which field is wrong cannot be
 /// known, and a wrong mode, owner or pointer served is worse than a file lost (the records
 /// naming it go with it; its blocks become free).
-fn sealed(geo: &Geometry, mut nodes: Vec<Inode>) -> (Vec<Inode>, Vec<Problem>) {
-    let mut out = Vec::new();
+/// The meta inode is checked before (`table::grown`).
+fn sealed(
+    geo: &Geometry,
+    it: &Itable,
+    mut nodes: Vec<Inode>,
+    out: &mut Vec<Problem>,
+) -> Vec<Inode> {
     if !geo.inode_sums() {
-        return (nodes, out);
+        return nodes;
     }
-    for (ino, n) in nodes.iter_mut().enumerate() {
+    for (ino, n) in nodes.iter_mut().enumerate().skip(1) {
         let ino = ino as u64;
-        if let Some(p) = inode::unsealed(geo, ino, n) {
+        if let Some(p) = inode::unsealed(geo, it, ino, n) {
             out.push(p);
             *n = Inode::default();
         }
     }
-    (nodes, out)
+    nodes
 }
 
 /// A root that is not a directory: made an empty one (its orphan list kept).
@@ -270,13 +303,13 @@ fn root_fix(geo: &Geometry, root: &Inode) -> Problem {
 }
 
 /// Directory `ino`, found in `d`, whose `..` says `says`.
-fn parent_fix(geo: &Geometry, ino: u64, says: u64, d: u64) -> Problem {
+fn parent_fix(it: &Itable, ino: u64, says: u64, d: u64) -> Problem {
     Problem::stores(
         format!("directory {ino}: parent says {says}, found in {d}"),
         "parent set".into(),
         Some(ino),
         None,
-        vec![(geo.inode_off(ino) + field::PARENT, d.to_le_bytes().to_vec())],
+        vec![(it.off(ino) + field::PARENT, d.to_le_bytes().to_vec())],
     )
 }
 
@@ -284,7 +317,7 @@ fn parent_fix(geo: &Geometry, ino: u64, says: u64, d: u64) -> Problem {
 /// link counts against the names the walk counted (`refs`; a directory's are its subdirectories
 /// and two).
 fn sweep(
-    geo: &Geometry,
+    it: &Itable,
     nodes: &[Inode],
     visited: &HashSet<u64>,
     dirs: &HashMap<u64, DirIndex>,
@@ -294,7 +327,7 @@ fn sweep(
     let mut lost = Vec::new();
     for i in 1..nodes.len() as u64 {
         let node = nodes[i as usize];
-        let at = geo.inode_off(i);
+        let at = it.off(i);
         if node.kind().is_none() {
             problems.push(Problem::stores(
                 format!("inode {i}: unknown kind {}", node.kind),

@@ -44,11 +44,23 @@ impl<M: Media> Visitor<'_, M> {
         out: &mut Vec<Problem>,
     ) -> Orphans {
         let n = nodes.len() as u64;
-        let ioff = |ino: u64, f: usize| self.geo.inode_off(ino) + f;
+        let ioff = |ino: u64, f: usize| self.it.off(ino) + f;
         let meta = nodes[META_INO as usize];
-        let only_head = Inode {
-            orphan_next: meta.orphan_next,
-            ..Inode::default()
+        // From format 5 the meta inode also holds the grown inode table's tree (checked
+        // before the walk, by `table::grown`) and its checksum.
+        let only_head = match self.geo.grows() {
+            true => Inode {
+                orphan_next: meta.orphan_next,
+                root: meta.root,
+                height: meta.height,
+                size: meta.size,
+                sum: meta.sum,
+                ..Inode::default()
+            },
+            false => Inode {
+                orphan_next: meta.orphan_next,
+                ..Inode::default()
+            },
         };
         if meta != only_head {
             out.push(Problem::stores(

@@ -1,0 +1,78 @@
+//! The inode table's grown part (format 5): the meta inode's tree, checked before anything else
+//! (every later check reads inodes through it). Its blocks are claimed like a file's; a table
+//! block the tree no longer reaches ends the table there, and the inodes past it are lost
+//! (records naming them are then out of range, which the walk names in turn).
+
+use super::inode::Visitor;
+use super::Problem;
+use crate::alloc::Bitmap;
+use crate::inode::{self as field, Inode};
+use crate::itable::{Itable, PER_BLOCK};
+use crate::layout::{Geometry, BLOCK, INODE, META_INO};
+use crate::pm::Pm;
+use pmkit_media::Media;
+
+/// The meta inode as the walk takes it, and the grown table's blocks in order; their blocks
+/// (and tree nodes) claimed in `blocks`.
+pub(super) fn grown<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+    blocks: &mut Bitmap,
+    out: &mut Vec<Problem>,
+) -> (Inode, Vec<u64>) {
+    let mut b = [0u8; INODE];
+    pm.read(geo.inode_off(META_INO), &mut b);
+    let meta = Inode::decode(&b);
+    if !geo.grows() {
+        return (meta, Vec::new());
+    }
+    let at = geo.inode_off(META_INO);
+    if !meta.sum_ok_in(geo, META_INO) {
+        let fresh = Inode::default().seal_in(geo, META_INO);
+        out.push(Problem::stores(
+            "meta inode 0 (the grown inode table's tree and the orphan list head) does not \
+             match its checksum"
+                .into(),
+            format!(
+                "reset: the inode table keeps its first {} inodes, those past them are lost, \
+                 and orphans are linked into lost+found",
+                geo.inodes
+            ),
+            Some(META_INO),
+            None,
+            vec![(at, fresh.encode().to_vec())],
+        ));
+        return (Inode::default(), Vec::new());
+    }
+    let it = Itable::new(geo, &[], true);
+    let v = Visitor { pm, geo, it: &it };
+    let data = v.tree_only(META_INO, &meta, blocks, out);
+    let whole = data
+        .iter()
+        .enumerate()
+        .take_while(|&(k, d)| d.file_block == k as u64)
+        .count();
+    let said = meta.size / BLOCK as u64;
+    if !meta.size.is_multiple_of(BLOCK as u64) || data.len() as u64 != said || whole < data.len() {
+        let size = (whole * BLOCK) as u64;
+        let mut writes = vec![(at + field::SIZE, size.to_le_bytes().to_vec())];
+        writes.extend(data[whole..].iter().map(|d| (d.at, vec![0u8; 8])));
+        let first_lost = geo.inodes as u64 + whole as u64 * PER_BLOCK;
+        out.push(Problem::stores(
+            format!(
+                "inode table: the meta inode says {said} grown blocks, its tree reaches {} \
+                 ({whole} before the first gap)",
+                data.len()
+            ),
+            format!(
+                "table cut to {whole} grown blocks: inodes from {first_lost} on are lost \
+                 (records naming them are removed)"
+            ),
+            Some(META_INO),
+            None,
+            writes,
+        ));
+    }
+    let keep = whole.min(said as usize);
+    (meta, data[..keep].iter().map(|d| d.block).collect())
+}
