@@ -8,7 +8,7 @@ use common::crashcheck::crash_seq;
 use common::{run_op, snap, Model, Op};
 use pmkit_fs::{check, Fs, MkfsOptions, MountOptions, ROOT};
 use pmkit_media::crashsim::CrashSim;
-use pmkit_media::Domain;
+use pmkit_media::{Domain, Media};
 
 fn files(dir: &str, n: usize) -> Vec<Op> {
     (0..n).map(|i| Op::Create(format!("{dir}f{i}"))).collect()
@@ -98,10 +98,22 @@ fn every_create_gets_an_inode_until_the_space_is_gone() {
     assert!(r.problems.is_empty(), "{:?}", r.problems);
 }
 
+/// Free blocks that hold old bytes (a file written and removed): a table block that joined
+/// the table without its zeroes reaching the media would read them as inodes.
+fn dirty_free_blocks(len: usize) -> Vec<Op> {
+    let fill = len as u64 * 3 / 5;
+    vec![
+        Op::Create("old".into()),
+        Op::Write("old".into(), 0, fill as usize, 0x5a),
+        Op::Unlink("old".into()),
+    ]
+}
+
 #[test]
 fn a_crash_at_every_fence_of_a_create_that_grows_the_table() {
     // tiny: 32 slots, the meta inode and the root among them; 30 files fill it
-    let setup: Vec<Op> = files("", 30);
+    let mut setup = dirty_free_blocks(256 << 10);
+    setup.extend(files("", 30));
     for domain in [Domain::Adr, Domain::Eadr] {
         let ops = vec![
             Op::Create("g".into()),
@@ -117,8 +129,81 @@ fn a_crash_at_every_fence_of_a_create_that_grows_the_table() {
 #[test]
 fn the_second_block_grows_the_tables_tree() {
     // 30 + 32 creates: the table's tree goes from one pointer to a node of pointers
-    let setup: Vec<Op> = files("", 62);
+    let mut setup = dirty_free_blocks(512 << 10);
+    setup.extend(files("", 62));
     let ops = vec![Op::Create("g".into()), Op::Unlink("f3".into())];
     let rep = crash_seq(512 << 10, &setup, &ops, Domain::Adr, &|_, _| {}, &|_, _| {});
     assert!(rep.is_clean(), "{rep}");
+}
+
+/// A pool whose table grew (fixed slots 0..32, then two blocks), with files in both parts.
+fn grown_pool() -> CrashSim {
+    let sim = CrashSim::new(1 << 20);
+    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    for i in 0..80 {
+        let f = fs.create(ROOT, format!("f{i}").as_bytes(), 0o644).unwrap();
+        fs.write(f.ino, 0, format!("file {i}").as_bytes()).unwrap();
+    }
+    fs.unmount();
+    sim
+}
+
+/// The meta inode's byte offset (slot 0 of the fixed table).
+fn meta_off(sim: &CrashSim) -> usize {
+    pmkit_fs::superblock(sim).unwrap().geo.inode_off(0)
+}
+
+#[test]
+fn a_lost_table_block_is_named_cut_and_repaired_to_a_pool_that_mounts() {
+    let sim = grown_pool();
+    // the meta inode's tree: a node of two pointers (height 1); zero the second
+    let mut root = [0u8; 8];
+    sim.read(meta_off(&sim) + 16, &mut root);
+    let node = u64::from_le_bytes(root) as usize * 4096;
+    sim.write(node + 8, &[0u8; 8]);
+    let r = check(&sim);
+    assert!(
+        r.problems.iter().any(|p| p.contains("inode table")),
+        "{:?}",
+        r.problems
+    );
+    let rep = pmkit_fs::repair(&sim).unwrap();
+    assert!(rep.is_clean(), "{:?}", rep.unfixed);
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    // the fixed table's files and the first grown block's are there, the rest lost
+    let names: Vec<_> = fs.readdir(ROOT).unwrap();
+    assert!(names.len() > 2 + 30 && names.len() < 2 + 80, "{}", names.len());
+    let f0 = fs.lookup(ROOT, b"f0").unwrap();
+    assert_eq!(fs.read(f0.ino, 0, 6).unwrap(), b"file 0");
+    fs.unmount();
+    assert!(check(&sim).problems.is_empty());
+}
+
+#[test]
+fn a_damaged_meta_inode_is_named_reset_and_repaired_to_a_pool_that_mounts() {
+    let sim = grown_pool();
+    // one byte of the table tree's root pointer changed: the meta inode's checksum fails
+    let at = meta_off(&sim) + 16;
+    let mut b = [0u8; 1];
+    sim.read(at, &mut b);
+    sim.write(at, &[b[0] ^ 1]);
+    let r = check(&sim);
+    assert!(
+        r.problems.iter().any(|p| p.contains("meta inode 0")),
+        "{:?}",
+        r.problems
+    );
+    assert!(Fs::mount(&sim, &MountOptions::default()).is_err(), "refused");
+    let rep = pmkit_fs::repair(&sim).unwrap();
+    assert!(rep.is_clean(), "{:?}", rep.unfixed);
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    let f0 = fs.lookup(ROOT, b"f0").unwrap();
+    assert_eq!(fs.read(f0.ino, 0, 6).unwrap(), b"file 0");
+    // and the table grows again from its fixed part
+    for i in 0..100 {
+        fs.create(ROOT, format!("n{i}").as_bytes(), 0o644).unwrap();
+    }
+    fs.unmount();
+    assert!(check(&sim).problems.is_empty());
 }
