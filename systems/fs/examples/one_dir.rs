@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release -p pmkit-fs --example one_dir [-- FILES POOL_GIB DIR]`
 //! (defaults 1000000, 16, /var/tmp: the pool is a file of POOL_GIB there, removed at the end;
-//! mkfs's defaults give one inode per 16 KiB, so 1,000,000 files need 16 GiB).
+//! mkfs's defaults lay out one inode per 16 KiB, and the table grows past that: 1,000,000 files
+//! fit a 1 GiB pool).
 
 use pmkit_fs::{Fs, MkfsOptions, MountOptions, ROOT};
 use pmkit_media::{Region, RegionOptions};
