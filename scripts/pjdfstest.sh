@@ -89,4 +89,7 @@ grep "^ready: serving" "$work/mount.out"
 grep "^Summary" "$work/pjdfstest.log"
 "$pmkit" fs umount "$work/mnt"
 wait
-"$pmkit" fs check "$work/pool"
+"$pmkit" fs check "$work/pool" | tee "$work/check.out"
+# Nothing is open once the suite is done: every file it removed must be gone, not left on the
+# orphan list (the kernel's FORGET frees what it held, as its RELEASE did).
+grep -q " 0 orphans" "$work/check.out" || { echo "pjdfstest: orphans left after the suite" >&2; exit 1; }

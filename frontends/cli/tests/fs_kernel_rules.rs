@@ -145,3 +145,69 @@ fn rename_whiteout_matches_the_kernels_on_the_mount() {
         same_as_tmpfs_on_the_mount("whiteout.py", "a: chr 0:0 mode 0");
     }
 }
+
+/// With the default cache the kernel stops sending OPEN and RELEASE (its references to a file
+/// stand in for opens): a file unlinked while a process holds it open is still read and
+/// written through that descriptor, and its blocks come back once it is closed and the kernel
+/// lets go of it; files opened, read and closed many times read their data each time.
+#[test]
+fn an_unlinked_file_held_open_lives_until_closed_without_opens() {
+    if can_run() {
+        each_transport(unlinked_held_open_over);
+    }
+}
+
+fn unlinked_held_open_over(t: &str) {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::MetadataExt;
+    let s = scratch("32M");
+    let d = Daemon::start(&s, &["--transport", t]);
+    let free = || nix_free_blocks(&s.mnt);
+    let p = s.mnt.join("f");
+    std::fs::write(&p, vec![7u8; 4 << 20]).unwrap();
+    for _ in 0..50 {
+        assert_eq!(std::fs::read(&p).unwrap().len(), 4 << 20);
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    let before = free();
+    std::fs::remove_file(&p).unwrap();
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    f.seek(std::io::SeekFrom::End(0)).unwrap();
+    f.write_all(b"tail").unwrap();
+    f.seek(std::io::SeekFrom::Start(0)).unwrap();
+    let mut all = Vec::new();
+    f.read_to_end(&mut all).unwrap();
+    assert_eq!(all.len(), (4 << 20) + 4);
+    assert!(all[..4 << 20].iter().all(|&b| b == 7) && all.ends_with(b"tail"));
+    assert!(free() <= before, "held: not freed");
+    drop(f);
+    // the kernel's FORGET comes when it evicts the inode, soon after the last close
+    let t0 = std::time::Instant::now();
+    while free() < before + 1000 && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        free() >= before + 1000,
+        "freed after the close: {} -> {}",
+        before,
+        free()
+    );
+    let out = d.umount();
+    assert!(out.contains("marked the pool clean"), "{out}");
+    check_clean(&s);
+}
+
+/// Free blocks of the file system at `p` (statvfs).
+fn nix_free_blocks(p: &Path) -> u64 {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statvfs is plain data, valid all zero.
+    let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs we own.
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut v) };
+    assert_eq!(r, 0);
+    v.f_bfree
+}

@@ -1,8 +1,7 @@
-//! The /dev/fuse transport: fuser's `Filesystem` calls, each handed to the one typed operation
-//! of [`Ops`] and its answer turned into fuser's reply, for any file system that implements it
-//! (PMFS, the block device file). The INIT handshake of both transports happens here (it always
-//! comes over /dev/fuse); so do FORGET and INTERRUPT, which the kernel never puts on an
-//! io_uring queue.
+//! The /dev/fuse transport: fuser's `Filesystem` calls, each handed to the one typed operation of
+//! [`Ops`] and its answer turned into fuser's reply, for any file system that implements it (PMFS,
+//! the block device file). The INIT handshake of both transports is here (it always comes over
+//! /dev/fuse), and so are FORGET and INTERRUPT, which the kernel never puts on an io_uring queue.
 
 use crate::ops::{Entry, Opened, Ops, WriteHow, Xattr};
 use fuser::{
@@ -135,6 +134,12 @@ impl<O: Ops + 'static> Filesystem for Served<O> {
                 self.ops.lookup(parent.into(), name.as_bytes()),
                 reply,
             )
+        })
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, n: u64) {
+        guard(self.ops.label(), "forget", || {
+            self.ops.forget(ino.into(), n)
         })
     }
 
@@ -374,14 +379,14 @@ impl<O: Ops + 'static> Filesystem for Served<O> {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         guard(self.ops.label(), "release", || {
-            empty(self.ops.release(ino.into()), reply)
+            empty(self.ops.release(ino.into(), fh.into()), reply)
         })
     }
 

@@ -131,9 +131,12 @@ pub trait Ops: Send + Sync {
     fn flush(&self) -> R<()> {
         Ok(())
     }
-    fn release(&self, ino: u64) -> R<()> {
+    /// The last close of a handle `fh` that OPEN or CREATE gave.
+    fn release(&self, ino: u64, fh: u64) -> R<()> {
         Ok(())
     }
+    /// The kernel drops `nlookup` references to `ino` (FORGET, BATCH_FORGET: no reply).
+    fn forget(&self, ino: u64, nlookup: u64) {}
     /// fsync and fsyncdir.
     fn fsync(&self, ino: u64) -> R<()>;
     fn opendir(&self, ino: u64) -> R<Opened>;

@@ -173,7 +173,11 @@ fn a_lost_table_block_is_named_cut_and_repaired_to_a_pool_that_mounts() {
     let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
     // the fixed table's files and the first grown block's are there, the rest lost
     let names: Vec<_> = fs.readdir(ROOT).unwrap();
-    assert!(names.len() > 2 + 30 && names.len() < 2 + 80, "{}", names.len());
+    assert!(
+        names.len() > 2 + 30 && names.len() < 2 + 80,
+        "{}",
+        names.len()
+    );
     let f0 = fs.lookup(ROOT, b"f0").unwrap();
     assert_eq!(fs.read(f0.ino, 0, 6).unwrap(), b"file 0");
     fs.unmount();
@@ -194,7 +198,10 @@ fn a_damaged_meta_inode_is_named_reset_and_repaired_to_a_pool_that_mounts() {
         "{:?}",
         r.problems
     );
-    assert!(Fs::mount(&sim, &MountOptions::default()).is_err(), "refused");
+    assert!(
+        Fs::mount(&sim, &MountOptions::default()).is_err(),
+        "refused"
+    );
     let rep = pmkit_fs::repair(&sim).unwrap();
     assert!(rep.is_clean(), "{:?}", rep.unfixed);
     let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();

@@ -16,6 +16,7 @@
 pub mod cache;
 mod gone;
 pub mod mount;
+mod refs;
 pub mod stats;
 
 use crate::ops::{AddEntry, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R};
@@ -90,6 +91,8 @@ pub struct PmfsOps<M: Media = Region> {
     ttl: Duration,
     /// The open flags every open and create replies with.
     fopen: FopenFlags,
+    /// Opens without OPEN (`refs.rs`).
+    refs: refs::Refs,
 }
 
 fn errno(e: pmkit_fs::Error) -> Errno {
@@ -192,6 +195,7 @@ impl<M: Media> PmfsOps<M> {
             } else {
                 FopenFlags::FOPEN_NOFLUSH
             },
+            refs: refs::Refs::new(cache.keep_pages()),
         }
     }
 
@@ -235,6 +239,7 @@ impl<M: Media> PmfsOps<M> {
 
     /// The entry of a call that made a new inode: a new generation.
     fn created(&self, a: Attr) -> Entry {
+        self.refs.hold(&self.fs, &a);
         let g = self.next_gen.fetch_add(1, Ordering::Relaxed);
         self.gens.lock().insert(a.ino, g);
         self.gone.lock().reused(a.ino);
@@ -317,12 +322,17 @@ impl<M: Media> Ops for PmfsOps<M> {
                 },
                 generation: 0,
             }),
-            r => r.map(|a| self.entry(a)),
+            r => r.map(|a| {
+                self.refs.hold(&self.fs, &a);
+                self.entry(a)
+            }),
         }
     }
 
-    // `forget`: nothing to do. An inode lives while it has links or open handles (the
-    // library's open counts and orphan list); the kernel's lookup counts add nothing to that.
+    /// Under `--cache long` the kernel's references to files were opens (`refs.rs`).
+    fn forget(&self, ino: u64, nlookup: u64) {
+        self.refs.forget(&self.fs, ino, nlookup)
+    }
 
     /// A directory removed while held answers with no links, as Linux's does (`gone.rs`).
     fn getattr(&self, ino: u64) -> R<FileAttr> {
@@ -387,12 +397,19 @@ impl<M: Media> Ops for PmfsOps<M> {
 
     fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> R<Entry> {
         self.lib(Op::Link, |fs| fs.link(ino, newparent, newname))
-            .map(|a| self.entry(a))
+            .map(|a| {
+                self.refs.hold(&self.fs, &a);
+                self.entry(a)
+            })
     }
 
     fn open(&self, ino: u64) -> R<Opened> {
         // O_TRUNC arrives as a setattr before the open (no atomic_o_trunc).
-        self.lib(Op::Open, |fs| fs.open(ino)).map(|()| Opened {
+        if self.refs.refuse_open() {
+            return Err(libc::ENOSYS); // no OPEN from now on (`refs.rs`)
+        }
+        self.lib(Op::Open, |fs| fs.open(ino))?;
+        Ok(Opened {
             fh: 0,
             flags: self.fopen,
         })
@@ -413,12 +430,20 @@ impl<M: Media> Ops for PmfsOps<M> {
             .map(|n| n as u32)
     }
 
-    /// Every write is durable when it returned: nothing is buffered to flush at close.
+    /// Every write is durable when it returned: nothing is buffered to flush at close. Files
+    /// opened without OPEN carry no `FOPEN_NOFLUSH`: ENOSYS makes the kernel stop asking.
     fn flush(&self) -> R<()> {
+        if self.refs.no_open {
+            return Err(libc::ENOSYS);
+        }
         Ok(())
     }
 
-    fn release(&self, ino: u64) -> R<()> {
+    /// Without OPEN only a counted CREATE's handle was an open (`refs.rs`).
+    fn release(&self, ino: u64, fh: u64) -> R<()> {
+        if !self.refs.counted(fh) {
+            return Ok(());
+        }
         self.lib(Op::Release, |fs| fs.release(ino))
     }
 
@@ -540,12 +565,13 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     fn create(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<(Entry, Opened)> {
+        let counted = self.refs.count_create();
         let a = self.lib(Op::Create, |fs| {
             fs.create_as(o, parent, name, mode)
-                .and_then(|a| fs.open(a.ino).map(|()| a))
+                .and_then(|a| if counted { fs.open(a.ino) } else { Ok(()) }.map(|()| a))
         })?;
         let opened = Opened {
-            fh: 0,
+            fh: if counted { refs::COUNTED } else { 0 },
             flags: self.fopen,
         };
         Ok((self.created(a), opened))

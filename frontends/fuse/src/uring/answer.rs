@@ -169,7 +169,8 @@ impl<O: Ops + 'static> Handler for O {
             }
             op::OPEN => opened(buf, self.open(ino)),
             op::FLUSH => empty(self.flush()),
-            op::RELEASE => empty(self.release(ino)),
+            // fuse_release_in: fh @0.
+            op::RELEASE => empty(self.release(ino, u64_at(oi, 0))),
             op::FSYNC | op::FSYNCDIR => empty(self.fsync(ino)),
             op::OPENDIR => opened(buf, self.opendir(ino)),
             op::READDIR => {
