@@ -512,6 +512,16 @@ pub(crate) unsafe extern "C" fn linkat(
     b: *const c_char,
     flags: c_int,
 ) -> c_int {
+    // The descriptor itself names the file (how an O_TMPFILE file gets its name).
+    if let Some(o) = linked_descriptor(da, a, flags) {
+        // SAFETY: the caller's contract.
+        return match unsafe { route(db, b) } {
+            Route::Pool(y) => enter(-1, |fs| fs.link_fd(o.fd, &y).map(|_| 0).map_err(en)),
+            Route::Real => enter(-1, |_| {
+                Err(state::copy_path(b).err().unwrap_or(libc::EXDEV))
+            }),
+        };
+    }
     // SAFETY: the caller's contract.
     match unsafe { two(da, a, db, b) } {
         None => real!(linkat(da, a, db, b, flags)
@@ -521,6 +531,30 @@ pub(crate) unsafe extern "C" fn linkat(
             fs.link(&x, &y).map(|_| 0).map_err(en)
         }),
     }
+}
+
+/// The shim descriptor a linkat(2) source names by itself: `da` with an empty path and
+/// `AT_EMPTY_PATH`, or `/proc/self/fd/N` (or this process's pid) with `AT_SYMLINK_FOLLOW`.
+fn linked_descriptor(
+    da: c_int,
+    a: *const c_char,
+    flags: c_int,
+) -> Option<std::sync::Arc<state::Open>> {
+    let p = state::copy_c_string(a)?;
+    if p.is_empty() {
+        return (flags & libc::AT_EMPTY_PATH != 0)
+            .then(|| state::lookup(da))
+            .flatten();
+    }
+    if flags & libc::AT_SYMLINK_FOLLOW == 0 {
+        return None;
+    }
+    let pid = std::process::id().to_string();
+    let rest = p
+        .strip_prefix(b"/proc/self/fd/")
+        .or_else(|| p.strip_prefix(format!("/proc/{pid}/fd/").as_bytes()))?;
+    let n: c_int = std::str::from_utf8(rest).ok()?.parse().ok()?;
+    state::lookup(n)
 }
 
 /// # Safety

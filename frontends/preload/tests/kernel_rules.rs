@@ -171,3 +171,20 @@ fn mmap_shared_and_private_match_the_kernels_through_the_shim() {
     }
     same_as_the_kernel("mapped.py");
 }
+
+/// O_TMPFILE through the shim: a file made with no name, named by linkat of its descriptor
+/// (`/proc/self/fd/N` with AT_SYMLINK_FOLLOW, and AT_EMPTY_PATH), O_EXCL's refusal and the
+/// open errors, line for line as the kernel answers on tmpfs (`tests/data/tmpfile.py`).
+#[test]
+fn o_tmpfile_is_the_kernels_through_the_shim() {
+    // SAFETY: geteuid cannot fail.
+    if !have("python3") || unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "needs python3 and root in CI"
+        );
+        eprintln!("skipped: needs python3 and root");
+        return;
+    }
+    same_as_the_kernel("tmpfile.py");
+}

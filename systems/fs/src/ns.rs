@@ -10,6 +10,8 @@ use crate::tx::Tx;
 use crate::{attr::now, Attr, Fs, Owner, RenameFlags};
 use pmkit_media::Media;
 
+mod tmpfile;
+
 /// DRAM changes to make once a transaction has committed.
 enum Post {
     Insert(u64, Vec<u8>, Loc, bool),

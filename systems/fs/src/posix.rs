@@ -17,7 +17,9 @@ mod access;
 mod attrs;
 mod falloc;
 mod flags;
+mod open;
 mod stat;
+mod tmpfile;
 pub use access::{Cred, MAX_GROUPS};
 use access::{R, W, X};
 pub use flags::{FileFlag, OpenFlags};
@@ -323,115 +325,6 @@ impl<M: Media> Posix<M> {
             }
         }
         Ok(out)
-    }
-
-    /// open(2): `mode` is used when the file is created.
-    pub fn open(&self, path: &[u8], flags: i32, mode: u32) -> Result<Fd> {
-        let f = OpenFlags::from_bits(flags)?;
-        if f.create && f.directory {
-            // As Linux since 6.4, whether or not the path exists.
-            return Err(Error::Invalid("O_CREAT with O_DIRECTORY"));
-        }
-        // O_CREAT|O_EXCL never follows a final link (it must create the name itself).
-        let follow = !(f.nofollow || (f.create && f.excl));
-        let r = self.resolve(path, follow)?;
-        let attr = match r.attr {
-            Some(_) if f.create && f.excl => return Err(Error::Exists),
-            Some(a) => {
-                let want = match (f.read, f.write || f.trunc) {
-                    (true, true) => R | W,
-                    (true, false) => R,
-                    (false, _) => W,
-                };
-                // A link (O_NOFOLLOW) is ELOOP and a directory opened for writing EISDIR below,
-                // before any permission, as Linux answers.
-                let dir_write = a.kind == Kind::Dir && want & W != 0;
-                if a.kind != Kind::Symlink && !dir_write {
-                    self.checking(|c| c.check(&a, want, "the file's mode refuses this access"))?;
-                }
-                a
-            }
-            None if f.create => {
-                self.checking(|c| c.check(&r.dir, W, "no write permission on the directory"))?;
-                match self
-                    .fs
-                    .create_as(self.owner(), r.parent, &r.name, mode & 0o7777)
-                {
-                    Ok(a) => a,
-                    // Another thread made the name since the lookup: without O_EXCL, open
-                    // what it made, as the kernel's atomic O_CREAT would.
-                    Err(Error::Exists) if !f.excl => self.fs.lookup(r.parent, &r.name)?,
-                    Err(e) => return Err(e),
-                }
-            }
-            None => return Err(Error::NotFound),
-        };
-        match attr.kind {
-            // Linux refuses O_CREAT on an existing directory too, whatever the access mode.
-            Kind::Dir if f.write || f.trunc || f.create => return Err(Error::IsDir),
-            Kind::Dir => {}
-            // O_DIRECTORY first: Linux answers ENOTDIR for a final link under O_NOFOLLOW too.
-            _ if f.directory => return Err(Error::NotDir),
-            Kind::Symlink => return Err(Error::Loop), // O_NOFOLLOW on a link
-            Kind::File => {}
-            // As Linux: a socket is not opened, and a FIFO without a reader (nothing in the
-            // pool reads one) refuses a non-blocking writer.
-            Kind::Socket => return Err(Error::NoDevice("a socket is not opened")),
-            Kind::Fifo if f.write && !f.read && f.nonblock => {
-                return Err(Error::NoDevice("a FIFO with no reader"))
-            }
-            _ => return Err(Error::NotSupported("opening a special file in place")),
-        }
-        if attr.kind == Kind::File {
-            self.fs.open(attr.ino)?;
-            if f.trunc && f.write && attr.size > 0 {
-                let cut = SetAttr {
-                    size: Some(0),
-                    ..SetAttr::default()
-                };
-                if let Err(e) = self.fs.setattr(attr.ino, &cut) {
-                    let _ = self.fs.release(attr.ino);
-                    return Err(e);
-                }
-            }
-        }
-        let d = Arc::new(Desc {
-            ino: attr.ino,
-            kind: attr.kind,
-            flags: f,
-            removed: Mutex::new(None),
-            off: Mutex::new(0),
-        });
-        let mut fds = self.fds.lock();
-        let slot = match fds.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if fds.len() < MAX_FDS => {
-                fds.push(None);
-                fds.len() - 1
-            }
-            None => {
-                drop(fds);
-                if attr.kind == Kind::File {
-                    let _ = self.fs.release(attr.ino);
-                }
-                return Err(Error::TooManyFds { max: MAX_FDS });
-            }
-        };
-        fds[slot] = Some(d);
-        Ok(Fd(slot as u32))
-    }
-
-    pub fn close(&self, fd: Fd) -> Result<()> {
-        let d = self
-            .fds
-            .lock()
-            .get_mut(fd.0 as usize)
-            .and_then(Option::take)
-            .ok_or(Error::BadFd(fd.0))?;
-        if d.kind == Kind::File {
-            self.fs.release(d.ino)?;
-        }
-        Ok(())
     }
 
     fn readable(&self, fd: Fd) -> Result<Arc<Desc>> {

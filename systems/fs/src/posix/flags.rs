@@ -86,6 +86,9 @@ pub struct OpenFlags {
     pub directory: bool,
     pub nofollow: bool,
     pub nonblock: bool,
+    /// O_TMPFILE: a file with no name in the directory the path names (linkable later unless
+    /// `excl`).
+    pub tmpfile: bool,
 }
 
 impl OpenFlags {
@@ -97,8 +100,12 @@ impl OpenFlags {
             libc::O_RDWR => (true, true),
             _ => return Err(Error::Invalid("access mode (O_ACCMODE) is 3")),
         };
-        if f & libc::O_TMPFILE == libc::O_TMPFILE {
-            return Err(Error::NotSupported("O_TMPFILE"));
+        let tmpfile = f & libc::O_TMPFILE == libc::O_TMPFILE;
+        if tmpfile && (!write || f & libc::O_CREAT != 0) {
+            // As Linux: an unnamed file must be writable, and O_CREAT does not go with it.
+            return Err(Error::Invalid(
+                "O_TMPFILE without write access, or with O_CREAT",
+            ));
         }
         let has = |b: i32| f & b != 0;
         Ok(OpenFlags {
@@ -111,6 +118,7 @@ impl OpenFlags {
             directory: has(libc::O_DIRECTORY),
             nofollow: has(libc::O_NOFOLLOW),
             nonblock: has(libc::O_NONBLOCK),
+            tmpfile,
         })
     }
 }

@@ -29,6 +29,9 @@ pub(crate) enum Op {
     SetAtomic(String, bool),
     /// `Fs::set_huge` on a regular file.
     SetHuge(String, bool),
+    /// O_TMPFILE: a file made with no name in the path's directory, `len` bytes written
+    /// (seeded), then named the path (`Fs::link_tmpfile`) and closed.
+    TmpLink(String, usize, u8),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +119,13 @@ impl Model {
     /// Apply `op`; Err(()) when the file system must refuse it too.
     pub(crate) fn apply(&mut self, op: &Op) -> Result<(), ()> {
         match op {
+            Op::TmpLink(p, len, seed) => {
+                self.parent_ok(p)?;
+                if self.paths.contains_key(p) {
+                    return Err(());
+                }
+                self.new_node(p, Kind::File, data_of(0, *len, *seed), 0o644);
+            }
             Op::Create(p) | Op::Mkdir(p) | Op::Symlink(p, _) => {
                 self.parent_ok(p)?;
                 if self.paths.contains_key(p) {
@@ -380,6 +390,15 @@ pub(crate) fn ino_of<M: Media>(fs: &Fs<M>, p: &str) -> Result<u64, Error> {
 /// Run `op` on the file system.
 pub(crate) fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
     match op {
+        Op::TmpLink(p, len, seed) => {
+            let (d, n) = resolve(fs, p)?;
+            let a = fs.tmpfile_as(pmkit_fs::Owner::default(), d, 0o644)?;
+            let r = fs
+                .write(a.ino, 0, &data_of(0, *len, *seed))
+                .and_then(|_| fs.link_tmpfile(a.ino, d, n.as_bytes()));
+            fs.release(a.ino)?;
+            r.map(|_| ())
+        }
         Op::Create(p) => {
             let (d, n) = resolve(fs, p)?;
             fs.create(d, n.as_bytes(), 0o644).map(|_| ())
