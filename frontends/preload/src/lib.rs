@@ -41,6 +41,7 @@ mod dir;
 mod fd;
 mod guarded;
 mod ids;
+mod ioctl;
 mod meta;
 mod mmap;
 mod open;

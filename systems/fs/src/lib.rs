@@ -66,7 +66,7 @@ pub use pmkit_media::Protect;
 pub use repair::{
     repair, repair_with, reseal_inode, Fix, GeometryHint, RepairOptions, RepairReport,
 };
-pub use seek::Seek;
+pub use seek::{Extent, Seek};
 pub use tally::{thread_counters, Counters};
 pub use xattr::XattrFlags;
 

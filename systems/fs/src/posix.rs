@@ -16,6 +16,7 @@
 mod access;
 mod attrs;
 mod falloc;
+mod fiemap;
 mod flags;
 mod open;
 mod stat;

@@ -1,5 +1,6 @@
-//! Where a file's data and holes lie: `lseek`'s SEEK_DATA and SEEK_HOLE, answered from the
-//! radix tree (only the subtrees that exist are read, so a hole of any size costs nothing).
+//! Where a file's data and holes lie: `lseek`'s SEEK_DATA and SEEK_HOLE, and FIEMAP's extents,
+//! answered from the radix tree (only the subtrees that exist are read, so a hole of any size
+//! costs nothing).
 //!
 //! A file block the tree holds counts as data, whatever it contains: a block allocated ahead of
 //! the size (`prealloc`) and since covered by it reads as zeros but is data here, as an
@@ -24,6 +25,18 @@ pub enum Seek {
 
 /// File blocks asked of the tree at a time while looking for a hole.
 const BATCH: usize = 512;
+
+/// A run of a file's data: FIEMAP's unit (`FS_IOC_FIEMAP`). Byte offsets; whole blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Where it starts in the file.
+    pub logical: u64,
+    /// Where it starts on the media (the pool's byte offset).
+    pub physical: u64,
+    pub len: u64,
+    /// It holds the file's last block of data.
+    pub last: bool,
+}
 
 impl<M: Media> Fs<M> {
     /// SEEK_DATA or SEEK_HOLE from byte `off` of regular file `ino`: the offset found, or
@@ -72,5 +85,51 @@ impl<M: Media> Fs<M> {
             n.size
         );
         Ok(found)
+    }
+
+    /// The extents of regular file `ino`'s data that meet bytes `[off, off + len)`, in order,
+    /// each a run of blocks contiguous in the file and on the media (FIEMAP). Blocks past the
+    /// size (preallocation) are not data here.
+    pub fn extents(&self, ino: u64, off: u64, len: u64) -> Result<Vec<Extent>> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        let n = self.live(ino)?;
+        if n.kind() != Some(Kind::File) {
+            return Err(Error::Invalid("FIEMAP of a non-regular file"));
+        }
+        let blk = BLOCK as u64;
+        let size_end = n.size.div_ceil(blk);
+        let (first, end) = (
+            off / blk,
+            off.saturating_add(len).div_ceil(blk).min(size_end),
+        );
+        let mut out: Vec<Extent> = Vec::new();
+        let mut next = first;
+        while next < end {
+            let got = tree::present(&self.pm, n.root, n.height, (next, end), BATCH);
+            for &(i, b) in &got {
+                match out.last_mut() {
+                    Some(e) if e.logical + e.len == i * blk && e.physical + e.len == b * blk => {
+                        e.len += blk
+                    }
+                    _ => out.push(Extent {
+                        logical: i * blk,
+                        physical: b * blk,
+                        len: blk,
+                        last: false,
+                    }),
+                }
+            }
+            match got.last() {
+                Some(&(i, _)) if got.len() == BATCH => next = i + 1,
+                _ => break,
+            }
+        }
+        if let Some(e) = out.last_mut() {
+            // the last of the file's data, when nothing past it up to the size is
+            let past = (e.logical + e.len) / blk;
+            e.last = tree::present(&self.pm, n.root, n.height, (past, size_end), 1).is_empty();
+        }
+        Ok(out)
     }
 }
