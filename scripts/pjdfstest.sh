@@ -7,7 +7,8 @@
 #
 #   PMKIT_FS_TRANSPORT=dev|uring     mount over that FUSE transport (default auto: io_uring where
 #                                    the kernel offers it); PMKIT_PROFILE=release uses a release
-#                                    build instead of the debug one
+#                                    build instead of the debug one; PMKIT_FS_CACHE=MODE mounts
+#                                    with `--cache MODE` (default long)
 #   scripts/pjdfstest.sh --preload   the same suite through the LD_PRELOAD shim (frontends/preload)
 #                                    instead of the FUSE mount, with scripts/pjdfstest/preload.toml
 #                                    (three expected failures, justified in expected-failures.md);
@@ -72,7 +73,7 @@ if $preload; then
     exit 0
 fi
 "$pmkit" fs mount "$work/pool" "$work/mnt" --transport "${PMKIT_FS_TRANSPORT:-auto}" \
-    >"$work/mount.out" 2>"$work/mount.err" &
+    --cache "${PMKIT_FS_CACHE:-long}" >"$work/mount.out" 2>"$work/mount.err" &
 for _ in $(seq 600); do  # up to a minute: a guest under TCG mounts slowly
     grep -q "^ready: serving" "$work/mount.out" 2>/dev/null && break
     sleep 0.1

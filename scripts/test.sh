@@ -32,6 +32,7 @@ cargo test --workspace --locked --no-fail-fast "$@"
 bash scripts/package-test.sh
 # pjdfstest (installed from crates.io by the script, ~50 s to build) against `pmkit fs mount`.
 bash scripts/pjdfstest.sh
+PMKIT_FS_CACHE=writeback bash scripts/pjdfstest.sh   # the kernel's write-back cache (~20 s)
 bash scripts/pjdfstest.sh --preload
 # The fuzz targets (every on-media decoder and the NBD parser) over their seeds and generated
 # inputs, on stable; the libFuzzer binaries are built too.

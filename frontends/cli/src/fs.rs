@@ -80,9 +80,11 @@ enum Cmd {
         /// nanoseconds (0-1000000).
         #[arg(long, value_name = "N", default_value_t = 0)]
         barrier_ns: u64,
-        /// What the kernel may cache: none, short (attributes and names 1 s) or long
-        /// (attributes, names and missing names 1 h, pages kept across opens; the default).
-        /// Never a writeback cache: a returned write is on PM. See docs/fs.md.
+        /// What the kernel may cache: none, short (attributes and names 1 s), long
+        /// (attributes, names and missing names 1 h, pages kept across opens; the default: a
+        /// returned write is on PM), or writeback (long, and the kernel's write-back cache: a
+        /// write returns from the page cache and is durable after fsync or close, as on a
+        /// disk file system). See docs/fs.md.
         #[arg(long, default_value_t = pmkit_fuse::pmfs::cache::CacheMode::default())]
         cache: pmkit_fuse::pmfs::cache::CacheMode,
         /// Walk and check every tree at mount even after a clean unmount, instead of loading

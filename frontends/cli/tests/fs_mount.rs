@@ -26,11 +26,26 @@ fn random_operations_match_tmpfs_across_a_remount() {
     each_transport(random_operations_match_tmpfs_across_a_remount_over);
 }
 
+/// The same with the kernel's write-back cache (`--cache writeback`): writes land in the page
+/// cache first; what the tree shows must not differ, nor what a remount finds after unmount.
+#[test]
+fn random_operations_match_tmpfs_with_the_writeback_cache() {
+    if can_run() {
+        each_transport(|t| random_operations_over(t, &["--cache", "writeback"]));
+    }
+}
+
 fn random_operations_match_tmpfs_across_a_remount_over(t: &str) {
+    random_operations_over(t, &[]);
+}
+
+fn random_operations_over(t: &str, extra: &[&str]) {
     let s = scratch("64M");
     let reference = s.dir.path().join("reference");
     std::fs::create_dir(&reference).unwrap();
-    let d = Daemon::start(&s, &["--transport", t, "--threads", "2"]);
+    let mut args = vec!["--transport", t, "--threads", "2"];
+    args.extend_from_slice(extra);
+    let d = Daemon::start(&s, &args);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut outcomes = [0usize; 2];
     for step in 0..600 {
@@ -58,7 +73,9 @@ fn random_operations_match_tmpfs_across_a_remount_over(t: &str) {
         info.contains("clean") && !info.contains("not unmounted cleanly"),
         "{info}"
     );
-    let d = Daemon::start(&s, &["--transport", t]);
+    let mut args = vec!["--transport", t];
+    args.extend_from_slice(extra);
+    let d = Daemon::start(&s, &args);
     assert!(d.log().contains("last unmount clean"), "{}", d.log());
     assert_eq!(snapshot(&s.mnt), want, "after remount");
     d.umount();
@@ -288,7 +305,20 @@ fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file() {
     each_transport(kill_9_of_the_daemon_while_writing_loses_no_fsynced_file_over);
 }
 
+/// The same with the kernel's write-back cache: a write returns from the page cache, and fsync
+/// is what makes it durable, so what fsync acknowledged survives the kill.
+#[test]
+fn kill_9_loses_no_fsynced_file_with_the_writeback_cache() {
+    if can_run() {
+        each_transport(|t| kill_9_over(t, &["--cache", "writeback"]));
+    }
+}
+
 fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file_over(t: &str) {
+    kill_9_over(t, &[]);
+}
+
+fn kill_9_over(t: &str, extra: &[&str]) {
     let trials: usize = std::env::var("PMKIT_KILL_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -297,7 +327,9 @@ fn kill_9_of_the_daemon_while_writing_loses_no_fsynced_file_over(t: &str) {
     // Files acknowledged by fsync, with their content (name -> (i, round)).
     let mut durable: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     for trial in 0..trials {
-        let d = Daemon::start(&s, &["--transport", t, "--threads", "2"]);
+        let mut args = vec!["--transport", t, "--threads", "2"];
+        args.extend_from_slice(extra);
+        let d = Daemon::start(&s, &args);
         if trial > 0 {
             assert!(
                 d.log().contains("detached a stale FUSE mount"),

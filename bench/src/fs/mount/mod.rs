@@ -35,7 +35,7 @@ pub(crate) struct Args {
     /// open + 4 KiB read + close per thread (default 20000, quick 500).
     #[arg(long)]
     reads: Option<usize>,
-    /// Cache modes of the PMFS mount to measure, each a target (none, short, long).
+    /// Cache modes of the PMFS mount to measure, each a target (none, short, long, writeback).
     #[arg(long, value_delimiter = ',', default_value = "none,short,long")]
     cache: Vec<CacheMode>,
     /// FUSE transports of the PMFS mount, each a target per cache mode: dev (/dev/fuse, named

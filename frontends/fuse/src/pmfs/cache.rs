@@ -1,7 +1,9 @@
-//! How much the kernel may cache for a PMFS mount (`pmkit fs mount --cache MODE`). None of the
-//! modes is a writeback cache: a `write` always reaches the library, and so PM, before it
-//! returns. What they differ in is how long the kernel may answer `stat` and name lookups by
-//! itself, and whether a file's pages survive a close and reopen. All of it is safe because
+//! How much the kernel may cache for a PMFS mount (`pmkit fs mount --cache MODE`). In all but
+//! `writeback` a `write` reaches the library, and so PM, before it returns; `writeback` is the
+//! kernel's write-back cache, where writes land in the page cache and reach PM when the kernel
+//! writes them back: at fsync, at close, under memory pressure, or on its own timer. Otherwise
+//! the modes differ in how long the kernel may answer `stat` and name lookups by itself, and
+//! whether a file's pages survive a close and reopen. All of it is safe because
 //! every change to the pool comes through this one kernel mount (the pool is locked while
 //! mounted), which updates or invalidates what it changes; the timeouts only bound how long a
 //! request may be skipped. docs/fs.md ("The FUSE mount") has the measurements behind the default.
@@ -22,29 +24,43 @@ pub enum CacheMode {
     /// The default: measured by `pmkit bench fs` (docs/fs.md).
     #[default]
     Long,
+    /// `Long`, and the kernel's write-back cache: a `write` returns once it is in the page
+    /// cache; `fsync`, `fdatasync` and `close` make it durable (the kernel writes the file's
+    /// dirty pages back first), as on a disk file system. Opt-in.
+    Writeback,
 }
 
 impl CacheMode {
-    pub const ALL: [CacheMode; 3] = [CacheMode::None, CacheMode::Short, CacheMode::Long];
+    pub const ALL: [CacheMode; 4] = [
+        CacheMode::None,
+        CacheMode::Short,
+        CacheMode::Long,
+        CacheMode::Writeback,
+    ];
 
     /// How long the kernel may trust attributes and names.
     pub fn ttl(self) -> Duration {
         match self {
             CacheMode::None => Duration::ZERO,
             CacheMode::Short => Duration::from_secs(1),
-            CacheMode::Long => Duration::from_secs(3600),
+            CacheMode::Long | CacheMode::Writeback => Duration::from_secs(3600),
         }
     }
 
     /// Whether a missing name is answered as a negative entry the kernel may cache for
     /// [`Self::ttl`] (else a plain ENOENT, asked again each time).
     pub fn negative(self) -> bool {
-        self == CacheMode::Long
+        self.ttl() == CacheMode::Long.ttl()
     }
 
     /// Whether a file's page cache is kept across opens.
     pub fn keep_pages(self) -> bool {
-        self == CacheMode::Long
+        matches!(self, CacheMode::Long | CacheMode::Writeback)
+    }
+
+    /// Whether writes are cached by the kernel and written back later (FUSE_WRITEBACK_CACHE).
+    pub fn writeback(self) -> bool {
+        self == CacheMode::Writeback
     }
 
     pub fn name(self) -> &'static str {
@@ -52,6 +68,7 @@ impl CacheMode {
             CacheMode::None => "none",
             CacheMode::Short => "short",
             CacheMode::Long => "long",
+            CacheMode::Writeback => "writeback",
         }
     }
 }
@@ -68,7 +85,7 @@ impl FromStr for CacheMode {
         CacheMode::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown cache mode `{s}`: none, short or long"))
+            .ok_or_else(|| format!("unknown cache mode `{s}`: none, short, long or writeback"))
     }
 }
 

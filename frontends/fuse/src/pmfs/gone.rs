@@ -4,8 +4,12 @@
 //! kernel asks by inode number alone; the generation (`PmfsOps::gens`) tells a removed
 //! directory from a new inode in its slot, whose creation drops the record.
 
-use pmkit_fs::Attr;
+use super::PmfsOps;
+use crate::ops::R;
+use pmkit_fs::{Attr, Kind};
+use pmkit_media::Media;
 use std::collections::{HashMap, VecDeque};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Most removed directories remembered; the oldest is forgotten first (its holders' `fstat`
 /// then fails with ENOENT, as every one did before this record existed).
@@ -49,5 +53,30 @@ impl Gone {
         if self.attrs.remove(&ino).is_some() {
             self.order.retain(|&i| i != ino);
         }
+    }
+}
+
+impl<M: Media> PmfsOps<M> {
+    /// Run `remove` (an rmdir, or a rename that may replace `name` in `parent`); if it took
+    /// away a directory there, remember it for its holders' GETATTR.
+    pub(super) fn removing(
+        &self,
+        parent: u64,
+        name: &[u8],
+        remove: impl FnOnce() -> R<()>,
+    ) -> R<()> {
+        let before = self
+            .fs
+            .lookup(parent, name)
+            .ok()
+            .filter(|a| a.kind == Kind::Dir);
+        remove()?;
+        if let Some(a) = before {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64);
+            self.gone.lock().record(self.gen(a.ino), a, now);
+        }
+        Ok(())
     }
 }

@@ -215,24 +215,6 @@ impl<M: Media> PmfsOps<M> {
         r.map_err(errno)
     }
 
-    /// Run `remove` (an rmdir, or a rename that may replace `name` in `parent`); if it took
-    /// away a directory there, remember it for its holders' GETATTR.
-    fn removing(&self, parent: u64, name: &[u8], remove: impl FnOnce() -> R<()>) -> R<()> {
-        let before = self
-            .fs
-            .lookup(parent, name)
-            .ok()
-            .filter(|a| a.kind == Kind::Dir);
-        remove()?;
-        if let Some(a) = before {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as i64);
-            self.gone.lock().record(self.gen(a.ino), a, now);
-        }
-        Ok(())
-    }
-
     fn gen(&self, ino: u64) -> u64 {
         self.gens.lock().get(&ino).copied().unwrap_or(0)
     }
@@ -292,6 +274,17 @@ impl<M: Media> Ops for PmfsOps<M> {
         // truncate and chown (`PmfsOps::kill_privs`). Without this the kernel asks for
         // `security.capability` before every write: a second round trip per write.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        if self.cache.writeback() {
+            // Writes land in the page cache; the kernel writes them back at fsync and close.
+            if config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_err()
+            {
+                tracing::warn!(
+                    "the kernel refused the write-back cache: writes stay durable on return"
+                );
+            }
+        }
     }
 
     fn lookup(&self, parent: u64, name: &[u8]) -> R<Entry> {
