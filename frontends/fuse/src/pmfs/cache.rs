@@ -98,7 +98,9 @@ mod tests {
         for m in CacheMode::ALL {
             assert_eq!(m.name().parse::<CacheMode>(), Ok(m));
         }
-        assert!("writeback".parse::<CacheMode>().is_err());
+        assert!("write-back".parse::<CacheMode>().is_err());
+        assert!(CacheMode::Writeback.keep_pages() && CacheMode::Writeback.negative());
+        assert!(CacheMode::ALL.iter().filter(|m| m.writeback()).count() == 1);
         assert_eq!(CacheMode::None.ttl(), Duration::ZERO);
         assert!(CacheMode::Short.ttl() < CacheMode::Long.ttl());
         assert!(!CacheMode::Short.negative() && CacheMode::Long.negative());
