@@ -143,11 +143,6 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     let mut problems = Vec::new();
     let (meta, grown) = table::grown(pm, geo, &mut blocks, &mut problems);
     inodes.grow(grown.len() as u64 * PER_BLOCK);
-    let it = Itable::new(geo, &grown, true);
-    let mut nodes = table(pm, geo, &it);
-    nodes[META_INO as usize] = meta;
-    let nodes = sealed(geo, &it, nodes, &mut problems);
-    let v = Visitor { pm, geo, it: &it };
     let mut w = Walked {
         alloc: Alloc::new(Bitmap::new(0), Bitmap::new(0)),
         itable: Itable::new(geo, &grown, true),
@@ -159,6 +154,11 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         dirs_count: 0,
         lost_found: None,
     };
+    let it = &w.itable;
+    let mut nodes = table(pm, geo, it);
+    nodes[META_INO as usize] = meta;
+    let nodes = sealed(geo, it, nodes, &mut problems);
+    let v = Visitor { pm, geo, it };
     let root = nodes[ROOT_INO as usize];
     if !root.is(Kind::Dir) {
         // Without a root nothing is reachable: repair makes it an empty directory and walks
@@ -181,13 +181,13 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         // at once (and the root is visited from the start).
         let mut vet = |r: &crate::dir::Rec, at: usize, out: &mut Vec<Problem>| {
             let child = nodes.get(r.ino as usize).copied();
-            let child = dirs::target(&it, r, at, child, d, out)?;
+            let child = dirs::target(it, r, at, child, d, out)?;
             if child.is(Kind::Dir) {
                 if !visited.insert(r.ino) {
                     return Err(format!("names directory {}, reachable twice", r.ino));
                 }
                 if child.parent != d {
-                    out.push(parent_fix(&it, r.ino, child.parent, d));
+                    out.push(parent_fix(it, r.ino, child.parent, d));
                 }
                 if d == ROOT_INO && r.name == b"lost+found" {
                     w.lost_found = Some(r.ino);
@@ -210,7 +210,7 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         inodes.set(i);
     }
     w.orphans = o.list;
-    let lost = sweep(&it, &nodes, &visited, &w.dirs, &refs, &mut problems);
+    let lost = sweep(it, &nodes, &visited, &w.dirs, &refs, &mut problems);
     // A lost inode's blocks are its own, not free: a repair that links it must not hand them
     // out (its tree is checked once it is reachable again).
     for &i in &lost {
