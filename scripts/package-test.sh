@@ -12,6 +12,8 @@
 # machine), the units are checked with `systemd-analyze verify` and run by scripts/unit-run.py,
 # which does what systemd does with them (EnvironmentFile, ExecStart, Type=notify, KillSignal).
 set -euo pipefail
+# Under pipefail a `grep -q` that stops reading early can kill its writer with SIGPIPE (exit
+# 141) and fail the step at random: the greps here read all their input.
 cd "$(dirname "$0")/.."
 if [ "${CI:-}" != true ] && [ "${PMKIT_TEST_PACKAGE:-}" != 1 ]; then
     echo "package-test.sh: skipped: it installs and removes the pmkit package system-wide (CI=true or PMKIT_TEST_PACKAGE=1 runs it)"
@@ -45,13 +47,13 @@ dpkg -i "$deb"
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 cd "$work"
 [ "$(command -v pmkit)" = /usr/bin/pmkit ] || { echo "pmkit is not /usr/bin/pmkit" >&2; exit 1; }
-pmkit --version | grep -q "on-media formats"
+pmkit --version | grep "on-media formats" >/dev/null
 [ -x /sbin/mount.fuse.pmkit ]
 
 step "man pages and completions"
 man -w pmkit-fs-mount mount.fuse.pmkit > /dev/null
-MANWIDTH=100 man -P cat pmkit-fs-mount 2>/dev/null | grep -q -- "--read-only"
-MANWIDTH=100 man -P cat pmkit 2>/dev/null | grep -q "141"
+MANWIDTH=100 man -P cat pmkit-fs-mount 2>/dev/null | grep -- "--read-only" >/dev/null
+MANWIDTH=100 man -P cat pmkit 2>/dev/null | grep "141" >/dev/null
 grep -q "_pmkit" /usr/share/bash-completion/completions/pmkit
 
 step "C examples with pkg-config (headers and libraries from the package)"
@@ -60,9 +62,9 @@ for lib in pmfs pmo xmem; do
     # shellcheck disable=SC2046 # pkg-config's output is a list of flags
     cc -std=c11 -Wall -Wextra -Werror "$repo/frontends/c/$lib/examples/${lib}_example.c" \
         $(pkg-config --cflags --libs "$lib") -o "$work/$lib"
-    ldd "$work/$lib" | grep -Eq "lib$lib.so.0 => (/usr)?/lib/x86_64-linux-gnu/lib$lib.so.0"
+    ldd "$work/$lib" | grep -E "lib$lib.so.0 => (/usr)?/lib/x86_64-linux-gnu/lib$lib.so.0" >/dev/null
 done
-"$work/pmfs" /dev/shm/pmkit-pkgtest.pmfs | tail -1 | grep -qx ok
+"$work/pmfs" /dev/shm/pmkit-pkgtest.pmfs | tail -1 | grep -x ok >/dev/null
 "$work/pmo" /dev/shm/pmkit-pkgtest.pmo > /dev/null
 "$work/xmem" /dev/shm/pmkit-pkgtest.xmem > /dev/null
 rm -f /dev/shm/pmkit-pkgtest.*
