@@ -62,9 +62,13 @@ for lib in pmfs pmo xmem; do
     # shellcheck disable=SC2046 # pkg-config's output is a list of flags
     cc -std=c11 -Wall -Wextra -Werror "$repo/frontends/c/$lib/examples/${lib}_example.c" \
         $(pkg-config --cflags --libs "$lib") -o "$work/$lib"
-    ldd "$work/$lib" | grep -E "lib$lib.so.0 => (/usr)?/lib/x86_64-linux-gnu/lib$lib.so.0" >/dev/null
+    deps=$(ldd "$work/$lib")
+    grep -E "lib$lib.so.0 => (/usr)?/lib/x86_64-linux-gnu/lib$lib.so.0" <<<"$deps" >/dev/null ||
+        { echo "$lib example: not linked to the package's lib$lib.so.0:" >&2; echo "$deps" >&2; exit 1; }
 done
-"$work/pmfs" /dev/shm/pmkit-pkgtest.pmfs | tail -1 | grep -x ok >/dev/null
+rm -f /dev/shm/pmkit-pkgtest.*
+out=$("$work/pmfs" /dev/shm/pmkit-pkgtest.pmfs) || { echo "pmfs example failed: $out" >&2; exit 1; }
+[ "$(tail -1 <<<"$out")" = ok ] || { echo "pmfs example: $out" >&2; exit 1; }
 "$work/pmo" /dev/shm/pmkit-pkgtest.pmo > /dev/null
 "$work/xmem" /dev/shm/pmkit-pkgtest.xmem > /dev/null
 rm -f /dev/shm/pmkit-pkgtest.*
