@@ -100,6 +100,11 @@ enum Cmd {
         /// A pool not unmounted clean still has its journal replayed at mount.
         #[arg(long)]
         read_only: bool,
+        /// After a stop (SIGTERM, `pmkit fs umount`), how many seconds requests in flight may
+        /// make no progress before the daemon aborts the FUSE connection (their callers get
+        /// ECONNABORTED) and exits without marking the pool clean.
+        #[arg(long, value_name = "SECONDS", default_value_t = pmkit_fuse::pmfs::mount::STOP_GRACE.as_secs())]
+        stop_grace: u64,
         /// Where messages go once the file system is mounted: stderr (unchanged), syslog, or a
         /// file (appended). Messages before that (errors that stop the mount) always go to
         /// stderr. The mount helper (`mount -t fuse.pmkit`) passes syslog.
@@ -277,6 +282,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             full_walk,
             atime,
             read_only,
+            stop_grace,
             log,
         } => {
             crate::identify::expect_path(&pool, crate::identify::Kind::Fs)?;
@@ -294,6 +300,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     full_walk,
                     atime,
                     read_only,
+                    stop_grace: std::time::Duration::from_secs(stop_grace),
                     log,
                 },
             )?

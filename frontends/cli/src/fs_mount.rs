@@ -26,6 +26,7 @@ pub(crate) struct Opts<'a> {
     pub full_walk: bool,
     pub atime: pmkit_fs::Atime,
     pub read_only: bool,
+    pub stop_grace: std::time::Duration,
     pub log: pmkit::daemon_log::LogDest,
 }
 
@@ -49,6 +50,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         full_walk: a.full_walk,
         atime: a.atime,
         read_only: a.read_only,
+        stop_grace: a.stop_grace,
     };
     let served = session::mount(pool, dir, &o)?;
     for n in &served.notes {

@@ -59,7 +59,7 @@ pub(crate) struct HelperArgs {
 
 const OPTIONS_HELP: &str = "Mount options:
 
-threads=N, transport=auto|dev|uring, protect=MODE, cache=none|short|long, stats=FILE, barrier_ns=N, atime=MODE: as the `pmkit fs mount` options of the same name.
+threads=N, transport=auto|dev|uring, protect=MODE, cache=none|short|long, stats=FILE, barrier_ns=N, atime=MODE, stop_grace=SECONDS: as the `pmkit fs mount` options of the same name.
 
 atomic, full_walk: as --atomic and --full-walk. ro: --read-only (rw is the default). noatime, relatime, strictatime: --atime.
 
@@ -138,6 +138,7 @@ const VALUED: &[&str] = &[
     "stats",
     "barrier_ns",
     "atime",
+    "stop_grace",
 ];
 
 /// The `pmkit fs mount` command line for these arguments.

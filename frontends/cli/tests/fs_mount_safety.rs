@@ -124,8 +124,12 @@ fn a_stuck_request_does_not_keep_stop_or_umount_from_finishing() {
 fn a_stuck_request_does_not_keep_stop_or_umount_from_finishing_over(t: &str) {
     let s = scratch("16M");
     for by_umount in [false, true] {
-        let d =
-            Daemon::start_with_env(&s, &["--transport", t], &[("PMKIT_FS_TEST_STALL", "stuck")]);
+        // A short grace (the default is 10 s) keeps the test short.
+        let d = Daemon::start_with_env(
+            &s,
+            &["--transport", t, "--stop-grace", "1"],
+            &[("PMKIT_FS_TEST_STALL", "stuck")],
+        );
         std::fs::write(s.mnt.join("kept"), b"kept").unwrap();
         let mut caller = Command::new("stat")
             .arg(s.mnt.join("stuck"))

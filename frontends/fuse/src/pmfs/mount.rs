@@ -56,6 +56,9 @@ pub struct MountOptions {
     /// too), and reads store no access time. The pool is still opened for writing: a mount
     /// after a crash replays the journal, and every mount keeps the clean flag.
     pub read_only: bool,
+    /// After a stop signal, how long requests in flight may go without progress before the
+    /// daemon aborts the connection (`--stop-grace`; see [`STOP_GRACE`]).
+    pub stop_grace: Duration,
 }
 
 impl Default for MountOptions {
@@ -70,6 +73,7 @@ impl Default for MountOptions {
             full_walk: false,
             atime: pmkit_fs::Atime::default(),
             read_only: false,
+            stop_grace: STOP_GRACE,
         }
     }
 }
@@ -254,13 +258,15 @@ pub struct Served {
     uring: Option<uring::Queues>,
     /// The FUSE connection (fusectl), to abort when a request cannot be answered.
     conn: Option<u64>,
+    /// `MountOptions::stop_grace`.
+    stop_grace: Duration,
 }
 
 /// After a stop signal, how long requests in flight may go without progress before the daemon
-/// aborts the connection (their callers get ECONNABORTED instead of waiting for good), and how
-/// long its threads then have to end before it exits without them, leaving the pool to
-/// recovery.
-const STOP_GRACE: Duration = Duration::from_secs(10);
+/// aborts the connection (their callers get ECONNABORTED instead of waiting for good; the
+/// default of `MountOptions::stop_grace`), and how long its threads then have to end before it
+/// exits without them, leaving the pool to recovery.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
 const ABORT_GRACE: Duration = Duration::from_secs(5);
 
 /// Mount `pool` on `dir` and start serving it. Call with SIGTERM, SIGINT and SIGHUP blocked
@@ -389,6 +395,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         session,
         uring: queues,
         conn,
+        stop_grace: o.stop_grace,
     })
 }
 
@@ -471,11 +478,11 @@ impl Served {
                 if now.0 == 0 || now != progress.0 {
                     progress = (now, Instant::now());
                 }
-                if aborted.is_none() && progress.1.elapsed() >= STOP_GRACE {
+                if aborted.is_none() && progress.1.elapsed() >= self.stop_grace {
                     log(&format!(
-                        "{} request(s) unanswered for {STOP_GRACE:?} after the stop: aborting \
-                         the FUSE connection (their callers get ECONNABORTED)",
-                        now.0
+                        "{} request(s) unanswered for {:?} after the stop: aborting the FUSE \
+                         connection (their callers get ECONNABORTED)",
+                        now.0, self.stop_grace
                     ));
                     abort_connection(self.conn, &mut log);
                     aborted = Some(Instant::now());
@@ -525,6 +532,7 @@ impl Served {
             session,
             uring,
             conn,
+            stop_grace,
             ..
         } = self;
         session
@@ -532,7 +540,7 @@ impl Served {
             .map_err(|e| MountError::Fuse(format!("session: {e}")))?;
         // The kernel ends the queues' commands when the connection goes (ENOTCONN).
         if let Some(q) = uring {
-            if !q.join(STOP_GRACE) {
+            if !q.join(stop_grace) {
                 // A queue thread is stuck in a handler: free its caller, then leave.
                 abort_connection(conn, &mut log);
                 return Err(MountError::Fuse(
