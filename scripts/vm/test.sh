@@ -60,6 +60,7 @@ protection_suite > "$work/protection"
     printf 'blk on fsdax\t%s create /mnt/pmem/d.pmbd --size 64M && %s info /mnt/pmem/d.pmbd && %s check /mnt/pmem/d.pmbd\n' "$pmkit" "$pmkit" "$pmkit"
     printf 'serve on fsdax under nbd-client\tscripts/vm/guest-nbd.sh /mnt/pmem/d.pmbd\n'
     printf 'serve with TLS under nbd-client -x\tscripts/vm/guest-nbd-tls.sh /mnt/pmem/d.pmbd\n'
+    printf 'attach --via nbd on fsdax\tscripts/vm/guest-attach.sh /mnt/pmem/a.pmbd\n'
     printf 'pmfs on fsdax\tscripts/vm/guest-pmfs.sh /mnt/pmem/pool\n'
     # posix's random-calls test takes /dev/shm's file system as its model of Linux and expects
     # tmpfs there (here ext4, whose directories seek differently): it runs in the first guest.

@@ -5,7 +5,8 @@
 //! random writes with an fsync after each, 1 MiB sequential writes), the workloads the attach goals name.
 //!
 //! Targets: `pmkit attach` over each FUSE transport (/dev/fuse, and io_uring where the kernel
-//! offers it) and the loop device. Each round formats every target afresh and runs every
+//! offers it), over the kernel's NBD client (`--via nbd`, where the nbd module is loaded) and the
+//! loop device. Each round formats every target afresh and runs every
 //! workload on each, in rotated order.
 //! Needs root, /dev/fuse, e2fsprogs, fio and PostgreSQL (scripts/bench-attach.sh installs them).
 
@@ -92,6 +93,8 @@ struct Report {
 pub(crate) const PMKIT_DEV: &str = "attach-dev";
 /// `pmkit attach` over FUSE io_uring.
 const PMKIT_URING: &str = "attach-uring";
+/// `pmkit attach --via nbd`: the kernel's NBD client.
+const PMKIT_NBD: &str = "attach-nbd";
 pub(crate) const RAMDISK: &str = "shm-loop";
 
 /// A mounted ext4 on one of the targets (also `bench fs`'s ext4 targets).
@@ -99,6 +102,8 @@ pub(crate) enum Mounted {
     Pmkit {
         dev: Arc<pmkit_blk::Device<pmkit_media::Region>>,
         att: Box<pmkit_fuse::attach::Attachment>,
+        /// On the NBD route: the device to disconnect after the detach.
+        nbd: Option<pmkit_nbd::kernel::KernelDevice>,
     },
     Loop {
         dev: String,
@@ -133,16 +138,30 @@ pub(crate) fn mount_target(
             mkfs: Some(pmkit_fuse::attach::Mkfs::Ext4),
             threads,
             mount_options: options.map(str::to_string),
+            route: if which == PMKIT_NBD {
+                pmkit_fuse::attach::Route::Nbd
+            } else {
+                pmkit_fuse::attach::Route::Fuse
+            },
             transport: if which == PMKIT_URING {
                 Transport::Uring
             } else {
                 Transport::Dev
             },
         };
-        let att = pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)?;
+        let (att, nbd) = if which == PMKIT_NBD {
+            let (a, k) = pmkit::attach_nbd::attach(dev.clone(), &opts)?;
+            (a, Some(k))
+        } else {
+            (
+                pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)?,
+                None,
+            )
+        };
         Ok(Mounted::Pmkit {
             dev,
             att: Box::new(att),
+            nbd,
         })
     } else {
         mount_loop(file, mnt, size, "ext4", options)
@@ -184,8 +203,9 @@ pub(crate) fn mount_loop(
 /// Unmount what [`mount_target`] mounted and remove its file.
 pub(crate) fn unmount_target(m: Mounted, mnt: &Path, file: &Path) -> Result<()> {
     match m {
-        Mounted::Pmkit { dev, mut att } => {
+        Mounted::Pmkit { dev, mut att, nbd } => {
             att.detach()?;
+            pmkit::attach_nbd::disconnect(&mut { nbd })?;
             dev.close()?;
         }
         Mounted::Loop { dev } => {
@@ -228,15 +248,21 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     std::fs::create_dir_all(&mnt)?;
     // io_uring only where the kernel offers it (root enables it with
     // `echo Y > /sys/module/fuse/parameters/enable_uring`).
-    let targets: Vec<&'static str> = if pmkit_fuse::uring::enabled() {
-        vec![PMKIT_DEV, PMKIT_URING, RAMDISK]
+    let mut targets: Vec<&'static str> = vec![PMKIT_DEV];
+    if pmkit_fuse::uring::enabled() {
+        targets.push(PMKIT_URING);
     } else {
         eprintln!(
             "FUSE over io_uring is not enabled (/sys/module/fuse/parameters/enable_uring): \
              measuring the /dev/fuse transport only"
         );
-        vec![PMKIT_DEV, RAMDISK]
-    };
+    }
+    if pmkit_nbd::kernel::available() {
+        targets.push(PMKIT_NBD);
+    } else {
+        eprintln!("the nbd module is not loaded (modprobe nbd): no attach-nbd target");
+    }
+    targets.push(RAMDISK);
     let bar = a.flags.progress(rounds * targets.len());
     let samples = rotated_rounds(rounds, 1, targets.len(), &bar, |r, _, i| {
         let t = targets[i];

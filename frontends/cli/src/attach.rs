@@ -1,11 +1,12 @@
-//! `pmkit attach` / `pmkit detach`: the device as a kernel block device through a FUSE file and
-//! a loop device, optionally with a file system made and mounted on it.
+//! `pmkit attach` / `pmkit detach`: the device as a kernel block device, through the kernel's
+//! NBD client (`attach_nbd.rs`) or through a FUSE file and a loop device, optionally with a file
+//! system made and mounted on it.
 
 use anyhow::{Context, Result};
 use pmkit::adapters::BlkDisk;
 use pmkit::args::{parse_size, EngineArgs};
 use pmkit::stats_file::StatsWriter;
-use pmkit_fuse::attach::{self, AttachOptions, Detached, Mkfs, Transport};
+use pmkit_fuse::attach::{self, AttachOptions, Detached, Mkfs, Route, Transport};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -37,6 +38,11 @@ pub(crate) struct AttachArgs {
     /// CPU), auto (uring where the kernel offers it, else dev).
     #[arg(long, value_name = "auto|dev|uring", default_value_t = Transport::Auto)]
     transport: Transport,
+    /// How the kernel gets the block device: nbd (the kernel's NBD client, /dev/nbdN, served
+    /// by this process over socket pairs, a connection per CPU; needs the nbd module), fuse (a
+    /// loop device over a FUSE file), auto (nbd where the nbd module is loaded, else fuse).
+    #[arg(long, value_name = "auto|nbd|fuse", default_value = "auto", value_parser = parse_via)]
+    via: Via,
     /// Options for mounting the file system (mount -o).
     #[arg(long, short = 'o')]
     mount_options: Option<String>,
@@ -46,6 +52,32 @@ pub(crate) struct AttachArgs {
     stats: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
+}
+
+/// `--via`: a route, or the best the running kernel offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    Auto,
+    Route(Route),
+}
+
+fn parse_via(s: &str) -> Result<Via, String> {
+    match s {
+        "auto" => Ok(Via::Auto),
+        "nbd" => Ok(Via::Route(Route::Nbd)),
+        "fuse" => Ok(Via::Route(Route::Fuse)),
+        _ => Err(format!("{s}: not a route (auto, nbd, fuse)")),
+    }
+}
+
+impl Via {
+    fn route(self) -> Route {
+        match self {
+            Via::Route(r) => r,
+            Via::Auto if pmkit_nbd::kernel::available() => Route::Nbd,
+            Via::Auto => Route::Fuse,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -79,6 +111,7 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         threads: a.threads,
         mount_options: a.mount_options.clone(),
         transport: a.transport,
+        route: a.via.route(),
     };
     // Check root, /dev/fuse, tools and the mountpoint before opening (or creating) anything.
     attach::preflight(&opts)?;
@@ -98,8 +131,14 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     }
     .with_context(|| format!("opening {}", a.path.display()))?;
     let dev = Arc::new(dev);
-    let mut att = match attach::attach(BlkDisk(dev.clone()), &opts) {
-        Ok(att) => att,
+    let attached = match opts.route {
+        Route::Fuse => attach::attach(BlkDisk(dev.clone()), &opts)
+            .map(|a| (a, None))
+            .map_err(anyhow::Error::from),
+        Route::Nbd => pmkit::attach_nbd::attach(dev.clone(), &opts).map(|(a, k)| (a, Some(k))),
+    };
+    let (mut att, mut kernel) = match attached {
+        Ok(x) => x,
         Err(e) => {
             let _ = dev.close();
             return Err(e).with_context(|| format!("attaching {}", a.path.display()));
@@ -116,18 +155,36 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     for n in dev.notes() {
         say!("  note: {n}");
     }
-    say!(
-        "  block device: {loopdev} (direct I/O {})",
-        if s.direct_io { "on" } else { "off" }
-    );
+    match &kernel {
+        Some(k) => say!(
+            "  block device: {loopdev} (the kernel's NBD client, {} connections{})",
+            k.connections(),
+            if a.via == Via::Auto {
+                "; chosen by --via auto"
+            } else {
+                ""
+            }
+        ),
+        None => say!(
+            "  block device: {loopdev} (loop over FUSE, direct I/O {}{})",
+            if s.direct_io { "on" } else { "off" },
+            if a.via == Via::Auto {
+                "; --via auto: the nbd module is not loaded"
+            } else {
+                ""
+            }
+        ),
+    }
     if let Some(m) = &s.mountpoint {
         say!("  mounted on:   {}", m.display());
     }
-    say!(
-        "  FUSE file:    {} (transport {})",
-        s.fuse_dir.join(pmkit_fuse::DISK_NAME).display(),
-        s.transport.unwrap_or_default()
-    );
+    if kernel.is_none() {
+        say!(
+            "  FUSE file:    {} (transport {})",
+            s.fuse_dir.join(pmkit_fuse::DISK_NAME).display(),
+            s.transport.unwrap_or_default()
+        );
+    }
     let target = s
         .mountpoint
         .as_deref()
@@ -157,7 +214,10 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
                 say_err!("pmkit: {note}");
                 s.reply(true, note);
             }) {
-                Ok(()) => break,
+                Ok(()) => {
+                    pmkit::attach_nbd::disconnect(&mut kernel)?;
+                    break;
+                }
                 Err(e) => {
                     let msg = format!("lazy detach failed, still attached: {e}");
                     say_err!("pmkit: {msg}");
@@ -170,7 +230,10 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         // Never close the device while the FUSE file is still served: a file system on the loop
         // device may still be mounted and writing to it.
         let why = match att.detach() {
-            Ok(Detached::Done) => break,
+            Ok(Detached::Done) => {
+                pmkit::attach_nbd::disconnect(&mut kernel)?;
+                break;
+            }
             Ok(Detached::Busy(why)) => why,
             Err(e) => e.to_string(),
         };
@@ -234,6 +297,7 @@ pub(crate) fn run_detach(a: DetachArgs) -> Result<ExitCode> {
     } else {
         // The attaching process died (kill -9, crash): clean up after it.
         attach::teardown_stale(&state).context("cleaning up a stale attachment")?;
+        pmkit::attach_nbd::teardown_stale(&state)?;
         // Say what the device's superblock says, not what a dead process suggests.
         let shutdown = match pmkit_blk::inspect_path(&state.pm_path) {
             Ok((f, _)) if f.current.clean => "the device had been closed cleanly",

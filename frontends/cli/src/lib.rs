@@ -5,6 +5,7 @@
 
 pub mod adapters;
 pub mod args;
+pub mod attach_nbd;
 pub mod daemon_log;
 pub mod entry;
 pub mod progress;

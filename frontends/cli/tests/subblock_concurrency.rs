@@ -120,6 +120,7 @@ fn fuse_writers_of_sectors_of_one_block_lose_nothing() {
         mkfs: None,
         threads: 2,
         mount_options: None,
+        route: Default::default(),
         // PMKIT_ATTACH_TRANSPORT=dev|uring: run over that FUSE transport (default auto).
         transport: std::env::var("PMKIT_ATTACH_TRANSPORT")
             .ok()

@@ -1,6 +1,8 @@
 //! `attach`/`detach`: FUSE mount -> loop device -> (mkfs) -> mount, each step undone in reverse
 //! when a later one fails, and all of them undone by `detach` (or by the attaching process on
-//! SIGINT/SIGTERM). A state file per attachment in [`STATE_DIR`] lets `pmkit detach` find it by
+//! SIGINT/SIGTERM). The other route, the kernel's NBD client (`Route::Nbd`), brings its own
+//! block device (`pmkit_nbd::kernel`) and shares the rest: the state file, mkfs, mount, and the
+//! unmount and busy checks of detach ([`Attachment::adopt`]). A state file per attachment in [`STATE_DIR`] lets `pmkit detach` find it by
 //! mountpoint or loop device, and clean up after an attaching process that was killed.
 //!
 //! Detaching never forces anything: a busy file system (a process's working directory, open
@@ -87,6 +89,18 @@ pub struct AttachOptions {
     /// Mount options for the file system (`-o`).
     pub mount_options: Option<String>,
     pub transport: Transport,
+    /// How the device reaches the kernel.
+    pub route: Route,
+}
+
+/// How an attachment gives the device to the kernel as a block device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Route {
+    /// A loop device over a file served by FUSE.
+    #[default]
+    Fuse,
+    /// The kernel's NBD client, served by the attaching process over socket pairs.
+    Nbd,
 }
 
 /// What an attachment consists of; also its state file.
@@ -103,6 +117,10 @@ pub struct AttachState {
     /// The transport in use: `dev` or `uring` (absent in state files of older versions).
     #[serde(default)]
     pub transport: Option<Transport>,
+    /// On the NBD route: the `/dev/nbdN` the attaching process serves (then `loop_dev` is that
+    /// device and `fuse_dir` is unused).
+    #[serde(default)]
+    pub nbd_index: Option<u32>,
 }
 
 impl AttachState {
@@ -133,6 +151,11 @@ impl AttachState {
         self.mountpoint.as_deref().is_some_and(is_mountpoint)
             || self.loop_dev.as_deref().is_some_and(|d| self.owns_loop(d))
             || is_mountpoint(&self.fuse_dir)
+            // A connected NBD device keeps its sysfs `pid` until it is disconnected, also when
+            // its server died.
+            || self
+                .nbd_index
+                .is_some_and(|i| Path::new(&format!("/sys/block/nbd{i}/pid")).exists())
     }
     fn owns_loop(&self, dev: &Path) -> bool {
         loop_backing(dev).is_some_and(|b| b.starts_with(&self.fuse_dir))
@@ -146,7 +169,8 @@ impl AttachState {
             .display()
             .to_string()
     }
-    fn save(&self) -> Result<()> {
+    /// Write the state file (atomically: a reader sees the old one or this one).
+    pub fn save(&self) -> Result<()> {
         std::fs::create_dir_all(STATE_DIR)
             .map_err(|e| step("record state", format!("{STATE_DIR}: {e}")))?;
         let tmp = self.state_file().with_extension("tmp");
@@ -172,6 +196,31 @@ impl AttachState {
             .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
             .collect()
     }
+    /// Remove the state file and any reply.
+    pub fn forget(&self) {
+        let _ = std::fs::remove_file(self.state_file());
+        let _ = std::fs::remove_file(self.reply_file());
+    }
+    /// A new attachment's state, before any step: this process, a fresh id.
+    pub fn new(pm_path: &Path) -> AttachState {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let pid = std::process::id();
+        let id = format!(
+            "{pid}-{}",
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        AttachState {
+            fuse_dir: Path::new("/run/pmkit/fuse").join(&id),
+            id,
+            pid,
+            pm_path: std::fs::canonicalize(pm_path).unwrap_or(pm_path.to_path_buf()),
+            loop_dev: None,
+            mountpoint: None,
+            direct_io: false,
+            transport: None,
+            nbd_index: None,
+        }
+    }
     /// Whether the attaching process is still alive.
     pub fn alive(&self) -> bool {
         // A zombie (exited, not yet reaped by its parent) has finished: field 3 of stat is 'Z'.
@@ -192,19 +241,24 @@ pub fn preflight(opts: &AttachOptions) -> Result<()> {
             "attach needs root (losetup and mount); run it with sudo".into(),
         ));
     }
-    if !Path::new("/dev/fuse").exists() {
+    if opts.route == Route::Fuse && !Path::new("/dev/fuse").exists() {
         return Err(AttachError::Precondition(
             "/dev/fuse is missing: load the fuse module (modprobe fuse) or give the container /dev/fuse".into(),
         ));
     }
-    for tool in ["losetup", "mount", "umount"] {
+    let tools: &[&str] = match opts.route {
+        Route::Fuse => &["losetup", "mount", "umount"],
+        Route::Nbd => &["mount", "umount"],
+    };
+    for tool in tools {
         if which(tool).is_none() {
             return Err(AttachError::Precondition(format!(
                 "{tool} not found: install util-linux/mount"
             )));
         }
     }
-    if which("fusermount3").is_none() && which("fusermount").is_none() {
+    if opts.route == Route::Fuse && which("fusermount3").is_none() && which("fusermount").is_none()
+    {
         return Err(AttachError::Precondition(
             "fusermount3 not found: install fuse3".into(),
         ));
@@ -280,7 +334,10 @@ pub fn preflight(opts: &AttachOptions) -> Result<()> {
                 .map_or(String::new(), |m| format!("mounted on {}, ", m.display())),
             s.loop_dev
                 .as_deref()
-                .map_or("no loop device".into(), |l| format!("loop {}", l.display())),
+                .map_or("no block device".into(), |l| format!(
+                    "block device {}",
+                    l.display()
+                )),
             s.target()
         )));
     }
@@ -289,7 +346,7 @@ pub fn preflight(opts: &AttachOptions) -> Result<()> {
         .find(|s| s.pm_path == canon && s.alive())
     {
         return Err(AttachError::Precondition(format!(
-            "{} is already attached by pmkit process {} (loop {}); detach it first",
+            "{} is already attached by pmkit process {} (block device {}); detach it first",
             canon.display(),
             other.pid,
             other
@@ -310,36 +367,18 @@ pub struct Attachment {
 
 /// Run every step of `attach`. On failure, the steps already taken are undone.
 pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
+    assert_eq!(opts.route, Route::Fuse, "attach() is the FUSE route");
     preflight(opts)?;
     let block_size = disk.block_size();
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let pid = std::process::id();
-    let id = format!(
-        "{pid}-{}",
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let fuse_dir = Path::new("/run/pmkit/fuse").join(&id);
+    let state = AttachState::new(&opts.pm_path);
+    let fuse_dir = state.fuse_dir.clone();
     std::fs::create_dir_all(&fuse_dir).map_err(|e| {
         step(
             "create FUSE mountpoint",
             format!("{}: {e}", fuse_dir.display()),
         )
     })?;
-    let pm_path = std::fs::canonicalize(&opts.pm_path).unwrap_or(opts.pm_path.clone());
-    let mut a = Attachment {
-        state: AttachState {
-            id,
-            pid,
-            pm_path,
-            fuse_dir: fuse_dir.clone(),
-            loop_dev: None,
-            mountpoint: None,
-            direct_io: false,
-            transport: None,
-        },
-        session: None,
-        uring: None,
-    };
+    let mut a = Attachment::adopt(state);
     let r = (|| {
         let mut cfg = fuser::Config::default();
         cfg.mount_options = vec![
@@ -393,20 +432,7 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
         a.state.loop_dev = Some(dev.clone());
         a.state.direct_io = dio;
         a.state.save()?;
-        if let Some(fs) = opts.mkfs {
-            let (tool, args) = fs.command();
-            run(Command::new(tool).args(args).arg(&dev)).map_err(|e| step("mkfs", e))?;
-        }
-        if let Some(mp) = &opts.mountpoint {
-            let mut c = Command::new("mount");
-            if let Some(o) = &opts.mount_options {
-                c.arg("-o").arg(o);
-            }
-            run(c.arg(&dev).arg(mp)).map_err(|e| step("mount", e))?;
-            a.state.mountpoint = Some(std::fs::canonicalize(mp).unwrap_or(mp.clone()));
-            a.state.save()?;
-        }
-        Ok(())
+        a.make_and_mount(opts)
     })();
     match r {
         Ok(()) => Ok(a),
@@ -443,6 +469,41 @@ pub enum Detached {
 }
 
 impl Attachment {
+    /// An attachment of `state`'s block device brought by another route (no FUSE session of
+    /// its own): [`Attachment::detach`] unmounts and checks the device is unused; the caller
+    /// then takes the device away.
+    pub fn adopt(state: AttachState) -> Attachment {
+        Attachment {
+            state,
+            session: None,
+            uring: None,
+        }
+    }
+
+    /// The steps once the block device (`state.loop_dev`) exists: mkfs and mount, as asked,
+    /// each recorded in the state file.
+    pub fn make_and_mount(&mut self, opts: &AttachOptions) -> Result<()> {
+        let dev = self
+            .state
+            .loop_dev
+            .clone()
+            .expect("the block device exists before mkfs and mount");
+        if let Some(fs) = opts.mkfs {
+            let (tool, args) = fs.command();
+            run(Command::new(tool).args(args).arg(&dev)).map_err(|e| step("mkfs", e))?;
+        }
+        if let Some(mp) = &opts.mountpoint {
+            let mut c = Command::new("mount");
+            if let Some(o) = &opts.mount_options {
+                c.arg("-o").arg(o);
+            }
+            run(c.arg(&dev).arg(mp)).map_err(|e| step("mount", e))?;
+            self.state.mountpoint = Some(std::fs::canonicalize(mp).unwrap_or(mp.clone()));
+            self.state.save()?;
+        }
+        Ok(())
+    }
+
     /// Undo every step, newest first: unmount, remove the loop device, unmount FUSE (which ends
     /// the FUSE session; the caller then closes the device cleanly). Nothing is forced: a busy
     /// file system or loop device gives [`Detached::Busy`] and the device stays served.
@@ -472,6 +533,16 @@ impl Attachment {
             }
             run(Command::new("losetup").arg("-d").arg(dev))
                 .map_err(|e| step("remove loop device", e))?;
+        }
+        if let (Some(dev), Some(_)) = (s.loop_dev.as_deref(), s.nbd_index) {
+            // The caller disconnects the device next: nothing may hold it then.
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while let Some(why) = loop_in_use(dev) {
+                if Instant::now() >= deadline {
+                    return Ok(Detached::Busy(why));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         if let Some(why) = unmount_fuse(&s.fuse_dir, false)? {
             return Ok(Detached::Busy(why));
@@ -515,6 +586,16 @@ impl Attachment {
             while s.owns_loop(dev) {
                 std::thread::sleep(Duration::from_millis(100));
             }
+        } else if let (Some(dev), Some(_)) = (s.loop_dev.as_deref(), s.nbd_index) {
+            // The NBD route: the caller disconnects once the file system has let go.
+            started(&format!(
+                "{note}{}the device stays served until {} is released, then detaches",
+                if note.is_empty() { "" } else { "; " },
+                dev.display()
+            ));
+            while holders::claimed(dev) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
         } else {
             started(&note);
         }
@@ -537,9 +618,10 @@ impl Attachment {
                 tracing::warn!("a FUSE io_uring queue did not end with the connection");
             }
         }
-        let _ = std::fs::remove_dir(&self.state.fuse_dir);
-        let _ = std::fs::remove_file(self.state.state_file());
-        let _ = std::fs::remove_file(self.state.reply_file());
+        if self.state.nbd_index.is_none() {
+            let _ = std::fs::remove_dir(&self.state.fuse_dir);
+        }
+        self.state.forget();
     }
 }
 
@@ -610,12 +692,15 @@ pub fn teardown_stale(s: &AttachState) -> Result<()> {
         run(Command::new("losetup").arg("-d").arg(dev))
             .map_err(|e| step("remove loop device", e))?;
     }
+    if s.nbd_index.is_some() {
+        // The caller disconnects the NBD device, then forgets the attachment.
+        return Ok(());
+    }
     if let Some(why) = unmount_fuse(&s.fuse_dir, true)? {
         return Err(step("unmount FUSE", why));
     }
     let _ = std::fs::remove_dir(&s.fuse_dir);
-    let _ = std::fs::remove_file(s.state_file());
-    let _ = std::fs::remove_file(s.reply_file());
+    s.forget();
     Ok(())
 }
 

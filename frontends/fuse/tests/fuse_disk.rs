@@ -98,6 +98,7 @@ fn opts(pm: &std::path::Path) -> AttachOptions {
         mkfs: None,
         threads: 2,
         mount_options: None,
+        route: Default::default(),
         // PMKIT_ATTACH_TRANSPORT=dev|uring: run over that FUSE transport (default auto).
         transport: std::env::var("PMKIT_ATTACH_TRANSPORT")
             .ok()

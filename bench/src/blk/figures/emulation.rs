@@ -195,6 +195,7 @@ fn mounted<T>(
         mkfs: mkfs.then_some(Mkfs::Ext4),
         threads: 2,
         mount_options: None,
+        route: Default::default(),
         transport: Default::default(),
     };
     let mut att = attach::attach(BlkDisk(dev.clone()), &opts)?;

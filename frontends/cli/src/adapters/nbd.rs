@@ -4,6 +4,7 @@
 use pmkit_blk::{BlkError, Device};
 use pmkit_media::Region;
 use pmkit_nbd::{BackendError, BackendResult, BlockBackend, BlockSizes, ErrorKind};
+use std::sync::Arc;
 
 /// Sector size the export advertises as its minimum block size. The device's own block (usually
 /// 4096) is advertised as the preferred size; smaller aligned requests are read-modify-written by
@@ -14,12 +15,13 @@ pub const SECTOR: u32 = 512;
 
 /// A PMBD device as an NBD export.
 pub struct PmbdBackend {
-    pub dev: Device<Region>,
+    pub dev: Arc<Device<Region>>,
     bs: u64,
 }
 
 impl PmbdBackend {
-    pub fn new(dev: Device<Region>) -> Self {
+    pub fn new(dev: impl Into<Arc<Device<Region>>>) -> Self {
+        let dev = dev.into();
         let bs = dev.block_size() as u64;
         assert!(bs >= SECTOR as u64 && bs.is_power_of_two());
         PmbdBackend { dev, bs }
