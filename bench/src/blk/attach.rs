@@ -149,14 +149,19 @@ pub(crate) fn mount_target(
                 Transport::Dev
             },
         };
-        let (att, nbd) = if which == PMKIT_NBD {
-            let (a, k) = pmkit::attach_nbd::attach(dev.clone(), &opts)?;
-            (a, Some(k))
+        let attached = if which == PMKIT_NBD {
+            pmkit::attach_nbd::attach(dev.clone(), &opts).map(|(a, k)| (a, Some(k)))
         } else {
-            (
-                pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)?,
-                None,
-            )
+            pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)
+                .map(|a| (a, None))
+                .map_err(Into::into)
+        };
+        let (att, nbd) = match attached {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = dev.close();
+                return Err(e);
+            }
         };
         Ok(Mounted::Pmkit {
             dev,
