@@ -296,6 +296,7 @@ fn static_ratio(d: &Data, fraction: f64, k: usize) -> Vec<bool> {
 /// The best order of tags, filling `k` units tag by tag in allocation order.
 fn best_tag_order(d: &Data, cost: &[f64], k: usize) -> Vec<bool> {
     assert!(d.tags <= MAX_TAGS, "at most {MAX_TAGS} tags for the oracle");
+    assert_eq!(cost.len(), d.units.len());
     let fill = |order: &[usize]| -> Vec<bool> {
         let mut fast = vec![false; d.units.len()];
         let mut left = k;
@@ -309,25 +310,34 @@ fn best_tag_order(d: &Data, cost: &[f64], k: usize) -> Vec<bool> {
         }
         fast
     };
-    let saved = |fast: &[bool]| -> f64 {
-        cost.iter()
-            .zip(fast)
-            .filter(|(_, &f)| f)
-            .map(|(c, _)| c)
-            .sum()
+    // What the first j units of each tag (in allocation order) save: an order's saving is then
+    // a sum over tags, not over units, for each of the (tags)! orders.
+    let mut prefix: Vec<Vec<f64>> = vec![vec![0.0]; d.tags];
+    for (u, c) in d.units.iter().zip(cost) {
+        let p = &mut prefix[u.structure as usize];
+        p.push(p.last().unwrap() + c);
+    }
+    let saved = |order: &[usize]| -> f64 {
+        let mut left = k;
+        let mut s = 0.0;
+        for &t in order {
+            let n = left.min(prefix[t].len() - 1);
+            s += prefix[t][n];
+            left -= n;
+        }
+        s
     };
     let mut order: Vec<usize> = (0..d.tags).collect();
-    let mut best = fill(&order);
-    let mut best_saved = saved(&best);
+    let mut best = order.clone();
+    let mut best_saved = saved(&order);
     // Every permutation (lexicographic successors from the sorted one).
     while next_permutation(&mut order) {
-        let f = fill(&order);
-        let s = saved(&f);
+        let s = saved(&order);
         if s > best_saved {
-            (best, best_saved) = (f, s);
+            (best, best_saved) = (order.clone(), s);
         }
     }
-    best
+    fill(&best)
 }
 
 fn next_permutation(v: &mut [usize]) -> bool {
@@ -352,6 +362,74 @@ mod tests {
             classified: [0, accesses, 0],
             misses: [0, misses, 0],
             ..Unit::default()
+        }
+    }
+
+    /// The order search by per-tag prefix sums fills what the search over units fills: every
+    /// order's units filled and summed one by one (the plain definition), on random layouts.
+    #[test]
+    fn best_tag_order_equals_the_plain_search() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for _ in 0..200 {
+            let tags = 1 + next(5) as usize;
+            let n = 1 + next(40) as usize;
+            let units: Vec<Unit> = (0..n)
+                .map(|_| unit(next(tags as u64) as u16, 0, 1, 0))
+                .collect();
+            let cost: Vec<f64> = (0..n).map(|_| next(1000) as f64).collect();
+            let k = next(n as u64 + 2) as usize;
+            let d = Data {
+                tags,
+                windows: Windows::default(),
+                pages: units.clone(),
+                units,
+                unit_bytes: 4096,
+            };
+            let plain = |order: &[usize]| -> (Vec<bool>, f64) {
+                let mut fast = vec![false; n];
+                let mut left = k;
+                for &t in order {
+                    for (i, u) in d.units.iter().enumerate() {
+                        if left > 0 && u.structure as usize == t {
+                            fast[i] = true;
+                            left -= 1;
+                        }
+                    }
+                }
+                let s = cost
+                    .iter()
+                    .zip(&fast)
+                    .filter(|(_, &f)| f)
+                    .map(|(c, _)| c)
+                    .sum();
+                (fast, s)
+            };
+            let mut order: Vec<usize> = (0..tags).collect();
+            let mut best = plain(&order);
+            while next_permutation(&mut order) {
+                let o = plain(&order);
+                if o.1 > best.1 {
+                    best = o;
+                }
+            }
+            let got = best_tag_order(&d, &cost, k);
+            let saved: f64 = cost
+                .iter()
+                .zip(&got)
+                .filter(|(_, &f)| f)
+                .map(|(c, _)| c)
+                .sum();
+            assert_eq!(saved, best.1, "tags {tags}, units {n}, k {k}");
+            assert_eq!(
+                got.iter().filter(|&&f| f).count(),
+                best.0.iter().filter(|&&f| f).count()
+            );
         }
     }
 
