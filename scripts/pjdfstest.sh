@@ -41,7 +41,9 @@ profile="${PMKIT_PROFILE:-debug}"
 if [ "$profile" = release ]; then
     build build --locked --release -p pmkit
 else
-    build build --locked -p pmkit
+    # The whole workspace, as scripts/test.sh builds it: `-p pmkit` alone resolves the
+    # dependencies' features apart and builds them again.
+    build build --locked --workspace
 fi
 pmkit="$target/$profile/pmkit"
 work=$(mktemp -d /dev/shm/pmkit-pjdfstest.XXXXXX)
@@ -56,7 +58,7 @@ trap cleanup EXIT
 cfg="$PWD/scripts/pjdfstest/pmfs.toml"
 cfg_preload="$PWD/scripts/pjdfstest/preload.toml"
 if $preload; then
-    build build --locked -p pmkit-preload
+    build build --locked --workspace  # the shim below is the debug build
     status=0
     (cd "$work/mnt" && env PMKIT_PRELOAD_POOL="$work/pool" PMKIT_PRELOAD_PREFIX="$work/mnt" \
         LD_PRELOAD="$target/debug/libpmkit_preload.so" \

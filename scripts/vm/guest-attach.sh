@@ -4,7 +4,7 @@
 # refused and serves on; kill -9 of the attaching process mid-write; `pmkit detach` clears the
 # stale attachment (lazy unmount, disconnect); reattached without mkfs, e2fsck and every fsynced
 # file compared; then a sub-block direct write and 4 concurrent direct writers on the bare
-# device, read back; detached cleanly.
+# device, read back; a lazy detach under a holder of the mount, closed cleanly when it leaves.
 #   scripts/vm/guest-attach.sh DEVICE_FILE   (made here, 256 MiB, when missing)
 set -eu
 . scripts/vm/guest-lib.sh
@@ -102,5 +102,19 @@ kill "$pid"
 wait "$pid" || { cat /tmp/attach2.log; echo "$0: attach did not detach cleanly" >&2; exit 1; }
 grep -q "device closed cleanly" /tmp/attach2.log || { cat /tmp/attach2.log; exit 1; }
 [ ! -e "/sys/block/${nbd#/dev/}/pid" ] || { echo "$0: $nbd still connected" >&2; exit 1; }
+# A lazy detach while a process holds the mount: the mount point is free at once, the device is
+# served until the holder leaves, then disconnected and closed cleanly.
+attach_on /tmp/attach3.log --via nbd --mkfs ext4 --mountpoint "$mnt"
+(cd "$mnt" && sleep 4) &
+holder=$!
+sleep 0.5
+"$pmkit" detach --lazy "$mnt" > /tmp/detach3.log 2>&1 || { cat /tmp/detach3.log; exit 1; }
+grep -q "lazily" /tmp/detach3.log || { cat /tmp/detach3.log; exit 1; }
+! mountpoint -q "$mnt" || { echo "$0: $mnt still mounted after a lazy detach" >&2; exit 1; }
+[ -e "/sys/block/${nbd#/dev/}/pid" ] || { echo "$0: $nbd disconnected under its holder" >&2; exit 1; }
+wait "$holder" || true
+wait "$pid" || { cat /tmp/attach3.log; echo "$0: attach did not detach cleanly" >&2; exit 1; }
+grep -q "device closed cleanly" /tmp/attach3.log || { cat /tmp/attach3.log; exit 1; }
+[ ! -e "/sys/block/${nbd#/dev/}/pid" ] || { echo "$0: $nbd still connected" >&2; exit 1; }
 "$pmkit" check "$dev" > /dev/null
-echo "guest-attach.sh: attach --via nbd: ext4 made and mounted on $nbd, busy detach refused, kill -9 cleared by detach, reattached, e2fsck exit $rc, 8 fsynced files intact, sub-block and 4 concurrent writers' blocks equal, detached clean (logical block $blocks)"
+echo "guest-attach.sh: attach --via nbd: ext4 made and mounted on $nbd, busy detach refused, kill -9 cleared by detach, reattached, e2fsck exit $rc, 8 fsynced files intact, sub-block and 4 concurrent writers' blocks equal, lazy detach served its holder, then detached clean (logical block $blocks)"

@@ -5,7 +5,7 @@
 //! transmission phase with simple replies, as the driver expects.
 
 use crate::backend::BlockBackend;
-use crate::config::Export;
+use crate::config::{Export, DEFAULT_POLL};
 use crate::conn::serve_inline;
 use crate::genl::{parse, Attrs, Genl};
 use crate::handshake::Session;
@@ -79,6 +79,10 @@ impl KernelDevice {
         let mut ours = Vec::with_capacity(n);
         for _ in 0..n {
             let (k, o) = UnixStream::pair().map_err(KernelError::Socket)?;
+            // A 1 MiB write in one go rather than in the default buffer's ~200 KiB pieces,
+            // each a wake-up of this side (best effort: only root may pass `wmem_max`).
+            set_sndbuf(&k, SOCKET_BUF);
+            set_sndbuf(&o, SOCKET_BUF);
             kernel_ends.push(k);
             ours.push(o);
         }
@@ -140,6 +144,31 @@ impl KernelDevice {
     }
 }
 
+/// Send buffer of each end of a connection: a largest request (the driver's are at most a few
+/// MiB) and its header.
+const SOCKET_BUF: usize = 4 << 20;
+
+/// `SO_SNDBUFFORCE` (root), else `SO_SNDBUF` (capped by `net.core.wmem_max`); failures are
+/// ignored: the default buffer works, in more pieces.
+fn set_sndbuf(s: &UnixStream, bytes: usize) {
+    let v = bytes as libc::c_int;
+    for opt in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
+        // SAFETY: setsockopt on an open socket with a pointer to a live c_int and its size.
+        let r = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return;
+        }
+    }
+}
+
 /// Serve our end `s` of connection `i` in a thread of its own, in the transmission phase with
 /// simple replies (what the driver speaks), until the driver sends DISC or closes its end.
 fn serve_pair<B: BlockBackend + 'static>(
@@ -157,14 +186,7 @@ fn serve_pair<B: BlockBackend + 'static>(
                 flags: export.transmission_flags(false),
             };
             let stop = AtomicBool::new(false);
-            let (stats, r) = serve_inline(
-                &mut s,
-                &*backend,
-                &export,
-                session,
-                &stop,
-                Duration::from_micros(50),
-            );
+            let (stats, r) = serve_inline(&mut s, &*backend, &export, session, &stop, DEFAULT_POLL);
             tracing::debug!(conn = i, ?stats, ended = ?r, "nbd kernel connection ended");
         })
 }
