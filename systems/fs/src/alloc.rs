@@ -202,13 +202,14 @@ impl Bitmap {
     }
 }
 
-/// Blocks and inodes, plus the DRAM-only open counts.
+/// Blocks and inodes, plus the DRAM-only open counts and files holding preallocation.
 #[derive(Debug)]
 pub(crate) struct Alloc {
     pub blocks: Bitmap,
     pub inodes: Bitmap,
     pub max_inodes: u32,
     pub open: std::collections::HashMap<u64, u32>,
+    pub preallocated: crate::reclaim::Preallocated,
 }
 
 impl Alloc {
@@ -221,6 +222,7 @@ impl Alloc {
             inodes,
             max_inodes,
             open: Default::default(),
+            preallocated: Default::default(),
         }
     }
     /// What any file system of `geo` holds before its tree: the metadata blocks (superblocks,

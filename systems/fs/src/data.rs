@@ -33,6 +33,18 @@ impl<M: Media> Fs<M> {
     /// Write `data` at `off`; durable when it returns; all-or-nothing when the file is atomic
     /// (see `DataMode`).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        self.bound_prealloc(ino);
+        match self.write_once(ino, off, data) {
+            // Space held as other files' preallocation is free space: give it back and retry
+            // (the pieces written before are written again, with the same bytes).
+            Err(Error::NoSpace) if self.reclaim_all_prealloc() > 0 => {
+                self.write_once(ino, off, data)
+            }
+            r => r,
+        }
+    }
+
+    fn write_once(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let node = self.live(ino)?;
@@ -191,6 +203,7 @@ impl<M: Media> Fs<M> {
         // The second append that needs a block starts the window.
         if !cow && end > node.size && node.size > 0 {
             self.prealloc(&mut tx, &mut node, last);
+            self.alloc.lock().preallocated.note(ino);
         }
         let t = now();
         node.size = node.size.max(end);
@@ -254,6 +267,7 @@ impl<M: Media> Fs<M> {
     /// Give back the blocks beyond the size (preallocation) at the last close. Caller holds the
     /// namespace lock; the inode is live.
     pub(crate) fn trim_prealloc(&self, ino: u64) -> Result<()> {
+        self.alloc.lock().preallocated.forget(ino);
         let _g = self.stripe(ino).lock();
         let node = self.inode(ino);
         if !node.is(Kind::File) {

@@ -29,6 +29,7 @@ mod pm;
 pub mod posix;
 mod punch;
 mod read;
+mod reclaim;
 mod repair;
 mod seek;
 mod tail;
