@@ -161,6 +161,12 @@ pub trait Ops: Send + Sync {
     fn create(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<(Entry, Opened)> {
         nosys()
     }
+    /// TMPFILE (`open(dir, O_TMPFILE)`): a regular file with no name in `parent`, opened; LINK
+    /// names it later. Served over io_uring only: fuser has no TMPFILE request, so over
+    /// /dev/fuse the kernel gets ENOSYS and answers EOPNOTSUPP.
+    fn tmpfile(&self, o: Owner, parent: u64, mode: u32) -> R<(Entry, Opened)> {
+        nosys()
+    }
     fn lseek(&self, ino: u64, offset: i64, whence: i32) -> R<u64> {
         nosys()
     }

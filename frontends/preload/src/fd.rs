@@ -358,7 +358,12 @@ pub(crate) unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
         // SAFETY: the caller's contract.
         return unsafe { fstat_shim(&o, st) };
     }
-    real!(fstat(fd, st) as fn(c_int, *mut libc::stat) -> c_int)
+    let r = real!(fstat(fd, st) as fn(c_int, *mut libc::stat) -> c_int);
+    if r == 0 {
+        // SAFETY: the kernel just filled it.
+        unsafe { crate::fifo::fix_stat(st) };
+    }
+    r
 }
 
 /// # Safety
@@ -379,7 +384,12 @@ pub(crate) unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::s
         // SAFETY: the caller's contract.
         return unsafe { fstat_shim(&o, st) };
     }
-    real!(__fxstat(ver, fd, st) as fn(c_int, c_int, *mut libc::stat) -> c_int)
+    let r = real!(__fxstat(ver, fd, st) as fn(c_int, c_int, *mut libc::stat) -> c_int);
+    if r == 0 {
+        // SAFETY: the kernel just filled it.
+        unsafe { crate::fifo::fix_stat(st) };
+    }
+    r
 }
 
 /// # Safety

@@ -11,7 +11,8 @@
 //! - `real`: libc's own functions (`dlsym(RTLD_NEXT, ...)`).
 //! - `guarded`: reading a path through an untrusted pointer with no system call (a fault in
 //!   its one load is an error return), and `sigaction`/`signal`, which keep that handler first.
-//! - `sock`: UNIX-domain sockets bound and connected by pool paths.
+//! - `sock`: UNIX-domain sockets bound and connected by pool paths; `fifo`: FIFOs made in
+//!   the pool, opened as kernel FIFOs of this process.
 //! - `stat`: `struct stat`/`statx` as the kernel fills them.
 //! - `creds`: the process's ids for the pool's permission checks, and the `set*id` calls
 //!   that change them.
@@ -39,6 +40,7 @@ mod creds;
 mod cwd;
 mod dir;
 mod fd;
+mod fifo;
 mod guarded;
 mod ids;
 mod ioctl;

@@ -2,6 +2,7 @@
 //! [`state::route`]), libc's otherwise.
 
 use crate::state::{self, en, enter, route, Open, Route};
+use pmkit_fs::posix::Opened;
 use std::ffi::{c_char, c_int, c_uint};
 use std::sync::Arc;
 
@@ -10,8 +11,18 @@ fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
     // A stale entry the new number replaces is dropped after `enter` (its drop closes a pool
     // descriptor, which takes the pool's lock again).
     let mut gone = None;
+    let mut fifo = None;
     let r = enter(-1, |p| {
-        let fd = p.open(&path, flags, state::umasked(mode)).map_err(en)?;
+        let fd = match p
+            .open_node(&path, flags, state::umasked(mode))
+            .map_err(en)?
+        {
+            Opened::Fd(fd) => fd,
+            Opened::Fifo(a) => {
+                fifo = Some(a.ino);
+                return Ok(-1);
+            }
+        };
         let cloexec = if flags & libc::O_CLOEXEC != 0 {
             libc::EPOLL_CLOEXEC
         } else {
@@ -34,7 +45,11 @@ fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
         Ok(k)
     });
     drop(gone);
-    r
+    match fifo {
+        // Opened outside the pool's lock: it may wait for the other end.
+        Some(ino) => crate::fifo::open(ino, flags),
+        None => r,
+    }
 }
 
 /// # Safety

@@ -57,8 +57,15 @@ pub(crate) unsafe extern "C" fn fstatat(
     match unsafe { route(dirfd, path) } {
         // SAFETY: the caller's contract.
         Route::Pool(p) => unsafe { stat_pool(&p, st, flags) },
-        Route::Real => real!(fstatat(dirfd, path, st, flags)
-            as fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int),
+        Route::Real => {
+            let r = real!(fstatat(dirfd, path, st, flags)
+                as fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int);
+            if r == 0 && flags & libc::AT_EMPTY_PATH != 0 {
+                // SAFETY: the kernel just filled it.
+                unsafe { crate::fifo::fix_stat(st) };
+            }
+            r
+        }
     }
 }
 
@@ -262,8 +269,15 @@ pub(crate) unsafe extern "C" fn statx(
             // SAFETY: the caller's contract.
             unsafe { fill_statx(&a, stx) }
         }),
-        Route::Real => real!(statx(dirfd, path, flags, mask, stx)
-            as fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int),
+        Route::Real => {
+            let r = real!(statx(dirfd, path, flags, mask, stx)
+                as fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int);
+            if r == 0 && flags & libc::AT_EMPTY_PATH != 0 {
+                // SAFETY: the kernel just filled it.
+                unsafe { crate::fifo::fix_statx(stx) };
+            }
+            r
+        }
     }
 }
 

@@ -209,8 +209,9 @@ fn limits_give_clear_errors() {
     );
     assert_eq!(out, "True b'kernel'\n");
 
-    // Special files are made in the pool (never in the kernel's directory), stat as what they
-    // are, and cannot be opened (nothing in the process serves them); owners are kept.
+    // Special files are made in the pool (never in the kernel's directory) and stat as what
+    // they are; a device node cannot be opened (nothing in the process serves it; FIFOs are
+    // `fifos_made_in_the_pool_carry_data_as_kernel_fifos`); owners are kept.
     let (out, _) = py(
         &s,
         &format!(
@@ -219,7 +220,7 @@ fn limits_give_clear_errors() {
              a, b = os.stat('{f}-node'), os.stat('{f}-fifo')\n\
              print(stat.S_ISCHR(a.st_mode), os.major(a.st_rdev), os.minor(a.st_rdev), stat.S_ISFIFO(b.st_mode))\n\
              try:\n\
-             \x20   os.open('{f}-fifo', os.O_RDONLY | os.O_NONBLOCK); print('opened')\n\
+             \x20   os.open('{f}-node', os.O_RDONLY | os.O_NONBLOCK); print('opened')\n\
              except OSError as e:\n\
              \x20   print(errno.errorcode[e.errno])\n\
              os.chown('{f}', 7, 8)\n\
@@ -574,6 +575,61 @@ fn permissions_follow_the_ids_the_process_sets() {
         out, "EACCES ok\nEPERM EPERM False\n65534 65534 EACCES\nok ok ok\n",
         "{err}"
     );
+    s.assert_prefix_empty();
+}
+
+/// A FIFO made in the pool opens as a kernel FIFO: ENXIO for a non-blocking writer with no
+/// reader (as Linux), data from a writer to a reader, a blocking reader waiting for its writer
+/// (another thread), fstat of every descriptor (dup'd too) answering the pool node, ENOENT once
+/// unlinked; the private directory of backing FIFOs is gone when the process exits.
+#[test]
+fn fifos_made_in_the_pool_carry_data_as_kernel_fifos() {
+    if !have("python3") {
+        return;
+    }
+    let s = Shim::new();
+    let fifo = s.m("fifo");
+    let tmp = s.dir().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let out = s
+        .cmd("python3")
+        .env("TMPDIR", &tmp)
+        .args([
+            "-c",
+            &format!(
+                "{OK_OR_ERRNO}\
+                 import stat, threading\n\
+                 os.mkfifo('{fifo}')\n\
+                 print(e(lambda: os.open('{fifo}', os.O_WRONLY | os.O_NONBLOCK)))\n\
+                 r = os.open('{fifo}', os.O_RDONLY | os.O_NONBLOCK)\n\
+                 w = os.open('{fifo}', os.O_WRONLY | os.O_NONBLOCK)\n\
+                 os.write(w, b'abc'); print(os.read(r, 10))\n\
+                 st, fs, d = os.stat('{fifo}'), os.fstat(r), os.dup(w)\n\
+                 same = lambda a: (a.st_ino, a.st_dev, a.st_mode, a.st_nlink) == (st.st_ino, st.st_dev, st.st_mode, st.st_nlink)\n\
+                 print(stat.S_ISFIFO(fs.st_mode), same(fs), same(os.fstat(d)))\n\
+                 for x in (r, w, d): os.close(x)\n\
+                 got = []\n\
+                 def reader():\n\
+                 \x20   fd = os.open('{fifo}', os.O_RDONLY)\n\
+                 \x20   got.append(os.read(fd, 100)); os.close(fd)\n\
+                 t = threading.Thread(target=reader); t.start()\n\
+                 w = os.open('{fifo}', os.O_WRONLY); os.write(w, b'hello'); os.close(w); t.join()\n\
+                 print(got, os.listdir(os.path.dirname('{fifo}')))\n\
+                 os.unlink('{fifo}')\n\
+                 print(e(lambda: os.open('{fifo}', os.O_RDONLY | os.O_NONBLOCK)))\n"
+            ),
+        ])
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "the FIFO script");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ENXIO\nb'abc'\nTrue True True\n[b'hello'] ['fifo']\nENOENT\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "backing FIFOs left after exit: {left:?}");
     s.assert_prefix_empty();
 }
 

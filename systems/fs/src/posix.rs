@@ -24,6 +24,7 @@ mod tmpfile;
 pub use access::{Cred, MAX_GROUPS};
 use access::{R, W, X};
 pub use flags::{FileFlag, OpenFlags};
+pub use open::Opened;
 pub use stat::{d_type, secs, stat_of, type_bits};
 
 use crate::{Attr, DirEntry, Error, Fs, Kind, RenameFlags, Result, SetAttr, StatFs, ROOT};

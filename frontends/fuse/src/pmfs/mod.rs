@@ -6,7 +6,8 @@
 //! [`PmfsOps`] holds the handlers, one per operation, with plain arguments and typed answers,
 //! whatever carries the requests: `pmfs/dev.rs` drives them from fuser (/dev/fuse), and
 //! `pmfs/uring.rs` from FUSE over io_uring's ring buffers, so both transports answer every
-//! request with the same code. `pmfs/mount.rs` runs the session.
+//! request with the same code. `pmfs/mount.rs` runs the session; `pmfs/xattrs.rs` holds the
+//! xattr handlers and the per-file flags served as virtual xattrs.
 //!
 //! Kernel caching (see docs/fs.md, "The FUSE mount"): no writeback cache (a `write` reaches the
 //! library, and so PM, before it returns); the page cache is used write-through for reads and
@@ -18,13 +19,14 @@ mod gone;
 pub mod mount;
 mod refs;
 pub mod stats;
+mod xattrs;
+pub use xattrs::{ATOMIC_XATTR, HUGE_XATTR};
 
 use crate::ops::{AddEntry, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R};
 use cache::CacheMode;
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo, InitFlags, KernelConfig};
 use parking_lot::Mutex;
-use pmkit_fs::posix::FileFlag;
-use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr, XattrFlags};
+use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr};
 use pmkit_media::{Media, Region};
 use stats::{Op, OpStats};
 use std::collections::HashMap;
@@ -34,39 +36,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Largest write request.
 pub const MAX_WRITE: u32 = 1 << 20;
-
-/// A virtual xattr of regular files: `"1"` when writes to the file are all-or-nothing (its
-/// inode's atomic flag, `Fs::set_atomic`), `"0"` when in place. Setting it sets the flag; it
-/// is listed but never stored as an xattr, and cannot be removed (EPERM: set "0").
-pub const ATOMIC_XATTR: &[u8] = FileFlag::Atomic.xattr();
-
-/// A virtual xattr of regular files: `"1"` when the file asks for 2 MiB blocks (its inode's
-/// huge flag, `Fs::set_huge`), `"0"` otherwise; the same rules as [`ATOMIC_XATTR`].
-pub const HUGE_XATTR: &[u8] = FileFlag::Huge.xattr();
-
-/// Get or set a per-file flag of the library.
-fn flag_get<M: pmkit_media::Media>(
-    fs: &pmkit_fs::Fs<M>,
-    ino: u64,
-    f: FileFlag,
-) -> pmkit_fs::Result<Option<bool>> {
-    match f {
-        FileFlag::Atomic => fs.atomic(ino),
-        FileFlag::Huge => fs.huge(ino),
-    }
-}
-
-fn flag_set<M: pmkit_media::Media>(
-    fs: &pmkit_fs::Fs<M>,
-    ino: u64,
-    f: FileFlag,
-    on: bool,
-) -> pmkit_fs::Result<()> {
-    match f {
-        FileFlag::Atomic => fs.set_atomic(ino, on),
-        FileFlag::Huge => fs.set_huge(ino, on),
-    }
-}
 
 /// The handlers over a mounted PMFS, shared by both transports. Generic over the media, so a
 /// test drives them in process (no root, no /dev/fuse) on any `Media`.
@@ -161,17 +130,6 @@ pub fn file_attr(a: &Attr) -> FileAttr {
         rdev: a.rdev,
         blksize: 4096,
         flags: 0,
-    }
-}
-
-/// The answer to an xattr read of `data` into a buffer of `size` (0: just the size).
-fn xattr_answer(data: Vec<u8>, size: u32) -> R<Xattr> {
-    if size == 0 {
-        Ok(Xattr::Size(data.len() as u32))
-    } else if (size as usize) < data.len() {
-        Err(libc::ERANGE)
-    } else {
-        Ok(Xattr::Data(data))
     }
 }
 
@@ -389,11 +347,18 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> R<Entry> {
-        self.lib(Op::Link, |fs| fs.link(ino, newparent, newname))
-            .map(|a| {
-                self.refs.hold(&self.fs, &a);
-                self.entry(a)
-            })
+        // A file with no links the kernel asks to name is an O_TMPFILE's (the kernel links no
+        // other unlinked file: I_LINKABLE); `link_tmpfile` refuses any other.
+        self.lib(Op::Link, |fs| match fs.getattr(ino) {
+            Ok(a) if a.links == 0 && a.kind == Kind::File => {
+                fs.link_tmpfile(ino, newparent, newname)
+            }
+            _ => fs.link(ino, newparent, newname),
+        })
+        .map(|a| {
+            self.refs.hold(&self.fs, &a);
+            self.entry(a)
+        })
     }
 
     fn open(&self, ino: u64) -> R<Opened> {
@@ -497,64 +462,19 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32, pos: u32) -> R<()> {
-        if self.read_only {
-            return Err(libc::EROFS);
-        }
-        if pos != 0 {
-            return Err(libc::EINVAL);
-        }
-        let f = match flags {
-            0 => XattrFlags::Either,
-            libc::XATTR_CREATE => XattrFlags::Create,
-            libc::XATTR_REPLACE => XattrFlags::Replace,
-            _ => return Err(libc::EINVAL),
-        };
-        if let Some(flag) = FileFlag::from_xattr(name) {
-            let on = match value {
-                b"1" => true,
-                b"0" => false,
-                _ => return Err(libc::EINVAL),
-            };
-            if f == XattrFlags::Create {
-                return Err(libc::EEXIST); // every regular file has it
-            }
-            return self.lib(Op::Xattr, |fs| flag_set(fs, ino, flag, on));
-        }
-        self.lib(Op::Xattr, |fs| fs.setxattr(ino, name, value, f))
+        self.xattr_set(ino, name, value, flags, pos)
     }
 
     fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> R<Xattr> {
-        if let Some(flag) = FileFlag::from_xattr(name) {
-            return match self.lib(Op::Xattr, |fs| flag_get(fs, ino, flag))? {
-                Some(on) => xattr_answer(if on { b"1" } else { b"0" }.to_vec(), size),
-                None => Err(libc::ENODATA),
-            };
-        }
-        let v = self.lib(Op::Xattr, |fs| fs.getxattr(ino, name))?;
-        xattr_answer(v, size)
+        self.xattr_get(ino, name, size)
     }
 
     fn listxattr(&self, ino: u64, size: u32) -> R<Xattr> {
-        // The virtual flags (`ATOMIC_XATTR`, `HUGE_XATTR`) are read and set by name but never
-        // listed: `cp -a`, `rsync -X` and `getfattr -d` copy every listed name to other file
-        // systems, where these mean nothing.
-        let names = self.lib(Op::Xattr, |fs| fs.listxattr(ino))?;
-        let mut buf = Vec::new();
-        for n in names {
-            buf.extend_from_slice(&n);
-            buf.push(0);
-        }
-        xattr_answer(buf, size)
+        self.xattr_list(ino, size)
     }
 
     fn removexattr(&self, ino: u64, name: &[u8]) -> R<()> {
-        if self.read_only {
-            return Err(libc::EROFS);
-        }
-        if FileFlag::from_xattr(name).is_some() {
-            return Err(libc::EPERM);
-        }
-        self.lib(Op::Xattr, |fs| fs.removexattr(ino, name))
+        self.xattr_remove(ino, name)
     }
 
     fn create(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<(Entry, Opened)> {
@@ -568,6 +488,24 @@ impl<M: Media> Ops for PmfsOps<M> {
             flags: self.fopen,
         };
         Ok((self.created(a), opened))
+    }
+
+    fn tmpfile(&self, o: Owner, parent: u64, mode: u32) -> R<(Entry, Opened)> {
+        let counted = self.refs.count_create();
+        // `tmpfile_as` counts one open: the handle's, while RELEASE still comes (as CREATE's).
+        let a = self.lib(Op::Create, |fs| fs.tmpfile_as(o, parent, mode))?;
+        // The kernel's reference first (`hold`), so giving the handle's count back below
+        // cannot free the file.
+        let ino = a.ino;
+        let entry = self.created(a);
+        if !counted {
+            let _ = self.fs.release(ino);
+        }
+        let opened = Opened {
+            fh: if counted { refs::COUNTED } else { 0 },
+            flags: self.fopen,
+        };
+        Ok((entry, opened))
     }
 
     /// LSEEK: the kernel asks only for SEEK_DATA and SEEK_HOLE (it answers the others from its

@@ -117,6 +117,7 @@ pub(crate) mod op {
     pub(crate) const FALLOCATE: u32 = 43;
     pub(crate) const RENAME2: u32 = 45;
     pub(crate) const LSEEK: u32 = 46;
+    pub(crate) const TMPFILE: u32 = 51;
 }
 
 /// `fuse_setattr_in.valid` bits.

@@ -218,6 +218,12 @@ impl<O: Ops + 'static> Handler for O {
                 let len = abi::entry_out(buf, &e.attr, e.generation, ttl);
                 Ok(len + abi::open_out(&mut buf[len as usize..], o.fh, o.flags.bits()))
             }
+            op::TMPFILE => {
+                // As CREATE (fuse_create_in, the same reply); its name ("/") means nothing.
+                let (e, o) = self.tmpfile(who, ino, u32_at(oi, 4))?;
+                let len = abi::entry_out(buf, &e.attr, e.generation, ttl);
+                Ok(len + abi::open_out(&mut buf[len as usize..], o.fh, o.flags.bits()))
+            }
             op::FALLOCATE => {
                 // fuse_fallocate_in: offset @8, length @16, mode @24.
                 let r = self.fallocate(ino, u64_at(oi, 8), u64_at(oi, 16), u32_at(oi, 24) as i32);

@@ -21,12 +21,40 @@ impl Desc {
     }
 }
 
+/// What [`Posix::open_node`] opened.
+#[derive(Debug)]
+pub enum Opened {
+    /// A descriptor in the table: a regular file or a directory.
+    Fd(Fd),
+    /// A FIFO the caller may open with these flags (permission checked). Its data never
+    /// reaches the pool: whoever serves the caller's process gives it a kernel pipe.
+    Fifo(Attr),
+}
+
 impl<M: Media> Posix<M> {
-    /// open(2): `mode` is used when the file is created.
+    /// open(2): `mode` is used when the file is created. A FIFO cannot be opened in the
+    /// library (nothing in it carries a pipe's data): see [`Posix::open_node`].
     pub fn open(&self, path: &[u8], flags: i32, mode: u32) -> Result<Fd> {
+        match self.open_node(path, flags, mode)? {
+            Opened::Fd(fd) => Ok(fd),
+            Opened::Fifo(_) => {
+                let f = OpenFlags::from_bits(flags)?;
+                if f.write && !f.read && f.nonblock {
+                    // As Linux with no reader: nothing in the library ever reads one.
+                    Err(Error::NoDevice("a FIFO with no reader"))
+                } else {
+                    Err(Error::NotSupported("opening a FIFO in the library"))
+                }
+            }
+        }
+    }
+
+    /// open(2) that also names a FIFO, for a front end that serves FIFOs with kernel pipes
+    /// (the LD_PRELOAD shim).
+    pub fn open_node(&self, path: &[u8], flags: i32, mode: u32) -> Result<Opened> {
         let f = OpenFlags::from_bits(flags)?;
         if f.tmpfile {
-            return self.open_tmpfile(path, f, mode);
+            return self.open_tmpfile(path, f, mode).map(Opened::Fd);
         }
         if f.create && f.directory {
             // As Linux since 6.4, whether or not the path exists.
@@ -74,12 +102,9 @@ impl<M: Media> Posix<M> {
             _ if f.directory => return Err(Error::NotDir),
             Kind::Symlink => return Err(Error::Loop), // O_NOFOLLOW on a link
             Kind::File => {}
-            // As Linux: a socket is not opened, and a FIFO without a reader (nothing in the
-            // pool reads one) refuses a non-blocking writer.
+            // As Linux: a socket is not opened.
             Kind::Socket => return Err(Error::NoDevice("a socket is not opened")),
-            Kind::Fifo if f.write && !f.read && f.nonblock => {
-                return Err(Error::NoDevice("a FIFO with no reader"))
-            }
+            Kind::Fifo => return Ok(Opened::Fifo(attr)),
             _ => return Err(Error::NotSupported("opening a special file in place")),
         }
         if attr.kind == Kind::File {
@@ -95,7 +120,7 @@ impl<M: Media> Posix<M> {
                 }
             }
         }
-        self.install(Desc::new(&attr, f))
+        self.install(Desc::new(&attr, f)).map(Opened::Fd)
     }
 
     /// A slot for `d`, whose file (a regular file's open counted) is released if none is left.
