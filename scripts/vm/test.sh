@@ -31,7 +31,8 @@ for line in sys.stdin:
         print(j["executable"])' "$2"
 }
 # The C examples link the shared libraries (cargo test does not build them).
-cargo build --locked -p pmkit -p pmkit-libpmo -p pmkit-libpmfs
+# --workspace, as scripts/test.sh builds: a narrower set resolves features apart and rebuilds.
+cargo build --locked --workspace
 pmkit=$PWD/target/debug/pmkit
 
 # The suites whose tests pick `pkey` where the CPU has it (directly, or as `auto`'s choice on a
