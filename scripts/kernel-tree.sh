@@ -4,6 +4,9 @@
 # FUSE mount of a pool made with mkfs's defaults and on ext4 on a /dev/shm loop file of the same
 # size; times, `df` and `df -i`, then `pmkit fs check`. Needs root, /dev/fuse, a release build
 # (cargo build --release -p pmkit) and SIZE (default 4G) of free memory twice over.
+# BUILD=1 also builds part of the tree on each (`make defconfig && make -j2 kernel/`; needs flex,
+# bison, bc, libelf-dev and libssl-dev, in scripts/bench-packages.txt) and compares the objects
+# of the two builds byte for byte.
 set -u
 P=/work/main/target/release/pmkit
 T=/usr/src/linux-source-6.1.tar.xz
@@ -18,6 +21,16 @@ run() { # name dir
   local t2=$(date +%s.%N)
   local files=$(cd $d && find linux-source-6.1 -path '*/.git' -prune -o -print | wc -l)
   echo "$1: untar $(echo "$t1 - $t0" | bc) s, git init+add+commit $(echo "$t2 - $t1" | bc) s, entries $files"
+  if [ "${BUILD:-0}" = 1 ]; then
+    local t3=$(date +%s.%N)
+    # .scmversion (empty): the release string is not taken from git, whose commit (its time)
+    # differs between the two trees and would differ in the objects that embed it.
+    (cd $d/linux-source-6.1 && touch .scmversion && make -s defconfig > /dev/null && make -s -j2 kernel/ > $W/make-$(basename $d).log 2>&1) || echo "make failed (log: $W/make-$(basename $d).log)"
+    local t4=$(date +%s.%N)
+    local n=$(cd $d/linux-source-6.1 && find kernel -name '*.o' | wc -l)
+    (cd $d/linux-source-6.1 && find kernel -name '*.o' | sort | xargs sha256sum) > $W/objects-$(basename $d).txt
+    echo "$1: make defconfig + make -j2 kernel/ $(echo "$t4 - $t3" | bc) s, $n objects"
+  fi
   df -h $d | tail -1; df -i $d | tail -1
 }
 $P fs mkfs $W/pool --size $SIZE > /dev/null
@@ -30,4 +43,9 @@ $P fs check $W/pool | tail -2
 rm -f $W/pool
 truncate -s $SIZE $W/ext4.img && mkfs.ext4 -q $W/ext4.img && mount -o loop $W/ext4.img $W/e
 run "ext4 on a /dev/shm loop ($SIZE)" $W/e
-umount $W/e; rm -rf $W
+umount $W/e
+if [ "${BUILD:-0}" = 1 ]; then
+  if cmp -s $W/objects-m.txt $W/objects-e.txt; then echo "objects: identical on both"
+  else echo "objects DIFFER ($(diff $W/objects-m.txt $W/objects-e.txt | grep -c '^<') of them):"; diff $W/objects-m.txt $W/objects-e.txt | grep '^<'; fi
+fi
+rm -rf $W

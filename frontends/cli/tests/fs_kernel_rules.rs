@@ -252,3 +252,15 @@ fn o_tmpfile_on_the_mount() {
         check_clean(&s);
     }
 }
+
+/// Extended attributes of every kind of file on the mount, over both transports, as tmpfs
+/// answers them (`tests/data/special_xattrs.py`): `user.*` on regular files and directories only
+/// (the kernel's VFS refuses the rest), `trusted.*` and `security.*` stored on every kind and
+/// kept by rename and link, file capabilities dropped by a write, a truncate and a chown (by
+/// root too) but kept by a chmod, `system.*` refused.
+#[test]
+fn xattrs_of_every_kind_of_file_match_the_kernels_on_the_mount() {
+    if can_run() {
+        same_as_tmpfs_on_the_mount("special_xattrs.py", "capability after write ENODATA");
+    }
+}

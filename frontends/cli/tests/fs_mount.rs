@@ -453,7 +453,8 @@ fn stats_give_the_journal_bytes_and_fences_of_each_request_over(t: &str) {
 /// write a `security.capability` round trip): a write or truncate by another user clears
 /// set-user-ID, and set-group-ID where group execute is set (not where it is not); root's
 /// write keeps them (CAP_FSETID); a chown clears them whoever calls it. As the kernel does for
-/// its own file systems. (File capabilities cannot exist here: `security.*` is refused.)
+/// its own file systems. File capabilities are stored (`tests/data/special_xattrs.py` checks
+/// that a write, truncate or chown drops them).
 #[test]
 fn writes_truncates_and_chowns_clear_privileges_as_the_kernel_does() {
     if !can_run()
@@ -513,7 +514,7 @@ fn privileges_over(t: &str) {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "0o777 0o2666 0o6777 0o777 0o755 True\n",
+        "0o777 0o2666 0o6777 0o777 0o755 set\n",
         "{}",
         d.log()
     );

@@ -108,6 +108,9 @@ pub(crate) fn open(ino: u64, flags: c_int) -> c_int {
     let fd =
         real!(open(c.as_ptr(), kflags, 0) as fn(*const libc::c_char, c_int, libc::c_uint) -> c_int);
     if fd >= 0 {
+        // The kernel gave out a number the table still holds (a shim descriptor closed past
+        // this library, as in `open::openat`): forget it.
+        drop(crate::state::remove(fd));
         // SAFETY: all-zero is a valid `struct stat`.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fstat(2) of the descriptor just opened into a local `struct stat`.

@@ -209,7 +209,7 @@ pub(crate) struct Alloc {
     pub inodes: Bitmap,
     pub max_inodes: u32,
     pub open: std::collections::HashMap<u64, u32>,
-    pub preallocated: crate::reclaim::Preallocated,
+    pub preallocated: crate::preallocated::Preallocated,
 }
 
 impl Alloc {

@@ -118,6 +118,7 @@ impl<M: Media> Fs<M> {
     /// ([`SetAttr::kill_suidgid`]) if it has any. The common file without them costs a read
     /// of its inode: no transaction, and no walk of its tree as [`Fs::getattr`] makes.
     pub fn kill_suidgid(&self, ino: u64) -> Result<()> {
+        self.kill_capability(ino)?;
         {
             let _ns = self.ns.read();
             let _g = self.stripe(ino).lock();
@@ -136,6 +137,10 @@ impl<M: Media> Fs<M> {
     /// Change mode, owner, size or times; one transaction (a truncate of a big file, several:
     /// see the orphan list in `docs/fs.md`).
     pub fn setattr(&self, ino: u64, s: &SetAttr) -> Result<Attr> {
+        // As Linux: a chown or a truncate by anyone drops file capabilities.
+        if s.uid.is_some() || s.gid.is_some() || s.size.is_some() || s.kill_suidgid {
+            self.kill_capability(ino)?;
+        }
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let n = self.live(ino)?;

@@ -13,11 +13,15 @@ use pmkit_media::Media;
 
 /// Blocks per in-place write transaction.
 const CHUNK: u64 = 16;
-/// Preallocation window bounds, in blocks (see `Fs::prealloc`).
-const PREALLOC_MIN: u64 = 16;
-const PREALLOC_MAX: u64 = 256;
 /// Bytes of a huge block.
 const HUGE_BYTES: u64 = HUGE_BLOCKS * BLOCK as u64;
+
+/// What one attempt at a write did.
+enum Attempt {
+    Wrote(usize),
+    /// Nothing: the file has capabilities, to remove first (outside the inode's lock).
+    CapabilityFirst,
+}
 
 impl<M: Media> Fs<M> {
     /// Blocks one all-or-nothing write (or fallocate step) may touch.
@@ -34,17 +38,23 @@ impl<M: Media> Fs<M> {
     /// (see `DataMode`).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
         self.bound_prealloc(ino);
-        match self.write_once(ino, off, data) {
-            // Space held as other files' preallocation is free space: give it back and retry
-            // (the pieces written before are written again, with the same bytes).
-            Err(Error::NoSpace) if self.reclaim_all_prealloc() > 0 => {
-                self.write_once(ino, off, data)
+        let mut reclaimed = false;
+        loop {
+            match self.write_once(ino, off, data) {
+                Ok(Attempt::Wrote(n)) => return Ok(n),
+                // As Linux, a write drops file capabilities: outside the locks, then again.
+                Ok(Attempt::CapabilityFirst) => self.kill_capability(ino)?,
+                // Space held as other files' preallocation is free space: give it back and
+                // retry (the pieces written before are written again, with the same bytes).
+                Err(Error::NoSpace) if !reclaimed && self.reclaim_all_prealloc() > 0 => {
+                    reclaimed = true;
+                }
+                Err(e) => return Err(e),
             }
-            r => r,
         }
     }
 
-    fn write_once(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+    fn write_once(&self, ino: u64, off: u64, data: &[u8]) -> Result<Attempt> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let node = self.live(ino)?;
@@ -53,12 +63,16 @@ impl<M: Media> Fs<M> {
             Some(Kind::Dir) => return Err(Error::IsDir),
             _ => return Err(Error::Invalid("write to a non-regular file")),
         }
+        // Only a file with xattrs pays for the look (most have none).
+        if node.xattr != 0 && self.has_capability(&node)? {
+            return Ok(Attempt::CapabilityFirst);
+        }
         let end = off
             .checked_add(data.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE);
         let end = end.ok_or(Error::FileTooBig { max: MAX_FILE_SIZE })?;
         if data.is_empty() {
-            return Ok(0);
+            return Ok(Attempt::Wrote(0));
         }
         if node.atomic() {
             if data.len() as u64 > self.max_atomic_write() {
@@ -68,7 +82,7 @@ impl<M: Media> Fs<M> {
                 });
             }
             self.write_tx(ino, off, data, true)?;
-            return Ok(data.len());
+            return Ok(Attempt::Wrote(data.len()));
         }
         let mut pos = off;
         let hinted = node.huge();
@@ -87,7 +101,7 @@ impl<M: Media> Fs<M> {
             self.write_chunk(ino, node, pos, piece)?;
             pos = next;
         }
-        Ok(data.len())
+        Ok(Attempt::Wrote(data.len()))
     }
 
     /// Give the 2 MiB-aligned span of the file holding `pos` a huge block, if the file has
@@ -203,92 +217,13 @@ impl<M: Media> Fs<M> {
         // The second append that needs a block starts the window.
         if !cow && end > node.size && node.size > 0 {
             self.prealloc(&mut tx, &mut node, last);
-            self.alloc.lock().preallocated.note(ino);
+            self.prealloc_note(ino);
         }
         let t = now();
         node.size = node.size.max(end);
         (node.mtime, node.ctime) = (t, t);
         tx.put_inode(ino, &node);
         self.commit(tx)
-    }
-
-    /// An append that needed a block: give the file the rest of an aligned window of blocks
-    /// beyond `last` too (pointers set, size unchanged), so the appends that follow find their
-    /// blocks allocated and take the fast path (no transaction). The window grows with the file
-    /// (an eighth of it, 16 to 256 blocks), divides 512 (so it stays inside `last`'s level-1
-    /// node and 2 MiB span: no new node but at height 0, no span a huge block could take), and
-    /// takes at most a sixteenth of the free blocks. Unzeroed: bytes beyond the size are zeroed before a size covers them.
-    fn prealloc(&self, tx: &mut Tx<'_, M>, node: &mut Inode, last: u64) {
-        if self.opts.no_prealloc {
-            return;
-        }
-        // (no bound from the lane: the pointer words are not logged, below)
-        let w = ((last + 1).next_power_of_two() / 8).clamp(PREALLOC_MIN, PREALLOC_MAX);
-        let free = self.alloc.lock().blocks.free();
-        let stop = ((last / w + 1) * w)
-            .min(last + 1 + free / 16)
-            .min(MAX_FILE_SIZE / BLOCK as u64);
-        if stop <= last + 1 {
-            return;
-        }
-        // the first through `tree::set` (it may grow the tree from height 0), the rest as one
-        // range of pointer words in the same level-1 node (one staged write, not one per block)
-        if tree::lookup(&*tx, node.root, node.height, last + 1) == 0 {
-            let Ok(b) = tx.alloc_block() else { return };
-            if tree::set(tx, node, last + 1, b).is_err() {
-                // no block for a node: the tree is as it was, the block goes back
-                tx.free_after.push(b);
-                return;
-            }
-        }
-        let n = (stop - last - 2) as usize;
-        let Some(at) = tree::leaf_slot(&*tx, node.root, node.height, last + 2) else {
-            return;
-        };
-        if n == 0 {
-            return;
-        }
-        let mut words = vec![0u8; n * 8];
-        tx.read(at, &mut words);
-        let empty = words.chunks(8).filter(|w| w.iter().all(|&x| x == 0));
-        let mut got = tx.alloc_unwritten(empty.count()).into_iter();
-        for w in words.chunks_mut(8) {
-            if w.iter().all(|&x| x == 0) {
-                let Some(b) = got.next() else { break };
-                w.copy_from_slice(&b.to_le_bytes());
-            }
-        }
-        // Not logged: the slots were empty and lie beyond the size, so a crash that keeps
-        // some of them only leaves the file owning free blocks past its end, which the walk
-        // counts as its own (preallocation) and a trim gives back.
-        tx.write_fresh(at, &words);
-    }
-
-    /// Give back the blocks beyond the size (preallocation) at the last close. Caller holds the
-    /// namespace lock; the inode is live.
-    pub(crate) fn trim_prealloc(&self, ino: u64) -> Result<()> {
-        self.alloc.lock().preallocated.forget(ino);
-        let _g = self.stripe(ino).lock();
-        let node = self.inode(ino);
-        if !node.is(Kind::File) {
-            return Ok(());
-        }
-        let keep = keep_blocks(&node, node.size);
-        let beyond = tree::present(&self.pm, node.root, node.height, (keep, u64::MAX), 1);
-        if beyond.is_empty() {
-            return Ok(());
-        }
-        loop {
-            let mut tx = self.tx();
-            let mut node = tx.inode(ino);
-            // the size is at or below `keep` already: a cut huge block may spare its tail
-            let done = tree::prune(&mut tx, &mut node, keep, self.prune_budget(), true)?;
-            tx.put_inode(ino, &node);
-            self.commit(tx)?;
-            if done {
-                return Ok(());
-            }
-        }
     }
 
     /// Every block is allocated: stream the data in place, fence, then publish size and mtime
@@ -563,7 +498,7 @@ impl<M: Media> Fs<M> {
 /// The file blocks a file of `size` bytes keeps (a truncate or trim frees those from here on):
 /// the blocks the size covers; for a file that asks for huge blocks, up to the end of the
 /// 2 MiB span the size ends in, so its huge block stays whole.
-fn keep_blocks(node: &Inode, size: u64) -> u64 {
+pub(crate) fn keep_blocks(node: &Inode, size: u64) -> u64 {
     let keep = size.div_ceil(BLOCK as u64);
     if node.huge() {
         keep.next_multiple_of(HUGE_BLOCKS)

@@ -27,6 +27,7 @@ mod ns;
 mod overlay;
 mod pm;
 pub mod posix;
+mod preallocated;
 mod punch;
 mod read;
 mod reclaim;
@@ -343,6 +344,9 @@ pub struct Fs<M: Media> {
     orphans: Mutex<Vec<u64>>,
     journal: journal::Journal,
     alloc: Mutex<alloc::Alloc>,
+    /// How many files hold preallocation (`alloc.preallocated`'s count, stored under its lock),
+    /// read by every write without the lock: `reclaim.rs` trims only past its bound.
+    prealloc_files: Line<std::sync::atomic::AtomicUsize>,
     /// Where every inode lies, and a bit per inode whose tree has been checked this mount
     /// (`Fs::verified`): all of them after a walk, none after a mount from the clean-unmount
     /// checkpoint.

@@ -245,6 +245,7 @@ impl<M: Media> Fs<M> {
             orphans: Mutex::new(orphans.clone()),
             journal: Journal::new(&gens),
             alloc: Mutex::new(alloc),
+            prealloc_files: crate::Line(Default::default()),
             pins: Mutex::new(std::collections::HashMap::new()),
             damage: Mutex::new(crate::damage::Damage::default()),
             itable,

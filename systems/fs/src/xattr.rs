@@ -27,11 +27,27 @@ fn check_name(name: &[u8]) -> Result<()> {
             max: NAME_MAX,
         });
     }
-    if !name.starts_with(b"user.") || name.len() == 5 {
-        return Err(Error::NotSupported("only user.* extended attributes"));
+    // The namespaces Linux's disk file systems store as plain names. Who may use which (user.*
+    // only on files and directories, trusted.* with CAP_SYS_ADMIN, security.* through the
+    // LSMs) is the kernel's VFS check on the mount; system.* (ACLs) is not served.
+    let stored = NAMESPACES
+        .iter()
+        .any(|ns| name.starts_with(ns) && name.len() > ns.len());
+    if !stored {
+        return Err(Error::NotSupported(
+            "only user.*, trusted.* and security.* extended attributes",
+        ));
     }
     Ok(())
 }
+
+/// The xattr namespaces stored.
+const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
+
+/// File capabilities: cleared with the set-ID bits (a write or truncate by a caller without
+/// CAP_FSETID, a chown), as Linux's `cap_inode_killpriv` does; under FUSE's
+/// `HANDLE_KILLPRIV_V2` that is the file system's work.
+const CAPABILITY: &[u8] = b"security.capability";
 
 impl<M: Media> Fs<M> {
     /// The attributes in `xblock`. Its checksum (format 3) was checked with the inode by `live`
@@ -53,9 +69,9 @@ impl<M: Media> Fs<M> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let n = self.live(ino)?;
-        // Only `user.` names are ever stored: the kernel's own questions (security.capability
-        // before every write over FUSE) are answered without reading the block.
-        if !name.starts_with(b"user.") {
+        // A name of a namespace not stored, or a file with no xattrs (most; the kernel asks
+        // for security.capability often), is answered without reading the block.
+        if n.xattr == 0 || check_name(name).is_err() {
             return Err(Error::NoAttr);
         }
         self.xattrs(n.xattr)?.remove(name).ok_or(Error::NoAttr)
@@ -79,6 +95,31 @@ impl<M: Media> Fs<M> {
             x.insert(name.to_vec(), value.to_vec());
             Ok(())
         })
+    }
+
+    /// Remove `ino`'s file capabilities (`security.capability`) if it has any: before a write
+    /// or truncate that clears set-ID bits, and before a chown (its own transaction, first, so
+    /// a crash between the two never leaves a capability on a file already changed). A file
+    /// without xattrs costs a read of its inode.
+    pub(crate) fn kill_capability(&self, ino: u64) -> Result<()> {
+        let has = {
+            let _ns = self.ns.read();
+            let _g = self.stripe(ino).lock();
+            let n = self.live(ino)?;
+            self.has_capability(&n)?
+        };
+        match has {
+            true => match self.removexattr(ino, CAPABILITY) {
+                Err(Error::NoAttr) => Ok(()), // removed meanwhile
+                r => r,
+            },
+            false => Ok(()),
+        }
+    }
+
+    /// Whether inode `n` (read under its lock) has file capabilities.
+    pub(crate) fn has_capability(&self, n: &crate::inode::Inode) -> Result<bool> {
+        Ok(n.xattr != 0 && self.xattrs(n.xattr)?.contains_key(CAPABILITY))
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {

@@ -74,7 +74,7 @@ fn limits_and_errors() {
         Err(Error::Invalid(_))
     ));
     assert!(matches!(
-        fs.setxattr(f.ino, b"trusted.x", b"v", XattrFlags::Either),
+        fs.setxattr(f.ino, b"system.posix_acl_access", b"v", XattrFlags::Either),
         Err(Error::NotSupported(_))
     ));
     assert!(matches!(fs.link(ROOT, ROOT, b"l"), Err(Error::Perm(_))));
@@ -603,4 +603,58 @@ fn seek_finds_data_and_holes() {
         fs.seek(h.ino, 2 * m, Data).map_err(|e| e.errno()),
         Err(libc::ENXIO)
     );
+}
+
+/// The xattr namespaces stored (`user.`, `trusted.`, `security.`; not `system.`), and file
+/// capabilities dropped as Linux drops them: by a write (in place and atomic), a truncate and a
+/// chown, each by anyone; kept by a chmod and by a change of times.
+#[test]
+fn capabilities_go_at_a_write_truncate_or_chown() {
+    let fs = fresh(8 << 20);
+    let f = fs.create(ROOT, b"f", 0o755).unwrap();
+    let cap = b"\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00";
+    let name: &[u8] = b"security.capability";
+    let gone = |what: &str| {
+        assert!(
+            matches!(fs.getxattr(f.ino, name), Err(Error::NoAttr)),
+            "kept after {what}"
+        );
+    };
+    let set = || fs.setxattr(f.ino, name, cap, XattrFlags::Either).unwrap();
+    for ns in [&b"user.a"[..], b"trusted.a", b"security.selinux"] {
+        fs.setxattr(f.ino, ns, b"v", XattrFlags::Either).unwrap();
+        assert_eq!(fs.getxattr(f.ino, ns).unwrap(), b"v");
+    }
+    set();
+    fs.write(f.ino, 0, b"data").unwrap();
+    gone("a write");
+    fs.set_atomic(f.ino, true).unwrap();
+    set();
+    fs.write(f.ino, 1, b"x").unwrap();
+    gone("an atomic write");
+    set();
+    let size = SetAttr {
+        size: Some(2),
+        ..SetAttr::default()
+    };
+    fs.setattr(f.ino, &size).unwrap();
+    gone("a truncate");
+    set();
+    let chown = SetAttr {
+        uid: Some(0),
+        ..SetAttr::default()
+    };
+    fs.setattr(f.ino, &chown).unwrap();
+    gone("a chown");
+    set();
+    let keep = SetAttr {
+        mode: Some(0o700),
+        mtime: Some(1),
+        ..SetAttr::default()
+    };
+    fs.setattr(f.ino, &keep).unwrap();
+    assert_eq!(fs.getxattr(f.ino, name).unwrap(), cap);
+    // The other names stay through all of it.
+    assert_eq!(fs.getxattr(f.ino, b"trusted.a").unwrap(), b"v");
+    assert_eq!(fs.read(f.ino, 0, 8).unwrap(), b"dx");
 }

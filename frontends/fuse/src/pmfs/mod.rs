@@ -203,8 +203,8 @@ impl<M: Media> PmfsOps<M> {
     /// What the kernel does for other file systems when a regular file is written, truncated or
     /// chowned, and leaves to us under `HANDLE_KILLPRIV_V2`: with `suidgid`, clear set-user-ID,
     /// and set-group-ID where group execute is set (without it the bit means mandatory locking,
-    /// not privilege). File capabilities need nothing: PMFS stores `user.*` attributes only, so
-    /// no file here has a `security.capability` to drop.
+    /// not privilege). File capabilities (`security.capability`) are dropped by the library
+    /// itself at every write, truncate and chown, whoever makes it, as Linux drops them.
     pub fn kill_privs(&self, ino: u64, suidgid: bool) -> R<()> {
         if !suidgid {
             return Ok(());
@@ -406,8 +406,14 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     /// fsync and fsyncdir.
+    /// Every change is durable when its request returned, so FSYNC and FSYNCDIR have nothing
+    /// to do: once the inode is found sound, ENOSYS makes the kernel stop sending them (its
+    /// `no_fsync`, `no_fsyncdir`). An fsync then still writes back the kernel's dirty pages
+    /// (mmap, `--cache writeback`) as WRITEs, each durable on return, and reports their errors;
+    /// it just costs no round trip of its own.
     fn fsync(&self, ino: u64) -> R<()> {
-        self.lib(Op::Fsync, |fs| fs.fsync(ino))
+        self.lib(Op::Fsync, |fs| fs.fsync(ino))?;
+        Err(libc::ENOSYS)
     }
 
     fn opendir(&self, ino: u64) -> R<Opened> {
