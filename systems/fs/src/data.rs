@@ -420,10 +420,7 @@ impl<M: Media> Fs<M> {
     /// Atomic up to `max_atomic_write` bytes; beyond, in steps of that size (and one step per
     /// huge block), each atomic.
     pub fn fallocate(&self, ino: u64, off: u64, len: u64) -> Result<()> {
-        let _ns = self.ns.read();
-        let _g = self.stripe(ino).lock();
-        let (node, end) = self.falloc_range(ino, off, len)?;
-        self.allocate(ino, &node, (off, end), false)
+        self.fallocate_mode(ino, off, len, crate::Falloc::Allocate)
     }
 
     /// The regular file `ino` and the end of `[off, off + len)`, checked for fallocate (caller

@@ -47,6 +47,8 @@ impl Falloc {
 impl<M: Media> Fs<M> {
     /// fallocate(2) with a mode (see [`Falloc`]).
     pub fn fallocate_mode(&self, ino: u64, off: u64, len: u64, mode: Falloc) -> Result<()> {
+        // As Linux: any fallocate drops file capabilities (first, in its own transaction).
+        self.kill_capability(ino)?;
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let (node, end) = self.falloc_range(ino, off, len)?;

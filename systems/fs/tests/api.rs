@@ -606,8 +606,8 @@ fn seek_finds_data_and_holes() {
 }
 
 /// The xattr namespaces stored (`user.`, `trusted.`, `security.`; not `system.`), and file
-/// capabilities dropped as Linux drops them: by a write (in place and atomic), a truncate and a
-/// chown, each by anyone; kept by a chmod and by a change of times.
+/// capabilities dropped as Linux drops them: by a write (in place and atomic), a truncate, a
+/// fallocate and a chown, each by anyone; kept by a chmod and by a change of times.
 #[test]
 fn capabilities_go_at_a_write_truncate_or_chown() {
     let fs = fresh(8 << 20);
@@ -639,6 +639,10 @@ fn capabilities_go_at_a_write_truncate_or_chown() {
     };
     fs.setattr(f.ino, &size).unwrap();
     gone("a truncate");
+    set();
+    fs.fallocate_mode(f.ino, 0, 8192, pmkit_fs::Falloc::KeepSize)
+        .unwrap();
+    gone("a fallocate");
     set();
     let chown = SetAttr {
         uid: Some(0),

@@ -46,7 +46,7 @@ os.setxattr(f"{d}/chr", "trusted.kept", b"both")
 print("renamed:", tried(lambda: os.getxattr(f"{d}/fifo2", "trusted.kept")))
 print("linked:", tried(lambda: os.getxattr(f"{d}/chr2", "trusted.kept")))
 # File capabilities (a valid v2 `vfs_cap_data`: CAP_NET_RAW permitted and effective) go at a
-# write, a truncate and a chown, by anyone (root here); a chmod keeps them.
+# write, a truncate, a fallocate and a chown, by anyone (root here); a chmod keeps them.
 import struct  # noqa: E402
 
 cap = struct.pack("<IIIII", 0x02000001, 1 << 13, 0, 0, 0)
@@ -54,6 +54,7 @@ f = f"{d}/file"
 for what, change in [
     ("write", lambda: os.close((lambda fd: (os.write(fd, b"x"), fd)[1])(os.open(f, os.O_WRONLY)))),
     ("truncate", lambda: os.truncate(f, 0)),
+    ("fallocate", lambda: os.close((lambda fd: (os.posix_fallocate(fd, 0, 8192), fd)[1])(os.open(f, os.O_WRONLY)))),
     ("chown", lambda: os.chown(f, 0, 0)),
     ("chmod", lambda: os.chmod(f, 0o755)),
 ]:
