@@ -483,7 +483,14 @@ impl<M: Media> Ops for PmfsOps<M> {
         self.xattr_remove(ino, name)
     }
 
+    /// Where opens cost no request (`refs.no_open`), CREATE is answered ENOSYS: the kernel then
+    /// makes every file with MKNOD and opens it without asking (its `no_create`), so a create
+    /// is three requests (LOOKUP, MKNOD, the directory's GETATTR) instead of four: a CREATE's
+    /// handle would bring a RELEASE at its close, which nothing else needs.
     fn create(&self, o: Owner, parent: u64, name: &[u8], mode: u32) -> R<(Entry, Opened)> {
+        if self.refs.no_open {
+            return Err(libc::ENOSYS);
+        }
         let counted = self.refs.count_create();
         let a = self.lib(Op::Create, |fs| {
             fs.create_as(o, parent, name, mode)
