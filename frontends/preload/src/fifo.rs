@@ -143,15 +143,20 @@ fn node_of(dev: u64, ino: u64, mode: u32) -> Option<u64> {
 pub(crate) unsafe fn fix_stat(st: *mut libc::stat) {
     // SAFETY: the caller's contract.
     let (dev, ino, mode) = unsafe { ((*st).st_dev, (*st).st_ino, (*st).st_mode) };
-    if let Some(node) = node_of(dev, ino, mode) {
-        let saved = crate::state::errno();
-        enter(0, |p| {
-            let a = p.fs().getattr(node).map_err(crate::state::en)?;
-            // SAFETY: the caller's contract.
-            unsafe { crate::stat::fill_stat(&a, st) }
-        });
-        crate::state::set_errno(saved);
+    if let Some(a) = node_of(dev, ino, mode).and_then(node_attr) {
+        // SAFETY: the caller's contract.
+        let _ = unsafe { crate::stat::fill_stat(&a, st) };
     }
+}
+
+/// The pool node's attributes, or `None` (the node gone): errno as it was, whatever happens.
+fn node_attr(node: u64) -> Option<pmkit_fs::Attr> {
+    let saved = crate::state::errno();
+    let a = enter(None, |p| {
+        p.fs().getattr(node).map(Some).map_err(crate::state::en)
+    });
+    crate::state::set_errno(saved);
+    a
 }
 
 /// [`fix_stat`] for `statx`.
@@ -168,13 +173,8 @@ pub(crate) unsafe fn fix_statx(stx: *mut libc::statx) {
             u32::from(s.stx_mode),
         )
     };
-    if let Some(node) = node_of(dev, ino, mode) {
-        let saved = crate::state::errno();
-        enter(0, |p| {
-            let a = p.fs().getattr(node).map_err(crate::state::en)?;
-            // SAFETY: the caller's contract.
-            unsafe { crate::stat::fill_statx(&a, stx) }
-        });
-        crate::state::set_errno(saved);
+    if let Some(a) = node_of(dev, ino, mode).and_then(node_attr) {
+        // SAFETY: the caller's contract.
+        let _ = unsafe { crate::stat::fill_statx(&a, stx) };
     }
 }

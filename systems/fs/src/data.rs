@@ -375,9 +375,10 @@ impl<M: Media> Fs<M> {
         self.geo.lane_entries as usize / 2 - 8
     }
 
-    /// Prune in transactions until nothing beyond `size` is left, then leave the orphan list.
-    fn truncate_rest(&self, ino: u64, size: u64, list: &mut Vec<u64>) -> Result<()> {
-        let keep = keep_blocks(&self.inode(ino), size);
+    /// Free every block of `ino` from file block `keep` on, in transactions of at most
+    /// [`Fs::prune_budget`] entries (the size is at or below `keep` already: a cut huge block
+    /// may spare its tail).
+    pub(crate) fn prune_from(&self, ino: u64, keep: u64) -> Result<()> {
         loop {
             let mut tx = self.tx();
             let mut node = tx.inode(ino);
@@ -385,9 +386,14 @@ impl<M: Media> Fs<M> {
             tx.put_inode(ino, &node);
             self.commit(tx)?;
             if done {
-                break;
+                return Ok(());
             }
         }
+    }
+
+    /// Prune in transactions until nothing beyond `size` is left, then leave the orphan list.
+    fn truncate_rest(&self, ino: u64, size: u64, list: &mut Vec<u64>) -> Result<()> {
+        self.prune_from(ino, keep_blocks(&self.inode(ino), size))?;
         let mut tx = self.tx();
         let mut node = tx.inode(ino);
         let new = self.orphan_remove(&mut tx, list, ino, &mut node);

@@ -151,16 +151,6 @@ impl<M: Media> Fs<M> {
         if beyond.is_empty() {
             return Ok(());
         }
-        loop {
-            let mut tx = self.tx();
-            let mut node = tx.inode(ino);
-            // the size is at or below `keep` already: a cut huge block may spare its tail
-            let done = tree::prune(&mut tx, &mut node, keep, self.prune_budget(), true)?;
-            tx.put_inode(ino, &node);
-            self.commit(tx)?;
-            if done {
-                return Ok(());
-            }
-        }
+        self.prune_from(ino, keep)
     }
 }
