@@ -151,6 +151,31 @@ fn fs_tree_quick_has_every_step_on_every_configuration() {
     assert_eq!(v["source"]["files"], 300, "{}", v["source"]);
     // One in three generated files holds the pattern on two lines.
     assert_eq!(v["source"]["grep_lines"], 200, "{}", v["source"]);
+    // The mount's FUSE requests in each timed step, for each mount configuration only: untar
+    // makes every file with one MKNOD; rm -r unlinks each.
+    let req = v["requests"].as_array().expect("requests");
+    let mounts: Vec<&str> = targets()
+        .into_iter()
+        .filter(|t| t.starts_with("pmfs-long"))
+        .collect();
+    for t in &mounts {
+        for step in ["cp", "untar", "find", "grep -r", "cp -r", "rm -r"] {
+            let q = req
+                .iter()
+                .find(|q| q["target"] == *t && q["step"] == step)
+                .unwrap_or_else(|| panic!("no requests for {t} {step}: {req:?}"));
+            assert!(q["total"].as_u64().unwrap() > 0, "{q}");
+        }
+        let of = |step: &str, kind: &str| {
+            req.iter()
+                .find(|q| q["target"] == *t && q["step"] == step)
+                .and_then(|q| q["by_kind"][kind].as_u64())
+                .unwrap_or(0)
+        };
+        assert!(of("untar", "mknod") >= 300, "{t}: {req:?}");
+        assert!(of("rm -r", "unlink") >= 2 * 300, "{t}: {req:?}");
+    }
+    assert_eq!(req.len(), 6 * mounts.len(), "only the mounts: {req:?}");
 }
 
 #[test]

@@ -123,6 +123,22 @@ impl Up {
         }
     }
 
+    /// Requests the PMFS mount's daemon has answered so far, by kind (the statistics' names),
+    /// for a PMFS mount.
+    pub(crate) fn fuse_requests_by_kind(&self) -> Option<std::collections::BTreeMap<String, u64>> {
+        match self {
+            Up::Pmfs { served, .. } => Some(
+                served
+                    .op_stats()
+                    .snapshot()
+                    .into_iter()
+                    .map(|r| (r.op.to_string(), r.ops))
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
     /// Bytes the device under ext4 has written and flushes it took, for ext4 on attach.
     pub(crate) fn device_writes(&self) -> Option<(u64, u64)> {
         match self {

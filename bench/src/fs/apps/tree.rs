@@ -13,6 +13,8 @@ use crate::host::{cpu_label, need_tool, Scratch};
 use anyhow::Result;
 use pmkit::args::EngineArgs;
 use serde::Serialize;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -64,6 +66,54 @@ pub(super) struct Report {
     pub notes: Vec<&'static str>,
     pub samples: Vec<Sample>,
     pub summary: Vec<Row>,
+    /// The PMFS mount's FUSE requests in each timed step of the first round (what bounds the
+    /// mount's times: each is a round trip to the daemon).
+    pub requests: Vec<StepRequests>,
+}
+
+/// FUSE requests the PMFS mount's daemon answered during one timed step, by kind (the names of
+/// its statistics; all but INIT, FORGET, INTERRUPT and the requests it answers ENOSYS without
+/// calling the library).
+#[derive(Serialize, Clone)]
+pub(super) struct StepRequests {
+    pub target: String,
+    pub step: &'static str,
+    pub total: u64,
+    pub by_kind: BTreeMap<String, u64>,
+}
+
+/// The daemon's counts around each timed command of one configuration (PMFS mounts only).
+struct StepLog<'a> {
+    up: &'a crate::fs::targets::Up,
+    before: Option<BTreeMap<String, u64>>,
+    got: Vec<StepRequests>,
+}
+
+impl StepLog<'_> {
+    /// Just before a timed command.
+    fn mark(&mut self) {
+        self.before = self.up.fuse_requests_by_kind();
+    }
+
+    /// Just after it: the requests since [`StepLog::mark`].
+    fn step(&mut self, step: &'static str) {
+        let (Some(b), Some(a)) = (self.before.take(), self.up.fuse_requests_by_kind()) else {
+            return;
+        };
+        let by_kind: BTreeMap<String, u64> = a
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let d = v.saturating_sub(b.get(&k).copied().unwrap_or(0));
+                (d > 0).then_some((k, d))
+            })
+            .collect();
+        self.got.push(StepRequests {
+            target: String::new(),
+            step,
+            total: by_kind.values().sum(),
+            by_kind,
+        });
+    }
 }
 
 const NOTES: [&str; 4] = [
@@ -102,8 +152,24 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         pmfs_protect: a.pmfs_protect,
         barrier_ns: 0,
     };
-    let samples = each_target(&a.flags, rounds, &sizes, &a.engine, |_, ctx| {
-        steps(ctx, &src)
+    let requests = RefCell::new(Vec::new());
+    let samples = each_target(&a.flags, rounds, &sizes, &a.engine, |r, ctx| {
+        let mut log = StepLog {
+            up: ctx.up,
+            before: None,
+            got: vec![],
+        };
+        let got = steps(ctx, &src, &mut log);
+        if r == 0 {
+            let name = ctx.target.name();
+            requests
+                .borrow_mut()
+                .extend(log.got.into_iter().map(|s| StepRequests {
+                    target: name.clone(),
+                    ..s
+                }));
+        }
+        got
     })?;
     let items: Vec<Item> = STEPS
         .iter()
@@ -124,6 +190,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         pmfs_inodes: inodes,
         notes: NOTES.to_vec(),
         samples,
+        requests: requests.into_inner(),
     };
     a.flags.emit(&report, draw_tree, print_tree)
 }
@@ -146,7 +213,7 @@ fn lines(out: &str) -> u64 {
 
 /// The steps on one configuration: (step, seconds or why not). After a failed step the rest
 /// are failed too, naming it.
-fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
+fn steps(ctx: &Ctx, src: &Source, log: &mut StepLog) -> Vec<(String, Outcome)> {
     let mut got: Vec<(String, Outcome)> = vec![];
     let r = (|| -> Result<(), (&'static str, String)> {
         let e = |step: &'static str| move |w: String| (step, w);
@@ -161,9 +228,11 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
             .map_err(e("start"))?;
         got.push(("start".into(), Outcome::Value(t)));
 
+        log.mark();
         let (t, _) = ctx
             .timed(cmd("cp", "cp")?.arg(&src.tar).arg(&tar), true)
             .map_err(e("cp"))?;
+        log.step("cp");
         let mut size = cmd("cp", "stat")?;
         let size = super::run_tool(size.args(["-c", "%s"]).arg(&tar)).map_err(e("cp"))?;
         if size.trim() != src.tar_bytes.to_string() {
@@ -175,12 +244,14 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
         got.push(("cp".into(), Outcome::Value(t)));
 
         ctx.mkdir("a").map_err(e("untar"))?;
+        log.mark();
         let (t, _) = ctx
             .timed(
                 cmd("untar", "tar")?.arg("-xf").arg(&tar).arg("-C").arg(&a),
                 true,
             )
             .map_err(e("untar"))?;
+        log.step("untar");
         got.push(("untar".into(), Outcome::Value(t)));
 
         let (t, _) = ctx
@@ -188,9 +259,11 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
             .map_err(e("start, tree in"))?;
         got.push(("start, tree in".into(), Outcome::Value(t)));
 
+        log.mark();
         let (t, out) = ctx
             .timed(cmd("find", "find")?.arg(&top_a).args(["-type", "f"]), false)
             .map_err(e("find"))?;
+        log.step("find");
         if lines(&out) != src.files {
             return Err((
                 "find",
@@ -199,6 +272,7 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
         }
         got.push(("find".into(), Outcome::Value(t)));
 
+        log.mark();
         let (t, out) = ctx
             .timed(
                 cmd("grep -r", "grep")?
@@ -207,15 +281,18 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
                 false,
             )
             .map_err(e("grep -r"))?;
+        log.step("grep -r");
         if lines(&out) != src.grep_lines {
             let w = format!("{} lines matched, not {}", lines(&out), src.grep_lines);
             return Err(("grep -r", w));
         }
         got.push(("grep -r".into(), Outcome::Value(t)));
 
+        log.mark();
         let (t, _) = ctx
             .timed(cmd("cp -r", "cp")?.arg("-r").arg(&a).arg(&b), true)
             .map_err(e("cp -r"))?;
+        log.step("cp -r");
         let (_, out) = ctx
             .timed(cmd("cp -r", "find")?.arg(&b).args(["-type", "f"]), false)
             .map_err(e("cp -r"))?;
@@ -227,9 +304,11 @@ fn steps(ctx: &Ctx, src: &Source) -> Vec<(String, Outcome)> {
         }
         got.push(("cp -r".into(), Outcome::Value(t)));
 
+        log.mark();
         let (t, _) = ctx
             .timed(cmd("rm -r", "rm")?.arg("-r").arg(&a).arg(&b), true)
             .map_err(e("rm -r"))?;
+        log.step("rm -r");
         let (_, out) = ctx
             .timed(cmd("rm -r", "find")?.arg(ctx.mnt).args(LEFT), false)
             .map_err(e("rm -r"))?;
@@ -279,6 +358,25 @@ fn print_tree(r: &Report) {
     );
     println!("seconds per step (how many times faster than {BASE}); lower seconds are better");
     output::print_rows(&r.summary, &r.targets);
+    if !r.requests.is_empty() {
+        println!("FUSE requests the PMFS mount's daemon answered in each step (round 1): total, most frequent kinds");
+        for q in &r.requests {
+            let mut kinds: Vec<(&String, &u64)> = q.by_kind.iter().collect();
+            kinds.sort_by(|x, y| y.1.cmp(x.1));
+            let top: Vec<String> = kinds
+                .iter()
+                .take(5)
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            println!(
+                "  {:<18} {:<8} {:>9}  {}",
+                q.target,
+                q.step,
+                q.total,
+                top.join(", ")
+            );
+        }
+    }
     output::print_notes(&r.notes);
 }
 
