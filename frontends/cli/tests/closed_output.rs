@@ -23,15 +23,16 @@ fn a_command_whose_reader_left_ends_by_sigpipe_without_a_word() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{o:?}");
-    // The reader is gone before the command writes: its first print meets a closed pipe.
-    let mut c = pmkit()
+    // The reader is gone before the command starts (its end closed before the spawn, so no
+    // race with the command's first print): that print meets a closed pipe.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = pmkit()
         .args(["info", dev.to_str().unwrap()])
-        .stdout(Stdio::piped())
+        .stdout(writer)
         .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    drop(c.stdout.take());
-    let o = c.wait_with_output().unwrap();
     assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{o:?}");
     assert!(
         o.stderr.is_empty(),
