@@ -14,7 +14,12 @@ use std::collections::HashMap;
 use std::ffi::{c_int, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+
+/// Whether any pool FIFO was opened in this process: until then an fstat of a pipe (every
+/// shell makes them) takes no lock here.
+static ANY: AtomicBool = AtomicBool::new(false);
 
 /// The private directory (and the process that made it, the one that removes it at exit), and
 /// each backing FIFO's (st_dev, st_ino) → the pool node's inode number.
@@ -32,6 +37,12 @@ static BACKING: Mutex<Backing> = Mutex::new(Backing {
 /// in the private directory, removed at exit): an explicit bound, as the kernel's own
 /// `fs.pipe-max-size`-style limits are.
 const MAX_BACKED: usize = 1 << 16;
+
+/// -1 with errno `e`, as a failed call answers.
+fn fail(e: c_int) -> c_int {
+    crate::state::set_errno(e);
+    -1
+}
 
 fn errno() -> c_int {
     std::io::Error::last_os_error()
@@ -87,20 +98,19 @@ pub(crate) fn open(ino: u64, flags: c_int) -> c_int {
             Ok(d) if b.nodes.as_ref().map_or(0, HashMap::len) < MAX_BACKED => {
                 d.join(ino.to_string())
             }
-            Ok(_) => return enter(-1, |_| Err(libc::ENFILE)),
-            Err(e) => return enter(-1, |_| Err(e)),
+            Ok(_) => return fail(libc::ENFILE),
+            Err(e) => return fail(e),
         }
     };
     let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-        return enter(-1, |_| Err(libc::EINVAL));
+        return fail(libc::EINVAL);
     };
     let mode = libc::S_IFIFO | 0o600;
     // SAFETY: a NUL-terminated path of ours; mknodat(2) of a FIFO in our own directory (the
     // system call itself: the shim's `mknod` is not in the way).
     let made = unsafe { libc::syscall(libc::SYS_mknodat, libc::AT_FDCWD, c.as_ptr(), mode, 0) };
     if made != 0 && errno() != libc::EEXIST {
-        let e = errno();
-        return enter(-1, |_| Err(e));
+        return fail(errno());
     }
     // The pool's own flags are not the kernel FIFO's business (O_CREAT made the node already).
     let kflags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
@@ -119,6 +129,7 @@ pub(crate) fn open(ino: u64, flags: c_int) -> c_int {
             b.nodes
                 .get_or_insert_with(HashMap::new)
                 .insert((st.st_dev, st.st_ino), ino);
+            ANY.store(true, Ordering::Release);
         }
     }
     fd
@@ -128,7 +139,8 @@ pub(crate) fn open(ino: u64, flags: c_int) -> c_int {
 /// is one of this process's backing FIFOs. Never inside a served call (the shim's own
 /// fstats are the kernel's).
 fn node_of(dev: u64, ino: u64, mode: u32) -> Option<u64> {
-    if mode & libc::S_IFMT != libc::S_IFIFO || crate::state::busy() {
+    if mode & libc::S_IFMT != libc::S_IFIFO || !ANY.load(Ordering::Acquire) || crate::state::busy()
+    {
         return None;
     }
     let b = BACKING.lock().unwrap_or_else(|e| e.into_inner());

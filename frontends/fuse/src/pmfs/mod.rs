@@ -347,13 +347,12 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> R<Entry> {
-        // A file with no links the kernel asks to name is an O_TMPFILE's (the kernel links no
-        // other unlinked file: I_LINKABLE); `link_tmpfile` refuses any other.
-        self.lib(Op::Link, |fs| match fs.getattr(ino) {
-            Ok(a) if a.links == 0 && a.kind == Kind::File => {
-                fs.link_tmpfile(ino, newparent, newname)
-            }
-            _ => fs.link(ino, newparent, newname),
+        // A file with no links (`link`'s NotFound) the kernel asks to name is an O_TMPFILE's:
+        // the kernel links no other unlinked file (I_LINKABLE), and `link_tmpfile` refuses any
+        // other. Tried second, so a plain link costs nothing more.
+        self.lib(Op::Link, |fs| match fs.link(ino, newparent, newname) {
+            Err(pmkit_fs::Error::NotFound) => fs.link_tmpfile(ino, newparent, newname),
+            r => r,
         })
         .map(|a| {
             self.refs.hold(&self.fs, &a);
