@@ -8,12 +8,21 @@ find a compressed stream in the image and keep the first that decompresses to an
 
 import gzip
 import lzma
+import subprocess
 import sys
 import zlib
+
+
+def unzstd(b: bytes) -> bytes:
+    """Python has no zstd before 3.14: the zstd tool, whose output stands even when it then
+    complains about the bytes after the stream (the rest of the image)."""
+    return subprocess.run(["zstd", "-dcq"], input=b, capture_output=True).stdout
 
 MAGICS = [
     (b"\xfd7zXZ\x00", lambda b: lzma.LZMADecompressor().decompress(b)),
     (b"\x1f\x8b\x08", lambda b: zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(b)),
+    # Debian's kernels from 6.12 on.
+    (b"\x28\xb5\x2f\xfd", unzstd),
 ]
 
 

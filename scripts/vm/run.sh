@@ -10,7 +10,10 @@
 #            machine's KVM is a nested PVM host that does not boot a stock kernel.
 # --nvdimm   an emulated NVDIMM of GIB GiB, backed by a sparse file on disk (never /dev/shm:
 #            that is RAM). In the guest, scripts/vm/guest-pmem.sh makes it fsdax or devdax.
-# --kernel   a kernel version installed in /boot and /lib/modules (default: the newest).
+# --kernel   a kernel version installed in /boot and /lib/modules (default: the newest), or
+#            `backports`: Debian's bookworm-backports kernel (6.12, with ublk_drv), fetched by
+#            scripts/vm/kernel.sh without installing it; the guest sees its modules at
+#            /lib/modules/VERSION.
 # Speed under TCG is 6-16x below native: the guest proves behaviour, never performance.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,8 +32,12 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ $# -gt 0 ] || { echo "run.sh: no command given (... -- COMMAND)" >&2; exit 2; }
-img=$(bash scripts/vm/image.sh $kernel)
 base=${PMKIT_VM_DIR:-$repo/target/vm}
+[ "$kernel" = backports ] && kernel=$(bash scripts/vm/kernel.sh backports)
+img=$(bash scripts/vm/image.sh $kernel)
+# A fetched kernel's modules: the guest's init binds them at /lib/modules/VERSION.
+kmods=
+[ -n "$kernel" ] && [ -d "$base/kernels/$kernel/lib/modules/$kernel" ] && kmods=" pmkit.kmods=$base/kernels/$kernel/lib/modules"
 run=$(mktemp -d "$base/run.XXXXXX")
 trap 'rm -rf "$run"' EXIT
 {
@@ -54,7 +61,7 @@ rc=0
 timeout --foreground "$timeout" qemu-system-x86_64 \
     -machine "$machine" -accel tcg,thread=multi -cpu "$cpu" -smp "$smp" "${dimm[@]}" \
     -kernel "$img/vmlinux" -initrd "$img/initramfs.cpio.gz" \
-    -append "console=ttyS0 quiet loglevel=3 panic=-1 pmkit.run=$run pmkit.work=$repo" \
+    -append "console=ttyS0 quiet loglevel=3 panic=-1 pmkit.run=$run pmkit.work=$repo$kmods" \
     -fsdev local,id=root,path=/,security_model=none,readonly=on,multidevs=remap \
     -device virtio-9p-pci,fsdev=root,mount_tag=root \
     -fsdev "local,id=work,path=$repo,security_model=none,multidevs=remap" \
