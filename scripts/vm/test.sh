@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The guest stage of CI: what this machine's CPU and kernel cannot run natively, run in QEMU
 # guests (scripts/vm/run.sh): a CPU with protection keys (`-cpu max`), an emulated NVDIMM as fsdax
-# (ext4 -o dax, MAP_SYNC) and device-dax, and the kernel's NBD client.
+# (ext4 -o dax, MAP_SYNC) and device-dax, the kernel's NBD client, and (on Debian's backports
+# kernel, 6.12) the kernel's ublk driver.
 #
 #   scripts/vm/test.sh          the CI stage (bounded: under 15 minutes on 2 cores)
 #   scripts/vm/test.sh --all    also pjdfstest through the LD_PRELOAD shim (over 10 minutes)
@@ -99,5 +100,8 @@ stage "pku, /dev/shm" --timeout 900 -- scripts/vm/guest-suite.sh "$work/pku-shm"
 limit=$((all ? 3600 : 600))
 stage "pku, fsdax" --nvdimm 1 --timeout $((limit + 600)) -- scripts/vm/guest-suite.sh "$work/fsdax" "$limit"
 stage "pku, device-dax" --nvdimm 1 --timeout 600 -- scripts/vm/guest-suite.sh "$work/devdax" 300
+# 4. ublk: Debian's 6.1 has no ublk_drv; the backports kernel (fetched, not installed) has.
+printf 'attach --via ublk\tscripts/vm/guest-attach.sh /dev/shm/a.pmbd ublk\n' > "$work/ublk"
+stage "ublk, kernel 6.12" --kernel backports --timeout 600 -- scripts/vm/guest-suite.sh "$work/ublk" 300
 [ "$failed" = 0 ] || { echo "scripts/vm/test.sh: $failed guest stages failed" >&2; exit 1; }
 echo "scripts/vm/test.sh: every guest stage passed"

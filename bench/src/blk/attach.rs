@@ -5,8 +5,8 @@
 //! random writes with an fsync after each, 1 MiB sequential writes), the workloads the attach goals name.
 //!
 //! Targets: `pmkit attach` over each FUSE transport (/dev/fuse, and io_uring where the kernel
-//! offers it), over the kernel's NBD client (`--via nbd`, where the nbd module is loaded) and the
-//! loop device. Each round formats every target afresh and runs every
+//! offers it), over the kernel's NBD client (`--via nbd`, where the nbd module is loaded), over
+//! the kernel's ublk driver (`--via ublk`, where ublk_drv is loaded) and the loop device. Each round formats every target afresh and runs every
 //! workload on each, in rotated order.
 //! Needs root, /dev/fuse, e2fsprogs, fio and PostgreSQL (scripts/bench-attach.sh installs them).
 
@@ -95,6 +95,8 @@ pub(crate) const PMKIT_DEV: &str = "attach-dev";
 const PMKIT_URING: &str = "attach-uring";
 /// `pmkit attach --via nbd`: the kernel's NBD client.
 const PMKIT_NBD: &str = "attach-nbd";
+/// `pmkit attach --via ublk`: the kernel's ublk driver.
+const PMKIT_UBLK: &str = "attach-ublk";
 pub(crate) const RAMDISK: &str = "shm-loop";
 
 /// A mounted ext4 on one of the targets (also `bench fs`'s ext4 targets).
@@ -102,8 +104,8 @@ pub(crate) enum Mounted {
     Pmkit {
         dev: Arc<pmkit_blk::Device<pmkit_media::Region>>,
         att: Box<pmkit_fuse::attach::Attachment>,
-        /// On the NBD route: the device to disconnect after the detach.
-        nbd: Option<pmkit_nbd::kernel::KernelDevice>,
+        /// On the NBD and ublk routes: the device to disconnect after the detach.
+        nbd: Option<pmkit::attach_kernel::KernelDev>,
     },
     Loop {
         dev: String,
@@ -138,10 +140,10 @@ pub(crate) fn mount_target(
             mkfs: Some(pmkit_fuse::attach::Mkfs::Ext4),
             threads,
             mount_options: options.map(str::to_string),
-            route: if which == PMKIT_NBD {
-                pmkit_fuse::attach::Route::Nbd
-            } else {
-                pmkit_fuse::attach::Route::Fuse
+            route: match which {
+                PMKIT_NBD => pmkit_fuse::attach::Route::Nbd,
+                PMKIT_UBLK => pmkit_fuse::attach::Route::Ublk,
+                _ => pmkit_fuse::attach::Route::Fuse,
             },
             transport: if which == PMKIT_URING {
                 Transport::Uring
@@ -149,8 +151,8 @@ pub(crate) fn mount_target(
                 Transport::Dev
             },
         };
-        let attached = if which == PMKIT_NBD {
-            pmkit::attach_nbd::attach(dev.clone(), &opts).map(|(a, k)| (a, Some(k)))
+        let attached = if which == PMKIT_NBD || which == PMKIT_UBLK {
+            pmkit::attach_kernel::attach(dev.clone(), &opts).map(|(a, k)| (a, Some(k)))
         } else {
             pmkit_fuse::attach::attach(BlkDisk(dev.clone()), &opts)
                 .map(|a| (a, None))
@@ -210,7 +212,7 @@ pub(crate) fn unmount_target(m: Mounted, mnt: &Path, file: &Path) -> Result<()> 
     match m {
         Mounted::Pmkit { dev, mut att, nbd } => {
             att.detach()?;
-            pmkit::attach_nbd::disconnect(&mut { nbd })?;
+            pmkit::attach_kernel::disconnect(&mut { nbd })?;
             dev.close()?;
         }
         Mounted::Loop { dev } => {
@@ -266,6 +268,13 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         targets.push(PMKIT_NBD);
     } else {
         eprintln!("the nbd module is not loaded (modprobe nbd): no attach-nbd target");
+    }
+    if pmkit_ublk::available() {
+        targets.push(PMKIT_UBLK);
+    } else {
+        eprintln!(
+            "the ublk driver is not loaded (modprobe ublk_drv, Linux 6.0+): no attach-ublk target"
+        );
     }
     targets.push(RAMDISK);
     let bar = a.flags.progress(rounds * targets.len());

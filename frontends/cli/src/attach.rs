@@ -1,6 +1,6 @@
 //! `pmkit attach` / `pmkit detach`: the device as a kernel block device, through the kernel's
-//! NBD client (`attach_nbd.rs`) or through a FUSE file and a loop device, optionally with a file
-//! system made and mounted on it.
+//! ublk driver or NBD client (`attach_kernel.rs`) or through a FUSE file and a loop device,
+//! optionally with a file system made and mounted on it.
 
 use anyhow::{Context, Result};
 use pmkit::adapters::BlkDisk;
@@ -38,10 +38,12 @@ pub(crate) struct AttachArgs {
     /// CPU), auto (uring where the kernel offers it, else dev).
     #[arg(long, value_name = "auto|dev|uring", default_value_t = Transport::Auto)]
     transport: Transport,
-    /// How the kernel gets the block device: nbd (the kernel's NBD client, /dev/nbdN, served
-    /// by this process over socket pairs, a connection per CPU; needs the nbd module), fuse (a
-    /// loop device over a FUSE file), auto (nbd where the nbd module is loaded, else fuse).
-    #[arg(long, value_name = "auto|nbd|fuse", default_value = "auto", value_parser = parse_via)]
+    /// How the kernel gets the block device: ublk (the kernel's ublk driver, /dev/ublkbN, served
+    /// by this process over io_uring, a queue per CPU; needs Linux 6.0+ and the ublk_drv
+    /// module), nbd (the kernel's NBD client, /dev/nbdN, served by this process over socket
+    /// pairs, a connection per CPU; needs the nbd module), fuse (a loop device over a FUSE
+    /// file), auto (ublk where its driver is loaded, else nbd where that is, else fuse).
+    #[arg(long, value_name = "auto|ublk|nbd|fuse", default_value = "auto", value_parser = parse_via)]
     via: Via,
     /// Options for mounting the file system (mount -o).
     #[arg(long, short = 'o')]
@@ -64,9 +66,10 @@ pub(crate) enum Via {
 fn parse_via(s: &str) -> Result<Via, String> {
     match s {
         "auto" => Ok(Via::Auto),
+        "ublk" => Ok(Via::Route(Route::Ublk)),
         "nbd" => Ok(Via::Route(Route::Nbd)),
         "fuse" => Ok(Via::Route(Route::Fuse)),
-        _ => Err(format!("{s}: not a route (auto, nbd, fuse)")),
+        _ => Err(format!("{s}: not a route (auto, ublk, nbd, fuse)")),
     }
 }
 
@@ -74,6 +77,7 @@ impl Via {
     fn route(self) -> Route {
         match self {
             Via::Route(r) => r,
+            Via::Auto if pmkit_ublk::available() => Route::Ublk,
             Via::Auto if pmkit_nbd::kernel::available() => Route::Nbd,
             Via::Auto => Route::Fuse,
         }
@@ -115,6 +119,18 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     };
     // Check root, /dev/fuse, tools and the mountpoint before opening (or creating) anything.
     attach::preflight(&opts)?;
+    match opts.route {
+        Route::Ublk if !pmkit_ublk::available() => anyhow::bail!(
+            "--via ublk: the kernel's ublk driver is not loaded (no /dev/ublk-control): it needs \
+             Linux 6.0 or later built with CONFIG_BLK_DEV_UBLK; load it with `modprobe ublk_drv`, \
+             or use --via nbd or --via fuse"
+        ),
+        Route::Nbd if !pmkit_nbd::kernel::available() => anyhow::bail!(
+            "--via nbd: the kernel's NBD driver is not loaded: load it with `modprobe nbd`, or \
+             use --via fuse"
+        ),
+        _ => {}
+    }
     let engine = a.engine.to_options();
     if a.path.exists() {
         crate::identify::expect_path(&a.path, crate::identify::Kind::Blk)?;
@@ -135,7 +151,9 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         Route::Fuse => attach::attach(BlkDisk(dev.clone()), &opts)
             .map(|a| (a, None))
             .map_err(anyhow::Error::from),
-        Route::Nbd => pmkit::attach_nbd::attach(dev.clone(), &opts).map(|(a, k)| (a, Some(k))),
+        Route::Nbd | Route::Ublk => {
+            pmkit::attach_kernel::attach(dev.clone(), &opts).map(|(a, k)| (a, Some(k)))
+        }
     };
     let (mut att, mut kernel) = match attached {
         Ok(x) => x,
@@ -157,8 +175,8 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
     }
     match &kernel {
         Some(k) => say!(
-            "  block device: {loopdev} (the kernel's NBD client, {} connections{})",
-            k.connections(),
+            "  block device: {loopdev} ({}{})",
+            k.describe(),
             if a.via == Via::Auto {
                 "; chosen by --via auto"
             } else {
@@ -169,7 +187,7 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
             "  block device: {loopdev} (loop over FUSE, direct I/O {}{})",
             if s.direct_io { "on" } else { "off" },
             if a.via == Via::Auto {
-                "; --via auto: the nbd module is not loaded"
+                "; --via auto: neither the ublk_drv nor the nbd module is loaded"
             } else {
                 ""
             }
@@ -215,7 +233,7 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
                 s.reply(true, note);
             }) {
                 Ok(()) => {
-                    pmkit::attach_nbd::disconnect(&mut kernel)?;
+                    pmkit::attach_kernel::disconnect(&mut kernel)?;
                     break;
                 }
                 Err(e) => {
@@ -231,7 +249,7 @@ pub(crate) fn run_attach(a: AttachArgs) -> Result<ExitCode> {
         // device may still be mounted and writing to it.
         let why = match att.detach() {
             Ok(Detached::Done) => {
-                pmkit::attach_nbd::disconnect(&mut kernel)?;
+                pmkit::attach_kernel::disconnect(&mut kernel)?;
                 break;
             }
             Ok(Detached::Busy(why)) => why,
@@ -297,7 +315,7 @@ pub(crate) fn run_detach(a: DetachArgs) -> Result<ExitCode> {
     } else {
         // The attaching process died (kill -9, crash): clean up after it.
         attach::teardown_stale(&state).context("cleaning up a stale attachment")?;
-        pmkit::attach_nbd::teardown_stale(&state)?;
+        pmkit::attach_kernel::teardown_stale(&state)?;
         // Say what the device's superblock says, not what a dead process suggests.
         let shutdown = match pmkit_blk::inspect_path(&state.pm_path) {
             Ok((f, _)) if f.current.clean => "the device had been closed cleanly",

@@ -5,7 +5,7 @@
 
 pub mod adapters;
 pub mod args;
-pub mod attach_nbd;
+pub mod attach_kernel;
 pub mod daemon_log;
 pub mod entry;
 pub mod progress;

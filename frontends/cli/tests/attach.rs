@@ -168,6 +168,30 @@ fn bad_attach_requests_fail_clearly_and_undo() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // A route whose driver this kernel lacks is refused before anything is made, naming the
+    // module. (Where the driver is loaded, the VM harness attaches on that route instead.)
+    for (via, module) in [("ublk", "ublk_drv"), ("nbd", "modprobe nbd")] {
+        let loaded = match via {
+            "ublk" => Path::new("/dev/ublk-control").exists(),
+            _ => Path::new("/sys/module/nbd").exists(),
+        };
+        if loaded {
+            continue;
+        }
+        let fresh = s.pm.with_extension(format!("{via}.pm"));
+        let o = pmkit(&[
+            "attach",
+            fresh.to_str().unwrap(),
+            "--size",
+            "64M",
+            "--via",
+            via,
+        ]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(module) && err.contains("--via fuse"), "{err}");
+        assert!(!fresh.exists(), "a refused attach made {}", fresh.display());
+    }
     // A second attach of the same device is refused while the first is up.
     let a = attach(&s.pm, &[]);
     let o = pmkit(&["attach", s.pm.to_str().unwrap()]);

@@ -14,7 +14,9 @@
 use crate::file::{Core, Disk, DiskFile, DISK_NAME};
 use crate::holders;
 use crate::uring;
+mod state;
 use serde::{Deserialize, Serialize};
+pub use state::AttachState;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,9 +33,9 @@ pub enum AttachError {
     Precondition(String),
 }
 
-type Result<T> = std::result::Result<T, AttachError>;
+pub(crate) type Result<T> = std::result::Result<T, AttachError>;
 
-fn step(step: &'static str, why: impl std::fmt::Display) -> AttachError {
+pub(crate) fn step(step: &'static str, why: impl std::fmt::Display) -> AttachError {
     AttachError::Step {
         step,
         why: why.to_string(),
@@ -101,136 +103,8 @@ pub enum Route {
     Fuse,
     /// The kernel's NBD client, served by the attaching process over socket pairs.
     Nbd,
-}
-
-/// What an attachment consists of; also its state file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AttachState {
-    /// Unique among attachments: the attaching process and a counter within it.
-    pub id: String,
-    pub pid: u32,
-    pub pm_path: PathBuf,
-    pub fuse_dir: PathBuf,
-    pub loop_dev: Option<PathBuf>,
-    pub mountpoint: Option<PathBuf>,
-    pub direct_io: bool,
-    /// The transport in use: `dev` or `uring` (absent in state files of older versions).
-    #[serde(default)]
-    pub transport: Option<Transport>,
-    /// On the NBD route: the `/dev/nbdN` the attaching process serves (then `loop_dev` is that
-    /// device and `fuse_dir` is unused).
-    #[serde(default)]
-    pub nbd_index: Option<u32>,
-}
-
-impl AttachState {
-    fn state_file(&self) -> PathBuf {
-        Path::new(STATE_DIR).join(format!("{}.json", self.id))
-    }
-    /// Where the attaching process answers a detach request it did not (fully) carry out.
-    pub fn reply_file(&self) -> PathBuf {
-        Path::new(STATE_DIR).join(format!("{}.reply", self.id))
-    }
-    /// Record the answer to a detach request for `pmkit detach` (`ok`: done as asked, e.g. a
-    /// lazy unmount; not `ok`: refused, nothing forced).
-    pub fn reply(&self, ok: bool, msg: &str) {
-        let tmp = self.reply_file().with_extension("reply.tmp");
-        let body = serde_json::json!({ "ok": ok, "msg": msg }).to_string();
-        let _ = std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, self.reply_file()));
-    }
-    /// Read (and consume) the answer recorded by [`AttachState::reply`].
-    pub fn take_reply(&self) -> Option<(bool, String)> {
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(self.reply_file()).ok()?).ok()?;
-        let _ = std::fs::remove_file(self.reply_file());
-        Some((v["ok"].as_bool()?, v["msg"].as_str()?.to_string()))
-    }
-    /// Whether anything of this attachment is still in place (file system mounted, our loop
-    /// device, FUSE mount).
-    pub fn leftovers(&self) -> bool {
-        self.mountpoint.as_deref().is_some_and(is_mountpoint)
-            || self.loop_dev.as_deref().is_some_and(|d| self.owns_loop(d))
-            || is_mountpoint(&self.fuse_dir)
-            // A connected NBD device keeps its sysfs `pid` until it is disconnected, also when
-            // its server died.
-            || self
-                .nbd_index
-                .is_some_and(|i| Path::new(&format!("/sys/block/nbd{i}/pid")).exists())
-    }
-    fn owns_loop(&self, dev: &Path) -> bool {
-        loop_backing(dev).is_some_and(|b| b.starts_with(&self.fuse_dir))
-    }
-    /// How to name this attachment to `pmkit detach`.
-    pub fn target(&self) -> String {
-        self.mountpoint
-            .as_deref()
-            .or(self.loop_dev.as_deref())
-            .unwrap_or(&self.pm_path)
-            .display()
-            .to_string()
-    }
-    /// Write the state file (atomically: a reader sees the old one or this one).
-    pub fn save(&self) -> Result<()> {
-        std::fs::create_dir_all(STATE_DIR)
-            .map_err(|e| step("record state", format!("{STATE_DIR}: {e}")))?;
-        let tmp = self.state_file().with_extension("tmp");
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec_pretty(self).expect("state serializes"),
-        )
-        .and_then(|_| std::fs::rename(&tmp, self.state_file()))
-        .map_err(|e| {
-            step(
-                "record state",
-                format!("{}: {e}", self.state_file().display()),
-            )
-        })
-    }
-    /// Every recorded attachment.
-    pub fn all() -> Vec<AttachState> {
-        let Ok(dir) = std::fs::read_dir(STATE_DIR) else {
-            return vec![];
-        };
-        dir.flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-            .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
-            .collect()
-    }
-    /// Remove the state file and any reply.
-    pub fn forget(&self) {
-        let _ = std::fs::remove_file(self.state_file());
-        let _ = std::fs::remove_file(self.reply_file());
-    }
-    /// A new attachment's state, before any step: this process, a fresh id.
-    pub fn new(pm_path: &Path) -> AttachState {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let pid = std::process::id();
-        let id = format!(
-            "{pid}-{}",
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        AttachState {
-            fuse_dir: Path::new("/run/pmkit/fuse").join(&id),
-            id,
-            pid,
-            pm_path: std::fs::canonicalize(pm_path).unwrap_or(pm_path.to_path_buf()),
-            loop_dev: None,
-            mountpoint: None,
-            direct_io: false,
-            transport: None,
-            nbd_index: None,
-        }
-    }
-    /// Whether the attaching process is still alive.
-    pub fn alive(&self) -> bool {
-        // A zombie (exited, not yet reaped by its parent) has finished: field 3 of stat is 'Z'.
-        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
-            Ok(stat) => stat
-                .rsplit_once(") ")
-                .is_some_and(|(_, rest)| !rest.starts_with('Z')),
-            Err(_) => false,
-        }
-    }
+    /// The kernel's ublk driver (`/dev/ublkbN`), served by the attaching process over io_uring.
+    Ublk,
 }
 
 /// Check what `attach` needs before touching anything.
@@ -248,7 +122,7 @@ pub fn preflight(opts: &AttachOptions) -> Result<()> {
     }
     let tools: &[&str] = match opts.route {
         Route::Fuse => &["losetup", "mount", "umount"],
-        Route::Nbd => &["mount", "umount"],
+        Route::Nbd | Route::Ublk => &["mount", "umount"],
     };
     for tool in tools {
         if which(tool).is_none() {
@@ -534,7 +408,7 @@ impl Attachment {
             run(Command::new("losetup").arg("-d").arg(dev))
                 .map_err(|e| step("remove loop device", e))?;
         }
-        if let (Some(dev), Some(_)) = (s.loop_dev.as_deref(), s.nbd_index) {
+        if let (Some(dev), true) = (s.loop_dev.as_deref(), s.kernel_route()) {
             // The caller disconnects the device next: nothing may hold it then.
             let deadline = Instant::now() + Duration::from_secs(3);
             while let Some(why) = loop_in_use(dev) {
@@ -586,8 +460,8 @@ impl Attachment {
             while s.owns_loop(dev) {
                 std::thread::sleep(Duration::from_millis(100));
             }
-        } else if let (Some(dev), Some(_)) = (s.loop_dev.as_deref(), s.nbd_index) {
-            // The NBD route: the caller disconnects once the file system has let go.
+        } else if let (Some(dev), true) = (s.loop_dev.as_deref(), s.kernel_route()) {
+            // The NBD and ublk routes: the caller disconnects once the file system has let go.
             started(&format!(
                 "{note}{}the device stays served until {} is released, then detaches",
                 if note.is_empty() { "" } else { "; " },
@@ -618,7 +492,7 @@ impl Attachment {
                 tracing::warn!("a FUSE io_uring queue did not end with the connection");
             }
         }
-        if self.state.nbd_index.is_none() {
+        if !self.state.kernel_route() {
             let _ = std::fs::remove_dir(&self.state.fuse_dir);
         }
         self.state.forget();
@@ -692,8 +566,8 @@ pub fn teardown_stale(s: &AttachState) -> Result<()> {
         run(Command::new("losetup").arg("-d").arg(dev))
             .map_err(|e| step("remove loop device", e))?;
     }
-    if s.nbd_index.is_some() {
-        // The caller disconnects the NBD device, then forgets the attachment.
+    if s.kernel_route() {
+        // The caller disconnects the NBD or ublk device, then forgets the attachment.
         return Ok(());
     }
     if let Some(why) = unmount_fuse(&s.fuse_dir, true)? {
@@ -737,7 +611,7 @@ fn losetup(file: &Path, block_size: u32) -> Result<(PathBuf, bool)> {
     Ok((dev, dio))
 }
 
-fn loop_backing(dev: &Path) -> Option<PathBuf> {
+pub(crate) fn loop_backing(dev: &Path) -> Option<PathBuf> {
     let name = dev.file_name()?.to_string_lossy().to_string();
     let s = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).ok()?;
     Some(PathBuf::from(s.trim()))
