@@ -49,6 +49,10 @@ impl KernelDev {
 
 /// Give `dev` to the kernel on `opts.route` (NBD or ublk), then make and mount the file system
 /// as asked. On failure every step taken is undone.
+///
+/// The device number is chosen and recorded in the state file before the kernel makes the
+/// device, so a kill at any moment leaves nothing that `pmkit detach` cannot find: a recorded
+/// number the kernel never used is forgotten as having no leftovers.
 pub fn attach(dev: Arc<Device<Region>>, opts: &AttachOptions) -> Result<(Attachment, KernelDev)> {
     attach::preflight(opts)?;
     let block_size = dev.block_size();
@@ -57,27 +61,13 @@ pub fn attach(dev: Arc<Device<Region>>, opts: &AttachOptions) -> Result<(Attachm
     // worker per CPU.
     let queues = attach::workers(opts.threads);
     let mut state = AttachState::new(&opts.pm_path);
-    let k = match opts.route {
-        Route::Nbd => {
-            let export =
-                Export::new(&*backend, &ServerConfig::default()).map_err(|e| anyhow!(e))?;
-            let k = KernelDevice::connect(backend, export, queues, block_size, None)?;
-            state.loop_dev = Some(k.path());
-            state.nbd_index = Some(k.index);
-            KernelDev::Nbd(k)
-        }
-        Route::Ublk => {
-            let o = UblkOptions {
-                queues,
-                ..Default::default()
-            };
-            let u = UblkDevice::start(backend, o)?;
-            state.loop_dev = Some(u.path());
-            state.ublk_id = Some(u.id);
-            KernelDev::Ublk(Box::new(u))
-        }
-        Route::Fuse => unreachable!("the FUSE route is pmkit_fuse::attach::attach"),
-    };
+    let k = start(opts.route, backend, queues, block_size, &mut state)?;
+    assert!(state.kernel_route(), "the device's number is recorded");
+    // The driver picked the NBD device when none was free to choose.
+    if let KernelDev::Nbd(n) = &k {
+        state.nbd_index = Some(n.index);
+        state.loop_dev = Some(n.path());
+    }
     let mut att = Attachment::adopt(state);
     let r = att
         .state
@@ -91,6 +81,73 @@ pub fn attach(dev: Arc<Device<Region>>, opts: &AttachOptions) -> Result<(Attachm
         return Err(e);
     }
     Ok((att, k))
+}
+
+/// Make the kernel's device on `route`, its number recorded in `state` (saved) first; on failure
+/// the state is forgotten.
+fn start(
+    route: Route,
+    backend: Arc<PmbdBackend>,
+    queues: usize,
+    block_size: u32,
+    state: &mut AttachState,
+) -> Result<KernelDev> {
+    assert_ne!(
+        route,
+        Route::Fuse,
+        "the FUSE route is pmkit_fuse::attach::attach"
+    );
+    // Another user of the driver may take the number between the choice and the start: the
+    // start then fails as busy, and the next free number is tried.
+    const TRIES: usize = 8;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let started = match route {
+            Route::Nbd => {
+                let export =
+                    Export::new(&*backend, &ServerConfig::default()).map_err(|e| anyhow!(e))?;
+                let index = kernel::free_index();
+                state.nbd_index = index;
+                state.loop_dev = index.map(kernel::device_path);
+                state.save()?;
+                KernelDevice::connect(backend.clone(), export, queues, block_size, None, index)
+                    .map(KernelDev::Nbd)
+                    .map_err(|e| {
+                        let busy = matches!(&e, kernel::KernelError::Connect(io)
+                            if io.raw_os_error() == Some(libc::EBUSY));
+                        (busy && index.is_some(), anyhow::Error::from(e))
+                    })
+            }
+            Route::Ublk => {
+                let id = pmkit_ublk::free_id();
+                state.ublk_id = Some(id);
+                state.loop_dev = Some(pmkit_ublk::block_path(id));
+                state.save()?;
+                let o = UblkOptions {
+                    queues,
+                    id: Some(id),
+                    ..Default::default()
+                };
+                UblkDevice::start(backend.clone(), o)
+                    .map(|u| KernelDev::Ublk(Box::new(u)))
+                    .map_err(|e| {
+                        let busy = matches!(&e, pmkit_ublk::UblkError::Step { source, .. }
+                            if source.raw_os_error() == Some(libc::EEXIST));
+                        (busy, anyhow::Error::from(e))
+                    })
+            }
+            Route::Fuse => unreachable!(),
+        };
+        match started {
+            Ok(k) => return Ok(k),
+            Err((true, _)) if tries < TRIES => continue,
+            Err((_, e)) => {
+                state.forget();
+                return Err(e);
+            }
+        }
+    }
 }
 
 /// After a detach: disconnect or remove the device (on the NBD and ublk routes) and wait for

@@ -60,17 +60,18 @@ pub struct KernelDevice {
 }
 
 impl KernelDevice {
-    /// Connect a free `/dev/nbdN` (the driver picks it, or makes one) to `backend` over
-    /// `connections` socket pairs, each served by its own thread, with logical blocks of
+    /// Connect `/dev/nbd{index}` (`None`: a free one the driver picks, or makes) to `backend`
+    /// over `connections` socket pairs, each served by its own thread, with logical blocks of
     /// `block_size` bytes. `timeout`: how long the driver waits for an answer before it fails
     /// the request (`None`: forever; a server that dies fails them at once, its sockets
-    /// closing).
+    /// closing). A device in use answers [`KernelError::Connect`] with EBUSY.
     pub fn connect<B: BlockBackend + 'static>(
         backend: Arc<B>,
         export: Export,
         connections: usize,
         block_size: u32,
         timeout: Option<Duration>,
+        index: Option<u32>,
     ) -> Result<KernelDevice, KernelError> {
         assert!(block_size.is_power_of_two() && (512..=65536).contains(&block_size));
         let n = connections.clamp(1, MAX_CONNECTIONS);
@@ -100,6 +101,9 @@ impl KernelDevice {
             .nested(ATTR_SOCKETS, &socks);
         if let Some(t) = timeout {
             a.u64(ATTR_TIMEOUT, t.as_secs().max(1));
+        }
+        if let Some(i) = index {
+            a.u32(ATTR_INDEX, i);
         }
         // The serving threads start first: the driver may read the partition table (a READ)
         // before CONNECT returns.
@@ -203,6 +207,20 @@ pub fn disconnect(index: u32) -> Result<(), KernelError> {
     nl.request(CMD_DISCONNECT, VERSION, &a)
         .map(|_| ())
         .map_err(|source| KernelError::Disconnect { index, source })
+}
+
+/// The lowest-numbered `/dev/nbdN` the driver has made and nobody has connected, if any (a
+/// caller that records N before connecting races other users of the driver: a connect that
+/// loses answers EBUSY).
+pub fn free_index() -> Option<u32> {
+    let mut free: Vec<u32> = std::fs::read_dir("/sys/block")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("nbd")?.parse().ok())
+        .filter(|&i| connected_by(i).is_none())
+        .collect();
+    free.sort_unstable();
+    free.first().copied()
 }
 
 /// The process that connected `/dev/nbd{index}` (sysfs `pid`), while it is connected.

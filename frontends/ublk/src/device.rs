@@ -56,6 +56,9 @@ pub struct UblkOptions {
     pub depth: u16,
     /// The largest request in bytes (a multiple of the page size).
     pub max_io: u32,
+    /// The device number N of `/dev/ublkbN` (`None`: the driver picks). A number in use fails
+    /// the start with EEXIST.
+    pub id: Option<u32>,
 }
 
 impl Default for UblkOptions {
@@ -64,6 +67,7 @@ impl Default for UblkOptions {
             queues: std::thread::available_parallelism().map_or(1, |n| n.get()),
             depth: DEFAULT_DEPTH,
             max_io: DEFAULT_MAX_IO,
+            id: None,
         }
     }
 }
@@ -93,7 +97,7 @@ impl UblkDevice {
             nr_hw_queues: queues,
             queue_depth: o.depth,
             max_io_buf_bytes: o.max_io,
-            dev_id: u32::MAX,
+            dev_id: o.id.unwrap_or(u32::MAX),
             ublksrv_pid: std::process::id() as i32,
             flags: abi::F_CMD_IOCTL_ENCODE,
             ..Default::default()
@@ -201,6 +205,14 @@ fn char_path(id: u32) -> PathBuf {
     PathBuf::from(format!("/dev/ublkc{id}"))
 }
 
+/// The lowest device number no ublk device has now (a caller that records it before starting
+/// races other users of the driver: a start that loses fails with EEXIST).
+pub fn free_id() -> u32 {
+    (0..)
+        .find(|&i| !exists(i))
+        .expect("a free ublk device number")
+}
+
 /// Whether device `id` still exists in the driver (its char device is registered), also when
 /// the process serving it died.
 pub fn exists(id: u32) -> bool {
@@ -219,6 +231,11 @@ pub fn remove_stale(id: u32) -> Result<(), UblkError> {
 fn params<B: BlockBackend + ?Sized>(b: &B, max_io: u32) -> Params {
     let sizes = b.block_sizes();
     let logical = sizes.minimum.max(512);
+    assert!(logical.is_power_of_two() && sizes.preferred.is_power_of_two());
+    assert!(
+        b.size().is_multiple_of(logical as u64),
+        "the device is whole logical blocks"
+    );
     let shift = |v: u32| v.trailing_zeros() as u8;
     let page = abi::page_size() as u32;
     let mut attrs = abi::ATTR_VOLATILE_CACHE | abi::ATTR_FUA;

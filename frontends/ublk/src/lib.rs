@@ -13,6 +13,6 @@ pub mod request;
 
 pub use abi::IoDesc;
 pub use device::{
-    available, block_path, exists, remove_stale, UblkDevice, UblkError, UblkOptions, DEFAULT_DEPTH,
-    DEFAULT_MAX_IO, MAX_QUEUES,
+    available, block_path, exists, free_id, remove_stale, UblkDevice, UblkError, UblkOptions,
+    DEFAULT_DEPTH, DEFAULT_MAX_IO, MAX_QUEUES,
 };
