@@ -269,6 +269,24 @@ impl<M: Media> Fs<M> {
         Ok(self.attr_of(ino, &n))
     }
 
+    /// Open directory `ino` for listing: NotDir if it is not one. The open counts as a read
+    /// of the directory (its access time, as [`Fs::readdir`]): a listing the kernel then
+    /// serves from its own cache still reads it.
+    pub fn opendir(&self, ino: u64) -> Result<()> {
+        let dirs = self.ns.read();
+        match self.dir_index(&dirs, ino) {
+            Some(d) => drop(d?),
+            None => {
+                self.live(ino)?;
+                return Err(Error::NotDir);
+            }
+        }
+        let _g = self.stripe(ino).lock();
+        let node = self.inode(ino);
+        self.accessed(ino, &node);
+        Ok(())
+    }
+
     /// Every entry of a directory, `.` and `..` first, then in slot order.
     pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
         let dirs = self.ns.read();

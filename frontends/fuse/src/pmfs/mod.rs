@@ -37,6 +37,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Largest write request.
 pub const MAX_WRITE: u32 = 1 << 20;
 
+/// A directory's entries as one open handle reads them: taken by its first READDIR (none
+/// while the kernel answers from its directory cache), again at a rewind.
+#[derive(Default)]
+struct Listing {
+    entries: Option<Arc<Vec<DirEntry>>>,
+}
+
 /// The handlers over a mounted PMFS, shared by both transports. Generic over the media, so a
 /// test drives them in process (no root, no /dev/fuse) on any `Media`.
 pub struct PmfsOps<M: Media = Region> {
@@ -52,7 +59,7 @@ pub struct PmfsOps<M: Media = Region> {
     read_only: bool,
     /// Directory listings taken at opendir (and again at a rewind), by handle: a listing read
     /// in several calls neither skips nor repeats an entry that stays.
-    listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    listings: Mutex<HashMap<u64, Listing>>,
     next_fh: AtomicU64,
     stats: Arc<OpStats>,
     cache: CacheMode,
@@ -415,26 +422,39 @@ impl<M: Media> Ops for PmfsOps<M> {
         Err(libc::ENOSYS)
     }
 
+    /// Under `--cache long` and `writeback` the kernel may keep the listing in the directory's
+    /// page cache across opens (`FOPEN_CACHE_DIR`, `FOPEN_KEEP_CACHE`): it drops it itself
+    /// whenever the directory changes through this mount, the only way it changes. A pass over
+    /// a cached directory is then OPENDIR and RELEASEDIR only.
     fn opendir(&self, ino: u64) -> R<Opened> {
-        let l = self.listing(ino)?;
+        self.lib(Op::Opendir, |fs| fs.opendir(ino))?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.listings.lock().insert(fh, l);
+        self.listings.lock().insert(fh, Listing::default());
         Ok(Opened {
             fh,
-            flags: FopenFlags::empty(),
+            flags: if self.cache.keep_pages() {
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            },
         })
     }
 
     /// The entries of directory `ino` (handle `fh`) from `offset` on, each given to `add` with
     /// the offset of the next; `add` returns true when the reply is full.
     fn readdir(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntry<'_>) -> R<()> {
-        let cached = self.listings.lock().get(&fh).cloned();
+        let cached = self
+            .listings
+            .lock()
+            .get(&fh)
+            .and_then(|l| l.entries.clone());
         let list = match cached {
-            // A rewind (offset 0) lists again.
+            // The first READDIR, at 0, lists; a later one at 0 is a rewind, which lists again.
             Some(l) if offset > 0 => l,
             _ => {
                 let l = self.listing(ino)?;
-                self.listings.lock().insert(fh, Arc::clone(&l));
+                let entries = Some(Arc::clone(&l));
+                self.listings.lock().insert(fh, Listing { entries });
                 l
             }
         };

@@ -30,6 +30,7 @@ pub enum Op {
     Flush,
     Release,
     Fsync,
+    Opendir,
     Readdir,
     Statfs,
     Xattr,
@@ -58,7 +59,7 @@ impl Op {
     }
 }
 
-const OPS: [(Op, &str); 23] = [
+const OPS: [(Op, &str); 24] = [
     (Op::Lookup, "lookup"),
     (Op::Getattr, "getattr"),
     (Op::Setattr, "setattr"),
@@ -76,6 +77,7 @@ const OPS: [(Op, &str); 23] = [
     (Op::Flush, "flush"),
     (Op::Release, "release"),
     (Op::Fsync, "fsync"),
+    (Op::Opendir, "opendir"),
     (Op::Readdir, "readdir"),
     (Op::Statfs, "statfs"),
     (Op::Xattr, "xattr"),
