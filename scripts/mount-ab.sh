@@ -8,6 +8,8 @@
 #
 # LOAD=append-fsync (default): 4 KiB append + fsync, 200 warm-up then 3,000 timed.
 # LOAD=create: open(O_CREAT|O_EXCL) + close of 3,000 new files in one directory.
+# LOAD=walk: a tree of 300 directories of 10 files each made (untimed), then 10 passes of a
+#   find-like walk (list each directory, stat each subdirectory); ops = directories listed.
 #
 # Needs root, /dev/fuse, python3; the uring transport needs enable_uring = Y.
 set -euo pipefail
@@ -15,7 +17,7 @@ a=$(realpath "${1:?usage: $0 A B [PAIRS]}")
 b=$(realpath "${2:?usage: $0 A B [PAIRS]}")
 pairs=${3:-5}
 load=${LOAD:-append-fsync}
-case $load in append-fsync | create) ;; *) echo "LOAD must be append-fsync or create" >&2; exit 2 ;; esac
+case $load in append-fsync | create | walk) ;; *) echo "LOAD must be append-fsync, create or walk" >&2; exit 2 ;; esac
 one() { # BIN TRANSPORT -> ops/s
     local w
     w=$(mktemp -d /dev/shm/pmkit-ab.XXXXXX)
@@ -27,7 +29,23 @@ one() { # BIN TRANSPORT -> ops/s
 import os, sys, time
 d, load = sys.argv[1], sys.argv[2]
 n = 3000
-if load == "create":
+if load == "walk":
+    for i in range(300):
+        os.makedirs(f"{d}/t/{i % 10}/{i}")
+        for k in range(10):
+            open(f"{d}/t/{i % 10}/{i}/f{k}", "w").close()
+    n = 0
+    t = time.perf_counter()
+    for _ in range(10):
+        todo = [f"{d}/t"]
+        while todo:
+            p = todo.pop()
+            n += 1
+            for e in os.scandir(p):
+                if e.is_dir(follow_symlinks=False):
+                    os.stat(e.path)
+                    todo.append(e.path)
+elif load == "create":
     t = time.perf_counter()
     for i in range(n):
         os.close(os.open(f"{d}/f{i}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644))
