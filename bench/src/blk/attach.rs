@@ -51,6 +51,11 @@ pub(crate) struct Args {
     /// SQLite transactions of 100 rows each (default 2000, quick 200; 0 skips SQLite).
     #[arg(long)]
     sqlite_tx: Option<u32>,
+    /// The routes of `pmkit attach` to measure, comma-separated (fuse, ublk, nbd; fuse covers
+    /// both FUSE transports); by default every route this kernel offers. A route named here
+    /// that the kernel lacks is an error. The loop device is always measured beside them.
+    #[arg(long, value_delimiter = ',', value_name = "ROUTES")]
+    via: Vec<String>,
     /// FUSE worker threads of the attachment (0: one per CPU, as `pmkit attach`).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -224,6 +229,56 @@ pub(crate) fn unmount_target(m: Mounted, mnt: &Path, file: &Path) -> Result<()> 
     Ok(())
 }
 
+/// The targets for `--via` (empty: every route this kernel offers), the loop device last.
+fn routes(via: &[String]) -> Result<Vec<&'static str>> {
+    for v in via {
+        anyhow::ensure!(
+            ["fuse", "ublk", "nbd"].contains(&v.as_str()),
+            "--via {v}: not a route (fuse, ublk, nbd)"
+        );
+    }
+    let asked = |r: &str| via.is_empty() || via.iter().any(|v| v == r);
+    let mut targets: Vec<&'static str> = vec![];
+    if asked("fuse") {
+        targets.push(PMKIT_DEV);
+        // io_uring only where the kernel offers it (root enables it with
+        // `echo Y > /sys/module/fuse/parameters/enable_uring`).
+        if pmkit_fuse::uring::enabled() {
+            targets.push(PMKIT_URING);
+        } else {
+            eprintln!(
+                "FUSE over io_uring is not enabled (/sys/module/fuse/parameters/enable_uring): \
+                 measuring the /dev/fuse transport only"
+            );
+        }
+    }
+    for (route, target, there, how) in [
+        (
+            "nbd",
+            PMKIT_NBD,
+            pmkit_nbd::kernel::available(),
+            "modprobe nbd",
+        ),
+        (
+            "ublk",
+            PMKIT_UBLK,
+            pmkit_ublk::available(),
+            "modprobe ublk_drv, Linux 6.0+",
+        ),
+    ] {
+        match (asked(route), there) {
+            (true, true) => targets.push(target),
+            (false, _) => {}
+            (true, false) if via.is_empty() => {
+                eprintln!("the {route} driver is not loaded ({how}): no {target} target")
+            }
+            (true, false) => anyhow::bail!("--via {route}: the driver is not loaded ({how})"),
+        }
+    }
+    targets.push(RAMDISK);
+    Ok(targets)
+}
+
 pub(crate) fn run(a: Args) -> Result<ExitCode> {
     need_root("bench attach mounts file systems")?;
     let sqlite_tx = a
@@ -253,30 +308,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
     let base = Scratch::dir(&std::env::temp_dir(), "attach")?;
     let mnt = base.path().join("mnt");
     std::fs::create_dir_all(&mnt)?;
-    // io_uring only where the kernel offers it (root enables it with
-    // `echo Y > /sys/module/fuse/parameters/enable_uring`).
-    let mut targets: Vec<&'static str> = vec![PMKIT_DEV];
-    if pmkit_fuse::uring::enabled() {
-        targets.push(PMKIT_URING);
-    } else {
-        eprintln!(
-            "FUSE over io_uring is not enabled (/sys/module/fuse/parameters/enable_uring): \
-             measuring the /dev/fuse transport only"
-        );
-    }
-    if pmkit_nbd::kernel::available() {
-        targets.push(PMKIT_NBD);
-    } else {
-        eprintln!("the nbd module is not loaded (modprobe nbd): no attach-nbd target");
-    }
-    if pmkit_ublk::available() {
-        targets.push(PMKIT_UBLK);
-    } else {
-        eprintln!(
-            "the ublk driver is not loaded (modprobe ublk_drv, Linux 6.0+): no attach-ublk target"
-        );
-    }
-    targets.push(RAMDISK);
+    let targets = routes(&a.via)?;
     let bar = a.flags.progress(rounds * targets.len());
     let samples = rotated_rounds(rounds, 1, targets.len(), &bar, |r, _, i| {
         let t = targets[i];
