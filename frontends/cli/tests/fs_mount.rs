@@ -536,6 +536,89 @@ fn listings_over(t: &str) {
     );
 }
 
+/// Listings carry attributes (READDIRPLUS): `ls -l` of a large directory on a fresh mount asks
+/// no LOOKUP or GETATTR per entry, and every entry the kernel took a reference to through a
+/// listing is given back: after the files are removed and the mount is gone, no orphan is left
+/// (`check` clean). Several replies' worth of entries, so some do not fit a reply and are let go.
+#[test]
+fn listings_with_attributes_hold_and_give_back_every_entry() {
+    if can_run() {
+        each_transport(listings_with_attributes_over);
+    }
+}
+
+fn listings_with_attributes_over(t: &str) {
+    let s = scratch("64M");
+    let stats = s.dir.path().join("stats.json");
+    let names: Vec<String> = (0..1500)
+        .map(|i| format!("a-name-long-enough-to-fill-replies-quickly-{i:05}"))
+        .collect();
+    {
+        let d = Daemon::start(&s, &["--transport", t]);
+        let dir = s.mnt.join("big");
+        std::fs::create_dir(&dir).unwrap();
+        for (i, n) in names.iter().enumerate() {
+            std::fs::write(dir.join(n), i.to_string()).unwrap();
+        }
+        d.umount();
+    }
+    let d = Daemon::start(&s, &["--transport", t, "--stats", stats.to_str().unwrap()]);
+    // Inodes in use: total less free (`df -i`'s IUsed).
+    let used_inodes = || {
+        let out = std::process::Command::new("stat")
+            .args(["-f", "-c", "%c %d"])
+            .arg(&s.mnt)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout);
+        let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        v[0] - v[1]
+    };
+    let used_before = used_inodes();
+    let dir = s.mnt.join("big");
+    let mut seen = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let e = e.unwrap();
+        let m = std::fs::symlink_metadata(e.path()).unwrap();
+        let i: usize = e.file_name().to_str().unwrap()[43..].parse().unwrap();
+        assert_eq!(m.len(), i.to_string().len() as u64, "{:?}", e.file_name());
+        seen += 1;
+    }
+    assert_eq!(seen, names.len());
+    // Remove them while the kernel still holds the listing's references.
+    for n in &names {
+        std::fs::remove_file(dir.join(n)).unwrap();
+    }
+    // Every removed file is freed once the kernel gives its references back (FORGET, soon
+    // after the unlink): a reference held for the listing and never given back would keep one.
+    let mut waited = 0;
+    while used_inodes() > used_before - names.len() as u64 && waited < 50 {
+        std::thread::sleep(Duration::from_millis(100));
+        waited += 1;
+    }
+    assert_eq!(used_inodes(), used_before - names.len() as u64, "over {t}");
+    d.umount();
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let count = |op: &str| {
+        j["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["op"] == op)
+            .map_or(0, |r| r["ops"].as_u64().unwrap())
+    };
+    // No LOOKUP per entry, and no GETATTR per entry beyond the directory's own, which each
+    // unlink makes the kernel ask for again (its permission check after the change). Slack
+    // of a reply's worth, should one be a plain READDIR.
+    let (lookups, getattrs) = (count("lookup"), count("getattr"));
+    assert!(
+        lookups < 100 && getattrs < names.len() as u64 + 100,
+        "{lookups} lookups and {getattrs} getattrs for {} entries over {t}",
+        names.len()
+    );
+    check_clean(&s);
+}
+
 /// The file system clears privileges itself (FUSE's HANDLE_KILLPRIV_V2, which spares every
 /// write a `security.capability` round trip): a write or truncate by another user clears
 /// set-user-ID, and set-group-ID where group execute is set (not where it is not); root's

@@ -3,10 +3,11 @@
 //! the block device file). The INIT handshake of both transports is here (it always comes over
 //! /dev/fuse), and so are FORGET and INTERRUPT, which the kernel never puts on an io_uring queue.
 
-use crate::ops::{Entry, Opened, Ops, WriteHow, Xattr};
+use crate::dev_reply::{empty, entry, fe, guard, opened, xattr};
+use crate::ops::{Ops, WriteHow};
 use fuser::{
-    Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
@@ -44,10 +45,6 @@ impl<O: Ops + 'static> Served<O> {
     }
 }
 
-fn fe(e: i32) -> Errno {
-    Errno::from_i32(e)
-}
-
 fn owner(req: &Request) -> Owner {
     Owner {
         uid: req.uid(),
@@ -71,44 +68,6 @@ fn ns_asked(t: TimeOrNow) -> i64 {
             let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
             pmkit_fs::ns_of_timespec(-secs, d.subsec_nanos() as i64)
         }
-    }
-}
-
-fn entry<O: Ops>(ops: &O, r: Result<Entry, i32>, reply: ReplyEntry) {
-    match r {
-        Ok(e) => reply.entry(&ops.ttl(), &e.attr, Generation(e.generation)),
-        Err(e) => reply.error(fe(e)),
-    }
-}
-
-fn empty(r: Result<(), i32>, reply: ReplyEmpty) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(fe(e)),
-    }
-}
-
-fn opened(r: Result<Opened, i32>, reply: ReplyOpen) {
-    match r {
-        Ok(o) => reply.opened(FileHandle(o.fh), o.flags),
-        Err(e) => reply.error(fe(e)),
-    }
-}
-
-fn xattr(r: Result<Xattr, i32>, reply: ReplyXattr) {
-    match r {
-        Ok(Xattr::Size(n)) => reply.size(n),
-        Ok(Xattr::Data(d)) => reply.data(&d),
-        Err(e) => reply.error(fe(e)),
-    }
-}
-
-/// Run a request's handler; a panic in it is logged and the worker thread goes on serving. The
-/// reply the handler owned is dropped as the panic unwinds, and fuser answers a dropped reply
-/// with EIO: the caller gets an error, never silence.
-fn guard(label: &str, op: &str, handler: impl FnOnce()) {
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(handler)).is_err() {
-        tracing::error!("{label}: a {op} request panicked; answered EIO, serving on");
     }
 }
 
@@ -426,6 +385,30 @@ impl<O: Ops + 'static> Filesystem for Served<O> {
                     reply.add(INodeNo(ino), off, kind, OsStr::from_bytes(name))
                 },
             );
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(fe(e)),
+            }
+        })
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        guard(self.ops.label(), "readdirplus", || {
+            let ttl = self.ops.ttl();
+            let r = self
+                .ops
+                .readdirplus(ino.into(), fh.into(), offset, &mut |e, off, name| {
+                    let generation = Generation(e.generation);
+                    let name = OsStr::from_bytes(name);
+                    reply.add(e.attr.ino, off, name, &ttl, &e.attr, generation)
+                });
             match r {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(fe(e)),

@@ -20,6 +20,7 @@
 
 pub mod attach;
 pub mod dev;
+mod dev_reply;
 mod file;
 pub mod fusectl;
 pub mod holders;

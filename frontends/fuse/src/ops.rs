@@ -67,6 +67,10 @@ pub struct Statfs {
 /// true when the reply is full.
 pub type AddEntry<'a> = dyn FnMut(u64, u64, FileType, &[u8]) -> bool + 'a;
 
+/// Called by `readdirplus` for each entry with (its entry: attributes and generation, offset of
+/// the next, name); returns true when the reply is full, and the entry was then not added.
+pub type AddEntryPlus<'a> = dyn FnMut(&Entry, u64, &[u8]) -> bool + 'a;
+
 /// Nanoseconds since the epoch of `t` (`None`: now), negative before it, clamped to what an
 /// inode holds.
 pub fn ns_of(t: Option<SystemTime>) -> i64 {
@@ -142,6 +146,13 @@ pub trait Ops: Send + Sync {
     fn opendir(&self, ino: u64) -> R<Opened>;
     /// The entries of directory `ino` (handle `fh`) from `offset` on, each given to `add`.
     fn readdir(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntry<'_>) -> R<()>;
+    /// READDIRPLUS: `readdir` with each entry's attributes, which the kernel takes as a lookup
+    /// of every entry but `.` and `..` (each later given back by FORGET). ENOSYS: not served
+    /// (the kernel is asked for it only by a file system that says so at INIT).
+    fn readdirplus(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntryPlus<'_>) -> R<()> {
+        let _ = (ino, fh, offset, add);
+        Err(libc::ENOSYS)
+    }
     fn releasedir(&self, fh: u64) -> R<()> {
         Ok(())
     }

@@ -22,7 +22,7 @@ pub mod stats;
 mod xattrs;
 pub use xattrs::{ATOMIC_XATTR, HUGE_XATTR};
 
-use crate::ops::{AddEntry, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R};
+use crate::ops::{AddEntry, AddEntryPlus, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R};
 use cache::CacheMode;
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo, InitFlags, KernelConfig};
 use parking_lot::Mutex;
@@ -207,6 +207,25 @@ impl<M: Media> PmfsOps<M> {
     fn listing(&self, ino: u64) -> R<Arc<Vec<DirEntry>>> {
         self.lib(Op::Readdir, |fs| fs.readdir(ino)).map(Arc::new)
     }
+
+    /// The listing handle `fh` of directory `ino` reads from `offset`: taken by the first
+    /// READDIR (at 0) and again at a rewind (a later one at 0).
+    fn handle_listing(&self, ino: u64, fh: u64, offset: u64) -> R<Arc<Vec<DirEntry>>> {
+        let cached = self
+            .listings
+            .lock()
+            .get(&fh)
+            .and_then(|l| l.entries.clone());
+        match cached {
+            Some(l) if offset > 0 => Ok(l),
+            _ => {
+                let l = self.listing(ino)?;
+                let entries = Some(Arc::clone(&l));
+                self.listings.lock().insert(fh, Listing { entries });
+                Ok(l)
+            }
+        }
+    }
     /// What the kernel does for other file systems when a regular file is written, truncated or
     /// chowned, and leaves to us under `HANDLE_KILLPRIV_V2`: with `suidgid`, clear set-user-ID,
     /// and set-group-ID where group execute is set (without it the bit means mandatory locking,
@@ -239,6 +258,14 @@ impl<M: Media> Ops for PmfsOps<M> {
         // truncate and chown (`PmfsOps::kill_privs`). Without this the kernel asks for
         // `security.capability` before every write: a second round trip per write.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // Listings with attributes where the kernel may keep them: a pass over a directory
+        // then also refreshes its entries (no LOOKUP per entry after). AUTO: the kernel asks
+        // for them at a listing's start and where lookups followed one, plain READDIR else.
+        if self.ttl > Duration::ZERO {
+            let _ = config.add_capabilities(
+                InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
+            );
+        }
         if self.cache.writeback() {
             // Writes land in the page cache; the kernel writes them back at fsync and close.
             if config
@@ -443,23 +470,33 @@ impl<M: Media> Ops for PmfsOps<M> {
     /// The entries of directory `ino` (handle `fh`) from `offset` on, each given to `add` with
     /// the offset of the next; `add` returns true when the reply is full.
     fn readdir(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntry<'_>) -> R<()> {
-        let cached = self
-            .listings
-            .lock()
-            .get(&fh)
-            .and_then(|l| l.entries.clone());
-        let list = match cached {
-            // The first READDIR, at 0, lists; a later one at 0 is a rewind, which lists again.
-            Some(l) if offset > 0 => l,
-            _ => {
-                let l = self.listing(ino)?;
-                let entries = Some(Arc::clone(&l));
-                self.listings.lock().insert(fh, Listing { entries });
-                l
-            }
-        };
+        let list = self.handle_listing(ino, fh, offset)?;
         for (i, e) in list.iter().enumerate().skip(offset as usize) {
             if add(e.ino, i as u64 + 1, file_type(e.kind), &e.name) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each entry with its attributes. Every entry but `.` and `..` is a lookup the kernel
+    /// will give back by FORGET, so it is held as `lookup` holds one (`refs.rs`), and let go
+    /// again if it did not fit. An entry removed since the listing was taken is left out.
+    fn readdirplus(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntryPlus<'_>) -> R<()> {
+        let list = self.handle_listing(ino, fh, offset)?;
+        for (i, e) in list.iter().enumerate().skip(offset as usize) {
+            let Ok(a) = self.fs.getattr(e.ino) else {
+                continue;
+            };
+            let dot = e.name == b"." || e.name == b"..";
+            if !dot {
+                self.refs.hold(&self.fs, &a);
+            }
+            let ino = a.ino;
+            if add(&self.entry(a), i as u64 + 1, &e.name) {
+                if !dot {
+                    self.refs.forget(&self.fs, ino, 1);
+                }
                 break;
             }
         }

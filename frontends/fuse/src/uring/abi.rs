@@ -115,6 +115,7 @@ pub(crate) mod op {
     pub(crate) const DESTROY: u32 = 38;
     pub(crate) const BATCH_FORGET: u32 = 42;
     pub(crate) const FALLOCATE: u32 = 43;
+    pub(crate) const READDIRPLUS: u32 = 44;
     pub(crate) const RENAME2: u32 = 45;
     pub(crate) const LSEEK: u32 = 46;
     pub(crate) const TMPFILE: u32 = 51;
@@ -243,6 +244,26 @@ pub(crate) fn write_out(b: &mut [u8], size: u32) -> u32 {
     put32(b, 0, size);
     put32(b, 4, 0);
     8
+}
+
+/// One `struct fuse_direntplus` at `b[at..]`: the entry's `fuse_entry_out`, then its
+/// `fuse_dirent`. The new end, or `None` when it does not fit in `limit`.
+pub(crate) fn direntplus(
+    b: &mut [u8],
+    at: usize,
+    limit: usize,
+    e: &crate::ops::Entry,
+    ttl: Duration,
+    off: u64,
+    name: &[u8],
+) -> Option<usize> {
+    let len = 128 + (24 + name.len()).div_ceil(8) * 8;
+    if at + len > limit {
+        return None;
+    }
+    entry_out(&mut b[at..at + 128], &e.attr, e.generation, ttl);
+    let ino = e.attr.ino.into();
+    dirent(b, at + 128, limit, ino, off, e.attr.kind, name)
 }
 
 /// One `struct fuse_dirent` at `b[at..]`: the new end, or `None` when it does not fit in

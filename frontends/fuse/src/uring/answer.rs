@@ -193,6 +193,22 @@ impl<O: Ops + 'static> Handler for O {
                 )?;
                 Ok(at as u32)
             }
+            op::READDIRPLUS => {
+                // fuse_read_in, as READDIR.
+                let limit = (u32_at(oi, 16) as usize).min(buf.len());
+                let ttl = self.ttl();
+                let mut at = 0;
+                self.readdirplus(ino, u64_at(oi, 0), u64_at(oi, 8), &mut |e, off, name| {
+                    match abi::direntplus(buf, at, limit, e, ttl, off, name) {
+                        Some(end) => {
+                            at = end;
+                            false
+                        }
+                        None => true,
+                    }
+                })?;
+                Ok(at as u32)
+            }
             op::RELEASEDIR => empty(self.releasedir(u64_at(oi, 0))),
             op::STATFS => Ok(abi::statfs_out(buf, &self.statfs())),
             op::SETXATTR => {
