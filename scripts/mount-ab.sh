@@ -10,6 +10,10 @@
 # LOAD=create: open(O_CREAT|O_EXCL) + close of 3,000 new files in one directory.
 # LOAD=walk: a tree of 300 directories of 10 files each made (untimed), then 10 passes of a
 #   find-like walk (list each directory, stat each subdirectory); ops = directories listed.
+# LOAD=find, LOAD=lsl: a tree of 1,000 directories of 20 files, each directory's mode then set
+#   (as tar does at its end), the pool unmounted and mounted again (nothing cached), then one
+#   timed pass: find-like (subdirectories stat'ed; ops = directories listed) or `ls -lR`-like
+#   (every entry stat'ed; ops = entries).
 #
 # Needs root, /dev/fuse, python3; the uring transport needs enable_uring = Y.
 set -euo pipefail
@@ -17,7 +21,7 @@ a=$(realpath "${1:?usage: $0 A B [PAIRS]}")
 b=$(realpath "${2:?usage: $0 A B [PAIRS]}")
 pairs=${3:-5}
 load=${LOAD:-append-fsync}
-case $load in append-fsync | create | walk) ;; *) echo "LOAD must be append-fsync, create or walk" >&2; exit 2 ;; esac
+case $load in append-fsync | create | walk | find | lsl) ;; *) echo "LOAD must be append-fsync, create, walk, find or lsl" >&2; exit 2 ;; esac
 one() { # BIN TRANSPORT -> ops/s
     local w
     w=$(mktemp -d /dev/shm/pmkit-ab.XXXXXX)
@@ -25,23 +29,43 @@ one() { # BIN TRANSPORT -> ops/s
     "$1" fs mkfs "$w/pool" --size 256M > /dev/null
     setsid "$1" fs mount "$w/pool" "$w/m" --transport "$2" > "$w/log" 2>&1 < /dev/null &
     for _ in $(seq 100); do mountpoint -q "$w/m" && break; sleep 0.1; done
+    if [ "$load" = find ] || [ "$load" = lsl ]; then
+        python3 - "$w/m" <<'PY'
+import os, sys
+d = sys.argv[1]
+for i in range(1000):
+    os.makedirs(f"{d}/t/{i % 10}/{i}")
+    for k in range(20):
+        open(f"{d}/t/{i % 10}/{i}/f{k}", "w").close()
+for i in range(1000):
+    os.chmod(f"{d}/t/{i % 10}/{i}", 0o750)
+PY
+        umount "$w/m"
+        wait
+        setsid "$1" fs mount "$w/pool" "$w/m" --transport "$2" > "$w/log" 2>&1 < /dev/null &
+        for _ in $(seq 100); do mountpoint -q "$w/m" && break; sleep 0.1; done
+    fi
     python3 - "$w/m" "$load" <<'PY'
 import os, sys, time
 d, load = sys.argv[1], sys.argv[2]
 n = 3000
-if load == "walk":
-    for i in range(300):
-        os.makedirs(f"{d}/t/{i % 10}/{i}")
-        for k in range(10):
-            open(f"{d}/t/{i % 10}/{i}/f{k}", "w").close()
+if load in ("walk", "find", "lsl"):
+    if load == "walk":
+        for i in range(300):
+            os.makedirs(f"{d}/t/{i % 10}/{i}")
+            for k in range(10):
+                open(f"{d}/t/{i % 10}/{i}/f{k}", "w").close()
     n = 0
     t = time.perf_counter()
-    for _ in range(10):
+    for _ in range(10 if load == "walk" else 1):
         todo = [f"{d}/t"]
         while todo:
             p = todo.pop()
             n += 1
             for e in os.scandir(p):
+                if load == "lsl":
+                    os.lstat(e.path)
+                    n += 1
                 if e.is_dir(follow_symlinks=False):
                     os.stat(e.path)
                     todo.append(e.path)
