@@ -521,13 +521,10 @@ fn listings_over(t: &str) {
         listings += changed;
     }
     d.umount();
-    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
-    let built = j["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["op"] == "readdir")
-        .map_or(0, |r| r["ops"].as_u64().unwrap());
+    let (built, j) = (
+        requests(&stats, "readdir"),
+        std::fs::read_to_string(&stats).unwrap(),
+    );
     // At most one listing per changed directory (the kernel may drop its cache, never keep a
     // stale one: the contents above are checked either way).
     assert!(
@@ -598,15 +595,7 @@ fn listings_with_attributes_over(t: &str) {
     }
     assert_eq!(used_inodes(), used_before - names.len() as u64, "over {t}");
     d.umount();
-    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
-    let count = |op: &str| {
-        j["ops"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["op"] == op)
-            .map_or(0, |r| r["ops"].as_u64().unwrap())
-    };
+    let count = |op: &str| requests(&stats, op);
     // No LOOKUP per entry, and no GETATTR per entry beyond the directory's own, which each
     // unlink makes the kernel ask for again (its permission check after the change). Slack
     // of a reply's worth, should one be a plain READDIR.

@@ -150,9 +150,11 @@ impl UblkDevice {
             let _ = dev.shut_down(false);
             return Err(step("start")(e));
         }
-        if let Err(e) = open_appearing(&dev.path()) {
+        // Only waited for, not opened: closing a block device opened for writing makes udev
+        // probe it again.
+        if let Err(e) = appeared(&dev.path()) {
             let _ = dev.shut_down(true);
-            return Err(step("open the block device")(e));
+            return Err(step("wait for the block device")(e));
         }
         Ok(dev)
     }
@@ -267,10 +269,20 @@ fn params<B: BlockBackend + ?Sized>(b: &B, max_io: u32) -> Params {
 
 /// Open a device node the driver has just registered (devtmpfs makes it; give it a moment).
 fn open_appearing(p: &Path) -> io::Result<File> {
+    retry_missing(p, || OpenOptions::new().read(true).write(true).open(p))
+}
+
+/// Wait until a device node the driver has just registered exists.
+fn appeared(p: &Path) -> io::Result<()> {
+    retry_missing(p, || std::fs::metadata(p).map(drop))
+}
+
+/// `f` until it does not fail with NotFound, for at most [`APPEAR`].
+fn retry_missing<T>(p: &Path, mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
     let until = Instant::now() + APPEAR;
     loop {
-        match OpenOptions::new().read(true).write(true).open(p) {
-            Ok(f) => return Ok(f),
+        match f() {
+            Ok(v) => return Ok(v),
             Err(e) if e.kind() == io::ErrorKind::NotFound && Instant::now() < until => {
                 std::thread::sleep(Duration::from_millis(10))
             }

@@ -77,6 +77,8 @@ pub(crate) fn serve<B: BlockBackend + ?Sized>(
     }
     ready(Ok(()));
     let mut live = depth as usize;
+    // At most one completion per tag is outstanding.
+    let mut done: Vec<(u16, i32)> = Vec::with_capacity(depth as usize);
     let ts = types::Timespec::from(STOP_POLL);
     let args = types::SubmitArgs::new().timespec(&ts);
     while live > 0 && !stop.load(Ordering::Acquire) {
@@ -85,12 +87,15 @@ pub(crate) fn serve<B: BlockBackend + ?Sized>(
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => {}
             Err(e) => return Err(e),
         }
-        let done: Vec<(u16, i32)> = s
-            .ring
-            .completion()
-            .map(|c| (c.user_data() as u16, c.result()))
-            .collect();
-        for (tag, res) in done {
+        // Taken out of the ring first (its completion and submission sides are both borrowed
+        // from it), into a buffer kept across rounds: no allocation per wake-up.
+        done.clear();
+        done.extend(
+            s.ring
+                .completion()
+                .map(|c| (c.user_data() as u16, c.result())),
+        );
+        for &(tag, res) in &done {
             debug_assert!(res == abi::IO_RES_OK || res == abi::IO_RES_ABORT || res < 0);
             if res != abi::IO_RES_OK {
                 // ABORT: the device is going away; anything else: the driver refused the

@@ -269,40 +269,38 @@ impl<M: Media> Fs<M> {
         Ok(self.attr_of(ino, &n))
     }
 
-    /// Open directory `ino` for listing: NotDir if it is not one. The open counts as a read
-    /// of the directory (its access time, as [`Fs::readdir`]): a listing the kernel then
-    /// serves from its own cache still reads it.
-    pub fn opendir(&self, ino: u64) -> Result<()> {
-        let dirs = self.ns.read();
-        match self.dir_index(&dirs, ino) {
-            Some(d) => drop(d?),
-            None => {
-                self.live(ino)?;
-                return Err(Error::NotDir);
-            }
-        }
-        let _g = self.stripe(ino).lock();
-        let node = self.inode(ino);
-        self.accessed(ino, &node);
-        Ok(())
-    }
-
-    /// Every entry of a directory, `.` and `..` first, then in slot order.
-    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
-        let dirs = self.ns.read();
-        let d = match self.dir_index(&dirs, ino) {
+    /// Directory `ino`'s index and inode, its read recorded (the access time, relatime):
+    /// NotDir if it is not a directory. What opening and listing a directory share.
+    fn read_dir<'d>(&self, dirs: &'d Dirs, ino: u64) -> Result<(&'d DirIndex, Inode)> {
+        let d = match self.dir_index(dirs, ino) {
             Some(d) => d?,
             None => {
                 self.live(ino)?;
                 return Err(Error::NotDir);
             }
         };
-        let node = {
-            let _g = self.stripe(ino).lock();
-            let node = self.inode(ino);
-            self.accessed(ino, &node); // a listing is a read of the directory
-            node
-        };
+        let _g = self.stripe(ino).lock();
+        let node = self.inode(ino);
+        debug_assert_eq!(
+            node.kind(),
+            Some(Kind::Dir),
+            "inode {ino} has a directory index"
+        );
+        self.accessed(ino, &node);
+        Ok((d, node))
+    }
+
+    /// Open directory `ino` for listing: NotDir if it is not one. The open counts as a read
+    /// of the directory (its access time, as [`Fs::readdir`]): a listing the kernel then
+    /// serves from its own cache still reads it.
+    pub fn opendir(&self, ino: u64) -> Result<()> {
+        self.read_dir(&self.ns.read(), ino).map(drop)
+    }
+
+    /// Every entry of a directory, `.` and `..` first, then in slot order.
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let dirs = self.ns.read();
+        let (d, node) = self.read_dir(&dirs, ino)?;
         let parent = node.parent;
         let mut out = vec![
             DirEntry {

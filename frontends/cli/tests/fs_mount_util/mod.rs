@@ -482,3 +482,15 @@ pub(crate) fn check_clean(s: &Scratch) {
     let out = run_ok(&["fs", "check", s.pool.to_str().unwrap()]);
     assert!(out.contains("clean") && !out.contains("NOT clean"), "{out}");
 }
+
+/// How many requests of kind `op` (the statistics' name) the daemon answered, from the file
+/// `--stats` wrote at unmount; 0 when it answered none.
+pub(crate) fn requests(stats: &Path, op: &str) -> u64 {
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(stats).unwrap()).unwrap();
+    j["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["op"] == op)
+        .map_or(0, |r| r["ops"].as_u64().unwrap())
+}
