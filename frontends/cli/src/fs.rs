@@ -111,6 +111,18 @@ enum Cmd {
         #[arg(long, value_name = "DEST", default_value = "stderr")]
         log: pmkit::daemon_log::LogDest,
     },
+    /// Serve POOL to every process that uses it through the LD_PRELOAD shim, in the
+    /// foreground until SIGTERM/SIGINT; then the pool is marked clean. With it running, any
+    /// number of processes (forked children too) use the pool at once (docs/fs-sharing.md).
+    Serve {
+        /// The pool: a file made by `pmkit fs mkfs`, or a device-dax device.
+        pool: PathBuf,
+        #[arg(long, value_name = "MODE", default_value = "auto", help = pmkit::args::PROTECT_HELP)]
+        protect: pmkit::args::ProtectArg,
+        /// Walk and check every tree at mount even after a clean unmount.
+        #[arg(long)]
+        full_walk: bool,
+    },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
         /// The mount point: an existing directory.
@@ -304,6 +316,14 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     log,
                 },
             )?
+        }
+        Cmd::Serve {
+            pool,
+            protect,
+            full_walk,
+        } => {
+            crate::identify::expect_path(&pool, crate::identify::Kind::Fs)?;
+            crate::fs_serve::serve(&pool, protect.0, full_walk)?
         }
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
         Cmd::Resize { pool, size } => return crate::fs_offline::resize(&pool, size),

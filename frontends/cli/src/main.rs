@@ -11,6 +11,7 @@ mod format_target;
 mod fs;
 mod fs_mount;
 mod fs_offline;
+mod fs_serve;
 mod generate;
 mod hmep;
 mod identify;

@@ -12,7 +12,9 @@ use std::ffi::c_int;
 /// reads them itself).
 fn changed(r: c_int) -> c_int {
     if r == 0 && !state::busy() {
-        state::with_mounted(|p| p.set_cred(Some(current())));
+        state::with_mounted(|p| {
+            let _ = p.set_cred(Some(current()));
+        });
     }
     r
 }

@@ -38,7 +38,7 @@ fn open_stream(fd: c_int) -> *mut c_void {
         if a.kind != pmkit_fs::Kind::Dir {
             return Err(libc::ENOTDIR);
         }
-        Ok(Some(p.fs().readdir(a.ino).map_err(en)?))
+        Ok(Some(p.readdir_ino(a.ino).map_err(en)?))
     });
     let Some(entries) = entries else {
         return std::ptr::null_mut();

@@ -165,7 +165,7 @@ pub(crate) unsafe fn fix_stat(st: *mut libc::stat) {
 fn node_attr(node: u64) -> Option<pmkit_fs::Attr> {
     let saved = crate::state::errno();
     let a = enter(None, |p| {
-        p.fs().getattr(node).map(Some).map_err(crate::state::en)
+        p.getattr_ino(node).map(Some).map_err(crate::state::en)
     });
     crate::state::set_errno(saved);
     a

@@ -39,6 +39,7 @@ mod busy;
 mod creds;
 mod cwd;
 mod dir;
+mod exec;
 mod fd;
 mod fifo;
 mod guarded;

@@ -2,8 +2,6 @@
 //! `futimens`, `statfs`, `fstatfs` for pool files and shim descriptors.
 
 use crate::state::{en, enter, lookup, route, umasked, Route};
-use pmkit_fs::posix::Posix;
-use pmkit_media::Region;
 use std::ffi::{c_char, c_int, c_uint};
 
 /// `f_type` of pool files in `statfs` ("PMFS").
@@ -90,12 +88,15 @@ pub(crate) unsafe extern "C" fn utimensat(
 
 /// # Safety
 /// `out` NULL or valid for one `struct statfs`.
-unsafe fn fill_statfs(p: &Posix<Region>, out: *mut libc::statfs) -> Result<c_int, c_int> {
+unsafe fn fill_statfs(
+    p: &dyn pmkit_fs_share::PoolApi,
+    out: *mut libc::statfs,
+) -> Result<c_int, c_int> {
     if out.is_null() {
         return Err(libc::EFAULT);
     }
     crate::guarded::check(out.cast(), std::mem::size_of::<libc::statfs>(), true)?;
-    let s = p.statfs();
+    let s = p.statfs().map_err(en)?;
     // SAFETY: all-zero is a valid `struct statfs`.
     let mut f: libc::statfs = unsafe { std::mem::zeroed() };
     f.f_type = PMFS_MAGIC as _;

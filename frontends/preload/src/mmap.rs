@@ -61,7 +61,7 @@ pub(crate) unsafe extern "C" fn mmap64(
 }
 
 fn map_pool(
-    p: &pmkit_fs::posix::Posix<pmkit_media::Region>,
+    p: &dyn pmkit_fs_share::PoolApi,
     fd: Fd,
     (len, prot, flags, off): (usize, c_int, c_int, i64),
 ) -> Result<*mut c_void, c_int> {

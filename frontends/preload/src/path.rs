@@ -14,7 +14,7 @@ fn nofollow(flags: c_int, p: &[u8]) -> bool {
 
 /// The attributes fstatat/statx report; "name/" of a non-directory is ENOTDIR.
 fn attr_at(
-    fs: &pmkit_fs::posix::Posix<pmkit_media::Region>,
+    fs: &dyn pmkit_fs_share::PoolApi,
     p: &[u8],
     flags: c_int,
 ) -> Result<pmkit_fs::Attr, c_int> {
@@ -324,7 +324,7 @@ pub(crate) unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_in
 /// One path, one call of the library.
 fn on_pool(
     p: Vec<u8>,
-    f: impl FnOnce(&pmkit_fs::posix::Posix<pmkit_media::Region>, &[u8]) -> pmkit_fs::Result<()>,
+    f: impl FnOnce(&dyn pmkit_fs_share::PoolApi, &[u8]) -> pmkit_fs::Result<()>,
 ) -> c_int {
     enter(-1, |fs| f(fs, &p).map(|_| 0).map_err(en))
 }

@@ -4,6 +4,7 @@
 
 use pmkit_fs::posix::{Fd, Posix};
 use pmkit_fs::{Fs, MountOptions};
+use pmkit_fs_share::{Client, PoolApi};
 use pmkit_media::{Region, RegionOptions};
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -106,7 +107,25 @@ pub(crate) fn warn(msg: &str) {
     unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }
 
-type Pool = RwLock<Option<Posix<Region>>>;
+/// The pool as this process reaches it.
+pub(crate) enum Backend {
+    /// Mounted here: this process holds the pool alone (`flock`), calls run in place.
+    Local(Posix<Region>),
+    /// Served by another process (`pmkit fs serve`): each call goes to the server, which runs
+    /// it on this process's session; many processes, forked children too, share the pool.
+    Remote(Client),
+}
+
+impl Backend {
+    pub(crate) fn api(&self) -> &dyn PoolApi {
+        match self {
+            Backend::Local(p) => p,
+            Backend::Remote(c) => c,
+        }
+    }
+}
+
+type Pool = RwLock<Option<Backend>>;
 
 /// The longest pool path a relative path joined to the current directory may make: 16 times
 /// PATH_MAX (ENAMETOOLONG beyond; the kernel has no such bound, but a shim holding the current
@@ -115,12 +134,36 @@ const JOINED_PATH_MAX: usize = 16 * libc::PATH_MAX as usize;
 
 /// The mounted pool, or the errno every call under the prefix gets.
 static POOL: OnceLock<Result<Pool, c_int>> = OnceLock::new();
-/// Set in a child of fork: the parent owns the pool.
+/// Set in a child of fork of a process that mounted the pool itself: the parent owns it.
 static FORKED: AtomicBool = AtomicBool::new(false);
 static FORK_WARNED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn after_fork_child() {
     FORKED.store(true, Ordering::SeqCst);
+}
+
+/// Run `f` on the pool's client, if the pool is served to this process by a server.
+fn with_client(f: impl FnOnce(&Client)) {
+    let _b = Busy::new();
+    if let Some(Ok(p)) = POOL.get() {
+        if let Ok(g) = p.read() {
+            if let Some(Backend::Remote(c)) = g.as_ref() {
+                f(c);
+            }
+        }
+    }
+}
+
+extern "C" fn remote_fork_prepare() {
+    with_client(Client::fork_prepare);
+}
+
+extern "C" fn remote_fork_parent() {
+    with_client(Client::fork_parent);
+}
+
+extern "C" fn remote_fork_child() {
+    with_client(Client::fork_child);
 }
 
 extern "C" fn at_exit() {
@@ -129,9 +172,10 @@ extern "C" fn at_exit() {
     }
     let _b = Busy::new();
     if let Some(Ok(p)) = POOL.get() {
-        // Descriptors still open are closed by the unmount; the pool is marked clean.
+        // Descriptors still open are closed by the unmount; the pool is marked clean. (A
+        // client's session ends when its connection closes, at exit.)
         let taken = p.write().map(|mut g| g.take());
-        if let Ok(Some(posix)) = taken {
+        if let Ok(Some(Backend::Local(posix))) = taken {
             drop(posix.unmount());
         }
     }
@@ -149,7 +193,16 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
     match region.claim(true) {
         Ok(()) => {}
         Err(e @ pmkit_media::MediaError::InUse { .. }) => {
-            return Err(fail(libc::EBUSY, format!("{e} (one process per pool)")))
+            drop(region);
+            return connect(c).map_err(|why| {
+                fail(
+                    libc::EBUSY,
+                    format!(
+                        "{e}; and no server answered ({why}): run `pmkit fs serve {}` to share                          the pool between processes",
+                        c.pool.display()
+                    ),
+                )
+            });
         }
         Err(e) => return Err(fail(libc::EIO, format!("cannot lock the pool: {e}"))),
     }
@@ -167,28 +220,82 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
     p.set_path_max(JOINED_PATH_MAX);
     // Permissions are checked as the kernel would for this process (docs/fs.md).
     p.set_cred(Some(crate::ids::current()));
-    Ok(RwLock::new(Some(p)))
+    Ok(RwLock::new(Some(Backend::Local(p))))
+}
+
+/// The pool is held by another process: use its server, if one serves it.
+fn connect(c: &Config) -> Result<Pool, String> {
+    // The pool file opened for reading and writing is this process's proof of access.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&c.pool)
+        .map_err(|e| format!("cannot open the pool for writing: {e}"))?;
+    let client = Client::connect(
+        &c.pool,
+        std::os::fd::AsRawFd::as_raw_fd(&file),
+        Some(crate::ids::current()),
+        JOINED_PATH_MAX,
+    )
+    .map_err(|e| e.to_string())?;
+    remote_fork_handlers();
+    Ok(RwLock::new(Some(Backend::Remote(client))))
+}
+
+fn remote_fork_handlers() {
+    // SAFETY: registering handlers of ours that hand the connection over at fork; they live as
+    // long as the process (this library is never unloaded).
+    unsafe {
+        libc::pthread_atfork(
+            Some(remote_fork_prepare),
+            Some(remote_fork_parent),
+            Some(remote_fork_child),
+        );
+    }
+}
+
+/// Use `client`, a session inherited across exec, as this process's pool (before any call);
+/// false if the pool was already set up.
+pub(crate) fn adopt(client: Client) -> bool {
+    let set = POOL.set(Ok(RwLock::new(Some(Backend::Remote(client)))));
+    if set.is_ok() {
+        remote_fork_handlers();
+        with_client(|c| {
+            let _ = c.set_cred(Some(crate::ids::current()));
+        });
+    }
+    set.is_ok()
+}
+
+/// The server connection's descriptor, when a server serves the pool to this process.
+pub(crate) fn client_socket() -> Option<c_int> {
+    let mut out = None;
+    with_client(|c| out = c.socket());
+    out
 }
 
 /// Run `f` on the pool if it is mounted (not mounting it).
-pub(crate) fn with_mounted(f: impl FnOnce(&Posix<Region>)) {
+pub(crate) fn with_mounted(f: impl FnOnce(&dyn PoolApi)) {
     let _b = Busy::new();
     if let Some(Ok(pool)) = POOL.get() {
         if let Ok(g) = pool.read() {
             if let Some(p) = g.as_ref() {
-                f(p);
+                f(p.api());
             }
         }
     }
 }
 
 /// Run a served call: `f` gets the pool; an error sets errno and gives `err`. A child of
-/// fork, a pool that failed to mount, one unmounted at exit, and a panic are errors too.
-pub(crate) fn enter<T>(err: T, f: impl FnOnce(&Posix<Region>) -> Result<T, c_int>) -> T {
+/// fork of a process that mounted the pool itself, a pool that failed to mount, one unmounted
+/// at exit, and a panic are errors too.
+pub(crate) fn enter<T>(err: T, f: impl FnOnce(&dyn PoolApi) -> Result<T, c_int>) -> T {
     let _b = Busy::new();
     let r = if FORKED.load(Ordering::SeqCst) {
         if !FORK_WARNED.swap(true, Ordering::SeqCst) {
-            warn("a child of fork cannot use its parent's pool (one process per pool): EIO");
+            warn(
+                "a child of fork cannot use a pool its parent mounted alone: EIO (run                  `pmkit fs serve POOL` to share the pool between processes)",
+            );
         }
         Err(libc::EIO)
     } else {
@@ -197,7 +304,7 @@ pub(crate) fn enter<T>(err: T, f: impl FnOnce(&Posix<Region>) -> Result<T, c_int
             Some(Err(e)) => Err(*e),
             Some(Ok(pool)) => match pool.read() {
                 Ok(g) => match g.as_ref() {
-                    Some(p) => catch_unwind(AssertUnwindSafe(|| f(p))).unwrap_or_else(|_| {
+                    Some(p) => catch_unwind(AssertUnwindSafe(|| f(p.api()))).unwrap_or_else(|_| {
                         warn("internal error (a bug: it panicked): EIO");
                         Err(libc::EIO)
                     }),
@@ -261,7 +368,7 @@ impl Drop for Open {
         if let Some(Ok(p)) = POOL.get() {
             if let Ok(g) = p.read() {
                 if let Some(p) = g.as_ref() {
-                    let _ = p.close(self.fd);
+                    let _ = p.api().close(self.fd);
                 }
             }
         }
@@ -289,6 +396,14 @@ pub(crate) fn insert(fd: c_int, o: Arc<Open>) -> Option<Arc<Open>> {
         NFDS.fetch_add(1, Ordering::AcqRel);
     }
     old
+}
+
+/// Every entry of the table.
+pub(crate) fn entries() -> Vec<(c_int, Arc<Open>)> {
+    let g = FDS.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()
+        .map(|m| m.iter().map(|(k, o)| (*k, Arc::clone(o))).collect())
+        .unwrap_or_default()
 }
 
 /// The numbers in the table.

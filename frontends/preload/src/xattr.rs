@@ -4,8 +4,7 @@
 //! descriptors, which ls and cp -a take as "no xattrs".
 
 use crate::state::{copy_c_string, en, enter, lookup, route, Route};
-use pmkit_fs::posix::{FileFlag, Posix};
-use pmkit_media::Region;
+use pmkit_fs::posix::FileFlag;
 use std::ffi::{c_char, c_int, c_void};
 
 /// Which file a call is about.
@@ -14,7 +13,7 @@ enum Target {
     Fd(pmkit_fs::posix::Fd),
 }
 
-fn flag(p: &Posix<Region>, t: &Target, f: FileFlag) -> Result<Option<bool>, c_int> {
+fn flag(p: &dyn pmkit_fs_share::PoolApi, t: &Target, f: FileFlag) -> Result<Option<bool>, c_int> {
     match t {
         Target::Path(path, follow) => p.flag(path, *follow, f),
         Target::Fd(fd) => p.fflag(*fd, f),

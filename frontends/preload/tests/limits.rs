@@ -104,8 +104,9 @@ fn limits_give_clear_errors() {
     }
     let s = Shim::new();
     let f = s.m("f");
-    // fork: the child's use of the parent's descriptor (and of any pool path) is EIO with one
-    // line on stderr; its close works; the parent goes on.
+    // fork of a process that mounted the pool itself (no server): the child's use of the
+    // parent's descriptor (and of any pool path) is EIO with one line on stderr; its close
+    // works; the parent goes on. (With a server, the child shares the pool: shared.rs.)
     let (out, err) = py(
         &s,
         &format!(
@@ -164,15 +165,15 @@ fn limits_give_clear_errors() {
         "mapped\nTrue\nsetfl EINVAL\n4 b'nt'\nb'\\x00\\x00'\nclosed EBADF\n"
     );
 
-    // One process per pool: while one holds it, another's first call under the prefix is
-    // EBUSY with one line naming the pool.
+    // Without a server, one process per pool: while one holds it, another's first call under
+    // the prefix is EBUSY with one line naming the pool and the command that shares it.
     let (out, _) = py(
         &s,
         &format!(
             "import os, subprocess\n\
              fd = os.open('{f}', os.O_RDONLY)\n\
              r = subprocess.run(['cat', '{f}'], capture_output=True, text=True)\n\
-             print(r.returncode, 'busy' in r.stderr, 'one process per pool' in r.stderr)\n"
+             print(r.returncode, 'busy' in r.stderr, 'pmkit fs serve' in r.stderr)\n"
         ),
     );
     assert_eq!(out, "1 True True\n");

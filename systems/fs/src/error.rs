@@ -76,6 +76,10 @@ pub enum Error {
     TooManyFds { max: usize },
     #[error("busy: {0}")]
     Busy(&'static str),
+    /// An error a pool's server answered for a client (its errno; the server's log has the
+    /// rest).
+    #[error("the pool's server answered errno {0}")]
+    Remote(i32),
 }
 
 /// The message for damaged media: the first problems, how many more, and the one command that
@@ -131,6 +135,7 @@ impl Error {
             Error::Loop => 40,                             // ELOOP
             Error::TooManyFds { .. } => 24,                // EMFILE
             Error::Busy(_) => 16,                          // EBUSY
+            Error::Remote(n) => *n,
         }
     }
 }

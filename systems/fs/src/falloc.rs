@@ -8,7 +8,7 @@ use crate::{attr::now, punch, tree, Fs};
 use pmkit_media::Media;
 
 /// What an fallocate does to `[off, off + len)`: Linux's `FALLOC_FL_*` modes that PMFS serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Falloc {
     /// Mode 0: allocate zeroed blocks for the holes, growing the size to the range's end.
     Allocate,

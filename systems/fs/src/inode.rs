@@ -60,7 +60,7 @@ pub(crate) const FLAG_HUGE: u8 = 2;
 /// The flags this version knows; the walk reports any other bit.
 pub(crate) const FLAGS_KNOWN: u8 = FLAG_ATOMIC | FLAG_HUGE;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[repr(u8)]
 pub enum Kind {
     #[default]

@@ -231,7 +231,7 @@ pub struct Recovery {
 }
 
 /// Attributes of an inode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Attr {
     pub ino: u64,
     pub kind: Kind,
@@ -280,7 +280,7 @@ pub struct Owner {
 }
 
 /// `rename` flags.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RenameFlags {
     #[default]
     Replace,
@@ -310,14 +310,14 @@ impl RenameFlags {
 }
 
 /// One `readdir` entry.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DirEntry {
     pub ino: u64,
     pub kind: Kind,
     pub name: Vec<u8>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StatFs {
     pub block_size: u32,
     pub blocks: u64,

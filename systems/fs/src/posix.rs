@@ -19,6 +19,8 @@ mod falloc;
 mod fiemap;
 mod flags;
 mod open;
+mod session;
+pub use session::MAX_SESSIONS;
 mod stat;
 mod tmpfile;
 pub use access::{Cred, MAX_GROUPS};
@@ -43,7 +45,7 @@ pub const SYMLOOP_MAX: u32 = 40;
 pub const PATH_MAX: usize = 4096;
 
 /// A descriptor number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Fd(pub u32);
 
 struct Desc {
@@ -59,7 +61,7 @@ struct Desc {
 }
 
 /// Where `lseek` counts from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Whence {
     Set,
     Cur,
@@ -79,12 +81,17 @@ struct Resolved {
     attr: Option<Attr>,
 }
 
-/// A mounted file system with paths and descriptors (see the module docs).
+/// A descriptor table: a slot per number.
+type Table = Mutex<Vec<Option<Arc<Desc>>>>;
+
+/// A mounted file system with paths and descriptors (see the module docs). Several may share
+/// one [`Fs`] as sessions ([`Posix::session`], [`Posix::fork`]: a pool's server gives each
+/// client process one), each with its own descriptor table and credentials.
 pub struct Posix<M: Media> {
-    fs: Fs<M>,
-    fds: Mutex<Vec<Option<Arc<Desc>>>>,
-    /// Serializes appends (find the end, write there) across descriptors.
-    append: Mutex<()>,
+    fs: Arc<Fs<M>>,
+    fds: Arc<Table>,
+    /// What the sessions of one `Fs` share (`session.rs`).
+    common: Arc<session::Common>,
     /// Ranges mapped for direct access, by address (see [`Posix::map`]).
     maps: Mutex<HashMap<usize, Mapped>>,
     /// Whose permissions to check; `None`: no checks.
@@ -142,10 +149,16 @@ fn components(path: &[u8], max: usize) -> Result<Vec<Vec<u8>>> {
 
 impl<M: Media> Posix<M> {
     pub fn new(fs: Fs<M>) -> Posix<M> {
+        Posix::shared(Arc::new(fs))
+    }
+
+    /// A first session of `fs`, which others (the FUSE mount) may use too.
+    pub fn shared(fs: Arc<Fs<M>>) -> Posix<M> {
+        let fds = Arc::new(Table::default());
         Posix {
             fs,
-            fds: Mutex::new(Vec::new()),
-            append: Mutex::new(()),
+            common: Arc::new(session::Common::new(&fds)),
+            fds,
             maps: Mutex::new(HashMap::new()),
             cred: RwLock::new(None),
             path_max: std::sync::atomic::AtomicUsize::new(PATH_MAX - 1),
@@ -196,19 +209,13 @@ impl<M: Media> Posix<M> {
     }
 
     /// Unmap every mapped range, close every descriptor and unmount (marks the pool clean);
-    /// the media back.
+    /// the media back. Every other session of the file system must have ended first.
     pub fn unmount(self) -> M {
-        for (_, m) in self.maps.into_inner() {
-            drop(m.view);
-            self.fs.unpin(m.ino, m.off, m.len);
-            let _ = self.fs.release(m.ino);
+        let fs = self.end();
+        match Arc::try_unwrap(fs) {
+            Ok(fs) => fs.unmount(),
+            Err(_) => panic!("Posix::unmount while other sessions or users hold the file system"),
         }
-        for d in self.fds.into_inner().into_iter().flatten() {
-            if d.kind != Kind::Dir {
-                let _ = self.fs.release(d.ino);
-            }
-        }
-        self.fs.unmount()
     }
 
     /// Resolve `path`: every component but the last must be a directory (symbolic links on
@@ -316,14 +323,12 @@ impl<M: Media> Posix<M> {
     fn removing_dir<T>(&self, gone: Option<Attr>, remove: impl FnOnce() -> Result<T>) -> Result<T> {
         let out = remove()?;
         if let Some(a) = gone.filter(|a| a.kind == Kind::Dir) {
-            for d in self.fds.lock().iter().flatten() {
-                if d.ino == a.ino && d.kind == Kind::Dir {
-                    *d.removed.lock() = Some(Attr {
-                        links: 0,
-                        size: 0,
-                        ..a
-                    });
-                }
+            for d in self.common.open_dirs(a.ino) {
+                *d.removed.lock() = Some(Attr {
+                    links: 0,
+                    size: 0,
+                    ..a
+                });
             }
         }
         Ok(out)
@@ -363,7 +368,7 @@ impl<M: Media> Posix<M> {
 
     /// Write at the end of the file, whatever other descriptors do; the new end.
     fn append_write(&self, d: &Desc, data: &[u8]) -> Result<u64> {
-        let _g = self.append.lock();
+        let _g = self.common.append.lock();
         let end = self.fs.getattr(d.ino)?.size;
         let n = self.fs.write(d.ino, end, data)?;
         Ok(end + n as u64)

@@ -27,7 +27,7 @@ pub enum Seek {
 const BATCH: usize = 512;
 
 /// A run of a file's data: FIEMAP's unit (`FS_IOC_FIEMAP`). Byte offsets; whole blocks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Extent {
     /// Where it starts in the file.
     pub logical: u64,

@@ -19,7 +19,7 @@ pub(super) const X: u32 = 1;
 pub const MAX_GROUPS: usize = 65_536;
 
 /// Who is asking: effective user and group and the supplementary groups.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Cred {
     pub uid: u32,
     pub gid: u32,

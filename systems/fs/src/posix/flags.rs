@@ -47,7 +47,7 @@ impl<M: Media> Posix<M> {
 }
 
 /// The per-file flags (inode flags), each one transaction to change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FileFlag {
     /// Every write all-or-nothing (`Fs::set_atomic`).
     Atomic,

@@ -22,7 +22,7 @@ impl Desc {
 }
 
 /// What [`Posix::open_node`] opened.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub enum Opened {
     /// A descriptor in the table: a regular file or a directory.
     Fd(Fd),

@@ -1,0 +1,237 @@
+//! exec with a pool served by a server: the next program keeps the pool descriptors that have
+//! no close-on-exec, as the kernel keeps its own. Before exec, the shim names in the new
+//! program's environment (`PMKIT_PRELOAD_INHERIT`) its connection to the server (left open
+//! across exec) and, per inherited kernel number, the pool descriptor, flags and path behind
+//! it; the next program's shim takes them up before `main` ([`inherit`]) and the server closes
+//! the session's other descriptors. `execve`, `execv`, `execvp` and `execvpe` are served; the
+//! variadic `execl*` and `posix_spawn` (whose exec is inside libc) start the next program
+//! with a session of its own and no pool descriptors. A pool this process mounted itself
+//! (no server) hands nothing over.
+
+use crate::state::{self, Busy, Open};
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+const VAR: &str = "PMKIT_PRELOAD_INHERIT";
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(h: &str) -> Option<Vec<u8>> {
+    h.as_bytes()
+        .chunks(2)
+        .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
+        .collect()
+}
+
+/// The variable's value for this process now: `SOCK;cwd=HEXPATH;K,FD,FLAGS,HEXPATH;...` (the
+/// current directory when it is in the pool, then one entry per kept number), and the socket
+/// to leave open; `None` without a server.
+fn hand_over() -> Option<(String, c_int)> {
+    let sock = state::client_socket()?;
+    let mut v = format!("{sock}");
+    if let Some(cwd) = crate::vcwd::get() {
+        v += &format!(";cwd={}", hex(&cwd));
+    }
+    for (k, o) in state::entries() {
+        // SAFETY: F_GETFD reads a descriptor's flags; no memory is touched.
+        let fdflags = unsafe { libc::fcntl(k, libc::F_GETFD) };
+        if fdflags < 0 || fdflags & libc::FD_CLOEXEC != 0 {
+            continue;
+        }
+        v += &format!(";{k},{},{},{}", o.fd.0, o.flags, hex(&o.path));
+    }
+    Some((v, sock))
+}
+
+/// `envp` with the hand-over variable set to `value` (any earlier one dropped).
+///
+/// # Safety
+/// `envp` is NULL or a NULL-terminated array of C strings.
+unsafe fn with_var(envp: *const *const c_char, value: &str) -> (Vec<CString>, Vec<*const c_char>) {
+    let mut owned = Vec::new();
+    let mut i = 0;
+    while !envp.is_null() {
+        // SAFETY: the caller's contract: entries up to the NULL are C strings.
+        let e = unsafe { *envp.add(i) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: as above.
+        let s = unsafe { CStr::from_ptr(e) };
+        if !s.to_bytes().starts_with(format!("{VAR}=").as_bytes()) {
+            owned.push(s.to_owned());
+        }
+        i += 1;
+    }
+    owned.push(CString::new(format!("{VAR}={value}")).expect("no NUL in the value"));
+    let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    (owned, ptrs)
+}
+
+/// Run `exec` (which returns only on failure) with the hand-over in the environment.
+///
+/// # Safety
+/// `envp` as in [`with_var`]; `exec` is an exec call on the caller's arguments.
+unsafe fn handing_over(
+    envp: *const *const c_char,
+    exec: impl FnOnce(*const *const c_char) -> c_int,
+) -> c_int {
+    let prepared = {
+        let _b = Busy::new();
+        hand_over().map(|(value, sock)| {
+            // SAFETY: the caller's contract on envp.
+            let env = unsafe { with_var(envp, &value) };
+            // SAFETY: clears close-on-exec on the connection, a descriptor this library owns.
+            unsafe { libc::fcntl(sock, libc::F_SETFD, 0) };
+            (env, sock)
+        })
+    };
+    match prepared {
+        None => exec(envp),
+        Some(((_owned, ptrs), sock)) => {
+            let r = exec(ptrs.as_ptr());
+            let e = state::errno();
+            // exec failed: this program goes on, its connection private again.
+            // SAFETY: as above.
+            unsafe { libc::fcntl(sock, libc::F_SETFD, libc::FD_CLOEXEC) };
+            state::set_errno(e);
+            r
+        }
+    }
+}
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// # Safety
+/// execve(2)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let exec = |env| {
+        real!(execve(path, argv, env)
+            as fn(
+                *const c_char,
+                *const *const c_char,
+                *const *const c_char,
+            ) -> c_int)
+    };
+    // SAFETY: the caller's contract, forwarded.
+    unsafe { handing_over(envp, exec) }
+}
+
+/// # Safety
+/// execv(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: the caller's contract; `environ` is the process's environment.
+    unsafe { execve(path, argv, environ) }
+}
+
+/// # Safety
+/// execvpe(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let exec = |env| {
+        real!(execvpe(file, argv, env)
+            as fn(
+                *const c_char,
+                *const *const c_char,
+                *const *const c_char,
+            ) -> c_int)
+    };
+    // SAFETY: the caller's contract, forwarded.
+    unsafe { handing_over(envp, exec) }
+}
+
+/// # Safety
+/// execvp(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: the caller's contract; `environ` is the process's environment.
+    unsafe { execvpe(file, argv, environ) }
+}
+
+/// Take up what the program before exec handed over, before `main` runs.
+extern "C" fn inherit() {
+    let _b = Busy::new();
+    let Some(value) = std::env::var_os(VAR) else {
+        return;
+    };
+    // Not for the programs this one starts: their descriptors are theirs to hand over.
+    std::env::remove_var(VAR);
+    if state::config().is_none() {
+        return;
+    }
+    let value = value.to_string_lossy().into_owned();
+    let mut parts = value.split(';');
+    let Some(sock) = parts.next().and_then(|s| s.parse::<c_int>().ok()) else {
+        return;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let cwd = parts.iter().find_map(|p| unhex(p.strip_prefix("cwd=")?));
+    let entries: Vec<_> = parts.iter().filter_map(|e| parse_entry(e)).collect();
+    let keep: Vec<_> = entries.iter().map(|(_, (fd, _, _))| *fd).collect();
+    // SAFETY: the number named by the program before exec, left open for this one; adopt
+    // checks it is a server's connection before using it, and owns it from here on.
+    let fd = unsafe { OwnedFd::from_raw_fd(sock) };
+    let client = match pmkit_fs_share::Client::adopt(fd, &keep) {
+        Ok(c) => c,
+        Err(e) => {
+            state::warn(&format!(
+                "the pool descriptors from before exec are lost: {e}"
+            ));
+            return;
+        }
+    };
+    if !state::adopt(client) {
+        return;
+    }
+    if cwd.is_some() {
+        crate::vcwd::set(cwd);
+    }
+    // dup'd numbers share one open file description, as before exec. (An `Open` closes its
+    // pool descriptor when dropped: one is made per descriptor, none thrown away.)
+    let mut shared: Vec<Arc<Open>> = Vec::new();
+    for (k, (fd, flags, path)) in entries {
+        let a = match shared.iter().find(|s| s.fd == fd) {
+            Some(a) => Arc::clone(a),
+            None => {
+                let a = Arc::new(Open { fd, flags, path });
+                shared.push(Arc::clone(&a));
+                a
+            }
+        };
+        drop(state::insert(k, a));
+    }
+}
+
+/// An inherited number's pool descriptor, open flags and path.
+type Entry = (pmkit_fs::posix::Fd, c_int, Vec<u8>);
+
+/// One inherited number: `K,FD,FLAGS,HEXPATH`.
+fn parse_entry(e: &str) -> Option<(c_int, Entry)> {
+    let mut f = e.split(',');
+    let k = f.next()?.parse().ok()?;
+    let fd = pmkit_fs::posix::Fd(f.next()?.parse().ok()?);
+    let flags = f.next()?.parse().ok()?;
+    let path = unhex(f.next()?)?;
+    Some((k, (fd, flags, path)))
+}
+
+/// Run [`inherit`] when the library is loaded.
+#[used]
+#[link_section = ".init_array"]
+static INHERIT: extern "C" fn() = inherit;

@@ -1,0 +1,184 @@
+//! One pool served to many processes through the shim (`pmkit fs serve`'s server, run here in
+//! the test process): shell scripts whose commands fork and exec, redirections kept across
+//! exec, a current directory in the pool kept across exec, concurrent appenders, a fork child
+//! sharing its parent's offset, and a client killed with files open.
+
+mod common;
+
+use common::{have, Shim};
+use pmkit_fs::posix::Posix;
+use pmkit_fs::{Fs, MountOptions};
+use pmkit_fs_share::Server;
+use pmkit_media::{Region, RegionOptions};
+use std::sync::Arc;
+
+struct Served {
+    shim: Shim,
+    server: Option<Server<Region>>,
+    root: Arc<Posix<Region>>,
+}
+
+fn served() -> Served {
+    let shim = Shim::new();
+    let region = Region::open(&shim.pool, &RegionOptions::default()).unwrap();
+    region.claim(true).unwrap();
+    let (fs, _) = Fs::mount(region, &MountOptions::default()).unwrap();
+    let root = Arc::new(Posix::new(fs));
+    let server = Server::start(Arc::clone(&root), &shim.pool).unwrap();
+    Served {
+        shim,
+        server: Some(server),
+        root,
+    }
+}
+
+impl Served {
+    /// `script` under sh with the shim; its stdout (panics unless it succeeds).
+    fn sh(&self, script: &str) -> String {
+        self.shim.ok("sh", &["-c", script])
+    }
+
+    /// A whole file, read by the server's own session.
+    fn read(&self, path: &str) -> String {
+        String::from_utf8(common::read_all(&self.root, path.as_bytes())).unwrap()
+    }
+
+    /// Stop serving, unmount and check the pool.
+    fn stop(mut self) {
+        let root = self.server.take().unwrap().stop();
+        drop(std::mem::replace(&mut self.root, root));
+        let root = Arc::try_unwrap(self.root).ok().expect("sessions ended");
+        let region = root.unmount();
+        let report = pmkit_fs::check(&region);
+        assert!(report.problems.is_empty(), "{report:?}");
+        self.shim.assert_prefix_empty();
+    }
+}
+
+#[test]
+fn shell_scripts_fork_and_exec_on_a_served_pool() {
+    let s = served();
+    let m = |p: &str| s.shim.m(p);
+    let out = s.sh(&format!(
+        "set -e\n\
+         mkdir {d}\n\
+         echo one > {a}\n\
+         cat {a} > {b}\n\
+         (echo two >> {a})\n\
+         for i in 1 2 3; do echo $i > {d}/bg$i & done; wait\n\
+         seq 1 5 | sort -r | cat > {d}/pipe\n\
+         exec 3< {a}\n\
+         cat <&3 > {d}/fromfd3\n\
+         cd {d}\n\
+         cat pipe | head -n 2\n\
+         ls | sort | tr '\\n' ' '\n",
+        d = m("d"),
+        a = m("d/a"),
+        b = m("d/b")
+    ));
+    assert_eq!(out, "5\n4\na b bg1 bg2 bg3 fromfd3 pipe ");
+    assert_eq!(s.read("/d/a"), "one\ntwo\n");
+    assert_eq!(s.read("/d/b"), "one\n");
+    assert_eq!(s.read("/d/bg2"), "2\n");
+    assert_eq!(s.read("/d/fromfd3"), "one\ntwo\n");
+    assert_eq!(s.read("/d/pipe"), "5\n4\n3\n2\n1\n");
+    s.stop();
+}
+
+#[test]
+fn a_fork_child_shares_its_parents_descriptor_and_offset() {
+    if !have("python3") {
+        return;
+    }
+    let s = served();
+    let f = s.shim.m("f");
+    let out = s.shim.ok(
+        "python3",
+        &[
+            "-c",
+            &format!(
+                "import os\n\
+                 fd = os.open('{f}', os.O_CREAT | os.O_RDWR, 0o644)\n\
+                 os.write(fd, b'parent ')\n\
+                 pid = os.fork()\n\
+                 if pid == 0:\n\
+                 \x20   os.write(fd, b'child')\n\
+                 \x20   os._exit(0)\n\
+                 os.waitpid(pid, 0)\n\
+                 print(os.lseek(fd, 0, os.SEEK_CUR), os.pread(fd, 32, 0).decode())\n"
+            ),
+        ],
+    );
+    assert_eq!(out, "12 parent child\n");
+    s.stop();
+}
+
+#[test]
+fn concurrent_appenders_lose_no_record() {
+    let s = served();
+    let log = s.shim.m("log");
+    // Four processes at once, 200 appends each of one whole line (`>>`: O_APPEND).
+    s.sh(&format!(
+        "for p in 1 2 3 4; do (for i in $(seq 200); do echo p$p-$i >> {log}; done) & done; wait"
+    ));
+    let text = s.read("/log");
+    let mut lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 800);
+    lines.sort_unstable();
+    lines.dedup();
+    assert_eq!(lines.len(), 800, "a record torn or lost");
+    s.stop();
+}
+
+#[test]
+fn a_killed_client_frees_what_it_held_and_others_go_on() {
+    if !have("python3") {
+        return;
+    }
+    let s = served();
+    let big = s.shim.m("big");
+    // The root directory's block for the name exists before counting.
+    s.sh(&format!("echo x > {big}; rm {big}"));
+    let free0 = s.root.statfs().free_blocks;
+    // A client makes a 4 MiB file, unlinks it while open and is killed holding it.
+    let mut child = s
+        .shim
+        .cmd("python3")
+        .args([
+            "-c",
+            &format!(
+                "import os, time\n\
+                 fd = os.open('{big}', os.O_CREAT | os.O_RDWR, 0o644)\n\
+                 os.write(fd, bytes(4 << 20))\n\
+                 os.unlink('{big}')\n\
+                 print('held', flush=True)\n\
+                 time.sleep(30)\n"
+            ),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "held\n");
+    assert!(s.root.statfs().free_blocks < free0 - 1000);
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let mut free = 0;
+    for _ in 0..500 {
+        free = s.root.statfs().free_blocks;
+        if free >= free0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(free >= free0, "{free0} free before, {free} after the kill");
+    // Others go on.
+    assert_eq!(s.sh(&format!("echo on > {big}; cat {big}")), "on\n");
+    s.stop();
+}

@@ -1,0 +1,253 @@
+//! A client of a pool's server: one connection per process, one call at a time on it (a
+//! lock; a multi-threaded client's calls take turns), and the fork hand-off.
+
+use crate::api::{PoolApi, Special, Transport};
+use crate::conn::Conn;
+use crate::Message;
+use parking_lot::Mutex;
+use pmkit_fs::posix::{Cred, Fd, MapView};
+use pmkit_fs::{Attr, DirEntry, Error, Result, StatFs};
+use serde::de::DeserializeOwned;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+/// A connection to the server of one pool.
+pub struct Client {
+    /// `None` once the connection is lost (every call then fails with EIO).
+    conn: Mutex<Option<Conn>>,
+    /// Between `fork_prepare` and the fork: this end of the child's connection.
+    pending: Mutex<Option<OwnedFd>>,
+}
+
+/// A transport failure as the errno a caller sees.
+fn lost(e: &io::Error) -> Error {
+    tracing::warn!("the pool's server connection failed: {e}");
+    Error::Remote(libc::EIO)
+}
+
+impl Client {
+    /// Connect to the server of the pool file at `pool`, proving access with `pool_fd` (the
+    /// pool file opened read-write by this process). `ConnectionRefused`/`NotFound`: no server
+    /// serves it.
+    pub fn connect(
+        pool: &Path,
+        pool_fd: RawFd,
+        cred: Option<Cred>,
+        path_max: usize,
+    ) -> io::Result<Client> {
+        let s = UnixStream::connect_addr(&crate::address(pool)?)?;
+        let mut conn = Conn::new(crate::conn::out_of_the_way(s));
+        let hello = Message::Hello {
+            cred,
+            path_max: path_max as u64,
+        };
+        conn.send(
+            &postcard::to_allocvec(&hello).expect("encodes"),
+            Some(pool_fd),
+        )?;
+        let reply = conn.recv()?.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::ConnectionReset, "the server closed at hello")
+        })?;
+        match postcard::from_bytes::<std::result::Result<(), i32>>(&reply.0) {
+            Ok(Ok(())) => Ok(Client {
+                conn: Mutex::new(Some(conn)),
+                pending: Mutex::new(None),
+            }),
+            Ok(Err(n)) => Err(io::Error::from_raw_os_error(n)),
+            Err(e) => Err(io::Error::other(format!("a bad hello reply: {e}"))),
+        }
+    }
+
+    /// Take up a session this process inherited across exec: `fd` is the connection the
+    /// program before exec used (named in its environment), `keep` the descriptors that
+    /// survived exec (the rest are closed in the session). Fails, changing nothing in the
+    /// session, when `fd` is not a live connection to a pool's server.
+    pub fn adopt(fd: OwnedFd, keep: &[Fd]) -> io::Result<Client> {
+        let s = UnixStream::from(fd);
+        crate::conn::set_cloexec(s.as_raw_fd(), true)?;
+        let c = Client {
+            conn: Mutex::new(Some(Conn::new(s))),
+            pending: Mutex::new(None),
+        };
+        match c.special::<String>(Special::Ping) {
+            Ok(h) if h == crate::HELLO => {}
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the inherited descriptor is not a pool server's connection",
+                ))
+            }
+        }
+        c.special::<()>(Special::Keep(keep.to_vec()))
+            .map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+        Ok(c)
+    }
+
+    /// The connection's descriptor, which exec may keep open for the next program (see
+    /// [`Client::adopt`]); `None` once it is lost.
+    pub fn socket(&self) -> Option<RawFd> {
+        self.conn.lock().as_ref().map(Conn::raw)
+    }
+
+    fn special<T: DeserializeOwned>(&self, s: Special) -> Result<T> {
+        self.call(&Message::Special(s))
+    }
+
+    /// Before fork, in the parent: hold the connection (no call half done when the child is
+    /// made) and ask the server for the child's session on a new connection, whose other end
+    /// this process keeps until [`Client::fork_parent`] or [`Client::fork_child`].
+    pub fn fork_prepare(&self) {
+        let mut g = self.conn.lock();
+        let pending = g.as_mut().and_then(|conn| {
+            let (ours, theirs) = UnixStream::pair().ok()?;
+            let ours = crate::conn::out_of_the_way(ours);
+            let m = postcard::to_allocvec(&Message::Fork).expect("encodes");
+            conn.send(&m, Some(theirs.as_raw_fd())).ok()?;
+            drop(theirs);
+            let (frame, _) = conn.recv().ok()??;
+            match postcard::from_bytes::<std::result::Result<(), i32>>(&frame) {
+                Ok(Ok(())) => Some(OwnedFd::from(ours)),
+                _ => None,
+            }
+        });
+        *self.pending.lock() = pending;
+        // Held across the fork: released by fork_parent / fork_child.
+        std::mem::forget(g);
+    }
+
+    /// After fork, in the parent: the child's end is the child's alone.
+    pub fn fork_parent(&self) {
+        drop(self.pending.lock().take());
+        // SAFETY: fork_prepare left the lock held by this thread (the one that forked).
+        unsafe { self.conn.force_unlock() };
+    }
+
+    /// After fork, in the child: use the new connection (none: every call fails with EIO,
+    /// never a call on the parent's connection).
+    pub fn fork_child(&self) {
+        let next = self
+            .pending
+            .lock()
+            .take()
+            .map(|fd| Conn::new(UnixStream::from(fd)));
+        // SAFETY: the forking thread held the lock in the parent (fork_prepare); in the child
+        // that thread is this one, and no other thread exists.
+        unsafe { self.conn.force_unlock() };
+        let old = std::mem::replace(&mut *self.conn.lock(), next);
+        drop(old); // the child's copy of the parent's connection
+    }
+}
+
+impl Transport for Client {
+    /// Send `m` and decode the reply.
+    fn call<T: DeserializeOwned>(&self, m: &Message) -> Result<T> {
+        let bytes = postcard::to_allocvec(m).expect("a request encodes");
+        let mut g = self.conn.lock();
+        let Some(conn) = g.as_mut() else {
+            return Err(Error::Remote(libc::EIO));
+        };
+        let reply = conn.send(&bytes, None).and_then(|_| {
+            conn.recv()?.ok_or_else(|| {
+                io::Error::new(io::ErrorKind::ConnectionReset, "the server went away")
+            })
+        });
+        let reply = match reply {
+            Ok((frame, _)) => frame,
+            Err(e) => {
+                *g = None;
+                return Err(lost(&e));
+            }
+        };
+        match postcard::from_bytes::<std::result::Result<T, i32>>(&reply) {
+            Ok(r) => r.map_err(Error::Remote),
+            Err(e) => {
+                *g = None;
+                Err(lost(&io::Error::other(format!("a bad reply: {e}"))))
+            }
+        }
+    }
+}
+
+impl PoolApi for Client {
+    fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            let len = (buf.len() - done).min(crate::MAX_IO) as u64;
+            let off = off + done as u64;
+            let got: serde_bytes::ByteBuf = self.special(Special::Pread { fd, len, off })?;
+            buf[done..done + got.len()].copy_from_slice(&got);
+            done += got.len();
+            if (got.len() as u64) < len {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize> {
+        let len = buf.len().min(crate::MAX_IO) as u64;
+        let got: serde_bytes::ByteBuf = self.special(Special::Read { fd, len })?;
+        buf[..got.len()].copy_from_slice(&got);
+        Ok(got.len())
+    }
+
+    fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize> {
+        let mut done = 0;
+        for chunk in data.chunks(crate::MAX_IO) {
+            let off = off + done as u64;
+            let data = chunk.to_vec();
+            let n: usize = self.special(Special::Pwrite { fd, data, off })?;
+            done += n;
+            if n < chunk.len() {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    fn write(&self, fd: Fd, data: &[u8]) -> Result<usize> {
+        let mut done = 0;
+        for chunk in data.chunks(crate::MAX_IO) {
+            let data = chunk.to_vec();
+            let n: usize = self.special(Special::Write { fd, data })?;
+            done += n;
+            if n < chunk.len() {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        self.special(Special::Statfs)
+    }
+    fn getattr_ino(&self, ino: u64) -> Result<Attr> {
+        self.special(Special::GetattrIno(ino))
+    }
+    fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        self.special(Special::ReaddirIno(ino))
+    }
+    fn set_cred(&self, cred: Option<Cred>) -> Result<()> {
+        self.special(Special::SetCred(cred))
+    }
+    fn set_path_max(&self, max: usize) -> Result<()> {
+        self.special(Special::SetPathMax(max as u64))
+    }
+    fn map_keep_size(&self, _fd: Fd, _off: u64, _len: u64) -> Result<MapView> {
+        Err(Error::NotSupported(
+            "mapping a pool file in a client of the pool's server",
+        ))
+    }
+    fn persist(&self, _ptr: *const u8, _len: usize) -> Result<()> {
+        Err(Error::NotSupported(
+            "mapping a pool file in a client of the pool's server",
+        ))
+    }
+    fn unmap(&self, _ptr: *mut u8) -> Result<()> {
+        Err(Error::NotSupported(
+            "mapping a pool file in a client of the pool's server",
+        ))
+    }
+}

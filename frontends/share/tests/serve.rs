@@ -1,0 +1,158 @@
+//! The server and its clients in one test process: sessions share one file system, a fork's
+//! session shares descriptors and offsets, an ended session closes what it held, and a client
+//! without write access to the pool file is refused.
+
+use pmkit_fs::posix::{Fd, Posix, Whence};
+use pmkit_fs::{Fs, MkfsOptions, MountOptions};
+use pmkit_fs_share::{Calls, Client, PoolApi, Server};
+use pmkit_media::{Region, RegionOptions};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+struct Served {
+    _dir: tempfile::TempDir,
+    pool: PathBuf,
+    server: Option<Server<Region>>,
+}
+
+fn served() -> Served {
+    let dir = pmkit_testkit::scratch();
+    let pool = dir.path().join("pool");
+    let region = Region::create(&pool, 32 << 20, &RegionOptions::default()).unwrap();
+    Fs::mkfs(&region, &MkfsOptions::default()).unwrap();
+    let (fs, _) = Fs::mount(region, &MountOptions::default()).unwrap();
+    let server = Server::start(Arc::new(Posix::new(fs)), &pool).unwrap();
+    Served {
+        _dir: dir,
+        pool,
+        server: Some(server),
+    }
+}
+
+impl Served {
+    fn client(&self) -> Client {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.pool)
+            .unwrap();
+        Client::connect(&self.pool, f.as_raw_fd(), None, 4095).unwrap()
+    }
+
+    /// Stop the server; the file system with every session ended, checked clean after
+    /// unmount.
+    fn stop(mut self) {
+        let root = self.server.take().unwrap().stop();
+        let root = Arc::try_unwrap(root)
+            .ok()
+            .expect("only the root session is left");
+        let region = root.unmount();
+        let report = pmkit_fs::check(&region);
+        assert!(report.problems.is_empty(), "{report:?}");
+    }
+}
+
+const RW: i32 = libc::O_RDWR | libc::O_CREAT;
+
+#[test]
+fn clients_share_one_file_system() {
+    let s = served();
+    let (a, b) = (s.client(), s.client());
+    a.mkdir(b"/d", 0o755).unwrap();
+    let fa = a.open(b"/d/f", RW, 0o644).unwrap();
+    assert_eq!(a.write(fa, b"from a").unwrap(), 6);
+    // b sees a's file and bytes at once, and its own descriptor numbers are its own.
+    let fb = b.open(b"/d/f", libc::O_RDWR, 0).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(b.pread(fb, &mut buf, 0).unwrap(), 6);
+    assert_eq!(&buf[..6], b"from a");
+    b.pwrite(fb, b"B", 0).unwrap();
+    assert_eq!(a.pread(fa, &mut buf, 0).unwrap(), 6);
+    assert_eq!(&buf[..6], b"Brom a");
+    // A write longer than one frame's data arrives whole.
+    let big: Vec<u8> = (0..pmkit_fs_share::MAX_IO + 12345)
+        .map(|i| i as u8)
+        .collect();
+    assert_eq!(a.pwrite(fa, &big, 0).unwrap(), big.len());
+    let mut back = vec![0u8; big.len()];
+    assert_eq!(b.pread(fb, &mut back, 0).unwrap(), big.len());
+    assert!(back == big);
+    assert_eq!(
+        b.readdir(b"/d").unwrap().len(),
+        a.readdir(b"/d").unwrap().len()
+    );
+    // Errors come back as the library's errno.
+    assert_eq!(b.stat(b"/none").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(b.close(Fd(999)).unwrap_err().errno(), libc::EBADF);
+    drop((a, b));
+    s.stop();
+}
+
+#[test]
+fn a_fork_session_shares_descriptors_and_offsets() {
+    let s = served();
+    let a = s.client();
+    let fd = a.open(b"/f", RW, 0o644).unwrap();
+    a.write(fd, b"parent ").unwrap();
+    // The client is its own parent and child here: prepare, then take the child's end.
+    a.fork_prepare();
+    a.fork_child();
+    let child = a;
+    // The child's descriptor continues at the shared offset.
+    child.write(fd, b"child").unwrap();
+    assert_eq!(child.lseek(fd, 0, Whence::Cur).unwrap(), 12);
+    child.close(fd).unwrap();
+    assert_eq!(child.fstat(fd).unwrap_err().errno(), libc::EBADF);
+    let b = s.client();
+    assert_eq!(b.stat(b"/f").unwrap().size, 12);
+    drop((child, b));
+    s.stop();
+}
+
+#[test]
+fn an_ended_session_closes_what_it_held() {
+    let s = served();
+    let a = s.client();
+    let fd = a.open(b"/gone", RW, 0o644).unwrap();
+    a.pwrite(fd, &vec![7u8; 1 << 20], 0).unwrap();
+    a.unlink(b"/gone").unwrap();
+    let b = s.client();
+    let before = b.statfs().unwrap().free_blocks;
+    // The client goes away with the unlinked file open (as a killed process does): its session
+    // ends and the file's blocks come back.
+    drop(a);
+    let mut after = before;
+    for _ in 0..200 {
+        after = b.statfs().unwrap().free_blocks;
+        if after > before {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(after >= before + 256, "{before} -> {after}");
+    drop(b);
+    s.stop();
+}
+
+#[test]
+fn a_client_without_write_access_is_refused() {
+    let s = served();
+    let ro = std::fs::File::open(&s.pool).unwrap();
+    let e = Client::connect(&s.pool, ro.as_raw_fd(), None, 4095)
+        .err()
+        .expect("refused");
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+    let other = s._dir.path().join("other");
+    std::fs::write(&other, b"x").unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&other)
+        .unwrap();
+    let e = Client::connect(&s.pool, f.as_raw_fd(), None, 4095)
+        .err()
+        .expect("refused");
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+    s.stop();
+}
