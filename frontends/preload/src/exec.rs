@@ -29,8 +29,8 @@ fn unhex(h: &str) -> Option<Vec<u8>> {
 /// The variable's value for this process now: `SOCK;cwd=HEXPATH;K,FD,FLAGS,HEXPATH;...` (the
 /// current directory when it is in the pool, then one entry per kept number), and the socket
 /// to leave open; `None` without a server.
-fn hand_over() -> Option<(String, c_int)> {
-    let sock = state::client_socket()?;
+fn hand_over() -> Option<(String, c_int, Option<OwnedFd>)> {
+    let (sock, made) = state::exec_socket()?;
     let mut v = format!("{sock}");
     if let Some(cwd) = crate::vcwd::get() {
         v += &format!(";cwd={}", hex(&cwd));
@@ -43,7 +43,7 @@ fn hand_over() -> Option<(String, c_int)> {
         }
         v += &format!(";{k},{},{},{}", o.fd.0, o.flags, hex(&o.path));
     }
-    Some((v, sock))
+    Some((v, sock, made))
 }
 
 /// `envp` with the hand-over variable set to `value` (any earlier one dropped).
@@ -82,22 +82,24 @@ unsafe fn handing_over(
 ) -> c_int {
     let prepared = {
         let _b = Busy::new();
-        hand_over().map(|(value, sock)| {
+        hand_over().map(|(value, sock, made)| {
             // SAFETY: the caller's contract on envp.
             let env = unsafe { with_var(envp, &value) };
             // SAFETY: clears close-on-exec on the connection, a descriptor this library owns.
             unsafe { libc::fcntl(sock, libc::F_SETFD, 0) };
-            (env, sock)
+            (env, sock, made)
         })
     };
     match prepared {
         None => exec(envp),
-        Some(((_owned, ptrs), sock)) => {
+        Some(((_owned, ptrs), sock, made)) => {
             let r = exec(ptrs.as_ptr());
             let e = state::errno();
-            // exec failed: this program goes on, its connection private again.
+            // exec failed: this program goes on, its connection private again (a connection
+            // made for the exec is closed, ending its session).
             // SAFETY: as above.
             unsafe { libc::fcntl(sock, libc::F_SETFD, libc::FD_CLOEXEC) };
+            drop(made);
             state::set_errno(e);
             r
         }

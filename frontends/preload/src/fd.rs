@@ -47,6 +47,9 @@ pub(crate) extern "C" fn close(fd: c_int) -> c_int {
     if lookup(fd).is_some() {
         return close_shim(fd);
     }
+    if !state::busy() && state::is_own(fd) {
+        return 0; // the shim's connection to the pool's server stays (see state::is_own)
+    }
     real!(close(fd) as fn(c_int) -> c_int)
 }
 
@@ -421,6 +424,9 @@ pub(crate) extern "C" fn dup(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub(crate) extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if old != new && !state::busy() {
+        state::make_room(new);
+    }
     let o = lookup(old);
     let r = real!(dup2(old, new) as fn(c_int, c_int) -> c_int);
     if r >= 0 && old != new && !state::busy() {
@@ -431,6 +437,9 @@ pub(crate) extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 
 #[no_mangle]
 pub(crate) extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if old != new && !state::busy() {
+        state::make_room(new);
+    }
     let o = lookup(old);
     let r = real!(dup3(old, new, flags) as fn(c_int, c_int, c_int) -> c_int);
     if r >= 0 && !state::busy() {
@@ -605,6 +614,20 @@ fn stale(lo: c_int, hi: c_int) {
 
 #[no_mangle]
 pub(crate) extern "C" fn close_range(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
+    // The shim's connection to the pool's server is not the program's to close: the range is
+    // closed around it.
+    let own = if state::busy() { None } else { own_in(lo, hi) };
+    if let Some(own) = own {
+        let below = match own.checked_sub(1) {
+            Some(b) if b >= lo => close_range(lo, b, flags),
+            _ => 0,
+        };
+        let above = match own.checked_add(1) {
+            Some(a) if a <= hi => close_range(a, hi, flags),
+            _ => 0,
+        };
+        return if below < 0 { below } else { above };
+    }
     let r = real!(close_range(lo, hi, flags) as fn(c_uint, c_uint, c_int) -> c_int);
     if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         stale(
@@ -617,8 +640,18 @@ pub(crate) extern "C" fn close_range(lo: c_uint, hi: c_uint, flags: c_int) -> c_
 
 #[no_mangle]
 pub(crate) extern "C" fn closefrom(lo: c_int) {
+    if lo >= 0 && !state::busy() && own_in(lo as c_uint, c_uint::MAX).is_some() {
+        close_range(lo as c_uint, c_uint::MAX, 0);
+        return;
+    }
     real!(closefrom(lo) as fn(c_int) -> ());
     stale(lo, c_int::MAX);
+}
+
+/// The shim's server connection's number, if it lies in `[lo, hi]`.
+fn own_in(lo: c_uint, hi: c_uint) -> Option<c_uint> {
+    let own = c_uint::try_from(state::own_socket()).ok()?;
+    (lo <= own && own <= hi).then_some(own)
 }
 
 /// # Safety

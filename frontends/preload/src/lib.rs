@@ -36,6 +36,7 @@ compile_error!("pmkit-preload supports Linux on x86_64 and aarch64 only (variadi
 #[macro_use]
 mod real;
 mod busy;
+mod config;
 mod creds;
 mod cwd;
 mod dir;
@@ -49,9 +50,12 @@ mod meta;
 mod mmap;
 mod open;
 mod path;
+mod pid;
+mod pool;
 mod sock;
 mod stat;
 mod state;
+mod table;
 mod vcwd;
 mod vec;
 mod xattr;

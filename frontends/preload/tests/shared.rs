@@ -114,6 +114,37 @@ fn a_fork_child_shares_its_parents_descriptor_and_offset() {
 }
 
 #[test]
+fn a_vfork_child_passes_pool_descriptors_to_the_program_it_runs() {
+    if !have("python3") {
+        return;
+    }
+    let s = served();
+    let (src, out) = (s.shim.m("src"), s.shim.m("out"));
+    // Python's subprocess runs the child with vfork (it shares the parent's memory) and
+    // closes every descriptor above 2 before exec: the shim's own connection stays, the
+    // parent's table stays the parent's.
+    let got = s.shim.ok(
+        "python3",
+        &[
+            "-c",
+            &format!(
+                "import os, subprocess\n\
+                 fd = os.open('{src}', os.O_CREAT | os.O_RDWR, 0o644)\n\
+                 os.write(fd, b'to the child\\n')\n\
+                 os.lseek(fd, 0, 0)\n\
+                 out = os.open('{out}', os.O_CREAT | os.O_WRONLY, 0o644)\n\
+                 r = subprocess.run(['cat'], stdin=fd, stdout=out)\n\
+                 os.write(out, b'parent after\\n')\n\
+                 print(r.returncode, os.pread(fd, 6, 0).decode())\n\
+                 print(subprocess.run(['cat', '{out}'], capture_output=True).stdout.decode(), end='')\n"
+            ),
+        ],
+    );
+    assert_eq!(got, "0 to the\nto the child\nparent after\n");
+    s.stop();
+}
+
+#[test]
 fn concurrent_appenders_lose_no_record() {
     let s = served();
     let log = s.shim.m("log");

@@ -19,6 +19,17 @@ pub struct Client {
     conn: Mutex<Option<Conn>>,
     /// Between `fork_prepare` and the fork: this end of the child's connection.
     pending: Mutex<Option<OwnedFd>>,
+    /// The process whose connection `conn` is: a `vfork` child shares this memory but not the
+    /// connection's session (see [`Client::session_for_exec`]).
+    pid: std::sync::atomic::AtomicI32,
+    /// The connection's descriptor number (-1: none), read without the lock by the shim's
+    /// `close`, which must never close it for the program (see [`Client::socket`]).
+    sock: std::sync::atomic::AtomicI32,
+}
+
+fn getpid() -> i32 {
+    // SAFETY: getpid cannot fail (glibc does not cache it: a vfork child sees its own).
+    unsafe { libc::getpid() }
 }
 
 /// A transport failure as the errno a caller sees.
@@ -39,6 +50,7 @@ impl Client {
     ) -> io::Result<Client> {
         let s = UnixStream::connect_addr(&crate::address(pool)?)?;
         let mut conn = Conn::new(crate::conn::out_of_the_way(s));
+        let conn_fd = conn.raw();
         let hello = Message::Hello {
             cred,
             path_max: path_max as u64,
@@ -54,6 +66,8 @@ impl Client {
             Ok(Ok(())) => Ok(Client {
                 conn: Mutex::new(Some(conn)),
                 pending: Mutex::new(None),
+                pid: getpid().into(),
+                sock: conn_fd.into(),
             }),
             Ok(Err(n)) => Err(io::Error::from_raw_os_error(n)),
             Err(e) => Err(io::Error::other(format!("a bad hello reply: {e}"))),
@@ -68,8 +82,10 @@ impl Client {
         let s = UnixStream::from(fd);
         crate::conn::set_cloexec(s.as_raw_fd(), true)?;
         let c = Client {
+            sock: s.as_raw_fd().into(),
             conn: Mutex::new(Some(Conn::new(s))),
             pending: Mutex::new(None),
+            pid: getpid().into(),
         };
         match c.special::<String>(Special::Ping) {
             Ok(h) if h == crate::HELLO => {}
@@ -85,10 +101,51 @@ impl Client {
         Ok(c)
     }
 
-    /// The connection's descriptor, which exec may keep open for the next program (see
-    /// [`Client::adopt`]); `None` once it is lost.
-    pub fn socket(&self) -> Option<RawFd> {
-        self.conn.lock().as_ref().map(Conn::raw)
+    /// The connection the program that this process is about to exec should adopt (see
+    /// [`Client::adopt`]), and whether it is a new one (to close if exec fails). This
+    /// process's own, unless this is a `vfork` child: that shares its parent's memory and so
+    /// this client, but must not take the parent's session, so it gets a new connection with
+    /// a fork of it. `None` once the connection is lost.
+    pub fn session_for_exec(&self) -> Option<(RawFd, Option<OwnedFd>)> {
+        if getpid() == self.pid.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.conn.lock().as_ref().map(|c| (c.raw(), None));
+        }
+        let fd = self.fork_session()?;
+        Some((std::os::fd::AsRawFd::as_raw_fd(&fd), Some(fd)))
+    }
+
+    /// The connection's descriptor number, or -1. A program must not close it (the shim's
+    /// `close` of it succeeds and closes nothing) nor take its number (the shim moves it
+    /// first: [`Client::move_socket`]).
+    pub fn socket(&self) -> RawFd {
+        self.sock.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Move the connection to another descriptor number (the program is about to `dup2` onto
+    /// this one).
+    pub fn move_socket(&self) {
+        let mut g = self.conn.lock();
+        if let Some(c) = g.as_mut() {
+            if let Ok(fd) = c.move_out_of_the_way() {
+                self.sock.store(fd, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A new connection whose session is a fork of this one's.
+    fn fork_session(&self) -> Option<OwnedFd> {
+        let mut g = self.conn.lock();
+        let conn = g.as_mut()?;
+        let (ours, theirs) = UnixStream::pair().ok()?;
+        let ours = crate::conn::out_of_the_way(ours);
+        let m = postcard::to_allocvec(&Message::Fork).expect("encodes");
+        conn.send(&m, Some(theirs.as_raw_fd())).ok()?;
+        drop(theirs);
+        let (frame, _) = conn.recv().ok()??;
+        match postcard::from_bytes::<std::result::Result<(), i32>>(&frame) {
+            Ok(Ok(())) => Some(OwnedFd::from(ours)),
+            _ => None,
+        }
     }
 
     fn special<T: DeserializeOwned>(&self, s: Special) -> Result<T> {
@@ -99,22 +156,11 @@ impl Client {
     /// made) and ask the server for the child's session on a new connection, whose other end
     /// this process keeps until [`Client::fork_parent`] or [`Client::fork_child`].
     pub fn fork_prepare(&self) {
-        let mut g = self.conn.lock();
-        let pending = g.as_mut().and_then(|conn| {
-            let (ours, theirs) = UnixStream::pair().ok()?;
-            let ours = crate::conn::out_of_the_way(ours);
-            let m = postcard::to_allocvec(&Message::Fork).expect("encodes");
-            conn.send(&m, Some(theirs.as_raw_fd())).ok()?;
-            drop(theirs);
-            let (frame, _) = conn.recv().ok()??;
-            match postcard::from_bytes::<std::result::Result<(), i32>>(&frame) {
-                Ok(Ok(())) => Some(OwnedFd::from(ours)),
-                _ => None,
-            }
-        });
+        let pending = self.fork_session();
         *self.pending.lock() = pending;
-        // Held across the fork: released by fork_parent / fork_child.
-        std::mem::forget(g);
+        // Held across the fork (no call half done in the child): released by fork_parent /
+        // fork_child.
+        std::mem::forget(self.conn.lock());
     }
 
     /// After fork, in the parent: the child's end is the child's alone.
@@ -135,8 +181,12 @@ impl Client {
         // SAFETY: the forking thread held the lock in the parent (fork_prepare); in the child
         // that thread is this one, and no other thread exists.
         unsafe { self.conn.force_unlock() };
+        let fd = next.as_ref().map_or(-1, Conn::raw);
         let old = std::mem::replace(&mut *self.conn.lock(), next);
         drop(old); // the child's copy of the parent's connection
+        self.sock.store(fd, std::sync::atomic::Ordering::Relaxed);
+        self.pid
+            .store(getpid(), std::sync::atomic::Ordering::Relaxed);
     }
 }
 

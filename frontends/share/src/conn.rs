@@ -19,6 +19,10 @@ pub(crate) struct Conn {
     buf: Vec<u8>,
     /// Descriptors received and not yet taken with a frame.
     fds: Vec<OwnedFd>,
+    /// How long a read polls (non-blocking) before it sleeps in the kernel: a reply or the
+    /// next request often comes within microseconds, and a wake-up from sleep costs tens of
+    /// microseconds on a virtual machine.
+    spin: std::time::Duration,
 }
 
 impl Conn {
@@ -27,11 +31,23 @@ impl Conn {
             fd,
             buf: Vec::new(),
             fds: Vec::new(),
+            spin: spin_default(),
         }
     }
 
     pub(crate) fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// Put the socket on another high number (see [`out_of_the_way`]), closing this one; the
+    /// new number.
+    pub(crate) fn move_out_of_the_way(&mut self) -> io::Result<RawFd> {
+        let moved = out_of_the_way(self.fd.try_clone()?);
+        if moved.as_raw_fd() == self.fd.as_raw_fd() {
+            return Err(io::Error::other("no free descriptor number to move to"));
+        }
+        self.fd = moved;
+        Ok(self.fd.as_raw_fd())
     }
 
     /// Another handle of the socket (to shut it down from another thread).
@@ -89,13 +105,36 @@ impl Conn {
     /// Read up to `want` more bytes into the buffer; false at the end of the stream.
     fn fill(&mut self, want: usize) -> io::Result<bool> {
         self.buf.reserve(want);
-        let spare = self.buf.spare_capacity_mut();
-        let (n, fd) = recv_with(self.fd.as_raw_fd(), spare.as_mut_ptr().cast(), want)?;
+        let spare = self.buf.spare_capacity_mut().as_mut_ptr().cast();
+        let sock = self.fd.as_raw_fd();
+        let t = std::time::Instant::now();
+        let (n, fd) = loop {
+            if t.elapsed() >= self.spin {
+                break recv_with(sock, spare, want, 0)?;
+            }
+            match recv_with(sock, spare, want, libc::MSG_DONTWAIT) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                r => break r?,
+            }
+        };
         // SAFETY: recvmsg wrote `n` <= `want` bytes into the spare capacity reserved above.
         unsafe { self.buf.set_len(self.buf.len() + n) };
         self.fds.extend(fd);
         Ok(n > 0)
     }
+}
+
+/// The poll before a read sleeps: `PMKIT_SHARE_SPIN_US` microseconds (0: none), else 50.
+fn spin_default() -> std::time::Duration {
+    static US: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let us = *US.get_or_init(|| {
+        std::env::var("PMKIT_SHARE_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50)
+            .min(10_000)
+    });
+    std::time::Duration::from_micros(us)
 }
 
 fn cut() -> io::Error {
@@ -146,7 +185,12 @@ fn send_with(sock: RawFd, data: &[u8], pass: Option<RawFd>) -> io::Result<usize>
     }
 }
 
-fn recv_with(sock: RawFd, into: *mut u8, len: usize) -> io::Result<(usize, Option<OwnedFd>)> {
+fn recv_with(
+    sock: RawFd,
+    into: *mut u8,
+    len: usize,
+    flags: i32,
+) -> io::Result<(usize, Option<OwnedFd>)> {
     let mut iov = libc::iovec {
         iov_base: into.cast(),
         iov_len: len,
@@ -160,7 +204,7 @@ fn recv_with(sock: RawFd, into: *mut u8, len: usize) -> io::Result<(usize, Optio
     msg.msg_controllen = cbuf.0.len();
     let n = loop {
         // SAFETY: `into` has room for `len` bytes (the caller reserved them); control is cbuf.
-        let r = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        let r = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | flags) };
         if r >= 0 {
             break r as usize;
         }

@@ -18,6 +18,9 @@ pub(super) enum Layer {
     Library,
     /// The unmodified POSIX driver under `LD_PRELOAD=libpmkit_preload.so`.
     Shim,
+    /// The shim as a client of `pmkit fs serve` (the pool shared by processes): every call a
+    /// round trip to the server.
+    Served,
     /// `pmkit fs mount` (FUSE, cache mode long).
     Fuse,
     /// ext4 on `pmkit attach` (PMBD as a FUSE file + loop device): the thesis's baseline.
@@ -28,9 +31,10 @@ pub(super) enum Layer {
     Tmpfs,
 }
 
-pub(super) const LAYERS: [Layer; 7] = [
+pub(super) const LAYERS: [Layer; 8] = [
     Layer::Library,
     Layer::Shim,
+    Layer::Served,
     Layer::Fuse,
     Layer::Ext4Attach,
     Layer::Nbd,
@@ -53,6 +57,7 @@ impl Layer {
         match self {
             Layer::Library => "library",
             Layer::Shim => "shim",
+            Layer::Served => "served",
             Layer::Fuse => "fuse",
             Layer::Ext4Attach => "ext4-attach",
             Layer::Nbd => "nbd",
@@ -74,7 +79,10 @@ impl Layer {
     }
 
     pub(super) fn has_daemon(self) -> bool {
-        matches!(self, Layer::Fuse | Layer::Ext4Attach | Layer::Nbd)
+        matches!(
+            self,
+            Layer::Served | Layer::Fuse | Layer::Ext4Attach | Layer::Nbd
+        )
     }
 }
 
@@ -148,13 +156,14 @@ pub(super) fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
         .stderr(std::fs::File::create(&log)?);
     let sock = c.scratch.join("nbd.sock");
     match layer {
+        Layer::Served => {
+            mkfs(c, &file)?;
+            cmd.args(["fs", "serve", "--protect"])
+                .arg(s.pmfs_protect.to_string())
+                .arg(&file);
+        }
         Layer::Fuse => {
-            sh(Command::new(&c.pmkit)
-                .args(["fs", "mkfs", "--size"])
-                .arg(s.bytes.to_string())
-                .arg("--inodes")
-                .arg(s.inodes.to_string())
-                .arg(&file))?;
+            mkfs(c, &file)?;
             // /dev/fuse, not io_uring: valgrind runs the daemon for the instruction counts, and
             // it cannot follow io_uring (the mount hung under it).
             cmd.args([
@@ -200,6 +209,8 @@ pub(super) fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
     let limit = Duration::from_secs(if wrap.is_empty() { 60 } else { 300 });
     let ready = if layer == Layer::Nbd {
         crate::blk::nbd::wait_for_socket(&sock, &mut child, "pmkit serve")
+    } else if layer == Layer::Served {
+        wait_served(&file, &mut child, limit)
     } else {
         wait_mounted(c.mnt, &mut child, limit)
     };
@@ -210,7 +221,11 @@ pub(super) fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
         } else {
             c.mnt.display().to_string()
         },
-        env: vec![],
+        env: if layer == Layer::Served {
+            served_env(&file, c)?
+        } else {
+            vec![]
+        },
         daemon: Some(child),
         up: None,
         file: Some(file),
@@ -221,6 +236,51 @@ pub(super) fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
         return Err(e.context(why));
     }
     Ok(r)
+}
+
+fn mkfs(c: &Ctx, file: &Path) -> Result<()> {
+    assert!(c.sizes.bytes > 0, "a pool of no bytes");
+    sh(Command::new(&c.pmkit)
+        .args(["fs", "mkfs", "--size"])
+        .arg(c.sizes.bytes.to_string())
+        .arg("--inodes")
+        .arg(c.sizes.inodes.to_string())
+        .arg(file))?;
+    Ok(())
+}
+
+/// The shim's environment for a pool `pmkit fs serve` serves.
+fn served_env(pool: &Path, c: &Ctx) -> Result<Vec<(String, String)>> {
+    // The shim serves nothing under a relative prefix.
+    assert!(c.mnt.is_absolute(), "prefix {} is relative", c.mnt.display());
+    Ok(vec![
+        (
+            "LD_PRELOAD".into(),
+            targets::shim_path()?.display().to_string(),
+        ),
+        ("PMKIT_PRELOAD_POOL".into(), pool.display().to_string()),
+        ("PMKIT_PRELOAD_PREFIX".into(), c.mnt.display().to_string()),
+    ])
+}
+
+/// Wait until the server of `pool` listens (its abstract socket in /proc/net/unix) or `child`
+/// exits.
+fn wait_served(pool: &Path, child: &mut Child, limit: Duration) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(pool)?;
+    let needle = format!("@pmkit-pool/{:x}/{:x}", m.dev(), m.ino());
+    assert!(!limit.is_zero(), "a zero wait for the server");
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if std::fs::read_to_string("/proc/net/unix")?.contains(&needle) {
+            return Ok(());
+        }
+        if let Some(st) = child.try_wait()? {
+            bail!("pmkit fs serve exited before serving ({st})");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("pmkit fs serve did not listen within {limit:?}")
 }
 
 impl Ctx<'_> {

@@ -3,7 +3,8 @@
 //! memory-speed storage", Shuichi Oikawa). One C driver ([`probe`]) runs N operations of one
 //! kind (4 KiB random read, 4 KiB random overwrite, create, stat with the path on the stack and
 //! in mmap'd memory, 4 KiB append + fsync) through
-//! each layer ([`layer`]): the PMFS library in process (C ABI), the LD_PRELOAD shim, the FUSE
+//! each layer ([`layer`]): the PMFS library in process (C ABI), the LD_PRELOAD shim (alone, and
+//! as a client of `pmkit fs serve`, the pool shared between processes), the FUSE
 //! mount, ext4 on `pmkit attach`, `pmkit serve` over NBD (block requests through libnbd: no
 //! create or stat there), and, as references, ext4 on a /dev/shm loop device and tmpfs.
 //!
@@ -53,11 +54,11 @@ pub(crate) struct Args {
     /// Operations per callgrind run [default: 1000; quick: 10]
     #[arg(long)]
     valgrind_n: Option<usize>,
-    /// Layers to measure (library, shim, fuse, ext4-attach, nbd, ext4-loop, tmpfs)
+    /// Layers to measure (library, shim, served, fuse, ext4-attach, nbd, ext4-loop, tmpfs)
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "library,shim,fuse,ext4-attach,nbd,ext4-loop,tmpfs"
+        default_value = "library,shim,served,fuse,ext4-attach,nbd,ext4-loop,tmpfs"
     )]
     layers: Vec<String>,
     /// Skip the strace and callgrind runs (time and CPU only)
