@@ -252,7 +252,11 @@ fn mkfs(c: &Ctx, file: &Path) -> Result<()> {
 /// The shim's environment for a pool `pmkit fs serve` serves.
 fn served_env(pool: &Path, c: &Ctx) -> Result<Vec<(String, String)>> {
     // The shim serves nothing under a relative prefix.
-    assert!(c.mnt.is_absolute(), "prefix {} is relative", c.mnt.display());
+    assert!(
+        c.mnt.is_absolute(),
+        "prefix {} is relative",
+        c.mnt.display()
+    );
     Ok(vec![
         (
             "LD_PRELOAD".into(),
