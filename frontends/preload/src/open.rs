@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_uint};
 use std::sync::Arc;
 
 /// open(2) of a pool path: a pool descriptor behind a new kernel number.
-fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
+pub(crate) fn open_pool(path: Vec<u8>, flags: c_int, mode: c_uint) -> c_int {
     // A stale entry the new number replaces is dropped after `enter` (its drop closes a pool
     // descriptor, which takes the pool's lock again).
     let mut gone = None;

@@ -5,7 +5,7 @@
 use crate::stat::{fill_stat, fill_statx};
 use crate::state::{self, en, enter, route, Route};
 use pmkit_fs::RenameFlags;
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint};
 
 /// AT_SYMLINK_NOFOLLOW, unless a trailing slash asks for the directory a link names.
 fn nofollow(flags: c_int, p: &[u8]) -> bool {
@@ -668,26 +668,4 @@ pub(crate) unsafe extern "C" fn __readlink_chk(
 ) -> isize {
     // SAFETY: the caller's contract, at most `buflen` bytes.
     unsafe { readlinkat(libc::AT_FDCWD, path, buf, n.min(buflen)) }
-}
-
-/// stdio streams on pool files are not served (glibc's stdio calls the kernel directly, past
-/// this library): ENOTSUP, never a file of the same name in the kernel's tree.
-///
-/// # Safety
-/// fopen(3)'s contract.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut c_void {
-    // SAFETY: the caller's contract.
-    match unsafe { route(libc::AT_FDCWD, path) } {
-        Route::Pool(_) => enter(std::ptr::null_mut(), |_| Err(libc::ENOTSUP)),
-        Route::Real => real!(fopen(path, mode) as fn(*const c_char, *const c_char) -> *mut c_void),
-    }
-}
-
-/// # Safety
-/// fopen(3)'s contract.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut c_void {
-    // SAFETY: the caller's contract.
-    unsafe { fopen(path, mode) }
 }

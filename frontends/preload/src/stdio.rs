@@ -1,0 +1,182 @@
+//! stdio streams on pool files: `fopen` of a pool path and `fdopen` of a shim descriptor give a
+//! glibc stream made with `fopencookie`, whose reads, writes, seeks and close are this library's
+//! calls on the descriptor, so `fread`, `fprintf`, `fgets`, `fflush`, `fclose` all reach the
+//! pool. `fileno` of such a stream gives the descriptor (glibc keeps it at a fixed place of the
+//! stream, checked once against a stream of its own; where it differs, `fileno` gives -1 as for
+//! any cookie stream). Not served: a stream glibc makes from a descriptor itself (`popen`), and
+//! `stdin`/`stdout` redirected to a pool file by the shell before exec, whose writes glibc makes
+//! past this library.
+
+use crate::state::{lookup, route, Route};
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+type ReadFn = unsafe extern "C" fn(*mut c_void, *mut c_char, usize) -> isize;
+type WriteFn = unsafe extern "C" fn(*mut c_void, *const c_char, usize) -> isize;
+type SeekFn = unsafe extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int;
+type CloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// glibc's `cookie_io_functions_t`.
+#[repr(C)]
+struct CookieIo {
+    read: ReadFn,
+    write: WriteFn,
+    seek: SeekFn,
+    close: CloseFn,
+}
+
+extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut libc::FILE;
+}
+
+/// The descriptor a cookie stands for (the cookie is the number itself, no allocation).
+fn fd_of(cookie: *mut c_void) -> c_int {
+    cookie as usize as c_int
+}
+
+unsafe extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, n: usize) -> isize {
+    // SAFETY: glibc gives a buffer of `n` bytes.
+    unsafe { crate::fd::read(fd_of(cookie), buf.cast(), n) }
+}
+
+unsafe extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, n: usize) -> isize {
+    // SAFETY: glibc gives `n` bytes to write.
+    unsafe { crate::fd::write(fd_of(cookie), buf.cast(), n) }
+}
+
+unsafe extern "C" fn cookie_seek(cookie: *mut c_void, off: *mut i64, whence: c_int) -> c_int {
+    // SAFETY: glibc gives a valid offset to read and update.
+    let at = crate::fd::lseek(fd_of(cookie), unsafe { *off }, whence);
+    if at < 0 {
+        return -1;
+    }
+    // SAFETY: as above.
+    unsafe { *off = at };
+    0
+}
+
+unsafe extern "C" fn cookie_close(cookie: *mut c_void) -> c_int {
+    crate::fd::close(fd_of(cookie))
+}
+
+/// open(2) flags for an fopen mode ("r", "w+", "ae", "wx", ...; after a comma, ignored).
+fn mode_flags(mode: &[u8]) -> Option<c_int> {
+    let (first, rest) = mode.split_first()?;
+    let rest = rest.split(|&c| c == b',').next().unwrap_or(&[]);
+    let plus = rest.contains(&b'+');
+    let mut f = match (first, plus) {
+        (b'r', false) => libc::O_RDONLY,
+        (b'r', true) => libc::O_RDWR,
+        (b'w', false) => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        (b'w', true) => libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC,
+        (b'a', false) => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        (b'a', true) => libc::O_RDWR | libc::O_CREAT | libc::O_APPEND,
+        _ => return None,
+    };
+    if rest.contains(&b'x') {
+        f |= libc::O_EXCL;
+    }
+    if rest.contains(&b'e') {
+        f |= libc::O_CLOEXEC;
+    }
+    Some(f)
+}
+
+/// Where glibc keeps a stream's descriptor (`_fileno` of `struct _IO_FILE`: after the flags and
+/// thirteen pointers on LP64), if a stream of glibc's own shows it there.
+fn fileno_at() -> Option<usize> {
+    const AT: usize = 112;
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *OK.get_or_init(|| {
+        let _b = crate::state::Busy::new();
+        let f = real!(fopen(c"/dev/null".as_ptr(), c"r".as_ptr())
+            as fn(*const c_char, *const c_char) -> *mut libc::FILE);
+        if f.is_null() {
+            return false;
+        }
+        // SAFETY: `f` is a live stream of glibc's; `_fileno` lies inside the structure (it is
+        // larger than AT + 4 bytes on every glibc), read as the int it is.
+        let (seen, fd) = unsafe {
+            (
+                std::ptr::read_unaligned(f.cast::<u8>().add(AT).cast::<c_int>()),
+                libc::fileno(f),
+            )
+        };
+        real!(fclose(f) as fn(*mut libc::FILE) -> c_int);
+        fd >= 0 && seen == fd
+    });
+    ok.then_some(AT)
+}
+
+/// A stream over shim descriptor (or kernel FIFO) `fd` with `mode`; null (fd left open) if
+/// glibc refuses.
+///
+/// # Safety
+/// `mode` is a C string.
+unsafe fn stream(fd: c_int, mode: *const c_char) -> *mut c_void {
+    let io = CookieIo {
+        read: cookie_read,
+        write: cookie_write,
+        seek: cookie_seek,
+        close: cookie_close,
+    };
+    // SAFETY: the cookie is a number, never dereferenced; `mode` per the contract.
+    let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
+    if f.is_null() {
+        return f.cast();
+    }
+    if let Some(at) = fileno_at() {
+        // SAFETY: `f` is the live stream just made, `_fileno` at `at` (checked above); glibc's
+        // cookie streams read and write only through the cookie, so the number is for fileno.
+        unsafe { std::ptr::write_unaligned(f.cast::<u8>().add(at).cast::<c_int>(), fd) };
+    }
+    f.cast()
+}
+
+/// # Safety
+/// fopen(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    let Route::Pool(p) = (unsafe { route(libc::AT_FDCWD, path) }) else {
+        return real!(fopen(path, mode) as fn(*const c_char, *const c_char) -> *mut c_void);
+    };
+    // SAFETY: the caller's contract: a C string.
+    let flags = (!mode.is_null())
+        .then(|| unsafe { CStr::from_ptr(mode) })
+        .and_then(|m| mode_flags(m.to_bytes()));
+    let Some(flags) = flags else {
+        crate::state::set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    let fd = crate::open::open_pool(p, flags, 0o666);
+    if fd < 0 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `mode` is the caller's C string.
+    let f = unsafe { stream(fd, mode) };
+    if f.is_null() {
+        let e = crate::state::errno();
+        crate::fd::close(fd);
+        crate::state::set_errno(e);
+    }
+    f
+}
+
+/// # Safety
+/// fopen(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    unsafe { fopen(path, mode) }
+}
+
+/// # Safety
+/// fdopen(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut c_void {
+    if lookup(fd).is_some() && !mode.is_null() {
+        // SAFETY: the caller's contract: `mode` is a C string.
+        return unsafe { stream(fd, mode) };
+    }
+    real!(fdopen(fd, mode) as fn(c_int, *const c_char) -> *mut c_void)
+}

@@ -1,0 +1,51 @@
+//! stdio streams (`fopen`, `fdopen`) and temporary names (`mkstemp`, `mkdtemp`) on pool paths
+//! through the shim, from a C program (these calls cannot be reached from Python or the shell
+//! alone).
+
+mod common;
+
+use common::{have, Shim};
+
+#[test]
+fn stdio_streams_and_temporary_files_reach_the_pool() {
+    if !have("cc") {
+        return;
+    }
+    let s = Shim::new();
+    let exe = s.dir().join("stdio");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/stdio.c");
+    let cc = std::process::Command::new("cc")
+        .args(["-O1", "-w", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .output()
+        .unwrap();
+    common::assert_ok(&cc, "cc stdio.c");
+    let out = s.ok(exe.to_str().unwrap(), &[&s.m("")]);
+    assert_eq!(
+        out,
+        "fileno yes\n\
+         fstat 0 size 10\n\
+         read one 1\n\
+         read two\n\
+         read three\n\
+         tell 16\n\
+         patched one 1\n\
+         missing null errno 2\n\
+         excl null\n\
+         fdopen one 1\n\
+         closed 1\n\
+         mkstemp 1 named\n\
+         tmp mode 600 size 3\n\
+         mkdtemp dir 700\n"
+    );
+    s.assert_prefix_empty();
+    let (p, _) = s.mount();
+    assert_eq!(common::read_all(&p, b"/s.txt"), b"one 1\ntwo\nthree\n");
+    assert_eq!(
+        p.readdir(b"/").unwrap().len(),
+        3,
+        "only s.txt left (and . and ..)"
+    );
+    drop(p.unmount());
+}
