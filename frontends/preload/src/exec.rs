@@ -8,6 +8,7 @@
 //! with a session of its own and no pool descriptors. A pool this process mounted itself
 //! (no server) hands nothing over.
 
+use crate::image::{image_of, script_argv, Image};
 use crate::state::{self, Busy, Open};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -29,8 +30,8 @@ fn unhex(h: &str) -> Option<Vec<u8>> {
 /// The variable's value for this process now: `SOCK;cwd=HEXPATH;K,FD,FLAGS,HEXPATH;...` (the
 /// current directory when it is in the pool, then one entry per kept number), and the socket
 /// to leave open; `None` without a server.
-fn hand_over() -> Option<(String, c_int, Option<OwnedFd>)> {
-    let (sock, made) = state::exec_socket()?;
+fn hand_over(spawn: bool) -> Option<(String, c_int, Option<OwnedFd>)> {
+    let (sock, made) = state::exec_socket(spawn)?;
     let mut v = format!("{sock}");
     if let Some(cwd) = crate::vcwd::get() {
         v += &format!(";cwd={}", hex(&cwd));
@@ -82,7 +83,7 @@ unsafe fn handing_over(
 ) -> c_int {
     let prepared = {
         let _b = Busy::new();
-        hand_over().map(|(value, sock, made)| {
+        hand_over(false).map(|(value, sock, made)| {
             // SAFETY: the caller's contract on envp.
             let env = unsafe { with_var(envp, &value) };
             // SAFETY: clears close-on-exec on the connection, a descriptor this library owns.
@@ -110,6 +111,69 @@ extern "C" {
     static environ: *const *const c_char;
 }
 
+/// Most `#!` interpreters one exec goes through (Linux's limit).
+const SCRIPT_DEPTH: u32 = 4;
+
+/// execve of `path`, a program in the pool or the kernel's (see `image.rs`).
+///
+/// # Safety
+/// execve(2)'s contract.
+unsafe fn exec_image(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    depth: u32,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { image_of(path, true) } {
+        Err(e) => {
+            state::set_errno(e);
+            -1
+        }
+        Ok(Image::Kernel) => {
+            let exec = |env| {
+                real!(execve(path, argv, env)
+                    as fn(
+                        *const c_char,
+                        *const *const c_char,
+                        *const *const c_char,
+                    ) -> c_int)
+            };
+            // SAFETY: the caller's contract, forwarded.
+            unsafe { handing_over(envp, exec) }
+        }
+        Ok(Image::Script { .. }) if depth >= SCRIPT_DEPTH => {
+            state::set_errno(libc::ELOOP);
+            -1
+        }
+        Ok(Image::Script { interp, arg }) => {
+            // SAFETY: the caller's contract on argv.
+            let v = unsafe { script_argv(&interp, arg.as_ref(), path, argv) };
+            // SAFETY: a C string and a NULL-terminated array that live across the call.
+            unsafe { exec_image(interp.as_ptr(), v.as_ptr(), envp, depth + 1) }
+        }
+        Ok(Image::Memory(m)) => {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&m);
+            let exec = |env: *const *const c_char| {
+                // SAFETY: execveat of the memory file (AT_EMPTY_PATH: the file itself) with the
+                // caller's arguments; it returns only on failure.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_execveat,
+                        fd,
+                        c"".as_ptr(),
+                        argv,
+                        env,
+                        libc::AT_EMPTY_PATH,
+                    ) as c_int
+                }
+            };
+            // SAFETY: the caller's contract, forwarded.
+            unsafe { handing_over(envp, exec) }
+        }
+    }
+}
+
 /// # Safety
 /// execve(2)'s contract.
 #[no_mangle]
@@ -118,16 +182,8 @@ pub(crate) unsafe extern "C" fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    let exec = |env| {
-        real!(execve(path, argv, env)
-            as fn(
-                *const c_char,
-                *const *const c_char,
-                *const *const c_char,
-            ) -> c_int)
-    };
-    // SAFETY: the caller's contract, forwarded.
-    unsafe { handing_over(envp, exec) }
+    // SAFETY: the caller's contract.
+    unsafe { exec_image(path, argv, envp, 0) }
 }
 
 /// # Safety
@@ -146,6 +202,12 @@ pub(crate) unsafe extern "C" fn execvpe(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    // A name with a slash is not searched for: it may be the pool's.
+    // SAFETY: the caller's contract: a C string.
+    if !file.is_null() && unsafe { CStr::from_ptr(file) }.to_bytes().contains(&b'/') {
+        // SAFETY: the caller's contract.
+        return unsafe { exec_image(file, argv, envp, 0) };
+    }
     let exec = |env| {
         real!(execvpe(file, argv, env)
             as fn(
@@ -164,6 +226,160 @@ pub(crate) unsafe extern "C" fn execvpe(
 pub(crate) unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
     // SAFETY: the caller's contract; `environ` is the process's environment.
     unsafe { execvpe(file, argv, environ) }
+}
+
+type SpawnFn = unsafe extern "C" fn(
+    *mut libc::pid_t,
+    *const c_char,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    *const *mut c_char,
+    *const *mut c_char,
+) -> c_int;
+
+/// libc's posix_spawnp (`search`) or posix_spawn.
+fn real_spawn(search: bool) -> SpawnFn {
+    let name = if search {
+        "posix_spawnp\0"
+    } else {
+        "posix_spawn\0"
+    };
+    // SAFETY: libc's posix_spawn and posix_spawnp have this prototype.
+    unsafe { std::mem::transmute::<usize, SpawnFn>(crate::real::lookup(name)) }
+}
+
+/// posix_spawn (or posix_spawnp, `search`) of `path`, a program in the pool or the kernel's.
+///
+/// # Safety
+/// posix_spawn(3)'s contract.
+#[allow(clippy::too_many_arguments)]
+unsafe fn spawn_image(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+    search: bool,
+    depth: u32,
+) -> c_int {
+    // A name without a slash is searched for in PATH (the kernel's directories).
+    // SAFETY: the caller's contract: a C string.
+    let slash = !path.is_null() && unsafe { CStr::from_ptr(path) }.to_bytes().contains(&b'/');
+    let image = if search && !slash {
+        Ok(Image::Kernel)
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { image_of(path, false) }
+    };
+    let real = real_spawn(search);
+    match image {
+        Err(e) => e,
+        Ok(Image::Kernel) => {
+            // SAFETY: the caller's arguments, forwarded.
+            let spawn = |env: *const *const c_char| unsafe {
+                real(pid, path, actions, attr, argv, env.cast())
+            };
+            // SAFETY: the caller's contract, forwarded.
+            unsafe { spawning(envp.cast(), spawn) }
+        }
+        Ok(Image::Script { .. }) if depth >= SCRIPT_DEPTH => libc::ELOOP,
+        Ok(Image::Script { interp, arg }) => {
+            // SAFETY: the caller's contract on argv.
+            let v = unsafe { script_argv(&interp, arg.as_ref(), path, argv.cast()) };
+            // SAFETY: a C string and a NULL-terminated array that live across the call.
+            unsafe {
+                spawn_image(
+                    pid,
+                    interp.as_ptr(),
+                    actions,
+                    attr,
+                    v.as_ptr().cast(),
+                    envp,
+                    false,
+                    depth + 1,
+                )
+            }
+        }
+        Ok(Image::Memory(m)) => {
+            // The child inherits the memory file (no close-on-exec) and runs it by its /proc
+            // name; this process's copy is closed after the spawn.
+            let name = CString::new(format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(&m)
+            ))
+            .expect("no NUL");
+            // SAFETY: the caller's arguments with the memory file's name.
+            let spawn = |env: *const *const c_char| unsafe {
+                real(pid, name.as_ptr(), actions, attr, argv, env.cast())
+            };
+            // SAFETY: the caller's contract, forwarded.
+            let r = unsafe { spawning(envp.cast(), spawn) };
+            drop(m);
+            r
+        }
+    }
+}
+
+/// # Safety
+/// posix_spawn(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    // SAFETY: the caller's contract, forwarded.
+    unsafe { spawn_image(pid, path, actions, attr, argv, envp, false, 0) }
+}
+
+/// # Safety
+/// posix_spawnp(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    // SAFETY: the caller's contract, forwarded.
+    unsafe { spawn_image(pid, file, actions, attr, argv, envp, true, 0) }
+}
+
+/// Run `spawn` (posix_spawn: the child runs exec inside libc, past this library) with a new
+/// session's connection and the hand-over in the environment; the connection is the child's
+/// alone once it runs (closed here either way). The file actions are the kernel's: a pool
+/// descriptor they move (`adddup2`) is handed over only where the parent has it at that number.
+///
+/// # Safety
+/// `envp` as in [`with_var`].
+unsafe fn spawning(
+    envp: *const *const c_char,
+    spawn: impl FnOnce(*const *const c_char) -> c_int,
+) -> c_int {
+    let prepared = {
+        let _b = Busy::new();
+        hand_over(true).map(|(value, sock, made)| {
+            // SAFETY: the caller's contract on envp.
+            let env = unsafe { with_var(envp, &value) };
+            // SAFETY: the new connection's descriptor is this library's; the child inherits it.
+            unsafe { libc::fcntl(sock, libc::F_SETFD, 0) };
+            (env, made)
+        })
+    };
+    match prepared {
+        None => spawn(envp),
+        Some(((_owned, ptrs), made)) => {
+            let r = spawn(ptrs.as_ptr());
+            drop(made); // the child holds its own copy
+            r
+        }
+    }
 }
 
 /// Take up what the program before exec handed over, before `main` runs.
@@ -217,6 +433,9 @@ extern "C" fn inherit() {
             }
         };
         drop(state::insert(k, a));
+        if k <= 2 {
+            crate::stdio::adopt_standard(k);
+        }
     }
 }
 

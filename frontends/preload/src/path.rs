@@ -635,7 +635,17 @@ pub(crate) unsafe extern "C" fn readlinkat(
         Route::Real => real!(readlinkat(dirfd, path, buf, n)
             as fn(c_int, *const c_char, *mut c_char, usize) -> isize),
         Route::Pool(p) => enter(-1, |fs| {
-            let t = fs.readlink(&p).map_err(en)?;
+            let mut t = fs.readlink(&p).map_err(en)?;
+            // symlinkat stored a target under the prefix as a pool path: the program gets back
+            // the string it gave.
+            if t.first() == Some(&b'/') {
+                let prefix = &state::config().ok_or(libc::EIO)?.prefix;
+                t = if t == b"/" {
+                    prefix.clone()
+                } else {
+                    [&prefix[..], &t[..]].concat()
+                };
+            }
             if n == 0 || buf.is_null() {
                 return Err(if n == 0 { libc::EINVAL } else { libc::EFAULT });
             }

@@ -203,9 +203,9 @@ pub(crate) fn make_room(fd: c_int) {
 
 /// The server connection the next program of an exec adopts, when a server serves the pool
 /// to this process (`Client::session_for_exec`).
-pub(crate) fn exec_socket() -> Option<(c_int, Option<std::os::fd::OwnedFd>)> {
+pub(crate) fn exec_socket(spawn: bool) -> Option<(c_int, Option<std::os::fd::OwnedFd>)> {
     let mut out = None;
-    with_client(|c| out = c.session_for_exec());
+    with_client(|c| out = c.session_for_exec(spawn));
     out
 }
 

@@ -5,7 +5,7 @@
 //! stream, checked once against a stream of its own; where it differs, `fileno` gives -1 as for
 //! any cookie stream). Not served: a stream glibc makes from a descriptor itself (`popen`), and
 //! `stdin`/`stdout` redirected to a pool file by the shell before exec, whose writes glibc makes
-//! past this library.
+//! past this library, except in a program started by exec with them (see [`adopt_standard`]).
 
 use crate::state::{lookup, route, Route};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -25,6 +25,9 @@ struct CookieIo {
 }
 
 extern "C" {
+    static mut stdin: *mut libc::FILE;
+    static mut stdout: *mut libc::FILE;
+    static mut stderr: *mut libc::FILE;
     fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut libc::FILE;
 }
 
@@ -179,4 +182,112 @@ pub(crate) unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut c
         return unsafe { stream(fd, mode) };
     }
     real!(fdopen(fd, mode) as fn(c_int, *const c_char) -> *mut c_void)
+}
+
+/// A program started by exec with standard descriptor `fd` (0, 1 or 2) standing for a pool file
+/// (a shell's `prog > file`): its stdio stream becomes a stream over the shim descriptor, as
+/// glibc's own stream would write past this library. Called before `main`, single-threaded.
+pub(crate) fn adopt_standard(fd: c_int) {
+    let mode = match fd {
+        0 => c"r",
+        1 | 2 => c"w",
+        _ => return,
+    };
+    // SAFETY: `mode` is a C string; the stream is over the shim descriptor `fd`.
+    let f = unsafe { stream(fd, mode.as_ptr()) }.cast::<libc::FILE>();
+    if f.is_null() {
+        return;
+    }
+    // SAFETY: before main, one thread: nothing reads the globals meanwhile; glibc's stdio reads
+    // `stdin`/`stdout`/`stderr` through these variables.
+    unsafe {
+        match fd {
+            0 => stdin = f,
+            1 => stdout = f,
+            _ => {
+                libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
+                stderr = f;
+            }
+        }
+    }
+}
+
+/// freopen(3) onto a pool path: the old stream is closed, the pool file opened on the old
+/// stream's descriptor number (as glibc's freopen, which reopens on the number it closed), and a
+/// new stream over it takes the old one's place (`stdin`, `stdout` or `stderr` is pointed at
+/// it when it was the old one). The stream returned is a new one, not `old`: a caller that keeps
+/// using `old` itself (not the return value, not the standard variable) is not served.
+///
+/// # Safety
+/// freopen(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn freopen(
+    path: *const c_char,
+    mode: *const c_char,
+    old: *mut libc::FILE,
+) -> *mut libc::FILE {
+    // SAFETY: the caller's contract.
+    let pool = match (path.is_null(), unsafe { route(libc::AT_FDCWD, path) }) {
+        (false, Route::Pool(p)) => p,
+        _ => {
+            return real!(freopen(path, mode, old)
+                as fn(
+                    *const c_char,
+                    *const c_char,
+                    *mut libc::FILE,
+                ) -> *mut libc::FILE)
+        }
+    };
+    // SAFETY: the caller's contract: a C string.
+    let flags = (!mode.is_null())
+        .then(|| unsafe { CStr::from_ptr(mode) })
+        .and_then(|m| mode_flags(m.to_bytes()));
+    // SAFETY: `old` is the caller's live stream, closed as freopen closes it.
+    let n = unsafe {
+        let n = libc::fileno(old);
+        libc::fclose(old);
+        n
+    };
+    let Some(flags) = flags else {
+        crate::state::set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    let mut fd = crate::open::open_pool(pool, flags, 0o666);
+    if fd < 0 {
+        return std::ptr::null_mut();
+    }
+    if n >= 0 && fd != n && crate::fd::dup2(fd, n) == n {
+        crate::fd::close(fd);
+        fd = n;
+    }
+    // SAFETY: `mode` is the caller's C string.
+    let f = unsafe { stream(fd, mode) }.cast::<libc::FILE>();
+    if f.is_null() {
+        crate::fd::close(fd);
+        return f;
+    }
+    // SAFETY: the standard variables are read and written as glibc's stdio does (a program
+    // that freopens its standard streams does so from one thread).
+    unsafe {
+        if old == stdin {
+            stdin = f;
+        } else if old == stdout {
+            stdout = f;
+        } else if old == stderr {
+            stderr = f;
+        }
+    }
+    f
+}
+
+/// # Safety
+/// freopen(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn freopen64(
+    path: *const c_char,
+    mode: *const c_char,
+    old: *mut libc::FILE,
+) -> *mut libc::FILE {
+    // SAFETY: the caller's contract.
+    unsafe { freopen(path, mode, old) }
 }

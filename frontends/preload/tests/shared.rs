@@ -86,6 +86,41 @@ fn shell_scripts_fork_and_exec_on_a_served_pool() {
 }
 
 #[test]
+fn programs_in_the_pool_run_and_standard_streams_reach_pool_files() {
+    let s = served();
+    let m = |p: &str| s.shim.m(p);
+    // A script and a copied ELF program stored in the pool run (the kernel cannot read them);
+    // a program whose standard output a shell put on a pool file writes there with stdio;
+    // realpath resolves pool paths and links.
+    let out = s.sh(&format!(
+        "set -e\n\
+         mkdir {bin}\n\
+         printf '#!/bin/sh\\necho script \"$@\"\\n' > {bin}/s.sh\n\
+         chmod +x {bin}/s.sh\n\
+         {bin}/s.sh a b\n\
+         cp /bin/echo {bin}/echo\n\
+         {bin}/echo copied program\n\
+         /bin/echo through stdio > {bin}/out\n\
+         seq 2 >> {bin}/out\n\
+         cat {bin}/out\n\
+         ln -s {bin} {link}\n\
+         realpath {link}/out\n\
+         chmod -x {bin}/s.sh\n\
+         {bin}/s.sh 2>/dev/null || echo refused\n",
+        bin = m("bin"),
+        link = m("link"),
+    ));
+    assert_eq!(
+        out,
+        format!(
+            "script a b\ncopied program\nthrough stdio\n1\n2\n{}\nrefused\n",
+            m("bin/out")
+        )
+    );
+    s.stop();
+}
+
+#[test]
 fn a_fork_child_shares_its_parents_descriptor_and_offset() {
     if !have("python3") {
         return;

@@ -105,9 +105,10 @@ impl Client {
     /// [`Client::adopt`]), and whether it is a new one (to close if exec fails). This
     /// process's own, unless this is a `vfork` child: that shares its parent's memory and so
     /// this client, but must not take the parent's session, so it gets a new connection with
-    /// a fork of it. `None` once the connection is lost.
-    pub fn session_for_exec(&self) -> Option<(RawFd, Option<OwnedFd>)> {
-        if getpid() == self.pid.load(std::sync::atomic::Ordering::Relaxed) {
+    /// a fork of it. `spawn`: always a new one (for `posix_spawn`, whose child this process is
+    /// not). `None` once the connection is lost.
+    pub fn session_for_exec(&self, spawn: bool) -> Option<(RawFd, Option<OwnedFd>)> {
+        if !spawn && getpid() == self.pid.load(std::sync::atomic::Ordering::Relaxed) {
             return self.conn.lock().as_ref().map(|c| (c.raw(), None));
         }
         let fd = self.fork_session()?;
