@@ -8,8 +8,11 @@
 #
 #   scripts/pgbench-load.sh PMKIT [SCALE] [SECS]   e.g. scripts/pgbench-load.sh target/release/pmkit 10 20
 #
-# ROUNDS=R (default 3). Targets: pmfs-long (durable on return, the default mount), pmfs-writeback
-# (`--cache writeback`), ext4-loop (ext4 on a loop device over a /dev/shm file, default options).
+# ROUNDS=R (default 3). TARGETS="..." picks targets (default: pmfs-long pmfs-writeback
+# ext4-loop): pmfs-long (durable on return, the default mount), pmfs-writeback (`--cache
+# writeback`), pmfs-shim (PostgreSQL's programs under the LD_PRELOAD shim, the pool served by
+# `pmkit fs serve`; libpmkit_preload.so beside PMKIT; the pool is checked after each run),
+# ext4-loop (ext4 on a loop device over a /dev/shm file, default options).
 # Needs root, /dev/fuse, losetup, mkfs.ext4 and PostgreSQL (scripts/bench-packages.txt).
 set -euo pipefail
 pmkit=$(realpath "${1:?usage: $0 PMKIT [SCALE] [SECS]}")
@@ -23,12 +26,18 @@ rows=$(mktemp)
 work=""
 daemon=""
 loop=""
+shim=""
 cleanup() {
-    [ -n "$work" ] && { runuser -u postgres -- "$pgbin/pg_ctl" -D "$work/mnt/pg" -m immediate stop >/dev/null 2>&1 || true; }
-    [ -n "$daemon" ] && { "$pmkit" fs umount "$work/mnt" >/dev/null 2>&1 || umount -l "$work/mnt" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true; }
+    [ -n "$work" ] && { runuser -u postgres -- env $shim "$pgbin/pg_ctl" -D "$work/mnt/pg" -m immediate stop >/dev/null 2>&1 || true; }
+    if [ -n "$daemon" ] && [ -n "$shim" ]; then
+        kill -TERM "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true
+        "$pmkit" fs check "$work/pool" >/dev/null || echo "pmkit fs check found problems in the served pool" >&2
+    elif [ -n "$daemon" ]; then
+        "$pmkit" fs umount "$work/mnt" >/dev/null 2>&1 || umount -l "$work/mnt" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true
+    fi
     [ -n "$loop" ] && { umount "$work/mnt" 2>/dev/null || true; losetup -d "$loop" 2>/dev/null || true; }
     [ -n "$work" ] && rm -rf "$work"
-    work="" daemon="" loop=""
+    work="" daemon="" loop="" shim=""
 }
 trap 'cleanup; rm -f "$rows"' EXIT
 up() {
@@ -36,6 +45,17 @@ up() {
     chmod 755 "$work"
     mkdir "$work/mnt"
     case $1 in
+    pmfs-shim)
+        "$pmkit" fs mkfs "$work/pool" --size 2G >/dev/null 2>&1
+        chmod 666 "$work/pool"
+        "$pmkit" fs serve "$work/pool" >"$work/out" 2>"$work/err" &
+        daemon=$!
+        for _ in $(seq 100); do grep -q "^ready" "$work/out" 2>/dev/null && break; sleep 0.1; done
+        grep -q "^ready" "$work/out" || { cat "$work/err" >&2; exit 1; }
+        shim="LD_PRELOAD=$(dirname "$pmkit")/libpmkit_preload.so PMKIT_PRELOAD_POOL=$work/pool PMKIT_PRELOAD_PREFIX=$work/mnt"
+        env $shim chown postgres:postgres "$work/mnt"
+        return
+        ;;
     pmfs-*)
         local cache=${1#pmfs-}
         "$pmkit" fs mkfs "$work/pool" --size 2G >/dev/null 2>&1
@@ -54,42 +74,48 @@ up() {
     chown postgres:postgres "$work/mnt"
 }
 measure() {
-    local t=$1 round=$2 pg="runuser -u postgres --"
+    local t=$1 round=$2
     up "$t"
-    local data="$work/mnt/pg" sock="$work/mnt"
+    # Under the shim the socket and the log stay in the kernel's tree (pgbench runs without the
+    # shim; a socket bound in the pool is the binding process's alone).
+    local pg="runuser -u postgres -- env $shim" data="$work/mnt/pg" sock="$work/mnt" log="$work/mnt/pg.log"
+    if [ -n "$shim" ]; then sock=$(mktemp -d /tmp/pmkit-pgsock.XXXXXX); chmod 777 "$sock"; log="$sock/pg.log"; fi
     $pg "$pgbin/initdb" -D "$data" -A trust --no-sync >/dev/null
-    $pg "$pgbin/pg_ctl" -D "$data" -w -l "$work/mnt/pg.log" \
+    $pg "$pgbin/pg_ctl" -D "$data" -w -l "$log" \
         -o "-k $sock -c listen_addresses='' -p 5498 -c shared_buffers=128MB -c max_wal_size=1GB" start >/dev/null
     local t0 t1
     t0=$(date +%s.%N)
-    $pg "$pgbin/pgbench" -h "$sock" -p 5498 -i -q -s "$scale" postgres >/dev/null 2>&1
+    local bench="runuser -u postgres --"
+    $bench "$pgbin/pgbench" -h "$sock" -p 5498 -i -q -s "$scale" postgres >/dev/null 2>&1
     t1=$(date +%s.%N)
     local load tps
     load=$(echo "$t1 - $t0" | bc)
-    tps=$($pg "$pgbin/pgbench" -h "$sock" -p 5498 -c 4 -j 2 -T "$secs" postgres 2>/dev/null \
+    tps=$($bench "$pgbin/pgbench" -h "$sock" -p 5498 -c 4 -j 2 -T "$secs" postgres 2>/dev/null \
         | awk '/^tps = /{print $3}')
     $pg "$pgbin/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+    if [ -n "$shim" ]; then grep -E "PANIC|FATAL" "$log" >&2 || true; rm -rf "$sock"; fi
     cleanup
     printf '%-15s round %d: load %7.2f s, %9.1f tps\n' "$t" "$round" "$load" "$tps"
     echo "$t $load $tps" >>"$rows"
 }
-targets=(pmfs-long pmfs-writeback ext4-loop)
+read -r -a targets <<< "${TARGETS:-pmfs-long pmfs-writeback ext4-loop}"
+n=${#targets[@]}
 for r in $(seq "$rounds"); do
     # rotated, so no target always runs first or last
-    for k in 0 1 2; do
-        measure "${targets[$(( (k + r) % 3 ))]}" "$r"
+    for k in $(seq 0 $((n - 1))); do
+        measure "${targets[$(( (k + r) % n ))]}" "$r"
     done
 done
 echo "medians (ratio to ext4-loop: load time, inverted so higher is better; tps):"
-python3 - "$rows" <<'EOF'
+python3 - "$rows" "${targets[@]}" <<'EOF'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 med = {}
-for t in ("pmfs-long", "pmfs-writeback", "ext4-loop"):
+for t in sys.argv[2:]:
     load = statistics.median(float(r[1]) for r in rows if r[0] == t)
     tps = statistics.median(float(r[2]) for r in rows if r[0] == t)
     med[t] = (load, tps)
-base = med["ext4-loop"]
+base = med.get("ext4-loop") or next(iter(med.values()))
 for t, (load, tps) in med.items():
     print(f"{t:15} load {load:7.2f} s ({base[0] / load:.2f}x)  {tps:9.1f} tps ({tps / base[1]:.2f}x)")
 EOF

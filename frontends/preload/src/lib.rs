@@ -44,6 +44,7 @@ mod exec;
 mod fd;
 mod fifo;
 mod guarded;
+mod hints;
 mod ids;
 mod image;
 mod ioctl;
