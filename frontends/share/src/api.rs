@@ -48,6 +48,10 @@ macro_rules! calls {
             } )*
         }
 
+        /// The calls' names and types as written: a change to any changes
+        /// [`crate::PROTOCOL`].
+        pub(crate) const CALLS_TEXT: &str = stringify!($( $name($($arg: $aty => $owned),*) -> $ret; )*);
+
         /// Run `r` on session `p`; the encoded reply.
         pub(crate) fn dispatch<M: Media>(p: &Posix<M>, r: Request) -> Vec<u8> {
             match r {
@@ -59,7 +63,6 @@ macro_rules! calls {
 
 calls! {
     fn lseek(fd: Fd => Fd, delta: i64 => i64, whence: Whence => Whence) -> u64;
-    fn fsync(fd: Fd => Fd) -> ();
     fn ftruncate(fd: Fd => Fd, len: u64 => u64) -> ();
     fn fstat(fd: Fd => Fd) -> Attr;
     fn stat(path: &[u8] => Vec<u8>) -> Attr;
@@ -102,6 +105,9 @@ pub trait PoolApi: Calls {
     fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize>;
     fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize>;
     fn write(&self, fd: Fd, data: &[u8]) -> Result<usize>;
+    /// fsync(2): every write is durable when it returns, in process and through a server, so
+    /// a client answers it without a round trip.
+    fn fsync(&self, fd: Fd) -> Result<()>;
     fn statfs(&self) -> Result<StatFs>;
     /// An inode's attributes by number (a descriptor the shim recognises by its inode).
     fn getattr_ino(&self, ino: u64) -> Result<Attr>;
@@ -146,7 +152,8 @@ pub enum Special {
     SetPathMax(u64),
     /// Close every descriptor of the session but these (after exec).
     Keep(Vec<Fd>),
-    /// Is this a pool server's session? Answers [`crate::HELLO`].
+    /// Is this a pool server's session, of this protocol? Answers [`crate::HELLO`] and
+    /// [`crate::PROTOCOL`].
     Ping,
 }
 
@@ -180,7 +187,7 @@ pub(crate) fn dispatch_special<M: Media>(p: &Posix<M>, s: Special) -> Vec<u8> {
             p.retain(&fds);
             encode(Ok(()))
         }
-        Special::Ping => encode(Ok(crate::HELLO.to_string())),
+        Special::Ping => encode(Ok((crate::HELLO.to_string(), crate::PROTOCOL))),
         Special::SetPathMax(max) => encode(match usize::try_from(max) {
             Ok(m) if m >= pmkit_fs::posix::PATH_MAX - 1 => {
                 p.set_path_max(m);
@@ -204,6 +211,9 @@ impl PoolApi for Posix<pmkit_media::Region> {
     }
     fn write(&self, fd: Fd, data: &[u8]) -> Result<usize> {
         Posix::write(self, fd, data)
+    }
+    fn fsync(&self, fd: Fd) -> Result<()> {
+        Posix::fsync(self, fd)
     }
     fn statfs(&self) -> Result<StatFs> {
         Ok(Posix::statfs(self))

@@ -3,6 +3,7 @@
 
 use crate::api::{PoolApi, Special, Transport};
 use crate::conn::Conn;
+use crate::link::Link;
 use crate::Message;
 use parking_lot::Mutex;
 use pmkit_fs::posix::{Cred, Fd, MapView};
@@ -16,7 +17,7 @@ use std::path::Path;
 /// A connection to the server of one pool.
 pub struct Client {
     /// `None` once the connection is lost (every call then fails with EIO).
-    conn: Mutex<Option<Conn>>,
+    conn: Mutex<Option<Link>>,
     /// Between `fork_prepare` and the fork: this end of the child's connection.
     pending: Mutex<Option<OwnedFd>>,
     /// The process whose connection `conn` is: a `vfork` child shares this memory but not the
@@ -52,6 +53,7 @@ impl Client {
         let mut conn = Conn::new(crate::conn::out_of_the_way(s));
         let conn_fd = conn.raw();
         let hello = Message::Hello {
+            protocol: crate::PROTOCOL,
             cred,
             path_max: path_max as u64,
         };
@@ -64,7 +66,7 @@ impl Client {
         })?;
         match postcard::from_bytes::<std::result::Result<(), i32>>(&reply.0) {
             Ok(Ok(())) => Ok(Client {
-                conn: Mutex::new(Some(conn)),
+                conn: Mutex::new(Some(Link::new(conn))),
                 pending: Mutex::new(None),
                 pid: getpid().into(),
                 sock: conn_fd.into(),
@@ -83,12 +85,12 @@ impl Client {
         crate::conn::set_cloexec(s.as_raw_fd(), true)?;
         let c = Client {
             sock: s.as_raw_fd().into(),
-            conn: Mutex::new(Some(Conn::new(s))),
+            conn: Mutex::new(Some(Link::new(Conn::new(s)))),
             pending: Mutex::new(None),
             pid: getpid().into(),
         };
-        match c.special::<String>(Special::Ping) {
-            Ok(h) if h == crate::HELLO => {}
+        match c.special::<(String, u64)>(Special::Ping) {
+            Ok((h, p)) if h == crate::HELLO && p == crate::PROTOCOL => {}
             _ => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -109,7 +111,11 @@ impl Client {
     /// not). `None` once the connection is lost.
     pub fn session_for_exec(&self, spawn: bool) -> Option<(RawFd, Option<OwnedFd>)> {
         if !spawn && getpid() == self.pid.load(std::sync::atomic::Ordering::Relaxed) {
-            return self.conn.lock().as_ref().map(|c| (c.raw(), None));
+            // The next program takes the session over the socket and makes its own channel.
+            let mut g = self.conn.lock();
+            let link = g.as_mut()?;
+            link.close_channel();
+            return Some((link.conn.raw(), None));
         }
         let fd = self.fork_session()?;
         Some((std::os::fd::AsRawFd::as_raw_fd(&fd), Some(fd)))
@@ -127,7 +133,7 @@ impl Client {
     pub fn move_socket(&self) {
         let mut g = self.conn.lock();
         if let Some(c) = g.as_mut() {
-            if let Ok(fd) = c.move_out_of_the_way() {
+            if let Ok(fd) = c.conn.move_out_of_the_way() {
                 self.sock.store(fd, std::sync::atomic::Ordering::Relaxed);
             }
         }
@@ -136,13 +142,12 @@ impl Client {
     /// A new connection whose session is a fork of this one's.
     fn fork_session(&self) -> Option<OwnedFd> {
         let mut g = self.conn.lock();
-        let conn = g.as_mut()?;
+        let link = g.as_mut()?;
         let (ours, theirs) = UnixStream::pair().ok()?;
         let ours = crate::conn::out_of_the_way(ours);
         let m = postcard::to_allocvec(&Message::Fork).expect("encodes");
-        conn.send(&m, Some(theirs.as_raw_fd())).ok()?;
+        let frame = link.round_trip(&m, Some(theirs.as_raw_fd())).ok()?;
         drop(theirs);
-        let (frame, _) = conn.recv().ok()??;
         match postcard::from_bytes::<std::result::Result<(), i32>>(&frame) {
             Ok(Ok(())) => Some(OwnedFd::from(ours)),
             _ => None,
@@ -178,11 +183,11 @@ impl Client {
             .pending
             .lock()
             .take()
-            .map(|fd| Conn::new(UnixStream::from(fd)));
+            .map(|fd| Link::new(Conn::new(UnixStream::from(fd))));
         // SAFETY: the forking thread held the lock in the parent (fork_prepare); in the child
         // that thread is this one, and no other thread exists.
         unsafe { self.conn.force_unlock() };
-        let fd = next.as_ref().map_or(-1, Conn::raw);
+        let fd = next.as_ref().map_or(-1, |l| l.conn.raw());
         let old = std::mem::replace(&mut *self.conn.lock(), next);
         drop(old); // the child's copy of the parent's connection
         self.sock.store(fd, std::sync::atomic::Ordering::Relaxed);
@@ -196,16 +201,11 @@ impl Transport for Client {
     fn call<T: DeserializeOwned>(&self, m: &Message) -> Result<T> {
         let bytes = postcard::to_allocvec(m).expect("a request encodes");
         let mut g = self.conn.lock();
-        let Some(conn) = g.as_mut() else {
+        let Some(link) = g.as_mut() else {
             return Err(Error::Remote(libc::EIO));
         };
-        let reply = conn.send(&bytes, None).and_then(|_| {
-            conn.recv()?.ok_or_else(|| {
-                io::Error::new(io::ErrorKind::ConnectionReset, "the server went away")
-            })
-        });
-        let reply = match reply {
-            Ok((frame, _)) => frame,
+        let reply = match link.round_trip(&bytes, None) {
+            Ok(frame) => frame,
             Err(e) => {
                 *g = None;
                 return Err(lost(&e));
@@ -271,6 +271,11 @@ impl PoolApi for Client {
         Ok(done)
     }
 
+    fn fsync(&self, _fd: Fd) -> Result<()> {
+        // The server made every acknowledged write durable before answering it; the shim's
+        // table has already told a closed number from an open one.
+        Ok(())
+    }
     fn statfs(&self) -> Result<StatFs> {
         self.special(Special::Statfs)
     }

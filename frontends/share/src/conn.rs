@@ -50,6 +50,18 @@ impl Conn {
         Ok(self.fd.as_raw_fd())
     }
 
+    /// Whether the other end closed (no wait).
+    pub(crate) fn peer_gone(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: poll of one descriptor this connection owns, no timeout.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+    }
+
     /// Another handle of the socket (to shut it down from another thread).
     pub(crate) fn handle(&self) -> std::io::Result<UnixStream> {
         self.fd.try_clone()
@@ -124,14 +136,14 @@ impl Conn {
     }
 }
 
-/// The poll before a read sleeps: `PMKIT_SHARE_SPIN_US` microseconds (0: none), else 50.
-fn spin_default() -> std::time::Duration {
+/// The poll before a read sleeps: `PMKIT_SHARE_SPIN_US` microseconds (0: none), else 100.
+pub(crate) fn spin_default() -> std::time::Duration {
     static US: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let us = *US.get_or_init(|| {
         std::env::var("PMKIT_SHARE_SPIN_US")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(50)
+            .unwrap_or(100)
             .min(10_000)
     });
     std::time::Duration::from_micros(us)

@@ -15,8 +15,10 @@
 //! says, each such process is trusted with the pool).
 
 mod api;
+mod channel;
 mod client;
 mod conn;
+mod link;
 mod server;
 mod wire;
 
@@ -32,16 +34,38 @@ use std::os::unix::net::SocketAddr;
 use std::path::Path;
 
 /// Most data bytes one frame carries; a longer read or write is several calls.
-pub const MAX_IO: usize = 4 << 20;
+pub const MAX_IO: usize = 1 << 20;
+
+/// Bumped by hand when a message other than the listed calls changes (`Message`, `Special`,
+/// the channel's layout).
+const PROTOCOL_EDITION: u64 = 1;
+
+/// The protocol a client and its server must share: the edition and a hash of the calls as
+/// written, so that a shim and a server from different builds refuse each other (EPROTO)
+/// instead of misreading requests.
+pub const PROTOCOL: u64 = fnv1a(api::CALLS_TEXT.as_bytes()) ^ PROTOCOL_EDITION;
+
+const fn fnv1a(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < b.len() {
+        h ^= b[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
 
 /// A session's answer to [`Special::Ping`].
-pub const HELLO: &str = "pmkit-pool 1";
+pub const HELLO: &str = "pmkit-pool";
 
 /// What a client sends.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Message {
     /// The first message, with the client's read-write descriptor of the pool file beside it.
     Hello {
+        /// [`PROTOCOL`] of the client's build.
+        protocol: u64,
         cred: Option<pmkit_fs::posix::Cred>,
         path_max: u64,
     },
@@ -50,6 +74,11 @@ pub enum Message {
     /// Give the connection passed beside this message a session that shares this one's
     /// descriptors (a child of fork will use it).
     Fork,
+    /// From now on, calls come through the shared-memory channel whose memory file is passed
+    /// beside this message (sent on the socket).
+    Channel,
+    /// Back to the socket (sent through the channel).
+    Unchannel,
 }
 
 /// The server's address for the pool file at `pool`: an abstract Unix socket named after the

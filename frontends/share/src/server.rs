@@ -2,6 +2,7 @@
 //! and a stop that ends every session before the pool is unmounted.
 
 use crate::api::{dispatch, dispatch_special, encode};
+use crate::channel::Channel;
 use crate::conn::{access_mode, Conn};
 use crate::Message;
 use parking_lot::Mutex;
@@ -155,9 +156,18 @@ fn spawn<M: Media + Send + Sync + 'static>(
 fn hello<M: Media>(s: &Shared<M>, mut conn: Conn) -> Option<(Conn, Posix<M>)> {
     let (frame, fd) = conn.recv().ok()??;
     let check = || -> pmkit_fs::Result<Posix<M>> {
-        let Ok(Message::Hello { cred, path_max }) = postcard::from_bytes(&frame) else {
+        let Ok(Message::Hello {
+            protocol,
+            cred,
+            path_max,
+        }) = postcard::from_bytes(&frame)
+        else {
             return Err(Error::Invalid("the first message must be a hello"));
         };
+        if protocol != crate::PROTOCOL {
+            // A shim and a server from different builds: refused, never misread.
+            return Err(Error::Remote(libc::EPROTO));
+        }
         let fd = fd.ok_or(Error::Access("no pool descriptor came with the hello"))?;
         same_pool(s.pool, fd)?;
         let session = s.root.session()?;
@@ -198,16 +208,30 @@ fn same_pool(pool: Pool, fd: OwnedFd) -> pmkit_fs::Result<()> {
     Ok(())
 }
 
-/// A client's calls, one at a time, until it closes or is cut; then its session ends.
+/// A client's calls, one at a time, until it closes or is cut; then its session ends. They
+/// come over the socket, or through the session's shared-memory channel once the client made
+/// one (`Message::Channel`).
 fn serve<M: Media + Send + Sync + 'static>(s: &Arc<Shared<M>>, mut conn: Conn, session: Posix<M>) {
+    let mut chan: Option<Channel> = None;
+    let mut last = 0u32;
     loop {
-        let (frame, fd) = match conn.recv() {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
-            Err(e) => {
-                tracing::debug!("a client's connection ended: {e}");
-                break;
+        // The next request: its bytes, a descriptor sent with it, and its channel sequence.
+        let (frame, fd, seq) = match &chan {
+            Some(ch) => {
+                let c = &conn;
+                match ch.next(last, &|| !c.peer_gone()) {
+                    Ok((seq, bytes)) => (bytes, None, Some(seq)),
+                    Err(_) => break,
+                }
             }
+            None => match conn.recv() {
+                Ok(Some((frame, fd))) => (frame, fd, None),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!("a client's connection ended: {e}");
+                    break;
+                }
+            },
         };
         let msg = match postcard::from_bytes::<Message>(&frame) {
             Ok(m) => m,
@@ -216,22 +240,72 @@ fn serve<M: Media + Send + Sync + 'static>(s: &Arc<Shared<M>>, mut conn: Conn, s
                 break;
             }
         };
-        let run = || match msg {
-            Message::Call(r) => dispatch(&session, r),
-            Message::Special(sp) => dispatch_special(&session, sp),
-            Message::Fork => encode(fork(s, &session, fd)),
-            Message::Hello { .. } => encode::<()>(Err(Error::Invalid("a second hello"))),
+        let (reply, switch) = handle(s, &session, &mut conn, msg, fd, seq.is_some());
+        let sent = match (&chan, seq) {
+            (Some(ch), Some(seq)) => {
+                last = seq;
+                ch.reply(seq, &reply).is_ok()
+            }
+            _ => conn.send(&reply, None).is_ok(),
         };
-        // A panic in a call (a bug) answers EIO and the session goes on, as the mount does.
-        let reply = catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
-            tracing::error!("a call panicked (a bug): EIO");
-            encode::<()>(Err(Error::Remote(libc::EIO)))
-        });
-        if conn.send(&reply, None).is_err() {
+        if !sent {
             break;
+        }
+        if let Some(next) = switch {
+            (chan, last) = match next {
+                Some((ch, start)) => (Some(ch), start),
+                None => (None, 0),
+            };
         }
     }
     session.end();
+}
+
+/// A channel to switch to after a reply (`None`: back to the socket), with the request
+/// sequence it starts after (read before the reply: the client may send through it as soon as
+/// it has the reply).
+type Switch = Option<Option<(Channel, u32)>>;
+
+/// Run one message of a session: the encoded reply, and a change of channel. `fd` came with
+/// it on the socket; `via_channel`: it came through the channel (a descriptor for it then
+/// follows on the socket).
+fn handle<M: Media + Send + Sync + 'static>(
+    s: &Arc<Shared<M>>,
+    session: &Posix<M>,
+    conn: &mut Conn,
+    msg: Message,
+    fd: Option<OwnedFd>,
+    via_channel: bool,
+) -> (Vec<u8>, Switch) {
+    let mut switch: Switch = None;
+    let run = || match msg {
+        Message::Call(r) => dispatch(session, r),
+        Message::Special(sp) => dispatch_special(session, sp),
+        Message::Fork if via_channel => {
+            let fd = conn.recv().ok().flatten().and_then(|(_, fd)| fd);
+            encode(fork(s, session, fd))
+        }
+        Message::Fork => encode(fork(s, session, fd)),
+        Message::Channel => match fd.map(|fd| Channel::open(fd, crate::conn::spin_default())) {
+            Some(Ok(ch)) => {
+                let start = ch.request_seq();
+                switch = Some(Some((ch, start)));
+                encode(Ok(()))
+            }
+            _ => encode::<()>(Err(Error::Invalid("an unusable channel"))),
+        },
+        Message::Unchannel => {
+            switch = Some(None);
+            encode(Ok(()))
+        }
+        Message::Hello { .. } => encode::<()>(Err(Error::Invalid("a second hello"))),
+    };
+    // A panic in a call (a bug) answers EIO and the session goes on, as the mount does.
+    let reply = catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
+        tracing::error!("a call panicked (a bug): EIO");
+        encode::<()>(Err(Error::Remote(libc::EIO)))
+    });
+    (reply, switch)
 }
 
 /// A session for a child of fork on the connection passed in `fd`.

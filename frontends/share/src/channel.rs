@@ -1,0 +1,264 @@
+//! A session's shared-memory channel: a memory file the client makes and both processes map,
+//! holding one request and one reply slot and a sequence word for each. A call is a copy in, a
+//! sequence store, and a wait for the other side's sequence: polled for a while (no system
+//! call while the other side answers quickly), then a futex sleep. The socket stays beside it
+//! for descriptors (fork) and for noticing that the other side is gone.
+//!
+//! The other process may change the mapping at any time: its bytes are only copied out with
+//! raw-pointer copies (never made a Rust slice), and only the header's words are read in place,
+//! as atomics.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The header page: one word per cache line.
+const HDR: usize = 4096;
+const REQ_SEQ: usize = 0;
+const REP_SEQ: usize = 64;
+const REQ_LEN: usize = 128;
+const REP_LEN: usize = 192;
+/// 1 while the server sleeps on `REQ_SEQ` (the client wakes it).
+const SERVER_SLEEPS: usize = 256;
+/// 1 while the client sleeps on `REP_SEQ`.
+const CLIENT_SLEEPS: usize = 320;
+/// Each slot holds one frame.
+const SLOT: usize = crate::conn::MAX_FRAME;
+const LEN: usize = HDR + 2 * SLOT;
+
+/// Polls of the word before a wait starts yielding the CPU between polls (a few microseconds:
+/// an answer from a side running on another CPU comes within them).
+const SPIN_POLLS: u32 = 2000;
+
+/// How long a sleeper sleeps before it looks whether the other side is gone.
+const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+pub(crate) struct Channel {
+    base: *mut u8,
+    fd: OwnedFd,
+    /// How long a wait polls before it sleeps.
+    spin: Duration,
+}
+
+// SAFETY: the mapping is process-wide memory used only through atomics and raw copies; the
+// owner (a client's lock, a server's session thread) makes one call at a time.
+unsafe impl Send for Channel {}
+// SAFETY: as above.
+unsafe impl Sync for Channel {}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map_fd`, unmapped once.
+        unsafe { libc::munmap(self.base.cast(), LEN) };
+    }
+}
+
+/// The other side is gone (its socket closed).
+fn gone() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionReset,
+        "the other side of the channel is gone",
+    )
+}
+
+impl Channel {
+    /// A new channel (the client's side): its memory file, to pass to the server.
+    pub(crate) fn create(spin: Duration) -> io::Result<Channel> {
+        // SAFETY: a plain system call with a constant name.
+        let fd = unsafe { libc::memfd_create(c"pmkit-channel".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just made and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        std::fs::File::from(fd.try_clone()?).set_len(LEN as u64)?;
+        Channel::map_fd(fd, spin)
+    }
+
+    /// The server's side of a client's channel.
+    pub(crate) fn open(fd: OwnedFd, spin: Duration) -> io::Result<Channel> {
+        let len = std::fs::File::from(fd.try_clone()?).metadata()?.len();
+        if len != LEN as u64 {
+            return Err(io::Error::other(format!(
+                "a channel of {len} bytes; {LEN} expected"
+            )));
+        }
+        Channel::map_fd(fd, spin)
+    }
+
+    fn map_fd(fd: OwnedFd, spin: Duration) -> io::Result<Channel> {
+        // SAFETY: a shared mapping of the whole memory file, owned by the returned channel.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Channel {
+            base: p.cast(),
+            fd,
+            spin,
+        })
+    }
+
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    fn word(&self, at: usize) -> &AtomicU32 {
+        debug_assert!(at + 4 <= HDR && at.is_multiple_of(64));
+        // SAFETY: `at` is a word inside the header page of the live mapping, 4-aligned (the
+        // mapping is page-aligned); other processes change it only atomically.
+        unsafe { &*self.base.add(at).cast::<AtomicU32>() }
+    }
+
+    fn put(&self, slot: usize, len_at: usize, bytes: &[u8]) -> io::Result<()> {
+        if bytes.len() > SLOT {
+            return Err(io::Error::other(format!(
+                "a frame of {} bytes is over the channel's {SLOT}",
+                bytes.len()
+            )));
+        }
+        // SAFETY: the slot lies inside the mapping and holds SLOT bytes; a raw copy into memory
+        // the other side reads only after the sequence store below.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(slot), bytes.len()) };
+        self.word(len_at)
+            .store(bytes.len() as u32, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn take(&self, slot: usize, len_at: usize) -> io::Result<Vec<u8>> {
+        let n = self.word(len_at).load(Ordering::Relaxed) as usize;
+        if n > SLOT {
+            return Err(io::Error::other(format!(
+                "a frame of {n} bytes in the channel"
+            )));
+        }
+        let mut out = vec![0u8; n];
+        // SAFETY: `n` <= SLOT bytes of the slot inside the mapping, copied out raw (the other
+        // side may write them meanwhile: then the bytes decode badly, never unsafely).
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(slot), out.as_mut_ptr(), n) };
+        Ok(out)
+    }
+
+    /// Wait until the word at `seq` is no longer `old`: polled, then asleep with `sleeps` set;
+    /// `alive` is asked between sleeps. The new value.
+    fn wait(
+        &self,
+        seq: usize,
+        old: u32,
+        sleeps: usize,
+        alive: &dyn Fn() -> bool,
+    ) -> io::Result<u32> {
+        let w = self.word(seq);
+        let t = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            let v = w.load(Ordering::Acquire);
+            if v != old {
+                return Ok(v);
+            }
+            if t.elapsed() >= self.spin {
+                break;
+            }
+            polls += 1;
+            if polls < SPIN_POLLS {
+                std::hint::spin_loop();
+            } else {
+                // The other side may need this CPU (more runnable threads than CPUs): give it.
+                // SAFETY: sched_yield has no arguments and cannot fail in a way that matters.
+                unsafe { libc::sched_yield() };
+            }
+        }
+        loop {
+            self.word(sleeps).store(1, Ordering::SeqCst);
+            let v = w.load(Ordering::SeqCst);
+            if v != old {
+                self.word(sleeps).store(0, Ordering::Relaxed);
+                return Ok(v);
+            }
+            futex_wait(w, old, CHECK_EVERY);
+            self.word(sleeps).store(0, Ordering::Relaxed);
+            let v = w.load(Ordering::Acquire);
+            if v != old {
+                return Ok(v);
+            }
+            if !alive() {
+                return Err(gone());
+            }
+        }
+    }
+
+    /// Publish the word at `seq` as `v` and wake the other side if it sleeps.
+    fn signal(&self, seq: usize, v: u32, sleeps: usize) {
+        let w = self.word(seq);
+        w.store(v, Ordering::SeqCst);
+        if self.word(sleeps).load(Ordering::SeqCst) != 0 {
+            futex_wake(w);
+        }
+    }
+
+    /// The client's call: `req` in, the reply out.
+    pub(crate) fn call(&self, req: &[u8], alive: &dyn Fn() -> bool) -> io::Result<Vec<u8>> {
+        self.put(HDR, REQ_LEN, req)?;
+        let s = self.word(REQ_SEQ).load(Ordering::Relaxed).wrapping_add(1);
+        let before = self.word(REP_SEQ).load(Ordering::Acquire);
+        self.signal(REQ_SEQ, s, SERVER_SLEEPS);
+        let got = self.wait(REP_SEQ, before, CLIENT_SLEEPS, alive)?;
+        if got != s {
+            return Err(io::Error::other(format!(
+                "reply {got} to request {s}: the channel is out of step"
+            )));
+        }
+        self.take(HDR + SLOT, REP_LEN)
+    }
+
+    /// The server's wait for the next request after `last`: its sequence and bytes.
+    pub(crate) fn next(&self, last: u32, alive: &dyn Fn() -> bool) -> io::Result<(u32, Vec<u8>)> {
+        let s = self.wait(REQ_SEQ, last, SERVER_SLEEPS, alive)?;
+        Ok((s, self.take(HDR, REQ_LEN)?))
+    }
+
+    /// The server's reply to request `s`.
+    pub(crate) fn reply(&self, s: u32, rep: &[u8]) -> io::Result<()> {
+        self.put(HDR + SLOT, REP_LEN, rep)?;
+        self.signal(REP_SEQ, s, CLIENT_SLEEPS);
+        Ok(())
+    }
+
+    /// The request sequence now (the server starts after it).
+    pub(crate) fn request_seq(&self) -> u32 {
+        self.word(REQ_SEQ).load(Ordering::Acquire)
+    }
+}
+
+fn futex_wait(w: &AtomicU32, old: u32, d: Duration) {
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT on a word of a shared mapping (not private: two processes) with a
+    // timeout; it returns at once if the word is no longer `old`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            w.as_ptr(),
+            libc::FUTEX_WAIT,
+            old,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+fn futex_wake(w: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE of the waiters on a word of a shared mapping.
+    unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
