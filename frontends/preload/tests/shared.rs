@@ -248,3 +248,106 @@ fn a_killed_client_frees_what_it_held_and_others_go_on() {
     assert_eq!(s.sh(&format!("echo on > {big}; cat {big}")), "on\n");
     s.stop();
 }
+
+/// Not a test on its own: run by `a_killed_server_loses_nothing_acknowledged` as a separate
+/// process (this test binary again, with PMKIT_TEST_SERVE=POOL), a server to kill -9.
+#[test]
+fn serve_helper() {
+    let Some(pool) = std::env::var_os("PMKIT_TEST_SERVE") else {
+        return;
+    };
+    let region = Region::open(std::path::Path::new(&pool), &RegionOptions::default()).unwrap();
+    region.claim(true).unwrap();
+    let (fs, _) = Fs::mount(region, &MountOptions::default()).unwrap();
+    let _server = Server::start(Arc::new(Posix::new(fs)), std::path::Path::new(&pool)).unwrap();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+}
+
+#[test]
+fn a_killed_server_loses_nothing_acknowledged() {
+    if !have("python3") {
+        return;
+    }
+    use std::io::BufRead;
+    let shim = Shim::new();
+    let mut server = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "serve_helper", "--nocapture"])
+        .env("PMKIT_TEST_SERVE", &shim.pool)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let needle = {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&shim.pool).unwrap();
+        format!("@pmkit-pool/{:x}/{:x}", m.dev(), m.ino())
+    };
+    for _ in 0..500 {
+        if std::fs::read_to_string("/proc/net/unix")
+            .unwrap()
+            .contains(&needle)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // A client appends numbered lines, each fsynced and then printed: a printed number is
+    // acknowledged.
+    let log = shim.m("log");
+    let mut client = shim
+        .cmd("python3")
+        .args([
+            "-c",
+            &format!(
+                "import os\n\
+                 fd = os.open('{log}', os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)\n\
+                 i = 0\n\
+                 while True:\n\
+                 \x20   os.write(fd, b'%d\\n' % i)\n\
+                 \x20   os.fsync(fd)\n\
+                 \x20   print(i, flush=True)\n\
+                 \x20   i += 1\n"
+            ),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    let mut acked = 0u64;
+    for l in lines.by_ref() {
+        acked = l.unwrap().parse::<u64>().unwrap() + 1;
+        if acked == 300 {
+            break;
+        }
+    }
+    server.kill().unwrap(); // SIGKILL
+    server.wait().unwrap();
+    // The client's next calls fail; whatever it printed before it stops was acknowledged.
+    for l in lines {
+        match l.unwrap().parse::<u64>() {
+            Ok(i) => acked = i + 1,
+            Err(_) => break,
+        }
+    }
+    let _ = client.kill();
+    let _ = client.wait();
+    // The pool recovers as after a crash, with every acknowledged line.
+    let (p, rec) = shim.mount();
+    assert!(
+        !rec.was_clean,
+        "the server was killed, so the pool is not clean"
+    );
+    let text = String::from_utf8(common::read_all(&p, b"/log")).unwrap();
+    let got: Vec<u64> = text.lines().map(|l| l.parse().unwrap()).collect();
+    assert!(
+        got.len() as u64 >= acked,
+        "{} lines for {acked} acknowledged",
+        got.len()
+    );
+    assert_eq!(got, (0..got.len() as u64).collect::<Vec<_>>());
+    let region = p.unmount();
+    let report = pmkit_fs::check(&region);
+    assert!(report.problems.is_empty(), "{report:?}");
+}

@@ -10,7 +10,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The header page: one word per cache line.
@@ -31,14 +31,20 @@ const LEN: usize = HDR + 2 * SLOT;
 /// an answer from a side running on another CPU comes within them).
 const SPIN_POLLS: u32 = 2000;
 
+/// The shortest poll (see [`Channel::adapt`]): 5 µs.
+const POLL_FLOOR_NS: u64 = 5_000;
+
 /// How long a sleeper sleeps before it looks whether the other side is gone.
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 pub(crate) struct Channel {
     base: *mut u8,
     fd: OwnedFd,
-    /// How long a wait polls before it sleeps.
+    /// The most a wait polls before it sleeps.
     spin: Duration,
+    /// How long a wait polls now, in nanoseconds, adapted to what the waits meet (see
+    /// [`Channel::adapt`]).
+    poll_ns: AtomicU64,
 }
 
 // SAFETY: the mapping is process-wide memory used only through atomics and raw copies; the
@@ -106,6 +112,7 @@ impl Channel {
             base: p.cast(),
             fd,
             spin,
+            poll_ns: AtomicU64::new(spin.as_nanos() as u64 / 2),
         })
     }
 
@@ -160,13 +167,16 @@ impl Channel {
     ) -> io::Result<u32> {
         let w = self.word(seq);
         let t = Instant::now();
+        let limit = Duration::from_nanos(self.poll_ns.load(Ordering::Relaxed));
         let mut polls = 0u32;
         loop {
             let v = w.load(Ordering::Acquire);
             if v != old {
+                self.adapt(Some(t.elapsed()));
                 return Ok(v);
             }
-            if t.elapsed() >= self.spin {
+            if t.elapsed() >= limit {
+                self.adapt(None);
                 break;
             }
             polls += 1;
@@ -195,6 +205,22 @@ impl Channel {
                 return Err(gone());
             }
         }
+    }
+
+    /// Adapt the poll to what a wait met, as an adaptive mutex does: an answer that came
+    /// during the poll after `t` keeps the poll at least twice that (plus the floor), up to the
+    /// most; a wait that had to sleep halves it, down to the floor. So a client and a server that
+    /// answer each other within microseconds poll, and processes that wait for the CPU (more
+    /// of them than CPUs) soon sleep instead of taking it from the side they wait for.
+    fn adapt(&self, hit: Option<Duration>) {
+        let now = self.poll_ns.load(Ordering::Relaxed);
+        let max = self.spin.as_nanos() as u64;
+        let next = match hit {
+            Some(t) => now.max(2 * t.as_nanos() as u64 + POLL_FLOOR_NS),
+            None => now / 2,
+        };
+        self.poll_ns
+            .store(next.clamp(POLL_FLOOR_NS.min(max), max), Ordering::Relaxed);
     }
 
     /// Publish the word at `seq` as `v` and wake the other side if it sleeps.
