@@ -73,6 +73,26 @@ unsafe fn with_var(envp: *const *const c_char, value: &str) -> (Vec<CString>, Ve
     (owned, ptrs)
 }
 
+/// What [`prepare`] gives.
+type Prepared = ((Vec<CString>, Vec<*const c_char>), c_int, Option<OwnedFd>);
+
+/// The environment with the hand-over (owned strings and the pointer array), the connection
+/// left open for the next program (close-on-exec cleared), and the connection made for it, if
+/// one was (`spawn`, or a vfork child); `None` without a server.
+///
+/// # Safety
+/// `envp` as in [`with_var`].
+unsafe fn prepare(envp: *const *const c_char, spawn: bool) -> Option<Prepared> {
+    let _b = Busy::new();
+    hand_over(spawn).map(|(value, sock, made)| {
+        // SAFETY: the caller's contract on envp.
+        let env = unsafe { with_var(envp, &value) };
+        // SAFETY: clears close-on-exec on the connection, a descriptor this library owns.
+        unsafe { libc::fcntl(sock, libc::F_SETFD, 0) };
+        (env, sock, made)
+    })
+}
+
 /// Run `exec` (which returns only on failure) with the hand-over in the environment.
 ///
 /// # Safety
@@ -81,16 +101,8 @@ unsafe fn handing_over(
     envp: *const *const c_char,
     exec: impl FnOnce(*const *const c_char) -> c_int,
 ) -> c_int {
-    let prepared = {
-        let _b = Busy::new();
-        hand_over(false).map(|(value, sock, made)| {
-            // SAFETY: the caller's contract on envp.
-            let env = unsafe { with_var(envp, &value) };
-            // SAFETY: clears close-on-exec on the connection, a descriptor this library owns.
-            unsafe { libc::fcntl(sock, libc::F_SETFD, 0) };
-            (env, sock, made)
-        })
-    };
+    // SAFETY: the caller's contract on envp.
+    let prepared = unsafe { prepare(envp, false) };
     match prepared {
         None => exec(envp),
         Some(((_owned, ptrs), sock, made)) => {
@@ -362,19 +374,11 @@ unsafe fn spawning(
     envp: *const *const c_char,
     spawn: impl FnOnce(*const *const c_char) -> c_int,
 ) -> c_int {
-    let prepared = {
-        let _b = Busy::new();
-        hand_over(true).map(|(value, sock, made)| {
-            // SAFETY: the caller's contract on envp.
-            let env = unsafe { with_var(envp, &value) };
-            // SAFETY: the new connection's descriptor is this library's; the child inherits it.
-            unsafe { libc::fcntl(sock, libc::F_SETFD, 0) };
-            (env, made)
-        })
-    };
+    // SAFETY: the caller's contract on envp.
+    let prepared = unsafe { prepare(envp, true) };
     match prepared {
         None => spawn(envp),
-        Some(((_owned, ptrs), made)) => {
+        Some(((_owned, ptrs), _, made)) => {
             let r = spawn(ptrs.as_ptr());
             drop(made); // the child holds its own copy
             r

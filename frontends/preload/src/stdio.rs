@@ -84,6 +84,18 @@ fn mode_flags(mode: &[u8]) -> Option<c_int> {
     Some(f)
 }
 
+/// open(2) flags for the C string `mode`, if it is one (NULL or a bad mode: `None`).
+///
+/// # Safety
+/// `mode` is NULL or a C string.
+unsafe fn flags_of(mode: *const c_char) -> Option<c_int> {
+    if mode.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    mode_flags(unsafe { CStr::from_ptr(mode) }.to_bytes())
+}
+
 /// Where glibc keeps a stream's descriptor (`_fileno` of `struct _IO_FILE`: after the flags and
 /// thirteen pointers on LP64), if a stream of glibc's own shows it there.
 fn fileno_at() -> Option<usize> {
@@ -143,10 +155,8 @@ pub(crate) unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) 
     let Route::Pool(p) = (unsafe { route(libc::AT_FDCWD, path) }) else {
         return real!(fopen(path, mode) as fn(*const c_char, *const c_char) -> *mut c_void);
     };
-    // SAFETY: the caller's contract: a C string.
-    let flags = (!mode.is_null())
-        .then(|| unsafe { CStr::from_ptr(mode) })
-        .and_then(|m| mode_flags(m.to_bytes()));
+    // SAFETY: the caller's contract: `mode` is a C string.
+    let flags = unsafe { flags_of(mode) };
     let Some(flags) = flags else {
         crate::state::set_errno(libc::EINVAL);
         return std::ptr::null_mut();
@@ -238,10 +248,8 @@ pub(crate) unsafe extern "C" fn freopen(
                 ) -> *mut libc::FILE)
         }
     };
-    // SAFETY: the caller's contract: a C string.
-    let flags = (!mode.is_null())
-        .then(|| unsafe { CStr::from_ptr(mode) })
-        .and_then(|m| mode_flags(m.to_bytes()));
+    // SAFETY: the caller's contract: `mode` is a C string.
+    let flags = unsafe { flags_of(mode) };
     // SAFETY: `old` is the caller's live stream, closed as freopen closes it.
     let n = unsafe {
         let n = libc::fileno(old);
