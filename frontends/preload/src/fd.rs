@@ -601,7 +601,7 @@ pub(crate) unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut i64, 
 /// Descriptors closed past this library's `close`: by `close_range`/`closefrom`, or by glibc
 /// inside `fclose` of a stream `fdopen` made over a shim descriptor. The table forgets them,
 /// so a number the kernel gives out again is never taken for a pool file.
-fn stale(lo: c_int, hi: c_int) {
+pub(crate) fn stale(lo: c_int, hi: c_int) {
     if state::busy() {
         return;
     }
@@ -652,21 +652,4 @@ pub(crate) extern "C" fn closefrom(lo: c_int) {
 fn own_in(lo: c_uint, hi: c_uint) -> Option<c_uint> {
     let own = c_uint::try_from(state::own_socket()).ok()?;
     (lo <= own && own <= hi).then_some(own)
-}
-
-/// # Safety
-/// fclose(3)'s contract.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn fclose(f: *mut libc::FILE) -> c_int {
-    let fd = if f.is_null() {
-        -1
-    } else {
-        // SAFETY: a live stream (the caller's contract).
-        unsafe { libc::fileno(f) }
-    };
-    let r = real!(fclose(f) as fn(*mut libc::FILE) -> c_int);
-    if fd >= 0 {
-        stale(fd, fd);
-    }
-    r
 }

@@ -208,6 +208,7 @@ pub(crate) fn adopt_standard(fd: c_int) {
     if f.is_null() {
         return;
     }
+    register_standard(f);
     // SAFETY: before main, one thread: nothing reads the globals meanwhile; glibc's stdio reads
     // `stdin`/`stdout`/`stderr` through these variables.
     unsafe {
@@ -276,7 +277,7 @@ pub(crate) unsafe extern "C" fn freopen(
     }
     // SAFETY: the standard variables are read and written as glibc's stdio does (a program
     // that freopens its standard streams does so from one thread).
-    unsafe {
+    let standard = unsafe {
         if old == stdin {
             stdin = f;
         } else if old == stdout {
@@ -284,6 +285,10 @@ pub(crate) unsafe extern "C" fn freopen(
         } else if old == stderr {
             stderr = f;
         }
+        f == stdin || f == stdout || f == stderr
+    };
+    if standard {
+        register_standard(f);
     }
     f
 }
@@ -298,4 +303,68 @@ pub(crate) unsafe extern "C" fn freopen64(
 ) -> *mut libc::FILE {
     // SAFETY: the caller's contract.
     unsafe { freopen(path, mode, old) }
+}
+
+/// Streams of this library that took the place of `stdin`, `stdout` or `stderr`, and whether
+/// each was closed. glibc's own standard streams are static: its `fclose` of one closes the
+/// descriptor but never frees the stream, so programs `fclose(stdout)` and then read
+/// `ferror(stdout)` or close it again (flex does). These streams are made to behave the same.
+static STANDARD: std::sync::Mutex<Vec<(usize, bool)>> = std::sync::Mutex::new(Vec::new());
+
+/// glibc's stream flags: reading and writing refused (a closed standard stream's state).
+const IO_NO_READS: c_int = 0x0004;
+const IO_NO_WRITES: c_int = 0x0008;
+
+fn register_standard(f: *mut libc::FILE) {
+    let mut v = STANDARD.lock().unwrap_or_else(|e| e.into_inner());
+    v.retain(|(p, _)| *p != f as usize);
+    v.push((f as usize, false));
+}
+
+/// `fclose` of a stream in [`STANDARD`], as glibc closes its static standard streams: flushed,
+/// its descriptor closed, reads and writes refused from then on, the stream itself kept (a
+/// second close is EOF, EBADF). `None` for any other stream.
+pub(crate) fn fclose_standard(f: *mut libc::FILE) -> Option<c_int> {
+    let mut v = STANDARD.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = v.iter_mut().find(|(p, _)| *p == f as usize)?;
+    if entry.1 {
+        crate::state::set_errno(libc::EBADF);
+        return Some(libc::EOF);
+    }
+    entry.1 = true;
+    drop(v);
+    // SAFETY: `f` is a live stream of this library's (registered, not closed).
+    let (flushed, fd) = unsafe { (libc::fflush(f), libc::fileno(f)) };
+    let closed = if fd >= 0 { crate::fd::close(fd) } else { 0 };
+    // SAFETY: `_flags`, the first int of the live stream, read and written as glibc's fclose
+    // does for its static streams.
+    unsafe {
+        let flags = f.cast::<c_int>();
+        *flags |= IO_NO_READS | IO_NO_WRITES;
+    }
+    Some(if flushed == 0 && closed == 0 {
+        0
+    } else {
+        libc::EOF
+    })
+}
+
+/// # Safety
+/// fclose(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn fclose(f: *mut libc::FILE) -> c_int {
+    if let Some(r) = fclose_standard(f) {
+        return r;
+    }
+    let fd = if f.is_null() {
+        -1
+    } else {
+        // SAFETY: a live stream (the caller's contract).
+        unsafe { libc::fileno(f) }
+    };
+    let r = real!(fclose(f) as fn(*mut libc::FILE) -> c_int);
+    if fd >= 0 {
+        crate::fd::stale(fd, fd);
+    }
+    r
 }

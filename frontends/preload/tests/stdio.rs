@@ -42,10 +42,12 @@ fn stdio_streams_and_temporary_files_reach_the_pool() {
     s.assert_prefix_empty();
     let (p, _) = s.mount();
     assert_eq!(common::read_all(&p, b"/s.txt"), b"one 1\ntwo\nthree\n");
+    // stdout reopened on a pool file and closed twice, as flex does.
+    assert_eq!(common::read_all(&p, b"/re.txt"), b"reopened 1\n");
     assert_eq!(
         p.readdir(b"/").unwrap().len(),
-        3,
-        "only s.txt left (and . and ..)"
+        4,
+        "only s.txt and re.txt left (and . and ..)"
     );
     drop(p.unmount());
 }

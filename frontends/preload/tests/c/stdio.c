@@ -60,5 +60,14 @@ int main(int argc, char **argv) {
     int isdir = d && stat(d, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700;
     printf("mkdtemp %s\n", isdir ? "dir 700" : "no");
     rmdir(path);
-    return 0;
+    /* stdout reopened on a pool file, then closed twice (flex does): as with glibc's own
+     * static stdout, the second close is EOF and the stream stays readable. */
+    fflush(stdout);
+    snprintf(path, sizeof path, "%s/re.txt", dir);
+    if (!freopen(path, "w", stdout)) return 2;
+    printf("reopened %d\n", fileno(stdout));
+    int first = fclose(stdout);
+    int err = ferror(stdout);
+    int second = fclose(stdout);
+    return first == 0 && err == 0 && second == EOF ? 0 : 3;
 }
