@@ -309,6 +309,30 @@ pub(crate) unsafe extern "C" fn faccessat(
     }
 }
 
+/// euidaccess(3) and eaccess(3): the effective ids, which the pool's checks use anyway (glibc
+/// reaches the kernel with its internal faccessat, past this library: gnulib's
+/// `find_in_given_path`, which make uses before it runs a program, asks this).
+///
+/// # Safety
+/// euidaccess(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's contract.
+        Route::Pool(_) => unsafe { faccessat(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) },
+        Route::Real => real!(euidaccess(path, mode) as fn(*const c_char, c_int) -> c_int),
+    }
+}
+
+/// # Safety
+/// eaccess(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { euidaccess(path, mode) }
+}
+
 /// # Safety
 /// access(2)'s contract.
 #[no_mangle]
