@@ -1,7 +1,14 @@
 //! The reentrancy guard: set while the shim's own code runs, so the libc calls it makes resolve
-//! to libc and not to this library's exports again.
+//! to libc and not to this library's exports again. Until the library's constructor has run,
+//! every thread counts as busy: other libraries' constructors run first, and a program's
+//! allocator may be initializing then (jemalloc reads `/etc/malloc.conf` with `readlink` under
+//! its init lock), so the shim must not allocate or route anything yet.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by the constructor ([`ready`]), once the configuration is read.
+static READY: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// Set while the shim's own code runs: the libc calls it makes (std opening the pool,
@@ -10,7 +17,12 @@ thread_local! {
 }
 
 pub(crate) fn busy() -> bool {
-    BUSY.with(Cell::get)
+    !READY.load(Ordering::Acquire) || BUSY.with(Cell::get)
+}
+
+/// The shim serves calls from here on (called by the constructor).
+pub(crate) fn ready() {
+    READY.store(true, Ordering::Release);
 }
 
 /// Marks the thread busy until dropped.

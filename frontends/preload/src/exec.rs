@@ -3,10 +3,10 @@
 //! program's environment (`PMKIT_PRELOAD_INHERIT`) its connection to the server (left open
 //! across exec) and, per inherited kernel number, the pool descriptor, flags and path behind
 //! it; the next program's shim takes them up before `main` ([`inherit`]) and the server closes
-//! the session's other descriptors. `execve`, `execv`, `execvp` and `execvpe` are served; the
-//! variadic `execl*` and `posix_spawn` (whose exec is inside libc) start the next program
-//! with a session of its own and no pool descriptors. A pool this process mounted itself
-//! (no server) hands nothing over.
+//! the session's other descriptors. `execve`, `execv`, `execvp`, `execvpe`, `posix_spawn` and
+//! `posix_spawnp` are served (`popen` and `system` through `shell.rs`); the variadic `execl*`
+//! start the next program with a session of its own and no pool descriptors. A pool this
+//! process mounted itself (no server) hands nothing over.
 
 use crate::image::{image_of, script_argv, Image};
 use crate::state::{self, Busy, Open};
@@ -386,17 +386,23 @@ unsafe fn spawning(
     }
 }
 
-/// Take up what the program before exec handed over, before `main` runs.
+/// The constructor: read the configuration, mark the shim ready, and take up what the program
+/// before exec handed over, all before `main` runs.
 extern "C" fn inherit() {
     let _b = Busy::new();
+    // The configuration is read here, under the guard: its allocations may be the program's
+    // first, and an allocator that initializes then calls back into libc (see `busy.rs`).
+    let configured = state::config().is_some();
+    crate::pid::init();
+    crate::busy::ready();
+    if !configured {
+        return;
+    }
     let Some(value) = std::env::var_os(VAR) else {
         return;
     };
     // Not for the programs this one starts: their descriptors are theirs to hand over.
     std::env::remove_var(VAR);
-    if state::config().is_none() {
-        return;
-    }
     let value = value.to_string_lossy().into_owned();
     let mut parts = value.split(';');
     let Some(sock) = parts.next().and_then(|s| s.parse::<c_int>().ok()) else {
@@ -460,3 +466,31 @@ fn parse_entry(e: &str) -> Option<(c_int, Entry)> {
 #[used]
 #[link_section = ".init_array"]
 static INHERIT: extern "C" fn() = inherit;
+
+// The variadic `execl`, `execlp` and `execle`: `execl.c` reads their argument lists (stable
+// Rust has no C variadics) and calls this library's `execv`, `execvp` and `execve`. The public
+// names are exported here, as jumps that leave the caller's registers and stack as they were.
+extern "C" {
+    fn pmkit_execl();
+    fn pmkit_execlp();
+    fn pmkit_execle();
+}
+
+macro_rules! variadic_exec {
+    ($name:ident => $target:ident) => {
+        /// # Safety
+        /// The C function's contract; the body is one jump to its C implementation.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub(crate) unsafe extern "C" fn $name() {
+            #[cfg(target_arch = "x86_64")]
+            core::arch::naked_asm!("jmp {}", sym $target);
+            #[cfg(target_arch = "aarch64")]
+            core::arch::naked_asm!("b {}", sym $target);
+        }
+    };
+}
+
+variadic_exec!(execl => pmkit_execl);
+variadic_exec!(execlp => pmkit_execlp);
+variadic_exec!(execle => pmkit_execle);

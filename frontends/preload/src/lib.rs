@@ -11,6 +11,8 @@
 //! - `real`: libc's own functions (`dlsym(RTLD_NEXT, ...)`).
 //! - `guarded`: reading a path through an untrusted pointer with no system call (a fault in
 //!   its one load is an error return), and `sigaction`/`signal`, which keep that handler first.
+//! - `shell`: `popen`, `pclose` and `system`, on the shim's `posix_spawn` so the shell keeps
+//!   the session.
 //! - `sock`: UNIX-domain sockets bound and connected by pool paths; `fifo`: FIFOs made in
 //!   the pool, opened as kernel FIFOs of this process.
 //! - `stat`: `struct stat`/`statx` as the kernel fills them.
@@ -55,6 +57,7 @@ mod path;
 mod pid;
 mod pool;
 mod realpath;
+mod shell;
 mod sock;
 mod stat;
 mod state;

@@ -70,13 +70,16 @@ fn shell_scripts_fork_and_exec_on_a_served_pool() {
          exec 3< {a}\n\
          cat <&3 > {d}/fromfd3\n\
          cd {d}\n\
+         {{ cat pipe; }} > grouped\n\
          cat pipe | head -n 2\n\
          ls | sort | tr '\\n' ' '\n",
         d = m("d"),
         a = m("d/a"),
         b = m("d/b")
     ));
-    assert_eq!(out, "5\n4\na b bg1 bg2 bg3 fromfd3 pipe ");
+    assert_eq!(out, "5\n4\na b bg1 bg2 bg3 fromfd3 grouped pipe ");
+    // A group's redirection is made by the shell itself, after its first command's vfork.
+    assert_eq!(s.read("/d/grouped"), "5\n4\n3\n2\n1\n");
     assert_eq!(s.read("/d/a"), "one\ntwo\n");
     assert_eq!(s.read("/d/b"), "one\n");
     assert_eq!(s.read("/d/bg2"), "2\n");
@@ -117,6 +120,33 @@ fn programs_in_the_pool_run_and_standard_streams_reach_pool_files() {
             m("bin/out")
         )
     );
+    s.stop();
+}
+
+#[test]
+fn popen_and_system_keep_the_current_directory_and_descriptors() {
+    if !have("awk") {
+        return;
+    }
+    let s = served();
+    let m = |p: &str| s.shim.m(p);
+    // awk's `cmd | getline` is popen and `system()` is system: glibc starts their shell past
+    // the shim's posix_spawn. The shell must start in the pool directory awk is in, and see a
+    // descriptor awk inherited (3) on a pool file.
+    let out = s.sh(&format!(
+        "set -e\n\
+         mkdir {d}\n\
+         echo inside > {d}/f\n\
+         cd {d}\n\
+         exec 3> {d}/by-fd3\n\
+         awk 'BEGIN {{ \"cat f\" | getline x; print x; \
+                       print \"piped\" | \"cat > g\"; close(\"cat > g\"); \
+                       r = system(\"pwd > h; echo three >&3; exit 3\"); print r }}'\n\
+         cat g h\n",
+        d = m("d"),
+    ));
+    assert_eq!(out, format!("inside\n3\npiped\n{}\n", m("d")));
+    assert_eq!(s.read("/d/by-fd3"), "three\n");
     s.stop();
 }
 
