@@ -1,17 +1,22 @@
 #!/bin/bash
 # Debian's Linux source tree (linux-source-6.1, apt-get install linux-source-6.1) untarred, then
 # `git init && git add -A -f && git commit` (its .gitignore ignores everything: -f), on the PMFS
-# FUSE mount of a pool made with mkfs's defaults and on ext4 on a /dev/shm loop file of the same
-# size; times, `df` and `df -i`, then `pmkit fs check`. Needs root, /dev/fuse, a release build
-# (cargo build --release -p pmkit) and SIZE (default 4G) of free memory twice over.
+# FUSE mount of a pool made with mkfs's defaults, through the LD_PRELOAD shim on a pool served by
+# `pmkit fs serve` (every command a client of the server: tar, git and make fork and exec), and
+# on ext4 on a /dev/shm loop file of the same size; times, `df` and `df -i`, then
+# `pmkit fs check`. TARGETS picks (default "mount shim ext4"). Needs root, /dev/fuse, a release
+# build (cargo build --release -p pmkit -p pmkit-preload) and SIZE (default 4G) of free memory
+# twice over.
 # BUILD=1 also builds part of the tree on each (`make defconfig && make -j2 kernel/`; needs flex,
 # bison, bc, libelf-dev and libssl-dev, in scripts/bench-packages.txt) and compares the objects
-# of the two builds byte for byte.
+# of each build with ext4's byte for byte.
 set -u
 P=/work/main/target/release/pmkit
+L=/work/main/target/release/libpmkit_preload.so
 T=/usr/src/linux-source-6.1.tar.xz
+TARGETS=${TARGETS:-mount shim ext4}
 SIZE=${SIZE:-4G}
-W=/dev/shm/kt; rm -rf $W; mkdir -p $W/m $W/e
+W=/dev/shm/kt; rm -rf $W; mkdir -p $W/m $W/e $W/s
 run() { # name dir
   local d=$2
   local t0=$(date +%s.%N)
@@ -33,19 +38,40 @@ run() { # name dir
   fi
   df -h $d | tail -1; df -i $d | tail -1
 }
-$P fs mkfs $W/pool --size $SIZE > /dev/null
-setsid $P fs mount $W/pool $W/m > $W/mount.log 2>&1 < /dev/null &
-sleep 2
-run "PMFS mount (default pool $SIZE)" $W/m
-(cd $W/m/linux-source-6.1 && git status --porcelain --ignored=no | wc -l | sed 's/^/git status changes: /')
-umount $W/m; sleep 2
-$P fs check $W/pool | tail -2
-rm -f $W/pool
-truncate -s $SIZE $W/ext4.img && mkfs.ext4 -q $W/ext4.img && mount -o loop $W/ext4.img $W/e
-run "ext4 on a /dev/shm loop ($SIZE)" $W/e
-umount $W/e
-if [ "${BUILD:-0}" = 1 ]; then
-  if cmp -s $W/objects-m.txt $W/objects-e.txt; then echo "objects: identical on both"
-  else echo "objects DIFFER ($(diff $W/objects-m.txt $W/objects-e.txt | grep -c '^<') of them):"; diff $W/objects-m.txt $W/objects-e.txt | grep '^<'; fi
+want() { [[ " $TARGETS " == *" $1 "* ]]; }
+export -f run; export W T BUILD SIZE
+if want mount; then
+  $P fs mkfs $W/pool --size $SIZE > /dev/null
+  setsid $P fs mount $W/pool $W/m > $W/mount.log 2>&1 < /dev/null &
+  sleep 2
+  run "PMFS mount (default pool $SIZE)" $W/m
+  (cd $W/m/linux-source-6.1 && git status --porcelain --ignored=no | wc -l | sed 's/^/git status changes: /')
+  umount $W/m; sleep 2
+  $P fs check $W/pool | tail -2
+  rm -f $W/pool
+fi
+if want shim; then
+  $P fs mkfs $W/spool --size $SIZE > /dev/null
+  setsid $P fs serve $W/spool > $W/serve.log 2>&1 < /dev/null &
+  server=$!
+  sleep 1
+  shim() { env LD_PRELOAD=$L PMKIT_PRELOAD_POOL=$W/spool PMKIT_PRELOAD_PREFIX=$W/s "$@"; }
+  shim bash -c "run 'PMFS through the shim, served (default pool $SIZE)' $W/s"
+  shim bash -c "cd $W/s/linux-source-6.1 && git status --porcelain --ignored=no | wc -l | sed 's/^/git status changes: /'"
+  kill -TERM $server; wait $server
+  $P fs check $W/spool | tail -2
+  rm -f $W/spool
+fi
+if want ext4; then
+  truncate -s $SIZE $W/ext4.img && mkfs.ext4 -q $W/ext4.img && mount -o loop $W/ext4.img $W/e
+  run "ext4 on a /dev/shm loop ($SIZE)" $W/e
+  umount $W/e
+fi
+if [ "${BUILD:-0}" = 1 ] && want ext4; then
+  for t in m s; do
+    [ -f $W/objects-$t.txt ] || continue
+    if cmp -s $W/objects-$t.txt $W/objects-e.txt; then echo "objects ($t): identical to ext4's"
+    else echo "objects ($t) DIFFER ($(diff $W/objects-$t.txt $W/objects-e.txt | grep -c '^<') of them):"; diff $W/objects-$t.txt $W/objects-e.txt | grep '^<'; fi
+  done
 fi
 rm -rf $W

@@ -8,6 +8,9 @@
 //! - `pkey`: a WRPKRU write window per store (the thesis's CR0.WP windows in user space), where
 //!   the CPU has protection keys; elsewhere the report says it was not run.
 //!
+//! `--sums` runs each mode twice, the second time with data checksums on the data file
+//! (`Fs::set_sums`: copy-on-write writes, every read checked), side by side: what sums cost.
+//!
 //! Workloads, per thread in its own directory: 4 KiB append + fsync (with the preallocation
 //! past the end of the file that makes most appends skip the journal, and without it:
 //! `MountOptions::no_prealloc`, every append that starts a block a transaction), 4 KiB random overwrite,
@@ -44,6 +47,9 @@ pub(crate) struct Args {
     /// runs); default: all of them, pkey where the CPU has protection keys
     #[arg(long, value_delimiter = ',')]
     pub modes: Vec<Protect>,
+    /// Run each mode also with data checksums on the data file (`Fs::set_sums`), side by side
+    #[arg(long)]
+    pub sums: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -53,16 +59,20 @@ enum Work {
     Append4kFsyncNoPrealloc,
     Overwrite4k,
     Overwrite64,
+    Read4k,
+    Read64,
     CreateUnlink,
     Rename,
     Stat,
 }
 
-const WORKS: [Work; 7] = [
+const WORKS: [Work; 9] = [
     Work::Append4kFsync,
     Work::Append4kFsyncNoPrealloc,
     Work::Overwrite4k,
     Work::Overwrite64,
+    Work::Read4k,
+    Work::Read64,
     Work::CreateUnlink,
     Work::Rename,
     Work::Stat,
@@ -75,6 +85,8 @@ impl Work {
             Work::Append4kFsyncNoPrealloc => "  no prealloc",
             Work::Overwrite4k => "overwrite 4K",
             Work::Overwrite64 => "overwrite 64B",
+            Work::Read4k => "read 4K",
+            Work::Read64 => "read 64B",
             Work::CreateUnlink => "create+unlink",
             Work::Rename => "rename",
             Work::Stat => "stat",
@@ -146,17 +158,18 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         })
         .flat_map(|&w| [(w, 1), (w, 2)])
         .collect();
-    let bar = a.flags.progress(rounds * (cells.len() * modes.len() + 4));
-    let raw = rotated_rounds(rounds, cells.len(), modes.len(), &bar, |r, ci, mi| {
+    // each mode, and with `--sums` each mode again with data checksums
+    let configs: Vec<(Protect, bool)> = modes
+        .iter()
+        .flat_map(|&m| [(m, false), (m, true)])
+        .filter(|&(_, s)| a.sums || !s)
+        .collect();
+    let bar = a.flags.progress(rounds * (cells.len() * configs.len() + 4));
+    let raw = rotated_rounds(rounds, cells.len(), configs.len(), &bar, |r, ci, mi| {
         let (work, threads) = cells[ci];
-        measure(
-            &a.flags.dir,
-            modes[mi],
-            work,
-            threads,
-            ms,
-            (r * 7 + ci) as u64,
-        )
+        let (mode, sums) = configs[mi];
+        let seed = (r * 7 + ci) as u64;
+        measure(&a.flags.dir, (mode, sums), work, threads, ms, seed)
     })?;
     let results = cells
         .iter()
@@ -168,11 +181,35 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             rounds: per_mode,
         })
         .collect();
-    // Per thread count: the raw write, and the raw write then its publishing store (mode 1).
-    let raw = rotated_rounds(rounds, 2, 2, &bar, |_, ci, mi| {
-        raw_nt(&a.flags.dir, ci + 1, ms, mi == 1)
+    let raw_nt_4k_fence = raw_results(&a.flags.dir, rounds, ms, &bar)?;
+    let report = Report {
+        benchmark: "fs-protect",
+        cpu: crate::host::cpu_label(),
+        dir: a.flags.dir.display().to_string(),
+        ms,
+        rounds,
+        modes: configs
+            .iter()
+            .map(|&(m, s)| format!("{}{}", m.name(), if s { "+sums" } else { "" }))
+            .collect(),
+        not_run,
+        results,
+        raw_nt_4k_fence,
+    };
+    a.flags.emit(&report, draw, print)
+}
+
+/// Per thread count: the raw write, and the raw write then its publishing store.
+fn raw_results(
+    dir: &std::path::Path,
+    rounds: usize,
+    ms: u64,
+    bar: &pmkit::progress::Progress,
+) -> Result<Vec<RawResult>> {
+    let raw = rotated_rounds(rounds, 2, 2, bar, |_, ci, mi| {
+        raw_nt(dir, ci + 1, ms, mi == 1)
     })?;
-    let raw_nt_4k_fence = raw
+    Ok(raw
         .into_iter()
         .enumerate()
         .map(|(ci, mut v)| {
@@ -186,25 +223,13 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                 published_rounds: published,
             }
         })
-        .collect();
-    let report = Report {
-        benchmark: "fs-protect",
-        cpu: crate::host::cpu_label(),
-        dir: a.flags.dir.display().to_string(),
-        ms,
-        rounds,
-        modes: modes.iter().map(|m| m.name().to_string()).collect(),
-        not_run,
-        results,
-        raw_nt_4k_fence,
-    };
-    a.flags.emit(&report, draw, print)
+        .collect())
 }
 
 /// Microseconds per operation of one thread, `threads` threads at once, on a fresh pool.
 fn measure(
     dir: &std::path::Path,
-    mode: Protect,
+    (mode, sums): (Protect, bool),
     work: Work,
     threads: usize,
     ms: u64,
@@ -231,19 +256,32 @@ fn measure(
     };
     let (fs, _) = Fs::mount(region, &o).with_context(|| format!("mounting with {mode}"))?;
     let us = mean_over_threads(threads, |t| {
-        one_thread(&fs, work, t, ms, seed * 31 + t as u64)
+        one_thread(&fs, (work, sums), t, ms, seed * 31 + t as u64)
     });
     drop(fs.unmount());
     us
 }
 
-fn one_thread(fs: &Fs<Region>, work: Work, t: usize, ms: u64, seed: u64) -> Result<f64> {
+fn one_thread(
+    fs: &Fs<Region>,
+    (work, sums): (Work, bool),
+    t: usize,
+    ms: u64,
+    seed: u64,
+) -> Result<f64> {
     let home = fs.mkdir(ROOT, format!("t{t}").as_bytes(), 0o755)?.ino;
     let file = fs.create(home, b"data", 0o644)?.ino;
     fs.open(file)?;
-    if matches!(work, Work::Overwrite4k | Work::Overwrite64) {
+    if sums {
+        fs.set_sums(file, true)?;
+    }
+    if matches!(
+        work,
+        Work::Overwrite4k | Work::Overwrite64 | Work::Read4k | Work::Read64
+    ) {
         fs.fallocate(file, 0, FILE)?;
     }
+    let mut out = vec![0u8; 4096];
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move |n: u64| {
         x ^= x << 13;
@@ -281,6 +319,12 @@ fn one_thread(fs: &Fs<Region>, work: Work, t: usize, ms: u64, seed: u64) -> Resu
                 }
                 Work::Overwrite64 => {
                     fs.write(file, next(FILE / 64) * 64, &buf[..64])?;
+                }
+                Work::Read4k => {
+                    fs.read_into(file, next(FILE / 4096) * 4096, &mut out)?;
+                }
+                Work::Read64 => {
+                    fs.read_into(file, next(FILE / 64) * 64, &mut out[..64])?;
                 }
                 Work::CreateUnlink => {
                     fs.create(home, b"tmp", 0o644)?;
@@ -372,6 +416,7 @@ fn print(r: &Report) {
         println!();
     }
     println!("(in brackets: time relative to `none`; 1.00x = protection is free)");
+    print_sums(r);
     for raw in &r.raw_nt_4k_fence {
         println!(
             "{:<20} {:>8.2} µs; then a 16 B store + clwb + fence (two-fence floor): {:.2} µs ({:.2}x raw)",
@@ -396,6 +441,28 @@ fn print(r: &Report) {
     }
     for n in &r.not_run {
         println!("not run: {n}");
+    }
+}
+
+/// With `--sums`: each mode's time with data checksums over its time without.
+fn print_sums(r: &Report) {
+    let pairs: Vec<(usize, usize)> = (0..r.modes.len())
+        .filter_map(|i| {
+            let base = r.modes[i].strip_suffix("+sums")?;
+            Some((r.modes.iter().position(|m| m == base)?, i))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    println!("data checksums: time with sums / without (1.00x = free)");
+    for c in &r.results {
+        print!("{:<20}", format!("{} x{}", c.workload.name(), c.threads));
+        for &(off, on) in &pairs {
+            let x = c.us_per_op[on] / c.us_per_op[off].max(1e-9);
+            print!(" {:>10} {x:>5.2}x", r.modes[off]);
+        }
+        println!();
     }
 }
 

@@ -141,9 +141,10 @@ enum Cmd {
         #[arg(long, value_parser = parse_size)]
         size: u64,
     },
-    /// Check a file system without changing it; exit status 1 if it has problems. With
-    /// --repair, fix what can be fixed (the pool must not be mounted); exit status 1 if problems
-    /// remain.
+    /// Check a file system without changing it; exit status 1 if it has problems, 4 if only
+    /// data damage (files with data checksums whose blocks do not match: the pool mounts, those
+    /// reads answer EIO). With --repair, fix what can be fixed (the pool must not be mounted);
+    /// exit status 1 if problems remain.
     Check {
         /// The pool: a file made by `pmkit fs mkfs`, or a device-dax device.
         pool: PathBuf,
@@ -356,12 +357,23 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                 for p in &r.problems {
                     println!("problem: {p}");
                 }
-                println!("{}", if r.is_clean() { "clean" } else { "NOT clean" });
+                for d in &r.data_damage {
+                    println!("data damage: {d}");
+                }
+                println!(
+                    "{}",
+                    match (r.is_clean(), r.data_damage.is_empty()) {
+                        (true, true) => "clean",
+                        (true, false) => "metadata clean (it mounts); DATA DAMAGED: see above",
+                        (false, _) => "NOT clean",
+                    }
+                );
             }
-            return Ok(if r.is_clean() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
+            // as fsck: 1 for problems mount refuses, 4 for damage nothing here can correct
+            return Ok(match (r.is_clean(), r.data_damage.is_empty()) {
+                (true, true) => ExitCode::SUCCESS,
+                (true, false) => ExitCode::from(4),
+                (false, _) => ExitCode::from(1),
             });
         }
     }

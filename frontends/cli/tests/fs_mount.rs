@@ -186,6 +186,88 @@ fn the_huge_flag_over(t: &str) {
     d.umount();
 }
 
+/// `user.pmkit.checksum` shows and sets a file's data checksums; a byte of a summed file changed
+/// on the media is EIO through the mount (the rest of the file reads), and `pmkit fs check`
+/// names it and exits 4.
+#[test]
+fn the_checksum_flag_is_a_virtual_xattr_and_damage_is_eio() {
+    if !can_run() {
+        return;
+    }
+    each_transport(the_checksum_flag_over);
+}
+
+fn the_checksum_flag_over(t: &str) {
+    const X: &str = "user.pmkit.checksum";
+    let s = scratch("32M");
+    let d = Daemon::start(&s, &["--transport", t]);
+    let c = s.mnt.join("c");
+    // block 1 holds a pattern found nowhere else on the media
+    let marker: Vec<u8> = b"pmkit-sums-marker-"
+        .iter()
+        .copied()
+        .cycle()
+        .take(4096)
+        .collect();
+    let mut data = vec![0xA5u8; 3 * 4096];
+    data[4096..8192].copy_from_slice(&marker);
+    std::fs::write(&c, &data).unwrap();
+    assert_eq!(get_xattr(&c, X), Ok(b"0".to_vec()), "off by default");
+    assert_eq!(set_xattr(&c, X, Some(b"1")), Ok(()));
+    assert_eq!(get_xattr(&c, X), Ok(b"1".to_vec()));
+    assert!(xattr_names(&c).is_empty(), "{:?}", xattr_names(&c));
+    assert_eq!(set_xattr(&c, X, None), Err(libc::EPERM));
+    let f = std::fs::OpenOptions::new().write(true).open(&c).unwrap();
+    f.write_all_at(b"tail", 3 * 4096).unwrap();
+    drop(f);
+    data.extend_from_slice(b"tail");
+    assert_eq!(std::fs::read(&c).unwrap(), data);
+    d.umount();
+    check_clean(&s);
+    // one byte of the marker block changes on the media
+    let mut img = std::fs::read(&s.pool).unwrap();
+    let at: Vec<usize> = img
+        .windows(marker.len())
+        .enumerate()
+        .filter(|(_, w)| *w == &marker[..])
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "the marker block is on the media once");
+    img[at[0] + 100] ^= 1;
+    std::fs::write(&s.pool, &img).unwrap();
+    let out = pmkit()
+        .args(["fs", "check", s.pool.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(
+        text.contains("data damage: inode") && text.contains("file offset 4096"),
+        "{text}"
+    );
+    let d = Daemon::start(&s, &["--transport", t]);
+    let f = std::fs::File::open(&c).unwrap();
+    let mut b = vec![0u8; 4096];
+    f.read_exact_at(&mut b, 0).unwrap();
+    assert_eq!(b, vec![0xA5u8; 4096], "the blocks around it read");
+    let e = f.read_exact_at(&mut b, 4096).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    drop(f);
+    // damage met in use: the pool is not marked clean, so the next mount walks it all
+    let out = pmkit()
+        .args(["fs", "umount", s.mnt.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("WITHOUT marking the pool clean"), "{text}");
+    let log = d.log();
+    assert!(
+        log.contains("data checksum mismatch at file offset 4096"),
+        "{log}"
+    );
+    drop(d);
+}
+
 #[test]
 fn a_second_mount_is_refused_and_sigterm_unmounts_and_marks_clean() {
     if !can_run() {

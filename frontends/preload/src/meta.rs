@@ -197,6 +197,94 @@ pub(crate) unsafe extern "C" fn fstatfs64(fd: c_int, out: *mut libc::statfs) -> 
     unsafe { fstatfs(fd, out) }
 }
 
+/// A `struct statvfs` from the `struct statfs` of the same file system (glibc's statvfs calls
+/// the kernel past this library, so df and Python's os.statvfs would see the file system below
+/// the prefix).
+fn statvfs_of(f: &libc::statfs) -> libc::statvfs {
+    // SAFETY: an all-zero statvfs is a valid value (integers and padding).
+    let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
+    v.f_bsize = f.f_bsize as _;
+    v.f_frsize = if f.f_frsize != 0 {
+        f.f_frsize
+    } else {
+        f.f_bsize
+    } as _;
+    v.f_blocks = f.f_blocks;
+    v.f_bfree = f.f_bfree;
+    v.f_bavail = f.f_bavail;
+    v.f_files = f.f_files;
+    v.f_ffree = f.f_ffree;
+    v.f_favail = f.f_ffree;
+    v.f_namemax = f.f_namelen as _;
+    v
+}
+
+/// Write the pool's `struct statvfs` to `out`.
+///
+/// # Safety
+/// `out` is NULL or the caller's pointer to a `struct statvfs`.
+unsafe fn fill_statvfs(
+    p: &dyn pmkit_fs_share::PoolApi,
+    out: *mut libc::statvfs,
+) -> Result<c_int, c_int> {
+    if out.is_null() {
+        return Err(libc::EFAULT);
+    }
+    crate::guarded::check(out.cast(), std::mem::size_of::<libc::statvfs>(), true)?;
+    // SAFETY: all-zero is a valid `struct statfs`; `fill_statfs` writes our local.
+    let mut f: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `f` is ours and valid; `out` checked writable above.
+    unsafe {
+        fill_statfs(p, &mut f)?;
+        out.write(statvfs_of(&f));
+    }
+    Ok(0)
+}
+
+/// statvfs of pool paths: the pool's numbers, as [`statfs`] gives.
+///
+/// # Safety
+/// statvfs(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn statvfs(path: *const c_char, out: *mut libc::statvfs) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { route(libc::AT_FDCWD, path) } {
+        Route::Pool(p) => enter(-1, |fs| {
+            fs.stat(&p).map_err(en)?;
+            // SAFETY: the caller's contract.
+            unsafe { fill_statvfs(fs, out) }
+        }),
+        Route::Real => real!(statvfs(path, out) as fn(*const c_char, *mut libc::statvfs) -> c_int),
+    }
+}
+
+/// # Safety
+/// statvfs(3)'s contract (statvfs64 is statvfs here).
+#[no_mangle]
+pub(crate) unsafe extern "C" fn statvfs64(path: *const c_char, out: *mut libc::statvfs) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { statvfs(path, out) }
+}
+
+/// # Safety
+/// fstatvfs(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn fstatvfs(fd: c_int, out: *mut libc::statvfs) -> c_int {
+    if lookup(fd).is_some() {
+        // SAFETY: the caller's contract.
+        return enter(-1, |fs| unsafe { fill_statvfs(fs, out) });
+    }
+    real!(fstatvfs(fd, out) as fn(c_int, *mut libc::statvfs) -> c_int)
+}
+
+/// # Safety
+/// fstatvfs(3)'s contract.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn fstatvfs64(fd: c_int, out: *mut libc::statvfs) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { fstatvfs(fd, out) }
+}
+
 /// chown's ids: `u32::MAX` (-1) leaves one unchanged.
 fn ids(uid: c_uint, gid: c_uint) -> (Option<u32>, Option<u32>) {
     (

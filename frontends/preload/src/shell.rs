@@ -78,7 +78,12 @@ pub(crate) unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -
         return real!(popen(cmd, mode) as fn(*const c_char, *const c_char) -> *mut libc::FILE);
     }
     // SAFETY: the caller's contract: C strings.
-    let (cmd, m) = unsafe { (std::ffi::CStr::from_ptr(cmd), std::ffi::CStr::from_ptr(mode)) };
+    let (cmd, m) = unsafe {
+        (
+            std::ffi::CStr::from_ptr(cmd),
+            std::ffi::CStr::from_ptr(mode),
+        )
+    };
     let m = m.to_bytes();
     let reading = match m.first() {
         Some(b'r') => true,

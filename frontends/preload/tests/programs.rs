@@ -92,6 +92,13 @@ fn coreutils_shell_and_python() {
     assert!(s
         .ok("stat", &["-f", "-c", "%t", &s.m("")])
         .contains("504d4653"));
+    // statvfs (glibc's calls the kernel past the shim): df and Python see the pool's numbers
+    let blocks = s.ok("stat", &["-f", "-c", "%b %S", &s.m("")]);
+    let py = format!(
+        "import os\nv = os.statvfs('{}')\nprint(v.f_blocks, v.f_frsize)\n",
+        s.m("d")
+    );
+    assert_eq!(s.ok("python3", &["-c", &py]), blocks);
     // Times before 1970 (once EINVAL here) and after 2038, to the nanosecond.
     for (when, want) in [
         ("1960-01-01 01:01:30 UTC", "-315615510.000000000"),

@@ -43,7 +43,7 @@ impl<M: Media> Fs<M> {
             .map_err(|e| self.damaged(ino, e))
     }
     /// Record damage met in use (see `damage.rs`): the error the inode answers with.
-    fn damaged(&self, ino: u64, problem: String) -> Error {
+    pub(crate) fn damaged(&self, ino: u64, problem: String) -> Error {
         if self.damage.lock().record(ino, &problem) {
             tracing::error!(
                 "damage found in inode {ino}: {problem}; it answers EIO, the rest is served, \
@@ -103,6 +103,7 @@ impl<M: Media> Fs<M> {
             blocks: tree::count(&self.pm, n.root, n.height),
             atomic: n.atomic(),
             huge: n.huge(),
+            sums: n.sums(),
             rdev: n.rdev,
         }
     }
@@ -336,7 +337,7 @@ impl<M: Media> Fs<M> {
         }
         // The target's checksum (format 3) was checked with the inode by `live` (the walk's
         // checks, once per mount): a damaged target is EIO there, never another path.
-        self.read_data(&n, 0, n.size.min(SYMLINK_MAX as u64) as usize)
+        self.read_data(ino, &n, 0, n.size.min(SYMLINK_MAX as u64) as usize)
     }
 
     pub fn statfs(&self) -> StatFs {

@@ -15,6 +15,9 @@ pub struct CheckReport {
     pub problems: Vec<String>,
     /// Things mount fixes by itself (a bad superblock copy, a transaction to roll back).
     pub notes: Vec<String>,
+    /// Blocks of files with data checksums whose data does not match (format 6, `sums.rs`):
+    /// the pool mounts, and reads there answer EIO. Nothing repair can recover.
+    pub data_damage: Vec<String>,
     pub mount_gen: u64,
     pub clean: bool,
     pub files: u64,
@@ -32,6 +35,7 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
+    /// No problem that keeps mount from the media (data damage may still be listed).
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty()
     }
@@ -83,6 +87,10 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
         true => " (after a clean unmount this is damage: `pmkit fs mount --full-walk` does it)",
     };
     r.notes.extend(w.cut.iter().map(|c| c.describe() + how));
+    if w.problems.is_empty() && sb.geo.data_sums() {
+        // the sums are read through trees the walk found sound
+        r.data_damage = crate::sums::scan(&pm, &w.itable, |i| w.alloc.inodes.is_used(i));
+    }
     r.files = w.files;
     r.dirs = w.dirs_count;
     r.blocks = sb.geo.data_blocks();

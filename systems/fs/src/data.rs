@@ -6,6 +6,7 @@ use crate::inode::{Inode, Kind, CTIME, MTIME, SIZE_MTIME, TAIL};
 use crate::layout::{BLOCK, LINE, MAX_FILE_SIZE};
 use crate::tail::{self, Tail};
 use crate::tree;
+use crate::tree::keep_blocks;
 use crate::tree::HUGE_BLOCKS;
 use crate::tx::Tx;
 use crate::{attr::now, Fs};
@@ -82,6 +83,23 @@ impl<M: Media> Fs<M> {
                 });
             }
             self.write_tx(ino, off, data, true)?;
+            return Ok(Attempt::Wrote(data.len()));
+        }
+        if node.sums() {
+            // Copy-on-write (`sums.rs`), in steps one transaction holds (as an atomic file's
+            // largest write).
+            let step = self.max_atomic_write();
+            let mut pos = off;
+            while pos < end {
+                let next = (pos + step).min(end);
+                self.write_tx(
+                    ino,
+                    pos,
+                    &data[(pos - off) as usize..(next - off) as usize],
+                    true,
+                )?;
+                pos = next;
+            }
             return Ok(Attempt::Wrote(data.len()));
         }
         let mut pos = off;
@@ -191,6 +209,9 @@ impl<M: Media> Fs<M> {
         let (first, last) = (off / BLOCK as u64, (end - 1) / BLOCK as u64);
         let mut tx = self.tx();
         let mut node = tx.inode(ino);
+        // a summed file's blocks change only by copy (`sums.rs`)
+        let cow = cow || node.sums();
+        let new_size = node.size.max(end);
         self.zero_gap(&mut tx, &node, off);
         for idx in first..=last {
             let bstart = idx * BLOCK as u64;
@@ -210,6 +231,10 @@ impl<M: Media> Fs<M> {
             }
             content[in_blk..in_blk + piece.len()].copy_from_slice(piece);
             let new = tx.new_block(&content)?;
+            if node.sums() {
+                let sum = crate::sums::block_sum(&content, crate::sums::valid(new_size, idx));
+                self.put_fresh_sum(&mut tx, new, sum)?;
+            }
             tree::set(&mut tx, &mut node, idx, new)?;
         }
         // Not on a file's first write: most files are written once and closed (untar, cp),
@@ -220,7 +245,7 @@ impl<M: Media> Fs<M> {
             self.prealloc_note(ino);
         }
         let t = now();
-        node.size = node.size.max(end);
+        node.size = new_size;
         (node.mtime, node.ctime) = (t, t);
         tx.put_inode(ino, &node);
         self.commit(tx)
@@ -348,6 +373,7 @@ impl<M: Media> Fs<M> {
             return self.commit(tx);
         }
         (node.size, node.mtime, node.ctime) = (size, t, t);
+        self.resum_tail(&mut tx, &node)?;
         let keep = keep_blocks(&node, size);
         match tree::prune(&mut tx, &mut node, keep, self.prune_budget(), false) {
             Ok(true) => {
@@ -364,6 +390,7 @@ impl<M: Media> Fs<M> {
         let mut tx = self.tx();
         let mut node = tx.inode(ino);
         (node.size, node.mtime, node.ctime, node.trunc) = (size, t, t, size);
+        self.resum_tail(&mut tx, &node)?;
         let new = self.orphan_add(&mut tx, &list, ino, &mut node);
         tx.put_inode(ino, &node);
         self.commit(tx)?;
@@ -462,7 +489,7 @@ impl<M: Media> Fs<M> {
         while idx <= last {
             let pos = (idx * BLOCK as u64).max(off);
             // (a huge block sets the size it covers: not for a size kept)
-            let huge = match keep_size {
+            let huge = match keep_size || node.sums() {
                 false => self.try_huge(ino, pos, end, None, node.huge())?,
                 true => None,
             };
@@ -483,6 +510,9 @@ impl<M: Media> Fs<M> {
             for i in idx..stop {
                 if tree::lookup(&tx, node.root, node.height, i) == 0 {
                     let b = tx.new_block(&[])?;
+                    if node.sums() {
+                        self.put_fresh_sum(&mut tx, b, crate::sums::block_sum(&[0; BLOCK], 0))?;
+                    }
                     tree::set(&mut tx, &mut node, i, b)?;
                 }
             }
@@ -495,18 +525,6 @@ impl<M: Media> Fs<M> {
             idx = stop;
         }
         Ok(())
-    }
-}
-
-/// The file blocks a file of `size` bytes keeps (a truncate or trim frees those from here on):
-/// the blocks the size covers; for a file that asks for huge blocks, up to the end of the
-/// 2 MiB span the size ends in, so its huge block stays whole.
-pub(crate) fn keep_blocks(node: &Inode, size: u64) -> u64 {
-    let keep = size.div_ceil(BLOCK as u64);
-    if node.huge() {
-        keep.next_multiple_of(HUGE_BLOCKS)
-    } else {
-        keep
     }
 }
 

@@ -80,7 +80,12 @@ impl<M: Media> Fs<M> {
             let z = z.min(size);
             let node = self.inode(ino);
             if a < z && tree::lookup(&self.pm, node.root, node.height, a / b) != 0 {
-                self.write_tx(ino, a, &vec![0u8; (z - a) as usize], node.atomic())?;
+                self.write_tx(
+                    ino,
+                    a,
+                    &vec![0u8; (z - a) as usize],
+                    node.atomic() || node.sums(),
+                )?;
             }
         }
         // The whole blocks, a budget of pointers per transaction.

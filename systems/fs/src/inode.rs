@@ -57,8 +57,12 @@ pub(crate) const FLAG_ATOMIC: u8 = 1;
 /// Inode flag (in `FLAGS`): the file asks for 2 MiB blocks: every allocation inside an empty
 /// 2 MiB-aligned span of it takes a whole huge block when one is free (`Fs::set_huge`).
 pub(crate) const FLAG_HUGE: u8 = 2;
-/// The flags this version knows; the walk reports any other bit.
-pub(crate) const FLAGS_KNOWN: u8 = FLAG_ATOMIC | FLAG_HUGE;
+/// Inode flag (in `FLAGS`, format 6): the file's data blocks carry checksums (`sums.rs`):
+/// every write to it is copy-on-write, and a read checks what it returns.
+pub(crate) const FLAG_SUMS: u8 = 4;
+/// The flags this version knows; the walk reports any other bit (and `FLAG_SUMS` on a pool
+/// of a format before 6).
+pub(crate) const FLAGS_KNOWN: u8 = FLAG_ATOMIC | FLAG_HUGE | FLAG_SUMS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[repr(u8)]
@@ -153,6 +157,10 @@ impl Inode {
     }
     pub fn huge(&self) -> bool {
         self.flags & FLAG_HUGE != 0
+    }
+    /// The file's data blocks carry checksums (`sums.rs`).
+    pub fn sums(&self) -> bool {
+        self.flags & FLAG_SUMS != 0
     }
     pub fn encode(&self) -> [u8; INODE] {
         let mut b = [0u8; INODE];

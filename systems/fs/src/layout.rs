@@ -20,10 +20,12 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
 /// of the fields transactions store (byte 112).
 /// 5: the inode table grows: the meta inode's tree holds table blocks beyond the fixed table
 /// (`itable.rs`), and the meta inode carries a checksum too.
+/// 6: files may carry data checksums (`sums.rs`): inode flag 4, and the meta inode's xattr and
+/// rdev fields hold the root and height of the table of block checksums.
 /// Older pools are still read and written in their own format: a format 3 pool may hold empty
 /// nodes that truncates of earlier builds left, so there an empty node is not damage; a format
 /// 4 pool's table stays the size mkfs made it.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// The oldest format this build reads (and keeps in its layout).
 pub const OLDEST_VERSION: u32 = 2;
 /// Byte offset of the first superblock copy, in every format.
@@ -118,6 +120,10 @@ impl Geometry {
     /// Format 5 and later: the inode table grows (`itable.rs`), and the meta inode is sealed.
     pub fn grows(&self) -> bool {
         self.format >= 5
+    }
+    /// Format 6 and later: files may carry data checksums (`sums.rs`).
+    pub fn data_sums(&self) -> bool {
+        self.format >= 6
     }
     /// Byte offsets of the two superblock copies: block 0 and the last block (format 3), or
     /// both in block 0 (format 2).

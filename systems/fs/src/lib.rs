@@ -33,6 +33,7 @@ mod read;
 mod reclaim;
 mod repair;
 mod seek;
+mod sums;
 mod tail;
 mod tally;
 mod tree;
@@ -252,6 +253,8 @@ pub struct Attr {
     pub atomic: bool,
     /// The file asks for 2 MiB blocks (its inode's huge flag, `Fs::set_huge`).
     pub huge: bool,
+    /// The file's data blocks carry checksums (`Fs::set_sums`).
+    pub sums: bool,
     /// Device number (character and block devices; 0 otherwise).
     pub rdev: u32,
 }
@@ -356,6 +359,8 @@ pub struct Fs<M: Media> {
     /// Damage met on first use after a mount from the checkpoint (`attr.rs`): those inodes
     /// answer EIO, and unmount leaves the pool unclean so the next mount walks it all.
     damage: Mutex<damage::Damage>,
+    /// Where the data checksum table is (`sums.rs`).
+    sums: sums::Table,
 }
 
 impl<M: Media> std::fmt::Debug for Fs<M> {

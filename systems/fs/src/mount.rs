@@ -235,6 +235,11 @@ impl<M: Media> Fs<M> {
             cut_appends: cut.len() as u32,
         };
         write_sb(&pm, &sb);
+        let sums = {
+            let mut b = [0u8; INODE];
+            pm.read(itable.off(META_INO), &mut b);
+            crate::sums::Table::new(&Inode::decode(&b))
+        };
         let fs = Fs {
             pm,
             geo,
@@ -249,7 +254,12 @@ impl<M: Media> Fs<M> {
             pins: Mutex::new(std::collections::HashMap::new()),
             damage: Mutex::new(crate::damage::Damage::default()),
             itable,
+            sums,
         };
+        if fs.sums.get().0 != 0 {
+            // a pool grown since the table was made: the new blocks get their leaves
+            fs.ensure_sums()?;
+        }
         for o in orphans {
             fs.finish_orphan(o)?;
             rec.orphans += 1;

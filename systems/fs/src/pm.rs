@@ -109,6 +109,11 @@ impl<M: Media> Pm<M> {
         self.read(off, &mut b);
         u64::from_le_bytes(b)
     }
+    pub(crate) fn read_u32(&self, off: usize) -> u32 {
+        let mut b = [0u8; 4];
+        self.read(off, &mut b);
+        u32::from_le_bytes(b)
+    }
     pub(crate) fn first_bad(&self, off: usize, len: usize) -> Option<usize> {
         self.g.first_bad(off, len)
     }

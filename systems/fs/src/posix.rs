@@ -621,6 +621,8 @@ impl Posix<Region> {
         if d.kind != Kind::File || !(d.flags.read && d.flags.write) {
             return Err(Error::BadFd(fd.0));
         }
+        // an atomic or summed file is refused before the fallocate could grow it
+        self.fs.check_mappable(d.ino)?;
         self.fs.fallocate_mode(d.ino, off, len, alloc)?;
         self.fs.open(d.ino)?;
         let extents = match self.fs.pin_extents(d.ino, off, len) {

@@ -9,12 +9,12 @@
 //! them when space runs out, at most [`MAX_FILES`] files hold preallocation (the oldest
 //! trimmed first) and a write that finds no space trims them all and tries again.
 
-use crate::data::keep_blocks;
 use crate::error::Result;
 use crate::inode::{Inode, Kind};
 use crate::layout::{BLOCK, MAX_FILE_SIZE};
 use crate::preallocated::MAX_FILES;
 use crate::tree;
+use crate::tree::keep_blocks;
 use crate::tx::Tx;
 use crate::Fs;
 use pmkit_media::Media;

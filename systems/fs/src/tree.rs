@@ -481,6 +481,18 @@ fn present_node(
     }
 }
 
+/// The file blocks a file of `size` bytes keeps (a truncate or trim frees those from here on):
+/// the blocks the size covers; for a file that asks for huge blocks, up to the end of the
+/// 2 MiB span the size ends in, so its huge block stays whole.
+pub(crate) fn keep_blocks(node: &Inode, size: u64) -> u64 {
+    let keep = size.div_ceil(BLOCK as u64);
+    if node.huge() {
+        keep.next_multiple_of(HUGE_BLOCKS)
+    } else {
+        keep
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,13 @@ use pmkit_media::Media;
 pub const MAX_PINS: usize = 4096;
 
 impl<M: Media> Fs<M> {
+    /// Refuse a view of `ino` its flags forbid (`mappable`), before anything is changed.
+    pub(crate) fn check_mappable(&self, ino: u64) -> Result<()> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        mappable(&self.live(ino)?)
+    }
+
     /// The media byte extents `(offset, length)` holding file bytes `[off, off + len)`, in
     /// file order, adjacent blocks merged; and the range pinned (see the module docs).
     /// `off` and `len` must be multiples of 4 KiB, the range inside the file and allocated
@@ -35,11 +42,7 @@ impl<M: Media> Fs<M> {
         if !n.is(Kind::File) {
             return Err(Error::Invalid("only regular files can be mapped"));
         }
-        if n.atomic() {
-            return Err(Error::Invalid(
-                "an atomic file's writes move its blocks: turn atomic mode off to map it",
-            ));
-        }
+        mappable(&n)?;
         let end = off
             .checked_add(len)
             .ok_or(Error::Invalid("range overflows"))?;
@@ -126,4 +129,21 @@ impl<M: Media> Fs<M> {
         }
         Ok(())
     }
+}
+
+/// Whether a regular file's flags allow a direct-access view: an atomic file's writes move
+/// its blocks, and stores through a view would pass a summed file's checksums.
+pub(crate) fn mappable(n: &crate::inode::Inode) -> Result<()> {
+    if n.atomic() {
+        return Err(Error::Invalid(
+            "an atomic file's writes move its blocks: turn atomic mode off to map it",
+        ));
+    }
+    if n.sums() {
+        return Err(Error::Invalid(
+            "a file with data checksums cannot be mapped (stores through a mapping would \
+             pass its sums): turn its checksums off to map it",
+        ));
+    }
+    Ok(())
 }

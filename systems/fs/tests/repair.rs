@@ -217,11 +217,31 @@ fn both_superblocks_bad_are_rebuilt_for_the_mkfs_geometry() {
     assert!(text.contains("both superblocks were bad"), "{text}");
     let v = pmkit_fs::superblock(&sim).unwrap().geo.version();
     assert_eq!(
-        v,
-        pmkit_fs::layout::VERSION,
-        "the root and meta inodes' checksums say format 5"
+        v, 5,
+        "the root and meta inodes' checksums say format 5 (a format 6 pool with no data \
+         checksum table holds nothing format 5 does not)"
     );
     let fs = mount(&sim);
+    intact_f(&fs);
+    intact_k(&fs);
+}
+
+#[test]
+fn both_superblocks_bad_on_a_pool_with_data_checksums_are_rebuilt_as_format_6() {
+    let (sim, _) = image();
+    {
+        let fs = mount(&sim);
+        fs.set_sums(3, true).unwrap();
+        fs.unmount();
+    }
+    sim.write(offs(&sim)[0] + 20, &[0xff]);
+    sim.write(offs(&sim)[1], &[0u8; 8]);
+    let (_, text) = repaired(&sim, "superblocks");
+    assert!(text.contains("both superblocks were bad"), "{text}");
+    let v = pmkit_fs::superblock(&sim).unwrap().geo.version();
+    assert_eq!(v, 6, "the meta inode roots a data checksum table");
+    let fs = mount(&sim);
+    assert_eq!(fs.sums(3).unwrap(), Some(true));
     intact_f(&fs);
     intact_k(&fs);
 }

@@ -118,6 +118,16 @@ int main(int argc, char **argv) {
     printf("huge flag of a directory: %s\n",
            pmfs_huge(fs, "/logs") < 0 && errno == EINVAL ? "EINVAL" : "wrong");
 
+    /* Data checksums: a summed file is read back checked, and cannot be mapped. */
+    CHECK(pmfs_set_checksum(fs, "/logs/app.log.1", 1));
+    int c = pmfs_open(fs, "/logs/app.log.1", O_RDWR, 0);
+    CHECK(c);
+    printf("checksummed: %d, first bytes read back: %s\n", pmfs_checksum(fs, "/logs/app.log.1"),
+           pmfs_read(fs, c, buf, 6) == 6 ? "yes" : "no");
+    printf("map of a checksummed file: %s\n",
+           pmfs_map(fs, c, 0, 4096) == NULL && errno == EINVAL ? "EINVAL" : "wrong");
+    CHECK(pmfs_close(fs, c));
+
     /* Listing a directory, and the metadata calls. */
     int entries = 0;
     CHECK(pmfs_readdir(fs, "/logs", count_entry, &entries));

@@ -109,6 +109,14 @@ long long pmfs_map_huge_bytes(pmfs_t *fs, const void *p);
 int pmfs_set_huge(pmfs_t *fs, const char *path, int on);
 int pmfs_huge(pmfs_t *fs, const char *path);
 
+/* Per-file data checksums (format 6; one transaction, persistent): while set, every write to
+ * the file is copy-on-write and every read checks a CRC32C per 4 KiB block, so data the media
+ * changed reads as -1 and EIO, never as other bytes. Turning them on sums what the file holds.
+ * A mapped file is refused (EINVAL), a pool made before format 6 too (EOPNOTSUPP).
+ * pmfs_checksum() answers 1 or 0 (-1 and EINVAL: not a regular file). */
+int pmfs_set_checksum(pmfs_t *fs, const char *path, int on);
+int pmfs_checksum(pmfs_t *fs, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -701,6 +701,44 @@ pub unsafe extern "C" fn pmfs_set_huge(
     })
 }
 
+/// Give the regular file at `path` data checksums (`on` non-zero) or drop them (see
+/// `Fs::set_sums`): 0, or -1 and errno (EISDIR, EINVAL for other kinds and for a mapped file,
+/// EOPNOTSUPP on a pool made before format 6).
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_set_checksum(
+    fs: *mut PmfsHandle,
+    path: *const c_char,
+    on: c_int,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
+        h.set_flag(p, true, FileFlag::Checksum, on != 0)
+            .map_err(fail)?;
+        Ok(0)
+    })
+}
+
+/// Whether the regular file at `path` has data checksums: 1, 0, or -1 and errno (EINVAL for a
+/// file of another kind).
+///
+/// # Safety
+/// `fs` a mounted handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pmfs_checksum(fs: *mut PmfsHandle, path: *const c_char) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's contract.
+        let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
+        match h.flag(p, true, FileFlag::Checksum).map_err(fail)? {
+            Some(on) => Ok(on as c_int),
+            None => Err(inval("only regular files have data checksums")),
+        }
+    })
+}
+
 /// Whether the regular file at `path` asks for 2 MiB blocks: 1, 0, or -1 and errno (EINVAL
 /// for a file of another kind).
 ///

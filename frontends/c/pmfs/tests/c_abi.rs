@@ -44,6 +44,8 @@ fn c_example_builds_and_runs() {
         "one byte written: 2097152 bytes allocated",
         "4 MiB mapped: 4194304 bytes in 2 MiB blocks, 2 MiB-aligned",
         "huge flag of a directory: EINVAL",
+        "checksummed: 1, first bytes read back: yes",
+        "map of a checksummed file: EINVAL",
         "entries in /logs: 4",
         "  latest@",
         "after chmod and utimens: mode 600, mtime 2000",

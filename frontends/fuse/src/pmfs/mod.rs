@@ -20,7 +20,7 @@ pub mod mount;
 mod refs;
 pub mod stats;
 mod xattrs;
-pub use xattrs::{ATOMIC_XATTR, HUGE_XATTR};
+pub use xattrs::{ATOMIC_XATTR, CHECKSUM_XATTR, HUGE_XATTR};
 
 use crate::ops::{AddEntry, AddEntryPlus, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R};
 use cache::CacheMode;

@@ -17,6 +17,10 @@ pub const ATOMIC_XATTR: &[u8] = FileFlag::Atomic.xattr();
 /// huge flag, `Fs::set_huge`), `"0"` otherwise; the same rules as [`ATOMIC_XATTR`].
 pub const HUGE_XATTR: &[u8] = FileFlag::Huge.xattr();
 
+/// A virtual xattr of regular files: `"1"` when the file's data blocks carry checksums (its
+/// inode's flag, `Fs::set_sums`), `"0"` otherwise; the same rules as [`ATOMIC_XATTR`].
+pub const CHECKSUM_XATTR: &[u8] = FileFlag::Checksum.xattr();
+
 /// Get or set a per-file flag of the library.
 fn flag_get<M: pmkit_media::Media>(
     fs: &pmkit_fs::Fs<M>,
@@ -26,6 +30,7 @@ fn flag_get<M: pmkit_media::Media>(
     match f {
         FileFlag::Atomic => fs.atomic(ino),
         FileFlag::Huge => fs.huge(ino),
+        FileFlag::Checksum => fs.sums(ino),
     }
 }
 
@@ -38,6 +43,7 @@ fn flag_set<M: pmkit_media::Media>(
     match f {
         FileFlag::Atomic => fs.set_atomic(ino, on),
         FileFlag::Huge => fs.set_huge(ino, on),
+        FileFlag::Checksum => fs.set_sums(ino, on),
     }
 }
 

@@ -148,6 +148,7 @@ mod tests {
             blocks: 0,
             atomic: false,
             huge: false,
+            sums: false,
             rdev: 0,
         }
     }

@@ -13,7 +13,8 @@ impl<M: Media> Posix<M> {
         self.flag_of(a.ino, flag)
     }
 
-    /// Set or clear a per-file flag (`Fs::set_atomic`, `Fs::set_huge`): one transaction.
+    /// Set or clear a per-file flag (`Fs::set_atomic`, `Fs::set_huge`, `Fs::set_sums`): one
+    /// transaction.
     pub fn set_flag(&self, path: &[u8], follow: bool, flag: FileFlag, on: bool) -> Result<()> {
         let a = self.existing(path, follow)?;
         self.set_flag_of(a.ino, flag, on)
@@ -35,6 +36,7 @@ impl<M: Media> Posix<M> {
         match flag {
             FileFlag::Atomic => self.fs.atomic(ino),
             FileFlag::Huge => self.fs.huge(ino),
+            FileFlag::Checksum => self.fs.sums(ino),
         }
     }
 
@@ -42,6 +44,7 @@ impl<M: Media> Posix<M> {
         match flag {
             FileFlag::Atomic => self.fs.set_atomic(ino, on),
             FileFlag::Huge => self.fs.set_huge(ino, on),
+            FileFlag::Checksum => self.fs.set_sums(ino, on),
         }
     }
 }
@@ -53,6 +56,8 @@ pub enum FileFlag {
     Atomic,
     /// Ask for 2 MiB blocks (`Fs::set_huge`).
     Huge,
+    /// Data checksums: every read checked (`Fs::set_sums`).
+    Checksum,
 }
 
 impl FileFlag {
@@ -61,12 +66,13 @@ impl FileFlag {
         match self {
             FileFlag::Atomic => b"user.pmkit.atomic",
             FileFlag::Huge => b"user.pmkit.huge",
+            FileFlag::Checksum => b"user.pmkit.checksum",
         }
     }
 
     /// The flag whose virtual extended attribute is `name`.
     pub fn from_xattr(name: &[u8]) -> Option<FileFlag> {
-        [FileFlag::Atomic, FileFlag::Huge]
+        [FileFlag::Atomic, FileFlag::Huge, FileFlag::Checksum]
             .into_iter()
             .find(|f| f.xattr() == name)
     }

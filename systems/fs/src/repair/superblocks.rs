@@ -84,7 +84,8 @@ fn v2_slot_used<M: Media>(pm: &Pm<M>) -> bool {
 /// Formats 3 to 5 share their layout; a root inode that carries format 4's checksum means 4
 /// (format 3 leaves the word zero, and a CRC32C that happens to be zero reads as 3, which
 /// checks less but never calls a format 3 pool's empty nodes damage), and a sealed meta inode
-/// beside it means 5.
+/// beside it means 5, or 6 when it roots a data checksum table (a format 6 pool that never had
+/// one holds nothing format 5 does not, so it is rebuilt as 5).
 fn lost_format<M: Media>(pm: &Pm<M>, geo: &Geometry) -> u32 {
     if v2_slot_used(pm) {
         return 2;
@@ -100,6 +101,7 @@ fn lost_format<M: Media>(pm: &Pm<M>, geo: &Geometry) -> u32 {
     let meta = Inode::decode(&b);
     let v5 = geo.at_format(5);
     match meta.sum != 0 && meta.sum_ok_in(&v5, crate::layout::META_INO) {
+        true if meta.xattr != 0 => 6,
         true => 5,
         false => 4,
     }

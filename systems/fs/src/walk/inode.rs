@@ -215,9 +215,13 @@ impl<M: Media> Visitor<'_, M> {
     fn fields(&self, ino: u64, node: &Inode, out: &mut Vec<Problem>) -> u64 {
         let off = |f: usize| self.it.off(ino) + f;
         let special = node.kind().is_some_and(Kind::is_special);
-        if node.flags & !FLAGS_KNOWN != 0 || (node.flags != 0 && !node.is(Kind::File)) {
+        let known = match self.geo.data_sums() {
+            true => FLAGS_KNOWN,
+            false => FLAGS_KNOWN & !field::FLAG_SUMS,
+        };
+        if node.flags & !known != 0 || (node.flags != 0 && !node.is(Kind::File)) {
             let keep = if node.is(Kind::File) {
-                node.flags & FLAGS_KNOWN
+                node.flags & known
             } else {
                 0
             };
@@ -264,11 +268,24 @@ impl<M: Media> Visitor<'_, M> {
         owner: &mut dyn Owner,
         out: &mut Vec<Problem>,
     ) -> Vec<Data> {
-        let mut data = Vec::new();
         let at = self.it.off(ino) + field::ROOT;
-        if node.height > MAX_HEIGHT {
+        self.tree_at(ino, (node.root, node.height), at, owner, out)
+    }
+
+    /// [`Visitor::tree_only`] of a tree whose root pointer is stored at byte `at` (its height
+    /// in the byte after it): a file's, or the data checksum table's in the meta inode.
+    pub(super) fn tree_at(
+        &self,
+        ino: u64,
+        (root, height): (u64, u8),
+        at: usize,
+        owner: &mut dyn Owner,
+        out: &mut Vec<Problem>,
+    ) -> Vec<Data> {
+        let mut data = Vec::new();
+        if height > MAX_HEIGHT {
             out.push(Problem::stores(
-                format!("inode {ino}: tree height {} over {MAX_HEIGHT}", node.height),
+                format!("inode {ino}: tree height {height} over {MAX_HEIGHT}"),
                 "tree cut".into(),
                 Some(ino),
                 None,
@@ -284,7 +301,7 @@ impl<M: Media> Visitor<'_, M> {
             keep: true,
             data: &mut data,
         };
-        t.pointer(node.root, node.height, 0, at);
+        t.pointer(root, height, 0, at);
         data.sort_unstable();
         data
     }

@@ -47,7 +47,9 @@ impl<M: Media> Visitor<'_, M> {
         let ioff = |ino: u64, f: usize| self.it.off(ino) + f;
         let meta = nodes[META_INO as usize];
         // From format 5 the meta inode also holds the grown inode table's tree (checked
-        // before the walk, by `table::grown`) and its checksum.
+        // before the walk, by `table::grown`) and its checksum; from format 6 the data
+        // checksum table's root and height (also checked there).
+        let sums = self.geo.data_sums();
         let only_head = match self.geo.grows() {
             true => Inode {
                 orphan_next: meta.orphan_next,
@@ -55,6 +57,8 @@ impl<M: Media> Visitor<'_, M> {
                 height: meta.height,
                 size: meta.size,
                 sum: meta.sum,
+                xattr: if sums { meta.xattr } else { 0 },
+                rdev: if sums { meta.rdev } else { 0 },
                 ..Inode::default()
             },
             false => Inode {

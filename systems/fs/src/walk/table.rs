@@ -46,6 +46,7 @@ pub(super) fn grown<M: Media>(
     }
     let it = Itable::new(geo, &[], true);
     let v = Visitor { pm, geo, it: &it };
+    sums_table(&v, &meta, at, blocks, out);
     let data = v.tree_only(META_INO, &meta, blocks, out);
     let whole = data
         .iter()
@@ -75,4 +76,39 @@ pub(super) fn grown<M: Media>(
     }
     let keep = whole.min(said as usize);
     (meta, data[..keep].iter().map(|d| d.block).collect())
+}
+
+/// The data checksum table's tree (format 6, `sums.rs`), rooted in the meta inode: its blocks
+/// claimed. A bad height, or a pointer the walk cuts, costs the sums of the blocks it covered:
+/// the mount makes missing leaves again (zeroed), and summed files there then answer EIO,
+/// never unchecked data.
+fn sums_table<M: Media>(
+    v: &Visitor<'_, M>,
+    meta: &Inode,
+    at: usize,
+    blocks: &mut Bitmap,
+    out: &mut Vec<Problem>,
+) {
+    if !v.geo.data_sums() || meta.xattr == 0 {
+        return;
+    }
+    if meta.rdev > crate::layout::MAX_HEIGHT as u32 {
+        out.push(Problem::stores(
+            format!(
+                "meta inode 0: data checksum table height {} over {}",
+                meta.rdev,
+                crate::layout::MAX_HEIGHT
+            ),
+            "table dropped: summed files answer EIO until their checksums are set again".into(),
+            Some(META_INO),
+            None,
+            vec![
+                (at + field::XATTR, vec![0u8; 8]),
+                (at + field::RDEV, vec![0u8; 4]),
+            ],
+        ));
+        return;
+    }
+    let table = crate::sums::table_of(meta);
+    v.tree_at(META_INO, table, at + field::XATTR, blocks, out);
 }

@@ -67,8 +67,11 @@ pub(crate) static CUT_APPENDS: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Snap, String> {
     let rep = pmkit_fs::check(m);
-    if !rep.is_clean() {
-        return Err(format!("check before mount: {:?}", rep.problems));
+    if !rep.is_clean() || !rep.data_damage.is_empty() {
+        return Err(format!(
+            "check before mount: {:?} {:?}",
+            rep.problems, rep.data_damage
+        ));
     }
     let (fs, rec) = Fs::mount(
         Arc::clone(m),
@@ -90,8 +93,11 @@ pub(crate) fn verify(m: &Arc<CrashSim>, a: &Acked, mode: DataMode) -> Result<Sna
     }
     let media = fs.unmount();
     let rep = pmkit_fs::check(&media);
-    if !rep.is_clean() || !rep.clean {
-        return Err(format!("check after mount and unmount: {:?}", rep.problems));
+    if !rep.is_clean() || !rep.clean || !rep.data_damage.is_empty() {
+        return Err(format!(
+            "check after mount and unmount: {:?} {:?}",
+            rep.problems, rep.data_damage
+        ));
     }
     Ok(got)
 }

@@ -29,6 +29,8 @@ pub(crate) enum Op {
     SetAtomic(String, bool),
     /// `Fs::set_huge` on a regular file.
     SetHuge(String, bool),
+    /// `Fs::set_sums` on a regular file.
+    SetSums(String, bool),
     /// O_TMPFILE: a file made with no name in the path's directory, `len` bytes written
     /// (seeded), then named the path (`Fs::link_tmpfile`) and closed.
     TmpLink(String, usize, u8),
@@ -44,6 +46,8 @@ pub(crate) struct MNode {
     pub atomic: bool,
     /// The file's huge flag.
     pub huge: bool,
+    /// The file's data checksums flag.
+    pub sums: bool,
 }
 
 /// The model: path -> node id, id -> node.
@@ -87,6 +91,7 @@ impl Model {
             xattrs: BTreeMap::new(),
             atomic: kind == Kind::File && self.atomic_default,
             huge: false,
+            sums: false,
         };
         self.nodes.insert(self.next, n);
         self.paths.insert(p.to_string(), self.next);
@@ -285,6 +290,13 @@ impl Model {
                     .ok_or(())?;
                 n.huge = *on;
             }
+            Op::SetSums(p, on) => {
+                let n = self
+                    .node_mut(p)
+                    .filter(|n| n.kind == Kind::File)
+                    .ok_or(())?;
+                n.sums = *on;
+            }
         }
         Ok(())
     }
@@ -348,6 +360,7 @@ impl Model {
                     xattrs: x,
                     atomic: n.atomic,
                     huge: n.huge,
+                    sums: n.sums,
                 },
             );
         }
@@ -366,6 +379,7 @@ pub(crate) struct Ent {
     pub xattrs: Vec<(String, Vec<u8>)>,
     pub atomic: bool,
     pub huge: bool,
+    pub sums: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -457,6 +471,7 @@ pub(crate) fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
         Op::RemoveXattr(p, name) => fs.removexattr(ino_of(fs, p)?, name.as_bytes()),
         Op::SetAtomic(p, on) => fs.set_atomic(ino_of(fs, p)?, *on),
         Op::SetHuge(p, on) => fs.set_huge(ino_of(fs, p)?, *on),
+        Op::SetSums(p, on) => fs.set_sums(ino_of(fs, p)?, *on),
     }
 }
 
@@ -526,6 +541,7 @@ pub(crate) fn snap<M: Media>(fs: &Fs<M>) -> Result<Snap, String> {
                     xattrs,
                     atomic: a.atomic,
                     huge: a.huge,
+                    sums: a.sums,
                 },
             );
             out.get_mut(&path).unwrap().group = e.ino.to_string();
