@@ -457,6 +457,9 @@ pub(crate) extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// fcntl(2)'s contract (`arg` is read only by commands that take one).
 #[no_mangle]
 pub(crate) unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
+    if let Some(r) = crate::locks::fcntl(fd, cmd, arg) {
+        return r;
+    }
     if let Some(o) = lookup(fd) {
         match cmd {
             libc::F_GETFL => {

@@ -13,6 +13,7 @@
 //!   its one load is an error return), and `sigaction`/`signal`, which keep that handler first.
 //! - `shell`: `popen`, `pclose` and `system`, on the shim's `posix_spawn` so the shell keeps
 //!   the session.
+//! - `locks`: fcntl record locks, flock and lockf, through the pool's lock table.
 //! - `sock`: UNIX-domain sockets bound and connected by pool paths; `fifo`: FIFOs made in
 //!   the pool, opened as kernel FIFOs of this process.
 //! - `stat`: `struct stat`/`statx` as the kernel fills them.
@@ -50,6 +51,7 @@ mod hints;
 mod ids;
 mod image;
 mod ioctl;
+mod locks;
 mod meta;
 mod mmap;
 mod open;

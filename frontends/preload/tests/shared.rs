@@ -178,6 +178,94 @@ fn a_fork_child_shares_its_parents_descriptor_and_offset() {
     s.stop();
 }
 
+/// Record locks and flock between processes sharing a served pool: a lock another process
+/// holds is in the way (F_SETLK EAGAIN, F_GETLK names it, flock EWOULDBLOCK), other ranges and
+/// other files are not, a waiting lock (F_SETLKW) is granted when the holder lets go, and a
+/// process's exit drops its locks.
+#[test]
+fn record_locks_and_flock_conflict_between_processes() {
+    if !have("python3") {
+        return;
+    }
+    let s = served();
+    let (f, g, py) = (s.shim.m("f"), s.shim.m("g"), "python3");
+    // the other process: `ARGS` tries on `f` (and `g`), printing what happened
+    let other = format!(
+        "import fcntl, os, struct, sys, time\n\
+         f = open('{f}', 'r+'); g = open('{g}', 'r+')\n\
+         def tryit(name, fn):\n\
+         \x20   try:\n\
+         \x20       fn(); print(name, 'ok')\n\
+         \x20   except OSError as e: print(name, 'EAGAIN' if e.errno in (11, 13) else e.errno)\n\
+         tryit('overlap', lambda: fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 5))\n\
+         tryit('beside', lambda: fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 10))\n\
+         tryit('other file', lambda: fcntl.lockf(g, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 5))\n\
+         tryit('flock', lambda: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB))\n\
+         q = struct.pack('hhqqi', fcntl.F_RDLCK, 0, 0, 1, 0)\n\
+         t, w, st, ln, pid = struct.unpack('hhqqi', fcntl.fcntl(f, fcntl.F_GETLK, q))\n\
+         print('getlk', t == fcntl.F_WRLCK, st, ln, pid == int(sys.argv[1]))\n\
+         t0 = time.time(); fcntl.lockf(f, fcntl.LOCK_EX, 1, 5)\n\
+         print('waited', time.time() - t0 > 0.2)\n"
+    );
+    let holder = format!(
+        "import fcntl, os, subprocess, sys, time\n\
+         for p in ('{f}', '{g}'): open(p, 'w').write('0123456789' * 3)\n\
+         f = open('{f}', 'r+')\n\
+         fcntl.lockf(f, fcntl.LOCK_EX, 10, 0)\n\
+         fcntl.flock(f, fcntl.LOCK_SH)\n\
+         c = subprocess.Popen([sys.executable, '-c', sys.argv[1], str(os.getpid())])\n\
+         time.sleep(1.0)\n\
+         f.close()\n\
+         c.wait(); print('child', c.returncode)\n"
+    );
+    let out = s.shim.ok(py, &["-c", &holder, &other]);
+    assert_eq!(
+        out,
+        "overlap EAGAIN\nbeside ok\nother file ok\nflock EAGAIN\ngetlk True 0 10 True\n\
+         waited True\nchild 0\n"
+    );
+    s.stop();
+}
+
+/// Two sqlite3 processes write one database on a served pool at once (rollback journal, whose
+/// writers take turns by fcntl locks): no insert is lost and the database checks whole.
+#[test]
+fn two_sqlite_writers_take_turns_by_their_locks() {
+    if !have("sqlite3") {
+        return;
+    }
+    let s = served();
+    let db = s.shim.m("t.db");
+    let writer = |w: u32| {
+        let mut sql = String::from(".timeout 20000\n");
+        for i in 0..100 {
+            sql += &format!(
+                "BEGIN IMMEDIATE; INSERT INTO t VALUES ({w}, {i}); \
+                 UPDATE c SET n = n + 1; COMMIT;\n"
+            );
+        }
+        sql
+    };
+    s.sh(&format!(
+        "set -e\n\
+         sqlite3 {db} 'CREATE TABLE t (w, i); CREATE TABLE c (n); INSERT INTO c VALUES (0);'\n\
+         printf '%s' '{a}' | sqlite3 {db} > /dev/null &\n\
+         printf '%s' '{b}' | sqlite3 {db} > /dev/null &\n\
+         wait\n",
+        a = writer(1),
+        b = writer(2)
+    ));
+    let out = s.shim.ok(
+        "sqlite3",
+        &[
+            &db,
+            "SELECT count(*), count(DISTINCT w), (SELECT n FROM c) FROM t; PRAGMA integrity_check;",
+        ],
+    );
+    assert_eq!(out, "200|2|200\nok\n");
+    s.stop();
+}
+
 #[test]
 fn a_vfork_child_passes_pool_descriptors_to_the_program_it_runs() {
     if !have("python3") {

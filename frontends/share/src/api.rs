@@ -5,7 +5,7 @@
 //! (data with buffers, mappings, credentials) are written out below.
 
 use crate::wire::{Arg, Wire};
-use pmkit_fs::posix::{Cred, Fd, FileFlag, MapView, Opened, Posix, Whence};
+use pmkit_fs::posix::{Cred, Fd, FileFlag, Lock, MapView, Opened, Posix, Whence};
 use pmkit_fs::{Attr, DirEntry, Error, Extent, Falloc, RenameFlags, Result, StatFs};
 use pmkit_media::Media;
 use serde::{Deserialize, Serialize};
@@ -97,6 +97,8 @@ calls! {
     fn open_node(path: &[u8] => Vec<u8>, flags: i32 => i32, mode: u32 => u32) -> Opened;
     fn close(fd: Fd => Fd) -> ();
     fn link_fd(fd: Fd => Fd, new: &[u8] => Vec<u8>) -> Attr;
+    fn lock(fd: Fd => Fd, l: Lock => Lock) -> ();
+    fn test_lock(fd: Fd => Fd, l: Lock => Lock) -> Option<Lock>;
 }
 
 /// Every call a client makes of a pool: [`Calls`] and the ones written out here.

@@ -2,7 +2,7 @@
 //! request carries, [`Arg`] lends it back to the server's call in the type the method takes.
 //! Spelled out per type (no blanket impls), so each argument type is a choice.
 
-use pmkit_fs::posix::{Fd, FileFlag, Whence};
+use pmkit_fs::posix::{Fd, FileFlag, Lock, Whence};
 use pmkit_fs::{Falloc, RenameFlags};
 
 /// A client argument as the owned value a request carries.
@@ -77,6 +77,7 @@ copied!(
     RenameFlags,
     Falloc,
     FileFlag,
+    Lock,
     Option<u32>,
     Option<i64>
 );

@@ -76,6 +76,11 @@ pub enum Error {
     TooManyFds { max: usize },
     #[error("busy: {0}")]
     Busy(&'static str),
+    /// A lock another owner holds is in the way (`Posix::lock`).
+    #[error("a conflicting lock is held")]
+    WouldBlock,
+    #[error("too many locks held (the limit is {max})")]
+    NoLocks { max: usize },
     /// An error a pool's server answered for a client (its errno; the server's log has the
     /// rest).
     #[error("the pool's server answered errno {0}")]
@@ -135,6 +140,8 @@ impl Error {
             Error::Loop => 40,                             // ELOOP
             Error::TooManyFds { .. } => 24,                // EMFILE
             Error::Busy(_) => 16,                          // EBUSY
+            Error::WouldBlock => 11,                       // EAGAIN
+            Error::NoLocks { .. } => 37,                   // ENOLCK
             Error::Remote(n) => *n,
         }
     }

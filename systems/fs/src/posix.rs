@@ -18,6 +18,7 @@ mod attrs;
 mod falloc;
 mod fiemap;
 mod flags;
+mod locks;
 mod open;
 mod session;
 pub use session::MAX_SESSIONS;
@@ -26,6 +27,7 @@ mod tmpfile;
 pub use access::{Cred, MAX_GROUPS};
 use access::{R, W, X};
 pub use flags::{FileFlag, OpenFlags};
+pub use locks::{Lock, LockKind, LockScope, MAX_LOCKS};
 pub use open::Opened;
 pub use stat::{d_type, secs, stat_of, type_bits};
 

@@ -153,6 +153,8 @@ impl<M: Media> Posix<M> {
             .get_mut(fd.0 as usize)
             .and_then(Option::take)
             .ok_or(Error::BadFd(fd.0))?;
+        // POSIX: closing any descriptor of a file drops the process's record locks on it
+        self.common.locks.release(self.session_id(), Some(d.ino));
         if d.kind == Kind::File {
             self.fs.release(d.ino)?;
         }

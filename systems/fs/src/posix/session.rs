@@ -20,6 +20,8 @@ pub(super) struct Common {
     pub(super) append: Mutex<()>,
     /// Every session's table, to mark a removed directory in all of them.
     tables: Mutex<Vec<Weak<Table>>>,
+    /// Record and flock locks (`locks.rs`).
+    pub(super) locks: super::locks::Locks,
 }
 
 impl Common {
@@ -27,6 +29,7 @@ impl Common {
         Common {
             append: Mutex::new(()),
             tables: Mutex::new(vec![Arc::downgrade(first)]),
+            locks: Default::default(),
         }
     }
 
@@ -130,6 +133,7 @@ impl<M: Media> Posix<M> {
     /// exits or is killed held). The file system stays mounted for the others; it is given
     /// back.
     pub fn end(self) -> Arc<Fs<M>> {
+        self.common.locks.release(self.session_id(), None);
         for (_, m) in self.maps.into_inner() {
             drop(m.view);
             self.fs.unpin(m.ino, m.off, m.len);
