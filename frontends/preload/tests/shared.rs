@@ -266,6 +266,54 @@ fn two_sqlite_writers_take_turns_by_their_locks() {
     s.stop();
 }
 
+/// git killed with SIGKILL in the middle of `git add` and of `git commit` (once its lock file
+/// shows it at work), three times each: the server serves on, git recovers as on a kernel file
+/// system (its stale lock files removed), the repository checks whole with `git fsck`, and the
+/// pool checks clean.
+#[test]
+fn git_killed_mid_write_leaves_a_repository_git_recovers() {
+    if !have("git") {
+        return;
+    }
+    let s = served();
+    let r = s.shim.m("repo");
+    let out = s.sh(&format!(
+        "set -e\n\
+         mkdir -p {r}/src\n\
+         cd {r}\n\
+         git init -q .\n\
+         git config user.name t; git config user.email t@t; git config gc.auto 0\n\
+         for i in $(seq 1 300); do seq $i > src/f$i; done\n\
+         hits=0\n\
+         kill_at_lock() {{\n\
+         \x20 for t in $(seq 1 5000); do [ -e .git/index.lock ] && break; done\n\
+         \x20 kill -9 $1 2>/dev/null || true\n\
+         \x20 if wait $1; then :; else [ $? = 137 ] && hits=$((hits + 1)) || true; fi\n\
+         \x20 rm -f .git/index.lock .git/HEAD.lock .git/refs/heads/*.lock\n\
+         }}\n\
+         for round in 1 2 3; do\n\
+         \x20 for i in $(seq 1 300); do echo $round >> src/f$i; done\n\
+         \x20 git add -A & kill_at_lock $!\n\
+         \x20 git add -A\n\
+         \x20 git commit -qm r$round & kill_at_lock $!\n\
+         \x20 git commit -qm r$round-again > /dev/null || true\n\
+         done\n\
+         git fsck --no-progress 2>&1 | grep -v '^dangling' || true\n\
+         git status --porcelain | wc -l\n\
+         git log --oneline | wc -l | tr -d ' '\n\
+         echo $hits\n"
+    ));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "git fsck said more than nothing: {out}");
+    assert_eq!(lines[0].trim(), "0", "a clean work tree: {out}");
+    let commits: u32 = lines[1].parse().unwrap();
+    assert_eq!(commits, 3, "one commit per round: {out}");
+    let hits: u32 = lines[2].parse().unwrap();
+    assert!(hits >= 1, "no git was killed at work: {out}");
+    eprintln!("git processes killed at work: {hits} of 6");
+    s.stop();
+}
+
 #[test]
 fn a_vfork_child_passes_pool_descriptors_to_the_program_it_runs() {
     if !have("python3") {
