@@ -6,7 +6,8 @@
 //!
 //! A wait (`F_SETLKW`, `flock` without `LOCK_NB`, `F_LOCK`) is a loop of tries. Each try that
 //! finds the lock taken sleeps, from 100 µs doubling to 20 ms, so no server thread is ever held
-//! by a waiter. A signal does not interrupt the wait (no EINTR).
+//! by a waiter. A signal handled during a sleep ends the wait with EINTR, as the kernel's wait
+//! ends (a program that bounds its wait with `alarm` gets control back).
 
 use crate::state::{en, enter, lookup, own_pid};
 use pmkit_fs::posix::{Lock, LockKind, LockScope};
@@ -29,7 +30,16 @@ fn take(fd: pmkit_fs::posix::Fd, l: Lock, wait: bool) -> c_int {
         if !busy {
             return r;
         }
-        std::thread::sleep(nap);
+        let t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: nap.as_nanos() as _,
+        };
+        // SAFETY: nanosleep reads our timespec; no remainder is asked for.
+        if unsafe { libc::nanosleep(&t, std::ptr::null_mut()) } != 0 {
+            // a handler ran: the wait ends as the kernel's does
+            crate::state::set_errno(libc::EINTR);
+            return -1;
+        }
         nap = (nap * 2).min(std::time::Duration::from_millis(20));
     }
 }

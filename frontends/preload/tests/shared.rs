@@ -196,6 +196,7 @@ fn record_locks_and_flock_conflict_between_processes() {
          def tryit(name, fn):\n\
          \x20   try:\n\
          \x20       fn(); print(name, 'ok')\n\
+         \x20   except TimeoutError: print(name, 'timeout')\n\
          \x20   except OSError as e: print(name, 'EAGAIN' if e.errno in (11, 13) else e.errno)\n\
          tryit('overlap', lambda: fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 5))\n\
          tryit('beside', lambda: fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 10))\n\
@@ -204,6 +205,10 @@ fn record_locks_and_flock_conflict_between_processes() {
          q = struct.pack('hhqqi', fcntl.F_RDLCK, 0, 0, 1, 0)\n\
          t, w, st, ln, pid = struct.unpack('hhqqi', fcntl.fcntl(f, fcntl.F_GETLK, q))\n\
          print('getlk', t == fcntl.F_WRLCK, st, ln, pid == int(sys.argv[1]))\n\
+         import signal\n\
+         def ring(*a): raise TimeoutError()\n\
+         signal.signal(signal.SIGALRM, ring); signal.setitimer(signal.ITIMER_REAL, 0.2)\n\
+         tryit('alarm', lambda: fcntl.lockf(f, fcntl.LOCK_EX, 1, 5))\n\
          t0 = time.time(); fcntl.lockf(f, fcntl.LOCK_EX, 1, 5)\n\
          print('waited', time.time() - t0 > 0.2)\n"
     );
@@ -214,7 +219,7 @@ fn record_locks_and_flock_conflict_between_processes() {
          fcntl.lockf(f, fcntl.LOCK_EX, 10, 0)\n\
          fcntl.flock(f, fcntl.LOCK_SH)\n\
          c = subprocess.Popen([sys.executable, '-c', sys.argv[1], str(os.getpid())])\n\
-         time.sleep(1.0)\n\
+         time.sleep(1.5)\n\
          f.close()\n\
          c.wait(); print('child', c.returncode)\n"
     );
@@ -222,7 +227,7 @@ fn record_locks_and_flock_conflict_between_processes() {
     assert_eq!(
         out,
         "overlap EAGAIN\nbeside ok\nother file ok\nflock EAGAIN\ngetlk True 0 10 True\n\
-         waited True\nchild 0\n"
+         alarm timeout\nwaited True\nchild 0\n"
     );
     s.stop();
 }
