@@ -178,10 +178,15 @@ impl<M: Media> Fs<M> {
     /// The atomic flag of a regular file; `None` for other kinds. Cheap (no tree walk, unlike
     /// `getattr`'s block count).
     pub fn atomic(&self, ino: u64) -> Result<Option<bool>> {
+        self.file_flag(ino, crate::inode::FLAG_ATOMIC)
+    }
+
+    /// Inode flag `flag` of a regular file; `None` for other kinds.
+    pub(crate) fn file_flag(&self, ino: u64, flag: u8) -> Result<Option<bool>> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let n = self.live(ino)?;
-        Ok(n.is(Kind::File).then(|| n.atomic()))
+        Ok(n.is(Kind::File).then_some(n.flags & flag != 0))
     }
 
     /// Make every later write to the regular file `ino` all-or-nothing (`true`: copy-on-write
@@ -198,10 +203,7 @@ impl<M: Media> Fs<M> {
 
     /// The huge flag of a regular file; `None` for other kinds. Cheap (no tree walk).
     pub fn huge(&self, ino: u64) -> Result<Option<bool>> {
-        let _ns = self.ns.read();
-        let _g = self.stripe(ino).lock();
-        let n = self.live(ino)?;
-        Ok(n.is(Kind::File).then(|| n.huge()))
+        self.file_flag(ino, crate::inode::FLAG_HUGE)
     }
 
     /// Ask for 2 MiB blocks (`true`) for the regular file `ino`, or stop asking: while the flag

@@ -84,10 +84,7 @@ impl Table {
 impl<M: Media> Fs<M> {
     /// Whether the regular file `ino` has data checksums; `None` for other kinds.
     pub fn sums(&self, ino: u64) -> Result<Option<bool>> {
-        let _ns = self.ns.read();
-        let _g = self.stripe(ino).lock();
-        let n = self.live(ino)?;
-        Ok(n.is(Kind::File).then(|| n.sums()))
+        self.file_flag(ino, FLAG_SUMS)
     }
 
     /// Give the regular file `ino` data checksums (`true`), or drop them. Turning them on sums

@@ -696,9 +696,22 @@ pub unsafe extern "C" fn pmfs_set_huge(
     guard(-1, || {
         // SAFETY: the caller's contract.
         let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
-        h.set_flag(p, true, FileFlag::Huge, on != 0).map_err(fail)?;
-        Ok(0)
+        set_file_flag(h, p, FileFlag::Huge, on)
     })
+}
+
+/// Set or clear per-file flag `f` of the regular file at `path` (a symlink followed).
+fn set_file_flag(h: &Posix<Region>, path: &[u8], f: FileFlag, on: c_int) -> Result<c_int, Failure> {
+    h.set_flag(path, true, f, on != 0).map_err(fail)?;
+    Ok(0)
+}
+
+/// Per-file flag `f` of the regular file at `path`: 1 or 0; EINVAL for other kinds.
+fn file_flag(h: &Posix<Region>, path: &[u8], f: FileFlag) -> Result<c_int, Failure> {
+    match h.flag(path, true, f).map_err(fail)? {
+        Some(on) => Ok(on as c_int),
+        None => Err(inval("only regular files have per-file flags")),
+    }
 }
 
 /// Give the regular file at `path` data checksums (`on` non-zero) or drop them (see
@@ -716,9 +729,7 @@ pub unsafe extern "C" fn pmfs_set_checksum(
     guard(-1, || {
         // SAFETY: the caller's contract.
         let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
-        h.set_flag(p, true, FileFlag::Checksum, on != 0)
-            .map_err(fail)?;
-        Ok(0)
+        set_file_flag(h, p, FileFlag::Checksum, on)
     })
 }
 
@@ -732,10 +743,7 @@ pub unsafe extern "C" fn pmfs_checksum(fs: *mut PmfsHandle, path: *const c_char)
     guard(-1, || {
         // SAFETY: the caller's contract.
         let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
-        match h.flag(p, true, FileFlag::Checksum).map_err(fail)? {
-            Some(on) => Ok(on as c_int),
-            None => Err(inval("only regular files have data checksums")),
-        }
+        file_flag(h, p, FileFlag::Checksum)
     })
 }
 
@@ -749,9 +757,6 @@ pub unsafe extern "C" fn pmfs_huge(fs: *mut PmfsHandle, path: *const c_char) -> 
     guard(-1, || {
         // SAFETY: the caller's contract.
         let (h, p) = unsafe { (handle(fs)?, cstr(path, "path")?) };
-        match h.flag(p, true, FileFlag::Huge).map_err(fail)? {
-            Some(on) => Ok(on as c_int),
-            None => Err(inval("only regular files have the huge flag")),
-        }
+        file_flag(h, p, FileFlag::Huge)
     })
 }

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use pmkit_media::Media;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Most locks held at once over one file system (`NoLocks`, ENOLCK, past it).
@@ -89,6 +90,9 @@ impl Held {
 #[derive(Default)]
 pub(super) struct Locks {
     by_ino: Mutex<HashMap<u64, Vec<Held>>>,
+    /// Locks in `by_ino` (counted under its lock, read without it): a close skips the table
+    /// while no lock is held, and no call counts the table by walking it.
+    held: AtomicUsize,
 }
 
 impl Locks {
@@ -96,9 +100,12 @@ impl Locks {
     fn set(&self, ino: u64, owner: usize, life: Life, l: &Lock) -> Result<()> {
         let flock = l.scope == LockScope::Flock;
         let mut m = self.by_ino.lock();
-        let total: usize = m.values().map(Vec::len).sum();
         let v = m.entry(ino).or_default();
+        let before = v.len();
         v.retain(Held::live);
+        // the dead (descriptions closed since) leave the count with the table
+        self.held.fetch_sub(before - v.len(), Ordering::Relaxed);
+        let live = v.len();
         let write = l.kind == LockKind::Write;
         if l.kind != LockKind::Unlock {
             let blocked = v.iter().any(|h| {
@@ -110,7 +117,7 @@ impl Locks {
             if blocked {
                 return Err(Error::WouldBlock);
             }
-            if total + 2 > MAX_LOCKS {
+            if self.held.load(Ordering::Relaxed) + 2 > MAX_LOCKS {
                 return Err(Error::NoLocks { max: MAX_LOCKS });
             }
         }
@@ -144,10 +151,13 @@ impl Locks {
                 pid: l.pid,
             });
         }
+        self.held.fetch_add(out.len(), Ordering::Relaxed);
+        self.held.fetch_sub(live, Ordering::Relaxed);
         *v = out;
         if v.is_empty() {
             m.remove(&ino);
         }
+        assert!(self.held.load(Ordering::Relaxed) <= MAX_LOCKS, "lock count");
         Ok(())
     }
 
@@ -183,16 +193,20 @@ impl Locks {
     /// Drop session `owner`'s process locks: on `ino` (a close of one of its descriptors of
     /// it), or on every file (`None`: the session ends).
     pub(super) fn release(&self, owner: usize, ino: Option<u64>) {
-        let mut m = self.by_ino.lock();
-        if m.is_empty() {
-            return;
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return; // the common close: no lock anywhere, no lock taken
         }
+        let mut m = self.by_ino.lock();
+        let mut dropped = 0;
         m.retain(|&i, v| {
             if ino.is_none_or(|x| x == i) {
+                let before = v.len();
                 v.retain(|h| h.live() && !(h.owner == owner && h.process()));
+                dropped += before - v.len();
             }
             !v.is_empty()
         });
+        self.held.fetch_sub(dropped, Ordering::Relaxed);
     }
 }
 
