@@ -703,6 +703,8 @@ pub unsafe extern "C" fn pmfs_set_huge(
 /// Set or clear per-file flag `f` of the regular file at `path` (a symlink followed).
 fn set_file_flag(h: &Posix<Region>, path: &[u8], f: FileFlag, on: c_int) -> Result<c_int, Failure> {
     h.set_flag(path, true, f, on != 0).map_err(fail)?;
+    // the flag reads back as set (one transaction, under the inode's lock)
+    debug_assert_eq!(h.flag(path, true, f).ok().flatten(), Some(on != 0));
     Ok(0)
 }
 
