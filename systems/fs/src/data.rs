@@ -2,7 +2,7 @@
 //! (freeing unlinked inodes, finishing cut truncates).
 
 use crate::error::{Error, Result};
-use crate::inode::{Inode, Kind, CTIME, MTIME, SIZE_MTIME, TAIL};
+use crate::inode::{size_word, Inode, Kind, CTIME, MTIME, SIZE_MTIME, TAIL};
 use crate::layout::{BLOCK, LINE, MAX_FILE_SIZE};
 use crate::tail::{self, Tail};
 use crate::tree;
@@ -308,7 +308,8 @@ impl<M: Media> Fs<M> {
                 true => 0,
             };
             // POSIX: a write changes mtime and ctime; stored only when the coarse clock moved.
-            let mut words = [(at + TAIL, rec), (at + SIZE_MTIME, end), (0, 0), (0, 0)];
+            let size = size_word(self.geo.checked_sizes(), end);
+            let mut words = [(at + TAIL, rec), (at + SIZE_MTIME, size), (0, 0), (0, 0)];
             let mut n = 2;
             for (field, old) in [(MTIME, node.mtime), (CTIME, node.ctime)] {
                 if old != t {
@@ -354,8 +355,9 @@ impl<M: Media> Fs<M> {
             // in the line the size's store flushes and fences below
             self.pm.store_u64(at + CTIME, t as u64);
         }
+        let size = size_word(self.geo.checked_sizes(), end);
         self.pm
-            .persist_u128(at + SIZE_MTIME, (t as u128) << 64 | end as u128);
+            .persist_u128(at + SIZE_MTIME, (t as u128) << 64 | size as u128);
     }
 
     /// Set the size (caller holds the namespace read lock and the inode's stripe).

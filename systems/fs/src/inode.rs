@@ -33,6 +33,30 @@ pub(crate) const ATIME: usize = 104;
 /// Format 4: CRC32C of the fields only transactions store (`SUMMED`), seeded with the inode
 /// number; 0 on a free inode and in older formats.
 pub(crate) const SUM: usize = 112;
+/// The size word's bits that hold the size; format 7 keeps a check above them.
+const SIZE_BITS: u32 = 40;
+const SIZE_MASK: u64 = (1 << SIZE_BITS) - 1;
+const _: () = assert!(crate::layout::MAX_FILE_SIZE <= SIZE_MASK);
+/// Set in every format 7 size check, so a zeroed size word fails.
+const SIZE_MARK: u32 = 1 << 23;
+
+/// The check format 7 keeps in a size word's high 24 bits: 23 bits of the CRC32C of the size,
+/// and bit 63 set. The size is outside the inode's checksum (the fast paths store it alone), so
+/// it carries its own, stored in the same 8-byte store: no extra line or fence. An inode moved
+/// to another slot is caught by the inode's checksum, so the check need not name the slot.
+pub(crate) fn size_check(size: u64) -> u32 {
+    debug_assert!(size <= SIZE_MASK);
+    SIZE_MARK | (crc32c::crc32c(&size.to_le_bytes()) & (SIZE_MARK - 1))
+}
+
+/// The size word a pool stores for `size`: with its check (format 7) or bare.
+pub(crate) fn size_word(checked: bool, size: u64) -> u64 {
+    match checked {
+        true => size | (size_check(size) as u64) << SIZE_BITS,
+        false => size,
+    }
+}
+
 /// What the sum covers: root, height, kind and flags (and their padding); links, mode, uid and
 /// gid; xattr block, orphan link, parent, truncate target and rdev. Not the size, the times or
 /// the tail word, which the write fast paths store alone (a sum over them would cost every
@@ -104,6 +128,7 @@ impl Kind {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Inode {
+    /// Bytes (below 2^40: `MAX_FILE_SIZE` is 2^39); the word's high bits are `size_check`.
     pub size: u64,
     /// Times are nanoseconds since the epoch, negative before it (1677 to 2262); the bytes
     /// are the same as the unsigned field of earlier builds for every time after 1970.
@@ -131,6 +156,9 @@ pub struct Inode {
     pub rdev: u32,
     /// Format 4: the checksum of the fields transactions store (`Inode::sealed`).
     pub sum: u32,
+    /// Format 7: the size's own check, in the size word's high 24 bits (`size_check`); 0 in
+    /// earlier formats and on a free inode.
+    pub size_check: u32,
 }
 
 impl Inode {
@@ -165,7 +193,10 @@ impl Inode {
     pub fn encode(&self) -> [u8; INODE] {
         let mut b = [0u8; INODE];
         let mut put = |o: usize, v: &[u8]| crate::layout::put(&mut b, o, v);
-        put(SIZE, &self.size.to_le_bytes());
+        put(
+            SIZE,
+            &(self.size | (self.size_check as u64) << SIZE_BITS).to_le_bytes(),
+        );
         put(MTIME, &self.mtime.to_le_bytes());
         put(ROOT, &self.root.to_le_bytes());
         put(HEIGHT, &[self.height]);
@@ -191,7 +222,7 @@ impl Inode {
     pub fn decode(b: &[u8; INODE]) -> Inode {
         let (u64at, u32at) = (|o| u64_at(b, o), |o| u32_at(b, o));
         Inode {
-            size: u64at(SIZE),
+            size: u64at(SIZE) & SIZE_MASK,
             mtime: u64at(MTIME) as i64,
             root: u64at(ROOT),
             height: b[HEIGHT],
@@ -210,6 +241,7 @@ impl Inode {
             trunc: u64at(TRUNC),
             rdev: u32at(RDEV),
             sum: u32at(SUM),
+            size_check: (u64at(SIZE) >> SIZE_BITS) as u32,
         }
     }
     /// This inode with its checksum as format 4 stores it for inode number `ino`: CRC32C of the
@@ -235,6 +267,14 @@ impl Inode {
     /// This inode with the checksum the format of `geo` stores for slot `ino`: none before
     /// format 4; from format 5 the meta inode too (free in kind, it holds the table's tree).
     pub(crate) fn seal_in(self, geo: &crate::layout::Geometry, ino: u64) -> Inode {
+        let meta = ino == crate::layout::META_INO && geo.grows();
+        let checked = geo.checked_sizes() && (meta || !self.is(Kind::Free));
+        let size_check = if checked { size_check(self.size) } else { 0 };
+        let this = Inode { size_check, ..self };
+        this.sum_in(geo, ino)
+    }
+    /// `seal_in`'s checksum part.
+    fn sum_in(self, geo: &crate::layout::Geometry, ino: u64) -> Inode {
         if !geo.inode_sums() {
             return Inode { sum: 0, ..self };
         }

@@ -22,10 +22,14 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
 /// (`itable.rs`), and the meta inode carries a checksum too.
 /// 6: files may carry data checksums (`sums.rs`): inode flag 4, and the meta inode's xattr and
 /// rdev fields hold the root and height of the table of block checksums.
+/// 7: every pointer word in a tree node carries a check of the pointer and its slot in its
+/// unused high bits (`ptr.rs`), so a hole is a non-zero word and a zeroed, flipped or misplaced
+/// node is damage the walk names; and an inode's size word carries a check of the size in its
+/// high 24 bits (`inode::size_check`).
 /// Older pools are still read and written in their own format: a format 3 pool may hold empty
 /// nodes that truncates of earlier builds left, so there an empty node is not damage; a format
 /// 4 pool's table stays the size mkfs made it.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// The oldest format this build reads (and keeps in its layout).
 pub const OLDEST_VERSION: u32 = 2;
 /// Byte offset of the first superblock copy, in every format.
@@ -124,6 +128,14 @@ impl Geometry {
     /// Format 6 and later: files may carry data checksums (`sums.rs`).
     pub fn data_sums(&self) -> bool {
         self.format >= 6
+    }
+    /// Format 7 and later: every pointer word in a tree node carries a check (`ptr.rs`).
+    pub fn checked_ptrs(&self) -> bool {
+        self.format >= 7
+    }
+    /// Format 7 and later: an inode's size word carries its own check (`inode::size_check`).
+    pub fn checked_sizes(&self) -> bool {
+        self.format >= 7
     }
     /// Byte offsets of the two superblock copies: block 0 and the last block (format 3), or
     /// both in block 0 (format 2).

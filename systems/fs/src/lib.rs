@@ -28,6 +28,7 @@ mod overlay;
 mod pm;
 pub mod posix;
 mod preallocated;
+mod ptr;
 mod punch;
 mod read;
 mod reclaim;
@@ -66,6 +67,7 @@ pub use layout::{MAX_FILE_SIZE, NAME_MAX, SYMLINK_MAX};
 #[doc(hidden)]
 pub use pm::Faults;
 pub use pmkit_media::Protect;
+pub use ptr::seal_pointer;
 pub use repair::{
     repair, repair_with, reseal_inode, Fix, GeometryHint, RepairOptions, RepairReport,
 };

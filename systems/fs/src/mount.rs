@@ -4,7 +4,7 @@
 use crate::alloc::Alloc;
 use crate::dir::Dirs;
 use crate::error::{Error, Result};
-use crate::inode::{Inode, Kind, SIZE_MTIME, TAIL};
+use crate::inode::{size_word, Inode, Kind, SIZE_MTIME, TAIL};
 use crate::itable::Itable;
 use crate::journal::{self, Header, Journal};
 use crate::layout::{
@@ -138,7 +138,7 @@ impl<M: Media> Fs<M> {
         let tlen = geo.inodes as usize * INODE;
         pm.write(geo.inode_off(0), &vec![0u8; tlen]);
         debug_assert!(geo.inode_sums(), "mkfs makes this build's format");
-        let root = Inode::empty_dir(0o755, ROOT_INO, crate::clock::now()).sealed(ROOT_INO);
+        let root = Inode::empty_dir(0o755, ROOT_INO, crate::clock::now()).seal_in(&geo, ROOT_INO);
         pm.write(geo.inode_off(ROOT_INO), &root.encode());
         let meta = Inode::default().seal_in(&geo, META_INO);
         pm.write(geo.inode_off(META_INO), &meta.encode());
@@ -216,7 +216,7 @@ impl<M: Media> Fs<M> {
             // The size first: the record no longer applies to it, so a crash in between
             // leaves nothing to undo twice. Then the record, which a later size could match.
             let at = itable.off(c.ino);
-            pm.store_u64(at + SIZE_MTIME, c.to);
+            pm.store_u64(at + SIZE_MTIME, size_word(geo.checked_sizes(), c.to));
             pm.store_u64(at + TAIL, 0);
             pm.flush(at, LINE);
             pm.fence();

@@ -53,7 +53,7 @@ fn punch_node<M: Media>(
     let last = ((to - 1 - base) / span).min(FANOUT - 1);
     for slot in first..=last {
         let at = node as usize * BLOCK + slot as usize * 8;
-        let mut ptr = tx.read_u64(at);
+        let mut ptr = tx.read_ptr(at);
         let child = base + slot * span;
         if ptr == 0 {
             continue;
@@ -63,19 +63,19 @@ fn punch_node<M: Media>(
         }
         if from <= child && child + span <= to {
             free_subtree(tx, ptr, level - 1);
-            tx.write_u64(at, 0);
+            tx.write_ptr(at, 0);
             *left -= 1;
             continue;
         }
         if level == 2 && huge(ptr).is_some() {
             // cut in part: its 512 blocks become a node whose pointers can go one by one
             ptr = split(tx, ptr)?;
-            tx.write_u64(at, ptr);
+            tx.write_ptr(at, ptr);
         }
         punch_node(tx, ptr, level - 1, child, (from, to), left)?;
         if is_empty(tx, ptr) {
             tx.free_after.push(ptr);
-            tx.write_u64(at, 0);
+            tx.write_ptr(at, 0);
         }
     }
     Ok(())

@@ -123,12 +123,15 @@ impl<M: Media> Fs<M> {
         }
         let mut words = vec![0u8; n * 8];
         tx.read(at, &mut words);
-        let empty = words.chunks(8).filter(|w| w.iter().all(|&x| x == 0));
+        let ptr_of = |w: &[u8]| crate::ptr::value(u64::from_le_bytes(w.try_into().expect("8")));
+        let empty = words.chunks(8).filter(|w| ptr_of(w) == 0);
         let mut got = tx.alloc_unwritten(empty.count()).into_iter();
-        for w in words.chunks_mut(8) {
-            if w.iter().all(|&x| x == 0) {
+        let checked = self.geo.checked_ptrs();
+        for (i, w) in words.chunks_mut(8).enumerate() {
+            if ptr_of(w) == 0 {
                 let Some(b) = got.next() else { break };
-                w.copy_from_slice(&b.to_le_bytes());
+                let word = crate::ptr::store(checked, b, at + i * 8);
+                w.copy_from_slice(&word.to_le_bytes());
             }
         }
         // Not logged: the slots were empty and lie beyond the size, so a crash that keeps

@@ -343,7 +343,8 @@ fn apply<M: Media>(
 }
 
 /// Format 4: the checksum of every inode in use whose bytes a fix stores, in the fix's
-/// transaction (a fix sets the fields it decides on; the checksum follows them).
+/// transaction (a fix sets the fields it decides on; the checksum follows them); format 7: the
+/// size word's check too.
 fn reseal<M: Media>(tx: &mut Tx<'_, M>, geo: &Geometry, writes: &[(usize, Vec<u8>)]) {
     if !geo.inode_sums() {
         return;
@@ -364,11 +365,16 @@ fn reseal<M: Media>(tx: &mut Tx<'_, M>, geo: &Geometry, writes: &[(usize, Vec<u8
     for ino in touched {
         let n = tx.inode(ino).seal_in(geo, ino);
         tx.write(it.off(ino) + crate::inode::SUM, &n.sum.to_le_bytes());
+        if geo.checked_sizes() {
+            // format 7: the size word's check follows a size a fix set
+            let size = crate::inode::SIZE;
+            tx.write(it.off(ino) + size, &n.encode()[size..size + 8]);
+        }
     }
 }
 
 /// Store the checksum of inode `ino` for its fields as they are on `media` (format 4; 0 on
-/// older formats, which keep none): what a tool that edits an inode by hand must do after (as debugfs's
+/// older formats, which keep none), and in format 7 its size word's check: what a tool that edits an inode by hand must do after (as debugfs's
 /// `set_inode_field` does for ext4), and how tests make damage a checksum does not catch (a
 /// wrong field stored by a bug, not changed by the media).
 pub fn reseal_inode<M: Media>(media: &M, ino: u64) -> Result<()> {
@@ -381,9 +387,14 @@ pub fn reseal_inode<M: Media>(media: &M, ino: u64) -> Result<()> {
     let at = it.off(ino);
     let mut b = [0u8; INODE];
     pm.read(at, &mut b);
-    let sum = Inode::decode(&b).seal_in(&geo, ino).sum;
-    pm.write(at + crate::inode::SUM, &sum.to_le_bytes());
+    let n = Inode::decode(&b).seal_in(&geo, ino);
+    pm.write(at + crate::inode::SUM, &n.sum.to_le_bytes());
     pm.flush(at + crate::inode::SUM, 4);
+    if geo.checked_sizes() {
+        let size = crate::inode::SIZE;
+        pm.write(at + size, &n.encode()[size..size + 8]);
+        pm.flush(at + size, 8);
+    }
     pm.fence();
     pm.check()
 }

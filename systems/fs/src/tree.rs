@@ -11,21 +11,27 @@ use crate::error::{Error, Result};
 use crate::inode::Inode;
 use crate::layout::{tree_cap, BLOCK, FANOUT, MAX_FILE_SIZE, MAX_HEIGHT};
 use crate::pm::Pm;
+use crate::ptr;
 use crate::tx::Tx;
 use pmkit_media::Media;
 
 /// Something 8-byte words can be read from: the media, or a transaction's view of it.
+/// The pointers are the words' values (`ptr.rs`): the check bits are masked off here, and held
+/// to by the walk.
 pub(crate) trait Reader {
+    /// The stored word at `off`, check bits and all.
     fn word(&self, off: usize) -> u64;
-    fn node(&self, block: u64) -> Vec<u64> {
-        (0..FANOUT as usize)
-            .map(|s| self.word(block as usize * BLOCK + s * 8))
-            .collect()
+    /// The pointer stored at `off`.
+    fn ptr(&self, off: usize) -> u64 {
+        ptr::value(self.word(off))
     }
-    /// Slots `first..=last` of a node.
+    fn node(&self, block: u64) -> Vec<u64> {
+        self.slots(block, 0, FANOUT - 1)
+    }
+    /// The pointers in slots `first..=last` of a node.
     fn slots(&self, block: u64, first: u64, last: u64) -> Vec<u64> {
         (first..=last)
-            .map(|s| self.word(block as usize * BLOCK + s as usize * 8))
+            .map(|s| self.ptr(block as usize * BLOCK + s as usize * 8))
             .collect()
     }
 }
@@ -33,9 +39,6 @@ pub(crate) trait Reader {
 impl<M: Media> Reader for Pm<M> {
     fn word(&self, off: usize) -> u64 {
         self.read_u64(off)
-    }
-    fn node(&self, block: u64) -> Vec<u64> {
-        self.slots(block, 0, FANOUT - 1)
     }
     /// One copy out of PM into the stack, one allocation.
     fn slots(&self, block: u64, first: u64, last: u64) -> Vec<u64> {
@@ -45,7 +48,7 @@ impl<M: Media> Reader for Pm<M> {
         self.read(block as usize * BLOCK + first as usize * 8, &mut b[..n]);
         b[..n]
             .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .map(|c| ptr::value(u64::from_le_bytes(c.try_into().expect("8 bytes"))))
             .collect()
     }
 }
@@ -56,8 +59,7 @@ impl<M: Media> Reader for Tx<'_, M> {
     }
 }
 
-/// The flag of a huge-block pointer.
-pub(crate) const HUGE: u64 = 1 << 63;
+pub(crate) use crate::ptr::HUGE;
 /// File blocks in a huge block.
 pub(crate) const HUGE_BLOCKS: u64 = FANOUT;
 // the allocator's chunks are the huge blocks
@@ -84,7 +86,7 @@ pub(crate) fn lookup(r: &impl Reader, root: u64, height: u8, idx: u64) -> u64 {
             }
         }
         let slot = (idx / tree_cap(level - 1)) % FANOUT;
-        node = r.word(node as usize * BLOCK + slot as usize * 8);
+        node = r.ptr(node as usize * BLOCK + slot as usize * 8);
     }
     node
 }
@@ -107,7 +109,7 @@ pub(crate) fn set<M: Media>(
         // inode), and give their blocks back.
         for &(at, b) in made.iter().rev() {
             match at {
-                Some(at) => tx.write_u64(at, 0),
+                Some(at) => tx.write_ptr(at, 0),
                 None => ino.root = 0,
             }
             tx.free_after.push(b);
@@ -130,7 +132,7 @@ fn set_in<M: Media>(
             return Err(Error::FileTooBig { max: MAX_FILE_SIZE });
         }
         if ino.root != 0 {
-            ino.root = tx.new_block(&ino.root.to_le_bytes())?;
+            ino.root = tx.new_node(&[ino.root])?;
         }
         ino.height += 1;
     }
@@ -140,7 +142,7 @@ fn set_in<M: Media>(
         return Ok(old);
     }
     if ino.root == 0 {
-        ino.root = tx.new_block(&[])?;
+        ino.root = tx.new_node(&[])?;
         made.push((None, ino.root));
     }
     if ino.height == 1 && huge(ino.root).is_some() {
@@ -150,19 +152,19 @@ fn set_in<M: Media>(
     for level in (1..=ino.height).rev() {
         let slot = (idx / tree_cap(level - 1)) % FANOUT;
         let off = node as usize * BLOCK + slot as usize * 8;
-        let cur = tx.read_u64(off);
+        let cur = tx.read_ptr(off);
         if level == 1 {
-            tx.write_u64(off, ptr);
+            tx.write_ptr(off, ptr);
             return Ok(cur);
         }
         node = if cur == 0 {
-            let b = tx.new_block(&[])?;
-            tx.write_u64(off, b);
+            let b = tx.new_node(&[])?;
+            tx.write_ptr(off, b);
             made.push((Some(off), b));
             b
         } else if level == 2 && huge(cur).is_some() {
             let b = split(tx, cur)?;
-            tx.write_u64(off, b);
+            tx.write_ptr(off, b);
             b
         } else {
             cur
@@ -175,10 +177,8 @@ fn set_in<M: Media>(
 /// 4 KiB blocks that can be replaced or freed one by one. The caller swaps the pointer in.
 pub(crate) fn split<M: Media>(tx: &mut Tx<'_, M>, ptr: u64) -> Result<u64> {
     let run = huge(ptr).expect("split of a huge pointer");
-    let words: Vec<u8> = (0..HUGE_BLOCKS)
-        .flat_map(|i| (run + i).to_le_bytes())
-        .collect();
-    tx.new_block(&words)
+    let ptrs: Vec<u64> = (run..run + HUGE_BLOCKS).collect();
+    tx.new_node(&ptrs)
 }
 
 /// The byte offset of the pointer to file block `idx` in its level-1 node, if the path to that
@@ -197,7 +197,7 @@ pub(crate) fn leaf_slot(r: &impl Reader, root: u64, height: u8, idx: u64) -> Opt
         if level == 1 {
             return Some(off);
         }
-        node = r.word(off);
+        node = r.ptr(off);
     }
     None
 }
@@ -214,7 +214,7 @@ pub(crate) fn span_empty(r: &impl Reader, root: u64, height: u8, idx: u64) -> bo
     let mut node = root;
     for level in (2..=height).rev() {
         let slot = (idx / tree_cap(level - 1)) % FANOUT;
-        node = r.word(node as usize * BLOCK + slot as usize * 8);
+        node = r.ptr(node as usize * BLOCK + slot as usize * 8);
         if node == 0 {
             return true;
         }
@@ -236,7 +236,7 @@ pub(crate) fn set_huge<M: Media>(
             return Err(Error::FileTooBig { max: MAX_FILE_SIZE });
         }
         if ino.root != 0 {
-            ino.root = tx.new_block(&ino.root.to_le_bytes())?;
+            ino.root = tx.new_node(&[ino.root])?;
         }
         ino.height += 1;
     }
@@ -246,21 +246,21 @@ pub(crate) fn set_huge<M: Media>(
         return Ok(());
     }
     if ino.root == 0 {
-        ino.root = tx.new_block(&[])?;
+        ino.root = tx.new_node(&[])?;
     }
     let mut node = ino.root;
     for level in (2..=ino.height).rev() {
         let slot = (idx / tree_cap(level - 1)) % FANOUT;
         let off = node as usize * BLOCK + slot as usize * 8;
-        let cur = tx.read_u64(off);
+        let cur = tx.read_ptr(off);
         if level == 2 {
             assert_eq!(cur, 0, "huge block over a non-empty span");
-            tx.write_u64(off, run | HUGE);
+            tx.write_ptr(off, run | HUGE);
             return Ok(());
         }
         node = if cur == 0 {
-            let b = tx.new_block(&[])?;
-            tx.write_u64(off, b);
+            let b = tx.new_node(&[])?;
+            tx.write_ptr(off, b);
             b
         } else {
             cur
@@ -370,14 +370,13 @@ fn split_cut<M: Media>(
 ) -> Result<u64> {
     let run = huge(ptr).expect("huge pointer");
     let kept = keep.saturating_sub(base).min(HUGE_BLOCKS - 1);
-    let words: Vec<u8> = (0..kept).flat_map(|i| (run + i).to_le_bytes()).collect();
+    let ptrs: Vec<u64> = (run..run + kept).collect();
     let last = run + HUGE_BLOCKS - 1;
-    let node = match tx.new_block(&words) {
+    let node = match tx.new_node(&ptrs) {
         Ok(b) => b,
         Err(Error::NoSpace) if spare_tail => {
             // beyond the committed size: a crash before the commit leaves bytes no one reads
-            let mut b = vec![0u8; BLOCK];
-            b[..words.len()].copy_from_slice(&words);
+            let b = tx.node_image(last, &ptrs);
             tx.write_fresh(last as usize * BLOCK, &b);
             tx.free_after.extend(run + kept..last);
             return Ok(last);
@@ -408,19 +407,19 @@ fn prune_node<M: Media>(
         }
         if child >= keep {
             free_subtree(tx, ptr, level - 1);
-            tx.write_u64(node as usize * BLOCK + slot * 8, 0);
+            tx.write_ptr(node as usize * BLOCK + slot * 8, 0);
             *left -= 1;
         } else if level == 2 && huge(ptr).is_some() {
             // a huge block cut by the new size: split it, freeing the blocks beyond `keep`
             let b = split_cut(tx, ptr, child, keep, spare_tail)?;
-            tx.write_u64(node as usize * BLOCK + slot * 8, b);
+            tx.write_ptr(node as usize * BLOCK + slot * 8, b);
             *left -= 1;
         } else {
             prune_node(tx, ptr, level - 1, child, (keep, spare_tail), left)?;
             if level > 1 && is_empty(tx, ptr) {
                 // the child straddled `keep` and held only holes below it: free it too
                 tx.free_after.push(ptr);
-                tx.write_u64(node as usize * BLOCK + slot * 8, 0);
+                tx.write_ptr(node as usize * BLOCK + slot * 8, 0);
             }
         }
     }

@@ -131,6 +131,44 @@ impl<'a, M: Media> Tx<'a, M> {
     pub(crate) fn write_u64(&mut self, off: usize, v: u64) {
         self.write(off, &v.to_le_bytes());
     }
+    /// The pointer stored at `off` in a tree node (`ptr.rs`).
+    pub(crate) fn read_ptr(&self, off: usize) -> u64 {
+        crate::ptr::value(self.read_u64(off))
+    }
+    /// Store pointer `ptr` at `off` in a tree node: sealed with its check in format 7.
+    pub(crate) fn write_ptr(&mut self, off: usize, ptr: u64) {
+        let w = crate::ptr::store(self.geo.checked_ptrs(), ptr, off);
+        self.write_u64(off, w);
+    }
+    /// The bytes of a tree node at `block` holding `ptrs` in its first slots and holes after.
+    pub(crate) fn node_image(&self, block: u64, ptrs: &[u64]) -> Vec<u8> {
+        assert!(ptrs.len() <= BLOCK / 8);
+        let base = block as usize * BLOCK;
+        let mut data = vec![0u8; BLOCK];
+        if self.geo.checked_ptrs() {
+            let words = crate::ptr::seal_node(base, ptrs);
+            for (w, v) in data.chunks_exact_mut(8).zip(words) {
+                w.copy_from_slice(&v.to_le_bytes());
+            }
+        } else {
+            for (w, &p) in data.chunks_exact_mut(8).zip(ptrs) {
+                w.copy_from_slice(&p.to_le_bytes());
+            }
+        }
+        data
+    }
+    /// A new tree node holding `ptrs` (then holes), written with streaming stores.
+    pub(crate) fn new_node(&mut self, ptrs: &[u64]) -> Result<u64> {
+        let b = self.alloc_block()?;
+        let data = self.node_image(b, ptrs);
+        self.writes.push(W {
+            off: b as usize * BLOCK,
+            data,
+            logged: false,
+            nt: true,
+        });
+        Ok(b)
+    }
     /// A new block from the allocator; returned to it if the transaction is dropped.
     pub(crate) fn alloc_block(&mut self) -> Result<u64> {
         let b = self.alloc.lock().block()?;

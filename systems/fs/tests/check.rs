@@ -5,6 +5,8 @@ use pmkit_fs::{check, Error, Fs, MkfsOptions, MountOptions, ROOT};
 use pmkit_media::crashsim::CrashSim;
 use pmkit_media::Media;
 
+mod older;
+
 /// Where this pool's two superblock copies are (its format's layout).
 fn offs(sim: &CrashSim) -> [usize; 2] {
     pmkit_fs::superblock(sim).unwrap().geo.sb_offs()
@@ -214,7 +216,8 @@ fn tree_pointer_loop() {
     let (sim, sb) = image();
     let node = inode_word(&sim, &sb, 3, 16);
     // the node's second pointer points back at the node itself
-    set_word(&sim, node as usize * BLOCK + 8, node);
+    let at = node as usize * BLOCK + 8;
+    set_word(&sim, at, pmkit_fs::seal_pointer(node, at));
     let text = refused(sim, "loop");
     assert!(text.contains("owned twice"), "{text}");
 }
@@ -440,6 +443,7 @@ fn a_format_2_pool_keeps_its_layout_and_its_last_block() {
     }
     // the meta inode's checksum as the older format keeps it (none: format 5 seals it)
     pmkit_fs::reseal_inode(&sim, 0).unwrap();
+    older::unseal(&sim, &sb.geo);
     sim.write((sb.geo.blocks as usize - 1) * BLOCK, &[0u8; BLOCK]);
     let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
     let st = fs.statfs();

@@ -7,6 +7,8 @@ use pmkit_fs::{check, grow, Error, Fs, MkfsOptions, MountOptions, ROOT};
 use pmkit_media::crashsim::{check_every_fence_from, CrashOpts, CrashSim};
 use pmkit_media::Media;
 
+mod older;
+
 const OLD: usize = 1 << 20;
 const NEW: usize = 3 << 20;
 
@@ -88,6 +90,7 @@ fn a_format_2_pool_grows_into_format_3() {
     }
     // the meta inode's checksum as the older format keeps it (none: format 5 seals it)
     pmkit_fs::reseal_inode(&sim, 0).unwrap();
+    older::unseal(&sim, &sb.geo);
     sim.write((sb.geo.blocks as usize - 1) * BLOCK, &[0u8; BLOCK]);
     // A walking mount and a clean unmount: a checkpoint of format 2's allocator.
     let walk = MountOptions {

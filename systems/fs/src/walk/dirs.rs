@@ -39,7 +39,9 @@ impl<M: Media> Visitor<'_, M> {
                 (at + field::SIZE, size.to_le_bytes().to_vec()),
                 (at + field::TAIL, vec![0u8; 8]),
             ];
-            writes.extend(data[contiguous..].iter().map(|x| (x.at, vec![0u8; 8])));
+            let root = at + field::ROOT;
+            let cuts = data[contiguous..].iter();
+            writes.extend(cuts.flat_map(|x| super::tree::cut_store(self.geo, x.at, root)));
             out.push(Problem::stores(
                 format!(
                     "directory {d}: size {} does not match {} blocks",

@@ -1,50 +1,16 @@
 //! One inode's fields and tree: every block it owns is claimed, and each bad field or pointer is
 //! a problem with the stores that fix it (a pointer cut, a field set, the inode freed).
 
+use super::tree::{cut_store, Tree};
+pub(super) use super::tree::{Data, Owner};
 use super::Problem;
-use crate::alloc::Bitmap;
 use crate::inode::{self as field, Inode, Kind, FLAGS_KNOWN};
 use crate::itable::Itable;
-use crate::layout::{tree_cap, Geometry, BLOCK, INODE, MAX_FILE_SIZE, MAX_HEIGHT, SYMLINK_MAX};
+use crate::layout::{Geometry, BLOCK, INODE, MAX_FILE_SIZE, MAX_HEIGHT, SYMLINK_MAX};
 use crate::pm::Pm;
-use crate::tree::{self, Reader};
+use crate::tree::Reader;
 use pmkit_media::Media;
 use std::collections::HashSet;
-
-/// Who owns blocks so far: the whole tree's bitmap (the full walk) or one inode's own set (the
-/// check on first use after a mount from the checkpoint).
-pub(super) trait Owner {
-    /// Claim block `b`: false when it is owned already.
-    fn claim(&mut self, b: u64) -> bool;
-    fn owned(&self, b: u64) -> bool;
-}
-
-impl Owner for Bitmap {
-    fn claim(&mut self, b: u64) -> bool {
-        self.set(b)
-    }
-    fn owned(&self, b: u64) -> bool {
-        self.is_used(b)
-    }
-}
-
-impl Owner for HashSet<u64> {
-    fn claim(&mut self, b: u64) -> bool {
-        self.insert(b)
-    }
-    fn owned(&self, b: u64) -> bool {
-        self.contains(&b)
-    }
-}
-
-/// A data block an inode keeps: its file block, the block, and the byte offset of the pointer
-/// to it (what a fix cuts).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Data {
-    pub file_block: u64,
-    pub block: u64,
-    pub at: usize,
-}
 
 /// Visits inodes of one media.
 pub(super) struct Visitor<'a, M> {
@@ -68,6 +34,7 @@ impl<M: Media> Visitor<'_, M> {
         let off = |f: usize| self.it.off(ino) + f;
         let keep = !node.is(Kind::File);
         let mut data = Vec::new();
+        let mut end = 0;
         if node.height > MAX_HEIGHT {
             out.push(Problem::stores(
                 format!("inode {ino}: tree height {} over {MAX_HEIGHT}", node.height),
@@ -78,19 +45,23 @@ impl<M: Media> Visitor<'_, M> {
             ));
         } else {
             let mut t = Tree {
-                v: self,
+                pm: self.pm,
+                geo: self.geo,
                 ino,
                 owner,
                 out: &mut *out,
                 keep,
                 data: &mut data,
+                root_at: off(field::ROOT),
+                end: 0,
             };
             t.pointer(node.root, node.height, 0, off(field::ROOT));
+            end = t.end;
         }
         if self.without_data(ino, node, out) {
             return Vec::new();
         }
-        let size = self.fields(ino, node, out);
+        let size = self.fields(ino, node, end * BLOCK as u64, out);
         // A regular file may own blocks beyond its size (preallocation, an append cut by a
         // crash); nothing else may, but a file with a truncate in progress.
         let end = size.div_ceil(BLOCK as u64);
@@ -106,7 +77,7 @@ impl<M: Media> Visitor<'_, M> {
                         "pointer cut".into(),
                         Some(ino),
                         Some(d.block),
-                        vec![(d.at, vec![0; 8])],
+                        cut_store(self.geo, d.at, off(field::ROOT)),
                     ));
                 }
                 !beyond
@@ -137,6 +108,40 @@ impl<M: Media> Visitor<'_, M> {
                 vec![(self.it.off(ino) + field::XATTR, vec![0u8; 8])],
             ));
         }
+    }
+
+    /// Format 7: a size word that fails its check is damage. The true size is unknown; the
+    /// fix stands in the end of the inode's last data block (as e2fsck does), sealed. Returns
+    /// the size the rest of the checks hold to, if damaged.
+    fn size_damaged(
+        &self,
+        ino: u64,
+        node: &Inode,
+        last_end: u64,
+        out: &mut Vec<Problem>,
+    ) -> Option<u64> {
+        if !self.geo.checked_sizes() || node.size_check == field::size_check(node.size) {
+            return None;
+        }
+        let word = field::size_word(true, last_end);
+        out.push(Problem::stores(
+            format!(
+                "inode {ino}: its size word fails its check (it reads {} bytes): the true size \
+                 is lost",
+                node.size
+            ),
+            format!(
+                "size set to {last_end}, the end of its last block (bytes at its end may be \
+                 zeros, or a block's old bytes past the true end)"
+            ),
+            Some(ino),
+            None,
+            vec![
+                (self.it.off(ino) + field::SIZE, word.to_le_bytes().to_vec()),
+                (self.it.off(ino) + field::TAIL, vec![0u8; 8]),
+            ],
+        ));
+        Some(last_end)
     }
 
     /// Whether an inode's xattr block (in the data area) decodes and, in format 3, matches its
@@ -212,7 +217,8 @@ impl<M: Media> Visitor<'_, M> {
     }
 
     /// Flags, device number and size; returns the size the rest of the checks hold to.
-    fn fields(&self, ino: u64, node: &Inode, out: &mut Vec<Problem>) -> u64 {
+    /// `last_end`: where the inode's last data block ends (a damaged size's stand-in).
+    fn fields(&self, ino: u64, node: &Inode, last_end: u64, out: &mut Vec<Problem>) -> u64 {
         let off = |f: usize| self.it.off(ino) + f;
         let special = node.kind().is_some_and(Kind::is_special);
         let known = match self.geo.data_sums() {
@@ -242,7 +248,14 @@ impl<M: Media> Visitor<'_, M> {
                 vec![(off(field::RDEV), vec![0u8; 4])],
             ));
         }
-        let mut size = node.size;
+        if let Some(size) = self.size_damaged(ino, node, last_end, out) {
+            return size;
+        }
+        // Before format 7 the size word's high bits are part of the size (over the limit).
+        let mut size = match self.geo.checked_sizes() {
+            true => node.size,
+            false => node.size | (node.size_check as u64) << 40,
+        };
         if size > MAX_FILE_SIZE {
             out.push(Problem::stores(
                 format!("inode {ino}: size {size} over the limit"),
@@ -294,12 +307,15 @@ impl<M: Media> Visitor<'_, M> {
             return data;
         }
         let mut t = Tree {
-            v: self,
+            pm: self.pm,
+            geo: self.geo,
             ino,
             owner,
             out,
             keep: true,
             data: &mut data,
+            root_at: at,
+            end: 0,
         };
         t.pointer(root, height, 0, at);
         data.sort_unstable();
@@ -314,115 +330,6 @@ impl<M: Media> Visitor<'_, M> {
         }
         for c in self.pm.node(ptr) {
             self.reserve(c, level - 1, owner);
-        }
-    }
-}
-
-/// One inode's tree descent.
-struct Tree<'v, 'a, M> {
-    v: &'v Visitor<'a, M>,
-    ino: u64,
-    owner: &'v mut dyn Owner,
-    out: &'v mut Vec<Problem>,
-    keep: bool,
-    data: &'v mut Vec<Data>,
-}
-
-impl<M: Media> Tree<'_, '_, M> {
-    /// One pointer (stored at byte `at`) to a subtree of `level` covering file blocks from
-    /// `base`: a bad pointer is cut (that range of the file becomes a hole), a block owned
-    /// already stays with its first owner.
-    fn pointer(&mut self, ptr: u64, level: u8, base: u64, at: usize) {
-        if ptr == 0 {
-            return;
-        }
-        let (ino, geo) = (self.ino, self.v.geo);
-        let hole = format!(
-            "cut (file blocks {base}..{} are a hole)",
-            base.saturating_add(tree_cap(level))
-        );
-        // A 2 MiB block: a flagged pointer where a level-1 node would be.
-        if let (1, Some(run)) = (level, tree::huge(ptr)) {
-            let n = tree::HUGE_BLOCKS;
-            let why = if run % n != 0 || !geo.is_data(run) || !geo.is_data(run + n - 1) {
-                "not 2 MiB-aligned or not inside the data area"
-            } else if (0..n).any(|i| self.owner.owned(run + i)) {
-                "owned twice in part (a shared block)"
-            } else {
-                for i in 0..n {
-                    let fresh = self.owner.claim(run + i);
-                    debug_assert!(fresh, "block {} checked free above", run + i);
-                    self.keep(base + i, run + i, at);
-                }
-                return;
-            };
-            let what = format!("inode {ino}: 2 MiB block at {run} {why}");
-            self.out.push(Problem::stores(
-                what,
-                hole,
-                Some(ino),
-                Some(run),
-                vec![(at, vec![0; 8])],
-            ));
-            return;
-        }
-        let outside = !geo.is_data(ptr);
-        let why = if outside {
-            "outside the data area"
-        } else if !self.owner.claim(ptr) {
-            "owned twice (a loop or a shared block)"
-        } else {
-            if level == 0 {
-                self.keep(base, ptr, at);
-            } else {
-                let slots = self.v.pm.node(ptr);
-                if self.empty_node(ptr, &slots, (level, base), at) {
-                    return;
-                }
-                let child = tree_cap(level - 1);
-                for (slot, c) in slots.into_iter().enumerate() {
-                    let at = ptr as usize * BLOCK + slot * 8;
-                    self.pointer(c, level - 1, base + slot as u64 * child, at);
-                }
-            }
-            return;
-        };
-        let what = format!("inode {ino}: pointer to block {ptr} {why}");
-        let mut p = Problem::stores(what, hole, Some(ino), Some(ptr), vec![(at, vec![0u8; 8])]);
-        if outside {
-            p.sign = Some(super::Sign::BlockOutside(ptr));
-        }
-        self.out.push(p);
-    }
-
-    /// A node of `level` covering file blocks from `base` that holds no pointer, in format 4
-    /// (which frees a node it empties): zeroed, or emptied by repair's cuts below it. Serving
-    /// it would read holes for data, so it is a problem whose fix says what was lost.
-    fn empty_node(&mut self, ptr: u64, slots: &[u64], (level, base): (u8, u64), at: usize) -> bool {
-        if !self.v.geo.full_nodes() || slots.iter().any(|&c| c != 0) {
-            return false;
-        }
-        let (ino, end) = (self.ino, base.saturating_add(tree_cap(level)));
-        self.out.push(Problem::stores(
-            format!(
-                "inode {ino}: tree node at block {ptr} holds no pointer (zeroed?): file blocks \
-                 {base}..{end} read as holes, whatever data they held is lost"
-            ),
-            format!("cut (file blocks {base}..{end} are a hole)"),
-            Some(ino),
-            Some(ptr),
-            vec![(at, vec![0u8; 8])],
-        ));
-        true
-    }
-
-    fn keep(&mut self, file_block: u64, block: u64, at: usize) {
-        if self.keep {
-            self.data.push(Data {
-                file_block,
-                block,
-                at,
-            });
         }
     }
 }

@@ -7,6 +7,7 @@ mod dirs;
 mod inode;
 mod orphans;
 mod table;
+mod tree;
 
 pub(crate) use dirs::dir_index;
 pub(crate) use inode::verify_inode;

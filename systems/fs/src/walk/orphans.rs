@@ -56,6 +56,7 @@ impl<M: Media> Visitor<'_, M> {
                 root: meta.root,
                 height: meta.height,
                 size: meta.size,
+                size_check: meta.size_check, // checked by `table::grown` too (format 7)
                 sum: meta.sum,
                 xattr: if sums { meta.xattr } else { 0 },
                 rdev: if sums { meta.rdev } else { 0 },

@@ -3,7 +3,7 @@
 //! block the tree no longer reaches ends the table there, and the inodes past it are lost
 //! (records naming them are then out of range, which the walk names in turn).
 
-use super::inode::Visitor;
+use super::inode::{Data, Visitor};
 use super::Problem;
 use crate::alloc::Bitmap;
 use crate::inode::{self as field, Inode};
@@ -48,33 +48,7 @@ pub(super) fn grown<M: Media>(
     let v = Visitor { pm, geo, it: &it };
     sums_table(&v, &meta, at, blocks, out);
     let data = v.tree_only(META_INO, &meta, blocks, out);
-    let whole = data
-        .iter()
-        .enumerate()
-        .take_while(|&(k, d)| d.file_block == k as u64)
-        .count();
-    let said = meta.size / BLOCK as u64;
-    if !meta.size.is_multiple_of(BLOCK as u64) || data.len() as u64 != said || whole < data.len() {
-        let size = (whole * BLOCK) as u64;
-        let mut writes = vec![(at + field::SIZE, size.to_le_bytes().to_vec())];
-        writes.extend(data[whole..].iter().map(|d| (d.at, vec![0u8; 8])));
-        let first_lost = geo.inodes as u64 + whole as u64 * PER_BLOCK;
-        out.push(Problem::stores(
-            format!(
-                "inode table: the meta inode says {said} grown blocks, its tree reaches {} \
-                 ({whole} before the first gap)",
-                data.len()
-            ),
-            format!(
-                "table cut to {whole} grown blocks: inodes from {first_lost} on are lost \
-                 (records naming them are removed)"
-            ),
-            Some(META_INO),
-            None,
-            writes,
-        ));
-    }
-    let keep = whole.min(said as usize);
+    let keep = table_length(geo, &meta, &data, out);
     (meta, data[..keep].iter().map(|d| d.block).collect())
 }
 
@@ -111,4 +85,56 @@ fn sums_table<M: Media>(
     }
     let table = crate::sums::table_of(meta);
     v.tree_at(META_INO, table, at + field::XATTR, blocks, out);
+}
+
+/// How many grown blocks the table keeps: those before the first gap in the meta inode's tree,
+/// and no more than its size says (unless the size fails its check, format 7). A disagreement
+/// is a problem whose fix cuts the table there.
+fn table_length(geo: &Geometry, meta: &Inode, data: &[Data], out: &mut Vec<Problem>) -> usize {
+    let at = geo.inode_off(META_INO);
+    let whole = data
+        .iter()
+        .enumerate()
+        .take_while(|&(k, d)| d.file_block == k as u64)
+        .count();
+    let said = meta.size / BLOCK as u64;
+    // Format 7: a size that fails its check is no count at all.
+    let unsure = geo.checked_sizes() && meta.size_check != field::size_check(meta.size);
+    let uneven = !meta.size.is_multiple_of(BLOCK as u64);
+    if unsure || uneven || data.len() as u64 != said || whole < data.len() {
+        let size = (whole * BLOCK) as u64;
+        let word = field::size_word(geo.checked_sizes(), size);
+        let mut writes = vec![(at + field::SIZE, word.to_le_bytes().to_vec())];
+        let root = at + field::ROOT;
+        writes.extend(
+            data[whole..]
+                .iter()
+                .flat_map(|d| super::tree::cut_store(geo, d.at, root)),
+        );
+        let first_lost = geo.inodes as u64 + whole as u64 * PER_BLOCK;
+        out.push(Problem::stores(
+            format!(
+                "inode table: the meta inode says {said} grown blocks{}, its tree reaches {} \
+                 ({whole} before the first gap)",
+                if unsure {
+                    " (its size word fails its check)"
+                } else {
+                    ""
+                },
+                data.len()
+            ),
+            format!(
+                "table cut to {whole} grown blocks: inodes from {first_lost} on are lost \
+                 (records naming them are removed)"
+            ),
+            Some(META_INO),
+            None,
+            writes,
+        ));
+    }
+    if unsure {
+        whole
+    } else {
+        whole.min(said as usize)
+    }
 }
