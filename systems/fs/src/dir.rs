@@ -43,6 +43,28 @@ pub(crate) fn record_sum(name: &[u8], ino: u64, kind: u8) -> u32 {
 pub(crate) fn sum_ok(r: &Rec) -> bool {
     r.sum == record_sum(&r.name, r.ino, r.kind)
 }
+/// Format 7: a directory's count of records and their digest, kept in its inode's `trunc`
+/// word (which no directory uses otherwise, and which the inode's checksum covers): the count in
+/// the high 32 bits, and in the low the XOR of one term per record, the CRC32C of the record's
+/// checksum seeded with the directory's number. Adding a record and taking it away are the same
+/// XOR, so a transaction keeps the tally in one store to an inode it writes anyway; a zeroed
+/// block, a lost record, or a block of another directory's records does not match it.
+pub(crate) fn tally(word: u64, d: u64, sum: u32, add: bool) -> u64 {
+    let term = crc32c::crc32c_append(crc32c::crc32c(&d.to_le_bytes()), &sum.to_le_bytes());
+    let count = (word >> 32) as u32;
+    let count = if add {
+        count.wrapping_add(1)
+    } else {
+        count.wrapping_sub(1)
+    };
+    (count as u64) << 32 | ((word as u32) ^ term) as u64
+}
+
+/// The tally (`tally`) of directory `d` holding records with checksums `sums`.
+pub(crate) fn tally_of(d: u64, sums: impl IntoIterator<Item = u32>) -> u64 {
+    sums.into_iter().fold(0, |w, s| tally(w, d, s, true))
+}
+
 // The longest name fits the slots a block has.
 const _: () = assert!((NAME_MAX - HEAD_NAME).div_ceil(CONT_NAME) < SLOTS);
 

@@ -25,7 +25,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
 /// 7: every pointer word in a tree node carries a check of the pointer and its slot in its
 /// unused high bits (`ptr.rs`), so a hole is a non-zero word and a zeroed, flipped or misplaced
 /// node is damage the walk names; and an inode's size word carries a check of the size in its
-/// high 24 bits (`inode::size_check`).
+/// high 24 bits (`inode::size_check`); and a directory's inode keeps a count and digest of its
+/// records (`dir::tally`) in its `trunc` word.
 /// Older pools are still read and written in their own format: a format 3 pool may hold empty
 /// nodes that truncates of earlier builds left, so there an empty node is not damage; a format
 /// 4 pool's table stays the size mkfs made it.
@@ -135,6 +136,11 @@ impl Geometry {
     }
     /// Format 7 and later: an inode's size word carries its own check (`inode::size_check`).
     pub fn checked_sizes(&self) -> bool {
+        self.format >= 7
+    }
+    /// Format 7 and later: a directory's inode keeps a count and digest of its records
+    /// (`dir::tally`).
+    pub fn checked_dirs(&self) -> bool {
         self.format >= 7
     }
     /// Byte offsets of the two superblock copies: block 0 and the last block (format 3), or

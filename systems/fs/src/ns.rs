@@ -40,18 +40,21 @@ fn whiteout_at<M: Media>(
         ..Default::default()
     };
     tx.put_inode(ino, &node);
-    point(tx, off, name, ino, Kind::CharDev as u8);
+    point(tx, (dir, off), name, ino, Kind::CharDev as u8);
     posts.retain(|p| !matches!(p, Post::Remove(d, n) if *d == dir && n == name));
     posts.push(Post::Retarget(dir, name.to_vec(), ino, Kind::CharDev as u8));
     Ok(())
 }
 
-/// Point the record at `off` (named `name`) at `ino` of `kind`, its checksum with it.
-fn point<M: Media>(tx: &mut Tx<'_, M>, off: usize, name: &[u8], ino: u64, kind: u8) {
+/// Point the record at `off` in directory `d` (named `name`) at `ino` of `kind`, its checksum
+/// and the directory's tally with it.
+fn point<M: Media>(tx: &mut Tx<'_, M>, (d, off): (u64, usize), name: &[u8], ino: u64, kind: u8) {
+    tx.tally_record(d, off, false);
     tx.write_u64(off + dir::H_INO, ino);
     tx.write(off + dir::H_KIND, &[kind]);
     let sum = dir::record_sum(name, ino, kind);
     tx.write(off + dir::H_SUM, &sum.to_le_bytes());
+    tx.tally_record(d, off, true);
 }
 
 /// An inode reached by a name has at least one link: a count of 0 there is damage (a name
@@ -147,6 +150,7 @@ impl<M: Media> Fs<M> {
         let rec = dir::encode(name, ino, kind as u8);
         tx.write_fresh(off + 8, &rec[8..]);
         tx.write_u64(off, ino); // the publish: one 8-byte store, journaled with the rest
+        tx.tally_record(parent, off, true);
         Ok((loc, grown))
     }
 
@@ -436,6 +440,7 @@ impl<M: Media> Fs<M> {
         }
         let mut tx = self.tx();
         let off = slot_off(&tx, parent, &loc);
+        tx.tally_record(parent, off, false);
         tx.write_u64(off, 0);
         let mut posts = vec![Post::Remove(parent, name.to_vec())];
         let t = now();
@@ -515,8 +520,8 @@ impl<M: Media> Fs<M> {
                     return Err(Error::Invalid("cannot move a directory below itself"));
                 }
                 let dst_off = slot_off(&tx, p2, &d);
-                point(&mut tx, src_off, n1, d.ino, d.kind);
-                point(&mut tx, dst_off, n2, src.ino, src.kind);
+                point(&mut tx, (p1, src_off), n1, d.ino, d.kind);
+                point(&mut tx, (p2, dst_off), n2, src.ino, src.kind);
                 if src.kind == dirk {
                     moved(&mut tx, src.ino, p1, p2);
                 }
@@ -547,7 +552,8 @@ impl<M: Media> Fs<M> {
                 } else {
                     self.drop_name(&mut tx, d.ino, &mut posts);
                 }
-                point(&mut tx, dst_off, n2, src.ino, src.kind);
+                point(&mut tx, (p2, dst_off), n2, src.ino, src.kind);
+                tx.tally_record(p1, src_off, false);
                 tx.write_u64(src_off, 0);
                 if src.kind == dirk {
                     moved(&mut tx, src.ino, p1, p2);
@@ -559,6 +565,7 @@ impl<M: Media> Fs<M> {
                 let kind = Kind::from_u8(src.kind).expect("entry kind");
                 let (loc, grown) =
                     self.dir_add(&mut tx, self.dir_of(&dirs, p2)?, p2, n2, src.ino, kind)?;
+                tx.tally_record(p1, src_off, false);
                 tx.write_u64(src_off, 0);
                 if src.kind == dirk {
                     moved(&mut tx, src.ino, p1, p2);

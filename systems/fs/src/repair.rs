@@ -528,5 +528,6 @@ fn add_record<M: Media>(tx: &mut Tx<'_, M>, d: u64, name: &[u8], ino: u64, kind:
         }
     };
     tx.write(at, &dir::encode(name, ino, kind));
+    tx.tally_record(d, at, true);
     Ok(())
 }

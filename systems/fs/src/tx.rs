@@ -228,6 +228,22 @@ impl<'a, M: Media> Tx<'a, M> {
         self.read(self.it.off(ino), &mut b);
         Inode::decode(&b)
     }
+    /// Format 7: put the record at `off` (its stored checksum) into directory `d`'s tally
+    /// (`dir::tally`), or take it out; the directory's inode is staged with it. A cleared slot
+    /// (inode 0) is no record and changes nothing.
+    pub(crate) fn tally_record(&mut self, d: u64, off: usize, add: bool) {
+        if !self.geo.checked_dirs() {
+            return;
+        }
+        if self.read_u64(off + crate::dir::H_INO) == 0 {
+            return; // a cleared slot: no record, in no tally
+        }
+        let mut sum = [0u8; 4];
+        self.read(off + crate::dir::H_SUM, &mut sum);
+        let mut n = self.inode(d);
+        n.trunc = crate::dir::tally(n.trunc, d, u32::from_le_bytes(sum), add);
+        self.put_inode(d, &n);
+    }
     /// Where the inodes are (the table as this transaction's start found it).
     pub(crate) fn itable(&self) -> &'a Itable {
         self.it

@@ -7,12 +7,16 @@
 //! file's bytes or as holes. Before format 7 the first two were served silently by a mount from
 //! the checkpoint (the per-inode check on first use cannot see a block another file owns).
 //!
+//! A directory's inode keeps a count and digest of its records. A zeroed directory block or
+//! another directory's block copied over one is EIO and named, where before a mount from the
+//! checkpoint served the directory empty, or with the other directory's names.
+//!
 //! An inode's size word carries a check of the size (the size is outside the inode's checksum:
 //! the write fast paths store it alone). A flipped size bit is EIO and named, where before it
 //! was a file silently shorter or longer.
 
 use pmkit_fs::layout::{Superblock, BLOCK, SB_LEN, VERSION};
-use pmkit_fs::{check, repair, Error, Fs, MkfsOptions, MountOptions, SetAttr, ROOT};
+use pmkit_fs::{check, repair, Error, Fs, MkfsOptions, MountOptions, RenameFlags, SetAttr, ROOT};
 use pmkit_media::crashsim::CrashSim;
 use pmkit_media::Media;
 
@@ -246,4 +250,107 @@ fn every_path_that_stores_a_size_seals_it() {
         assert_ne!(w >> 40, 0, "inode {ino}: its size word carries a check");
     }
     assert!(check(&sim).is_clean(), "{:?}", check(&sim));
+}
+
+/// A directory `d` holding `x`, `y` and `z` (small files), and its one data block's offset.
+fn dir_pool() -> (CrashSim, u64, usize) {
+    let (sim, _) = pool();
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    let d = fs.mkdir(ROOT, b"d", 0o755).unwrap().ino;
+    for n in [b"x", b"y", b"z"] {
+        let f = fs.create(d, n, 0o644).unwrap().ino;
+        fs.write(f, 0, n).unwrap();
+    }
+    fs.unmount();
+    assert!(check(&sim).is_clean());
+    let block = word(&sim, geo(&sim).inode_off(d) + ROOT_AT);
+    (sim, d, block as usize * BLOCK)
+}
+
+/// A directory block zeroed: before format 7 a mount from the checkpoint served the directory
+/// empty (the names gone without an error); now the directory is EIO, `check` names it, and
+/// repair finds the files again in lost+found.
+#[test]
+fn a_zeroed_directory_block_is_eio_not_an_empty_directory() {
+    let (sim, d, block) = dir_pool();
+    sim.write(block, &[0u8; BLOCK]);
+    {
+        let (fs, rec) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+        assert!(rec.from_checkpoint);
+        match fs.lookup(d, b"x") {
+            Err(e) => assert_eq!(e.errno(), libc::EIO, "{e}"),
+            Ok(a) => panic!("served {a:?}"),
+        }
+        assert!(fs.readdir(d).is_err(), "no empty listing");
+        assert!(fs.lookup(ROOT, b"a").is_ok(), "the rest is served");
+        fs.unmount();
+    }
+    let rep = check(&sim);
+    let want = format!("directory {d}: its records (0 found) do not match the count (3)");
+    assert!(rep.problems.iter().any(|p| p.contains(&want)), "{rep:?}");
+    let r = repair(&sim).unwrap();
+    assert!(r.is_clean(), "{r:?}");
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    let lf = fs.lookup(ROOT, b"lost+found").unwrap().ino;
+    let found = fs.readdir(lf).unwrap().len() - 2; // less . and ..
+    assert_eq!((found, fs.readdir(d).unwrap().len()), (3, 2));
+    fs.unmount();
+    assert!(check(&sim).is_clean());
+}
+
+/// Another directory's block copied over this one's: its records are sound, each matching its
+/// own checksum, but they are not this directory's. Before format 7 a mount from the
+/// checkpoint served the other directory's names here.
+#[test]
+fn another_directorys_block_is_not_served_as_this_ones() {
+    let (sim, d, block) = dir_pool();
+    let e = {
+        let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+        let e = fs.mkdir(ROOT, b"e", 0o755).unwrap().ino;
+        for n in [b"p", b"q", b"r"] {
+            fs.create(e, n, 0o644).unwrap();
+        }
+        fs.unmount();
+        e
+    };
+    let other = word(&sim, geo(&sim).inode_off(e) + ROOT_AT) as usize * BLOCK;
+    let mut page = vec![0u8; BLOCK];
+    sim.read(other, &mut page);
+    sim.write(block, &page);
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert_eq!(fs.lookup(d, b"p").unwrap_err().errno(), libc::EIO);
+    fs.unmount();
+    let rep = check(&sim);
+    let want = format!("directory {d}: its records (3 found) do not match");
+    assert!(rep.problems.iter().any(|p| p.contains(&want)), "{rep:?}");
+}
+
+/// Every namespace change keeps a directory's tally: created, linked, renamed over, exchanged,
+/// whited out, removed; a full walk after each finds nothing.
+#[test]
+fn every_namespace_change_keeps_the_tally() {
+    let (sim, d, _) = dir_pool();
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    let x = fs.lookup(d, b"x").unwrap().ino;
+    for i in 0..6 {
+        match i {
+            0 => _ = fs.link(x, ROOT, b"x2").unwrap(),
+            1 => fs
+                .rename(d, b"y", ROOT, b"x2", RenameFlags::Replace)
+                .unwrap(),
+            2 => fs
+                .rename(d, b"z", ROOT, b"c", RenameFlags::Exchange)
+                .unwrap(),
+            3 => fs
+                .rename(d, b"x", ROOT, b"w", RenameFlags::Whiteout)
+                .unwrap(),
+            4 => fs.unlink(ROOT, b"w").unwrap(),
+            _ => fs
+                .rename(ROOT, b"x2", d, b"n", RenameFlags::Replace)
+                .unwrap(),
+        }
+        let img = CrashSim::from_image(sim.image());
+        let rep = check(&img);
+        assert!(rep.problems.is_empty(), "after step {i}: {rep:?}");
+    }
 }

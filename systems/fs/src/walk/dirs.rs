@@ -25,6 +25,7 @@ impl<M: Media> Visitor<'_, M> {
         out: &mut Vec<Problem>,
         vet: &mut Vet<'_>,
     ) -> DirIndex {
+        let first_problem = out.len();
         let blocks = (node.size / BLOCK as u64) as usize;
         let contiguous = data
             .iter()
@@ -60,6 +61,9 @@ impl<M: Media> Visitor<'_, M> {
             ..Default::default()
         };
         let mut buf = vec![0u8; BLOCK];
+        // Format 7: the checksums of the records found, and of those the index keeps (after the
+        // fixes below), for the directory's tally.
+        let (mut found, mut stay) = (Vec::new(), Vec::new());
         for x in kept {
             let (fb, b) = (x.file_block, x.block);
             self.pm.read(b as usize * BLOCK, &mut buf);
@@ -75,6 +79,7 @@ impl<M: Media> Visitor<'_, M> {
                 ));
             }
             for r in recs {
+                found.push(r.sum);
                 let at = b as usize * BLOCK + r.slot * SLOT;
                 let why = if idx.entries.contains_key(&r.name) {
                     Err("appears twice".to_string())
@@ -87,6 +92,7 @@ impl<M: Media> Visitor<'_, M> {
                 };
                 match why {
                     Ok(kind) => {
+                        stay.push(dir::record_sum(&r.name, r.ino, kind));
                         let loc = Loc {
                             ino: r.ino,
                             kind,
@@ -113,7 +119,57 @@ impl<M: Media> Visitor<'_, M> {
                 }
             }
         }
+        if self.geo.checked_dirs() {
+            self.tally(d, node, (&found, &stay), &mut out[first_problem..]);
+            if let Some(p) = self.tally_lost(d, node, (&found, &stay)) {
+                out.push(p);
+            }
+        }
         idx
+    }
+
+    /// Format 7: when the fixes above remove or change records, the directory's tally follows
+    /// them, in the last of those fixes.
+    fn tally(&self, d: u64, node: &Inode, (found, stay): (&[u32], &[u32]), fixes: &mut [Problem]) {
+        let (was, will) = (
+            dir::tally_of(d, found.iter().copied()),
+            dir::tally_of(d, stay.iter().copied()),
+        );
+        if was != node.trunc || will == was {
+            return;
+        }
+        let store = (self.it.off(d) + field::TRUNC, will.to_le_bytes().to_vec());
+        let last = fixes.iter_mut().rev().find_map(|p| match &mut p.remedy {
+            super::Remedy::Stores(w) => Some(w),
+            _ => None,
+        });
+        last.expect("a fix changed the records").push(store);
+    }
+
+    /// Format 7: records found that do not make the tally the directory's inode keeps: some
+    /// were lost (a zeroed or overwritten block) or are not its own (another directory's
+    /// block). The fix sets the tally to the records kept; inodes whose names were lost are
+    /// then found again as lost inodes (lost+found).
+    fn tally_lost(&self, d: u64, node: &Inode, (found, stay): (&[u32], &[u32])) -> Option<Problem> {
+        let was = dir::tally_of(d, found.iter().copied());
+        if was == node.trunc {
+            return None;
+        }
+        let will = dir::tally_of(d, stay.iter().copied());
+        Some(Problem::stores(
+            format!(
+                "directory {d}: its records ({} found) do not match the count ({}) and digest its \
+                 inode keeps: names were lost, or the records are another directory's",
+                found.len(),
+                node.trunc >> 32
+            ),
+            "count and digest set to the records kept (inodes left without a name go to \
+             lost+found)"
+                .into(),
+            Some(d),
+            None,
+            vec![(self.it.off(d) + field::TRUNC, will.to_le_bytes().to_vec())],
+        ))
     }
 }
 
