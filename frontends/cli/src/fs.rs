@@ -71,6 +71,12 @@ enum Cmd {
         /// not in place. Per file: the xattr `user.pmkit.atomic` ("1"/"0") shows and sets it.
         #[arg(long)]
         atomic: bool,
+        /// Files created by this mount carry data checksums: a block the media changed reads
+        /// as EIO, never as its changed bytes, and `pmkit fs check` names it; their writes are
+        /// copy-on-write (docs/fs.md, "Data checksums"). Per file: the xattr
+        /// `user.pmkit.checksum` ("1"/"0") shows and sets it. Needs a pool of format 6 or later.
+        #[arg(long)]
+        checksum: bool,
         /// Keep per-request statistics as JSON in FILE (rewritten every second and at
         /// unmount): per kind of request, count, errors, mean time in the library, bytes
         /// journaled, fences, transactions and bytes stored.
@@ -122,6 +128,10 @@ enum Cmd {
         /// Walk and check every tree at mount even after a clean unmount.
         #[arg(long)]
         full_walk: bool,
+        /// Files created through the server carry data checksums (as `pmkit fs mount
+        /// --checksum`).
+        #[arg(long)]
+        checksum: bool,
     },
     /// Unmount a `pmkit fs mount` and wait for its daemon to mark the pool clean.
     Umount {
@@ -288,6 +298,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             threads,
             protect,
             atomic,
+            checksum,
             stats,
             barrier_ns,
             cache,
@@ -306,6 +317,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     threads,
                     protect: protect.0,
                     atomic,
+                    checksum,
                     stats: stats.as_deref(),
                     barrier_ns,
                     cache,
@@ -322,9 +334,16 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
             pool,
             protect,
             full_walk,
+            checksum,
         } => {
             crate::identify::expect_path(&pool, crate::identify::Kind::Fs)?;
-            crate::fs_serve::serve(&pool, protect.0, full_walk)?
+            let o = pmkit_fs::MountOptions {
+                protect: protect.0,
+                full_walk,
+                checksum,
+                ..pmkit_fs::MountOptions::default()
+            };
+            crate::fs_serve::serve(&pool, &o)?
         }
         Cmd::Umount { dir, wait } => crate::fs_mount::umount(&dir, wait)?,
         Cmd::Resize { pool, size } => return crate::fs_offline::resize(&pool, size),

@@ -19,6 +19,7 @@ pub(crate) struct Opts<'a> {
     pub threads: usize,
     pub protect: Option<Protect>,
     pub atomic: bool,
+    pub checksum: bool,
     pub stats: Option<&'a Path>,
     pub barrier_ns: u64,
     pub cache: CacheMode,
@@ -45,6 +46,7 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         } else {
             DataMode::InPlace
         },
+        checksum: a.checksum,
         cache: a.cache,
         transport: a.transport,
         full_walk: a.full_walk,

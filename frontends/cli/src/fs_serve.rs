@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use pmkit_fs::posix::Posix;
-use pmkit_fs::{Fs, MountOptions, Protect};
+use pmkit_fs::{Fs, MountOptions};
 use pmkit_fs_share::Server;
 use pmkit_media::{Region, RegionOptions};
 use std::path::Path;
@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// The line `serve` prints on stdout once clients may connect.
 pub(crate) const READY: &str = "ready: serving";
 
-pub(crate) fn serve(pool: &Path, protect: Option<Protect>, full_walk: bool) -> Result<()> {
+pub(crate) fn serve(pool: &Path, o: &MountOptions) -> Result<()> {
     // Before any thread exists: every thread inherits the mask, and only sigwait takes them.
     let set = crate::serve::block_signals();
     pmkit::entry::daemon();
@@ -25,13 +25,8 @@ pub(crate) fn serve(pool: &Path, protect: Option<Protect>, full_walk: bool) -> R
             pool.display()
         )
     })?;
-    let o = MountOptions {
-        protect,
-        full_walk,
-        ..MountOptions::default()
-    };
     let (fs, r) =
-        Fs::mount(region, &o).with_context(|| format!("cannot mount {}", pool.display()))?;
+        Fs::mount(region, o).with_context(|| format!("cannot mount {}", pool.display()))?;
     pmkit::say_err!(
         "mounted {}: last unmount {}, journal: {}",
         pool.display(),

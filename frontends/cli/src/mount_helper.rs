@@ -61,7 +61,7 @@ const OPTIONS_HELP: &str = "Mount options:
 
 threads=N, transport=auto|dev|uring, protect=MODE, cache=none|short|long, stats=FILE, barrier_ns=N, atime=MODE, stop_grace=SECONDS: as the `pmkit fs mount` options of the same name.
 
-atomic, full_walk: as --atomic and --full-walk. ro: --read-only (rw is the default). noatime, relatime, strictatime: --atime.
+atomic, checksum, full_walk: as --atomic, --checksum and --full-walk. ro: --read-only (rw is the default). noatime, relatime, strictatime: --atime.
 
 log=syslog|FILE: where the daemon's messages go once mounted (default syslog).
 
@@ -164,6 +164,7 @@ fn command(a: &HelperArgs) -> Result<Vec<String>> {
             (k, _) if k.starts_with("x-") || k == "comment" => {}
             ("ro", None) => cmd.push("--read-only".into()),
             ("atomic", None) => cmd.push("--atomic".into()),
+            ("checksum", None) => cmd.push("--checksum".into()),
             ("full_walk", None) => cmd.push("--full-walk".into()),
             ("noatime" | "relatime" | "strictatime", None) => {
                 cmd.extend(["--atime".into(), key.into()]);
@@ -289,7 +290,7 @@ mod tests {
             .unwrap();
         for k in VALUED
             .iter()
-            .chain(&["atomic", "full_walk", "read_only", "log"])
+            .chain(&["atomic", "checksum", "full_walk", "read_only", "log"])
         {
             let flag = k.replace('_', "-");
             assert!(

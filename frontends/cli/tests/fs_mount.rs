@@ -245,7 +245,15 @@ fn the_checksum_flag_over(t: &str) {
         text.contains("data damage: inode") && text.contains("file offset 4096"),
         "{text}"
     );
-    let d = Daemon::start(&s, &["--transport", t]);
+    // a mount with --checksum sums the files it creates
+    let d = Daemon::start(&s, &["--transport", t, "--checksum"]);
+    let n = s.mnt.join("n");
+    std::fs::write(&n, b"new").unwrap();
+    assert_eq!(
+        get_xattr(&n, X),
+        Ok(b"1".to_vec()),
+        "--checksum: new files are summed"
+    );
     let f = std::fs::File::open(&c).unwrap();
     let mut b = vec![0u8; 4096];
     f.read_exact_at(&mut b, 0).unwrap();

@@ -165,6 +165,9 @@ impl MkfsOptions {
 pub struct MountOptions {
     /// The data mode of files created by this mount (each file keeps its own: `Fs::set_atomic`).
     pub data: DataMode,
+    /// Files created by this mount carry data checksums (each file keeps its own:
+    /// `Fs::set_sums`). Needs a pool of format 6 or later: the mount is refused otherwise.
+    pub checksum: bool,
     /// Never allocate 2 MiB blocks (4 KiB only): for comparisons.
     pub small_blocks: bool,
     /// Never preallocate blocks beyond the end of a file on append: for comparisons (every
@@ -188,7 +191,8 @@ impl MountOptions {
     /// The defaults, changed by the environment as the C ABI and the LD_PRELOAD shim read it:
     /// `PMFS_PROTECT=auto|none|kernel|pkey|pt`, `PMFS_BARRIER_NS=N` (an emulated slower
     /// persistence barrier: every fence at least N ns more), `PMFS_ATIME=relatime|noatime|strictatime` and `PMFS_FULL_WALK=1` (walk and
-    /// check the whole pool even after a clean unmount). Err names the variable that is wrong.
+    /// check the whole pool even after a clean unmount) and `PMFS_CHECKSUM=1` (new files carry data
+    /// checksums). Err names the variable that is wrong.
     pub fn from_env() -> std::result::Result<MountOptions, String> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let mut o = MountOptions::default();
@@ -203,6 +207,13 @@ impl MountOptions {
         if let Some(v) = var("PMFS_ATIME") {
             o.atime = Atime::parse(&v)
                 .ok_or_else(|| format!("PMFS_ATIME={v:?}: relatime, noatime or strictatime"))?;
+        }
+        if let Some(v) = var("PMFS_CHECKSUM") {
+            o.checksum = match v.as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(format!("PMFS_CHECKSUM={v:?}: 1 or 0")),
+            };
         }
         if let Some(v) = var("PMFS_FULL_WALK") {
             o.full_walk = match v.as_str() {

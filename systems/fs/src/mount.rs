@@ -256,8 +256,9 @@ impl<M: Media> Fs<M> {
             itable,
             sums,
         };
-        if fs.sums.get().0 != 0 {
-            // a pool grown since the table was made: the new blocks get their leaves
+        if fs.sums.get().0 != 0 || opts.checksum {
+            // a pool grown since the table was made: the new blocks get their leaves; or the
+            // mount's new files will carry sums (refused before format 6)
             fs.ensure_sums()?;
         }
         for o in orphans {

@@ -245,8 +245,8 @@ impl<M: Media> Fs<M> {
             atime: t,
             ..Default::default()
         };
-        if kind == Kind::File && self.opts.data == crate::DataMode::Atomic {
-            node.flags = crate::inode::FLAG_ATOMIC; // new files take the mount's default
+        if kind == Kind::File {
+            node.flags = self.new_file_flags(); // new files take the mount's defaults
         }
         let mut posts = Vec::new();
         if kind == Kind::Dir {

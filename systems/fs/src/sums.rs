@@ -142,6 +142,14 @@ impl<M: Media> Fs<M> {
     /// Make the table cover every data block (idempotent; one transaction). Holds the
     /// namespace write lock and the orphan list's lock: the meta inode it changes also holds
     /// the grown inode table and the orphan list head, changed under those.
+    /// The flags a regular file this mount creates starts with: atomic and summed as the mount
+    /// asks (`MountOptions::data`, `MountOptions::checksum`).
+    pub(crate) fn new_file_flags(&self) -> u8 {
+        let atomic = self.opts.data == crate::DataMode::Atomic;
+        (if atomic { crate::inode::FLAG_ATOMIC } else { 0 })
+            | (if self.opts.checksum { FLAG_SUMS } else { 0 })
+    }
+
     pub(crate) fn ensure_sums(&self) -> Result<()> {
         if !self.geo.data_sums() {
             return Err(Error::NotSupported(

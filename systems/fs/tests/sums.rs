@@ -6,12 +6,13 @@
 //! crash checker reads every file and fails on data damage in `check`).
 
 mod common;
+mod older;
 
 use common::crashcheck::crash_seq;
 use common::Op;
-use pmkit_fs::{check, Error, Falloc, Fs, MkfsOptions, MountOptions, SetAttr, ROOT};
+use pmkit_fs::{check, Error, Falloc, Fs, MkfsOptions, MountOptions, Owner, SetAttr, ROOT};
 use pmkit_media::crashsim::CrashSim;
-use pmkit_media::Domain;
+use pmkit_media::{Domain, Media};
 use rand::{Rng, SeedableRng};
 
 const LEN: usize = 8 << 20;
@@ -233,5 +234,54 @@ fn summed_writes_crash_anywhere() {
         assert!(rep.is_clean(), "{rep}\n{:?}", rep.violations.first());
         assert!(rep.fences >= 20, "{rep}");
         eprintln!("{domain:?}: {rep}");
+    }
+}
+
+/// A mount with `checksum` (`pmkit fs mount --checksum`, `PMFS_CHECKSUM=1`) sums every regular
+/// file it creates, named or not; files made before keep theirs off; a pool of a format before
+/// 6 refuses such a mount.
+#[test]
+fn a_checksum_mount_sums_the_files_it_creates() {
+    let sim = fresh();
+    let old = {
+        let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+        let o = fs.create(ROOT, b"old", 0o644).unwrap().ino;
+        fs.unmount();
+        o
+    };
+    let summed = MountOptions {
+        checksum: true,
+        ..MountOptions::default()
+    };
+    let (fs, _) = Fs::mount(&sim, &summed).unwrap();
+    let new = fs.create(ROOT, b"new", 0o644).unwrap().ino;
+    let anon = fs.tmpfile_as(Owner::default(), ROOT, 0o600).unwrap().ino;
+    let d = fs.mkdir(ROOT, b"d", 0o755).unwrap().ino;
+    assert_eq!(fs.sums(new).unwrap(), Some(true));
+    assert_eq!(fs.sums(anon).unwrap(), Some(true));
+    assert_eq!(fs.sums(old).unwrap(), Some(false), "made before: unchanged");
+    assert!(!fs.getattr(d).unwrap().sums);
+    fs.write(new, 0, &vec![0xA5; 2 * BLOCK as usize]).unwrap();
+    let at = media_off(&fs, new, 1);
+    fs.unmount();
+    sim.write(at + 7, &[0x5A]);
+    let (fs, _) = Fs::mount(&sim, &MountOptions::default()).unwrap();
+    assert_eq!(fs.read(new, 0, 10).unwrap(), vec![0xA5; 10]);
+    assert_eq!(fs.read(new, BLOCK, 10).unwrap_err().errno(), libc::EIO);
+    fs.unmount();
+    // a format 5 pool (no table can be rooted there) refuses the mount
+    let sb = pmkit_fs::superblock(&sim).unwrap();
+    let v5 = pmkit_fs::layout::Superblock {
+        geo: sb.geo.at_format(5),
+        ..sb
+    };
+    let sim = fresh();
+    for off in v5.geo.sb_offs() {
+        sim.write(off, &v5.encode());
+    }
+    older::unseal(&sim, &v5.geo);
+    match Fs::mount(&sim, &summed) {
+        Err(Error::NotSupported(why)) => assert!(why.contains("format"), "{why}"),
+        other => panic!("{:?}", other.map(|_| ())),
     }
 }

@@ -40,6 +40,9 @@ pub struct MountOptions {
     pub threads: usize,
     pub protect: Option<Protect>,
     pub data: DataMode,
+    /// Files created by this mount carry data checksums (`--checksum`; see
+    /// `pmkit_fs::MountOptions::checksum`).
+    pub checksum: bool,
     /// Emulated barrier latency (see `pmkit_fs::MountOptions::barrier_ns`).
     pub barrier_ns: u64,
     /// What the kernel may cache (`--cache`).
@@ -67,6 +70,7 @@ impl Default for MountOptions {
             threads: 4,
             protect: None,
             data: DataMode::InPlace,
+            checksum: false,
             barrier_ns: 0,
             cache: CacheMode::default(),
             transport: Transport::Auto,
@@ -296,6 +300,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     notes.extend(region.notes().iter().cloned());
     let mo = pmkit_fs::MountOptions {
         data: o.data,
+        checksum: o.checksum,
         protect: o.protect,
         barrier_ns: o.barrier_ns,
         full_walk: o.full_walk,

@@ -33,9 +33,7 @@ impl<M: Media> Fs<M> {
             atime: t,
             ..Default::default()
         };
-        if self.opts.data == crate::DataMode::Atomic {
-            node.flags = crate::inode::FLAG_ATOMIC;
-        }
+        node.flags = self.new_file_flags();
         let new = self.orphan_add(&mut tx, &list, ino, &mut node);
         tx.put_inode(ino, &node);
         self.commit(tx)?;
