@@ -6,8 +6,11 @@
 //!
 //! A wait (`F_SETLKW`, `flock` without `LOCK_NB`, `F_LOCK`) is a loop of tries. Each try that
 //! finds the lock taken sleeps, from 100 µs doubling to 20 ms, so no server thread is ever held
-//! by a waiter. A signal handled during a sleep ends the wait with EINTR, as the kernel's wait
-//! ends (a program that bounds its wait with `alarm` gets control back).
+//! by a waiter. A signal handled during a sleep ends the wait with EINTR when its handler was
+//! installed without SA_RESTART, as the kernel's wait ends (a program that bounds its wait with
+//! `alarm` gets control back); with SA_RESTART the handler runs and the wait goes on, as the
+//! kernel restarts it (signal(7) lists `F_SETLKW` and `flock` among the calls SA_RESTART
+//! restarts).
 
 use crate::state::{en, enter, lookup, own_pid};
 use pmkit_fs::posix::{Lock, LockKind, LockScope};
@@ -30,17 +33,51 @@ fn take(fd: pmkit_fs::posix::Fd, l: Lock, wait: bool) -> c_int {
         if !busy {
             return r;
         }
-        let t = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: nap.as_nanos() as _,
-        };
-        // SAFETY: nanosleep reads our timespec; no remainder is asked for.
-        if unsafe { libc::nanosleep(&t, std::ptr::null_mut()) } != 0 {
-            // a handler ran: the wait ends as the kernel's does
+        if !sleep(nap) {
+            // a handler without SA_RESTART ran: the wait ends as the kernel's does
             crate::state::set_errno(libc::EINTR);
             return -1;
         }
         nap = (nap * 2).min(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sleep `d` as a restartable call sleeps: false when a signal handler installed without
+/// SA_RESTART ended it. A blocking read of a timerfd is restarted by the kernel after a handler
+/// with SA_RESTART and ends with EINTR after one without, which is the rule a lock wait follows;
+/// nanosleep ends with EINTR after every handler. (Raw system calls: the shim's own `read` and
+/// `close` are the ones this library exports.)
+fn sleep(d: std::time::Duration) -> bool {
+    // SAFETY: the descriptor is made, read and closed here; the buffers live on this stack.
+    unsafe {
+        let fd = libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC);
+        if fd < 0 {
+            // no timerfd: a sleep that every handler ends
+            let t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: d.as_nanos() as _,
+            };
+            return libc::nanosleep(&t, std::ptr::null_mut()) == 0;
+        }
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: d.as_secs() as _,
+                tv_nsec: d.subsec_nanos() as _,
+            },
+        };
+        let mut ticks = 0u64;
+        let armed = libc::timerfd_settime(fd, 0, &spec, std::ptr::null_mut()) == 0;
+        let r = match armed {
+            true => libc::syscall(libc::SYS_read, fd, &mut ticks as *mut u64, 8),
+            false => 8,
+        };
+        let interrupted = r < 0 && *libc::__errno_location() == libc::EINTR;
+        libc::syscall(libc::SYS_close, fd);
+        !interrupted
     }
 }
 

@@ -232,6 +232,34 @@ fn record_locks_and_flock_conflict_between_processes() {
     s.stop();
 }
 
+/// A waiting lock and a signal handler, as the kernel treats them: without SA_RESTART the
+/// handler ends the wait with EINTR; with SA_RESTART the handler runs and the wait goes on
+/// until the lock is granted (it used to end with EINTR too).
+#[test]
+fn a_lock_wait_is_restarted_after_an_sa_restart_handler() {
+    if !have("cc") {
+        return;
+    }
+    let s = served();
+    let exe = s.shim.dir().join("restart");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/restart.c");
+    let cc = std::process::Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .output()
+        .unwrap();
+    common::assert_ok(&cc, "cc restart.c");
+    let out = s.shim.ok(exe.to_str().unwrap(), &[&s.shim.m("f")]);
+    assert_eq!(
+        out,
+        "interrupt r=-1 errno=EINTR rings=1 waited=short\n\
+         restart r=0 errno=0 rings=1 waited=long\n\
+         child 0\n"
+    );
+    s.stop();
+}
+
 /// Two sqlite3 processes write one database on a served pool at once (rollback journal, whose
 /// writers take turns by fcntl locks): no insert is lost and the database checks whole.
 #[test]
