@@ -58,6 +58,7 @@ mod open;
 mod path;
 mod pid;
 mod pool;
+mod popens;
 mod realpath;
 mod shell;
 mod sock;

@@ -7,10 +7,6 @@
 //! SIGCHLD while it waits. Without a configured pool they are libc's.
 
 use std::ffi::{c_char, c_int, CString};
-use std::sync::Mutex;
-
-/// A stream from [`popen`] and what [`pclose`] needs: (stream, parent's descriptor, child).
-static OPEN: Mutex<Vec<(usize, c_int, libc::pid_t)>> = Mutex::new(Vec::new());
 
 extern "C" {
     static environ: *const *mut c_char;
@@ -52,21 +48,6 @@ fn spawn_shell(
         Ok(pid)
     } else {
         Err(r)
-    }
-}
-
-/// waitpid that goes on through EINTR: the child's status, or -1 with errno set.
-fn wait(pid: libc::pid_t) -> c_int {
-    let mut status = 0;
-    loop {
-        // SAFETY: waitpid writes the status into our local.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if r == pid {
-            return status;
-        }
-        if r < 0 && crate::state::errno() != libc::EINTR {
-            return -1;
-        }
     }
 }
 
@@ -127,11 +108,11 @@ pub(crate) unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -
         let e = crate::state::errno();
         // SAFETY: our end; the child is reaped so that it does not linger as a zombie.
         unsafe { libc::close(ours) };
-        wait(pid);
+        crate::popens::wait(pid);
         crate::state::set_errno(e);
         return f;
     }
-    lock().push((f as usize, ours, pid));
+    crate::popens::lock().push((f as usize, ours, pid));
     f
 }
 
@@ -146,7 +127,7 @@ fn popen_spawn(cmd: CString, theirs: c_int, target: c_int) -> Result<libc::pid_t
     // SAFETY: `a` is initialized; the descriptors are numbers the child closes or moves.
     let r = unsafe {
         let mut r = libc::posix_spawn_file_actions_adddup2(a, theirs, target);
-        for &(_, fd, _) in lock().iter() {
+        for &(_, fd, _) in crate::popens::lock().iter() {
             if r == 0 && fd != target {
                 r = libc::posix_spawn_file_actions_addclose(a, fd);
             }
@@ -163,25 +144,11 @@ fn popen_spawn(cmd: CString, theirs: c_int, target: c_int) -> Result<libc::pid_t
     pid
 }
 
-fn lock() -> std::sync::MutexGuard<'static, Vec<(usize, c_int, libc::pid_t)>> {
-    OPEN.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// # Safety
 /// pclose(3)'s contract.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn pclose(f: *mut libc::FILE) -> c_int {
-    let entry = {
-        let mut v = lock();
-        let i = v.iter().position(|&(p, _, _)| p == f as usize);
-        i.map(|i| v.swap_remove(i))
-    };
-    let Some((_, _, pid)) = entry else {
-        return real!(pclose(f) as fn(*mut libc::FILE) -> c_int);
-    };
-    // SAFETY: a live stream of ours (found in the table, removed from it once).
-    unsafe { libc::fclose(f) };
-    wait(pid)
+    crate::popens::close(f).unwrap_or_else(|| real!(pclose(f) as fn(*mut libc::FILE) -> c_int))
 }
 
 /// # Safety
@@ -224,7 +191,7 @@ pub(crate) unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
             (libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK) as libc::c_short,
         );
         let status = match spawn_shell(&cmd, std::ptr::null(), a) {
-            Ok(pid) => wait(pid),
+            Ok(pid) => crate::popens::wait(pid),
             // As glibc: a shell that could not start is a shell that exited 127.
             Err(_) => 127 << 8,
         };

@@ -356,6 +356,9 @@ pub(crate) unsafe extern "C" fn fclose(f: *mut libc::FILE) -> c_int {
     if let Some(r) = fclose_standard(f) {
         return r;
     }
+    if let Some(status) = crate::popens::close(f) {
+        return status;
+    }
     let fd = if f.is_null() {
         -1
     } else {

@@ -37,7 +37,9 @@ fn stdio_streams_and_temporary_files_reach_the_pool() {
          closed 1\n\
          mkstemp 1 named\n\
          tmp mode 600 size 3\n\
-         mkdtemp dir 700\n"
+         mkdtemp dir 700\n\
+         popen popen\n\
+         fclosed 0 reaped 1\n"
     );
     s.assert_prefix_empty();
     let (p, _) = s.mount();

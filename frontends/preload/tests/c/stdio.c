@@ -1,5 +1,6 @@
 /* stdio on pool files through the shim: every line it prints is checked by tests/stdio.rs. */
 #include <stdio.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -60,6 +61,13 @@ int main(int argc, char **argv) {
     int isdir = d && stat(d, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700;
     printf("mkdtemp %s\n", isdir ? "dir 700" : "no");
     rmdir(path);
+    /* a popen stream closed with fclose, as glibc allows (its pclose is its fclose): the
+     * shell is reaped then, not left a zombie */
+    FILE *p = popen("echo popen", "r");
+    printf("popen %s", p ? fgets(line, sizeof line, p) : "none\n");
+    int pc = p ? fclose(p) : -1;
+    int reaped = waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD;
+    printf("fclosed %d reaped %d\n", pc, reaped);
     /* stdout reopened on a pool file, then closed twice (flex does): as with glibc's own
      * static stdout, the second close is EOF and the stream stays readable. */
     fflush(stdout);
