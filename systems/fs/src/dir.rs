@@ -43,12 +43,14 @@ pub(crate) fn record_sum(name: &[u8], ino: u64, kind: u8) -> u32 {
 pub(crate) fn sum_ok(r: &Rec) -> bool {
     r.sum == record_sum(&r.name, r.ino, r.kind)
 }
-/// Format 7: a directory's count of records and their digest, kept in its inode's `trunc`
-/// word (which no directory uses otherwise, and which the inode's checksum covers): the count in
-/// the high 32 bits, and in the low the XOR of one term per record, the CRC32C of the record's
-/// checksum seeded with the directory's number. Adding a record and taking it away are the same
-/// XOR, so a transaction keeps the tally in one store to an inode it writes anyway; a zeroed
-/// block, a lost record, or a block of another directory's records does not match it.
+/// Format 7: a directory's count of records and their digest, kept in its inode's `tail` word
+/// (which no directory uses otherwise: it is a file's append record and a symlink's target
+/// checksum): the count in the high 32 bits, and in the low the XOR of one term per record, the
+/// CRC32C of the record's checksum seeded with the directory's number. Adding a record and
+/// taking it away are the same XOR, so a transaction keeps the tally in one word of the line it
+/// stores anyway (the directory's times are beside it); a zeroed block, a lost record, or a
+/// block of another directory's records does not match it. The word needs no cover by the
+/// inode's checksum: a damaged tally is itself a mismatch.
 pub(crate) fn tally(word: u64, d: u64, sum: u32, add: bool) -> u64 {
     let term = crc32c::crc32c_append(crc32c::crc32c(&d.to_le_bytes()), &sum.to_le_bytes());
     let count = (word >> 32) as u32;

@@ -146,7 +146,8 @@ pub struct Inode {
     pub atime: i64,
     /// A file's: the tail record of the last one-fence append (`tail::Tail`, 0: none);
     /// transactions write it as 0 (`Tx::put_inode`): only the append fast path sets it. A
-    /// symlink's (format 3): its target's checksum (`symlink_sum`), which transactions keep.
+    /// symlink's (format 3): its target's checksum (`symlink_sum`), which transactions keep; a
+    /// directory's (format 7): the count and digest of its records (`dir::tally`), kept too.
     pub tail: u64,
     pub xattr: u64,
     pub orphan_next: u64,

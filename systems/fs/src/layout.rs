@@ -26,7 +26,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
 /// unused high bits (`ptr.rs`), so a hole is a non-zero word and a zeroed, flipped or misplaced
 /// node is damage the walk names; and an inode's size word carries a check of the size in its
 /// high 24 bits (`inode::size_check`); and a directory's inode keeps a count and digest of its
-/// records (`dir::tally`) in its `trunc` word.
+/// records (`dir::tally`) in its `tail` word.
 /// Older pools are still read and written in their own format: a format 3 pool may hold empty
 /// nodes that truncates of earlier builds left, so there an empty node is not damage; a format
 /// 4 pool's table stays the size mkfs made it.

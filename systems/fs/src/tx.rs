@@ -241,7 +241,7 @@ impl<'a, M: Media> Tx<'a, M> {
         let mut sum = [0u8; 4];
         self.read(off + crate::dir::H_SUM, &mut sum);
         let mut n = self.inode(d);
-        n.trunc = crate::dir::tally(n.trunc, d, u32::from_le_bytes(sum), add);
+        n.tail = crate::dir::tally(n.tail, d, u32::from_le_bytes(sum), add);
         self.put_inode(d, &n);
     }
     /// Where the inodes are (the table as this transaction's start found it).
@@ -250,13 +250,14 @@ impl<'a, M: Media> Tx<'a, M> {
     }
     /// Stage the whole inode, with its checksum (format 4). A file's tail record goes to 0: the
     /// record speaks for the last one-fence append only until anything else changes the file
-    /// (`tail.rs`). A symlink's tail word is its target's checksum, kept.
+    /// (`tail.rs`). A symlink's tail word is its target's checksum, a directory's its records'
+    /// tally (format 7, `dir::tally`): both kept.
     pub(crate) fn put_inode(&mut self, ino: u64, i: &Inode) {
         let off = self.it.off(ino);
-        let tail = if i.is(crate::inode::Kind::Symlink) {
-            i.tail
-        } else {
+        let tail = if i.is(crate::inode::Kind::File) {
             0
+        } else {
+            i.tail
         };
         let i = Inode { tail, ..*i }.seal_in(self.geo, ino);
         self.writes.push(W {

@@ -36,10 +36,8 @@ impl<M: Media> Visitor<'_, M> {
             // Blocks past the first hole cannot be kept: their pointers are cut.
             let size = (contiguous * BLOCK) as u64;
             let at = self.it.off(d);
-            let mut writes = vec![
-                (at + field::SIZE, size.to_le_bytes().to_vec()),
-                (at + field::TAIL, vec![0u8; 8]),
-            ];
+            // (the tail word is the directory's tally, format 7: the records' fixes set it)
+            let mut writes = vec![(at + field::SIZE, size.to_le_bytes().to_vec())];
             let root = at + field::ROOT;
             let cuts = data[contiguous..].iter();
             writes.extend(cuts.flat_map(|x| super::tree::cut_store(self.geo, x.at, root)));
@@ -135,10 +133,10 @@ impl<M: Media> Visitor<'_, M> {
             dir::tally_of(d, found.iter().copied()),
             dir::tally_of(d, stay.iter().copied()),
         );
-        if was != node.trunc || will == was {
+        if was != node.tail || will == was {
             return;
         }
-        let store = (self.it.off(d) + field::TRUNC, will.to_le_bytes().to_vec());
+        let store = (self.it.off(d) + field::TAIL, will.to_le_bytes().to_vec());
         let last = fixes.iter_mut().rev().find_map(|p| match &mut p.remedy {
             super::Remedy::Stores(w) => Some(w),
             _ => None,
@@ -152,7 +150,7 @@ impl<M: Media> Visitor<'_, M> {
     /// then found again as lost inodes (lost+found).
     fn tally_lost(&self, d: u64, node: &Inode, (found, stay): (&[u32], &[u32])) -> Option<Problem> {
         let was = dir::tally_of(d, found.iter().copied());
-        if was == node.trunc {
+        if was == node.tail {
             return None;
         }
         let will = dir::tally_of(d, stay.iter().copied());
@@ -161,14 +159,14 @@ impl<M: Media> Visitor<'_, M> {
                 "directory {d}: its records ({} found) do not match the count ({}) and digest its \
                  inode keeps: names were lost, or the records are another directory's",
                 found.len(),
-                node.trunc >> 32
+                node.tail >> 32
             ),
             "count and digest set to the records kept (inodes left without a name go to \
              lost+found)"
                 .into(),
             Some(d),
             None,
-            vec![(self.it.off(d) + field::TRUNC, will.to_le_bytes().to_vec())],
+            vec![(self.it.off(d) + field::TAIL, will.to_le_bytes().to_vec())],
         ))
     }
 }

@@ -136,12 +136,20 @@ impl<M: Media> Visitor<'_, M> {
             ),
             Some(ino),
             None,
-            vec![
-                (self.it.off(ino) + field::SIZE, word.to_le_bytes().to_vec()),
-                (self.it.off(ino) + field::TAIL, vec![0u8; 8]),
-            ],
+            [(self.it.off(ino) + field::SIZE, word.to_le_bytes().to_vec())]
+                .into_iter()
+                .chain(self.tail_reset(ino, node))
+                .collect(),
         ));
         Some(last_end)
+    }
+
+    /// The store that drops a file's append record once its size is set (a record speaks for
+    /// one size); none for other kinds, whose tail word holds something else (a symlink's target
+    /// checksum, a directory's tally).
+    fn tail_reset(&self, ino: u64, node: &Inode) -> Option<(usize, Vec<u8>)> {
+        node.is(Kind::File)
+            .then(|| (self.it.off(ino) + field::TAIL, vec![0u8; 8]))
     }
 
     /// Whether an inode's xattr block (in the data area) decodes and, in format 3, matches its
@@ -262,10 +270,10 @@ impl<M: Media> Visitor<'_, M> {
                 format!("set to {MAX_FILE_SIZE}"),
                 Some(ino),
                 None,
-                vec![
-                    (off(field::SIZE), MAX_FILE_SIZE.to_le_bytes().to_vec()),
-                    (off(field::TAIL), vec![0u8; 8]),
-                ],
+                [(off(field::SIZE), MAX_FILE_SIZE.to_le_bytes().to_vec())]
+                    .into_iter()
+                    .chain(self.tail_reset(ino, node))
+                    .collect(),
             ));
             size = MAX_FILE_SIZE;
         }
