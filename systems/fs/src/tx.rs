@@ -161,13 +161,18 @@ impl<'a, M: Media> Tx<'a, M> {
     pub(crate) fn new_node(&mut self, ptrs: &[u64]) -> Result<u64> {
         let b = self.alloc_block()?;
         let data = self.node_image(b, ptrs);
+        self.stream_block(b, data);
+        Ok(b)
+    }
+    /// Stage a whole new block's bytes, streamed (a fresh block: nothing to log).
+    fn stream_block(&mut self, b: u64, data: Vec<u8>) {
+        debug_assert_eq!(data.len(), BLOCK);
         self.writes.push(W {
             off: b as usize * BLOCK,
             data,
             logged: false,
             nt: true,
         });
-        Ok(b)
     }
     /// A new block from the allocator; returned to it if the transaction is dropped.
     pub(crate) fn alloc_block(&mut self) -> Result<u64> {
@@ -192,12 +197,7 @@ impl<'a, M: Media> Tx<'a, M> {
         let b = self.alloc_block()?;
         let mut data = vec![0u8; BLOCK];
         data[..content.len()].copy_from_slice(content);
-        self.writes.push(W {
-            off: b as usize * BLOCK,
-            data,
-            logged: false,
-            nt: true,
-        });
+        self.stream_block(b, data);
         Ok(b)
     }
     /// A new huge block (512 contiguous, 2 MiB-aligned blocks) starting with `content`, written
