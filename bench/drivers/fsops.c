@@ -103,11 +103,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     char dir[4096];
+    /* several drivers at once on one file system each work in a directory of their own */
+    const char *tag = getenv("FSOPS_TAG") ? getenv("FSOPS_TAG") : "";
 #ifdef PMFS_LIB
     CHECK((fs = pmfs_mount(argv[3])) ? 0 : -1);
-    snprintf(dir, sizeof dir, "/%s-%ld", op, n);
+    snprintf(dir, sizeof dir, "/%s-%ld%s", op, n, tag);
 #else
-    snprintf(dir, sizeof dir, "%s/%s-%ld", argv[3], op, n);
+    snprintf(dir, sizeof dir, "%s/%s-%ld%s", argv[3], op, n, tag);
 #endif
     CHECK(MKDIR(dir, 0755));
     char path[4200];

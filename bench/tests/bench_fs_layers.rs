@@ -171,6 +171,35 @@ fn quick_json_has_every_layer_and_operation() {
     assert_eq!(left.len(), 1, "{left:?}");
 }
 
+/// Two processes at once (`--clients 2`): the layers several processes can share are timed,
+/// each with every operation, each process in a directory of its own; the library (one
+/// process per pool) is left out; ops/s counts both processes' operations.
+#[test]
+fn two_clients_time_the_shared_layers() {
+    if skipped() {
+        return;
+    }
+    let (v, left) = bench(&[
+        "--no-trace",
+        "--clients",
+        "2",
+        "--layers",
+        "library,served,tmpfs",
+    ]);
+    assert_eq!(v["clients"], 2, "{v}");
+    assert_eq!(v["layers"], serde_json::json!(["served", "tmpfs"]), "{v}");
+    for l in ["served", "tmpfs"] {
+        for op in OPS {
+            let c = cell(&v, l, op).unwrap_or_else(|| panic!("no cell {l} {op}"));
+            let us = c["us_per_op"].as_f64().unwrap();
+            let rate = c["ops_per_s"].as_f64().unwrap();
+            assert!(us > 0.0 && (rate * us / 2e6 - 1.0).abs() < 1e-6, "{c}");
+        }
+    }
+    assert!(cell(&v, "library", "read4k").is_none());
+    assert_eq!(left.len(), 1, "{left:?}");
+}
+
 /// System calls (strace) and instructions (callgrind) counted for the driver and, where there
 /// is one, the daemon: on the two daemon layers whose counting differs (FUSE, NBD).
 #[test]

@@ -78,6 +78,12 @@ impl Layer {
         self != Layer::Nbd || !matches!(op, "create" | "stat" | "stat_mapped")
     }
 
+    /// Whether several processes can use the layer at once (`--clients`): not the library or
+    /// the shim alone (one process per pool), nor NBD (one connection's driver).
+    pub(super) fn shared(self) -> bool {
+        !matches!(self, Layer::Library | Layer::Shim | Layer::Nbd)
+    }
+
     pub(super) fn has_daemon(self) -> bool {
         matches!(
             self,

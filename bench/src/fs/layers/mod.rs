@@ -64,6 +64,12 @@ pub(crate) struct Args {
     /// Skip the strace and callgrind runs (time and CPU only)
     #[arg(long)]
     no_trace: bool,
+    /// Processes running each timed operation at once, each in a directory of its own on the
+    /// same file system (1..=16). Above 1 only the layers several processes can share are
+    /// timed (the served shim, the mounts, tmpfs); µs per operation is each process's, ops/s
+    /// all of theirs together. The strace and callgrind runs keep one process.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    clients: u32,
     /// Protection of PMFS (library, shim, FUSE mount): auto, none, kernel, pkey
     #[arg(long, default_value = "auto")]
     pmfs_protect: pmkit::args::ProtectArg,
@@ -138,6 +144,8 @@ struct Report {
     benchmark: &'static str,
     cpu: String,
     rounds: usize,
+    /// Processes per timed run (`--clients`).
+    clients: usize,
     layers: Vec<&'static str>,
     ops: Vec<&'static str>,
     /// Operations per timed run, per op.
@@ -164,11 +172,18 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         need_tool("strace", "install strace, or pass --no-trace")?;
         need_tool("valgrind", "install valgrind, or pass --no-trace")?;
     }
+    let clients = a.clients as usize;
     let layers: Vec<Layer> = a
         .layers
         .iter()
         .map(|s| Layer::parse(s))
+        .filter(|l| l.as_ref().map_or(true, |l| clients == 1 || l.shared()))
         .collect::<Result<_>>()?;
+    anyhow::ensure!(
+        !layers.is_empty(),
+        "no layer given can be shared by {clients} processes (the served shim, the mounts and \
+         tmpfs can)"
+    );
     let quick = a.flags.quick;
     let rounds = a.flags.rounds(3);
     let n_of = |op: &str| a.n.unwrap_or(if quick { 200 } else { default_n(op) });
@@ -209,18 +224,16 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         on_layer(l, &timed_ctx, &[], |run| {
             let mut v = vec![];
             for op in OPS.into_iter().filter(|op| l.has(op)) {
-                let o = drive(&drivers, run, op, n_of(op), &timed_ctx, None, &[])?;
-                let n = n_of(op).max(1) as f64;
-                v.push(Sample {
-                    layer: l.name(),
-                    op,
-                    round: r,
-                    us_per_op: o.ns / 1e3 / n,
-                    app_user_us: o.user_us / n,
-                    app_sys_us: o.sys_us / n,
-                    daemon_user_us: o.daemon_us.map(|d| d.0 / n),
-                    daemon_sys_us: o.daemon_us.map(|d| d.1 / n),
-                });
+                let os = drive(
+                    &drivers,
+                    run,
+                    (op, n_of(op)),
+                    &timed_ctx,
+                    None,
+                    &[],
+                    clients,
+                )?;
+                v.push(sample(l, op, r, &os, n_of(op)));
             }
             Ok(v)
         })
@@ -234,7 +247,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         })
         .collect::<Result<Vec<f64>>>()?;
 
-    let mut cells = summarize(&samples, &layers);
+    let mut cells = summarize(&samples, &layers, clients);
     // 2. and 3. Traced and counted runs.
     if !a.no_trace {
         for &l in &layers {
@@ -254,6 +267,7 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
         benchmark: "fs-layers",
         cpu: cpu_label(),
         rounds,
+        clients,
         layers: layers.iter().map(|l| l.name()).collect(),
         ops: OPS.to_vec(),
         n: OPS.iter().map(|&op| (op, n_of(op))).collect(),
@@ -290,40 +304,68 @@ fn on_layer<T>(
     Ok(res)
 }
 
-/// Run the layer's driver for `op` x `n` (under `wrap`), `at_go` called once it is ready.
+/// One timed run's sample from its drivers' outcomes (one per client): each client's time and
+/// CPU per operation, averaged; the daemon's CPU over every client's operations.
+fn sample(l: Layer, op: &'static str, round: usize, os: &[Outcome], n: usize) -> Sample {
+    let (k, n) = (os.len() as f64, n.max(1) as f64);
+    let mean = |f: fn(&Outcome) -> f64| os.iter().map(f).sum::<f64>() / k / n;
+    let daemon = os[0].daemon_us.map(|d| (d.0 / n / k, d.1 / n / k));
+    Sample {
+        layer: l.name(),
+        op,
+        round,
+        us_per_op: mean(|o| o.ns) / 1e3,
+        app_user_us: mean(|o| o.user_us),
+        app_sys_us: mean(|o| o.sys_us),
+        daemon_user_us: daemon.map(|d| d.0),
+        daemon_sys_us: daemon.map(|d| d.1),
+    }
+}
+
+/// Run the layer's driver for `op` x `n` (under `wrap`) in `clients` processes at once (each
+/// in a directory of its own), `at_go` called once all are ready; one outcome per process.
 fn drive(
     d: &Drivers,
     run: &Running,
-    op: &str,
-    n: usize,
+    (op, n): (&str, usize),
     c: &Ctx,
     at_go: Option<&dyn Fn() -> Result<()>>,
     wrap: &[String],
-) -> Result<Outcome> {
+    clients: usize,
+) -> Result<Vec<Outcome>> {
     let exe = match run.layer {
         Layer::Library => &d.pmfs,
         Layer::Nbd => d.nbd.as_ref().context("nbdops was not built")?,
         _ => &d.posix,
     };
-    let mut cmd = match wrap.split_first() {
-        Some((w, rest)) => {
-            let mut cmd = Command::new(w);
-            cmd.args(rest).arg(exe);
+    let mut cmds: Vec<Command> = (0..clients)
+        .map(|k| {
+            let mut cmd = match wrap.split_first() {
+                Some((w, rest)) => {
+                    let mut cmd = Command::new(w);
+                    cmd.args(rest).arg(exe);
+                    cmd
+                }
+                None => Command::new(exe),
+            };
+            cmd.arg(op)
+                .arg(n.to_string())
+                .arg(&run.place)
+                .envs(run.env.iter().map(|(k, v)| (k, v)));
+            if clients > 1 {
+                cmd.env("FSOPS_TAG", format!("-c{k}"));
+            }
+            if run.layer == Layer::Library {
+                // The C ABI reads its protection from the environment.
+                cmd.env("PMFS_PROTECT", c.sizes.pmfs_protect.to_string());
+            }
             cmd
-        }
-        None => Command::new(exe),
-    };
-    cmd.arg(op)
-        .arg(n.to_string())
-        .arg(&run.place)
-        .envs(run.env.iter().map(|(k, v)| (k, v)));
-    if run.layer == Layer::Library {
-        // The C ABI reads its protection from the environment.
-        cmd.env("PMFS_PROTECT", c.sizes.pmfs_protect.to_string());
-    }
+        })
+        .collect();
     let pid = run.daemon.as_ref().map(|d| d.id());
-    let log = c.scratch.join("driver.log");
-    probe::run_driver(&mut cmd, pid, &log, || at_go.map_or(Ok(()), |f| f()))
+    let logs = (0..clients).map(|k| c.scratch.join(format!("driver-{k}.log")));
+    let go = || at_go.map_or(Ok(()), |f| f());
+    probe::run_drivers(cmds.iter_mut().zip(logs).collect(), pid, go)
 }
 
 fn cell<'a>(cells: &'a mut [Cell], l: Layer, op: &str) -> Option<&'a mut Cell> {
@@ -351,7 +393,7 @@ fn trace(l: Layer, d: &Drivers, c: &Ctx, n: usize, cells: &mut [Cell]) -> Result
                     }
                     Ok(())
                 };
-                drive(d, run, op, k, c, Some(&attach), &wrap)?;
+                drive(d, run, (op, k), c, Some(&attach), &wrap, 1)?;
                 let daemon = tracer.into_inner().map(|t| t.stop()).transpose()?;
                 got.push((probe::strace_counts(&app)?, daemon));
             }
@@ -406,7 +448,7 @@ fn count(l: Layer, d: &Drivers, c: &Ctx, n: usize, cells: &mut [Cell]) -> Result
             for k in [0, n] {
                 let app = c.scratch.join(format!("cg-app-{op}-{k}"));
                 let zero = || window.as_ref().map_or(Ok(()), |w| w.zero());
-                drive(d, run, op, k, c, Some(&zero), &probe::callgrind(&app))?;
+                drive(d, run, (op, k), c, Some(&zero), &probe::callgrind(&app), 1)?;
                 let daemon = window.as_mut().map(|w| w.dump()).transpose()?;
                 // The driver dumped its count of the N operations to APP.1.
                 let ops = PathBuf::from(format!("{}.1", app.display()));
@@ -424,7 +466,8 @@ fn count(l: Layer, d: &Drivers, c: &Ctx, n: usize, cells: &mut [Cell]) -> Result
     })
 }
 
-fn summarize(samples: &[Sample], layers: &[Layer]) -> Vec<Cell> {
+/// Each (layer, operation)'s medians; ops/s counts every client's operations.
+fn summarize(samples: &[Sample], layers: &[Layer], clients: usize) -> Vec<Cell> {
     let mut cells = vec![];
     for &l in layers {
         for op in OPS.into_iter().filter(|op| l.has(op)) {
@@ -442,7 +485,7 @@ fn summarize(samples: &[Sample], layers: &[Layer]) -> Vec<Cell> {
                 layer: l.name(),
                 op,
                 us_per_op: us,
-                ops_per_s: 1e6 / us.max(1e-9),
+                ops_per_s: clients as f64 * 1e6 / us.max(1e-9),
                 rounds_us: of.iter().map(|s| s.us_per_op).collect(),
                 app_user_us: med(|s| s.app_user_us),
                 app_sys_us: med(|s| s.app_sys_us),

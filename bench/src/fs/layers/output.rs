@@ -122,8 +122,12 @@ pub(super) fn draw(p: &Path, r: &Report) -> Result<()> {
     let root = SVGBackend::new(p, (430 * cols as u32, 2 * 380 + 40)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let (top, body) = root.split_vertically(40);
+    let who = match r.clients {
+        1 => String::new(),
+        k => format!(", {k} processes at once"),
+    };
     top.titled(
-        &format!("Cost of each layer per operation ({})", r.cpu),
+        &format!("Cost of each layer per operation ({}{who})", r.cpu),
         ("sans-serif", 20),
     )
     .map_err(err)?;
@@ -169,8 +173,9 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 
 pub(super) fn print_table(r: &Report) {
     println!(
-        "bench fs-layers: median of {} round(s); {}; PMFS protect {}; {} FUSE threads",
-        r.rounds, r.cpu, r.pmfs_protect, r.fuse_threads
+        "bench fs-layers: median of {} round(s); {}; PMFS protect {}; {} FUSE threads; {} \
+         process(es) per timed run (µs/op each one's, ops/s all of theirs)",
+        r.rounds, r.cpu, r.pmfs_protect, r.fuse_threads, r.clients
     );
     let ns: Vec<String> = r.n.iter().map(|(op, n)| format!("{op} {n}")).collect();
     println!(

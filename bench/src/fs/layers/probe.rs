@@ -305,42 +305,71 @@ pub(super) fn callgrind(out: &Path) -> Vec<String> {
     ]
 }
 
-/// Run a driver (`cmd`, stdout/stdin taken here): wait for its "ready", call `at_go` (which may
-/// attach a tracer), read the daemon's CPU, say go, read its result, wait for it to exit, read
-/// the daemon's CPU again.
-pub(super) fn run_driver(
-    cmd: &mut Command,
+/// Run drivers (`cmds`, with the file each one's stderr goes to; stdout and stdin taken here),
+/// one or several at once (`--clients`): wait for each one's "ready", call `at_go` (which may
+/// attach a tracer), read the daemon's CPU, say go to each in turn, read each one's result and
+/// wait for it to exit, read the daemon's CPU again (it covers them all).
+pub(super) fn run_drivers(
+    cmds: Vec<(&mut Command, PathBuf)>,
     daemon: Option<u32>,
-    err_log: &Path,
     at_go: impl FnOnce() -> Result<()>,
-) -> Result<Outcome> {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(err_log)?)
-        .spawn()
-        .with_context(|| format!("starting {cmd:?}"))?;
-    let said = || std::fs::read_to_string(err_log).unwrap_or_default();
-    let mut out = BufReader::new(child.stdout.take().context("driver stdout")?);
+) -> Result<Vec<Outcome>> {
+    let mut running = Vec::with_capacity(cmds.len());
+    for (cmd, log) in cmds {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting {cmd:?}"))?;
+        let out = BufReader::new(child.stdout.take().context("driver stdout")?);
+        running.push((format!("{cmd:?}"), log, child, out));
+    }
+    let said = |log: &Path| std::fs::read_to_string(log).unwrap_or_default();
     let mut line = String::new();
-    out.read_line(&mut line)?;
-    if line.trim() != "ready" {
-        let _ = child.kill();
-        let _ = child.wait();
-        bail!("{cmd:?} did not get ready: {line}{}", said());
+    for (what, log, child, out) in &mut running {
+        line.clear();
+        out.read_line(&mut line)?;
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not get ready: {line}{}", said(log));
+        }
     }
     at_go()?;
     let d0 = daemon.map(cpu_secs).transpose()?;
-    child
-        .stdin
-        .take()
-        .context("driver stdin")?
-        .write_all(b"go\n")?;
-    line.clear();
-    out.read_line(&mut line)?;
-    let st = child.wait()?;
+    for (_, _, child, _) in &mut running {
+        child
+            .stdin
+            .take()
+            .context("driver stdin")?
+            .write_all(b"go\n")?;
+    }
+    let mut lines = Vec::with_capacity(running.len());
+    for (what, log, child, out) in &mut running {
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        let st = child.wait()?;
+        ensure!(st.success(), "{what} failed ({st}): {}", said(log));
+        lines.push(line);
+    }
     let d1 = daemon.map(cpu_secs).transpose()?;
-    ensure!(st.success(), "{cmd:?} failed ({st}): {}", said());
+    let daemon_us = match (d0, d1) {
+        (Some(a), Some(b)) => Some(((b.0 - a.0) * 1e6, (b.1 - a.1) * 1e6)),
+        _ => None,
+    };
+    lines
+        .iter()
+        .map(|l| {
+            let mut o = outcome(l)?;
+            o.daemon_us = daemon_us;
+            Ok(o)
+        })
+        .collect()
+}
+
+/// One driver's result line: `ns=.. user_us=.. sys_us=..`.
+fn outcome(line: &str) -> Result<Outcome> {
     let mut o = Outcome::default();
     for kv in line.split_whitespace() {
         let (k, v) = kv.split_once('=').context("bad driver output")?;
@@ -356,8 +385,5 @@ pub(super) fn run_driver(
         o.ns > 0.0 || line.contains("ns=0"),
         "bad driver output: {line}"
     );
-    if let (Some(a), Some(b)) = (d0, d1) {
-        o.daemon_us = Some(((b.0 - a.0) * 1e6, (b.1 - a.1) * 1e6));
-    }
     Ok(o)
 }
