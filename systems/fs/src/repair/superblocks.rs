@@ -85,8 +85,8 @@ fn v2_slot_used<M: Media>(pm: &Pm<M>) -> bool {
 /// (format 3 leaves the word zero, and a CRC32C that happens to be zero reads as 3, which
 /// checks less but never calls a format 3 pool's empty nodes damage), and a sealed meta inode
 /// beside it means 5, or 6 when it roots a data checksum table (a format 6 pool that never had
-/// one holds nothing format 5 does not, so it is rebuilt as 5). A tree node whose pointer words
-/// carry their checks means 7 (a pool with no tree node yet holds nothing format 6 does not).
+/// one holds nothing format 5 does not, so it is rebuilt as 5). A root directory whose size
+/// word carries its check means 7.
 fn lost_format<M: Media>(pm: &Pm<M>, geo: &Geometry) -> u32 {
     if v2_slot_used(pm) {
         return 2;
@@ -102,32 +102,13 @@ fn lost_format<M: Media>(pm: &Pm<M>, geo: &Geometry) -> u32 {
     let meta = Inode::decode(&b);
     let v5 = geo.at_format(5);
     match meta.sum != 0 && meta.sum_ok_in(&v5, crate::layout::META_INO) {
-        true if sealed_nodes(pm, geo) => 7,
+        // Format 7 seals every size in use, the root directory's too; no earlier format sets
+        // the size word's bit 63.
+        true if root.size_check != 0 && root.size_check == crate::inode::size_check(root.size) => 7,
         true if meta.xattr != 0 => 6,
         true => 5,
         false => 4,
     }
-}
-
-/// Whether the first tree nodes the fixed inode table's inodes reach hold pointer words sealed
-/// with their checks (format 7): more than half of some node's words open. Earlier formats
-/// leave bit 62 clear, which no sealed word does, so their nodes never pass.
-fn sealed_nodes<M: Media>(pm: &Pm<M>, geo: &Geometry) -> bool {
-    const NODES: usize = 8;
-    let mut b = [0u8; INODE];
-    let nodes = (0..geo.inodes as u64).filter_map(|ino| {
-        pm.read(geo.inode_off(ino), &mut b);
-        let n = Inode::decode(&b);
-        let node = (n.height >= 1 && crate::tree::huge(n.root).is_none()).then_some(n.root);
-        node.filter(|&r| geo.is_data(r))
-    });
-    nodes.take(NODES).any(|node| {
-        let at = node as usize * BLOCK;
-        let opened = (0..BLOCK / 8)
-            .filter(|&s| crate::ptr::open(pm.read_u64(at + s * 8), at + s * 8).is_some())
-            .count();
-        opened > BLOCK / 16
-    })
 }
 
 /// Both superblocks bad: try the geometry given, or the mkfs defaults; accept one only if the
