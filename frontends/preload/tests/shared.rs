@@ -241,15 +241,7 @@ fn a_lock_wait_is_restarted_after_an_sa_restart_handler() {
         return;
     }
     let s = served();
-    let exe = s.shim.dir().join("restart");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/restart.c");
-    let cc = std::process::Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .output()
-        .unwrap();
-    common::assert_ok(&cc, "cc restart.c");
+    let exe = common::build_c(s.shim.dir(), "restart");
     let out = s.shim.ok(exe.to_str().unwrap(), &[&s.shim.m("f")]);
     assert_eq!(
         out,

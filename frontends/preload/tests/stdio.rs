@@ -12,15 +12,7 @@ fn stdio_streams_and_temporary_files_reach_the_pool() {
         return;
     }
     let s = Shim::new();
-    let exe = s.dir().join("stdio");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/stdio.c");
-    let cc = std::process::Command::new("cc")
-        .args(["-O1", "-w", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .output()
-        .unwrap();
-    common::assert_ok(&cc, "cc stdio.c");
+    let exe = common::build_c(s.dir(), "stdio");
     let out = s.ok(exe.to_str().unwrap(), &[&s.m("")]);
     assert_eq!(
         out,

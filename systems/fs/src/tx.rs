@@ -229,7 +229,7 @@ impl<'a, M: Media> Tx<'a, M> {
         Inode::decode(&b)
     }
     /// Format 7: put the record at `off` (its stored checksum) into directory `d`'s tally
-    /// (`dir::tally`), or take it out; the directory's inode is staged with it. A cleared slot
+    /// (`dir::tally`), or take it out; the directory's tail word is staged with it. A cleared slot
     /// (inode 0) is no record and changes nothing.
     pub(crate) fn tally_record(&mut self, d: u64, off: usize, add: bool) {
         if !self.geo.checked_dirs() {
@@ -240,9 +240,10 @@ impl<'a, M: Media> Tx<'a, M> {
         }
         let mut sum = [0u8; 4];
         self.read(off + crate::dir::H_SUM, &mut sum);
-        let mut n = self.inode(d);
-        n.tail = crate::dir::tally(n.tail, d, u32::from_le_bytes(sum), add);
-        self.put_inode(d, &n);
+        // The tail word alone: the inode's checksum does not cover it, so nothing is resealed.
+        let at = self.it.off(d) + crate::inode::TAIL;
+        let word = crate::dir::tally(self.read_u64(at), d, u32::from_le_bytes(sum), add);
+        self.write_u64(at, word);
     }
     /// Where the inodes are (the table as this transaction's start found it).
     pub(crate) fn itable(&self) -> &'a Itable {

@@ -108,6 +108,20 @@ pub(crate) fn assert_ok(out: &Output, what: &str) {
     );
 }
 
+/// Build the test program `tests/c/NAME.c` into `dir/NAME` (`cc -O1 -w`); its path.
+pub(crate) fn build_c(dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("cc")
+        .args(["-O1", "-w", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert_ok(&out, &format!("cc {src}"));
+    exe
+}
+
 /// A whole file of the pool.
 pub(crate) fn read_all(p: &Posix<Region>, path: &[u8]) -> Vec<u8> {
     let a = p
