@@ -91,6 +91,14 @@ pub(crate) fn mount(pool: &Path, dir: &Path, a: &Opts<'_>) -> Result<()> {
         served.protection.0,
         served.protection.1
     );
+    if served.serves_peers() {
+        pmkit::say_err!(
+            "processes may use the pool beside the mount through the shim: \
+             LD_PRELOAD=libpmkit_preload.so PMKIT_PRELOAD_POOL={} PMKIT_PRELOAD_PREFIX={}",
+            pool.display(),
+            served.dir.display()
+        );
+    }
     pmkit::say!(
         "{READY} {} on {} over {}, cache {}; stop with `pmkit fs umount {}` or SIGTERM",
         pool.display(),

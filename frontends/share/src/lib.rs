@@ -24,7 +24,7 @@ mod wire;
 
 pub use api::{Calls, PoolApi, Request, Special, Transport};
 pub use client::Client;
-pub use server::Server;
+pub use server::{Peer, Server};
 
 use serde::{Deserialize, Serialize};
 use std::io;

@@ -7,6 +7,7 @@ use crate::conn::{access_mode, Conn};
 use crate::Message;
 use parking_lot::Mutex;
 use pmkit_fs::posix::Posix;
+use pmkit_fs::watch::Change;
 use pmkit_fs::Error;
 use pmkit_media::Media;
 use std::collections::HashMap;
@@ -31,9 +32,14 @@ struct Pool {
 /// A live connection: its socket and its thread (taken by the stop that joins it).
 type Live = (UnixStream, Option<JoinHandle<()>>);
 
+/// Told what each client call changed, before the client has its answer: the FUSE mount whose
+/// daemon serves the clients drops those inodes and names from the kernel's caches.
+pub type Peer = Arc<dyn Fn(&[Change]) + Send + Sync>;
+
 struct Shared<M: Media> {
     root: Arc<Posix<M>>,
     pool: Pool,
+    peer: Option<Peer>,
     stopping: AtomicBool,
     next: AtomicU64,
     /// Each live connection's socket (shut down at stop) and thread.
@@ -50,6 +56,16 @@ pub struct Server<M: Media> {
 impl<M: Media + Send + Sync + 'static> Server<M> {
     /// Serve `root`'s file system, mounted from the pool file at `pool`, to clients.
     pub fn start(root: Arc<Posix<M>>, pool: &Path) -> io::Result<Server<M>> {
+        Server::start_with_peer(root, pool, None)
+    }
+
+    /// [`Server::start`] beside a user of the same file system that caches it (the FUSE mount):
+    /// `peer` is told what each client call changed.
+    pub fn start_with_peer(
+        root: Arc<Posix<M>>,
+        pool: &Path,
+        peer: Option<Peer>,
+    ) -> io::Result<Server<M>> {
         let m = std::fs::metadata(pool)?;
         let addr = SocketAddr::from_abstract_name(crate::name(m.dev(), m.ino()))?;
         let listener = UnixListener::bind_addr(&addr)?;
@@ -59,6 +75,7 @@ impl<M: Media + Send + Sync + 'static> Server<M> {
                 dev: m.dev(),
                 ino: m.ino(),
             },
+            peer,
             stopping: AtomicBool::new(false),
             next: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
@@ -301,10 +318,22 @@ fn handle<M: Media + Send + Sync + 'static>(
         Message::Hello { .. } => encode::<()>(Err(Error::Invalid("a second hello"))),
     };
     // A panic in a call (a bug) answers EIO and the session goes on, as the mount does.
-    let reply = catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
-        tracing::error!("a call panicked (a bug): EIO");
-        encode::<()>(Err(Error::Remote(libc::EIO)))
-    });
+    let guarded = || {
+        catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
+            tracing::error!("a call panicked (a bug): EIO");
+            encode::<()>(Err(Error::Remote(libc::EIO)))
+        })
+    };
+    let reply = match &s.peer {
+        None => guarded(),
+        Some(peer) => {
+            let (reply, changes) = pmkit_fs::watch::watching(guarded);
+            if !changes.is_empty() {
+                peer(&changes);
+            }
+            reply
+        }
+    };
     (reply, switch)
 }
 

@@ -38,6 +38,7 @@ impl<M: Media> Fs<M> {
     /// Write `data` at `off`; durable when it returns; all-or-nothing when the file is atomic
     /// (see `DataMode`).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        crate::watch::note(|| crate::watch::Change::Data(ino));
         self.bound_prealloc(ino);
         let mut reclaimed = false;
         loop {

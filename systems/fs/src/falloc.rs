@@ -47,6 +47,7 @@ impl Falloc {
 impl<M: Media> Fs<M> {
     /// fallocate(2) with a mode (see [`Falloc`]).
     pub fn fallocate_mode(&self, ino: u64, off: u64, len: u64, mode: Falloc) -> Result<()> {
+        crate::watch::note(|| crate::watch::Change::Data(ino));
         // As Linux: any fallocate drops file capabilities (first, in its own transaction).
         self.kill_capability(ino)?;
         let _ns = self.ns.read();

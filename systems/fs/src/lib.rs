@@ -40,6 +40,7 @@ mod tally;
 mod tree;
 mod tx;
 mod walk;
+pub mod watch;
 mod xattr;
 mod xblock;
 pub mod xip;

@@ -156,6 +156,11 @@ impl<M: Media> Fs<M> {
 
     fn post(&self, dirs: &mut Dirs, posts: Vec<Post>) {
         for p in posts {
+            if let Post::Insert(d, name, ..) | Post::Remove(d, name) | Post::Retarget(d, name, ..) =
+                &p
+            {
+                crate::watch::note(|| crate::watch::Change::Entry(*d, name.clone()));
+            }
             match p {
                 Post::Insert(d, name, loc, grown) => {
                     let idx = dirs.get_mut(d);

@@ -220,6 +220,7 @@ impl<'a, M: Media> Tx<'a, M> {
     }
     pub(crate) fn alloc_inode(&mut self) -> Result<u64> {
         let i = self.alloc.lock().inode()?;
+        crate::watch::note(|| crate::watch::Change::Created(i));
         self.allocated_inodes.push(i);
         Ok(i)
     }
@@ -254,6 +255,7 @@ impl<'a, M: Media> Tx<'a, M> {
     /// (`tail.rs`). A symlink's tail word is its target's checksum, a directory's its records'
     /// tally (format 7, `dir::tally`): both kept.
     pub(crate) fn put_inode(&mut self, ino: u64, i: &Inode) {
+        crate::watch::note(|| crate::watch::Change::Attr(ino));
         let off = self.it.off(ino);
         let tail = if i.is(crate::inode::Kind::File) {
             0

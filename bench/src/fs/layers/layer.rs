@@ -21,6 +21,10 @@ pub(super) enum Layer {
     /// The shim as a client of `pmkit fs serve` (the pool shared by processes): every call a
     /// round trip to the server.
     Served,
+    /// The shim as a client of the FUSE mount's daemon (`pmkit fs mount`, the prefix its mount
+    /// point): the mount's peer, every call a round trip to the daemon, which then drops what
+    /// the call changed from the kernel's caches.
+    Peer,
     /// `pmkit fs mount` (FUSE, cache mode long).
     Fuse,
     /// ext4 on `pmkit attach` (PMBD as a FUSE file + loop device): the thesis's baseline.
@@ -31,10 +35,11 @@ pub(super) enum Layer {
     Tmpfs,
 }
 
-pub(super) const LAYERS: [Layer; 8] = [
+pub(super) const LAYERS: [Layer; 9] = [
     Layer::Library,
     Layer::Shim,
     Layer::Served,
+    Layer::Peer,
     Layer::Fuse,
     Layer::Ext4Attach,
     Layer::Nbd,
@@ -58,6 +63,7 @@ impl Layer {
             Layer::Library => "library",
             Layer::Shim => "shim",
             Layer::Served => "served",
+            Layer::Peer => "peer",
             Layer::Fuse => "fuse",
             Layer::Ext4Attach => "ext4-attach",
             Layer::Nbd => "nbd",
@@ -87,7 +93,7 @@ impl Layer {
     pub(super) fn has_daemon(self) -> bool {
         matches!(
             self,
-            Layer::Served | Layer::Fuse | Layer::Ext4Attach | Layer::Nbd
+            Layer::Served | Layer::Peer | Layer::Fuse | Layer::Ext4Attach | Layer::Nbd
         )
     }
 }
@@ -168,7 +174,7 @@ pub(super) fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
                 .arg(s.pmfs_protect.to_string())
                 .arg(&file);
         }
-        Layer::Fuse => {
+        Layer::Fuse | Layer::Peer => {
             mkfs(c, &file)?;
             // /dev/fuse, not io_uring: valgrind runs the daemon for the instruction counts, and
             // it cannot follow io_uring (the mount hung under it).
@@ -227,7 +233,7 @@ pub(super) fn up(layer: Layer, c: &Ctx, wrap: &[String]) -> Result<Running> {
         } else {
             c.mnt.display().to_string()
         },
-        env: if layer == Layer::Served {
+        env: if matches!(layer, Layer::Served | Layer::Peer) {
             served_env(&file, c)?
         } else {
             vec![]

@@ -54,7 +54,7 @@ pub(crate) struct Args {
     /// Operations per callgrind run [default: 1000; quick: 10]
     #[arg(long)]
     valgrind_n: Option<usize>,
-    /// Layers to measure (library, shim, served, fuse, ext4-attach, nbd, ext4-loop, tmpfs)
+    /// Layers to measure (library, shim, served, peer, fuse, ext4-attach, nbd, ext4-loop, tmpfs)
     #[arg(
         long,
         value_delimiter = ',',

@@ -17,6 +17,7 @@
 pub mod cache;
 mod gone;
 pub mod mount;
+pub mod peers;
 mod refs;
 pub mod stats;
 mod xattrs;

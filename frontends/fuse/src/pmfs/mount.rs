@@ -262,6 +262,8 @@ pub struct Served {
     uring: Option<uring::Queues>,
     /// The FUSE connection (fusectl), to abort when a request cannot be answered.
     conn: Option<u64>,
+    /// Shim processes served beside the kernel (`peers.rs`); stopped before the unmount.
+    peers: Option<pmkit_fs_share::Server<Region>>,
     /// `MountOptions::stop_grace`.
     stop_grace: Duration,
 }
@@ -376,7 +378,11 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         drop((session, ops));
         return Err(give_back(fs, uring::NOT_OFFERED.into()));
     }
-    drop(ops);
+    // Notifications to the kernel go through a descriptor of the mount's own.
+    let peer_dev = match o.read_only {
+        true => None,
+        false => session.as_fd().try_clone_to_owned().ok(),
+    };
     let transport = if queues.is_some() {
         Transport::Uring
     } else {
@@ -389,6 +395,8 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     // From mountinfo, not a `stat` of the mount: that would be a request to this daemon,
     // made before its session threads may have started to answer it.
     let conn = mount_at(&dir).and_then(|m| m.conn);
+    // A read-only mount serves no shim process: a client could change the pool.
+    let peers = peer_dev.and_then(|dev| super::peers::serve(&fs, ops, dev, pool));
     Ok(Served {
         dir,
         recovery,
@@ -400,6 +408,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         session,
         uring: queues,
         conn,
+        peers,
         stop_grace: o.stop_grace,
     })
 }
@@ -455,6 +464,11 @@ impl Served {
     /// The per-request statistics, live (for `--stats`).
     pub fn op_stats(&self) -> Arc<OpStats> {
         Arc::clone(&self.stats)
+    }
+
+    /// Whether shim processes may use the pool beside the mount (`peers.rs`).
+    pub fn serves_peers(&self) -> bool {
+        self.peers.is_some()
     }
 
     /// The library's counters since mount (bytes journaled, fences, transactions, bytes
@@ -537,9 +551,20 @@ impl Served {
             session,
             uring,
             conn,
+            peers,
             stop_grace,
             ..
         } = self;
+        // The shim's processes first: their sessions end, closing what they held.
+        if let Some(p) = peers {
+            if p.clients() > 0 {
+                log(&format!(
+                    "ending {} shim process session(s): their calls fail with EIO from now on",
+                    p.clients()
+                ));
+            }
+            drop(p.stop());
+        }
         session
             .join()
             .map_err(|e| MountError::Fuse(format!("session: {e}")))?;

@@ -5,9 +5,14 @@
 //! stand in for them: every entry of a regular file it is given counts as an open, and its
 //! FORGET (sent when it evicts the inode, soon after the last close of an unlinked file) gives
 //! them back, so the last one frees a file unlinked meanwhile.
+//!
+//! Every mode also counts the kernel's references by inode (`known`): the inodes the kernel may
+//! cache, which are all that a peer's change needs to be told of (`peers.rs`).
 
+use parking_lot::Mutex;
 use pmkit_fs::{Attr, Fs, Kind};
 use pmkit_media::Media;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The handle of a CREATE whose open the library counts (RELEASE gives it back).
@@ -19,6 +24,9 @@ pub(crate) struct Refs {
     /// An OPEN has been answered ENOSYS: the kernel sends no RELEASE for files it opens from
     /// then on, those it creates included.
     refused: AtomicBool,
+    /// The kernel's lookup count of each inode it was given an entry of (the root, which it
+    /// never forgets, is not counted).
+    known: Mutex<HashMap<u64, u64>>,
 }
 
 impl Refs {
@@ -26,12 +34,14 @@ impl Refs {
         Refs {
             no_open,
             refused: AtomicBool::new(false),
+            known: Mutex::new(HashMap::new()),
         }
     }
 
     /// Count the kernel's new reference to `a` (an entry it is given) as an open of a regular
     /// file. Other kinds are never read through a handle the library must keep alive.
     pub(crate) fn hold<M: Media>(&self, fs: &Fs<M>, a: &Attr) {
+        *self.known.lock().entry(a.ino).or_insert(0) += 1;
         if self.no_open && a.kind == Kind::File {
             // A file removed since the call that named it: the kernel's reference is to an
             // inode the library no longer has, and its FORGET finds nothing to give back.
@@ -41,6 +51,15 @@ impl Refs {
 
     /// The kernel lets go of `nlookup` references to `ino`.
     pub(crate) fn forget<M: Media>(&self, fs: &Fs<M>, ino: u64, nlookup: u64) {
+        {
+            let mut known = self.known.lock();
+            if let Some(n) = known.get_mut(&ino) {
+                *n = n.saturating_sub(nlookup);
+                if *n == 0 {
+                    known.remove(&ino);
+                }
+            }
+        }
         if !self.no_open {
             return;
         }
@@ -51,6 +70,12 @@ impl Refs {
                 break;
             }
         }
+    }
+
+    /// Whether the kernel may hold inode `ino` (and so cache its attributes, pages, and names
+    /// in it when a directory).
+    pub(crate) fn known(&self, ino: u64) -> bool {
+        ino == pmkit_fs::ROOT || self.known.lock().contains_key(&ino)
     }
 
     /// Whether to answer this OPEN ENOSYS (the first, or the few racing it). It gets no
