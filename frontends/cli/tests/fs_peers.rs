@@ -1,4 +1,4 @@
-//! The FUSE mount and shim processes on one pool at once (issue 44, docs/fs-sharing.md): the
+//! The FUSE mount and shim processes on one pool at once (docs/fs-sharing.md): the
 //! mount's daemon serves the shim's processes beside the kernel, and after each of their calls
 //! tells the kernel to drop what it cached of what the call changed. Under `--cache long` (the
 //! default) the kernel would otherwise answer from its caches for an hour: the mount reads every
