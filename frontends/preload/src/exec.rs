@@ -415,7 +415,8 @@ extern "C" fn inherit() {
     // SAFETY: the number named by the program before exec, left open for this one; adopt
     // checks it is a server's connection before using it, and owns it from here on.
     let fd = unsafe { OwnedFd::from_raw_fd(sock) };
-    let client = match pmkit_fs_share::Client::adopt(fd, &keep) {
+    let pool = &state::config().expect("configured (above)").pool;
+    let client = match pmkit_fs_share::Client::adopt(fd, &keep, pool) {
         Ok(c) => c,
         Err(e) => {
             state::warn(&format!(

@@ -1,7 +1,9 @@
 //! mmap(2) of pool files. `MAP_SHARED` maps the file's blocks on PM themselves (direct access,
-//! `Posix::map_keep_size`): stores through the mapping are the file's bytes, so a program that
-//! shares state through a mapped file (SQLite's WAL index, the `-shm` file) works; the range's
-//! blocks stay put until `munmap` (a truncate that would cut them is EBUSY). `MAP_PRIVATE` is a
+//! `Posix::map_keep_size`; in a process a pool's server serves, the pool file mapped here at the
+//! extents the session pins, `pmkit_fs_share`'s `views.rs`): stores through the mapping are the
+//! file's bytes, so programs that share state through a mapped file (SQLite's WAL index, the
+//! `-shm` file) work, in one process or several; the range's blocks stay put until `munmap` (a
+//! truncate that would cut them is EBUSY). `MAP_PRIVATE` is a
 //! private copy of the range, read when mapped, as the kernel gives for a file nobody changes
 //! meanwhile. `MAP_FIXED` of a pool file is not served (EINVAL). Everything else is libc's.
 

@@ -106,7 +106,8 @@ fn mount(c: &Config) -> Result<Pool, c_int> {
                 fail(
                     libc::EBUSY,
                     format!(
-                        "{e}; and no server answered ({why}): run `pmkit fs serve {}` to share                          the pool between processes",
+                        "{e}; and no server answered ({why}): serve the pool to processes with `pmkit fs \
+                         serve {}` or `pmkit fs mount` (not read-only)",
                         c.pool.display()
                     ),
                 )
@@ -229,7 +230,7 @@ pub(crate) fn enter<T>(err: T, f: impl FnOnce(&dyn PoolApi) -> Result<T, c_int>)
     let r = if FORKED.load(Ordering::SeqCst) {
         if !FORK_WARNED.swap(true, Ordering::SeqCst) {
             warn(
-                "a child of fork cannot use a pool its parent mounted alone: EIO (run                  `pmkit fs serve POOL` to share the pool between processes)",
+                "a child of fork cannot use a pool its parent mounted alone: EIO (run `pmkit fs serve POOL` to share the pool between processes)",
             );
         }
         Err(libc::EIO)

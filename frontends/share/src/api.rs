@@ -99,6 +99,8 @@ calls! {
     fn link_fd(fd: Fd => Fd, new: &[u8] => Vec<u8>) -> Attr;
     fn lock(fd: Fd => Fd, l: Lock => Lock) -> ();
     fn test_lock(fd: Fd => Fd, l: Lock => Lock) -> Option<Lock>;
+    fn pin_range(fd: Fd => Fd, off: u64 => u64, len: u64 => u64) -> (u64, Vec<(u64, u64)>);
+    fn unpin_range(id: u64 => u64) -> ();
 }
 
 /// Every call a client makes of a pool: [`Calls`] and the ones written out here.
@@ -117,8 +119,9 @@ pub trait PoolApi: Calls {
     fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>>;
     fn set_cred(&self, cred: Option<Cred>) -> Result<()>;
     fn set_path_max(&self, max: usize) -> Result<()>;
-    /// Direct access (`Posix::map_keep_size` and the rest): in this process only; a client of a
-    /// server gets `NotSupported` (its pages would have to be mapped from the pool file here).
+    /// Direct access (`Posix::map_keep_size` and the rest): in process, a view of the pool this
+    /// process mounted; in a client of a server, the pool file mapped by the client itself at
+    /// the extents its session pins (`Posix::pin_range`).
     fn map_keep_size(&self, fd: Fd, off: u64, len: u64) -> Result<MapView>;
     fn persist(&self, ptr: *const u8, len: usize) -> Result<()>;
     fn unmap(&self, ptr: *mut u8) -> Result<()>;
@@ -186,7 +189,9 @@ pub(crate) fn dispatch_special<M: Media>(p: &Posix<M>, s: Special) -> Vec<u8> {
             encode(Ok(()))
         }
         Special::Keep(fds) => {
+            // After exec: the descriptors that survived, and no mapping.
             p.retain(&fds);
+            p.unpin_all();
             encode(Ok(()))
         }
         Special::Ping => encode(Ok((crate::HELLO.to_string(), crate::PROTOCOL))),

@@ -26,6 +26,8 @@ pub struct Client {
     /// The connection's descriptor number (-1: none), read without the lock by the shim's
     /// `close`, which must never close it for the program (see [`Client::socket`]).
     sock: std::sync::atomic::AtomicI32,
+    /// Pool files mapped here (`views.rs`).
+    views: crate::views::Views,
 }
 
 fn getpid() -> i32 {
@@ -70,6 +72,7 @@ impl Client {
                 pending: Mutex::new(None),
                 pid: getpid().into(),
                 sock: conn_fd.into(),
+                views: crate::views::Views::new(pool),
             }),
             Ok(Err(n)) => Err(io::Error::from_raw_os_error(n)),
             Err(e) => Err(io::Error::other(format!("a bad hello reply: {e}"))),
@@ -80,7 +83,7 @@ impl Client {
     /// program before exec used (named in its environment), `keep` the descriptors that
     /// survived exec (the rest are closed in the session). Fails, changing nothing in the
     /// session, when `fd` is not a live connection to a pool's server.
-    pub fn adopt(fd: OwnedFd, keep: &[Fd]) -> io::Result<Client> {
+    pub fn adopt(fd: OwnedFd, keep: &[Fd], pool: &Path) -> io::Result<Client> {
         let s = UnixStream::from(fd);
         crate::conn::set_cloexec(s.as_raw_fd(), true)?;
         let c = Client {
@@ -88,6 +91,7 @@ impl Client {
             conn: Mutex::new(Some(Link::new(Conn::new(s)))),
             pending: Mutex::new(None),
             pid: getpid().into(),
+            views: crate::views::Views::new(pool),
         };
         match c.special::<(String, u64)>(Special::Ping) {
             Ok((h, p)) if h == crate::HELLO && p == crate::PROTOCOL => {}
@@ -291,19 +295,13 @@ impl PoolApi for Client {
     fn set_path_max(&self, max: usize) -> Result<()> {
         self.special(Special::SetPathMax(max as u64))
     }
-    fn map_keep_size(&self, _fd: Fd, _off: u64, _len: u64) -> Result<MapView> {
-        Err(Error::NotSupported(
-            "mapping a pool file in a client of the pool's server",
-        ))
+    fn map_keep_size(&self, fd: Fd, off: u64, len: u64) -> Result<MapView> {
+        self.views.map(self, fd, off, len)
     }
-    fn persist(&self, _ptr: *const u8, _len: usize) -> Result<()> {
-        Err(Error::NotSupported(
-            "mapping a pool file in a client of the pool's server",
-        ))
+    fn persist(&self, ptr: *const u8, len: usize) -> Result<()> {
+        self.views.persist(ptr, len)
     }
-    fn unmap(&self, _ptr: *mut u8) -> Result<()> {
-        Err(Error::NotSupported(
-            "mapping a pool file in a client of the pool's server",
-        ))
+    fn unmap(&self, ptr: *mut u8) -> Result<()> {
+        self.views.unmap(self, ptr)
     }
 }

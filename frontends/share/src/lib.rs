@@ -20,6 +20,7 @@ mod client;
 mod conn;
 mod link;
 mod server;
+mod views;
 mod wire;
 
 pub use api::{Calls, PoolApi, Request, Special, Transport};

@@ -20,6 +20,7 @@ mod fiemap;
 mod flags;
 mod locks;
 mod open;
+mod pins;
 mod session;
 pub use session::MAX_SESSIONS;
 mod stat;
@@ -96,6 +97,9 @@ pub struct Posix<M: Media> {
     common: Arc<session::Common>,
     /// Ranges mapped for direct access, by address (see [`Posix::map`]).
     maps: Mutex<HashMap<usize, Mapped>>,
+    /// Ranges pinned for another process's mappings, by number (`posix/pins.rs`).
+    pins: Mutex<HashMap<u64, pins::Pinned>>,
+    next_pin: std::sync::atomic::AtomicU64,
     /// Whose permissions to check; `None`: no checks.
     cred: RwLock<Option<Cred>>,
     /// The longest path a call takes ([`PATH_MAX`] - 1 unless [`Posix::set_path_max`]).
@@ -162,6 +166,8 @@ impl<M: Media> Posix<M> {
             common: Arc::new(session::Common::new(&fds)),
             fds,
             maps: Mutex::new(HashMap::new()),
+            pins: Mutex::new(HashMap::new()),
+            next_pin: std::sync::atomic::AtomicU64::new(1),
             cred: RwLock::new(None),
             path_max: std::sync::atomic::AtomicUsize::new(PATH_MAX - 1),
         }
@@ -619,26 +625,12 @@ impl Posix<Region> {
     }
 
     fn map_with(&self, fd: Fd, (off, len): (u64, u64), alloc: crate::Falloc) -> Result<MapView> {
-        let d = self.desc(fd)?;
-        if d.kind != Kind::File || !(d.flags.read && d.flags.write) {
-            return Err(Error::BadFd(fd.0));
-        }
-        // an atomic or summed file is refused before the fallocate could grow it
-        self.fs.check_mappable(d.ino)?;
-        self.fs.fallocate_mode(d.ino, off, len, alloc)?;
-        self.fs.open(d.ino)?;
-        let extents = match self.fs.pin_extents(d.ino, off, len) {
-            Ok(e) => e,
-            Err(e) => {
-                let _ = self.fs.release(d.ino);
-                return Err(e);
-            }
-        };
+        let (ino, extents) = self.pin_with(fd, (off, len), alloc)?;
         let view = match ExtentMap::new(self.fs.media().inner(), &extents) {
             Ok(v) => v,
             Err(e) => {
-                self.fs.unpin(d.ino, off, len);
-                let _ = self.fs.release(d.ino);
+                self.fs.unpin(ino, off, len);
+                let _ = self.fs.release(ino);
                 return Err(Error::NotSupported(match e.os_error() {
                     Some(libc::ENOMEM) => "direct access: out of address space or map count",
                     _ => "direct access: the pool cannot be mapped here",
@@ -653,7 +645,7 @@ impl Posix<Region> {
         self.maps.lock().insert(
             out.ptr as usize,
             Mapped {
-                ino: d.ino,
+                ino,
                 off,
                 len,
                 view,

@@ -40,7 +40,9 @@ pub fn watching<R>(f: impl FnOnce() -> R) -> (R, Vec<Change>) {
 
 /// Note a change, when this thread is watching (`c` is built only then).
 pub(crate) fn note(c: impl FnOnce() -> Change) {
-    NOTES.with(|n| {
+    // `try_with`: a thread's last calls may come while its thread-locals are torn down (the
+    // shim unmounts at process exit); such a thread is not watching.
+    let _ = NOTES.try_with(|n| {
         let mut n = n.borrow_mut();
         let Some(list) = n.as_mut() else {
             return;

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod served;
+
 use pmkit_fs::posix::Posix;
 use pmkit_fs::{Fs, MkfsOptions, MountOptions};
 use pmkit_media::{Region, RegionOptions};

@@ -76,8 +76,9 @@ impl<M: Media> Posix<M> {
 
     /// A session for a child of fork: the same descriptors, sharing their offsets and flags
     /// with this one (each regular file's open counted again, so either session's close leaves
-    /// the other's open), and the same credentials. Mappings are not inherited (a client maps
-    /// in its own address space).
+    /// the other's open), the same credentials, and the same pins of ranges another process
+    /// maps (`pins.rs`: the child process keeps the mappings). Views mapped in this process
+    /// are not inherited.
     pub fn fork(&self) -> crate::Result<Posix<M>> {
         let fds = self.fds.lock().clone();
         let mut counted = Vec::new();
@@ -97,6 +98,11 @@ impl<M: Media> Posix<M> {
             "the child has the parent's descriptors"
         );
         s.set_cred(self.cred());
+        // A child of fork keeps its parent's mappings of pool files, so their pins too.
+        if let Err(e) = self.fork_pins(&s) {
+            drop(s.end());
+            return Err(e);
+        }
         Ok(s)
     }
 
@@ -124,6 +130,8 @@ impl<M: Media> Posix<M> {
             fds: table,
             common: Arc::clone(&self.common),
             maps: Mutex::new(HashMap::new()),
+            pins: Mutex::new(HashMap::new()),
+            next_pin: std::sync::atomic::AtomicU64::new(1),
             cred: RwLock::new(None),
             path_max: AtomicUsize::new(self.path_max.load(Ordering::Relaxed)),
         })
@@ -134,6 +142,7 @@ impl<M: Media> Posix<M> {
     /// back.
     pub fn end(self) -> Arc<Fs<M>> {
         self.common.locks.release(self.session_id(), None);
+        self.unpin_all();
         for (_, m) in self.maps.into_inner() {
             drop(m.view);
             self.fs.unpin(m.ino, m.off, m.len);
