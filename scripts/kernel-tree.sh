@@ -4,7 +4,9 @@
 # FUSE mount of a pool made with mkfs's defaults, through the LD_PRELOAD shim on a pool served by
 # `pmkit fs serve` (every command a client of the server: tar, git and make fork and exec), and
 # on ext4 on a /dev/shm loop file of the same size; times, `df` and `df -i`, then
-# `pmkit fs check`. TARGETS picks (default "mount shim ext4"). Needs root, /dev/fuse, a release
+# `pmkit fs check`. TARGETS picks (default "mount shim ext4"; "peer": through the shim with the
+# pool mounted, the mount's daemon serving the shim's processes, then the tree checked through
+# the mount). Needs root, /dev/fuse, a release
 # build (cargo build --release -p pmkit -p pmkit-preload) and SIZE (default 4G) of free memory
 # twice over.
 # BUILD=1 also builds part of the tree on each (`make defconfig && make -j2 kernel/`; needs flex,
@@ -62,13 +64,31 @@ if want shim; then
   $P fs check $W/spool | tail -2
   rm -f $W/spool
 fi
+if want peer; then
+  # The shim's processes beside the mount: the mount's daemon serves them, the shim's prefix is
+  # the mount point; then the kernel checks the same tree through the mount.
+  $P fs mkfs $W/ppool --size $SIZE > /dev/null
+  mkdir -p $W/p
+  setsid $P fs mount $W/ppool $W/p > $W/peer.log 2>&1 < /dev/null &
+  sleep 2
+  peer() { env LD_PRELOAD=$L PMKIT_PRELOAD_POOL=$W/ppool PMKIT_PRELOAD_PREFIX=$W/p "$@"; }
+  peer bash -c "run 'PMFS through the shim beside its mount (default pool $SIZE)' $W/p"
+  (cd $W/p/linux-source-6.1 && git status --porcelain --ignored=no | wc -l | sed 's/^/git status changes, through the mount: /')
+  if [ "${BUILD:-0}" = 1 ]; then
+    (cd $W/p/linux-source-6.1 && find kernel -name '*.o' | sort | xargs sha256sum) > $W/objects-p-mount.txt
+    cmp -s $W/objects-p.txt $W/objects-p-mount.txt && echo "objects read through the mount: the same as through the shim" || echo "objects read through the mount DIFFER from the shim's"
+  fi
+  umount $W/p; sleep 2
+  $P fs check $W/ppool | tail -2
+  rm -f $W/ppool
+fi
 if want ext4; then
   truncate -s $SIZE $W/ext4.img && mkfs.ext4 -q $W/ext4.img && mount -o loop $W/ext4.img $W/e
   run "ext4 on a /dev/shm loop ($SIZE)" $W/e
   umount $W/e
 fi
 if [ "${BUILD:-0}" = 1 ] && want ext4; then
-  for t in m s; do
+  for t in m s p; do
     [ -f $W/objects-$t.txt ] || continue
     if cmp -s $W/objects-$t.txt $W/objects-e.txt; then echo "objects ($t): identical to ext4's"
     else echo "objects ($t) DIFFER ($(diff $W/objects-$t.txt $W/objects-e.txt | grep -c '^<') of them):"; diff $W/objects-$t.txt $W/objects-e.txt | grep '^<'; fi

@@ -12,6 +12,8 @@
 # ext4-loop): pmfs-long (durable on return, the default mount), pmfs-writeback (`--cache
 # writeback`), pmfs-shim (PostgreSQL's programs under the LD_PRELOAD shim, the pool served by
 # `pmkit fs serve`; libpmkit_preload.so beside PMKIT; the pool is checked after each run),
+# pmfs-peer (the same programs under the shim, the pool served by its FUSE mount's daemon, the
+# shim's prefix the mount point),
 # ext4-loop (ext4 on a loop device over a /dev/shm file, default options).
 # Needs root, /dev/fuse, losetup, mkfs.ext4 and PostgreSQL (scripts/bench-packages.txt).
 set -euo pipefail
@@ -31,6 +33,7 @@ cleanup() {
     [ -n "$work" ] && { runuser -u postgres -- env $shim "$pgbin/pg_ctl" -D "$work/mnt/pg" -m immediate stop >/dev/null 2>&1 || true; }
     if [ -n "$daemon" ] && [ -n "$shim" ]; then
         kill -TERM "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null || true
+        for _ in $(seq 100); do mountpoint -q "$work/mnt" || break; sleep 0.1; done
         "$pmkit" fs check "$work/pool" >/dev/null || echo "pmkit fs check found problems in the served pool" >&2
     elif [ -n "$daemon" ]; then
         "$pmkit" fs umount "$work/mnt" >/dev/null 2>&1 || umount -l "$work/mnt" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true
@@ -52,6 +55,18 @@ up() {
         daemon=$!
         for _ in $(seq 100); do grep -q "^ready" "$work/out" 2>/dev/null && break; sleep 0.1; done
         grep -q "^ready" "$work/out" || { cat "$work/err" >&2; exit 1; }
+        shim="LD_PRELOAD=$(dirname "$pmkit")/libpmkit_preload.so PMKIT_PRELOAD_POOL=$work/pool PMKIT_PRELOAD_PREFIX=$work/mnt"
+        env $shim chown postgres:postgres "$work/mnt"
+        return
+        ;;
+    pmfs-peer)
+        "$pmkit" fs mkfs "$work/pool" --size 2G >/dev/null 2>&1
+        chmod 666 "$work/pool"
+        "$pmkit" fs mount "$work/pool" "$work/mnt" >"$work/out" 2>"$work/err" &
+        daemon=$!
+        for _ in $(seq 100); do grep -q "^ready" "$work/out" 2>/dev/null && break; sleep 0.1; done
+        grep -q "^ready" "$work/out" || { cat "$work/err" >&2; exit 1; }
+        # The prefix is the mount point: the shim's processes and the kernel see one tree.
         shim="LD_PRELOAD=$(dirname "$pmkit")/libpmkit_preload.so PMKIT_PRELOAD_POOL=$work/pool PMKIT_PRELOAD_PREFIX=$work/mnt"
         env $shim chown postgres:postgres "$work/mnt"
         return
