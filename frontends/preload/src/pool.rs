@@ -21,14 +21,14 @@ pub(crate) enum Backend {
     Local(Posix<Region>),
     /// Served by another process (`pmkit fs serve`): each call goes to the server, which runs
     /// it on this process's session; many processes, forked children too, share the pool.
-    Remote(Client),
+    Remote(Box<Client>),
 }
 
 impl Backend {
     pub(crate) fn api(&self) -> &dyn PoolApi {
         match self {
             Backend::Local(p) => p,
-            Backend::Remote(c) => c,
+            Backend::Remote(c) => c.as_ref(),
         }
     }
 }
@@ -148,7 +148,7 @@ fn connect(c: &Config) -> Result<Pool, String> {
     )
     .map_err(|e| e.to_string())?;
     remote_fork_handlers();
-    Ok(RwLock::new(Some(Backend::Remote(client))))
+    Ok(RwLock::new(Some(Backend::Remote(Box::new(client)))))
 }
 
 fn remote_fork_handlers() {
@@ -166,7 +166,7 @@ fn remote_fork_handlers() {
 /// Use `client`, a session inherited across exec, as this process's pool (before any call);
 /// false if the pool was already set up.
 pub(crate) fn adopt(client: Client) -> bool {
-    let set = POOL.set(Ok(RwLock::new(Some(Backend::Remote(client)))));
+    let set = POOL.set(Ok(RwLock::new(Some(Backend::Remote(Box::new(client))))));
     if set.is_ok() {
         remote_fork_handlers();
         with_client(|c| {

@@ -196,7 +196,7 @@ fn sqlite_in_wal_mode_runs_with_several_processes() {
         "set -e\n\
          printf '%s' '{a}' | sqlite3 {db} > /dev/null &\n\
          printf '%s' '{b}' | sqlite3 {db} > /dev/null &\n\
-         for i in 1 2 3 4 5; do sqlite3 {db} 'SELECT count(*) FROM t;' > /dev/null; done\n\
+         for i in 1 2 3 4 5; do sqlite3 -cmd '.timeout 10000' {db} 'SELECT count(*) FROM t;' > /dev/null; done\n\
          wait"
     ));
     let out = s.sh(&format!(

@@ -101,6 +101,7 @@ calls! {
     fn test_lock(fd: Fd => Fd, l: Lock => Lock) -> Option<Lock>;
     fn pin_range(fd: Fd => Fd, off: u64 => u64, len: u64 => u64) -> (u64, Vec<(u64, u64)>);
     fn unpin_range(id: u64 => u64) -> ();
+    fn read_layout(fd: Fd => Fd, off: u64 => u64) -> pmkit_fs::direct::ReadLayout;
 }
 
 /// Every call a client makes of a pool: [`Calls`] and the ones written out here.

@@ -28,6 +28,8 @@ pub struct Client {
     sock: std::sync::atomic::AtomicI32,
     /// Pool files mapped here (`views.rs`).
     views: crate::views::Views,
+    /// Reads in place (`direct.rs`).
+    direct: crate::direct::Direct,
 }
 
 fn getpid() -> i32 {
@@ -66,6 +68,8 @@ impl Client {
         let reply = conn.recv()?.ok_or_else(|| {
             io::Error::new(io::ErrorKind::ConnectionReset, "the server closed at hello")
         })?;
+        // The server's free epoch comes with the reply (none from a server without one).
+        let epoch = reply.1.and_then(|fd| crate::epoch::Epoch::open(fd).ok());
         match postcard::from_bytes::<std::result::Result<(), i32>>(&reply.0) {
             Ok(Ok(())) => Ok(Client {
                 conn: Mutex::new(Some(Link::new(conn))),
@@ -73,6 +77,7 @@ impl Client {
                 pid: getpid().into(),
                 sock: conn_fd.into(),
                 views: crate::views::Views::new(pool),
+                direct: crate::direct::Direct::new(pool, epoch),
             }),
             Ok(Err(n)) => Err(io::Error::from_raw_os_error(n)),
             Err(e) => Err(io::Error::other(format!("a bad hello reply: {e}"))),
@@ -86,12 +91,16 @@ impl Client {
     pub fn adopt(fd: OwnedFd, keep: &[Fd], pool: &Path) -> io::Result<Client> {
         let s = UnixStream::from(fd);
         crate::conn::set_cloexec(s.as_raw_fd(), true)?;
+        let sock = s.as_raw_fd();
+        let mut conn = Conn::new(s);
+        let epoch = epoch_of(&mut conn)?;
         let c = Client {
-            sock: s.as_raw_fd().into(),
-            conn: Mutex::new(Some(Link::new(Conn::new(s)))),
+            sock: sock.into(),
+            conn: Mutex::new(Some(Link::new(conn))),
             pending: Mutex::new(None),
             pid: getpid().into(),
             views: crate::views::Views::new(pool),
+            direct: crate::direct::Direct::new(pool, epoch),
         };
         match c.special::<(String, u64)>(Special::Ping) {
             Ok((h, p)) if h == crate::HELLO && p == crate::PROTOCOL => {}
@@ -123,6 +132,12 @@ impl Client {
         }
         let fd = self.fork_session()?;
         Some((std::os::fd::AsRawFd::as_raw_fd(&fd), Some(fd)))
+    }
+
+    /// How many `pread`s this process answered in place (from PM, checked against the server's
+    /// free epoch) rather than by a call.
+    pub fn reads_in_place(&self) -> u64 {
+        self.direct.hits()
     }
 
     /// The connection's descriptor number, or -1. A program must not close it (the shim's
@@ -200,9 +215,33 @@ impl Client {
     }
 }
 
+/// Ask for the server's free epoch on the socket of a session taken over across exec (before
+/// it has a channel). `Ok(None)`: the server has none; an error: not a pool server's answer.
+fn epoch_of(conn: &mut Conn) -> io::Result<Option<crate::epoch::Epoch>> {
+    conn.send(
+        &postcard::to_allocvec(&Message::Epoch).expect("encodes"),
+        None,
+    )?;
+    let (frame, fd) = conn
+        .recv()?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::ConnectionReset, "the server went away"))?;
+    match postcard::from_bytes::<std::result::Result<(), i32>>(&frame) {
+        Ok(Ok(())) => Ok(fd.and_then(|fd| crate::epoch::Epoch::open(fd).ok())),
+        Ok(Err(_)) => Ok(None),
+        Err(e) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not a pool server: {e}"),
+        )),
+    }
+}
+
 impl Transport for Client {
     /// Send `m` and decode the reply.
     fn call<T: DeserializeOwned>(&self, m: &Message) -> Result<T> {
+        if let Message::Call(crate::api::Request::close { fd }) = m {
+            // The number may name another file next: its reads in place start over.
+            self.direct.forget(*fd);
+        }
         let bytes = postcard::to_allocvec(m).expect("a request encodes");
         let mut g = self.conn.lock();
         let Some(link) = g.as_mut() else {
@@ -227,6 +266,9 @@ impl Transport for Client {
 
 impl PoolApi for Client {
     fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize> {
+        if let Some(n) = self.direct.pread(self, fd, buf, off) {
+            return Ok(n);
+        }
         let mut done = 0;
         while done < buf.len() {
             let len = (buf.len() - done).min(crate::MAX_IO) as u64;

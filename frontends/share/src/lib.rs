@@ -18,6 +18,8 @@ mod api;
 mod channel;
 mod client;
 mod conn;
+mod direct;
+mod epoch;
 mod link;
 mod server;
 mod views;
@@ -39,7 +41,7 @@ pub const MAX_IO: usize = 1 << 20;
 
 /// Bumped by hand when a message other than the listed calls changes (`Message`, `Special`,
 /// the channel's layout).
-const PROTOCOL_EDITION: u64 = 1;
+const PROTOCOL_EDITION: u64 = 2;
 
 /// The protocol a client and its server must share: the edition and a hash of the calls as
 /// written, so that a shim and a server from different builds refuse each other (EPROTO)
@@ -80,6 +82,10 @@ pub enum Message {
     Channel,
     /// Back to the socket (sent through the channel).
     Unchannel,
+    /// The server's free epoch (`pmkit_fs::direct`), passed beside the reply (sent on the
+    /// socket, before a channel: a session adopted across exec asks; a new one has it with
+    /// its hello's reply).
+    Epoch,
 }
 
 /// The server's address for the pool file at `pool`: an abstract Unix socket named after the

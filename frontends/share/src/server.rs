@@ -4,6 +4,7 @@
 use crate::api::{dispatch, dispatch_special, encode};
 use crate::channel::Channel;
 use crate::conn::{access_mode, Conn};
+use crate::epoch::Epoch;
 use crate::Message;
 use parking_lot::Mutex;
 use pmkit_fs::posix::Posix;
@@ -12,7 +13,7 @@ use pmkit_fs::Error;
 use pmkit_media::Media;
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -40,6 +41,9 @@ struct Shared<M: Media> {
     root: Arc<Posix<M>>,
     pool: Pool,
     peer: Option<Peer>,
+    /// The free epoch clients check their reads in place against (`None`: they read through
+    /// calls).
+    epoch: Option<Arc<Epoch>>,
     stopping: AtomicBool,
     next: AtomicU64,
     /// Each live connection's socket (shut down at stop) and thread.
@@ -69,6 +73,18 @@ impl<M: Media + Send + Sync + 'static> Server<M> {
         let m = std::fs::metadata(pool)?;
         let addr = SocketAddr::from_abstract_name(crate::name(m.dev(), m.ino()))?;
         let listener = UnixListener::bind_addr(&addr)?;
+        let epoch = match Epoch::create() {
+            Ok(e) => {
+                let e = Arc::new(e);
+                root.fs()
+                    .set_free_epoch(Arc::clone(&e) as Arc<dyn pmkit_fs::direct::FreeEpoch>);
+                Some(e)
+            }
+            Err(e) => {
+                tracing::warn!("no free epoch ({e}): clients read through calls");
+                None
+            }
+        };
         let shared = Arc::new(Shared {
             root,
             pool: Pool {
@@ -76,6 +92,7 @@ impl<M: Media + Send + Sync + 'static> Server<M> {
                 ino: m.ino(),
             },
             peer,
+            epoch,
             stopping: AtomicBool::new(false),
             next: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
@@ -197,7 +214,10 @@ fn hello<M: Media>(s: &Shared<M>, mut conn: Conn) -> Option<(Conn, Posix<M>)> {
     };
     match check() {
         Ok(session) => {
-            conn.send(&encode(Ok(())), None).ok()?;
+            // The free epoch travels with the reply: the client reads in place from its first
+            // call.
+            let pass = s.epoch.as_ref().map(|e| e.fd().as_raw_fd());
+            conn.send(&encode(Ok(())), pass).ok()?;
             Some((conn, session))
         }
         Err(e) => {
@@ -257,13 +277,17 @@ fn serve<M: Media + Send + Sync + 'static>(s: &Arc<Shared<M>>, mut conn: Conn, s
                 break;
             }
         };
+        let pass = match (&msg, &s.epoch, seq) {
+            (Message::Epoch, Some(e), None) => Some(e.fd().as_raw_fd()),
+            _ => None,
+        };
         let (reply, switch) = handle(s, &session, &mut conn, msg, fd, seq.is_some());
         let sent = match (&chan, seq) {
             (Some(ch), Some(seq)) => {
                 last = seq;
                 ch.reply(seq, &reply).is_ok()
             }
-            _ => conn.send(&reply, None).is_ok(),
+            _ => conn.send(&reply, pass).is_ok(),
         };
         if !sent {
             break;
@@ -316,6 +340,10 @@ fn handle<M: Media + Send + Sync + 'static>(
             encode(Ok(()))
         }
         Message::Hello { .. } => encode::<()>(Err(Error::Invalid("a second hello"))),
+        Message::Epoch => encode(match (&s.epoch, via_channel) {
+            (Some(_), false) => Ok(()),
+            _ => Err(Error::NotSupported("no free epoch on this connection")),
+        }),
     };
     // A panic in a call (a bug) answers EIO and the session goes on, as the mount does.
     let guarded = || {

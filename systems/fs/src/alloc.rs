@@ -210,6 +210,8 @@ pub(crate) struct Alloc {
     pub max_inodes: u32,
     pub open: std::collections::HashMap<u64, u32>,
     pub preallocated: crate::preallocated::Preallocated,
+    /// Bumped by every free, when peers read in place (`direct.rs`).
+    pub epoch: Option<std::sync::Arc<dyn crate::free_epoch::FreeEpoch>>,
 }
 
 impl Alloc {
@@ -223,6 +225,7 @@ impl Alloc {
             max_inodes,
             open: Default::default(),
             preallocated: Default::default(),
+            epoch: None,
         }
     }
     /// What any file system of `geo` holds before its tree: the metadata blocks (superblocks,

@@ -49,6 +49,11 @@ pub(crate) fn size_check(size: u64) -> u32 {
     SIZE_MARK | (crc32c::crc32c(&size.to_le_bytes()) & (SIZE_MARK - 1))
 }
 
+/// The size a size word holds (its check masked off).
+pub(crate) fn size_of_word(word: u64) -> u64 {
+    word & SIZE_MASK
+}
+
 /// The size word a pool stores for `size`: with its check (format 7) or bare.
 pub(crate) fn size_word(checked: bool, size: u64) -> u64 {
     match checked {

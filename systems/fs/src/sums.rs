@@ -135,7 +135,12 @@ impl<M: Media> Fs<M> {
             n.flags ^= FLAG_SUMS;
             n.ctime = crate::clock::now();
             tx.put_inode(ino, &n);
-            return self.commit(tx);
+            self.commit(tx)?;
+            // A peer's layout of the file (`direct.rs`) goes stale: its reads are checked now.
+            if let Some(e) = &self.alloc.lock().epoch {
+                e.bump();
+            }
+            return Ok(());
         }
     }
 

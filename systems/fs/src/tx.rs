@@ -378,6 +378,10 @@ impl<'a, M: Media> Tx<'a, M> {
         }
         self.done = true;
         let mut a = self.alloc.lock();
+        // Before the blocks can be allocated again: a peer reading them in place sees it.
+        if let (false, Some(e)) = (self.free_after.is_empty(), &a.epoch) {
+            e.bump();
+        }
         for b in self.free_after.drain(..) {
             a.blocks.clear(b);
         }

@@ -56,6 +56,19 @@ impl<M: Media> Posix<M> {
         Ok((id, extents))
     }
 
+    /// The window of `fd` (open for reading) around `off` that another process reads in
+    /// place (`direct.rs`).
+    pub fn read_layout(&self, fd: Fd, off: u64) -> Result<crate::direct::ReadLayout> {
+        let d = self.desc(fd)?;
+        if !d.flags.read {
+            return Err(Error::BadFd(fd.0));
+        }
+        if d.kind != Kind::File {
+            return Err(Error::Invalid("only regular files are read in place"));
+        }
+        self.fs.read_layout(d.ino, off)
+    }
+
     /// Drop pin `id` (its process unmapped the range).
     pub fn unpin_range(&self, id: u64) -> Result<()> {
         let p = self
