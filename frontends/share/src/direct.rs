@@ -17,11 +17,13 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 const BLOCK: u64 = 4096;
-/// Layouts kept at most (one per descriptor read); past it the cache starts over.
+/// The bytes of one layout's window (`pmkit_fs::direct::LAYOUT_BLOCKS` blocks, aligned).
+const WINDOW: u64 = pmkit_fs::direct::LAYOUT_BLOCKS * BLOCK;
+/// Layouts kept at most (8 KiB each: 2 MiB); past it the cache starts over.
 const MAX_CACHED: usize = 256;
 
-/// What a descriptor's reads go by: a layout, or the server (a file that cannot be read in
-/// place, until the descriptor is closed).
+/// What a window of a descriptor's file is read by: a layout, or the server (a file that
+/// cannot be read in place, until the descriptor is closed).
 #[derive(Clone)]
 enum Cached {
     Layout(Arc<ReadLayout>),
@@ -34,7 +36,8 @@ pub(crate) struct Direct {
     /// The pool file mapped read-only, at the first read (`None`: it cannot be; every read goes
     /// to the server).
     region: OnceLock<Option<Region>>,
-    cache: Mutex<HashMap<Fd, Cached>>,
+    /// By descriptor and window number.
+    cache: Mutex<HashMap<(Fd, u64), Cached>>,
     /// Reads answered in place.
     hits: AtomicU64,
 }
@@ -64,7 +67,7 @@ impl Direct {
 
     /// The descriptor is closed (its number may name another file next).
     pub(crate) fn forget(&self, fd: Fd) {
-        self.cache.lock().remove(&fd);
+        self.cache.lock().retain(|k, _| k.0 != fd);
     }
 
     fn region(&self) -> Option<&Region> {
@@ -73,7 +76,9 @@ impl Direct {
             .as_ref()
     }
 
-    /// `pread(fd, buf, off)` in place, or `None`: ask the server.
+    /// `pread(fd, buf, off)` in place, or `None`: ask the server. A read across windows is
+    /// read window by window, each piece checked on its own (as a read racing a write may see
+    /// it page by page).
     pub(crate) fn pread(
         &self,
         calls: &dyn Calls,
@@ -81,28 +86,53 @@ impl Direct {
         buf: &mut [u8],
         off: u64,
     ) -> Option<usize> {
+        if buf.is_empty() {
+            return None; // the server says whether the descriptor is good
+        }
         let epoch = self.epoch.as_ref()?;
         let region = self.region()?;
-        let cached = self.cache.lock().get(&fd).cloned();
+        let mut done = 0;
+        while done < buf.len() {
+            let at = off + done as u64;
+            let piece = ((at / WINDOW + 1) * WINDOW - at).min((buf.len() - done) as u64) as usize;
+            let n = self.window(calls, (epoch, region), fd, &mut buf[done..done + piece], at)?;
+            done += n;
+            if n < piece {
+                break; // the end of the file
+            }
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(done)
+    }
+
+    /// A read inside one window.
+    fn window(
+        &self,
+        calls: &dyn Calls,
+        (epoch, region): (&Epoch, &Region),
+        fd: Fd,
+        buf: &mut [u8],
+        off: u64,
+    ) -> Option<usize> {
+        let key = (fd, off / WINDOW);
+        let cached = self.cache.lock().get(&key).cloned();
         let (mut layout, mut fresh) = match cached {
             Some(Cached::Server) => return None,
             Some(Cached::Layout(l)) => (l, false),
-            None => (self.fetch(calls, fd, off)?, true),
+            None => (self.fetch(calls, key, off)?, true),
         };
         loop {
             match read(epoch, region, &layout, buf, off, fresh) {
-                Try::Done(n) => {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
-                    return Some(n);
-                }
+                Try::Done(n) => return Some(n),
                 Try::Stale if fresh => return None,
-                Try::Stale => (layout, fresh) = (self.fetch(calls, fd, off)?, true),
+                Try::Stale => (layout, fresh) = (self.fetch(calls, key, off)?, true),
             }
         }
     }
 
-    /// A new layout of `fd` around `off`, cached.
-    fn fetch(&self, calls: &dyn Calls, fd: Fd, off: u64) -> Option<Arc<ReadLayout>> {
+    /// A new layout of the window `key` (holding `off`), cached.
+    fn fetch(&self, calls: &dyn Calls, key: (Fd, u64), off: u64) -> Option<Arc<ReadLayout>> {
+        let fd = key.0;
         let got = calls.read_layout(fd, off);
         let mut cache = self.cache.lock();
         if cache.len() >= MAX_CACHED {
@@ -111,14 +141,14 @@ impl Direct {
         match got {
             Ok(l) => {
                 let l = Arc::new(l);
-                cache.insert(fd, Cached::Layout(Arc::clone(&l)));
+                cache.insert(key, Cached::Layout(Arc::clone(&l)));
                 Some(l)
             }
             Err(e) => {
                 // A file that is not read in place (checksums, not a regular file) stays with
                 // the server; an error the server's read would give too (EBADF) is its to say.
                 if matches!(e.errno(), libc::EOPNOTSUPP | libc::EINVAL) {
-                    cache.insert(fd, Cached::Server);
+                    cache.insert(key, Cached::Server);
                 }
                 None
             }

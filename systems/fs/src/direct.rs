@@ -19,7 +19,8 @@ use crate::{tree, Fs};
 use pmkit_media::Media;
 use std::sync::Arc;
 
-/// Blocks a layout covers at most (4 MiB of the file).
+/// Blocks a layout covers at most (4 MiB of the file): windows are aligned to it, so a reader
+/// keeps one layout per window it reads.
 pub const LAYOUT_BLOCKS: u64 = 1024;
 
 pub use crate::free_epoch::FreeEpoch;
@@ -54,7 +55,7 @@ impl<M: Media> Fs<M> {
         self.alloc.lock().epoch = Some(epoch);
     }
 
-    /// The window of regular file `ino` around `off` for a peer to read in place (see the
+    /// The window of regular file `ino` holding `off` for a peer to read in place (see the
     /// module docs); the read counts as an access (atime). A file with data checksums, or with
     /// a bad block in the window, is `NotSupported`: its reads must go through the checks.
     pub fn read_layout(&self, ino: u64, off: u64) -> Result<ReadLayout> {
@@ -75,15 +76,17 @@ impl<M: Media> Fs<M> {
             return Err(Error::NotSupported("a summed file's reads are checked"));
         }
         let b = BLOCK as u64;
-        let start = (off / b).saturating_sub(LAYOUT_BLOCKS / 4) * b;
+        let start = off / (LAYOUT_BLOCKS * b) * LAYOUT_BLOCKS * b;
         let end = node.size.next_multiple_of(b).min(start + LAYOUT_BLOCKS * b);
-        let mut blocks = Vec::with_capacity(end.saturating_sub(start).div_ceil(b) as usize);
-        for idx in start / b..end.max(start) / b {
-            let blk = tree::lookup(&self.pm, node.root, node.height, idx);
-            if blk != 0 && self.pm.first_bad(blk as usize * BLOCK, BLOCK).is_some() {
+        let first = start / b;
+        let mut blocks = vec![0; (end.max(start) / b - first) as usize];
+        // One visit per node of the range (holes cost nothing), not a descent per block.
+        let range = (first, first + blocks.len() as u64);
+        for (idx, blk) in tree::present(&self.pm, node.root, node.height, range, usize::MAX) {
+            if self.pm.first_bad(blk as usize * BLOCK, BLOCK).is_some() {
                 return Err(Error::NotSupported("a bad block: read through the server"));
             }
-            blocks.push(blk);
+            blocks[(idx - first) as usize] = blk;
         }
         debug_assert!(blocks.len() as u64 <= LAYOUT_BLOCKS);
         self.accessed(ino, &node);
