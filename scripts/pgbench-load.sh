@@ -43,6 +43,11 @@ cleanup() {
     work="" daemon="" loop="" shim=""
 }
 trap 'cleanup; rm -f "$rows"' EXIT
+# Until the daemon just started says it is ready (else its errors, and out).
+wait_ready() {
+    for _ in $(seq 100); do grep -q "^ready" "$work/out" 2>/dev/null && break; sleep 0.1; done
+    grep -q "^ready" "$work/out" || { cat "$work/err" >&2; exit 1; }
+}
 up() {
     work=$(mktemp -d /dev/shm/pmkit-pg.XXXXXX)
     chmod 755 "$work"
@@ -53,8 +58,7 @@ up() {
         chmod 666 "$work/pool"
         "$pmkit" fs serve "$work/pool" >"$work/out" 2>"$work/err" &
         daemon=$!
-        for _ in $(seq 100); do grep -q "^ready" "$work/out" 2>/dev/null && break; sleep 0.1; done
-        grep -q "^ready" "$work/out" || { cat "$work/err" >&2; exit 1; }
+        wait_ready
         shim="LD_PRELOAD=$(dirname "$pmkit")/libpmkit_preload.so PMKIT_PRELOAD_POOL=$work/pool PMKIT_PRELOAD_PREFIX=$work/mnt"
         env $shim chown postgres:postgres "$work/mnt"
         return
@@ -64,8 +68,7 @@ up() {
         chmod 666 "$work/pool"
         "$pmkit" fs mount "$work/pool" "$work/mnt" >"$work/out" 2>"$work/err" &
         daemon=$!
-        for _ in $(seq 100); do grep -q "^ready" "$work/out" 2>/dev/null && break; sleep 0.1; done
-        grep -q "^ready" "$work/out" || { cat "$work/err" >&2; exit 1; }
+        wait_ready
         # The prefix is the mount point: the shim's processes and the kernel see one tree.
         shim="LD_PRELOAD=$(dirname "$pmkit")/libpmkit_preload.so PMKIT_PRELOAD_POOL=$work/pool PMKIT_PRELOAD_PREFIX=$work/mnt"
         env $shim chown postgres:postgres "$work/mnt"
@@ -76,8 +79,7 @@ up() {
         "$pmkit" fs mkfs "$work/pool" --size 2G >/dev/null 2>&1
         "$pmkit" fs mount "$work/pool" "$work/mnt" --cache "$cache" >"$work/out" 2>"$work/err" &
         daemon=$!
-        for _ in $(seq 100); do grep -q "^ready" "$work/out" 2>/dev/null && break; sleep 0.1; done
-        grep -q "^ready" "$work/out" || { cat "$work/err" >&2; exit 1; }
+        wait_ready
         ;;
     ext4-loop)
         truncate -s 2G "$work/disk"

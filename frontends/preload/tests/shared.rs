@@ -356,30 +356,17 @@ fn a_killed_client_frees_what_it_held_and_others_go_on() {
     s.sh(&format!("echo x > {big}; rm {big}"));
     let free0 = s.root.statfs().free_blocks;
     // A client makes a 4 MiB file, unlinks it while open and is killed holding it.
-    let mut child = s
-        .shim
-        .cmd("python3")
-        .args([
-            "-c",
-            &format!(
-                "import os, time\n\
-                 fd = os.open('{big}', os.O_CREAT | os.O_RDWR, 0o644)\n\
-                 os.write(fd, bytes(4 << 20))\n\
-                 os.unlink('{big}')\n\
-                 print('held', flush=True)\n\
-                 time.sleep(30)\n"
-            ),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line, "held\n");
+    let mut child = s.shim.python_ready(
+        &format!(
+            "import os, time\n\
+             fd = os.open('{big}', os.O_CREAT | os.O_RDWR, 0o644)\n\
+             os.write(fd, bytes(4 << 20))\n\
+             os.unlink('{big}')\n\
+             print('held', flush=True)\n\
+             time.sleep(30)\n"
+        ),
+        "held",
+    );
     assert!(s.root.statfs().free_blocks < free0 - 1000);
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };

@@ -120,30 +120,17 @@ fn a_fork_child_keeps_its_mapping_and_a_killed_process_its_pins_go() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert_eq!(&all[..11], b"parentchild");
-    let mut killed = s
-        .shim
-        .cmd("python3")
-        .args([
-            "-c",
-            &format!(
-                "import mmap, os, time\n\
-                 fd = os.open('{f}', os.O_RDWR | os.O_CREAT)\n\
-                 os.ftruncate(fd, 4096)\n\
-                 m = mmap.mmap(fd, 4096, mmap.MAP_SHARED)\n\
-                 print('mapped', flush=True)\n\
-                 time.sleep(30)\n"
-            ),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(killed.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line, "mapped\n");
+    let mut killed = s.shim.python_ready(
+        &format!(
+            "import mmap, os, time\n\
+             fd = os.open('{f}', os.O_RDWR | os.O_CREAT)\n\
+             os.ftruncate(fd, 4096)\n\
+             m = mmap.mmap(fd, 4096, mmap.MAP_SHARED)\n\
+             print('mapped', flush=True)\n\
+             time.sleep(30)\n"
+        ),
+        "mapped",
+    );
     let refused = s
         .shim
         .cmd("truncate")

@@ -73,6 +73,25 @@ impl Shim {
         c
     }
 
+    /// Start `python3 -c script` under the shim and wait for its first line of output, which
+    /// must be `ready` (the script prints it once it holds what the test needs); the child.
+    pub(crate) fn python_ready(&self, script: &str, ready: &str) -> std::process::Child {
+        let mut child = self
+            .cmd("python3")
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line, format!("{ready}\n"));
+        child
+    }
+
     /// Run `prog args` under the shim; panics unless it succeeds. Its stdout.
     pub(crate) fn ok(&self, prog: &str, args: &[&str]) -> String {
         let out = self.cmd(prog).args(args).output().unwrap();
