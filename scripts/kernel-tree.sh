@@ -74,6 +74,10 @@ if want peer; then
   peer() { env LD_PRELOAD=$L PMKIT_PRELOAD_POOL=$W/ppool PMKIT_PRELOAD_PREFIX=$W/p "$@"; }
   peer bash -c "run 'PMFS through the shim beside its mount (default pool $SIZE)' $W/p"
   (cd $W/p/linux-source-6.1 && git status --porcelain --ignored=no | wc -l | sed 's/^/git status changes, through the mount: /')
+  # A clone in the pool through the shim (its objects hard-linked, its tree checked out), then
+  # checked by git through the mount.
+  peer bash -c "t0=\$(date +%s.%N); cd $W/p && git clone -q linux-source-6.1 clone && echo \"git clone through the shim: \$(echo \$(date +%s.%N) - \$t0 | bc) s\""
+  (cd $W/p/clone && git fsck --no-progress 2>&1 | wc -l | sed 's/^/git fsck of the clone through the mount, lines of complaint: /' && git status --porcelain | wc -l | sed 's/^/clone status changes, through the mount: /')
   if [ "${BUILD:-0}" = 1 ]; then
     (cd $W/p/linux-source-6.1 && find kernel -name '*.o' | sort | xargs sha256sum) > $W/objects-p-mount.txt
     cmp -s $W/objects-p.txt $W/objects-p-mount.txt && echo "objects read through the mount: the same as through the shim" || echo "objects read through the mount DIFFER from the shim's"
