@@ -5,6 +5,7 @@
 //! Outside CI a missing tool or privilege skips a test with a note; under CI (`CI` set) it fails
 //! the test: CI installs everything (scripts/test.sh), so a skip there would hide a gap.
 
+pub mod acked;
 pub mod cexample;
 pub mod child;
 pub mod need;

@@ -7,27 +7,11 @@
 mod fs_mount_util;
 
 use fs_mount_util::*;
+use pmkit_testkit::acked::{preload_so, Appender};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
-
-/// The shim, built beside the test binaries (`cargo build -p pmkit-preload`).
-fn shim_so() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let so = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("libpmkit_preload.so");
-    assert!(
-        so.exists(),
-        "{} missing: cargo build -p pmkit-preload",
-        so.display()
-    );
-    so
-}
 
 /// Shim processes of the pool in `s`, under the prefix `px`.
 struct Shim {
@@ -41,7 +25,7 @@ impl Shim {
         let px = s.dir.path().join("px");
         std::fs::create_dir(&px).unwrap();
         Shim {
-            so: shim_so(),
+            so: preload_so(),
             pool: s.pool.clone(),
             px,
         }
@@ -49,8 +33,13 @@ impl Shim {
 
     fn cmd(&self, script: &str) -> Command {
         let mut c = Command::new("sh");
-        c.args(["-c", script])
-            .env("LD_PRELOAD", &self.so)
+        c.args(["-c", script]);
+        self.env(c)
+    }
+
+    /// `c` with the shim preloaded ($P is the prefix).
+    fn env(&self, mut c: Command) -> Command {
+        c.env("LD_PRELOAD", &self.so)
             .env("PMKIT_PRELOAD_POOL", &self.pool)
             .env("PMKIT_PRELOAD_PREFIX", &self.px)
             .env("P", &self.px);
@@ -154,7 +143,7 @@ fn one_file_system(transport: &str) {
     // The prefix may be the mount point itself: the same paths, served by the shim in shim
     // processes and by the kernel in the others.
     let same = Shim {
-        so: shim_so(),
+        so: preload_so(),
         pool: s.pool.clone(),
         px: s.mnt.clone(),
     };
@@ -253,45 +242,15 @@ fn a_killed_mount_loses_nothing_a_peer_acknowledged() {
     if !can_run() || !pmkit_testkit::need_tool(&["python3"]) {
         return;
     }
-    use std::io::BufRead;
     let s = scratch("64M");
     let d = Daemon::start(&s, &[]);
     let shim = Shim::new(&s);
-    let mut client = shim
-        .cmd(
-            "exec python3 -c \"
-import os
-fd = os.open(os.environ['P'] + '/log', os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
-i = 0
-while True:
-    os.write(fd, b'%d\\n' % i)
-    os.fsync(fd)
-    print(i, flush=True)
-    i += 1
-\"",
-        )
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
-    let mut acked = 0u64;
-    for l in lines.by_ref() {
-        acked = l.unwrap().parse::<u64>().unwrap() + 1;
-        if acked == 300 {
-            break;
-        }
-    }
+    let log = shim.px.join("log");
+    let mut client = Appender::start(shim.env(Command::new("python3")), log.to_str().unwrap());
+    client.wait_for(300);
     d.kill_9();
     // The client's next calls fail; whatever it printed before it stops was acknowledged.
-    for l in lines {
-        match l.unwrap().parse::<u64>() {
-            Ok(i) => acked = i + 1,
-            Err(_) => break,
-        }
-    }
-    let _ = client.kill();
-    let _ = client.wait();
+    let acked = client.finish();
     let d = Daemon::start(&s, &[]);
     assert!(d.log().contains("NOT clean"), "{}", d.log());
     let text = read(&s.mnt.join("log"));

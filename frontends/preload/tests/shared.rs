@@ -11,6 +11,7 @@ use pmkit_fs::posix::Posix;
 use pmkit_fs::{Fs, MountOptions};
 use pmkit_fs_share::Server;
 use pmkit_media::{Region, RegionOptions};
+use pmkit_testkit::acked::Appender;
 use std::sync::Arc;
 
 #[test]
@@ -408,7 +409,6 @@ fn a_killed_server_loses_nothing_acknowledged() {
     if !have("python3") {
         return;
     }
-    use std::io::BufRead;
     let shim = Shim::new();
     let mut server = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "serve_helper", "--ignored", "--nocapture"])
@@ -432,45 +432,12 @@ fn a_killed_server_loses_nothing_acknowledged() {
     }
     // A client appends numbered lines, each fsynced and then printed: a printed number is
     // acknowledged.
-    let log = shim.m("log");
-    let mut client = shim
-        .cmd("python3")
-        .args([
-            "-c",
-            &format!(
-                "import os\n\
-                 fd = os.open('{log}', os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)\n\
-                 i = 0\n\
-                 while True:\n\
-                 \x20   os.write(fd, b'%d\\n' % i)\n\
-                 \x20   os.fsync(fd)\n\
-                 \x20   print(i, flush=True)\n\
-                 \x20   i += 1\n"
-            ),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
-    let mut acked = 0u64;
-    for l in lines.by_ref() {
-        acked = l.unwrap().parse::<u64>().unwrap() + 1;
-        if acked == 300 {
-            break;
-        }
-    }
+    let mut client = Appender::start(shim.cmd("python3"), &shim.m("log"));
+    client.wait_for(300);
     server.kill().unwrap(); // SIGKILL
     server.wait().unwrap();
     // The client's next calls fail; whatever it printed before it stops was acknowledged.
-    for l in lines {
-        match l.unwrap().parse::<u64>() {
-            Ok(i) => acked = i + 1,
-            Err(_) => break,
-        }
-    }
-    let _ = client.kill();
-    let _ = client.wait();
+    let acked = client.finish();
     // The pool recovers as after a crash, with every acknowledged line.
     let (p, rec) = shim.mount();
     assert!(

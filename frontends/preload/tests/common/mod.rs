@@ -18,24 +18,6 @@ pub(crate) struct Shim {
     pub so: PathBuf,
 }
 
-/// The cdylib next to the test binary's directory (`cargo build -p pmkit-preload` makes it;
-/// `cargo test` alone does not).
-fn so() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let so = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("libpmkit_preload.so");
-    assert!(
-        so.exists(),
-        "{} missing: build the cdylib first (cargo build -p pmkit-preload)",
-        so.display()
-    );
-    so
-}
-
 /// Whether `tool` runs; outside CI a missing tool skips the test, in CI it fails.
 pub(crate) fn have(tool: &str) -> bool {
     pmkit_testkit::need_tool(&[tool])
@@ -54,7 +36,7 @@ impl Shim {
             dir,
             pool,
             mnt,
-            so: so(),
+            so: pmkit_testkit::acked::preload_so(),
         }
     }
 
