@@ -8,8 +8,9 @@
 //! raw-pointer copies (never made a Rust slice), and only the header's words are read in place,
 //! as atomics.
 
+use crate::shm::Shm;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -38,26 +39,12 @@ const POLL_FLOOR_NS: u64 = 5_000;
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 pub(crate) struct Channel {
-    base: *mut u8,
-    fd: OwnedFd,
+    shm: Shm,
     /// The most a wait polls before it sleeps.
     spin: Duration,
     /// How long a wait polls now, in nanoseconds, adapted to what the waits meet (see
     /// [`Channel::adapt`]).
     poll_ns: AtomicU64,
-}
-
-// SAFETY: the mapping is process-wide memory used only through atomics and raw copies; the
-// owner (a client's lock, a server's session thread) makes one call at a time.
-unsafe impl Send for Channel {}
-// SAFETY: as above.
-unsafe impl Sync for Channel {}
-
-impl Drop for Channel {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map_fd`, unmapped once.
-        unsafe { libc::munmap(self.base.cast(), LEN) };
-    }
 }
 
 /// The other side is gone (its socket closed).
@@ -71,60 +58,32 @@ fn gone() -> io::Error {
 impl Channel {
     /// A new channel (the client's side): its memory file, to pass to the server.
     pub(crate) fn create(spin: Duration) -> io::Result<Channel> {
-        // SAFETY: a plain system call with a constant name.
-        let fd = unsafe { libc::memfd_create(c"pmkit-channel".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just made and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        std::fs::File::from(fd.try_clone()?).set_len(LEN as u64)?;
-        Channel::map_fd(fd, spin)
+        Ok(Channel::with(Shm::create(c"pmkit-channel", LEN)?, spin))
     }
 
     /// The server's side of a client's channel.
     pub(crate) fn open(fd: OwnedFd, spin: Duration) -> io::Result<Channel> {
-        let len = std::fs::File::from(fd.try_clone()?).metadata()?.len();
-        if len != LEN as u64 {
-            return Err(io::Error::other(format!(
-                "a channel of {len} bytes; {LEN} expected"
-            )));
-        }
-        Channel::map_fd(fd, spin)
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        Ok(Channel::with(Shm::open(fd, LEN, prot)?, spin))
     }
 
-    fn map_fd(fd: OwnedFd, spin: Duration) -> io::Result<Channel> {
-        // SAFETY: a shared mapping of the whole memory file, owned by the returned channel.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                LEN,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Channel {
-            base: p.cast(),
-            fd,
+    fn with(shm: Shm, spin: Duration) -> Channel {
+        Channel {
+            shm,
             spin,
             poll_ns: AtomicU64::new(spin.as_nanos() as u64 / 2),
-        })
+        }
     }
 
     pub(crate) fn fd(&self) -> &OwnedFd {
-        &self.fd
+        self.shm.fd()
     }
 
     fn word(&self, at: usize) -> &AtomicU32 {
         debug_assert!(at + 4 <= HDR && at.is_multiple_of(64));
         // SAFETY: `at` is a word inside the header page of the live mapping, 4-aligned (the
         // mapping is page-aligned); other processes change it only atomically.
-        unsafe { &*self.base.add(at).cast::<AtomicU32>() }
+        unsafe { &*self.shm.base().add(at).cast::<AtomicU32>() }
     }
 
     fn put(&self, slot: usize, len_at: usize, bytes: &[u8]) -> io::Result<()> {
@@ -136,7 +95,9 @@ impl Channel {
         }
         // SAFETY: the slot lies inside the mapping and holds SLOT bytes; a raw copy into memory
         // the other side reads only after the sequence store below.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(slot), bytes.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.shm.base().add(slot), bytes.len())
+        };
         self.word(len_at)
             .store(bytes.len() as u32, Ordering::Relaxed);
         Ok(())
@@ -152,7 +113,7 @@ impl Channel {
         let mut out = vec![0u8; n];
         // SAFETY: `n` <= SLOT bytes of the slot inside the mapping, copied out raw (the other
         // side may write them meanwhile: then the bytes decode badly, never unsafely).
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(slot), out.as_mut_ptr(), n) };
+        unsafe { std::ptr::copy_nonoverlapping(self.shm.base().add(slot), out.as_mut_ptr(), n) };
         Ok(out)
     }
 

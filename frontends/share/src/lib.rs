@@ -22,6 +22,7 @@ mod direct;
 mod epoch;
 mod link;
 mod server;
+mod shm;
 mod views;
 mod wire;
 
