@@ -431,10 +431,13 @@ fn kill_9_over(t: &str, extra: &[&str]) {
             assert!(d.log().contains("NOT clean"), "{}", d.log());
         }
         for (name, &(i, round)) in &durable {
-            assert_eq!(
-                std::fs::read(s.mnt.join(name)).unwrap(),
-                content(i, round),
-                "trial {trial}: {name} was fsynced"
+            let got = std::fs::read(s.mnt.join(name)).unwrap();
+            assert!(
+                got == content(i, round),
+                "trial {trial}: {name} was fsynced; read {} bytes of {}; the mount's log:\n{}",
+                got.len(),
+                content(i, round).len(),
+                d.log()
             );
         }
         let mnt = s.mnt.clone();
