@@ -3,14 +3,16 @@
 //! refused, naming the mount's daemon; the files stay and the mount keeps serving; a check says
 //! it reads a live file system), and a request the daemon never answers (a time before 1970, which once panicked an io_uring queue
 //! thread and left the caller in uninterruptible sleep; times before 1970 and after 2038 are
-//! kept, also across a remount).
+//! kept, also across a remount), and an fsync that reports success for data the kernel dropped
+//! (after the daemon died, the kernel drops dirty pages it cannot send without an error; only a
+//! request of fsync's own reports the dead connection).
 //!
 //! Needs root and /dev/fuse; skipped without them, except in CI (CI set), where it fails.
 
 mod fs_mount_util;
 
 use fs_mount_util::*;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -179,4 +181,73 @@ fn a_stuck_request_does_not_keep_stop_or_umount_from_finishing_over(t: &str) {
     d.umount();
     let check = run_ok(&["fs", "check", s.pool.to_str().unwrap()]);
     assert!(!check.contains("NOT clean"), "{check}");
+}
+
+/// Data the kernel holds dirty (a shared mapping; `--cache writeback`'s page cache) when the
+/// daemon dies is dropped by the kernel without an error of its own (`fuse_send_writepage` on a
+/// broken connection). An fsync after the death must fail, never report it durable: the mount
+/// answers FSYNC (were it to answer ENOSYS once, the kernel would stop asking, and such an fsync
+/// would succeed with the data gone).
+#[test]
+fn an_fsync_after_the_daemon_died_fails_and_never_acknowledges_lost_data() {
+    if !can_run() {
+        return;
+    }
+    each_transport(an_fsync_after_the_daemon_died_fails_over);
+}
+
+fn an_fsync_after_the_daemon_died_fails_over(t: &str) {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    for (cache, by_map) in [("none", true), ("writeback", false), ("writeback", true)] {
+        let s = scratch("16M");
+        let d = Daemon::start(&s, &["--transport", t, "--cache", cache]);
+        let path = s.mnt.join("f");
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(&[1u8; 8192]).unwrap();
+        // A first fsync: the one a mount that answered ENOSYS would answer last.
+        f.sync_all().unwrap();
+        // SAFETY: a shared mapping of our own 8 KiB file, unmapped below; only this test
+        // touches it.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert!(map != libc::MAP_FAILED, "mmap over {t}");
+        let log = d.log();
+        d.kill_9();
+        let changed = if by_map {
+            // SAFETY: inside the live 8 KiB mapping.
+            unsafe { std::ptr::write_bytes(map.cast::<u8>(), 2, 8192) };
+            true
+        } else {
+            f.write_all_at(&[2u8; 8192], 0).is_ok()
+        };
+        let synced = f.sync_all();
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(map, 8192) };
+        drop(f);
+        assert!(
+            synced.is_err() || !changed,
+            "over {t}, cache {cache}, {}: fsync reported data durable that the kernel \
+             dropped with the daemon; the mount's log:\n{log}",
+            if by_map { "mmap" } else { "write" }
+        );
+        // The next mount recovers what was durable: the first 8 KiB.
+        let d = Daemon::start(&s, &["--transport", t]);
+        assert_eq!(std::fs::read(&path).unwrap(), vec![1u8; 8192], "over {t}");
+        d.umount();
+    }
 }

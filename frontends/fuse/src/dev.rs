@@ -438,7 +438,7 @@ impl<O: Ops + 'static> Filesystem for Served<O> {
         reply: ReplyEmpty,
     ) {
         guard(self.ops.label(), "fsyncdir", || {
-            empty(self.ops.fsync(ino.into()), reply)
+            empty(self.ops.fsyncdir(ino.into()), reply)
         })
     }
 

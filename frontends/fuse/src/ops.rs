@@ -141,8 +141,12 @@ pub trait Ops: Send + Sync {
     }
     /// The kernel drops `nlookup` references to `ino` (FORGET, BATCH_FORGET: no reply).
     fn forget(&self, ino: u64, nlookup: u64) {}
-    /// fsync and fsyncdir.
+    /// fsync (and fsyncdir, unless `fsyncdir` says otherwise).
     fn fsync(&self, ino: u64) -> R<()>;
+    /// fsyncdir: `fsync` unless a file system answers it otherwise.
+    fn fsyncdir(&self, ino: u64) -> R<()> {
+        self.fsync(ino)
+    }
     fn opendir(&self, ino: u64) -> R<Opened>;
     /// The entries of directory `ino` (handle `fh`) from `offset` on, each given to `add`.
     fn readdir(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntry<'_>) -> R<()>;

@@ -411,12 +411,9 @@ impl<M: Media> Ops for PmfsOps<M> {
         self.lib(Op::Read, |fs| fs.read_into(ino, offset, buf))
     }
 
-    /// Durable when it returns (the library writes PM and persists before returning).
-    /// `kill`: the kernel asks the write to clear the set-user-ID and set-group-ID bits (with
-    /// FUSE's `HANDLE_KILLPRIV_V2` it leaves that to us, and no longer asks for
-    /// `security.capability` before every write: see [`PmfsOps::kill_privs`]).
+    /// Durable when it returns (PM written and persisted), so FUA asks nothing more.
+    /// `kill_suidgid`: clear set-user-ID and set-group-ID ([`PmfsOps::kill_privs`]).
     fn write(&self, ino: u64, offset: u64, data: &[u8], how: WriteHow) -> R<u32> {
-        // Every write is durable on return: FUA asks nothing more.
         self.kill_privs(ino, how.kill_suidgid)?;
         self.lib(Op::Write, |fs| fs.write(ino, offset, data))
             .map(|n| n as u32)
@@ -439,15 +436,17 @@ impl<M: Media> Ops for PmfsOps<M> {
         self.lib(Op::Release, |fs| fs.release(ino))
     }
 
-    /// fsync and fsyncdir.
-    /// Every change is durable when its request returned, so FSYNC and FSYNCDIR have nothing
-    /// to do: once the inode is found sound, ENOSYS makes the kernel stop sending them (its
-    /// `no_fsync`, `no_fsyncdir`). An fsync then still writes back the kernel's dirty pages
-    /// (mmap, `--cache writeback`) as WRITEs, each durable on return, and reports their errors;
-    /// it just costs no round trip of its own.
+    /// Nothing to do (every change was durable when its request returned), but answered, never
+    /// ENOSYS: after the daemon dies the kernel drops dirty pages (mappings, `--cache writeback`)
+    /// silently, and only this request failing then fails the fsync (docs/fs.md).
     fn fsync(&self, ino: u64) -> R<()> {
-        self.lib(Op::Fsync, |fs| fs.fsync(ino))?;
-        Err(libc::ENOSYS)
+        self.lib(Op::Fsync, |fs| fs.fsync(ino))
+    }
+
+    /// No pages to write back: ENOSYS, and the kernel sends no more (`no_fsyncdir`).
+    fn fsyncdir(&self, ino: u64) -> R<()> {
+        self.lib(Op::Fsync, |fs| fs.fsync(ino))
+            .and(Err(libc::ENOSYS))
     }
 
     /// Under `--cache long` and `writeback` the kernel may keep the listing in the directory's

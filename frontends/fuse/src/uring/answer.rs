@@ -171,7 +171,8 @@ impl<O: Ops + 'static> Handler for O {
             op::FLUSH => empty(self.flush()),
             // fuse_release_in: fh @0.
             op::RELEASE => empty(self.release(ino, u64_at(oi, 0))),
-            op::FSYNC | op::FSYNCDIR => empty(self.fsync(ino)),
+            op::FSYNC => empty(self.fsync(ino)),
+            op::FSYNCDIR => empty(self.fsyncdir(ino)),
             op::OPENDIR => opened(buf, self.opendir(ino)),
             op::READDIR => {
                 // fuse_read_in: fh @0, offset @8, size @16.
