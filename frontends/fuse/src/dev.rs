@@ -4,6 +4,7 @@
 //! /dev/fuse), and so are FORGET and INTERRUPT, which the kernel never puts on an io_uring queue.
 
 use crate::dev_reply::{empty, entry, fe, guard, opened, xattr};
+use crate::dev_request::{ns_asked, owner};
 use crate::ops::{Ops, WriteHow};
 use fuser::{
     FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
@@ -11,7 +12,7 @@ use fuser::{
     ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
-use pmkit_fs::{Owner, SetAttr};
+use pmkit_fs::SetAttr;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -42,32 +43,6 @@ impl<O: Ops + 'static> Served<O> {
 
     pub fn ops(&self) -> &Arc<O> {
         &self.ops
-    }
-}
-
-fn owner(req: &Request) -> Owner {
-    Owner {
-        uid: req.uid(),
-        gid: req.gid(),
-    }
-}
-
-/// Nanoseconds since the epoch of a time a SETATTR asked for (`None`: now).
-fn ns_asked(t: TimeOrNow) -> i64 {
-    let TimeOrNow::SpecificTime(t) = t else {
-        return crate::ops::ns_of(None);
-    };
-    match t.duration_since(std::time::UNIX_EPOCH) {
-        Ok(_) => crate::ops::ns_of(Some(t)),
-        // fuser 0.18 turns the kernel's (seconds, nanoseconds) before the epoch, e.g.
-        // (-2, 500000000) for -1.5 s, into the epoch minus 2.5 s (its time.rs leaves this as a
-        // TODO): undo that, so the nanoseconds count forward from the seconds as the kernel
-        // meant.
-        Err(before) => {
-            let d = before.duration();
-            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-            pmkit_fs::ns_of_timespec(-secs, d.subsec_nanos() as i64)
-        }
     }
 }
 
@@ -545,33 +520,38 @@ impl<O: Ops + 'static> Filesystem for Served<O> {
             empty(self.ops.fallocate(ino.into(), offset, length, mode), reply)
         })
     }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: fuser::CopyFileRangeFlags,
+        reply: fuser::ReplyWrite,
+    ) {
+        guard(self.ops.label(), "copy_file_range", || {
+            let c = crate::ops::CopyRange {
+                from: (ino_in.into(), offset_in),
+                to: (ino_out.into(), offset_out),
+                len,
+                flags: flags.bits(),
+            };
+            match self.ops.copy_file_range(owner(req), &c) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(fe(e)),
+            }
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, UNIX_EPOCH};
-
-    /// fuser 0.18 gives the kernel's (-2 s, 500,000,000 ns) as the epoch minus 2.5 s; the
-    /// time stored is -1.5 s. Times after the epoch pass unchanged.
-    #[test]
-    fn times_before_the_epoch_are_read_as_the_kernel_meant() {
-        let fuser_gives = UNIX_EPOCH - Duration::new(2, 500_000_000);
-        assert_eq!(
-            ns_asked(TimeOrNow::SpecificTime(fuser_gives)),
-            -1_500_000_000
-        );
-        let whole = UNIX_EPOCH - Duration::from_secs(315_615_510);
-        assert_eq!(
-            ns_asked(TimeOrNow::SpecificTime(whole)),
-            -315_615_510_000_000_000
-        );
-        let later = UNIX_EPOCH + Duration::new(4_102_444_800, 250_000_000);
-        assert_eq!(
-            ns_asked(TimeOrNow::SpecificTime(later)),
-            4_102_444_800_250_000_000
-        );
-    }
 
     #[test]
     fn a_panicking_handler_is_contained() {

@@ -21,6 +21,7 @@
 pub mod attach;
 pub mod dev;
 mod dev_reply;
+mod dev_request;
 mod file;
 pub mod fusectl;
 pub mod holders;

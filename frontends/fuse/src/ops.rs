@@ -188,4 +188,19 @@ pub trait Ops: Send + Sync {
     fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> R<()> {
         nosys()
     }
+    /// COPY_FILE_RANGE: up to `c.len` bytes of `c.from` into `c.to`, copied by the file
+    /// system; the bytes copied. ENOSYS: the kernel copies through the page cache instead.
+    fn copy_file_range(&self, o: Owner, c: &CopyRange) -> R<u32> {
+        nosys()
+    }
+}
+
+/// What a COPY_FILE_RANGE asks: `len` bytes from (inode, offset) `from` to `to`, with
+/// copy_file_range(2)'s `flags` (none defined: non-zero is EINVAL).
+#[derive(Clone, Copy, Debug)]
+pub struct CopyRange {
+    pub from: (u64, u64),
+    pub to: (u64, u64),
+    pub len: u64,
+    pub flags: u64,
 }

@@ -10,6 +10,7 @@ mod attr;
 mod check;
 mod ckpt;
 mod clock;
+mod copy;
 mod costs;
 mod damage;
 mod data;

@@ -1,4 +1,4 @@
-# The set-user-ID and set-group-ID rules of chown and write, as Linux keeps them, run by root
+# The set-user-ID and set-group-ID rules of chown, write and copy_file_range, as Linux keeps them, run by root
 # in directory argv[1], which switches to an unprivileged user for the calls checked. The tests
 # run it on tmpfs (the kernel's answers are the model), on the PMFS mount and through the shim,
 # and compare what it prints.
@@ -39,6 +39,9 @@ made("shared", 0o6777, False)
 made("plain", 0o644, False)
 made("rootsuid", 0o4755, False)
 made("dir_like", 0o6755, True)
+made("copied", 0o6777, False)
+with open(f"{d}/source", "wb") as f:
+    f.write(b"copy me")
 out = []
 os.setgroups([])
 os.setegid(N)
@@ -51,6 +54,10 @@ fd = os.open(f"{d}/shared", os.O_WRONLY)
 os.write(fd, b"x")
 os.close(fd)
 out.append(("write by another user", mode("shared")))
+src, dst = os.open(f"{d}/source", os.O_RDONLY), os.open(f"{d}/copied", os.O_WRONLY)
+out.append(("copy_file_range by another user", e(lambda: os.copy_file_range(src, dst, 7)), mode("copied")))
+os.close(src)
+os.close(dst)
 out.append(("chown -1 -1 not owner", e(lambda: os.chown(f"{d}/plain", -1, -1)), mode("plain")))
 out.append(("chown -1 -1 not owner, set-ID", e(lambda: os.chown(f"{d}/rootsuid", -1, -1)), mode("rootsuid")))
 os.seteuid(0)

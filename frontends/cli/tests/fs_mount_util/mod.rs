@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io::{BufRead, BufReader};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -359,6 +360,8 @@ pub(crate) enum Op {
     SetXattr(String, String, u8),
     RemoveXattr(String, String),
     Mkfifo(String),
+    /// copy_file_range(2): from (path, offset) to (path, offset), length.
+    Copy(String, u64, String, u64, usize),
 }
 
 const NAMES: [&str; 8] = ["a", "b", "c", "d0", "d1", "d0/e", "d0/f", "d1/g"];
@@ -366,8 +369,15 @@ const NAMES: [&str; 8] = ["a", "b", "c", "d0", "d1", "d0/e", "d0/f", "d1/g"];
 pub(crate) fn random_op(r: &mut Rng) -> Op {
     let mut name = || NAMES[r.below(NAMES.len() as u64) as usize].to_string();
     let (a, b) = (name(), name());
-    match r.below(13) {
+    match r.below(14) {
         12 => Op::Mkfifo(a),
+        13 => Op::Copy(
+            a,
+            r.below(9000),
+            b,
+            r.below(9000),
+            r.below(12_000) as usize + 1,
+        ),
         0..=2 => Op::Write(
             a,
             r.below(9000),
@@ -474,6 +484,25 @@ pub(crate) fn apply(root: &Path, op: &Op) -> Result<(), i32> {
             // SAFETY: valid path and name.
             errno_of(unsafe { libc::lremovexattr(p.as_ptr(), n.as_ptr()) })
         }
+        Op::Copy(a, from, b, to, len) => io((|| {
+            let open = |p: &str, write: bool| {
+                std::fs::OpenOptions::new()
+                    .read(!write)
+                    .write(write)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(root.join(p))
+            };
+            let (src, dst) = (open(a, false)?, open(b, true)?);
+            let (mut i, mut o) = (*from as i64, *to as i64);
+            // SAFETY: open descriptors and offsets of our own.
+            let r = unsafe {
+                libc::copy_file_range(src.as_raw_fd(), &mut i, dst.as_raw_fd(), &mut o, *len, 0)
+            };
+            if r < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })()),
     }
 }
 

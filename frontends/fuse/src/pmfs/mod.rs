@@ -15,7 +15,9 @@
 //! change goes through this kernel, which invalidates what it changes).
 
 pub mod cache;
+mod copy;
 mod gone;
+mod listing;
 pub mod mount;
 pub mod peers;
 mod refs;
@@ -23,11 +25,14 @@ pub mod stats;
 mod xattrs;
 pub use xattrs::{ATOMIC_XATTR, CHECKSUM_XATTR, HUGE_XATTR};
 
-use crate::ops::{AddEntry, AddEntryPlus, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R};
+use crate::ops::{
+    AddEntry, AddEntryPlus, CopyRange, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R,
+};
 use cache::CacheMode;
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo, InitFlags, KernelConfig};
+use listing::Listing;
 use parking_lot::Mutex;
-use pmkit_fs::{Attr, DirEntry, Fs, Kind, Owner, SetAttr};
+use pmkit_fs::{Attr, Fs, Kind, Owner, SetAttr};
 use pmkit_media::{Media, Region};
 use stats::{Op, OpStats};
 use std::collections::HashMap;
@@ -37,13 +42,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Largest write request.
 pub const MAX_WRITE: u32 = 1 << 20;
-
-/// A directory's entries as one open handle reads them: taken by its first READDIR (none
-/// while the kernel answers from its directory cache), again at a rewind.
-#[derive(Default)]
-struct Listing {
-    entries: Option<Arc<Vec<DirEntry>>>,
-}
 
 /// The handlers over a mounted PMFS, shared by both transports. Generic over the media, so a
 /// test drives them in process (no root, no /dev/fuse) on any `Media`.
@@ -204,29 +202,6 @@ impl<M: Media> PmfsOps<M> {
         }
     }
 
-    /// A directory's entries, `.` and `..` first (the library lists them).
-    fn listing(&self, ino: u64) -> R<Arc<Vec<DirEntry>>> {
-        self.lib(Op::Readdir, |fs| fs.readdir(ino)).map(Arc::new)
-    }
-
-    /// The listing handle `fh` of directory `ino` reads from `offset`: taken by the first
-    /// READDIR (at 0) and again at a rewind (a later one at 0).
-    fn handle_listing(&self, ino: u64, fh: u64, offset: u64) -> R<Arc<Vec<DirEntry>>> {
-        let cached = self
-            .listings
-            .lock()
-            .get(&fh)
-            .and_then(|l| l.entries.clone());
-        match cached {
-            Some(l) if offset > 0 => Ok(l),
-            _ => {
-                let l = self.listing(ino)?;
-                let entries = Some(Arc::clone(&l));
-                self.listings.lock().insert(fh, Listing { entries });
-                Ok(l)
-            }
-        }
-    }
     /// What the kernel does for other file systems when a regular file is written, truncated or
     /// chowned, and leaves to us under `HANDLE_KILLPRIV_V2`: with `suidgid`, clear set-user-ID,
     /// and set-group-ID where group execute is set (without it the bit means mandatory locking,
@@ -595,5 +570,9 @@ impl<M: Media> Ops for PmfsOps<M> {
         self.lib(Op::Fallocate, |fs| {
             fs.fallocate_mode(ino, offset, length, m)
         })
+    }
+
+    fn copy_file_range(&self, o: Owner, c: &CopyRange) -> R<u32> {
+        self.copy(o, c)
     }
 }

@@ -37,6 +37,7 @@ pub enum Op {
     Create,
     Fallocate,
     Lseek,
+    CopyRange,
 }
 
 impl Op {
@@ -55,11 +56,12 @@ impl Op {
                 | Op::Write
                 | Op::Create
                 | Op::Fallocate
+                | Op::CopyRange
         )
     }
 }
 
-const OPS: [(Op, &str); 24] = [
+const OPS: [(Op, &str); 25] = [
     (Op::Lookup, "lookup"),
     (Op::Getattr, "getattr"),
     (Op::Setattr, "setattr"),
@@ -84,6 +86,7 @@ const OPS: [(Op, &str); 24] = [
     (Op::Create, "create"),
     (Op::Fallocate, "fallocate"),
     (Op::Lseek, "lseek"),
+    (Op::CopyRange, "copy_file_range"),
 ];
 
 #[derive(Default)]

@@ -118,6 +118,7 @@ pub(crate) mod op {
     pub(crate) const READDIRPLUS: u32 = 44;
     pub(crate) const RENAME2: u32 = 45;
     pub(crate) const LSEEK: u32 = 46;
+    pub(crate) const COPY_FILE_RANGE: u32 = 47;
     pub(crate) const TMPFILE: u32 = 51;
 }
 

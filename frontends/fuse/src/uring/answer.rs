@@ -9,7 +9,7 @@
 //! (names, each NUL-terminated, then a SYMLINK target, a SETXATTR value, WRITE data) are
 //! concatenated in the payload, `payload_sz` bytes.
 
-use crate::ops::{Entry, Opened, Ops, WriteHow, Xattr};
+use crate::ops::{CopyRange, Entry, Opened, Ops, WriteHow, Xattr};
 use crate::uring::abi::{self, op, u32_at, u64_at, InHeader};
 use crate::uring::Handler;
 use pmkit_fs::{Owner, SetAttr};
@@ -251,6 +251,18 @@ impl<O: Ops + 'static> Handler for O {
                 let at = self.lseek(ino, u64_at(oi, 8) as i64, u32_at(oi, 16) as i32)?;
                 buf[..8].copy_from_slice(&at.to_le_bytes());
                 Ok(8)
+            }
+            op::COPY_FILE_RANGE => {
+                // fuse_copy_file_range_in: fh_in @0, off_in @8, nodeid_out @16, fh_out @24,
+                // off_out @32, len @40, flags @48; the reply is a fuse_write_out.
+                let c = CopyRange {
+                    from: (ino, u64_at(oi, 8)),
+                    to: (u64_at(oi, 16), u64_at(oi, 32)),
+                    len: u64_at(oi, 40),
+                    flags: u64_at(oi, 48),
+                };
+                let n = self.copy_file_range(who, &c)?;
+                Ok(abi::write_out(buf, n))
             }
             // The kernel sends these over /dev/fuse, never a ring; nothing to do for either.
             op::FORGET | op::BATCH_FORGET | op::DESTROY => Ok(0),

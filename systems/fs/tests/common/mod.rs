@@ -31,6 +31,9 @@ pub(crate) enum Op {
     SetHuge(String, bool),
     /// `Fs::set_sums` on a regular file.
     SetSums(String, bool),
+    /// `Fs::copy_range` (copy_file_range): source path and offset, destination path and
+    /// offset, length.
+    CopyRange(String, u64, String, u64, u64),
     /// O_TMPFILE: a file made with no name in the path's directory, `len` bytes written
     /// (seeded), then named the path (`Fs::link_tmpfile`) and closed.
     TmpLink(String, usize, u8),
@@ -196,6 +199,28 @@ impl Model {
                         n.data[off..z].fill(0);
                     }
                 }
+            }
+            Op::CopyRange(s, so, d, doff, len) => {
+                let (si, di) = (*self.paths.get(s).ok_or(())?, *self.paths.get(d).ok_or(())?);
+                let files = [si, di].iter().all(|i| self.nodes[i].kind == Kind::File);
+                if !files {
+                    return Err(());
+                }
+                let src = &self.nodes[&si].data;
+                let end = so.saturating_add(*len).min(src.len() as u64);
+                if *so >= end {
+                    return Ok(());
+                }
+                if si == di && *so < doff + (end - so) && *doff < end {
+                    return Err(());
+                }
+                let bytes = src[*so as usize..end as usize].to_vec();
+                let dst = &mut self.nodes.get_mut(&di).unwrap().data;
+                let stop = *doff as usize + bytes.len();
+                if dst.len() < stop {
+                    dst.resize(stop, 0);
+                }
+                dst[*doff as usize..stop].copy_from_slice(&bytes);
             }
             Op::Link(s, d) => {
                 self.parent_ok(d)?;
@@ -437,6 +462,9 @@ pub(crate) fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
         }
         Op::Fallocate(p, off, len) => fs.fallocate(ino_of(fs, p)?, *off, *len),
         Op::FallocMode(p, off, len, m) => fs.fallocate_mode(ino_of(fs, p)?, *off, *len, *m),
+        Op::CopyRange(s, so, d, doff, len) => fs
+            .copy_range(ino_of(fs, s)?, *so, ino_of(fs, d)?, *doff, *len)
+            .map(drop),
         Op::Link(s, d) => {
             let ino = ino_of(fs, s)?;
             let (dp, dn) = resolve(fs, d)?;
