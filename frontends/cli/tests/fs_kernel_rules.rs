@@ -103,6 +103,16 @@ fn seek_data_and_hole_match_the_kernels_on_the_mount() {
     }
 }
 
+/// copy_file_range on the mount (the kernel sends COPY_FILE_RANGE), over both transports, equal
+/// to tmpfs's answers (`tests/data/copy.py`): offsets given and the descriptors' own, a copy
+/// past the end, one file's overlapping and disjoint ranges, the errors, a sparse source.
+#[test]
+fn copy_file_range_matches_the_kernels_on_the_mount() {
+    if can_run() {
+        same_as_tmpfs_on_the_mount("copy.py", "dst as copied True");
+    }
+}
+
 /// What `tests/data/falloc.py` prints on PMFS, through the mount or the shim: every mode served
 /// (keep size, punch, zero range) checked by the script against Linux's rules; a punch without
 /// KEEP_SIZE, collapse and insert refused with EOPNOTSUPP as Linux's VFS or PMFS answers them.

@@ -4,7 +4,7 @@
 
 use crate::stat::fill_stat;
 use crate::state::{self, en, enter, lookup, Open};
-use pmkit_fs::posix::Whence;
+use pmkit_fs::posix::{Fd as PoolFd, Whence};
 use std::ffi::{c_int, c_long, c_uint, c_void};
 use std::sync::Arc;
 
@@ -495,8 +495,9 @@ pub(crate) unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c
     unsafe { fcntl(fd, cmd, arg) }
 }
 
-/// copy_file_range with a shim descriptor on either side: copied through the shim's read and
-/// write (at most 1 MiB a call, as the kernel may copy less than asked).
+/// copy_file_range with shim descriptors on both sides: the pool copies (`Posix::copy_range`:
+/// one call, holes kept). With a kernel descriptor on one side: copied through the shim's read
+/// and write (at most 1 MiB a call, as the kernel may copy less than asked).
 ///
 /// # Safety
 /// copy_file_range(2)'s contract.
@@ -517,6 +518,10 @@ pub(crate) unsafe extern "C" fn copy_file_range(
         state::set_errno(libc::EINVAL);
         return -1;
     }
+    if let (Some(i), Some(o)) = (lookup(fd_in), lookup(fd_out)) {
+        // SAFETY: the offsets are null or valid (copy_file_range(2)'s contract).
+        return unsafe { copy_in_pool((i.fd, off_in), (o.fd, off_out), len) };
+    }
     COPY_BUF.with(|b| {
         let mut b = b.borrow_mut();
         if b.is_empty() {
@@ -535,6 +540,28 @@ pub(crate) unsafe extern "C" fn copy_file_range(
                 &mut b[..len.min(COPY_CHUNK)],
             )
         }
+    })
+}
+
+/// Both ends in the pool: one call, the offsets given (and moved) or the descriptors' own.
+///
+/// # Safety
+/// The offsets are null or valid (copy_file_range(2)'s contract).
+unsafe fn copy_in_pool(from: (PoolFd, *mut i64), to: (PoolFd, *mut i64), len: usize) -> isize {
+    // SAFETY: the caller's contract.
+    let at = |p: *mut i64| unsafe { p.as_ref() }.map(|&o| offset(o)).transpose();
+    enter(-1, |p| {
+        let (off_in, off_out) = (at(from.1)?, at(to.1)?);
+        let n = p
+            .copy_range(from.0, off_in, to.0, off_out, len as u64)
+            .map_err(en)?;
+        for (ptr, off) in [(from.1, off_in), (to.1, off_out)] {
+            if let Some(o) = off {
+                // SAFETY: non-null (an offset was read through it), valid by the contract.
+                unsafe { *ptr = (o + n) as i64 };
+            }
+        }
+        Ok(n as isize)
     })
 }
 

@@ -11,13 +11,7 @@ use std::process::Command;
 /// Run `script` (in frontends/cli/tests/data, shared with the mount's tests) with a directory
 /// argument on tmpfs, the model, and on the pool through the shim: both print the same.
 fn same_as_the_kernel(script: &str) {
-    let script = format!("{}/../cli/tests/data/{script}", env!("CARGO_MANIFEST_DIR"));
-    let model_dir = pmkit_testkit::scratch();
-    let model = Command::new("python3")
-        .args([&script, model_dir.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_ok(&model, &format!("{script} on tmpfs"));
+    let (script, model) = model_of(script);
     let s = Shim::new();
     let got = s.cmd("python3").args([&script, &s.m("")]).output().unwrap();
     assert_ok(&got, &format!("{script} through the shim"));
@@ -26,6 +20,18 @@ fn same_as_the_kernel(script: &str) {
         String::from_utf8_lossy(&model.stdout)
     );
     s.assert_prefix_empty();
+}
+
+/// The script's path, and what it prints on tmpfs.
+fn model_of(script: &str) -> (String, std::process::Output) {
+    let script = format!("{}/../cli/tests/data/{script}", env!("CARGO_MANIFEST_DIR"));
+    let model_dir = pmkit_testkit::scratch();
+    let model = Command::new("python3")
+        .args([&script, model_dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_ok(&model, &format!("{script} on tmpfs"));
+    (script, model)
 }
 
 /// Whether python3 runs and this is root (changing ids, AT_EMPTY_PATH); skipped otherwise,
@@ -96,6 +102,38 @@ fn seek_data_and_hole_match_the_kernels_through_the_shim() {
         return;
     }
     same_as_the_kernel("seek.py");
+}
+
+/// copy_file_range through the shim, both descriptors in the pool (`Posix::copy_range`), equal
+/// to tmpfs's answers (the mount's test runs the same script, frontends/cli/tests/data/copy.py).
+#[test]
+fn copy_file_range_matches_the_kernels_through_the_shim() {
+    if !have("python3") {
+        return;
+    }
+    same_as_the_kernel("copy.py");
+}
+
+/// The same through a shim served by `pmkit fs serve`'s server: one call to the server.
+#[test]
+fn copy_file_range_matches_the_kernels_through_a_served_shim() {
+    if !have("python3") {
+        return;
+    }
+    let (script, model) = model_of("copy.py");
+    let s = common::served::served();
+    let got = s
+        .shim
+        .cmd("python3")
+        .args([&script, &s.shim.m("")])
+        .output()
+        .unwrap();
+    assert_ok(&got, "copy.py through a served shim");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&model.stdout)
+    );
+    s.stop();
 }
 
 /// fallocate's modes through the shim: the script the mount's test runs

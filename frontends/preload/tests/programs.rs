@@ -20,8 +20,12 @@ fn coreutils_shell_and_python() {
     s.ok("sh", &["-c", &format!("echo hello > {}", s.m("a"))]);
     s.ok("sh", &["-c", &format!("echo more >> {}", s.m("a"))]);
     assert_eq!(s.ok("cat", &[&s.m("a")]), "hello\nmore\n");
-    // cp in (copy_file_range from a kernel file into the pool) and out again.
+    // cp in (copy_file_range from a kernel file into the pool), within the pool (one call of
+    // the pool's own copy), and out again.
     s.ok("cp", &[src, &s.m("in")]);
+    s.ok("cp", &[&s.m("in"), &s.m("in2")]);
+    s.ok("cmp", &[src, &s.m("in2")]);
+    s.ok("rm", &[&s.m("in2")]);
     let out = s.dir().join("out");
     s.ok("cp", &[&s.m("in"), out.to_str().unwrap()]);
     assert!(

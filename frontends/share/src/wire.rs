@@ -79,5 +79,6 @@ copied!(
     FileFlag,
     Lock,
     Option<u32>,
-    Option<i64>
+    Option<i64>,
+    Option<u64>
 );

@@ -15,6 +15,7 @@
 
 mod access;
 mod attrs;
+mod copy;
 mod falloc;
 mod fiemap;
 mod flags;
