@@ -222,44 +222,13 @@ fn nix_free_blocks(p: &Path) -> u64 {
     v.f_bfree
 }
 
-/// O_TMPFILE on the mount. Over io_uring `tests/data/tmpfile.py` gives tmpfs's answers line for
-/// line: named by `linkat` through /proc/self/fd and by AT_EMPTY_PATH, EEXIST, O_EXCL's ENOENT,
-/// an unnamed file gone at close; and the pool checks clean after (no orphan left). Over
-/// /dev/fuse fuser has no TMPFILE request: the kernel is answered ENOSYS and says EOPNOTSUPP
-/// (ENOTSUP, the same number).
+/// O_TMPFILE on the mount, over both transports: `tests/data/tmpfile.py` gives tmpfs's answers
+/// line for line (named by `linkat` through /proc/self/fd and by AT_EMPTY_PATH, EEXIST, O_EXCL's
+/// ENOENT, an unnamed file gone at close), and the pool checks clean after (no orphan left).
 #[test]
 fn o_tmpfile_on_the_mount() {
-    if !can_run() {
-        return;
-    }
-    let model_dir = pmkit_testkit::scratch();
-    let want = python("tmpfile.py", model_dir.path());
-    assert!(
-        want.contains("named: 1 made with no name"),
-        "the model: {want}"
-    );
-    for t in transports() {
-        let s = scratch("16M");
-        let d = Daemon::start(&s, &["--transport", t]);
-        if t == "uring" {
-            assert_eq!(python("tmpfile.py", &s.mnt), want, "over {t}");
-        } else {
-            let o = Command::new("python3")
-                .arg("-c")
-                .arg(
-                    "import os, sys, errno\n\
-                     try:\n\
-                     \x20   os.open(sys.argv[1], os.O_TMPFILE | os.O_RDWR, 0o600); print('ok')\n\
-                     except OSError as e:\n\
-                     \x20   print(errno.errorcode[e.errno])\n",
-                )
-                .arg(&s.mnt)
-                .output()
-                .unwrap();
-            assert_eq!(String::from_utf8_lossy(&o.stdout), "ENOTSUP\n", "over {t}");
-        }
-        d.umount();
-        check_clean(&s);
+    if can_run() {
+        same_as_tmpfs_on_the_mount("tmpfile.py", "named: 1 made with no name");
     }
 }
 

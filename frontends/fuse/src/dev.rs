@@ -1,26 +1,25 @@
-//! The /dev/fuse transport: fuser's `Filesystem` calls, each handed to the one typed operation of
-//! [`Ops`] and its answer turned into fuser's reply, for any file system that implements it (PMFS,
-//! the block device file). The INIT handshake of both transports is here (it always comes over
-//! /dev/fuse), and so are FORGET and INTERRUPT, which the kernel never puts on an io_uring queue.
+//! The /dev/fuse transport. fuser mounts the file system and answers the INIT handshake
+//! (`fuser::Session::new`, through [`Served`]'s `init`); from then on this module's workers
+//! read the requests themselves, a worker per descriptor (the session's, and clones made with
+//! `FUSE_DEV_IOC_CLONE` so each has its own queue of requests in processing), and answer each
+//! through the decoder the io_uring queues use (`answer.rs`): one reading of the protocol for
+//! both transports, and every request the kernel sends reaches the file system (fuser's own
+//! dispatcher has no TMPFILE, for one). FORGET and BATCH_FORGET, which take no reply, are
+//! handed to [`Ops::forget`] here; INTERRUPT is not acted on (a request runs to its end).
+//! Under io_uring the workers still serve what the kernel sends over /dev/fuse (forgets,
+//! interrupts).
 
-use crate::dev_reply::{empty, entry, fe, guard, opened, xattr};
-use crate::dev_request::{ns_asked, owner};
-use crate::ops::{Ops, WriteHow};
-use fuser::{
-    FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
-};
-use pmkit_fs::SetAttr;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use crate::abi::{self, op, u32_at, u64_at, InHeader, IN_HEADER_LEN};
+use crate::answer::answer_caught;
+use crate::ops::Ops;
+use fuser::{Filesystem, InitFlags, KernelConfig, Request};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::thread::JoinHandle;
 
-/// fuser's file system over the operations of `O`.
+/// fuser's file system over `O`: only INIT goes through fuser.
 pub struct Served<O: Ops + 'static> {
     ops: Arc<O>,
     /// Ask the kernel for FUSE over io_uring at INIT; set to whether it was granted.
@@ -47,7 +46,7 @@ impl<O: Ops + 'static> Served<O> {
 }
 
 impl<O: Ops + 'static> Filesystem for Served<O> {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         self.ops.init(config);
         // FUSE over io_uring: the kernel offers it only where it is built in and enabled
         // (/sys/module/fuse/parameters/enable_uring); whether it was granted decides the
@@ -60,504 +59,196 @@ impl<O: Ops + 'static> Filesystem for Served<O> {
         }
         Ok(())
     }
+}
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        guard(self.ops.label(), "lookup", || {
-            entry(
-                self.ops.as_ref(),
-                self.ops.lookup(parent.into(), name.as_bytes()),
-                reply,
-            )
-        })
-    }
+/// A worker's buffer: the largest request (a WRITE of the largest `max_write` either file
+/// system asks at INIT, with its headers) and the largest reply (a READ as large); the kernel
+/// refuses a read of /dev/fuse into less than its `max_write` plus headers.
+const BUF: usize = crate::file::MAX_IO as usize + 64 * 1024;
+const _: () = assert!(
+    crate::pmfs::MAX_WRITE <= crate::file::MAX_IO,
+    "BUF holds a PMFS WRITE"
+);
 
-    fn forget(&self, _req: &Request, ino: INodeNo, n: u64) {
-        guard(self.ops.label(), "forget", || {
-            self.ops.forget(ino.into(), n)
-        })
-    }
+/// The most workers one mount runs.
+pub const MAX_WORKERS: usize = 64;
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        guard(self.ops.label(), "getattr", || {
-            match self.ops.getattr(ino.into()) {
-                Ok(a) => reply.attr(&self.ops.ttl(), &a),
-                Err(e) => reply.error(fe(e)),
-            }
-        })
-    }
+/// `FUSE_DEV_IOC_CLONE` (`_IOR(229, 0, uint32_t)`): a new /dev/fuse descriptor on the same
+/// connection, with its own queue of requests in processing.
+const FUSE_DEV_IOC_CLONE: libc::c_ulong = 0x8004_e500;
 
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        guard(self.ops.label(), "setattr", || {
-            let s = SetAttr {
-                mode,
-                uid,
-                gid,
-                size,
-                atime: atime.map(ns_asked),
-                mtime: mtime.map(ns_asked),
-                kill_suidgid: false,
-            };
-            // The kernel's FATTR_KILL_SUIDGID ("not CAP_FSETID"), which fuser does not pass on,
-            // approximated by the caller not being root (see `init`).
-            let truncate_kills = req.uid() != 0;
-            match self.ops.setattr(ino.into(), &s, truncate_kills) {
-                Ok(a) => reply.attr(&self.ops.ttl(), &a),
-                Err(e) => reply.error(fe(e)),
-            }
-        })
-    }
+/// The /dev/fuse workers of a mounted session, and the session (dropping it unmounts).
+pub struct Workers {
+    threads: Vec<JoinHandle<()>>,
+    /// fuser's session, held for its mount: dropped (unmounting, if still mounted) after the
+    /// workers are joined.
+    session: Option<Box<dyn Send>>,
+}
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        guard(self.ops.label(), "readlink", || {
-            match self.ops.readlink(ino.into()) {
-                Ok(t) => reply.data(&t),
-                Err(e) => reply.error(fe(e)),
-            }
-        })
-    }
-
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        guard(self.ops.label(), "mknod", || {
-            let r = self
-                .ops
-                .mknod(owner(req), parent.into(), name.as_bytes(), mode, rdev);
-            entry(self.ops.as_ref(), r, reply)
-        })
-    }
-
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        guard(self.ops.label(), "mkdir", || {
-            let r = self
-                .ops
-                .mkdir(owner(req), parent.into(), name.as_bytes(), mode);
-            entry(self.ops.as_ref(), r, reply)
-        })
-    }
-
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        guard(self.ops.label(), "unlink", || {
-            empty(self.ops.unlink(parent.into(), name.as_bytes()), reply)
-        })
-    }
-
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        guard(self.ops.label(), "rmdir", || {
-            empty(self.ops.rmdir(parent.into(), name.as_bytes()), reply)
-        })
-    }
-
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        guard(self.ops.label(), "symlink", || {
-            let r = self.ops.symlink(
-                owner(req),
-                parent.into(),
-                link_name.as_bytes(),
-                target.as_os_str().as_bytes(),
-            );
-            entry(self.ops.as_ref(), r, reply)
-        })
-    }
-
-    fn rename(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        guard(self.ops.label(), "rename", || {
-            let r = self.ops.rename(
-                parent.into(),
-                name.as_bytes(),
-                newparent.into(),
-                newname.as_bytes(),
-                flags.bits(),
-            );
-            empty(r, reply)
-        })
-    }
-
-    fn link(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        guard(self.ops.label(), "link", || {
-            let r = self
-                .ops
-                .link(ino.into(), newparent.into(), newname.as_bytes());
-            entry(self.ops.as_ref(), r, reply)
-        })
-    }
-
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        guard(self.ops.label(), "open", || {
-            opened(self.ops.open(ino.into()), reply)
-        })
-    }
-
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        thread_local! {
-            // This worker's reply buffer: grows to the largest read it served (at most the
-            // mount's max_read), so a READ costs no allocation and no zeroing; the reply is one
-            // writev of header + these bytes.
-            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+impl Workers {
+    /// Serve `session`'s connection with `n` workers (1 to [`MAX_WORKERS`]) answering through
+    /// `ops`.
+    pub fn start<O: Ops + 'static>(
+        session: fuser::Session<Served<O>>,
+        ops: Arc<O>,
+        n: usize,
+    ) -> io::Result<Workers> {
+        let n = n.clamp(1, MAX_WORKERS);
+        let mut fds = vec![session.as_fd().try_clone_to_owned()?];
+        for _ in 1..n {
+            fds.push(clone_fd(&fds[0])?);
         }
-        guard(self.ops.label(), "read", || {
-            BUF.with_borrow_mut(|buf| {
-                if buf.len() < size as usize {
-                    buf.resize(size as usize, 0);
-                }
-                match self.ops.read(ino.into(), offset, &mut buf[..size as usize]) {
-                    Ok(n) => {
-                        assert!(n <= size as usize, "a read answers at most what was asked");
-                        reply.data(&buf[..n])
-                    }
-                    Err(e) => reply.error(fe(e)),
-                }
-            })
-        })
-    }
-
-    fn write(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        guard(self.ops.label(), "write", || {
-            let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-            let how = WriteHow::of(kill, flags.0);
-            match self.ops.write(ino.into(), offset, data, how) {
-                Ok(n) => reply.written(n),
-                Err(e) => reply.error(fe(e)),
-            }
-        })
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        guard(self.ops.label(), "flush", || empty(self.ops.flush(), reply))
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        guard(self.ops.label(), "release", || {
-            empty(self.ops.release(ino.into(), fh.into()), reply)
-        })
-    }
-
-    fn fsync(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        guard(self.ops.label(), "fsync", || {
-            empty(self.ops.fsync(ino.into()), reply)
-        })
-    }
-
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        guard(self.ops.label(), "opendir", || {
-            opened(self.ops.opendir(ino.into()), reply)
-        })
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        guard(self.ops.label(), "readdir", || {
-            let r = self.ops.readdir(
-                ino.into(),
-                fh.into(),
-                offset,
-                &mut |ino, off, kind, name| {
-                    reply.add(INodeNo(ino), off, kind, OsStr::from_bytes(name))
-                },
+        let mut threads = Vec::with_capacity(n);
+        for (i, fd) in fds.into_iter().enumerate() {
+            let ops = Arc::clone(&ops);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("fuse-dev-{i}"))
+                    .spawn(move || serve(fd, &*ops))?,
             );
-            match r {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(fe(e)),
+        }
+        Ok(Workers {
+            threads,
+            session: Some(Box::new(session)),
+        })
+    }
+
+    /// Every worker has ended (the connection is gone: unmounted or aborted).
+    pub fn is_finished(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
+    }
+
+    /// Wait for the workers to end (after the unmount), then let the session go.
+    pub fn join(mut self) -> io::Result<()> {
+        let mut r = Ok(());
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                r = Err(io::Error::other("a /dev/fuse worker panicked"));
             }
-        })
-    }
-
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        guard(self.ops.label(), "readdirplus", || {
-            let ttl = self.ops.ttl();
-            let r = self
-                .ops
-                .readdirplus(ino.into(), fh.into(), offset, &mut |e, off, name| {
-                    let generation = Generation(e.generation);
-                    let name = OsStr::from_bytes(name);
-                    reply.add(e.attr.ino, off, name, &ttl, &e.attr, generation)
-                });
-            match r {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(fe(e)),
-            }
-        })
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        guard(self.ops.label(), "releasedir", || {
-            empty(self.ops.releasedir(fh.into()), reply)
-        })
-    }
-
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        guard(self.ops.label(), "fsyncdir", || {
-            empty(self.ops.fsyncdir(ino.into()), reply)
-        })
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        guard(self.ops.label(), "statfs", || {
-            let s = self.ops.statfs();
-            reply.statfs(
-                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
-            )
-        })
-    }
-
-    fn setxattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        position: u32,
-        reply: ReplyEmpty,
-    ) {
-        guard(self.ops.label(), "setxattr", || {
-            let r = self
-                .ops
-                .setxattr(ino.into(), name.as_bytes(), value, flags, position);
-            empty(r, reply)
-        })
-    }
-
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        guard(self.ops.label(), "getxattr", || {
-            xattr(self.ops.getxattr(ino.into(), name.as_bytes(), size), reply)
-        })
-    }
-
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        guard(self.ops.label(), "listxattr", || {
-            xattr(self.ops.listxattr(ino.into(), size), reply)
-        })
-    }
-
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        guard(self.ops.label(), "removexattr", || {
-            empty(self.ops.removexattr(ino.into(), name.as_bytes()), reply)
-        })
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        guard(self.ops.label(), "create", || {
-            match self
-                .ops
-                .create(owner(req), parent.into(), name.as_bytes(), mode)
-            {
-                Ok((e, o)) => reply.created(
-                    &self.ops.ttl(),
-                    &e.attr,
-                    Generation(e.generation),
-                    FileHandle(o.fh),
-                    o.flags,
-                ),
-                Err(e) => reply.error(fe(e)),
-            }
-        })
-    }
-
-    fn lseek(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
-        guard(self.ops.label(), "lseek", || {
-            match self.ops.lseek(ino.into(), offset, whence) {
-                Ok(at) => reply.offset(at as i64),
-                Err(e) => reply.error(fe(e)),
-            }
-        })
-    }
-
-    fn fallocate(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        guard(self.ops.label(), "fallocate", || {
-            empty(self.ops.fallocate(ino.into(), offset, length, mode), reply)
-        })
-    }
-
-    fn copy_file_range(
-        &self,
-        req: &Request,
-        ino_in: INodeNo,
-        _fh_in: FileHandle,
-        offset_in: u64,
-        ino_out: INodeNo,
-        _fh_out: FileHandle,
-        offset_out: u64,
-        len: u64,
-        flags: fuser::CopyFileRangeFlags,
-        reply: fuser::ReplyWrite,
-    ) {
-        guard(self.ops.label(), "copy_file_range", || {
-            let c = crate::ops::CopyRange {
-                from: (ino_in.into(), offset_in),
-                to: (ino_out.into(), offset_out),
-                len,
-                flags: flags.bits(),
-            };
-            match self.ops.copy_file_range(owner(req), &c) {
-                Ok(n) => reply.written(n),
-                Err(e) => reply.error(fe(e)),
-            }
-        })
+        }
+        drop(self.session.take());
+        r
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A clone of `fd`, the session's /dev/fuse descriptor.
+fn clone_fd(fd: &OwnedFd) -> io::Result<OwnedFd> {
+    // SAFETY: open(2) of a constant path; the descriptor is owned below.
+    let raw = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a new descriptor of ours.
+    let new = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut old = fd.as_raw_fd() as u32;
+    // SAFETY: the ioctl reads one u32 (the descriptor to clone) from a live local.
+    if unsafe { libc::ioctl(new.as_raw_fd(), FUSE_DEV_IOC_CLONE, &mut old) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(new)
+}
 
-    #[test]
-    fn a_panicking_handler_is_contained() {
-        let mut after = false;
-        guard("pmfs", "test", || panic!("a handler bug"));
-        guard("pmfs", "test", || after = true);
-        assert!(after);
+/// Read and answer requests on `fd` until the connection ends.
+fn serve<O: Ops + 'static>(fd: OwnedFd, ops: &O) {
+    let mut buf = vec![0u8; BUF];
+    loop {
+        // SAFETY: a read into our own buffer of its length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            match io::Error::last_os_error().raw_os_error() {
+                // Interrupted, or a request withdrawn before we took it: read again.
+                Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => continue,
+                // Unmounted, or the connection aborted.
+                Some(libc::ENODEV) => return,
+                e => {
+                    tracing::error!("reading /dev/fuse failed ({e:?}): this worker stops");
+                    return;
+                }
+            }
+        }
+        let n = n as usize;
+        if n < IN_HEADER_LEN {
+            tracing::error!("a FUSE request of {n} bytes: ignored");
+            continue;
+        }
+        if let Some((unique, errno, len)) = one(ops, &mut buf, n) {
+            reply(&fd, unique, errno, &buf[IN_HEADER_LEN..][..len]);
+        }
+    }
+}
+
+/// Answer the request in `buf[..n]`; the reply (its id, errno and length, the bytes at the
+/// start of the payload area: see `reply`), or `None` for a request that takes none.
+fn one<O: Ops + 'static>(ops: &O, buf: &mut [u8], n: usize) -> Option<(u64, i32, usize)> {
+    let opcode = u32_at(buf, 4);
+    let nodeid = u64_at(buf, 16);
+    match opcode {
+        // fuse_forget_in: nlookup.
+        op::FORGET => {
+            forget(ops, &[(nodeid, u64_at(buf, IN_HEADER_LEN))]);
+            return None;
+        }
+        // fuse_batch_forget_in: count; then count fuse_forget_one (nodeid, nlookup).
+        op::BATCH_FORGET => {
+            let count = u32_at(buf, IN_HEADER_LEN) as usize;
+            let at = IN_HEADER_LEN + 8;
+            let count = count.min(n.saturating_sub(at) / 16);
+            let all: Vec<(u64, u64)> = (0..count)
+                .map(|i| (u64_at(buf, at + 16 * i), u64_at(buf, at + 16 * i + 8)))
+                .collect();
+            forget(ops, &all);
+            return None;
+        }
+        op::INTERRUPT | op::NOTIFY_REPLY => return None,
+        _ => {}
+    }
+    let op_len = abi::op_in_len(opcode).min(n - IN_HEADER_LEN);
+    // The in-struct, zero-padded as a ring entry's (a handler may read fields a shorter,
+    // older struct lacks), and the payload moved to follow the header directly, so the reply
+    // is written where the request was.
+    let mut op_in = [0u8; 128];
+    op_in[..op_len].copy_from_slice(&buf[IN_HEADER_LEN..IN_HEADER_LEN + op_len]);
+    let payload_sz = n - IN_HEADER_LEN - op_len;
+    buf.copy_within(IN_HEADER_LEN + op_len..n, IN_HEADER_LEN);
+    let h = InHeader::from_dev(buf, payload_sz as u32);
+    let (head, payload) = buf.split_at_mut(IN_HEADER_LEN);
+    debug_assert!(head.len() == IN_HEADER_LEN);
+    let (errno, len) = answer_caught(ops, &h, &op_in, payload);
+    Some((h.unique, errno, len as usize))
+}
+
+fn forget<O: Ops>(ops: &O, all: &[(u64, u64)]) {
+    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for &(ino, n) in all {
+            ops.forget(ino, n);
+        }
+    }));
+    if done.is_err() {
+        tracing::error!("FUSE FORGET panicked; serving on");
+    }
+}
+
+/// Write the reply: `fuse_out_header`, then `data` (none for an error).
+fn reply(fd: &OwnedFd, unique: u64, errno: i32, data: &[u8]) {
+    let data = if errno == 0 { data } else { &[][..] };
+    let head = abi::out_header(unique, errno, data.len() as u32);
+    let iov = [
+        libc::iovec {
+            iov_base: head.as_ptr() as *mut libc::c_void,
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        },
+    ];
+    // SAFETY: both slices outlive the call; writev only reads them.
+    let r = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), 2) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        // ENOENT: the request was interrupted and is gone. ENODEV: the connection ended.
+        if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENODEV)) {
+            tracing::warn!("replying to FUSE request {unique} failed: {e}");
+        }
     }
 }

@@ -7,21 +7,22 @@
 //! (the loop driver turns a block-layer flush into `fsync`), and `fallocate(PUNCH_HOLE)` is its
 //! discard (what the loop driver sends for a block-layer discard).
 //!
-//! Requests arrive over /dev/fuse (fuser, a worker per CPU on cloned descriptors) or, where the
-//! kernel offers it, over FUSE's io_uring transport ([`uring`], a queue per CPU); both call the
-//! same operations, so their semantics are the same.
+//! Requests arrive over /dev/fuse ([`dev`]: fuser mounts and answers INIT, then a worker per
+//! CPU reads requests on cloned descriptors) or, where the kernel offers it, over FUSE's
+//! io_uring transport ([`uring`], a queue per CPU); both hand each request to one decoder
+//! (`answer.rs`), so their semantics are the same.
 //!
 //! [`pmfs`] and [`pmfs::mount`] are the other FUSE front end: a PMFS pool (`pmkit-fs`) mounted as
 //! a whole file system (`pmkit fs mount`), over the same two transports.
 //!
 //! Both file systems implement one typed trait, [`ops::Ops`] ([`Core`] for the device file,
-//! [`pmfs::PmfsOps`] for PMFS), and each transport decodes a request once for any of them:
-//! [`dev::Served`] for fuser over /dev/fuse, `uring/answer.rs` for the io_uring queues.
+//! [`pmfs::PmfsOps`] for PMFS), and `answer.rs` decodes a request once for any of them, from
+//! either transport.
 
+mod abi;
+mod answer;
 pub mod attach;
 pub mod dev;
-mod dev_reply;
-mod dev_request;
 mod file;
 pub mod fusectl;
 pub mod holders;

@@ -1,8 +1,8 @@
-//! The one typed set of FUSE operations, whatever carries the requests: fuser over /dev/fuse
-//! (`dev.rs`) and FUSE over io_uring (`uring/answer.rs`) each decode a request once and call
-//! the same method here. PMFS (`pmfs::PmfsOps`) and the block device file (`file::Core`)
-//! implement it; what a file system does not serve answers ENOSYS, as fuser does (the kernel
-//! remembers that for optional operations).
+//! The one typed set of FUSE operations, whatever carries the requests: `answer.rs` decodes a
+//! request once, from /dev/fuse (`dev.rs`) or FUSE over io_uring (`uring/`), and calls the
+//! method here. PMFS (`pmfs::PmfsOps`) and the block device file (`file::Core`) implement it;
+//! what a file system does not serve answers ENOSYS (the kernel remembers that for optional
+//! operations).
 
 use fuser::{FileAttr, FileType, FopenFlags, KernelConfig};
 use pmkit_fs::{Owner, SetAttr};
@@ -177,8 +177,7 @@ pub trait Ops: Send + Sync {
         nosys()
     }
     /// TMPFILE (`open(dir, O_TMPFILE)`): a regular file with no name in `parent`, opened; LINK
-    /// names it later. Served over io_uring only: fuser has no TMPFILE request, so over
-    /// /dev/fuse the kernel gets ENOSYS and answers EOPNOTSUPP.
+    /// names it later.
     fn tmpfile(&self, o: Owner, parent: u64, mode: u32) -> R<(Entry, Opened)> {
         nosys()
     }

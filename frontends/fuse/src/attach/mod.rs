@@ -235,7 +235,7 @@ pub fn preflight(opts: &AttachOptions) -> Result<()> {
 /// A live attachment. Dropping it without [`Attachment::detach`] leaves the mounts in place.
 pub struct Attachment {
     pub state: AttachState,
-    session: Option<fuser::BackgroundSession>,
+    session: Option<crate::dev::Workers>,
     uring: Option<uring::Queues>,
 }
 
@@ -262,8 +262,6 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
             fuser::MountOption::NoSuid,
             fuser::MountOption::NoDev,
         ];
-        cfg.n_threads = Some(workers(opts.threads));
-        cfg.clone_fd = true;
         let want_uring = match opts.transport {
             Transport::Dev => false,
             Transport::Uring => true,
@@ -271,8 +269,9 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
         };
         let (fs, granted) = DiskFile::new(std::sync::Arc::new(Core::new(disk)), want_uring);
         let core = std::sync::Arc::clone(fs.ops());
+        let core_ops = std::sync::Arc::clone(&core);
         // Session::new mounts and completes INIT, which says whether io_uring was granted;
-        // the queues register before fuser's workers start.
+        // the queues register before the /dev/fuse workers start (`dev::Workers`).
         let session = fuser::Session::new(fs, &fuse_dir, &cfg)
             .map_err(|e| step("mount FUSE", format!("{}: {e}", fuse_dir.display())))?;
         let mut transport = Transport::Dev;
@@ -295,9 +294,9 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
             ));
         }
         a.state.transport = Some(transport);
+        let n = workers(opts.threads);
         a.session = Some(
-            session
-                .spawn()
+            crate::dev::Workers::start(session, core_ops, n)
                 .map_err(|e| step("mount FUSE", format!("{}: {e}", fuse_dir.display())))?,
         );
         a.state.save()?;
@@ -318,8 +317,8 @@ pub fn attach<D: Disk>(disk: D, opts: &AttachOptions) -> Result<Attachment> {
     }
 }
 
-/// Most FUSE worker threads: each holds a request buffer of fuser's 16 MiB.
-pub const MAX_WORKERS: usize = 64;
+/// Most FUSE worker threads (each holds a request buffer of a little over 1 MiB).
+pub const MAX_WORKERS: usize = crate::dev::MAX_WORKERS;
 
 /// FUSE worker threads for `threads` (0: one per CPU, so every CPU can serve a request while
 /// the others are busy, with no worker sharing a descriptor or a lock with another).

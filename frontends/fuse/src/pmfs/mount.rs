@@ -256,7 +256,7 @@ pub struct Served {
     pub transport: Transport,
     fs: Arc<Fs<Region>>,
     stats: Arc<OpStats>,
-    session: fuser::BackgroundSession,
+    session: crate::dev::Workers,
     /// The io_uring queues, when the transport is `Uring`; they hold the handlers (and so the
     /// file system) until the connection ends.
     uring: Option<uring::Queues>,
@@ -341,8 +341,6 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         cfg.mount_options.push(fuser::MountOption::RO);
     }
     cfg.acl = fuser::SessionACL::All;
-    cfg.n_threads = Some(o.threads.clamp(1, 64));
-    cfg.clone_fd = true;
     let stats = Arc::new(OpStats::default());
     let ops = Arc::new(
         PmfsOps::new(Arc::clone(&fs), o.cache, Arc::clone(&stats)).with_read_only(o.read_only),
@@ -356,7 +354,8 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
         MountError::Fuse(why)
     };
     // Session::new mounts and completes INIT, which says whether io_uring was granted; the
-    // queues register before fuser's workers start. Dropping the session unmounts.
+    // queues register before the /dev/fuse workers start (`dev::Workers`, which hold the
+    // session: dropping it unmounts).
     let session = match fuser::Session::new(served, &dir, &cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -388,7 +387,7 @@ pub fn mount(pool: &Path, dir: &Path, o: &MountOptions) -> Result<Served> {
     } else {
         Transport::Dev
     };
-    let session = match session.spawn() {
+    let session = match crate::dev::Workers::start(session, Arc::clone(&ops), o.threads) {
         Ok(s) => s,
         Err(e) => return Err(MountError::Fuse(format!("{}: {e}", dir.display()))),
     };
@@ -491,7 +490,7 @@ impl Served {
         let mut stopping = false;
         let mut progress = (self.stats.progress(), Instant::now());
         let mut aborted: Option<Instant> = None;
-        while !self.session.guard.is_finished() {
+        while !self.session.is_finished() {
             if stopping {
                 let now = self.stats.progress();
                 if now.0 == 0 || now != progress.0 {

@@ -151,7 +151,7 @@ impl Slots {
     /// # Safety
     /// As [`Arena::get`]: the caller has claimed entry `i` (completed, not yet committed, and
     /// answered by no other thread meanwhile).
-    pub(super) unsafe fn answer<H: super::Handler>(&self, handler: &H, i: usize) -> u64 {
+    pub(super) unsafe fn answer<H: crate::answer::Handler>(&self, handler: &H, i: usize) -> u64 {
         // SAFETY: the caller's claim on entry `i` covers both of its buffers.
         unsafe { super::handle(handler, self.headers.get(i), self.payloads.get(i)) }
     }

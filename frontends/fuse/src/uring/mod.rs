@@ -3,49 +3,24 @@
 //! granted `FUSE_OVER_IO_URING`, a queue per CPU registers ring entries with
 //! `IORING_OP_URING_CMD` on the FUSE descriptor; once every CPU's queue has one, the kernel
 //! sends requests through the rings instead of /dev/fuse (interrupts and forgets still come
-//! through /dev/fuse, which fuser's workers keep serving). No Rust FUSE crate we use speaks
-//! this protocol (fuser 0.18 does not, and its dispatcher cannot be fed request bytes from
-//! elsewhere), so this module does: the queues carry any request to a `Handler`, which
-//! decodes the opcodes its file system serves and calls the same handlers fuser's `Filesystem`
-//! calls: `ops.rs` for the block device (`file.rs`'s `Core`); PMFS's is `crate::pmfs::uring`,
-//! beside its handlers.
+//! through /dev/fuse, which the /dev/fuse workers keep serving: `dev.rs`). No Rust FUSE crate
+//! we use speaks this protocol (fuser 0.18 does not), so this module does: the queues carry
+//! any request to a `Handler` (`answer.rs`, the decoder the /dev/fuse workers use too),
+//! which calls the file system's [`crate::ops::Ops`].
 
+use crate::abi;
+use crate::answer::{answer_caught, Handler};
 use serde::{Deserialize, Serialize};
 
-pub(crate) mod abi;
-mod answer;
 mod buffers;
 mod queue;
 
-/// What answers the requests that arrive on a connection's rings.
-pub(crate) trait Handler: Send + Sync + 'static {
-    /// Answer request `h` (its fixed in-struct `op_in`, its names or data in `payload`) by
-    /// writing the reply's bytes into `payload`: their count, or a positive errno.
-    fn answer(&self, h: &abi::InHeader, op_in: &[u8], payload: &mut [u8]) -> Result<u32, i32>;
-}
-
 /// Answer the request in an entry's `header`/`payload` (as the kernel filled them) in place;
-/// the commit id to send with COMMIT_AND_FETCH. Every request gets an answer: a handler that
-/// panics (a bug, or a request no one foresaw) answers EIO and the queue goes on serving, for
-/// a request left unanswered holds its caller in uninterruptible sleep until the connection
-/// is aborted.
+/// the commit id to send with COMMIT_AND_FETCH. Every request gets an answer (see
+/// [`answer_caught`]).
 fn handle<H: Handler>(handler: &H, header: &mut [u8], payload: &mut [u8]) -> u64 {
     let h = abi::InHeader::parse(header);
-    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        handler.answer(&h, abi::op_in(header), payload)
-    }));
-    let (errno, len) = match answered {
-        Ok(Ok(len)) => (0, len),
-        Ok(Err(e)) => (e, 0),
-        Err(_) => {
-            tracing::error!(
-                "FUSE request {} (opcode {}) panicked; answered EIO, serving on",
-                h.unique,
-                h.opcode
-            );
-            (libc::EIO, 0)
-        }
-    };
+    let (errno, len) = answer_caught(handler, &h, abi::op_in(header), payload);
     abi::set_reply(header, h.unique, errno, len);
     h.commit_id
 }

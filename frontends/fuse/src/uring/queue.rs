@@ -8,7 +8,8 @@
 //! per request, and the kernel queues a request on the queue of the CPU that issued it.
 
 use super::buffers::Slots;
-use super::{abi, Handler};
+use crate::abi;
+use crate::answer::Handler;
 use crate::file::MAX_IO;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};

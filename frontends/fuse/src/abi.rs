@@ -1,6 +1,6 @@
-//! The parts of the FUSE wire format (`include/uapi/linux/fuse.h`, ABI 7.42+) the io_uring
-//! transport reads and writes itself: the ring entry's header buffer, the request header,
-//! the per-opcode structs the block device and PMFS get, and the replies. Everything is
+//! The parts of the FUSE wire format (`include/uapi/linux/fuse.h`, ABI 7.42+) both transports
+//! read and write themselves: the request header, the per-opcode structs the block device and
+//! PMFS get, and the replies; and for io_uring, the ring entry's header buffer. Everything is
 //! native-endian bytes at fixed offsets, so parsing needs no `unsafe`.
 
 use fuser::{FileAttr, FileType};
@@ -120,6 +120,58 @@ pub(crate) mod op {
     pub(crate) const LSEEK: u32 = 46;
     pub(crate) const COPY_FILE_RANGE: u32 = 47;
     pub(crate) const TMPFILE: u32 = 51;
+    /// Take no reply (the /dev/fuse workers skip them).
+    pub(crate) const INTERRUPT: u32 = 36;
+    pub(crate) const NOTIFY_REPLY: u32 = 41;
+}
+
+/// Over /dev/fuse, the bytes of an opcode's fixed in-struct (its first argument) between the
+/// request header and the payload (`fuse_*_in` as of ABI 7.42); 0 for an opcode with none or
+/// one not served (answered ENOSYS whatever follows the header).
+pub(crate) fn op_in_len(opcode: u32) -> usize {
+    match opcode {
+        op::FORGET | op::MKDIR | op::RENAME | op::LINK | op::OPEN | op::SETXATTR => 8,
+        op::GETXATTR | op::LISTXATTR | op::OPENDIR | op::BATCH_FORGET => 8,
+        34 /* ACCESS */ | op::INTERRUPT | 50 /* SYNCFS */ => 8,
+        op::GETATTR | op::MKNOD | op::FSYNC | op::FSYNCDIR | op::CREATE | op::TMPFILE => 16,
+        op::RENAME2 | 37 /* BMAP */ => 16,
+        op::RELEASE | op::RELEASEDIR | op::FLUSH | op::LSEEK | 40 /* POLL */ => 24,
+        52 /* STATX */ => 24,
+        39 /* IOCTL */ | op::FALLOCATE => 32,
+        op::READ | op::WRITE | op::READDIR | op::READDIRPLUS => 40,
+        31..=33 /* GETLK, SETLK, SETLKW */ => 48,
+        op::COPY_FILE_RANGE => 56,
+        op::SETATTR => 88,
+        _ => 0,
+    }
+}
+
+/// `struct fuse_in_header`: len, opcode, unique, nodeid, uid, gid, pid, total_extlen, padding.
+pub(crate) const IN_HEADER_LEN: usize = 40;
+
+impl InHeader {
+    /// The header of a request read from /dev/fuse, `payload_sz` bytes of payload after its
+    /// in-struct.
+    pub(crate) fn from_dev(b: &[u8], payload_sz: u32) -> InHeader {
+        InHeader {
+            opcode: u32_at(b, 4),
+            unique: u64_at(b, 8),
+            nodeid: u64_at(b, 16),
+            uid: u32_at(b, 24),
+            gid: u32_at(b, 28),
+            commit_id: 0,
+            payload_sz,
+        }
+    }
+}
+
+/// A `fuse_out_header` (len, -errno, unique) for a reply of `payload_len` bytes.
+pub(crate) fn out_header(unique: u64, errno: i32, payload_len: u32) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    put32(&mut h, 0, 16 + payload_len);
+    put32(&mut h, 4, (-errno) as u32);
+    put64(&mut h, 8, unique);
+    h
 }
 
 /// `fuse_setattr_in.valid` bits.

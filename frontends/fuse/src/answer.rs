@@ -1,21 +1,54 @@
-//! One request from a ring entry: decode the opcode's in-struct and names, call the operation
-//! of [`Ops`] that fuser's `Filesystem` (`dev.rs`) calls for the same opcode, and encode its
-//! answer in the entry's payload buffer, for any file system that implements [`Ops`]. What it
-//! does not serve gets ENOSYS, as from fuser (the kernel remembers that for optional
-//! operations).
+//! One FUSE request, from either transport: decode the opcode's in-struct and names, call the
+//! operation of [`Ops`], and encode its answer in the payload buffer, for any file system that
+//! implements [`Ops`]. What it does not serve gets ENOSYS (the kernel remembers that for
+//! optional operations).
 //!
-//! Layout over io_uring: the opcode's first argument (its fixed struct, empty for LOOKUP,
-//! UNLINK, RMDIR, SYMLINK, READLINK and REMOVEXATTR) is in `op_in`; the remaining arguments
-//! (names, each NUL-terminated, then a SYMLINK target, a SETXATTR value, WRITE data) are
-//! concatenated in the payload, `payload_sz` bytes.
+//! Layout: the opcode's first argument (its fixed struct, empty for LOOKUP, UNLINK, RMDIR,
+//! SYMLINK, READLINK and REMOVEXATTR) is `op_in` (over io_uring the kernel puts it in the
+//! entry's header; over /dev/fuse it follows the request header, `abi::op_in_len` long); the
+//! remaining arguments (names, each NUL-terminated, then a SYMLINK target, a SETXATTR value,
+//! WRITE data) are concatenated in the payload, `payload_sz` bytes.
 
+use crate::abi::{self, op, u32_at, u64_at, InHeader};
 use crate::ops::{CopyRange, Entry, Opened, Ops, WriteHow, Xattr};
-use crate::uring::abi::{self, op, u32_at, u64_at, InHeader};
-use crate::uring::Handler;
 use pmkit_fs::{Owner, SetAttr};
 use std::time::Duration;
 
 type R = Result<u32, i32>;
+
+/// What answers the requests of a connection, whichever transport brings them.
+pub(crate) trait Handler: Send + Sync + 'static {
+    /// Answer request `h` (its fixed in-struct `op_in`, its names or data in `payload`) by
+    /// writing the reply's bytes into `payload`: their count, or a positive errno.
+    fn answer(&self, h: &InHeader, op_in: &[u8], payload: &mut [u8]) -> Result<u32, i32>;
+}
+
+/// Answer `h` with `handler`: (errno, reply bytes in `payload`). Every request gets an answer:
+/// a handler that panics (a bug, or a request no one foresaw) answers EIO and the transport
+/// goes on serving, for a request left unanswered holds its caller in uninterruptible sleep
+/// until the connection is aborted.
+pub(crate) fn answer_caught<H: Handler>(
+    handler: &H,
+    h: &InHeader,
+    op_in: &[u8],
+    payload: &mut [u8],
+) -> (i32, u32) {
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handler.answer(h, op_in, payload)
+    }));
+    match answered {
+        Ok(Ok(len)) => (0, len),
+        Ok(Err(e)) => (e, 0),
+        Err(_) => {
+            tracing::error!(
+                "FUSE request {} (opcode {}) panicked; answered EIO, serving on",
+                h.unique,
+                h.opcode
+            );
+            (libc::EIO, 0)
+        }
+    }
+}
 
 /// The request's payload, split at NULs: `names::<N>(p)` gives the first `N` NUL-terminated
 /// strings and what follows them.
@@ -264,10 +297,11 @@ impl<O: Ops + 'static> Handler for O {
                 let n = self.copy_file_range(who, &c)?;
                 Ok(abi::write_out(buf, n))
             }
-            // The kernel sends these over /dev/fuse, never a ring; nothing to do for either.
-            op::FORGET | op::BATCH_FORGET | op::DESTROY => Ok(0),
-            // ACCESS (permissions are checked by the kernel: default_permissions), INTERRUPT
-            // (requests are not cancelled), and the rest: as fuser answers them.
+            // FORGET and BATCH_FORGET take no reply: the /dev/fuse workers handle them before
+            // this (`dev.rs`), and the kernel never puts them on a ring.
+            op::DESTROY => Ok(0),
+            // ACCESS (permissions are checked by the kernel: default_permissions), and the rest:
+            // ENOSYS, so the kernel stops asking for what can stop.
             _ => Err(libc::ENOSYS),
         }
     }
