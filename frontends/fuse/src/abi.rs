@@ -146,6 +146,11 @@ pub(crate) fn op_in_len(opcode: u32) -> usize {
     }
 }
 
+/// The largest payload either file system asks for at INIT (`max_write`, and so the READ size
+/// the kernel asks): the device file's `MAX_IO`, PMFS's `MAX_WRITE`, and what a worker's or a
+/// ring entry's buffer holds.
+pub(crate) const MAX_PAYLOAD: u32 = 1 << 20;
+
 /// `struct fuse_in_header`: len, opcode, unique, nodeid, uid, gid, pid, total_extlen, padding.
 pub(crate) const IN_HEADER_LEN: usize = 40;
 

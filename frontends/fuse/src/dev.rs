@@ -64,11 +64,7 @@ impl<O: Ops + 'static> Filesystem for Served<O> {
 /// A worker's buffer: the largest request (a WRITE of the largest `max_write` either file
 /// system asks at INIT, with its headers) and the largest reply (a READ as large); the kernel
 /// refuses a read of /dev/fuse into less than its `max_write` plus headers.
-const BUF: usize = crate::file::MAX_IO as usize + 64 * 1024;
-const _: () = assert!(
-    crate::pmfs::MAX_WRITE <= crate::file::MAX_IO,
-    "BUF holds a PMFS WRITE"
-);
+const BUF: usize = abi::MAX_PAYLOAD as usize + 64 * 1024;
 
 /// The most workers one mount runs.
 pub const MAX_WORKERS: usize = 64;

@@ -13,7 +13,7 @@ pub(crate) const DISK_INO: u64 = 2;
 /// Largest FUSE request we accept; the kernel splits bigger I/O. 1 MiB is also the kernel's
 /// ceiling here (`/proc/sys/fs/fuse/max_pages_limit` = 256 pages); fuser asks for
 /// `max_pages` = max_write / page size.
-pub(crate) const MAX_IO: u32 = 1 << 20;
+pub(crate) const MAX_IO: u32 = crate::abi::MAX_PAYLOAD;
 /// Background requests the kernel may have in flight to us at once. The loop driver's direct
 /// I/O reaches FUSE as asynchronous requests (`FUSE_ASYNC_DIO`), which count as background
 /// requests: at the kernel's default of 12 (fuser: 16) a queue-depth-32 workload through ext4

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Largest write request.
-pub const MAX_WRITE: u32 = 1 << 20;
+pub const MAX_WRITE: u32 = crate::abi::MAX_PAYLOAD;
 
 /// The handlers over a mounted PMFS, shared by both transports. Generic over the media, so a
 /// test drives them in process (no root, no /dev/fuse) on any `Media`.
