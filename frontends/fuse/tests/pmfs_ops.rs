@@ -259,3 +259,51 @@ fn without_opens_the_kernels_references_keep_an_unlinked_file() {
     o.forget(d, 5);
     assert_eq!(o.getattr(d).unwrap().nlink, 2);
 }
+
+/// A listing with attributes (READDIRPLUS) that goes on after its names changed never hands the
+/// kernel another file under a name it no longer has: the handle's listing was taken at its
+/// first READDIRPLUS, the entry's inode was freed and given to a new file since, and the kernel
+/// takes every entry as a lookup (it would cache the old name for the new file, and a generation
+/// that is not the one it holds for that inode marks its inode bad: EIO to whoever has it open).
+#[test]
+fn a_listing_that_goes_on_skips_entries_whose_names_changed() {
+    let o = ops(Region::anonymous(4 << 20).unwrap());
+    let file = libc::S_IFREG | 0o644;
+    let d = o.mkdir(ME, ROOT, b"d", 0o755).unwrap().attr.ino.0;
+    let a = o.mknod(ME, d, b"a", file, 0).unwrap().attr.ino.0;
+    let b = o.mknod(ME, d, b"b", file, 0).unwrap().attr.ino.0;
+    let h = o.opendir(d).unwrap().fh;
+    // The first READDIRPLUS takes the listing; its reply holds one entry (".").
+    let mut first = vec![];
+    o.readdirplus(d, h, 0, &mut |_, off, name| {
+        first.push((name.to_vec(), off));
+        first.len() > 1
+    })
+    .unwrap();
+    assert_eq!(first.len(), 2, "the second entry did not fit");
+    let next = first[0].1;
+    // Both files go; a new one takes one of their inodes.
+    o.unlink(d, b"a").unwrap();
+    o.unlink(d, b"b").unwrap();
+    o.forget(a, 1);
+    o.forget(b, 1);
+    let c = o.mknod(ME, d, b"c", file, 0).unwrap();
+    assert!(
+        [a, b].contains(&c.attr.ino.0),
+        "the new file reuses a freed inode"
+    );
+    let mut rest = vec![];
+    o.readdirplus(d, h, next, &mut |e, _, name| {
+        rest.push((name.to_vec(), e.attr.ino.0));
+        false
+    })
+    .unwrap();
+    o.releasedir(h).unwrap();
+    for (name, ino) in &rest {
+        assert!(
+            !(ino == &c.attr.ino.0 && name.as_slice() != b"c"),
+            "{} handed out as inode {ino}, now `c`'s: {rest:?}",
+            String::from_utf8_lossy(name)
+        );
+    }
+}

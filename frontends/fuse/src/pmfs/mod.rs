@@ -460,10 +460,16 @@ impl<M: Media> Ops for PmfsOps<M> {
     fn readdirplus(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntryPlus<'_>) -> R<()> {
         let list = self.handle_listing(ino, fh, offset)?;
         for (i, e) in list.iter().enumerate().skip(offset as usize) {
-            let Ok(a) = self.fs.getattr(e.ino) else {
+            let dot = e.name == b"." || e.name == b"..";
+            // The listing may be older than the names: the kernel takes each entry as a
+            // lookup, so only a name that still leads to the same inode is handed out.
+            let now = match dot {
+                true => self.fs.getattr(e.ino),
+                false => self.fs.lookup(ino, &e.name),
+            };
+            let Some(a) = now.ok().filter(|a| a.ino == e.ino) else {
                 continue;
             };
-            let dot = e.name == b"." || e.name == b"..";
             if !dot {
                 self.refs.hold(&self.fs, &a);
             }
