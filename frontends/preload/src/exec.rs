@@ -477,21 +477,6 @@ extern "C" {
     fn pmkit_execle();
 }
 
-macro_rules! variadic_exec {
-    ($name:ident => $target:ident) => {
-        /// # Safety
-        /// The C function's contract; the body is one jump to its C implementation.
-        #[unsafe(naked)]
-        #[no_mangle]
-        pub(crate) unsafe extern "C" fn $name() {
-            #[cfg(target_arch = "x86_64")]
-            core::arch::naked_asm!("jmp {}", sym $target);
-            #[cfg(target_arch = "aarch64")]
-            core::arch::naked_asm!("b {}", sym $target);
-        }
-    };
-}
-
-variadic_exec!(execl => pmkit_execl);
-variadic_exec!(execlp => pmkit_execlp);
-variadic_exec!(execle => pmkit_execle);
+variadic!(execl => pmkit_execl);
+variadic!(execlp => pmkit_execlp);
+variadic!(execle => pmkit_execle);

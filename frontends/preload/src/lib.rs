@@ -65,6 +65,7 @@ mod sock;
 mod stat;
 mod state;
 mod stdio;
+mod sys;
 mod table;
 mod temp;
 mod vcwd;

@@ -16,6 +16,24 @@ macro_rules! real {
     }};
 }
 
+/// Export C function `$name` as one jump to `$target`, a C definition of a variadic call
+/// (`execl.c`: stable Rust cannot define one), so the caller's registers and stack
+/// arrive at it as they were.
+macro_rules! variadic {
+    ($name:ident => $target:ident) => {
+        /// # Safety
+        /// The C function's contract; the body is one jump to its C implementation.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub(crate) unsafe extern "C" fn $name() {
+            #[cfg(target_arch = "x86_64")]
+            core::arch::naked_asm!("jmp {}", sym $target);
+            #[cfg(target_arch = "aarch64")]
+            core::arch::naked_asm!("b {}", sym $target);
+        }
+    };
+}
+
 /// The next definition of `name` (NUL-terminated) after this library; aborts when missing (a
 /// program can only call a function its libc has, so this is a broken installation).
 pub(crate) fn lookup(name: &'static str) -> usize {

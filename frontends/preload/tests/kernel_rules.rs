@@ -114,6 +114,17 @@ fn copy_file_range_matches_the_kernels_through_the_shim() {
     same_as_the_kernel("copy.py");
 }
 
+/// The last page of a shared mapping reads zeros past the end of the file, after a shrink and
+/// after appends into blocks another file held (frontends/cli/tests/data/map_eof.py), as on
+/// tmpfs.
+#[test]
+fn a_mapping_reads_zeros_past_the_end_of_the_file() {
+    if !have("python3") {
+        return;
+    }
+    same_as_the_kernel("map_eof.py");
+}
+
 /// The same through a shim served by `pmkit fs serve`'s server: one call to the server.
 #[test]
 fn copy_file_range_matches_the_kernels_through_a_served_shim() {

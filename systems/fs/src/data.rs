@@ -375,13 +375,15 @@ impl<M: Media> Fs<M> {
             tx.put_inode(ino, &node);
             return self.commit(tx);
         }
+        let old = node.size;
         (node.size, node.mtime, node.ctime) = (size, t, t);
         self.resum_tail(&mut tx, &node)?;
         let keep = keep_blocks(&node, size);
         match tree::prune(&mut tx, &mut node, keep, self.prune_budget(), false) {
             Ok(true) => {
                 tx.put_inode(ino, &node);
-                return self.commit(tx);
+                self.commit(tx)?;
+                return self.zero_tail(ino, size, old);
             }
             Ok(false) | Err(Error::NoSpace) => {}
             Err(e) => return Err(e),
@@ -398,7 +400,35 @@ impl<M: Media> Fs<M> {
         tx.put_inode(ino, &node);
         self.commit(tx)?;
         *list = new;
-        self.truncate_rest(ino, size, &mut list)
+        self.truncate_rest(ino, size, &mut list)?;
+        self.zero_tail(ino, size, old)
+    }
+
+    /// After a shrink to `size` (from `old`) committed: zero the rest of the block the size
+    /// ends in, so a mapping of the file (`map()`, the shim's mmap) reads zeros past the end,
+    /// as Linux's do. Its own transaction, of bytes past the size only: a crash before it
+    /// leaves them as they were, which no read sees (a later growth zeroes them: `zero_gap`).
+    fn zero_tail(&self, ino: u64, size: u64, old: u64) -> Result<()> {
+        let end = size.next_multiple_of(BLOCK as u64).min(old);
+        if end <= size {
+            return Ok(());
+        }
+        let mut tx = self.tx();
+        let node = tx.inode(ino);
+        debug_assert!(node.size == size, "the shrink committed");
+        self.zero_gap(&mut tx, &node, end);
+        self.commit(tx)
+    }
+
+    /// Before a mapping of `ino` is handed out: zero the rest of the block its size ends in.
+    /// A block preallocated for appends holds what it held before until written, and an
+    /// append leaves its tail so: reads stop at the size, a mapping's last page would not
+    /// (Linux's read past the end of a mapped file as zeros).
+    pub(crate) fn zero_past_eof(&self, ino: u64) -> Result<()> {
+        let _ns = self.ns.read();
+        let _g = self.stripe(ino).lock();
+        let size = self.live(ino)?.size;
+        self.zero_tail(ino, size, u64::MAX)
     }
 
     pub(crate) fn prune_budget(&self) -> usize {

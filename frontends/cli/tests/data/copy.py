@@ -1,9 +1,9 @@
 # copy_file_range(2) as Linux answers it, in directory argv[1]: explicit offsets and the
-# descriptors' own (which advance), a copy past the source's end, overlapping and disjoint
-# ranges of one file, a destination open for appending, a directory, a read-only destination,
-# and a sparse source (read back equal; PMFS keeps its holes, tmpfs fills them, so where the
-# holes lie is not printed). The tests run it on tmpfs (the model), on the PMFS mount and through the shim, and
-# compare what it prints.
+# descriptors' own (which advance), one by number through syscall(), a copy past the source's
+# end, overlapping and disjoint ranges of one file, a destination open for appending, a
+# directory, a read-only destination, and a sparse source (read back equal; PMFS keeps its
+# holes, tmpfs fills them, so where the holes lie is not printed). The tests run it on tmpfs
+# (the model), on the PMFS mount and through the shim, and compare what it prints.
 import errno
 import os
 import sys
@@ -41,6 +41,13 @@ want[2_000:12_000] = data(50_000, 1)[100:10_100]
 want[0:5_000] = data(50_000, 1)[30_000:35_000]
 want[20_000:25_000] = data(50_000, 1)[45_000:]
 print("dst as copied", os.pread(dst, 1 << 20, 0) == bytes(want))
+# By number through libc's syscall(), as fsx calls it.
+import ctypes
+NR = {"x86_64": 326, "aarch64": 285}[os.uname().machine]
+libc = ctypes.CDLL(None, use_errno=True)
+o_in, o_out = ctypes.c_longlong(0), ctypes.c_longlong(30_000)
+n = libc.syscall(NR, src, ctypes.byref(o_in), dst, ctypes.byref(o_out), ctypes.c_size_t(100), 0)
+print("by syscall()", n, o_in.value, o_out.value, os.pread(dst, 100, 30_000) == data(50_000, 1)[:100])
 app = os.open(f"{d}/dst", os.O_WRONLY | os.O_APPEND)
 print("append", e(lambda: os.copy_file_range(src, app, 10, 0, 0)))
 os.close(app)

@@ -35,6 +35,7 @@ impl<M: Media> Posix<M> {
         // an atomic or summed file is refused before the fallocate could grow it
         self.fs.check_mappable(d.ino)?;
         self.fs.fallocate_mode(d.ino, off, len, alloc)?;
+        self.fs.zero_past_eof(d.ino)?;
         self.fs.open(d.ino)?;
         match self.fs.pin_extents(d.ino, off, len) {
             Ok(e) => Ok((d.ino, e)),
