@@ -10,15 +10,8 @@ use pmkit_media::crashsim::{check_every_fence_from, CrashOpts, CrashSim};
 const B: u64 = 4096;
 const MIB: u64 = 1 << 20;
 
-fn bytes(seed: u8, n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(29) ^ seed).collect()
-}
-
-fn mounted(len: usize) -> Fs<CrashSim> {
-    let sim = CrashSim::new(len);
-    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
-    Fs::mount(sim, &MountOptions::default()).unwrap().0
-}
+mod common;
+use common::{seeded as bytes, tiny_fs as mounted};
 
 #[test]
 fn a_sparse_file_is_copied_sparse_and_stops_at_the_end() {

@@ -9,15 +9,8 @@ use pmkit_media::crashsim::{check_every_fence_from, CrashOpts, CrashSim};
 const B: u64 = 4096;
 const MIB: u64 = 1 << 20;
 
-fn bytes(seed: u8, n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
-}
-
-fn mounted(len: usize) -> Fs<CrashSim> {
-    let sim = CrashSim::new(len);
-    Fs::mkfs(&sim, &MkfsOptions::tiny()).unwrap();
-    Fs::mount(sim, &MountOptions::default()).unwrap().0
-}
+mod common;
+use common::{seeded as bytes, tiny_fs as mounted};
 
 #[test]
 fn a_punched_hole_frees_its_blocks_and_reads_zeros() {

@@ -5,8 +5,23 @@
 pub(crate) mod crashcheck;
 
 use pmkit_fs::{Error, Falloc, Fs, Kind, RenameFlags, SetAttr, XattrFlags, ROOT};
+use pmkit_media::crashsim::CrashSim;
 use pmkit_media::Media;
 use std::collections::{BTreeMap, HashMap};
+
+/// `n` bytes of a pattern that differs by `seed`.
+pub(crate) fn seeded(seed: u8, n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+}
+
+/// A file system made with the tiny geometry on a crash simulator of `len` bytes, mounted.
+pub(crate) fn tiny_fs(len: usize) -> Fs<CrashSim> {
+    let sim = CrashSim::new(len);
+    Fs::mkfs(&sim, &pmkit_fs::MkfsOptions::tiny()).unwrap();
+    Fs::mount(sim, &pmkit_fs::MountOptions::default())
+        .unwrap()
+        .0
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
