@@ -123,6 +123,15 @@ pub(crate) mod op {
     /// Take no reply (the /dev/fuse workers skip them).
     pub(crate) const INTERRUPT: u32 = 36;
     pub(crate) const NOTIFY_REPLY: u32 = 41;
+    /// Not served (ENOSYS); named for the sizes of their in-structs.
+    pub(crate) const GETLK: u32 = 31;
+    pub(crate) const SETLKW: u32 = 33;
+    pub(crate) const ACCESS: u32 = 34;
+    pub(crate) const BMAP: u32 = 37;
+    pub(crate) const IOCTL: u32 = 39;
+    pub(crate) const POLL: u32 = 40;
+    pub(crate) const SYNCFS: u32 = 50;
+    pub(crate) const STATX: u32 = 52;
 }
 
 /// Over /dev/fuse, the bytes of an opcode's fixed in-struct (its first argument) between the
@@ -132,14 +141,14 @@ pub(crate) fn op_in_len(opcode: u32) -> usize {
     match opcode {
         op::FORGET | op::MKDIR | op::RENAME | op::LINK | op::OPEN | op::SETXATTR => 8,
         op::GETXATTR | op::LISTXATTR | op::OPENDIR | op::BATCH_FORGET => 8,
-        34 /* ACCESS */ | op::INTERRUPT | 50 /* SYNCFS */ => 8,
+        op::ACCESS | op::INTERRUPT | op::SYNCFS => 8,
         op::GETATTR | op::MKNOD | op::FSYNC | op::FSYNCDIR | op::CREATE | op::TMPFILE => 16,
-        op::RENAME2 | 37 /* BMAP */ => 16,
-        op::RELEASE | op::RELEASEDIR | op::FLUSH | op::LSEEK | 40 /* POLL */ => 24,
-        52 /* STATX */ => 24,
-        39 /* IOCTL */ | op::FALLOCATE => 32,
+        op::RENAME2 | op::BMAP => 16,
+        op::RELEASE | op::RELEASEDIR | op::FLUSH | op::LSEEK | op::POLL | op::STATX => 24,
+        op::IOCTL | op::FALLOCATE => 32,
         op::READ | op::WRITE | op::READDIR | op::READDIRPLUS => 40,
-        31..=33 /* GETLK, SETLK, SETLKW */ => 48,
+        // GETLK, SETLK, SETLKW
+        op::GETLK..=op::SETLKW => 48,
         op::COPY_FILE_RANGE => 56,
         op::SETATTR => 88,
         _ => 0,

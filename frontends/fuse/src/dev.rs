@@ -167,15 +167,15 @@ fn serve<O: Ops + 'static>(fd: OwnedFd, ops: &O) {
             tracing::error!("a FUSE request of {n} bytes: ignored");
             continue;
         }
-        if let Some((unique, errno, len)) = one(ops, &mut buf, n) {
-            reply(&fd, unique, errno, &buf[IN_HEADER_LEN..][..len]);
+        if let Some((unique, errno, at, len)) = one(ops, &mut buf, n) {
+            reply(&fd, unique, errno, &buf[at..at + len]);
         }
     }
 }
 
-/// Answer the request in `buf[..n]`; the reply (its id, errno and length, the bytes at the
-/// start of the payload area: see `reply`), or `None` for a request that takes none.
-fn one<O: Ops + 'static>(ops: &O, buf: &mut [u8], n: usize) -> Option<(u64, i32, usize)> {
+/// Answer the request in `buf[..n]`; the reply (its id, errno, and where its bytes lie in
+/// `buf`: offset and length), or `None` for a request that takes none.
+fn one<O: Ops + 'static>(ops: &O, buf: &mut [u8], n: usize) -> Option<(u64, i32, usize, usize)> {
     let opcode = u32_at(buf, 4);
     let nodeid = u64_at(buf, 16);
     match opcode {
@@ -200,17 +200,14 @@ fn one<O: Ops + 'static>(ops: &O, buf: &mut [u8], n: usize) -> Option<(u64, i32,
     }
     let op_len = abi::op_in_len(opcode).min(n - IN_HEADER_LEN);
     // The in-struct, zero-padded as a ring entry's (a handler may read fields a shorter,
-    // older struct lacks), and the payload moved to follow the header directly, so the reply
-    // is written where the request was.
+    // older struct lacks). The payload stays where it was read (a WRITE's data is not moved),
+    // and the reply is written over it.
     let mut op_in = [0u8; 128];
     op_in[..op_len].copy_from_slice(&buf[IN_HEADER_LEN..IN_HEADER_LEN + op_len]);
-    let payload_sz = n - IN_HEADER_LEN - op_len;
-    buf.copy_within(IN_HEADER_LEN + op_len..n, IN_HEADER_LEN);
-    let h = InHeader::from_dev(buf, payload_sz as u32);
-    let (head, payload) = buf.split_at_mut(IN_HEADER_LEN);
-    debug_assert!(head.len() == IN_HEADER_LEN);
-    let (errno, len) = answer_caught(ops, &h, &op_in, payload);
-    Some((h.unique, errno, len as usize))
+    let at = IN_HEADER_LEN + op_len;
+    let h = InHeader::from_dev(buf, (n - at) as u32);
+    let (errno, len) = answer_caught(ops, &h, &op_in, &mut buf[at..]);
+    Some((h.unique, errno, at, len as usize))
 }
 
 fn forget<O: Ops>(ops: &O, all: &[(u64, u64)]) {
