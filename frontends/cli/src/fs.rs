@@ -269,6 +269,12 @@ pub(crate) fn run(a: Args) -> Result<ExitCode> {
                     report.free_blocks,
                     report.free_huge_blocks
                 );
+                if g.shares() {
+                    println!(
+                        "shared:      {} blocks shared by reflinks, saving {} blocks of copies",
+                        report.shared_blocks, report.shared_extra
+                    );
+                }
                 println!(
                     "files:       {}, directories {}, orphans {}",
                     report.files, report.dirs, report.orphans

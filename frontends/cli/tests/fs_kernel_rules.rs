@@ -113,6 +113,36 @@ fn copy_file_range_matches_the_kernels_on_the_mount() {
     }
 }
 
+/// What `tests/data/reflink.py` prints on PMFS through the mount (the shim's test adds the
+/// ioctls' lines): copy_file_range shares the blocks, and either side then changes alone.
+pub const REFLINK_WANT: &str = "copy_file_range shares True\nthe copy reads back True\n\
+    a write to the copy leaves the source True\nthe copy has the write True\n\
+    a shrink of the copy leaves the source True\na write to the source leaves the copy True\n\
+    the copy outlives the source True\n";
+
+/// Reflink on the mount, over both transports: the kernel's COPY_FILE_RANGE shares whole
+/// blocks (`Fs::copy_range`), the copy and its source change apart, the pool checks clean.
+#[test]
+fn copy_file_range_shares_blocks_on_the_mount() {
+    if !can_run() {
+        return;
+    }
+    let path = format!("{}/tests/data/reflink.py", env!("CARGO_MANIFEST_DIR"));
+    for t in transports() {
+        let s = scratch("16M");
+        let d = Daemon::start(&s, &["--transport", t]);
+        let o = Command::new("python3")
+            .args([&path, s.mnt.to_str().unwrap(), "mount"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "reflink.py over {t}: {err}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), REFLINK_WANT, "over {t}");
+        d.umount();
+        check_clean(&s);
+    }
+}
+
 /// What `tests/data/falloc.py` prints on PMFS, through the mount or the shim: every mode served
 /// (keep size, punch, zero range) checked by the script against Linux's rules; a punch without
 /// KEEP_SIZE, collapse and insert refused with EOPNOTSUPP as Linux's VFS or PMFS answers them.

@@ -1,6 +1,7 @@
 //! ioctl(2) on shim descriptors: FS_IOC_FIEMAP answered from the file's tree (filefrag and
-//! xfs_io's `fiemap` use it); every other request goes to libc on the descriptor's kernel
-//! number, as before.
+//! xfs_io's `fiemap` use it), FICLONE and FICLONERANGE by the pool sharing the blocks
+//! (`cp --reflink`; `Posix::clone_range`, EXDEV when only one side is in the pool); every other
+//! request goes to libc on the descriptor's kernel number, as before.
 
 use crate::state::{self, en, enter};
 use std::ffi::{c_int, c_ulong, c_void};
@@ -12,6 +13,13 @@ const HEAD: usize = 32;
 const EXTENT: usize = 56;
 const FLAG_SYNC: u32 = 1;
 const EXTENT_LAST: u32 = 1;
+const EXTENT_SHARED: u32 = 0x2000;
+/// `_IOW(0x94, 9, int)`: the whole source file into the destination.
+const FICLONE: c_ulong = 0x4004_9409;
+/// `_IOW(0x94, 13, struct file_clone_range)`.
+const FICLONERANGE: c_ulong = 0x4020_940D;
+/// `struct file_clone_range`: `s64 src_fd; u64 src_offset, src_length, dest_offset`.
+const CLONE_RANGE: usize = 32;
 /// Extents one call may ask for (the kernel's own limit is the buffer; this bounds ours).
 const MAX_EXTENTS: u32 = 1 << 16;
 
@@ -20,6 +28,12 @@ const MAX_EXTENTS: u32 = 1 << 16;
 /// are passed alike on the ABIs the shim builds for).
 #[no_mangle]
 pub(crate) unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
+    if req == FICLONE || req == FICLONERANGE {
+        // SAFETY: ioctl(2)'s contract, passed on.
+        if let Some(r) = unsafe { clone(fd, req, arg) } {
+            return r;
+        }
+    }
     let open = (req == FS_IOC_FIEMAP).then(|| state::lookup(fd)).flatten();
     let Some(o) = open else {
         return real!(ioctl(fd, req, arg) as fn(c_int, c_ulong, *mut c_void) -> c_int);
@@ -57,9 +71,50 @@ pub(crate) unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void)
             b[0..8].copy_from_slice(&e.logical.to_le_bytes());
             b[8..16].copy_from_slice(&e.physical.to_le_bytes());
             b[16..24].copy_from_slice(&e.len.to_le_bytes());
-            let f = if e.last { EXTENT_LAST } else { 0 };
+            let f =
+                (if e.last { EXTENT_LAST } else { 0 }) | if e.shared { EXTENT_SHARED } else { 0 };
             b[40..44].copy_from_slice(&f.to_le_bytes());
         }
         Ok(0)
     })
+}
+
+/// FICLONE (`arg` is the source's descriptor) or FICLONERANGE (`arg` points at a `struct
+/// file_clone_range`) into `fd`: None when neither descriptor is the shim's (the kernel's
+/// then), EXDEV when one is.
+///
+/// # Safety
+/// ioctl(2)'s contract for these requests.
+unsafe fn clone(fd: c_int, req: c_ulong, arg: *mut c_void) -> Option<c_int> {
+    let (src, range) = match req {
+        FICLONE => (arg as usize as c_int, None),
+        _ => {
+            // SAFETY: the caller's `struct file_clone_range` (checked: EFAULT otherwise).
+            let b = match unsafe { crate::fd::out_buf(arg, CLONE_RANGE) } {
+                Ok(b) => b,
+                Err(e) if state::lookup(fd).is_some() => return Some(fail(e)),
+                Err(_) => return None,
+            };
+            let at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+            (at(0) as i64 as c_int, Some((at(8), at(16), at(24))))
+        }
+    };
+    let (s, d) = (state::lookup(src), state::lookup(fd));
+    let (s, d) = match (s, d) {
+        (None, None) => return None,
+        (Some(s), Some(d)) => (s, d),
+        _ => return Some(fail(libc::EXDEV)),
+    };
+    let (off_in, len, off_out) = range.unwrap_or((0, 0, 0));
+    Some(enter(-1, |p| {
+        p.clone_range(s.fd, off_in, d.fd, off_out, len)
+            .map(|_| 0)
+            .map_err(en)
+    }))
+}
+
+/// -1 with errno `e`.
+fn fail(e: c_int) -> c_int {
+    state::set_errno(e);
+    -1
 }

@@ -147,6 +147,47 @@ fn copy_file_range_matches_the_kernels_through_a_served_shim() {
     s.stop();
 }
 
+/// What `reflink.py` prints through the shim: the mount's lines, then the ioctls'.
+const REFLINK_WANT: &str = "copy_file_range shares True\nthe copy reads back True\n\
+    a write to the copy leaves the source True\nthe copy has the write True\n\
+    a shrink of the copy leaves the source True\na write to the source leaves the copy True\n\
+    the copy outlives the source True\nFICLONE ok\nFICLONE bytes True\n\
+    FIEMAP shared True True\nFICLONERANGE ok\nFICLONERANGE bytes True\nunaligned EINVAL\n\
+    read-only destination EBADF\noutside the pool EXDEV\n";
+
+/// Reflink through the shim, in process and served by `pmkit fs serve`
+/// (frontends/cli/tests/data/reflink.py): copy_file_range shares blocks, FICLONE and
+/// FICLONERANGE share them under Linux's rules, FIEMAP flags them shared.
+#[test]
+fn reflink_through_the_shim() {
+    if !have("python3") {
+        assert!(std::env::var_os("CI").is_none(), "needs python3 in CI");
+        return;
+    }
+    let script = format!(
+        "{}/../cli/tests/data/reflink.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let s = Shim::new();
+    let got = s
+        .cmd("python3")
+        .args([&script, &s.m(""), "shim"])
+        .output()
+        .unwrap();
+    assert_ok(&got, "reflink.py through the shim");
+    assert_eq!(String::from_utf8_lossy(&got.stdout), REFLINK_WANT);
+    let s = common::served::served();
+    let got = s
+        .shim
+        .cmd("python3")
+        .args([&script, &s.shim.m(""), "shim"])
+        .output()
+        .unwrap();
+    assert_ok(&got, "reflink.py through a served shim");
+    assert_eq!(String::from_utf8_lossy(&got.stdout), REFLINK_WANT);
+    s.stop();
+}
+
 /// fallocate's modes through the shim: the script the mount's test runs
 /// (frontends/cli/tests/data/falloc.py), every line as on the mount.
 #[test]

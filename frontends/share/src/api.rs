@@ -90,6 +90,7 @@ calls! {
     fn fallocate_mode(fd: Fd => Fd, off: u64 => u64, len: u64 => u64, mode: Falloc => Falloc) -> ();
     fn extents(fd: Fd => Fd, off: u64 => u64, len: u64 => u64) -> Vec<Extent>;
     fn copy_range(fd_in: Fd => Fd, off_in: Option<u64> => Option<u64>, fd_out: Fd => Fd, off_out: Option<u64> => Option<u64>, len: u64 => u64) -> u64;
+    fn clone_range(fd_in: Fd => Fd, off_in: u64 => u64, fd_out: Fd => Fd, off_out: u64 => u64, len: u64 => u64) -> u64;
     fn flag(path: &[u8] => Vec<u8>, follow: bool => bool, flag: FileFlag => FileFlag) -> Option<bool>;
     fn set_flag(path: &[u8] => Vec<u8>, follow: bool => bool, flag: FileFlag => FileFlag, on: bool => bool) -> ();
     fn fflag(fd: Fd => Fd, flag: FileFlag => FileFlag) -> Option<bool>;

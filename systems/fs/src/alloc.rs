@@ -212,6 +212,8 @@ pub(crate) struct Alloc {
     pub preallocated: crate::preallocated::Preallocated,
     /// Bumped by every free, when peers read in place (`direct.rs`).
     pub epoch: Option<std::sync::Arc<dyn crate::free_epoch::FreeEpoch>>,
+    /// Data blocks with more than one pointer (`share.rs`).
+    pub shares: crate::shares::Shares,
 }
 
 impl Alloc {
@@ -226,6 +228,7 @@ impl Alloc {
             open: Default::default(),
             preallocated: Default::default(),
             epoch: None,
+            shares: Default::default(),
         }
     }
     /// What any file system of `geo` holds before its tree: the metadata blocks (superblocks,

@@ -26,6 +26,10 @@ pub struct CheckReport {
     pub free_blocks: u64,
     /// Whole free 2 MiB chunks (room for that many huge blocks).
     pub free_huge_blocks: u64,
+    /// Data blocks more than one file block points at (reflink: `Fs::clone_range`), and how
+    /// many pointers they have beyond the first (blocks a copy of each would take).
+    pub shared_blocks: u64,
+    pub shared_extra: u64,
     pub inodes: u64,
     pub free_inodes: u64,
     pub orphans: u64,
@@ -96,6 +100,9 @@ pub fn check<M: Media>(media: &M) -> CheckReport {
     r.blocks = sb.geo.data_blocks();
     r.free_blocks = w.alloc.blocks.free();
     r.free_huge_blocks = w.alloc.blocks.free_chunks();
+    let shared = w.alloc.shares.sorted();
+    r.shared_blocks = shared.len() as u64;
+    r.shared_extra = shared.iter().map(|&(_, n)| n as u64).sum();
     r.inodes = w.itable.count() - 1;
     r.free_inodes = w.alloc.inodes.free();
     r.orphans = w.orphans.len() as u64;

@@ -15,6 +15,9 @@
 //! - the blocks the contents occupy are free in the bitmap they save, so loading them frees
 //!   them, and no tree can point into them while they count.
 //!
+//! In format 8 the contents end with the shared blocks' counts (`share.rs`): how many, then
+//! (block, extra pointers) pairs in block order.
+//!
 //! mkfs and repair clear the record. `check` loads the checkpoint beside its walk and reports
 //! any difference as a problem.
 
@@ -38,6 +41,8 @@ pub(crate) struct Saved {
     pub blocks: Bitmap,
     pub inodes: Bitmap,
     pub dirs: Vec<u64>,
+    /// Format 8: the shared blocks and their extra pointers.
+    pub shares: crate::shares::Shares,
 }
 
 // Where each field of the record line lies; the CRC32C of the line before it last.
@@ -95,9 +100,14 @@ impl Record {
     }
 }
 
-/// Bytes of the contents for `inodes` (the table's count, grown or not) and `dirs`.
-fn contents_len(geo: &Geometry, inodes: u64, dirs: usize) -> usize {
-    HEAD + 8 * (geo.blocks.div_ceil(64) + inodes.div_ceil(64)) as usize + 8 * dirs
+/// Bytes of the contents for `inodes` (the table's count, grown or not), `dirs` and `shared`
+/// blocks (format 8).
+fn contents_len(geo: &Geometry, inodes: u64, dirs: usize, shared: usize) -> usize {
+    let shares = match geo.shares() {
+        true => 8 + 16 * shared,
+        false => 0,
+    };
+    HEAD + 8 * (geo.blocks.div_ceil(64) + inodes.div_ceil(64)) as usize + 8 * dirs + shares
 }
 
 /// Save the checkpoint of generation `gen` (the superblock about to be written clean). Returns
@@ -110,7 +120,12 @@ pub(crate) fn save<M: Media>(
     dirs: &[u64],
 ) -> bool {
     let inodes = alloc.inodes.len();
-    let len = contents_len(geo, inodes, dirs.len());
+    assert!(
+        geo.shares() || alloc.shares.is_empty(),
+        "shared blocks before format 8"
+    );
+    let shared = alloc.shares.sorted();
+    let len = contents_len(geo, inodes, dirs.len(), shared.len());
     let nblocks = len.div_ceil(BLOCK) as u64;
     let Some(first) = alloc.blocks.find_run(nblocks) else {
         return false;
@@ -125,6 +140,13 @@ pub(crate) fn save<M: Media>(
     }
     for d in dirs {
         b.extend_from_slice(&d.to_le_bytes());
+    }
+    if geo.shares() {
+        b.extend_from_slice(&(shared.len() as u64).to_le_bytes());
+        for (blk, n) in shared {
+            b.extend_from_slice(&blk.to_le_bytes());
+            b.extend_from_slice(&(n as u64).to_le_bytes());
+        }
     }
     assert_eq!(b.len(), len);
     let off = first as usize * BLOCK;
@@ -156,36 +178,23 @@ pub(crate) fn load<M: Media>(
     gen: u64,
     inodes: u64,
 ) -> Result<Saved, String> {
-    let mut line = [0u8; LINE];
-    pm.read(REC_OFF, &mut line);
-    let rec = Record::decode(&line)?;
-    if rec.gen != gen {
-        return Err(format!("stale (generation {}, superblock {gen})", rec.gen));
-    }
-    let len = rec.len as usize;
-    let nblocks = (len as u64).div_ceil(BLOCK as u64);
-    let end = rec.first.checked_add(nblocks);
-    let fits = (contents_len(geo, inodes, 1)..=contents_len(geo, inodes, inodes as usize))
-        .contains(&len)
-        && geo.is_data(rec.first)
-        && end.is_some_and(|e| e <= geo.data_end());
-    if !fits {
-        return Err(format!(
-            "record names {len} bytes at block {}, which this geometry cannot hold",
-            rec.first
-        ));
-    }
-    let mut b = vec![0u8; len];
-    pm.read(rec.first as usize * BLOCK, &mut b);
-    if crc32c::crc32c(&b) != rec.crc {
-        return Err("contents checksum mismatch".into());
-    }
+    let (rec, b) = contents(pm, geo, gen, inodes)?;
+    let (len, nblocks) = (b.len(), (b.len() as u64).div_ceil(BLOCK as u64));
     let mut words = b
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8")));
     let mut next = || words.next().expect("length checked");
     let (nb, ni, nd) = (next(), next(), next());
-    if nb != geo.blocks || ni != inodes || len != contents_len(geo, inodes, nd as usize) {
+    // The shared count lies after the directories: read where it would be, if the length
+    // holds it, before the length is held to everything.
+    let before = contents_len(geo, inodes, nd.min(inodes) as usize, 0);
+    let ns = match geo.shares() && before <= len {
+        true => u64_at(&b, before - 8),
+        false => 0,
+    };
+    let fits = ns <= geo.data_blocks()
+        && len == contents_len(geo, inodes, nd.min(inodes) as usize, ns as usize);
+    if nb != geo.blocks || ni != inodes || nd > inodes || !fits {
         let (b, n) = (geo.blocks, inodes);
         return Err(format!(
             "contents for {nb} blocks, {ni} inodes, {nd} directories do not \
@@ -195,6 +204,13 @@ pub(crate) fn load<M: Media>(
     let mut take = |n: u64| (0..n.div_ceil(64)).map(|_| next()).collect::<Vec<u64>>();
     let (bw, iw) = (take(nb), take(ni));
     let dirs: Vec<u64> = (0..nd).map(|_| next()).collect();
+    let pairs: Vec<(u64, u64)> = match geo.shares() {
+        true => {
+            assert_eq!(next(), ns, "read above");
+            (0..ns).map(|_| (next(), next())).collect()
+        }
+        false => Vec::new(),
+    };
     let bad = |what: &str| Err(format!("contents disagree with the layout: {what}"));
     let Some(blocks) = Bitmap::from_words(nb, bw) else {
         return bad("block bits beyond the end");
@@ -214,11 +230,66 @@ pub(crate) fn load<M: Media>(
     if dirs.iter().any(|&d| d >= ni || !inodes.is_used(d)) {
         return bad("a directory names a free or out-of-range inode");
     }
+    let Some(shares) = shares_of(geo, &blocks, pairs) else {
+        return bad("a shared block is repeated, free, outside the data area or counted 0");
+    };
     Ok(Saved {
         blocks,
         inodes,
         dirs,
+        shares,
     })
+}
+
+/// The record of generation `gen` and the contents it names, of a length a table of `inodes`
+/// can have, their checksum held.
+fn contents<M: Media>(
+    pm: &Pm<M>,
+    geo: &Geometry,
+    gen: u64,
+    inodes: u64,
+) -> Result<(Record, Vec<u8>), String> {
+    let mut line = [0u8; LINE];
+    pm.read(REC_OFF, &mut line);
+    let rec = Record::decode(&line)?;
+    if rec.gen != gen {
+        return Err(format!("stale (generation {}, superblock {gen})", rec.gen));
+    }
+    let len = rec.len as usize;
+    let end = rec.first.checked_add((len as u64).div_ceil(BLOCK as u64));
+    let most = contents_len(geo, inodes, inodes as usize, geo.data_blocks() as usize);
+    let fits = (contents_len(geo, inodes, 1, 0)..=most).contains(&len)
+        && geo.is_data(rec.first)
+        && end.is_some_and(|e| e <= geo.data_end());
+    if !fits {
+        return Err(format!(
+            "record names {len} bytes at block {}, which this geometry cannot hold",
+            rec.first
+        ));
+    }
+    let mut b = vec![0u8; len];
+    pm.read(rec.first as usize * BLOCK, &mut b);
+    if crc32c::crc32c(&b) != rec.crc {
+        return Err("contents checksum mismatch".into());
+    }
+    Ok((rec, b))
+}
+
+/// The counts of the saved (block, extra pointers) pairs, if each names a different data block
+/// in use with a count of at least 1.
+fn shares_of(
+    geo: &Geometry,
+    blocks: &Bitmap,
+    pairs: Vec<(u64, u64)>,
+) -> Option<crate::shares::Shares> {
+    let mut extra = std::collections::HashMap::with_capacity(pairs.len());
+    for (blk, n) in pairs {
+        let ok = geo.is_data(blk) && blocks.is_used(blk) && (1..=u32::MAX as u64).contains(&n);
+        if !ok || extra.insert(blk, n as u32).is_some() {
+            return None;
+        }
+    }
+    Some(crate::shares::Shares::from_extra(extra))
 }
 
 /// Where the saved state and the walk's differ (nothing: they agree).
@@ -247,6 +318,19 @@ pub(crate) fn diff(s: &Saved, alloc: &Alloc, walk_dirs: &[u64]) -> Vec<String> {
                 "used"
             } else {
                 "free"
+            }
+        ));
+    }
+    let (sa, sb) = (s.shares.sorted(), alloc.shares.sorted());
+    if sa != sb {
+        let first = sa.iter().zip(&sb).find(|(x, y)| x != y);
+        out.push(format!(
+            "clean-unmount checkpoint: {} shared blocks there, {} counted by the walk{}",
+            sa.len(),
+            sb.len(),
+            match first {
+                Some((x, y)) => format!(" (first difference: {x:?} against {y:?})"),
+                None => String::new(),
             }
         ));
     }

@@ -8,7 +8,12 @@
 //! checksummed destination stays what it is, and a crash in the middle leaves a prefix copied,
 //! as a crash in the middle of `cp` does (Linux's copy_file_range is not atomic either). Holes of the source are not read: inside the
 //! destination's size they are punched, past it the size grows over them, so a sparse file stays
-//! sparse. Blocks are copied, never shared: no reflink yet.
+//! sparse.
+//!
+//! Where the two offsets lie at the same place in a block, the whole blocks of the range are
+//! shared instead of copied (`clone.rs`), as XFS and Btrfs do: only the partial blocks at the
+//! edges are copied. Where blocks cannot be shared (a pool before format 8, data checksums, a
+//! mapped range) everything is copied.
 
 use crate::error::{Error, Result};
 use crate::falloc::Falloc;
@@ -31,6 +36,51 @@ impl<M: Media> Fs<M> {
         dst_off: u64,
         len: u64,
     ) -> Result<u64> {
+        let (size, _) = self.regular(src)?;
+        self.regular(dst)?;
+        let end = src_off.saturating_add(len).min(size);
+        if src_off >= end {
+            return Ok(0);
+        }
+        if src == dst && src_off < dst_off + (end - src_off) && dst_off < end {
+            return Err(Error::Invalid("overlapping ranges of one file"));
+        }
+        let b = crate::layout::BLOCK as u64;
+        if !self.geo.shares() || src_off % b != dst_off % b {
+            return self.copy_bytes(src, src_off, dst, dst_off, len);
+        }
+        // The partial block at the start is copied, the whole blocks (up to the source's end, if
+        // the range reaches it) shared, the partial block at the end copied.
+        let head = src_off.next_multiple_of(b).min(end);
+        let middle = match end == size {
+            true => end,
+            false => (end / b * b).max(head),
+        };
+        let mut at = src_off;
+        for (stop, share) in [(head, false), (middle, true), (end, false)] {
+            if stop <= at {
+                continue;
+            }
+            let (n, to) = (stop - at, dst_off + (at - src_off));
+            let got = match share {
+                true => match self.clone_range(src, at, dst, to, n) {
+                    Err(Error::NotSupported(_) | Error::Invalid(_) | Error::Busy(_)) => {
+                        self.copy_bytes(src, at, dst, to, n)?
+                    }
+                    r => r?,
+                },
+                false => self.copy_bytes(src, at, dst, to, n)?,
+            };
+            at += got;
+            if got < n {
+                break;
+            }
+        }
+        Ok(at - src_off)
+    }
+
+    /// [`Fs::copy_range`] by reading and writing the bytes.
+    fn copy_bytes(&self, src: u64, src_off: u64, dst: u64, dst_off: u64, len: u64) -> Result<u64> {
         let (size, _) = self.regular(src)?;
         // An atomic file takes a write of at most `max_atomic_write`: each piece is one.
         let piece = match self.regular(dst)? {

@@ -26,7 +26,7 @@ enum Attempt {
 
 impl<M: Media> Fs<M> {
     /// Blocks one all-or-nothing write (or fallocate step) may touch.
-    fn atomic_blocks(&self) -> u64 {
+    pub(crate) fn atomic_blocks(&self) -> u64 {
         ((self.geo.lane_entries as u64 - 16) * 2).min(256)
     }
 
@@ -76,6 +76,9 @@ impl<M: Media> Fs<M> {
         if data.is_empty() {
             return Ok(Attempt::Wrote(0));
         }
+        // Shared blocks it would store into (the range, and past the size the bytes a growth
+        // zeroes) become its own first (`share.rs`).
+        let node = self.own_range(ino, node, (off.min(node.size), end))?;
         if node.atomic() {
             if data.len() as u64 > self.max_atomic_write() {
                 return Err(Error::TooBig {
@@ -181,7 +184,7 @@ impl<M: Media> Fs<M> {
     /// undefined (the tail of the last block, preallocated blocks, an append cut by a crash),
     /// so they are zeroed before a size covers them. Invisible until then, so a crash either
     /// way is too.
-    fn zero_gap(&self, tx: &mut Tx<'_, M>, node: &Inode, upto: u64) {
+    pub(crate) fn zero_gap(&self, tx: &mut Tx<'_, M>, node: &Inode, upto: u64) {
         for (at, len) in gap(&*tx, node, upto) {
             tx.write_fresh(at, &vec![0u8; len]);
         }
@@ -366,6 +369,12 @@ impl<M: Media> Fs<M> {
         if size > MAX_FILE_SIZE {
             return Err(Error::FileTooBig { max: MAX_FILE_SIZE });
         }
+        // A growth zeroes in place what the file holds from the old size on: none of it may be
+        // shared (a shrink's `zero_tail` sees to its block).
+        let old = self.inode(ino).size;
+        if size > old {
+            self.unshare(ino, old, size)?;
+        }
         let mut tx = self.tx();
         let mut node = tx.inode(ino);
         let t = now();
@@ -413,6 +422,7 @@ impl<M: Media> Fs<M> {
         if end <= size {
             return Ok(());
         }
+        self.unshare(ino, size, end)?;
         let mut tx = self.tx();
         let node = tx.inode(ino);
         debug_assert!(node.size == size, "the shrink committed");

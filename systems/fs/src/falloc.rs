@@ -53,6 +53,22 @@ impl<M: Media> Fs<M> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
         let (node, end) = self.falloc_range(ino, off, len)?;
+        // Shared blocks it zeroes in place (the range's edges, and from the size on) become
+        // its own first (`share.rs`).
+        let node = match self.any_shared() {
+            true => {
+                let b = BLOCK as u64;
+                let edges = [
+                    (off, off.next_multiple_of(b).min(end)),
+                    ((end / b * b).max(off), end),
+                ];
+                for (a, z) in edges.into_iter().chain([(node.size, end)]) {
+                    self.unshare(ino, a, z)?;
+                }
+                self.inode(ino)
+            }
+            false => node,
+        };
         match mode {
             Falloc::Allocate => self.allocate(ino, &node, (off, end), false),
             Falloc::KeepSize => self.allocate(ino, &node, (off, end), true),

@@ -27,10 +27,13 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"PMKITFS1");
 /// node is damage the walk names; and an inode's size word carries a check of the size in its
 /// high 24 bits (`inode::size_check`); and a directory's inode keeps a count and digest of its
 /// records (`dir::tally`) in its `tail` word.
+/// 8: a data block of a regular file may have several pointers (reflink, `clone.rs`): the walk
+/// counts them instead of naming a block owned twice, and the clean-unmount checkpoint saves the
+/// counts (`share.rs`). Nothing else moved, so older pools are read as before and never share.
 /// Older pools are still read and written in their own format: a format 3 pool may hold empty
 /// nodes that truncates of earlier builds left, so there an empty node is not damage; a format
 /// 4 pool's table stays the size mkfs made it.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// The oldest format this build reads (and keeps in its layout).
 pub const OLDEST_VERSION: u32 = 2;
 /// Byte offset of the first superblock copy, in every format.
@@ -142,6 +145,10 @@ impl Geometry {
     /// (`dir::tally`).
     pub fn checked_dirs(&self) -> bool {
         self.format >= 7
+    }
+    /// Format 8 and later: a regular file's data block may be shared (`share.rs`).
+    pub fn shares(&self) -> bool {
+        self.format >= 8
     }
     /// Byte offsets of the two superblock copies: block 0 and the last block (format 3), or
     /// both in block 0 (format 2).

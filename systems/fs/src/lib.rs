@@ -10,6 +10,7 @@ mod attr;
 mod check;
 mod ckpt;
 mod clock;
+mod clone;
 mod copy;
 mod costs;
 mod damage;
@@ -37,6 +38,8 @@ mod read;
 mod reclaim;
 mod repair;
 mod seek;
+mod share;
+mod shares;
 mod sums;
 mod tail;
 mod tally;
@@ -364,6 +367,9 @@ pub struct Fs<M: Media> {
     orphans: Mutex<Vec<u64>>,
     journal: journal::Journal,
     alloc: Mutex<alloc::Alloc>,
+    /// How many blocks are shared (`alloc.shares`' count, stored under its lock): every write
+    /// reads it without the lock, and looks for shared blocks only when it is not 0.
+    shared_count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// How many files hold preallocation (`alloc.preallocated`'s count, stored under its lock),
     /// read by every write without the lock: `reclaim.rs` trims only past its bound.
     prealloc_files: Line<std::sync::atomic::AtomicUsize>,

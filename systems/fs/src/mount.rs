@@ -194,13 +194,9 @@ impl<M: Media> Fs<M> {
             Some((s, itable)) => {
                 let orphans = orphan_list(&pm, &itable)?;
                 let d = Dirs::lazy(s.dirs);
-                (
-                    Alloc::new(s.blocks, s.inodes),
-                    d,
-                    orphans,
-                    Vec::new(),
-                    itable,
-                )
+                let mut alloc = Alloc::new(s.blocks, s.inodes);
+                alloc.shares = s.shares;
+                (alloc, d, orphans, Vec::new(), itable)
             }
             None => {
                 let w = walk::walk(&pm, &geo);
@@ -240,7 +236,9 @@ impl<M: Media> Fs<M> {
             pm.read(itable.off(META_INO), &mut b);
             crate::sums::Table::new(&Inode::decode(&b))
         };
+        let shared_count = alloc.shares.counter();
         let fs = Fs {
+            shared_count,
             pm,
             geo,
             opts: opts.clone(),

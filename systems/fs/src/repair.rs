@@ -239,7 +239,10 @@ fn rounds<M: Media>(pm: &Pm<M>, geo: &Geometry, j: &Journal, rep: &mut RepairRep
             return Ok(());
         };
         let it = &w.itable;
-        let alloc = Mutex::new(Alloc::new(w.alloc.blocks.clone(), inode_bitmap(pm, it)));
+        let mut alloc = Alloc::new(w.alloc.blocks.clone(), inode_bitmap(pm, it));
+        alloc.shares =
+            crate::shares::Shares::from_extra(w.alloc.shares.sorted().into_iter().collect());
+        let alloc = Mutex::new(alloc);
         let before = pm.counters().bytes_written;
         let now = w.problems.iter().filter(|p| p.remedy.tier() == tier);
         match tier {

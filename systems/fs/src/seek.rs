@@ -36,6 +36,9 @@ pub struct Extent {
     pub len: u64,
     /// It holds the file's last block of data.
     pub last: bool,
+    /// Its blocks are shared with another file or another place in this one (reflink:
+    /// FIEMAP's `FIEMAP_EXTENT_SHARED`).
+    pub shared: bool,
 }
 
 impl<M: Media> Fs<M> {
@@ -107,9 +110,20 @@ impl<M: Media> Fs<M> {
         let mut next = first;
         while next < end {
             let got = tree::present(&self.pm, n.root, n.height, (next, end), BATCH);
-            for &(i, b) in &got {
+            let shared: Vec<bool> = match self.any_shared() {
+                true => {
+                    let a = self.alloc.lock();
+                    got.iter().map(|&(_, b)| a.shares.extra(b) != 0).collect()
+                }
+                false => vec![false; got.len()],
+            };
+            for (&(i, b), &shared) in got.iter().zip(&shared) {
                 match out.last_mut() {
-                    Some(e) if e.logical + e.len == i * blk && e.physical + e.len == b * blk => {
+                    Some(e)
+                        if e.logical + e.len == i * blk
+                            && e.physical + e.len == b * blk
+                            && e.shared == shared =>
+                    {
                         e.len += blk
                     }
                     _ => out.push(Extent {
@@ -117,6 +131,7 @@ impl<M: Media> Fs<M> {
                         physical: b * blk,
                         len: blk,
                         last: false,
+                        shared,
                     }),
                 }
             }

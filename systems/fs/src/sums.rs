@@ -112,6 +112,11 @@ impl<M: Media> Fs<M> {
                 self.trim_prealloc(ino)?;
             }
             let _g = self.stripe(ino).lock();
+            if on {
+                // A sum covers the bytes this file's size holds: a block another file shares
+                // (ending elsewhere) would need two. Its own copies first (`share.rs`).
+                self.unshare(ino, 0, u64::MAX)?;
+            }
             let mut tx = self.tx();
             let mut n = tx.inode(ino);
             // what a trim keeps: the blocks the size covers (and a huge block's whole span,

@@ -53,6 +53,9 @@ impl<M: Media> Fs<M> {
                 "the mapped range goes past the end of the file",
             ));
         }
+        // Stores through the mapping go to the blocks in place: none of them may be shared.
+        self.unshare(ino, off, end)?;
+        let n = self.inode(ino);
         if n.tail != 0 {
             // Stores through the mapping change bytes the append's record may vouch for, and
             // no record follows them: it goes now (`tail.rs`). Appends while mapped land past

@@ -222,6 +222,21 @@ fn tree_pointer_loop() {
     assert!(text.contains("owned twice"), "{text}");
 }
 
+/// Format 8 lets files share data blocks (reflink), and only those: a file's data pointer to a
+/// directory's block is still a block owned twice.
+#[test]
+fn a_data_pointer_to_a_directory_block_is_damage() {
+    let (sim, sb) = image();
+    assert!(sb.geo.shares());
+    let node = inode_word(&sim, &sb, 3, 16);
+    let dir_block = inode_word(&sim, &sb, 2, 16);
+    assert!(sb.geo.is_data(dir_block), "d's block");
+    let at = node as usize * BLOCK + 8;
+    set_word(&sim, at, pmkit_fs::seal_pointer(dir_block, at));
+    let text = refused(sim, "data pointer to a directory block");
+    assert!(text.contains("owned twice"), "{text}");
+}
+
 #[test]
 fn entry_naming_a_free_inode() {
     let (sim, sb) = image();

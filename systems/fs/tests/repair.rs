@@ -74,6 +74,17 @@ fn share_fs_first_block(sim: &CrashSim, sb: &Superblock) -> u64 {
     first
 }
 
+/// Damage: g (inode 4) made a 4 KiB file whose one block is f's tree node (format 8 lets files
+/// share data blocks, never a node), which it returns.
+fn point_g_at_fs_node(sim: &CrashSim, sb: &Superblock) -> u64 {
+    let node = word(sim, sb.geo.inode_off(3) + 16);
+    let g = sb.geo.inode_off(4);
+    set_word(sim, g, 4096);
+    set_word(sim, g + 16, node);
+    reseal(sim, &[4]);
+    node
+}
+
 /// A directory record (one slot: names up to 48 bytes) written into slot `slot` of `block`.
 fn put_record(sim: &CrashSim, block: u64, slot: usize, name: &[u8], ino: u64, kind: u8) {
     assert!(name.len() <= 48);
@@ -216,14 +227,15 @@ fn both_superblocks_bad_are_rebuilt_for_the_mkfs_geometry() {
     let (_, text) = repaired(&sim, "superblocks");
     assert!(text.contains("both superblocks were bad"), "{text}");
     let v = pmkit_fs::superblock(&sim).unwrap().geo.version();
-    assert_eq!(v, 7, "f's tree node holds pointer words with their checks");
+    // format 8: f's tree node holds pointer words with their checks, and files may share
+    assert_eq!(v, 8, "f's tree node holds pointer words with their checks");
     let fs = mount(&sim);
     intact_f(&fs);
     intact_k(&fs);
 }
 
 #[test]
-fn both_superblocks_bad_on_a_pool_with_data_checksums_are_rebuilt_as_format_7() {
+fn both_superblocks_bad_on_a_pool_with_data_checksums_are_rebuilt_as_format_8() {
     let (sim, _) = image();
     {
         let fs = mount(&sim);
@@ -235,7 +247,7 @@ fn both_superblocks_bad_on_a_pool_with_data_checksums_are_rebuilt_as_format_7() 
     let (_, text) = repaired(&sim, "superblocks");
     assert!(text.contains("both superblocks were bad"), "{text}");
     let v = pmkit_fs::superblock(&sim).unwrap().geo.version();
-    assert_eq!(v, 7, "a format 7 pool with data checksums");
+    assert_eq!(v, 8, "a format 8 pool with data checksums");
     let fs = mount(&sim);
     assert_eq!(fs.sums(3).unwrap(), Some(true));
     intact_f(&fs);
@@ -423,8 +435,8 @@ fn a_loop_is_cut() {
 #[test]
 fn a_doubly_owned_block_stays_with_its_first_owner() {
     let (sim, sb) = image();
-    // g (after f in d, so walked second) claims f's first data block
-    let first = share_fs_first_block(&sim, &sb);
+    // g (after f in d, so walked second) claims f's tree node as its data
+    let first = point_g_at_fs_node(&sim, &sb);
     let (rep, text) = repaired(&sim, "shared block");
     let f = rep
         .fixes

@@ -47,3 +47,31 @@ impl<M: Media> Posix<M> {
         Ok(n)
     }
 }
+
+impl<M: Media> Posix<M> {
+    /// FICLONE (`len` 0 from offset 0 to 0) and FICLONERANGE: `fd_out`'s bytes at `off_out`
+    /// share `fd_in`'s blocks at `off_in` (`Fs::clone_range`, its rules), under the descriptors'
+    /// rules as Linux's ioctls have them: a readable source, a writable destination not open
+    /// for appending (EBADF), regular files. Offsets of the descriptors do not move.
+    pub fn clone_range(
+        &self,
+        fd_in: Fd,
+        off_in: u64,
+        fd_out: Fd,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let src = self.readable(fd_in)?;
+        let dst = self.writable(fd_out)?;
+        if dst.flags.append {
+            return Err(Error::BadFd(fd_out.0));
+        }
+        match (src.kind, dst.kind) {
+            (Kind::File, Kind::File) => {}
+            (Kind::Dir, _) | (_, Kind::Dir) => return Err(Error::IsDir),
+            _ => return Err(Error::Invalid("a clone of a non-regular file")),
+        }
+        self.kill_privs_for_write(dst.ino)?;
+        self.fs.clone_range(src.ino, off_in, dst.ino, off_out, len)
+    }
+}

@@ -103,8 +103,11 @@ fn lost_format<M: Media>(pm: &Pm<M>, geo: &Geometry) -> u32 {
     let v5 = geo.at_format(5);
     match meta.sum != 0 && meta.sum_ok_in(&v5, crate::layout::META_INO) {
         // Format 7 seals every size in use, the root directory's too; no earlier format sets
-        // the size word's bit 63.
-        true if root.size_check != 0 && root.size_check == crate::inode::size_check(root.size) => 7,
+        // the size word's bit 63. Format 8 differs from 7 only in that files may share data
+        // blocks, which nothing in one inode shows: taken as 8, so shared blocks are not cut.
+        true if root.size_check != 0 && root.size_check == crate::inode::size_check(root.size) => {
+            crate::layout::VERSION
+        }
         true if meta.xattr != 0 => 6,
         true => 5,
         false => 4,

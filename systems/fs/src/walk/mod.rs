@@ -169,6 +169,13 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
         w.alloc = Alloc::new(blocks, inodes);
         return w;
     }
+    // From here every block is claimed through `claims`, which lets regular files share data
+    // blocks in format 8 and counts the pointers each shared block has.
+    let mut blocks = tree::Claims {
+        own: blocks,
+        leaves: Bitmap::new(geo.blocks),
+        extra: HashMap::new(),
+    };
     let pruning = orphans::pruning(&nodes);
     let mut refs = vec![0u32; nodes.len()];
     let mut visited: HashSet<u64> = HashSet::from([ROOT_INO]);
@@ -220,7 +227,7 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
             v.reserve(node.root, node.height, &mut blocks);
         }
         if geo.is_data(node.xattr) {
-            blocks.set(node.xattr);
+            blocks.own.set(node.xattr);
         }
     }
     // Appends a crash cut (`tail.rs`): looked for only in a sound tree, which the reads need.
@@ -229,7 +236,8 @@ pub(crate) fn walk<M: Media>(pm: &Pm<M>, geo: &Geometry) -> Walked {
     }
     assert_eq!(w.dirs.len() as u64, w.dirs_count, "one index per directory");
     w.problems = problems;
-    w.alloc = Alloc::new(blocks, inodes);
+    w.alloc = Alloc::new(blocks.own, inodes);
+    w.alloc.shares = crate::shares::Shares::from_extra(blocks.extra);
     w
 }
 

@@ -16,6 +16,50 @@ pub(super) trait Owner {
     /// Claim block `b`: false when it is owned already.
     fn claim(&mut self, b: u64) -> bool;
     fn owned(&self, b: u64) -> bool;
+    /// Claim `b` as a regular file's data block, which may be shared (format 8): true when it
+    /// was free, or is owned as such a block already (one more pointer counted); false when
+    /// something else owns it. An owner that knows no sharing claims it as any block.
+    fn claim_shared(&mut self, b: u64) -> bool {
+        self.claim(b)
+    }
+    /// Would [`Owner::claim_shared`] take `b`?
+    fn can_share(&self, b: u64) -> bool {
+        !self.owned(b)
+    }
+}
+
+/// An owner that tells regular files' data blocks from every other block, so such a block may
+/// be pointed at more than once (format 8: `share.rs`) while a block shared with a node, a
+/// directory or anything else is still damage. Counts each shared block's extra pointers.
+pub(crate) struct Claims<O> {
+    pub own: O,
+    /// The blocks claimed as regular files' data (their first pointer).
+    pub leaves: O,
+    /// Pointers beyond the first, by block.
+    pub extra: std::collections::HashMap<u64, u32>,
+}
+
+impl<O: Owner> Owner for Claims<O> {
+    fn claim(&mut self, b: u64) -> bool {
+        self.own.claim(b)
+    }
+    fn owned(&self, b: u64) -> bool {
+        self.own.owned(b)
+    }
+    fn claim_shared(&mut self, b: u64) -> bool {
+        if self.own.claim(b) {
+            self.leaves.claim(b);
+            return true;
+        }
+        if !self.leaves.owned(b) {
+            return false;
+        }
+        *self.extra.entry(b).or_default() += 1;
+        true
+    }
+    fn can_share(&self, b: u64) -> bool {
+        !self.own.owned(b) || self.leaves.owned(b)
+    }
 }
 
 impl Owner for Bitmap {
@@ -84,31 +128,26 @@ impl<M: Media> Tree<'_, '_, M> {
             "cut (file blocks {base}..{} are a hole)",
             base.saturating_add(tree_cap(level))
         );
+        // A regular file's data block may be shared (format 8); any other block has one owner.
+        let shares = !self.keep && geo.shares();
         // A 2 MiB block: a flagged pointer where a level-1 node would be.
         if let (1, Some(run)) = (level, tree::huge(ptr)) {
-            let n = tree::HUGE_BLOCKS;
-            let why = if run % n != 0 || !geo.is_data(run) || !geo.is_data(run + n - 1) {
-                "not 2 MiB-aligned or not inside the data area"
-            } else if (0..n).any(|i| self.owner.owned(run + i)) {
-                "owned twice in part (a shared block)"
-            } else {
-                for i in 0..n {
-                    let fresh = self.owner.claim(run + i);
-                    debug_assert!(fresh, "block {} checked free above", run + i);
-                    self.keep(base + i, run + i, at);
-                }
-                return;
-            };
-            let what = format!("inode {ino}: 2 MiB block at {run} {why}");
-            let cut = self.cut(at);
-            self.out
-                .push(Problem::stores(what, hole, Some(ino), Some(run), cut));
+            if let Err(why) = self.huge_run(run, base, at, shares) {
+                let what = format!("inode {ino}: 2 MiB block at {run} {why}");
+                let cut = self.cut(at);
+                self.out
+                    .push(Problem::stores(what, hole, Some(ino), Some(run), cut));
+            }
             return;
         }
         let outside = !geo.is_data(ptr);
+        let shares = level == 0 && shares;
         let why = if outside {
             "outside the data area"
-        } else if !self.owner.claim(ptr) {
+        } else if !(match shares {
+            true => self.owner.claim_shared(ptr),
+            false => self.owner.claim(ptr),
+        }) {
             "owned twice (a loop or a shared block)"
         } else {
             if level == 0 {
@@ -134,6 +173,38 @@ impl<M: Media> Tree<'_, '_, M> {
             p.sign = Some(super::Sign::BlockOutside(ptr));
         }
         self.out.push(p);
+    }
+
+    /// The 512 blocks of the 2 MiB block at `run` (covering file blocks from `base`; linked at
+    /// `at`) claimed, each a data block like any other (`shares`: another file may point at some
+    /// of them); or why not, with nothing claimed.
+    fn huge_run(
+        &mut self,
+        run: u64,
+        base: u64,
+        at: usize,
+        shares: bool,
+    ) -> Result<(), &'static str> {
+        let (n, geo) = (tree::HUGE_BLOCKS, self.geo);
+        if !run.is_multiple_of(n) || !geo.is_data(run) || !geo.is_data(run + n - 1) {
+            return Err("not 2 MiB-aligned or not inside the data area");
+        }
+        let free = |o: &dyn Owner, b: u64| match shares {
+            true => o.can_share(b),
+            false => !o.owned(b),
+        };
+        if (0..n).any(|i| !free(&*self.owner, run + i)) {
+            return Err("owned twice in part (a shared block)");
+        }
+        for i in 0..n {
+            let took = match shares {
+                true => self.owner.claim_shared(run + i),
+                false => self.owner.claim(run + i),
+            };
+            debug_assert!(took, "block {} checked above", run + i);
+            self.keep(base + i, run + i, at);
+        }
+        Ok(())
     }
 
     /// A node of `level` covering file blocks from `base` that holds no pointer, in format 4

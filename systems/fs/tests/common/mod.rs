@@ -49,6 +49,9 @@ pub(crate) enum Op {
     /// `Fs::copy_range` (copy_file_range): source path and offset, destination path and
     /// offset, length.
     CopyRange(String, u64, String, u64, u64),
+    /// `Fs::clone_range` (FICLONERANGE: the destination shares the source's blocks): source
+    /// path and offset, destination path and offset, length (0: to the source's end).
+    CloneRange(String, u64, String, u64, u64),
     /// O_TMPFILE: a file made with no name in the path's directory, `len` bytes written
     /// (seeded), then named the path (`Fs::link_tmpfile`) and closed.
     TmpLink(String, usize, u8),
@@ -230,6 +233,44 @@ impl Model {
                     return Err(());
                 }
                 let bytes = src[*so as usize..end as usize].to_vec();
+                let dst = &mut self.nodes.get_mut(&di).unwrap().data;
+                let stop = *doff as usize + bytes.len();
+                if dst.len() < stop {
+                    dst.resize(stop, 0);
+                }
+                dst[*doff as usize..stop].copy_from_slice(&bytes);
+            }
+            Op::CloneRange(s, so, d, doff, len) => {
+                let (si, di) = (*self.paths.get(s).ok_or(())?, *self.paths.get(d).ok_or(())?);
+                let ok = [si, di]
+                    .iter()
+                    .all(|i| self.nodes[i].kind == Kind::File && !self.nodes[i].sums);
+                const B: u64 = 4096;
+                if !ok || so % B != 0 || doff % B != 0 {
+                    return Err(());
+                }
+                let size = self.nodes[&si].data.len() as u64;
+                if *so >= size {
+                    return match *len == 0 && *so == size {
+                        true => Ok(()),
+                        false => Err(()),
+                    };
+                }
+                let count = match len {
+                    0 => size - so,
+                    _ => (*len).min(size - so),
+                };
+                let dsize = self.nodes[&di].data.len() as u64;
+                let whole = count.next_multiple_of(B);
+                // A partial last block only at the source's end, and not inside the
+                // destination's size.
+                let partial_ok = so + count == size && doff + count >= dsize;
+                let bad = (count % B != 0 && !partial_ok)
+                    || (si == di && *so < doff + whole && *doff < so + whole);
+                if bad {
+                    return Err(());
+                }
+                let bytes = self.nodes[&si].data[*so as usize..(so + count) as usize].to_vec();
                 let dst = &mut self.nodes.get_mut(&di).unwrap().data;
                 let stop = *doff as usize + bytes.len();
                 if dst.len() < stop {
@@ -479,6 +520,9 @@ pub(crate) fn run_op<M: Media>(fs: &Fs<M>, op: &Op) -> Result<(), Error> {
         Op::FallocMode(p, off, len, m) => fs.fallocate_mode(ino_of(fs, p)?, *off, *len, *m),
         Op::CopyRange(s, so, d, doff, len) => fs
             .copy_range(ino_of(fs, s)?, *so, ino_of(fs, d)?, *doff, *len)
+            .map(drop),
+        Op::CloneRange(s, so, d, doff, len) => fs
+            .clone_range(ino_of(fs, s)?, *so, ino_of(fs, d)?, *doff, *len)
             .map(drop),
         Op::Link(s, d) => {
             let ino = ino_of(fs, s)?;
