@@ -7,6 +7,7 @@
 mod alloc;
 mod atime;
 mod attr;
+mod blockhash;
 mod check;
 mod ckpt;
 mod clock;

@@ -3,6 +3,7 @@
 //! clean-unmount checkpoint saves them, and `Tx::commit` adds what a clone gives and releases
 //! what a transaction drops: a block is free only once its last pointer is gone.
 
+use crate::blockhash::BlockMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 /// The shared blocks: for each, how many pointers it has beyond the first.
 #[derive(Debug, Default)]
 pub(crate) struct Shares {
-    extra: HashMap<u64, u32>,
+    extra: BlockMap<u32>,
     /// `extra.len()`, read without the allocator's lock by every write (`Fs::any_shared`).
     count: Arc<AtomicUsize>,
 }
@@ -21,7 +22,7 @@ impl Shares {
         debug_assert!(extra.values().all(|&n| n > 0));
         let s = Shares {
             count: Arc::new(AtomicUsize::new(extra.len())),
-            extra,
+            extra: extra.into_iter().collect(),
         };
         s.check();
         s

@@ -3,6 +3,7 @@
 //! go to space nothing reaches until the commit (new blocks, free directory slots).
 
 use crate::alloc::Alloc;
+use crate::blockhash::{BlockMap, BlockSet};
 use crate::error::{Error, Result};
 use crate::inode::Inode;
 use crate::itable::Itable;
@@ -11,31 +12,6 @@ use crate::layout::{Geometry, BLOCK, INODE, LINE};
 use crate::pm::Pm;
 use parking_lot::Mutex;
 use pmkit_media::Media;
-use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// A hasher for block numbers (the `fresh` set): one multiply, no SipHash. Block numbers come
-/// from this process's allocator, not from an adversary, so flooding is no concern, and a
-/// preallocating append inserts up to 128 of them in one transaction.
-#[derive(Default)]
-pub(crate) struct BlockHasher(u64);
-
-impl Hasher for BlockHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        // Fibonacci hashing: the high bits, which hashbrown uses, depend on every bit of `v`
-        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type BlockSet = HashSet<u64, BuildHasherDefault<BlockHasher>>;
 
 struct W {
     off: usize,
@@ -51,6 +27,9 @@ pub(crate) struct Tx<'a, M> {
     alloc: &'a Mutex<Alloc>,
     writes: Vec<W>,
     fresh: BlockSet,
+    /// Fresh blocks whose whole image is staged, by block: the index of that write in
+    /// `writes`, while no later write touched the block (`Tx::push`).
+    images: BlockMap<usize>,
     /// Blocks to free once the transaction is durable.
     pub free_after: Vec<u64>,
     /// Inodes to free once the transaction is durable.
@@ -77,6 +56,7 @@ impl<'a, M: Media> Tx<'a, M> {
             alloc,
             writes: Vec::new(),
             fresh: BlockSet::default(),
+            images: Default::default(),
             free_after: Vec::new(),
             free_inodes_after: Vec::new(),
             share_after: Vec::new(),
@@ -84,6 +64,28 @@ impl<'a, M: Media> Tx<'a, M> {
             allocated_inodes: Vec::new(),
             done: false,
         }
+    }
+    /// Stage `w`. A write inside one block whose whole image was staged last (a fresh tree
+    /// node) patches that image instead: a clone or a growing tree sets hundreds of pointers in
+    /// a fresh node, which would otherwise be as many stores at the commit (each a system call
+    /// where every store is a `pwrite`) and as many entries every read of the overlay scans.
+    fn push(&mut self, w: W) {
+        if !self.images.is_empty() {
+            let (first, last) = (w.off / BLOCK, (w.off + w.data.len().max(1) - 1) / BLOCK);
+            match self.images.get(&(first as u64)) {
+                Some(&i) if first == last => {
+                    let img = &mut self.writes[i];
+                    debug_assert!(!img.logged && img.data.len() == BLOCK);
+                    let at = w.off - img.off;
+                    img.data[at..at + w.data.len()].copy_from_slice(&w.data);
+                    return;
+                }
+                _ => (first..=last).for_each(|b| {
+                    self.images.remove(&(b as u64));
+                }),
+            }
+        }
+        self.writes.push(w);
     }
     /// The media as this transaction will leave it.
     pub(crate) fn read(&self, off: usize, buf: &mut [u8]) {
@@ -107,7 +109,7 @@ impl<'a, M: Media> Tx<'a, M> {
     /// Change live metadata (logged), or a fresh block (not logged).
     pub(crate) fn write(&mut self, off: usize, data: &[u8]) {
         let logged = !self.in_fresh(off);
-        self.writes.push(W {
+        self.push(W {
             off,
             data: data.to_vec(),
             logged,
@@ -116,7 +118,7 @@ impl<'a, M: Media> Tx<'a, M> {
     }
     /// Write space that is unreachable until this transaction commits (not logged).
     pub(crate) fn write_fresh(&mut self, off: usize, data: &[u8]) {
-        self.writes.push(W {
+        self.push(W {
             off,
             data: data.to_vec(),
             logged: false,
@@ -125,7 +127,7 @@ impl<'a, M: Media> Tx<'a, M> {
     }
     /// Stream `data` to `off` (not logged): file data in place, durable at the commit's fences.
     pub(crate) fn write_stream(&mut self, off: usize, data: &[u8]) {
-        self.writes.push(W {
+        self.push(W {
             off,
             data: data.to_vec(),
             logged: false,
@@ -171,12 +173,17 @@ impl<'a, M: Media> Tx<'a, M> {
     /// Stage a whole new block's bytes, streamed (a fresh block: nothing to log).
     fn stream_block(&mut self, b: u64, data: Vec<u8>) {
         debug_assert_eq!(data.len(), BLOCK);
-        self.writes.push(W {
+        if let Some(&i) = self.images.get(&b) {
+            self.writes[i].data = data;
+            return;
+        }
+        self.push(W {
             off: b as usize * BLOCK,
             data,
             logged: false,
             nt: true,
         });
+        self.images.insert(b, self.writes.len() - 1);
     }
     /// A new block from the allocator; returned to it if the transaction is dropped.
     pub(crate) fn alloc_block(&mut self) -> Result<u64> {
@@ -214,7 +221,7 @@ impl<'a, M: Media> Tx<'a, M> {
         self.allocated.extend(run..run + n);
         self.fresh.extend(run..run + n);
         // the rest of the 2 MiB stays as it was: beyond the file's size (see `Fs::try_huge`)
-        self.writes.push(W {
+        self.push(W {
             off: run as usize * BLOCK,
             data: content.to_vec(),
             logged: false,
@@ -267,7 +274,7 @@ impl<'a, M: Media> Tx<'a, M> {
             i.tail
         };
         let i = Inode { tail, ..*i }.seal_in(self.geo, ino);
-        self.writes.push(W {
+        self.push(W {
             off,
             data: i.encode().to_vec(),
             logged: true,
@@ -411,7 +418,7 @@ impl<'a, M: Media> Tx<'a, M> {
         }
         let a = self.alloc.lock();
         let bad = |ids: &[u64], used: &dyn Fn(u64) -> bool, pointers: &dyn Fn(u64) -> u32| {
-            let mut seen = std::collections::HashMap::with_capacity(ids.len());
+            let mut seen = BlockMap::with_capacity_and_hasher(ids.len(), Default::default());
             ids.iter().copied().find(|&i| {
                 let n: &mut u32 = seen.entry(i).or_default();
                 *n += 1;
