@@ -128,8 +128,9 @@ impl<M: Media> Fs<M> {
     fn clone_piece(&self, src: u64, src_off: u64, dst: u64, dst_off: u64, n: u64) -> Result<()> {
         let (first, blocks) = (src_off / B, n.div_ceil(B));
         let to = |idx: u64| dst_off / B + (idx - first);
-        // The source's holes in this step become the destination's (inside its size; past it
-        // the size grows over them below).
+        // The source's holes in this step become the destination's: punched, past its size too,
+        // where it may own blocks (preallocated for appends) holding old bytes the size would
+        // then cover.
         let s = self.inode(src);
         let present = tree::present(
             &self.pm,
@@ -141,11 +142,8 @@ impl<M: Media> Fs<M> {
         let mut next = first;
         for &(idx, _) in present.iter().chain(&[(first + blocks, 0)]) {
             if idx > next {
-                let size = self.inode(dst).size;
-                let (a, z) = (to(next) * B, (to(idx) * B).min(size));
-                if a < z {
-                    self.fallocate_mode(dst, a, z - a, Falloc::PunchHole)?;
-                }
+                let (a, z) = (to(next) * B, to(idx) * B);
+                self.fallocate_mode(dst, a, z - a, Falloc::PunchHole)?;
             }
             next = idx + 1;
         }

@@ -417,3 +417,39 @@ fn a_2mib_block_is_shared_block_by_block() {
     fs.unlink(ROOT, b"dst").unwrap();
     assert_eq!(free(&fs), empty(24 << 20));
 }
+
+/// A hole of the source lands past the destination's size on blocks the destination owns
+/// there (preallocated for its appends, holding what they held before): they read zeros, not
+/// their old bytes. Found by xfstests' fsx through the shim (`fsx -S 1`, a CLONE after a COPY
+/// that preallocated).
+#[test]
+fn a_hole_cloned_past_the_end_hides_the_blocks_owned_there() {
+    let fs = mounted(4 << 20);
+    // Freed blocks that hold bytes: what preallocation hands out next.
+    let z = fs.create(ROOT, b"z", 0o644).unwrap().ino;
+    fs.write(z, 0, &[0xaa; 64 * B as usize]).unwrap();
+    fs.unlink(ROOT, b"z").unwrap();
+    let dst = fs.create(ROOT, b"dst", 0o644).unwrap().ino;
+    fs.write(dst, 0, &[1; B as usize]).unwrap();
+    fs.write(dst, B, &[2; B as usize]).unwrap(); // a second append: a preallocation window
+    assert!(
+        fs.getattr(dst).unwrap().blocks > 2,
+        "no preallocation to test with"
+    );
+    let src = fs.create(ROOT, b"src", 0o644).unwrap().ino;
+    fs.write(src, 0, &bytes(12, 8 * B as usize)).unwrap();
+    fs.fallocate_mode(src, 5 * B, B, pmkit_fs::Falloc::PunchHole)
+        .unwrap();
+    assert_eq!(fs.clone_range(src, 0, dst, 2 * B, 0).unwrap(), 8 * B);
+    let got = fs.read(dst, 0, 10 * B as usize + 1).unwrap();
+    let mut want = [
+        vec![1; B as usize],
+        vec![2; B as usize],
+        bytes(12, 8 * B as usize),
+    ]
+    .concat();
+    want[7 * B as usize..8 * B as usize].fill(0);
+    assert_eq!(got.len(), want.len());
+    let first = got.iter().zip(&want).position(|(a, b)| a != b);
+    assert_eq!(first, None, "first wrong byte");
+}
