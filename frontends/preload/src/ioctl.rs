@@ -89,8 +89,9 @@ unsafe fn clone(fd: c_int, req: c_ulong, arg: *mut c_void) -> Option<c_int> {
     let (src, range) = match req {
         FICLONE => (arg as usize as c_int, None),
         _ => {
-            // SAFETY: the caller's `struct file_clone_range` (checked: EFAULT otherwise).
-            let b = match unsafe { crate::fd::out_buf(arg, CLONE_RANGE) } {
+            // SAFETY: the caller's `struct file_clone_range`, only read (checked: EFAULT
+            // otherwise).
+            let b = match unsafe { crate::fd::in_buf(arg, CLONE_RANGE) } {
                 Ok(b) => b,
                 Err(e) if state::lookup(fd).is_some() => return Some(fail(e)),
                 Err(_) => return None,

@@ -26,6 +26,36 @@ use crate::{attr::now, tree, Fs, Kind};
 use pmkit_media::Media;
 
 const B: u64 = BLOCK as u64;
+/// Tries of one step while writers keep changing the holes under it.
+const MAX_TRIES: usize = 16;
+
+/// `n`, if a regular file whose blocks may be shared.
+fn clonable(n: Inode) -> Result<Inode> {
+    match n.kind() {
+        Some(Kind::File) => {}
+        Some(Kind::Dir) => return Err(Error::IsDir),
+        _ => return Err(Error::Invalid("a clone of a non-regular file")),
+    }
+    if n.sums() {
+        return Err(Error::NotSupported(
+            "a file with data checksums shares no blocks (copy instead)",
+        ));
+    }
+    Ok(n)
+}
+
+/// The runs of file blocks in `first..first + blocks` that `present` (in order) leaves out.
+fn holes_in(present: &[(u64, u64)], first: u64, blocks: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut next = first;
+    for &idx in present.iter().map(|(i, _)| i).chain(&[first + blocks]) {
+        if idx > next {
+            out.push((next, idx));
+        }
+        next = idx + 1;
+    }
+    out
+}
 
 impl<M: Media> Fs<M> {
     /// Blocks one clone step (or one unsharing transaction) points at: as many as an atomic
@@ -110,76 +140,70 @@ impl<M: Media> Fs<M> {
     fn clonable(&self, ino: u64) -> Result<Inode> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();
-        let n = self.live(ino)?;
-        match n.kind() {
-            Some(Kind::File) => {}
-            Some(Kind::Dir) => return Err(Error::IsDir),
-            _ => return Err(Error::Invalid("a clone of a non-regular file")),
-        }
-        if n.sums() {
-            return Err(Error::NotSupported(
-                "a file with data checksums shares no blocks (copy instead)",
-            ));
-        }
-        Ok(n)
+        clonable(self.live(ino)?)
     }
 
-    /// One step: `n` bytes (at most `clone_step` blocks) from `src_off` to `dst_off`.
+    /// One step: `n` bytes (at most `clone_step` blocks) from `src_off` to `dst_off`. The
+    /// source's holes are punched in the destination first (their own transactions, outside
+    /// the locks); then, under both inodes' locks, the step is taken only if the source's holes
+    /// are still those and the destination's are punched still: else a writer changed either
+    /// file meanwhile, and the step starts again.
     fn clone_piece(&self, src: u64, src_off: u64, dst: u64, dst_off: u64, n: u64) -> Result<()> {
         let (first, blocks) = (src_off / B, n.div_ceil(B));
         let to = |idx: u64| dst_off / B + (idx - first);
-        // The source's holes in this step become the destination's: punched, past its size too,
-        // where it may own blocks (preallocated for appends) holding old bytes the size would
-        // then cover.
-        let s = self.inode(src);
-        let present = tree::present(
-            &self.pm,
-            s.root,
-            s.height,
-            (first, first + blocks),
-            usize::MAX,
-        );
-        let mut next = first;
-        for &(idx, _) in present.iter().chain(&[(first + blocks, 0)]) {
-            if idx > next {
-                let (a, z) = (to(next) * B, to(idx) * B);
-                self.fallocate_mode(dst, a, z - a, Falloc::PunchHole)?;
+        for _ in 0..MAX_TRIES {
+            // Punched past the destination's size too, where it may own blocks (preallocated
+            // for appends) holding old bytes the new size would cover.
+            let holes = holes_in(
+                &self.src_blocks(&self.inode(src), first, blocks),
+                first,
+                blocks,
+            );
+            for &(a, z) in &holes {
+                self.fallocate_mode(dst, to(a) * B, (z - a) * B, Falloc::PunchHole)?;
             }
-            next = idx + 1;
-        }
-        let _ns = self.ns.read();
-        let (_a, _b) = self.lock_pair(src, dst);
-        let (s, d) = (self.live(src)?, self.live(dst)?);
-        let whole = (src_off, src_off + blocks * B);
-        self.check_pins_for_range(src, whole)?;
-        self.check_pins_for_range(dst, (dst_off, dst_off + blocks * B))?;
-        // Bytes past the destination's size that the new size will cover: its own, zeroed.
-        self.unshare(dst, d.size.min(dst_off), dst_off)?;
-        let present = tree::present(
-            &self.pm,
-            s.root,
-            s.height,
-            (first, first + blocks),
-            usize::MAX,
-        );
-        let mut tx = self.tx();
-        let mut node = tx.inode(dst);
-        self.zero_gap(&mut tx, &node, dst_off);
-        for (idx, b) in present {
-            // A block of the source's 2 MiB block too: the destination points at it alone.
-            tx.share_after.push(b);
-            let old = tree::set(&mut tx, &mut node, to(idx), b)?;
-            if old != 0 {
-                tx.free_after.push(old);
+            let _ns = self.ns.read();
+            let (_a, _b) = self.lock_pair(src, dst);
+            let (s, d) = (clonable(self.live(src)?)?, clonable(self.live(dst)?)?);
+            let present = self.src_blocks(&s, first, blocks);
+            let punched = holes.iter().all(|&(a, z)| {
+                tree::present(&self.pm, d.root, d.height, (to(a), to(z)), 1).is_empty()
+            });
+            if !punched || holes_in(&present, first, blocks) != holes {
+                continue;
             }
+            self.check_pins_for_range(src, (src_off, src_off + blocks * B))?;
+            self.check_pins_for_range(dst, (dst_off, dst_off + blocks * B))?;
+            // Bytes past the destination's size that the new size will cover: its own, zeroed.
+            self.unshare(dst, d.size.min(dst_off), dst_off)?;
+            let mut tx = self.tx();
+            let mut node = tx.inode(dst);
+            self.zero_gap(&mut tx, &node, dst_off);
+            for (idx, b) in present {
+                // A block of the source's 2 MiB block too: the destination points at it alone.
+                tx.share_after.push(b);
+                let old = tree::set(&mut tx, &mut node, to(idx), b)?;
+                if old != 0 {
+                    tx.free_after.push(old);
+                }
+            }
+            let t = now();
+            node.size = node.size.max(dst_off + n);
+            (node.mtime, node.ctime) = (t, t);
+            // The bytes an append's record vouched for may have changed (`tail.rs`).
+            node.tail = 0;
+            tx.put_inode(dst, &node);
+            return self.commit(tx);
         }
-        let t = now();
-        node.size = node.size.max(dst_off + n);
-        (node.mtime, node.ctime) = (t, t);
-        // The bytes an append's record vouched for may have changed (`tail.rs`).
-        node.tail = 0;
-        tx.put_inode(dst, &node);
-        self.commit(tx)
+        Err(Error::Busy(
+            "the files changed under the clone at every try: clone again",
+        ))
+    }
+
+    /// The source's blocks for file blocks `first..first + blocks`.
+    fn src_blocks(&self, s: &Inode, first: u64, blocks: u64) -> Vec<(u64, u64)> {
+        let range = (first, first + blocks);
+        tree::present(&self.pm, s.root, s.height, range, usize::MAX)
     }
 
     /// The locks of two inodes (one, when they share a stripe), in a fixed order.

@@ -58,11 +58,18 @@ impl<M: Media> Fs<M> {
         let node = match self.any_shared() {
             true => {
                 let b = BLOCK as u64;
+                // The edges are zeroed where the size covers them; past the size, a mode
+                // that allocates zeroes what the file owns there (a punch frees it).
+                let size = node.size;
                 let edges = [
-                    (off, off.next_multiple_of(b).min(end)),
-                    ((end / b * b).max(off), end),
+                    (off, off.next_multiple_of(b).min(end).min(size)),
+                    ((end / b * b).max(off), end.min(size)),
                 ];
-                for (a, z) in edges.into_iter().chain([(node.size, end)]) {
+                let past = match mode {
+                    Falloc::PunchHole => (0, 0),
+                    _ => (size, end),
+                };
+                for (a, z) in edges.into_iter().chain([past]) {
                     self.unshare(ino, a, z)?;
                 }
                 self.inode(ino)

@@ -60,8 +60,19 @@ impl<M: Media> Fs<M> {
                 .filter(|&(_, b)| a.shares.extra(b) != 0)
                 .collect()
         };
-        let step = self.clone_step() as usize;
-        for batch in shared.chunks(step) {
+        // A batch spans at most `clone_step` file blocks, as a clone's step does: its pointers
+        // then lie in a few stretches of a node or two, which the undo log holds (counted in
+        // blocks alone, scattered pointers would each take an entry of their own).
+        let step = self.clone_step();
+        let mut batches: Vec<&[(u64, u64)]> = Vec::new();
+        let mut start = 0;
+        for i in 1..=shared.len() {
+            if i == shared.len() || shared[i].0 - shared[start].0 >= step {
+                batches.push(&shared[start..i]);
+                start = i;
+            }
+        }
+        for batch in batches {
             let mut tx = self.tx();
             let mut node = tx.inode(ino);
             let mut content = vec![0u8; BLOCK];

@@ -375,11 +375,17 @@ fn split_cut<M: Media>(
     let node = match tx.new_node(&ptrs) {
         Ok(b) => b,
         Err(Error::NoSpace) if spare_tail => {
-            // beyond the committed size: a crash before the commit leaves bytes no one reads
-            let b = tx.node_image(last, &ptrs);
-            tx.write_fresh(last as usize * BLOCK, &b);
-            tx.free_after.extend(run + kept..last);
-            return Ok(last);
+            // Beyond the committed size: a crash before the commit leaves bytes no one reads.
+            // Not a block another file shares (reflink): its bytes are that file's.
+            let spare = (run + kept..=last).rev().find(|&b| !tx.is_shared(b));
+            let Some(spare) = spare else {
+                return Err(Error::NoSpace);
+            };
+            let b = tx.node_image(spare, &ptrs);
+            tx.write_fresh(spare as usize * BLOCK, &b);
+            tx.free_after
+                .extend((run + kept..=last).filter(|&b| b != spare));
+            return Ok(spare);
         }
         Err(e) => return Err(e),
     };

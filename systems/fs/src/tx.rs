@@ -185,6 +185,10 @@ impl<'a, M: Media> Tx<'a, M> {
         });
         self.images.insert(b, self.writes.len() - 1);
     }
+    /// Does data block `b` have more than one pointer (`shares.rs`)?
+    pub(crate) fn is_shared(&self, b: u64) -> bool {
+        self.alloc.lock().shares.extra(b) != 0
+    }
     /// A new block from the allocator; returned to it if the transaction is dropped.
     pub(crate) fn alloc_block(&mut self) -> Result<u64> {
         let b = self.alloc.lock().block()?;

@@ -505,3 +505,79 @@ fn clones_race_writes_to_their_source() {
     let rep = check(&fs.unmount());
     assert!(rep.is_clean(), "{rep:?}");
 }
+
+/// A write over a file whose shared blocks are scattered (every fourth block still shared
+/// after writes into the others) unshares them in transactions the journal holds: each
+/// pointer far from the next takes a log entry of its own, so a batch is bounded by the file
+/// blocks it spans, not by its count.
+#[test]
+fn scattered_shared_blocks_are_unshared_in_transactions_that_fit() {
+    let fs = mounted(16 << 20);
+    let src = fs.create(ROOT, b"src", 0o644).unwrap().ino;
+    let dst = fs.create(ROOT, b"dst", 0o644).unwrap().ino;
+    let n = 1024 * B as usize;
+    for k in 0..4 {
+        // 1 MiB writes: 4 KiB blocks (a 2 MiB block needs a write covering its span)
+        fs.write(src, k * (n as u64 / 4), &bytes(13, n / 4))
+            .unwrap();
+    }
+    fs.clone_range(src, 0, dst, 0, 0).unwrap();
+    for blk in (0..1024u64).filter(|b| b % 4 != 3) {
+        fs.write(dst, blk * B, &[9; B as usize]).unwrap();
+    }
+    assert_eq!(fs.shared_blocks(), 256);
+    fs.write(dst, 0, &vec![7; n]).unwrap();
+    assert_eq!(fs.shared_blocks(), 0);
+    assert_eq!(fs.read(dst, 0, n + 1).unwrap(), vec![7; n]);
+    let rep = check(&fs.unmount());
+    assert!(rep.is_clean(), "{rep:?}");
+}
+
+/// A truncate on a full pool that cuts a 2 MiB block, whose split node then takes a block of
+/// the cut tail: never a block another file shares (its bytes would become pointer words).
+#[test]
+fn a_truncate_on_a_full_pool_never_takes_a_shared_block_for_its_node() {
+    let fs = mounted(24 << 20);
+    let a = fs.create(ROOT, b"a", 0o644).unwrap().ino;
+    // a 2 MiB block (one write covering its span), without the huge flag that would keep it
+    // whole at a truncate
+    let data = bytes(14, 2 << 20);
+    fs.write(a, 0, &data).unwrap();
+    let b = fs.create(ROOT, b"b", 0o644).unwrap().ino;
+    fs.clone_range(a, 0, b, 0, 0).unwrap();
+    // Every other block taken.
+    let fill = fs.create(ROOT, b"fill", 0o644).unwrap().ino;
+    let mut at = 0;
+    while fs.write(fill, at, &[1; B as usize]).is_ok() {
+        at += B;
+    }
+    // What a new leaf node left: files of one block each (the inode's root points at it).
+    for i in 0.. {
+        let f = fs.create(ROOT, format!("one{i}").as_bytes(), 0o644);
+        let wrote = f.and_then(|f| fs.write(f.ino, 0, &[1; B as usize]));
+        if wrote.is_err() || fs.statfs().free_blocks == 0 {
+            break;
+        }
+    }
+    assert_eq!(fs.statfs().free_blocks, 0);
+    let cut = SetAttr {
+        size: Some(B + 10),
+        ..SetAttr::default()
+    };
+    let _ = fs.setattr(a, &cut); // may be ENOSPC: nothing free for the split node
+    assert_eq!(fs.getattr(a).unwrap().size, B + 10);
+    let first_wrong = |got: Vec<u8>| (got.len(), got.iter().zip(&data).position(|(x, y)| x != y));
+    let whole = (data.len(), None);
+    let got = fs.read(b, 0, data.len() + 1).unwrap();
+    assert_eq!(first_wrong(got), whole, "b's bytes changed");
+    fs.unlink(ROOT, b"fill").unwrap();
+    let media = fs.unmount();
+    let walk = MountOptions {
+        full_walk: true,
+        ..MountOptions::default()
+    };
+    let (fs, _) = Fs::mount(media, &walk).unwrap();
+    assert_eq!(first_wrong(fs.read(b, 0, data.len() + 1).unwrap()), whole);
+    let rep = check(&fs.unmount());
+    assert!(rep.is_clean(), "{rep:?}");
+}
