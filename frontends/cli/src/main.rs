@@ -158,7 +158,7 @@ mod tests {
         let v = Cli::command().render_long_version();
         assert!(
             v.contains("PMBD device 1")
-                && v.contains("PMFS 7 (reads 2 and up)")
+                && v.contains("PMFS 8 (reads 2 and up)")
                 && v.contains("PMO pool 1"),
             "{v}"
         );
