@@ -1,12 +1,11 @@
-//! File data: read, write (in place or copy-on-write), truncate, fallocate, and the orphan work
-//! (freeing unlinked inodes, finishing cut truncates).
+//! File data: write (in place or copy-on-write), fallocate's allocation, and freeing unlinked
+//! inodes (truncates: `truncate.rs`).
 
 use crate::error::{Error, Result};
 use crate::inode::{size_word, Inode, Kind, CTIME, MTIME, SIZE_MTIME, TAIL};
 use crate::layout::{BLOCK, LINE, MAX_FILE_SIZE};
 use crate::tail::{self, Tail};
 use crate::tree;
-use crate::tree::keep_blocks;
 use crate::tree::HUGE_BLOCKS;
 use crate::tx::Tx;
 use crate::{attr::now, Fs};
@@ -279,23 +278,38 @@ impl<M: Media> Fs<M> {
         }
         // The data, streamed block by block; with `crc`, the CRC32C of all of it, computed in
         // the same loop (`Pm::write_nt_crc`).
+        // Blocks adjacent on the media go in one store: where every store is a system call
+        // (`kernel` protection), a 1 MiB write into sequential blocks is a few calls, not 256.
         let stream = |mut crc: Option<u32>| {
             let first = off / BLOCK as u64;
+            let mut put = |at: usize, from: usize, n: usize| {
+                let piece = &data[from..from + n];
+                match crc {
+                    Some(c) => crc = Some(self.pm.write_nt_crc(at, piece, c)),
+                    None => self.pm.write_nt(at, piece),
+                }
+            };
+            // (media offset, offset in `data`, length) of the run not yet stored
+            let mut run: Option<(usize, usize, usize)> = None;
             let mut pos = off;
             while pos < end {
                 let idx = pos / BLOCK as u64;
                 let in_blk = (pos % BLOCK as u64) as usize;
                 let n = ((BLOCK - in_blk) as u64).min(end - pos) as usize;
-                let b = blocks[(idx - first) as usize];
-                let (at, piece) = (
-                    b as usize * BLOCK + in_blk,
-                    &data[(pos - off) as usize..][..n],
-                );
-                match crc {
-                    Some(c) => crc = Some(self.pm.write_nt_crc(at, piece, c)),
-                    None => self.pm.write_nt(at, piece),
-                }
+                let at = blocks[(idx - first) as usize] as usize * BLOCK + in_blk;
+                run = match run {
+                    Some((ra, rf, rn)) if ra + rn == at => Some((ra, rf, rn + n)),
+                    other => {
+                        if let Some((ra, rf, rn)) = other {
+                            put(ra, rf, rn);
+                        }
+                        Some((at, (pos - off) as usize, n))
+                    }
+                };
                 pos += n as u64;
+            }
+            if let Some((ra, rf, rn)) = run {
+                put(ra, rf, rn);
             }
             crc
         };
@@ -362,121 +376,6 @@ impl<M: Media> Fs<M> {
         let size = size_word(self.geo.checked_sizes(), end);
         self.pm
             .persist_u128(at + SIZE_MTIME, (t as u128) << 64 | size as u128);
-    }
-
-    /// Set the size (caller holds the namespace read lock and the inode's stripe).
-    pub(crate) fn truncate(&self, ino: u64, size: u64) -> Result<()> {
-        if size > MAX_FILE_SIZE {
-            return Err(Error::FileTooBig { max: MAX_FILE_SIZE });
-        }
-        // A growth zeroes in place what the file holds from the old size on: none of it may be
-        // shared (a shrink's `zero_tail` sees to its block).
-        let old = self.inode(ino).size;
-        if size > old {
-            self.unshare(ino, old, size)?;
-        }
-        let mut tx = self.tx();
-        let mut node = tx.inode(ino);
-        let t = now();
-        if size >= node.size {
-            self.zero_gap(&mut tx, &node, size);
-            (node.size, node.mtime, node.ctime) = (size, t, t);
-            tx.put_inode(ino, &node);
-            return self.commit(tx);
-        }
-        let old = node.size;
-        (node.size, node.mtime, node.ctime) = (size, t, t);
-        self.resum_tail(&mut tx, &node)?;
-        let keep = keep_blocks(&node, size);
-        match tree::prune(&mut tx, &mut node, keep, self.prune_budget(), false) {
-            Ok(true) => {
-                tx.put_inode(ino, &node);
-                self.commit(tx)?;
-                return self.zero_tail(ino, size, old);
-            }
-            Ok(false) | Err(Error::NoSpace) => {}
-            Err(e) => return Err(e),
-        }
-        drop(tx);
-        // Too big for one transaction, or no block free for a huge block's split node: record
-        // the target on the orphan list first (then the cut tail is beyond the size).
-        let mut list = self.orphans.lock();
-        let mut tx = self.tx();
-        let mut node = tx.inode(ino);
-        (node.size, node.mtime, node.ctime, node.trunc) = (size, t, t, size);
-        self.resum_tail(&mut tx, &node)?;
-        let new = self.orphan_add(&mut tx, &list, ino, &mut node);
-        tx.put_inode(ino, &node);
-        self.commit(tx)?;
-        *list = new;
-        self.truncate_rest(ino, size, &mut list)?;
-        self.zero_tail(ino, size, old)
-    }
-
-    /// After a shrink to `size` (from `old`) committed: zero the rest of the block the size
-    /// ends in, so a mapping of the file (`map()`, the shim's mmap) reads zeros past the end,
-    /// as Linux's do. Its own transaction, of bytes past the size only: a crash before it
-    /// leaves them as they were, which no read sees (a later growth zeroes them: `zero_gap`).
-    fn zero_tail(&self, ino: u64, size: u64, old: u64) -> Result<()> {
-        let end = size.next_multiple_of(BLOCK as u64).min(old);
-        if end <= size {
-            return Ok(());
-        }
-        self.unshare(ino, size, end)?;
-        let mut tx = self.tx();
-        let node = tx.inode(ino);
-        debug_assert!(node.size == size, "the shrink committed");
-        self.zero_gap(&mut tx, &node, end);
-        self.commit(tx)
-    }
-
-    /// Before a mapping of `ino` is handed out: zero the rest of the block its size ends in.
-    /// A block preallocated for appends holds what it held before until written, and an
-    /// append leaves its tail so: reads stop at the size, a mapping's last page would not
-    /// (Linux's read past the end of a mapped file as zeros).
-    pub(crate) fn zero_past_eof(&self, ino: u64) -> Result<()> {
-        let _ns = self.ns.read();
-        let _g = self.stripe(ino).lock();
-        let size = self.live(ino)?.size;
-        self.zero_tail(ino, size, u64::MAX)
-    }
-
-    pub(crate) fn prune_budget(&self) -> usize {
-        self.geo.lane_entries as usize / 2 - 8
-    }
-
-    /// Free every block of `ino` from file block `keep` on, in transactions of at most
-    /// [`Fs::prune_budget`] entries (the size is at or below `keep` already: a cut huge block
-    /// may spare its tail).
-    pub(crate) fn prune_from(&self, ino: u64, keep: u64) -> Result<()> {
-        loop {
-            let mut tx = self.tx();
-            let mut node = tx.inode(ino);
-            let done = tree::prune(&mut tx, &mut node, keep, self.prune_budget(), true)?;
-            tx.put_inode(ino, &node);
-            self.commit(tx)?;
-            if done {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Prune in transactions until nothing beyond `size` is left, then leave the orphan list.
-    fn truncate_rest(&self, ino: u64, size: u64, list: &mut Vec<u64>) -> Result<()> {
-        self.prune_from(ino, keep_blocks(&self.inode(ino), size))?;
-        let mut tx = self.tx();
-        let mut node = tx.inode(ino);
-        let new = self.orphan_remove(&mut tx, list, ino, &mut node);
-        node.trunc = 0;
-        tx.put_inode(ino, &node);
-        self.commit(tx)?;
-        *list = new;
-        Ok(())
-    }
-
-    pub(crate) fn finish_truncate(&self, ino: u64, size: u64) -> Result<()> {
-        let mut list = self.orphans.lock();
-        self.truncate_rest(ino, size, &mut list)
     }
 
     /// Free an orphan with no links (last release, or mount).

@@ -45,6 +45,7 @@ mod sums;
 mod tail;
 mod tally;
 mod tree;
+mod truncate;
 mod tx;
 mod walk;
 pub mod watch;

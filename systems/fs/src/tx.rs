@@ -377,12 +377,12 @@ impl<'a, M: Media> Tx<'a, M> {
                     frees.iter().all(|&b| alloc.lock().blocks.is_used(b)),
                     "a block freed before its transaction committed"
                 );
-                for w in &fresh {
-                    if w.nt {
-                        pm.write_nt(w.off, &w.data);
+                for (off, data, nt) in runs(&fresh, pm.stores_are_calls()) {
+                    if nt {
+                        pm.write_nt(off, &data);
                     } else {
-                        pm.write(w.off, &w.data);
-                        pm.flush(w.off, w.data.len());
+                        pm.write(off, &data);
+                        pm.flush(off, data.len());
                     }
                 }
                 for (off, data) in &redo {
@@ -466,6 +466,22 @@ impl<M> Drop for Tx<'_, M> {
             }
         }
     }
+}
+
+/// The writes `ws` as stores, in order: with `merge` (every store a system call), a write that
+/// starts where the one before it ended, and is streamed alike, joins its store (the new blocks
+/// of an append, allocated in a row, are one store).
+fn runs<'w>(ws: &[&'w W], merge: bool) -> Vec<(usize, std::borrow::Cow<'w, [u8]>, bool)> {
+    let mut out: Vec<(usize, std::borrow::Cow<'w, [u8]>, bool)> = Vec::with_capacity(ws.len());
+    for w in ws {
+        match out.last_mut() {
+            Some((off, data, nt)) if merge && *nt == w.nt && *off + data.len() == w.off => {
+                data.to_mut().extend_from_slice(&w.data)
+            }
+            _ => out.push((w.off, std::borrow::Cow::Borrowed(&w.data[..]), w.nt)),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
