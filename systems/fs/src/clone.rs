@@ -179,11 +179,14 @@ impl<M: Media> Fs<M> {
             let mut tx = self.tx();
             let mut node = tx.inode(dst);
             self.zero_gap(&mut tx, &node, dst_off);
-            // A block of the source's 2 MiB block too: the destination points at it alone.
-            let pairs: Vec<(u64, u64)> = present.iter().map(|&(i, b)| (to(i), b)).collect();
-            let olds = tree::set_many(&mut tx, &mut node, &pairs)?;
-            tx.share_after.extend(present.iter().map(|&(_, b)| b));
-            tx.free_after.extend(olds.into_iter().filter(|&o| o != 0));
+            for (idx, b) in present {
+                // A block of the source's 2 MiB block too: the destination points at it alone.
+                tx.share_after.push(b);
+                let old = tree::set(&mut tx, &mut node, to(idx), b)?;
+                if old != 0 {
+                    tx.free_after.push(old);
+                }
+            }
             let t = now();
             node.size = node.size.max(dst_off + n);
             (node.mtime, node.ctime) = (t, t);

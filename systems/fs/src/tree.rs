@@ -118,40 +118,6 @@ pub(crate) fn set<M: Media>(
     r
 }
 
-/// [`set`] of many file blocks, `pairs` in file order: the path to each level-1 node is walked
-/// once, the rest of that node's pointers stored beside the first (a clone sets hundreds in a
-/// row). The old pointers, in order.
-pub(crate) fn set_many<M: Media>(
-    tx: &mut Tx<'_, M>,
-    ino: &mut Inode,
-    pairs: &[(u64, u64)],
-) -> Result<Vec<u64>> {
-    debug_assert!(
-        pairs.windows(2).all(|w| w[0].0 < w[1].0),
-        "pairs in file order"
-    );
-    let mut olds = Vec::with_capacity(pairs.len());
-    let mut i = 0;
-    while i < pairs.len() {
-        let (idx, ptr) = pairs[i];
-        olds.push(set(tx, ino, idx, ptr)?);
-        i += 1;
-        // Height 0 (one block, the root) has no node to share.
-        let Some(at) = leaf_slot(&*tx, ino.root, ino.height, idx) else {
-            continue;
-        };
-        let node = at - (idx % FANOUT) as usize * 8;
-        while let Some(&(j, p)) = pairs.get(i).filter(|(j, _)| j / FANOUT == idx / FANOUT) {
-            assert_ne!(p, 0, "set clears no pointer");
-            let slot = node + (j % FANOUT) as usize * 8;
-            olds.push(tx.read_ptr(slot));
-            tx.write_ptr(slot, p);
-            i += 1;
-        }
-    }
-    Ok(olds)
-}
-
 /// `set`'s work; every fresh empty node it links is pushed to `made` with where its link is
 /// (`None`: the inode's root).
 fn set_in<M: Media>(
