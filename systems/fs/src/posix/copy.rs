@@ -2,9 +2,10 @@
 //! descriptors' rules (a readable source, a writable destination not open for appending, both
 //! regular files), at the given offsets or at the descriptors' own, which advance.
 
-use super::{Fd, Posix};
+use super::{Desc, Fd, Posix};
 use crate::{Error, Kind, Result};
 use pmkit_media::Media;
+use std::sync::Arc;
 
 /// The most one call copies: Linux's `MAX_RW_COUNT` (`INT_MAX & PAGE_MASK`).
 pub(crate) const MAX_COPY: u64 = 0x7fff_f000;
@@ -20,12 +21,7 @@ impl<M: Media> Posix<M> {
         off_out: Option<u64>,
         len: u64,
     ) -> Result<u64> {
-        let src = self.readable(fd_in)?;
-        let dst = self.writable(fd_out)?;
-        if dst.flags.append {
-            // Linux: EBADF for a destination open with O_APPEND.
-            return Err(Error::BadFd(fd_out.0));
-        }
+        let (src, dst) = self.ends(fd_in, fd_out)?;
         match (src.kind, dst.kind) {
             (Kind::File, Kind::File) => {}
             (_, Kind::Dir) => return Err(Error::IsDir),
@@ -61,17 +57,25 @@ impl<M: Media> Posix<M> {
         off_out: u64,
         len: u64,
     ) -> Result<u64> {
-        let src = self.readable(fd_in)?;
-        let dst = self.writable(fd_out)?;
-        if dst.flags.append {
-            return Err(Error::BadFd(fd_out.0));
-        }
+        let (src, dst) = self.ends(fd_in, fd_out)?;
         match (src.kind, dst.kind) {
             (Kind::File, Kind::File) => {}
+            // Linux's remap checks name a directory on either side EISDIR.
             (Kind::Dir, _) | (_, Kind::Dir) => return Err(Error::IsDir),
             _ => return Err(Error::Invalid("a clone of a non-regular file")),
         }
         self.kill_privs_for_write(dst.ino)?;
         self.fs.clone_range(src.ino, off_in, dst.ino, off_out, len)
+    }
+
+    /// The source and destination descriptors of a copy or a clone: a readable one, and a
+    /// writable one not open for appending (EBADF, as Linux answers).
+    fn ends(&self, fd_in: Fd, fd_out: Fd) -> Result<(Arc<Desc>, Arc<Desc>)> {
+        let src = self.readable(fd_in)?;
+        let dst = self.writable(fd_out)?;
+        if dst.flags.append {
+            return Err(Error::BadFd(fd_out.0));
+        }
+        Ok((src, dst))
     }
 }
