@@ -8,7 +8,7 @@
 
 use pmkit_fs::{check, Error, Fs, MkfsOptions, MountOptions, SetAttr, ROOT};
 use pmkit_media::crashsim::{check_every_fence_from, CrashOpts, CrashSim};
-use pmkit_media::Media;
+use pmkit_media::{Domain, Media};
 
 const B: u64 = 4096;
 
@@ -300,14 +300,29 @@ fn a_crash_at_every_fence_of_clones_writes_truncates_and_unlinks() {
     written[5 * B as usize..][..10].copy_from_slice(b"0123456789");
     let cut = written[..12 * B as usize + 7].to_vec();
     let states = [old.clone(), cloned, written, cut];
-    let opts = CrashOpts {
-        k: 4,
-        random_images: 8,
-        ..Default::default()
-    };
+    for domain in [Domain::Adr, Domain::Eadr] {
+        let opts = CrashOpts {
+            k: 4,
+            random_images: 8,
+            domain,
+            ..Default::default()
+        };
+        crash_check_clone(&sim, &opts, (&src, &states), empty);
+    }
+}
+
+/// `a_crash_at_every_fence_of_clones_writes_truncates_and_unlinks` in one domain: the
+/// workload on `sim`'s image, each image held to `states` (the destination's), the source's
+/// bytes and the free count of an `empty` pool.
+fn crash_check_clone(
+    sim: &CrashSim,
+    opts: &CrashOpts,
+    (src, states): (&[u8], &[Vec<u8>]),
+    empty: u64,
+) {
     let rep = check_every_fence_from(
         sim.image(),
-        &opts,
+        opts,
         |s| {
             let (fs, _) = Fs::mount(&**s, &MountOptions::default()).unwrap();
             let (s_ino, d) = (
@@ -348,7 +363,12 @@ fn a_crash_at_every_fence_of_clones_writes_truncates_and_unlinks() {
         },
     );
     assert!(rep.fences >= 8, "{rep}");
-    assert!(rep.is_clean(), "{rep}\n{:?}", rep.violations.first());
+    assert!(
+        rep.is_clean(),
+        "{:?}: {rep}\n{:?}",
+        opts.domain,
+        rep.violations.first()
+    );
 }
 
 /// Both superblocks lost on a pool whose files share blocks: the rebuilt superblock is format 8
