@@ -555,7 +555,8 @@ fn stats_give_the_journal_bytes_and_fences_of_each_request_over(t: &str) {
 
 /// Under the default cache the kernel keeps directory listings (`FOPEN_CACHE_DIR`): a listing
 /// after every kind of change to a directory shows the change, and listing an unchanged
-/// directory again asks the daemon for no listing (counted by `--stats`).
+/// directory again asks the daemon for no listing (counted by `--stats`). Directories open
+/// without OPENDIR: the first is answered ENOSYS, and the kernel sends no more.
 #[test]
 fn listings_follow_every_change_and_come_from_the_kernels_cache_otherwise() {
     if can_run() {
@@ -623,6 +624,11 @@ fn listings_over(t: &str) {
     assert!(
         built <= listings,
         "{built} listings built for {listings} changed directories over {t}: {j}"
+    );
+    let opendirs = requests(&stats, "opendir");
+    assert!(
+        opendirs == 1,
+        "{opendirs} OPENDIRs over {t}, 1 expected: {j}"
     );
 }
 

@@ -29,9 +29,11 @@ fn ops<M: Media>(m: M) -> PmfsOps<M> {
     PmfsOps::new(Arc::new(fs), CacheMode::None, Arc::new(OpStats::default()))
 }
 
-/// The names in `dir`, sorted, `.` and `..` left out.
+/// The names in `dir`, sorted, `.` and `..` left out (with no handle where OPENDIR is ENOSYS).
 fn names<M: Media>(o: &PmfsOps<M>, dir: u64) -> Vec<Vec<u8>> {
-    let h = o.opendir(dir).unwrap().fh;
+    let h = o
+        .opendir(dir)
+        .map_or_else(|e| (e == libc::ENOSYS).then_some(0).unwrap(), |o| o.fh);
     let mut out = vec![];
     o.readdir(dir, h, 0, &mut |_, _, _, name| {
         if name != b"." && name != b".." {
@@ -306,4 +308,70 @@ fn a_listing_that_goes_on_skips_entries_whose_names_changed() {
             String::from_utf8_lossy(name)
         );
     }
+}
+
+/// Where the kernel keeps listings (`--cache long`), OPENDIR is answered ENOSYS after its
+/// checks, and READDIR comes with no handle (0) and is answered by position: a listing read a
+/// few entries per reply while names come and go lists every name that stays exactly once.
+#[test]
+fn listings_without_opendir_resume_by_position() {
+    let m = Region::anonymous(8 << 20).unwrap();
+    Fs::mkfs(&m, &MkfsOptions::tiny()).unwrap();
+    let (fs, _) = Fs::mount(m, &MountOptions::default()).unwrap();
+    let o = PmfsOps::new(Arc::new(fs), CacheMode::Long, Arc::new(OpStats::default()));
+    let file = libc::S_IFREG | 0o644;
+    let d = o.mkdir(ME, ROOT, b"d", 0o755).unwrap().attr.ino.0;
+    let f = o.mknod(ME, d, b"f0", file, 0).unwrap().attr.ino.0;
+    assert_eq!(o.opendir(d).err(), Some(libc::ENOSYS), "no OPENDIR");
+    assert_eq!(o.opendir(f).err(), Some(libc::ENOTDIR), "checked first");
+    assert_eq!(o.opendir(9_999).err(), Some(libc::ENOENT));
+    for i in 1..300 {
+        o.mknod(ME, d, format!("f{i}").as_bytes(), file, 0).unwrap();
+    }
+    let (mut seen, mut offset, mut replies) = (Vec::new(), 0, 0);
+    loop {
+        let mut got = 0;
+        o.readdir(d, 0, offset, &mut |_, off, _, name| {
+            if got == 7 {
+                return true; // the reply is full
+            }
+            got += 1;
+            seen.push(name.to_vec());
+            offset = off;
+            false
+        })
+        .unwrap();
+        if got == 0 {
+            break;
+        }
+        replies += 1;
+        // Between replies: one name goes (from the end, not listed yet) and one comes.
+        o.unlink(d, format!("f{}", 299 - replies).as_bytes())
+            .unwrap();
+        o.mknod(ME, d, format!("new{replies}").as_bytes(), file, 0)
+            .unwrap();
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), seen.len(), "no entry listed twice");
+    let now = names(&o, d);
+    for name in now.iter().filter(|n| n.starts_with(b"f")) {
+        assert!(seen.contains(name), "{name:?} stayed but was skipped");
+    }
+    assert!(
+        replies > 30,
+        "{replies} replies: the listing went on across changes"
+    );
+    // READDIRPLUS the same way, and a removed directory lists nothing.
+    let mut plus = 0;
+    o.readdirplus(d, 0, 0, &mut |_, _, _| {
+        plus += 1;
+        false
+    })
+    .unwrap();
+    assert_eq!(plus, now.len() + 2);
+    let e = o.mkdir(ME, ROOT, b"e", 0o755).unwrap().attr.ino.0;
+    o.rmdir(ROOT, b"e").unwrap();
+    assert!(o.readdir(e, 0, 0, &mut |_, _, _, _| false).is_err());
 }

@@ -330,6 +330,48 @@ impl<M: Media> Fs<M> {
         Ok(out)
     }
 
+    /// Up to `max` entries of a directory from position `pos` on, each with its position, in
+    /// position order. An entry's position is where its record lives (`.` is 0, `..` 1), so it
+    /// stays the same while the entry does: a listing resumed from a position neither skips nor
+    /// repeats an entry that stays, however the directory changed meanwhile, with no state kept
+    /// between calls (the mount's listings without OPENDIR). O(entries) per call.
+    pub fn readdir_at(&self, ino: u64, pos: u64, max: usize) -> Result<Vec<(u64, DirEntry)>> {
+        let dirs = self.ns.read();
+        let (d, node) = self.read_dir(&dirs, ino)?;
+        let dots = [
+            (0, ino, b".".as_slice()),
+            (1, node.parent, b"..".as_slice()),
+        ];
+        let mut out: Vec<_> = dots
+            .into_iter()
+            .filter(|&(p, ..)| p >= pos)
+            .map(|(p, ino, name)| (p, ino, Kind::Dir as u8, name))
+            .collect();
+        out.extend(d.entries.iter().filter_map(|(name, l)| {
+            let p = Self::dir_pos(l);
+            (p >= pos).then_some((p, l.ino, l.kind, name.as_slice()))
+        }));
+        if out.len() > max && max > 0 {
+            out.select_nth_unstable_by_key(max - 1, |e| e.0);
+        }
+        out.truncate(max);
+        out.sort_unstable_by_key(|e| e.0);
+        Ok(out
+            .into_iter()
+            .map(|(p, ino, kind, name)| {
+                let kind = Kind::from_u8(kind).unwrap_or(Kind::Free);
+                let name = name.to_vec();
+                (p, DirEntry { ino, kind, name })
+            })
+            .collect())
+    }
+
+    /// The position of the entry recorded at `l` (`readdir_at`): after `.` and `..`, by block
+    /// and slot, so `readdir`'s order too.
+    fn dir_pos(l: &crate::dir::Loc) -> u64 {
+        2 + l.block * crate::dir::SLOTS as u64 + l.slot as u64
+    }
+
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         let _ns = self.ns.read();
         let _g = self.stripe(ino).lock();

@@ -662,3 +662,43 @@ fn capabilities_go_at_a_write_truncate_or_chown() {
     assert_eq!(fs.getxattr(f.ino, b"trusted.a").unwrap(), b"v");
     assert_eq!(fs.read(f.ino, 0, 8).unwrap(), b"dx");
 }
+
+/// `readdir_at` in pieces of any size lists what `readdir` does, in its order, and each
+/// position stays the entry's while it stays: entries removed and added in the middle of a
+/// listing move no other entry.
+#[test]
+fn readdir_at_resumes_at_stable_positions() {
+    let fs = fresh(8 << 20);
+    for i in 0..150 {
+        // names long enough to take several slots now and then
+        let name = format!("{i}-{}", "x".repeat(i % 70));
+        fs.create(ROOT, name.as_bytes(), 0o644).unwrap();
+    }
+    let all: Vec<_> = fs.readdir(ROOT).unwrap();
+    for step in [1, 2, 7, 64, 1000] {
+        let (mut got, mut pos) = (vec![], 0);
+        loop {
+            let batch = fs.readdir_at(ROOT, pos, step).unwrap();
+            assert!(batch.len() <= step);
+            got.extend(batch.iter().map(|(_, e)| e.clone()));
+            match batch.last() {
+                Some(&(p, _)) => pos = p + 1,
+                None => break,
+            }
+        }
+        assert_eq!(got, all, "pieces of {step}");
+    }
+    let before = fs.readdir_at(ROOT, 0, usize::MAX).unwrap();
+    for (i, (_, e)) in before.iter().enumerate().skip(2).step_by(3) {
+        fs.unlink(ROOT, &e.name).unwrap();
+        fs.create(ROOT, format!("new{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    let after = fs.readdir_at(ROOT, 0, usize::MAX).unwrap();
+    for (p, e) in &before {
+        if let Some((q, _)) = after.iter().find(|(_, f)| f.name == e.name) {
+            assert_eq!(p, q, "{:?} moved", String::from_utf8_lossy(&e.name));
+        }
+    }
+    assert!(fs.readdir_at(ROOT, u64::MAX, 10).unwrap().is_empty());
+}

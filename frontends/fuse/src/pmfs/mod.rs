@@ -36,6 +36,7 @@ use pmkit_fs::{Attr, Fs, Kind, Owner, SetAttr};
 use pmkit_media::{Media, Region};
 use stats::{Op, OpStats};
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -425,41 +426,44 @@ impl<M: Media> Ops for PmfsOps<M> {
     }
 
     /// Under `--cache long` and `writeback` the kernel may keep the listing in the directory's
-    /// page cache across opens (`FOPEN_CACHE_DIR`, `FOPEN_KEEP_CACHE`): it drops it itself
-    /// whenever the directory changes through this mount, the only way it changes. A pass over
-    /// a cached directory is then OPENDIR and RELEASEDIR only.
+    /// page cache across opens: it drops it itself whenever the directory changes through this
+    /// mount (and when a peer changes it, `peers.rs`). There OPENDIR is answered ENOSYS (after
+    /// the checks: a missing directory is still ENOENT), so the kernel opens directories
+    /// without a request, no RELEASEDIR follows, and it keeps the listing as if
+    /// `FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE` were answered (`listing.rs`): a pass over a cached
+    /// directory costs no request at all.
     fn opendir(&self, ino: u64) -> R<Opened> {
         self.lib(Op::Opendir, |fs| fs.opendir(ino))?;
+        if self.no_opendir() {
+            return Err(libc::ENOSYS);
+        }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.listings.lock().insert(fh, Listing::default());
         Ok(Opened {
             fh,
-            flags: if self.cache.keep_pages() {
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-            } else {
-                FopenFlags::empty()
-            },
+            flags: FopenFlags::empty(),
         })
     }
 
-    /// The entries of directory `ino` (handle `fh`) from `offset` on, each given to `add` with
-    /// the offset of the next; `add` returns true when the reply is full.
+    /// The entries of directory `ino` (handle `fh`, or none) from `offset` on, each given to
+    /// `add` with the offset of the next; `add` returns true when the reply is full.
     fn readdir(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntry<'_>) -> R<()> {
-        let list = self.handle_listing(ino, fh, offset)?;
-        for (i, e) in list.iter().enumerate().skip(offset as usize) {
-            if add(e.ino, i as u64 + 1, file_type(e.kind), &e.name) {
-                break;
-            }
-        }
-        Ok(())
+        self.entries(ino, fh, offset, &mut |e, next| match add(
+            e.ino,
+            next,
+            file_type(e.kind),
+            &e.name,
+        ) {
+            true => ControlFlow::Break(()),
+            false => ControlFlow::Continue(()),
+        })
     }
 
     /// Each entry with its attributes. Every entry but `.` and `..` is a lookup the kernel
     /// will give back by FORGET, so it is held as `lookup` holds one (`refs.rs`), and let go
     /// again if it did not fit. An entry removed since the listing was taken is left out.
     fn readdirplus(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntryPlus<'_>) -> R<()> {
-        let list = self.handle_listing(ino, fh, offset)?;
-        for (i, e) in list.iter().enumerate().skip(offset as usize) {
+        self.entries(ino, fh, offset, &mut |e, next| {
             let dot = e.name == b"." || e.name == b"..";
             // The listing may be older than the names: the kernel takes each entry as a
             // lookup, so only a name that still leads to the same inode is handed out.
@@ -468,20 +472,20 @@ impl<M: Media> Ops for PmfsOps<M> {
                 false => self.fs.lookup(ino, &e.name),
             };
             let Some(a) = now.ok().filter(|a| a.ino == e.ino) else {
-                continue;
+                return ControlFlow::Continue(());
             };
             if !dot {
                 self.refs.hold(&self.fs, &a);
             }
-            let ino = a.ino;
-            if add(&self.entry(a), i as u64 + 1, &e.name) {
+            let held = a.ino;
+            if add(&self.entry(a), next, &e.name) {
                 if !dot {
-                    self.refs.forget(&self.fs, ino, 1);
+                    self.refs.forget(&self.fs, held, 1);
                 }
-                break;
+                return ControlFlow::Break(());
             }
-        }
-        Ok(())
+            ControlFlow::Continue(())
+        })
     }
 
     fn releasedir(&self, fh: u64) -> R<()> {
