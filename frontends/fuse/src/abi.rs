@@ -313,13 +313,14 @@ pub(crate) fn write_out(b: &mut [u8], size: u32) -> u32 {
     8
 }
 
-/// One `struct fuse_direntplus` at `b[at..]`: the entry's `fuse_entry_out`, then its
+/// One `struct fuse_direntplus` at `b[at..]`: the entry's `fuse_entry_out` (all zeros for a
+/// bare entry: node 0, which the kernel lists without taking a reference), then its
 /// `fuse_dirent`. The new end, or `None` when it does not fit in `limit`.
 pub(crate) fn direntplus(
     b: &mut [u8],
     at: usize,
     limit: usize,
-    e: &crate::ops::Entry,
+    e: crate::ops::PlusEntry<'_>,
     ttl: Duration,
     off: u64,
     name: &[u8],
@@ -328,9 +329,17 @@ pub(crate) fn direntplus(
     if at + len > limit {
         return None;
     }
-    entry_out(&mut b[at..at + 128], &e.attr, e.generation, ttl);
-    let ino = e.attr.ino.into();
-    dirent(b, at + 128, limit, ino, off, e.attr.kind, name)
+    let kind = match e {
+        crate::ops::PlusEntry::Full(e) => {
+            entry_out(&mut b[at..at + 128], &e.attr, e.generation, ttl);
+            e.attr.kind
+        }
+        crate::ops::PlusEntry::Bare { kind, .. } => {
+            b[at..at + 128].fill(0);
+            kind
+        }
+    };
+    dirent(b, at + 128, limit, e.ino(), off, kind, name)
 }
 
 /// One `struct fuse_dirent` at `b[at..]`: the new end, or `None` when it does not fit in

@@ -67,9 +67,30 @@ pub struct Statfs {
 /// true when the reply is full.
 pub type AddEntry<'a> = dyn FnMut(u64, u64, FileType, &[u8]) -> bool + 'a;
 
-/// Called by `readdirplus` for each entry with (its entry: attributes and generation, offset of
-/// the next, name); returns true when the reply is full, and the entry was then not added.
-pub type AddEntryPlus<'a> = dyn FnMut(&Entry, u64, &[u8]) -> bool + 'a;
+/// Called by `readdirplus` for each entry with (its entry, offset of the next, name); returns
+/// true when the reply is full, and the entry was then not added.
+pub type AddEntryPlus<'a> = dyn FnMut(PlusEntry<'_>, u64, &[u8]) -> bool + 'a;
+
+/// One entry of a READDIRPLUS reply.
+#[derive(Clone, Copy)]
+pub enum PlusEntry<'e> {
+    /// With its attributes and generation: the kernel takes it as a lookup (FORGET gives it
+    /// back) and caches the attributes.
+    Full(&'e Entry),
+    /// The name alone (node 0 in its `fuse_entry_out`): the kernel lists it and takes no
+    /// reference, as from a READDIR.
+    Bare { ino: u64, kind: FileType },
+}
+
+impl PlusEntry<'_> {
+    /// The entry's inode number.
+    pub fn ino(&self) -> u64 {
+        match self {
+            PlusEntry::Full(e) => e.attr.ino.into(),
+            PlusEntry::Bare { ino, .. } => *ino,
+        }
+    }
+}
 
 /// Nanoseconds since the epoch of `t` (`None`: now), negative before it, clamped to what an
 /// inode holds.

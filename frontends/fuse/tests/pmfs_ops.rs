@@ -4,7 +4,7 @@
 //! tests (frontends/cli/tests/fs_mount*.rs).
 
 use pmkit_fs::{Fs, MkfsOptions, MountOptions, Owner};
-use pmkit_fuse::ops::{Ops, WriteHow, Xattr};
+use pmkit_fuse::ops::{Ops, PlusEntry, WriteHow, Xattr};
 use pmkit_fuse::pmfs::cache::CacheMode;
 use pmkit_fuse::pmfs::stats::OpStats;
 use pmkit_fuse::pmfs::PmfsOps;
@@ -294,9 +294,13 @@ fn a_listing_that_goes_on_skips_entries_whose_names_changed() {
         [a, b].contains(&c.attr.ino.0),
         "the new file reuses a freed inode"
     );
+    // Only entries with attributes are lookups: a bare one (an inode the kernel holds) is a
+    // name as READDIR gives it, which a stale listing may give.
     let mut rest = vec![];
     o.readdirplus(d, h, next, &mut |e, _, name| {
-        rest.push((name.to_vec(), e.attr.ino.0));
+        if let PlusEntry::Full(e) = e {
+            rest.push((name.to_vec(), e.attr.ino.0));
+        }
         false
     })
     .unwrap();
@@ -374,4 +378,41 @@ fn listings_without_opendir_resume_by_position() {
     let e = o.mkdir(ME, ROOT, b"e", 0o755).unwrap().attr.ino.0;
     o.rmdir(ROOT, b"e").unwrap();
     assert!(o.readdir(e, 0, 0, &mut |_, _, _, _| false).is_err());
+}
+
+/// READDIRPLUS gives attributes only for inodes the kernel does not hold: a name whose inode
+/// it holds (made or looked up through the mount, not forgotten since) goes bare, taking no
+/// reference; once the kernel forgets it, its next listing gives attributes again, as a lookup.
+#[test]
+fn listings_give_attributes_only_for_inodes_the_kernel_lacks() {
+    let o = ops(Region::anonymous(4 << 20).unwrap());
+    let file = libc::S_IFREG | 0o644;
+    let d = o.mkdir(ME, ROOT, b"d", 0o755).unwrap().attr.ino.0;
+    let f = o.mknod(ME, d, b"f", file, 0).unwrap().attr.ino.0; // held by the kernel
+    let list = |o: &PmfsOps<Region>| {
+        let h = o.opendir(d).unwrap().fh;
+        let mut out = vec![];
+        o.readdirplus(d, h, 0, &mut |e, _, name| {
+            out.push((name.to_vec(), e.ino(), matches!(e, PlusEntry::Full(_))));
+            false
+        })
+        .unwrap();
+        o.releasedir(h).unwrap();
+        out
+    };
+    let bare = list(&o);
+    assert_eq!(bare.len(), 3);
+    assert!(bare.iter().all(|(_, _, full)| !full), "{bare:?}");
+    assert_eq!(bare[2], (b"f".to_vec(), f, false));
+    o.forget(f, 1);
+    let full = list(&o);
+    assert_eq!(
+        full[2],
+        (b"f".to_vec(), f, true),
+        "given again, as a lookup"
+    );
+    // That listing's reference is the kernel's now: one FORGET gives it back.
+    assert!(!list(&o)[2].2, "held again, so bare");
+    o.forget(f, 1);
+    assert!(list(&o)[2].2);
 }

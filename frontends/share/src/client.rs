@@ -30,6 +30,9 @@ pub struct Client {
     views: crate::views::Views,
     /// Reads in place (`direct.rs`).
     direct: crate::direct::Direct,
+    /// The session has taken a record lock, OFD lock or flock: its closes go at once (see
+    /// "Closes" below).
+    locked: std::sync::atomic::AtomicBool,
 }
 
 fn getpid() -> i32 {
@@ -78,6 +81,7 @@ impl Client {
                 sock: conn_fd.into(),
                 views: crate::views::Views::new(pool),
                 direct: crate::direct::Direct::new(pool, epoch),
+                locked: false.into(),
             }),
             Ok(Err(n)) => Err(io::Error::from_raw_os_error(n)),
             Err(e) => Err(io::Error::other(format!("a bad hello reply: {e}"))),
@@ -101,6 +105,7 @@ impl Client {
             pid: getpid().into(),
             views: crate::views::Views::new(pool),
             direct: crate::direct::Direct::new(pool, epoch),
+            locked: false.into(),
         };
         match c.special::<(String, u64)>(Special::Ping) {
             Ok((h, p)) if h == crate::HELLO && p == crate::PROTOCOL => {}
@@ -235,18 +240,41 @@ fn epoch_of(conn: &mut Conn) -> io::Result<Option<crate::epoch::Epoch>> {
     }
 }
 
+// Closes. A close of a pool descriptor succeeds at once and is sent with the session's next
+// message (`Link::defer_close`, `Message::After`), so opening and closing a file is one round
+// trip, not two. The server still closes before it runs anything else of the session, so the
+// session's order is kept, and a fork's session or exec's `Keep` never sees a number the
+// program closed. What waits: freeing a file unlinked while open, until the process's next
+// call, its exit or exec (at most `MAX_DEFERRED` closes wait). What never waits: closes in a
+// session that has taken a lock (POSIX releases a process's record locks at any close of the
+// file; another process must see that at once), so there every close is a call of its own.
 impl Transport for Client {
     /// Send `m` and decode the reply.
     fn call<T: DeserializeOwned>(&self, m: &Message) -> Result<T> {
-        if let Message::Call(crate::api::Request::close { fd }) = m {
-            // The number may name another file next: its reads in place start over.
-            self.direct.forget(*fd);
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut close = None;
+        match m {
+            Message::Call(crate::api::Request::close { fd }) => {
+                // The number may name another file next: its reads in place start over.
+                self.direct.forget(*fd);
+                close = Some(*fd);
+            }
+            Message::Call(crate::api::Request::lock { .. }) => self.locked.store(true, Relaxed),
+            _ => {}
         }
-        let bytes = postcard::to_allocvec(m).expect("a request encodes");
         let mut g = self.conn.lock();
         let Some(link) = g.as_mut() else {
             return Err(Error::Remote(libc::EIO));
         };
+        if let Some(fd) = close.filter(|_| !self.locked.load(Relaxed)) {
+            if link.defer_close(fd) {
+                let done = postcard::to_allocvec(&Ok::<(), i32>(())).expect("encodes");
+                return postcard::from_bytes::<std::result::Result<T, i32>>(&done)
+                    .expect("a close answers ()")
+                    .map_err(Error::Remote);
+            }
+        }
+        let bytes = postcard::to_allocvec(m).expect("a request encodes");
         let reply = match link.round_trip(&bytes, None) {
             Ok(frame) => frame,
             Err(e) => {

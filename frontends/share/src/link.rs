@@ -5,6 +5,7 @@
 use crate::channel::Channel;
 use crate::conn::Conn;
 use crate::Message;
+use pmkit_fs::posix::Fd;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -13,7 +14,13 @@ pub(crate) struct Link {
     chan: Option<Channel>,
     /// A channel was tried (made or refused): not again until it is let go.
     tried: bool,
+    /// Descriptors closed by the client and not yet by the server: they go with the next
+    /// message (`Message::After`), at most [`MAX_DEFERRED`].
+    closed: Vec<Fd>,
 }
+
+/// Most closes that wait for the next message; one more goes at once, with them.
+pub(crate) const MAX_DEFERRED: usize = 64;
 
 impl Link {
     pub(crate) fn new(conn: Conn) -> Link {
@@ -21,11 +28,32 @@ impl Link {
             conn,
             chan: None,
             tried: false,
+            closed: Vec::new(),
         }
+    }
+
+    /// Close `fd` with the next message instead of now: false when [`MAX_DEFERRED`] already
+    /// wait (the caller then sends this close, and they go with it).
+    pub(crate) fn defer_close(&mut self, fd: Fd) -> bool {
+        if self.closed.len() >= MAX_DEFERRED {
+            return false;
+        }
+        self.closed.push(fd);
+        true
     }
 
     /// Send `req` (with `pass` beside it) and take the reply.
     pub(crate) fn round_trip(&mut self, req: &[u8], pass: Option<RawFd>) -> io::Result<Vec<u8>> {
+        let after;
+        let req = match self.closed.is_empty() {
+            true => req,
+            false => {
+                let closed = std::mem::take(&mut self.closed);
+                let then = req.to_vec();
+                after = postcard::to_allocvec(&Message::After { closed, then }).expect("encodes");
+                &after[..]
+            }
+        };
         if !self.tried {
             self.tried = true;
             // No channel (no memory file, an old server): the socket serves.

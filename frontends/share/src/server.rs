@@ -319,15 +319,16 @@ fn handle<M: Media + Send + Sync + 'static>(
     via_channel: bool,
 ) -> (Vec<u8>, Switch) {
     let mut switch: Switch = None;
-    let run = || match msg {
-        Message::Call(r) => dispatch(session, r),
-        Message::Special(sp) => dispatch_special(session, sp),
-        Message::Fork if via_channel => {
+    let run = || match closes_first(session, msg) {
+        Err(reply) => reply,
+        Ok(Message::Call(r)) => dispatch(session, r),
+        Ok(Message::Special(sp)) => dispatch_special(session, sp),
+        Ok(Message::Fork) if via_channel => {
             let fd = conn.recv().ok().flatten().and_then(|(_, fd)| fd);
             encode(fork(s, session, fd))
         }
-        Message::Fork => encode(fork(s, session, fd)),
-        Message::Channel => match fd.map(|fd| Channel::open(fd, crate::conn::spin_default())) {
+        Ok(Message::Fork) => encode(fork(s, session, fd)),
+        Ok(Message::Channel) => match fd.map(|fd| Channel::open(fd, crate::conn::spin_default())) {
             Some(Ok(ch)) => {
                 let start = ch.request_seq();
                 switch = Some(Some((ch, start)));
@@ -335,12 +336,13 @@ fn handle<M: Media + Send + Sync + 'static>(
             }
             _ => encode::<()>(Err(Error::Invalid("an unusable channel"))),
         },
-        Message::Unchannel => {
+        Ok(Message::Unchannel) => {
             switch = Some(None);
             encode(Ok(()))
         }
-        Message::Hello { .. } => encode::<()>(Err(Error::Invalid("a second hello"))),
-        Message::Epoch => encode(match (&s.epoch, via_channel) {
+        Ok(Message::Hello { .. }) => encode::<()>(Err(Error::Invalid("a second hello"))),
+        Ok(Message::After { .. }) => encode::<()>(Err(Error::Invalid("closes within closes"))),
+        Ok(Message::Epoch) => encode(match (&s.epoch, via_channel) {
             (Some(_), false) => Ok(()),
             _ => Err(Error::NotSupported("no free epoch on this connection")),
         }),
@@ -363,6 +365,29 @@ fn handle<M: Media + Send + Sync + 'static>(
         }
     };
     (reply, switch)
+}
+
+/// The message to run once the descriptors an [`Message::After`] names are closed (a close
+/// that fails, as for a number already gone, is the client's to have seen: it was told it
+/// succeeded, as Linux's close succeeds); a bad inner message is the reply's error.
+fn closes_first<M: Media>(
+    session: &Posix<M>,
+    msg: Message,
+) -> std::result::Result<Message, Vec<u8>> {
+    let Message::After { closed, then } = msg else {
+        return Ok(msg);
+    };
+    for fd in closed {
+        if let Err(e) = session.close(fd) {
+            tracing::debug!("a deferred close of {fd:?}: {e}");
+        }
+    }
+    match postcard::from_bytes::<Message>(&then) {
+        Ok(Message::After { .. }) | Err(_) => Err(encode::<()>(Err(Error::Invalid(
+            "a bad message after closes",
+        )))),
+        Ok(m) => Ok(m),
+    }
 }
 
 /// A session for a child of fork on the connection passed in `fd`.

@@ -1,11 +1,12 @@
 //! The server and its clients in one test process: sessions share one file system, a fork's
-//! session shares descriptors and offsets, an ended session closes what it held, and a client
-//! without write access to the pool file is refused.
+//! session shares descriptors and offsets, an ended session closes what it held, closes ride
+//! with the next call (but not where locks are held), and a client without write access to
+//! the pool file is refused.
 
 mod common;
 
 use common::served;
-use pmkit_fs::posix::{Fd, Whence};
+use pmkit_fs::posix::{Fd, Lock, LockKind, LockScope, Whence};
 use pmkit_fs_share::{Calls, Client, PoolApi};
 use std::os::fd::AsRawFd;
 
@@ -40,7 +41,11 @@ fn clients_share_one_file_system() {
     );
     // Errors come back as the library's errno.
     assert_eq!(b.stat(b"/none").unwrap_err().errno(), libc::ENOENT);
-    assert_eq!(b.close(Fd(999)).unwrap_err().errno(), libc::EBADF);
+    assert_eq!(b.fstat(Fd(999)).unwrap_err().errno(), libc::EBADF);
+    // A close goes with the next call: of a number the session lacks it is harmless (the
+    // shim's table never sends one).
+    b.close(Fd(999)).unwrap();
+    assert_eq!(b.stat(b"/d/f").unwrap().size as usize, big.len());
     drop((a, b));
     s.stop();
 }
@@ -110,5 +115,68 @@ fn a_client_without_write_access_is_refused() {
         .err()
         .expect("refused");
     assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+    s.stop();
+}
+
+/// A close costs no round trip: it goes with the session's next message, which the server runs
+/// after it. A file unlinked while open is freed by that message (not before), a fork's session
+/// never holds a number its parent closed, at most `MAX_DEFERRED` closes wait, and a session
+/// that has taken a lock closes at once (another process must see the lock go at the close).
+#[test]
+fn closes_go_with_the_next_call() {
+    let s = served();
+    let (a, b) = (s.client(), s.client());
+    let free = || b.statfs().unwrap().free_blocks;
+    let fd = a.open(b"/gone", RW, 0o644).unwrap();
+    a.pwrite(fd, &vec![7u8; 1 << 20], 0).unwrap();
+    a.unlink(b"/gone").unwrap();
+    let before = free();
+    a.close(fd).unwrap();
+    assert_eq!(free(), before, "the close waits for a's next call");
+    assert_eq!(
+        a.fstat(fd).unwrap_err().errno(),
+        libc::EBADF,
+        "closed before it"
+    );
+    assert!(free() >= before + 256, "freed by then");
+    // Many closes in a row: every one is done by the next call, however many waited.
+    let fds: Vec<_> = (0..200)
+        .map(|i| a.open(format!("/f{i}").as_bytes(), RW, 0o644).unwrap())
+        .collect();
+    for &fd in &fds {
+        a.close(fd).unwrap();
+    }
+    a.stat(b"/").unwrap();
+    for &fd in &fds {
+        assert_eq!(a.fstat(fd).unwrap_err().errno(), libc::EBADF);
+    }
+    // A fork's session starts after the closes.
+    let fd = a.open(b"/f0", libc::O_RDWR, 0).unwrap();
+    a.close(fd).unwrap();
+    a.fork_prepare();
+    a.fork_child();
+    assert_eq!(
+        a.fstat(fd).unwrap_err().errno(),
+        libc::EBADF,
+        "the child lacks it"
+    );
+    // With a lock taken, a close is a call of its own: the lock goes with it.
+    let l = |kind| Lock {
+        kind,
+        scope: LockScope::Process,
+        start: 0,
+        end: u64::MAX,
+        pid: 1,
+    };
+    let fa = a.open(b"/f1", libc::O_RDWR, 0).unwrap();
+    a.lock(fa, l(LockKind::Write)).unwrap();
+    let fb = b.open(b"/f1", libc::O_RDWR, 0).unwrap();
+    assert!(b.test_lock(fb, l(LockKind::Write)).unwrap().is_some());
+    a.close(fa).unwrap();
+    assert!(
+        b.test_lock(fb, l(LockKind::Write)).unwrap().is_none(),
+        "released at once"
+    );
+    drop((a, b));
     s.stop();
 }

@@ -20,7 +20,9 @@ pub(super) struct Counts {
     pub files: usize,
     /// Passes of `stat` over the files (the later ones find what a cache kept).
     pub stat_passes: usize,
-    /// open + 4 KiB read + close, over [`READ_FILES`] small files.
+    /// open + 4 KiB read + close, over [`READ_FILES`] small files; as many opens and closes
+    /// alone, and 4 KiB `pread`s of one open file: the two halves of an open + read, timed
+    /// apart so a gap to another file system can be placed.
     pub reads: usize,
 }
 
@@ -28,11 +30,13 @@ pub(super) struct Counts {
 pub(super) const READ_FILES: usize = 64;
 
 /// The workloads, in the order they run.
-pub(super) const WORKLOADS: [&str; 6] = [
+pub(super) const WORKLOADS: [&str; 8] = [
     "append 4K+fsync",
     "create",
     "stat",
     "open+read 4K",
+    "open+close",
+    "pread 4K",
     "rename",
     "unlink",
 ];
@@ -191,6 +195,18 @@ fn phases(sub: &Path, c: Counts, barrier: &Barrier, done: &mut usize) -> Result<
     });
     next(r.context("open + read"), &mut out)?;
     ensure!(buf == block, "read back what was written");
+    let r = phase(barrier, c.reads, |i| {
+        drop(File::open(name("r", i % READ_FILES))?);
+        Ok(())
+    });
+    next(r.context("open + close"), &mut out)?;
+    let open = File::open(name("r", 0))?;
+    let r = phase(barrier, c.reads, |_| {
+        std::os::unix::fs::FileExt::read_exact_at(&open, &mut buf, 0)?;
+        Ok(())
+    });
+    next(r.context("pread"), &mut out)?;
+    drop(open);
     for i in 0..READ_FILES {
         fs::remove_file(name("r", i))?;
     }

@@ -26,7 +26,8 @@ mod xattrs;
 pub use xattrs::{ATOMIC_XATTR, CHECKSUM_XATTR, HUGE_XATTR};
 
 use crate::ops::{
-    AddEntry, AddEntryPlus, CopyRange, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R,
+    AddEntry, AddEntryPlus, CopyRange, Entry, Errno, Opened, Ops, PlusEntry, Statfs, WriteHow,
+    Xattr, R,
 };
 use cache::CacheMode;
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo, InitFlags, KernelConfig};
@@ -459,29 +460,38 @@ impl<M: Media> Ops for PmfsOps<M> {
         })
     }
 
-    /// Each entry with its attributes. Every entry but `.` and `..` is a lookup the kernel
-    /// will give back by FORGET, so it is held as `lookup` holds one (`refs.rs`), and let go
-    /// again if it did not fit. An entry removed since the listing was taken is left out.
+    /// Each entry with its attributes, but for files and links whose inodes the kernel already
+    /// holds (`refs.known`: their attributes are cached, and kept coherent): those go bare, so
+    /// a walk over a tree the kernel knows (made or looked up through this mount) pays for no
+    /// attributes it has, while a cold `ls -l` still gets every entry's attributes in the
+    /// listing. Subdirectories always get theirs: a walk goes into them, and the kernel drops
+    /// a directory's entry when its mode changes (as tar's last step does), so a bare one
+    /// would cost a LOOKUP on the way in. Every entry given
+    /// with attributes but `.` and `..` is a lookup the kernel will give back by FORGET, so it
+    /// is held as `lookup` holds one (`refs.rs`), and let go again if it did not fit. An entry
+    /// removed since the listing was taken is left out.
     fn readdirplus(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntryPlus<'_>) -> R<()> {
         self.entries(ino, fh, offset, &mut |e, next| {
             let dot = e.name == b"." || e.name == b"..";
+            if dot || (e.kind != Kind::Dir && self.refs.known(e.ino)) {
+                let bare = PlusEntry::Bare {
+                    ino: e.ino,
+                    kind: file_type(e.kind),
+                };
+                return match add(bare, next, &e.name) {
+                    true => ControlFlow::Break(()),
+                    false => ControlFlow::Continue(()),
+                };
+            }
             // The listing may be older than the names: the kernel takes each entry as a
             // lookup, so only a name that still leads to the same inode is handed out.
-            let now = match dot {
-                true => self.fs.getattr(e.ino),
-                false => self.fs.lookup(ino, &e.name),
-            };
-            let Some(a) = now.ok().filter(|a| a.ino == e.ino) else {
+            let Some(a) = self.fs.lookup(ino, &e.name).ok().filter(|a| a.ino == e.ino) else {
                 return ControlFlow::Continue(());
             };
-            if !dot {
-                self.refs.hold(&self.fs, &a);
-            }
+            self.refs.hold(&self.fs, &a);
             let held = a.ino;
-            if add(&self.entry(a), next, &e.name) {
-                if !dot {
-                    self.refs.forget(&self.fs, held, 1);
-                }
+            if add(PlusEntry::Full(&self.entry(a)), next, &e.name) {
+                self.refs.forget(&self.fs, held, 1);
                 return ControlFlow::Break(());
             }
             ControlFlow::Continue(())
