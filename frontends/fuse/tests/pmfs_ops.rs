@@ -380,9 +380,10 @@ fn listings_without_opendir_resume_by_position() {
     assert!(o.readdir(e, 0, 0, &mut |_, _, _, _| false).is_err());
 }
 
-/// READDIRPLUS gives attributes only for inodes the kernel does not hold: a name whose inode
-/// it holds (made or looked up through the mount, not forgotten since) goes bare, taking no
-/// reference; once the kernel forgets it, its next listing gives attributes again, as a lookup.
+/// READDIRPLUS gives attributes only for inodes the kernel does not hold as it was last told: a
+/// name whose inode it holds (made or looked up through the mount, not forgotten since) goes
+/// bare, taking no reference; once the kernel forgets it, or drops its attributes after a
+/// write, its next listing gives attributes again.
 #[test]
 fn listings_give_attributes_only_for_inodes_the_kernel_lacks() {
     let o = ops(Region::anonymous(4 << 20).unwrap());
@@ -415,4 +416,13 @@ fn listings_give_attributes_only_for_inodes_the_kernel_lacks() {
     assert!(!list(&o)[2].2, "held again, so bare");
     o.forget(f, 1);
     assert!(list(&o)[2].2);
+    // A write makes the kernel drop the file's size and times: the next listing gives them,
+    // and once given (there, or by a GETATTR) the entry goes bare again.
+    assert!(!list(&o)[2].2);
+    o.write(f, 0, b"x", WriteHow::default()).unwrap();
+    assert!(list(&o)[2].2, "given again after the write");
+    assert!(!list(&o)[2].2);
+    o.write(f, 1, b"y", WriteHow::default()).unwrap();
+    o.getattr(f).unwrap();
+    assert!(!list(&o)[2].2, "the GETATTR gave them");
 }

@@ -52,6 +52,7 @@ impl<M: Media> Peers<M> {
 
     /// Drop inode `ino`'s attributes, and with `pages` its whole page cache.
     fn inval_inode(&self, ino: u64, pages: bool) {
+        self.ops.refs.attrs_dropped(ino);
         let mut body = [0u8; 24];
         debug_assert!(ino != 0, "no inode 0");
         body[..8].copy_from_slice(&ino.to_ne_bytes());

@@ -12,7 +12,7 @@
 use parking_lot::Mutex;
 use pmkit_fs::{Attr, Fs, Kind};
 use pmkit_media::Media;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The handle of a CREATE whose open the library counts (RELEASE gives it back).
@@ -27,6 +27,10 @@ pub(crate) struct Refs {
     /// The kernel's lookup count of each inode it was given an entry of (the root, which it
     /// never forgets, is not counted).
     known: Mutex<HashMap<u64, u64>>,
+    /// Known inodes whose attributes the kernel has dropped since it was last given them (its
+    /// own write, fallocate or copy drops size, times and blocks; so does a peer's change):
+    /// a listing gives them again (`PmfsOps::readdirplus`).
+    stale: Mutex<HashSet<u64>>,
 }
 
 impl Refs {
@@ -35,6 +39,7 @@ impl Refs {
             no_open,
             refused: AtomicBool::new(false),
             known: Mutex::new(HashMap::new()),
+            stale: Mutex::new(HashSet::new()),
         }
     }
 
@@ -42,6 +47,7 @@ impl Refs {
     /// file. Other kinds are never read through a handle the library must keep alive.
     pub(crate) fn hold<M: Media>(&self, fs: &Fs<M>, a: &Attr) {
         *self.known.lock().entry(a.ino).or_insert(0) += 1;
+        self.attrs_sent(a.ino);
         if self.no_open && a.kind == Kind::File {
             // A file removed since the call that named it: the kernel's reference is to an
             // inode the library no longer has, and its FORGET finds nothing to give back.
@@ -57,6 +63,7 @@ impl Refs {
                 *n = n.saturating_sub(nlookup);
                 if *n == 0 {
                     known.remove(&ino);
+                    self.stale.lock().remove(&ino);
                 }
             }
         }
@@ -76,6 +83,25 @@ impl Refs {
     /// in it when a directory).
     pub(crate) fn known(&self, ino: u64) -> bool {
         ino == pmkit_fs::ROOT || self.known.lock().contains_key(&ino)
+    }
+
+    /// Whether the kernel holds `ino` with its attributes as it was last given them (so a
+    /// listing can leave them out).
+    pub(crate) fn fresh(&self, ino: u64) -> bool {
+        self.known(ino) && !self.stale.lock().contains(&ino)
+    }
+
+    /// The kernel was given `ino`'s attributes (a GETATTR or SETATTR reply, an entry).
+    pub(crate) fn attrs_sent(&self, ino: u64) {
+        self.stale.lock().remove(&ino);
+    }
+
+    /// The kernel dropped `ino`'s attributes, or will on this reply (a write's size, times and
+    /// blocks). Only inodes it holds are remembered.
+    pub(crate) fn attrs_dropped(&self, ino: u64) {
+        if self.known(ino) {
+            self.stale.lock().insert(ino);
+        }
     }
 
     /// Whether to answer this OPEN ENOSYS (the first, or the few racing it). It gets no
