@@ -26,8 +26,7 @@ mod xattrs;
 pub use xattrs::{ATOMIC_XATTR, CHECKSUM_XATTR, HUGE_XATTR};
 
 use crate::ops::{
-    AddEntry, AddEntryPlus, CopyRange, Entry, Errno, Opened, Ops, PlusEntry, Statfs, WriteHow,
-    Xattr, R,
+    AddEntry, AddEntryPlus, CopyRange, Entry, Errno, Opened, Ops, Statfs, WriteHow, Xattr, R,
 };
 use cache::CacheMode;
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo, InitFlags, KernelConfig};
@@ -463,47 +462,9 @@ impl<M: Media> Ops for PmfsOps<M> {
         })
     }
 
-    /// Each entry with its attributes, but for files and links whose inodes the kernel already
-    /// holds with their attributes as last given (`refs.fresh`: not dropped since by a write of
-    /// its own or a peer's change): those go bare, so
-    /// a walk over a tree the kernel knows (made or looked up through this mount) pays for no
-    /// attributes it has, while a cold `ls -l` still gets every entry's attributes in the
-    /// listing. Subdirectories always get theirs: a walk goes into them, and the kernel drops
-    /// a directory's entry when its mode changes (as tar's last step does), so a bare one
-    /// would cost a LOOKUP on the way in. Under `--cache writeback` every entry gets its
-    /// attributes: there the kernel owns sizes and times and drops them where the daemon cannot
-    /// follow (measured: without them, `grep -r` after an untar took a GETATTR per file and
-    /// twice the time). Every entry given
-    /// with attributes but `.` and `..` is a lookup the kernel will give back by FORGET, so it
-    /// is held as `lookup` holds one (`refs.rs`), and let go again if it did not fit. An entry
-    /// removed since the listing was taken is left out.
+    /// Each entry with its attributes where the kernel lacks them (`listing.rs`).
     fn readdirplus(&self, ino: u64, fh: u64, offset: u64, add: &mut AddEntryPlus<'_>) -> R<()> {
-        self.entries(ino, fh, offset, &mut |e, next| {
-            let dot = e.name == b"." || e.name == b"..";
-            let bare = e.kind != Kind::Dir && !self.cache.writeback() && self.refs.fresh(e.ino);
-            if dot || bare {
-                let bare = PlusEntry::Bare {
-                    ino: e.ino,
-                    kind: file_type(e.kind),
-                };
-                return match add(bare, next, &e.name) {
-                    true => ControlFlow::Break(()),
-                    false => ControlFlow::Continue(()),
-                };
-            }
-            // The listing may be older than the names: the kernel takes each entry as a
-            // lookup, so only a name that still leads to the same inode is handed out.
-            let Some(a) = self.fs.lookup(ino, &e.name).ok().filter(|a| a.ino == e.ino) else {
-                return ControlFlow::Continue(());
-            };
-            self.refs.hold(&self.fs, &a);
-            let held = a.ino;
-            if add(PlusEntry::Full(&self.entry(a)), next, &e.name) {
-                self.refs.forget(&self.fs, held, 1);
-                return ControlFlow::Break(());
-            }
-            ControlFlow::Continue(())
-        })
+        self.listing_plus(ino, fh, offset, add)
     }
 
     fn releasedir(&self, fh: u64) -> R<()> {
