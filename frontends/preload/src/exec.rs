@@ -27,12 +27,16 @@ fn unhex(h: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The variable's value for this process now: `SOCK;cwd=HEXPATH;K,FD,FLAGS,HEXPATH;...` (the
-/// current directory when it is in the pool, then one entry per kept number), and the socket
-/// to leave open; `None` without a server.
+/// The variable's value for this process now: `SOCK;cwd=HEXPATH;locked;K,FD,FLAGS,HEXPATH;...`
+/// (the current directory when it is in the pool, `locked` when the session has taken locks,
+/// then one entry per kept number), and the socket to leave open; `None` without a server.
 fn hand_over(spawn: bool) -> Option<(String, c_int, Option<OwnedFd>)> {
+    let locked = state::exec_locked();
     let (sock, made) = state::exec_socket(spawn)?;
     let mut v = format!("{sock}");
+    if locked {
+        v += ";locked";
+    }
     if let Some(cwd) = crate::vcwd::get() {
         v += &format!(";cwd={}", hex(&cwd));
     }
@@ -425,7 +429,7 @@ extern "C" fn inherit() {
             return;
         }
     };
-    if !state::adopt(client) {
+    if !state::adopt(client, parts.contains(&"locked")) {
         return;
     }
     if cwd.is_some() {

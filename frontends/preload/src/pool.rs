@@ -164,11 +164,14 @@ fn remote_fork_handlers() {
 }
 
 /// Use `client`, a session inherited across exec, as this process's pool (before any call);
-/// false if the pool was already set up.
-pub(crate) fn adopt(client: Client) -> bool {
+/// `locked`: the session holds locks from before exec. False if the pool was already set up.
+pub(crate) fn adopt(client: Client, locked: bool) -> bool {
     let set = POOL.set(Ok(RwLock::new(Some(Backend::Remote(Box::new(client))))));
     if set.is_ok() {
         remote_fork_handlers();
+        if locked {
+            with_client(Client::took_locks);
+        }
         with_client(|c| {
             let _ = c.set_cred(Some(crate::ids::current()));
         });
@@ -208,6 +211,14 @@ pub(crate) fn exec_socket(spawn: bool) -> Option<(c_int, Option<std::os::fd::Own
     let mut out = None;
     with_client(|c| out = c.session_for_exec(spawn));
     out
+}
+
+/// Whether the server's session has taken a lock (`Client::holds_locks`): the next program
+/// of an exec is told, so that its closes go at once.
+pub(crate) fn exec_locked() -> bool {
+    let mut locked = false;
+    with_client(|c| locked = c.holds_locks());
+    locked
 }
 
 /// Run `f` on the pool if it is mounted (not mounting it).

@@ -8,7 +8,7 @@ pub(crate) use crate::busy::{busy, Busy};
 pub(crate) use crate::config::{config, kept_path, last_component, normalize, warn};
 pub(crate) use crate::pid::own_pid;
 pub(crate) use crate::pool::{
-    adopt, enter, exec_socket, is_own, make_room, own_socket, with_mounted,
+    adopt, enter, exec_locked, exec_socket, is_own, make_room, own_socket, with_mounted,
 };
 pub(crate) use crate::table::{entries, insert, lookup, numbers, remove, Open};
 

@@ -191,6 +191,49 @@ fn record_locks_and_flock_conflict_between_processes() {
     s.stop();
 }
 
+/// A close goes with the session's next call, unless the session has taken a lock: then at
+/// once, as a close releases the process's record locks. That holds across exec too: a
+/// process takes a lock, execs, and the new program's close of the file frees the lock while
+/// the program makes no further call (another process finds it free).
+#[test]
+fn a_close_after_exec_releases_the_locks_taken_before() {
+    if !have("python3") {
+        return;
+    }
+    let s = served();
+    let f = s.shim.m("f");
+    let marker = s.shim.dir().join("closed");
+    let marker = marker.to_str().unwrap();
+    let checker = format!(
+        "import fcntl, os, time\n\
+         t = time.time()\n\
+         while not os.path.exists('{marker}') and time.time() - t < 10: time.sleep(0.01)\n\
+         g = open('{f}', 'r+')\n\
+         try:\n\
+         \x20   fcntl.lockf(g, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 0); print('free')\n\
+         except OSError: print('held')\n"
+    );
+    let after = format!(
+        "import os, sys, time\n\
+         os.close(int(sys.argv[1]))\n\
+         open('{marker}', 'w').close()\n\
+         time.sleep(1.5)\n\
+         os.waitpid(int(sys.argv[2]), 0)\n"
+    );
+    let holder = format!(
+        "import fcntl, os, subprocess, sys\n\
+         fd = os.open('{f}', os.O_RDWR | os.O_CREAT, 0o644)\n\
+         os.write(fd, b'0123456789')\n\
+         os.set_inheritable(fd, True)\n\
+         fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)\n\
+         c = subprocess.Popen([sys.executable, '-c', sys.argv[1]])\n\
+         os.execv(sys.executable, [sys.executable, '-c', sys.argv[2], str(fd), str(c.pid)])\n"
+    );
+    let out = s.shim.ok("python3", &["-c", &holder, &checker, &after]);
+    assert_eq!(out, "free\n");
+    s.stop();
+}
+
 /// A waiting lock and a signal handler, as the kernel treats them: without SA_RESTART the
 /// handler ends the wait with EINTR; with SA_RESTART the handler runs and the wait goes on
 /// until the lock is granted (it used to end with EINTR too).

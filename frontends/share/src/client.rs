@@ -139,6 +139,18 @@ impl Client {
         Some((std::os::fd::AsRawFd::as_raw_fd(&fd), Some(fd)))
     }
 
+    /// Whether the session has taken a lock (its closes then go at once; see "Closes").
+    /// Passed across exec, where the next program takes the session and its locks over.
+    pub fn holds_locks(&self) -> bool {
+        self.locked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The session holds locks taken before exec: close at once from now on.
+    pub fn took_locks(&self) {
+        self.locked
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// How many `pread`s this process answered in place (from PM, checked against the server's
     /// free epoch) rather than by a call.
     pub fn reads_in_place(&self) -> u64 {
