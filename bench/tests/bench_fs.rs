@@ -62,6 +62,8 @@ fn quick_json_has_every_target_and_workload() {
         "create",
         "stat",
         "open+read 4K",
+        "open+close",
+        "pread 4K",
         "rename",
         "unlink",
     ];
